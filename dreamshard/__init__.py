@@ -1,0 +1,3 @@
+"""dreamshard: learned embedding-table sharding (DreamShard, NeurIPS 2022) with an MLOps shell."""
+
+__version__ = "0.1.0"

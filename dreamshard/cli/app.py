@@ -1,0 +1,65 @@
+"""The `dreamshard` console script: one typer app, commands registered per area, one-line errors."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from dreamshard.errors import DreamshardError
+
+app = typer.Typer(
+    name="dreamshard",
+    help="Learned embedding-table sharding: inventories, profiling, sharders, training, plans.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _register_all() -> None:
+    from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, profile_cmd
+
+    for module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd):
+        module.register(app)
+
+
+_register_all()
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one line to stderr and exit with `code`."""
+    err_console.print(f"error: {message}", markup=False)
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; typed errors become one line on stderr and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except DreamshardError as e:
+        fail(f"{type(e).__name__}: {e}", e.exit_code)
+    except ValidationError as e:
+        from dreamshard.io import describe_validation_error
+
+        fail(f"InvalidInput: {describe_validation_error(e)}")
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as e:  # click usage errors and friends
+        import click
+
+        if isinstance(e, click.exceptions.Exit):
+            raise SystemExit(e.exit_code) from None
+        if isinstance(e, click.exceptions.Abort):
+            fail("aborted", 130)
+        if isinstance(e, click.ClickException):
+            fail(f"UsageError: {e.format_message()}", 2)
+        raise
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Typed errors. Every user-facing failure is a DreamshardError: one line, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+
+class DreamshardError(Exception):
+    """Base class. ``str(err)`` is the one-line message shown to the user."""
+
+    exit_code: int = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+
+class InputFileError(DreamshardError):
+    """A file the user named is missing, unreadable or not in the expected format."""
+
+
+class InventoryError(DreamshardError):
+    """An inventory (or one of its tables) is invalid."""
+
+
+class TopologyError(DreamshardError):
+    """A topology is invalid (device count, memory, batch size)."""
+
+
+class PlanError(DreamshardError):
+    """A plan is invalid or does not match its inventory/topology."""
+
+
+class InfeasiblePlacementError(DreamshardError):
+    """A table fits on no device: names the table, its size and the largest free memory."""
+
+    def __init__(self, table: str, table_gb: float, largest_free_gb: float, hint: str = "") -> None:
+        self.table = table
+        self.table_gb = table_gb
+        self.largest_free_gb = largest_free_gb
+        msg = (
+            f"table '{table}' ({table_gb:.3f} GB) fits on no device "
+            f"(largest free memory {largest_free_gb:.3f} GB); "
+            f"add devices, raise --memory-gb or shrink the table"
+        )
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+class UnknownSharderError(DreamshardError):
+    """The requested sharder name is not registered."""
+
+
+class ProfilingError(DreamshardError):
+    """A profiling backend could not run (missing device, bad settings)."""
+
+
+class ModelError(DreamshardError):
+    """A learned model is missing, corrupt or incompatible."""
+
+
+class StoreError(DreamshardError):
+    """Object storage / plan store failure (credentials, endpoint, bucket, checksum)."""
+
+
+class ConfigError(DreamshardError):
+    """A params.yaml section or CLI option combination is invalid."""

@@ -1,0 +1,157 @@
+"""Loading and saving value objects as JSON / YAML / JSONL, atomically, with one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dreamshard.errors import DreamshardError, InputFileError, InventoryError, PlanError
+from dreamshard.types import Inventory, Measurement, Plan
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def describe_validation_error(err: ValidationError, data: Any = None) -> str:
+    """First error of a pydantic ValidationError as 'tables[3] (table 'foo').embedding_dim: message'."""
+    first = err.errors()[0]
+    loc = first.get("loc", ())
+    parts: list[str] = []
+    table_label = ""
+    for i, p in enumerate(loc):
+        if isinstance(p, int):
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{p}]"]
+            if loc[:i] == ("tables",) and isinstance(data, dict):
+                tables = data.get("tables")
+                if isinstance(tables, list) and p < len(tables) and isinstance(tables[p], dict):
+                    name = tables[p].get("name")
+                    if name:
+                        table_label = f" (table '{name}')"
+                        parts[-1] += table_label
+        else:
+            parts.append(str(p))
+    where = ".".join(parts) if parts else "input"
+    msg = str(first.get("msg", "invalid"))
+    msg = msg.removeprefix("Value error, ")
+    return f"{where}: {msg}"
+
+
+def read_structured(path: str | Path) -> Any:
+    """Read a JSON or YAML file (by suffix; YAML also parses JSON)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputFileError(f"file not found: {p}")
+    if p.is_dir():
+        raise InputFileError(f"expected a file, got a directory: {p}")
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InputFileError(f"cannot read {p}: {e.strerror}") from None
+    try:
+        if p.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputFileError(f"{p}: not valid JSON/YAML ({first})") from None
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write text to path via a temp file + rename, so readers never see a partial file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+def dump_model(model: BaseModel, path: str | Path) -> Path:
+    """Save a model as YAML (.yaml/.yml) or JSON (anything else)."""
+    p = Path(path)
+    data = model.model_dump(mode="json")
+    if p.suffix.lower() in {".yaml", ".yml"}:
+        text = yaml.safe_dump(data, sort_keys=False)
+    else:
+        text = json.dumps(data, indent=2) + "\n"
+    return atomic_write_text(p, text)
+
+
+def _load(path: str | Path, cls: type[M], error: type[DreamshardError], what: str) -> M:
+    data = read_structured(path)
+    if not isinstance(data, dict):
+        raise error(f"{what} {path}: expected a mapping at top level")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise error(f"{what} {path}: {describe_validation_error(e, data)}") from None
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    return _load(path, Inventory, InventoryError, "inventory")
+
+
+def save_inventory(inv: Inventory, path: str | Path) -> Path:
+    return dump_model(inv, path)
+
+
+def load_plan(path: str | Path) -> Plan:
+    return _load(path, Plan, PlanError, "plan")
+
+
+def save_plan(plan: Plan, path: str | Path) -> Path:
+    return dump_model(plan, path)
+
+
+def iter_measurements(path: str | Path) -> Iterator[Measurement]:
+    """Stream records from a JSONL file. A truncated last line (an interrupted writer) is ignored."""
+    p = Path(path)
+    if not p.exists():
+        raise InputFileError(f"file not found: {p}")
+    lines = p.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield Measurement.model_validate_json(line)
+        except ValidationError as e:
+            if i == len(lines) - 1:
+                return  # partial trailing write
+            raise InputFileError(f"{p}:{i + 1}: {describe_validation_error(e)}") from None
+
+
+def load_measurements(path: str | Path) -> list[Measurement]:
+    return list(iter_measurements(path))
+
+
+def append_measurement(path: str | Path, m: Measurement) -> None:
+    """Append one record as one line and fsync it (crash-safe resume relies on this)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    # Repair a partial trailing line left by a killed writer before appending.
+    if p.exists() and p.stat().st_size > 0:
+        with open(p, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                data = p.read_bytes()
+                cut = data.rfind(b"\n") + 1
+                f.truncate(cut)
+    with open(p, "a") as f:
+        f.write(m.model_dump_json() + "\n")
+        f.flush()
+        os.fsync(f.fileno())

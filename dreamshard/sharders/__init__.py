@@ -1,0 +1,49 @@
+"""Sharders: heuristics, TorchRec's planner and the learned DreamShard policy, behind one registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dreamshard.errors import UnknownSharderError
+from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.sharders.heuristics import GREEDY_COSTS, GreedySharder, RandomSharder, RoundRobinSharder
+
+HEURISTICS: tuple[str, ...] = ("random", "round_robin", *GREEDY_COSTS)
+
+
+def _torchrec(**kw: Any) -> Sharder:
+    from dreamshard.sharders.torchrec_sharder import TorchRecSharder
+
+    return TorchRecSharder(**kw)
+
+
+def _dreamshard(**kw: Any) -> Sharder:
+    from dreamshard.learning.sharder import DreamShardSharder
+
+    return DreamShardSharder(**kw)
+
+
+_FACTORIES: dict[str, Callable[..., Sharder]] = {
+    "random": lambda seed=0, **_: RandomSharder(seed=seed),
+    "round_robin": lambda **_: RoundRobinSharder(),
+    **{name: (lambda n=name, **_: GreedySharder(n, GREEDY_COSTS[n])) for name in GREEDY_COSTS},
+    "torchrec": _torchrec,
+    "dreamshard": _dreamshard,
+}
+
+
+def sharder_names() -> list[str]:
+    return list(_FACTORIES)
+
+
+def get_sharder(name: str, **options: Any) -> Sharder:
+    """Build a sharder by name. Options a sharder does not use are ignored (seed, model_dir, ...)."""
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        raise UnknownSharderError(f"unknown sharder '{name}'; choose from {', '.join(_FACTORIES)}") from None
+    return factory(**options)
+
+
+__all__ = ["HEURISTICS", "Sharder", "get_sharder", "make_plan", "sharder_names"]

@@ -1,0 +1,295 @@
+"""Value objects shared by the CLI, DVC stages, Prefect flows and storage (DESIGN.md section 3).
+
+All models are pydantic v2, strict about unknown fields, and frozen where they are plain values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from datetime import datetime, timezone
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Number of access-histogram bins: unique rows whose access count in one batch falls in
+#: (0,1], (1,2], (2,4], ..., (16384,32768], (32768, inf).
+NUM_REUSE_BINS = 17
+#: Upper edges of the reuse bins (the last bin is open).
+REUSE_BIN_EDGES: tuple[float, ...] = tuple(float(2**i) for i in range(NUM_REUSE_BINS - 1)) + (math.inf,)
+
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2}
+GB = float(1024**3)
+
+DeviceType = Literal["cpu", "cuda"]
+DType = Literal["fp32", "fp16"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Table(_Strict):
+    """One embedding table."""
+
+    name: Annotated[str, Field(min_length=1)]
+    num_embeddings: Annotated[int, Field(ge=1)]
+    embedding_dim: Annotated[int, Field(ge=1)]
+    pooling_factor: Annotated[float, Field(ge=0)]
+    access_histogram: tuple[float, ...] | None = None
+    dtype: DType = "fp32"
+
+    @field_validator("access_histogram")
+    @classmethod
+    def _check_histogram(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is None:
+            return v
+        if len(v) != NUM_REUSE_BINS:
+            raise ValueError(f"must have {NUM_REUSE_BINS} bins, got {len(v)}")
+        if any((not math.isfinite(x)) or x < 0 for x in v):
+            raise ValueError("bins must be finite and >= 0")
+        total = sum(v)
+        if abs(total - 1.0) > 1e-3:
+            raise ValueError(f"bins must sum to 1 (got {total:.4f})")
+        return v
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def size_elements(self) -> int:
+        """rows x dim."""
+        return self.num_embeddings * self.embedding_dim
+
+    @property
+    def size_bytes(self) -> int:
+        return self.size_elements * self.bytes_per_element
+
+    @property
+    def size_gb(self) -> float:
+        return self.size_bytes / GB
+
+    def canonical(self) -> dict[str, object]:
+        """Content used for fingerprints: every field, defaults filled, floats rounded stably."""
+        d = self.model_dump()
+        d["pooling_factor"] = round(float(d["pooling_factor"]), 9)
+        if d["access_histogram"] is not None:
+            d["access_histogram"] = [round(float(x), 9) for x in d["access_histogram"]]
+        return d
+
+
+class Inventory(_Strict):
+    """A named set of embedding tables with unique names."""
+
+    name: Annotated[str, Field(min_length=1)]
+    tables: Annotated[tuple[Table, ...], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Inventory:
+        seen: set[str] = set()
+        for t in self.tables:
+            if t.name in seen:
+                raise ValueError(f"duplicate table name '{t.name}'")
+            seen.add(t.name)
+        return self
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.tables)
+
+    @property
+    def table_names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
+    def table(self, name: str) -> Table:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def by_name(self) -> dict[str, Table]:
+        return {t.name: t for t in self.tables}
+
+    def subset(self, names: list[str], name: str | None = None) -> Inventory:
+        idx = self.by_name()
+        return Inventory(name=name or self.name, tables=tuple(idx[n] for n in names))
+
+    def fingerprint(self) -> str:
+        """sha256 over canonical table content; independent of key order and table order.
+
+        The inventory name is deliberately not part of it: the same tables are the same workload.
+        """
+        rows = sorted(json.dumps(t.canonical(), sort_keys=True, separators=(",", ":")) for t in self.tables)
+        return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+class Topology(_Strict):
+    num_devices: Annotated[int, Field(ge=1, le=4096)]
+    device_type: DeviceType = "cpu"
+    memory_per_device_gb: Annotated[float, Field(gt=0)]
+    batch_size: Annotated[int, Field(ge=1)] = 2048
+
+    @property
+    def memory_per_device_bytes(self) -> int:
+        return int(self.memory_per_device_gb * GB)
+
+
+class DeviceCost(_Strict):
+    """The four cost components of one device, in milliseconds."""
+
+    fwd_compute: Annotated[float, Field(ge=0)]
+    fwd_comm: Annotated[float, Field(ge=0)]
+    bwd_comm: Annotated[float, Field(ge=0)]
+    bwd_compute: Annotated[float, Field(ge=0)]
+
+    @property
+    def total(self) -> float:
+        return self.fwd_compute + self.fwd_comm + self.bwd_comm + self.bwd_compute
+
+    def as_list(self) -> list[float]:
+        return [self.fwd_compute, self.fwd_comm, self.bwd_comm, self.bwd_compute]
+
+    @classmethod
+    def from_list(cls, v: list[float] | tuple[float, ...]) -> DeviceCost:
+        a, b, c, d = (max(0.0, float(x)) for x in v)
+        return cls(fwd_compute=a, fwd_comm=b, bwd_comm=c, bwd_compute=d)
+
+    @classmethod
+    def zero(cls) -> DeviceCost:
+        return cls(fwd_compute=0.0, fwd_comm=0.0, bwd_comm=0.0, bwd_compute=0.0)
+
+
+class Costs(_Strict):
+    """Per-device costs of a placement and its overall cost (max over devices of the totals)."""
+
+    per_device: tuple[DeviceCost, ...]
+    overall_ms: Annotated[float, Field(ge=0)]
+
+    @classmethod
+    def from_devices(cls, per_device: list[DeviceCost], overall_ms: float | None = None) -> Costs:
+        overall = max((d.total for d in per_device), default=0.0) if overall_ms is None else overall_ms
+        return cls(per_device=tuple(per_device), overall_ms=overall)
+
+    @property
+    def bottleneck_device(self) -> int:
+        totals = [d.total for d in self.per_device]
+        return int(max(range(len(totals)), key=totals.__getitem__)) if totals else 0
+
+
+def new_id(prefix: str = "") -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{prefix}{stamp}-{uuid.uuid4().hex[:8]}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Plan(_Strict):
+    """A placement of every table of an inventory on a device of a topology."""
+
+    plan_id: str = Field(default_factory=lambda: new_id("plan-"))
+    inventory_name: str
+    inventory_fingerprint: str
+    topology: Topology
+    sharder: str
+    placement: dict[str, Annotated[int, Field(ge=0)]]
+    memory_per_device_gb: tuple[float, ...]
+    predicted: Costs | None = None
+    measured: Costs | None = None
+    model_version: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="after")
+    def _check(self) -> Plan:
+        n = self.topology.num_devices
+        for table, d in self.placement.items():
+            if d >= n:
+                raise ValueError(f"table '{table}' placed on device {d} but topology has {n} devices")
+        if len(self.memory_per_device_gb) != n:
+            raise ValueError(f"memory_per_device_gb has {len(self.memory_per_device_gb)} entries, expected {n}")
+        for label, costs in (("predicted", self.predicted), ("measured", self.measured)):
+            if costs is not None and len(costs.per_device) != n:
+                raise ValueError(f"{label} has {len(costs.per_device)} devices, expected {n}")
+        return self
+
+    def device_tables(self) -> list[list[str]]:
+        out: list[list[str]] = [[] for _ in range(self.topology.num_devices)]
+        for table, d in self.placement.items():
+            out[d].append(table)
+        return out
+
+    def fits_memory(self) -> bool:
+        return all(m <= self.topology.memory_per_device_gb + 1e-12 for m in self.memory_per_device_gb)
+
+    @property
+    def best_costs(self) -> Costs | None:
+        """Measured if present, else predicted."""
+        return self.measured or self.predicted
+
+    def to_torchrec(self) -> dict[str, dict[str, object]]:
+        """TorchRec table-wise form: {table: {sharding_type, compute_kernel, ranks}}."""
+        return {
+            t: {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [d]}
+            for t, d in sorted(self.placement.items())
+        }
+
+
+class CommModel(_Strict):
+    """Alpha-beta model of one all-to-all: t_ms = alpha_ms + beta_ms_per_mb * megabytes."""
+
+    alpha_ms: Annotated[float, Field(ge=0)]
+    beta_ms_per_mb: Annotated[float, Field(ge=0)]
+    backend: str
+    world_size: int
+    points: tuple[tuple[float, float], ...] = ()  # (megabytes, ms) used for the fit
+    r2: float | None = None
+
+    def cost_ms(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return self.alpha_ms + self.beta_ms_per_mb * nbytes / 1e6
+
+
+class BackendInfo(_Strict):
+    """What measured a record and with which settings."""
+
+    name: str  # cpu | cuda | simulator
+    operator: str  # fbgemm_tbe | embedding_bag | analytic
+    device: str
+    num_threads: int
+    batch_size: int
+    warmup: int
+    repeats: int
+    row_cap: int | None = None  # rows scaled down above this (CPU profiling rule)
+    is_simulated: bool = False
+
+
+class Measurement(_Strict):
+    """One placement on one topology with its per-device costs (DESIGN.md section 3)."""
+
+    measurement_id: str = Field(default_factory=lambda: new_id("m-"))
+    kind: Literal["single", "placement"] = "placement"
+    task: str = ""
+    inventory_name: str
+    inventory_fingerprint: str
+    topology: Topology
+    placement: dict[str, Annotated[int, Field(ge=0)]]
+    costs: Costs
+    spread: tuple[float, ...] = ()  # per-device relative spread (IQR / median) of the total
+    backend: BackendInfo
+    comm_model: CommModel | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def overall_ms(self) -> float:
+        return self.costs.overall_ms
+
+    def device_tables(self) -> list[list[str]]:
+        out: list[list[str]] = [[] for _ in range(self.topology.num_devices)]
+        for table, d in self.placement.items():
+            out[d].append(table)
+        return out
