@@ -293,3 +293,22 @@ class Measurement(_Strict):
         for table, d in self.placement.items():
             out[d].append(table)
         return out
+
+
+class Task(_Strict):
+    """A planning task: a subset of a pool's tables on a number of devices."""
+
+    name: str
+    tables: tuple[str, ...]
+    num_devices: Annotated[int, Field(ge=1)]
+
+
+class TaskSet(_Strict):
+    """Train and held-out tasks drawn from disjoint parts of one table pool (generalisation protocol)."""
+
+    pool_name: str
+    pool_fingerprint: str
+    train_tables: tuple[str, ...]
+    test_tables: tuple[str, ...]
+    train: tuple[Task, ...]
+    test: tuple[Task, ...]
