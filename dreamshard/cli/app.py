@@ -21,9 +21,9 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _register_all() -> None:
-    from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, profile_cmd
+    from dreamshard.cli import inventory_cmd, learn_cmd, pipeline_cmd, plan_cmd, plans_cmd, profile_cmd
 
-    for module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd):
+    for module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, pipeline_cmd):
         module.register(app)
 
 
