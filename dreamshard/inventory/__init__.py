@@ -1,0 +1,1 @@
+"""Embedding-table inventories: synthetic (DLRM-like), from open DLRM traces, and synthetic lookups."""

@@ -1,0 +1,67 @@
+"""The 17-bin per-batch reuse ("access") histogram of DESIGN.md section 3.
+
+For one batch of lookups into one table, every *unique* row is accessed c >= 1 times. Bin k holds the
+fraction of unique rows whose count falls in (2^(k-1), 2^k] -- bin 0 is (0, 1], bin 1 is (1, 2],
+bin 2 is (2, 4], ..., bin 15 is (16384, 32768] -- and bin 16 is (32768, inf).
+For an integer count c >= 1 the bin is ``min(16, ceil(log2 c))`` == ``min(16, (c - 1).bit_length())``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dreamshard.types import NUM_REUSE_BINS
+
+#: Smallest and largest integer access count of each bin (the open last bin is capped at 2 * 32768
+#: for synthesis; any count above 32768 lands in it).
+BIN_LO: np.ndarray = np.array([1] + [2 ** (k - 1) + 1 for k in range(1, NUM_REUSE_BINS)], dtype=np.int64)
+BIN_HI: np.ndarray = np.array([2**k for k in range(NUM_REUSE_BINS - 1)] + [2**16], dtype=np.int64)
+
+
+def count_bins(counts: np.ndarray) -> np.ndarray:
+    """Bin index (0..16) of each positive integer access count."""
+    c = np.asarray(counts, dtype=np.int64)
+    if c.size and int(c.min()) < 1:
+        raise ValueError("access counts must be >= 1")
+    # frexp(c - 1) gives the exponent e with (c - 1) = m * 2^e, m in [0.5, 1): e == (c - 1).bit_length().
+    _, e = np.frexp((c - 1).astype(np.float64))
+    return np.minimum(e.astype(np.int64), NUM_REUSE_BINS - 1)
+
+
+def histogram_from_counts(counts: np.ndarray) -> np.ndarray:
+    """17 fractions of unique rows per access-count bin; all zeros when there are no rows."""
+    c = np.asarray(counts, dtype=np.int64)
+    out = np.zeros(NUM_REUSE_BINS, dtype=np.float64)
+    if c.size == 0:
+        return out
+    np.add.at(out, count_bins(c), 1.0)
+    return out / c.size
+
+
+def reuse_histogram(indices: np.ndarray) -> np.ndarray:
+    """Reuse histogram of ONE batch of lookups (flat row indices of one table).
+
+    Returns a float64 array of 17 fractions summing to 1, or all zeros for an empty batch.
+    """
+    idx = np.asarray(indices).ravel()
+    if idx.size == 0:
+        return np.zeros(NUM_REUSE_BINS, dtype=np.float64)
+    _, counts = np.unique(idx, return_counts=True)
+    return histogram_from_counts(counts)
+
+
+def normalise_histogram(h: np.ndarray, decimals: int = 6) -> tuple[float, ...]:
+    """Round a histogram for storage while keeping its sum exactly 1 (the remainder goes to the largest bin)."""
+    a = np.asarray(h, dtype=np.float64)
+    total = float(a.sum())
+    if a.shape != (NUM_REUSE_BINS,) or total <= 0:
+        raise ValueError(f"expected {NUM_REUSE_BINS} non-negative bins with a positive sum")
+    r = np.round(a / total, decimals)
+    r[int(np.argmax(r))] += 1.0 - float(r.sum())
+    r = np.clip(r, 0.0, None)
+    return tuple(float(round(x, decimals + 2)) for x in r)
+
+
+def l1_distance(a: np.ndarray | tuple[float, ...], b: np.ndarray | tuple[float, ...]) -> float:
+    """L1 distance between two histograms (0 = identical, 2 = disjoint)."""
+    return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).sum())
