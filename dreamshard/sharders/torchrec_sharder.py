@@ -1,0 +1,203 @@
+"""TorchRec's own planner as a contender: ``EmbeddingShardingPlanner`` restricted to table-wise sharding.
+
+How our topology maps onto TorchRec's:
+
+* ``world_size`` = ``num_devices``; ``compute_device`` = our ``device_type`` (TorchRec's planner runs on a
+  CPU-only machine for both: it works on meta tensors and analytic estimates, no process group needed).
+* Our ``memory_per_device_gb`` is TorchRec's per-rank capacity for that device kind: ``hbm_cap`` on cuda,
+  ``ddr_cap`` on cpu (the fused kernel keeps its weights there).
+* Storage reservation: TorchRec's default ``HeuristicalStorageReservation`` keeps back 15 % of HBM plus
+  an estimate of dense parameters and input buffers. Our memory model counts table weights only, so by
+  default we reserve nothing (``reserve_fraction=0.0``, a ``FixedPercentageStorageReservation``); pass
+  ``reserve_fraction=0.15`` to reproduce TorchRec's margin. Even with no reservation TorchRec charges
+  each table its weights *plus* its input/output buffers (and optimizer state, none for fused SGD), so
+  every plan it accepts also fits ours; it may refuse a placement that fits ours with little slack.
+  ``Sharder.shard`` checks the result against ``dreamshard.memory.check_placement`` in any case.
+* ``batch_size`` = our topology's batch size; each table's ``pooling_factor`` is its TorchRec
+  ``ParameterConstraints.pooling_factors``; only ``sharding_types=["table_wise"]`` and
+  ``compute_kernels=["fused"]`` are allowed.
+
+Table names go to TorchRec as ``t0, t1, ...`` (an EmbeddingBagCollection rejects names with dots), so any
+inventory name works; the ranks are mapped back to our names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
+from dreamshard.memory import check_each_table_fits
+from dreamshard.sharders.base import Sharder
+from dreamshard.types import GB, Inventory, Topology
+
+INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu-cpu (or fbgemm-gpu on CUDA)"
+
+_SHARD_FAILED = re.compile(
+    r"storage: Storage\((?P<need>[^)]*)\).*?of table (?P<table>\S+?),\s*"
+    r"largest device storage: Storage\((?P<storage>[^)]*)\)",
+    re.DOTALL,
+)
+_GLOBAL_NEED = re.compile(r"Global storage requirement for model parallel: Storage\((?P<storage>[^)]*)\)")
+_GLOBAL_HAVE = re.compile(r"Global storage available for model parallel: Storage\((?P<storage>[^)]*)\)")
+
+
+def _internal_name(i: int) -> str:
+    return f"t{i}"
+
+
+def _storage_field(storage: str, key: str) -> float | None:
+    """Read ``key`` (hbm/ddr) from TorchRec's ``Storage(hbm=1, ddr=2)`` or ``Storage(hbm = 0.1 GB, ...)``."""
+    m = re.search(rf"{key}\s*=\s*([0-9.eE+-]+)\s*(GB)?", storage)
+    if m is None:
+        return None
+    value = float(m.group(1))
+    return value if m.group(2) else value / GB
+
+
+@contextlib.contextmanager
+def _quiet(verbose: bool) -> Iterator[None]:
+    """Silence TorchRec's loggers and warnings (stats box, topology advice) unless asked for them."""
+    if verbose:
+        yield
+        return
+    logger = logging.getLogger("torchrec")
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(old)
+
+
+class TorchRecSharder(Sharder):
+    """Table-wise placement by TorchRec's ``EmbeddingShardingPlanner`` (its analytic estimator and greedy
+    partitioner), wrapped so that its result is a dreamshard Plan and its failures are our typed errors."""
+
+    name = "torchrec"
+
+    def __init__(self, reserve_fraction: float = 0.0, verbose: bool = False, **_ignored: Any) -> None:
+        if not 0.0 <= reserve_fraction < 1.0:
+            raise PlanError(f"torchrec reserve_fraction must be in [0, 1), got {reserve_fraction}")
+        self.reserve_fraction = reserve_fraction
+        self.verbose = verbose
+
+    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        check_each_table_fits(inventory, topology)
+        try:
+            import torch
+            from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+            from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+            from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+            from torchrec.distributed.planner.stats import EmbeddingStats, NoopEmbeddingStats
+            from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+            from torchrec.distributed.planner.types import PlannerError
+            from torchrec.distributed.types import ShardingType
+            from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
+            from torchrec.modules.embedding_modules import EmbeddingBagCollection
+        except ImportError as e:  # pragma: no cover - torchrec is a dependency here
+            raise UnknownSharderError(f"{INSTALL_HINT} ({e})") from None
+
+        dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+        tables = inventory.tables
+        configs = [
+            EmbeddingBagConfig(
+                num_embeddings=t.num_embeddings,
+                embedding_dim=t.embedding_dim,
+                name=_internal_name(i),
+                feature_names=[f"f{i}"],
+                data_type=dtypes[t.dtype],
+            )
+            for i, t in enumerate(tables)
+        ]
+        constraints = {
+            _internal_name(i): ParameterConstraints(
+                sharding_types=[ShardingType.TABLE_WISE.value],
+                compute_kernels=[EmbeddingComputeKernel.FUSED.value],
+                pooling_factors=[float(t.pooling_factor)],
+            )
+            for i, t in enumerate(tables)
+        }
+        with _quiet(self.verbose):
+            module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+            planner = EmbeddingShardingPlanner(
+                topology=self._torchrec_topology(topology),
+                batch_size=topology.batch_size,
+                constraints=constraints,
+                storage_reservation=FixedPercentageStorageReservation(self.reserve_fraction),
+                stats=EmbeddingStats() if self.verbose else NoopEmbeddingStats(),
+                debug=self.verbose,
+            )
+            try:
+                sharding_plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
+            except PlannerError as e:
+                raise self._translate(e, inventory, topology) from None
+        return self._read_ranks(sharding_plan, inventory)
+
+    def _torchrec_topology(self, topology: Topology) -> Any:
+        from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
+
+        cap = topology.memory_per_device_bytes
+        on_cuda = topology.device_type == "cuda"
+        trainer = TrainerConfig(
+            world_size=topology.num_devices,
+            local_world_size=topology.num_devices,
+            hbm_cap_bytes=cap if on_cuda else 0,
+            ddr_cap_bytes=None if on_cuda else cap,
+        )
+        return TopologyFactory.create_topology(
+            trainer_config=trainer, kernel_config=KernelConfig(compute_device=topology.device_type)
+        )
+
+    def _read_ranks(self, sharding_plan: Any, inventory: Inventory) -> dict[str, int]:
+        module_plan = sharding_plan.plan.get("", {})
+        out: dict[str, int] = {}
+        for i, t in enumerate(inventory.tables):
+            ps = module_plan.get(_internal_name(i))
+            if ps is None:
+                raise PlanError(f"torchrec planner returned no placement for table '{t.name}'")
+            ranks = list(ps.ranks or [])
+            if ps.sharding_type != "table_wise" or len(ranks) != 1:
+                raise PlanError(
+                    f"torchrec planner sharded table '{t.name}' as {ps.sharding_type} on ranks {ranks}; "
+                    "expected table_wise on one rank"
+                )
+            out[t.name] = int(ranks[0])
+        return out
+
+    def _translate(self, err: Exception, inventory: Inventory, topology: Topology) -> Exception:
+        """TorchRec's PlannerError (a multi-line box) -> our one-line typed error naming the limit/table."""
+        text = str(err)
+        kind = "hbm" if topology.device_type == "cuda" else "ddr"
+        reserve = f", {self.reserve_fraction:.0%} reserved" if self.reserve_fraction else ""
+        hint = (
+            f"torchrec planner, {topology.memory_per_device_gb} GB {kind} per device{reserve}; "
+            "its estimate adds input/output buffers to each table"
+        )
+        m = _SHARD_FAILED.search(text)
+        if m is not None:
+            idx = m.group("table")
+            table = next((t for i, t in enumerate(inventory.tables) if _internal_name(i) == idx), None)
+            free = _storage_field(m.group("storage"), kind)
+            need = _storage_field(m.group("need"), kind)
+            if table is not None and free is not None:
+                counted = f"; it counts this table as {need:.3f} GB" if need is not None else ""
+                return InfeasiblePlacementError(table.name, table.size_gb, free, hint + counted)
+        need = _GLOBAL_NEED.search(text)
+        have = _GLOBAL_HAVE.search(text)
+        if need is not None and have is not None:
+            need_gb = _storage_field(need.group("storage"), kind)
+            have_gb = _storage_field(have.group("storage"), kind)
+            if need_gb is not None and have_gb is not None:
+                return PlanError(
+                    f"torchrec planner found no plan: it needs {need_gb:.3f} GB, {have_gb:.3f} GB available over "
+                    f"{topology.num_devices} devices ({hint}); add devices or raise --memory-gb"
+                )
+        first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+        return PlanError(f"torchrec planner found no plan: {first} ({hint})")
