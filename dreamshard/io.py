@@ -65,12 +65,17 @@ def read_structured(path: str | Path) -> Any:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write text to path via a temp file + rename, so readers never see a partial file."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write bytes to path via a temp file in the same directory + fsync + rename."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)

@@ -1,0 +1,45 @@
+"""Options shared by several commands, and the helpers that turn them into value objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from pydantic import ValidationError
+
+from dreamshard.errors import TopologyError
+from dreamshard.io import describe_validation_error
+from dreamshard.types import Topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling import Oracle
+
+InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file (YAML or JSON).")]
+DevicesOpt = Annotated[int, typer.Option("--devices", "-d", help="Number of devices.")]
+MemoryOpt = Annotated[float, typer.Option("--memory-gb", "-m", help="Memory per device in GB.")]
+BatchOpt = Annotated[int, typer.Option("--batch-size", help="Global batch size.")]
+DeviceTypeOpt = Annotated[str, typer.Option("--device-type", help="cpu or cuda.")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="Measuring backend: cpu, cuda or simulator.")]
+WarmupOpt = Annotated[int, typer.Option("--warmup", help="Warm-up iterations per measurement.")]
+RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed repeats per measurement (median).")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="Intra-op threads for CPU timing (pinned).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def make_topology(devices: int, memory_gb: float, batch_size: int, device_type: str) -> Topology:
+    try:
+        return Topology(
+            num_devices=devices,
+            memory_per_device_gb=memory_gb,
+            batch_size=batch_size,
+            device_type=device_type,  # type: ignore[arg-type]
+        )
+    except ValidationError as e:
+        raise TopologyError(f"topology {describe_validation_error(e)}") from None
+
+
+def build_oracle(backend: str, warmup: int, repeats: int, threads: int, seed: int = 0) -> Oracle:
+    from dreamshard.profiling import make_oracle
+
+    return make_oracle(backend, warmup=warmup, repeats=repeats, num_threads=threads, seed=seed)

@@ -1,0 +1,37 @@
+"""Evaluation: measure plans and compare sharders; rendering lives in dreamshard.evaluation.render."""
+
+from dreamshard.evaluation.compare import (
+    BASELINE_SHARDERS,
+    Comparison,
+    SharderResult,
+    compare_sharders,
+    evaluate_plan,
+    lower_bound,
+    median_costs,
+    validate_sharders,
+)
+from dreamshard.evaluation.render import (
+    device_rows,
+    comparison_markdown,
+    comparison_table,
+    device_table,
+    device_table_markdown,
+    plot_comparison,
+)
+
+__all__ = [
+    "BASELINE_SHARDERS",
+    "Comparison",
+    "SharderResult",
+    "compare_sharders",
+    "comparison_markdown",
+    "comparison_table",
+    "device_rows",
+    "device_table",
+    "device_table_markdown",
+    "evaluate_plan",
+    "lower_bound",
+    "median_costs",
+    "plot_comparison",
+    "validate_sharders",
+]

@@ -1,0 +1,190 @@
+"""Rendering of plans and comparisons: rich tables (CLI), markdown (reports, Prefect artifacts), PNG plots.
+
+Pure presentation: nothing here measures or plans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table as RichTable
+
+from dreamshard.evaluation.compare import Comparison
+from dreamshard.types import Costs, Plan
+
+COMPONENTS = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
+
+
+def _plan_costs(plan: Plan) -> tuple[Costs | None, str]:
+    if plan.measured is not None:
+        return plan.measured, "measured"
+    if plan.predicted is not None:
+        return plan.predicted, "predicted"
+    return None, "none"
+
+
+def device_rows(plan: Plan) -> list[dict[str, object]]:
+    """One row per device: tables, memory, four costs, total, bottleneck flag."""
+    costs, _ = _plan_costs(plan)
+    tables = plan.device_tables()
+    cap = plan.topology.memory_per_device_gb
+    rows: list[dict[str, object]] = []
+    bottleneck = costs.bottleneck_device if costs else -1
+    for d in range(plan.topology.num_devices):
+        row: dict[str, object] = {
+            "device": d,
+            "tables": len(tables[d]),
+            "memory_gb": round(plan.memory_per_device_gb[d], 4),
+            "memory_pct": round(100.0 * plan.memory_per_device_gb[d] / cap, 1),
+        }
+        if costs is not None:
+            dc = costs.per_device[d]
+            row.update({k: round(v, 4) for k, v in zip(COMPONENTS, dc.as_list())})
+            row["total_ms"] = round(dc.total, 4)
+            row["bottleneck"] = d == bottleneck
+        rows.append(row)
+    return rows
+
+
+def device_table(plan: Plan) -> RichTable:
+    """TorchRec-planner-stats-style box: per-device costs and memory, bottleneck marked."""
+    costs, basis = _plan_costs(plan)
+    title = (
+        f"plan {plan.plan_id} · sharder {plan.sharder} · {plan.topology.num_devices}x{plan.topology.device_type}"
+        f" · batch {plan.topology.batch_size}"
+    )
+    t = RichTable(title=title, caption=f"costs: {basis} (ms)" + (f" · overall {costs.overall_ms:.3f} ms" if costs else ""))
+    for col in ("dev", "tables", "memory GB", "mem %"):
+        t.add_column(col, justify="right")
+    if costs:
+        for col in ("fwd compute", "fwd comm", "bwd comm", "bwd compute", "total"):
+            t.add_column(col, justify="right")
+    for row in device_rows(plan):
+        cells = [str(row["device"]), str(row["tables"]), f"{row['memory_gb']:.3f}", f"{row['memory_pct']:.1f}"]
+        if costs:
+            cells += [f"{row[k]:.3f}" for k in COMPONENTS]
+            mark = " *" if row["bottleneck"] else ""
+            cells.append(f"{row['total_ms']:.3f}{mark}")
+        t.add_row(*cells)
+    return t
+
+
+def device_table_markdown(plan: Plan) -> str:
+    costs, basis = _plan_costs(plan)
+    head = "| device | tables | memory GB | mem % |"
+    sep = "|---:|---:|---:|---:|"
+    if costs:
+        head += " fwd compute | fwd comm | bwd comm | bwd compute | total ms |"
+        sep += "---:|---:|---:|---:|---:|"
+    lines = [head, sep]
+    for row in device_rows(plan):
+        line = f"| {row['device']} | {row['tables']} | {row['memory_gb']:.3f} | {row['memory_pct']:.1f} |"
+        if costs:
+            line += "".join(f" {row[k]:.3f} |" for k in COMPONENTS)
+            total = f"{row['total_ms']:.3f}"
+            line += f" **{total}** |" if row["bottleneck"] else f" {total} |"
+        lines.append(line)
+    if costs:
+        lines.append(f"\nOverall ({basis}): **{costs.overall_ms:.3f} ms**; bold = bottleneck device.")
+    return "\n".join(lines)
+
+
+def comparison_table(cmp: Comparison) -> RichTable:
+    b = cmp.backend
+    t = RichTable(
+        title=(
+            f"{cmp.inventory_name}: {len(cmp.results[0].plan.placement) if cmp.results else 0} tables on "
+            f"{cmp.topology.num_devices} devices · backend {b.name} ({b.operator}, {b.num_threads} thread(s), "
+            f"batch {cmp.topology.batch_size}) · {cmp.rounds} interleaved round(s)"
+            + (" · SIMULATED" if b.is_simulated else "")
+        ),
+        caption=(
+            f"LB = max(max single {cmp.max_single_ms:.3f}, sum singles / D {cmp.sum_single_ms / cmp.topology.num_devices:.3f})"
+            f" = {cmp.lower_bound_ms:.3f} ms (additive reference, not a bound under fusion)"
+        ),
+    )
+    for col in ("sharder", "overall ms", "spread", "x best", "x LB", "max mem GB"):
+        t.add_column(col, justify="right" if col != "sharder" else "left")
+    for r in sorted(cmp.results, key=lambda r: r.overall_ms):
+        t.add_row(
+            r.sharder + (" (best)" if r.sharder == cmp.best else ""),
+            f"{r.overall_ms:.3f}",
+            f"±{100 * r.spread / 2:.1f}%",
+            f"{r.ratio_to_best:.3f}",
+            f"{r.ratio_to_lower_bound:.3f}",
+            f"{max(r.plan.memory_per_device_gb):.3f}",
+        )
+    return t
+
+
+def comparison_markdown(cmp: Comparison) -> str:
+    b = cmp.backend
+    lines = [
+        f"### {cmp.inventory_name} on {cmp.topology.num_devices} x {cmp.topology.device_type}",
+        "",
+        f"Backend `{b.name}` (operator `{b.operator}`, {b.num_threads} thread(s), batch {cmp.topology.batch_size}, "
+        f"warm-up {b.warmup}, repeats {b.repeats}); {cmp.rounds} interleaved round(s)"
+        + ("; **simulated costs, not a measurement**" if b.is_simulated else "; measured")
+        + ".",
+        "",
+        "| sharder | overall ms | spread (max-min)/median | ratio to best | ratio to LB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in sorted(cmp.results, key=lambda r: r.overall_ms):
+        name = f"**{r.sharder}**" if r.sharder == cmp.best else r.sharder
+        lines.append(
+            f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {r.ratio_to_lower_bound:.3f} |"
+        )
+    lines += [
+        "",
+        f"LB = max(max single-table cost {cmp.max_single_ms:.3f}, sum of single-table costs / D "
+        f"{cmp.sum_single_ms / cmp.topology.num_devices:.3f}) = **{cmp.lower_bound_ms:.3f} ms** "
+        "(additive reference; fused costs are not additive, so plans can beat it).",
+        f"Best heuristic: `{cmp.best_heuristic}`.",
+    ]
+    return "\n".join(lines)
+
+
+def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
+    """PNG: one panel per sharder, per-device stacked bars of the four cost components."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dreamshard.io import atomic_write_bytes
+
+    results = sorted(cmp.results, key=lambda r: r.overall_ms)
+    n = len(results)
+    cols = min(4, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), sharey=True, squeeze=False)
+    colors = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
+    ymax = max((dc.total for r in results for dc in r.plan.measured.per_device), default=1.0) if results else 1.0
+    for ax, r in zip(axes.flat, results):
+        costs = r.plan.measured
+        assert costs is not None
+        bottom = [0.0] * len(costs.per_device)
+        xs = list(range(len(costs.per_device)))
+        for k, (comp, color) in enumerate(zip(COMPONENTS, colors)):
+            vals = [dc.as_list()[k] for dc in costs.per_device]
+            ax.bar(xs, vals, bottom=bottom, color=color, label=comp.replace("_", " "))
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.axhline(cmp.lower_bound_ms, color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{r.sharder}: {r.overall_ms:.2f} ms (x{r.ratio_to_best:.2f})", fontsize=9)
+        ax.set_xticks(xs)
+        ax.set_xlabel("device", fontsize=8)
+        ax.set_ylim(0, ymax * 1.1)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].set_ylabel("ms")
+    axes.flat[0].legend(fontsize=7, loc="upper right")
+    sim = " (SIMULATED)" if cmp.backend.is_simulated else ""
+    fig.suptitle(f"{cmp.inventory_name}: per-device cost by sharder, backend {cmp.backend.name}{sim}; dashed = LB", fontsize=10)
+    fig.tight_layout()
+    import io as _io
+
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
