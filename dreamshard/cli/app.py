@@ -57,6 +57,15 @@ def main(argv: list[str] | None = None) -> None:
             fail("aborted", 130)
         if isinstance(e, click.ClickException):
             fail(f"UsageError: {e.format_message()}", 2)
+        try:  # typer >= 0.16 raises its vendored click's exceptions
+            from typer._click import exceptions as tclick
+        except ImportError:  # pragma: no cover - older typer uses click itself
+            tclick = None
+        if tclick is not None and isinstance(e, tclick.NoArgsIsHelpError):
+            e.show()  # the group's help, as click does in standalone mode
+            raise SystemExit(2) from None
+        if tclick is not None and isinstance(e, tclick.ClickException):
+            fail(f"UsageError: {e.format_message()}", 2)
         raise
     sys.exit(0)
 
