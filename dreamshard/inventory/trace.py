@@ -52,8 +52,9 @@ def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise InputFileError(f"{p}: not a readable torch file ({first[:160]})") from None
+        raise InputFileError(
+            f"{p}: not a torch file holding tensors (indices, offsets, lengths) ({type(e).__name__})"
+        ) from None
     if not isinstance(obj, (tuple, list)) or len(obj) != 3:
         kind = f"{type(obj).__name__} of length {len(obj)}" if isinstance(obj, (tuple, list)) else type(obj).__name__
         raise InputFileError(f"{p}: expected a tuple (indices, offsets, lengths), got {kind}")
