@@ -1,0 +1,108 @@
+"""compare/evaluate logic with a deterministic fake oracle (the real backends have their own tests)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pytest
+
+from dreamshard.errors import PlanError, UnknownSharderError
+from dreamshard.evaluation import (
+    compare_sharders,
+    comparison_markdown,
+    device_table_markdown,
+    evaluate_plan,
+    lower_bound,
+    plot_comparison,
+)
+from dreamshard.sharders import HEURISTICS, get_sharder
+from dreamshard.types import BackendInfo, Costs, DeviceCost, Inventory, Measurement, Table, Topology
+
+
+class FakeOracle:
+    """Cost of a device = sum over its tables of dim * pooling / 100 (additive, noise-free)."""
+
+    info = BackendInfo(name="fake", operator="analytic", device="cpu", num_threads=1, batch_size=0,
+                       warmup=0, repeats=1, is_simulated=True)
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _dev(self, tables: list[Table]) -> DeviceCost:
+        c = sum(t.embedding_dim * t.pooling_factor for t in tables) / 100.0
+        return DeviceCost(fwd_compute=c, fwd_comm=0.0, bwd_comm=0.0, bwd_compute=2 * c)
+
+    def measure(self, inventory: Inventory, placement: Mapping[str, int], topology: Topology,
+                *, kind: str = "placement", task: str = "") -> Measurement:
+        self.calls.append(task)
+        by = inventory.by_name()
+        per = [self._dev([by[n] for n, d in placement.items() if d == i]) for i in range(topology.num_devices)]
+        return Measurement(kind=kind, task=task, inventory_name=inventory.name,
+                           inventory_fingerprint=inventory.fingerprint(), topology=topology,
+                           placement=dict(placement), costs=Costs.from_devices(per), backend=self.info)
+
+    def single_table_costs(self, inventory: Inventory, topology: Topology) -> dict[str, float]:
+        return {t.name: self._dev([t]).total for t in inventory.tables}
+
+
+def _inv() -> Inventory:
+    tables = [Table(name=f"t{i}", num_embeddings=1000 * (i + 1), embedding_dim=16 * (1 + i % 4),
+                    pooling_factor=float(1 + (i * 7) % 13)) for i in range(12)]
+    return Inventory(name="inv", tables=tuple(tables))
+
+
+TOPO = Topology(num_devices=3, memory_per_device_gb=1.0, batch_size=128)
+
+
+def test_lower_bound_is_max_of_largest_and_average() -> None:
+    assert lower_bound({"a": 10.0, "b": 1.0}, 4) == (10.0, 10.0, 11.0)
+    assert lower_bound({"a": 3.0, "b": 3.0, "c": 3.0}, 2) == (4.5, 3.0, 9.0)
+
+
+def test_compare_interleaves_and_ranks() -> None:
+    oracle = FakeOracle()
+    cmp = compare_sharders(_inv(), TOPO, list(HEURISTICS), oracle, rounds=2)
+    # every contender measured once per round, interleaved: round 1 covers all before round 2 starts
+    assert len(oracle.calls) == 2 * len(HEURISTICS)
+    assert sorted(oracle.calls[: len(HEURISTICS)]) == sorted(HEURISTICS)
+    best = cmp.result(cmp.best)
+    assert best.ratio_to_best == 1.0
+    assert all(r.ratio_to_best >= 1.0 for r in cmp.results)
+    # lookup_greedy optimises exactly the fake cost, so nothing beats it by more than LPT's 4/3 factor
+    assert cmp.result("lookup_greedy").ratio_to_best <= 4 / 3
+    # the fake cost is additive, so LB really is a lower bound here
+    assert all(r.ratio_to_lower_bound >= 1.0 - 1e-9 for r in cmp.results)
+    assert all(r.spread == 0.0 for r in cmp.results)  # noise-free oracle
+    md = comparison_markdown(cmp)
+    assert "lookup_greedy" in md and "LB" in md and "simulated" in md
+    assert set(cmp.baselines()) == set(HEURISTICS)
+    json.loads(cmp.model_dump_json())
+
+
+def test_compare_rejects_unknown_sharder_before_any_work() -> None:
+    oracle = FakeOracle()
+    with pytest.raises(UnknownSharderError, match="unknown sharder 'bogus'"):
+        compare_sharders(_inv(), TOPO, ["dim_greedy", "bogus"], oracle)
+    assert oracle.calls == []
+
+
+def test_evaluate_fills_measured_and_checks_fingerprint() -> None:
+    inv = _inv()
+    plan = get_sharder("lookup_greedy").shard(inv, TOPO)
+    measured = evaluate_plan(inv, plan, FakeOracle())
+    assert measured.measured is not None
+    assert measured.measured.overall_ms == max(d.total for d in measured.measured.per_device)
+    table = device_table_markdown(measured)
+    rows = [line for line in table.splitlines() if line[:4] in {"| 0 ", "| 1 ", "| 2 "}]
+    assert len(rows) == TOPO.num_devices
+    assert sum("**" in r for r in rows) == 1  # exactly one bottleneck device marked
+    other = Inventory(name="inv", tables=inv.tables[:-1])
+    with pytest.raises(PlanError, match="different fingerprint"):
+        evaluate_plan(other, plan, FakeOracle())
+
+
+def test_plot_writes_png(tmp_path) -> None:
+    cmp = compare_sharders(_inv(), TOPO, ["round_robin", "lookup_greedy"], FakeOracle(), rounds=1)
+    out = plot_comparison(cmp, tmp_path / "cmp.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
