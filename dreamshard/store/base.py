@@ -1,0 +1,71 @@
+"""The object-store interface plan publishing is written against.
+
+Five primitives are enough: put/get/list/exists plus a compare-and-swap write (`put_if`) for the
+`current` pointer. There is deliberately no delete: old plan versions stay for rollback and audit.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+
+from dreamshard.errors import StoreError
+
+#: Opaque token identifying one version of an object (local: sha256 of the bytes; S3: the ETag).
+Version = str
+
+_KEY_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class KeyNotFoundError(StoreError):
+    """The requested key does not exist in the store."""
+
+
+def check_key_part(value: str, what: str) -> str:
+    """Validate one path segment of a key (inventory name, fingerprint, plan id)."""
+    if not _KEY_PART.match(value) or ".." in value or len(value) > 200:
+        raise StoreError(
+            f"{what} '{value}' cannot be used in a storage key: use letters, digits, '.', '_' or '-' "
+            f"(at most 200 characters, not starting with '.' or '-')"
+        )
+    return value
+
+
+class PlanStore(ABC):
+    """A flat key -> bytes store with '/'-separated keys relative to the store root."""
+
+    #: Where the store lives, for messages (a directory or s3://bucket/prefix @ endpoint).
+    location: str = ""
+
+    @abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write `data` at `key` (atomically: a reader sees the old object or the new one, never a mix)."""
+
+    @abstractmethod
+    def get_bytes(self, key: str) -> bytes:
+        """Read the object at `key`; raise KeyNotFoundError if it does not exist."""
+
+    @abstractmethod
+    def list_keys(self, prefix: str = "") -> list[str]:
+        """All keys starting with `prefix`, sorted."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether an object exists at `key`."""
+
+    @abstractmethod
+    def get_versioned(self, key: str) -> tuple[bytes, Version] | None:
+        """The object's bytes and version token, or None if it does not exist."""
+
+    @abstractmethod
+    def put_if(self, key: str, data: bytes, expected: Version | None) -> bool:
+        """Compare-and-swap: write only if the object's version is still `expected` (None: must not exist).
+
+        Returns False (and writes nothing) when another writer got there first.
+        """
+
+    def check(self) -> None:
+        """Raise StoreError if the store is not usable (unreachable, bad credentials, missing bucket)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location})"
