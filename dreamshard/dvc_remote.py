@@ -1,0 +1,89 @@
+"""Configure DVC remotes by command: a local directory (default) or an S3-compatible bucket.
+
+Only the URL and the endpoint go into .dvc/config; credentials stay in the environment or boto3's
+chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / a profile), so nothing secret is ever committed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+from dreamshard.errors import ConfigError
+
+_SECRET_HINTS = ("access_key", "secret", "session_token", "password")
+
+
+def find_dvc() -> str:
+    """The `dvc` executable next to this Python (the venv), else on PATH."""
+    here = Path(sys.executable).parent / "dvc"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which("dvc")
+    if found is None:
+        raise ConfigError("`dvc` not found: install dreamshard's dependencies (make install)")
+    return found
+
+
+def _dvc(args: list[str], repo_dir: str | Path) -> str:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    try:
+        proc = subprocess.run(
+            [find_dvc(), *args], cwd=repo_dir, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"`dvc {' '.join(args[:2])}` could not run in {repo_dir}: {e}") from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        msg = next((ln for ln in lines if ln.upper().startswith("ERROR")), lines[-1] if lines else "failed")
+        raise ConfigError(f"`dvc {' '.join(args[:2])}` failed in {repo_dir}: {msg}")
+    return proc.stdout
+
+
+def _check_repo(repo_dir: str | Path) -> Path:
+    p = Path(repo_dir)
+    if not (p / ".dvc").is_dir():
+        raise ConfigError(f"{p.resolve()} is not a DVC repository (no .dvc/): run `dvc init` there first")
+    return p
+
+
+def configure_s3_remote(
+    name: str, url: str, endpoint_url: str | None = None, repo_dir: str | Path = ".", default: bool = True
+) -> list[list[str]]:
+    """`dvc remote add -f [-d] NAME s3://bucket/path` + `dvc remote modify NAME endpointurl URL`.
+
+    Returns the dvc commands run (for display). Never writes credentials.
+    """
+    repo = _check_repo(repo_dir)
+    parsed = urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ConfigError(f"--url must look like s3://bucket/path, got '{url}'")
+    if "@" in parsed.netloc or any(h in url.lower() for h in _SECRET_HINTS):
+        raise ConfigError("do not put credentials in the remote URL; export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+    cmds = [["remote", "add", "-f", *(["-d"] if default else []), name, url]]
+    if endpoint_url:
+        ep = urlparse(endpoint_url)
+        if ep.scheme not in {"http", "https"} or not ep.netloc or "@" in ep.netloc:
+            raise ConfigError(f"--endpoint must be an http(s) URL without credentials, got '{endpoint_url}'")
+        cmds.append(["remote", "modify", name, "endpointurl", endpoint_url])
+    for c in cmds:
+        _dvc(c, repo)
+    return cmds
+
+
+def configure_local_remote(name: str, path: str | Path, repo_dir: str | Path = ".", default: bool = True) -> list[list[str]]:
+    """`dvc remote add -f [-d] NAME DIR` (the directory is created)."""
+    repo = _check_repo(repo_dir)
+    target = Path(path).expanduser()
+    try:
+        (target if target.is_absolute() else repo / target).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create remote directory {target}: {e.strerror}") from None
+    cmds = [["remote", "add", "-f", *(["-d"] if default else []), name, str(target)]]
+    for c in cmds:
+        _dvc(c, repo)
+    return cmds
