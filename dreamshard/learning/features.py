@@ -1,0 +1,61 @@
+"""The 21 table features of DreamShard: dim, rows, pooling factor, size (rows x dim), 17 reuse bins.
+
+Normalisation is FIXED (log1p, then a constant affine map), not a z-score over the tables of a task:
+a trained model must plan inventories it never saw, and a per-task z-score makes one table's features
+depend on which other tables happen to share its task (the same table would look "large" in a task of
+small tables and "small" in a task of large ones), so the same device contents would get different cost
+predictions in different tasks. With fixed scaling a table's features are a function of the table alone.
+
+Tables without an access histogram get all mass in bin 0 ("each accessed row is touched once per batch",
+i.e. no reuse: the conservative, cache-unfriendly assumption).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from dreamshard.types import NUM_REUSE_BINS, Table
+
+#: Bump when the feature definition or scaling changes: models trained on another spec are rejected.
+FEATURE_SPEC_VERSION = "1"
+NUM_FEATURES = 4 + NUM_REUSE_BINS
+FEATURE_NAMES: tuple[str, ...] = ("dim", "rows", "pooling_factor", "size") + tuple(
+    f"reuse_bin_{i}" for i in range(NUM_REUSE_BINS)
+)
+
+# (center, scale) applied after log1p. Chosen to map typical recommender ranges to about [-1, 1]:
+# dim 4..1024, rows 10..1e9, pooling 0..1000, size 1e2..1e11. Values outside stay finite and monotone.
+_LOG_AFFINE: tuple[tuple[float, float], ...] = (
+    (math.log1p(64.0), 2.0),  # dim
+    (math.log1p(1e5), 7.0),  # rows
+    (math.log1p(10.0), 2.5),  # pooling factor
+    (math.log1p(1e6), 9.0),  # size = rows x dim
+)
+
+DEFAULT_HISTOGRAM: tuple[float, ...] = (1.0,) + (0.0,) * (NUM_REUSE_BINS - 1)
+
+
+def table_features(table: Table) -> np.ndarray:
+    """The 21 normalised features of one table (float32)."""
+    raw = (
+        float(table.embedding_dim),
+        float(table.num_embeddings),
+        float(table.pooling_factor),
+        float(table.num_embeddings) * float(table.embedding_dim),
+    )
+    out = np.empty(NUM_FEATURES, dtype=np.float32)
+    for i, (x, (c, s)) in enumerate(zip(raw, _LOG_AFFINE, strict=True)):
+        out[i] = (math.log1p(x) - c) / s
+    hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
+    out[4:] = np.asarray(hist, dtype=np.float32)
+    return out
+
+
+def tables_features(tables: Sequence[Table]) -> np.ndarray:
+    """Feature matrix (N, 21) of a sequence of tables, row i for tables[i]."""
+    if not tables:
+        return np.zeros((0, NUM_FEATURES), dtype=np.float32)
+    return np.stack([table_features(t) for t in tables])

@@ -1,0 +1,202 @@
+"""Saving and loading a model directory: cost_net.pt, policy.pt and model.json (the ModelCard).
+
+model.json is written LAST and records the sha256 of each weights file, so a directory caught between
+writes (or edited by hand) is detected as corrupt rather than silently mixing two models. Weight files
+are first written into a temp directory next to the target, then moved in with os.replace.
+Other files in the directory (measurements.jsonl, checkpoints/, metrics.json) are left alone.
+
+Model lookup order (resolve_model_dir): --model, else <project root>/models (or ./models) if it holds a
+model, else the packaged dreamshard/pretrained/ if it holds one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dreamshard.errors import ModelError
+from dreamshard.io import atomic_write_text
+from dreamshard.learning.cost_model import CostNet, CostNetSpec
+from dreamshard.learning.features import FEATURE_SPEC_VERSION
+from dreamshard.learning.policy import Policy, PolicySpec
+from dreamshard.types import utcnow
+
+MODEL_FORMAT_VERSION = 1
+CARD_FILE = "model.json"
+COST_FILE = "cost_net.pt"
+POLICY_FILE = "policy.pt"
+PACKAGED_DIR = Path(__file__).resolve().parent.parent / "pretrained"
+
+
+class ModelCard(BaseModel):
+    """What a model is, what it was trained on, and how well its cost net predicts held-out placements."""
+
+    model_config = ConfigDict(extra="forbid")
+    format_version: int = MODEL_FORMAT_VERSION
+    version: str  # ds-<YYYYMMDD>-<hash of the weights>
+    feature_spec_version: str = FEATURE_SPEC_VERSION
+    cost_spec: CostNetSpec
+    policy_spec: PolicySpec | None = None
+    configs: dict[str, Any] = Field(default_factory=dict)  # training configs by params section
+    inventory_name: str = ""
+    inventory_fingerprint: str = ""
+    backend: str = ""  # cpu | cuda | simulator | toy
+    cost_metrics: dict[str, Any] = Field(default_factory=dict)  # held-out error of the cost net
+    policy_metrics: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    provenance: dict[str, Any] = Field(default_factory=dict)  # command, iterations, measurements, ...
+    files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256
+
+
+class LoadedModel(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    card: ModelCard
+    cost_net: CostNet
+    policy: Policy | None
+    directory: Path
+
+
+def _state_bytes(module: torch.nn.Module) -> bytes:
+    buf = io.BytesIO()
+    torch.save(module.state_dict(), buf)
+    return buf.getvalue()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def has_model(directory: Path | None) -> bool:
+    return directory is not None and (Path(directory) / CARD_FILE).is_file()
+
+
+def save_model(
+    directory: Path,
+    cost_net: CostNet,
+    policy: Policy | None,
+    **card_fields: Any,
+) -> ModelCard:
+    """Write the model into `directory` (created if needed) and return its card."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    blobs = {COST_FILE: _state_bytes(cost_net)}
+    if policy is not None:
+        blobs[POLICY_FILE] = _state_bytes(policy)
+    files = {name: _sha(b) for name, b in blobs.items()}
+    weights_hash = _sha("".join(files[k] for k in sorted(files)).encode())[:10]
+    card = ModelCard(
+        version=f"ds-{utcnow():%Y%m%d}-{weights_hash}",
+        cost_spec=cost_net.spec,
+        policy_spec=policy.spec if policy is not None else None,
+        files=files,
+        **card_fields,
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=".model-", dir=directory))
+    try:
+        for name, data in blobs.items():
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for name in blobs:
+            os.replace(tmp / name, directory / name)
+        if policy is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(directory / POLICY_FILE)
+        atomic_write_text(directory / CARD_FILE, card.model_dump_json(indent=2) + "\n")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return card
+
+
+def load_card(directory: Path) -> ModelCard:
+    path = Path(directory) / CARD_FILE
+    if not path.is_file():
+        raise ModelError(f"no dreamshard model in {directory} (missing {CARD_FILE}): run `dreamshard train` or pass --model")
+    try:
+        card = ModelCard.model_validate_json(path.read_text())
+    except (ValidationError, ValueError, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelError(f"{path}: corrupt model card ({first})") from None
+    if card.format_version != MODEL_FORMAT_VERSION:
+        raise ModelError(f"{path}: model format {card.format_version}, this dreamshard reads {MODEL_FORMAT_VERSION}; retrain")
+    if card.feature_spec_version != FEATURE_SPEC_VERSION:
+        raise ModelError(
+            f"{path}: model uses table features v{card.feature_spec_version}, this dreamshard computes "
+            f"v{FEATURE_SPEC_VERSION}; retrain with `dreamshard train`"
+        )
+    return card
+
+
+def _load_state(directory: Path, name: str, card: ModelCard, module: torch.nn.Module) -> None:
+    path = directory / name
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise ModelError(f"{path}: missing model weights; the model directory is incomplete") from None
+    expected = card.files.get(name)
+    if expected is not None and _sha(data) != expected:
+        raise ModelError(f"{path}: checksum differs from {CARD_FILE} (corrupt or partially written model)")
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        module.load_state_dict(state)
+    except Exception as e:  # noqa: BLE001 - any unpickling/shape error means an unusable file
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelError(f"{path}: cannot load weights ({first[:200]})") from None
+
+
+def load_model(directory: Path, require_policy: bool = True) -> LoadedModel:
+    """Load a model directory; ModelError (one line) if missing, corrupt or incompatible."""
+    directory = Path(directory)
+    card = load_card(directory)
+    cost_net = CostNet(card.cost_spec)
+    _load_state(directory, COST_FILE, card, cost_net)
+    cost_net.eval()
+    policy = None
+    if card.policy_spec is not None:
+        policy = Policy(card.policy_spec)
+        _load_state(directory, POLICY_FILE, card, policy)
+        policy.eval()
+    elif require_policy:
+        raise ModelError(f"model in {directory} has a cost net but no policy: run `dreamshard train-policy`")
+    return LoadedModel(card=card, cost_net=cost_net, policy=policy, directory=directory)
+
+
+def find_project_root(start: Path | None = None) -> Path | None:
+    """The nearest directory at or above `start` (default CWD) holding pyproject.toml or params.yaml."""
+    here = Path(start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").is_file() or (d / "params.yaml").is_file():
+            return d
+    return None
+
+
+def default_model_dir() -> Path | None:
+    """<project root>/models, or None outside a project."""
+    root = find_project_root()
+    return root / "models" if root is not None else None
+
+
+def resolve_model_dir(explicit: Path | None = None) -> Path:
+    """explicit, else the project's (or ./) models dir if it holds a model, else the packaged model."""
+    if explicit is not None:
+        return Path(explicit)
+    for candidate in (default_model_dir(), Path.cwd() / "models", PACKAGED_DIR):
+        if has_model(candidate):
+            return Path(candidate)  # type: ignore[arg-type]
+    raise ModelError("no dreamshard model: run `dreamshard train` or pass --model")
+
+
+def card_summary(card: ModelCard) -> str:
+    return json.dumps({"version": card.version, "backend": card.backend, "inventory": card.inventory_name})

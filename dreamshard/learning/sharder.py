@@ -1,0 +1,44 @@
+"""DreamShardSharder: the learned policy behind the common Sharder interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dreamshard.learning.model_store import LoadedModel, load_model, resolve_model_dir
+from dreamshard.learning.policy import Episode, plan_with_policy
+from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.types import Inventory, Plan, Topology
+
+
+class DreamShardSharder(Sharder):
+    """Places tables with a trained DreamShard model (greedy argmax, or best of `samples` sampled plans
+    plus the greedy one under the cost net). The model is loaded on first use."""
+
+    name = "dreamshard"
+
+    def __init__(self, model_dir: Path | None = None, samples: int = 0, seed: int = 0, **_ignored: Any) -> None:
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.samples = int(samples)
+        self.seed = int(seed)
+        self._model: LoadedModel | None = None
+
+    @property
+    def model(self) -> LoadedModel:
+        if self._model is None:
+            self._model = load_model(resolve_model_dir(self.model_dir), require_policy=True)
+        return self._model
+
+    def _episode(self, inventory: Inventory, topology: Topology) -> Episode:
+        m = self.model
+        assert m.policy is not None
+        return plan_with_policy(m.policy, m.cost_net, inventory.tables, topology, samples=self.samples, seed=self.seed)
+
+    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        return self._episode(inventory, topology).placement
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        ep = self._episode(inventory, topology)
+        return make_plan(
+            inventory, topology, ep.placement, self.name, predicted=ep.costs, model_version=self.model.card.version
+        )

@@ -1,0 +1,54 @@
+"""A small KNOWN cost function with the CostEstimator interface, for tests, examples and sanity checks.
+
+Labelled as what it is: an analytic toy, never a measurement. It is deliberately non-additive like a
+fused operator: each non-empty device pays a fixed kernel overhead once, and compute grows
+superlinearly with the device's combined lookup volume (a working set that outgrows the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from dreamshard.types import Costs, DeviceCost, Table
+
+
+class ToyCost:
+    """state of a table = [1, lookups (dim x pooling / 1000), output dims / 100, rows x dim / 1e7]."""
+
+    state_dim = 4
+
+    def __init__(self, overhead_ms: float = 0.5, linear: float = 1.0, superlinear: float = 0.3,
+                 comm_per_dim: float = 0.2, cost_scale: float = 5.0) -> None:
+        self.overhead_ms = overhead_ms
+        self.linear = linear
+        self.superlinear = superlinear
+        self.comm_per_dim = comm_per_dim
+        self.cost_scale = cost_scale
+
+    def encode(self, tables: Sequence[Table]) -> torch.Tensor:
+        return torch.tensor(
+            [[1.0, t.embedding_dim * t.pooling_factor / 1000.0, t.embedding_dim / 100.0,
+              t.num_embeddings * t.embedding_dim / 1e7] for t in tables],
+            dtype=torch.float32,
+        ).reshape(len(tables), 4)
+
+    def device_costs(self, states: torch.Tensor) -> torch.Tensor:
+        count, lookups, dims, size = states.unbind(-1)
+        nonempty = (count > 0.5).to(states.dtype)
+        work = lookups * (1.0 + 0.2 * torch.log1p(size))
+        fwd = nonempty * self.overhead_ms + self.linear * work + self.superlinear * work**1.5
+        comm = self.comm_per_dim * dims
+        return torch.stack((fwd, comm, comm, 1.5 * fwd), dim=-1)
+
+    def overall(self, states: torch.Tensor) -> torch.Tensor:
+        return self.device_costs(states).sum(-1).amax(-1)
+
+    def costs(self, tables: Sequence[Table], placement: dict[str, int], num_devices: int) -> Costs:
+        """Exact costs of a placement (ms)."""
+        st = self.encode(tables)
+        dev = torch.zeros(num_devices, self.state_dim)
+        dev.index_add_(0, torch.tensor([placement[t.name] for t in tables], dtype=torch.long), st)
+        per = self.device_costs(dev)
+        return Costs.from_devices([DeviceCost.from_list(r.tolist()) for r in per])

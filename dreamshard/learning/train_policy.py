@@ -1,0 +1,138 @@
+"""REINFORCE on the estimated MDP: no hardware in the loop, rewards from the cost estimator.
+
+Each update plays `episodes_per_update` sampled episodes, split over a few training tasks; returns are
+standardised within each task's group (batch-standardised; tasks of different size have different cost
+scales, so a plain batch-wide standardisation would credit "was a small task" instead of "placed well"),
+falling back to the whole batch when a task has a single episode. Loss = -mean(A * log pi(a|s)) under the
+masked distribution - entropy_weight * mean entropy; Adam.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from dreamshard.errors import ConfigError, ModelError
+from dreamshard.learning.configs import PolicyTrainConfig, TopologyConfig
+from dreamshard.learning.estimator import CostEstimator
+from dreamshard.learning.mdp import EstimatedMDP
+from dreamshard.learning.policy import Episode, Policy, PolicySpec, episode_log_probs, mdp_clone, rollout
+from dreamshard.learning.progress import progress_bar
+from dreamshard.types import Inventory, Task, Topology
+
+
+class PolicyUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mean_cost_ms: float  # mean predicted overall cost of the update's episodes
+    entropy: float  # mean per-step entropy of the masked action distribution
+
+
+class PolicyMetrics(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    episodes: int
+    updates: tuple[PolicyUpdate, ...]
+    greedy_cost_ms: dict[str, float] = {}  # per training task, after training (predicted)
+
+    @property
+    def mean_cost_ms(self) -> float | None:
+        return self.updates[-1].mean_cost_ms if self.updates else None
+
+    @property
+    def entropy(self) -> float | None:
+        return self.updates[-1].entropy if self.updates else None
+
+
+def _standardise(returns: np.ndarray, groups: list[int]) -> np.ndarray:
+    adv = np.zeros_like(returns)
+    g = np.asarray(groups)
+    for k in set(groups):
+        sel = g == k
+        r = returns[sel]
+        if sel.sum() > 1 and r.std() > 1e-12:
+            adv[sel] = (r - r.mean()) / r.std()
+        elif sel.sum() == 1 and len(returns) > 1 and returns.std() > 1e-12:
+            adv[sel] = (r - returns.mean()) / returns.std()
+    return adv
+
+
+def make_mdps(
+    pool: Inventory, tasks: Sequence[Task], estimator: CostEstimator, topology: Topology | TopologyConfig
+) -> list[EstimatedMDP]:
+    template = topology if isinstance(topology, TopologyConfig) else TopologyConfig(
+        device_type=topology.device_type, memory_per_device_gb=topology.memory_per_device_gb, batch_size=topology.batch_size
+    )
+    by_name = pool.by_name()
+    out = []
+    for task in tasks:
+        missing = [n for n in task.tables if n not in by_name]
+        if missing:
+            raise ConfigError(f"task '{task.name}' names table '{missing[0]}', which is not in pool '{pool.name}'")
+        out.append(EstimatedMDP([by_name[n] for n in task.tables], template.topology(task.num_devices), estimator))
+    return out
+
+
+def train_policy(
+    pool: Inventory,
+    tasks: Sequence[Task],
+    cost_net: CostEstimator,
+    config: PolicyTrainConfig,
+    init: Policy | None = None,
+    progress: bool = True,
+    topology: Topology | TopologyConfig | None = None,
+    lr_factor: float = 1.0,
+) -> tuple[Policy, PolicyMetrics]:
+    """Train (or continue training `init`) on the estimated MDPs of `tasks`; `topology` gives the device
+    memory (the task gives the number of devices)."""
+    if not tasks:
+        raise ConfigError("no training tasks: run `dreamshard tasks` to make some")
+    torch.manual_seed(config.seed)
+    spec = PolicySpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden)
+    if init is not None:
+        if init.spec != spec:
+            raise ModelError(f"policy architecture {init.spec} differs from config {spec}; retrain from scratch")
+        policy = init
+    else:
+        policy = Policy(spec)
+    mdps = make_mdps(pool, tasks, cost_net, topology or TopologyConfig())
+    rng = np.random.default_rng(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=config.lr * lr_factor)
+    n_updates = math.ceil(config.episodes / config.episodes_per_update) if config.episodes else 0
+    per_task = 5 if config.episodes_per_update >= 10 else max(1, config.episodes_per_update // 2)
+    updates: list[PolicyUpdate] = []
+    with progress_bar("train policy", n_updates, progress) as advance:
+        for _ in range(n_updates):
+            n_ep = config.episodes_per_update
+            n_groups = max(1, n_ep // per_task)
+            chosen = rng.choice(len(mdps), size=n_groups, replace=len(mdps) < n_groups)
+            episodes: list[Episode] = []
+            groups: list[int] = []
+            policy.eval()
+            for e in range(n_ep):
+                g = e % n_groups
+                episodes.append(rollout(policy, mdp_clone(mdps[int(chosen[g])]), "sample", gen))
+                groups.append(g)
+            policy.train()
+            returns = np.array([-ep.overall_ms / ep.mdp.scale for ep in episodes])
+            adv = torch.tensor(_standardise(returns, groups), dtype=torch.float32)
+            pg_terms, entropies = [], []
+            for a, ep in zip(adv, episodes, strict=True):
+                logp, ent = episode_log_probs(policy, ep)
+                pg_terms.append(-(a * logp).mean())
+                entropies.append(ent.mean())
+            entropy = torch.stack(entropies).mean()
+            loss = torch.stack(pg_terms).mean() - config.entropy_weight * entropy
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            updates.append(
+                PolicyUpdate(mean_cost_ms=float(np.mean([ep.overall_ms for ep in episodes])), entropy=float(entropy.detach()))
+            )
+            advance(1)
+    policy.eval()
+    greedy = {t.name: rollout(policy, mdp_clone(m), "greedy").overall_ms for t, m in zip(tasks, mdps, strict=True)}
+    return policy, PolicyMetrics(episodes=n_updates * config.episodes_per_update, updates=tuple(updates), greedy_cost_ms=greedy)
