@@ -1,9 +1,151 @@
-"""CLI commands for this area (registered by dreamshard.cli.app)."""
+"""`dreamshard pipeline ...` (the orchestrator once; params-driven stage helpers for dvc.yaml) and
+`dreamshard inventory push` (store a new inventory version and emit `dreamshard.inventory.changed`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
 import typer
+
+pipeline_app = typer.Typer(help="Run the whole pipeline (Prefect orchestrator) and DVC stage helpers.",
+                           no_args_is_help=True)
+
+ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml with one section per stage.")]
+
+
+def _params(path: Path) -> dict[str, Any]:
+    from dreamshard.errors import ConfigError
+    from dreamshard.io import read_structured
+
+    data = read_structured(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at top level")
+    return data
+
+
+@pipeline_app.command("run")
+def run_cmd(
+    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: synthesise from params.inventory).")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="Plan store: directory or s3://bucket/prefix (default: publish.store_uri).")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+    workspace: Annotated[Path, typer.Option("--workspace", help="Where the pipeline keeps its files.")] = Path("runs/pipeline"),
+    backend: Annotated[Optional[str], typer.Option("--backend", help="Override profile.backend (cpu|cuda|simulator).")] = None,
+    endpoint_url: Annotated[Optional[str], typer.Option("--endpoint-url", help="S3 endpoint (SeaweedFS/MinIO).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Retrain and re-publish even if nothing changed.")] = False,
+) -> None:
+    """Run the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set)."""
+    import os
+
+    from dreamshard.io import save_inventory
+
+    if inventory is None:
+        from dreamshard.inventory.synth import synth_inventory
+
+        cfg = _params(params).get("inventory") or {}
+        inventory = workspace / "source-inventory.yaml"
+        save_inventory(_synth_from(cfg, synth_inventory), inventory)
+    from flows.orchestrator import retrain_on_inventory_change
+    from flows.requests import OrchestratorRequest, Workspace
+
+    req = OrchestratorRequest(workspace=Workspace(root=str(workspace)), params_path=str(params),
+                              inventory_path=str(inventory), store_uri=store, endpoint_url=endpoint_url,
+                              backend=backend, force=force)
+    summary = retrain_on_inventory_change(req)
+    typer.echo(summary.reason)
+    if summary.outcome is not None:
+        typer.echo(f"plan {summary.outcome.plan_id}: {'current' if summary.outcome.is_current else 'not current'} "
+                   f"at {summary.outcome.store.rstrip('/')}/{summary.outcome.key}")
+    typer.echo(f"workspace: {workspace} (comparison.json, metrics/, pipeline-state.json)")
+    api = os.environ.get("PREFECT_API_URL")
+    if api:
+        typer.echo(f"Prefect UI: {api.removesuffix('/api')}/runs (flow 'retrain-on-inventory-change')")
+    else:
+        typer.echo("ran against an ephemeral Prefect API; for the UI start infra/start-prefect.sh and "
+                   "export PREFECT_API_URL=http://127.0.0.1:4200/api")
+
+
+def _synth_from(cfg: dict[str, Any], synth: Any) -> Any:
+    return synth(int(cfg.get("num_tables", 120)), int(cfg.get("seed", 0)),
+                 dims=tuple(int(d) for d in cfg.get("dims", (16, 32, 64, 128))), name=cfg.get("name"))
+
+
+@pipeline_app.command("synth")
+def synth_cmd(
+    out: Annotated[Path, typer.Option("--output", "-o", help="Inventory file to write.")],
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """DVC stage `inventory`: the synthetic pool from params.inventory (name, num_tables, seed, dims)."""
+    from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.io import save_inventory
+
+    inv = _synth_from(_params(params).get("inventory") or {}, synth_inventory)
+    save_inventory(inv, out)
+    typer.echo(f"wrote {out}: {inv.num_tables} tables, fingerprint {inv.fingerprint()}")
+
+
+@pipeline_app.command("compare")
+def compare_cmd(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i")],
+    model: Annotated[Path, typer.Option("--model", help="DreamShard model dir.")],
+    out: Annotated[Path, typer.Option("--output", "-o", help="Comparison JSON.")],
+    markdown_out: Annotated[Optional[Path], typer.Option("--markdown-out")] = None,
+    plot_out: Annotated[Optional[Path], typer.Option("--plot-out")] = None,
+    summary_out: Annotated[Optional[Path], typer.Option("--summary-out", help="Small metrics JSON (DVC metrics).")] = None,
+    plot_data_out: Annotated[Optional[Path], typer.Option("--plot-data-out", help="Rows {sharder, overall_ms} (DVC plots).")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """DVC stage `evaluate`: `dreamshard compare` with sharders, rounds, topology and backend from params.yaml."""
+    import json
+
+    from dreamshard.cli.plan_cmd import compare
+    from dreamshard.io import atomic_write_text, read_structured
+
+    p = _params(params)
+    topo, prof, ev, plan = (p.get(k) or {} for k in ("topology", "profile", "evaluate", "plan"))
+    devices = int(plan.get("num_devices", (p.get("tasks") or {}).get("train_devices", 4)))
+    compare(inventory=inventory, devices=devices, memory_gb=float(topo.get("memory_per_device_gb", 4.0)),
+            sharders=",".join(ev.get("sharders", ["heuristics"])), rounds=int(ev.get("rounds", 3)),
+            backend=str(prof.get("backend", "cpu")), warmup=int(prof.get("warmup", 3)),
+            repeats=int(prof.get("repeats", 7)), threads=int(prof.get("num_threads", 1)),
+            batch_size=int(topo.get("batch_size", 2048)), device_type=str(topo.get("device_type", "cpu")),
+            model=model, samples=int(plan.get("samples", 0)), seed=int(prof.get("seed", 0)), as_json=False,
+            out=out, markdown_out=markdown_out, plot_out=plot_out, plans_dir=None)
+    data = read_structured(out)
+    if summary_out is not None:
+        from dreamshard.evaluation import Comparison
+
+        atomic_write_text(summary_out, json.dumps(Comparison.model_validate(data).summary(), indent=2) + "\n")
+    if plot_data_out is not None:
+        rows = [{"sharder": r["sharder"], "overall_ms": r["overall_ms"], "ratio_to_best": r["ratio_to_best"]}
+                for r in data["results"]]
+        atomic_write_text(plot_data_out, json.dumps(rows, indent=2) + "\n")
+
+
+def push_cmd(
+    inventory: Annotated[Path, typer.Argument(help="Inventory file (YAML or JSON).")],
+    store: Annotated[str, typer.Option("--store", help="Plan store: directory or s3://bucket/prefix.")],
+    endpoint_url: Annotated[Optional[str], typer.Option("--endpoint-url", help="S3 endpoint (SeaweedFS/MinIO).")] = None,
+    no_event: Annotated[bool, typer.Option("--no-event", help="Store only; do not emit the Prefect event.")] = False,
+) -> None:
+    """Store a new inventory version (inventories/<name>/<fingerprint>.yaml + current) and emit
+    `dreamshard.inventory.changed` so the orchestrator deployment re-plans."""
+    from dreamshard.events import emit_inventory_changed, push_inventory
+    from dreamshard.io import load_inventory
+    from dreamshard.store import open_store
+
+    inv = load_inventory(inventory)
+    ref = push_inventory(open_store(store, endpoint_url=endpoint_url), inv, store_uri=store)
+    typer.echo(f"{'stored' if ref.changed else 'unchanged'} {ref.name} {ref.fingerprint[:12]} at {ref.uri}")
+    if ref.changed and not no_event:
+        event_id = emit_inventory_changed(ref)
+        typer.echo(f"emitted dreamshard.inventory.changed ({event_id})" if event_id else
+                   "no Prefect API configured: event not emitted (set PREFECT_API_URL)")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
+    """Add `dreamshard pipeline ...` and `dreamshard inventory push`."""
+    from dreamshard.cli.inventory_cmd import inventory_app
+
+    app.add_typer(pipeline_app, name="pipeline")
+    inventory_app.command("push")(push_cmd)
