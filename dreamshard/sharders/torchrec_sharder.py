@@ -6,13 +6,19 @@ How our topology maps onto TorchRec's:
   CPU-only machine for both: it works on meta tensors and analytic estimates, no process group needed).
 * Our ``memory_per_device_gb`` is TorchRec's per-rank capacity for that device kind: ``hbm_cap`` on cuda,
   ``ddr_cap`` on cpu (the fused kernel keeps its weights there).
-* Storage reservation: TorchRec's default ``HeuristicalStorageReservation`` keeps back 15 % of HBM plus
-  an estimate of dense parameters and input buffers. Our memory model counts table weights only, so by
-  default we reserve nothing (``reserve_fraction=0.0``, a ``FixedPercentageStorageReservation``); pass
-  ``reserve_fraction=0.15`` to reproduce TorchRec's margin. Even with no reservation TorchRec charges
-  each table its weights *plus* its input/output buffers (and optimizer state, none for fused SGD), so
-  every plan it accepts also fits ours; it may refuse a placement that fits ours with little slack.
-  ``Sharder.shard`` checks the result against ``dreamshard.memory.check_placement`` in any case.
+* Memory model (``memory_model``): by default ``"dreamshard"``, TorchRec's storage estimator is replaced by
+  one that charges each table its weights only (rows x dim x bytes), our model, so TorchRec competes under
+  exactly the memory constraint every other sharder obeys; its perf estimator, proposers and greedy
+  partitioner are untouched. ``"torchrec"`` keeps TorchRec's own ``EmbeddingStorageEstimator``, which adds
+  each table's input/output buffers (and optimizer state, none for fused SGD): stricter, so every plan it
+  accepts also fits ours, but it refuses placements that fit ours with modest slack (e.g. 20 tables on
+  4 devices with 10 % spare memory; 1,000 small tables on 16 devices with 50 % spare).
+* Storage reservation (``reserve_fraction``): TorchRec's default ``HeuristicalStorageReservation`` keeps
+  back 15 % of HBM plus an estimate of dense parameters. Our memory model counts table weights only, so
+  by default we reserve nothing; pass ``reserve_fraction=0.15`` to reproduce TorchRec's margin. We apply
+  the fraction to the capacity we hand TorchRec (its own percentage reservation only shrinks HBM, so it
+  would be silently ignored on cpu) and give it a zero ``FixedPercentageStorageReservation``.
+* ``Sharder.shard`` checks the result against ``dreamshard.memory.check_placement`` in any case.
 * ``batch_size`` = our topology's batch size; each table's ``pooling_factor`` is its TorchRec
   ``ParameterConstraints.pooling_factors``; only ``sharding_types=["table_wise"]`` and
   ``compute_kernels=["fused"]`` are allowed.
@@ -24,16 +30,20 @@ inventory name works; the ranks are mapped back to our names.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import math
 import re
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.memory import check_each_table_fits
 from dreamshard.sharders.base import Sharder
 from dreamshard.types import GB, Inventory, Topology
+
+MemoryModel = Literal["dreamshard", "torchrec"]
 
 INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu-cpu (or fbgemm-gpu on CUDA)"
 
@@ -42,6 +52,7 @@ _SHARD_FAILED = re.compile(
     r"largest device storage: Storage\((?P<storage>[^)]*)\)",
     re.DOTALL,
 )
+_TORCHREC_HANDLER_LOGGER = re.compile(r"^[A-Za-z0-9]+Logger-[A-Za-z]+Handler$")
 _GLOBAL_NEED = re.compile(r"Global storage requirement for model parallel: Storage\((?P<storage>[^)]*)\)")
 _GLOBAL_HAVE = re.compile(r"Global storage available for model parallel: Storage\((?P<storage>[^)]*)\)")
 
@@ -59,21 +70,53 @@ def _storage_field(storage: str, key: str) -> float | None:
     return value if m.group(2) else value / GB
 
 
+def _torchrec_loggers() -> list[logging.Logger]:
+    """TorchRec's loggers: the ``torchrec.*`` module loggers and its ``<Destination>-<Handler>`` ones."""
+    names = [
+        n
+        for n in list(logging.root.manager.loggerDict)
+        if n == "torchrec" or n.startswith("torchrec.") or _TORCHREC_HANDLER_LOGGER.match(n)
+    ]
+    return [logging.getLogger(n) for n in names]
+
+
 @contextlib.contextmanager
 def _quiet(verbose: bool) -> Iterator[None]:
     """Silence TorchRec's loggers and warnings (stats box, topology advice) unless asked for them."""
     if verbose:
         yield
         return
-    logger = logging.getLogger("torchrec")
-    old = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [*_torchrec_loggers(), logging.getLogger("torchrec")]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(old)
+        for lg, level in zip(loggers, old):
+            lg.setLevel(level)
+
+
+@functools.cache
+def _weights_only_estimator_class() -> type:
+    """A TorchRec ShardEstimator charging each shard its weights only: our memory model (defined lazily,
+    its base class lives in torchrec)."""
+    from torchrec.distributed.planner.types import ShardEstimator, Storage
+
+    class WeightsOnlyStorageEstimator(ShardEstimator):
+        def __init__(self, topology: Any, constraints: dict[str, Any] | None = None) -> None:
+            self._on_ddr = topology.compute_device == "cpu"
+
+        def estimate(self, sharding_options: list[Any], sharder_data_map: Any = None) -> None:
+            for option in sharding_options:
+                element = option.tensor.element_size()
+                for shard in option.shards:
+                    nbytes = int(math.prod(shard.size)) * element
+                    shard.storage = Storage(hbm=0, ddr=nbytes) if self._on_ddr else Storage(hbm=nbytes, ddr=0)
+
+    return WeightsOnlyStorageEstimator
 
 
 class TorchRecSharder(Sharder):
@@ -82,10 +125,19 @@ class TorchRecSharder(Sharder):
 
     name = "torchrec"
 
-    def __init__(self, reserve_fraction: float = 0.0, verbose: bool = False, **_ignored: Any) -> None:
+    def __init__(
+        self,
+        reserve_fraction: float = 0.0,
+        memory_model: MemoryModel = "dreamshard",
+        verbose: bool = False,
+        **_ignored: Any,
+    ) -> None:
         if not 0.0 <= reserve_fraction < 1.0:
             raise PlanError(f"torchrec reserve_fraction must be in [0, 1), got {reserve_fraction}")
+        if memory_model not in ("dreamshard", "torchrec"):
+            raise PlanError(f"torchrec memory_model must be 'dreamshard' or 'torchrec', got '{memory_model}'")
         self.reserve_fraction = reserve_fraction
+        self.memory_model = memory_model
         self.verbose = verbose
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
@@ -126,11 +178,13 @@ class TorchRecSharder(Sharder):
         }
         with _quiet(self.verbose):
             module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+            tr_topology = self._torchrec_topology(topology)
             planner = EmbeddingShardingPlanner(
-                topology=self._torchrec_topology(topology),
+                topology=tr_topology,
                 batch_size=topology.batch_size,
+                enumerator=self._enumerator(tr_topology, topology.batch_size, constraints),
                 constraints=constraints,
-                storage_reservation=FixedPercentageStorageReservation(self.reserve_fraction),
+                storage_reservation=FixedPercentageStorageReservation(0.0),  # reserve applied to the cap
                 stats=EmbeddingStats() if self.verbose else NoopEmbeddingStats(),
                 debug=self.verbose,
             )
@@ -140,10 +194,29 @@ class TorchRecSharder(Sharder):
                 raise self._translate(e, inventory, topology) from None
         return self._read_ranks(sharding_plan, inventory)
 
+    def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:
+        """TorchRec's enumerator with its perf estimator; storage by the chosen memory model."""
+        from torchrec.distributed.planner.constants import DEFAULT_PERF_ESTIMATOR
+        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+        from torchrec.distributed.planner.estimator import EmbeddingPerfEstimatorFactory
+        from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
+
+        perf = EmbeddingPerfEstimatorFactory.create(
+            DEFAULT_PERF_ESTIMATOR, topology=tr_topology, constraints=constraints
+        )
+        storage = (
+            _weights_only_estimator_class()(tr_topology, constraints)
+            if self.memory_model == "dreamshard"
+            else EmbeddingStorageEstimator(topology=tr_topology, constraints=constraints)
+        )
+        return EmbeddingEnumerator(
+            topology=tr_topology, batch_size=batch_size, constraints=constraints, estimator=[perf, storage]
+        )
+
     def _torchrec_topology(self, topology: Topology) -> Any:
         from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 
-        cap = topology.memory_per_device_bytes
+        cap = int(topology.memory_per_device_bytes * (1.0 - self.reserve_fraction))
         on_cuda = topology.device_type == "cuda"
         trainer = TrainerConfig(
             world_size=topology.num_devices,
@@ -176,10 +249,9 @@ class TorchRecSharder(Sharder):
         text = str(err)
         kind = "hbm" if topology.device_type == "cuda" else "ddr"
         reserve = f", {self.reserve_fraction:.0%} reserved" if self.reserve_fraction else ""
-        hint = (
-            f"torchrec planner, {topology.memory_per_device_gb} GB {kind} per device{reserve}; "
-            "its estimate adds input/output buffers to each table"
-        )
+        hint = f"torchrec planner, {topology.memory_per_device_gb:.4g} GB {kind} per device{reserve}"
+        if self.memory_model == "torchrec":
+            hint += "; its estimate adds input/output buffers to each table"
         m = _SHARD_FAILED.search(text)
         if m is not None:
             idx = m.group("table")
@@ -187,7 +259,9 @@ class TorchRecSharder(Sharder):
             free = _storage_field(m.group("storage"), kind)
             need = _storage_field(m.group("need"), kind)
             if table is not None and free is not None:
-                counted = f"; it counts this table as {need:.3f} GB" if need is not None else ""
+                counted = ""
+                if need is not None and self.memory_model == "torchrec":
+                    counted = f"; it counts this table as {need:.3f} GB"
                 return InfeasiblePlacementError(table.name, table.size_gb, free, hint + counted)
         need = _GLOBAL_NEED.search(text)
         have = _GLOBAL_HAVE.search(text)
