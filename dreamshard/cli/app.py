@@ -39,7 +39,9 @@ def fail(message: str, code: int = 2) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; typed errors become one line on stderr and exit code 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:
+            sys.exit(rc)  # typer.Exit(code) comes back as a return value when standalone_mode=False
     except DreamshardError as e:
         fail(f"{type(e).__name__}: {e}", e.exit_code)
     except ValidationError as e:
