@@ -1,0 +1,216 @@
+"""The compute-backend interface and what the real (torch) backends share: inputs, timing, thread pinning.
+
+A compute backend times ONE device's fused embedding operator over the tables it holds: forward (the
+operator call) and backward (gradient of the pooled output, which runs the fused SGD update), ``warmup``
+untimed iterations, then ``repeats`` timed ones. Communication is not its business (see ``comm.py``).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dreamshard.inventory.indices import synthesize_indices
+from dreamshard.profiling.scaling import ScalingRule
+from dreamshard.types import Table
+
+#: Distinct index batches generated per table; timed iterations cycle through them (cache effects of a
+#: fresh batch each step without paying the generation cost every time).
+NUM_BATCHES = 3
+
+
+@dataclass(frozen=True)
+class DeviceTiming:
+    """Per-repeat forward and backward compute times of one device, in ms, and the rows profiled."""
+
+    fwd_ms: tuple[float, ...]
+    bwd_ms: tuple[float, ...]
+    rows_used: tuple[int, ...] = field(default=())
+
+
+class ComputeBackend(abc.ABC):
+    """Times one device's fused forward and backward over a set of tables."""
+
+    name: str = "abstract"  # cpu | cuda | simulator
+    operator: str = "abstract"  # fbgemm_tbe | embedding_bag | analytic
+    device: str = "cpu"
+    is_simulated: bool = False
+    rule: ScalingRule = ScalingRule()
+
+    @abc.abstractmethod
+    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        """Time the fused operator over ``tables`` (non-empty) on one device."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release cached resources."""
+
+
+# --------------------------------------------------------------------------------------------- indices
+
+
+class IndexBank:
+    """Seeded synthetic index batches per (table, rows, batch size), LRU-bounded by bytes.
+
+    A table's batches depend only on the seed, its content and the rows profiled, never on which other
+    tables share its device, so the same table sees the same lookups in every placement.
+    """
+
+    def __init__(self, seed: int = 0, max_bytes: int = 256 * 1024 * 1024, num_batches: int = NUM_BATCHES) -> None:
+        self.seed = seed
+        self.max_bytes = max_bytes
+        self.num_batches = num_batches
+        self._cache: OrderedDict[tuple[object, ...], list[tuple[np.ndarray, np.ndarray]]] = OrderedDict()
+        self._bytes = 0
+
+    def batches(self, table: Table, rows: int, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        key = (table.name, table.num_embeddings, table.pooling_factor, table.access_histogram, rows, batch_size)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        rng = np.random.default_rng([self.seed, zlib.crc32(table.name.encode()), rows, batch_size])
+        out = [synthesize_indices(table, batch_size, rng, num_rows=rows) for _ in range(self.num_batches)]
+        size = sum(i.nbytes + o.nbytes for i, o in out)
+        self._cache[key] = out
+        self._bytes += size
+        while self._bytes > self.max_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._bytes -= sum(i.nbytes + o.nbytes for i, o in old)
+        return out
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._bytes = 0
+
+
+def fuse_batches(
+    per_table: Sequence[list[tuple[np.ndarray, np.ndarray]]], batch_no: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate one batch of several tables in TBE layout: table-major bags, offsets of length T*B+1."""
+    idx_parts: list[np.ndarray] = []
+    off_parts: list[np.ndarray] = []
+    shift = 0
+    for batches in per_table:
+        idx, off = batches[batch_no % len(batches)]
+        idx_parts.append(idx)
+        off_parts.append(off[:-1] + shift)
+        shift += int(off[-1])
+    off_parts.append(np.array([shift], dtype=np.int64))
+    indices = np.concatenate(idx_parts) if idx_parts else np.zeros(0, dtype=np.int64)
+    return indices.astype(np.int64, copy=False), np.concatenate(off_parts).astype(np.int64, copy=False)
+
+
+# --------------------------------------------------------------------------------------------- timing
+
+
+class FusedOp(abc.ABC):
+    """One device's fused operator with its inputs prepared: forward(batch) and backward(output)."""
+
+    @abc.abstractmethod
+    def forward(self, batch_no: int) -> object: ...
+
+    @abc.abstractmethod
+    def backward(self, out: object) -> None: ...
+
+
+def _cuda_sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def time_op(op: FusedOp, warmup: int, repeats: int, cuda: bool = False) -> tuple[list[float], list[float]]:
+    """Warm up, then time ``repeats`` forward/backward iterations (ms). CUDA uses events + synchronize."""
+    import time
+
+    for i in range(warmup):
+        op.backward(op.forward(i))
+    fwd: list[float] = []
+    bwd: list[float] = []
+    if cuda:
+        import torch
+
+        _cuda_sync()
+        for i in range(repeats):
+            s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            s.record()
+            out = op.forward(warmup + i)
+            m.record()
+            op.backward(out)
+            e.record()
+            e.synchronize()
+            fwd.append(float(s.elapsed_time(m)))
+            bwd.append(float(m.elapsed_time(e)))
+        return fwd, bwd
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        out = op.forward(warmup + i)
+        t1 = time.perf_counter()
+        op.backward(out)
+        t2 = time.perf_counter()
+        fwd.append((t1 - t0) * 1e3)
+        bwd.append((t2 - t1) * 1e3)
+    return fwd, bwd
+
+
+@contextlib.contextmanager
+def pinned_threads(num_threads: int) -> Iterator[None]:
+    """Run with ``torch.set_num_threads(num_threads)``; restore the previous setting afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(num_threads)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(np.median(np.asarray(xs, dtype=np.float64))) if len(xs) else 0.0
+
+
+def relative_iqr(xs: Sequence[float]) -> float:
+    """(q75 - q25) / median, 0 for fewer than two values or a zero median."""
+    if len(xs) < 2:
+        return 0.0
+    a = np.asarray(xs, dtype=np.float64)
+    med = float(np.median(a))
+    if med <= 0:
+        return 0.0
+    q75, q25 = np.percentile(a, [75, 25])
+    return float((q75 - q25) / med)
+
+
+class TorchBackend(ComputeBackend):
+    """A real backend: builds the device's fused operator on ``device`` and times it (cpu or cuda)."""
+
+    def __init__(self, name: str, device: str, rule: ScalingRule, seed: int = 0) -> None:
+        self.name = name
+        self.device = device
+        self.rule = rule
+        self.bank = IndexBank(seed=seed)
+
+    @abc.abstractmethod
+    def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
+        """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
+
+    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        import gc
+
+        rows = self.rule.device_rows(list(tables))
+        per_table = [self.bank.batches(t, r, batch_size) for t, r in zip(tables, rows)]
+        fused = [fuse_batches(per_table, b) for b in range(self.bank.num_batches)]
+        op = self.build(tables, rows, fused)
+        try:
+            fwd, bwd = time_op(op, warmup, repeats, cuda=self.device.startswith("cuda"))
+        finally:
+            del op
+            gc.collect()
+        return DeviceTiming(tuple(fwd), tuple(bwd), tuple(rows))

@@ -1,0 +1,117 @@
+"""FBGEMM's table-batched embedding (TBE) as the fused operator: the same operator family TorchRec runs.
+
+One ``SplitTableBatchedEmbeddingBagsCodegen`` per device over all its tables, pooling SUM, fused EXACT_SGD
+update in backward. On CPU: ``EmbeddingLocation.HOST`` / ``ComputeDevice.CPU``; on CUDA:
+``EmbeddingLocation.DEVICE`` / ``ComputeDevice.CUDA`` (needs the CUDA build of fbgemm-gpu).
+Set ``DREAMSHARD_DISABLE_FBGEMM=1`` to force the ``embedding_bag`` fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dreamshard.profiling.base import FusedOp, TorchBackend
+from dreamshard.profiling.scaling import padded_dim
+from dreamshard.types import Table
+
+LEARNING_RATE = 0.01
+
+
+def fbgemm_disabled() -> bool:
+    return os.environ.get("DREAMSHARD_DISABLE_FBGEMM", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _import_tbe() -> dict[str, Any] | None:
+    if fbgemm_disabled():
+        return None
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+            from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+                ComputeDevice,
+                SplitTableBatchedEmbeddingBagsCodegen,
+            )
+    except Exception:  # ImportError, or a broken native library
+        return None
+    return {
+        "TBE": SplitTableBatchedEmbeddingBagsCodegen,
+        "EmbeddingLocation": EmbeddingLocation,
+        "ComputeDevice": ComputeDevice,
+        "PoolingMode": PoolingMode,
+        "OptimType": EmbOptimType,
+        "SparseType": SparseType,
+    }
+
+
+def fbgemm_available(cuda: bool = False) -> bool:
+    """True if the TBE operator can run here (on CUDA: the CUDA build must be installed)."""
+    mods = _import_tbe()
+    if mods is None:
+        return False
+    if not cuda:
+        return True
+    try:
+        import torch
+
+        return bool(torch.ops.fbgemm.split_embedding_codegen_lookup_sgd_function.has_kernel_for_dispatch_key("CUDA"))
+    except Exception:
+        return False
+
+
+class _TBEOp(FusedOp):
+    def __init__(self, module: Any, batches: list[tuple[Any, Any]], grad: Any) -> None:
+        self.module = module
+        self.batches = batches
+        self.grad = grad
+
+    def forward(self, batch_no: int) -> Any:
+        idx, off = self.batches[batch_no % len(self.batches)]
+        return self.module(idx, off)
+
+    def backward(self, out: Any) -> None:
+        out.backward(self.grad)
+
+
+class FbgemmBackend(TorchBackend):
+    """Times a device's tables with one TBE operator."""
+
+    operator = "fbgemm_tbe"
+
+    def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
+        import warnings
+
+        import torch
+
+        m = _import_tbe()
+        assert m is not None, "FBGEMM unavailable"
+        cuda = self.device.startswith("cuda")
+        loc = m["EmbeddingLocation"].DEVICE if cuda else m["EmbeddingLocation"].HOST
+        dev = m["ComputeDevice"].CUDA if cuda else m["ComputeDevice"].CPU
+        specs = [(int(r), padded_dim(t.embedding_dim), loc, dev) for t, r in zip(tables, rows)]
+        precision = m["SparseType"].FP16 if all(t.dtype == "fp16" for t in tables) else m["SparseType"].FP32
+        tdev = torch.device(self.device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = m["TBE"](
+                specs,
+                optimizer=m["OptimType"].EXACT_SGD,
+                pooling_mode=m["PoolingMode"].SUM,
+                learning_rate=LEARNING_RATE,
+                weights_precision=precision,
+                device=tdev,
+            )
+        prepared = [
+            (torch.from_numpy(i).to(tdev), torch.from_numpy(o).to(tdev)) for i, o in batches
+        ]
+        batch_size = (len(batches[0][1]) - 1) // len(tables)
+        out_dim = sum(s[1] for s in specs)
+        grad = torch.randn(batch_size, out_dim, device=tdev)
+        return _TBEOp(module, prepared, grad)

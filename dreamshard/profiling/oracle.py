@@ -1,0 +1,236 @@
+"""The Oracle: measures a placement's per-device costs (DESIGN.md section 5), the ground truth of the product.
+
+Per device d of a placement:
+  fwd_compute, bwd_compute  = medians over ``repeats`` (after ``warmup``) of ONE fused operator over d's tables
+  fwd_comm = bwd_comm       = comm.cost_ms(bytes leaving d) of the alpha-beta model fitted for the world size,
+                              bytes = batch * sum(true dims on d) * 4 * (N-1)/N (pooled outputs fwd, grads bwd)
+  spread[d]                 = relative IQR (IQR / median) of d's per-repeat totals
+overall = max over devices of the totals. An empty device costs exactly 0 (no operator runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dreamshard.errors import PlanError, ProfilingError
+from dreamshard.memory import device_memory_bytes
+from dreamshard.profiling import comm as comm_mod
+from dreamshard.profiling.base import ComputeBackend, median, pinned_threads, relative_iqr
+from dreamshard.profiling.scaling import CPU_RULE, CUDA_RULE, ScalingRule
+from dreamshard.types import GB, BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Topology
+
+BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
+DEFAULT_BATCH_SIZE = 2048
+
+
+class Oracle:
+    """A compute backend + a comm model provider + the measurement settings."""
+
+    def __init__(
+        self,
+        backend: ComputeBackend,
+        *,
+        warmup: int = 3,
+        repeats: int = 7,
+        num_threads: int = 1,
+        row_cap: int | None = None,
+        comm_backend: str = "gloo",
+    ) -> None:
+        if warmup < 0:
+            raise ProfilingError(f"warmup must be >= 0, got {warmup}")
+        if repeats < 1:
+            raise ProfilingError(f"repeats must be >= 1, got {repeats}")
+        if num_threads < 1:
+            raise ProfilingError(f"num_threads must be >= 1, got {num_threads}")
+        self.backend = backend
+        self.warmup = warmup
+        self.repeats = repeats
+        self.num_threads = num_threads
+        self.row_cap = row_cap
+        self.comm_backend = comm_backend
+        self._comm: dict[int, CommModel] = {}
+        self._batch_size = DEFAULT_BATCH_SIZE
+
+    # ------------------------------------------------------------------------------------ descriptions
+
+    def backend_info(self, batch_size: int | None = None) -> BackendInfo:
+        return BackendInfo(
+            name=self.backend.name,
+            operator=self.backend.operator,
+            device=self.backend.device,
+            num_threads=self.num_threads,
+            batch_size=batch_size or self._batch_size,
+            warmup=self.warmup,
+            repeats=self.repeats,
+            row_cap=self.row_cap,
+            is_simulated=self.backend.is_simulated,
+        )
+
+    @property
+    def info(self) -> BackendInfo:
+        """Backend and settings (batch_size: the last topology measured, 2048 before any)."""
+        return self.backend_info()
+
+    def describe(self) -> str:
+        i = self.info
+        label = " [SIMULATED]" if i.is_simulated else ""
+        return f"{i.name}/{i.operator} on {i.device}, {i.num_threads} thread(s), warmup {i.warmup}, repeats {i.repeats}{label}"
+
+    # ------------------------------------------------------------------------------------ comm
+
+    def comm_model(self, topology: Topology, refit: bool = False) -> CommModel:
+        """The alpha-beta all-to-all model for ``topology.num_devices`` (fitted once, cached)."""
+        n = topology.num_devices
+        if not refit and n in self._comm:
+            return self._comm[n]
+        sim = getattr(self.backend, "comm_model", None)
+        if self.backend.is_simulated and callable(sim):
+            model = sim(n)
+        else:
+            model = comm_mod.comm_model_for(n, self.comm_backend, refit=refit)
+        self._comm[n] = model
+        return model
+
+    # ------------------------------------------------------------------------------------ measuring
+
+    def _validate(self, inventory: Inventory, placement: Mapping[str, int], topology: Topology, partial: bool) -> None:
+        names = set(inventory.table_names)
+        for name, d in placement.items():
+            if name not in names:
+                raise PlanError(f"placement names table '{name}', which is not in inventory '{inventory.name}'")
+            if not 0 <= int(d) < topology.num_devices:
+                raise PlanError(f"table '{name}' placed on device {d}; topology has {topology.num_devices} devices")
+        if not partial:
+            missing = [n for n in inventory.table_names if n not in placement]
+            if missing:
+                raise PlanError(f"table '{missing[0]}' has no device in the placement ({len(missing)} unplaced)")
+        used = device_memory_bytes(inventory, placement, topology.num_devices)
+        for d, u in enumerate(used):
+            if u > topology.memory_per_device_bytes:
+                raise PlanError(
+                    f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb} GB memory limit"
+                )
+
+    def measure(
+        self,
+        inventory: Inventory,
+        placement: Mapping[str, int],
+        topology: Topology,
+        *,
+        kind: str = "placement",
+        task: str = "",
+        measurement_id: str | None = None,
+    ) -> Measurement:
+        """Measure one placement. ``placement`` may cover a subset of the inventory for kind="single" or a task."""
+        if kind not in ("single", "placement"):
+            raise ProfilingError(f"kind must be 'single' or 'placement', got '{kind}'")
+        self._validate(inventory, placement, topology, partial=(kind == "single" or bool(task)))
+        batch = topology.batch_size
+        self._batch_size = batch
+        n = topology.num_devices
+        comm = self.comm_model(topology)
+        by_name = inventory.by_name()
+        ordered = [t.name for t in inventory.tables if t.name in placement]
+        per_device: list[DeviceCost] = []
+        spreads: list[float] = []
+        with pinned_threads(self.num_threads):
+            for d in range(n):
+                tables = [by_name[name] for name in ordered if int(placement[name]) == d]
+                if not tables:
+                    per_device.append(DeviceCost.zero())
+                    spreads.append(0.0)
+                    continue
+                timing = self.backend.time_device(tables, batch, self.warmup, self.repeats)
+                nbytes = comm_mod.device_comm_bytes(batch, [t.embedding_dim for t in tables], n)
+                c = comm.cost_ms(nbytes) if n > 1 else 0.0
+                per_device.append(
+                    DeviceCost(fwd_compute=median(timing.fwd_ms), fwd_comm=c, bwd_comm=c, bwd_compute=median(timing.bwd_ms))
+                )
+                spreads.append(relative_iqr([f + b + 2 * c for f, b in zip(timing.fwd_ms, timing.bwd_ms)]))
+        extra = {"measurement_id": measurement_id} if measurement_id else {}
+        return Measurement(
+            kind=kind,  # type: ignore[arg-type]
+            task=task,
+            inventory_name=inventory.name,
+            inventory_fingerprint=inventory.fingerprint(),
+            topology=topology,
+            placement={name: int(placement[name]) for name in ordered},
+            costs=Costs.from_devices(per_device),
+            spread=tuple(round(s, 6) for s in spreads),
+            backend=self.backend_info(batch),
+            comm_model=comm,
+            **extra,
+        )
+
+    def measure_single(self, inventory: Inventory, table: str, topology: Topology, measurement_id: str | None = None) -> Measurement:
+        """One table alone on device 0 of ``topology`` (its comm included), kind="single"."""
+        return self.measure(inventory, {table: 0}, topology, kind="single", measurement_id=measurement_id)
+
+    def single_table_costs(self, inventory: Inventory, topology: Topology) -> dict[str, float]:
+        """Total ms of each table alone on a device of ``topology``."""
+        return {t.name: self.measure_single(inventory, t.name, topology).overall_ms for t in inventory.tables}
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def make_oracle(
+    backend: str = "cpu",
+    *,
+    warmup: int = 3,
+    repeats: int = 7,
+    num_threads: int = 1,
+    seed: int = 0,
+    row_cap: int | None = None,
+) -> Oracle:
+    """Build the oracle for ``backend`` (cpu | cuda | simulator)."""
+    from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
+    from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
+    from dreamshard.profiling.simulator import SimulatorBackend
+
+    if row_cap is not None and row_cap < 1:
+        raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
+    kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap}
+    if backend == "simulator":
+        return Oracle(SimulatorBackend(), **kw)  # type: ignore[arg-type]
+    if backend == "cpu":
+        rule = _with_cap(CPU_RULE, row_cap)
+        impl: ComputeBackend
+        if fbgemm_available():
+            impl = FbgemmBackend("cpu", "cpu", rule, seed=seed)
+        else:
+            impl = EmbeddingBagBackend("cpu", "cpu", rule, seed=seed)
+        return Oracle(impl, comm_backend="gloo", **kw)  # type: ignore[arg-type]
+    if backend == "cuda":
+        if not _cuda_available():
+            raise ProfilingError("backend 'cuda' needs a CUDA GPU, and torch sees none here; use --backend cpu")
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        rule = ScalingRule(max_table_bytes=None, row_cap=row_cap, max_device_bytes=int(free * 0.5))
+        impl = (
+            FbgemmBackend("cuda", "cuda:0", rule, seed=seed)
+            if fbgemm_available(cuda=True)
+            else EmbeddingBagBackend("cuda", "cuda:0", rule, seed=seed)
+        )
+        comm_backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+        return Oracle(impl, comm_backend=comm_backend, **kw)  # type: ignore[arg-type]
+    raise ProfilingError(f"unknown profiling backend '{backend}'; choose from {', '.join(BACKENDS)}")
+
+
+def _with_cap(rule: ScalingRule, row_cap: int | None) -> ScalingRule:
+    from dataclasses import replace
+
+    return replace(rule, row_cap=row_cap)
+
+
+__all__ = ["BACKENDS", "CUDA_RULE", "Oracle", "make_oracle"]

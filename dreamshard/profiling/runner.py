@@ -1,0 +1,193 @@
+"""Profiling runs: single-table costs and random feasible placements, appended to a JSONL file, resumable.
+
+Every planned item has a deterministic ``measurement_id`` (kind, task, inventory fingerprint, topology,
+placement and backend name hashed), so a rerun with the same output file measures only what is missing.
+A killed run leaves at most a truncated last line, which ``io.iter_measurements`` ignores and
+``io.append_measurement`` repairs.
+
+Without tasks: singles for every table (each alone on device 0 of ``topology``), then K random feasible
+placements of the whole inventory. With a TaskSet: singles for every table of the train tasks (on
+``topology``), then, per train task, K random feasible placements of its tables on ``task.num_devices``
+devices (records keep the pool's name and fingerprint and carry ``task``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from dreamshard.errors import InventoryError
+from dreamshard.io import append_measurement, iter_measurements
+from dreamshard.memory import check_each_table_fits
+from dreamshard.profiling.oracle import Oracle
+from dreamshard.sharders import get_sharder
+from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, TaskSet, Topology
+
+#: Seeds tried per wanted placement before accepting fewer distinct placements (tiny inventories).
+_SEED_ATTEMPTS = 20
+
+
+class ProfileSummary(BaseModel):
+    """What a profiling run did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    out_path: str
+    planned: int
+    measured: int
+    skipped: int
+    singles: int
+    placements: int
+    wall_s: float
+    backend: BackendInfo
+    comm_models: tuple[CommModel, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    key: str
+    kind: str
+    task: str
+    placement: dict[str, int]
+    topology: Topology
+
+
+def item_key(kind: str, task: str, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str) -> str:
+    """Deterministic id of a planned measurement (stable across runs and processes)."""
+    payload = json.dumps(
+        {
+            "kind": kind,
+            "task": task,
+            "inventory": fingerprint,
+            "topology": topology.model_dump(mode="json"),
+            "placement": sorted(placement.items()),
+            "backend": backend,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return f"{kind}-{task or 'all'}-{digest}"
+
+
+def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: int) -> list[dict[str, int]]:
+    out: list[dict[str, int]] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for attempt in range(max(1, k) * _SEED_ATTEMPTS):
+        if len(out) >= k:
+            break
+        p = get_sharder("random", seed=seed * 1_000_003 + attempt).place(inventory, topology)
+        sig = tuple(sorted(p.items()))
+        if sig not in seen:
+            seen.add(sig)
+            out.append({t.name: int(p[t.name]) for t in inventory.tables})
+    return out
+
+
+def plan_items(
+    inventory: Inventory, topology: Topology, num_placements: int, backend: str, seed: int = 0, tasks: TaskSet | None = None
+) -> list[PlannedItem]:
+    """Every measurement a profiling run makes, in order (singles first)."""
+    fp = inventory.fingerprint()
+    items: list[PlannedItem] = []
+    if tasks is None:
+        check_each_table_fits(inventory, topology)
+        single_names = inventory.table_names
+        groups: list[tuple[str, Inventory, Topology]] = [("", inventory, topology)]
+    else:
+        by_name = inventory.by_name()
+        for task in tasks.train:
+            for name in task.tables:
+                if name not in by_name:
+                    raise InventoryError(
+                        f"task '{task.name}' names table '{name}', which is not in inventory '{inventory.name}'"
+                    )
+        single_names = list(dict.fromkeys(n for task in tasks.train for n in task.tables))
+        groups = [
+            (task.name, inventory.subset(list(task.tables)), topology.model_copy(update={"num_devices": task.num_devices}))
+            for task in tasks.train
+        ]
+        check_each_table_fits(inventory.subset(single_names), topology)
+    for name in single_names:
+        placement = {name: 0}
+        items.append(PlannedItem(item_key("single", "", fp, topology, placement, backend), "single", "", placement, topology))
+    for gi, (task, inv, topo) in enumerate(groups):
+        for placement in _random_placements(inv, topo, num_placements, seed + 7919 * gi):
+            key = item_key("placement", task, fp, topo, placement, backend)
+            items.append(PlannedItem(key, "placement", task, placement, topo))
+    # Duplicates (identical random placements) are measured once.
+    return list({it.key: it for it in items}.values())
+
+
+def _done_ids(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    return {m.measurement_id for m in iter_measurements(path)}
+
+
+def profile_inventory(
+    inventory: Inventory,
+    topology: Topology,
+    num_placements: int,
+    out_path: Path,
+    oracle: Oracle,
+    *,
+    seed: int = 0,
+    tasks: TaskSet | None = None,
+    progress: bool = True,
+) -> ProfileSummary:
+    """Measure singles then random placements into ``out_path`` (JSONL), skipping what is already there."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out_path = Path(out_path)
+    t0 = time.perf_counter()
+    items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks)
+    done = _done_ids(out_path)
+    todo = [it for it in items if it.key not in done]
+    comm_models: dict[int, CommModel] = {}
+    with Progress(
+        TextColumn("[bold]profiling[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not progress,
+        transient=False,
+    ) as bar:
+        job = bar.add_task(oracle.info.name, total=len(todo))
+        for it in todo:
+            bar.update(job, description=f"{it.kind} {it.task or ''}".strip())
+            m = oracle.measure(inventory, it.placement, it.topology, kind=it.kind, task=it.task, measurement_id=it.key)
+            if m.comm_model is not None:
+                comm_models[it.topology.num_devices] = m.comm_model
+            append_measurement(out_path, m)
+            bar.advance(job)
+    return ProfileSummary(
+        out_path=str(out_path),
+        planned=len(items),
+        measured=len(todo),
+        skipped=len(items) - len(todo),
+        singles=sum(1 for it in items if it.kind == "single"),
+        placements=sum(1 for it in items if it.kind == "placement"),
+        wall_s=round(time.perf_counter() - t0, 3),
+        backend=oracle.backend_info(topology.batch_size),
+        comm_models=tuple(comm_models[k] for k in sorted(comm_models)),
+    )
+
+
+def single_table_costs_from(measurements: Iterable[Measurement]) -> dict[str, float]:
+    """{table: total ms alone} from kind="single" records (the median when a table was measured repeatedly)."""
+    import statistics
+
+    acc: dict[str, list[float]] = {}
+    for m in measurements:
+        if m.kind != "single" or len(m.placement) != 1:
+            continue
+        (name,) = m.placement
+        acc.setdefault(name, []).append(m.overall_ms)
+    return {k: float(statistics.median(v)) for k, v in acc.items()}

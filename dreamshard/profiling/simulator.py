@@ -1,0 +1,89 @@
+"""A deterministic analytic cost model: SIMULATED, for fast tests and scale studies, never a measurement.
+
+Every record it produces says ``BackendInfo(name="simulator", operator="analytic", is_simulated=True)`` and its
+comm model is labelled ``backend="simulated"``. Its shape mimics what fused TBE does on real hardware so the
+learning code faces the same non-additivity:
+
+* a **shared kernel overhead** per device (``launch_ms`` fwd, ``2 * launch_ms`` bwd) paid once however many
+  tables the device holds (fusing two small tables costs less than the two alone), plus a small per-table term;
+* **lookup work** proportional to ``batch * pooling * dim`` (reads in fwd; gradient + update in bwd, ``bwd_factor``);
+* a **working-set penalty**: the device's combined hot bytes (the rows a batch touches, summed over its tables,
+  times dim * 4) relative to a cache size multiply the lookup work by ``1 + (ws / cache_bytes) ** ws_exponent``,
+  super-linear in the combined working set, so many tables together cost more than their sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dreamshard.profiling.base import ComputeBackend, DeviceTiming
+from dreamshard.profiling.scaling import ScalingRule
+from dreamshard.types import REUSE_BIN_EDGES, CommModel, Table
+
+
+@dataclass(frozen=True)
+class SimulatorParams:
+    launch_ms: float = 0.08
+    per_table_ms: float = 0.004
+    ns_per_element: float = 0.05  # ms per 1e6 (lookup x dim) elements, x 1e-3
+    bwd_factor: float = 2.0
+    cache_bytes: float = 8.0 * 1024 * 1024
+    ws_exponent: float = 1.5
+    alpha_ms: float = 0.05
+    beta_ms_per_mb: float = 0.4
+
+
+def _mean_reuse(table: Table) -> float:
+    """Mean accesses per unique row in a batch implied by the histogram (1 without one).
+
+    Bin k > 0 holds integer counts in (2**(k-1), 2**k]: midpoint (2**(k-1) + 1 + 2**k) / 2; the open last
+    bin is taken as 1.5 x its lower edge.
+    """
+    if table.access_histogram is None:
+        return 1.0
+    n = len(REUSE_BIN_EDGES)
+    mids = [1.0] + [(2 ** (k - 1) + 1 + 2**k) / 2 for k in range(1, n - 1)] + [1.5 * 2 ** (n - 2)]
+    return max(1.0, sum(h * m for h, m in zip(table.access_histogram, mids)))
+
+
+class SimulatorBackend(ComputeBackend):
+    """Analytic, deterministic: the same tables always cost the same; repeats are identical."""
+
+    name = "simulator"
+    operator = "analytic"
+    device = "simulated"
+    is_simulated = True
+    rule = ScalingRule(max_table_bytes=None, max_device_bytes=None)
+
+    def __init__(self, params: SimulatorParams | None = None) -> None:
+        self.p = params or SimulatorParams()
+
+    def compute_ms(self, tables: Sequence[Table], batch_size: int) -> tuple[float, float]:
+        p = self.p
+        if not tables:
+            return 0.0, 0.0
+        work = 0.0
+        ws = 0.0
+        for t in tables:
+            lookups = batch_size * t.pooling_factor
+            work += lookups * t.embedding_dim * p.ns_per_element * 1e-6
+            unique = min(float(t.num_embeddings), lookups / _mean_reuse(t))
+            ws += unique * t.embedding_dim * 4
+        penalty = 1.0 + (ws / p.cache_bytes) ** p.ws_exponent
+        fixed = p.per_table_ms * len(tables)
+        fwd = p.launch_ms + fixed + work * penalty
+        bwd = 2 * p.launch_ms + fixed + p.bwd_factor * work * penalty
+        return fwd, bwd
+
+    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        fwd, bwd = self.compute_ms(tables, batch_size)
+        n = max(1, repeats)
+        return DeviceTiming((fwd,) * n, (bwd,) * n, tuple(t.num_embeddings for t in tables))
+
+    def comm_model(self, world_size: int) -> CommModel:
+        if world_size <= 1:
+            return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=1)
+        return CommModel(
+            alpha_ms=self.p.alpha_ms, beta_ms_per_mb=self.p.beta_ms_per_mb, backend="simulated", world_size=world_size
+        )
