@@ -177,3 +177,29 @@ def test_wall_time_50_tables_4_devices(capsys: pytest.CaptureFixture[str]) -> No
     assert len(plan.placement) == 50
     with capsys.disabled():
         print(f"\n[torchrec sharder] 50 tables / 4 devices: {elapsed:.3f} s per plan (after import)")
+
+
+@pytest.mark.parametrize("devices", [1, 3])
+def test_edge_tables_and_single_device(devices: int) -> None:
+    inv = Inventory(
+        name="edge",
+        tables=(
+            Table(name="one-row", num_embeddings=1, embedding_dim=3, pooling_factor=0.0),
+            Table(name="b/c d", num_embeddings=5000, embedding_dim=7, pooling_factor=0.5, dtype="fp16"),
+        ),
+    )
+    topo = Topology(num_devices=devices, device_type="cuda", memory_per_device_gb=0.01)
+    plan = get_sharder("torchrec").shard(inv, topo)
+    assert sorted(plan.placement) == ["b/c d", "one-row"]
+    assert all(0 <= d < devices for d in plan.placement.values())
+
+
+def test_missing_torchrec_is_one_line_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from dreamshard.errors import UnknownSharderError
+
+    monkeypatch.setitem(sys.modules, "torchrec.distributed.embeddingbag", None)  # import now fails
+    with pytest.raises(UnknownSharderError, match="pip install torchrec") as ei:
+        get_sharder("torchrec").place(_inventory(2), Topology(num_devices=2, memory_per_device_gb=1.0))
+    assert "\n" not in str(ei.value)

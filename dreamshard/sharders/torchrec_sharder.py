@@ -153,7 +153,7 @@ class TorchRecSharder(Sharder):
             from torchrec.distributed.types import ShardingType
             from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
             from torchrec.modules.embedding_modules import EmbeddingBagCollection
-        except ImportError as e:  # pragma: no cover - torchrec is a dependency here
+        except ImportError as e:
             raise UnknownSharderError(f"{INSTALL_HINT} ({e})") from None
 
         dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
