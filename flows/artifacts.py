@@ -72,5 +72,6 @@ def profile_artifact(summaries: list[dict[str, Any]], inventory_name: str) -> No
 def metrics_artifact(name: str, metrics: dict[str, Any], inventory_name: str) -> None:
     from prefect.artifacts import create_table_artifact
 
-    rows = [{"metric": k, "value": v if isinstance(v, (int, float, str)) or v is None else str(v)} for k, v in metrics.items()]
+    rows = [{"metric": k, "value": v if isinstance(v, (int, float, str)) or v is None else str(v)[:200]}
+            for k, v in metrics.items()]
     create_table_artifact(key=artifact_key(name, inventory_name), table=rows, description=f"{name} metrics")

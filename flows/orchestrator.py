@@ -81,7 +81,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
             train_policy_flow(TrainRequest(workspace=ws, params_path=request.params_path))
             state = state.model_copy(
                 update={"trained": TrainedModelState(inventory_fingerprint=fp, params_fingerprint=params_fp,
-                                                     model_dir=str(ws.model_dir))}
+                                                     model_dir=str(ws.model_dir.resolve()))}
             )
             save_state(ws.root, state)
             summary.profiled, summary.trained, summary.measured = True, True, prof.measured

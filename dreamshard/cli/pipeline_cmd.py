@@ -39,6 +39,9 @@ def run_cmd(
 
     from dreamshard.io import save_inventory
 
+    # The ephemeral API server needs more than Prefect's default 20 s on a busy 2-core machine.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
     if inventory is None:
         from dreamshard.inventory.synth import synth_inventory
 
