@@ -15,7 +15,9 @@ MB = 1024**2
 
 
 def _table(name: str, rows: int, dim: int, pf: float, dtype: str = "fp32") -> Table:
-    return Table(name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pf, dtype=dtype)  # type: ignore[arg-type]
+    return Table(
+        name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pf, dtype=dtype  # type: ignore[arg-type]
+    )
 
 
 def _random_inventory(seed: int, n: int) -> Inventory:

@@ -33,9 +33,8 @@ def _inventory(n: int, seed: int = 0, prefix: str = "emb.") -> Inventory:
 
 def _topology(inv: Inventory, devices: int, slack: float, device_type: str = "cpu") -> Topology:
     total = sum(t.size_bytes for t in inv.tables)
-    return Topology(
-        num_devices=devices, device_type=device_type, memory_per_device_gb=total / devices * slack / GB  # type: ignore[arg-type]
-    )
+    cap_gb = total / devices * slack / GB
+    return Topology(num_devices=devices, device_type=device_type, memory_per_device_gb=cap_gb)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "cuda"])
