@@ -1,9 +1,117 @@
-"""CLI commands for this area (registered by dreamshard.cli.app)."""
+"""`dreamshard tasks | train-cost | train-policy | train`: the learning stages (dreamshard.learning.stages)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+from rich.console import Console
+
+from dreamshard.cli.options import InventoryOpt
+
+console = Console(highlight=False)
+
+ParamsOpt = Annotated[Optional[Path], typer.Option("--params", help="params.yaml with the stage's section(s).")]
+ModelDirOpt = Annotated[Path, typer.Option("--model-dir", help="Model directory (cost_net.pt, policy.pt, model.json).")]
+TasksOpt = Annotated[Path, typer.Option("--tasks", help="TaskSet file from `dreamshard tasks`.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")]
+MetricsOpt = Annotated[Optional[Path], typer.Option("--metrics-out", help="Write the metrics as JSON here.")]
+
+
+def _fmt(v: object) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def tasks(
+    inventory: InventoryOpt,
+    output: Annotated[Path, typer.Option("--output", "-o", help="TaskSet JSON to write.")],
+    params: ParamsOpt = None,
+) -> None:
+    """Split a table pool into disjoint train / held-out pools and make planning tasks from them."""
+    from dreamshard.learning.stages import make_tasks_file
+
+    ts = make_tasks_file(inventory, output, params)
+    console.print(
+        f"{len(ts.train)} train tasks ({len(ts.train_tables)} tables), {len(ts.test)} held-out tasks "
+        f"({len(ts.test_tables)} tables) -> {output}", markup=False,
+    )
+
+
+def train_cost(
+    inventory: InventoryOpt,
+    measurements: Annotated[Path, typer.Option("--measurements", help="Profile JSONL (singles + placements).")],
+    params: ParamsOpt = None,
+    model_dir: ModelDirOpt = Path("models"),
+    metrics_out: MetricsOpt = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Fit the cost network on measurements and save it in the model directory."""
+    from dreamshard.learning.stages import train_cost_stage
+
+    card = train_cost_stage(inventory, measurements, model_dir, params, metrics_out, progress and console.is_terminal)
+    m = card.cost_metrics
+    console.print(
+        f"cost net {card.version} -> {model_dir}: train {m.get('n_train')}, held-out {m.get('n_test')}, "
+        f"MAPE overall {_fmt(m.get('mape_overall'))}, per device {_fmt(m.get('mape_device_total'))}, "
+        f"Spearman {_fmt(m.get('spearman_overall'))}", markup=False,
+    )
+
+
+def train_policy(
+    inventory: InventoryOpt,
+    tasks_path: TasksOpt,
+    params: ParamsOpt = None,
+    model_dir: ModelDirOpt = Path("models"),
+    metrics_out: MetricsOpt = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Train the placement policy on the estimated MDP using the cost net in the model directory."""
+    from dreamshard.learning.stages import train_policy_stage
+
+    card = train_policy_stage(inventory, tasks_path, model_dir, params, metrics_out, progress and console.is_terminal)
+    p = card.policy_metrics
+    console.print(
+        f"policy {card.version} -> {model_dir}: {p.get('episodes')} episodes, estimated cost "
+        f"{_fmt(p.get('first_mean_cost_ms'))} -> {_fmt(p.get('mean_cost_ms'))} ms, entropy {_fmt(p.get('entropy'))}",
+        markup=False,
+    )
+
+
+def train(
+    inventory: InventoryOpt,
+    tasks_path: TasksOpt,
+    params: ParamsOpt = None,
+    model_dir: ModelDirOpt = Path("models"),
+    backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default from params), cuda or simulator.")] = None,
+    memory_gb: Annotated[Optional[float], typer.Option("--memory-gb", "-m", help="Memory per device in GB.")] = None,
+    measurements: Annotated[
+        Optional[Path], typer.Option("--measurements", help="Start from these profile records (fresh runs).")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint.")] = True,
+    progress: ProgressOpt = True,
+) -> None:
+    """The DreamShard outer loop: measure policy placements, refit the cost net, retrain the policy."""
+    from dreamshard.learning.stages import train_loop_stage
+
+    results = train_loop_stage(
+        inventory, tasks_path, model_dir, params, backend, memory_gb, measurements, resume, progress and console.is_terminal
+    )
+    if not results:
+        console.print(f"nothing to do: {model_dir} already holds the final iteration (use --no-resume to restart)")
+    for r in results:
+        console.print(
+            f"iter {r.iteration}: {r.n_measurements} measurements, measured mean {_fmt(r.measured_mean_ms)} ms, "
+            f"cost MAPE {_fmt(r.cost.mape_overall)}, est. cost {_fmt(r.policy_mean_cost_ms)} ms, "
+            f"entropy {_fmt(r.policy_entropy)}", markup=False,
+        )
+    if backend == "simulator":
+        console.print("[SIMULATED backend: analytic model, not a measurement]", markup=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.command("tasks")(tasks)
+    app.command("train-cost")(train_cost)
+    app.command("train-policy")(train_policy)
+    app.command("train")(train)

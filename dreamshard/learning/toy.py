@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dreamshard.types import Costs, DeviceCost, Table
+from dreamshard.types import Costs, DeviceCost, Inventory, Measurement, Table
 
 
 class ToyCost:
@@ -52,3 +52,37 @@ class ToyCost:
         dev.index_add_(0, torch.tensor([placement[t.name] for t in tables], dtype=torch.long), st)
         per = self.device_costs(dev)
         return Costs.from_devices([DeviceCost.from_list(r.tolist()) for r in per])
+
+
+def toy_measurements(
+    pool: Inventory, toy: ToyCost, num_placements: int, num_devices: int | Sequence[int], tables_per_task: tuple[int, int],
+    seed: int = 0, singles: bool = True, memory_gb: float = 1024.0,
+) -> list[Measurement]:
+    """Records shaped like profile output, with costs from the toy function (backend "toy", simulated)."""
+    import numpy as np
+
+    from dreamshard.types import BackendInfo, Topology
+
+    rng = np.random.default_rng(seed)
+    info = BackendInfo(name="toy", operator="analytic", device="cpu", num_threads=1, batch_size=2048,
+                       warmup=0, repeats=1, is_simulated=True)
+    devs = [num_devices] if isinstance(num_devices, int) else list(num_devices)
+    fp = pool.fingerprint()
+    out: list[Measurement] = []
+
+    def record(kind: str, tables: list[Table], placement: dict[str, int], d: int) -> Measurement:
+        topo = Topology(num_devices=d, memory_per_device_gb=memory_gb)
+        return Measurement(kind=kind, inventory_name=pool.name, inventory_fingerprint=fp, topology=topo,  # type: ignore[arg-type]
+                           placement=placement, costs=toy.costs(tables, placement, d), backend=info)
+
+    if singles:
+        for t in pool.tables:
+            out.append(record("single", [t], {t.name: 0}, devs[0]))
+    for _ in range(num_placements):
+        d = int(rng.choice(devs))
+        k = int(rng.integers(tables_per_task[0], tables_per_task[1] + 1))
+        idx = rng.choice(pool.num_tables, size=min(k, pool.num_tables), replace=False)
+        tables = [pool.tables[i] for i in idx]
+        placement = {t.name: int(rng.integers(0, d)) for t in tables}
+        out.append(record("placement", tables, placement, d))
+    return out

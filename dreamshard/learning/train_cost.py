@@ -213,7 +213,7 @@ def train_cost_model(
             opt.zero_grad()
             loss.backward()
             opt.step()
-            last = float(loss)
+            last = loss.item()
             advance(1)
     net.eval()
     ev = {k: _clean(v) for k, v in evaluate_cost_net(net, pool, test_recs).items()}
