@@ -119,14 +119,16 @@ def test_packing_failure_names_table() -> None:
         get_sharder("torchrec", memory_model="torchrec").shard(inv, topo)
 
 
-def test_memory_models_exact_fit() -> None:
-    """Four 0.25 GB tables on two 0.5 GB devices: exact fit under our weights-only model; TorchRec's own
-    estimator adds I/O buffers to every table and refuses."""
-    rows = int(0.25 * GB) // (64 * 4)
-    inv = Inventory(
-        name="exact",
-        tables=tuple(Table(name=f"e{i}", num_embeddings=rows, embedding_dim=64, pooling_factor=2.0) for i in range(4)),
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_memory_models_exact_fit(dtype: str) -> None:
+    """Four 0.25 GB tables on two 0.5 GB devices: exact fit under our weights-only model (fp16 counted at
+    2 bytes); TorchRec's own estimator adds I/O buffers to every table and refuses."""
+    rows = int(0.25 * GB) // (64 * (4 if dtype == "fp32" else 2))
+    tables = tuple(
+        Table(name=f"e{i}", num_embeddings=rows, embedding_dim=64, pooling_factor=2.0, dtype=dtype)  # type: ignore[arg-type]
+        for i in range(4)
     )
+    inv = Inventory(name="exact", tables=tables)
     topo = Topology(num_devices=2, memory_per_device_gb=0.5)
     plan = get_sharder("torchrec").shard(inv, topo)
     assert sorted(plan.placement.values()) == [0, 0, 1, 1]
