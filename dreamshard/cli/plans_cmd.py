@@ -109,7 +109,7 @@ def list_cmd(
         return
     table = RichTable(title="plans" + (f" of {inventory}" if inventory else ""))
     for col in ("", "plan_id", "inventory", "sharder", "created", "overall ms", "basis", "status"):
-        table.add_column(col, justify="right" if col == "overall ms" else "left")
+        table.add_column(col, justify="right" if col == "overall ms" else "left", no_wrap=col != "inventory")
     for r in records:
         table.add_row(
             "*" if r.is_current else "",
@@ -121,7 +121,10 @@ def list_cmd(
             r.basis or "-",
             r.status,
         )
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)  # pipes and logs: never wrap ids
+    console.print(table)
     if not records:
         typer.echo("no plans stored yet")
 

@@ -1,0 +1,95 @@
+"""The publish gate: memory, baseline comparison with a margin, measured vs predicted basis."""
+
+from __future__ import annotations
+
+import pytest
+from store_helpers import make_plan
+
+from dreamshard.errors import ConfigError
+from dreamshard.gate import GateDecision, evaluate_gate, parse_baselines
+
+
+def test_approved_when_faster_than_best_baseline() -> None:
+    d = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0, "dim_greedy": 12.0}, 0.1)
+    assert d.approved
+    assert d.best_heuristic == "size_greedy" and d.best_heuristic_ms == 10.0
+    assert d.improvement == pytest.approx(0.2)
+    assert d.basis == "measured" and d.plan_cost_ms == 8.0
+    assert "size_greedy" in d.reason
+
+
+def test_rejected_when_worse_than_baseline_names_figures() -> None:
+    d = evaluate_gate(make_plan(overall=11.0), {"size_greedy": 10.0, "random": 30.0}, 0.0)
+    assert not d.approved
+    assert "11 ms" in d.reason and "size_greedy 10 ms" in d.reason
+    assert d.improvement == pytest.approx(-0.1)
+
+
+def test_min_improvement_margin_is_enforced() -> None:
+    plan = make_plan(overall=9.5)  # 5% better
+    assert evaluate_gate(plan, {"lookup_greedy": 10.0}, 0.05).approved
+    d = evaluate_gate(plan, {"lookup_greedy": 10.0}, 0.06)
+    assert not d.approved and "6.0%" in d.reason and "9.4 ms" in d.reason
+
+
+def test_tie_passes_with_zero_margin_only() -> None:
+    plan = make_plan(overall=10.0)
+    assert evaluate_gate(plan, {"size_greedy": 10.0}, 0.0).approved
+    assert not evaluate_gate(plan, {"size_greedy": 10.0}, 0.01).approved
+
+
+def test_memory_overflow_rejects_even_a_fast_plan() -> None:
+    plan = make_plan(overall=1.0, memory=(0.5, 1.25), mem_cap=1.0)
+    d = evaluate_gate(plan, {"size_greedy": 10.0}, 0.0)
+    assert not d.approved
+    assert "device 1 holds 1.250 GB" in d.reason and "1 GB memory limit" in d.reason
+
+
+def test_predicted_basis_when_not_measured() -> None:
+    d = evaluate_gate(make_plan(overall=5.0, basis="predicted"), {"dim_greedy": 6.0}, 0.0)
+    assert d.approved and d.basis == "predicted"
+    assert "predicted" in d.reason
+
+
+def test_measured_preferred_over_predicted() -> None:
+    plan = make_plan(overall=5.0, basis="predicted")
+    measured = make_plan(overall=7.0).measured
+    plan = plan.model_copy(update={"measured": measured})
+    d = evaluate_gate(plan, {"dim_greedy": 6.0}, 0.0)
+    assert not d.approved and d.basis == "measured" and d.plan_cost_ms == 7.0
+
+
+def test_own_sharder_is_not_a_baseline_and_no_baseline_rejects() -> None:
+    plan = make_plan(overall=5.0, sharder="dreamshard")
+    d = evaluate_gate(plan, {"dreamshard": 1.0}, 0.0)
+    assert not d.approved and "no baseline" in d.reason
+
+
+def test_no_costs_rejects() -> None:
+    plan = make_plan().model_copy(update={"measured": None, "predicted": None})
+    assert "neither measured nor predicted" in evaluate_gate(plan, {"x": 1.0}, 0.0).reason
+
+
+def test_invalid_margin_and_baseline_values() -> None:
+    with pytest.raises(ConfigError, match="min_improvement"):
+        evaluate_gate(make_plan(), {"x": 1.0}, 1.5)
+    with pytest.raises(ConfigError, match="baseline 'x'"):
+        evaluate_gate(make_plan(), {"x": -1.0}, 0.0)
+
+
+def test_decision_round_trips_json() -> None:
+    d = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0}, 0.0)
+    assert GateDecision.model_validate_json(d.model_dump_json()) == d
+
+
+def test_parse_baselines_accepts_all_shapes() -> None:
+    assert parse_baselines({"a": 1, "b": 2.5}) == {"a": 1.0, "b": 2.5}
+    compare = {"results": [{"sharder": "a", "overall_ms": 3.0, "plan": {}}, {"sharder": "b", "overall_ms": 4}]}
+    assert parse_baselines(compare) == {"a": 3.0, "b": 4.0}
+    assert parse_baselines({"sharders": {"a": {"overall_ms": 2.0}}, "best": "a"}) == {"a": 2.0}
+    with pytest.raises(ConfigError, match="results\\[0\\]"):
+        parse_baselines({"results": [{"name": "a"}]})
+    with pytest.raises(ConfigError, match="number"):
+        parse_baselines({"a": "fast"})
+    with pytest.raises(ConfigError):
+        parse_baselines([1, 2])

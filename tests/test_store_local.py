@@ -1,0 +1,162 @@
+"""LocalPlanStore + publishing: versioned keys, checksums, current pointer, rollback, rejected plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from store_helpers import FP, approve, make_plan
+
+from dreamshard.errors import PlanError, StoreError
+from dreamshard.gate import evaluate_gate
+from dreamshard.store import (
+    LocalPlanStore,
+    get_current,
+    get_pointer,
+    list_plans,
+    open_store,
+    publish,
+    publish_or_reject,
+    reject,
+    rollback,
+    show,
+)
+from dreamshard.store.s3 import S3PlanStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalPlanStore:
+    return LocalPlanStore(tmp_path / "store")
+
+
+def test_publish_writes_versioned_key_checksum_and_pointer(store: LocalPlanStore) -> None:
+    plan = make_plan()
+    ref = publish(store, plan, approve(plan))
+    assert ref.key == f"plans/inv/{FP}/{plan.plan_id}.json" and ref.is_current
+    data = (store.root / ref.key).read_bytes()
+    import hashlib
+
+    assert hashlib.sha256(data).hexdigest() == ref.sha256
+    assert (store.root / (ref.key + ".sha256")).read_text().split()[0] == ref.sha256
+    pointer = json.loads((store.root / "plans/inv/current.json").read_text())
+    assert pointer["plan_id"] == plan.plan_id and pointer["sha256"] == ref.sha256
+    assert pointer["key"] == ref.key and pointer["fingerprint"] == FP and pointer["previous"] is None
+    assert get_current(store, "inv") == plan
+
+
+def test_current_moves_and_list_marks_it(store: LocalPlanStore) -> None:
+    p1, p2 = make_plan(overall=9.0), make_plan(overall=8.0)
+    publish(store, p1, approve(p1))
+    publish(store, p2, approve(p2))
+    assert get_current(store, "inv").plan_id == p2.plan_id
+    pointer = get_pointer(store, "inv")
+    assert pointer is not None and pointer.previous is not None and pointer.previous.plan_id == p1.plan_id
+    records = list_plans(store, "inv")
+    assert [r.plan_id for r in records] == [p1.plan_id, p2.plan_id]
+    assert [r.is_current for r in records] == [False, True]
+    assert records[1].overall_ms == 8.0 and records[1].basis == "measured" and records[1].status == "approved"
+    assert show(store, p1.plan_id) == p1
+
+
+def test_rollback_to_previous_and_to_given_plan(store: LocalPlanStore) -> None:
+    plans = [make_plan(overall=10.0 - i) for i in range(3)]
+    for p in plans:
+        publish(store, p, approve(p))
+    assert rollback(store, "inv").plan_id == plans[1].plan_id
+    assert get_current(store, "inv") == plans[1]
+    assert rollback(store, "inv").plan_id == plans[0].plan_id
+    with pytest.raises(StoreError, match="no previous version"):
+        rollback(store, "inv")
+    assert rollback(store, "inv", to_plan_id=plans[2].plan_id).action == "rollback"
+    assert get_current(store, "inv") == plans[2]
+    with pytest.raises(StoreError, match="already current"):
+        rollback(store, "inv", to_plan_id=plans[2].plan_id)
+    # nothing was deleted
+    assert len(list_plans(store, "inv")) == 3
+
+
+def test_rejected_plan_is_kept_with_reason_and_never_current(store: LocalPlanStore) -> None:
+    good = make_plan(overall=5.0)
+    publish(store, good, approve(good))
+    bad = make_plan(overall=20.0)
+    decision = evaluate_gate(bad, {"size_greedy": 10.0}, 0.0)
+    ref = publish_or_reject(store, bad, decision)
+    assert ref.status == "rejected" and not ref.is_current
+    assert ref.key == f"plans/inv/{FP}/rejected/{bad.plan_id}.json"
+    assert get_current(store, "inv") == good
+    rec = {r.plan_id: r for r in list_plans(store, "inv")}[bad.plan_id]
+    assert rec.status == "rejected" and "does not beat" in rec.reason and not rec.is_current
+    record = json.loads((store.root / ref.key.replace(".json", ".record.json")).read_text())
+    assert record["status"] == "rejected" and record["gate"]["approved"] is False
+    with pytest.raises(StoreError, match="rejected by the gate"):
+        rollback(store, "inv", to_plan_id=bad.plan_id)
+    with pytest.raises(PlanError, match="not approved"):
+        publish(store, bad, decision)
+    with pytest.raises(PlanError, match="approved"):
+        reject(store, good, approve(good))
+    assert show(store, bad.plan_id) == bad
+
+
+def test_corrupted_plan_is_detected_on_read(store: LocalPlanStore) -> None:
+    plan = make_plan()
+    ref = publish(store, plan, approve(plan))
+    path = store.root / ref.key
+    path.write_text(path.read_text().replace('"dreamshard"', '"evil"'))
+    for read in (lambda: get_current(store, "inv"), lambda: show(store, plan.plan_id)):
+        with pytest.raises(StoreError) as e:
+            read()
+        msg = str(e.value)
+        assert "checksum mismatch" in msg and ref.key in msg and "\n" not in msg
+
+
+def test_rollback_refuses_corrupt_previous_version(store: LocalPlanStore) -> None:
+    p1, p2 = make_plan(), make_plan()
+    r1 = publish(store, p1, approve(p1))
+    publish(store, p2, approve(p2))
+    (store.root / r1.key).write_text("{}")
+    with pytest.raises(StoreError, match="checksum mismatch"):
+        rollback(store, "inv")
+    assert get_current(store, "inv") == p2
+
+
+def test_errors_are_one_line(store: LocalPlanStore) -> None:
+    with pytest.raises(StoreError, match="no current plan for inventory 'inv'"):
+        get_current(store, "inv")
+    with pytest.raises(StoreError, match="no plan 'plan-x'"):
+        show(store, "plan-x")
+    with pytest.raises(StoreError, match="inventory name 'a b'"):
+        publish(store, make_plan(inventory="a b"), approve(make_plan()).model_copy(update={"plan_id": ""}))
+    (store.root / "plans/inv").mkdir(parents=True)
+    (store.root / "plans/inv/current.json").write_text("{not json")
+    with pytest.raises(StoreError, match="not a valid pointer"):
+        get_current(store, "inv")
+
+
+def test_republishing_same_plan_is_idempotent(store: LocalPlanStore) -> None:
+    plan = make_plan()
+    publish(store, plan, approve(plan))
+    publish(store, plan, approve(plan))
+    assert len(list_plans(store, "inv")) == 1
+
+
+def test_several_inventories_and_fingerprints(store: LocalPlanStore) -> None:
+    a, b = make_plan(inventory="a"), make_plan(inventory="b", fingerprint="cd" * 32)
+    publish(store, a, approve(a))
+    publish(store, b, approve(b))
+    assert {r.inventory for r in list_plans(store)} == {"a", "b"}
+    assert get_current(store, "b").inventory_fingerprint == "cd" * 32
+
+
+def test_open_store_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(open_store(str(tmp_path)), LocalPlanStore)
+    assert open_store(f"file://{tmp_path}/x").location == str(tmp_path / "x")  # type: ignore[attr-defined]
+    monkeypatch.setenv("DREAMSHARD_S3_ENDPOINT", "http://127.0.0.1:1")
+    s3 = open_store("s3://bucket/some/prefix")
+    assert isinstance(s3, S3PlanStore)
+    assert (s3.bucket, s3.prefix, s3.endpoint_url) == ("bucket", "some/prefix", "http://127.0.0.1:1")
+    assert open_store("s3://bucket", endpoint_url="http://h:2").endpoint_url == "http://h:2"  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match="credentials"):
+        open_store("s3://KEY:SECRET@bucket/p")
+    with pytest.raises(StoreError, match="unsupported"):
+        open_store("gs://bucket/p")
