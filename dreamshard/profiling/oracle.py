@@ -10,6 +10,7 @@ overall = max over devices of the totals. An empty device costs exactly 0 (no op
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 from dreamshard.errors import PlanError, ProfilingError
@@ -35,7 +36,9 @@ class Oracle:
         num_threads: int = 1,
         row_cap: int | None = None,
         comm_backend: str = "gloo",
+        comm_models: Mapping[int, CommModel] | None = None,
     ) -> None:
+        """``comm_models`` pins the comm model of given world sizes (no benchmark for those)."""
         if warmup < 0:
             raise ProfilingError(f"warmup must be >= 0, got {warmup}")
         if repeats < 1:
@@ -48,7 +51,7 @@ class Oracle:
         self.num_threads = num_threads
         self.row_cap = row_cap
         self.comm_backend = comm_backend
-        self._comm: dict[int, CommModel] = {}
+        self._comm: dict[int, CommModel] = dict(comm_models or {})
         self._batch_size = DEFAULT_BATCH_SIZE
 
     # ------------------------------------------------------------------------------------ descriptions
@@ -90,6 +93,10 @@ class Oracle:
             model = comm_mod.comm_model_for(n, self.comm_backend, refit=refit)
         self._comm[n] = model
         return model
+
+    def set_comm_model(self, world_size: int, model: CommModel) -> None:
+        """Pin the comm model used for ``world_size`` devices (e.g. one fitted elsewhere)."""
+        self._comm[world_size] = model
 
     # ------------------------------------------------------------------------------------ measuring
 
@@ -133,7 +140,8 @@ class Oracle:
         ordered = [t.name for t in inventory.tables if t.name in placement]
         per_device: list[DeviceCost] = []
         spreads: list[float] = []
-        with pinned_threads(self.num_threads):
+        threads = contextlib.nullcontext() if self.backend.is_simulated else pinned_threads(self.num_threads)
+        with threads:
             for d in range(n):
                 tables = [by_name[name] for name in ordered if int(placement[name]) == d]
                 if not tables:
