@@ -75,7 +75,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
 
         save_inventory_task(inventory, str(ws.inventory))
         if train:
-            make_tasks_task(inventory, cfg["tasks"], str(ws.tasks))
+            make_tasks_task(str(ws.inventory), str(ws.tasks), request.params_path)
             prof = profile_flow(ProfileRequest(workspace=ws, params_path=request.params_path, backend=request.backend))
             train_cost_flow(TrainRequest(workspace=ws, params_path=request.params_path))
             train_policy_flow(TrainRequest(workspace=ws, params_path=request.params_path))

@@ -58,22 +58,27 @@ def save_inventory_task(inventory: Inventory, path: str) -> str:
 
 
 @task(name="make-tasks", cache_policy=NO_CACHE)
-def make_tasks_task(pool: Inventory, tasks_config: Any, out_path: str) -> TaskSet:
-    """Split the pool into train / held-out tasks (dreamshard.learning.tasks.make_taskset) and save them."""
-    from dreamshard.io import dump_model
-    from dreamshard.learning.tasks import make_taskset
+def make_tasks_task(inventory_path: str, out_path: str, params_path: str) -> TaskSet:
+    """Split the pool into train / held-out tasks and save them (dreamshard.learning.stages.make_tasks_file,
+    behind `dreamshard tasks`)."""
+    from dreamshard.learning.stages import make_tasks_file
 
-    taskset = make_taskset(pool, tasks_config)
-    dump_model(taskset, out_path)
-    return taskset
+    return make_tasks_file(Path(inventory_path), Path(out_path), Path(params_path))
 
 
 # ---------------------------------------------------------------- profiling
 
 
-def profile_batch_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """Inventory fingerprint + batch (its task names) + settings + output file: a restarted run whose
-    batch already completed reuses that result instead of re-measuring."""
+def profile_batch_cache_key(context: Any, parameters: dict[str, Any]) -> str | None:
+    """Inventory fingerprint + batch (its task names) + settings + the output file's identity.
+
+    A restarted run whose batch already completed into the same JSONL reuses that result instead of even
+    opening the oracle. The file's inode is part of the key so a deleted or replaced file never hits a
+    stale entry; no file yet means no caching (the JSONL resume is the primary mechanism anyway).
+    """
+    out = Path(parameters["out_path"])
+    if not out.exists():
+        return None
     inv: Inventory = parameters["inventory"]
     taskset: TaskSet = parameters["tasks"]
     payload = "|".join(
@@ -82,7 +87,8 @@ def profile_batch_cache_key(context: Any, parameters: dict[str, Any]) -> str:
             ",".join(t.name for t in taskset.train),
             parameters["profile_config"].model_dump_json(),
             parameters["topology"].model_dump_json(),
-            str(Path(parameters["out_path"]).resolve()),
+            str(out.resolve()),
+            str(out.stat().st_ino),
         ]
     )
     return "profile-batch-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
