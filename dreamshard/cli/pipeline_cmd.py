@@ -125,6 +125,24 @@ def compare_cmd(
         atomic_write_text(plot_data_out, json.dumps(rows, indent=2) + "\n")
 
 
+@pipeline_app.command("cost-error")
+def cost_error_cmd(
+    metrics: Annotated[Path, typer.Option("--metrics", help="Cost-model metrics JSON from `dreamshard train-cost`.")],
+    out: Annotated[Path, typer.Option("--output", "-o", help="Rows {component, mape} for `dvc plots`.")],
+) -> None:
+    """DVC plot data: the cost model's held-out error per cost component, per device and overall."""
+    import json
+
+    from dreamshard.io import atomic_write_text, read_structured
+
+    m = read_structured(metrics) or {}
+    names = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
+    rows = [{"component": n, "mape": v} for n, v in zip(names, m.get("mape_device_components") or ())]
+    rows += [{"component": "device_total", "mape": m.get("mape_device_total")},
+             {"component": "overall", "mape": m.get("mape_overall")}]
+    atomic_write_text(out, json.dumps([r for r in rows if r["mape"] is not None], indent=2) + "\n")
+
+
 def push_cmd(
     inventory: Annotated[Path, typer.Argument(help="Inventory file (YAML or JSON).")],
     store: Annotated[str, typer.Option("--store", help="Plan store: directory or s3://bucket/prefix.")],
