@@ -21,6 +21,7 @@ from torch import nn
 from dreamshard.learning.estimator import CostEstimator
 from dreamshard.learning.features import NUM_FEATURES, tables_features
 from dreamshard.learning.mdp import EstimatedMDP
+from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Costs, Table, Topology
 
 NUM_POLICY_COSTS = 3
@@ -123,6 +124,7 @@ def episode_log_probs(policy: Policy, ep: Episode) -> tuple[torch.Tensor, torch.
     return taken, entropy
 
 
+@single_threaded
 def plan_with_policy(
     policy: Policy,
     estimator: CostEstimator,

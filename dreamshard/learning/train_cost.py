@@ -21,6 +21,7 @@ from dreamshard.learning.cost_model import NUM_DEVICE_COSTS, CostNet, CostNetSpe
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.metrics import mape, spearman
 from dreamshard.learning.progress import progress_bar
+from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Inventory, Measurement
 
 
@@ -147,6 +148,7 @@ def split_records(
     return singles + train, test
 
 
+@single_threaded
 def evaluate_cost_net(net: CostNet, pool: Inventory, records: Sequence[Measurement]) -> dict[str, object]:
     """MAPE (overall, device totals, each component) and Spearman of overall costs over `records`."""
     if not records:
@@ -178,6 +180,7 @@ def _clean(v: object) -> object:
     return v
 
 
+@single_threaded
 def train_cost_model(
     pool: Inventory,
     measurements: Sequence[Measurement],

@@ -22,6 +22,7 @@ from dreamshard.learning.estimator import CostEstimator
 from dreamshard.learning.mdp import EstimatedMDP
 from dreamshard.learning.policy import Episode, Policy, PolicySpec, episode_log_probs, mdp_clone, rollout
 from dreamshard.learning.progress import progress_bar
+from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Inventory, Task, Topology
 
 
@@ -75,6 +76,7 @@ def make_mdps(
     return out
 
 
+@single_threaded
 def train_policy(
     pool: Inventory,
     tasks: Sequence[Task],

@@ -1,0 +1,49 @@
+"""Table features: 21 numbers per table, fixed normalisation, independent of the task's other tables."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dreamshard.inventory.synth import synth_inventory
+from dreamshard.learning.features import DEFAULT_HISTOGRAM, NUM_FEATURES, table_features, tables_features
+from dreamshard.learning.metrics import mape, rankdata, spearman
+from dreamshard.types import Table
+
+
+def test_shape_and_finite_over_extreme_tables():
+    tables = [
+        Table(name="tiny", num_embeddings=1, embedding_dim=1, pooling_factor=0.0),
+        Table(name="huge", num_embeddings=2_000_000_000, embedding_dim=1024, pooling_factor=5000.0),
+    ]
+    f = tables_features(tables)
+    assert f.shape == (2, NUM_FEATURES) == (2, 21)
+    assert np.isfinite(f).all()
+    assert (f[1, :4] > f[0, :4]).all()  # monotone in dim, rows, pooling, size
+
+
+def test_missing_histogram_defaults_to_no_reuse():
+    t = Table(name="a", num_embeddings=100, embedding_dim=16, pooling_factor=2.0)
+    assert tuple(table_features(t)[4:]) == DEFAULT_HISTOGRAM
+    h = (0.5, 0.5) + (0.0,) * 15
+    t2 = t.model_copy(update={"access_histogram": h})
+    assert np.allclose(table_features(t2)[4:], h)
+
+
+def test_features_do_not_depend_on_task_composition():
+    pool = synth_inventory(40, seed=3)
+    target = pool.tables[7]
+    alone = tables_features([target])[0]
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        others = [pool.tables[i] for i in rng.choice(40, size=int(rng.integers(1, 39)), replace=False) if pool.tables[i] != target]
+        mixed = others + [target]
+        rng.shuffle(mixed)
+        row = tables_features(mixed)[mixed.index(target)]
+        assert np.array_equal(row, alone)
+
+
+def test_metrics_helpers():
+    assert rankdata(np.array([10.0, 30.0, 20.0, 20.0])).tolist() == [1.0, 4.0, 2.5, 2.5]
+    assert spearman(np.array([1, 2, 3, 4.0]), np.array([10, 20, 30, 40.0])) == 1.0
+    assert spearman(np.array([1, 2, 3, 4.0]), np.array([4, 3, 2, 1.0])) == -1.0
+    assert abs(mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) - 0.1) < 1e-12
