@@ -205,6 +205,10 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
     if world_size <= 1:
         return zero_model()
     procs = max(2, min(world_size, max_procs or MAX_PROCS))
+    if backend == "nccl":  # one rank per GPU
+        import torch
+
+        procs = max(2, min(procs, torch.cuda.device_count()))
     key = (backend, procs)
     if not refit and key in _MEMO:
         return _MEMO[key]

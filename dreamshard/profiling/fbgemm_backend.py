@@ -51,19 +51,34 @@ def _import_tbe() -> dict[str, Any] | None:
     }
 
 
+_CUDA_OK: bool | None = None
+
+
 def fbgemm_available(cuda: bool = False) -> bool:
-    """True if the TBE operator can run here (on CUDA: the CUDA build must be installed)."""
+    """True if the TBE operator can run here. On CUDA a tiny TBE is built and run once (the CPU-only wheel
+    imports fine but has no CUDA kernels), and the answer is cached."""
+    global _CUDA_OK
     mods = _import_tbe()
     if mods is None:
         return False
     if not cuda:
         return True
-    try:
-        import torch
+    if _CUDA_OK is None:
+        try:
+            import torch
 
-        return bool(torch.ops.fbgemm.split_embedding_codegen_lookup_sgd_function.has_kernel_for_dispatch_key("CUDA"))
-    except Exception:
-        return False
+            op = mods["TBE"](
+                [(8, 4, mods["EmbeddingLocation"].DEVICE, mods["ComputeDevice"].CUDA)],
+                optimizer=mods["OptimType"].EXACT_SGD,
+                device=torch.device("cuda"),
+            )
+            out = op(torch.tensor([1, 2], device="cuda"), torch.tensor([0, 1, 2], device="cuda"))
+            out.backward(torch.ones_like(out))
+            torch.cuda.synchronize()
+            _CUDA_OK = True
+        except Exception:
+            _CUDA_OK = False
+    return _CUDA_OK
 
 
 class _TBEOp(FusedOp):
