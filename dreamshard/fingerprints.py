@@ -78,3 +78,31 @@ def needs_publishing(state: PipelineState, inventory_fp: str, params_fp: str) ->
     """True when the last decided plan was not made for this inventory by this model."""
     p = state.published
     return p is None or p.inventory_fingerprint != inventory_fp or p.model_fingerprint != params_fp
+
+
+def retire_stale_measurements(path: str | Path, inventory_fp: str) -> int:
+    """Move records of other inventory fingerprints out of `path` into ``<stem>.<fp12>.jsonl`` next to it.
+
+    A changed inventory must not train on the old inventory's measurements, while a resumed run for the
+    same inventory keeps every record it already has. Returns how many records were moved.
+    """
+    from dreamshard.io import iter_measurements
+
+    p = Path(path)
+    if not p.exists():
+        return 0
+    keep: list[str] = []
+    stale: dict[str, list[str]] = {}
+    for m in iter_measurements(p):
+        line = m.model_dump_json()
+        if m.inventory_fingerprint == inventory_fp:
+            keep.append(line)
+        else:
+            stale.setdefault(m.inventory_fingerprint, []).append(line)
+    if not stale:
+        return 0
+    for fp, lines in stale.items():
+        with open(p.with_name(f"{p.stem}.{fp[:12]}{p.suffix}"), "a") as f:
+            f.write("".join(x + "\n" for x in lines))
+    atomic_write_text(p, "".join(x + "\n" for x in keep))
+    return sum(len(v) for v in stale.values())

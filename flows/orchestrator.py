@@ -26,7 +26,13 @@ from dreamshard.io import load_inventory
 from flows.profile_flow import profile_flow
 from flows.publish_flow import PublishOutcome, plan_and_publish_flow
 from flows.requests import OrchestratorRequest, ProfileRequest, PublishRequest, TrainRequest
-from flows.tasks import current_inventory_task, make_tasks_task, save_inventory_task, workspace_lock
+from flows.tasks import (
+    current_inventory_task,
+    make_tasks_task,
+    retire_stale_measurements_task,
+    save_inventory_task,
+    workspace_lock,
+)
 from flows.train_flows import load_configs, train_cost_flow, train_policy_flow
 
 #: params.yaml sections a trained model depends on (a change retrains).
@@ -76,6 +82,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
         save_inventory_task(inventory, str(ws.inventory))
         if train:
             make_tasks_task(str(ws.inventory), str(ws.tasks), request.params_path)
+            retire_stale_measurements_task(str(ws.measurements), fp)
             prof = profile_flow(ProfileRequest(workspace=ws, params_path=request.params_path, backend=request.backend))
             train_cost_flow(TrainRequest(workspace=ws, params_path=request.params_path))
             train_policy_flow(TrainRequest(workspace=ws, params_path=request.params_path))

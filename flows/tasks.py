@@ -69,6 +69,14 @@ def make_tasks_task(inventory_path: str, out_path: str, params_path: str) -> Tas
 # ---------------------------------------------------------------- profiling
 
 
+@task(name="retire-stale-measurements", cache_policy=NO_CACHE)
+def retire_stale_measurements_task(path: str, inventory_fingerprint: str) -> int:
+    """Set aside records measured for another inventory version (dreamshard.fingerprints)."""
+    from dreamshard.fingerprints import retire_stale_measurements
+
+    return retire_stale_measurements(path, inventory_fingerprint)
+
+
 def profile_batch_cache_key(context: Any, parameters: dict[str, Any]) -> str | None:
     """Inventory fingerprint + batch (its task names) + settings + the output file's identity.
 

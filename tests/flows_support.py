@@ -1,0 +1,62 @@
+"""Tiny params and inventories for the flow / orchestrator / DVC tests (simulator backend: fast, labelled)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dreamshard.inventory.synth import synth_inventory
+from dreamshard.io import save_inventory
+from dreamshard.types import Inventory
+
+TINY_PARAMS: dict[str, Any] = {
+    "inventory": {"name": "tiny", "num_tables": 14, "seed": 0, "dims": [4, 64]},
+    "tasks": {"seed": 0, "test_fraction": 0.3, "train_num_tasks": 2, "train_tables": [4, 6], "train_devices": 2,
+              "test_tables": [4], "test_devices": [2], "test_tasks_per_cell": 1},
+    "topology": {"device_type": "cpu", "memory_per_device_gb": 1.0, "batch_size": 256},
+    "profile": {"backend": "simulator", "num_placements": 4, "warmup": 0, "repeats": 1, "num_threads": 1, "seed": 0},
+    "train_cost": {"hidden": 16, "latent": 8, "head_hidden": 8, "lr": 0.005, "batch_size": 16, "steps": 30, "seed": 0},
+    "train_policy": {"lr": 0.005, "episodes": 10, "episodes_per_update": 5, "entropy_weight": 0.001, "seed": 0},
+    "train": {"iterations": 1, "placements_per_iteration": 2},
+    "plan": {"samples": 8, "num_devices": 2},
+    "evaluate": {"sharders": ["round_robin", "dreamshard"], "rounds": 1},
+    "publish": {"min_improvement": 0.0, "require_human": False, "store": "local", "store_uri": "store"},
+}
+
+
+def write_params(path: Path, **overrides: dict[str, Any]) -> Path:
+    data = {k: dict(v) for k, v in TINY_PARAMS.items()}
+    for section, values in overrides.items():
+        data[section] = {**data.get(section, {}), **values}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def tiny_inventory(path: Path, num_tables: int = 14, seed: int = 0) -> Inventory:
+    inv = synth_inventory(num_tables, seed, dims=(4, 64), name="tiny")
+    save_inventory(inv, path)
+    return inv
+
+
+def change_one_table(inv: Inventory, path: Path) -> Inventory:
+    """Same inventory with the first table's pooling factor changed (a new fingerprint)."""
+    t0 = inv.tables[0]
+    changed = inv.model_copy(update={"tables": (t0.model_copy(update={"pooling_factor": t0.pooling_factor + 3.0}),
+                                                *inv.tables[1:])})
+    changed = Inventory.model_validate(changed.model_dump())
+    save_inventory(changed, path)
+    return changed
+
+
+def jsonl_ids(path: Path) -> list[str]:
+    import json
+
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line)["measurement_id"])
+        except (ValueError, KeyError):
+            pass  # a truncated last line from a killed writer
+    return out
