@@ -19,6 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from dreamshard.learning.estimator import CostEstimator
 from dreamshard.learning.features import NUM_FEATURES, tables_features
 from dreamshard.types import Costs, DeviceCost, Table
 
@@ -136,14 +137,13 @@ class CostNet(nn.Module):
         return self.overall_scaled(pooled) * self.target_scale[-1]
 
 
-def predict_costs(estimator: object, tables: Sequence[Table], placement: dict[str, int], num_devices: int) -> Costs:
+def predict_costs(est: CostEstimator, tables: Sequence[Table], placement: dict[str, int], num_devices: int) -> Costs:
     """Per-device costs and overall cost (ms) of a full placement under a CostEstimator."""
-    est = estimator  # typed loosely to accept any CostEstimator
     with torch.no_grad():
-        states = est.encode(tables)  # type: ignore[attr-defined]
+        states = est.encode(tables)
         dev = torch.zeros(num_devices, states.shape[1], dtype=states.dtype)
         idx = torch.tensor([placement[t.name] for t in tables], dtype=torch.long)
         dev.index_add_(0, idx, states)
-        per = est.device_costs(dev).clamp_min(0.0)  # type: ignore[attr-defined]
-        overall = float(est.overall(dev).clamp_min(0.0))  # type: ignore[attr-defined]
+        per = est.device_costs(dev).clamp_min(0.0)
+        overall = float(est.overall(dev).clamp_min(0.0))
     return Costs.from_devices([DeviceCost.from_list(r.tolist()) for r in per], overall_ms=overall)

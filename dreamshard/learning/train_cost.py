@@ -33,7 +33,7 @@ class CostMetrics(BaseModel):
     n_test: int
     mape_overall: float | None = None
     mape_device_total: float | None = None
-    mape_device_components: tuple[float, ...] | None = None  # per cost component
+    mape_device_components: tuple[float | None, ...] | None = None  # per cost component (None: all zero)
     spearman_overall: float | None = None
     train_loss: float | None = None
 
@@ -176,7 +176,7 @@ def _clean(v: object) -> object:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, tuple):
-        return tuple(float("nan") if x is None else x for x in v)
+        return tuple(None if (x is None or not math.isfinite(x)) else x for x in v)
     return v
 
 
@@ -204,7 +204,8 @@ def train_cost_model(
     else:
         net = CostNet(spec)
     samples = _to_samples(pool, train_recs)
-    net.target_scale.copy_(_target_scale(samples))
+    if init is None:  # a warm-started net keeps the scale its outputs were trained in
+        net.target_scale.copy_(_target_scale(samples))
     feats = torch.from_numpy(tables_features(pool.tables))
     opt = torch.optim.Adam(net.parameters(), lr=config.lr * lr_factor)
     net.train()
