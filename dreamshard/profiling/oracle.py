@@ -17,7 +17,7 @@ from dreamshard.errors import PlanError, ProfilingError
 from dreamshard.memory import device_memory_bytes
 from dreamshard.profiling import comm as comm_mod
 from dreamshard.profiling.base import ComputeBackend, median, pinned_threads, relative_iqr
-from dreamshard.profiling.scaling import CPU_RULE, CUDA_RULE, ScalingRule
+from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.types import GB, BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Topology
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
@@ -241,4 +241,4 @@ def _with_cap(rule: ScalingRule, row_cap: int | None) -> ScalingRule:
     return replace(rule, row_cap=row_cap)
 
 
-__all__ = ["BACKENDS", "CUDA_RULE", "Oracle", "make_oracle"]
+__all__ = ["BACKENDS", "Oracle", "make_oracle"]

@@ -1,7 +1,8 @@
 """Profiling runs: single-table costs and random feasible placements, appended to a JSONL file, resumable.
 
 Every planned item has a deterministic ``measurement_id`` (kind, task, inventory fingerprint, topology,
-placement and backend name hashed), so a rerun with the same output file measures only what is missing.
+placement and backend name hashed; not warm-up/repeats/threads, so a rerun with other timing settings still
+resumes), so a rerun with the same output file measures only what is missing.
 A killed run leaves at most a truncated last line, which ``io.iter_measurements`` ignores and
 ``io.append_measurement`` repairs.
 
