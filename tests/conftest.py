@@ -78,3 +78,16 @@ def s3_env(seaweed: SeaweedS3, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 def s3_prefix() -> str:
     """A fresh key prefix so S3 tests sharing the session bucket never see each other's objects."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    """One temporary Prefect server (SQLite) for every flow test in the session; yields its API URL.
+
+    Added by the orchestration tests (flows/); shared because a server start costs ~20 s on 2 cores.
+    """
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield str(PREFECT_API_URL.value())
