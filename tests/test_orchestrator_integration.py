@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from flows_support import change_one_table, jsonl_ids, tiny_inventory, write_params
 
-from dreamshard.events import get_current_inventory, push_inventory
+from dreamshard.events import emit_inventory_changed, get_current_inventory, push_inventory
 from dreamshard.store import get_current, get_pointer, open_store
 
 pytestmark = pytest.mark.integration
@@ -49,6 +49,7 @@ def test_orchestrator_retrains_only_on_change(prefect_api: str, s3_env, s3_prefi
     ref = push_inventory(store, changed, store_uri)
     assert ref.changed and ref.key.endswith(f"{changed.fingerprint()}.yaml")
     assert get_current_inventory(store, "tiny")[1].fingerprint == changed.fingerprint()
+    assert emit_inventory_changed(ref) is not None  # what the deployment trigger listens for
     second = run()
     assert second.profiled and second.trained and second.measured > 0
     assert second.inventory_fingerprint == changed.fingerprint()
