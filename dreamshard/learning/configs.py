@@ -61,6 +61,7 @@ class CostTrainConfig(_Config):
     lr: Annotated[float, Field(gt=0)] = 5e-4
     batch_size: Annotated[int, Field(ge=1)] = 64
     steps: Annotated[int, Field(ge=0)] = 300
+    cosine_decay: bool = False  # cosine LR decay to 5% over the steps of one fit
     test_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2  # held-out share of placement records
     use_singles: bool = True  # train on single-table records too (one table on one device)
     seed: int = 0
@@ -72,6 +73,7 @@ class PolicyTrainConfig(_Config):
     hidden: Annotated[int, Field(ge=1)] = 128
     latent: Annotated[int, Field(ge=1)] = 32
     head_hidden: Annotated[int, Field(ge=1)] = 64
+    prior_weight: Annotated[float, Field(ge=0)] = 10.0  # initial cost-greedy prior weight (0 = none)
     lr: Annotated[float, Field(gt=0)] = 5e-4
     episodes: Annotated[int, Field(ge=0)] = 100
     episodes_per_update: Annotated[int, Field(ge=1)] = 10

@@ -6,6 +6,8 @@ with that table added] and scores it with a small MLP; the action distribution i
 LEGAL devices only. The same masking is used when acting and when computing log-probabilities in the
 REINFORCE update. Seeing the *after-placement* state lets the policy compare "what happens if the table
 goes here" across devices, which is what a cost-aware greedy does and what it can learn to improve on.
+The logit also carries a learnable cost-greedy prior (see Policy.__init__), so training starts from that
+greedy rule rather than from an arbitrary argmax.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class PolicySpec(BaseModel):
     hidden: int = 128
     latent: int = 32
     head_hidden: int = 64
+    prior_weight: float = 10.0  # initial weight of the cost-greedy prior (learnable)
 
 
 class Policy(nn.Module):
@@ -43,6 +46,13 @@ class Policy(nn.Module):
         self.table_mlp = nn.Sequential(nn.Linear(s.in_features, s.hidden), nn.ReLU(), nn.Linear(s.hidden, s.latent), nn.ReLU())
         self.cost_emb = nn.Sequential(nn.Linear(NUM_POLICY_COSTS, s.latent), nn.ReLU())
         self.head = nn.Sequential(nn.Linear(2 * s.latent, s.head_hidden), nn.ReLU(), nn.Linear(s.head_hidden, 1))
+        # Residual cost-greedy prior: logit = head(...) - w * (predicted total of the device with the table).
+        # With the head's last layer zeroed, an untrained policy is the greedy rule "put the table where
+        # the cost net predicts the cheapest resulting device" (LPT on fused, predicted costs), instead of
+        # an arbitrary argmax; REINFORCE learns the corrections (and w) from there.
+        nn.init.zeros_(self.head[-1].weight)
+        nn.init.zeros_(self.head[-1].bias)
+        self.prior_weight = nn.Parameter(torch.tensor(float(s.prior_weight)))
 
     def encode(self, tables: Sequence[Table]) -> torch.Tensor:
         return self.table_mlp(torch.from_numpy(tables_features(list(tables))))
@@ -50,7 +60,7 @@ class Policy(nn.Module):
     def logits(self, device_sums: torch.Tensor, cost_feats: torch.Tensor) -> torch.Tensor:
         """(..., D, latent), (..., D, 3) -> (..., D) unnormalised scores."""
         x = torch.cat([device_sums, self.cost_emb(cost_feats)], dim=-1)
-        return self.head(x).squeeze(-1)
+        return self.head(x).squeeze(-1) - self.prior_weight * cost_feats.sum(-1)
 
 
 def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

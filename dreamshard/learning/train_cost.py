@@ -33,6 +33,7 @@ class CostMetrics(BaseModel):
     n_test: int
     mape_overall: float | None = None
     mape_device_total: float | None = None
+    mape_overall_from_devices: float | None = None  # max over devices of predicted device totals vs overall
     mape_device_components: tuple[float | None, ...] | None = None  # per cost component (None: all zero)
     spearman_overall: float | None = None
     train_loss: float | None = None
@@ -164,7 +165,11 @@ def evaluate_cost_net(net: CostNet, pool: Inventory, records: Sequence[Measureme
         overall_ms = (overall_pred * net.target_scale[-1]).clamp_min(0).numpy()
     ne = nonempty.numpy()
     true_dev = b.dev_targets.numpy()
+    dev_place = b.device_placement.numpy()
+    from_devices = np.zeros(b.num_placements)
+    np.maximum.at(from_devices, dev_place, dev_ms.sum(1))
     return {
+        "mape_overall_from_devices": mape(from_devices, b.overall.numpy()),
         "mape_overall": mape(overall_ms, b.overall.numpy()),
         "mape_device_total": mape(dev_ms[ne].sum(1), true_dev[ne].sum(1)),
         "mape_device_components": tuple(mape(dev_ms[ne][:, k], true_dev[ne][:, k]) for k in range(NUM_DEVICE_COSTS)),
@@ -208,6 +213,7 @@ def train_cost_model(
         net.target_scale.copy_(_target_scale(samples))
     feats = torch.from_numpy(tables_features(pool.tables))
     opt = torch.optim.Adam(net.parameters(), lr=config.lr * lr_factor)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, config.steps), eta_min=0.05 * config.lr * lr_factor) if config.cosine_decay else None
     net.train()
     last = float("nan")
     with progress_bar("train cost net", config.steps, progress) as advance:
@@ -217,6 +223,8 @@ def train_cost_model(
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             last = loss.item()
             advance(1)
     net.eval()

@@ -92,7 +92,7 @@ def train_policy(
     if not tasks:
         raise ConfigError("no training tasks: run `dreamshard tasks` to make some")
     torch.manual_seed(config.seed)
-    spec = PolicySpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden)
+    spec = PolicySpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden, prior_weight=config.prior_weight)
     if init is not None:
         if init.spec != spec:
             raise ModelError(f"policy architecture {init.spec} differs from config {spec}; retrain from scratch")
