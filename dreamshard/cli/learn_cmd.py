@@ -105,7 +105,9 @@ def train(
             f"cost MAPE {_fmt(r.cost.mape_overall)}, est. cost {_fmt(r.policy_mean_cost_ms)} ms, "
             f"entropy {_fmt(r.policy_entropy)}", markup=False,
         )
-    if backend == "simulator":
+    from dreamshard.learning.model_store import has_model, load_card
+
+    if has_model(model_dir) and load_card(model_dir).backend == "simulator":
         console.print("[SIMULATED backend: analytic model, not a measurement]", markup=False)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import os
 import shutil
 import tempfile
@@ -196,7 +195,3 @@ def resolve_model_dir(explicit: Path | None = None) -> Path:
         if has_model(candidate):
             return Path(candidate)  # type: ignore[arg-type]
     raise ModelError("no dreamshard model: run `dreamshard train` or pass --model")
-
-
-def card_summary(card: ModelCard) -> str:
-    return json.dumps({"version": card.version, "backend": card.backend, "inventory": card.inventory_name})
