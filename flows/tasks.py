@@ -207,3 +207,29 @@ def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_n
             f"no inventory '{inventory_name}' in {store_uri}: push one with `dreamshard inventory push INV --store URI`"
         )
     return found[0]
+
+
+# ---------------------------------------------------------------- DVC (optional: reproduce the DVC pipeline from Prefect)
+
+
+def dvc_lock_path(repo: str | Path) -> Path:
+    return Path(repo) / ".dvc" / "tmp" / "dreamshard-flows.lock"
+
+
+@task(name="dvc-repro", cache_policy=NO_CACHE)
+def dvc_repro_task(repo: str, targets: list[str] | None = None) -> str:
+    """`dvc repro [targets]` in `repo`, never two at once in one workspace (file lock; DVC's own lock
+    would fail the second caller instead of waiting)."""
+    import subprocess
+    import sys
+
+    dvc = Path(sys.executable).with_name("dvc")
+    with workspace_lock(dvc_lock_path(repo)):
+        res = subprocess.run([str(dvc), "repro", *(targets or [])], cwd=repo, capture_output=True, text=True,
+                             env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    if res.returncode != 0:
+        from dreamshard.errors import DreamshardError
+
+        last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise DreamshardError(f"dvc repro failed in {repo}: {last}")
+    return res.stdout

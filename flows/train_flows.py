@@ -86,3 +86,11 @@ def train_policy_flow(request: TrainRequest) -> dict[str, Any]:
     metrics_artifact("policy-metrics", metrics, load_inventory(ws.inventory).name)
     get_run_logger().info("policy: %s", metrics)
     return metrics
+
+
+@flow(name="dvc-repro", log_prints=True)
+def dvc_repro_flow(repo: str = ".", targets: list[str] | None = None) -> str:
+    """Reproduce the DVC pipeline (or some stages) from Prefect, serialised per workspace."""
+    from flows.tasks import dvc_repro_task
+
+    return dvc_repro_task(repo, targets)
