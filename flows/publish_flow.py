@@ -40,7 +40,7 @@ def _human_review(decision: Any, timeout_s: int) -> Any:
     """Pause for a reviewer; a rejection (or a comment) is recorded in the decision's reason."""
     from prefect.flow_runs import pause_flow_run
 
-    answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s)
+    answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
     note = f"; reviewer: {answer.comment}" if answer.comment else ""
     if answer.approve:
         return decision.model_copy(update={"reason": decision.reason + f"; approved by a human{note}"})

@@ -155,11 +155,11 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
 
     decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
-                        lambda wait_for_input, timeout: ApprovalInput(approve=False, comment="too risky"))
+                        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="too risky"))
     rejected = _human_review(decision, 10)
     assert not rejected.approved and "rejected by a human reviewer; reviewer: too risky" in rejected.reason
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
-                        lambda wait_for_input, timeout: ApprovalInput(approve=True, comment="ok"))
+                        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, comment="ok"))
     assert _human_review(decision, 10).approved
 
 
