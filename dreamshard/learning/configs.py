@@ -90,6 +90,9 @@ class LoopConfig(_Config):
     iterations: Annotated[int, Field(ge=1)] = 3
     placements_per_iteration: Annotated[int, Field(ge=0)] = 10
     final_lr_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1  # linear LR decay from 1 to this
+    # device counts for the placements measured each iteration (drawn per placement); empty = the task's own.
+    # Mixing counts shows the cost net devices with more / fewer tables than training tasks give them.
+    measure_devices: tuple[Annotated[int, Field(ge=1)], ...] = ()
     seed: int = 0
     cost: CostTrainConfig = CostTrainConfig()
     policy: PolicyTrainConfig = PolicyTrainConfig()

@@ -94,14 +94,20 @@ def _placements_to_measure(
     seed: int,
     policy: Policy | None,
     cost_net: CostNet | None,
+    measure_devices: Sequence[int] = (),
 ) -> list[tuple[Task, dict[str, int]]]:
     rng = np.random.default_rng([seed, iteration])
     gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
     picks = rng.choice(len(tasks), size=n, replace=len(tasks) < n) if n else []
-    out = []
-    mdps = make_mdps(pool, [tasks[int(i)] for i in picks], cost_net, template) if policy is not None and cost_net is not None else None
-    for j, i in enumerate(picks):
+    chosen = []
+    for i in picks:
         task = tasks[int(i)]
+        if measure_devices:
+            task = task.model_copy(update={"num_devices": int(rng.choice(list(measure_devices)))})
+        chosen.append(task)
+    out = []
+    mdps = make_mdps(pool, chosen, cost_net, template) if policy is not None and cost_net is not None else None
+    for j, task in enumerate(chosen):
         topo = template.topology(task.num_devices)
         if mdps is None:
             placement = RandomSharder(seed=int(rng.integers(2**31))).place(pool.subset(list(task.tables)), topo)
@@ -184,7 +190,8 @@ def train(
         lr = config.lr_factor(it)
         new: list[Measurement] = []
         for task, placement in _placements_to_measure(
-            pool, tasks, template, config.placements_per_iteration, it, config.seed, policy, cost_net
+            pool, tasks, template, config.placements_per_iteration, it, config.seed, policy, cost_net,
+            config.measure_devices,
         ):
             inv = pool.subset(list(task.tables), name=task.name)
             m = oracle.measure(inv, placement, template.topology(task.num_devices), kind="placement", task=task.name)
