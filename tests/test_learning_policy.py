@@ -152,3 +152,11 @@ def test_plans_other_device_counts(trained):
         assert set(ep.placement) == {t.name for t in tables}
         assert len(ep.costs.per_device) == d
         assert len(set(ep.placement.values())) > 1
+
+
+def test_train_policy_rejects_tasks_with_unknown_tables():
+    from dreamshard.errors import ConfigError
+
+    pool = synth_inventory(5, seed=0)
+    with pytest.raises(ConfigError, match="'nope'"):
+        train_policy(pool, [Task(name="x", tables=("nope",), num_devices=2)], ToyCost(), PolicyTrainConfig(episodes=1), progress=False)
