@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/python -m dreamshard.run_main
+	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest

@@ -8,9 +8,10 @@ from prefect import flow, get_run_logger
 from prefect.input import RunInput
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.io import atomic_write_text, load_inventory
+from dreamshard.evaluation import Comparison, comparison_markdown, plot_comparison
+from dreamshard.io import atomic_write_text, load_inventory, save_plan
 from flows.artifacts import publish_plan_artifacts
-from flows.requests import PublishRequest
+from flows.requests import PublishRequest, Workspace
 from flows.tasks import compare_task, gate_task, plan_task, publish_task
 from flows.train_flows import load_configs
 
@@ -34,6 +35,15 @@ class PublishOutcome(BaseModel):
     overall_ms: float | None = None
     best_heuristic: str | None = None
     best_heuristic_ms: float | None = None
+
+
+def write_comparison_report(comparison: Comparison, ws: Workspace) -> None:
+    """comparison.json / .md / .png and every contender's plan under plans/ in the workspace."""
+    atomic_write_text(ws.comparison, comparison.model_dump_json(indent=2) + "\n")
+    atomic_write_text(ws.comparison.with_suffix(".md"), comparison_markdown(comparison) + "\n")
+    plot_comparison(comparison, ws.comparison.with_suffix(".png"))
+    for r in comparison.results:
+        save_plan(r.plan, ws.plans_dir / f"{r.sharder}.json")
 
 
 def _human_review(decision: Any, timeout_s: int) -> Any:
@@ -67,7 +77,7 @@ def plan_and_publish_flow(request: PublishRequest) -> PublishOutcome:
         inventory, topology, contenders, cfg["profile"], int(cfg["evaluate"].get("rounds", 3)), {},
         extra_plans=[plan],
     )
-    atomic_write_text(ws.comparison, comparison.model_dump_json(indent=2) + "\n")
+    write_comparison_report(comparison, ws)
     measured = next(r.plan for r in comparison.results if r.plan.plan_id == plan.plan_id)
     decision = gate_task(measured, comparison.baselines(), pub.min_improvement)
     require_human = pub.require_human if request.require_human is None else request.require_human

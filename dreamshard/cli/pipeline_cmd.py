@@ -55,11 +55,18 @@ def run_cmd(
                               inventory_path=str(inventory), store_uri=store, endpoint_url=endpoint_url,
                               backend=backend, force=force)
     summary = retrain_on_inventory_change(req)
+    comparison_file = req.workspace.comparison
+    if summary.published and comparison_file.exists():
+        from rich.console import Console
+
+        from dreamshard.evaluation import Comparison, comparison_table
+
+        Console().print(comparison_table(Comparison.model_validate_json(comparison_file.read_text())))
     typer.echo(summary.reason)
     if summary.outcome is not None:
         typer.echo(f"plan {summary.outcome.plan_id}: {'current' if summary.outcome.is_current else 'not current'} "
                    f"at {summary.outcome.store.rstrip('/')}/{summary.outcome.key}")
-    typer.echo(f"workspace: {workspace} (comparison.json, metrics/, pipeline-state.json)")
+    typer.echo(f"workspace: {workspace}/ (plans/, comparison.json|.md|.png, metrics/, models/, pipeline-state.json)")
     api = os.environ.get("PREFECT_API_URL")
     if api:
         typer.echo(f"Prefect UI: {api.removesuffix('/api')}/runs (flow 'retrain-on-inventory-change')")
