@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import InventoryError
+from dreamshard.errors import InfeasiblePlacementError, InventoryError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
 from dreamshard.profiling.oracle import Oracle
@@ -80,14 +80,21 @@ def item_key(kind: str, task: str, fingerprint: str, topology: Topology, placeme
 def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: int) -> list[dict[str, int]]:
     out: list[dict[str, int]] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
+    last_error: InfeasiblePlacementError | None = None
     for attempt in range(max(1, k) * _SEED_ATTEMPTS):
         if len(out) >= k:
             break
-        p = get_sharder("random", seed=seed * 1_000_003 + attempt).place(inventory, topology)
+        try:
+            p = get_sharder("random", seed=seed * 1_000_003 + attempt).place(inventory, topology)
+        except InfeasiblePlacementError as e:  # tight memory: this random order painted itself into a corner
+            last_error = e
+            continue
         sig = tuple(sorted(p.items()))
         if sig not in seen:
             seen.add(sig)
             out.append({t.name: int(p[t.name]) for t in inventory.tables})
+    if not out and last_error is not None:
+        raise last_error
     return out
 
 
