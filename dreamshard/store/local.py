@@ -6,11 +6,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from dreamshard.errors import StoreError
+from dreamshard.io import atomic_write_bytes
 from dreamshard.store.base import KeyNotFoundError, PlanStore, Version
 
 _LOCK_DIR = ".locks"
@@ -38,18 +38,7 @@ class LocalPlanStore(PlanStore):
     def put_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            atomic_write_bytes(path, data)
         except OSError as e:
             raise StoreError(f"cannot write {path}: {e.strerror}") from None
 

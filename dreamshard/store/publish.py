@@ -349,16 +349,20 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
         published_at=utcnow(),
     )
     update_pointer(store, plan.inventory_name, lambda old: _advance(plan.inventory_name, target, old, "publish"))
+    return _ref(store, plan, key, digest, approval)
+
+
+def _ref(store: PlanStore, plan: Plan, key: str, digest: str, decision: GateDecision) -> PublishedRef:
     return PublishedRef(
         plan_id=plan.plan_id,
         inventory=plan.inventory_name,
         fingerprint=plan.inventory_fingerprint,
         key=key,
         sha256=digest,
-        status="approved",
-        is_current=True,
+        status="approved" if decision.approved else "rejected",
+        is_current=decision.approved,
         store=store.location,
-        reason=approval.reason,
+        reason=decision.reason,
     )
 
 
@@ -369,17 +373,7 @@ def reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef
         raise PlanError(f"plan {plan.plan_id} was approved by the gate; publish it instead")
     store.check()
     key, digest = _upload_verified(store, plan, decision, "rejected")
-    return PublishedRef(
-        plan_id=plan.plan_id,
-        inventory=plan.inventory_name,
-        fingerprint=plan.inventory_fingerprint,
-        key=key,
-        sha256=digest,
-        status="rejected",
-        is_current=False,
-        store=store.location,
-        reason=decision.reason,
-    )
+    return _ref(store, plan, key, digest, decision)
 
 
 def publish_or_reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
