@@ -1,4 +1,4 @@
-"""Table features: 21 numbers per table, fixed normalisation, independent of the task's other tables."""
+"""Table features: 23 numbers per table (21 of the paper + 2 linear), fixed normalisation, independent of the task's other tables."""
 
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ def test_shape_and_finite_over_extreme_tables():
         Table(name="huge", num_embeddings=2_000_000_000, embedding_dim=1024, pooling_factor=5000.0),
     ]
     f = tables_features(tables)
-    assert f.shape == (2, NUM_FEATURES) == (2, 21)
+    assert f.shape == (2, NUM_FEATURES) == (2, 23)
     assert np.isfinite(f).all()
     assert (f[1, :4] > f[0, :4]).all()  # monotone in dim, rows, pooling, size
 
 
 def test_missing_histogram_defaults_to_no_reuse():
     t = Table(name="a", num_embeddings=100, embedding_dim=16, pooling_factor=2.0)
-    assert tuple(table_features(t)[4:]) == DEFAULT_HISTOGRAM
+    assert tuple(table_features(t)[4:21]) == DEFAULT_HISTOGRAM
+    assert np.allclose(table_features(t)[21:], (16 * 2.0 / 1000.0, 16 / 100.0))  # linear lookups, width
     h = (0.5, 0.5) + (0.0,) * 15
     t2 = t.model_copy(update={"access_histogram": h})
-    assert np.allclose(table_features(t2)[4:], h)
+    assert np.allclose(table_features(t2)[4:21], h)
 
 
 def test_features_do_not_depend_on_task_composition():

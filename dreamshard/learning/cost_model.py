@@ -5,7 +5,8 @@ latents (empty device = zeros); four per-device heads (latent -> head_hidden -> 
 compute, forward communication, backward communication and backward compute; an overall head predicts
 the placement cost from the element-wise MAX of the device representations. Outputs are in units of a
 stored per-target scale (set from the training data), so the loss is a plain sum of MSEs and the
-predictions come back in milliseconds. Works for any number of tables and devices.
+predictions come back in milliseconds. For planning, the overall cost defaults to the max of the
+predicted device totals (spec.overall_from_devices); the overall head is still trained and evaluated. Works for any number of tables and devices.
 
 As a CostEstimator the state of a table is [latent || 1]: the extra count channel lets an empty device
 be recognised exactly (its costs are 0, not the heads' bias).
@@ -35,6 +36,11 @@ class CostNetSpec(BaseModel):
     hidden: int = 128
     latent: int = 32
     head_hidden: int = 64
+    # Planning's overall cost: True = max over devices of the predicted device totals (what a measured
+    # overall cost is by definition, and on held-out tasks it extrapolates better than the head);
+    # False = the overall head on the element-wise max of the device representations (the paper's).
+    # The overall head is trained either way and its error reported.
+    overall_from_devices: bool = True
 
 
 def _mlp(i: int, h: int, o: int, final_relu: bool) -> nn.Sequential:
@@ -133,6 +139,8 @@ class CostNet(nn.Module):
         return self.heads_scaled(states[..., :-1]) * nonempty * self.target_scale[:NUM_DEVICE_COSTS]
 
     def overall(self, states: torch.Tensor) -> torch.Tensor:
+        if self.spec.overall_from_devices:
+            return self.device_costs(states).sum(-1).amax(dim=-1).clamp_min(0.0)
         pooled = states[..., :-1].amax(dim=-2).clamp_min(0.0)
         return self.overall_scaled(pooled) * self.target_scale[-1]
 

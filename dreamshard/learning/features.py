@@ -1,4 +1,13 @@
-"""The 21 table features of DreamShard: dim, rows, pooling factor, size (rows x dim), 17 reuse bins.
+"""The table features: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins)
+plus 2 LINEAR-scale ones (lookup volume dim x pooling / 1000, output width dim / 100).
+
+Why the two linear features: a device's representation is the SUM of its tables' latents, and fused
+costs on a device grow roughly with the summed lookup volume (compute) and summed output width (the
+all-to-all bytes). With only log-scaled inputs the table MLP has to learn exp() to make such sums, which
+it does poorly from a few dozen profiled tables, and the cost heads then extrapolate badly to devices
+holding more tables than training showed. A non-negative linear feature passes a ReLU layer unchanged,
+so these sums are available exactly (measured: held-out device-cost error drops, see
+bench/results/learning.md).
 
 Normalisation is FIXED (log1p, then a constant affine map), not a z-score over the tables of a task:
 a trained model must plan inventories it never saw, and a per-task z-score makes one table's features
@@ -20,11 +29,12 @@ import numpy as np
 from dreamshard.types import NUM_REUSE_BINS, Table
 
 #: Bump when the feature definition or scaling changes: models trained on another spec are rejected.
-FEATURE_SPEC_VERSION = "1"
-NUM_FEATURES = 4 + NUM_REUSE_BINS
+FEATURE_SPEC_VERSION = "2"
+NUM_LINEAR_FEATURES = 2
+NUM_FEATURES = 4 + NUM_REUSE_BINS + NUM_LINEAR_FEATURES
 FEATURE_NAMES: tuple[str, ...] = ("dim", "rows", "pooling_factor", "size") + tuple(
     f"reuse_bin_{i}" for i in range(NUM_REUSE_BINS)
-)
+) + ("lookups_linear", "dim_linear")
 
 # (center, scale) applied after log1p. Chosen to map typical recommender ranges to about [-1, 1]:
 # dim 4..1024, rows 10..1e9, pooling 0..1000, size 1e2..1e11. Values outside stay finite and monotone.
@@ -39,7 +49,8 @@ DEFAULT_HISTOGRAM: tuple[float, ...] = (1.0,) + (0.0,) * (NUM_REUSE_BINS - 1)
 
 
 def table_features(table: Table) -> np.ndarray:
-    """The 21 normalised features of one table (float32)."""
+    """The NUM_FEATURES normalised features of one table (float32): [0:4] log-affine dim, rows, pooling,
+    size; [4:21] reuse histogram; [21:23] linear lookup volume and output width."""
     raw = (
         float(table.embedding_dim),
         float(table.num_embeddings),
@@ -50,7 +61,9 @@ def table_features(table: Table) -> np.ndarray:
     for i, (x, (c, s)) in enumerate(zip(raw, _LOG_AFFINE, strict=True)):
         out[i] = (math.log1p(x) - c) / s
     hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
-    out[4:] = np.asarray(hist, dtype=np.float32)
+    out[4 : 4 + NUM_REUSE_BINS] = np.asarray(hist, dtype=np.float32)
+    out[4 + NUM_REUSE_BINS] = float(table.embedding_dim) * float(table.pooling_factor) / 1000.0
+    out[5 + NUM_REUSE_BINS] = float(table.embedding_dim) / 100.0
     return out
 
 

@@ -11,16 +11,24 @@ from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.types import Inventory, Plan, Topology
 
 
+#: rounds of local search applied to every plan (each round scores all moves / swaps off the bottleneck)
+DEFAULT_REFINE_ROUNDS = 64
+
+
 class DreamShardSharder(Sharder):
     """Places tables with a trained DreamShard model (greedy argmax, or best of `samples` sampled plans
-    plus the greedy one under the cost net). The model is loaded on first use."""
+    plus the greedy one under the cost net), then refined by at most `refine_rounds` rounds of bounded
+    local search on the predicted bottleneck device (0 = off). The model is loaded on first use."""
 
     name = "dreamshard"
 
-    def __init__(self, model_dir: Path | None = None, samples: int = 0, seed: int = 0, **_ignored: Any) -> None:
+    def __init__(self, model_dir: Path | None = None, samples: int = 0, seed: int = 0,
+        refine_rounds: int = DEFAULT_REFINE_ROUNDS, **_ignored: Any,
+    ) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.samples = int(samples)
         self.seed = int(seed)
+        self.refine_rounds = int(refine_rounds)
         self._model: LoadedModel | None = None
 
     @property
@@ -32,7 +40,9 @@ class DreamShardSharder(Sharder):
     def _episode(self, inventory: Inventory, topology: Topology) -> Episode:
         m = self.model
         assert m.policy is not None
-        return plan_with_policy(m.policy, m.cost_net, inventory.tables, topology, samples=self.samples, seed=self.seed)
+        return plan_with_policy(m.policy, m.cost_net, inventory.tables, topology, samples=self.samples, seed=self.seed,
+            refine_rounds=self.refine_rounds,
+        )
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         return self._episode(inventory, topology).placement
