@@ -48,12 +48,19 @@ def run_cmd(
         cfg = _params(params).get("inventory") or {}
         inventory = workspace / "source-inventory.yaml"
         save_inventory(_synth_from(cfg, synth_inventory), inventory)
+    from dreamshard.io import load_inventory
+    from dreamshard.store import open_store
     from flows.orchestrator import retrain_on_inventory_change
     from flows.requests import OrchestratorRequest, Workspace
+    from flows.train_flows import load_configs
 
     req = OrchestratorRequest(workspace=Workspace(root=str(workspace)), params_path=str(params),
                               inventory_path=str(inventory), store_uri=store, endpoint_url=endpoint_url,
                               backend=backend, force=force)
+    # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
+    load_inventory(inventory)
+    cfg = load_configs(req)
+    open_store(store or cfg["publish"].store_uri, endpoint_url=endpoint_url).check()
     summary = retrain_on_inventory_change(req)
     comparison_file = req.workspace.comparison
     if summary.published and comparison_file.exists():
