@@ -1,0 +1,41 @@
+"""`dreamshard pipeline run` rejects bad input in one line before Prefect starts or anything is written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dreamshard.cli.app", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_bad_inventory_fails_before_the_flow(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntables:\n  - {name: x, num_embeddings: 10, embedding_dim: -1, pooling_factor: 1}\n")
+    ws = tmp_path / "ws"
+    res = _run("pipeline", "run", "--inventory", str(bad), "--workspace", str(ws),
+               "--params", str(ROOT / "params.yaml"), "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "table 'x'" in lines[0] and "embedding_dim" in lines[0]
+    assert "Traceback" not in res.stderr + res.stdout
+    assert not (ws / "inventory.yaml").exists()
+
+
+def test_unreachable_store_fails_before_the_flow(tmp_path: Path, monkeypatch) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("name: ok\ntables:\n  - {name: a, num_embeddings: 100, embedding_dim: 8, pooling_factor: 1}\n")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    res = _run("pipeline", "run", "--inventory", str(inv), "--workspace", str(tmp_path / "ws"),
+               "--params", str(ROOT / "params.yaml"), "--store", "s3://bucket/x",
+               "--endpoint-url", "http://127.0.0.1:9", cwd=tmp_path)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "cannot reach S3 endpoint" in res.stderr
