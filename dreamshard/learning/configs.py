@@ -64,6 +64,10 @@ class CostTrainConfig(_Config):
     cosine_decay: bool = False  # cosine LR decay to 5% over the steps of one fit
     test_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2  # held-out share of placement records
     use_singles: bool = True  # train on single-table records too (one table on one device)
+    # weight of a relative-error term (squared log ratio of each device's predicted vs measured component
+    # costs) added to the MSE: MSE alone is dominated by the big devices, so a device holding one or two
+    # tables (the small tasks) gets large relative errors. 0 = MSE only.
+    relative_loss_weight: Annotated[float, Field(ge=0)] = 0.0
     seed: int = 0
 
 

@@ -119,7 +119,7 @@ def _target_scale(samples: Sequence[_Sample]) -> torch.Tensor:
     return torch.tensor([*(max(s, 1e-6 * o) for s in scales), o], dtype=torch.float32)
 
 
-def _loss(net: CostNet, batch: _Batch) -> torch.Tensor:
+def _loss(net: CostNet, batch: _Batch, relative_weight: float = 0.0) -> torch.Tensor:
     dev_pred, overall_pred, nonempty = net.forward_flat(
         batch.feats, batch.table_device, batch.num_devices_total, batch.device_placement, batch.num_placements
     )
@@ -127,6 +127,12 @@ def _loss(net: CostNet, batch: _Batch) -> torch.Tensor:
     dev_t = batch.dev_targets / scale[:NUM_DEVICE_COSTS]
     if nonempty.any():
         dev_loss = ((dev_pred[nonempty] - dev_t[nonempty]) ** 2).mean(dim=0).sum()
+        if relative_weight > 0:
+            # squared log ratio, with a floor of 1% of the target scale so ~0 targets (no comm) stay tame
+            p, t = dev_pred[nonempty], dev_t[nonempty]
+            floor = 0.01
+            rel = (torch.log(p.clamp_min(0) + floor) - torch.log(t + floor)) ** 2
+            dev_loss = dev_loss + relative_weight * rel.mean(dim=0).sum()
     else:
         dev_loss = dev_pred.sum() * 0.0
     overall_loss = ((overall_pred - batch.overall / scale[-1]) ** 2).mean()
@@ -219,7 +225,7 @@ def train_cost_model(
     with progress_bar("train cost net", config.steps, progress) as advance:
         for _ in range(config.steps):
             pick = rng.integers(0, len(samples), size=min(config.batch_size, len(samples)))
-            loss = _loss(net, _collate(feats, [samples[i] for i in pick]))
+            loss = _loss(net, _collate(feats, [samples[i] for i in pick]), config.relative_loss_weight)
             opt.zero_grad()
             loss.backward()
             opt.step()
