@@ -1,6 +1,7 @@
 """The publish gate: a plan is approved only if it fits memory and beats the best baseline by a margin.
 
-Costs are the plan's measured overall cost when it has one, else its predicted one (the `basis`).
+Costs are the plan's measured overall cost when it has one, else its predicted one (the `basis`; a cost
+from the analytic simulator backend is labelled `simulated`, never `measured`).
 The margin is a fraction: approved iff plan_cost <= best_baseline * (1 - min_improvement); with a
 margin of 0.0 a tie passes.
 """
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dreamshard.errors import ConfigError
 from dreamshard.types import Plan, utcnow
 
-Basis = Literal["measured", "predicted"]
+Basis = Literal["measured", "simulated", "predicted"]
 
 
 class GateDecision(BaseModel):
@@ -40,10 +41,11 @@ class GateDecision(BaseModel):
 class PublishConfig(BaseModel):
     """The `publish` section of params.yaml."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     min_improvement: float = Field(default=0.0, ge=0.0, lt=1.0)
     require_human: bool = False
+    approval_timeout_s: int = Field(default=3600, ge=1)
     store: Literal["local", "s3"] = "local"
     store_uri: str = "runs/plan-store"
 
@@ -54,6 +56,14 @@ def _memory_overflow(plan: Plan) -> str | None:
         if used > cap + 1e-12:
             return f"device {d} holds {used:.3f} GB, over its {cap:g} GB memory limit"
     return None
+
+
+def _costs_and_basis(plan: Plan) -> tuple[Any, Basis]:
+    """Measured costs if any (labelled 'simulated' when an analytic simulator produced them), else predicted."""
+    if plan.measured is not None:
+        simulated = plan.measured_by is not None and plan.measured_by.is_simulated
+        return plan.measured, "simulated" if simulated else "measured"
+    return plan.predicted, "predicted"
 
 
 def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: float) -> GateDecision:
@@ -68,7 +78,7 @@ def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: f
         if not math.isfinite(v) or v <= 0:
             raise ConfigError(f"baseline '{name}' has cost {v} ms; baseline costs must be positive numbers")
 
-    costs, basis = (plan.measured, "measured") if plan.measured is not None else (plan.predicted, "predicted")
+    costs, basis = _costs_and_basis(plan)
     common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement}
     if costs is not None:
         common.update(plan_cost_ms=costs.overall_ms, basis=basis)

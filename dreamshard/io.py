@@ -19,6 +19,15 @@ from dreamshard.types import Inventory, Measurement, Plan
 M = TypeVar("M", bound=BaseModel)
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def describe_validation_error(err: ValidationError, data: Any = None) -> str:
     """First error of a pydantic ValidationError as 'tables[3] (table 'foo').embedding_dim: message'."""
     first = err.errors()[0]
@@ -54,6 +63,8 @@ def read_structured(path: str | Path) -> Any:
         text = p.read_text()
     except OSError as e:
         raise InputFileError(f"cannot read {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputFileError(f"{p}: not a UTF-8 text file") from None
     try:
         if p.suffix.lower() == ".json":
             return json.loads(text)
@@ -71,13 +82,19 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write bytes to path via a temp file in the same directory + fsync + rename."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    if p.is_dir():
+        raise InputFileError(f"cannot write {p}: it is a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as e:
+        raise InputFileError(f"cannot write {p}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, p)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -28,7 +28,7 @@ DType = Literal["fp32", "fp16"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 class Table(_Strict):
@@ -200,6 +200,7 @@ class Plan(_Strict):
     memory_per_device_gb: tuple[float, ...]
     predicted: Costs | None = None
     measured: Costs | None = None
+    measured_by: BackendInfo | None = None  # which backend produced `measured` (a simulator is labelled so)
     model_version: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
@@ -312,3 +313,6 @@ class TaskSet(_Strict):
     test_tables: tuple[str, ...]
     train: tuple[Task, ...]
     test: tuple[Task, ...]
+
+
+Plan.model_rebuild()

@@ -60,7 +60,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
     Path(ws.root).mkdir(parents=True, exist_ok=True)
     with workspace_lock(ws.lock):
         cfg = load_configs(request)
-        store_uri = request.store_uri or cfg["publish"].store_uri
+        store_uri = request.store_uri or cfg.publish.store_uri
         if request.inventory_path:
             inventory = load_inventory(request.inventory_path)
         else:

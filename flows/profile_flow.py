@@ -46,16 +46,16 @@ def profile_flow(request: ProfileRequest) -> ProfileOutcome:
     cfg = load_configs(request)
     inventory = load_inventory(ws.inventory)
     taskset = TaskSet.model_validate_json(ws.tasks.read_text())
-    topology = cfg["topology"].topology(cfg["tasks"].train_devices)
+    topology = cfg.topology.topology(cfg.tasks.train_devices)
     summaries: list[dict[str, Any]] = []
     for batch in batches_of(taskset, request.tasks_per_batch):
-        summaries.append(profile_batch_task(inventory, batch, topology, cfg["profile"], str(ws.measurements)))
+        summaries.append(profile_batch_task(inventory, batch, topology, cfg.profile, str(ws.measurements)))
     outcome = ProfileOutcome(
         out_path=str(ws.measurements),
         batches=len(summaries),
         measured=sum(s["measured"] for s in summaries),
         skipped=sum(s["skipped"] for s in summaries),
-        backend=cfg["profile"].backend,
+        backend=cfg.profile.backend,
     )
     profile_artifact(summaries, inventory.name)
     log.info("profiled %s: %d new records, %d resumed", inventory.name, outcome.measured, outcome.skipped)

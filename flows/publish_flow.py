@@ -8,8 +8,8 @@ from prefect import flow, get_run_logger
 from prefect.input import RunInput
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.evaluation import Comparison, comparison_markdown, plot_comparison
-from dreamshard.io import atomic_write_text, load_inventory, save_plan
+from dreamshard.evaluation import Comparison, write_comparison_outputs
+from dreamshard.io import load_inventory
 from flows.artifacts import publish_plan_artifacts
 from flows.requests import PublishRequest, Workspace
 from flows.tasks import compare_task, gate_task, plan_task, publish_task
@@ -39,11 +39,8 @@ class PublishOutcome(BaseModel):
 
 def write_comparison_report(comparison: Comparison, ws: Workspace) -> None:
     """comparison.json / .md / .png and every contender's plan under plans/ in the workspace."""
-    atomic_write_text(ws.comparison, comparison.model_dump_json(indent=2) + "\n")
-    atomic_write_text(ws.comparison.with_suffix(".md"), comparison_markdown(comparison) + "\n")
-    plot_comparison(comparison, ws.comparison.with_suffix(".png"))
-    for r in comparison.results:
-        save_plan(r.plan, ws.plans_dir / f"{r.sharder}.json")
+    write_comparison_outputs(comparison, json_path=ws.comparison, markdown_path=ws.comparison.with_suffix(".md"),
+                             plot_path=ws.comparison.with_suffix(".png"), plans_dir=ws.plans_dir)
 
 
 def _human_review(decision: Any, timeout_s: int) -> Any:
@@ -63,18 +60,18 @@ def plan_and_publish_flow(request: PublishRequest) -> PublishOutcome:
     log = get_run_logger()
     ws = request.workspace
     cfg = load_configs(request)
-    pub = cfg["publish"]
+    pub = cfg.publish
     store_uri = request.store_uri or pub.store_uri
     inventory = load_inventory(ws.inventory)
-    topology = cfg["topology"].topology(cfg["plan"]["num_devices"])
-    options = {"model_dir": str(ws.model_dir), "seed": cfg["profile"].seed}
-    if cfg["plan"].get("samples"):
-        options["samples"] = int(cfg["plan"]["samples"])
+    topology = cfg.topology.topology(cfg.plan_devices)
+    options: dict[str, Any] = {"model_dir": str(ws.model_dir), "seed": cfg.profile.seed}
+    if cfg.plan.samples:
+        options["samples"] = cfg.plan.samples
 
     plan = plan_task(inventory, topology, "dreamshard", options)
-    contenders = [s for s in cfg["evaluate"]["sharders"] if s != "dreamshard"]
+    contenders = [s for s in cfg.evaluate.sharders if s != "dreamshard"]
     comparison = compare_task(
-        inventory, topology, contenders, cfg["profile"], int(cfg["evaluate"].get("rounds", 3)), {},
+        inventory, topology, contenders, cfg.profile, cfg.evaluate.rounds, {},
         extra_plans=[plan],
     )
     write_comparison_report(comparison, ws)
@@ -82,7 +79,7 @@ def plan_and_publish_flow(request: PublishRequest) -> PublishOutcome:
     decision = gate_task(measured, comparison.baselines(), pub.min_improvement)
     require_human = pub.require_human if request.require_human is None else request.require_human
     if decision.approved and require_human:
-        decision = _human_review(decision, timeout_s=int(cfg["publish_extra"].get("approval_timeout_s", 3600)))
+        decision = _human_review(decision, timeout_s=pub.approval_timeout_s)
     ref = publish_task(store_uri, request.endpoint_url, measured, decision)
     publish_plan_artifacts(measured, comparison, decision, ref, store_uri)
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", measured.plan_id, decision.reason)

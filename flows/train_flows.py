@@ -9,37 +9,14 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from dreamshard.io import load_inventory
+from dreamshard.pipeline_config import PipelineConfig, load_pipeline_config
 from flows.artifacts import metrics_artifact
 from flows.requests import StageRequest, TrainRequest
 
 
-def load_configs(request: StageRequest) -> dict[str, Any]:
-    """Typed sections of request.params_path (validated: a bad key fails here, naming the section)."""
-    from dreamshard.config import load_section
-    from dreamshard.gate import PublishConfig
-    from dreamshard.learning import CostTrainConfig, PolicyTrainConfig, TasksConfig, TopologyConfig
-    from dreamshard.profiling import ProfileConfig
-
-    path = request.params_path
-    raw = request.params()
-    profile = load_section(path, "profile", ProfileConfig)
-    backend = getattr(request, "backend", None)
-    if backend:
-        profile = profile.model_copy(update={"backend": backend})
-    tasks = load_section(path, "tasks", TasksConfig)
-    plan = dict(raw.get("plan") or {})
-    plan.setdefault("num_devices", tasks.train_devices)
-    return {
-        "tasks": tasks,
-        "topology": load_section(path, "topology", TopologyConfig),
-        "profile": profile,
-        "train_cost": load_section(path, "train_cost", CostTrainConfig),
-        "train_policy": load_section(path, "train_policy", PolicyTrainConfig),
-        "plan": plan,
-        "evaluate": dict(raw.get("evaluate") or {}),
-        "publish": load_section(path, "publish", PublishConfig),
-        "publish_extra": dict(raw.get("publish") or {}),
-    }
+def load_configs(request: StageRequest) -> PipelineConfig:
+    """Typed, validated params.yaml of a request (a bad key fails here, naming the section)."""
+    return load_pipeline_config(request.params_path, backend=getattr(request, "backend", None))
 
 
 @task(name="train-cost-model", cache_policy=NO_CACHE)

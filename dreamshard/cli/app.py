@@ -36,8 +36,16 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+#: Telemetry off everywhere (these machines are offline; users opt in explicitly by setting them).
+TELEMETRY_OFF = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1"}
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; typed errors become one line on stderr and exit code 2."""
+    import os
+
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
     try:
         rc = app(args=argv, standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:

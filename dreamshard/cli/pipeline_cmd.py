@@ -14,16 +14,6 @@ pipeline_app = typer.Typer(help="Run the whole pipeline (Prefect orchestrator) a
 ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml with one section per stage.")]
 
 
-def _params(path: Path) -> dict[str, Any]:
-    from dreamshard.errors import ConfigError
-    from dreamshard.io import read_structured
-
-    data = read_structured(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections at top level")
-    return data
-
-
 @pipeline_app.command("run")
 def run_cmd(
     inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: synthesise from params.inventory).")] = None,
@@ -37,30 +27,26 @@ def run_cmd(
     """Run the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set)."""
     import os
 
-    from dreamshard.io import save_inventory
+    from dreamshard.io import load_inventory, save_inventory
+    from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.store import open_store
+
+    # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
+    cfg = load_pipeline_config(params, backend=backend)
+    inv = load_inventory(inventory) if inventory is not None else cfg.inventory.synthesize()
+    open_store(store or cfg.publish.store_uri, endpoint_url=endpoint_url).check()
+    if inventory is None:
+        inventory = workspace / "source-inventory.yaml"
+        save_inventory(inv, inventory)
 
     # The ephemeral API server needs more than Prefect's default 20 s on a busy 2-core machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
-    if inventory is None:
-        from dreamshard.inventory.synth import synth_inventory
-
-        cfg = _params(params).get("inventory") or {}
-        inventory = workspace / "source-inventory.yaml"
-        save_inventory(_synth_from(cfg, synth_inventory), inventory)
-    from dreamshard.io import load_inventory
-    from dreamshard.store import open_store
     from flows.orchestrator import retrain_on_inventory_change
     from flows.requests import OrchestratorRequest, Workspace
-    from flows.train_flows import load_configs
 
     req = OrchestratorRequest(workspace=Workspace(root=str(workspace)), params_path=str(params),
                               inventory_path=str(inventory), store_uri=store, endpoint_url=endpoint_url,
                               backend=backend, force=force)
-    # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
-    load_inventory(inventory)
-    cfg = load_configs(req)
-    open_store(store or cfg["publish"].store_uri, endpoint_url=endpoint_url).check()
     summary = retrain_on_inventory_change(req)
     comparison_file = req.workspace.comparison
     if summary.published and comparison_file.exists():
@@ -82,21 +68,16 @@ def run_cmd(
                    "export PREFECT_API_URL=http://127.0.0.1:4200/api")
 
 
-def _synth_from(cfg: dict[str, Any], synth: Any) -> Any:
-    return synth(int(cfg.get("num_tables", 120)), int(cfg.get("seed", 0)),
-                 dims=tuple(int(d) for d in cfg.get("dims", (16, 32, 64, 128))), name=cfg.get("name"))
-
-
 @pipeline_app.command("synth")
 def synth_cmd(
     out: Annotated[Path, typer.Option("--output", "-o", help="Inventory file to write.")],
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """DVC stage `inventory`: the synthetic pool from params.inventory (name, num_tables, seed, dims)."""
-    from dreamshard.inventory.synth import synth_inventory
     from dreamshard.io import save_inventory
+    from dreamshard.pipeline_config import load_pipeline_config
 
-    inv = _synth_from(_params(params).get("inventory") or {}, synth_inventory)
+    inv = load_pipeline_config(params).inventory.synthesize()
     save_inventory(inv, out)
     typer.echo(f"wrote {out}: {inv.num_tables} tables, fingerprint {inv.fingerprint()}")
 
@@ -112,31 +93,30 @@ def compare_cmd(
     plot_data_out: Annotated[Optional[Path], typer.Option("--plot-data-out", help="Rows {sharder, overall_ms} (DVC plots).")] = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
-    """DVC stage `evaluate`: `dreamshard compare` with sharders, rounds, topology and backend from params.yaml."""
-    import json
+    """DVC stage `evaluate`: compare dreamshard with the sharders, rounds, topology and backend of params.yaml."""
+    from rich.console import Console
 
-    from dreamshard.cli.plan_cmd import compare
-    from dreamshard.io import atomic_write_text, read_structured
+    from dreamshard.evaluation import compare_sharders, comparison_table, write_comparison_outputs
+    from dreamshard.io import load_inventory
+    from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.profiling import make_oracle
 
-    p = _params(params)
-    topo, prof, ev, plan = (p.get(k) or {} for k in ("topology", "profile", "evaluate", "plan"))
-    devices = int(plan.get("num_devices", (p.get("tasks") or {}).get("train_devices", 4)))
-    compare(inventory=inventory, devices=devices, memory_gb=float(topo.get("memory_per_device_gb", 4.0)),
-            sharders=",".join(ev.get("sharders", ["heuristics"])), rounds=int(ev.get("rounds", 3)),
-            backend=str(prof.get("backend", "cpu")), warmup=int(prof.get("warmup", 3)),
-            repeats=int(prof.get("repeats", 7)), threads=int(prof.get("num_threads", 1)),
-            batch_size=int(topo.get("batch_size", 2048)), device_type=str(topo.get("device_type", "cpu")),
-            model=model, samples=int(plan.get("samples", 0)), seed=int(prof.get("seed", 0)), as_json=False,
-            out=out, markdown_out=markdown_out, plot_out=plot_out, plans_dir=None)
-    data = read_structured(out)
-    if summary_out is not None:
-        from dreamshard.evaluation import Comparison
-
-        atomic_write_text(summary_out, json.dumps(Comparison.model_validate(data).summary(), indent=2) + "\n")
-    if plot_data_out is not None:
-        rows = [{"sharder": r["sharder"], "overall_ms": r["overall_ms"], "ratio_to_best": r["ratio_to_best"]}
-                for r in data["results"]]
-        atomic_write_text(plot_data_out, json.dumps(rows, indent=2) + "\n")
+    cfg = load_pipeline_config(params)
+    inv = load_inventory(inventory)
+    topo = cfg.topology.topology(cfg.plan_devices)
+    prof = cfg.profile
+    oracle = make_oracle(prof.backend, warmup=prof.warmup, repeats=prof.repeats, num_threads=prof.num_threads,
+                         seed=prof.seed, row_cap=prof.row_cap)
+    dreamshard_opts: dict[str, Any] = {"model_dir": model, "seed": prof.seed, "samples": cfg.plan.samples}
+    try:
+        cmp = compare_sharders(inv, topo, list(cfg.evaluate.sharders), oracle, rounds=cfg.evaluate.rounds,
+                               sharder_options={"dreamshard": dreamshard_opts, "random": {"seed": prof.seed}},
+                               seed=prof.seed)
+    finally:
+        oracle.close()
+    write_comparison_outputs(cmp, json_path=out, markdown_path=markdown_out, plot_path=plot_out,
+                             summary_path=summary_out, plot_data_path=plot_data_out)
+    Console().print(comparison_table(cmp))
 
 
 @pipeline_app.command("cost-error")
@@ -172,7 +152,11 @@ def push_cmd(
     inv = load_inventory(inventory)
     ref = push_inventory(open_store(store, endpoint_url=endpoint_url), inv, store_uri=store)
     typer.echo(f"{'stored' if ref.changed else 'unchanged'} {ref.name} {ref.fingerprint[:12]} at {ref.uri}")
-    if ref.changed and not no_event:
+    import os
+
+    if ref.changed and not no_event and not os.environ.get("PREFECT_API_URL"):
+        typer.echo("no Prefect API configured: event not emitted (set PREFECT_API_URL to trigger the deployment)")
+    elif ref.changed and not no_event:
         event_id = emit_inventory_changed(ref)
         typer.echo(f"emitted dreamshard.inventory.changed ({event_id})" if event_id else
                    "no Prefect API configured: event not emitted (set PREFECT_API_URL)")

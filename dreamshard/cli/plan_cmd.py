@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -24,16 +25,15 @@ from dreamshard.cli.options import (
     build_oracle,
     make_topology,
 )
-from dreamshard.errors import ConfigError
+from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation import (
     compare_sharders,
-    comparison_markdown,
     comparison_table,
     device_rows,
     device_table,
     evaluate_plan,
-    plot_comparison,
     validate_sharders,
+    write_comparison_outputs,
 )
 from dreamshard.io import atomic_write_text, load_inventory, load_plan, save_plan
 from dreamshard.sharders import HEURISTICS, get_sharder
@@ -57,7 +57,7 @@ def plan(
     sharder: Annotated[str, typer.Option("--sharder", "-s", help="Sharder name (see `dreamshard sharders`).")] = "dreamshard",
     out: Annotated[Path, typer.Option("--out", "-o", help="Plan JSON to write.")] = Path("plan.json"),
     model: Annotated[Optional[Path], typer.Option("--model", help="DreamShard model dir (default: ./models, else the packaged model).")] = None,
-    samples: Annotated[int, typer.Option("--samples", help="dreamshard: sample K placements, keep the best predicted.")] = 0,
+    samples: Annotated[int, typer.Option("--samples", min=0, max=4096, help="dreamshard: sample K placements, keep the best predicted.")] = 0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
@@ -68,9 +68,12 @@ def plan(
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type)
     p = get_sharder(name, **_sharder_options(model, samples, seed)).shard(inv, topo)
+    torchrec_text = json.dumps(p.to_torchrec(), indent=2) + "\n" if torchrec_out is not None else None
+    if torchrec_out is not None and torchrec_out.is_dir():
+        raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
     save_plan(p, out)
-    if torchrec_out is not None:
-        atomic_write_text(torchrec_out, json.dumps(p.to_torchrec(), indent=2) + "\n")
+    if torchrec_out is not None and torchrec_text is not None:
+        atomic_write_text(torchrec_out, torchrec_text)
     console.print(device_table(p))
     console.print(f"wrote {out}")
 
@@ -87,6 +90,8 @@ def evaluate(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the plan with measured costs here.")] = None,
 ) -> None:
     """Measure a plan: per-device fwd compute / fwd comm / bwd comm / bwd compute / memory and overall ms."""
+    if rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1 (got {rounds})")
     inv = load_inventory(inventory)
     p = load_plan(plan_file)
     oracle = build_oracle(backend, warmup, repeats, threads)
@@ -124,7 +129,7 @@ def compare(
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
     model: Annotated[Optional[Path], typer.Option("--model", help="Model dir for the dreamshard sharder.")] = None,
-    samples: Annotated[int, typer.Option("--samples")] = 0,
+    samples: Annotated[int, typer.Option("--samples", min=0, max=4096)] = 0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the full comparison JSON here.")] = None,
@@ -143,7 +148,7 @@ def compare(
     total = len(names) + 1 + rounds * len(names)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), disable=as_json, transient=True,
+        console=Console(stderr=True), disable=as_json or not sys.stderr.isatty(), transient=True,
     ) as bar:
         task = bar.add_task("comparing", total=total)
 
@@ -151,15 +156,7 @@ def compare(
             bar.update(task, description=msg, advance=1)
 
         cmp = compare_sharders(inv, topo, names, oracle, rounds=rounds, sharder_options=opts, progress=tick, seed=seed)
-    if plans_dir is not None:
-        for r in cmp.results:
-            save_plan(r.plan, plans_dir / f"{r.sharder}.json")
-    if out is not None:
-        atomic_write_text(out, cmp.model_dump_json(indent=2) + "\n")
-    if markdown_out is not None:
-        atomic_write_text(markdown_out, comparison_markdown(cmp) + "\n")
-    if plot_out is not None:
-        plot_comparison(cmp, plot_out)
+    write_comparison_outputs(cmp, json_path=out, markdown_path=markdown_out, plot_path=plot_out, plans_dir=plans_dir)
     if as_json:
         summary = cmp.summary()
         summary["results"] = [

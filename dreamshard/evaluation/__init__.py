@@ -10,6 +10,7 @@ from dreamshard.evaluation.compare import (
     median_costs,
     validate_sharders,
 )
+from dreamshard.evaluation.report import plot_rows, write_comparison_outputs
 from dreamshard.evaluation.render import (
     device_rows,
     comparison_markdown,
@@ -17,6 +18,7 @@ from dreamshard.evaluation.render import (
     device_table,
     device_table_markdown,
     plot_comparison,
+    plot_comparison_png,
 )
 
 __all__ = [
@@ -33,5 +35,8 @@ __all__ = [
     "lower_bound",
     "median_costs",
     "plot_comparison",
+    "plot_comparison_png",
+    "plot_rows",
+    "write_comparison_outputs",
     "validate_sharders",
 ]

@@ -119,7 +119,7 @@ def evaluate_plan(inventory: Inventory, plan: Plan, oracle: Oracle, rounds: int 
         )
     check_placement(inventory, plan.placement, plan.topology)
     ms = [oracle.measure(inventory, plan.placement, plan.topology, task=plan.sharder) for _ in range(max(1, rounds))]
-    return plan.model_copy(update={"measured": median_costs(ms)})
+    return plan.model_copy(update={"measured": median_costs(ms), "measured_by": oracle.info})
 
 
 def validate_sharders(names: Sequence[str]) -> list[str]:
@@ -184,7 +184,7 @@ def compare_sharders(
         results.append(
             SharderResult(
                 sharder=plan.sharder,
-                plan=plan.model_copy(update={"measured": costs}),
+                plan=plan.model_copy(update={"measured": costs, "measured_by": oracle.info}),
                 overall_ms=med,
                 samples_ms=overalls,
                 spread=spread,

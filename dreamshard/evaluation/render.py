@@ -145,14 +145,12 @@ def comparison_markdown(cmp: Comparison) -> str:
     return "\n".join(lines)
 
 
-def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
-    """PNG: one panel per sharder, per-device stacked bars of the four cost components."""
+def plot_comparison_png(cmp: Comparison) -> bytes:
+    """PNG bytes: one panel per sharder, per-device stacked bars of the four cost components."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from dreamshard.io import atomic_write_bytes
 
     results = sorted(cmp.results, key=lambda r: r.overall_ms)
     n = len(results)
@@ -187,4 +185,11 @@ def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
+    """Write the PNG of plot_comparison_png to path (atomically)."""
+    from dreamshard.io import atomic_write_bytes
+
+    return atomic_write_bytes(path, plot_comparison_png(cmp))

@@ -36,11 +36,10 @@ def open_store(uri: str, endpoint_url: str | None = None) -> PlanStore:
             raise StoreError("do not put credentials in the store URI; use AWS_* environment variables or a profile")
         from dreamshard.store.s3 import S3PlanStore
 
-        return S3PlanStore(
-            bucket=parsed.netloc,
-            prefix=parsed.path.strip("/"),
-            endpoint_url=endpoint_url or s3_endpoint_from_env(),
-        )
+        endpoint = endpoint_url or s3_endpoint_from_env()
+        if endpoint and "@" in urlparse(endpoint).netloc:
+            raise StoreError("do not put credentials in the S3 endpoint URL; use AWS_* environment variables or a profile")
+        return S3PlanStore(bucket=parsed.netloc, prefix=parsed.path.strip("/"), endpoint_url=endpoint)
     if scheme == "file":
         return LocalPlanStore(unquote(parsed.path))
     if scheme and len(scheme) > 1:  # (one letter would be a Windows drive)

@@ -1,0 +1,119 @@
+"""The whole params.yaml as one typed object: every section validated up front, typos rejected.
+
+The CLI stage helpers, the DVC stages and the Prefect flows all read params through `load_pipeline_config`,
+so a bad key fails in one line naming the section before any profiling or training starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dreamshard.config import load_section
+from dreamshard.errors import ConfigError
+from dreamshard.gate import PublishConfig
+from dreamshard.io import read_structured
+from dreamshard.learning.configs import CostTrainConfig, LoopConfig, PolicyTrainConfig, TasksConfig, TopologyConfig
+from dreamshard.profiling import ProfileConfig
+from dreamshard.types import Inventory
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class InventoryConfig(_Section):
+    """Section `inventory`: the synthetic pool the pipeline starts from."""
+
+    name: Annotated[str, Field(min_length=1)] = "pool"
+    num_tables: Annotated[int, Field(ge=1)] = 120
+    seed: int = 0
+    dims: tuple[int, ...] = (16, 32, 64, 128)
+
+    @field_validator("dims")
+    @classmethod
+    def _dims(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(d < 4 or d % 4 for d in v):
+            raise ValueError("give positive multiples of 4 (FBGEMM needs dim % 4 == 0)")
+        return v
+
+    def synthesize(self) -> Inventory:
+        from dreamshard.inventory.synth import synth_inventory
+
+        return synth_inventory(self.num_tables, self.seed, dims=self.dims, name=self.name)
+
+
+class PlanConfig(_Section):
+    """Section `plan`: how the published plan is made."""
+
+    samples: Annotated[int, Field(ge=0, le=4096)] = 0
+    num_devices: Annotated[int, Field(ge=1)] | None = None  # default: tasks.train_devices
+
+
+class EvaluateConfig(_Section):
+    """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
+
+    sharders: tuple[str, ...] = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy",
+                                 "size_lookup_greedy", "torchrec", "dreamshard")
+    rounds: Annotated[int, Field(ge=1)] = 3
+
+    @field_validator("sharders")
+    @classmethod
+    def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from dreamshard.sharders import sharder_names
+
+        known = sharder_names()
+        for name in v:
+            if name not in known:
+                raise ValueError(f"unknown sharder '{name}'; choose from {', '.join(known)}")
+        return v
+
+
+class PipelineConfig(BaseModel):
+    """Every section of params.yaml, typed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    inventory: InventoryConfig = InventoryConfig()
+    tasks: TasksConfig = TasksConfig()
+    topology: TopologyConfig = TopologyConfig()
+    profile: ProfileConfig = ProfileConfig()
+    train_cost: CostTrainConfig = CostTrainConfig()
+    train_policy: PolicyTrainConfig = PolicyTrainConfig()
+    train: LoopConfig = LoopConfig()
+    plan: PlanConfig = PlanConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    publish: PublishConfig = PublishConfig()
+
+    @property
+    def plan_devices(self) -> int:
+        return self.plan.num_devices or self.tasks.train_devices
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    name: field.annotation  # type: ignore[misc]
+    for name, field in PipelineConfig.model_fields.items()
+}
+
+
+def load_pipeline_config(path: str | Path | None, backend: str | None = None) -> PipelineConfig:
+    """Read and validate params.yaml (defaults when path is None); `backend` overrides profile.backend."""
+    if path is None:
+        cfg = PipelineConfig()
+    else:
+        data: Any = read_structured(path)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections at top level")
+        unknown = sorted(set(data) - set(_SECTIONS))
+        if unknown:
+            raise ConfigError(f"{path}: unknown section '{unknown[0]}'; sections are {', '.join(_SECTIONS)}")
+        cfg = PipelineConfig(**{name: load_section(path, name, model) for name, model in _SECTIONS.items()})
+    if backend:
+        try:
+            profile = ProfileConfig.model_validate({**cfg.profile.model_dump(), "backend": backend})
+        except Exception:
+            raise ConfigError(f"unknown backend '{backend}'; choose from cpu, cuda, simulator") from None
+        cfg = cfg.model_copy(update={"profile": profile})
+    return cfg
