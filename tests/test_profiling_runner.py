@@ -156,3 +156,23 @@ def test_random_placements_survive_tight_memory() -> None:
     assert len(out) == 2
     for p in out:
         assert p["a"] != p["b"]
+
+
+def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
+    """Resuming into a JSONL of a different inventory would mix workloads: a one-line typed error instead."""
+    from dreamshard.errors import InventoryError
+    from dreamshard.profiling import make_oracle, profile_inventory
+    from dreamshard.types import Inventory, Table, Topology
+
+    def inv(name: str, dim: int) -> Inventory:
+        return Inventory(name=name, tables=(Table(name="a", num_embeddings=100, embedding_dim=dim, pooling_factor=1.0),
+                                            Table(name="b", num_embeddings=200, embedding_dim=8, pooling_factor=2.0)))
+
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=64)
+    oracle = make_oracle("simulator")
+    out = tmp_path / "meas.jsonl"
+    profile_inventory(inv("one", 8), topo, 1, out, oracle, progress=False)
+    before = out.read_text()
+    with pytest.raises(InventoryError, match="holds measurements of inventory 'one'"):
+        profile_inventory(inv("two", 16), topo, 1, out, oracle, progress=False)
+    assert out.read_text() == before

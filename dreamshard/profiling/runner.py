@@ -133,10 +133,20 @@ def plan_items(
     return list({it.key: it for it in items}.values())
 
 
-def _done_ids(path: Path) -> set[str]:
+def _done_ids(path: Path, inventory: Inventory) -> set[str]:
+    """Ids already measured in `path`; refuses a file that holds another inventory's records."""
     if not path.exists():
         return set()
-    return {m.measurement_id for m in iter_measurements(path)}
+    fp = inventory.fingerprint()
+    done: set[str] = set()
+    for m in iter_measurements(path):
+        if m.inventory_fingerprint != fp:
+            raise InventoryError(
+                f"{path} holds measurements of inventory '{m.inventory_name}' ({m.inventory_fingerprint[:12]}), "
+                f"not of '{inventory.name}' ({fp[:12]}); write to a new file or move that one aside"
+            )
+        done.add(m.measurement_id)
+    return done
 
 
 def profile_inventory(
@@ -156,7 +166,7 @@ def profile_inventory(
     out_path = Path(out_path)
     t0 = time.perf_counter()
     items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks)
-    done = _done_ids(out_path)
+    done = _done_ids(out_path, inventory)
     todo = [it for it in items if it.key not in done]
     comm_models: dict[int, CommModel] = {}
     with Progress(
