@@ -45,9 +45,16 @@ def write_comparison_report(comparison: Comparison, ws: Workspace) -> None:
 
 def _human_review(decision: Any, timeout_s: int) -> Any:
     """Pause for a reviewer; a rejection (or a comment) is recorded in the decision's reason."""
+    from prefect.exceptions import FlowPauseTimeout
     from prefect.flow_runs import pause_flow_run
 
-    answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
+    try:
+        answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
+    except FlowPauseTimeout:
+        # No answer in time: keep the plan as rejected with that reason rather than losing it.
+        return decision.model_copy(
+            update={"approved": False, "reason": f"no reviewer answered within {timeout_s} s ({decision.reason})"}
+        )
     note = f"; reviewer: {answer.comment}" if answer.comment else ""
     if answer.approve:
         return decision.model_copy(update={"reason": decision.reason + f"; approved by a human{note}"})

@@ -162,6 +162,15 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
                         lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, comment="ok"))
     assert _human_review(decision, 10).approved
 
+    def timeout(wait_for_input, timeout, **kw):  # type: ignore[no-untyped-def]
+        from prefect.exceptions import FlowPauseTimeout
+
+        raise FlowPauseTimeout("Flow run was paused and never resumed.")
+
+    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", timeout)
+    unanswered = _human_review(decision, 10)
+    assert not unanswered.approved and "no reviewer answered within 10 s" in unanswered.reason
+
 
 def test_plan_and_gate_tasks_call_the_library(tmp_path: Path) -> None:
     from dreamshard.types import Topology
