@@ -16,6 +16,7 @@ class Workspace(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     root: str = "runs/pipeline"
+    models: str | None = None  # where the trained model lives (default: <root>/models); make run uses ./models
 
     def path(self, *parts: str) -> Path:
         return Path(self.root).joinpath(*parts)
@@ -34,7 +35,7 @@ class Workspace(BaseModel):
 
     @property
     def model_dir(self) -> Path:
-        return self.path("models")
+        return Path(self.models) if self.models else self.path("models")
 
     @property
     def cost_metrics(self) -> Path:

@@ -23,6 +23,7 @@ def run_cmd(
     backend: Annotated[Optional[str], typer.Option("--backend", help="Override profile.backend (cpu|cuda|simulator).")] = None,
     endpoint_url: Annotated[Optional[str], typer.Option("--endpoint-url", help="S3 endpoint (SeaweedFS/MinIO).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Retrain and re-publish even if nothing changed.")] = False,
+    model_dir: Annotated[Optional[Path], typer.Option("--model-dir", help="Where the trained model goes (default: <workspace>/models; `dreamshard plan` looks in ./models).")] = None,
 ) -> None:
     """Run the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set)."""
     import os
@@ -44,7 +45,8 @@ def run_cmd(
     from flows.orchestrator import retrain_on_inventory_change
     from flows.requests import OrchestratorRequest, Workspace
 
-    req = OrchestratorRequest(workspace=Workspace(root=str(workspace)), params_path=str(params),
+    ws = Workspace(root=str(workspace), models=str(model_dir) if model_dir is not None else None)
+    req = OrchestratorRequest(workspace=ws, params_path=str(params),
                               inventory_path=str(inventory), store_uri=store, endpoint_url=endpoint_url,
                               backend=backend, force=force)
     summary = retrain_on_inventory_change(req)
@@ -59,7 +61,8 @@ def run_cmd(
     if summary.outcome is not None:
         typer.echo(f"plan {summary.outcome.plan_id}: {'current' if summary.outcome.is_current else 'not current'} "
                    f"at {summary.outcome.store.rstrip('/')}/{summary.outcome.key}")
-    typer.echo(f"workspace: {workspace}/ (plans/, comparison.json|.md|.png, metrics/, models/, pipeline-state.json)")
+    typer.echo(f"workspace: {workspace}/ (plans/, comparison.json|.md|.png, metrics/, pipeline-state.json); "
+               f"model: {ws.model_dir}/")
     api = os.environ.get("PREFECT_API_URL")
     if api:
         typer.echo(f"Prefect UI: {api.removesuffix('/api')}/runs (flow 'retrain-on-inventory-change')")
