@@ -172,6 +172,8 @@ def _refined(ep: Episode, estimator: CostEstimator, topology: Topology, rounds: 
     fresh = mdp_clone(mdp)
     for a in new:
         fresh.step(a)
+    # masks / cost_feats stay those of the policy's rollout: a refined episode is a plan, not a
+    # trajectory to train on (training never refines).
     return Episode(
         mdp=fresh,
         actions=np.asarray(new, dtype=np.int64),
