@@ -6,6 +6,7 @@ an unchanged inventory re-runs nothing and leaves `current` where it was.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,27 @@ from dreamshard.events import emit_inventory_changed, get_current_inventory, pus
 from dreamshard.store import get_current, get_pointer, open_store
 
 pytestmark = pytest.mark.integration
+
+#: Tasks that do real work: profiling, training, planning, measuring, publishing.
+WORK_TASKS = ("make-tasks", "profile-batch", "train-cost-model", "train-policy", "plan", "compare-sharders",
+              "publish-plan")
+
+
+def task_states_since(since: datetime) -> dict[str, list[str]]:
+    """{task name prefix: [state names]} of the task runs that started or ended after `since` (Prefect's API)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterEndTime, TaskRunFilterStartTime
+
+    out: dict[str, list[str]] = {}
+    with get_client(sync_client=True) as client:
+        runs = {r.id: r for r in client.read_task_runs(
+            task_run_filter=TaskRunFilter(start_time=TaskRunFilterStartTime(after_=since)))}
+        runs.update({r.id: r for r in client.read_task_runs(
+            task_run_filter=TaskRunFilter(end_time=TaskRunFilterEndTime(after_=since)))})
+    for r in runs.values():
+        base = r.name.rsplit("-", 1)[0]  # "profile-batch-0" -> "profile-batch"
+        out.setdefault(base, []).append(r.state.name if r.state else "?")
+    return out
 
 
 def test_orchestrator_retrains_only_on_change(prefect_api: str, s3_env, s3_prefix: str, tmp_path: Path) -> None:
@@ -50,7 +72,12 @@ def test_orchestrator_retrains_only_on_change(prefect_api: str, s3_env, s3_prefi
     assert ref.changed and ref.key.endswith(f"{changed.fingerprint()}.yaml")
     assert get_current_inventory(store, "tiny")[1].fingerprint == changed.fingerprint()
     assert emit_inventory_changed(ref) is not None  # what the deployment trigger listens for
+    t2 = datetime.now(timezone.utc)
     second = run()
+    states2 = task_states_since(t2)
+    assert "Completed" in states2.get("profile-batch", []), states2  # really re-measured, not a cache hit
+    for name in ("train-cost-model", "train-policy"):  # (a subflow also shows as a task run of its parent)
+        assert states2.get(name) and set(states2[name]) == {"Completed"}, states2
     assert second.profiled and second.trained and second.measured > 0
     assert second.inventory_fingerprint == changed.fingerprint()
     assert second.outcome is not None and second.outcome.approved, second.outcome
@@ -68,7 +95,10 @@ def test_orchestrator_retrains_only_on_change(prefect_api: str, s3_env, s3_prefi
         ids_after_first)  # the old inventory's records are set aside, not lost
 
     # Nothing changed: nothing is re-profiled, retrained or re-published; current stays.
+    t3 = datetime.now(timezone.utc)
     third = run()
+    states3 = task_states_since(t3)
+    assert not {name for name in states3 if name in WORK_TASKS}, states3  # Prefect ran none of the work tasks
     assert not (third.profiled or third.trained or third.published)
     assert third.measured == 0 and third.outcome is None
     assert third.current_plan_id == second.outcome.plan_id
