@@ -103,3 +103,25 @@ def test_remote_local(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert (tmp_path / "remote").is_dir()
     assert run(["remote", "s3", "--name", "x", "--url", "http://not-s3", "--repo", str(repo)]) == 2
     assert "s3://bucket/path" in capsys.readouterr().err
+
+
+def test_publish_rechecks_memory_against_the_inventory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan whose own memory figures understate what its placement needs is refused with --inventory."""
+    from dreamshard.io import save_inventory
+    from dreamshard.sharders import get_sharder
+    from dreamshard.types import Inventory, Table, Topology
+
+    inv = Inventory(name="mem", tables=tuple(
+        Table(name=f"t{i}", num_embeddings=4_000_000, embedding_dim=64, pooling_factor=1.0) for i in range(4)))
+    plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=2.0))
+    crowded = {name: 0 for name in plan.placement}  # 3.8 GB on device 0, figures left as they were
+    tampered = plan.model_copy(update={"placement": crowded})
+    save_inventory(inv, tmp_path / "inv.yaml")
+    save_plan(tampered, tmp_path / "plan.json")
+    (tmp_path / "base.json").write_text(json.dumps({"random": 100.0}))
+    rc = run(["plans", "publish", str(tmp_path / "plan.json"), "--store", str(tmp_path / "store"),
+              "--baselines", str(tmp_path / "base.json"), "--inventory", str(tmp_path / "inv.yaml")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "device 0 holds" in err[0] and "memory limit" in err[0]
+    assert not (tmp_path / "store").exists()

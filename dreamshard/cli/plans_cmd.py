@@ -68,14 +68,26 @@ def publish_cmd(
     ] = None,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help="Re-check the plan against its inventory (tables, memory, fingerprint)."),
+    ] = None,
 ) -> None:
     """Run the gate; publish the plan if approved (exit 0), else keep it as rejected (exit 1)."""
     from dreamshard.gate import evaluate_gate
-    from dreamshard.io import load_plan
+    from dreamshard.io import load_inventory, load_plan
     from dreamshard.store import publish_or_reject
 
     cfg = _publish_config(params)
     plan = load_plan(plan_file)
+    if inventory is not None:
+        from dreamshard.errors import PlanError
+        from dreamshard.memory import check_placement
+
+        inv = load_inventory(inventory)
+        if inv.fingerprint() != plan.inventory_fingerprint:
+            raise PlanError(f"plan {plan.plan_id} was made for another version of inventory '{plan.inventory_name}'")
+        check_placement(inv, plan.placement, plan.topology)  # memory recomputed, not taken from the plan
     if baselines is None:
         raise ConfigError("publishing needs baseline costs to gate against: pass --baselines comparison.json")
     base = load_baselines(baselines)
