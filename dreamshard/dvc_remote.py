@@ -29,11 +29,12 @@ def find_dvc() -> str:
     return found
 
 
-def _dvc(args: list[str], repo_dir: str | Path) -> str:
+def run_dvc(args: list[str], repo_dir: str | Path, timeout_s: float | None = 120) -> str:
+    """Run `dvc ARGS` in repo_dir (telemetry off); a failure is one ConfigError line with DVC's own error."""
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     try:
         proc = subprocess.run(
-            [find_dvc(), *args], cwd=repo_dir, env=env, capture_output=True, text=True, timeout=120, check=False
+            [find_dvc(), *args], cwd=repo_dir, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigError(f"`dvc {' '.join(args[:2])}` could not run in {repo_dir}: {e}") from None
@@ -71,7 +72,7 @@ def configure_s3_remote(
             raise ConfigError(f"--endpoint must be an http(s) URL without credentials, got '{endpoint_url}'")
         cmds.append(["remote", "modify", name, "endpointurl", endpoint_url])
     for c in cmds:
-        _dvc(c, repo)
+        run_dvc(c, repo)
     return cmds
 
 
@@ -85,5 +86,5 @@ def configure_local_remote(name: str, path: str | Path, repo_dir: str | Path = "
         raise ConfigError(f"cannot create remote directory {target}: {e.strerror}") from None
     cmds = [["remote", "add", "-f", *(["-d"] if default else []), name, str(target)]]
     for c in cmds:
-        _dvc(c, repo)
+        run_dvc(c, repo)
     return cmds

@@ -220,16 +220,7 @@ def dvc_lock_path(repo: str | Path) -> Path:
 def dvc_repro_task(repo: str, targets: list[str] | None = None) -> str:
     """`dvc repro [targets]` in `repo`, never two at once in one workspace (file lock; DVC's own lock
     would fail the second caller instead of waiting)."""
-    import subprocess
-    import sys
+    from dreamshard.dvc_remote import run_dvc
 
-    dvc = Path(sys.executable).with_name("dvc")
     with workspace_lock(dvc_lock_path(repo)):
-        res = subprocess.run([str(dvc), "repro", *(targets or [])], cwd=repo, capture_output=True, text=True,
-                             env={**os.environ, "DVC_NO_ANALYTICS": "1"})
-    if res.returncode != 0:
-        from dreamshard.errors import DreamshardError
-
-        last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise DreamshardError(f"dvc repro failed in {repo}: {last}")
-    return res.stdout
+        return run_dvc(["repro", *(targets or [])], repo, timeout_s=None)
