@@ -52,7 +52,7 @@ from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.types import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = [*HEURISTICS, "torchrec", "dreamshard"]
+CONTENDERS = [*HEURISTICS, "torchrec", "dreamshard", "dreamshard_lpt"]
 
 
 def _gmean(xs: list[float]) -> float | None:
@@ -115,8 +115,9 @@ def _task_row(task: Any, pool: Any, topo_cfg: TopologyConfig, oracle: Any, model
     if "dreamshard" in ok:  # ablation: the same model plus the local-search refinement (off by default)
         extra.append(DreamShardSharder(model_dir=model_dir, refine_rounds=64).shard(sub, t).model_copy(
             update={"sharder": "dreamshard_refine"}))
-    cmp = compare_sharders(sub, t, ok, oracle, rounds=rounds, sharder_options={"dreamshard": {"model_dir": model_dir}},
-                           extra_plans=extra)
+    learned = {"model_dir": model_dir}
+    cmp = compare_sharders(sub, t, ok, oracle, rounds=rounds,
+                           sharder_options={"dreamshard": learned, "dreamshard_lpt": learned}, extra_plans=extra)
     res = {r.sharder: r for r in cmp.results}
     base = [r for r in cmp.results if r.sharder in BASELINE_SHARDERS]
     best = min(base, key=lambda r: r.overall_ms)
@@ -186,7 +187,7 @@ def _vs_fixed(res: dict[str, Any]) -> dict[str, Any]:
 
 def _markdown(res: dict[str, Any]) -> str:
     s, rows = res["summary"], res["tasks"]
-    names = [n for n in ["dreamshard", "dreamshard_refine", "measured_greedy", "torchrec", *HEURISTICS] if n in s]
+    names = [n for n in ["dreamshard", "dreamshard_lpt", "dreamshard_refine", "measured_greedy", "torchrec", *HEURISTICS] if n in s]
     lines = [
         "# Learning benchmark: DreamShard vs heuristics on held-out tasks", "",
         f"Backend: **{res['backend']}** ({res['backend_detail']}); machine: {res['machine']}; date {res['date']}.",
@@ -264,7 +265,7 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = res["tasks"]
-    names = [n for n in ["dreamshard", "measured_greedy", "torchrec", "lookup_greedy", "size_lookup_greedy",
+    names = [n for n in ["dreamshard", "dreamshard_lpt", "measured_greedy", "torchrec", "lookup_greedy", "size_lookup_greedy",
                          "size_greedy", "dim_greedy"] if n in res["summary"]]
     fig, ax = plt.subplots(figsize=(12, 4.5))
     w = 0.8 / len(names)

@@ -56,7 +56,7 @@ class EvaluateConfig(_Section):
     """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
 
     sharders: tuple[str, ...] = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy",
-                                 "size_lookup_greedy", "torchrec", "dreamshard")
+                                 "size_lookup_greedy", "torchrec", "dreamshard", "dreamshard_lpt")
     rounds: Annotated[int, Field(ge=1)] = 3
 
     @field_validator("sharders")

@@ -16,6 +16,10 @@ from flows.tasks import compare_task, gate_task, plan_task, publish_task
 from flows.train_flows import load_configs
 
 
+#: Sharders backed by the trained model; the publish flow measures them all and gates the fastest.
+LEARNED_SHARDERS = ("dreamshard", "dreamshard_lpt")
+
+
 class ApprovalInput(RunInput):
     """What a reviewer answers in the Prefect UI when publish.require_human is true."""
 
@@ -75,14 +79,18 @@ def plan_and_publish_flow(request: PublishRequest) -> PublishOutcome:
     if cfg.plan.samples:
         options["samples"] = cfg.plan.samples
 
-    plan = plan_task(inventory, topology, "dreamshard", options)
-    contenders = [s for s in cfg.evaluate.sharders if s != "dreamshard"]
+    # The learned sharders (the RL policy and LPT on the cost net's predictions) are all measured with the
+    # baselines; the one that measured fastest is the candidate the gate judges.
+    learned = [s for s in LEARNED_SHARDERS if s in cfg.evaluate.sharders] or ["dreamshard"]
+    candidates = [plan_task(inventory, topology, name, options) for name in learned]
+    contenders = [s for s in cfg.evaluate.sharders if s not in learned]
     comparison = compare_task(
         inventory, topology, contenders, cfg.profile, cfg.evaluate.rounds, {},
-        extra_plans=[plan],
+        extra_plans=candidates,
     )
     write_comparison_report(comparison, ws)
-    measured = next(r.plan for r in comparison.results if r.plan.plan_id == plan.plan_id)
+    ids = {p.plan_id for p in candidates}
+    measured = min((r for r in comparison.results if r.plan.plan_id in ids), key=lambda r: r.overall_ms).plan
     decision = gate_task(measured, comparison.baselines(), pub.min_improvement)
     require_human = pub.require_human if request.require_human is None else request.require_human
     if decision.approved and require_human:

@@ -127,3 +127,21 @@ def test_resolve_model_dir_order(model_dir, tmp_path, monkeypatch):
     _copy(model_dir, project / "models")
     assert model_store.default_model_dir() == project / "models"
     assert resolve_model_dir(None) == project / "models"
+
+
+def test_learned_greedy_orders_by_predicted_single_costs(model_dir):
+    """dreamshard_lpt = memory-aware LPT on the cost net's single-table predictions, with predicted costs recorded."""
+    from dreamshard.learning.mdp import single_table_costs
+    from dreamshard.sharders.heuristics import GreedySharder
+
+    inv = synth_inventory(30, seed=14, name="unseen")
+    topo = Topology(num_devices=4, memory_per_device_gb=8)
+    plan = get_sharder("dreamshard_lpt", model_dir=model_dir).shard(inv, topo)
+    net = load_model(model_dir).cost_net
+    pred = dict(zip(inv.table_names, single_table_costs(net, net.encode(list(inv.tables)))))
+    assert plan.placement == GreedySharder("x", lambda t: float(pred[t.name])).place(inv, topo)
+    assert plan.sharder == "dreamshard_lpt" and plan.model_version == load_model(model_dir).card.version
+    assert plan.predicted is not None and len(plan.predicted.per_device) == 4 and plan.fits_memory()
+    # the LPT balances the summed predicted single costs within the classic 4/3 bound of the best split
+    loads = [sum(pred[n] for n, d in plan.placement.items() if d == dev) for dev in range(4)]
+    assert max(loads) <= 4 / 3 * max(sum(pred.values()) / 4, max(pred.values())) + 1e-9

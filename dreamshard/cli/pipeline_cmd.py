@@ -113,7 +113,8 @@ def compare_cmd(
     dreamshard_opts: dict[str, Any] = {"model_dir": model, "seed": prof.seed, "samples": cfg.plan.samples}
     try:
         cmp = compare_sharders(inv, topo, list(cfg.evaluate.sharders), oracle, rounds=cfg.evaluate.rounds,
-                               sharder_options={"dreamshard": dreamshard_opts, "random": {"seed": prof.seed}},
+                               sharder_options={"dreamshard": dreamshard_opts, "dreamshard_lpt": dreamshard_opts,
+                                                "random": {"seed": prof.seed}},
                                seed=prof.seed)
     finally:
         oracle.close()

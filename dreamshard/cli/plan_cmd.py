@@ -144,7 +144,8 @@ def compare(
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type)
     oracle = build_oracle(backend, warmup, repeats, threads, seed)
-    opts = {"dreamshard": _sharder_options(model, samples, seed), "random": {"seed": seed}}
+    learned = _sharder_options(model, samples, seed)
+    opts = {"dreamshard": learned, "dreamshard_lpt": learned, "random": {"seed": seed}}
     total = len(names) + 1 + rounds * len(names)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -184,7 +185,7 @@ def expand_sharders(spec: str) -> list[str]:
         if item == "heuristics":
             parts += list(HEURISTICS)
         elif item == "all":
-            parts += [*HEURISTICS, "torchrec", "dreamshard"]
+            parts += [*HEURISTICS, "torchrec", "dreamshard", "dreamshard_lpt"]
         elif item:
             parts.append(item)
     return validate_sharders(parts)

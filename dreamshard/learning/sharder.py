@@ -55,3 +55,30 @@ class DreamShardSharder(Sharder):
         return make_plan(
             inventory, topology, ep.placement, self.name, predicted=ep.costs, model_version=self.model.card.version
         )
+
+
+class LearnedGreedySharder(DreamShardSharder):
+    """`dreamshard_lpt`: the learned cost network's single-table predictions as the per-table cost of the
+    memory-aware longest-first greedy (no hardware at planning time). It does not use the RL policy: it trusts
+    the cost net only where it is most accurate (one table alone on a device) and lets LPT balance the sum.
+    The plan records the cost net's predicted per-device costs of the resulting placement."""
+
+    name = "dreamshard_lpt"
+
+    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        from dreamshard.learning.mdp import single_table_costs
+        from dreamshard.sharders.heuristics import GreedySharder
+
+        est = self.model.cost_net
+        predicted = dict(zip(inventory.table_names, single_table_costs(est, est.encode(list(inventory.tables)))))
+        return GreedySharder(self.name, lambda t: float(predicted[t.name])).place(inventory, topology)
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        from dreamshard.learning.mdp import EstimatedMDP
+
+        placement = self.place(inventory, topology)
+        mdp = EstimatedMDP(inventory.tables, topology, self.model.cost_net)
+        for table in mdp.tables:  # replay the placement in the MDP's order to read the predicted costs
+            mdp.step(placement[table.name])
+        return make_plan(inventory, topology, placement, self.name, predicted=mdp.predicted_costs(),
+                         model_version=self.model.card.version)

@@ -24,12 +24,19 @@ def _dreamshard(**kw: Any) -> Sharder:
     return DreamShardSharder(**kw)
 
 
+def _learned_greedy(**kw: Any) -> Sharder:
+    from dreamshard.learning.sharder import LearnedGreedySharder
+
+    return LearnedGreedySharder(**kw)
+
+
 _FACTORIES: dict[str, Callable[..., Sharder]] = {
     "random": lambda seed=0, **_: RandomSharder(seed=seed),
     "round_robin": lambda **_: RoundRobinSharder(),
     **{name: (lambda n=name, **_: GreedySharder(n, GREEDY_COSTS[n])) for name in GREEDY_COSTS},
     "torchrec": _torchrec,
     "dreamshard": _dreamshard,
+    "dreamshard_lpt": lambda **kw: _learned_greedy(**kw),
 }
 
 
