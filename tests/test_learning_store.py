@@ -70,7 +70,7 @@ def test_infeasible_names_the_table(model_dir):
 def _copy(src: Path, dst: Path) -> Path:
     import shutil
 
-    shutil.copytree(src, dst)
+    shutil.copytree(src, dst, dirs_exist_ok=True)
     return dst
 
 
@@ -124,6 +124,8 @@ def test_resolve_model_dir_order(model_dir, tmp_path, monkeypatch):
         resolve_model_dir(None)
     monkeypatch.setattr(model_store, "PACKAGED_DIR", model_dir)
     assert resolve_model_dir(None) == model_dir  # packaged fallback
+    _copy(model_dir, project / "models" / "dreamshard")  # the DVC pipeline's layout
+    assert resolve_model_dir(None) == project / "models" / "dreamshard"
     _copy(model_dir, project / "models")
     assert model_store.default_model_dir() == project / "models"
     assert resolve_model_dir(None) == project / "models"

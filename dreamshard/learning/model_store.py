@@ -188,10 +188,12 @@ def default_model_dir() -> Path | None:
 
 
 def resolve_model_dir(explicit: Path | None = None) -> Path:
-    """explicit, else the project's (or ./) models dir if it holds a model, else the packaged model."""
+    """explicit, else the project's (or ./) models dir if it holds a model (`make run` / `dreamshard train`
+    write models/, the DVC pipeline models/dreamshard/), else the packaged model."""
     if explicit is not None:
         return Path(explicit)
-    for candidate in (default_model_dir(), Path.cwd() / "models", PACKAGED_DIR):
+    roots = [d for d in (default_model_dir(), Path.cwd() / "models") if d is not None]
+    for candidate in (*roots, *(d / "dreamshard" for d in roots), PACKAGED_DIR):
         if has_model(candidate):
             return Path(candidate)  # type: ignore[arg-type]
     raise ModelError("no dreamshard model: run `dreamshard train` or pass --model")
