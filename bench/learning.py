@@ -335,10 +335,10 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     from dreamshard.io import read_structured
 
+    from dreamshard.pipeline_config import load_pipeline_config
+
     params = read_structured(args.params) or {}
-    inv = params.get("inventory", {})
-    pool = synth_inventory(int(inv.get("num_tables", 120)), seed=int(inv.get("seed", 0)),
-                           dims=tuple(inv.get("dims", (16, 32, 64, 128))), name=str(inv.get("name", "pool")))
+    pool = load_pipeline_config(args.params).inventory.synthesize()
     taskset = make_taskset(pool, load_section(args.params, "tasks", TasksConfig))
     topo_cfg = load_section(args.params, "topology", TopologyConfig)
     prof = load_section(args.params, "profile", ProfileConfig)

@@ -41,7 +41,7 @@ class GateDecision(BaseModel):
 class PublishConfig(BaseModel):
     """The `publish` section of params.yaml."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     min_improvement: float = Field(default=0.0, ge=0.0, lt=1.0)
     require_human: bool = False

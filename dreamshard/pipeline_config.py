@@ -35,9 +35,12 @@ class InventoryConfig(_Section):
     @field_validator("dims")
     @classmethod
     def _dims(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or any(d < 4 or d % 4 for d in v):
-            raise ValueError("give positive multiples of 4 (FBGEMM needs dim % 4 == 0)")
-        return v
+        from dreamshard.inventory.synth import check_dims
+
+        try:
+            return check_dims(v)
+        except ConfigError as e:
+            raise ValueError(str(e).removeprefix("dims: ")) from None
 
     def synthesize(self) -> Inventory:
         from dreamshard.inventory.synth import synth_inventory

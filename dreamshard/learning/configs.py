@@ -13,7 +13,7 @@ from dreamshard.types import DeviceType, Topology
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TasksConfig(_Config):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ProfileConfig(BaseModel):
     """Profiling settings (params.yaml `profile:`); CLI flags override them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     backend: Literal["cpu", "cuda", "simulator"] = "cpu"
     num_placements: Annotated[int, Field(ge=0)] = 4
