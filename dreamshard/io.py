@@ -52,6 +52,16 @@ def describe_validation_error(err: ValidationError, data: Any = None) -> str:
     return f"{where}: {msg}"
 
 
+def read_text(p: Path) -> str:
+    """A file's text, with unreadable / non-UTF-8 files as one-line InputFileErrors."""
+    try:
+        return p.read_text()
+    except OSError as e:
+        raise InputFileError(f"cannot read {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputFileError(f"{p}: not a UTF-8 text file") from None
+
+
 def read_structured(path: str | Path) -> Any:
     """Read a JSON or YAML file (by suffix; YAML also parses JSON)."""
     p = Path(path)
@@ -59,12 +69,7 @@ def read_structured(path: str | Path) -> Any:
         raise InputFileError(f"file not found: {p}")
     if p.is_dir():
         raise InputFileError(f"expected a file, got a directory: {p}")
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise InputFileError(f"cannot read {p}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputFileError(f"{p}: not a UTF-8 text file") from None
+    text = read_text(p)
     try:
         if p.suffix.lower() == ".json":
             return json.loads(text)
@@ -141,18 +146,20 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
 
 
 def iter_measurements(path: str | Path) -> Iterator[Measurement]:
-    """Stream records from a JSONL file. A truncated last line (an interrupted writer) is ignored."""
+    """Stream records from a JSONL file. A truncated last line (an interrupted writer: no final newline)
+    is ignored; any other bad line is a one-line InputFileError naming it."""
     p = Path(path)
     if not p.exists():
         raise InputFileError(f"file not found: {p}")
-    lines = p.read_text().splitlines()
+    text = read_text(p)
+    lines = text.splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             yield Measurement.model_validate_json(line)
         except ValidationError as e:
-            if i == len(lines) - 1:
+            if i == len(lines) - 1 and not text.endswith("\n"):
                 return  # partial trailing write
             raise InputFileError(f"{p}:{i + 1}: {describe_validation_error(e)}") from None
 

@@ -195,3 +195,17 @@ def test_plan_file_errors_are_plan_errors(tmp_path: Path) -> None:
     p.write_text(json.dumps(data))
     with pytest.raises(PlanError, match="device 5"):
         load_plan(p)
+
+
+def test_measurement_file_errors(tmp_path) -> None:
+    """A complete but invalid line is an error naming the line; only an unterminated last line is a partial write."""
+    from dreamshard.errors import InputFileError
+    from dreamshard.io import load_measurements
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"not": "a measurement"}\n')
+    with pytest.raises(InputFileError, match=r"bad.jsonl:1: "):
+        load_measurements(bad)
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text('{"measurement_id": "m-1", "ki')
+    assert load_measurements(partial) == []

@@ -23,7 +23,7 @@ StoreOpt = Annotated[
 ]
 EndpointOpt = Annotated[
     str | None,
-    typer.Option("--endpoint", help="S3 endpoint URL (default: $DREAMSHARD_S3_ENDPOINT / $AWS_ENDPOINT_URL)."),
+    typer.Option("--endpoint", "--endpoint-url", help="S3 endpoint URL (default: $DREAMSHARD_S3_ENDPOINT / $AWS_ENDPOINT_URL)."),
 ]
 ParamsOpt = Annotated[
     Path | None, typer.Option("--params", help="params.yaml to read the publish section from (default: ./params.yaml).")
