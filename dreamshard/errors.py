@@ -12,6 +12,12 @@ class DreamshardError(Exception):
         super().__init__(" ".join(message.split()))
 
 
+def first_line(e: object) -> str:
+    """The first line of an exception's message (or its type name), for one-line errors."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class InputFileError(DreamshardError):
     """A file the user named is missing, unreadable or not in the expected format."""
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dreamshard.errors import DreamshardError, InputFileError, InventoryError, PlanError
+from dreamshard.errors import DreamshardError, InputFileError, InventoryError, PlanError, first_line
 from dreamshard.types import Inventory, Measurement, Plan
 
 M = TypeVar("M", bound=BaseModel)
@@ -75,7 +75,7 @@ def read_structured(path: str | Path) -> Any:
             return json.loads(text)
         return yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = first_line(e)
         raise InputFileError(f"{p}: not valid JSON/YAML ({first})") from None
 
 

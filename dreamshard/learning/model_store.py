@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dreamshard.errors import ModelError
+from dreamshard.errors import ModelError, first_line
 from dreamshard.io import atomic_write_text
 from dreamshard.learning.cost_model import CostNet, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
@@ -126,7 +126,7 @@ def load_card(directory: Path) -> ModelCard:
     try:
         card = ModelCard.model_validate_json(path.read_text())
     except (ValidationError, ValueError, OSError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = first_line(e)
         raise ModelError(f"{path}: corrupt model card ({first})") from None
     if card.format_version != MODEL_FORMAT_VERSION:
         raise ModelError(f"{path}: model format {card.format_version}, this dreamshard reads {MODEL_FORMAT_VERSION}; retrain")
@@ -151,7 +151,7 @@ def _load_state(directory: Path, name: str, card: ModelCard, module: torch.nn.Mo
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         module.load_state_dict(state)
     except Exception as e:  # noqa: BLE001 - any unpickling/shape error means an unusable file
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = first_line(e)
         raise ModelError(f"{path}: cannot load weights ({first[:200]})") from None
 
 

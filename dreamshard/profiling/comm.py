@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dreamshard.errors import first_line
 from dreamshard.io import atomic_write_text
 from dreamshard.types import CommModel
 
@@ -224,7 +225,7 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
         points = benchmark_all_to_all(procs, backend)
     except Exception as e:  # noqa: BLE001 - any failure to start processes
         log.warning("all-to-all benchmark (%s, %d procs) failed (%s); using the labelled default model",
-                    backend, procs, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    backend, procs, first_line(e))
         return default_model(procs)
     alpha, beta, r2 = fit_alpha_beta(points)
     model = CommModel(

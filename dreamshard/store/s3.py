@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from dreamshard.errors import StoreError
+from dreamshard.errors import StoreError, first_line
 from dreamshard.store.base import KeyNotFoundError, PlanStore, Version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,7 +69,7 @@ class S3PlanStore(PlanStore):
                 "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config
             )
         except Exception as e:  # invalid endpoint URL, broken profile
-            raise StoreError(f"cannot configure S3 client for {self._endpoint_label}: {_first_line(e)}") from None
+            raise StoreError(f"cannot configure S3 client for {self._endpoint_label}: {first_line(e)}") from None
 
     # -- helpers --------------------------------------------------------------------------------------
     def _full(self, key: str) -> str:
@@ -107,7 +107,7 @@ class S3PlanStore(PlanStore):
                 f"start it (infra/start-s3.sh) or set DREAMSHARD_S3_ENDPOINT"
             ) from None
         except BotoCoreError as e:
-            raise StoreError(f"S3 request to {self._endpoint_label} failed: {_first_line(e)}") from None
+            raise StoreError(f"S3 request to {self._endpoint_label} failed: {first_line(e)}") from None
 
     def _client_error(self, e: ClientError, key: str | None) -> StoreError:
         err = e.response.get("Error", {})
@@ -126,7 +126,7 @@ class S3PlanStore(PlanStore):
             )
         return _S3ClientError(
             f"S3 {code or status} from {self._endpoint_label} on s3://{self.bucket}/{key or ''}: "
-            f"{_first_line(err.get('Message', '') or e)}",
+            f"{first_line(err.get('Message', '') or e)}",
             code or status,
         )
 
@@ -201,8 +201,3 @@ class _S3ClientError(StoreError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _first_line(e: object) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
