@@ -46,7 +46,7 @@ from dreamshard.learning.sharder import DreamShardSharder
 from dreamshard.learning.stages import loop_config
 from dreamshard.learning.tasks import make_taskset
 from dreamshard.learning.train_cost import evaluate_cost_net
-from dreamshard.profiling import ProfileConfig, make_oracle, profile_inventory
+from dreamshard.profiling import ProfileConfig, profile_inventory
 from dreamshard.sharders import HEURISTICS, get_sharder, make_plan
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.types import Topology
@@ -342,8 +342,7 @@ def main() -> None:
     taskset = make_taskset(pool, load_section(args.params, "tasks", TasksConfig))
     topo_cfg = load_section(args.params, "topology", TopologyConfig)
     prof = load_section(args.params, "profile", ProfileConfig)
-    oracle = make_oracle(args.backend, warmup=prof.warmup, repeats=prof.repeats, num_threads=prof.num_threads,
-                         seed=prof.seed, row_cap=prof.row_cap)
+    oracle = prof.model_copy(update={"backend": args.backend}).oracle()
     if args.model_dir is None:
         model_dir = args.work / "model"
         training = _train(args, pool, taskset, topo_cfg, oracle, model_dir)

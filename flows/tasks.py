@@ -119,11 +119,10 @@ def profile_batch_task(
     The JSONL resume (deterministic measurement ids, skipped when present) is the primary restart
     mechanism; the task cache only avoids even opening the oracle for a finished batch.
     """
-    from dreamshard.profiling import make_oracle, profile_inventory
+    from dreamshard.profiling import profile_inventory
 
     cfg = profile_config
-    oracle = make_oracle(cfg.backend, warmup=cfg.warmup, repeats=cfg.repeats, num_threads=cfg.num_threads,
-                         seed=cfg.seed, row_cap=cfg.row_cap)
+    oracle = cfg.oracle()
     try:
         summary = profile_inventory(
             inventory, topology, cfg.num_placements, Path(out_path), oracle, seed=cfg.seed, tasks=tasks, progress=False
@@ -155,11 +154,9 @@ def compare_task(
 ) -> Any:
     """Measure every contender interleaved on one backend (dreamshard.evaluation.compare_sharders)."""
     from dreamshard.evaluation import compare_sharders
-    from dreamshard.profiling import make_oracle
 
     cfg = profile_config
-    oracle = make_oracle(cfg.backend, warmup=cfg.warmup, repeats=cfg.repeats, num_threads=cfg.num_threads,
-                         seed=cfg.seed, row_cap=cfg.row_cap)
+    oracle = cfg.oracle()
     try:
         return compare_sharders(
             inventory, topology, sharders, oracle, rounds=rounds, sharder_options=sharder_options, progress=None,

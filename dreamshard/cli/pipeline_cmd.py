@@ -102,14 +102,12 @@ def compare_cmd(
     from dreamshard.evaluation import compare_sharders, comparison_table, write_comparison_outputs
     from dreamshard.io import load_inventory
     from dreamshard.pipeline_config import load_pipeline_config
-    from dreamshard.profiling import make_oracle
 
     cfg = load_pipeline_config(params)
     inv = load_inventory(inventory)
     topo = cfg.topology.topology(cfg.plan_devices)
     prof = cfg.profile
-    oracle = make_oracle(prof.backend, warmup=prof.warmup, repeats=prof.repeats, num_threads=prof.num_threads,
-                         seed=prof.seed, row_cap=prof.row_cap)
+    oracle = prof.oracle()
     dreamshard_opts: dict[str, Any] = {"model_dir": model, "seed": prof.seed, "samples": cfg.plan.samples}
     try:
         cmp = compare_sharders(inv, topo, list(cfg.evaluate.sharders), oracle, rounds=cfg.evaluate.rounds,

@@ -36,7 +36,7 @@ def profile(
     """Measure single-table costs and K random feasible placements (real timing; resumes an existing file)."""
     from dreamshard.config import load_section
     from dreamshard.io import load_inventory
-    from dreamshard.profiling import ProfileConfig, make_oracle, profile_inventory
+    from dreamshard.profiling import ProfileConfig, profile_inventory
 
     cfg = load_section(params, "profile", ProfileConfig)
     flags = {
@@ -52,10 +52,7 @@ def profile(
         from dreamshard.learning.tasks import load_taskset
 
         taskset = load_taskset(tasks)
-    oracle = make_oracle(
-        cfg.backend, warmup=cfg.warmup, repeats=cfg.repeats, num_threads=cfg.num_threads, seed=cfg.seed,
-        row_cap=cfg.row_cap,
-    )
+    oracle = cfg.oracle()
     try:
         if refit_comm:
             sizes = {topology.num_devices} | ({t.num_devices for t in taskset.train} if taskset else set())

@@ -102,7 +102,7 @@ def train_loop_stage(
 ) -> list[Any]:
     """The outer loop on a real (or simulator) backend; see dreamshard.learning.loop.train."""
     from dreamshard.learning.loop import train
-    from dreamshard.profiling import ProfileConfig, make_oracle
+    from dreamshard.profiling import ProfileConfig
 
     pool = load_inventory(inventory)
     taskset = load_taskset(tasks)
@@ -115,8 +115,7 @@ def train_loop_stage(
     if prof.backend == "cuda":
         topo_cfg = topo_cfg.model_copy(update={"device_type": "cuda"})
     cfg = loop_config(params)
-    oracle = make_oracle(prof.backend, warmup=prof.warmup, repeats=prof.repeats, num_threads=prof.num_threads,
-                         seed=prof.seed, row_cap=prof.row_cap)
+    oracle = prof.oracle()
     try:
         return train(pool, taskset, topo_cfg.topology(max(1, taskset.train[0].num_devices if taskset.train else 1)),
                      oracle, cfg, model_dir, resume=resume, progress=progress, measurements=measurements,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling.oracle import Oracle
 
 
 class ProfileConfig(BaseModel):
@@ -19,3 +22,10 @@ class ProfileConfig(BaseModel):
     num_threads: Annotated[int, Field(ge=1)] = 1
     seed: int = 0
     row_cap: Annotated[int, Field(ge=1)] | None = None
+
+    def oracle(self) -> Oracle:
+        """The measuring backend these settings describe (the one construction the CLI, DVC stages and flows use)."""
+        from dreamshard.profiling.oracle import make_oracle
+
+        return make_oracle(self.backend, warmup=self.warmup, repeats=self.repeats, num_threads=self.num_threads,
+                           seed=self.seed, row_cap=self.row_cap)
