@@ -119,14 +119,18 @@ def dump_model(model: BaseModel, path: str | Path) -> Path:
     return atomic_write_text(p, text)
 
 
-def _load(path: str | Path, cls: type[M], error: type[DreamshardError], what: str) -> M:
-    data = read_structured(path)
+def validate_mapping(data: Any, cls: type[M], error: type[DreamshardError], where: str) -> M:
+    """Build `cls` from parsed data that must be a mapping; failures are one `error` line prefixed by `where`."""
     if not isinstance(data, dict):
-        raise error(f"{what} {path}: expected a mapping at top level")
+        raise error(f"{where}: expected a mapping")
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise error(f"{what} {path}: {describe_validation_error(e, data)}") from None
+        raise error(f"{where}: {describe_validation_error(e, data)}") from None
+
+
+def _load(path: str | Path, cls: type[M], error: type[DreamshardError], what: str) -> M:
+    return validate_mapping(read_structured(path), cls, error, f"{what} {path}")
 
 
 def load_inventory(path: str | Path) -> Inventory:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dreamshard.config import load_section
+from dreamshard.config import section_from
 from dreamshard.errors import ConfigError
 from dreamshard.gate import PublishConfig
 from dreamshard.io import read_structured
@@ -112,7 +112,7 @@ def load_pipeline_config(path: str | Path | None, backend: str | None = None) ->
         unknown = sorted(set(data) - set(_SECTIONS))
         if unknown:
             raise ConfigError(f"{path}: unknown section '{unknown[0]}'; sections are {', '.join(_SECTIONS)}")
-        cfg = PipelineConfig(**{name: load_section(path, name, model) for name, model in _SECTIONS.items()})
+        cfg = PipelineConfig(**{name: section_from(data, name, model, path) for name, model in _SECTIONS.items()})
     if backend:
         try:
             profile = ProfileConfig.model_validate({**cfg.profile.model_dump(), "backend": backend})
