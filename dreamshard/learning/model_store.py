@@ -19,7 +19,8 @@ import shutil
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -197,3 +198,19 @@ def resolve_model_dir(explicit: Path | None = None) -> Path:
         if has_model(candidate):
             return Path(candidate)  # type: ignore[arg-type]
     raise ModelError("no dreamshard model: run `dreamshard train` or pass --model")
+
+
+class _HasSpec(Protocol):
+    spec: Any
+
+
+N = TypeVar("N", bound=_HasSpec)
+
+
+def warm_start(init: N | None, spec: Any, build: Callable[[Any], N], what: str) -> N:
+    """`init` if given and built with `spec` (ModelError otherwise), else a fresh `build(spec)`."""
+    if init is None:
+        return build(spec)
+    if init.spec != spec:
+        raise ModelError(f"{what} architecture {init.spec} differs from config {spec}; retrain from scratch")
+    return init

@@ -20,6 +20,7 @@ from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import NUM_DEVICE_COSTS, CostNet, CostNetSpec
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.metrics import mape, spearman
+from dreamshard.learning.model_store import warm_start
 from dreamshard.learning.progress import progress_bar
 from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Inventory, Measurement
@@ -208,12 +209,7 @@ def train_cost_model(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     spec = CostNetSpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden)
-    if init is not None:
-        if init.spec != spec:
-            raise ModelError(f"cost net architecture {init.spec} differs from config {spec}; retrain from scratch")
-        net = init
-    else:
-        net = CostNet(spec)
+    net = warm_start(init, spec, CostNet, "cost net")
     samples = _to_samples(pool, train_recs)
     if init is None:  # a warm-started net keeps the scale its outputs were trained in
         net.target_scale.copy_(_target_scale(samples))

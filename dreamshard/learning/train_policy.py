@@ -16,10 +16,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import ConfigError, ModelError
+from dreamshard.errors import ConfigError
 from dreamshard.learning.configs import PolicyTrainConfig, TopologyConfig
 from dreamshard.learning.estimator import CostEstimator
 from dreamshard.learning.mdp import EstimatedMDP
+from dreamshard.learning.model_store import warm_start
 from dreamshard.learning.policy import Episode, Policy, PolicySpec, episode_log_probs, mdp_clone, rollout
 from dreamshard.learning.progress import progress_bar
 from dreamshard.learning.threads import single_threaded
@@ -93,12 +94,7 @@ def train_policy(
         raise ConfigError("no training tasks: run `dreamshard tasks` to make some")
     torch.manual_seed(config.seed)
     spec = PolicySpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden, prior_weight=config.prior_weight)
-    if init is not None:
-        if init.spec != spec:
-            raise ModelError(f"policy architecture {init.spec} differs from config {spec}; retrain from scratch")
-        policy = init
-    else:
-        policy = Policy(spec)
+    policy = warm_start(init, spec, Policy, "policy")
     mdps = make_mdps(pool, tasks, cost_net, topology or TopologyConfig())
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
