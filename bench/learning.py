@@ -47,12 +47,12 @@ from dreamshard.learning.stages import loop_config
 from dreamshard.learning.tasks import make_taskset
 from dreamshard.learning.train_cost import evaluate_cost_net
 from dreamshard.profiling import ProfileConfig, profile_inventory
-from dreamshard.sharders import HEURISTICS, get_sharder, make_plan
+from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, get_sharder, learned_options, make_plan
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.types import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = [*HEURISTICS, "torchrec", "dreamshard", "dreamshard_lpt"]
+CONTENDERS = list(ALL_SHARDERS)
 
 
 def _gmean(xs: list[float]) -> float | None:
@@ -115,9 +115,8 @@ def _task_row(task: Any, pool: Any, topo_cfg: TopologyConfig, oracle: Any, model
     if "dreamshard" in ok:  # ablation: the same model plus the local-search refinement (off by default)
         extra.append(DreamShardSharder(model_dir=model_dir, refine_rounds=64).shard(sub, t).model_copy(
             update={"sharder": "dreamshard_refine"}))
-    learned = {"model_dir": model_dir}
-    cmp = compare_sharders(sub, t, ok, oracle, rounds=rounds,
-                           sharder_options={"dreamshard": learned, "dreamshard_lpt": learned}, extra_plans=extra)
+    cmp = compare_sharders(sub, t, ok, oracle, rounds=rounds, sharder_options=learned_options(model_dir=model_dir),
+                           extra_plans=extra)
     res = {r.sharder: r for r in cmp.results}
     base = [r for r in cmp.results if r.sharder in BASELINE_SHARDERS]
     best = min(base, key=lambda r: r.overall_ms)

@@ -17,6 +17,7 @@ from dreamshard.gate import PublishConfig
 from dreamshard.io import read_structured
 from dreamshard.learning.configs import CostTrainConfig, LoopConfig, PolicyTrainConfig, TasksConfig, TopologyConfig
 from dreamshard.profiling import ProfileConfig
+from dreamshard.sharders import ALL_SHARDERS
 from dreamshard.types import Inventory
 
 
@@ -58,8 +59,7 @@ class PlanConfig(_Section):
 class EvaluateConfig(_Section):
     """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
 
-    sharders: tuple[str, ...] = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy",
-                                 "size_lookup_greedy", "torchrec", "dreamshard", "dreamshard_lpt")
+    sharders: tuple[str, ...] = ALL_SHARDERS
     rounds: Annotated[int, Field(ge=1)] = 3
 
     @field_validator("sharders")

@@ -10,14 +10,11 @@ from pydantic import BaseModel, ConfigDict
 
 from dreamshard.evaluation import Comparison, write_comparison_outputs
 from dreamshard.io import load_inventory
+from dreamshard.sharders import LEARNED
 from flows.artifacts import publish_plan_artifacts
 from flows.requests import PublishRequest, Workspace
 from flows.tasks import compare_task, gate_task, plan_task, publish_task
 from flows.train_flows import load_configs
-
-
-#: Sharders backed by the trained model; the publish flow measures them all and gates the fastest.
-LEARNED_SHARDERS = ("dreamshard", "dreamshard_lpt")
 
 
 class ApprovalInput(RunInput):
@@ -81,7 +78,7 @@ def plan_and_publish_flow(request: PublishRequest) -> PublishOutcome:
 
     # The learned sharders (the RL policy and LPT on the cost net's predictions) are all measured with the
     # baselines; the one that measured fastest is the candidate the gate judges.
-    learned = [s for s in LEARNED_SHARDERS if s in cfg.evaluate.sharders] or ["dreamshard"]
+    learned = [s for s in LEARNED if s in cfg.evaluate.sharders] or ["dreamshard"]
     candidates = [plan_task(inventory, topology, name, options) for name in learned]
     contenders = [s for s in cfg.evaluate.sharders if s not in learned]
     comparison = compare_task(

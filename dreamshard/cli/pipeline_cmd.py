@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -102,16 +102,16 @@ def compare_cmd(
     from dreamshard.evaluation import compare_sharders, comparison_table, write_comparison_outputs
     from dreamshard.io import load_inventory
     from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.sharders import learned_options
 
     cfg = load_pipeline_config(params)
     inv = load_inventory(inventory)
     topo = cfg.topology.topology(cfg.plan_devices)
     prof = cfg.profile
     oracle = prof.oracle()
-    dreamshard_opts: dict[str, Any] = {"model_dir": model, "seed": prof.seed, "samples": cfg.plan.samples}
     try:
         cmp = compare_sharders(inv, topo, list(cfg.evaluate.sharders), oracle, rounds=cfg.evaluate.rounds,
-                               sharder_options={"dreamshard": dreamshard_opts, "dreamshard_lpt": dreamshard_opts,
+                               sharder_options={**learned_options(model_dir=model, seed=prof.seed, samples=cfg.plan.samples),
                                                 "random": {"seed": prof.seed}},
                                seed=prof.seed)
     finally:

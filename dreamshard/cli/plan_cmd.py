@@ -36,7 +36,7 @@ from dreamshard.evaluation import (
     write_comparison_outputs,
 )
 from dreamshard.io import atomic_write_text, load_inventory, load_plan, save_plan
-from dreamshard.sharders import HEURISTICS, get_sharder
+from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, get_sharder, learned_options
 
 console = Console()
 
@@ -144,8 +144,7 @@ def compare(
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type)
     oracle = build_oracle(backend, warmup, repeats, threads, seed)
-    learned = _sharder_options(model, samples, seed)
-    opts = {"dreamshard": learned, "dreamshard_lpt": learned, "random": {"seed": seed}}
+    opts = {**learned_options(**_sharder_options(model, samples, seed)), "random": {"seed": seed}}
     total = len(names) + 1 + rounds * len(names)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -185,7 +184,7 @@ def expand_sharders(spec: str) -> list[str]:
         if item == "heuristics":
             parts += list(HEURISTICS)
         elif item == "all":
-            parts += [*HEURISTICS, "torchrec", "dreamshard", "dreamshard_lpt"]
+            parts += list(ALL_SHARDERS)
         elif item:
             parts.append(item)
     return validate_sharders(parts)

@@ -10,6 +10,15 @@ from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.sharders.heuristics import GREEDY_COSTS, GreedySharder, RandomSharder, RoundRobinSharder
 
 HEURISTICS: tuple[str, ...] = ("random", "round_robin", *GREEDY_COSTS)
+#: Sharders backed by a trained DreamShard model (they take model_dir / samples / seed options).
+LEARNED: tuple[str, ...] = ("dreamshard", "dreamshard_lpt")
+#: Every contender: the heuristics, TorchRec's planner and the learned sharders.
+ALL_SHARDERS: tuple[str, ...] = (*HEURISTICS, "torchrec", *LEARNED)
+
+
+def learned_options(**options: Any) -> dict[str, dict[str, Any]]:
+    """The same options for every learned sharder, in compare_sharders' per-sharder form."""
+    return {name: dict(options) for name in LEARNED}
 
 
 def _torchrec(**kw: Any) -> Sharder:
@@ -53,4 +62,4 @@ def get_sharder(name: str, **options: Any) -> Sharder:
     return factory(**options)
 
 
-__all__ = ["HEURISTICS", "Sharder", "get_sharder", "make_plan", "sharder_names"]
+__all__ = ["ALL_SHARDERS", "HEURISTICS", "LEARNED", "learned_options", "Sharder", "get_sharder", "make_plan", "sharder_names"]
