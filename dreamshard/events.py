@@ -15,7 +15,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.errors import StoreError
-from dreamshard.store.base import PlanStore, check_key_part
+from dreamshard.io import model_yaml
+from dreamshard.store.base import PlanStore, cas_update, check_key_part
 from dreamshard.types import Inventory, utcnow
 
 #: Event name the orchestrator's deployment trigger matches.
@@ -50,12 +51,6 @@ def current_inventory_key(name: str) -> str:
     return f"{INVENTORY_PREFIX}/{check_key_part(name, 'inventory name')}/current.json"
 
 
-def _dump_inventory(inv: Inventory) -> bytes:
-    import yaml
-
-    return yaml.safe_dump(inv.model_dump(mode="json"), sort_keys=False).encode()
-
-
 def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") -> InventoryRef:
     """Store `inventory` as a new version (if new) and point ``current`` at it (compare-and-swap).
 
@@ -64,7 +59,7 @@ def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") 
     """
     fp = inventory.fingerprint()
     key = inventory_key(inventory.name, fp)
-    data = _dump_inventory(inventory)
+    data = model_yaml(inventory).encode()
     digest = hashlib.sha256(data).hexdigest()
     if not store.exists(key):
         store.put_bytes(key, data)
@@ -72,17 +67,17 @@ def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") 
     if Inventory.model_validate(_load_yaml(stored)).fingerprint() != fp:
         raise StoreError(f"inventory '{inventory.name}': stored copy at {key} does not match fingerprint {fp[:12]}")
     uri = f"{store_uri.rstrip('/')}/{key}" if store_uri else key
-    pointer_key = current_inventory_key(inventory.name)
-    for _ in range(10):
-        old = store.get_versioned(pointer_key)
-        if old is not None and json.loads(old[0]).get("fingerprint") == fp:
-            prev = json.loads(old[0])
-            return InventoryRef.model_validate({**prev, "uri": uri, "changed": False})
-        ref = InventoryRef(name=inventory.name, fingerprint=fp, key=key, uri=uri, sha256=digest)
-        body = ref.model_dump_json(indent=2, exclude={"changed"}).encode()
-        if store.put_if(pointer_key, body, None if old is None else old[1]):
-            return ref
-    raise StoreError(f"inventory '{inventory.name}': could not move the current pointer (10 concurrent writers?)")
+    ref = InventoryRef(name=inventory.name, fingerprint=fp, key=key, uri=uri, sha256=digest)
+    wrote = False
+
+    def step(raw: bytes | None) -> bytes | None:
+        nonlocal wrote
+        wrote = raw is None or json.loads(raw).get("fingerprint") != fp
+        # already current: keep the pointer (and its pushed_at)
+        return ref.model_dump_json(indent=2, exclude={"changed"}).encode() if wrote else None
+
+    current = cas_update(store, current_inventory_key(inventory.name), step)
+    return ref if wrote else InventoryRef.model_validate({**json.loads(current), "uri": uri, "changed": False})
 
 
 def _load_yaml(data: bytes) -> object:

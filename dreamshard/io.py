@@ -108,14 +108,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return p
 
 
+def model_yaml(model: BaseModel) -> str:
+    """A model as YAML text, fields in declaration order (what save_inventory writes)."""
+    return yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False)
+
+
 def dump_model(model: BaseModel, path: str | Path) -> Path:
     """Save a model as YAML (.yaml/.yml) or JSON (anything else)."""
     p = Path(path)
-    data = model.model_dump(mode="json")
     if p.suffix.lower() in {".yaml", ".yml"}:
-        text = yaml.safe_dump(data, sort_keys=False)
+        text = model_yaml(model)
     else:
-        text = json.dumps(data, indent=2) + "\n"
+        text = json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
     return atomic_write_text(p, text)
 
 

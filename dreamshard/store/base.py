@@ -6,8 +6,11 @@ Five primitives are enough: put/get/list/exists plus a compare-and-swap write (`
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from dreamshard.errors import StoreError
 
@@ -69,3 +72,25 @@ class PlanStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location})"
+
+
+#: Compare-and-swap attempts before giving up (each loser backs off a little, with jitter).
+CAS_ATTEMPTS = 64
+
+
+def cas_update(
+    store: PlanStore, key: str, make: Callable[[bytes | None], bytes | None], attempts: int = CAS_ATTEMPTS
+) -> bytes:
+    """Compare-and-swap loop on one small object: `make(current bytes or None)` returns the bytes to write, or
+    None to keep what is there. Returns what `key` holds afterwards. Concurrent writers never lose an update."""
+    for attempt in range(attempts):
+        got = store.get_versioned(key)
+        new = make(None if got is None else got[0])
+        if new is None and got is not None:
+            return got[0]
+        if new is not None and store.put_if(key, new, None if got is None else got[1]):
+            return new
+        time.sleep(random.uniform(0.0, min(0.2, 0.005 * 2**attempt)))
+    raise StoreError(
+        f"could not update {key} in {store.location}: {attempts} concurrent updates in a row won the race; retry"
+    )

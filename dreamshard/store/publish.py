@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
@@ -28,14 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import GateDecision
 from dreamshard.io import describe_validation_error
-from dreamshard.store.base import KeyNotFoundError, PlanStore, check_key_part
+from dreamshard.store.base import KeyNotFoundError, PlanStore, cas_update, check_key_part
 from dreamshard.types import Plan, utcnow
 
 ROOT = "plans"
 CURRENT = "current.json"
 REJECTED = "rejected"
 HISTORY_LIMIT = 100
-CAS_ATTEMPTS = 64
 
 Status = Literal["approved", "rejected"]
 
@@ -309,17 +306,15 @@ def update_pointer(
     store: PlanStore, inventory: str, make: Callable[[CurrentPointer | None], CurrentPointer]
 ) -> CurrentPointer:
     """Compare-and-swap loop on plans/<inventory>/current.json: `make` maps the pointer read to the new one."""
-    key = current_key(inventory)
-    for attempt in range(CAS_ATTEMPTS):
-        got = store.get_versioned(key)
-        old = None if got is None else _parse_pointer(store, inventory, got[0])
-        new = make(old)
-        if store.put_if(key, (new.model_dump_json(indent=2) + "\n").encode(), None if got is None else got[1]):
-            return new
-        time.sleep(random.uniform(0.0, min(0.2, 0.005 * 2**attempt)))
-    raise StoreError(
-        f"could not update {key} in {store.location}: {CAS_ATTEMPTS} concurrent updates in a row won the race; retry"
-    )
+    written: list[CurrentPointer] = []
+
+    def step(raw: bytes | None) -> bytes:
+        new = make(None if raw is None else _parse_pointer(store, inventory, raw))
+        written[:] = [new]
+        return (new.model_dump_json(indent=2) + "\n").encode()
+
+    cas_update(store, current_key(inventory), step)
+    return written[0]
 
 
 def _advance(inventory: str, target: PointerEntry, old: CurrentPointer | None, action: str) -> CurrentPointer:
