@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -95,7 +96,7 @@ def evaluate(
     inv = load_inventory(inventory)
     p = load_plan(plan_file)
     oracle = build_oracle(backend, warmup, repeats, threads)
-    with console.status(f"measuring {p.plan_id} on {backend}", spinner="dots") if not as_json else _null():
+    with console.status(f"measuring {p.plan_id} on {backend}", spinner="dots") if not as_json else nullcontext():
         measured = evaluate_plan(inv, p, oracle, rounds=rounds)
     if out is not None:
         save_plan(measured, out)
@@ -196,14 +197,6 @@ def sharders_list() -> None:
 
     for n in sharder_names():
         typer.echo(n)
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: object) -> None:
-        return None
 
 
 def register(app: typer.Typer) -> None:
