@@ -21,6 +21,12 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run `timing` tests first: the session-scoped SeaweedFS and Prefect servers keep working in the
+    background once started, and on 2 cores that load skews wall-clock comparisons."""
+    items.sort(key=lambda item: item.get_closest_marker("timing") is None)  # stable: order otherwise kept
+
+
 def load_infra_module(name: str) -> ModuleType:
     """Import infra/<name>.py (infra/ is scripts, not a package)."""
     path = ROOT / "infra" / f"{name}.py"

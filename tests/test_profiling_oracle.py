@@ -12,6 +12,8 @@ from dreamshard.profiling.base import fuse_batches
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.types import CommModel, Inventory, Table, Topology
 
+pytestmark = pytest.mark.timing
+
 BATCH = 512
 FIXED_COMM = {2: CommModel(alpha_ms=0.1, beta_ms_per_mb=1.0, backend="test-fixed", world_size=2)}
 
