@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dreamshard.lineage import Lineage
+
 #: Number of access-histogram bins: unique rows whose access count in one batch falls in
 #: (0,1], (1,2], (2,4], ..., (16384,32768], (32768, inf).
 NUM_REUSE_BINS = 17
@@ -188,8 +190,32 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class ColumnShard(_Strict):
+    """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
+
+    start: Annotated[int, Field(ge=0)]
+    end: Annotated[int, Field(ge=1)]
+    device: Annotated[int, Field(ge=0)]
+
+    @model_validator(mode="after")
+    def _check(self) -> ColumnShard:
+        if self.end <= self.start:
+            raise ValueError(f"column shard end {self.end} must be greater than start {self.start}")
+        return self
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+
 class Plan(_Strict):
-    """A placement of every table of an inventory on a device of a topology."""
+    """A placement of every table of an inventory on a device of a topology.
+
+    A table is either placed whole (`placement`: table-wise) or split into column ranges
+    (`column_shards`: each range on one device); never both. A table-wise plan has no column shards.
+    `dreamshard.shards` expands a plan into its placement *units* (whole tables and column shards), which is
+    what memory accounting, profiling and the cost model work on.
+    """
 
     plan_id: str = Field(default_factory=lambda: new_id("plan-"))
     inventory_name: str
@@ -197,11 +223,16 @@ class Plan(_Strict):
     topology: Topology
     sharder: str
     placement: dict[str, Annotated[int, Field(ge=0)]]
+    column_shards: dict[str, tuple[ColumnShard, ...]] = Field(default_factory=dict)
     memory_per_device_gb: tuple[float, ...]
     predicted: Costs | None = None
     measured: Costs | None = None
     measured_by: BackendInfo | None = None  # which backend produced `measured` (a simulator is labelled so)
     model_version: str | None = None
+    # Inputs outside the ranges the model was trained on (one line each); planning warned about them and the
+    # publish gate then requires a measured comparison.
+    out_of_range: tuple[str, ...] = ()
+    lineage: Lineage | None = None  # what data, model, params and code produced a published plan
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")
@@ -210,6 +241,17 @@ class Plan(_Strict):
         for table, d in self.placement.items():
             if d >= n:
                 raise ValueError(f"table '{table}' placed on device {d} but topology has {n} devices")
+        for table, shards in self.column_shards.items():
+            if table in self.placement:
+                raise ValueError(f"table '{table}' is both placed whole and split into column shards")
+            if not shards:
+                raise ValueError(f"table '{table}' has an empty list of column shards")
+            for sh in shards:
+                if sh.device >= n:
+                    raise ValueError(
+                        f"column shard {sh.start}:{sh.end} of table '{table}' placed on device {sh.device} "
+                        f"but topology has {n} devices"
+                    )
         if len(self.memory_per_device_gb) != n:
             raise ValueError(f"memory_per_device_gb has {len(self.memory_per_device_gb)} entries, expected {n}")
         for label, costs in (("predicted", self.predicted), ("measured", self.measured)):
@@ -217,10 +259,25 @@ class Plan(_Strict):
                 raise ValueError(f"{label} has {len(costs.per_device)} devices, expected {n}")
         return self
 
+    def units(self) -> dict[str, int]:
+        """{unit name: device}: whole tables by name, column shards as `table@start:end` (dreamshard.shards)."""
+        from dreamshard.shards import shard_name
+
+        out = dict(self.placement)
+        for table, shards in self.column_shards.items():
+            out.update({shard_name(table, sh.start, sh.end): sh.device for sh in shards})
+        return out
+
+    @property
+    def table_names(self) -> list[str]:
+        """Every table the plan places, whole or in column shards."""
+        return [*self.placement, *(t for t in self.column_shards if t not in self.placement)]
+
     def device_tables(self) -> list[list[str]]:
+        """Unit names on each device (whole tables, and column shards as `table@start:end`)."""
         out: list[list[str]] = [[] for _ in range(self.topology.num_devices)]
-        for table, d in self.placement.items():
-            out[d].append(table)
+        for unit, d in self.units().items():
+            out[d].append(unit)
         return out
 
     def fits_memory(self) -> bool:
@@ -232,11 +289,17 @@ class Plan(_Strict):
         return self.measured or self.predicted
 
     def to_torchrec(self) -> dict[str, dict[str, object]]:
-        """TorchRec table-wise form: {table: {sharding_type, compute_kernel, ranks}}."""
-        return {
+        """TorchRec form: {table: {sharding_type, compute_kernel, ranks}} (column-wise tables list one rank per
+        shard, in column order)."""
+        out: dict[str, dict[str, object]] = {
             t: {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [d]}
-            for t, d in sorted(self.placement.items())
+            for t, d in self.placement.items()
         }
+        for t, shards in self.column_shards.items():
+            ordered = sorted(shards, key=lambda sh: sh.start)
+            out[t] = {"sharding_type": "column_wise", "compute_kernel": "fused", "ranks": [sh.device for sh in ordered],
+                      "column_ranges": [[sh.start, sh.end] for sh in ordered]}
+        return dict(sorted(out.items()))
 
 
 class CommModel(_Strict):
