@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from dreamshard.learning.estimator import CostEstimator
@@ -32,10 +32,11 @@ class CostNetSpec(BaseModel):
     """Architecture of a CostNet (stored in the model card)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    in_features: int = NUM_FEATURES
-    hidden: int = 128
-    latent: int = 32
-    head_hidden: int = 64
+    # Layer sizes are bounded so a hand-edited model card fails validation before any allocation.
+    in_features: int = Field(default=NUM_FEATURES, ge=1, le=4096, strict=True)
+    hidden: int = Field(default=128, ge=1, le=4096, strict=True)
+    latent: int = Field(default=32, ge=1, le=4096, strict=True)
+    head_hidden: int = Field(default=64, ge=1, le=4096, strict=True)
     # Planning's overall cost: True = max over devices of the predicted device totals (what a measured
     # overall cost is by definition, and on held-out tasks it extrapolates better than the head);
     # False = the overall head on the element-wise max of the device representations (the paper's).

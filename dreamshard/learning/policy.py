@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from dreamshard.learning.estimator import CostEstimator
@@ -31,11 +31,12 @@ NUM_POLICY_COSTS = 3
 
 class PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    in_features: int = NUM_FEATURES
-    hidden: int = 128
-    latent: int = 32
-    head_hidden: int = 64
-    prior_weight: float = 10.0  # initial weight of the cost-greedy prior (learnable)
+    # Layer sizes are bounded so a hand-edited model card fails validation before any allocation.
+    in_features: int = Field(default=NUM_FEATURES, ge=1, le=4096, strict=True)
+    hidden: int = Field(default=128, ge=1, le=4096, strict=True)
+    latent: int = Field(default=32, ge=1, le=4096, strict=True)
+    head_hidden: int = Field(default=64, ge=1, le=4096, strict=True)
+    prior_weight: float = Field(default=10.0, allow_inf_nan=False)  # initial weight of the cost-greedy prior (learnable)
 
 
 class Policy(nn.Module):
