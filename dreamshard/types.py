@@ -128,11 +128,18 @@ class Inventory(_Strict):
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
+#: How the all-to-all is costed: "measured" = the alpha-beta fit of a real benchmark on this machine (gloo on
+#: CPU, NCCL on GPUs); "fast" = a fixed fast-interconnect profile (about 10 GB/s per device, NVLink-class
+#: latency), for planning a cluster whose network is much faster than the machine that profiles.
+Interconnect = Literal["measured", "fast"]
+
+
 class Topology(_Strict):
     num_devices: Annotated[int, Field(ge=1, le=4096)]
     device_type: DeviceType = "cpu"
     memory_per_device_gb: Annotated[float, Field(gt=0)]
     batch_size: Annotated[int, Field(ge=1)] = 2048
+    interconnect: Interconnect = "measured"
 
     @property
     def memory_per_device_bytes(self) -> int:

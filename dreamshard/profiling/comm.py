@@ -41,6 +41,20 @@ DEFAULT_BETA_MS_PER_MB = 0.5
 
 _MEMO: dict[tuple[str, int], CommModel] = {}
 
+#: Fixed interconnect profiles (Topology.interconnect other than "measured"): not a benchmark, labelled so.
+FAST_ALPHA_MS = 0.02
+FAST_BETA_MS_PER_MB = 0.1  # 10 GB/s leaving each device
+
+
+def profile_model(interconnect: str, world_size: int) -> CommModel:
+    """The comm model of a fixed interconnect profile ("fast") for `world_size` devices."""
+    if interconnect != "fast":
+        raise ValueError(f"no fixed comm profile '{interconnect}'")
+    if world_size <= 1:
+        return zero_model()
+    return CommModel(alpha_ms=FAST_ALPHA_MS, beta_ms_per_mb=FAST_BETA_MS_PER_MB, backend="profile:fast",
+                     world_size=world_size)
+
 
 def cache_dir() -> Path:
     env = os.environ.get("DREAMSHARD_CACHE_DIR")

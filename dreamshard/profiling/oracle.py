@@ -84,6 +84,8 @@ class Oracle:
     def comm_model(self, topology: Topology, refit: bool = False) -> CommModel:
         """The alpha-beta all-to-all model for ``topology.num_devices`` (fitted once, cached)."""
         n = topology.num_devices
+        if topology.interconnect != "measured":
+            return comm_mod.profile_model(topology.interconnect, n)
         if not refit and n in self._comm:
             return self._comm[n]
         sim = getattr(self.backend, "comm_model", None)
