@@ -1,6 +1,8 @@
-"""Value objects shared by the CLI, DVC stages, Prefect flows and storage (DESIGN.md section 3).
+"""Value objects shared by the CLI, DVC stages, Prefect flows and storage (docs/architecture.md).
 
-All models are pydantic v2, strict about unknown fields, and frozen where they are plain values.
+All models are pydantic v2, strict about unknown fields, and frozen where they are plain values. Numbers are
+strict too: a bool or a string is not read as a number (`num_embeddings: true` is an error, not 1), and every
+size has an upper bound so arithmetic on it cannot overflow.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from dreamshard.lineage import Lineage
 
@@ -27,6 +29,25 @@ GB = float(1024**3)
 
 DeviceType = Literal["cpu", "cuda"]
 DType = Literal["fp32", "fp16"]
+#: Where a plan's costs come from: a real measurement, the analytic simulator backend, or the cost model.
+CostBasis = Literal["measured", "simulated", "predicted"]
+
+
+def _number_only(v: object) -> object:
+    """Reject bools and strings where a number is expected (pydantic's lax mode reads `true` as 1, "3" as 3)."""
+    if isinstance(v, (bool, str, bytes)):
+        raise ValueError(f"must be a number, got {type(v).__name__} {v!r}")
+    return v
+
+
+#: Numbers as users write them in inventories, plans and params: int/float only, never bool or string.
+Number = BeforeValidator(_number_only)
+#: Upper bounds that keep sizes finite in float arithmetic (1 TiB-row tables, 64k-wide rows, 1 PiB devices).
+MAX_ROWS = 2**40
+MAX_DIM = 2**16
+MAX_POOLING = 1e6
+MAX_DEVICE_GB = float(2**20)
+MAX_BATCH = 2**24
 
 
 class _Strict(BaseModel):
@@ -37,9 +58,9 @@ class Table(_Strict):
     """One embedding table."""
 
     name: Annotated[str, Field(min_length=1)]
-    num_embeddings: Annotated[int, Field(ge=1)]
-    embedding_dim: Annotated[int, Field(ge=1)]
-    pooling_factor: Annotated[float, Field(ge=0)]
+    num_embeddings: Annotated[int, Number, Field(ge=1, le=MAX_ROWS)]
+    embedding_dim: Annotated[int, Number, Field(ge=1, le=MAX_DIM)]
+    pooling_factor: Annotated[float, Number, Field(ge=0, le=MAX_POOLING)]
     access_histogram: tuple[float, ...] | None = None
     dtype: DType = "fp32"
 
@@ -106,12 +127,6 @@ class Inventory(_Strict):
     def table_names(self) -> list[str]:
         return [t.name for t in self.tables]
 
-    def table(self, name: str) -> Table:
-        for t in self.tables:
-            if t.name == name:
-                return t
-        raise KeyError(name)
-
     def by_name(self) -> dict[str, Table]:
         return {t.name: t for t in self.tables}
 
@@ -135,10 +150,10 @@ Interconnect = Literal["measured", "fast"]
 
 
 class Topology(_Strict):
-    num_devices: Annotated[int, Field(ge=1, le=4096)]
+    num_devices: Annotated[int, Number, Field(ge=1, le=4096)]
     device_type: DeviceType = "cpu"
-    memory_per_device_gb: Annotated[float, Field(gt=0)]
-    batch_size: Annotated[int, Field(ge=1)] = 2048
+    memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)]
+    batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] = 2048
     interconnect: Interconnect = "measured"
 
     @property
@@ -146,8 +161,12 @@ class Topology(_Strict):
         return int(self.memory_per_device_gb * GB)
 
 
+#: The four per-device cost components, in the order of DeviceCost's fields, as_list() and every table/plot.
+COST_COMPONENTS: tuple[str, ...] = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
+
+
 class DeviceCost(_Strict):
-    """The four cost components of one device, in milliseconds."""
+    """The four cost components of one device, in milliseconds (names: COST_COMPONENTS)."""
 
     fwd_compute: Annotated[float, Field(ge=0)]
     fwd_comm: Annotated[float, Field(ge=0)]
@@ -200,9 +219,9 @@ def utcnow() -> datetime:
 class ColumnShard(_Strict):
     """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
 
-    start: Annotated[int, Field(ge=0)]
-    end: Annotated[int, Field(ge=1)]
-    device: Annotated[int, Field(ge=0)]
+    start: Annotated[int, Number, Field(ge=0)]
+    end: Annotated[int, Number, Field(ge=1)]
+    device: Annotated[int, Number, Field(ge=0)]
 
     @model_validator(mode="after")
     def _check(self) -> ColumnShard:
@@ -229,7 +248,7 @@ class Plan(_Strict):
     inventory_fingerprint: str
     topology: Topology
     sharder: str
-    placement: dict[str, Annotated[int, Field(ge=0)]]
+    placement: dict[str, Annotated[int, Number, Field(ge=0)]]
     column_shards: dict[str, tuple[ColumnShard, ...]] = Field(default_factory=dict)
     memory_per_device_gb: tuple[float, ...]
     predicted: Costs | None = None
@@ -288,12 +307,23 @@ class Plan(_Strict):
         return out
 
     def fits_memory(self) -> bool:
+        """Whether the plan's own memory figures fit (the gate recomputes them: dreamshard.memory.check_plan)."""
         return all(m <= self.topology.memory_per_device_gb + 1e-12 for m in self.memory_per_device_gb)
 
     @property
     def best_costs(self) -> Costs | None:
         """Measured if present, else predicted."""
         return self.measured or self.predicted
+
+    @property
+    def cost_basis(self) -> CostBasis | None:
+        """How `best_costs` was obtained, the one labelling rule for tables, listings and the gate: 'simulated'
+        when the analytic simulator backend produced `measured` (never 'measured'), 'predicted' for the cost
+        model's figures, None when the plan has no costs."""
+        if self.measured is not None:
+            simulated = self.measured_by is not None and self.measured_by.is_simulated
+            return "simulated" if simulated else "measured"
+        return "predicted" if self.predicted is not None else None
 
     def to_torchrec(self) -> dict[str, dict[str, object]]:
         """TorchRec form: {table: {sharding_type, compute_kernel, ranks}} (column-wise tables list one rank per
@@ -340,7 +370,7 @@ class BackendInfo(_Strict):
 
 
 class Measurement(_Strict):
-    """One placement on one topology with its per-device costs (DESIGN.md section 3)."""
+    """One placement on one topology with its per-device costs (docs/architecture.md, data flow)."""
 
     measurement_id: str = Field(default_factory=lambda: new_id("m-"))
     kind: Literal["single", "placement"] = "placement"
@@ -348,7 +378,7 @@ class Measurement(_Strict):
     inventory_name: str
     inventory_fingerprint: str
     topology: Topology
-    placement: dict[str, Annotated[int, Field(ge=0)]]
+    placement: dict[str, Annotated[int, Number, Field(ge=0)]]
     costs: Costs
     spread: tuple[float, ...] = ()  # per-device relative spread (IQR / median) of the total
     backend: BackendInfo
