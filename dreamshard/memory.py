@@ -1,15 +1,25 @@
-"""Memory accounting: what a placement needs on each device and whether it fits."""
+"""Memory accounting and THE placement validator (docs/architecture.md, "where each rule lives").
+
+`check_placement` is the one check that a placement is legal for an inventory on a topology: every table
+placed exactly once (whole, or as column shards that tile it: dreamshard.shards), no unknown table, every
+device in range, every device within its memory. The sharders, the oracle, evaluation and the publish gate
+all call it; memory is always recomputed from the inventory, never read from a plan.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError
-from dreamshard.types import GB, Inventory, Topology
+from dreamshard.types import GB, ColumnShard, Inventory, Plan, Topology
+
+#: Tolerance when comparing a plan's stated memory with the recomputed figure (GB; JSON round-trips floats).
+MEMORY_TOLERANCE_GB = 1e-9
 
 
 def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_devices: int) -> list[int]:
-    """Bytes of table weights on each device (fused SGD keeps no optimizer state)."""
+    """Bytes of table weights on each device (fused SGD keeps no optimizer state). `placement` is over units
+    of `inventory` (whole tables, or shards of an expanded inventory)."""
     tables = inventory.by_name()
     used = [0] * num_devices
     for name, d in placement.items():
@@ -21,25 +31,74 @@ def device_memory_gb(inventory: Inventory, placement: Mapping[str, int], num_dev
     return [b / GB for b in device_memory_bytes(inventory, placement, num_devices)]
 
 
-def check_placement(inventory: Inventory, placement: Mapping[str, int], topology: Topology) -> None:
-    """Raise a typed error if the placement misses a table, names an unknown one, or overflows memory."""
+def check_placement(
+    inventory: Inventory,
+    placement: Mapping[str, int],
+    topology: Topology,
+    column_shards: Mapping[str, Sequence[ColumnShard]] | None = None,
+    *,
+    partial: bool = False,
+) -> list[int]:
+    """Raise a one-line PlanError unless the placement is legal; return the bytes on each device.
+
+    Legal: every table of `inventory` is placed exactly once, whole in `placement` or split into
+    `column_shards` that tile its columns (`partial=True` allows tables to be left out: single-table
+    measurements and tasks over a subset); no table outside the inventory; devices in [0, num_devices);
+    no device over `topology.memory_per_device_gb`.
+    """
+    from dreamshard.shards import expand
+
+    shards = column_shards or {}
+    both = [t for t in shards if t in placement]
+    if both:
+        raise PlanError(f"table '{both[0]}' is both placed whole and split into column shards; keep one")
     names = set(inventory.table_names)
-    missing = [n for n in inventory.table_names if n not in placement]
-    if missing:
-        raise PlanError(f"table '{missing[0]}' has no device in the plan ({len(missing)} unplaced)")
-    unknown = [n for n in placement if n not in names]
+    unknown = [n for n in (*placement, *shards) if n not in names]
     if unknown:
         raise PlanError(f"plan places table '{unknown[0]}', which is not in inventory '{inventory.name}'")
+    if not partial:
+        missing = [n for n in inventory.table_names if n not in placement and n not in shards]
+        if missing:
+            raise PlanError(
+                f"table '{missing[0]}' has no device in the plan ({len(missing)} unplaced); re-plan the inventory"
+            )
+    n = topology.num_devices
     for name, d in placement.items():
-        if not 0 <= d < topology.num_devices:
-            raise PlanError(f"table '{name}' placed on device {d}; topology has {topology.num_devices} devices")
+        if isinstance(d, bool) or not 0 <= d < n:
+            raise PlanError(f"table '{name}' placed on device {d}; topology has {n} devices")
+    for name, table_shards in shards.items():
+        if not table_shards:
+            raise PlanError(f"table '{name}' has an empty list of column shards")
+        for sh in table_shards:
+            if not 0 <= sh.device < n:
+                raise PlanError(
+                    f"column shard {sh.start}:{sh.end} of table '{name}' placed on device {sh.device}; "
+                    f"topology has {n} devices"
+                )
+    units, unit_placement = expand(inventory, placement, shards)  # checks that shards tile their table
+    used = device_memory_bytes(units, unit_placement, n)
     cap = topology.memory_per_device_bytes
-    used = device_memory_bytes(inventory, placement, topology.num_devices)
     for d, u in enumerate(used):
         if u > cap:
             raise PlanError(
-                f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb} GB memory limit"
+                f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb:g} GB memory limit; "
+                f"add devices, raise --memory-gb or re-plan"
             )
+    return used
+
+
+def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
+    """`check_placement` for a plan (whole tables and column shards), plus its stated memory figures checked
+    against the recomputed ones. Returns the recomputed GB per device."""
+    used = check_placement(inventory, plan.placement, plan.topology, plan.column_shards)
+    gb = [u / GB for u in used]
+    for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb)):
+        if abs(stated - real) > MEMORY_TOLERANCE_GB * max(1.0, real):
+            raise PlanError(
+                f"plan {plan.plan_id} states {stated:.6g} GB on device {d}, but its tables need {real:.6g} GB; "
+                f"the plan was edited or made for other tables: re-plan"
+            )
+    return gb
 
 
 def check_each_table_fits(inventory: Inventory, topology: Topology) -> None:

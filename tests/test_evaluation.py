@@ -17,7 +17,7 @@ from dreamshard.evaluation import (
     plot_comparison,
 )
 from dreamshard.sharders import HEURISTICS, get_sharder
-from dreamshard.types import BackendInfo, Costs, DeviceCost, Inventory, Measurement, Table, Topology
+from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 
 
 class FakeOracle:
@@ -35,15 +35,13 @@ class FakeOracle:
 
     def measure(self, inventory: Inventory, placement: Mapping[str, int], topology: Topology,
                 *, kind: str = "placement", task: str = "") -> Measurement:
-        self.calls.append(task)
+        if kind == "placement":
+            self.calls.append(task)
         by = inventory.by_name()
         per = [self._dev([by[n] for n, d in placement.items() if d == i]) for i in range(topology.num_devices)]
         return Measurement(kind=kind, task=task, inventory_name=inventory.name,
                            inventory_fingerprint=inventory.fingerprint(), topology=topology,
                            placement=dict(placement), costs=Costs.from_devices(per), backend=self.info)
-
-    def single_table_costs(self, inventory: Inventory, topology: Topology) -> dict[str, float]:
-        return {t.name: self._dev([t]).total for t in inventory.tables}
 
 
 def _inv() -> Inventory:
@@ -55,9 +53,41 @@ def _inv() -> Inventory:
 TOPO = Topology(num_devices=3, memory_per_device_gb=1.0, batch_size=128)
 
 
-def test_lower_bound_is_max_of_largest_and_average() -> None:
-    assert lower_bound({"a": 10.0, "b": 1.0}, 4) == (10.0, 10.0, 11.0)
-    assert lower_bound({"a": 3.0, "b": 3.0, "c": 3.0}, 2) == (4.5, 3.0, 9.0)
+def _single(inv: Inventory, name: str, topo: Topology, compute: float, comm: CommModel | None) -> Measurement:
+    from dreamshard.profiling.comm import device_comm_bytes
+
+    c = comm.cost_ms(device_comm_bytes(topo.batch_size, [inv.by_name()[name].embedding_dim], topo.num_devices)) if comm else 0.0
+    per = [DeviceCost(fwd_compute=compute / 2, fwd_comm=c, bwd_comm=c, bwd_compute=compute / 2)] + [
+        DeviceCost.zero() for _ in range(topo.num_devices - 1)]
+    return Measurement(kind="single", inventory_name=inv.name, inventory_fingerprint=inv.fingerprint(), topology=topo,
+                       placement={name: 0}, costs=Costs.from_devices(per), backend=FakeOracle.info, comm_model=comm)
+
+
+def test_lower_bound_counts_the_all_to_all_latency_once_per_device() -> None:
+    """Hand-set figures: 3 tables of dim 10, batch 1000, 2 devices, alpha 1 ms, beta 1 ms/MB.
+
+    Pooled bytes leaving a device for all tables: 1000 * 30 * 4 * 1/2 = 60 kB; an even share is 30 kB ->
+    all-to-all 1 + 0.03 ms per direction. Compute 4 + 4 + 10 = 18 -> 9 ms per device.
+    """
+    inv = Inventory(name="lb", tables=tuple(Table(name=n, num_embeddings=10, embedding_dim=10, pooling_factor=1.0)
+                                            for n in ("a", "b", "c")))
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=1000)
+    comm = CommModel(alpha_ms=1.0, beta_ms_per_mb=1.0, backend="gloo", world_size=2)
+    singles = {n: _single(inv, n, topo, c, comm) for n, c in (("a", 4.0), ("b", 4.0), ("c", 10.0))}
+    lb = lower_bound(inv, singles, topo)
+    assert lb.compute_ms == pytest.approx(9.0)
+    assert lb.comm_ms == pytest.approx(2 * (1.0 + 0.03))
+    assert lb.max_single_ms == pytest.approx(10.0 + 2 * (1.0 + 0.02))  # table c alone, its own all-to-all
+    assert lb.total_ms == pytest.approx(max(lb.max_single_ms, 9.0 + 2.06))
+    # The old reference, sum of singles / D, counted alpha once per table: 3 alphas on 2 devices.
+    assert lb.sum_single_ms / 2 > lb.compute_ms + lb.comm_ms
+    # One big table dominates: the bound is that table alone.
+    singles["c"] = _single(inv, "c", topo, 40.0, comm)
+    assert lower_bound(inv, singles, topo).total_ms == pytest.approx(40.0 + 2.04)
+    # One device: no all-to-all at all.
+    one = topo.model_copy(update={"num_devices": 1})
+    singles1 = {n: _single(inv, n, one, c, None) for n, c in (("a", 4.0), ("b", 4.0), ("c", 10.0))}
+    assert lower_bound(inv, singles1, one).total_ms == pytest.approx(18.0)
 
 
 def test_compare_interleaves_and_ranks() -> None:

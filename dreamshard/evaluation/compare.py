@@ -1,6 +1,7 @@
 """Evaluate plans on a measuring backend and compare sharders, all contenders measured interleaved.
 
-Absolute milliseconds on a shared CPU drift; ratios within one interleaved run do not (DESIGN.md section 7).
+Absolute milliseconds on a shared CPU drift; ratios within one interleaved run do not (docs/architecture.md).
+Plans are measured on their placement units (whole tables and column shards: dreamshard.shards).
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.memory import check_placement
+from dreamshard.errors import PlanError, UnknownSharderError
+from dreamshard.memory import check_plan
 from dreamshard.sharders import HEURISTICS, get_sharder, sharder_names
-from dreamshard.errors import UnknownSharderError
+from dreamshard.shards import expand_plan
 from dreamshard.types import BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology, utcnow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,7 +29,7 @@ Progress = Callable[[str], None]
 
 
 class SharderResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     sharder: str
     plan: Plan
@@ -39,20 +42,27 @@ class SharderResult(BaseModel):
 
 
 class Comparison(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     inventory_name: str
     inventory_fingerprint: str
     topology: Topology
     backend: BackendInfo
     rounds: int
-    lower_bound_ms: float
+    lower_bound_ms: float  # LowerBound.total_ms
     max_single_ms: float
-    sum_single_ms: float
+    sum_single_ms: float  # sum of single-table totals (each with its own all-to-all; kept for reference)
     results: list[SharderResult]
+    lb_compute_ms: float = 0.0  # LowerBound.compute_ms
+    lb_comm_ms: float = 0.0  # LowerBound.comm_ms
     best: str = ""
     best_heuristic: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def reference(self) -> LowerBound:
+        return LowerBound(max_single_ms=self.max_single_ms, sum_single_ms=self.sum_single_ms,
+                          compute_ms=self.lb_compute_ms, comm_ms=self.lb_comm_ms, total_ms=self.lower_bound_ms)
 
     def result(self, sharder: str) -> SharderResult:
         for r in self.results:
@@ -71,7 +81,10 @@ class Comparison(BaseModel):
             "devices": self.topology.num_devices,
             "backend": self.backend.name,
             "operator": self.backend.operator,
+            "inventory_fingerprint": self.inventory_fingerprint,
             "lower_bound_ms": self.lower_bound_ms,
+            "lower_bound_compute_ms": self.lb_compute_ms,
+            "lower_bound_comm_ms": self.lb_comm_ms,
             "best": self.best,
             "best_heuristic": self.best_heuristic,
             "sharders": {
@@ -90,12 +103,47 @@ class Comparison(BaseModel):
 BASELINE_SHARDERS: tuple[str, ...] = (*HEURISTICS, "torchrec")
 
 
-def lower_bound(single_costs: Mapping[str, float], num_devices: int) -> tuple[float, float, float]:
-    """LB = max(max single-table cost, sum of single-table costs / D); an additive reference, not a true bound."""
-    vals = list(single_costs.values())
-    mx = max(vals, default=0.0)
-    total = sum(vals)
-    return max(mx, total / num_devices), mx, total
+class LowerBound(BaseModel):
+    """The reference every plan is compared with ("x LB"), from single-table measurements.
+
+    A single table's measured cost carries the all-to-all's fixed latency (alpha) once; summing singles would
+    count it once per table. So compute and communication are bounded separately: the bottleneck device's
+    cost is at least the average over the devices that hold tables, which is at least
+    sum(single compute) / D + 2 * comm(total pooled bytes / D) (alpha once per direction), and at least the
+    costliest table alone. It assumes compute adds up across tables: a fused kernel can beat it slightly.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_single_ms: float  # the costliest table alone on a device, its comm included
+    sum_single_ms: float  # sum of single-table totals (alpha counted once per table: not a usable reference)
+    compute_ms: float  # even share of compute: sum of single-table compute (fwd + bwd) / D
+    comm_ms: float  # fwd + bwd all-to-all of an even 1/D share of every table's pooled output (alpha once each)
+    total_ms: float  # max(max_single_ms, compute_ms + comm_ms)
+
+
+def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topology: Topology) -> LowerBound:
+    """The LowerBound of `inventory` on `topology` from each table's single-table measurement (kind="single")."""
+    d = topology.num_devices
+    totals = [m.overall_ms for m in singles.values()]
+    compute = [m.costs.per_device[0].fwd_compute + m.costs.per_device[0].bwd_compute for m in singles.values()]
+    comm_ms = 0.0
+    models = [m.comm_model for m in singles.values() if m.comm_model is not None]
+    if d > 1 and models:
+        from dreamshard.profiling.comm import device_comm_bytes
+
+        dims = [t.embedding_dim for t in inventory.tables]
+        share = device_comm_bytes(topology.batch_size, dims, d) / d
+        comm_ms = 2.0 * models[0].cost_ms(share)
+    sum_compute = sum(compute)
+    mx = max(totals, default=0.0)
+    return LowerBound(
+        max_single_ms=mx,
+        sum_single_ms=sum(totals),
+        compute_ms=sum_compute / d,
+        comm_ms=comm_ms,
+        total_ms=max(mx, sum_compute / d + comm_ms),
+    )
 
 
 def median_costs(measurements: Sequence[Measurement]) -> Costs:
@@ -108,17 +156,33 @@ def median_costs(measurements: Sequence[Measurement]) -> Costs:
     return Costs(per_device=tuple(per_device), overall_ms=statistics.median(m.overall_ms for m in measurements))
 
 
-def evaluate_plan(inventory: Inventory, plan: Plan, oracle: Oracle, rounds: int = 1) -> Plan:
-    """Measure a plan on the oracle's backend; returns the plan with `measured` filled in."""
+def check_plan_for(inventory: Inventory, plan: Plan, topology: Topology | None = None) -> None:
+    """A plan is measurable for `inventory` (and `topology`, if given): same fingerprint, same topology, and a
+    legal placement with truthful memory figures (dreamshard.memory.check_plan). PlanError otherwise."""
     if plan.inventory_fingerprint != inventory.fingerprint():
-        from dreamshard.errors import PlanError
-
         raise PlanError(
             f"plan {plan.plan_id} was made for inventory '{plan.inventory_name}' with a different fingerprint "
-            f"({plan.inventory_fingerprint[:12]}); re-plan for this inventory"
+            f"({plan.inventory_fingerprint[:12]}, this one is {inventory.fingerprint()[:12]}); re-plan for this inventory"
         )
-    check_placement(inventory, plan.placement, plan.topology)
-    ms = [oracle.measure(inventory, plan.placement, plan.topology, task=plan.sharder) for _ in range(max(1, rounds))]
+    if topology is not None and plan.topology != topology:
+        raise PlanError(
+            f"plan {plan.plan_id} is for {plan.topology.num_devices} x {plan.topology.device_type} "
+            f"({plan.topology.memory_per_device_gb:g} GB, batch {plan.topology.batch_size}), not the compared "
+            f"{topology.num_devices} x {topology.device_type} ({topology.memory_per_device_gb:g} GB, "
+            f"batch {topology.batch_size}); re-plan for that topology"
+        )
+    check_plan(inventory, plan)
+
+
+def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
+    units, placement = expand_plan(inventory, plan)
+    return oracle.measure(units, placement, plan.topology, task=plan.sharder)
+
+
+def evaluate_plan(inventory: Inventory, plan: Plan, oracle: Oracle, rounds: int = 1) -> Plan:
+    """Measure a plan on the oracle's backend; returns the plan with `measured` filled in."""
+    check_plan_for(inventory, plan)
+    ms = [_measure(inventory, plan, oracle) for _ in range(max(1, rounds))]
     return plan.model_copy(update={"measured": median_costs(ms), "measured_by": oracle.info})
 
 
@@ -159,11 +223,13 @@ def compare_sharders(
         t0 = time.perf_counter()
         plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
         plans.append((plan, time.perf_counter() - t0))
-    plans.extend((p, 0.0) for p in extra_plans)
+    for p in extra_plans:
+        check_plan_for(inventory, p, topology)
+        plans.append((p, 0.0))
 
     say("measuring single-table costs")
-    singles = oracle.single_table_costs(inventory, topology)
-    lb, mx, total = lower_bound(singles, topology.num_devices)
+    singles = {t.name: oracle.measure(inventory, {t.name: 0}, topology, kind="single") for t in inventory.tables}
+    lb = lower_bound(inventory, singles, topology)
 
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)
@@ -173,7 +239,7 @@ def compare_sharders(
         for i in order:
             plan = plans[i][0]
             say(f"round {r + 1}/{rounds}: measuring {plan.sharder}")
-            samples[i].append(oracle.measure(inventory, plan.placement, topology, task=plan.sharder))
+            samples[i].append(_measure(inventory, plan, oracle))
 
     results: list[SharderResult] = []
     for (plan, secs), ms in zip(plans, samples):
@@ -196,17 +262,32 @@ def compare_sharders(
     best_h = min(heur, key=lambda r: r.overall_ms) if heur else best
     for r in results:
         r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
-        r.ratio_to_lower_bound = r.overall_ms / lb if lb > 0 else 1.0
+        r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 1.0
     return Comparison(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
         topology=topology,
         backend=oracle.info,
         rounds=rounds,
-        lower_bound_ms=lb,
-        max_single_ms=mx,
-        sum_single_ms=total,
+        lower_bound_ms=lb.total_ms,
+        max_single_ms=lb.max_single_ms,
+        sum_single_ms=lb.sum_single_ms,
+        lb_compute_ms=lb.compute_ms,
+        lb_comm_ms=lb.comm_ms,
         results=results,
         best=best.sharder,
         best_heuristic=best_h.sharder,
     )
+
+
+def load_comparison(path: str | Path) -> Comparison:
+    """A comparison written by `dreamshard compare --out` or the evaluate stage (data/comparison.json)."""
+    from dreamshard.errors import InputFileError
+    from dreamshard.io import read_structured, validate_mapping
+
+    data = read_structured(path)
+    if isinstance(data, dict) and "results" in data and "topology" not in data:
+        raise InputFileError(
+            f"{path} is a `compare --json` summary, not a comparison: write one with `dreamshard compare --out FILE`"
+        )
+    return validate_mapping(data, Comparison, InputFileError, f"comparison {path}")

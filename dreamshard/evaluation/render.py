@@ -10,17 +10,23 @@ from pathlib import Path
 from rich.table import Table as RichTable
 
 from dreamshard.evaluation.compare import Comparison
-from dreamshard.types import Costs, Plan
-
-COMPONENTS = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
+from dreamshard.types import COST_COMPONENTS, Costs, Plan
 
 
 def _plan_costs(plan: Plan) -> tuple[Costs | None, str]:
-    if plan.measured is not None:
-        return plan.measured, "measured"
-    if plan.predicted is not None:
-        return plan.predicted, "predicted"
-    return None, "none"
+    """The plan's costs and their label (Plan.cost_basis: measured / simulated / predicted)."""
+    return plan.best_costs, plan.cost_basis or "none"
+
+
+def reference_line(cmp: Comparison) -> str:
+    """How the LB column is computed, with this comparison's figures (one line, for captions and reports)."""
+    d = cmp.topology.num_devices
+    lb = cmp.reference
+    return (
+        f"LB = max(costliest table alone {lb.max_single_ms:.3f}, even 1/{d} share: compute {lb.compute_ms:.3f}"
+        f" + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms"
+        " (assumes compute adds up across tables; fused kernels can beat it slightly)"
+    )
 
 
 def device_rows(plan: Plan) -> list[dict[str, object]]:
@@ -39,7 +45,7 @@ def device_rows(plan: Plan) -> list[dict[str, object]]:
         }
         if costs is not None:
             dc = costs.per_device[d]
-            row.update({k: round(v, 4) for k, v in zip(COMPONENTS, dc.as_list())})
+            row.update({k: round(v, 4) for k, v in zip(COST_COMPONENTS, dc.as_list())})
             row["total_ms"] = round(dc.total, 4)
             row["bottleneck"] = d == bottleneck
         rows.append(row)
@@ -62,7 +68,7 @@ def device_table(plan: Plan) -> RichTable:
     for row in device_rows(plan):
         cells = [str(row["device"]), str(row["tables"]), f"{row['memory_gb']:.3f}", f"{row['memory_pct']:.1f}"]
         if costs:
-            cells += [f"{row[k]:.3f}" for k in COMPONENTS]
+            cells += [f"{row[k]:.3f}" for k in COST_COMPONENTS]
             mark = " *" if row["bottleneck"] else ""
             cells.append(f"{row['total_ms']:.3f}{mark}")
         t.add_row(*cells)
@@ -80,7 +86,7 @@ def device_table_markdown(plan: Plan) -> str:
     for row in device_rows(plan):
         line = f"| {row['device']} | {row['tables']} | {row['memory_gb']:.3f} | {row['memory_pct']:.1f} |"
         if costs:
-            line += "".join(f" {row[k]:.3f} |" for k in COMPONENTS)
+            line += "".join(f" {row[k]:.3f} |" for k in COST_COMPONENTS)
             total = f"{row['total_ms']:.3f}"
             line += f" **{total}** |" if row["bottleneck"] else f" {total} |"
         lines.append(line)
@@ -93,15 +99,12 @@ def comparison_table(cmp: Comparison) -> RichTable:
     b = cmp.backend
     t = RichTable(
         title=(
-            f"{cmp.inventory_name}: {len(cmp.results[0].plan.placement) if cmp.results else 0} tables on "
+            f"{cmp.inventory_name}: {len(cmp.results[0].plan.table_names) if cmp.results else 0} tables on "
             f"{cmp.topology.num_devices} devices · backend {b.name} ({b.operator}, {b.num_threads} thread(s), "
             f"batch {cmp.topology.batch_size}) · {cmp.rounds} interleaved round(s)"
             + (" · SIMULATED" if b.is_simulated else "")
         ),
-        caption=(
-            f"LB = max(max single {cmp.max_single_ms:.3f}, sum singles / D {cmp.sum_single_ms / cmp.topology.num_devices:.3f})"
-            f" = {cmp.lower_bound_ms:.3f} ms (additive reference, not a bound under fusion)"
-        ),
+        caption=reference_line(cmp),
     )
     for col in ("sharder", "overall ms", "spread", "x best", "x LB", "max mem GB"):
         t.add_column(col, justify="right" if col != "sharder" else "left")
@@ -137,9 +140,7 @@ def comparison_markdown(cmp: Comparison) -> str:
         )
     lines += [
         "",
-        f"LB = max(max single-table cost {cmp.max_single_ms:.3f}, sum of single-table costs / D "
-        f"{cmp.sum_single_ms / cmp.topology.num_devices:.3f}) = **{cmp.lower_bound_ms:.3f} ms** "
-        "(additive reference; fused costs are not additive, so plans can beat it).",
+        reference_line(cmp) + ".",
         f"Best heuristic: `{cmp.best_heuristic}`.",
     ]
     return "\n".join(lines)
@@ -164,7 +165,7 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
         assert costs is not None
         bottom = [0.0] * len(costs.per_device)
         xs = list(range(len(costs.per_device)))
-        for k, (comp, color) in enumerate(zip(COMPONENTS, colors)):
+        for k, (comp, color) in enumerate(zip(COST_COMPONENTS, colors)):
             vals = [dc.as_list()[k] for dc in costs.per_device]
             ax.bar(xs, vals, bottom=bottom, color=color, label=comp.replace("_", " "))
             bottom = [b + v for b, v in zip(bottom, vals)]

@@ -1,4 +1,4 @@
-"""The Oracle: measures a placement's per-device costs (DESIGN.md section 5), the ground truth of the product.
+"""The Oracle: measures a placement's per-device costs, the ground truth of the product (docs/architecture.md).
 
 Per device d of a placement:
   fwd_compute, bwd_compute  = medians over ``repeats`` (after ``warmup``) of ONE fused operator over d's tables
@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 
-from dreamshard.errors import PlanError, ProfilingError
-from dreamshard.memory import device_memory_bytes
+from dreamshard.errors import ProfilingError
+from dreamshard.memory import check_placement
 from dreamshard.profiling import comm as comm_mod
 from dreamshard.profiling.base import ComputeBackend, median, pinned_threads, relative_iqr
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
-from dreamshard.types import GB, BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Topology
+from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Topology
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
 DEFAULT_BATCH_SIZE = 2048
@@ -102,24 +102,6 @@ class Oracle:
 
     # ------------------------------------------------------------------------------------ measuring
 
-    def _validate(self, inventory: Inventory, placement: Mapping[str, int], topology: Topology, partial: bool) -> None:
-        names = set(inventory.table_names)
-        for name, d in placement.items():
-            if name not in names:
-                raise PlanError(f"placement names table '{name}', which is not in inventory '{inventory.name}'")
-            if not 0 <= int(d) < topology.num_devices:
-                raise PlanError(f"table '{name}' placed on device {d}; topology has {topology.num_devices} devices")
-        if not partial:
-            missing = [n for n in inventory.table_names if n not in placement]
-            if missing:
-                raise PlanError(f"table '{missing[0]}' has no device in the placement ({len(missing)} unplaced)")
-        used = device_memory_bytes(inventory, placement, topology.num_devices)
-        for d, u in enumerate(used):
-            if u > topology.memory_per_device_bytes:
-                raise PlanError(
-                    f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb} GB memory limit"
-                )
-
     def measure(
         self,
         inventory: Inventory,
@@ -133,7 +115,7 @@ class Oracle:
         """Measure one placement. ``placement`` may cover a subset of the inventory for kind="single" or a task."""
         if kind not in ("single", "placement"):
             raise ProfilingError(f"kind must be 'single' or 'placement', got '{kind}'")
-        self._validate(inventory, placement, topology, partial=(kind == "single" or bool(task)))
+        check_placement(inventory, placement, topology, partial=(kind == "single" or bool(task)))
         batch = topology.batch_size
         self._batch_size = batch
         n = topology.num_devices
