@@ -22,10 +22,17 @@ class ProfileConfig(BaseModel):
     num_threads: Annotated[int, Field(ge=1)] = 1
     seed: int = 0
     row_cap: Annotated[int, Field(ge=1)] | None = None
+    # Only for backend `simulator` (tests of the pipeline around it): every cost times this, and the wall time
+    # one device timing takes. See dreamshard.profiling.simulator.
+    simulator_slowdown: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    simulator_latency_ms: Annotated[float, Field(ge=0, le=60_000)] = 0.0
 
     def oracle(self) -> Oracle:
         """The measuring backend these settings describe (the one construction the CLI, DVC stages and flows use)."""
         from dreamshard.profiling.oracle import make_oracle
+        from dreamshard.profiling.simulator import SimulatorParams
 
         return make_oracle(self.backend, warmup=self.warmup, repeats=self.repeats, num_threads=self.num_threads,
-                           seed=self.seed, row_cap=self.row_cap)
+                           seed=self.seed, row_cap=self.row_cap,
+                           simulator=SimulatorParams(slowdown=self.simulator_slowdown,
+                                                     latency_ms=self.simulator_latency_ms))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from dreamshard.errors import ProfilingError
 from dreamshard.memory import check_placement
@@ -183,8 +184,9 @@ def make_oracle(
     num_threads: int = 1,
     seed: int = 0,
     row_cap: int | None = None,
+    simulator: SimulatorParams | None = None,
 ) -> Oracle:
-    """Build the oracle for ``backend`` (cpu | cuda | simulator)."""
+    """Build the oracle for ``backend`` (cpu | cuda | simulator); ``simulator`` sets the simulator's knobs."""
     from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
     from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
     from dreamshard.profiling.simulator import SimulatorBackend
@@ -193,7 +195,7 @@ def make_oracle(
         raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
     kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap}
     if backend == "simulator":
-        return Oracle(SimulatorBackend(), **kw)  # type: ignore[arg-type]
+        return Oracle(SimulatorBackend(simulator), **kw)  # type: ignore[arg-type]
     if backend == "cpu":
         rule = _with_cap(CPU_RULE, row_cap)
         impl: ComputeBackend

@@ -10,10 +10,15 @@ learning code faces the same non-additivity:
 * a **working-set penalty**: the device's combined hot bytes (the rows a batch touches, summed over its tables,
   times dim * 4) relative to a cache size multiply the lookup work by ``1 + (ws / cache_bytes) ** ws_exponent``,
   super-linear in the combined working set, so many tables together cost more than their sum.
+
+Two knobs exist for tests of the pipeline around it, never for studies of plans: ``slowdown`` multiplies every
+cost (a backend that got slower: what the drift monitor must notice) and ``latency_ms`` makes each device
+timing take that much wall-clock time (a measurement that takes a while: what a killed worker interrupts).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +37,8 @@ class SimulatorParams:
     ws_exponent: float = 1.5
     alpha_ms: float = 0.05
     beta_ms_per_mb: float = 0.4
+    slowdown: float = 1.0  # every cost (compute and communication) times this
+    latency_ms: float = 0.0  # wall-clock time one device timing takes (0: instant)
 
 
 def _mean_reuse(table: Table) -> float:
@@ -58,6 +65,10 @@ class SimulatorBackend(ComputeBackend):
 
     def __init__(self, params: SimulatorParams | None = None) -> None:
         self.p = params or SimulatorParams()
+        if not self.p.slowdown > 0:
+            from dreamshard.errors import ProfilingError
+
+            raise ProfilingError(f"simulator slowdown must be > 0, got {self.p.slowdown}")
 
     def compute_ms(self, tables: Sequence[Table], batch_size: int) -> tuple[float, float]:
         p = self.p
@@ -74,10 +85,12 @@ class SimulatorBackend(ComputeBackend):
         fixed = p.per_table_ms * len(tables)
         fwd = p.launch_ms + fixed + work * penalty
         bwd = 2 * p.launch_ms + fixed + p.bwd_factor * work * penalty
-        return fwd, bwd
+        return fwd * p.slowdown, bwd * p.slowdown
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
         fwd, bwd = self.compute_ms(tables, batch_size)
+        if self.p.latency_ms > 0:
+            time.sleep(self.p.latency_ms / 1000.0)
         n = max(1, repeats)
         return DeviceTiming((fwd,) * n, (bwd,) * n, tuple(t.num_embeddings for t in tables))
 
@@ -85,5 +98,6 @@ class SimulatorBackend(ComputeBackend):
         if world_size <= 1:
             return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=1)
         return CommModel(
-            alpha_ms=self.p.alpha_ms, beta_ms_per_mb=self.p.beta_ms_per_mb, backend="simulated", world_size=world_size
+            alpha_ms=self.p.alpha_ms * self.p.slowdown, beta_ms_per_mb=self.p.beta_ms_per_mb * self.p.slowdown,
+            backend="simulated", world_size=world_size,
         )
