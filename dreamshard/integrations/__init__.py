@@ -1,0 +1,25 @@
+"""Integrations with the frameworks that run a plan.
+
+``dreamshard.integrations.torchrec_file`` is the plan file TorchRec users receive (no torch needed);
+``dreamshard.integrations.torchrec`` turns it (or a Plan) into TorchRec's ``ShardingPlan`` and back;
+``dreamshard.integrations.dmp`` runs real ``DistributedModelParallel`` training steps on CPU ranks.
+"""
+
+from __future__ import annotations
+
+from dreamshard.errors import DreamshardError
+
+
+class MissingDependencyError(DreamshardError):
+    """An optional package that this feature needs is not installed (the message says how to install it)."""
+
+
+TORCHREC_INSTALL_HINT = "pip install torchrec fbgemm-gpu-cpu (fbgemm-gpu on CUDA hosts)"
+
+
+def require_torchrec() -> None:
+    """Raise MissingDependencyError (one line, with the install command) unless torchrec imports."""
+    try:
+        import torchrec.distributed.sharding_plan  # noqa: F401
+    except ImportError as e:
+        raise MissingDependencyError(f"this needs torchrec ({e}); install it: {TORCHREC_INSTALL_HINT}") from None

@@ -1,0 +1,316 @@
+"""Plans in TorchRec: a dreamshard plan as TorchRec's ``ShardingPlan``, and a TorchRec plan as a dreamshard Plan.
+
+Using a plan (the one documented call)::
+
+    from dreamshard.integrations.torchrec import load_sharding_plan
+    plan = load_sharding_plan("tr.json", ebc, world_size=dist.get_world_size())
+    model = DistributedModelParallel(ebc, device=device, plan=plan, sharders=sharders)
+
+``tr.json`` is what ``dreamshard plan --torchrec-out tr.json`` writes (``dreamshard.integrations.torchrec_file``).
+``ebc`` is the model (or any module holding ``EmbeddingBagCollection`` / ``EmbeddingCollection`` modules, each
+sharded under its own path) or a list of its ``EmbeddingBagConfig``. Every table of the module needs an entry
+in the plan and the other way round. Per table the plan becomes TorchRec's own generator, assembled with
+``construct_module_sharding_plan``: ``table_wise(rank=r)``, ``column_wise(ranks=[...])`` for equal column
+shards, and for unequal ones the same ``ParameterSharding`` built from ``ShardMetadata`` (the column-wise
+rules are in ``dreamshard.integrations.torchrec_file``).
+
+Table names: a table is found in the module under its own name, else under ``torchrec_table_name(name)``
+(TorchRec's module dicts reject '.', so ``build_ebc`` uses that form), or under ``names[name]`` when a mapping
+is given.
+
+Kernels: the file names one compute kernel per table. "fused" (FBGEMM's table-batched operator with the
+optimizer applied in the backward) is the default and runs on CPU with fbgemm-gpu-cpu; pass the optimizer to
+DMP's sharder (``EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD,
+"learning_rate": lr})``) or it trains with FBGEMM's default. "dense" keeps plain parameters for a torch
+optimizer. Both run forward and backward in ``DistributedModelParallel`` on CPU ranks over gloo.
+
+torchrec is imported inside the functions: without it, everything else in dreamshard works and these calls
+raise a one-line MissingDependencyError with the install command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamshard.errors import PlanError
+from dreamshard.integrations import require_torchrec
+from dreamshard.integrations.torchrec_file import (
+    TableSharding,
+    TorchRecPlanFile,
+    document_from_data,
+    plan_from_document,
+    read_torchrec_plan,
+    torchrec_document,
+)
+from dreamshard.types import Inventory, Plan, Topology
+
+if TYPE_CHECKING:
+    import torch.nn as nn
+    from torchrec.distributed.types import ModuleSharder, ShardingPlan
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+PlanSource = TorchRecPlanFile | Plan | str | Path
+
+
+def torchrec_table_name(name: str) -> str:
+    """The name a dreamshard table gets in a TorchRec module: '.' (refused by TorchRec's module dicts) as '_',
+    and a trailing '_table' where the name is an attribute of ``nn.ModuleDict`` (e.g. 'keys')."""
+    import torch.nn as nn
+
+    safe = name.replace(".", "_")
+    return f"{safe}_table" if hasattr(nn.ModuleDict(), safe) else safe
+
+
+def _module_names(inventory_names: Sequence[str], names: Mapping[str, str] | None) -> dict[str, str]:
+    """{dreamshard table: TorchRec table}; PlanError if two tables would share a TorchRec name."""
+    out = {n: (names or {}).get(n) or torchrec_table_name(n) for n in inventory_names}
+    seen: dict[str, str] = {}
+    for ours, theirs in out.items():
+        if theirs in seen:
+            raise PlanError(
+                f"tables '{seen[theirs]}' and '{ours}' both map to TorchRec table '{theirs}'; pass names={{...}}"
+            )
+        seen[theirs] = ours
+    return out
+
+
+def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -> list[Any]:
+    """One ``EmbeddingBagConfig`` per table (sum pooling, its dtype; feature name = table name), optionally with
+    fewer rows (``rows[name]``: a scaled-down copy for CPU runs)."""
+    require_torchrec()
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
+
+    dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+    mapped = _module_names(inventory.table_names, None)
+    return [
+        EmbeddingBagConfig(
+            name=mapped[t.name],
+            num_embeddings=int((rows or {}).get(t.name, t.num_embeddings)),
+            embedding_dim=t.embedding_dim,
+            feature_names=[mapped[t.name]],
+            data_type=dtypes[t.dtype],
+            pooling=PoolingType.SUM,
+        )
+        for t in inventory.tables
+    ]
+
+
+def build_ebc(inventory: Inventory, device: str = "meta", rows: Mapping[str, int] | None = None) -> EmbeddingBagCollection:
+    """An ``EmbeddingBagCollection`` of the inventory's tables (on the meta device by default: DMP allocates only
+    each rank's shards)."""
+    import torch
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    return EmbeddingBagCollection(tables=table_configs(inventory, rows), device=torch.device(device))
+
+
+def _sharder_map(sharders: Sequence[ModuleSharder[Any]] | None) -> dict[type, ModuleSharder[Any]]:
+    from torchrec.distributed.sharding_plan import get_module_to_default_sharders
+
+    out = dict(get_module_to_default_sharders())
+    out.update({s.module_type: s for s in sharders or ()})
+    return out
+
+
+def _embedding_modules(module_or_tables: Any, sharders: Sequence[ModuleSharder[Any]] | None) -> list[tuple[str, Any, Any]]:
+    """[(module path, module, its sharder)]: the shardable embedding modules of a model, outermost only."""
+    import torch
+    import torch.nn as nn
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+
+    by_type = _sharder_map(sharders)
+    if isinstance(module_or_tables, Sequence) and not isinstance(module_or_tables, (str, bytes)):
+        configs = list(module_or_tables)
+        meta = torch.device("meta")
+        if configs and all(isinstance(c, EmbeddingBagConfig) for c in configs):
+            return [("", EmbeddingBagCollection(tables=configs, device=meta), by_type[EmbeddingBagCollection])]
+        if configs and all(isinstance(c, EmbeddingConfig) for c in configs):
+            return [("", EmbeddingCollection(tables=configs, device=meta), by_type[EmbeddingCollection])]
+        raise PlanError("expected a module, or a non-empty list of EmbeddingBagConfig (or of EmbeddingConfig)")
+    if not isinstance(module_or_tables, nn.Module):
+        raise PlanError(f"expected a torch module or a list of table configs, got {type(module_or_tables).__name__}")
+    found: list[tuple[str, Any, Any]] = []
+    for path, sub in module_or_tables.named_modules():
+        if any(path == p or path.startswith(f"{p}.") for p, _, _ in found if p):
+            continue
+        sharder = by_type.get(type(sub))
+        if sharder is not None:
+            found.append((path, sub, sharder))
+            if path == "":
+                break
+    if not found:
+        raise PlanError(f"{type(module_or_tables).__name__} holds no embedding module TorchRec can shard")
+    return found
+
+
+def _generator(table: str, spec: TableSharding, rows: int, dim: int) -> Any:
+    """TorchRec's per-parameter sharding generator for one table of the plan."""
+    from torchrec.distributed.sharding_plan import column_wise, table_wise
+
+    spec.check_columns(table, dim)
+    kernel = spec.compute_kernel
+    if spec.sharding_type == "table_wise":
+        return table_wise(rank=spec.ranks[0], compute_kernel=kernel)
+    assert spec.column_ranges is not None
+    if len({end - start for start, end in spec.column_ranges}) == 1:
+        return column_wise(ranks=list(spec.ranks), compute_kernel=kernel)
+    return _column_ranges_generator(spec)
+
+
+def _column_ranges_generator(spec: TableSharding) -> Any:
+    """Unequal column shards: the ParameterSharding ``column_wise`` would build, with our widths and ranks."""
+    from torchrec.distributed.sharding_plan import placement
+    from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardingType, ShardMetadata
+
+    ranges = list(spec.column_ranges or ())
+    ranks = list(spec.ranks)
+
+    def generate(param: Any, local_size: int, world_size: int, device_type: str, sharder: Any) -> Any:
+        rows = int(param.shape[0])
+        shards = [
+            ShardMetadata(shard_offsets=[0, start], shard_sizes=[rows, end - start],
+                          placement=placement(device_type, rank, local_size))
+            for (start, end), rank in zip(ranges, ranks)
+        ]
+        return ParameterSharding(
+            sharding_type=ShardingType.COLUMN_WISE.value,
+            compute_kernel=spec.compute_kernel,
+            ranks=ranks,
+            sharding_spec=EnumerableShardingSpec(shards),
+        )
+
+    return generate
+
+
+def _document(source: PlanSource, world_size: int | None) -> TorchRecPlanFile:
+    if isinstance(source, TorchRecPlanFile):
+        return document_from_data(source.model_dump(), world_size)
+    if isinstance(source, Plan):
+        return document_from_data(torchrec_document(source).model_dump(), world_size)
+    return read_torchrec_plan(source, world_size)
+
+
+def sharding_plan(
+    source: PlanSource,
+    module_or_tables: Any,
+    world_size: int | None = None,
+    *,
+    local_size: int | None = None,
+    sharders: Sequence[ModuleSharder[Any]] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> ShardingPlan:
+    """TorchRec's ``ShardingPlan`` for `module_or_tables` from a plan file, its parsed form or a Plan.
+
+    `world_size` defaults to the plan's (a different one is refused), `local_size` (ranks per host) to the world
+    size; `sharders` are the ones given to DMP (their module types decide which modules are sharded);
+    `names` maps dreamshard table names to the module's where they differ.
+    """
+    require_torchrec()
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+    from torchrec.distributed.types import ShardingPlan
+
+    doc = _document(source, world_size)
+    mapped = _module_names(list(doc.tables), names)
+    wanted = {theirs: ours for ours, theirs in mapped.items()}
+    plans: dict[str, Any] = {}
+    placed: dict[str, str] = {}
+    for path, module, sharder in _embedding_modules(module_or_tables, sharders):
+        params = sharder.shardable_parameters(module)
+        per_param: dict[str, Any] = {}
+        for theirs, param in params.items():
+            ours = wanted.get(theirs)
+            where = f"module '{path}'" if path else "the module"
+            if ours is None:
+                raise PlanError(f"table '{theirs}' of {where} has no entry in the plan; plan every table of the model")
+            if ours in placed:
+                raise PlanError(f"table '{ours}' is in both '{placed[ours]}' and '{path}'; give them distinct names")
+            spec = doc.tables[ours]
+            rows, dim = (int(x) for x in param.shape)
+            if (spec.num_embeddings or rows, spec.embedding_dim or dim) != (rows, dim):
+                raise PlanError(
+                    f"table '{ours}' is {spec.num_embeddings}x{spec.embedding_dim} in the plan but {rows}x{dim} in {where}"
+                )
+            per_param[theirs] = _generator(ours, spec, rows, dim)
+            placed[ours] = path
+        plans[path] = construct_module_sharding_plan(
+            module, per_param_sharding=per_param, sharder=sharder, local_size=local_size or doc.world_size,
+            world_size=doc.world_size, device_type=doc.device_type,
+        )
+    missing = [t for t in doc.tables if t not in placed]
+    if missing:
+        raise PlanError(f"the plan shards table '{missing[0]}', which the module does not have ({len(missing)} missing)")
+    return ShardingPlan(plan=plans)
+
+
+def load_sharding_plan(
+    path: str | Path,
+    module_or_tables: Any,
+    world_size: int | None = None,
+    **options: Any,
+) -> ShardingPlan:
+    """The documented call: the file ``dreamshard plan --torchrec-out`` wrote -> TorchRec's ``ShardingPlan`` for
+    `module_or_tables` (options as in `sharding_plan`)."""
+    return sharding_plan(Path(path), module_or_tables, world_size, **options)
+
+
+def document_from_sharding_plan(
+    plan: ShardingPlan,
+    world_size: int,
+    device_type: str = "cpu",
+    names: Mapping[str, str] | None = None,
+) -> TorchRecPlanFile:
+    """A TorchRec ``ShardingPlan`` (e.g. what its ``EmbeddingShardingPlanner`` returned) as a plan file.
+
+    `names` maps dreamshard names to the module's (the inverse is applied); other module names are kept.
+    Only table-wise and column-wise tables can be expressed; any other sharding type is a PlanError.
+    """
+    back = {theirs: ours for ours, theirs in (names or {}).items()}
+    tables: dict[str, dict[str, Any]] = {}
+    for path, module_plan in plan.plan.items():
+        for theirs, ps in module_plan.items():  # type: ignore[union-attr]
+            ours = back.get(theirs, theirs)
+            if ours in tables:
+                raise PlanError(f"table '{ours}' appears in more than one module of the TorchRec plan")
+            shards = sorted(ps.sharding_spec.shards, key=lambda s: s.shard_offsets[1]) if ps.sharding_spec else []
+            entry: dict[str, Any] = {"sharding_type": ps.sharding_type, "compute_kernel": ps.compute_kernel}
+            if ps.sharding_type == "table_wise":
+                entry["ranks"] = [int(ps.ranks[0])] if ps.ranks else []
+                if shards:
+                    entry["num_embeddings"], entry["embedding_dim"] = (int(x) for x in shards[0].shard_sizes)
+            elif ps.sharding_type == "column_wise":
+                entry["ranks"] = [int(s.placement.rank()) for s in shards]
+                entry["column_ranges"] = [[int(s.shard_offsets[1]), int(s.shard_offsets[1] + s.shard_sizes[1])] for s in shards]
+                entry["num_embeddings"] = int(shards[0].shard_sizes[0])
+                entry["embedding_dim"] = entry["column_ranges"][-1][1]
+            else:
+                where = f" (module '{path}')" if path else ""
+                raise PlanError(
+                    f"table '{ours}'{where} is {ps.sharding_type} in the TorchRec plan; dreamshard plans express "
+                    "table_wise and column_wise tables only"
+                )
+            tables[ours] = entry
+    return document_from_data(
+        {"world_size": world_size, "device_type": device_type, "sharder": "torchrec", "tables": tables},
+        world_size, "TorchRec sharding plan",
+    )
+
+
+def plan_from_torchrec(
+    source: ShardingPlan | PlanSource,
+    inventory: Inventory,
+    topology: Topology,
+    *,
+    names: Mapping[str, str] | None = None,
+    sharder: str | None = None,
+) -> Plan:
+    """A TorchRec plan (``ShardingPlan``, plan file or path) as a dreamshard Plan over `inventory` on `topology`,
+    for comparison with dreamshard's (memory checked under dreamshard's model). Names: as in `sharding_plan`."""
+    if isinstance(source, (TorchRecPlanFile, Plan, str, Path)):
+        doc = _document(source, topology.num_devices)
+    else:
+        mapped = _module_names(inventory.table_names, names)
+        doc = document_from_sharding_plan(source, topology.num_devices, topology.device_type, mapped)
+    return plan_from_document(doc, inventory, topology, sharder)

@@ -1,0 +1,258 @@
+"""The TorchRec plan file: what ``dreamshard plan --torchrec-out FILE`` writes (no torch needed to read it).
+
+One JSON document::
+
+    {"format": "dreamshard-torchrec-plan", "version": 1,
+     "plan_id": ..., "sharder": ..., "inventory_name": ..., "inventory_fingerprint": ...,
+     "world_size": 4, "device_type": "cpu",
+     "tables": {"users": {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [2],
+                          "num_embeddings": 1000, "embedding_dim": 64},
+                "items": {"sharding_type": "column_wise", "compute_kernel": "fused", "ranks": [0, 3],
+                          "column_ranges": [[0, 64], [64, 128]], "num_embeddings": 50000, "embedding_dim": 128}}}
+
+``tables`` is ``Plan.to_torchrec()`` (the stable TorchRec form of a plan) with each table's shape added when the
+inventory is known; a bare ``{table: {...}}`` map (``dreamshard plans show --torchrec``) is read as well, with
+the world size given by the caller. ``dreamshard.integrations.torchrec.load_sharding_plan`` turns the file into
+TorchRec's ``ShardingPlan``; ``plan_from_document`` turns it (or an imported TorchRec plan) back into a Plan.
+
+Column-wise rules (TorchRec 1.9.2, checked in its source and by tests/test_torchrec_dmp.py):
+
+* ``column_wise(ranks=[r0, ..., rk-1])`` cuts a table into k equal shards, shard i on rank ri; a rank may appear
+  more than once (that rank then holds several shards of the table). If dim / k is not a multiple of 4 it
+  silently widens the shard to the next multiple of 4 that divides dim and drops ranks (dim 24 on 4 ranks
+  gives 3 shards of 8).
+* ``column_wise(size_per_rank=[...])`` allows unequal widths but ignores ``ranks``: shard i always goes to rank i.
+* TorchRec's planner only proposes equal shards (blocks of ``ParameterConstraints.min_partition`` columns,
+  default 128; a dim the block does not divide is not split).
+* A ``ParameterSharding`` itself is a list of ``ShardMetadata`` (column offset, width, rank), and
+  ``DistributedModelParallel`` runs unequal widths on any ranks, repeats included (fused and dense kernels,
+  CPU/gloo: the DMP test checks every pooled output against the weights).
+
+So a dreamshard column split is any tiling of the table's columns into shards whose widths are multiples of 4
+(``dreamshard.shards``; also FBGEMM's rule for fused-kernel dims), on any devices. The export uses
+``column_wise(ranks=...)`` when the widths are equal and the same ``ParameterSharding`` built from TorchRec's
+public types (``ShardMetadata``, ``EnumerableShardingSpec``) when they are not; a width that is not a multiple
+of 4 is refused (typed one-line error) before TorchRec could mis-place it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dreamshard.errors import InputFileError, PlanError
+from dreamshard.io import dump_model, read_structured, validate_mapping
+from dreamshard.shards import check_column_shards, expand, fold, shard_name
+from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology
+
+FORMAT = "dreamshard-torchrec-plan"
+#: TorchRec compute kernels a file may name. "fused" (FBGEMM's table-batched kernel, optimizer fused into the
+#: backward) and "dense" (plain parameters, a torch optimizer) run on CPU; the UVM kernels need CUDA.
+ComputeKernel = Literal["fused", "dense", "fused_uvm", "fused_uvm_caching"]
+CPU_KERNELS: tuple[str, ...] = ("fused", "dense")
+SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class TableSharding(_Frozen):
+    """How one table is sharded: whole on one rank, or in column ranges (one rank per range, column order)."""
+
+    sharding_type: Literal["table_wise", "column_wise"]
+    compute_kernel: ComputeKernel = "fused"
+    ranks: Annotated[tuple[Annotated[int, Field(ge=0, strict=True)], ...], Field(min_length=1)]
+    column_ranges: tuple[tuple[Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge=0, strict=True)]], ...] | None = None
+    num_embeddings: Annotated[int, Field(ge=1, strict=True)] | None = None
+    embedding_dim: Annotated[int, Field(ge=1, strict=True)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TableSharding:
+        if self.sharding_type == "table_wise":
+            if len(self.ranks) != 1:
+                raise ValueError(f"a table_wise table has exactly one rank, got {list(self.ranks)}")
+            if self.column_ranges is not None:
+                raise ValueError("a table_wise table has no column_ranges")
+            return self
+        if self.column_ranges is None or len(self.column_ranges) != len(self.ranks):
+            raise ValueError("a column_wise table lists one [start, end] column range per rank, in column order")
+        ends = [e for _, e in self.column_ranges]
+        if any(e <= s for s, e in self.column_ranges):
+            raise ValueError("every column range [start, end] needs end > start")
+        if self.embedding_dim is not None and max(ends) != self.embedding_dim:
+            raise ValueError(f"column ranges end at {max(ends)}, the table has {self.embedding_dim} columns")
+        return self
+
+    def column_shards(self) -> tuple[ColumnShard, ...]:
+        """The column ranges as ColumnShards (empty for a table_wise table)."""
+        return tuple(
+            ColumnShard(start=s, end=e, device=r) for (s, e), r in zip(self.column_ranges or (), self.ranks)
+        )
+
+    def check_columns(self, table: str, dim: int) -> None:
+        """PlanError naming `table` unless the column ranges tile `dim` columns in multiples of 4."""
+        if self.sharding_type == "column_wise":
+            check_column_shards(Table(name=table, num_embeddings=1, embedding_dim=dim, pooling_factor=0.0),
+                                self.column_shards())
+
+
+class TorchRecPlanFile(_Frozen):
+    """The TorchRec plan file (module docstring)."""
+
+    format: Literal["dreamshard-torchrec-plan"] = FORMAT
+    version: Literal[1] = 1
+    plan_id: str | None = None
+    sharder: str | None = None
+    inventory_name: str | None = None
+    inventory_fingerprint: str | None = None
+    world_size: Annotated[int, Field(ge=1, le=4096, strict=True)]
+    device_type: DeviceType = "cpu"
+    tables: Annotated[dict[Annotated[str, Field(min_length=1)], TableSharding], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _check(self) -> TorchRecPlanFile:
+        for name, spec in self.tables.items():
+            bad = [r for r in spec.ranks if r >= self.world_size]
+            if bad:
+                raise ValueError(f"table '{name}' is on rank {bad[0]}, but world_size is {self.world_size}")
+            if spec.compute_kernel not in CPU_KERNELS and self.device_type != "cuda":
+                raise ValueError(f"table '{name}': compute kernel '{spec.compute_kernel}' needs device_type cuda")
+            if spec.sharding_type == "column_wise":
+                dim = spec.embedding_dim or max(e for _, e in spec.column_ranges or ())
+                try:
+                    spec.check_columns(name, dim)
+                except PlanError as e:
+                    raise ValueError(str(e)) from None
+        return self
+
+    def units(self) -> dict[str, int]:
+        """{unit: rank}: whole tables by name, column ranges as ``table@start:end`` (dreamshard.shards)."""
+        out: dict[str, int] = {}
+        for name, spec in self.tables.items():
+            if spec.sharding_type == "table_wise":
+                out[name] = spec.ranks[0]
+            else:
+                out.update({shard_name(name, sh.start, sh.end): sh.device for sh in spec.column_shards()})
+        return out
+
+
+def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel = "fused") -> TorchRecPlanFile:
+    """The TorchRec plan file of `plan` (shapes added from `inventory`, which must be the plan's)."""
+    shapes: dict[str, dict[str, int]] = {}
+    if inventory is not None:
+        if inventory.fingerprint() != plan.inventory_fingerprint:
+            raise PlanError(
+                f"plan {plan.plan_id} was made for other tables than inventory '{inventory.name}' "
+                "(fingerprints differ); re-plan this inventory"
+            )
+        shapes = {t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables}
+    if compute_kernel not in CPU_KERNELS and plan.topology.device_type != "cuda":
+        raise PlanError(f"compute kernel '{compute_kernel}' needs a cuda topology; use one of {', '.join(CPU_KERNELS)}")
+    tables = {
+        name: {**spec, "compute_kernel": compute_kernel, **shapes.get(name, {})}
+        for name, spec in plan.to_torchrec().items()
+    }
+    return validate_mapping(
+        {
+            "plan_id": plan.plan_id,
+            "sharder": plan.sharder,
+            "inventory_name": plan.inventory_name,
+            "inventory_fingerprint": plan.inventory_fingerprint,
+            "world_size": plan.topology.num_devices,
+            "device_type": plan.topology.device_type,
+            "tables": tables,
+        },
+        TorchRecPlanFile,
+        PlanError,
+        f"plan {plan.plan_id} in TorchRec form",
+    )
+
+
+def save_torchrec_plan(doc: TorchRecPlanFile, path: str | Path) -> Path:
+    """Write the file atomically (JSON, or YAML for a .yaml/.yml path)."""
+    return dump_model(doc, path)
+
+
+def document_from_data(data: Any, world_size: int | None = None, where: str = "torchrec plan") -> TorchRecPlanFile:
+    """A TorchRecPlanFile from parsed JSON: the full document, or a bare ``{table: {...}}`` map plus `world_size`.
+
+    A `world_size` given for a full document must match the one it was planned for.
+    """
+    if not isinstance(data, Mapping):
+        raise PlanError(f"{where}: expected a mapping")
+    if "format" in data or "tables" in data:
+        doc = validate_mapping(dict(data), TorchRecPlanFile, PlanError, where)
+        if world_size is not None and world_size != doc.world_size:
+            raise PlanError(
+                f"{where} was planned for {doc.world_size} ranks, not {world_size}; re-plan with --devices {world_size}"
+            )
+        return doc
+    if world_size is None:
+        raise PlanError(f"{where} is a bare table map without a world size; pass world_size")
+    return validate_mapping({"world_size": world_size, "tables": dict(data)}, TorchRecPlanFile, PlanError, where)
+
+
+def read_torchrec_plan(path: str | Path, world_size: int | None = None) -> TorchRecPlanFile:
+    """Read a TorchRec plan file (see `document_from_data`); one-line errors naming the file."""
+    p = Path(path)
+    data = read_structured(p)
+    if not isinstance(data, Mapping):
+        raise InputFileError(f"torchrec plan {p}: expected a JSON object")
+    return document_from_data(data, world_size, f"torchrec plan {p}")
+
+
+def plan_with_shards(
+    inventory: Inventory,
+    topology: Topology,
+    placement: Mapping[str, int],
+    column_shards: Mapping[str, tuple[ColumnShard, ...]],
+    sharder: str,
+) -> Plan:
+    """A validated Plan with whole tables and column shards: every unit placed, memory checked on the units."""
+    from dreamshard.sharders.base import make_plan
+
+    units, unit_placement = expand(inventory, placement, column_shards)
+    checked = make_plan(units, topology, unit_placement, sharder)  # every unit placed once, memory per device
+    whole = {t.name: int(placement[t.name]) for t in inventory.tables if t.name in placement}
+    return Plan(
+        inventory_name=inventory.name,
+        inventory_fingerprint=inventory.fingerprint(),
+        topology=topology,
+        sharder=sharder,
+        placement=whole,
+        column_shards={t.name: tuple(sorted(column_shards[t.name], key=lambda s: s.start))
+                       for t in inventory.tables if t.name in column_shards},
+        memory_per_device_gb=checked.memory_per_device_gb,
+    )
+
+
+def plan_from_document(
+    doc: TorchRecPlanFile, inventory: Inventory, topology: Topology, sharder: str | None = None
+) -> Plan:
+    """The dreamshard Plan a TorchRec plan file describes, over `inventory` on `topology` (memory checked).
+
+    Raises PlanError if the file was planned for other tables (fingerprint or shapes) or another device count.
+    """
+    if topology.num_devices != doc.world_size:
+        raise PlanError(f"the TorchRec plan has {doc.world_size} ranks but the topology has {topology.num_devices} devices")
+    if doc.inventory_fingerprint is not None and doc.inventory_fingerprint != inventory.fingerprint():
+        raise PlanError(
+            f"the TorchRec plan was made for other tables than inventory '{inventory.name}' (fingerprints differ)"
+        )
+    tables = inventory.by_name()
+    for name, spec in doc.tables.items():
+        t = tables.get(name)
+        if t is None:
+            raise PlanError(f"the TorchRec plan shards table '{name}', which is not in inventory '{inventory.name}'")
+        if (spec.num_embeddings or t.num_embeddings, spec.embedding_dim or t.embedding_dim) != (t.num_embeddings, t.embedding_dim):
+            raise PlanError(
+                f"table '{name}' is {spec.num_embeddings}x{spec.embedding_dim} in the TorchRec plan but "
+                f"{t.num_embeddings}x{t.embedding_dim} in inventory '{inventory.name}'"
+            )
+        spec.check_columns(name, t.embedding_dim)
+    placement, column_shards = fold(inventory, doc.units())
+    return plan_with_shards(inventory, topology, placement, column_shards, sharder or doc.sharder or "torchrec")
