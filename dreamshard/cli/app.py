@@ -31,8 +31,10 @@ _register_all()
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one line to stderr and exit with `code`."""
-    err_console.print(f"error: {message}", markup=False)
+    """Print one line to stderr (URL credentials redacted) and exit with `code`."""
+    from dreamshard.errors import redact_urls
+
+    err_console.print(f"error: {redact_urls(message)}", markup=False)
     raise SystemExit(code)
 
 
