@@ -36,7 +36,7 @@ from dreamshard.evaluation import (
     validate_sharders,
     write_comparison_outputs,
 )
-from dreamshard.io import atomic_write_text, load_inventory, load_plan, save_plan
+from dreamshard.io import load_inventory, load_plan, save_plan
 from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, get_sharder, learned_options
 
 console = Console()
@@ -62,19 +62,23 @@ def plan(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
-    torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write TorchRec's table-wise form.")] = None,
+    torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
+    torchrec_kernel: Annotated[str, typer.Option("--torchrec-kernel", help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
+    from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
+
     (name,) = validate_sharders([sharder])
+    kernel = check_kernel(torchrec_kernel, device_type)
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type)
     p = get_sharder(name, **_sharder_options(model, samples, seed)).shard(inv, topo)
-    torchrec_text = json.dumps(p.to_torchrec(), indent=2) + "\n" if torchrec_out is not None else None
+    torchrec_doc = torchrec_document(p, inv, kernel) if torchrec_out is not None else None
     if torchrec_out is not None and torchrec_out.is_dir():
         raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
     save_plan(p, out)
-    if torchrec_out is not None and torchrec_text is not None:
-        atomic_write_text(torchrec_out, torchrec_text)
+    if torchrec_out is not None and torchrec_doc is not None:
+        save_torchrec_plan(torchrec_doc, torchrec_out)
     console.print(device_table(p))
     console.print(f"wrote {out}")
 

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.errors import InputFileError, PlanError
-from dreamshard.io import dump_model, read_structured, validate_mapping
+from dreamshard.errors import ConfigError, InputFileError, PlanError
+from dreamshard.io import atomic_write_text, read_structured, validate_mapping
 from dreamshard.shards import check_column_shards, expand, fold, shard_name
 from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology
 
@@ -54,6 +54,15 @@ FORMAT = "dreamshard-torchrec-plan"
 ComputeKernel = Literal["fused", "dense", "fused_uvm", "fused_uvm_caching"]
 CPU_KERNELS: tuple[str, ...] = ("fused", "dense")
 SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise")
+
+
+def check_kernel(kernel: str, device_type: str) -> ComputeKernel:
+    """`kernel` if TorchRec can run it on `device_type`; ConfigError naming the choices otherwise."""
+    if kernel not in get_args(ComputeKernel):
+        raise ConfigError(f"unknown TorchRec compute kernel '{kernel}'; choose from {', '.join(get_args(ComputeKernel))}")
+    if kernel not in CPU_KERNELS and device_type != "cuda":
+        raise ConfigError(f"compute kernel '{kernel}' needs device type cuda; on {device_type} use {' or '.join(CPU_KERNELS)}")
+    return cast(ComputeKernel, kernel)
 
 
 class _Frozen(BaseModel):
@@ -150,8 +159,7 @@ def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_ke
                 "(fingerprints differ); re-plan this inventory"
             )
         shapes = {t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables}
-    if compute_kernel not in CPU_KERNELS and plan.topology.device_type != "cuda":
-        raise PlanError(f"compute kernel '{compute_kernel}' needs a cuda topology; use one of {', '.join(CPU_KERNELS)}")
+    check_kernel(compute_kernel, plan.topology.device_type)
     tables = {
         name: {**spec, "compute_kernel": compute_kernel, **shapes.get(name, {})}
         for name, spec in plan.to_torchrec().items()
@@ -173,8 +181,8 @@ def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_ke
 
 
 def save_torchrec_plan(doc: TorchRecPlanFile, path: str | Path) -> Path:
-    """Write the file atomically (JSON, or YAML for a .yaml/.yml path)."""
-    return dump_model(doc, path)
+    """Write the file atomically as JSON (fields without a value left out)."""
+    return atomic_write_text(path, doc.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
 def document_from_data(data: Any, world_size: int | None = None, where: str = "torchrec plan") -> TorchRecPlanFile:
