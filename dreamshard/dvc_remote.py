@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -29,9 +30,12 @@ def find_dvc() -> str:
     return found
 
 
-def run_dvc(args: list[str], repo_dir: str | Path, timeout_s: float | None = 120) -> str:
-    """Run `dvc ARGS` in repo_dir (telemetry off); a failure is one ConfigError line with DVC's own error."""
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+def run_dvc(
+    args: list[str], repo_dir: str | Path, timeout_s: float | None = 120, env: Mapping[str, str] | None = None
+) -> str:
+    """Run `dvc ARGS` in repo_dir (telemetry off; `env` added to the environment, e.g. for a stage's command);
+    a failure is one ConfigError line with DVC's own error."""
+    env = {**os.environ, **(env or {}), "DVC_NO_ANALYTICS": "1"}
     try:
         proc = subprocess.run(
             [find_dvc(), *args], cwd=repo_dir, env=env, capture_output=True, text=True, timeout=timeout_s, check=False

@@ -69,3 +69,7 @@ class StoreError(DreamshardError):
 
 class ConfigError(DreamshardError):
     """A params.yaml section or CLI option combination is invalid."""
+
+
+class PipelineError(DreamshardError):
+    """A pipeline workspace step failed: git, a DVC stage, push/pull, or reproducing a plan."""
