@@ -21,12 +21,14 @@ from dreamshard.cli.options import (
     JsonOpt,
     MemoryOpt,
     RepeatsOpt,
+    RoundsOpt,
+    SeedOpt,
     ThreadsOpt,
     WarmupOpt,
     build_oracle,
     make_topology,
 )
-from dreamshard.errors import ConfigError, InputFileError
+from dreamshard.errors import InputFileError
 from dreamshard.evaluation import (
     compare_sharders,
     comparison_table,
@@ -36,7 +38,7 @@ from dreamshard.evaluation import (
     validate_sharders,
     write_comparison_outputs,
 )
-from dreamshard.io import load_inventory, load_plan, save_plan
+from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
 from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, get_sharder, learned_options
 
 console = Console()
@@ -59,7 +61,7 @@ def plan(
     out: Annotated[Path, typer.Option("--out", "-o", help="Plan JSON to write.")] = Path("plan.json"),
     model: Annotated[Optional[Path], typer.Option("--model", help="DreamShard model dir (default: ./models, else the packaged model).")] = None,
     samples: Annotated[int, typer.Option("--samples", min=0, max=4096, help="dreamshard: sample K placements, keep the best predicted.")] = 0,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: SeedOpt = 0,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
     torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
@@ -70,6 +72,7 @@ def plan(
 
     (name,) = validate_sharders([sharder])
     kernel = check_kernel(torchrec_kernel, device_type)
+    check_outputs({"--inventory": inventory, "--model": model}, {"--out": out, "--torchrec-out": torchrec_out})
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type)
     p = get_sharder(name, **_sharder_options(model, samples, seed)).shard(inv, topo)
@@ -90,13 +93,12 @@ def evaluate(
     warmup: WarmupOpt = 3,
     repeats: RepeatsOpt = 7,
     threads: ThreadsOpt = 1,
-    rounds: Annotated[int, typer.Option("--rounds", help="Repeat the whole measurement and take medians.")] = 1,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, max=100, help="Repeat the whole measurement and take medians.")] = 1,
     as_json: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the plan with measured costs here.")] = None,
 ) -> None:
     """Measure a plan: per-device fwd compute / fwd comm / bwd comm / bwd compute / memory and overall ms."""
-    if rounds < 1:
-        raise ConfigError(f"--rounds must be >= 1 (got {rounds})")
+    check_outputs({"--inventory": inventory, "--plan": plan_file}, {"--out": out})
     inv = load_inventory(inventory)
     p = load_plan(plan_file)
     oracle = build_oracle(backend, warmup, repeats, threads)
@@ -126,7 +128,7 @@ def compare(
     devices: DevicesOpt,
     memory_gb: MemoryOpt,
     sharders: Annotated[str, typer.Option("--sharders", help="Comma-separated sharder names, or 'heuristics' / 'all'.")] = "heuristics",
-    rounds: Annotated[int, typer.Option("--rounds", help="Interleaved measurement rounds.")] = 3,
+    rounds: RoundsOpt = 3,
     backend: BackendOpt = "cpu",
     warmup: WarmupOpt = 3,
     repeats: RepeatsOpt = 7,
@@ -135,22 +137,27 @@ def compare(
     device_type: DeviceTypeOpt = "cpu",
     model: Annotated[Optional[Path], typer.Option("--model", help="Model dir for the dreamshard sharder.")] = None,
     samples: Annotated[int, typer.Option("--samples", min=0, max=4096)] = 0,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the full comparison JSON here.")] = None,
     markdown_out: Annotated[Optional[Path], typer.Option("--markdown-out", help="Write a markdown table here.")] = None,
     plot_out: Annotated[Optional[Path], typer.Option("--plot-out", help="Write a PNG of per-device costs here.")] = None,
     plans_dir: Annotated[Optional[Path], typer.Option("--plans-dir", help="Save every contender's plan here.")] = None,
+    plan_files: Annotated[Optional[list[Path]], typer.Option("--plan", "-p", help="Also measure this plan (repeatable); `plans publish --comparison` needs its plan in the comparison.")] = None,
 ) -> None:
     """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB."""
     names = expand_sharders(sharders)
-    if rounds < 1:
-        raise ConfigError(f"--rounds must be >= 1 (got {rounds})")
+    extra_files = list(plan_files or [])
+    outputs: dict[str, Path | None] = {"--out": out, "--markdown-out": markdown_out, "--plot-out": plot_out}
+    if plans_dir is not None:
+        outputs.update({f"--plans-dir ({n})": plans_dir / f"{n}.json" for n in names})
+    check_outputs({"--inventory": inventory, "--model": model, **{f"--plan {p}": p for p in extra_files}}, outputs)
     inv = load_inventory(inventory)
+    extra = [load_plan(p) for p in extra_files]
     topo = make_topology(devices, memory_gb, batch_size, device_type)
     oracle = build_oracle(backend, warmup, repeats, threads, seed)
     opts = {**learned_options(**_sharder_options(model, samples, seed)), "random": {"seed": seed}}
-    total = len(names) + 1 + rounds * len(names)
+    total = len(names) + 1 + rounds * (len(names) + len(extra))
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=Console(stderr=True), disable=as_json or not sys.stderr.isatty(), transient=True,
@@ -160,7 +167,8 @@ def compare(
         def tick(msg: str) -> None:
             bar.update(task, description=msg, advance=1)
 
-        cmp = compare_sharders(inv, topo, names, oracle, rounds=rounds, sharder_options=opts, progress=tick, seed=seed)
+        cmp = compare_sharders(inv, topo, names, oracle, rounds=rounds, sharder_options=opts, progress=tick, seed=seed,
+                               extra_plans=extra)
     write_comparison_outputs(cmp, json_path=out, markdown_path=markdown_out, plot_path=plot_out, plans_dir=plans_dir)
     if as_json:
         summary = cmp.summary()
