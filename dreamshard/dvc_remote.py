@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
-from dreamshard.errors import ConfigError
+from dreamshard.errors import ConfigError, redact_url, redact_urls
 
 _SECRET_HINTS = ("access_key", "secret", "session_token", "password")
 
@@ -45,7 +45,7 @@ def run_dvc(
     if proc.returncode != 0:
         lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
         msg = next((ln for ln in lines if ln.upper().startswith("ERROR")), lines[-1] if lines else "failed")
-        raise ConfigError(f"`dvc {' '.join(args[:2])}` failed in {repo_dir}: {msg}")
+        raise ConfigError(f"`dvc {' '.join(args[:2])}` failed in {repo_dir}: {redact_urls(msg)}")
     return proc.stdout
 
 
@@ -66,14 +66,17 @@ def configure_s3_remote(
     repo = _check_repo(repo_dir)
     parsed = urlparse(url)
     if parsed.scheme != "s3" or not parsed.netloc:
-        raise ConfigError(f"--url must look like s3://bucket/path, got '{url}'")
-    if "@" in parsed.netloc or any(h in url.lower() for h in _SECRET_HINTS):
+        raise ConfigError(f"--url must look like s3://bucket/path, got '{redact_url(url)}'")
+    if "@" in parsed.netloc or parsed.query or any(h in url.lower() for h in _SECRET_HINTS):
         raise ConfigError("do not put credentials in the remote URL; export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
     cmds = [["remote", "add", "-f", *(["-d"] if default else []), name, url]]
     if endpoint_url:
         ep = urlparse(endpoint_url)
-        if ep.scheme not in {"http", "https"} or not ep.netloc or "@" in ep.netloc:
-            raise ConfigError(f"--endpoint must be an http(s) URL without credentials, got '{endpoint_url}'")
+        if ep.scheme not in {"http", "https"} or not ep.netloc or "@" in ep.netloc or ep.query or ep.fragment:
+            raise ConfigError(
+                f"--endpoint must be an http(s) URL without credentials or query, got '{redact_url(endpoint_url)}'; "
+                f"credentials go in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+            )
         cmds.append(["remote", "modify", name, "endpointurl", endpoint_url])
     for c in cmds:
         run_dvc(c, repo)

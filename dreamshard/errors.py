@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class DreamshardError(Exception):
     """Base class. ``str(err)`` is the one-line message shown to the user."""
@@ -9,7 +11,8 @@ class DreamshardError(Exception):
     exit_code: int = 2
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
+        # One line, and never a credential: URLs lose user:password@ and query values (redact_urls).
+        super().__init__(redact_urls(" ".join(message.split())))
 
 
 def first_line(e: object) -> str:
@@ -73,3 +76,27 @@ class ConfigError(DreamshardError):
 
 class PipelineError(DreamshardError):
     """A pipeline workspace step failed: git, a DVC stage, push/pull, or reproducing a plan."""
+
+
+#: A URL inside free text (a scheme, then everything up to whitespace or a quote).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def redact_url(url: str) -> str:
+    """`url` with credentials removed: user:password@ becomes ***@ and every query value becomes ***."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(f"{kv.split('=', 1)[0]}=***" if "=" in kv else "***" for kv in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_urls(text: str) -> str:
+    """Every URL inside `text` passed through `redact_url` (for messages and logs)."""
+    return _URL.sub(lambda m: redact_url(m.group(0)) if ("@" in m.group(0) or "?" in m.group(0)) else m.group(0), text)

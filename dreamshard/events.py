@@ -51,33 +51,67 @@ def current_inventory_key(name: str) -> str:
     return f"{INVENTORY_PREFIX}/{check_key_part(name, 'inventory name')}/current.json"
 
 
+def _parse_version(data: bytes, name: str, fingerprint: str) -> Inventory | None:
+    """The inventory in a stored version object, or None when it is unreadable, invalid, or not the version
+    its key names (another name or fingerprint)."""
+    from dreamshard.inventory.validation import InventoryNameError, check_inventory_names
+
+    import yaml
+
+    try:
+        inv = Inventory.model_validate(_load_yaml(data))
+        check_inventory_names(inv)
+    except (ValueError, yaml.YAMLError, InventoryNameError):  # ValidationError, UnicodeDecodeError are ValueErrors
+        return None
+    return inv if inv.name == name and inv.fingerprint() == fingerprint else None
+
+
+def _parse_ref(data: bytes) -> InventoryRef | None:
+    try:
+        return InventoryRef.model_validate_json(data)
+    except ValueError:
+        return None
+
+
 def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") -> InventoryRef:
     """Store `inventory` as a new version (if new) and point ``current`` at it (compare-and-swap).
 
     The version object is written and read back before the pointer moves, so readers of ``current``
-    never see a partial inventory.
+    never see a partial inventory. A stored version that is corrupt or not what its key names is rewritten;
+    a corrupt pointer is replaced (it is derived data: the push says what is current).
     """
+    from dreamshard.inventory.validation import check_inventory_names
+
+    check_inventory_names(inventory)
     fp = inventory.fingerprint()
     key = inventory_key(inventory.name, fp)
     data = model_yaml(inventory).encode()
     digest = hashlib.sha256(data).hexdigest()
-    if not store.exists(key):
+    found = store.get_versioned(key)
+    if found is None or _parse_version(found[0], inventory.name, fp) is None:
         store.put_bytes(key, data)
-    stored = store.get_bytes(key)
-    if Inventory.model_validate(_load_yaml(stored)).fingerprint() != fp:
-        raise StoreError(f"inventory '{inventory.name}': stored copy at {key} does not match fingerprint {fp[:12]}")
+        if _parse_version(store.get_bytes(key), inventory.name, fp) is None:
+            raise StoreError(
+                f"inventory '{inventory.name}': the copy written to {key} in {store.location} reads back differently; "
+                f"retry the push"
+            )
     uri = f"{store_uri.rstrip('/')}/{key}" if store_uri else key
     ref = InventoryRef(name=inventory.name, fingerprint=fp, key=key, uri=uri, sha256=digest)
     wrote = False
 
     def step(raw: bytes | None) -> bytes | None:
         nonlocal wrote
-        wrote = raw is None or json.loads(raw).get("fingerprint") != fp
+        old = None if raw is None else _parse_ref(raw)
+        wrote = old is None or old.fingerprint != fp or old.key != key
         # already current: keep the pointer (and its pushed_at)
         return ref.model_dump_json(indent=2, exclude={"changed"}).encode() if wrote else None
 
     current = cas_update(store, current_inventory_key(inventory.name), step)
-    return ref if wrote else InventoryRef.model_validate({**json.loads(current), "uri": uri, "changed": False})
+    if wrote:
+        return ref
+    old = _parse_ref(current)
+    assert old is not None
+    return old.model_copy(update={"uri": uri, "changed": False})
 
 
 def _load_yaml(data: bytes) -> object:
@@ -86,14 +120,65 @@ def _load_yaml(data: bytes) -> object:
     return yaml.safe_load(data.decode())
 
 
+def get_inventory_version(store: PlanStore, name: str, fingerprint: str) -> Inventory | None:
+    """The stored version `fingerprint` of inventory `name` (verified: its content has that fingerprint), or
+    None when it was never pushed. StoreError when it is there but corrupt."""
+    found = store.get_versioned(inventory_key(name, fingerprint))
+    if found is None:
+        return None
+    inv = _parse_version(found[0], name, fingerprint)
+    if inv is None:
+        raise StoreError(
+            f"stored inventory {inventory_key(name, fingerprint)} in {store.location} is corrupt or does not have "
+            f"fingerprint {fingerprint[:12]}; push the inventory file again"
+        )
+    return inv
+
+
 def get_current_inventory(store: PlanStore, name: str) -> tuple[Inventory, InventoryRef] | None:
     """The current inventory version of `name`, or None when none was pushed."""
     found = store.get_versioned(current_inventory_key(name))
     if found is None:
         return None
-    ref = InventoryRef.model_validate(json.loads(found[0]))
-    inv = Inventory.model_validate(_load_yaml(store.get_bytes(ref.key)))
+    ref = _parse_ref(found[0])
+    if ref is None:
+        raise StoreError(
+            f"{current_inventory_key(name)} in {store.location} is not a valid pointer; push the inventory again "
+            f"(`dreamshard inventory push FILE --store ...`)"
+        )
+    inv = get_inventory_version(store, name, ref.fingerprint)
+    if inv is None:
+        raise StoreError(f"{current_inventory_key(name)} in {store.location} points at {ref.key}, which is missing; "
+                         f"push the inventory again")
     return inv, ref
+
+
+def check_inventory_store(store: PlanStore) -> list[tuple[str, str, str]]:
+    """(key, problem, fix) for every corrupt pointer or stored version under inventories/ (`plans fsck`)."""
+    out: list[tuple[str, str, str]] = []
+    for key in store.list_keys(f"{INVENTORY_PREFIX}/"):
+        parts = key.split("/")
+        if len(parts) != 3:
+            out.append((key, "unexpected object in the inventory store", "delete it"))
+            continue
+        name, leaf = parts[1], parts[2]
+        fix = "dreamshard inventory push FILE --store ..."
+        if leaf == "current.json":
+            try:
+                found = get_current_inventory(store, name)
+            except StoreError as e:
+                out.append((key, str(e), fix))
+                continue
+            if found is None:
+                out.append((key, "pointer vanished while checking", fix))
+        elif leaf.endswith(".yaml"):
+            try:
+                get_inventory_version(store, name, leaf.removesuffix(".yaml"))
+            except StoreError as e:
+                out.append((key, str(e), fix))
+        else:
+            out.append((key, "unexpected object in the inventory store", "delete it"))
+    return out
 
 
 def emit_inventory_changed(ref: InventoryRef) -> str | None:

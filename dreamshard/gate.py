@@ -1,24 +1,40 @@
-"""The publish gate: a plan is approved only if it fits memory and beats the best baseline by a margin.
+"""The publish gate: verifies a plan, then approves it only if it beats the best baseline by a margin.
 
-Costs are the plan's measured overall cost when it has one, else its predicted one (the `basis`; a cost
-from the analytic simulator backend is labelled `simulated`, never `measured`).
-The margin is a fraction: approved iff plan_cost <= best_baseline * (1 - min_improvement); with a
-margin of 0.0 a tie passes.
+The gate trusts nothing in the plan file (docs/architecture.md, "The publish gate"):
+
+* the plan is checked against its inventory: fingerprint recomputed, every table placed exactly once (whole or
+  as column shards that tile it), devices in range, memory recomputed (`dreamshard.memory.check_plan`);
+* costs never come from the plan: they come from a Comparison (every contender measured interleaved in one
+  run) that holds this very plan (same id, same placement) and was made for the same inventory fingerprint,
+  topology and backend; its figures are checked for internal consistency. `plans publish --measure` makes
+  that comparison itself on the backend, so nothing supplied by the user is taken on trust;
+* the published plan carries the comparison's figures (`measured`, `measured_by`) and the decision records
+  the evidence (which comparison, sha256, backend, rounds).
+
+`evaluate_gate` is the decision rule alone (costs vs baselines with a margin) on figures already verified.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.errors import ConfigError
-from dreamshard.types import Plan, utcnow
+from dreamshard.errors import ConfigError, PlanError
+from dreamshard.types import CostBasis, Inventory, Plan, utcnow
 
-Basis = Literal["measured", "simulated", "predicted"]
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.evaluation import Comparison, SharderResult
+    from dreamshard.profiling import Oracle
+
+#: Kept for callers that import the name from here.
+Basis = CostBasis
+#: Relative tolerance for figures that must agree inside a comparison (JSON round-trips floats exactly).
+_REL_TOL = 1e-9
 
 
 class GateDecision(BaseModel):
@@ -35,6 +51,8 @@ class GateDecision(BaseModel):
     improvement: float | None = None  # (best - plan) / best; positive = plan is faster
     min_improvement: float = 0.0
     basis: Basis | None = None
+    inventory_fingerprint: str = ""  # the inventory the plan was verified against
+    evidence: str = ""  # where the costs come from (comparison file + sha256, or the gate's own measurement)
     checked_at: datetime = Field(default_factory=utcnow)
 
 
@@ -45,40 +63,30 @@ class PublishConfig(BaseModel):
 
     min_improvement: float = Field(default=0.0, ge=0.0, lt=1.0)
     require_human: bool = False
-    approval_timeout_s: int = Field(default=3600, ge=1)
-    store: Literal["local", "s3"] = "local"
+    approval_timeout_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
     store_uri: str = "runs/plan-store"
 
 
-def _memory_overflow(plan: Plan) -> str | None:
-    cap = plan.topology.memory_per_device_gb
-    for d, used in enumerate(plan.memory_per_device_gb):
-        if used > cap + 1e-12:
-            return f"device {d} holds {used:.3f} GB, over its {cap:g} GB memory limit"
-    return None
-
-
-def _costs_and_basis(plan: Plan) -> tuple[Any, Basis]:
-    """Measured costs if any (labelled 'simulated' when an analytic simulator produced them), else predicted."""
-    if plan.measured is not None:
-        simulated = plan.measured_by is not None and plan.measured_by.is_simulated
-        return plan.measured, "simulated" if simulated else "measured"
-    return plan.predicted, "predicted"
+def check_margin(min_improvement: float) -> float:
+    if isinstance(min_improvement, bool) or not (0.0 <= min_improvement < 1.0) or math.isnan(min_improvement):
+        raise ConfigError(f"min_improvement must be a fraction in [0, 1), got {min_improvement}")
+    return float(min_improvement)
 
 
 def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: float) -> GateDecision:
-    """Decide whether `plan` may be published, comparing it with the baselines' overall costs (ms).
+    """The decision rule: `plan`'s costs (Plan.cost_basis) vs the best baseline's overall ms, with a margin.
 
-    A baseline with the plan's own sharder name is ignored (a plan does not compete with itself).
+    Approved iff plan_cost <= best_baseline * (1 - min_improvement) (a tie passes with a margin of 0).
+    A baseline with the plan's own sharder name is ignored (a plan does not compete with itself). It takes
+    its inputs as given: `gate_plan` verifies them first and is what the CLI and the flows call.
     """
-    if not (0.0 <= min_improvement < 1.0) or math.isnan(min_improvement):
-        raise ConfigError(f"min_improvement must be a fraction in [0, 1), got {min_improvement}")
+    check_margin(min_improvement)
     base = {k: float(v) for k, v in baselines.items() if k != plan.sharder}
     for name, v in base.items():
         if not math.isfinite(v) or v <= 0:
             raise ConfigError(f"baseline '{name}' has cost {v} ms; baseline costs must be positive numbers")
 
-    costs, basis = _costs_and_basis(plan)
+    costs, basis = plan.best_costs, plan.cost_basis
     common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement}
     if costs is not None:
         common.update(plan_cost_ms=costs.overall_ms, basis=basis)
@@ -88,16 +96,24 @@ def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: f
         if costs is not None:
             common["improvement"] = (base[best_name] - costs.overall_ms) / base[best_name]
 
-    overflow = _memory_overflow(plan)
-    if overflow:
-        return GateDecision(approved=False, reason=f"plan does not fit memory: {overflow}", **common)
+    if not plan.fits_memory():
+        return GateDecision(approved=False, reason="plan does not fit memory: " + _overflow(plan), **common)
     if costs is None:
         return GateDecision(
             approved=False, reason="plan has neither measured nor predicted costs; evaluate it first", **common
         )
+    if plan.out_of_range and basis == "predicted":
+        return GateDecision(
+            approved=False,
+            reason=(
+                f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
+                f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)"
+            ),
+            **common,
+        )
     if not base:
         return GateDecision(
-            approved=False, reason="no baseline costs to compare against; pass --baselines comparison.json", **common
+            approved=False, reason="no baseline costs to compare against; measure the baselines with the plan", **common
         )
     best_name, best_ms, plan_ms = common["best_heuristic"], common["best_heuristic_ms"], costs.overall_ms
     threshold = best_ms * (1.0 - min_improvement)
@@ -116,32 +132,168 @@ def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: f
     return GateDecision(approved=False, reason=reason, **common)
 
 
-def parse_baselines(data: Any, source: str = "baselines") -> dict[str, float]:
-    """Baseline costs from {sharder: ms}, a compare --json output ({"results": [{sharder, overall_ms}]}),
-    or a comparison summary ({"sharders": {name: {"overall_ms": ms}}})."""
-    out: dict[str, float] = {}
-    if isinstance(data, dict) and isinstance(data.get("results"), list):
-        for i, r in enumerate(data["results"]):
-            if not isinstance(r, dict) or "sharder" not in r or "overall_ms" not in r:
-                raise ConfigError(f"{source}: results[{i}] needs 'sharder' and 'overall_ms' keys")
-            out[str(r["sharder"])] = _number(r["overall_ms"], f"{source}: results[{i}].overall_ms")
-        return out
-    if isinstance(data, dict) and isinstance(data.get("sharders"), dict):
-        for name, r in data["sharders"].items():
-            if not isinstance(r, dict) or "overall_ms" not in r:
-                raise ConfigError(f"{source}: sharders.{name} needs an 'overall_ms' key")
-            out[str(name)] = _number(r["overall_ms"], f"{source}: sharders.{name}.overall_ms")
-        return out
-    if isinstance(data, dict) and data:
-        for name, v in data.items():
-            out[str(name)] = _number(v, f"{source}: {name}")
-        return out
-    raise ConfigError(
-        f"{source}: expected {{sharder: overall_ms}} or a compare --json output with a 'results' list"
+def _overflow(plan: Plan) -> str:
+    cap = plan.topology.memory_per_device_gb
+    d, used = max(enumerate(plan.memory_per_device_gb), key=lambda x: x[1])
+    return f"device {d} holds {used:.3f} GB, over its {cap:g} GB memory limit"
+
+
+# -- verification -----------------------------------------------------------------------------------------
+def verify_plan(plan: Plan, inventory: Inventory) -> None:
+    """PlanError unless `plan` is a legal plan of exactly this inventory (fingerprint recomputed, every table
+    placed once, devices in range, memory recomputed and equal to the plan's figures), and its names can be
+    used as storage keys."""
+    from dreamshard.evaluation import check_plan_for
+    from dreamshard.store.base import check_key_part
+
+    check_key_part(plan.plan_id, "plan id")
+    check_key_part(plan.inventory_name, "inventory name")
+    if plan.inventory_name != inventory.name:
+        raise PlanError(
+            f"plan {plan.plan_id} is for inventory '{plan.inventory_name}', not '{inventory.name}'; "
+            f"pass the plan's own inventory"
+        )
+    check_plan_for(inventory, plan)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=_REL_TOL, abs_tol=1e-12)
+
+
+def _check_result(r: SharderResult, cmp: Comparison, inventory: Inventory, where: str) -> None:
+    """One contender of a comparison: a legal plan of this inventory on the comparison's topology, and figures
+    that agree with each other (overall = median of the rounds' samples = the plan's measured overall)."""
+    from dreamshard.evaluation import check_plan_for
+
+    label = f"{where}: contender '{r.sharder}'"
+    if r.plan.sharder != r.sharder:
+        raise PlanError(f"{label} holds a plan made by '{r.plan.sharder}'")
+    try:
+        check_plan_for(inventory, r.plan, cmp.topology)
+    except PlanError as e:
+        raise PlanError(f"{label}: {e}") from None
+    if len(r.samples_ms) != cmp.rounds or not r.samples_ms:
+        raise PlanError(f"{label} has {len(r.samples_ms)} samples for {cmp.rounds} round(s)")
+    if any(v <= 0 for v in r.samples_ms) or not _close(statistics.median(r.samples_ms), r.overall_ms):
+        raise PlanError(f"{label}: overall {r.overall_ms:g} ms is not the median of its samples {r.samples_ms}")
+    m = r.plan.measured
+    if m is None or not _close(m.overall_ms, r.overall_ms):
+        raise PlanError(f"{label}: its plan's measured costs do not match its overall {r.overall_ms:g} ms")
+    if r.plan.measured_by is not None and r.plan.measured_by != cmp.backend:
+        raise PlanError(f"{label} was measured by another backend than the comparison's")
+
+
+def verify_comparison(
+    plan: Plan, inventory: Inventory, comparison: Comparison, *, backend: str | None = None, source: str = "comparison"
+) -> SharderResult:
+    """PlanError unless `comparison` was made for `plan`'s inventory fingerprint, topology and backend, holds
+    `plan` itself (same id, same units) and is internally consistent. Returns the plan's own entry."""
+    fp = inventory.fingerprint()
+    cmp = comparison
+    if cmp.inventory_fingerprint != fp:
+        raise PlanError(
+            f"{source} was made for another inventory (fingerprint {cmp.inventory_fingerprint[:12]}, "
+            f"'{cmp.inventory_name}'), not '{inventory.name}' ({fp[:12]}); compare this plan's own inventory"
+        )
+    if cmp.topology != plan.topology:
+        t, c = plan.topology, cmp.topology
+        raise PlanError(
+            f"{source} was measured on {c.num_devices} x {c.device_type} ({c.memory_per_device_gb:g} GB, batch "
+            f"{c.batch_size}), the plan is for {t.num_devices} x {t.device_type} ({t.memory_per_device_gb:g} GB, "
+            f"batch {t.batch_size}); compare on the plan's topology"
+        )
+    if backend is not None and cmp.backend.name != backend:
+        raise PlanError(f"{source} was measured on backend '{cmp.backend.name}', not '{backend}'")
+    if cmp.backend.name not in (plan.topology.device_type, "simulator"):
+        raise PlanError(
+            f"{source} was measured on backend '{cmp.backend.name}', the plan is for {plan.topology.device_type} devices"
+        )
+    seen: set[str] = set()
+    for r in cmp.results:
+        if r.plan.plan_id in seen:
+            raise PlanError(f"{source} lists plan {r.plan.plan_id} twice")
+        seen.add(r.plan.plan_id)
+        _check_result(r, cmp, inventory, source)
+    own = [r for r in cmp.results if r.plan.plan_id == plan.plan_id]
+    if not own:
+        raise PlanError(
+            f"plan {plan.plan_id} is not among the contenders of {source}; measure it with the baselines: "
+            f"`dreamshard plans publish PLAN --measure`, or `dreamshard compare --plan PLAN --out FILE`"
+        )
+    entry = own[0]
+    if entry.plan.units() != plan.units() or entry.sharder != plan.sharder:
+        raise PlanError(
+            f"{source} holds a plan {plan.plan_id} with another placement or sharder than this file; re-measure it"
+        )
+    return entry
+
+
+def gate_plan(
+    plan: Plan,
+    inventory: Inventory,
+    comparison: Comparison,
+    min_improvement: float,
+    *,
+    backend: str | None = None,
+    source: str = "comparison",
+) -> tuple[Plan, GateDecision]:
+    """Verify `plan` against `inventory` and `comparison`, then decide on the comparison's figures.
+
+    Returns the plan to store (carrying the comparison's measured costs and backend, not the file's) and the
+    decision. Raises PlanError (nothing to store: the input is wrong) when verification fails; a verified plan
+    that is too slow is a rejection (approved=False), not an error. `source` names the comparison in messages
+    and in the decision's evidence (e.g. "comparison data/comparison.json (sha256 ...)").
+    """
+    from dreamshard.evaluation import BASELINE_SHARDERS
+
+    check_margin(min_improvement)
+    verify_plan(plan, inventory)
+    entry = verify_comparison(plan, inventory, comparison, backend=backend, source=source)
+    judged = plan.model_copy(update={"measured": entry.plan.measured, "measured_by": comparison.backend})
+    baselines = {
+        r.sharder: r.overall_ms
+        for r in comparison.results
+        if r.sharder in BASELINE_SHARDERS and r.plan.plan_id != plan.plan_id
+    }
+    b = comparison.backend
+    evidence = (
+        f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
+        + (" (SIMULATED)" if b.is_simulated else "")
+        + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}"
     )
+    decision = evaluate_gate(judged, baselines, min_improvement)
+    extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
+    decision = decision.model_copy(
+        update={"inventory_fingerprint": inventory.fingerprint(), "evidence": evidence, "reason": decision.reason + extra}
+    )
+    return judged, decision
 
 
-def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(f"{where} must be a number of milliseconds, got {v!r}")
-    return float(v)
+def measure_and_gate(
+    plan: Plan,
+    inventory: Inventory,
+    oracle: Oracle,
+    baselines: Sequence[str],
+    min_improvement: float,
+    *,
+    rounds: int = 3,
+    seed: int = 0,
+    sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[Plan, GateDecision, Comparison]:
+    """The gate measures for itself: `plan` and every baseline sharder's plan, interleaved on `oracle`'s backend,
+    then `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user."""
+    from dreamshard.evaluation import compare_sharders
+
+    check_margin(min_improvement)
+    verify_plan(plan, inventory)  # before any measuring
+    names = [s for s in baselines if s != plan.sharder]
+    if not names:
+        raise ConfigError("no baseline sharder to measure against; pass --sharders heuristics")
+    cmp = compare_sharders(
+        inventory, plan.topology, names, oracle, rounds=rounds, sharder_options=sharder_options, seed=seed,
+        extra_plans=(plan,),
+    )
+    judged, decision = gate_plan(plan, inventory, cmp, min_improvement, source="measured by the gate")
+    return judged, decision, cmp
+
+

@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,7 +138,10 @@ def _load(path: str | Path, cls: type[M], error: type[DreamshardError], what: st
 
 
 def load_inventory(path: str | Path) -> Inventory:
-    return _load(path, Inventory, InventoryError, "inventory")
+    """An inventory file, validated: fields, types, bounds, and names in the safe set (inventory.validation)."""
+    from dreamshard.inventory.validation import check_inventory_names
+
+    return check_inventory_names(_load(path, Inventory, InventoryError, "inventory"), f"inventory {path}")
 
 
 def save_inventory(inv: Inventory, path: str | Path) -> Path:
@@ -177,18 +180,51 @@ def load_measurements(path: str | Path) -> list[Measurement]:
 
 
 def append_measurement(path: str | Path, m: Measurement) -> None:
-    """Append one record as one line and fsync it (crash-safe resume relies on this)."""
+    """Append one record as one line and fsync it (crash-safe resume relies on this).
+
+    A last line without its newline is either a complete record (an editor or a copy dropped the newline:
+    it is kept and terminated) or a partial write of a killed writer (cut off before appending)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    # Repair a partial trailing line left by a killed writer before appending.
     if p.exists() and p.stat().st_size > 0:
         with open(p, "rb+") as f:
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
                 data = p.read_bytes()
                 cut = data.rfind(b"\n") + 1
-                f.truncate(cut)
+                try:
+                    Measurement.model_validate_json(data[cut:])
+                    f.write(b"\n")
+                except ValidationError:
+                    f.truncate(cut)
     with open(p, "a") as f:
         f.write(m.model_dump_json() + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Same resolved path, or (both existing) the same inode: symlinks and hard links count."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_outputs(inputs: Mapping[str, str | Path | None], outputs: Mapping[str, str | Path | None]) -> None:
+    """Refuse (InputFileError, before anything is written) an output that is the same file as an input or as
+    another output. Keys are the option names shown to the user ("--out", "--inventory")."""
+    ins = [(k, Path(v)) for k, v in inputs.items() if v is not None]
+    outs = [(k, Path(v)) for k, v in outputs.items() if v is not None]
+    for i, (oname, opath) in enumerate(outs):
+        for iname, ipath in ins:
+            if _same_file(opath, ipath):
+                raise InputFileError(
+                    f"{oname} {opath} is the same file as {iname} {ipath}; nothing was written: choose another "
+                    f"output path"
+                )
+        for oname2, opath2 in outs[:i]:
+            if _same_file(opath, opath2):
+                raise InputFileError(f"{oname} {opath} and {oname2} {opath2} are the same file; choose two paths")

@@ -22,7 +22,7 @@ TINY_PARAMS: dict[str, Any] = {
     "train": {"iterations": 1, "placements_per_iteration": 2},
     "plan": {"samples": 8, "num_devices": 2},
     "evaluate": {"sharders": ["round_robin", "dreamshard"], "rounds": 1},
-    "publish": {"min_improvement": 0.0, "require_human": False, "store": "local", "store_uri": "store"},
+    "publish": {"min_improvement": 0.0, "require_human": False, "store_uri": "store"},
 }
 
 

@@ -1,4 +1,4 @@
-"""`dreamshard plans ...` (gate, publish, list, show, rollback) and `dreamshard remote ...` (DVC remotes)."""
+"""`dreamshard plans ...` (gate, publish, list, show, rollback, fsck) and `dreamshard remote ...` (DVC remotes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table as RichTable
 
 from dreamshard.errors import ConfigError
 
-plans_app = typer.Typer(help="Gate, publish, list, show and roll back plans in a plan store.", no_args_is_help=True)
+plans_app = typer.Typer(help="Gate, publish, list, show, roll back and check plans in a plan store.", no_args_is_help=True)
 remote_app = typer.Typer(help="Configure the DVC remote (local directory or S3-compatible).", no_args_is_help=True)
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -31,13 +31,15 @@ ParamsOpt = Annotated[
 InventoryNameOpt = Annotated[str, typer.Option("--inventory", help="Inventory name the plans belong to.")]
 
 
+def _params_path(params: Path | None) -> Path | None:
+    return DEFAULT_PARAMS if params is None and DEFAULT_PARAMS.is_file() else params
+
+
 def _publish_config(params: Path | None):  # type: ignore[no-untyped-def]
     from dreamshard.config import load_section
     from dreamshard.gate import PublishConfig
 
-    if params is None and DEFAULT_PARAMS.is_file():
-        params = DEFAULT_PARAMS
-    return load_section(params, "publish", PublishConfig)
+    return load_section(_params_path(params), "publish", PublishConfig)
 
 
 def _open(store: str | None, endpoint: str | None, params: Path | None = None):  # type: ignore[no-untyped-def]
@@ -47,53 +49,68 @@ def _open(store: str | None, endpoint: str | None, params: Path | None = None): 
     return open_store(uri, endpoint_url=endpoint)
 
 
-def load_baselines(path: Path) -> dict[str, float]:
-    from dreamshard.gate import parse_baselines
-    from dreamshard.io import read_structured
-
-    return parse_baselines(read_structured(path), str(path))
-
-
 @plans_app.command("publish")
 def publish_cmd(
     plan_file: Annotated[Path, typer.Argument(help="Plan JSON/YAML to gate and publish.")],
     store: StoreOpt = None,
-    baselines: Annotated[
+    comparison: Annotated[
         Path | None,
-        typer.Option("--baselines", help="Baseline costs: {sharder: overall_ms} or `compare --json` output."),
+        typer.Option(
+            "--comparison", "--baselines",
+            help="Comparison holding this plan and the baselines, measured interleaved "
+            "(`dreamshard compare --plan PLAN --out FILE`, or the pipeline's data/comparison.json).",
+        ),
     ] = None,
+    measure: Annotated[
+        bool, typer.Option("--measure", help="The gate measures the plan and the baselines itself (trusts no file).")
+    ] = False,
     min_improvement: Annotated[
         float | None,
-        typer.Option("--min-improvement", help="Fraction the plan must beat the best baseline by (default: params)."),
+        typer.Option("--min-improvement", min=0.0, max=0.999999,
+                     help="Fraction the plan must beat the best baseline by (default: params)."),
     ] = None,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
     inventory: Annotated[
         Path | None,
-        typer.Option("--inventory", "-i", help="Re-check the plan against its inventory (tables, memory, fingerprint)."),
+        typer.Option("--inventory", "-i",
+                     help="The plan's inventory (default: the version pushed to the store with this fingerprint)."),
     ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="--measure: cpu, cuda or simulator (default: params profile.backend); "
+                                 "--comparison: the backend it must have been measured on.")
+    ] = None,
+    sharders: Annotated[
+        str, typer.Option("--sharders", help="--measure: baseline sharders ('heuristics', 'all' or a comma list).")
+    ] = "heuristics",
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, max=100, help="--measure: interleaved rounds (default: params).")] = None,
 ) -> None:
-    """Run the gate; publish the plan if approved (exit 0), else keep it as rejected (exit 1)."""
-    from dreamshard.gate import evaluate_gate
+    """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
+    it as rejected (exit 1). A plan or comparison that does not check out is an error (exit 2), nothing stored."""
+    from dreamshard.evaluation import load_comparison
+    from dreamshard.gate import check_margin, gate_plan
     from dreamshard.io import load_inventory, load_plan
     from dreamshard.store import publish_or_reject
+    from dreamshard.store.publish import sha256_hex
 
+    if measure == (comparison is not None):
+        raise ConfigError(
+            "publishing needs the plan's measured costs next to the baselines': pass --comparison FILE "
+            "(a comparison holding this plan) or --measure (the gate measures them itself)"
+        )
     cfg = _publish_config(params)
+    margin = check_margin(cfg.min_improvement if min_improvement is None else min_improvement)
     plan = load_plan(plan_file)
-    if inventory is not None:
-        from dreamshard.errors import PlanError
-        from dreamshard.memory import check_placement
-
-        inv = load_inventory(inventory)
-        if inv.fingerprint() != plan.inventory_fingerprint:
-            raise PlanError(f"plan {plan.plan_id} was made for another version of inventory '{plan.inventory_name}'")
-        check_placement(inv, plan.placement, plan.topology)  # memory recomputed, not taken from the plan
-    if baselines is None:
-        raise ConfigError("publishing needs baseline costs to gate against: pass --baselines comparison.json")
-    base = load_baselines(baselines)
-    margin = cfg.min_improvement if min_improvement is None else min_improvement
-    decision = evaluate_gate(plan, base, margin)
-    ref = publish_or_reject(_open(store, endpoint, params), plan, decision)
+    s = _open(store, endpoint, params)
+    inv = load_inventory(inventory) if inventory is not None else _stored_inventory(s, plan)
+    if comparison is not None:
+        cmp = load_comparison(comparison)
+        digest = sha256_hex(comparison.read_bytes())
+        source = f"comparison {comparison} (sha256 {digest[:16]})"
+        judged, decision = gate_plan(plan, inv, cmp, margin, backend=backend, source=source)
+    else:
+        judged, decision = _measure_and_gate(plan, inv, margin, params, backend, sharders, rounds)
+    ref = publish_or_reject(s, judged, decision)
     if ref.status == "approved":
         typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
         typer.echo(decision.reason)
@@ -104,6 +121,49 @@ def publish_cmd(
     raise typer.Exit(1)
 
 
+def _stored_inventory(store, plan):  # type: ignore[no-untyped-def]
+    """The inventory version the plan names, from the store's inventory versions (`dreamshard inventory push`)."""
+    from dreamshard.events import get_inventory_version
+
+    inv = get_inventory_version(store, plan.inventory_name, plan.inventory_fingerprint)
+    if inv is None:
+        raise ConfigError(
+            f"the gate verifies a plan against its inventory: pass -i INVENTORY, or push it first "
+            f"(`dreamshard inventory push FILE --store ...`); the store has no version "
+            f"{plan.inventory_fingerprint[:12]} of inventory '{plan.inventory_name}'"
+        )
+    return inv
+
+
+def _measure_and_gate(plan, inv, margin, params, backend, sharders, rounds):  # type: ignore[no-untyped-def]
+    from dreamshard.cli.plan_cmd import expand_sharders
+    from dreamshard.config import load_section
+    from dreamshard.gate import measure_and_gate
+    from dreamshard.pipeline_config import EvaluateConfig
+    from dreamshard.profiling import ProfileConfig
+
+    params = _params_path(params)
+    prof = load_section(params, "profile", ProfileConfig)
+    if backend is not None:
+        prof = _validated(ProfileConfig, {**prof.model_dump(), "backend": backend})
+    n_rounds = rounds or load_section(params, "evaluate", EvaluateConfig).rounds
+    names = expand_sharders(sharders)
+    oracle = prof.oracle()
+    try:
+        judged, decision, _ = measure_and_gate(
+            plan, inv, oracle, names, margin, rounds=n_rounds, seed=prof.seed, sharder_options={"random": {"seed": prof.seed}}
+        )
+    finally:
+        oracle.close()
+    return judged, decision
+
+
+def _validated(model, data):  # type: ignore[no-untyped-def]
+    from dreamshard.io import validate_mapping
+
+    return validate_mapping(data, model, ConfigError, "--backend")
+
+
 @plans_app.command("list")
 def list_cmd(
     store: StoreOpt = None,
@@ -112,12 +172,16 @@ def list_cmd(
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
 ) -> None:
-    """List stored plans (approved and rejected), marking the current one of each inventory."""
+    """List stored plans (approved and rejected), checksum-verified, marking the current one of each inventory.
+    A plan that fails verification is listed as CORRUPT with the reason (exit 1); the others still list."""
     from dreamshard.store import list_plans
 
     records = list_plans(_open(store, endpoint, params), inventory)
+    broken = [r for r in records if r.problem]
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        if broken:
+            raise typer.Exit(1)
         return
     table = RichTable(title="plans" + (f" of {inventory}" if inventory else ""))
     for col in ("", "plan_id", "inventory", "sharder", "created", "overall ms", "basis", "status"):
@@ -128,10 +192,10 @@ def list_cmd(
             r.plan_id,
             r.inventory,
             r.sharder,
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",
             r.basis or "-",
-            r.status,
+            "CORRUPT" if r.problem else r.status,
         )
     console = Console(highlight=False)
     if not console.is_terminal:
@@ -139,6 +203,35 @@ def list_cmd(
     console.print(table)
     if not records:
         typer.echo("no plans stored yet")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for r in broken:
+        err.print(f"CORRUPT {r.key}: {r.problem}", markup=False)
+    if broken:
+        raise typer.Exit(1)
+
+
+@plans_app.command("fsck")
+def fsck_cmd(
+    store: StoreOpt = None,
+    inventory: Annotated[str | None, typer.Option("--inventory", help="Only this inventory's plans.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines.")] = False,
+    params: ParamsOpt = None,
+    endpoint: EndpointOpt = None,
+) -> None:
+    """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes,
+    stored inventory versions. Prints one line per problem with its fix; exit 0 when clean, 1 otherwise."""
+    from dreamshard.store import fsck
+
+    s = _open(store, endpoint, params)
+    issues = fsck(s, inventory)
+    if as_json:
+        typer.echo(json.dumps([i.model_dump(mode="json") for i in issues], indent=2))
+    else:
+        for i in issues:
+            typer.echo(f"{i.key}: {i.problem} (fix: {i.fix})")
+        typer.echo(f"{len(issues)} problem(s) in {s.location}" if issues else f"{s.location}: clean")
+    if issues:
+        raise typer.Exit(1)
 
 
 @plans_app.command("show")
@@ -172,7 +265,8 @@ def rollback_cmd(
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
 ) -> None:
-    """Move `current` back to the previous version (or to --to PLAN_ID). No version is deleted."""
+    """Move `current` back to the previous version (or to --to PLAN_ID, which also repairs a corrupt pointer).
+    No version is deleted."""
     from dreamshard.store import rollback
 
     pointer = rollback(_open(store, endpoint, params), inventory, to)

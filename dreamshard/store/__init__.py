@@ -3,7 +3,7 @@
     from dreamshard.store import open_store, publish, get_current
 
 `publish` uploads a plan under a versioned key with a checksum, verifies it, and only then moves the
-`current` pointer with a compare-and-swap, so readers never see a partial plan (DESIGN.md section 6).
+`current` pointer with a compare-and-swap, so readers never see a partial plan (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from dreamshard.store.base import PlanStore, Version
 from dreamshard.store.local import LocalPlanStore
 from dreamshard.store.publish import (
     CurrentPointer,
+    FsckIssue,
     PlanRecord,
     PointerEntry,
     PublishedRef,
+    fsck,
     get_current,
     get_pointer,
     list_inventories,
@@ -29,12 +31,14 @@ from dreamshard.store.uri import open_store
 
 __all__ = [
     "CurrentPointer",
+    "FsckIssue",
     "LocalPlanStore",
     "PlanRecord",
     "PlanStore",
     "PointerEntry",
     "PublishedRef",
     "Version",
+    "fsck",
     "get_current",
     "get_pointer",
     "list_inventories",

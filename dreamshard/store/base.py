@@ -7,7 +7,6 @@ Five primitives are enough: put/get/list/exists plus a compare-and-swap write (`
 from __future__ import annotations
 
 import random
-import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -17,20 +16,19 @@ from dreamshard.errors import StoreError
 #: Opaque token identifying one version of an object (local: sha256 of the bytes; S3: the ETag).
 Version = str
 
-_KEY_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
 
 class KeyNotFoundError(StoreError):
     """The requested key does not exist in the store."""
 
 
 def check_key_part(value: str, what: str) -> str:
-    """Validate one path segment of a key (inventory name, fingerprint, plan id)."""
-    if not _KEY_PART.match(value) or ".." in value or len(value) > 200:
-        raise StoreError(
-            f"{what} '{value}' cannot be used in a storage key: use letters, digits, '.', '_' or '-' "
-            f"(at most 200 characters, not starting with '.' or '-')"
-        )
+    """Validate one path segment of a key (inventory name, fingerprint, plan id): the safe-name rule of
+    dreamshard.inventory.validation."""
+    from dreamshard.inventory.validation import ALLOWED, name_problem
+
+    problem = name_problem(value) if isinstance(value, str) else "is not a string"
+    if problem:
+        raise StoreError(f"{what} {value!r} cannot be used in a storage key: it {problem}; use {ALLOWED}")
     return value
 
 

@@ -79,9 +79,15 @@ class LocalPlanStore(PlanStore):
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         lock_dir = self.root / _LOCK_DIR
-        lock_dir.mkdir(parents=True, exist_ok=True)
         lock_path = lock_dir / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock")
-        with open(lock_path, "a+b") as f:
+        try:
+            lock_dir.mkdir(parents=True, exist_ok=True)
+            f = open(lock_path, "a+b")
+        except OSError as e:
+            raise StoreError(
+                f"cannot lock {key} in plan store {self.root}: {e.strerror} (is the store read-only?)"
+            ) from None
+        with f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -104,4 +110,4 @@ class LocalPlanStore(PlanStore):
         except OSError as e:
             raise StoreError(f"cannot create plan store directory {self.root}: {e.strerror}") from None
         if not os.access(self.root, os.W_OK):
-            raise StoreError(f"plan store directory {self.root} is not writable")
+            raise StoreError(f"plan store directory {self.root} is not writable (read-only store?)")

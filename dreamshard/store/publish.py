@@ -10,7 +10,9 @@ Layout (keys relative to the store root):
 
 The pointer is written only after the uploaded plan was read back and its checksum verified, with a
 compare-and-swap (PlanStore.put_if) so concurrent publishers and rollbacks never lose or corrupt it.
-Nothing is ever deleted: old versions stay for rollback.
+Nothing is ever deleted: old versions stay for rollback. A corrupt pointer is repaired with
+`dreamshard plans rollback --inventory NAME --to PLAN_ID`; `dreamshard plans fsck` lists what is inconsistent
+(orphans of an interrupted publish, checksum mismatches, unreadable objects). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -107,7 +109,7 @@ class PublishedRef(BaseModel):
 
 
 class PlanRecord(BaseModel):
-    """One stored plan, as `plans list` shows it."""
+    """One stored plan, as `plans list` shows it (`problem` set, other fields partly empty, when it is corrupt)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -115,13 +117,24 @@ class PlanRecord(BaseModel):
     inventory: str
     fingerprint: str
     sharder: str
-    created_at: datetime
+    created_at: datetime | None
     overall_ms: float | None
     basis: str | None
     status: Status
     key: str
     is_current: bool
     reason: str
+    problem: str = ""  # why the stored plan cannot be used (checksum mismatch, unreadable); "" when it is fine
+
+
+class FsckIssue(BaseModel):
+    """One inconsistency `plans fsck` found."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    problem: str
+    fix: str
 
 
 # -- keys ---------------------------------------------------------------------------------------------
@@ -184,12 +197,19 @@ def get_pointer(store: PlanStore, inventory: str) -> CurrentPointer | None:
 
 def _parse_pointer(store: PlanStore, inventory: str, data: bytes) -> CurrentPointer:
     try:
-        return CurrentPointer.model_validate_json(data)
+        pointer = CurrentPointer.model_validate_json(data)
     except ValidationError as e:
         raise StoreError(
             f"{current_key(inventory)} in {store.location} is not a valid pointer "
-            f"({describe_validation_error(e)}); roll back with --to PLAN_ID to rewrite it"
+            f"({describe_validation_error(e)}); repair it with `dreamshard plans rollback --inventory {inventory} "
+            f"--to PLAN_ID` (ids: `dreamshard plans list --inventory {inventory}`)"
         ) from None
+    if pointer.inventory != inventory:
+        raise StoreError(
+            f"{current_key(inventory)} in {store.location} points into inventory '{pointer.inventory}'; repair it "
+            f"with `dreamshard plans rollback --inventory {inventory} --to PLAN_ID`"
+        )
+    return pointer
 
 
 def get_current(store: PlanStore, inventory: str) -> Plan:
@@ -237,40 +257,65 @@ def list_inventories(store: PlanStore) -> list[str]:
     return sorted({k.split("/")[1] for k in store.list_keys(f"{ROOT}/") if k.count("/") >= 2})
 
 
+def _pointer_or_problem(store: PlanStore, inventory: str) -> tuple[CurrentPointer | None, str]:
+    try:
+        return get_pointer(store, inventory), ""
+    except StoreError as e:
+        return None, str(e)
+
+
+def _record(store: PlanStore, key: str) -> PlanRecordFile | None:
+    try:
+        return PlanRecordFile.model_validate_json(store.get_bytes(_record_key(key)))
+    except (KeyNotFoundError, ValidationError, ValueError):
+        return None
+
+
 def list_plans(store: PlanStore, inventory: str | None = None) -> list[PlanRecord]:
-    """Every stored plan of `inventory` (all inventories if None), oldest first."""
+    """Every stored plan of `inventory` (all inventories if None), oldest first, each checksum-verified.
+
+    A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
+    instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
+    current.
+    """
     inventories = [inventory] if inventory else list_inventories(store)
     out: list[PlanRecord] = []
     for inv in inventories:
-        pointer = get_pointer(store, inv)
+        pointer, _ = _pointer_or_problem(store, inv)
         for key in _plan_keys(store, inv):
-            try:
-                plan = Plan.model_validate_json(store.get_bytes(key))
-            except ValidationError as e:
-                raise PlanError(f"{key} in {store.location}: {describe_validation_error(e)}") from None
             status: Status = "rejected" if f"/{REJECTED}/" in key else "approved"
-            reason = ""
+            record = _record(store, key)
+            common = {"inventory": inv, "status": status, "key": key, "reason": record.gate.reason if record else "",
+                      "is_current": pointer is not None and pointer.key == key}
             try:
-                reason = PlanRecordFile.model_validate_json(store.get_bytes(_record_key(key))).gate.reason
-            except (KeyNotFoundError, ValidationError):
-                pass
+                plan = load_verified(store, key, pointer.sha256 if pointer is not None and pointer.key == key else None)
+            except (StoreError, PlanError) as e:
+                out.append(_broken_record(key, str(e), common))
+                continue
             costs = plan.best_costs
             out.append(
                 PlanRecord(
                     plan_id=plan.plan_id,
-                    inventory=inv,
                     fingerprint=plan.inventory_fingerprint,
                     sharder=plan.sharder,
                     created_at=plan.created_at,
                     overall_ms=costs.overall_ms if costs else None,
-                    basis=("measured" if plan.measured else "predicted") if costs else None,
-                    status=status,
-                    key=key,
-                    is_current=pointer is not None and pointer.key == key,
-                    reason=reason,
+                    basis=plan.cost_basis,
+                    **common,
                 )
             )
-    return sorted(out, key=lambda r: (r.inventory, r.created_at, r.plan_id))
+    return sorted(out, key=lambda r: (r.inventory, r.created_at or _EPOCH, r.plan_id))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _broken_record(key: str, problem: str, common: dict[str, object]) -> PlanRecord:
+    parts = key.split("/")
+    return PlanRecord(
+        plan_id=parts[-1].removesuffix(".json"), fingerprint=parts[2], sharder="", created_at=None,
+        overall_ms=None, basis=None, problem=problem, **common,  # type: ignore[arg-type]
+    )
 
 
 # -- writing --------------------------------------------------------------------------------------------
@@ -303,13 +348,29 @@ def _check_decision(plan: Plan, decision: GateDecision) -> None:
 
 
 def update_pointer(
-    store: PlanStore, inventory: str, make: Callable[[CurrentPointer | None], CurrentPointer]
+    store: PlanStore,
+    inventory: str,
+    make: Callable[[CurrentPointer | None], CurrentPointer | None],
+    *,
+    repair: bool = False,
 ) -> CurrentPointer:
-    """Compare-and-swap loop on plans/<inventory>/current.json: `make` maps the pointer read to the new one."""
+    """Compare-and-swap loop on plans/<inventory>/current.json: `make` maps the pointer read to the new one
+    (None: keep it as it is). With `repair`, a corrupt pointer is read as None (and so replaced)."""
     written: list[CurrentPointer] = []
 
-    def step(raw: bytes | None) -> bytes:
-        new = make(None if raw is None else _parse_pointer(store, inventory, raw))
+    def step(raw: bytes | None) -> bytes | None:
+        old = None
+        if raw is not None:
+            try:
+                old = _parse_pointer(store, inventory, raw)
+            except StoreError:
+                if not repair:
+                    raise
+        new = make(old)
+        if new is None:
+            assert old is not None
+            written[:] = [old]
+            return None
         written[:] = [new]
         return (new.model_dump_json(indent=2) + "\n").encode()
 
@@ -318,7 +379,9 @@ def update_pointer(
 
 
 def _advance(inventory: str, target: PointerEntry, old: CurrentPointer | None, action: str) -> CurrentPointer:
-    history = ((old.entry(),) + old.history)[:HISTORY_LIMIT] if old else ()
+    # The target leaves the history wherever it was, so the history never lists a version twice.
+    earlier = ((old.entry(),) + old.history) if old else ()
+    history = tuple(e for e in earlier if e.plan_id != target.plan_id)[:HISTORY_LIMIT]
     return CurrentPointer(
         inventory=inventory,
         **target.model_dump(),
@@ -329,11 +392,15 @@ def _advance(inventory: str, target: PointerEntry, old: CurrentPointer | None, a
 
 
 def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRef:
-    """Upload an approved plan under its versioned key, verify its checksum, then move `current` to it."""
+    """Upload an approved plan under its versioned key, verify its checksum, then move `current` to it.
+
+    Publishing the plan that is already current changes nothing (no duplicate in the history). A corrupt
+    pointer fails the publish before anything is uploaded (no orphan files)."""
     _check_decision(plan, approval)
     if not approval.approved:
         raise PlanError(f"plan {plan.plan_id} was not approved by the gate: {approval.reason}")
     store.check()
+    get_pointer(store, plan.inventory_name)  # fail before uploading if the pointer cannot be updated
     key, digest = _upload_verified(store, plan, approval, "approved")
     target = PointerEntry(
         plan_id=plan.plan_id,
@@ -343,7 +410,13 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
         sharder=plan.sharder,
         published_at=utcnow(),
     )
-    update_pointer(store, plan.inventory_name, lambda old: _advance(plan.inventory_name, target, old, "publish"))
+
+    def make(old: CurrentPointer | None) -> CurrentPointer | None:
+        if old is not None and old.key == key and old.sha256 == digest:
+            return None  # already current
+        return _advance(plan.inventory_name, target, old, "publish")
+
+    update_pointer(store, plan.inventory_name, make)
     return _ref(store, plan, key, digest, approval)
 
 
@@ -375,40 +448,58 @@ def publish_or_reject(store: PlanStore, plan: Plan, decision: GateDecision) -> P
     return publish(store, plan, decision) if decision.approved else reject(store, plan, decision)
 
 
+def _original_sha(store: PlanStore, key: str, plan_id: str, pointer: CurrentPointer | None) -> str:
+    """The checksum a stored plan had when it was published: the pointer's history (written when it became
+    current) first, else its record; the sidecar must agree with it. A rewritten sidecar is not enough."""
+    sidecar = _expected_sha(store, key)
+    known = [e.sha256 for e in ((pointer.entry(),) + pointer.history if pointer else ()) if e.plan_id == plan_id]
+    record = _record(store, key)
+    original = known[0] if known else (record.sha256 if record is not None else sidecar)
+    for source, want in (("its record", record.sha256 if record else None), ("its checksum file", sidecar)):
+        if want is not None and want != original:
+            raise StoreError(
+                f"{key} in {store.location}: {source} says sha256 {want[:16]}, the pointer's history says "
+                f"{original[:16]}; the plan or its checksum was modified: choose another version"
+            )
+    return original
+
+
 def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) -> CurrentPointer:
     """Move `current` back to the version before it (or to approved plan `to_plan_id`); nothing is deleted.
 
-    Without --to, rollbacks walk back through the pointer's history one version at a time.
+    Without --to, rollbacks walk back through the pointer's history one version at a time. With --to, a
+    corrupt pointer is replaced (the documented repair); the target is verified against the checksum it had
+    when published (the pointer's history, else its record), not only its (rewritable) checksum file.
     """
-    explicit: PointerEntry | None = None
+    store.check()
+    explicit: tuple[str, Plan, datetime] | None = None
     if to_plan_id is not None:
         key = _find_key(store, to_plan_id, inventory)
         if key is None:
-            raise StoreError(f"no plan '{to_plan_id}' for inventory '{inventory}' in {store.location}")
+            raise StoreError(
+                f"no plan '{to_plan_id}' for inventory '{inventory}' in {store.location}; "
+                f"see `dreamshard plans list --inventory {inventory}`"
+            )
         if f"/{REJECTED}/" in key:
             raise StoreError(f"plan '{to_plan_id}' was rejected by the gate and cannot become current")
-        plan = load_verified(store, key)
-        published_at = plan.created_at
-        try:
-            published_at = PlanRecordFile.model_validate_json(store.get_bytes(_record_key(key))).stored_at
-        except (KeyNotFoundError, ValidationError):
-            pass
-        explicit = PointerEntry(
-            plan_id=plan.plan_id,
-            key=key,
-            sha256=_expected_sha(store, key),
-            fingerprint=plan.inventory_fingerprint,
-            sharder=plan.sharder,
-            published_at=published_at,
-        )
+        pointer, _ = _pointer_or_problem(store, inventory)
+        sha = _original_sha(store, key, to_plan_id, pointer)
+        plan = load_verified(store, key, sha)
+        record = _record(store, key)
+        explicit = (key, plan, record.stored_at if record is not None else plan.created_at)
 
     def make(old: CurrentPointer | None) -> CurrentPointer:
         if old is None and explicit is None:
             raise StoreError(f"no current plan for inventory '{inventory}' in {store.location}; nothing to roll back")
         if explicit is not None:
-            if old is not None and old.plan_id == explicit.plan_id:
-                raise StoreError(f"plan '{explicit.plan_id}' is already current for inventory '{inventory}'")
-            return _advance(inventory, explicit, old, "rollback")
+            key, plan, published_at = explicit
+            if old is not None and old.plan_id == plan.plan_id:
+                raise StoreError(f"plan '{plan.plan_id}' is already current for inventory '{inventory}'")
+            target = PointerEntry(
+                plan_id=plan.plan_id, key=key, sha256=_original_sha(store, key, plan.plan_id, old),
+                fingerprint=plan.inventory_fingerprint, sharder=plan.sharder, published_at=published_at,
+            )
+            return _advance(inventory, target, old, "rollback")
         assert old is not None
         if not old.history:
             raise StoreError(
@@ -424,7 +515,77 @@ def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) ->
             history=rest,
         )
 
-    return update_pointer(store, inventory, make)
+    return update_pointer(store, inventory, make, repair=to_plan_id is not None)
+
+
+def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
+    """Everything inconsistent in the plan store (all inventories if None); changes nothing.
+
+    Finds: corrupt or dangling `current` pointers, plans whose bytes do not match their checksum file, record
+    or pointer, unreadable or invalid plans, checksum/record files without their plan (orphans), approved
+    plans that never became current (an interrupted publish), and stored inventory versions that are corrupt.
+    """
+    out: list[FsckIssue] = []
+    inventories = [inventory] if inventory else list_inventories(store)
+    for inv in inventories:
+        pointer, problem = _pointer_or_problem(store, inv)
+        if problem:
+            out.append(FsckIssue(key=current_key(inv), problem=problem,
+                                 fix=f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"))
+        elif pointer is not None:
+            try:
+                load_verified(store, pointer.key, pointer.sha256)
+            except (StoreError, PlanError) as e:
+                out.append(FsckIssue(key=current_key(inv), problem=f"current plan {pointer.plan_id}: {e}",
+                                     fix=f"dreamshard plans rollback --inventory {inv}"))
+        referenced = {e.key for e in ((pointer.entry(),) + pointer.history)} if pointer else set()
+        plans = set(_plan_keys(store, inv))
+        for key in sorted(plans):
+            for r in _plan_problems(store, key, inv):
+                out.append(r)
+            record = _record(store, key)
+            if (
+                f"/{REJECTED}/" not in key
+                and key not in referenced
+                and not problem
+                and (pointer is None or len(pointer.history) < HISTORY_LIMIT)
+            ):
+                out.append(FsckIssue(
+                    key=key, problem="approved plan that never became current (an interrupted publish?)",
+                    fix=f"re-publish it, or `dreamshard plans rollback --inventory {inv} --to "
+                        f"{key.rsplit('/', 1)[-1].removesuffix('.json')}`",
+                ))
+            if record is not None and record.status != ("rejected" if f"/{REJECTED}/" in key else "approved"):
+                out.append(FsckIssue(key=_record_key(key), problem=f"record says '{record.status}' but the plan "
+                                     "is stored elsewhere", fix="re-publish the plan"))
+        for key in store.list_keys(inventory_prefix(inv)):
+            if key.endswith(".json.sha256") and key.removesuffix(".sha256") not in plans:
+                out.append(FsckIssue(key=key, problem="checksum file without its plan (orphan)", fix="delete it"))
+            elif key.endswith(".record.json") and key.removesuffix(".record.json") + ".json" not in plans:
+                out.append(FsckIssue(key=key, problem="record without its plan (orphan)", fix="delete it"))
+    if inventory is None:
+        from dreamshard.events import check_inventory_store
+
+        out.extend(FsckIssue(key=k, problem=p, fix=f) for k, p, f in check_inventory_store(store))
+    return out
+
+
+def _plan_problems(store: PlanStore, key: str, inventory: str) -> list[FsckIssue]:
+    """Problems of one stored plan: missing/mismatched checksum file or record, unreadable or invalid bytes."""
+    out: list[FsckIssue] = []
+    record = _record(store, key)
+    try:
+        data = store.get_bytes(key)
+        got = sha256_hex(data)
+        load_verified(store, key)
+    except (StoreError, PlanError) as e:
+        return [FsckIssue(key=key, problem=str(e), fix="roll back if it is current; re-publish it")]
+    if record is None:
+        out.append(FsckIssue(key=_record_key(key), problem="missing or unreadable record", fix="re-publish the plan"))
+    elif record.sha256 != got:
+        out.append(FsckIssue(key=key, problem=f"record says sha256 {record.sha256[:16]}, object has {got[:16]}",
+                             fix=f"the plan was modified: roll back if it is current ({inventory}); re-publish it"))
+    return out
 
 
 def pointer_json(pointer: CurrentPointer) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from dreamshard.errors import StoreError, first_line
+from dreamshard.errors import StoreError, first_line, redact_url
 from dreamshard.store.base import KeyNotFoundError, PlanStore, Version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,9 +48,10 @@ class S3PlanStore(PlanStore):
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if self.region is None and self.endpoint_url:
             self.region = "us-east-1"  # S3-compatible servers ignore it but signing needs one
-        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        label = redact_url(self.endpoint_url) if self.endpoint_url else None
+        where = f" at {label}" if label else ""
         self.location = f"s3://{bucket}/{self.prefix}{where}"
-        self._endpoint_label = self.endpoint_url or "AWS S3"
+        self._endpoint_label = label or "AWS S3"
         self._conditional_writes = True
         self._client = self._make_client(connect_timeout, read_timeout, max_attempts)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlparse
 
-from dreamshard.errors import StoreError
+from dreamshard.errors import StoreError, redact_url
 from dreamshard.store.base import PlanStore
 from dreamshard.store.local import LocalPlanStore
 
@@ -18,6 +18,23 @@ def s3_endpoint_from_env() -> str | None:
         if value:
             return value
     return None
+
+
+def check_endpoint(endpoint: str) -> str:
+    """An S3 endpoint URL: http(s)://host[:port][/path], without credentials (user:password@ or a query)."""
+    try:
+        ep = urlparse(endpoint)
+        ep.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise StoreError(f"invalid S3 endpoint URL '{redact_url(endpoint)}'") from None
+    if ep.username or ep.password or "@" in ep.netloc or ep.query:
+        raise StoreError(
+            f"do not put credentials in the S3 endpoint URL ('{redact_url(endpoint)}'); use AWS_* environment "
+            f"variables or a profile"
+        )
+    if ep.scheme not in ("http", "https") or not ep.netloc:
+        raise StoreError(f"S3 endpoint must be an http(s) URL, got '{redact_url(endpoint)}'")
+    return endpoint
 
 
 def open_store(uri: str, endpoint_url: str | None = None) -> PlanStore:
@@ -37,8 +54,8 @@ def open_store(uri: str, endpoint_url: str | None = None) -> PlanStore:
         from dreamshard.store.s3 import S3PlanStore
 
         endpoint = endpoint_url or s3_endpoint_from_env()
-        if endpoint and "@" in urlparse(endpoint).netloc:
-            raise StoreError("do not put credentials in the S3 endpoint URL; use AWS_* environment variables or a profile")
+        if endpoint:
+            check_endpoint(endpoint)
         return S3PlanStore(bucket=parsed.netloc, prefix=parsed.path.strip("/"), endpoint_url=endpoint)
     if scheme == "file":
         return LocalPlanStore(unquote(parsed.path))

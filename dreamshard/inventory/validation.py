@@ -1,0 +1,56 @@
+"""Names users give inventories and tables: a safe character set, checked where an inventory enters.
+
+Letters, digits, '_', '-' and '.', starting with a letter or digit, without '..', at most 200 characters
+(the same rule as a storage key segment: dreamshard.store.base.check_key_part uses `name_problem`). So an inventory
+name is always usable as a storage key (plans/<inventory>/..., inventories/<inventory>/...) and a table name
+never contains '@' or '/', which column-shard unit names (`table@start:end`, dreamshard.shards) and keys use.
+The check runs when an inventory is loaded, validated, synthesised, read from a trace or pushed, not in the
+Table model itself: shard units built internally are Tables named `table@start:end`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dreamshard.errors import InventoryError
+from dreamshard.types import Inventory
+
+MAX_NAME_LENGTH = 200
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ALLOWED = "letters, digits, '_', '-' and '.' (starting with a letter or digit, no '..', at most 200 characters)"
+
+
+class InventoryNameError(InventoryError):
+    """An inventory or table name outside the safe character set."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` is not a safe inventory/table name, or None if it is."""
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is {len(name)} characters long"
+    if ".." in name or not _NAME.match(name):
+        return "has characters outside the allowed set"
+    return None
+
+
+def check_name(name: str, what: str) -> str:
+    """Return `name`, or raise InventoryNameError naming it and the allowed set."""
+    problem = name_problem(name)
+    if problem:
+        raise InventoryNameError(f"{what} {name!r} {problem}: use {ALLOWED}")
+    return name
+
+
+def check_inventory_names(inventory: Inventory, where: str = "") -> Inventory:
+    """The inventory itself, once its name and every table name are in the safe set."""
+    prefix = f"{where}: " if where else ""
+    problem = name_problem(inventory.name)
+    if problem:
+        raise InventoryNameError(f"{prefix}inventory name {inventory.name!r} {problem}: use {ALLOWED}")
+    for i, t in enumerate(inventory.tables):
+        problem = name_problem(t.name)
+        if problem:
+            raise InventoryNameError(f"{prefix}tables[{i}] name {t.name!r} {problem}: use {ALLOWED}")
+    return inventory
