@@ -1,4 +1,4 @@
-"""Reading one section of a params.yaml-shaped file into a typed config model."""
+"""Reading one section of params.yaml into a typed config model, through the one params loader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from dreamshard.errors import ConfigError
-from dreamshard.io import describe_validation_error, read_structured
+from dreamshard.io import describe_validation_error
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -27,7 +27,23 @@ def section_from(data: Any, section: str, model: type[C], source: str | Path) ->
 
 
 def load_section(path: str | Path | None, section: str, model: type[C]) -> C:
-    """Return `model` built from `section` of the YAML file at `path` (defaults if path is None)."""
+    """Return `model` built from `section` of the params file at `path` (defaults if path is None).
+
+    The file goes through the one params loader, dreamshard.pipeline_config.load_pipeline_config: the whole file
+    is validated (every section, unknown sections rejected), so a stage never runs on a params file another
+    stage would refuse.
+    """
     if path is None:
         return model()
-    return section_from(read_structured(path), section, model, path)
+    from dreamshard.pipeline_config import load_pipeline_config
+
+    cfg = load_pipeline_config(path)
+    value = getattr(cfg, section, None)
+    if not isinstance(value, BaseModel):
+        raise ConfigError(f"{path}: no params section '{section}'")
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value.model_dump())
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {section}.{describe_validation_error(e)}") from None
