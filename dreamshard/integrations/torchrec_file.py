@@ -196,7 +196,7 @@ def document_from_data(data: Any, world_size: int | None = None, where: str = "t
         doc = validate_mapping(dict(data), TorchRecPlanFile, PlanError, where)
         if world_size is not None and world_size != doc.world_size:
             raise PlanError(
-                f"{where} was planned for {doc.world_size} ranks, not {world_size}; re-plan with --devices {world_size}"
+                f"{where} was made for {doc.world_size} ranks, not {world_size}; re-plan with --devices {world_size}"
             )
         return doc
     if world_size is None:
