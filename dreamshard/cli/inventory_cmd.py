@@ -7,8 +7,12 @@ from typing import Annotated
 
 import typer
 
+from dreamshard.cli.options import MAX_SEED
 from dreamshard.errors import ConfigError
-from dreamshard.types import Inventory
+from dreamshard.types import MAX_BATCH, MAX_DIM, Inventory
+
+#: Largest inventory `synth` / `from-trace` make (validating 100k tables takes seconds; 1M is the ceiling).
+MAX_TABLES = 1_000_000
 
 inventory_app = typer.Typer(
     help="Create, convert, validate and fingerprint embedding-table inventories.",
@@ -46,9 +50,9 @@ def _write(inv: Inventory, output: Path) -> None:
 
 @inventory_app.command("synth")
 def synth_cmd(
-    num_tables: Annotated[int, typer.Option("--num-tables", "-n", min=1, help="Number of tables.")],
+    num_tables: Annotated[int, typer.Option("--num-tables", "-n", min=1, max=MAX_TABLES, help="Number of tables.")],
     output: OutputOpt,
-    seed: Annotated[int, typer.Option("--seed", "-s", help="Random seed (same seed, same inventory).")] = 0,
+    seed: Annotated[int, typer.Option("--seed", "-s", min=0, max=MAX_SEED, help="Random seed (same seed, same inventory).")] = 0,
     dims: Annotated[str, typer.Option("--dims", help="Comma-separated embedding dims (multiples of 4).")] = (
         "16,32,64,128"
     ),
@@ -56,8 +60,11 @@ def synth_cmd(
 ) -> None:
     """Generate a synthetic DLRM-like inventory (rows, pooling, Zipf reuse histograms)."""
     from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.inventory.validation import check_inventory_names, check_name
 
-    inv = synth_inventory(num_tables, seed, dims=parse_dims(dims), name=name)
+    if name is not None:
+        check_name(name, "--name")
+    inv = check_inventory_names(synth_inventory(num_tables, seed, dims=parse_dims(dims), name=name))
     _write(inv, output)
 
 
@@ -66,15 +73,17 @@ def from_trace_cmd(
     trace: Annotated[Path, typer.Argument(help="DLRM trace: torch file with (indices, offsets, lengths).")],
     output: OutputOpt,
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: file stem).")] = None,
-    max_tables: Annotated[int | None, typer.Option("--max-tables", min=1, help="Keep the first K tables.")] = None,
+    max_tables: Annotated[int | None, typer.Option("--max-tables", min=1, max=MAX_TABLES, help="Keep the first K tables.")] = None,
     batch_size: Annotated[
-        int | None, typer.Option("--batch-size", min=1, help="Samples per batch for reuse histograms (default: all).")
+        int | None, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch for reuse histograms (default: all).")
     ] = None,
-    dim: Annotated[int, typer.Option("--dim", min=1, help="Embedding dim given to every table.")] = 64,
+    dim: Annotated[int, typer.Option("--dim", min=1, max=MAX_DIM, help="Embedding dim given to every table.")] = 64,
 ) -> None:
     """Build an inventory from an open DLRM embedding trace (facebookresearch/dlrm_datasets)."""
     from dreamshard.inventory.trace import inventory_from_trace
+    from dreamshard.io import check_outputs
 
+    check_outputs({"TRACE": trace}, {"--output": output})
     inv = inventory_from_trace(trace, name=name, batch_size=batch_size, max_tables=max_tables, dim=dim)
     _write(inv, output)
 
@@ -86,9 +95,11 @@ def validate_cmd(
         Path | None, typer.Option("--output", "-o", help="Also write the validated, normalised inventory here.")
     ] = None,
 ) -> None:
-    """Check an inventory file; print its name, table count, total size and fingerprint."""
-    from dreamshard.io import load_inventory, save_inventory
+    """Check an inventory file (fields, types, bounds, safe names); print its name, table count, total size and
+    fingerprint."""
+    from dreamshard.io import check_outputs, load_inventory, save_inventory
 
+    check_outputs({"INVENTORY": inventory}, {"--output": output})
     inv = load_inventory(inventory)
     total_gb = sum(t.size_gb for t in inv.tables)
     typer.echo(f"name: {inv.name}")

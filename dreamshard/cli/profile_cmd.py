@@ -8,7 +8,16 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dreamshard.cli.options import DevicesOpt, InventoryOpt, MemoryOpt, make_topology
+from dreamshard.cli.options import (
+    MAX_REPEATS,
+    MAX_SEED,
+    MAX_THREADS,
+    DevicesOpt,
+    InventoryOpt,
+    MemoryOpt,
+    make_topology,
+)
+from dreamshard.types import MAX_BATCH, MAX_ROWS
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -19,15 +28,15 @@ def profile(
     memory_gb: MemoryOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Measurements JSONL (appended; reruns resume).")],
     num_placements: Annotated[
-        Optional[int], typer.Option("--num-placements", "-k", min=0, help="Random feasible placements (per train task).")
+        Optional[int], typer.Option("--num-placements", "-k", min=0, max=100_000, help="Random feasible placements (per train task).")
     ] = None,
     backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default), cuda or simulator.")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Global batch size.")] = 2048,
-    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up iterations per device.")] = None,
-    repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, help="Timed repeats (median).")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Intra-op threads (pinned).")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed for placements and indices.")] = None,
-    row_cap: Annotated[Optional[int], typer.Option("--row-cap", min=1, help="Profile at most this many rows per table.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size.")] = 2048,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per device.")] = None,
+    repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats (median).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads (pinned).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for placements and indices.")] = None,
+    row_cap: Annotated[Optional[int], typer.Option("--row-cap", min=1, max=MAX_ROWS, help="Profile at most this many rows per table.")] = None,
     tasks: Annotated[Optional[Path], typer.Option("--tasks", help="TaskSet file: profile each train task.")] = None,
     refit_comm: Annotated[bool, typer.Option("--refit-comm", help="Re-run the all-to-all benchmark (ignore cache).")] = False,
     params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml: defaults from its `profile` section.")] = None,
@@ -35,9 +44,10 @@ def profile(
 ) -> None:
     """Measure single-table costs and K random feasible placements (real timing; resumes an existing file)."""
     from dreamshard.config import load_section
-    from dreamshard.io import load_inventory
+    from dreamshard.io import check_outputs, load_inventory
     from dreamshard.profiling import ProfileConfig, profile_inventory
 
+    check_outputs({"--inventory": inventory, "--tasks": tasks, "--params": params}, {"--output": output})
     cfg = load_section(params, "profile", ProfileConfig)
     flags = {
         "backend": backend, "num_placements": num_placements, "warmup": warmup, "repeats": repeats,

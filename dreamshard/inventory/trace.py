@@ -45,6 +45,8 @@ def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import torch
 
     p = Path(path)
+    if p.is_dir():
+        raise InputFileError(f"trace {p} is a directory; give the torch file itself")
     if not p.is_file():
         raise InputFileError(f"trace file not found: {p}")
     try:
@@ -62,6 +64,9 @@ def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if lengths.ndim != 2 or lengths.shape[0] < 1 or lengths.shape[1] < 1:
         raise InputFileError(f"{p}: lengths must have shape [tables, batch], got {list(lengths.shape)}")
     num_tables, batch = lengths.shape
+    if lengths.size and int(lengths.min()) < 0:
+        t, b = (int(x[0]) for x in np.nonzero(lengths < 0))
+        raise InputFileError(f"{p}: table {t}: lengths[{t}, {b}] = {int(lengths[t, b])}; lengths must be >= 0")
     if offsets.ndim != 1 or offsets.shape[0] != num_tables * batch + 1:
         raise InputFileError(
             f"{p}: offsets must be flat of length tables*batch+1 = {num_tables * batch + 1}, "
@@ -100,7 +105,12 @@ def inventory_from_trace(
     dim: int = DEFAULT_TRACE_DIM,
 ) -> Inventory:
     """An inventory with one table per trace table (the first ``max_tables`` if given); see the module docstring."""
+    from dreamshard.inventory.validation import ALLOWED, check_name, name_problem
+
     p = Path(path)
+    inv_name = check_name(name, "inventory name") if name is not None else p.stem
+    if name is None and name_problem(inv_name):
+        raise InputFileError(f"{p}: the file name {inv_name!r} is not a usable inventory name; pass --name ({ALLOWED})")
     indices, offsets, lengths = load_trace(p)
     num_tables, batch = lengths.shape
     bs = batch if batch_size is None else int(batch_size)
@@ -132,4 +142,4 @@ def inventory_from_trace(
                 access_histogram=hist,
             )
         )
-    return Inventory(name=name or p.stem, tables=tuple(tables))
+    return Inventory(name=inv_name, tables=tuple(tables))
