@@ -286,8 +286,9 @@ def load_comparison(path: str | Path) -> Comparison:
     from dreamshard.io import read_structured, validate_mapping
 
     data = read_structured(path)
-    if isinstance(data, dict) and "results" in data and "topology" not in data:
+    if not isinstance(data, dict) or "topology" not in data or "results" not in data:
         raise InputFileError(
-            f"{path} is a `compare --json` summary, not a comparison: write one with `dreamshard compare --out FILE`"
+            f"{path} is not a comparison (it needs the inventory fingerprint, topology, backend and every contender's "
+            f"plan); write one with `dreamshard compare --plan PLAN --out FILE`"
         )
     return validate_mapping(data, Comparison, InputFileError, f"comparison {path}")
