@@ -120,4 +120,7 @@ def fingerprint_cmd(inventory: Annotated[Path, typer.Argument(help="Inventory fi
 
 def register(app: typer.Typer) -> None:
     """Add the `inventory` command group to the main app."""
+    from dreamshard.cli.preset_cmd import register as register_presets
+
+    register_presets(inventory_app)
     app.add_typer(inventory_app, name="inventory")

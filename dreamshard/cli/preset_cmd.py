@@ -1,0 +1,30 @@
+"""`dreamshard inventory preset`: real-world inventories (Criteo Kaggle, Criteo Terabyte) from public cardinalities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS
+
+
+def preset_cmd(
+    preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(PRESETS)}.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Inventory file to write (.yaml/.yml or .json).")],
+    dim: Annotated[int | None, typer.Option("--dim", help="Embedding dim of every table, a multiple of 4 (default: 16 for criteo-kaggle, 128 for criteo-terabyte).")] = None,
+    pooling: Annotated[float, typer.Option("--pooling", help="Lookups per sample of every table (Criteo's features are one-hot: 1).")] = DEFAULT_POOLING,
+    zipf_exponent: Annotated[float, typer.Option("--zipf-exponent", help="Assumed Zipf exponent of row popularity (reuse histograms).")] = DEFAULT_ZIPF_EXPONENT,
+    name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: the preset's).")] = None,
+) -> None:
+    """Write the 26 categorical tables of a Criteo dataset (public cardinalities; tables t_cat_0..t_cat_25)."""
+    from dreamshard.cli.inventory_cmd import _write
+    from dreamshard.inventory.presets import preset_inventory
+
+    _write(preset_inventory(preset, dim=dim, pooling=pooling, zipf_exponent=zipf_exponent, name=name), output)
+
+
+def register(inventory_app: typer.Typer) -> None:
+    """Add `preset` to the `inventory` command group."""
+    inventory_app.command("preset")(preset_cmd)
