@@ -538,7 +538,13 @@ def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
             except (StoreError, PlanError) as e:
                 out.append(FsckIssue(key=current_key(inv), problem=f"current plan {pointer.plan_id}: {e}",
                                      fix=f"dreamshard plans rollback --inventory {inv}"))
-        referenced = {e.key for e in ((pointer.entry(),) + pointer.history)} if pointer else set()
+        entries = ((pointer.entry(),) + pointer.history) if pointer else ()
+        referenced = {e.key for e in entries}
+        for e in entries[1:]:
+            found = store.get_versioned(e.key)
+            if found is not None and sha256_hex(found[0]) != e.sha256:
+                out.append(FsckIssue(key=e.key, problem=f"plan {e.plan_id} was modified since it was current "
+                                     f"(pointer history says sha256 {e.sha256[:16]})", fix="never roll back to it"))
         plans = set(_plan_keys(store, inv))
         for key in sorted(plans):
             for r in _plan_problems(store, key, inv):

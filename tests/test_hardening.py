@@ -1,0 +1,370 @@
+"""Issue 9: one test per defect found by the hostile-user pass (the gate's own are in test_gate_verify.py).
+
+Each drives the CLI in-process (`dreamshard.cli.app.main`) where the defect was user-visible, and checks the
+contract: exit 2 with exactly one line and nothing written, or the documented recovery working.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from store_helpers import world
+
+from dreamshard.cli.app import main
+from dreamshard.errors import ModelError, StoreError
+from dreamshard.gate import gate_plan
+from dreamshard.io import append_measurement, iter_measurements
+from dreamshard.store import get_current, get_pointer, open_store
+from dreamshard.store.publish import current_key, fsck
+
+
+def run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return int(e.value.code or 0)
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return world().write(tmp_path)
+
+
+def _publish(files: dict[str, Path], plan: str = "good") -> int:
+    return run(["plans", "publish", str(files[plan]), "--store", str(files["store"]), "--comparison",
+                str(files["comparison"]), "-i", str(files["inventory"])])
+
+
+# -- #3: outputs that alias inputs ------------------------------------------------------------------------
+def test_outputs_aliasing_inputs_are_refused(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    inv, plan, d = files["inventory"], files["good"], files["dir"]
+    os.link(inv, d / "hard.yaml")
+    (d / "soft.yaml").symlink_to(inv)
+    before = snapshot(d)
+    common = ["-d", "2", "-m", "1"]
+    cases = [
+        ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(inv)],
+        ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(d / "hard.yaml")],
+        ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(d / "p.json"), "--torchrec-out", str(d / "soft.yaml")],
+        ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(d / "p.json"), "--torchrec-out", str(d / "p.json")],
+        ["evaluate", "-i", str(inv), "-p", str(plan), "--backend", "simulator", "-o", str(plan)],
+        ["evaluate", "-i", str(inv), "-p", str(plan), "--backend", "simulator", "-o", str(d / "./inv.yaml")],
+        ["compare", "-i", str(inv), *common, "--backend", "simulator", "--rounds", "1", "--out", str(inv)],
+        ["compare", "-i", str(inv), *common, "--backend", "simulator", "--rounds", "1", "--plan", str(plan),
+         "--markdown-out", str(plan)],
+        ["profile", "-i", str(inv), *common, "--backend", "simulator", "-o", str(d / "hard.yaml")],
+        ["inventory", "validate", str(inv), "-o", str(d / "soft.yaml")],
+    ]
+    for argv in cases:
+        assert run(argv) == 2, argv
+        line = one_error_line(capsys)
+        assert "InputFileError" in line and ("same file" in line), line
+    assert snapshot(d) == before
+
+
+# -- #4: JSONL resume ---------------------------------------------------------------------------------------
+def test_resume_keeps_a_complete_last_record_without_newline(tmp_path: Path) -> None:
+    from dreamshard.profiling import make_oracle
+
+    w = world()
+    oracle = make_oracle("simulator")
+    m1, m2, m3 = (oracle.measure(w.inventory, {t.name: 0}, w.topology, kind="single") for t in w.inventory.tables[:3])
+    path = tmp_path / "m.jsonl"
+    path.write_text(m1.model_dump_json() + "\n" + m2.model_dump_json())  # an editor dropped the final newline
+    assert [m.measurement_id for m in iter_measurements(path)] == [m1.measurement_id, m2.measurement_id]
+    append_measurement(path, m3)
+    assert [m.measurement_id for m in iter_measurements(path)] == [m1.measurement_id, m2.measurement_id, m3.measurement_id]
+    # A genuinely partial line (a killed writer) is still cut off.
+    path.write_text(m1.model_dump_json() + "\n" + m2.model_dump_json()[:40])
+    append_measurement(path, m3)
+    assert [m.measurement_id for m in iter_measurements(path)] == [m1.measurement_id, m3.measurement_id]
+
+
+def test_profile_cli_resume_does_not_drop_the_last_line(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    out = files["dir"] / "m.jsonl"
+    argv = ["profile", "-i", str(files["inventory"]), "-d", "2", "-m", "1", "--backend", "simulator",
+            "-o", str(out), "--no-progress"]
+    assert run([*argv, "-k", "1"]) == 0
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines))  # no trailing newline
+    capsys.readouterr()
+    assert run([*argv, "-k", "2"]) == 0
+    again = out.read_text().splitlines()
+    assert again[: len(lines)] == lines and len(again) == len(lines) + 1
+    assert f"resumed (already present) {len(lines)}" in capsys.readouterr().out
+
+
+# -- #5: a corrupt current.json ---------------------------------------------------------------------------
+def test_corrupt_pointer_repaired_by_the_documented_command(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert _publish(files) == 0
+    store = open_store(str(files["store"]))
+    pointer = files["store"] / current_key("inv")
+    pointer.write_text("{not json")
+    capsys.readouterr()
+    assert run(["plans", "show", "current", "--store", str(files["store"]), "--inventory", "inv"]) == 2
+    line = one_error_line(capsys)
+    assert "plans rollback --inventory inv --to PLAN_ID" in line
+    # publish fails before uploading anything: no orphans
+    before = snapshot(files["store"])
+    assert _publish(files, "bad") == 2
+    assert "not a valid pointer" in one_error_line(capsys)
+    assert snapshot(files["store"]) == before
+    # the documented repair works
+    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", world().good.plan_id]) == 0
+    assert get_current(store, "inv").plan_id == world().good.plan_id
+    assert _publish(files, "bad") == 0
+
+
+def test_corrupt_pointer_does_not_block_other_inventories(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert _publish(files) == 0
+    other = files["store"] / "plans" / "zzz" / "current.json"
+    other.parent.mkdir(parents=True)
+    other.write_text("garbage")
+    capsys.readouterr()
+    assert run(["plans", "list", "--store", str(files["store"]), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["plan_id"] for r in rows if r["is_current"]] == [world().good.plan_id]
+    assert run(["plans", "show", "current", "--store", str(files["store"]), "--inventory", "inv"]) == 0
+    capsys.readouterr()
+    assert _publish(files, "bad") == 0  # inventory 'inv' is unaffected
+    assert run(["plans", "fsck", "--store", str(files["store"])]) == 1
+    assert "plans/zzz/current.json" in capsys.readouterr().out
+
+
+def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    publish_mod = importlib.import_module("dreamshard.store.publish")
+
+    assert _publish(files) == 0
+    capsys.readouterr()
+    assert run(["plans", "fsck", "--store", str(files["store"])]) == 0
+    assert "clean" in capsys.readouterr().out
+    store = open_store(str(files["store"]))
+    w = world()
+    _, decision = gate_plan(w.bad, w.inventory, w.comparison, 0.0)
+    original = publish_mod.update_pointer
+
+    def crash(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt  # killed between upload and pointer move
+
+    publish_mod.update_pointer = crash  # type: ignore[assignment]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            publish_mod.publish(store, w.bad, decision)
+    finally:
+        publish_mod.update_pointer = original
+    (files["store"] / "plans" / "inv" / w.inventory.fingerprint() / "stray.json.sha256").write_text("00  stray.json\n")
+    assert run(["plans", "fsck", "--store", str(files["store"]), "--json"]) == 1
+    issues = json.loads(capsys.readouterr().out)
+    problems = {i["key"].rsplit("/", 1)[-1]: i["problem"] for i in issues}
+    assert "never became current" in problems[f"{w.bad.plan_id}.json"]
+    assert "orphan" in problems["stray.json.sha256"]
+    assert get_current(store, "inv").plan_id == w.good.plan_id  # current untouched
+
+
+# -- #6: inventory push ------------------------------------------------------------------------------------
+def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    push = ["inventory", "push", str(files["inventory"]), "--store", str(files["store"]), "--no-event"]
+    assert run(push) == 0
+    fp = world().inventory.fingerprint()
+    version = files["store"] / "inventories" / "inv" / f"{fp}.yaml"
+    pointer = files["store"] / "inventories" / "inv" / "current.json"
+    for damage in ("[1, 2", "name: inv\ntables: []\n", "{}"):
+        version.write_text(damage)
+        pointer.write_text("{broken")
+        assert run(push) == 0, damage
+        assert "stored inv" in capsys.readouterr().out
+    from dreamshard.events import get_current_inventory
+
+    inv, ref = get_current_inventory(open_store(str(files["store"])), "inv")  # type: ignore[misc]
+    assert inv.fingerprint() == fp and ref.fingerprint == fp
+    version.write_text("tables: 3")
+    with pytest.raises(StoreError, match="corrupt"):
+        get_current_inventory(open_store(str(files["store"])), "inv")
+
+
+# -- #7: secrets in URLs --------------------------------------------------------------------------------
+def test_credentials_in_urls_are_never_echoed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+
+    from dreamshard.dvc_remote import find_dvc
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run([find_dvc(), "init", "--no-scm", "-q"], cwd=repo, check=True)
+    cases = [
+        ["remote", "s3", "--name", "x", "--url", "s3://b/p", "--endpoint", "http://AKIAKEY:S3CRET@host:8333", "--repo", str(repo)],
+        ["remote", "s3", "--name", "x", "--url", "s3://b/p", "--endpoint", "http://host:8333/?X-Amz-Credential=S3CRET",
+         "--repo", str(repo)],
+        ["remote", "s3", "--name", "x", "--url", "http://AKIAKEY:S3CRET@b/p", "--repo", str(repo)],
+        ["plans", "list", "--store", "s3://bucket/p", "--endpoint-url", "http://host:1/?AWSAccessKeyId=AKIAKEY&Signature=S3CRET"],
+        ["plans", "list", "--store", "s3://bucket/p", "--endpoint-url", "http://AKIAKEY:S3CRET@127.0.0.1:1"],
+    ]
+    for argv in cases:
+        assert run(argv) == 2, argv
+        line = one_error_line(capsys)
+        assert "S3CRET" not in line and "AKIAKEY" not in line, line
+    assert "S3CRET" not in (repo / ".dvc" / "config").read_text()
+
+
+# -- #8: plans list ----------------------------------------------------------------------------------------
+def test_plans_list_verifies_checksums_and_survives_an_unreadable_plan(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _publish(files, "bad") == 0
+    assert _publish(files, "good") == 0
+    w = world()
+    base = files["store"] / "plans" / "inv" / w.inventory.fingerprint()
+    tampered = base / f"{w.bad.plan_id}.json"
+    tampered.write_text(tampered.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
+    capsys.readouterr()
+    assert run(["plans", "list", "--store", str(files["store"]), "--json"]) == 1
+    rows = {r["plan_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert "checksum mismatch" in rows[w.bad.plan_id]["problem"] and rows[w.good.plan_id]["problem"] == ""
+    tampered.write_bytes(b"\xff\xfe not a plan")
+    (base / f"{w.bad.plan_id}.json.sha256").write_text(
+        __import__("hashlib").sha256(tampered.read_bytes()).hexdigest() + "  x\n")
+    assert run(["plans", "list", "--store", str(files["store"])]) == 1
+    out = capsys.readouterr()
+    assert "CORRUPT" in out.out and w.good.plan_id in out.out
+    assert len(out.err.strip().splitlines()) == 1 and w.bad.plan_id in out.err
+
+
+# -- #9: numeric options -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("cmd", ["plan", "compare", "profile"])
+def test_huge_memory_is_one_line(cmd: str, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    extra = {"plan": ["-s", "size_greedy", "-o", str(files["dir"] / "p.json")], "compare": ["--backend", "simulator"],
+             "profile": ["--backend", "simulator", "-o", str(files["dir"] / "m.jsonl")]}[cmd]
+    for value in ("1e300", "inf", "nan", "0", "-1"):
+        before = snapshot(files["dir"])
+        assert run([cmd, "-i", str(files["inventory"]), "-d", "2", "-m", value, *extra]) == 2, value
+        assert "memory" in one_error_line(capsys).lower()
+        assert snapshot(files["dir"]) == before
+
+
+# -- #10: read-only store ----------------------------------------------------------------------------------
+def test_rollback_on_a_read_only_store_is_one_line(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _publish(files, "bad") == 0
+    assert _publish(files, "good") == 0
+    before = snapshot(files["store"])
+    real_open = open
+
+    def read_only_open(file, mode="r", *a, **k):  # type: ignore[no-untyped-def]
+        if any(c in mode for c in "wa+x") and str(files["store"]) in str(file):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr("builtins.open", read_only_open)
+    monkeypatch.setattr("os.access", lambda *a, **k: False)  # root ignores mode bits; simulate a read-only mount
+    capsys.readouterr()
+    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv"]) == 2
+    assert "not writable" in one_error_line(capsys)
+    monkeypatch.setattr("os.access", lambda *a, **k: True)
+    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv"]) == 2
+    assert "read-only" in one_error_line(capsys)
+    monkeypatch.undo()
+    assert snapshot(files["store"]) == before
+
+
+# -- #11: model card bounds --------------------------------------------------------------------------------
+@pytest.mark.parametrize("hidden", [10**9, -5, True, "64"])
+def test_model_card_spec_is_bounded_before_allocation(tmp_path: Path, hidden: object) -> None:
+    from dreamshard.learning.model_store import load_model
+
+    src = Path(__import__("dreamshard").__file__).parent / "pretrained"
+    shutil.copytree(src, tmp_path / "m")
+    card = json.loads((tmp_path / "m" / "model.json").read_text())
+    card["cost_spec"]["hidden"] = hidden
+    (tmp_path / "m" / "model.json").write_text(json.dumps(card))
+    with pytest.raises(ModelError, match="corrupt model card"):
+        load_model(tmp_path / "m")
+
+
+# -- #12: re-publishing the current plan -------------------------------------------------------------------
+def test_republishing_current_does_not_duplicate_history(files: dict[str, Path]) -> None:
+    assert _publish(files, "bad") == 0
+    assert _publish(files, "good") == 0
+    store = open_store(str(files["store"]))
+    before = get_pointer(store, "inv")
+    assert _publish(files, "good") == 0
+    after = get_pointer(store, "inv")
+    assert after == before and [e.plan_id for e in after.history] == [world().bad.plan_id]  # type: ignore[union-attr]
+    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv"]) == 0
+    assert get_current(store, "inv").plan_id == world().bad.plan_id  # the rollback is not a no-op
+    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", world().good.plan_id]) == 0
+    assert [e.plan_id for e in get_pointer(store, "inv").history] == [world().bad.plan_id]  # type: ignore[union-attr]
+
+
+# -- #13: traces ------------------------------------------------------------------------------------------
+def test_trace_negative_lengths_and_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lengths = torch.tensor([[1, -1, 2]], dtype=torch.int64)
+    offsets = torch.tensor([0, 1, 0, 2], dtype=torch.int64)
+    torch.save((torch.tensor([0, 1], dtype=torch.int64), offsets, lengths), tmp_path / "neg.pt")
+    (tmp_path / "dir.pt").mkdir()
+    out = tmp_path / "out.yaml"
+    assert run(["inventory", "from-trace", str(tmp_path / "neg.pt"), "-o", str(out)]) == 2
+    assert "lengths[0, 1] = -1; lengths must be >= 0" in one_error_line(capsys)
+    assert run(["inventory", "from-trace", str(tmp_path / "dir.pt"), "-o", str(out)]) == 2
+    assert "is a directory" in one_error_line(capsys)
+    assert not out.exists()
+
+
+# -- also: strict numbers, safe names, rollback --to checksum -----------------------------------------------
+def test_bool_is_not_a_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "inv.yaml"
+    bad.write_text("name: x\ntables:\n- {name: a, num_embeddings: true, embedding_dim: 4, pooling_factor: 1}\n")
+    assert run(["inventory", "validate", str(bad)]) == 2
+    assert "num_embeddings: must be a number, got bool True" in one_error_line(capsys)
+    bad.write_text("name: x\ntables:\n- {name: a, num_embeddings: 10, embedding_dim: 4, pooling_factor: '2'}\n")
+    assert run(["inventory", "validate", str(bad)]) == 2
+    assert "pooling_factor: must be a number" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../x", ".hidden", "t@0:4", "a b", "", "x" * 201])
+def test_unsafe_names_fail_at_validate(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for inv_name, table in ((name, "t0"), ("ok", name)):
+        f = tmp_path / "inv.json"
+        f.write_text(json.dumps({"name": inv_name, "tables": [
+            {"name": table, "num_embeddings": 10, "embedding_dim": 4, "pooling_factor": 1.0}]}))
+        assert run(["inventory", "validate", str(f)]) == 2, (inv_name, table)
+        line = one_error_line(capsys)
+        assert "InventoryError" in line or "InventoryNameError" in line, line
+
+
+def test_rollback_to_checks_the_original_checksum(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+
+    assert _publish(files, "bad") == 0
+    assert _publish(files, "good") == 0
+    w = world()
+    base = files["store"] / "plans" / "inv" / w.inventory.fingerprint()
+    plan = base / f"{w.bad.plan_id}.json"
+    plan.write_text(plan.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
+    digest = hashlib.sha256(plan.read_bytes()).hexdigest()
+    (base / f"{w.bad.plan_id}.json.sha256").write_text(f"{digest}  {plan.name}\n")  # sidecar rewritten to match
+    record = base / f"{w.bad.plan_id}.record.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "sha256": digest}))  # and the record too
+    capsys.readouterr()
+    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", w.bad.plan_id]) == 2
+    assert "pointer's history says" in one_error_line(capsys)
+    assert get_current(open_store(str(files["store"])), "inv").plan_id == w.good.plan_id
+    assert any("sha256" in i.problem or "checksum" in i.problem for i in fsck(open_store(str(files["store"]))))
