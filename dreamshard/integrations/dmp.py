@@ -127,6 +127,15 @@ def expected_holders(doc: TorchRecPlanFile, rows: Mapping[str, int] | None = Non
     return {t: {r: tuple(sorted(b)) for r, b in by_rank.items()} for t, by_rank in out.items()}
 
 
+def scaled_document(doc: TorchRecPlanFile, rows: Mapping[str, int]) -> TorchRecPlanFile:
+    """`doc` for the scaled-down module: each table's `num_embeddings` replaced by `rows[name]` where given."""
+    tables = {
+        name: spec.model_copy(update={"num_embeddings": int(rows[name])}) if name in rows else spec
+        for name, spec in doc.tables.items()
+    }
+    return doc.model_copy(update={"tables": tables})
+
+
 def run_dmp(
     inventory: Inventory,
     plans: Mapping[str, TorchRecPlanFile],
@@ -152,7 +161,7 @@ def run_dmp(
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({
             "inventory": inventory.model_dump(mode="json"),
-            "plans": {k: v.model_dump(mode="json") for k, v in plans.items()},
+            "plans": {k: scaled_document(v, rows or {}).model_dump(mode="json") for k, v in plans.items()},
             "settings": s.model_dump(mode="json"),
             "rows": dict(rows or {}),
             "port": store.port,
