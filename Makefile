@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --model-dir models
+	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --export-model models
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest

@@ -74,6 +74,27 @@ class EvaluateConfig(_Section):
         return v
 
 
+class PipelineSettings(_Section):
+    """Section `pipeline`: where a workspace pushes its data and models (the DVC remote) and how profiling fans
+    out to workers. Nothing here changes a result, so no DVC stage lists it as a param."""
+
+    dvc_remote: Annotated[str, Field(min_length=1)] = "runs/dvc-remote"  # a directory, or s3://bucket/path
+    dvc_remote_endpoint: str | None = None  # S3 endpoint (SeaweedFS, MinIO); None: AWS / environment
+    items_per_batch: Annotated[int, Field(ge=1, le=100_000)] = 64  # planned measurements per profiling batch
+    batch_attempts: Annotated[int, Field(ge=1, le=20)] = 3  # runs of one batch before the profile stage fails
+    batch_timeout_s: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 6 * 3600.0  # all batches, waiting included
+    profile_deployment: Annotated[str, Field(pattern=r"^[^/]+/[^/]+$")] = "profile-batch/profile-batch"
+
+
+class DriftConfig(_Section):
+    """Section `drift`: the monitor re-measures the current published plan and flags it when its overall cost
+    moved by more than `threshold` (a fraction) from the cost recorded at publishing."""
+
+    threshold: Annotated[float, Field(gt=0, le=10)] = 0.2
+    rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    history: Annotated[int, Field(ge=1, le=10_000)] = 200  # drift checks kept per inventory (the trend report)
+
+
 class PipelineConfig(BaseModel):
     """Every section of params.yaml, typed."""
 
@@ -89,6 +110,8 @@ class PipelineConfig(BaseModel):
     plan: PlanConfig = PlanConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     publish: PublishConfig = PublishConfig()
+    pipeline: PipelineSettings = PipelineSettings()
+    drift: DriftConfig = DriftConfig()
 
     @property
     def plan_devices(self) -> int:

@@ -1,11 +1,14 @@
-"""Prefect flows for dreamshard: thin wiring over library functions (one task = one library call).
+"""dreamshard_flows: the Prefect orchestration of dreamshard, installed as `dreamshard_flows` from the top-level
+flows/ folder. Thin wiring over library functions (one task = one library call); the library never imports it.
 
-    profile_flow                 measure placements in batches (resumable; `gpu` work pool in production)
-    train_cost_flow              fit the cost network on the measurements
-    train_policy_flow            REINFORCE on the estimated MDP
-    plan_and_publish_flow        plan, compare with heuristics, gate, (human approval), publish or reject
-    retrain_on_inventory_change  the orchestrator: runs only what the inventory fingerprint says is needed
+    orchestrator.retrain_on_inventory_change   the stages of dvc.yaml in a workspace repo (DVC change detection),
+                                               dvc push, then publish-plan
+    publish.publish_workspace_plan             gate data/plan.json vs data/comparison.json, lineage, publish
+    batch_flow.profile_batch_flow              one profiling batch -> one shard (the `gpu` work pool)
+    fanout                                     the profile stage: where batches run, watching worker runs
+    drift.drift_check_flow                     re-measure the current plan; emit dreamshard.plan.drifted
+    deploy                                     every deployment, schedule and trigger
+    cli                                        `dreamshard pipeline ...`, `inventory push`, `plans reproduce`
 
-Import the flows from their modules (`from flows.orchestrator import retrain_on_inventory_change`);
-this package import stays cheap.
+Import the flows from their modules; this package import stays cheap.
 """

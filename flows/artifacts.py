@@ -1,11 +1,21 @@
-"""Prefect artifacts of a run: rendering only (the numbers come from the library's render helpers).
+"""Prefect artifacts of a run: rendering only (the numbers come from the library).
 
-Keys are stable and lowercase-dash so the Prefect UI shows each artifact's history across runs.
+Keys are stable and lowercase-dash so the Prefect UI shows each artifact's history across runs:
+
+    plan-devices-<inv>        per-device costs and memory of the gated plan (table)
+    sharder-comparison-<inv>  the plan vs every baseline, measured interleaved (markdown)
+    publish-decision-<inv>    the gate's decision and reason (markdown)
+    published-plan-<inv>      where the plan is in the store (link)
+    plan-lineage-<inv>        data / model / params / code hashes of the plan (markdown)
+    profile-batches-<inv>     which worker measured which batch (table)
+    train-metrics-<inv>       the training stage's metrics (table)
+    drift-report-<inv>        the trend of drift checks (markdown)
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from dreamshard.types import Plan
@@ -18,7 +28,7 @@ def artifact_key(*parts: str) -> str:
 
 
 def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, ref: Any | None, store_uri: str) -> None:
-    """Per-device costs and memory table, markdown comparison with heuristics, link to the published plan."""
+    """Per-device costs and memory, markdown comparison with the baselines, the decision, the lineage, a link."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
     from dreamshard.evaluation import comparison_markdown, device_rows
@@ -33,7 +43,7 @@ def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, re
         create_markdown_artifact(
             key=artifact_key("sharder-comparison", inv),
             markdown=comparison_markdown(comparison),
-            description="DreamShard vs heuristics, measured interleaved on one backend",
+            description="The plan vs every baseline, measured interleaved on one backend",
         )
     verdict = "approved" if decision.approved else "rejected"
     create_markdown_artifact(
@@ -41,6 +51,12 @@ def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, re
         markdown=f"**{verdict}** plan `{plan.plan_id}`\n\n{decision.reason}\n",
         description="Publish gate decision",
     )
+    if plan.lineage is not None:
+        create_markdown_artifact(
+            key=artifact_key("plan-lineage", inv),
+            markdown=f"Lineage of plan `{plan.plan_id}`\n\n{plan.lineage.markdown()}",
+            description="What data, model, params and code produced the plan (`dreamshard plans reproduce`)",
+        )
     if ref is not None:
         create_link_artifact(
             key=artifact_key("published-plan", inv),
@@ -53,25 +69,50 @@ def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, re
 def _plan_link(store_uri: str, key: str) -> str:
     if store_uri.startswith("s3://"):
         return f"{store_uri.rstrip('/')}/{key}"
-    from pathlib import Path
-
     return (Path(store_uri.removeprefix("file://")).resolve() / key).as_uri()
 
 
-def profile_artifact(summaries: list[dict[str, Any]], inventory_name: str) -> None:
+def profile_batches_artifact(shards: list[Any], inventory_name: str) -> None:
+    """Which worker (host, process, flow run) measured which batch of the profile stage."""
     from prefect.artifacts import create_table_artifact
 
     rows = [
-        {k: s[k] for k in ("planned", "measured", "skipped", "singles", "placements", "wall_s")} | {"batch": i}
-        for i, s in enumerate(summaries)
+        {"batch": s.batch_id, "records": len(s.records), "worker": s.worker.worker or "local", "host": s.worker.host,
+         "pid": s.worker.pid, "flow_run": s.worker.flow_run_id or "-",
+         "seconds": round((s.finished_at - s.started_at).total_seconds(), 3)}
+        for s in shards
     ]
     create_table_artifact(key=artifact_key("profile-batches", inventory_name), table=rows,
-                          description="Measurements per profiling batch (skipped = resumed from the JSONL)")
+                          description="Profiling batches: one shard each in object storage, and who measured it")
 
 
-def metrics_artifact(name: str, metrics: dict[str, Any], inventory_name: str) -> None:
+def metrics_artifact(name: str, metrics: Any, inventory_name: str) -> None:
+    """A metrics JSON as a table: a list of rows as they are, a mapping as metric/value rows."""
     from prefect.artifacts import create_table_artifact
 
-    rows = [{"metric": k, "value": v if isinstance(v, (int, float, str)) or v is None else str(v)[:200]}
-            for k, v in metrics.items()]
-    create_table_artifact(key=artifact_key(name, inventory_name), table=rows, description=f"{name} metrics")
+    def cell(v: Any) -> Any:
+        return v if isinstance(v, (int, float, str)) or v is None else str(v)[:200]
+
+    if isinstance(metrics, list):
+        rows = [{k: cell(v) for k, v in r.items()} if isinstance(r, dict) else {"value": cell(r)} for r in metrics]
+    else:
+        rows = [{"metric": k, "value": cell(v)} for k, v in dict(metrics).items()]
+    create_table_artifact(key=artifact_key(name, inventory_name), table=rows, description=f"{name}")
+
+
+def drift_artifact(rows: list[dict[str, Any]], inventory_name: str, latest: Any) -> None:
+    """The trend of drift checks (newest first) with the latest verdict on top."""
+    from prefect.artifacts import create_markdown_artifact
+
+    head = list(rows[0]) if rows else []
+    table = "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        + ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
+    )
+    verdict = "**drifted**" if latest.drifted else "within threshold"
+    md = (
+        f"Plan `{latest.plan_id}` of `{inventory_name}` now costs {latest.now_ms:.4g} ms on {latest.backend}: "
+        f"{latest.drift:+.1%} vs its {latest.basis} cost ({verdict}, threshold {latest.threshold:.0%}).\n\n{table}\n"
+    )
+    create_markdown_artifact(key=artifact_key("drift-report", inventory_name), markdown=md,
+                             description="Drift checks of the published plan: re-measured vs recorded cost")

@@ -1,10 +1,17 @@
-"""Deployments: the orchestrator nightly and on `dreamshard.inventory.changed`; each stage flow on its pool.
+"""Deployments, declared in one place (mirrored for `prefect deploy --all` in infra/prefect.yaml):
 
-    python -m flows.deploy                 # serve all deployments from this process (local runner; PID file)
-    python -m flows.deploy --work-pools    # register them on work pools `default` and `gpu` (process pools
-                                           # locally, see infra/start-prefect.sh; a GPU host in production)
+    retrain-on-inventory-change/nightly-and-on-change   cron 03:00 + trigger on dreamshard.inventory.changed  (default pool)
+    retrain-on-inventory-change/retrain-on-drift        trigger on dreamshard.plan.drifted: re-profile, retrain (default pool)
+    profile-batch/profile-batch                         one profiling batch; the orchestrator submits one run per batch (gpu pool)
+    drift-check/drift-monitor                           hourly: re-measure the current plan (gpu pool)
+    publish-plan/publish-plan                           gate + lineage + publish a workspace's plan by hand (default pool)
 
-The same deployments are declared for `prefect deploy --all` in infra/prefect.yaml.
+    python -m dreamshard_flows.deploy                 # serve them all from this process (local runner; PID file)
+    python -m dreamshard_flows.deploy --work-pools    # register them on work pools `default` and `gpu` (process
+                                                      # workers: infra/start-prefect.sh, infra/start-worker.sh gpu)
+
+Entry points are module paths (dreamshard_flows.<module>.<flow>): a worker runs the installed package, whatever
+its working directory.
 """
 
 from __future__ import annotations
@@ -14,16 +21,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dreamshard.drift import PLAN_DRIFTED_EVENT
 from dreamshard.events import INVENTORY_CHANGED_EVENT
 
-ROOT = Path(__file__).resolve().parents[1]
 NIGHTLY_CRON = "0 3 * * *"
+DRIFT_CRON = "0 * * * *"
 DEFAULT_POOL = "default"
 GPU_POOL = "gpu"
 
 
-def _request(params_path: str, workspace: str, store_uri: str | None, **extra: Any) -> dict[str, Any]:
-    req: dict[str, Any] = {"params_path": params_path, "workspace": {"root": workspace}}
+def _orchestrator_request(params_path: str, workspace: str, store_uri: str | None, **extra: Any) -> dict[str, Any]:
+    req: dict[str, Any] = {"params_path": params_path, "workspace": workspace}
     if store_uri:
         req["store_uri"] = store_uri
     return {"request": {**req, **extra}}
@@ -38,8 +46,22 @@ def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str |
         description="A new inventory version was pushed (`dreamshard inventory push`)",
         expect={INVENTORY_CHANGED_EVENT},
         match={"prefect.resource.id": "dreamshard.inventory.*"},
-        parameters=_request(params_path, workspace, store_uri,
-                            inventory_name="{{ event.payload.inventory_name }}"),
+        parameters=_orchestrator_request(params_path, workspace, store_uri,
+                                         inventory_name="{{ event.payload.inventory_name }}"),
+    )
+
+
+def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
+    """Re-profile and retrain the inventory whose published plan drifted (`drift-check`)."""
+    from prefect.events import DeploymentEventTrigger
+
+    return DeploymentEventTrigger(
+        name="plan-drifted",
+        description="The published plan costs more (or less) than it did: the backend changed",
+        expect={PLAN_DRIFTED_EVENT},
+        match={"prefect.resource.id": "dreamshard.plan.*"},
+        parameters=_orchestrator_request(params_path, workspace, store_uri, reprofile=True,
+                                         inventory_name="{{ event.payload.inventory_name }}"),
     )
 
 
@@ -48,34 +70,58 @@ def build_deployments(
     workspace: str = "runs/pipeline",
     store_uri: str | None = None,
     work_pools: bool = False,
+    inventory_name: str = "pool",
 ) -> list[Any]:
     """RunnerDeployments for serve() (work_pools=False) or for work pools (work_pool_name set)."""
-    from flows.orchestrator import retrain_on_inventory_change
-    from flows.profile_flow import profile_flow
-    from flows.publish_flow import plan_and_publish_flow
-    from flows.train_flows import train_cost_flow, train_policy_flow
+    from prefect.deployments.runner import EntrypointType
+
+    from dreamshard_flows.batch_flow import profile_batch_flow
+    from dreamshard_flows.drift import drift_check_flow
+    from dreamshard_flows.orchestrator import retrain_on_inventory_change
+    from dreamshard_flows.publish import publish_workspace_plan
 
     def pool(name: str) -> dict[str, Any]:
-        return {"work_pool_name": name} if work_pools else {}
+        common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
+        return {**common, "work_pool_name": name} if work_pools else common
 
-    stage = _request(params_path, workspace, None)
+    orchestrator = _orchestrator_request(params_path, workspace, store_uri)
+    drift_request = {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace,
+                                 **({"store_uri": store_uri} if store_uri else {})}}
     return [
         retrain_on_inventory_change.to_deployment(
             name="nightly-and-on-change",
             cron=NIGHTLY_CRON,
             triggers=[inventory_changed_trigger(params_path, workspace, store_uri)],
-            parameters=_request(params_path, workspace, store_uri),
+            parameters=orchestrator,
             concurrency_limit=1,  # one pipeline per workspace at a time (plus the workspace file lock)
             tags=["dreamshard", "orchestrator"],
-            description="Re-profile / retrain / re-publish only what the inventory fingerprint says is needed",
+            description="Run the dvc.yaml stages DVC says changed, push, gate and publish with lineage",
             **pool(DEFAULT_POOL),
         ),
-        profile_flow.to_deployment(name="profile", parameters=stage, tags=["dreamshard", "gpu"], **pool(GPU_POOL)),
-        train_cost_flow.to_deployment(name="train-cost", parameters=stage, tags=["dreamshard"], **pool(DEFAULT_POOL)),
-        train_policy_flow.to_deployment(name="train-policy", parameters=stage, tags=["dreamshard"],
-                                        **pool(DEFAULT_POOL)),
-        plan_and_publish_flow.to_deployment(name="plan-and-publish", parameters=_request(params_path, workspace,
-                                            store_uri), tags=["dreamshard"], **pool(DEFAULT_POOL)),
+        retrain_on_inventory_change.to_deployment(
+            name="retrain-on-drift",
+            triggers=[plan_drifted_trigger(params_path, workspace, store_uri)],
+            parameters={"request": {**orchestrator["request"], "reprofile": True}},
+            concurrency_limit=1,
+            tags=["dreamshard", "orchestrator", "drift"],
+            description="The published plan drifted: measure afresh, retrain, re-plan, publish",
+            **pool(DEFAULT_POOL),
+        ),
+        profile_batch_flow.to_deployment(
+            name="profile-batch", tags=["dreamshard", "gpu"],
+            description="One profiling batch -> one shard in object storage (submitted by the profile stage)",
+            **pool(GPU_POOL),
+        ),
+        drift_check_flow.to_deployment(
+            name="drift-monitor", cron=DRIFT_CRON, parameters=drift_request, tags=["dreamshard", "gpu", "drift"],
+            description="Re-measure the current plan; emit dreamshard.plan.drifted past drift.threshold",
+            **pool(GPU_POOL),
+        ),
+        publish_workspace_plan.to_deployment(
+            name="publish-plan", parameters={"request": {"workspace": workspace}}, tags=["dreamshard"],
+            description="Gate, attach lineage and publish the workspace's current plan",
+            **pool(DEFAULT_POOL),
+        ),
     ]
 
 
@@ -84,21 +130,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--workspace", default="runs/pipeline")
     ap.add_argument("--store", default=None, help="Plan store URI (default: publish.store_uri)")
+    ap.add_argument("--inventory-name", default="pool", help="Inventory whose current plan the drift monitor checks")
     ap.add_argument("--work-pools", action="store_true", help="Register on work pools instead of serving")
     args = ap.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    deployments = build_deployments(args.params, args.workspace, args.store, args.work_pools, args.inventory_name)
     if args.work_pools:
-        # Process pools run the flow from this checkout (the worker's working directory is the deployment path).
-        for d in build_deployments(args.params, args.workspace, args.store, work_pools=True):
+        for d in deployments:
             print(f"registered {d.flow_name}/{d.name} -> pool {d.work_pool_name}: {d.apply()}")
         return
     from prefect import serve
 
-    run_dir = Path(os.environ.get("PREFECT_RUN_DIR", ROOT / "runs" / "prefect"))
+    run_dir = Path(os.environ.get("PREFECT_RUN_DIR", "runs/prefect"))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve.pid").write_text(f"{os.getpid()}\n")  # infra/stop-prefect.sh stops it by this PID
-    serve(*build_deployments(args.params, args.workspace, args.store))
+    serve(*deployments)
 
 
 if __name__ == "__main__":

@@ -1,42 +1,39 @@
-"""retrain_on_inventory_change: fingerprint the inventory and run only what is needed.
+"""retrain-on-inventory-change: the orchestrator. It executes dvc.yaml's stages in a workspace repository with
+DVC's change detection only (docs/architecture.md, "One stage graph"):
 
-    inventory fingerprint or training params changed (vs the last trained model)  -> tasks, profile, retrain
-    ... or the last published/rejected plan was made for another inventory/model  -> plan + gate + publish
-    nothing changed                                                                 -> nothing (summary says so)
+    prepare the workspace (stage graph, params, input inventory, remote)
+    for each stage in dvc.yaml order that `dvc status` reports changed:   dvc repro --single-item STAGE  (one task)
+    git commit dvc.lock  ->  dvc push  ->  publish-plan (gate, lineage, store; tags the commit)
+
+Nothing changed (no stage to run, and the commit already carries a decision tag) -> nothing runs.
+`force` re-runs every stage; `reprofile` (the drift trigger) re-measures: profile and what follows.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
-from pydantic import BaseModel, ConfigDict
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.fingerprints import (
-    PipelineState,
-    PublishedPlanState,
-    TrainedModelState,
-    load_state,
-    needs_publishing,
-    needs_training,
-    params_fingerprint,
-    save_state,
-)
-from dreamshard.io import load_inventory
-from flows.profile_flow import profile_flow
-from flows.publish_flow import PublishOutcome, plan_and_publish_flow
-from flows.requests import OrchestratorRequest, ProfileRequest, PublishRequest, TrainRequest
-from flows.tasks import (
+from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact
+from dreamshard_flows.publish import PublishOutcome, decision_tag, publish_workspace_plan
+from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
+from dreamshard_flows.tasks import (
+    LOCK_FILE,
+    absolute_uri,
+    commit_task,
     current_inventory_task,
-    make_tasks_task,
-    retire_stale_measurements_task,
-    save_inventory_task,
+    params_text,
+    prepare_workspace_task,
+    push_task,
+    stage_task,
+    status_task,
     workspace_lock,
 )
-from flows.train_flows import load_configs, train_cost_flow, train_policy_flow
-
-#: params.yaml sections a trained model depends on (a change retrains).
-TRAINING_SECTIONS = ("tasks", "topology", "profile", "train_cost", "train_policy")
 
 
 class OrchestratorSummary(BaseModel):
@@ -44,71 +41,128 @@ class OrchestratorSummary(BaseModel):
 
     inventory_name: str
     inventory_fingerprint: str
-    profiled: bool = False
-    trained: bool = False
-    published: bool = False  # a plan was decided (approved or rejected) in this run
-    measured: int = 0  # new measurement records
+    workspace: str
+    ran: list[str] = Field(default_factory=list)  # stages run, in order
+    dispatch: str = "local"  # where profiling batches ran
+    campaign: str = ""  # the profiling campaign (this flow run's id)
+    git_revision: str | None = None
+    pushed: bool = False
     outcome: PublishOutcome | None = None
     current_plan_id: str | None = None
     reason: str = ""
 
+    @property
+    def published(self) -> bool:
+        return self.outcome is not None
+
+
+def resolve_dispatch(requested: str, deployment_name: str) -> str:
+    """`auto`: the workers when a Prefect server is configured and the profile-batch deployment exists."""
+    if requested != "auto":
+        return requested
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        return "local"  # an ephemeral API: no worker can reach it
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.read_deployment_by_name(deployment_name)
+    except ObjectNotFound:
+        return "local"
+    return "workers"
+
+
+def stage_env(store_uri: str, endpoint_url: str | None, campaign: str, dispatch: str) -> dict[str, str]:
+    """What a stage's command needs beyond dvc.yaml: where profiling shards go and how batches run
+    (read by `dreamshard pipeline profile`; nothing here changes a stage's result)."""
+    env = {"DREAMSHARD_PROFILE_STORE": store_uri, "DREAMSHARD_PROFILE_CAMPAIGN": campaign,
+           "DREAMSHARD_PROFILE_DISPATCH": dispatch}
+    if endpoint_url:
+        env["DREAMSHARD_PROFILE_ENDPOINT"] = endpoint_url
+    if dispatch == "workers":
+        from prefect.settings import PREFECT_API_URL
+
+        env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+    return env
+
+
+def _train_metrics(ws: Any) -> Any:
+    for rel in ("metrics/train.json", "models/dreamshard/metrics.json"):
+        p = ws.path(rel)
+        if p.is_file():
+            return json.loads(p.read_text())
+    return None
+
 
 @flow(name="retrain-on-inventory-change", log_prints=True)
 def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSummary:
+    from dreamshard.io import load_inventory
+    from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.profiling.batches import list_shards
+    from dreamshard.store import open_store
+    from dreamshard.workspace import PARAMS, PipelineWorkspace, RemoteSpec
+
     log = get_run_logger()
-    ws = request.workspace
-    Path(ws.root).mkdir(parents=True, exist_ok=True)
-    with workspace_lock(ws.lock):
-        cfg = load_configs(request)
-        store_uri = request.store_uri or cfg.publish.store_uri
+    root = Path(request.workspace).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    ws = PipelineWorkspace(root)
+    with workspace_lock(root / LOCK_FILE):
+        params_file = request.params_path or (str(ws.path(PARAMS)) if ws.path(PARAMS).is_file() else None)
+        cfg = load_pipeline_config(params_file, backend=request.backend)
+        store_uri = absolute_uri(request.store_uri or cfg.publish.store_uri)
         if request.inventory_path:
             inventory = load_inventory(request.inventory_path)
         else:
-            name = request.inventory_name or str((request.params().get("inventory") or {}).get("name", ""))
-            inventory = current_inventory_task(store_uri, request.endpoint_url, name)
-        fp = inventory.fingerprint()
-        params_fp = params_fingerprint(request.params(), TRAINING_SECTIONS)
-        state = load_state(ws.root)
-        summary = OrchestratorSummary(inventory_name=inventory.name, inventory_fingerprint=fp)
-        train = request.force or needs_training(state, fp, params_fp)
-        publish = train or needs_publishing(state, fp, params_fp)
-        if not publish:
-            last = state.published
-            summary.current_plan_id = last.plan_id if last else None
-            summary.reason = f"inventory {fp[:12]} unchanged since plan {summary.current_plan_id}: nothing to do"
+            inventory = current_inventory_task(store_uri, request.endpoint_url,
+                                               request.inventory_name or cfg.inventory.name)
+        remote = RemoteSpec(url=request.dvc_remote or cfg.pipeline.dvc_remote,
+                            endpoint_url=request.dvc_remote_endpoint or cfg.pipeline.dvc_remote_endpoint).resolved()
+        changed = prepare_workspace_task(str(root), params_text(request.params_path, request.backend), inventory, remote)
+        campaign = str(flow_run.id or "local")
+        dispatch = resolve_dispatch(request.dispatch, cfg.pipeline.profile_deployment)
+        env = stage_env(store_uri, request.endpoint_url, campaign, dispatch)
+        summary = OrchestratorSummary(inventory_name=inventory.name, inventory_fingerprint=inventory.fingerprint(),
+                                      workspace=str(root), dispatch=dispatch, campaign=campaign)
+        log.info("workspace %s (%s); profiling batches run %s", root, ", ".join(changed) or "unchanged", dispatch)
+
+        status = status_task(str(root))
+        for stage in ws.stages():
+            force = request.force or (request.reprofile and stage == "profile")
+            if force or stage in status:
+                stage_task(str(root), stage, force, env)
+                summary.ran.append(stage)
+                status = ws.status()  # what this stage's new outputs made stale downstream
+        if "profile" in summary.ran:
+            shards = list_shards(open_store(store_uri, endpoint_url=request.endpoint_url), campaign)
+            profile_batches_artifact(shards, inventory.name)
+        if "train" in summary.ran and (metrics := _train_metrics(ws)) is not None:
+            metrics_artifact("train-metrics", metrics, inventory.name)
+
+        committed = commit_task(str(root), f"pipeline run {campaign}: {', '.join(summary.ran) or 'no stage'} "
+                                           f"({inventory.name} {summary.inventory_fingerprint[:12]})")
+        summary.git_revision = ws.head()
+        tag = decision_tag(ws.tags_at_head())
+        if not summary.ran and tag is not None:
+            summary.current_plan_id = tag.split("/", 1)[1] if tag.startswith("published/") else None
+            summary.reason = (f"inventory {summary.inventory_fingerprint[:12]}: no stage changed since "
+                              f"{tag} at {(summary.git_revision or '')[:12]}; nothing to do")
             log.info(summary.reason)
             return summary
 
-        save_inventory_task(inventory, str(ws.inventory))
-        if train:
-            make_tasks_task(str(ws.inventory), str(ws.tasks), request.params_path)
-            retire_stale_measurements_task(str(ws.measurements), fp)
-            prof = profile_flow(ProfileRequest(workspace=ws, params_path=request.params_path, backend=request.backend))
-            train_cost_flow(TrainRequest(workspace=ws, params_path=request.params_path))
-            train_policy_flow(TrainRequest(workspace=ws, params_path=request.params_path))
-            state = state.model_copy(
-                update={"trained": TrainedModelState(inventory_fingerprint=fp, params_fingerprint=params_fp,
-                                                     model_dir=str(ws.model_dir.resolve()))}
-            )
-            save_state(ws.root, state)
-            summary.profiled, summary.trained, summary.measured = True, True, prof.measured
-
-        outcome = plan_and_publish_flow(
-            PublishRequest(workspace=ws, params_path=request.params_path, store_uri=store_uri,
-                           endpoint_url=request.endpoint_url, backend=request.backend)
-        )
-        state = state.model_copy(
-            update={"published": PublishedPlanState(inventory_fingerprint=fp, model_fingerprint=params_fp,
-                                                    plan_id=outcome.plan_id, approved=outcome.approved,
-                                                    uri=outcome.key, reason=outcome.reason)}
-        )
-        save_state(ws.root, state)
-        summary.published, summary.outcome = True, outcome
+        push_task(str(root))
+        summary.pushed = True
+        outcome = publish_workspace_plan(PublishRequest(workspace=str(root), store_uri=store_uri,
+                                                        endpoint_url=request.endpoint_url,
+                                                        require_human=request.require_human, flow_run_id=campaign))
+        summary.outcome = outcome
         summary.current_plan_id = outcome.plan_id if outcome.is_current else None
-        summary.reason = ("retrained and " if train else "") + ("published" if outcome.approved else "rejected") + \
-            f" plan {outcome.plan_id}: {outcome.reason}"
+        summary.reason = (
+            (f"ran {', '.join(summary.ran)}; " if summary.ran else "no stage changed; ")
+            + ("committed, " if committed else "")
+            + f"pushed; {'published' if outcome.approved else 'rejected'} plan {outcome.plan_id}: {outcome.reason}"
+        )
         log.info(summary.reason)
         return summary
-
-
-__all__ = ["OrchestratorSummary", "PipelineState", "retrain_on_inventory_change"]

@@ -1,102 +1,63 @@
-"""Pydantic flow parameters (the Prefect UI renders them as forms) and the pipeline workspace layout."""
+"""Pydantic flow parameters (the Prefect UI renders them as forms and validates them)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.io import read_structured
+#: How the profile stage runs its batches: `workers` = one run of the profile-batch deployment per batch (a
+#: work pool's workers pull them), `local` = in the stage's own process, `auto` = workers when a Prefect server
+#: is configured and the deployment exists, else local.
+Dispatch = Literal["auto", "local", "workers"]
 
 
-class Workspace(BaseModel):
-    """Where one pipeline keeps its files; every path is derived from `root`."""
-
+class _Request(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    root: str = "runs/pipeline"
-    models: str | None = None  # where the trained model lives (default: <root>/models); make run uses ./models
 
-    def path(self, *parts: str) -> Path:
-        return Path(self.root).joinpath(*parts)
+class OrchestratorRequest(_Request):
+    """Run the stages of dvc.yaml that DVC says changed, push, and gate + publish the plan."""
 
-    @property
-    def inventory(self) -> Path:
-        return self.path("inventory.yaml")
-
-    @property
-    def tasks(self) -> Path:
-        return self.path("tasks.json")
-
-    @property
-    def measurements(self) -> Path:
-        return self.path("measurements.jsonl")
-
-    @property
-    def model_dir(self) -> Path:
-        return Path(self.models) if self.models else self.path("models")
-
-    @property
-    def cost_metrics(self) -> Path:
-        return self.path("metrics", "cost.json")
-
-    @property
-    def policy_metrics(self) -> Path:
-        return self.path("metrics", "policy.json")
-
-    @property
-    def plans_dir(self) -> Path:
-        return self.path("plans")
-
-    @property
-    def comparison(self) -> Path:
-        return self.path("comparison.json")
-
-    @property
-    def lock(self) -> Path:
-        return self.path(".lock")
-
-
-class StageRequest(BaseModel):
-    """Common parameters: the workspace and the params.yaml to read stage sections from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    workspace: Workspace = Field(default_factory=Workspace)
-    params_path: str = "params.yaml"
-
-    def params(self) -> dict[str, Any]:
-        data = read_structured(self.params_path)
-        return data if isinstance(data, dict) else {}
-
-
-class ProfileRequest(StageRequest):
-    """Measure random feasible placements of every training task (resumable JSONL)."""
-
-    tasks_per_batch: int = Field(default=2, ge=1, description="Training tasks measured per Prefect task.")
-    backend: str | None = Field(default=None, description="Override profile.backend (cpu | cuda | simulator).")
-
-
-class TrainRequest(StageRequest):
-    """Train the cost network or the policy from the workspace files."""
-
-
-class PublishRequest(StageRequest):
-    """Plan with the trained model, compare with heuristics, gate and publish (or keep as rejected)."""
-
-    store_uri: str | None = Field(default=None, description="Plan store: directory or s3://bucket/prefix.")
-    endpoint_url: str | None = Field(default=None, description="S3 endpoint (SeaweedFS, MinIO); None: AWS/env.")
-    backend: str | None = Field(default=None, description="Override profile.backend for the comparison.")
+    workspace: str = Field(default="runs/pipeline", description="The workspace repository (git + DVC); created if missing.")
+    params_path: str | None = Field(default="params.yaml", description="params.yaml copied into the workspace; None: keep the workspace's.")
+    inventory_path: str | None = Field(default=None, description="Inventory file; None: the store's current version of inventory_name.")
+    inventory_name: str | None = Field(default=None, description="Inventory in the store (when inventory_path is None).")
+    store_uri: str | None = Field(default=None, description="Plan store: directory or s3://bucket/prefix (default: publish.store_uri).")
+    endpoint_url: str | None = Field(default=None, description="S3 endpoint of the plan store (SeaweedFS, MinIO); None: AWS/env.")
+    dvc_remote: str | None = Field(default=None, description="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote).")
+    dvc_remote_endpoint: str | None = Field(default=None, description="S3 endpoint of the DVC remote (default: pipeline.dvc_remote_endpoint).")
+    backend: str | None = Field(default=None, description="Override profile.backend (cpu | cuda | simulator) in the workspace params.")
+    dispatch: Dispatch = Field(default="auto", description="Where profiling batches run: workers, local, or auto.")
+    force: bool = Field(default=False, description="Re-run every stage even if DVC says nothing changed.")
+    reprofile: bool = Field(default=False, description="Measure afresh (the backend drifted): re-run profile and what follows.")
     require_human: bool | None = Field(default=None, description="Override publish.require_human.")
 
 
-class OrchestratorRequest(StageRequest):
-    """Run what the inventory fingerprint says is needed: profile + retrain, and/or plan + publish."""
+class BatchRequest(_Request):
+    """One profiling batch: its spec is an object in the store (dreamshard.profiling.batches)."""
 
-    inventory_path: str | None = Field(default=None, description="Inventory file; None: the store's current one.")
-    inventory_name: str | None = Field(default=None, description="Inventory in the store (with inventory_path=None).")
-    store_uri: str | None = None
+    store_uri: str
     endpoint_url: str | None = None
-    backend: str | None = None
-    force: bool = Field(default=False, description="Retrain and re-publish even if nothing changed.")
+    spec_key: str
+
+
+class DriftRequest(_Request):
+    """Re-measure the current published plan of an inventory and compare with its recorded cost."""
+
+    inventory_name: str = Field(description="Whose current plan to check.")
+    params_path: str = Field(default="params.yaml", description="params.yaml: profile (the backend) and drift sections.")
+    store_uri: str | None = Field(default=None, description="Plan store (default: publish.store_uri).")
+    endpoint_url: str | None = None
+    workspace: str | None = Field(default=None, description="A workspace whose data/inventory.yaml may hold the plan's inventory.")
+    backend: str | None = Field(default=None, description="Override profile.backend.")
+
+
+class PublishRequest(_Request):
+    """Gate the workspace's data/plan.json against data/comparison.json, attach lineage, publish (or reject)."""
+
+    workspace: str = Field(default="runs/pipeline", description="The workspace repository the plan was made in.")
+    store_uri: str | None = Field(default=None, description="Plan store (default: the workspace's publish.store_uri).")
+    endpoint_url: str | None = None
+    require_human: bool | None = Field(default=None, description="Override publish.require_human.")
+    flow_run_id: str | None = Field(default=None, description="Flow run recorded in the lineage (default: this one).")

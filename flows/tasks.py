@@ -1,31 +1,33 @@
-"""Prefect tasks: each calls one dreamshard library function (plus reading/writing its own files).
+"""Prefect tasks of the orchestrator: each is one library call (a workspace step, a DVC stage, the gate, the store).
 
-Business logic lives in the library; these wrappers only add retries, caching, tags and logging.
-Library imports are inside the tasks so importing the flows stays cheap and a missing optional
-backend fails the task that needs it, with the library's typed error.
+Library imports are inside the tasks so importing the flows stays cheap and a failure surfaces as the
+library's typed error.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from dreamshard.types import Inventory, Plan, TaskSet, Topology
+from dreamshard.types import Inventory, Plan
+from dreamshard.workspace import PipelineWorkspace, RemoteSpec
+
+#: Where the workspace lock lives inside a workspace (git-ignored).
+LOCK_FILE = ".pipeline.lock"
 
 
 @contextmanager
 def workspace_lock(path: str | Path) -> Iterator[None]:
-    """Exclusive advisory lock on `path` (a file in the workspace): DVC calls and pipeline runs that share
-    one workspace never run concurrently. Blocks until the holder releases it; released on process exit."""
+    """Exclusive advisory lock on `path`: two pipeline runs never work in one workspace at once (DVC's own lock
+    would fail the second one instead of waiting). Blocks until the holder releases it; released on exit."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "a+") as fh:
@@ -40,156 +42,78 @@ def workspace_lock(path: str | Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-# ---------------------------------------------------------------- inventory and tasks
+def pipeline_file(name: str) -> str:
+    """dvc.yaml / params.yaml as shipped with the installed package (the repository's own files)."""
+    return (resources.files("dreamshard_flows") / "pipeline" / name).read_text()
 
 
-@task(name="load-inventory", cache_policy=NO_CACHE)
-def load_inventory_task(path: str) -> Inventory:
-    from dreamshard.io import load_inventory
-
-    return load_inventory(path)
-
-
-@task(name="save-inventory", cache_policy=NO_CACHE)
-def save_inventory_task(inventory: Inventory, path: str) -> str:
-    from dreamshard.io import save_inventory
-
-    return str(save_inventory(inventory, path))
+def absolute_uri(uri: str, base: Path | None = None) -> str:
+    """A local store or remote path made absolute (stage commands run with the workspace as working directory)."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri
+    p = Path(uri.removeprefix("file://")).expanduser()
+    return str(p if p.is_absolute() else ((base or Path.cwd()) / p).resolve())
 
 
-@task(name="make-tasks", cache_policy=NO_CACHE)
-def make_tasks_task(inventory_path: str, out_path: str, params_path: str) -> TaskSet:
-    """Split the pool into train / held-out tasks and save them (dreamshard.learning.stages.make_tasks_file,
-    behind `dreamshard tasks`)."""
-    from dreamshard.learning.stages import make_tasks_file
-
-    return make_tasks_file(Path(inventory_path), Path(out_path), Path(params_path))
-
-
-# ---------------------------------------------------------------- profiling
-
-
-@task(name="retire-stale-measurements", cache_policy=NO_CACHE)
-def retire_stale_measurements_task(path: str, inventory_fingerprint: str) -> int:
-    """Set aside records measured for another inventory version (dreamshard.fingerprints)."""
-    from dreamshard.fingerprints import retire_stale_measurements
-
-    return retire_stale_measurements(path, inventory_fingerprint)
-
-
-def profile_batch_cache_key(context: Any, parameters: dict[str, Any]) -> str | None:
-    """Inventory fingerprint + batch (its task names) + settings + the output file's identity.
-
-    A restarted run whose batch already completed into the same JSONL reuses that result instead of even
-    opening the oracle. The file's inode is part of the key so a deleted or replaced file never hits a
-    stale entry; no file yet means no caching (the JSONL resume is the primary mechanism anyway).
-    """
-    out = Path(parameters["out_path"])
-    if not out.exists():
+def params_text(params_path: str | None, backend: str | None) -> str | None:
+    """The params.yaml text a run uses: the file as it is, or with profile.backend overridden."""
+    if params_path is None:
         return None
-    inv: Inventory = parameters["inventory"]
-    taskset: TaskSet = parameters["tasks"]
-    payload = "|".join(
-        [
-            inv.fingerprint(),
-            ",".join(t.name for t in taskset.train),
-            parameters["profile_config"].model_dump_json(),
-            parameters["topology"].model_dump_json(),
-            str(out.resolve()),
-            str(out.stat().st_ino),
-        ]
-    )
-    return "profile-batch-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+    text = Path(params_path).read_text()
+    if not backend:
+        return text
+    import yaml
+
+    from dreamshard.pipeline_config import load_pipeline_config
+
+    load_pipeline_config(params_path, backend=backend)  # a bad backend name fails here, in one line
+    data = yaml.safe_load(text) or {}
+    data.setdefault("profile", {})["backend"] = backend
+    return yaml.safe_dump(data, sort_keys=False)
 
 
-@task(
-    name="profile-batch",
-    tags=["gpu"],
-    retries=2,
-    retry_delay_seconds=5,
-    cache_key_fn=profile_batch_cache_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-)
-def profile_batch_task(
-    inventory: Inventory, tasks: TaskSet, topology: Topology, profile_config: Any, out_path: str
-) -> dict[str, Any]:
-    """Measure one batch of training tasks into the shared JSONL (dreamshard.profiling.profile_inventory).
-
-    The JSONL resume (deterministic measurement ids, skipped when present) is the primary restart
-    mechanism; the task cache only avoids even opening the oracle for a finished batch.
-    """
-    from dreamshard.profiling import profile_inventory
-
-    cfg = profile_config
-    oracle = cfg.oracle()
-    try:
-        summary = profile_inventory(
-            inventory, topology, cfg.num_placements, Path(out_path), oracle, seed=cfg.seed, tasks=tasks, progress=False
-        )
-    finally:
-        oracle.close()
-    return summary.model_dump(mode="json")
+@task(name="prepare-workspace", cache_policy=NO_CACHE)
+def prepare_workspace_task(root: str, params: str | None, inventory: Inventory, remote: RemoteSpec) -> list[str]:
+    """Create or update the workspace: the installed stage graph, the run's params, the input inventory, the
+    remote, the code link. Returns what changed."""
+    ws = PipelineWorkspace(root)
+    changed = ["created"] if ws.init(pipeline_file("dvc.yaml"), params or pipeline_file("params.yaml"), remote) else []
+    if ws.sync_text("dvc.yaml", pipeline_file("dvc.yaml")):
+        changed.append("dvc.yaml")
+    if params is not None and ws.sync_text("params.yaml", params):
+        changed.append("params.yaml")
+    ws.set_remote(remote)
+    if ws.write_inventory(inventory):
+        changed.append("inventory")
+    return changed
 
 
-# ---------------------------------------------------------------- planning, comparison, gate, store
+@task(name="dvc-status", cache_policy=NO_CACHE)
+def status_task(root: str) -> dict[str, Any]:
+    """`dvc status`: the stages whose dependencies, params or outputs changed."""
+    return PipelineWorkspace(root).status()
 
 
-@task(name="plan", cache_policy=NO_CACHE)
-def plan_task(inventory: Inventory, topology: Topology, sharder: str, options: dict[str, Any]) -> Plan:
-    from dreamshard.sharders import get_sharder
+@task(name="dvc-stage", task_run_name="{stage}", cache_policy=NO_CACHE, tags=["dvc"])
+def stage_task(root: str, stage: str, force: bool, env: dict[str, str]) -> str:
+    """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock."""
+    from prefect.runtime import task_run
 
-    return get_sharder(sharder, **options).shard(inventory, topology)
-
-
-@task(name="compare-sharders", cache_policy=NO_CACHE, tags=["gpu"])
-def compare_task(
-    inventory: Inventory,
-    topology: Topology,
-    sharders: list[str],
-    profile_config: Any,
-    rounds: int,
-    sharder_options: dict[str, Any],
-    extra_plans: list[Plan] | None = None,
-) -> Any:
-    """Measure every contender interleaved on one backend (dreamshard.evaluation.compare_sharders)."""
-    from dreamshard.evaluation import compare_sharders
-
-    cfg = profile_config
-    oracle = cfg.oracle()
-    try:
-        return compare_sharders(
-            inventory, topology, sharders, oracle, rounds=rounds, sharder_options=sharder_options, progress=None,
-            seed=cfg.seed, extra_plans=tuple(extra_plans or ()),
-        )
-    finally:
-        oracle.close()
+    out = PipelineWorkspace(root).repro(stage, force=force,
+                                        env={**env, "DREAMSHARD_PARENT_TASK_RUN_ID": str(task_run.id or "")})
+    get_run_logger().info("%s", "\n".join(out.strip().splitlines()[-40:]))
+    return out
 
 
-@task(name="gate", cache_policy=NO_CACHE)
-def gate_task(plan: Plan, baselines: dict[str, float], min_improvement: float) -> Any:
-    from dreamshard.gate import evaluate_gate
-
-    return evaluate_gate(plan, baselines, min_improvement)
+@task(name="git-commit", cache_policy=NO_CACHE)
+def commit_task(root: str, message: str) -> str | None:
+    return PipelineWorkspace(root).commit(message)
 
 
-@task(name="publish-plan", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def publish_task(store_uri: str, endpoint_url: str | None, plan: Plan, decision: Any) -> Any:
-    """Approved: versioned upload, verify, move `current`. Rejected: kept under rejected/ with the reason."""
-    from dreamshard.store import open_store, publish_or_reject
-
-    return publish_or_reject(open_store(store_uri, endpoint_url=endpoint_url), plan, decision)
-
-
-@task(name="current-plan", cache_policy=NO_CACHE)
-def current_plan_task(store_uri: str, endpoint_url: str | None, inventory_name: str) -> Plan | None:
-    from dreamshard.errors import StoreError
-    from dreamshard.store import get_current, open_store
-
-    try:
-        return get_current(open_store(store_uri, endpoint_url=endpoint_url), inventory_name)
-    except StoreError:
-        return None
+@task(name="dvc-push", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
+def push_task(root: str) -> str:
+    """`dvc push`: the run's data and model reach the remote before a plan that depends on them is published."""
+    return PipelineWorkspace(root).push()
 
 
 @task(name="current-inventory", cache_policy=NO_CACHE)
@@ -206,18 +130,29 @@ def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_n
     return found[0]
 
 
-# ---------------------------------------------------------------- DVC (optional: reproduce the DVC pipeline from Prefect)
+@task(name="gate", cache_policy=NO_CACHE)
+def gate_task(root: str, min_improvement: float) -> tuple[Plan, Any]:
+    """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
+    (dreamshard.gate.gate_plan): the plan to store carries the comparison's measured costs."""
+    from dreamshard.evaluation import Comparison
+    from dreamshard.gate import gate_plan
+    from dreamshard.io import load_inventory, load_plan
+    from dreamshard.workspace import COMPARISON, INVENTORY, PLAN
+
+    ws = PipelineWorkspace(root)
+    comparison = Comparison.model_validate_json(ws.path(COMPARISON).read_text())
+    return gate_plan(load_plan(ws.path(PLAN)), load_inventory(ws.path(INVENTORY)), comparison, min_improvement,
+                     source=COMPARISON)
 
 
-def dvc_lock_path(repo: str | Path) -> Path:
-    return Path(repo) / ".dvc" / "tmp" / "dreamshard-flows.lock"
+@task(name="lineage", cache_policy=NO_CACHE)
+def lineage_task(root: str, flow_run_id: str | None) -> Any:
+    return PipelineWorkspace(root).lineage(flow_run_id)
 
 
-@task(name="dvc-repro", cache_policy=NO_CACHE)
-def dvc_repro_task(repo: str, targets: list[str] | None = None) -> str:
-    """`dvc repro [targets]` in `repo`, never two at once in one workspace (file lock; DVC's own lock
-    would fail the second caller instead of waiting)."""
-    from dreamshard.dvc_remote import run_dvc
+@task(name="publish-plan", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def publish_task(store_uri: str, endpoint_url: str | None, plan: Plan, decision: Any) -> Any:
+    """Approved: versioned upload, verify, move `current`. Rejected: kept under rejected/ with the reason."""
+    from dreamshard.store import open_store, publish_or_reject
 
-    with workspace_lock(dvc_lock_path(repo)):
-        return run_dvc(["repro", *(targets or [])], repo, timeout_s=None)
+    return publish_or_reject(open_store(store_uri, endpoint_url=endpoint_url), plan, decision)

@@ -220,6 +220,14 @@ def missing_batches(store: PlanStore, specs: Sequence[BatchSpec]) -> list[BatchS
     return [s for s in specs if not store.exists(s.shard_key)]
 
 
+def list_shards(store: PlanStore, campaign: str) -> list[ProfileShard]:
+    """Every shard written in `campaign` (all inventories), in batch order: who measured what."""
+    check_key_part(campaign, "profiling campaign")
+    keys = [k for k in store.list_keys(f"{SHARD_PREFIX}/{campaign}/") if k.endswith(".shard.json")]
+    shards = [ProfileShard.model_validate_json(store.get_bytes(k)) for k in keys]
+    return sorted(shards, key=lambda s: s.index)
+
+
 def merge_shards(store: PlanStore, specs: Sequence[BatchSpec], out_path: str | Path) -> MergeSummary:
     """Write every batch's records, in planned order, to `out_path` (JSONL, atomically).
 

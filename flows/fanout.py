@@ -1,0 +1,211 @@
+"""The profile stage: plan the batches, run them (in this process, or as runs of the profile-batch deployment on
+the `gpu` work pool), merge the shards (docs/architecture.md, "Profiling fan-out").
+
+The library does the batching, measuring and merging (dreamshard.profiling.batches); this module only decides
+where batches run and watches the deployment runs:
+
+* every batch is one flow run of the deployment; its shard key is deterministic, so a retry overwrites;
+* a run that fails, crashes or is cancelled is submitted again (up to `pipeline.batch_attempts` runs);
+* a run whose worker stopped heartbeating (the host died or the worker was killed) is marked Crashed and
+  submitted again: Prefect labels a flow run with the worker that took it, and the worker's last heartbeat is
+  older than three heartbeat intervals (Prefect's own rule for an offline worker);
+* batches whose shard already exists in the campaign are not run again (a retried orchestrator run resumes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+from uuid import UUID
+
+from dreamshard.errors import PipelineError
+from dreamshard.profiling.batches import (
+    BatchSpec,
+    MergeSummary,
+    ProfileJob,
+    merge_shards,
+    plan_batches,
+    read_shard,
+    run_batch,
+    write_shard,
+    write_spec,
+)
+from dreamshard.store.base import PlanStore
+
+from dreamshard_flows.requests import BatchRequest
+
+#: Prefect's rule for an offline worker: no heartbeat for this many heartbeat intervals.
+INACTIVITY_HEARTBEAT_MULTIPLE = 3
+WORKER_LABEL = "prefect.worker.name"
+
+Log = Callable[[str], None]
+
+
+def plan_profile_batches(inventory_path: str, tasks_path: str, params_path: str, campaign: str) -> list[BatchSpec]:
+    """The batches of the profile stage (same files and params -> same batches and keys)."""
+    from dreamshard.io import load_inventory
+    from dreamshard.learning.tasks import load_taskset
+    from dreamshard.pipeline_config import load_pipeline_config
+
+    cfg = load_pipeline_config(params_path)
+    job = ProfileJob(inventory=load_inventory(inventory_path), tasks=load_taskset(tasks_path),
+                     topology=cfg.topology.topology(cfg.tasks.train_devices), profile=cfg.profile)
+    return plan_batches(job, cfg.pipeline.items_per_batch, campaign)
+
+
+def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print) -> int:
+    """Measure every batch without a shard in this process (one oracle for all); returns how many ran."""
+    todo = [s for s in specs if read_shard(store, s) is None]
+    if not todo:
+        return 0
+    oracle = todo[0].profile.oracle()
+    try:
+        for spec in todo:
+            write_spec(store, spec)
+            write_shard(store, run_batch(spec, oracle), spec)
+            log(f"batch {spec.batch_id}: {len(spec.items)} measurements (local)")
+    finally:
+        oracle.close()
+    return len(todo)
+
+
+def _final_name(state: Any) -> str:
+    return state.name if state is not None else "?"
+
+
+def _worker_dead(worker: Any, now: datetime) -> bool:
+    if worker is None:
+        return False
+    if str(getattr(worker, "status", "")).upper().endswith("OFFLINE"):
+        return True
+    last = worker.last_heartbeat_time
+    interval = worker.heartbeat_interval_seconds or 30
+    if last is None:
+        return False
+    return (now - last).total_seconds() > INACTIVITY_HEARTBEAT_MULTIPLE * interval
+
+
+def run_on_workers(
+    store: PlanStore,
+    store_uri: str,
+    endpoint_url: str | None,
+    specs: Sequence[BatchSpec],
+    deployment_name: str,
+    attempts: int = 3,
+    timeout_s: float = 6 * 3600,
+    parent_task_run_id: str | None = None,
+    poll_s: float = 1.0,
+    log: Log = print,
+) -> dict[str, list[str]]:
+    """Run every batch without a shard as a run of `deployment_name`; returns {batch id: [flow run ids]}."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
+
+    todo = {s.batch_id: s for s in specs if read_shard(store, s) is None}
+    runs: dict[str, list[str]] = {bid: [] for bid in todo}
+    if not todo:
+        return runs
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(deployment_name)
+        except ObjectNotFound:
+            raise PipelineError(
+                f"no Prefect deployment '{deployment_name}': register it (python -m dreamshard_flows.deploy "
+                f"--work-pools) and start a worker (infra/start-worker.sh gpu), or run the batches locally"
+            ) from None
+        pool = deployment.work_pool_name
+
+        def submit(spec: BatchSpec) -> None:
+            request = BatchRequest(store_uri=store_uri, endpoint_url=endpoint_url, spec_key=write_spec(store, spec))
+            attempt = len(runs[spec.batch_id]) + 1
+            fr = client.create_flow_run_from_deployment(
+                deployment.id, parameters={"request": request.model_dump(mode="json")},
+                name=f"{spec.batch_id}-try{attempt}", tags=["dreamshard", "profile-batch", spec.campaign],
+                parent_task_run_id=UUID(parent_task_run_id) if parent_task_run_id else None,
+            )
+            runs[spec.batch_id].append(str(fr.id))
+
+        for spec in todo.values():
+            submit(spec)
+        log(f"submitted {len(todo)} batches to deployment {deployment_name} (pool {pool})")
+        deadline = time.monotonic() + timeout_s
+        pending = set(todo)
+        while pending:
+            if time.monotonic() > deadline:
+                raise PipelineError(
+                    f"{len(pending)} profiling batches not finished after {timeout_s:.0f} s (pipeline.batch_timeout_s); "
+                    f"are workers polling pool '{pool}'? (infra/start-worker.sh {pool})"
+                )
+            current = {runs[b][-1]: b for b in pending}
+            flow_runs = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(i) for i in current]))
+            )
+            workers = None
+            now = datetime.now(timezone.utc)
+            for fr in flow_runs:
+                bid = current[str(fr.id)]
+                spec = todo[bid]
+                state = fr.state
+                retry_reason = None
+                if state is not None and state.is_completed():
+                    if read_shard(store, spec) is not None:
+                        pending.discard(bid)
+                        continue
+                    retry_reason = "completed without writing its shard"
+                elif state is not None and state.is_final():
+                    retry_reason = f"ended {_final_name(state)}: {state.message or ''}".strip()
+                elif state is not None and (state.is_running() or state.is_pending()):
+                    name = (fr.labels or {}).get(WORKER_LABEL)
+                    if name:
+                        if workers is None:
+                            workers = {w.name: w for w in client.read_workers_for_work_pool(pool)}
+                        if _worker_dead(workers.get(name), now):
+                            message = f"worker {name} stopped heartbeating while running batch {bid}"
+                            client.set_flow_run_state(fr.id, Crashed(message=message), force=True)
+                            retry_reason = message
+                if retry_reason is None:
+                    continue
+                if len(runs[bid]) >= attempts:
+                    raise PipelineError(
+                        f"profiling batch {bid} failed {attempts} times (pipeline.batch_attempts); last: {retry_reason}"
+                    )
+                log(f"batch {bid}: {retry_reason}; submitting it again")
+                submit(spec)
+            if pending:
+                time.sleep(poll_s)
+    return runs
+
+
+def profile_stage(
+    inventory_path: str,
+    tasks_path: str,
+    params_path: str,
+    out_path: str,
+    store: PlanStore,
+    store_uri: str,
+    endpoint_url: str | None,
+    campaign: str,
+    dispatch: str,
+    parent_task_run_id: str | None = None,
+    log: Log = print,
+) -> MergeSummary:
+    """Plan, run (here or on workers) and merge the profiling batches into `out_path`."""
+    from dreamshard.pipeline_config import load_pipeline_config
+
+    settings = load_pipeline_config(params_path).pipeline
+    specs = plan_profile_batches(inventory_path, tasks_path, params_path, campaign)
+    log(f"{sum(len(s.items) for s in specs)} planned measurements in {len(specs)} batches (campaign {campaign})")
+    if dispatch == "workers":
+        run_on_workers(store, store_uri, endpoint_url, specs, settings.profile_deployment,
+                       attempts=settings.batch_attempts, timeout_s=settings.batch_timeout_s,
+                       parent_task_run_id=parent_task_run_id, log=log)
+    else:
+        run_locally(store, specs, log=log)
+    summary = merge_shards(store, specs, out_path)
+    for bid, who in summary.workers.items():
+        log(f"  {bid}: {who}")
+    return summary

@@ -1,0 +1,95 @@
+"""publish-plan: the step after the DVC stages, outside DVC. It gates the workspace's data/plan.json against
+data/comparison.json (the library gate verifies the plan against the inventory and the comparison), optionally
+waits for a reviewer, attaches the plan's lineage (from dvc.lock), publishes it (or keeps it as rejected) and
+tags the workspace commit with the decision (`published/<plan id>` or `rejected/<plan id>`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.input import RunInput
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict
+
+from dreamshard_flows.artifacts import publish_plan_artifacts
+from dreamshard_flows.requests import PublishRequest
+from dreamshard_flows.tasks import absolute_uri, gate_task, lineage_task, publish_task
+
+#: Tags on the workspace commit a decision was made for (the orchestrator's "already published" check).
+DECISION_TAGS = ("published/", "rejected/")
+
+
+class ApprovalInput(RunInput):
+    """What a reviewer answers in the Prefect UI when publish.require_human is true."""
+
+    approve: bool = False
+    comment: str = ""
+
+
+class PublishOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan_id: str
+    approved: bool
+    reason: str
+    key: str | None = None
+    store: str
+    is_current: bool = False
+    overall_ms: float | None = None
+    best_heuristic: str | None = None
+    best_heuristic_ms: float | None = None
+    model_md5: str | None = None
+    git_revision: str | None = None
+
+
+def _human_review(decision: Any, timeout_s: int) -> Any:
+    """Pause for a reviewer; a rejection (or a comment) is recorded in the decision's reason."""
+    from prefect.exceptions import FlowPauseTimeout
+    from prefect.flow_runs import pause_flow_run
+
+    try:
+        answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
+    except FlowPauseTimeout:
+        # No answer in time: keep the plan as rejected with that reason rather than losing it.
+        return decision.model_copy(
+            update={"approved": False, "reason": f"no reviewer answered within {timeout_s} s ({decision.reason})"}
+        )
+    note = f"; reviewer: {answer.comment}" if answer.comment else ""
+    if answer.approve:
+        return decision.model_copy(update={"reason": decision.reason + f"; approved by a human{note}"})
+    return decision.model_copy(update={"approved": False, "reason": f"rejected by a human reviewer{note} ({decision.reason})"})
+
+
+def decision_tag(tags: list[str]) -> str | None:
+    """The decision tag among a commit's tags (None: no plan was decided for this commit yet)."""
+    return next((t for t in tags if t.startswith(DECISION_TAGS)), None)
+
+
+@flow(name="publish-plan", log_prints=True)
+def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
+    from dreamshard.evaluation import Comparison
+    from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.workspace import COMPARISON, PARAMS, PipelineWorkspace
+
+    log = get_run_logger()
+    ws = PipelineWorkspace(request.workspace)
+    cfg = load_pipeline_config(ws.path(PARAMS))
+    pub = cfg.publish
+    store_uri = absolute_uri(request.store_uri or pub.store_uri)
+    judged, decision = gate_task(str(ws.root), pub.min_improvement)
+    require_human = pub.require_human if request.require_human is None else request.require_human
+    if decision.approved and require_human:
+        decision = _human_review(decision, timeout_s=pub.approval_timeout_s)
+    lineage = lineage_task(str(ws.root), request.flow_run_id or str(flow_run.id or "") or None)
+    plan = judged.model_copy(update={"lineage": lineage})
+    ref = publish_task(store_uri, request.endpoint_url, plan, decision)
+    ws.tag(f"{'published' if decision.approved else 'rejected'}/{plan.plan_id}", decision.reason)
+    comparison = Comparison.model_validate_json(ws.path(COMPARISON).read_text())
+    publish_plan_artifacts(plan, comparison, decision, ref, store_uri)
+    log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
+    return PublishOutcome(
+        plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, key=ref.key, store=store_uri,
+        is_current=ref.is_current, overall_ms=decision.plan_cost_ms, best_heuristic=decision.best_heuristic,
+        best_heuristic_ms=decision.best_heuristic_ms, model_md5=lineage.model_md5, git_revision=lineage.git_revision,
+    )
