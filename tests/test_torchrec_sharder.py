@@ -113,10 +113,15 @@ def test_packing_failure_names_table() -> None:
     )
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
     with pytest.raises(InfeasiblePlacementError) as ei:
-        get_sharder("torchrec").shard(inv, topo)
+        get_sharder("torchrec", column_wise="never").shard(inv, topo)
     assert ei.value.table in inv.table_names
     with pytest.raises(InfeasiblePlacementError, match="it counts this table as 0.60"):
-        get_sharder("torchrec", memory_model="torchrec").shard(inv, topo)
+        get_sharder("torchrec", memory_model="torchrec", column_wise="never").shard(inv, topo)
+    # 0.6 GB tables take more than half a device: by default TorchRec may split them, and then they fit
+    plan = get_sharder("torchrec").shard(inv, topo)
+    assert plan.column_shards and plan.fits_memory()
+    with pytest.raises(PlanError, match="into column shards, which a table-wise placement cannot hold"):
+        get_sharder("torchrec").place(inv, topo)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
@@ -204,3 +209,45 @@ def test_missing_torchrec_is_one_line_install_hint(monkeypatch: pytest.MonkeyPat
     with pytest.raises(UnknownSharderError, match="pip install torchrec") as ei:
         get_sharder("torchrec").place(_inventory(2), Topology(num_devices=2, memory_per_device_gb=1.0))
     assert "\n" not in str(ei.value)
+
+
+def test_split_width_rule() -> None:
+    """Widest multiple-of-4 divisor of the dim whose shard takes at most half a device, else a whole device."""
+    from dreamshard.sharders.torchrec_sharder import split_width
+
+    table = Table(name="t", num_embeddings=1000, embedding_dim=128, pooling_factor=1.0)  # 4000 bytes per column
+    assert split_width(table, 4000 * 128) == 64  # 64 columns are exactly half a device
+    assert split_width(table, 4000 * 127) == 32
+    assert split_width(table, 4000 * 400) == 64  # never the whole dim
+    assert split_width(table, 4000 * 12) == 4  # no shard fits in half a device; a 4-column one fits in a whole one
+    assert split_width(table, 4000 * 3) is None
+    assert split_width(Table(name="u", num_embeddings=1000, embedding_dim=12, pooling_factor=1.0), 4000 * 10) == 4
+
+
+def test_small_tables_get_the_table_wise_plan_in_auto_mode() -> None:
+    inv = _inventory(12, seed=6)
+    topo = _topology(inv, 3, slack=2.0)
+    assert max(t.size_bytes for t in inv.tables) * 2 <= topo.memory_per_device_bytes
+    auto = get_sharder("torchrec").shard(inv, topo)
+    assert not auto.column_shards
+    assert auto.placement == get_sharder("torchrec", column_wise="never").place(inv, topo)
+
+
+def test_torchrec_splits_criteo_terabyte_on_8_devices_of_16_gb() -> None:
+    """84.9 GB, three tables of 19-23 GB: TorchRec's planner places it with column shards that fit every device;
+    table-wise only, the first table larger than a device is named."""
+    from dreamshard.inventory.presets import preset_inventory
+    from dreamshard.shards import expand_plan
+
+    inv = preset_inventory("criteo-terabyte")
+    topo = Topology(num_devices=8, memory_per_device_gb=16.0)
+    plan = get_sharder("torchrec").shard(inv, topo)
+    assert {"t_cat_0", "t_cat_19", "t_cat_21"} <= set(plan.column_shards)
+    assert plan.fits_memory() and max(plan.memory_per_device_gb) <= 16.0
+    units, placement = expand_plan(inv, plan)  # shards tile their tables
+    check_placement(units, placement, topo)
+    assert sum(t.size_bytes for t in units.tables) == sum(t.size_bytes for t in inv.tables)
+    with pytest.raises(InfeasiblePlacementError, match="'t_cat_0'"):
+        get_sharder("torchrec", column_wise="never").shard(inv, topo)
+    with pytest.raises(PlanError, match="column_wise must be 'auto' or 'never'"):
+        TorchRecSharder(column_wise="always")  # type: ignore[arg-type]

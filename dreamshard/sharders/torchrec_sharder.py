@@ -20,8 +20,15 @@ How our topology maps onto TorchRec's:
   would be silently ignored on cpu) and give it a zero ``FixedPercentageStorageReservation``.
 * ``Sharder.shard`` checks the result against ``dreamshard.memory.check_placement`` in any case.
 * ``batch_size`` = our topology's batch size; each table's ``pooling_factor`` is its TorchRec
-  ``ParameterConstraints.pooling_factors``; only ``sharding_types=["table_wise"]`` and
-  ``compute_kernels=["fused"]`` are allowed.
+  ``ParameterConstraints.pooling_factors``; only ``compute_kernels=["fused"]`` is allowed.
+* Sharding types (``column_wise``): ``"auto"`` (default) keeps a table that takes at most half a device
+  ``table_wise``; for a bigger one TorchRec may also choose ``column_wise``, and must for a table larger than a
+  device. Its shards are the widest multiple-of-4 divisor of the dim whose shard takes at most half a device (at
+  most a whole device if none does; TorchRec's ``min_partition``). So an inventory of small tables gets exactly
+  the table-wise plan, while Criteo Terabyte at dim 128 plans on 8 x 16 GB (its 23 GB tables in 32-column
+  shards; table-wise alone TorchRec's greedy partitioner also fails on the 14 GB table). ``"never"`` is
+  table-wise only: a table larger than a device is then an InfeasiblePlacementError naming it.
+  The result is read back through ``dreamshard.integrations.torchrec`` (the same import as any TorchRec plan).
 
 Table names go to TorchRec as ``t0, t1, ...`` (an EmbeddingBagCollection rejects names with dots), so any
 inventory name works; the ranks are mapped back to our names.
@@ -40,10 +47,12 @@ from typing import Any, Literal
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.memory import check_each_table_fits
-from dreamshard.sharders.base import Sharder
-from dreamshard.types import GB, Inventory, Topology
+from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.shards import COLUMN_ALIGN
+from dreamshard.types import GB, ColumnShard, Inventory, Plan, Table, Topology
 
 MemoryModel = Literal["dreamshard", "torchrec"]
+ColumnWise = Literal["auto", "never"]
 
 INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu-cpu (or fbgemm-gpu on CUDA)"
 
@@ -59,6 +68,19 @@ _GLOBAL_HAVE = re.compile(r"Global storage available for model parallel: Storage
 
 def _internal_name(i: int) -> str:
     return f"t{i}"
+
+
+def split_width(table: Table, capacity_bytes: int) -> int | None:
+    """Column-shard width for a table larger than a device: the widest multiple-of-4 divisor of its dim whose
+    shard takes at most half a device, else at most a whole device; None if even 4 columns do not fit."""
+    widths = [w for w in range(table.embedding_dim, 0, -1)
+              if table.embedding_dim % w == 0 and w % COLUMN_ALIGN == 0 and w < table.embedding_dim]
+    per_column = table.num_embeddings * table.bytes_per_element
+    for budget in (capacity_bytes // 2, capacity_bytes):
+        fitting = [w for w in widths if w * per_column <= budget]
+        if fitting:
+            return fitting[0]
+    return None
 
 
 def _storage_field(storage: str, key: str) -> float | None:
@@ -130,18 +152,61 @@ class TorchRecSharder(Sharder):
         reserve_fraction: float = 0.0,
         memory_model: MemoryModel = "dreamshard",
         verbose: bool = False,
+        column_wise: ColumnWise = "auto",
         **_ignored: Any,
     ) -> None:
         if not 0.0 <= reserve_fraction < 1.0:
             raise PlanError(f"torchrec reserve_fraction must be in [0, 1), got {reserve_fraction}")
         if memory_model not in ("dreamshard", "torchrec"):
             raise PlanError(f"torchrec memory_model must be 'dreamshard' or 'torchrec', got '{memory_model}'")
+        if column_wise not in ("auto", "never"):
+            raise PlanError(f"torchrec column_wise must be 'auto' or 'never', got '{column_wise}'")
         self.reserve_fraction = reserve_fraction
         self.memory_model = memory_model
         self.verbose = verbose
+        self.column_wise = column_wise
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        check_each_table_fits(inventory, topology)
+        placement, shards = self._plan(inventory, topology)
+        if shards:
+            raise PlanError(
+                f"torchrec split table '{next(iter(shards))}' into column shards, which a table-wise placement cannot "
+                "hold; use shard() (or column_wise='never')"
+            )
+        return placement
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        from dreamshard.integrations.torchrec_file import plan_with_shards
+
+        placement, shards = self._plan(inventory, topology)
+        if not shards:
+            return make_plan(inventory, topology, placement, self.name)
+        return plan_with_shards(inventory, topology, placement, shards, self.name)
+
+    def _split_widths(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        """{table: column-shard width} for the tables TorchRec may split: more than half a device (module docstring)."""
+        if self.column_wise == "never":
+            check_each_table_fits(inventory, topology)
+            return {}
+        cap = topology.memory_per_device_bytes
+        widths: dict[str, int] = {}
+        for t in inventory.tables:
+            if 2 * t.size_bytes <= cap:
+                continue
+            w = split_width(t, cap)
+            if w is None:
+                narrowest = t.num_embeddings * t.bytes_per_element * COLUMN_ALIGN / GB
+                raise InfeasiblePlacementError(
+                    t.name, t.size_gb, topology.memory_per_device_gb,
+                    f"larger than one device, and even a {COLUMN_ALIGN}-column shard needs {narrowest:.3f} GB",
+                )
+            widths[t.name] = w
+        return widths
+
+    def _plan(self, inventory: Inventory, topology: Topology) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
+        """(whole-table placement, column shards) from TorchRec's planner."""
+        widths = self._split_widths(inventory, topology)
+        cap = topology.memory_per_device_bytes
         try:
             import torch
             from torchrec.distributed.embedding_types import EmbeddingComputeKernel
@@ -170,9 +235,13 @@ class TorchRecSharder(Sharder):
         ]
         constraints = {
             _internal_name(i): ParameterConstraints(
-                sharding_types=[ShardingType.TABLE_WISE.value],
+                sharding_types=[
+                    *([ShardingType.TABLE_WISE.value] if t.size_bytes <= cap else []),
+                    *([ShardingType.COLUMN_WISE.value] if t.name in widths else []),
+                ],
                 compute_kernels=[EmbeddingComputeKernel.FUSED.value],
                 pooling_factors=[float(t.pooling_factor)],
+                min_partition=widths.get(t.name),
             )
             for i, t in enumerate(tables)
         }
@@ -192,7 +261,7 @@ class TorchRecSharder(Sharder):
                 sharding_plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
             except PlannerError as e:
                 raise self._translate(e, inventory, topology) from None
-        return self._read_ranks(sharding_plan, inventory)
+        return self._read_plan(sharding_plan, inventory, topology)
 
     def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:
         """TorchRec's enumerator with its perf estimator; storage by the chosen memory model."""
@@ -228,21 +297,18 @@ class TorchRecSharder(Sharder):
             trainer_config=trainer, kernel_config=KernelConfig(compute_device=topology.device_type)
         )
 
-    def _read_ranks(self, sharding_plan: Any, inventory: Inventory) -> dict[str, int]:
-        module_plan = sharding_plan.plan.get("", {})
-        out: dict[str, int] = {}
-        for i, t in enumerate(inventory.tables):
-            ps = module_plan.get(_internal_name(i))
-            if ps is None:
-                raise PlanError(f"torchrec planner returned no placement for table '{t.name}'")
-            ranks = list(ps.ranks or [])
-            if ps.sharding_type != "table_wise" or len(ranks) != 1:
-                raise PlanError(
-                    f"torchrec planner sharded table '{t.name}' as {ps.sharding_type} on ranks {ranks}; "
-                    "expected table_wise on one rank"
-                )
-            out[t.name] = int(ranks[0])
-        return out
+    def _read_plan(
+        self, sharding_plan: Any, inventory: Inventory, topology: Topology
+    ) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
+        from dreamshard.integrations.torchrec import document_from_sharding_plan
+        from dreamshard.shards import fold
+
+        names = {t.name: _internal_name(i) for i, t in enumerate(inventory.tables)}
+        doc = document_from_sharding_plan(sharding_plan, topology.num_devices, topology.device_type, names)
+        missing = [t for t in inventory.table_names if t not in doc.tables]
+        if missing:
+            raise PlanError(f"torchrec planner returned no placement for table '{missing[0]}'")
+        return fold(inventory, doc.units())
 
     def _translate(self, err: Exception, inventory: Inventory, topology: Topology) -> Exception:
         """TorchRec's PlannerError (a multi-line box) -> our one-line typed error naming the limit/table."""
