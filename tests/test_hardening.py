@@ -180,16 +180,21 @@ def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], ca
 
 # -- #6: inventory push ------------------------------------------------------------------------------------
 def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    push = ["inventory", "push", str(files["inventory"]), "--store", str(files["store"]), "--no-event"]
-    assert run(push) == 0
+    from dreamshard.events import push_inventory
+    from dreamshard.io import load_inventory
+
+    def push() -> bool:
+        return push_inventory(open_store(str(files["store"])), load_inventory(files["inventory"])).changed
+
+    assert push()
     fp = world().inventory.fingerprint()
     version = files["store"] / "inventories" / "inv" / f"{fp}.yaml"
     pointer = files["store"] / "inventories" / "inv" / "current.json"
     for damage in ("[1, 2", "name: inv\ntables: []\n", "{}"):
         version.write_text(damage)
         pointer.write_text("{broken")
-        assert run(push) == 0, damage
-        assert "stored inv" in capsys.readouterr().out
+        assert push(), damage  # the corrupt pointer is replaced (and the version rewritten)
+    assert not push()  # now current: unchanged
     from dreamshard.events import get_current_inventory
 
     inv, ref = get_current_inventory(open_store(str(files["store"])), "inv")  # type: ignore[misc]

@@ -64,7 +64,10 @@ def test_publish_without_inventory_needs_it_in_the_store(files: dict[str, Path],
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass -i INVENTORY, or push it first" in err[0]
     assert not files["store"].exists()
-    assert run(["inventory", "push", str(files["inventory"]), "--store", str(files["store"]), "--no-event"]) == 0
+    from dreamshard.events import push_inventory
+    from dreamshard.io import load_inventory
+
+    push_inventory(open_store(str(files["store"])), load_inventory(files["inventory"]))
     assert run(args) == 0
     assert get_current(open_store(str(files["store"])), "inv").plan_id == world().good.plan_id
 
