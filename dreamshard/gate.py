@@ -20,6 +20,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -267,6 +268,28 @@ def gate_plan(
         update={"inventory_fingerprint": inventory.fingerprint(), "evidence": evidence, "reason": decision.reason + extra}
     )
     return judged, decision
+
+
+def gate_comparison_file(
+    plan: Plan,
+    inventory: Inventory,
+    comparison_file: str | Path,
+    min_improvement: float,
+    *,
+    backend: str | None = None,
+) -> tuple[Plan, GateDecision]:
+    """`gate_plan` with the comparison read from a file (`compare --out`, the evaluate stage's
+    data/comparison.json); the file's path and sha256 go into the decision's evidence. The CLI's
+    `plans publish --comparison` and the pipeline's publish step both call this."""
+    import hashlib
+
+    from dreamshard.evaluation import load_comparison
+
+    path = Path(comparison_file)
+    comparison = load_comparison(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    source = f"comparison {path} (sha256 {digest[:16]})"
+    return gate_plan(plan, inventory, comparison, min_improvement, backend=backend, source=source)
 
 
 def measure_and_gate(

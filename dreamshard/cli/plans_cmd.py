@@ -87,11 +87,9 @@ def publish_cmd(
 ) -> None:
     """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
     it as rejected (exit 1). A plan or comparison that does not check out is an error (exit 2), nothing stored."""
-    from dreamshard.evaluation import load_comparison
-    from dreamshard.gate import check_margin, gate_plan
+    from dreamshard.gate import check_margin, gate_comparison_file
     from dreamshard.io import load_inventory, load_plan
     from dreamshard.store import publish_or_reject
-    from dreamshard.store.publish import sha256_hex
 
     if measure == (comparison is not None):
         raise ConfigError(
@@ -104,10 +102,7 @@ def publish_cmd(
     s = _open(store, endpoint, params)
     inv = load_inventory(inventory) if inventory is not None else _stored_inventory(s, plan)
     if comparison is not None:
-        cmp = load_comparison(comparison)
-        digest = sha256_hex(comparison.read_bytes())
-        source = f"comparison {comparison} (sha256 {digest[:16]})"
-        judged, decision = gate_plan(plan, inv, cmp, margin, backend=backend, source=source)
+        judged, decision = gate_comparison_file(plan, inv, comparison, margin, backend=backend)
     else:
         judged, decision = _measure_and_gate(plan, inv, margin, params, backend, sharders, rounds)
     ref = publish_or_reject(s, judged, decision)
