@@ -1,4 +1,4 @@
-"""The data-model contract (DESIGN.md section 3): round-trips, strictness, fingerprints, plans."""
+"""The data-model contract (docs/architecture.md): round-trips, strictness, fingerprints, plans."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Measuring embedding cost: the oracle (DESIGN.md section 5).
+"""Measuring embedding cost: the oracle (docs/architecture.md, "Measuring").
 
 ``make_oracle("cpu"|"cuda"|"simulator")`` builds an :class:`Oracle`; ``Oracle.measure`` returns a
 ``Measurement`` of one placement; ``profile_inventory`` writes singles + random placements to JSONL, resumably.
