@@ -27,14 +27,13 @@ from dreamshard.integrations.torchrec import (
     torchrec_table_name,
 )
 from dreamshard.integrations.torchrec_file import (
-    plan_with_shards,
     read_torchrec_plan,
     save_torchrec_plan,
     torchrec_document,
 )
 from dreamshard.io import load_plan
-from dreamshard.sharders import get_sharder
-from dreamshard.types import ColumnShard, Inventory, Table, Topology
+from dreamshard.sharders import get_sharder, make_plan
+from dreamshard.types import GB, ColumnShard, Inventory, Table, Topology
 
 INV = Inventory(
     name="small",
@@ -51,16 +50,28 @@ CS = ColumnShard
 
 def _split_plan() -> object:
     """item: 32 columns as 8 | 24 on ranks 2, 0 (unequal); keys: 24 columns as 12 | 12 both on rank 1."""
-    return plan_with_shards(
-        INV, TOPO, {"user.id": 0, "ctx": 2},
-        {"item": (CS(start=0, end=8, device=2), CS(start=8, end=32, device=0)),
-         "keys": (CS(start=0, end=12, device=1), CS(start=12, end=24, device=1))},
-        "hand",
+    return make_plan(
+        INV, TOPO, {"user.id": 0, "ctx": 2}, "hand",
+        column_shards={"item": (CS(start=0, end=8, device=2), CS(start=8, end=32, device=0)),
+                       "keys": (CS(start=0, end=12, device=1), CS(start=12, end=24, device=1))},
     )
 
 
 def _shards(ps: object) -> list[tuple[list[int], list[int], str]]:
     return [(list(s.shard_offsets), list(s.shard_sizes), str(s.placement)) for s in ps.sharding_spec.shards]  # type: ignore[attr-defined]
+
+
+def test_make_plan_with_column_shards_counts_each_shard_where_it_lives() -> None:
+    plan = _split_plan()
+    assert plan.placement == {"user.id": 0, "ctx": 2} and list(plan.column_shards) == ["item", "keys"]
+    assert plan.memory_per_device_gb == pytest.approx(
+        ((300 * 16 * 4 + 500 * 24 * 4) / GB, 70 * 24 * 4 / GB, (40 * 8 * 2 + 500 * 8 * 4) / GB))
+    with pytest.raises(PlanError, match="plan places table 'nope', which is not in inventory 'small'"):
+        make_plan(INV, TOPO, plan.placement, "x", column_shards={**plan.column_shards, "nope": (CS(start=0, end=4, device=0),)})
+    with pytest.raises(PlanError, match="table 'ctx' is both placed whole and split"):
+        make_plan(INV, TOPO, plan.placement, "x", column_shards={**plan.column_shards, "ctx": (CS(start=0, end=8, device=0),)})
+    with pytest.raises(PlanError, match="table 'keys' has no device"):
+        make_plan(INV, TOPO, plan.placement, "x", column_shards={"item": plan.column_shards["item"]})
 
 
 def test_table_names_for_torchrec() -> None:

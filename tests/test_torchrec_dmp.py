@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 from dreamshard.integrations.dmp import DmpResult, DmpSettings, expected_holders, run_dmp
-from dreamshard.integrations.torchrec_file import TorchRecPlanFile, plan_from_document, plan_with_shards, torchrec_document
-from dreamshard.sharders import get_sharder
+from dreamshard.integrations.torchrec_file import TorchRecPlanFile, plan_from_document, torchrec_document
+from dreamshard.sharders import get_sharder, make_plan
 from dreamshard.shards import fold, shard_name
 from dreamshard.types import ColumnShard, Inventory, Table, Topology
 
@@ -57,7 +57,7 @@ def test_dmp_trains_column_shards_and_they_round_trip() -> None:
                ColumnShard(start=32, end=48, device=0)),
         "hist": (ColumnShard(start=0, end=12, device=1), ColumnShard(start=12, end=24, device=1)),
     }
-    plan = plan_with_shards(INV, TOPO, {"user.id": 0, "ctx": 1, "geo": 0}, shards, "hand")
+    plan = make_plan(INV, TOPO, {"user.id": 0, "ctx": 1, "geo": 0}, "hand", column_shards=shards)
     fused, dense = torchrec_document(plan, INV), torchrec_document(plan, INV, "dense")
     result = run_dmp(INV, {"fused": fused, "dense": dense}, SETTINGS)
     for name, doc in (("fused", fused), ("dense", dense)):

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.errors import ConfigError, InputFileError, PlanError
 from dreamshard.io import atomic_write_text, read_structured, validate_mapping
-from dreamshard.shards import check_column_shards, expand, fold, shard_name
+from dreamshard.shards import check_column_shards, fold, shard_name
 from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology
 
 FORMAT = "dreamshard-torchrec-plan"
@@ -213,31 +213,6 @@ def read_torchrec_plan(path: str | Path, world_size: int | None = None) -> Torch
     return document_from_data(data, world_size, f"torchrec plan {p}")
 
 
-def plan_with_shards(
-    inventory: Inventory,
-    topology: Topology,
-    placement: Mapping[str, int],
-    column_shards: Mapping[str, tuple[ColumnShard, ...]],
-    sharder: str,
-) -> Plan:
-    """A validated Plan with whole tables and column shards: every unit placed, memory checked on the units."""
-    from dreamshard.sharders.base import make_plan
-
-    units, unit_placement = expand(inventory, placement, column_shards)
-    checked = make_plan(units, topology, unit_placement, sharder)  # every unit placed once, memory per device
-    whole = {t.name: int(placement[t.name]) for t in inventory.tables if t.name in placement}
-    return Plan(
-        inventory_name=inventory.name,
-        inventory_fingerprint=inventory.fingerprint(),
-        topology=topology,
-        sharder=sharder,
-        placement=whole,
-        column_shards={t.name: tuple(sorted(column_shards[t.name], key=lambda s: s.start))
-                       for t in inventory.tables if t.name in column_shards},
-        memory_per_device_gb=checked.memory_per_device_gb,
-    )
-
-
 def plan_from_document(
     doc: TorchRecPlanFile, inventory: Inventory, topology: Topology, sharder: str | None = None
 ) -> Plan:
@@ -262,5 +237,7 @@ def plan_from_document(
                 f"{t.num_embeddings}x{t.embedding_dim} in inventory '{inventory.name}'"
             )
         spec.check_columns(name, t.embedding_dim)
+    from dreamshard.sharders.base import make_plan
+
     placement, column_shards = fold(inventory, doc.units())
-    return plan_with_shards(inventory, topology, placement, column_shards, sharder or doc.sharder or "torchrec")
+    return make_plan(inventory, topology, placement, sharder or doc.sharder or "torchrec", column_shards=column_shards)

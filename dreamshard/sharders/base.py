@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from dreamshard.memory import check_placement, device_memory_gb
-from dreamshard.types import Costs, Inventory, Plan, Topology
+from dreamshard.memory import check_placement
+from dreamshard.types import GB, ColumnShard, Costs, Inventory, Plan, Topology
 
 
 class Sharder(abc.ABC):
@@ -30,18 +30,23 @@ def make_plan(
     sharder: str,
     predicted: Costs | None = None,
     model_version: str | None = None,
+    column_shards: Mapping[str, Sequence[ColumnShard]] | None = None,
 ) -> Plan:
-    """Validate a placement (every table, memory) and wrap it as a Plan."""
+    """Validate a placement (every table once, whole or split into `column_shards`; memory) and wrap it as a Plan."""
     ordered = {t.name: int(placement[t.name]) for t in inventory.tables if t.name in placement}
     ordered.update({k: int(v) for k, v in placement.items() if k not in ordered})
-    check_placement(inventory, ordered, topology)
+    split = dict(column_shards or {})
+    shards = {t.name: tuple(sorted(split.pop(t.name), key=lambda sh: sh.start)) for t in inventory.tables if t.name in split}
+    shards.update({k: tuple(v) for k, v in split.items()})  # unknown tables: check_placement names them
+    used = check_placement(inventory, ordered, topology, shards)
     return Plan(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
         topology=topology,
         sharder=sharder,
         placement=ordered,
-        memory_per_device_gb=tuple(device_memory_gb(inventory, ordered, topology.num_devices)),
+        column_shards=shards,
+        memory_per_device_gb=tuple(u / GB for u in used),
         predicted=predicted,
         model_version=model_version,
     )

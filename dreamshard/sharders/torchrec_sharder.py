@@ -176,12 +176,8 @@ class TorchRecSharder(Sharder):
         return placement
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        from dreamshard.integrations.torchrec_file import plan_with_shards
-
         placement, shards = self._plan(inventory, topology)
-        if not shards:
-            return make_plan(inventory, topology, placement, self.name)
-        return plan_with_shards(inventory, topology, placement, shards, self.name)
+        return make_plan(inventory, topology, placement, self.name, column_shards=shards)
 
     def _split_widths(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """{table: column-shard width} for the tables TorchRec may split: more than half a device (module docstring)."""
