@@ -23,9 +23,9 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 def _register_all() -> None:
     from importlib.metadata import entry_points
 
-    from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, profile_cmd
+    from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, profile_cmd, torchrec_cmd
 
-    for module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd):
+    for module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, torchrec_cmd):
         module.register(app)
     # Commands that live outside the library (the pipeline, with the Prefect flows) register themselves
     # through this entry point group; the library never imports them.

@@ -1,0 +1,61 @@
+"""`dreamshard torchrec export|import`: a plan as TorchRec's plan file, and a TorchRec plan file as a plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt, make_topology
+
+torchrec_app = typer.Typer(
+    help="Plans in TorchRec: export a plan as the file load_sharding_plan reads; import a TorchRec plan file.",
+    no_args_is_help=True,
+)
+
+
+@torchrec_app.command("export")
+def export_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="dreamshard plan JSON.")],
+    inventory: InventoryOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="TorchRec plan file to write (JSON).")],
+    kernel: Annotated[str, typer.Option("--kernel", help="Compute kernel: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
+) -> None:
+    """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model)."""
+    from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
+    from dreamshard.io import load_inventory, load_plan
+
+    plan = load_plan(plan_file)
+    doc = torchrec_document(plan, load_inventory(inventory), check_kernel(kernel, plan.topology.device_type))
+    save_torchrec_plan(doc, out)
+    split = sum(1 for t in doc.tables.values() if t.sharding_type == "column_wise")
+    typer.echo(f"wrote {out}: {len(doc.tables)} tables ({split} column-wise) on {doc.world_size} ranks")
+
+
+@torchrec_app.command("import")
+def import_cmd(
+    torchrec_file: Annotated[Path, typer.Argument(help="TorchRec plan file (from --torchrec-out, or a bare {table: {...}} map).")],
+    inventory: InventoryOpt,
+    memory_gb: MemoryOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="dreamshard plan JSON to write.")],
+    devices: Annotated[Optional[int], typer.Option("--devices", "-d", min=1, help="Ranks (needed for a bare map; else the file's).")] = None,
+    batch_size: BatchOpt = 2048,
+    sharder: Annotated[Optional[str], typer.Option("--sharder", help="Label of the plan (default: the file's, else torchrec).")] = None,
+) -> None:
+    """Turn a TorchRec plan file into a dreamshard plan (memory checked) to evaluate or compare it."""
+    from dreamshard.evaluation import device_table
+    from dreamshard.integrations.torchrec_file import plan_from_document, read_torchrec_plan
+    from dreamshard.io import load_inventory, save_plan
+
+    doc = read_torchrec_plan(torchrec_file, devices)
+    topo = make_topology(doc.world_size, memory_gb, batch_size, doc.device_type)
+    plan = plan_from_document(doc, load_inventory(inventory), topo, sharder)
+    save_plan(plan, out)
+    Console().print(device_table(plan))
+    typer.echo(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(torchrec_app, name="torchrec")
