@@ -319,22 +319,22 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
                                                              endpoint_url=lineage.dvc_remote_endpoint))
         atomic_write_text(ws.path(LOCK), lineage.dvc_lock)
         ws.pull()
+        inventory = ws.path(INVENTORY)
+        if inventory.is_file():
+            ws.path(INPUT_INVENTORY).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(inventory, ws.path(INPUT_INVENTORY))
+        rev = ws.commit(f"reproduce plan {plan_id} (workspace revision {lineage.git_revision or 'unknown'})") or ""
+        got = {name: dvc_md5(ws.path(rel)) if ws.path(rel).exists() else "missing"
+               for name, rel in (("model", MODEL_DIR), ("measurements", MEASUREMENTS))}
+        want = {"model": lineage.model_md5, "measurements": lineage.measurements_md5}
+        for name in ("model", "measurements"):
+            if want[name] is not None and got[name] != want[name]:
+                raise PipelineError(
+                    f"{name} pulled into {target} has md5 {got[name]}, the plan's lineage says {want[name]}: "
+                    f"the remote {lineage.dvc_remote} does not hold what produced plan {plan_id}"
+                )
     except Exception:
-        shutil.rmtree(target, ignore_errors=True)  # nothing half-made is left behind
+        shutil.rmtree(target, ignore_errors=True)  # nothing half-made or unverified is left behind
         raise
-    inventory = ws.path(INVENTORY)
-    if inventory.is_file():
-        ws.path(INPUT_INVENTORY).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(inventory, ws.path(INPUT_INVENTORY))
-    rev = ws.commit(f"reproduce plan {plan_id} (workspace revision {lineage.git_revision or 'unknown'})") or ""
-    got = {name: dvc_md5(ws.path(rel)) if ws.path(rel).exists() else "missing"
-           for name, rel in (("model", MODEL_DIR), ("measurements", MEASUREMENTS))}
-    want = {"model": lineage.model_md5, "measurements": lineage.measurements_md5}
-    for name in ("model", "measurements"):
-        if want[name] is not None and got[name] != want[name]:
-            raise PipelineError(
-                f"{name} pulled into {target} has md5 {got[name]}, the plan's lineage says {want[name]}: "
-                f"the remote {lineage.dvc_remote} does not hold what produced plan {plan_id}"
-            )
     return ReproduceResult(directory=str(target), plan_id=plan_id, model_md5=got["model"],
                            measurements_md5=got["measurements"], git_revision=rev)

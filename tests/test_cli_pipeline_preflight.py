@@ -25,7 +25,7 @@ def test_bad_inventory_fails_before_the_flow(tmp_path: Path) -> None:
     assert len(lines) == 1, res.stderr
     assert "table 'x'" in lines[0] and "embedding_dim" in lines[0]
     assert "Traceback" not in res.stderr + res.stdout
-    assert not (ws / "inventory.yaml").exists()
+    assert not ws.exists()  # no workspace was created
 
 
 def test_unreachable_store_fails_before_the_flow(tmp_path: Path, monkeypatch) -> None:
@@ -39,3 +39,16 @@ def test_unreachable_store_fails_before_the_flow(tmp_path: Path, monkeypatch) ->
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1
     assert "cannot reach S3 endpoint" in res.stderr
+    assert not (tmp_path / "ws").exists()
+
+
+def test_bad_dispatch_and_params_fail_in_one_line(tmp_path: Path) -> None:
+    res = _run("pipeline", "run", "--workspace", str(tmp_path / "ws"), "--params", str(ROOT / "params.yaml"),
+               "--store", str(tmp_path / "store"), "--dispatch", "gpu", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: ConfigError: --dispatch must be auto, local or workers, got 'gpu'"]
+    bad = tmp_path / "params.yaml"
+    bad.write_text("drift: {threshold: 0}\n")
+    res = _run("pipeline", "run", "--workspace", str(tmp_path / "ws"), "--params", str(bad), cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "drift" in res.stderr
+    assert not (tmp_path / "ws").exists()

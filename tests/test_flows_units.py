@@ -1,57 +1,77 @@
-"""Orchestration pieces without a Prefect server: fingerprint state, inventory versions, stale-record
-handling, batching and cache keys, artifact keys, the workspace lock, human review, deployments."""
+"""Orchestration pieces without a Prefect server: the stage graph as declared, typed params sections, inventory
+versions, deployments with their schedules and triggers, the drift check and its history, artifact keys, the
+workspace lock, human review."""
 
 from __future__ import annotations
 
 import fcntl
-import json
 from pathlib import Path
 
 import pytest
 import yaml
-from flows_support import TINY_PARAMS, change_one_table, tiny_inventory
+from flows_support import change_one_table, tiny_inventory
 
 from dreamshard.events import current_inventory_key, get_current_inventory, inventory_key, push_inventory
-from dreamshard.fingerprints import (
-    PipelineState,
-    PublishedPlanState,
-    TrainedModelState,
-    load_state,
-    needs_publishing,
-    needs_training,
-    params_fingerprint,
-    retire_stale_measurements,
-    save_state,
-)
 from dreamshard.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
+STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
 
 
-def test_params_fingerprint_tracks_only_named_sections() -> None:
-    sections = ("train_cost", "train_policy")
-    base = params_fingerprint(TINY_PARAMS, sections)
-    assert params_fingerprint({**TINY_PARAMS, "evaluate": {"rounds": 9}}, sections) == base
-    changed = {**TINY_PARAMS, "train_policy": {**TINY_PARAMS["train_policy"], "episodes": 11}}
-    assert params_fingerprint(changed, sections) != base
+def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
+    from dreamshard_flows.tasks import pipeline_file
+
+    text = (ROOT / "dvc.yaml").read_text()
+    assert pipeline_file("dvc.yaml") == text  # what a workspace runs is this very file
+    assert pipeline_file("params.yaml") == (ROOT / "params.yaml").read_text()
+    stages = yaml.safe_load(text)["stages"]
+    assert list(stages) == STAGES
+    for name, st in stages.items():
+        assert st["cmd"].startswith("dreamshard "), name  # one thin CLI call
+        code = [d for d in st["deps"] if d.startswith("dreamshard/")]
+        assert code, f"stage {name} lists no code it runs"
+        assert all((ROOT / d).is_dir() for d in code), code
+    assert "models/dreamshard" in stages["train"]["outs"]
+    assert "data/plan.json" in stages["evaluate"]["deps"] and "data/comparison.json" in stages["evaluate"]["outs"]
+    assert (ROOT / "inputs" / "inventory.yaml").is_file()  # the repository root is a DVC project itself
 
 
-def test_state_decides_what_to_rerun(tmp_path: Path) -> None:
-    state = load_state(tmp_path)
-    assert state == PipelineState()
-    assert needs_training(state, "fp1", "p1") and needs_publishing(state, "fp1", "p1")
-    (tmp_path / "models").mkdir()
-    state = PipelineState(
-        trained=TrainedModelState(inventory_fingerprint="fp1", params_fingerprint="p1", model_dir=str(tmp_path / "models")),
-        published=PublishedPlanState(inventory_fingerprint="fp1", model_fingerprint="p1", plan_id="plan-1", approved=True),
-    )
-    save_state(tmp_path, state)
-    state = load_state(tmp_path)
-    assert not needs_training(state, "fp1", "p1") and not needs_publishing(state, "fp1", "p1")
-    assert needs_training(state, "fp2", "p1") and needs_publishing(state, "fp2", "p1")
-    assert needs_training(state, "fp1", "p2")  # a training param changed
-    (tmp_path / "models").rmdir()
-    assert needs_training(state, "fp1", "p1")  # the model is gone
+def test_params_sections_pipeline_and_drift_are_typed(tmp_path: Path) -> None:
+    from dreamshard.errors import ConfigError
+    from dreamshard.pipeline_config import load_pipeline_config
+
+    cfg = load_pipeline_config(ROOT / "params.yaml")
+    assert cfg.pipeline.profile_deployment == "profile-batch/profile-batch" and cfg.pipeline.items_per_batch >= 1
+    assert 0 < cfg.drift.threshold and cfg.drift.rounds >= 1
+    bad = tmp_path / "p.yaml"
+    bad.write_text("drift: {threshold: -1}\n")
+    with pytest.raises(ConfigError, match="drift"):
+        load_pipeline_config(bad)
+    bad.write_text("pipeline: {items_per_batch: 10, dvc_remot: x}\n")
+    with pytest.raises(ConfigError, match="dvc_remot"):
+        load_pipeline_config(bad)
+
+
+def test_params_text_overrides_only_the_backend(tmp_path: Path) -> None:
+    from dreamshard.errors import ConfigError
+    from dreamshard_flows.tasks import params_text
+
+    src = ROOT / "params.yaml"
+    assert params_text(str(src), None) == src.read_text()
+    overridden = yaml.safe_load(params_text(str(src), "simulator") or "")
+    assert overridden["profile"]["backend"] == "simulator"
+    assert {k: v for k, v in overridden.items() if k != "profile"} == {
+        k: v for k, v in yaml.safe_load(src.read_text()).items() if k != "profile"}
+    with pytest.raises(ConfigError, match="unknown backend 'tpu'"):
+        params_text(str(src), "tpu")
+
+
+def test_stage_env_says_where_shards_go() -> None:
+    from dreamshard_flows.orchestrator import stage_env
+
+    env = stage_env("/abs/store", "http://127.0.0.1:1", "run-1", "local")
+    assert env == {"DREAMSHARD_PROFILE_STORE": "/abs/store", "DREAMSHARD_PROFILE_CAMPAIGN": "run-1",
+                   "DREAMSHARD_PROFILE_DISPATCH": "local", "DREAMSHARD_PROFILE_ENDPOINT": "http://127.0.0.1:1"}
 
 
 def test_push_inventory_versions_and_current_pointer(tmp_path: Path) -> None:
@@ -59,16 +79,13 @@ def test_push_inventory_versions_and_current_pointer(tmp_path: Path) -> None:
     inv = tiny_inventory(tmp_path / "inv.yaml")
     ref = push_inventory(store, inv, str(tmp_path / "store"))
     assert ref.changed and ref.key == inventory_key("tiny", inv.fingerprint())
-    assert ref.key == f"inventories/tiny/{inv.fingerprint()}.yaml"
     assert store.exists(current_inventory_key("tiny"))
     assert not push_inventory(store, inv).changed  # same content: no new version, pointer unchanged
     changed = change_one_table(inv, tmp_path / "inv2.yaml")
     ref2 = push_inventory(store, changed)
-    assert ref2.changed and ref2.fingerprint != ref.fingerprint
     got, got_ref = get_current_inventory(store, "tiny")
     assert got.fingerprint() == changed.fingerprint() and got_ref.key == ref2.key
     assert store.exists(ref.key)  # the old version stays
-    assert get_current_inventory(store, "other") is None
 
 
 def test_inventory_push_cli_stores_without_event(tmp_path: Path) -> None:
@@ -81,65 +98,74 @@ def test_inventory_push_cli_stores_without_event(tmp_path: Path) -> None:
                                    "--no-event"])
     assert res.exit_code == 0, res.output
     assert "stored tiny" in res.output
-    assert list((tmp_path / "s" / "inventories" / "tiny").glob("*.yaml"))
 
 
-def test_retire_stale_measurements_keeps_current_inventory_records(tmp_path: Path) -> None:
-    from dreamshard.io import append_measurement, load_measurements
-    from dreamshard.profiling import make_oracle
-    from dreamshard.types import Topology
-
-    inv = tiny_inventory(tmp_path / "a.yaml")
-    inv2 = change_one_table(inv, tmp_path / "b.yaml")
-    oracle = make_oracle("simulator", warmup=0, repeats=1)
-    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
-    path = tmp_path / "m.jsonl"
-    for i, which in enumerate((inv, inv2, inv)):
-        append_measurement(path, oracle.measure(which, {t.name: j % 2 for j, t in enumerate(which.tables)}, topo,
-                                                measurement_id=f"m{i}"))
-    assert retire_stale_measurements(path, inv2.fingerprint()) == 2
-    assert [m.measurement_id for m in load_measurements(path)] == ["m1"]
-    aside = path.with_name(f"m.{inv.fingerprint()[:12]}.jsonl")
-    assert [m.measurement_id for m in load_measurements(aside)] == ["m0", "m2"]
-    assert retire_stale_measurements(path, inv2.fingerprint()) == 0
-
-
-def test_batches_and_profile_cache_key(tmp_path: Path) -> None:
-    from dreamshard.learning.configs import TasksConfig
-    from dreamshard.learning.tasks import make_taskset
+def test_drift_check_compares_with_the_recorded_cost_and_keeps_a_history(tmp_path: Path) -> None:
+    from dreamshard.drift import check_drift, read_history, record_check, trend_rows
+    from dreamshard.evaluation import evaluate_plan
     from dreamshard.profiling import ProfileConfig
+    from dreamshard.sharders import get_sharder
     from dreamshard.types import Topology
-    from flows.profile_flow import batches_of
-    from flows.tasks import profile_batch_cache_key
 
-    inv = tiny_inventory(tmp_path / "inv.yaml", num_tables=30)
-    ts = make_taskset(inv, TasksConfig(train_num_tasks=5, train_tables=(3, 4), train_devices=2, test_tables=(4,),
-                                       test_devices=(2,)))
-    batches = batches_of(ts, 2)
-    assert [len(b.train) for b in batches] == [2, 2, 1]
-    assert [t.name for b in batches for t in b.train] == [t.name for t in ts.train]
-    out = tmp_path / "m.jsonl"
-    params = {"inventory": inv, "tasks": batches[0], "profile_config": ProfileConfig(backend="simulator"),
-              "topology": Topology(num_devices=2, memory_per_device_gb=1.0), "out_path": str(out)}
-    assert profile_batch_cache_key(None, params) is None  # nothing on disk yet: never a cache hit
-    out.write_text("")
-    key = profile_batch_cache_key(None, params)
-    assert key and key == profile_batch_cache_key(None, dict(params))
-    assert key != profile_batch_cache_key(None, {**params, "tasks": batches[1]})
-    assert key != profile_batch_cache_key(None, {**params, "profile_config": ProfileConfig(backend="cpu")})
+    inv = tiny_inventory(tmp_path / "inv.yaml")
+    plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256))
+    published = evaluate_plan(inv, plan, ProfileConfig(backend="simulator").oracle())  # as the gate records it
+    same = check_drift(published, inv, ProfileConfig(backend="simulator").oracle(), rounds=1, threshold=0.2)
+    assert same.basis == "measured" and same.drift == pytest.approx(0.0) and not same.drifted
+    slower = check_drift(published, inv, ProfileConfig(backend="simulator", simulator_slowdown=1.5).oracle(),
+                         rounds=1, threshold=0.2)
+    assert slower.drift == pytest.approx(0.5) and slower.drifted
+    assert slower.now_ms == pytest.approx(1.5 * published.measured.overall_ms)
+    unmeasured = check_drift(plan.model_copy(update={"predicted": published.measured}), inv,
+                             ProfileConfig(backend="simulator", simulator_slowdown=1.1).oracle(), 1, 0.2)
+    assert unmeasured.basis == "predicted" and not unmeasured.drifted  # +10% is within 20%
+
+    store = open_store(str(tmp_path / "store"))
+    assert read_history(store, "tiny") == []
+    record_check(store, same)
+    history = record_check(store, slower, keep=2)
+    history = record_check(store, unmeasured, keep=2)
+    assert [c.drift for c in history] == [slower.drift, unmeasured.drift]  # the last `keep` checks, oldest first
+    assert read_history(store, "tiny") == history
+    rows = trend_rows(history)
+    assert rows[0]["basis"] == "predicted" and rows[1]["drift"] == "+50.0%" and rows[1]["drifted"] is True
+
+
+def test_deployments_schedules_triggers_and_pools() -> None:
+    from dreamshard_flows.deploy import DRIFT_CRON, NIGHTLY_CRON, build_deployments
+
+    deps = {d.name: d for d in build_deployments(store_uri="s3://bucket/plans", work_pools=True)}
+    assert set(deps) == {"nightly-and-on-change", "retrain-on-drift", "profile-batch", "drift-monitor", "publish-plan"}
+    orch = deps["nightly-and-on-change"]
+    assert orch.schedules[0].schedule.cron == NIGHTLY_CRON and orch.work_pool_name == "default"
+    (changed,) = orch.triggers
+    assert changed.expect == {"dreamshard.inventory.changed"}
+    assert changed.parameters["request"]["inventory_name"] == "{{ event.payload.inventory_name }}"
+    (drifted,) = deps["retrain-on-drift"].triggers
+    assert drifted.expect == {"dreamshard.plan.drifted"}
+    assert drifted.match.model_dump()["prefect.resource.id"] == "dreamshard.plan.*"
+    assert drifted.parameters["request"]["reprofile"] is True
+    assert deps["profile-batch"].work_pool_name == "gpu" and deps["drift-monitor"].work_pool_name == "gpu"
+    assert deps["drift-monitor"].schedules[0].schedule.cron == DRIFT_CRON
+    for d in deps.values():  # workers import the installed package, whatever their working directory
+        assert d.entrypoint.startswith("dreamshard_flows."), d.entrypoint
+    declared = {d["name"]: d for d in yaml.safe_load((ROOT / "infra" / "prefect.yaml").read_text())["deployments"]}
+    assert set(declared) == set(deps)
+    for name, d in declared.items():  # infra/prefect.yaml and deploy.py declare the same deployments
+        assert d["entrypoint"] == deps[name].entrypoint and d["work_pool"]["name"] == deps[name].work_pool_name
 
 
 def test_artifact_keys_are_lowercase_dash() -> None:
-    from flows.artifacts import artifact_key
+    from dreamshard_flows.artifacts import artifact_key
 
     assert artifact_key("plan-devices", "My_Pool.v2") == "plan-devices-my-pool-v2"
     assert artifact_key("sharder-comparison", "") == "sharder-comparison"
 
 
 def test_workspace_lock_is_exclusive(tmp_path: Path) -> None:
-    from flows.tasks import workspace_lock
+    from dreamshard_flows.tasks import workspace_lock
 
-    lock = tmp_path / "ws" / ".lock"
+    lock = tmp_path / "ws" / ".pipeline.lock"
     with workspace_lock(lock):
         with open(lock) as other, pytest.raises(BlockingIOError):
             fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -151,7 +177,7 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
     import prefect.flow_runs
 
     from dreamshard.gate import GateDecision
-    from flows.publish_flow import ApprovalInput, _human_review
+    from dreamshard_flows.publish import ApprovalInput, _human_review
 
     decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
@@ -172,39 +198,15 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
     assert not unanswered.approved and "no reviewer answered within 10 s" in unanswered.reason
 
 
-def test_plan_and_gate_tasks_call_the_library(tmp_path: Path) -> None:
-    from dreamshard.types import Topology
-    from flows.tasks import gate_task, plan_task
+def test_library_never_imports_the_flows() -> None:
+    import subprocess
+    import sys
 
-    inv = tiny_inventory(tmp_path / "inv.yaml")
-    topo = Topology(num_devices=2, memory_per_device_gb=1.0)
-    plan = plan_task.fn(inv, topo, "size_greedy", {})
-    assert set(plan.placement) == set(inv.table_names) and plan.fits_memory()
-    decision = gate_task.fn(plan, {"round_robin": 1.0}, 0.0)
-    assert not decision.approved and "neither measured nor predicted" in decision.reason
+    code = ("import sys, dreamshard.cli.app, dreamshard.workspace, dreamshard.drift, dreamshard.profiling.batches; "
+            "print(sorted(m for m in sys.modules if m.startswith(('flows', 'dreamshard_flows.orchestrator', 'prefect.flows'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
+    assert out.strip() == "[]"  # the CLI's entry point loads only dreamshard_flows.cli, which imports no Prefect
+    import importlib.util
 
-
-def test_deployments_schedule_trigger_and_pools() -> None:
-    from flows.deploy import NIGHTLY_CRON, build_deployments
-
-    deps = {d.name: d for d in build_deployments(store_uri="s3://bucket/plans", work_pools=True)}
-    orch = deps["nightly-and-on-change"]
-    assert orch.schedules[0].schedule.cron == NIGHTLY_CRON
-    (trigger,) = orch.triggers
-    assert trigger.expect == {"dreamshard.inventory.changed"}
-    assert trigger.match.model_dump()["prefect.resource.id"] == "dreamshard.inventory.*"
-    assert trigger.parameters["request"]["inventory_name"] == "{{ event.payload.inventory_name }}"
-    assert deps["profile"].work_pool_name == "gpu" and "gpu" in deps["profile"].tags
-    assert orch.work_pool_name == "default"
-    declared = yaml.safe_load((ROOT / "infra" / "prefect.yaml").read_text())["deployments"]
-    assert {d["name"] for d in declared} == set(deps)
-    for d in declared:  # prefect.yaml and deploy.py point at the same flows
-        assert d["entrypoint"] == deps[d["name"]].entrypoint
-
-
-def test_dvc_yaml_stages_are_thin_cli_calls() -> None:
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert list(stages) == ["inventory", "tasks", "profile", "train_cost", "train_policy", "plan", "evaluate"]
-    for name, st in stages.items():
-        assert "dreamshard " in st["cmd"], name
-    assert json.dumps(stages["train_cost"]["metrics"]) and stages["evaluate"]["plots"]
+    assert importlib.util.find_spec("dreamshard_flows") is not None
+    assert subprocess.run([sys.executable, "-c", "import flows"], capture_output=True, cwd="/").returncode != 0
