@@ -302,3 +302,29 @@ def test_cli_torchrec_out_loads_into_a_sharding_plan(tmp_path: Path, capsys: pyt
                            "--torchrec-kernel", "fast"], capsys)
     assert code == 2 and err.count("\n") == 1 and "unknown TorchRec compute kernel 'fast'" in err
     assert not (tmp_path / "p2.json").exists() and not (tmp_path / "tr2.json").exists()
+
+
+def test_cli_torchrec_export_and_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dreamshard.io import save_inventory, save_plan
+
+    plan = _split_plan()
+    inv_path, plan_path = save_inventory(INV, tmp_path / "inv.yaml"), save_plan(plan, tmp_path / "plan.json")
+    tr = tmp_path / "tr.json"
+    code, out, err = _cli(["torchrec", "export", str(plan_path), "-i", str(inv_path), "-o", str(tr)], capsys)
+    assert code == 0, err
+    assert "4 tables (2 column-wise) on 3 ranks" in out and read_torchrec_plan(tr) == torchrec_document(plan, INV)
+    back = tmp_path / "back.json"
+    code, _, err = _cli(["torchrec", "import", str(tr), "-i", str(inv_path), "-m", "1", "-o", str(back)], capsys)
+    assert code == 0, err
+    again = load_plan(back)
+    assert (again.placement, again.column_shards, again.sharder, again.topology) == (
+        plan.placement, plan.column_shards, "hand", plan.topology)
+
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(plan.to_torchrec()))
+    code, _, err = _cli(["torchrec", "import", str(bare), "-i", str(inv_path), "-m", "1", "-o", str(tmp_path / "b.json")], capsys)
+    assert code == 2 and "without a world size" in err and err.count("\n") == 1 and not (tmp_path / "b.json").exists()
+    code, _, err = _cli(["torchrec", "import", str(bare), "-i", str(inv_path), "-m", "1", "-d", "3", "-o", str(tmp_path / "b.json")], capsys)
+    assert code == 0 and load_plan(tmp_path / "b.json").column_shards == plan.column_shards
+    code, _, err = _cli(["torchrec", "import", str(tr), "-i", str(inv_path), "-m", "0.000001", "-o", str(tmp_path / "c.json")], capsys)
+    assert code == 2 and "PlanError" in err and "over its" in err and not (tmp_path / "c.json").exists()

@@ -224,7 +224,8 @@ def plan_from_document(
         raise PlanError(f"the TorchRec plan has {doc.world_size} ranks but the topology has {topology.num_devices} devices")
     if doc.inventory_fingerprint is not None and doc.inventory_fingerprint != inventory.fingerprint():
         raise PlanError(
-            f"the TorchRec plan was made for other tables than inventory '{inventory.name}' (fingerprints differ)"
+            f"the TorchRec plan was made for other tables than inventory '{inventory.name}' (fingerprints differ); "
+            "give the inventory it was planned for"
         )
     tables = inventory.by_name()
     for name, spec in doc.tables.items():
