@@ -1,6 +1,7 @@
-"""dvc.yaml in a throwaway copy of the repo's pipeline files (never in the working repo): a clean
-`dvc repro` works offline; a changed policy param re-runs only the policy and later stages; one changed
-table re-profiles and retrains; `dvc push` fills the default local remote."""
+"""The repository's own dvc.yaml as an engineer runs it (`dvc repro`, no Prefect), in a throwaway copy of the
+pipeline files with tiny simulator params: a clean repro runs every stage, `dvc push` fills the default local
+remote, a training param re-runs only training and what follows, a code change re-runs exactly the stages that
+list that code, a changed table re-runs everything."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from flows_support import TINY_PARAMS
+from flows_support import TINY_PARAMS, change_one_table, tiny_inventory
+
+from dreamshard.io import load_inventory
+from dreamshard.workspace import PipelineWorkspace
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-ALL_STAGES = ["inventory", "tasks", "profile", "train_cost", "train_policy", "plan", "evaluate"]
+ALL_STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
 
 
 def _run(args: list[str], cwd: Path) -> str:
@@ -27,11 +31,6 @@ def _run(args: list[str], cwd: Path) -> str:
     res = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout
-
-
-def _dry_stages(repo: Path) -> list[str]:
-    out = _run([str(BIN / "dvc"), "repro", "--dry"], repo)
-    return [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")]
 
 
 def _ran_stages(out: str) -> list[str]:
@@ -44,7 +43,7 @@ def _status(repo: Path) -> dict[str, object]:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A fresh git repo with the pipeline files of this checkout and tiny simulator params."""
+    """A git repo holding this checkout's pipeline files, tiny params, a tiny input inventory and the code link."""
     r = tmp_path / "clone"
     (r / ".dvc").mkdir(parents=True)
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
@@ -52,41 +51,51 @@ def repo(tmp_path: Path) -> Path:
     for name in ("config", ".gitignore"):
         shutil.copy(ROOT / ".dvc" / name, r / ".dvc" / name)
     (r / "params.yaml").write_text(yaml.safe_dump(TINY_PARAMS, sort_keys=False))
+    tiny_inventory(r / "inputs" / "inventory.yaml")
+    PipelineWorkspace(r).link_code(ROOT / "dreamshard")  # in the checkout itself this is the package directory
+    with open(r / ".gitignore", "a") as f:
+        f.write("/dreamshard\n")
     _run(["git", "init", "-q"], r)
     _run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], r)
     _run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "pipeline"], r)
     return r
 
 
-def test_dvc_pipeline_reruns_only_what_changed(repo: Path) -> None:
+def test_dvc_pipeline_reruns_only_what_changed(repo: Path, tmp_path: Path) -> None:
     dvc = str(BIN / "dvc")
     assert _ran_stages(_run([dvc, "repro"], repo)) == ALL_STAGES
     assert _status(repo) == {}
     for out in ("data/inventory.yaml", "data/measurements.jsonl", "models/dreamshard/model.json", "data/plan.json",
-                "metrics/cost_model.json", "metrics/evaluation.json", "plots/cost_per_sharder.json",
-                "plots/cost_model_error.json"):
+                "data/comparison.json", "reports/comparison.md", "metrics/evaluation.json", "plots/cost_per_sharder.json"):
         assert (repo / out).is_file(), out
     evaluation = json.loads((repo / "metrics/evaluation.json").read_text())
-    assert set(evaluation["sharders"]) == {"round_robin", "dreamshard"}
-    assert evaluation["backend"] == "simulator"
+    assert set(evaluation["sharders"]) == {"round_robin", "dreamshard"} and evaluation["backend"] == "simulator"
+    plan = json.loads((repo / "data/plan.json").read_text())
+    assert any(r["plan"]["plan_id"] == plan["plan_id"] for r in json.loads((repo / "data/comparison.json").read_text())["results"])
     _run([dvc, "push"], repo)
     pushed = [p for p in (repo / ".dvc-remote").rglob("*") if p.is_file()]
-    assert len(pushed) >= 4, pushed  # inventory, tasks, measurements, model files reached the local remote
+    assert len(pushed) >= 6, pushed  # inventory, tasks, measurements, model files, plan, comparison, reports
 
-    # A policy param: only train_policy (and what consumes the new policy) re-runs.
+    # A training param: train and what consumes the new model re-run; profile does not.
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train_policy"]["episodes"] = 20
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(_status(repo)) == {"train_policy"}
+    assert set(_status(repo)) == {"train"}
     ran = _ran_stages(_run([dvc, "repro"], repo))
-    assert ran[0] == "train_policy" and set(ran) <= {"train_policy", "plan", "evaluate"}
-    assert "profile" not in ran and "train_cost" not in ran
+    assert ran[0] == "train" and set(ran) <= {"train", "plan", "evaluate"}
 
-    # One table changes (a user-managed inventory: frozen stage): profile and everything downstream.
-    _run([dvc, "freeze", "inventory"], repo)
-    inv = yaml.safe_load((repo / "data/inventory.yaml").read_text())
-    inv["tables"][0]["pooling_factor"] = float(inv["tables"][0]["pooling_factor"]) + 3.0
-    (repo / "data/inventory.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
-    stale = _status(repo)
-    assert {"tasks", "profile", "train_cost", "train_policy", "plan", "evaluate"} <= set(stale)
-    assert _dry_stages(repo) == ALL_STAGES[1:]
+    # Code: the stages that list dreamshard/sharders (plan, evaluate), and nothing else, become stale.
+    code = tmp_path / "code" / "dreamshard"
+    shutil.copytree(ROOT / "dreamshard", code, ignore=shutil.ignore_patterns("__pycache__"))
+    PipelineWorkspace(repo).link_code(code)
+    assert _status(repo) == {}  # same code, another place: nothing to do
+    heuristics = code / "sharders" / "heuristics.py"
+    heuristics.write_text(heuristics.read_text() + "\n# a change to the heuristics\n")
+    assert set(_status(repo)) == {"plan", "evaluate"}
+    PipelineWorkspace(repo).link_code(ROOT / "dreamshard")
+
+    # One table changes in the input inventory: everything downstream of it.
+    change_one_table(load_inventory(repo / "inputs" / "inventory.yaml"), repo / "inputs" / "inventory.yaml")
+    assert set(_status(repo)) == {"inventory"}
+    assert _ran_stages(_run([dvc, "repro", "--single-item", "inventory"], repo)) == ["inventory"]
+    assert set(_status(repo)) == set(ALL_STAGES[1:])  # the new validated inventory feeds every other stage
