@@ -9,9 +9,7 @@ recovery working).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -21,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
-from dreamshard.cli.app import main
+from dreamshard.cli.app import invoke as cli
 from dreamshard.evaluation import compare_sharders
 from dreamshard.events import push_inventory
 from dreamshard.inventory.synth import synth_inventory
@@ -32,17 +30,6 @@ from dreamshard.store import get_current, get_pointer, open_store
 from dreamshard.types import Topology
 
 RESULTS: list[tuple[str, str, str, bool, str]] = []
-
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as e:
-            code = e.code
-    return int(code or 0), out.getvalue(), err.getvalue()
 
 
 def one_line_2(r: tuple[int, str, str]) -> bool:

@@ -9,7 +9,6 @@ inventories are tiny, so the whole file stays well under a minute.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import tempfile
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_helpers import world
 
-from dreamshard.cli.app import main
+from dreamshard.cli.app import invoke
 from dreamshard.events import push_inventory
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.memory import check_plan
@@ -29,17 +28,6 @@ from dreamshard.store import get_current, open_store
 from dreamshard.store.publish import fsck
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as e:
-            code = e.code
-    return int(code or 0), out.getvalue(), err.getvalue()
 
 
 def snapshot(d: Path) -> dict[str, bytes]:

@@ -88,5 +88,21 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(0)
 
 
+def invoke(argv: list[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process with `argv`: (exit code, stdout, stderr). For tests and scripts that drive many
+    commands without a subprocess each."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    code: object = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as e:
+            code = e.code
+    return int(code or 0) if not isinstance(code, str) else 1, out.getvalue(), err.getvalue()
+
+
 if __name__ == "__main__":
     main()
