@@ -3,7 +3,6 @@ concurrent publishers, credential / endpoint / bucket errors, CLI publish, and a
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -13,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import SeaweedS3
-from store_helpers import approve, make_plan
+from store_helpers import approve, make_plan, world
 from test_store_concurrency import run_threaded_publishers
 
 from dreamshard.cli.app import main
@@ -132,24 +131,30 @@ def test_missing_bucket_one_line_and_not_created(s3_env: SeaweedS3, s3_prefix: s
 def test_cli_publish_to_s3_exit_codes(
     s3_env: SeaweedS3, s3_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dreamshard.io import save_plan
+    """The gate against S3: the inventory comes from the store's inventory versions (no -i), the costs from
+    the comparison; the published plan carries the comparison's figures."""
+    from dreamshard.events import push_inventory
 
-    good, bad = make_plan(overall=8.0), make_plan(overall=12.0)
-    save_plan(good, tmp_path / "good.json")
-    save_plan(bad, tmp_path / "bad.json")
-    (tmp_path / "cmp.json").write_text(json.dumps({"results": [{"sharder": "size_greedy", "overall_ms": 10.0}]}))
+    w = world()
+    files = w.write(tmp_path)
     uri = f"s3://{s3_env.bucket}/{s3_prefix}"
-    args = ["plans", "publish", "--store", uri, "--baselines", str(tmp_path / "cmp.json")]
-    for plan_file, code in (("good.json", 0), ("bad.json", 1)):
+    store = open_store(uri)
+    args = ["plans", "publish", "--store", uri, "--comparison", str(files["comparison"])]
+    with pytest.raises(SystemExit) as e:
+        main([*args[:2], str(files["good"]), *args[2:]])
+    assert e.value.code == 2 and "push it first" in capsys.readouterr().err  # no inventory: nothing trusted
+    push_inventory(store, w.inventory)
+    for plan_file, code in (("good", 0), ("worse", 1)):
         with pytest.raises(SystemExit) as e:
-            main([*args[:2], str(tmp_path / plan_file), *args[2:]])
+            main([*args[:2], str(files[plan_file]), *args[2:]])
         assert e.value.code == code
     err = capsys.readouterr().err
     assert "rejected" in err and "does not beat" in err
-    store = open_store(uri)
-    assert get_current(store, "inv") == good
+    current = get_current(store, "inv")
+    entry = next(r for r in w.comparison.results if r.plan.plan_id == w.good.plan_id)
+    assert current.plan_id == w.good.plan_id and current.measured == entry.plan.measured
     pointer = get_pointer(store, "inv")
-    assert pointer is not None and pointer.plan_id == good.plan_id
+    assert pointer is not None and pointer.plan_id == w.good.plan_id
 
 
 def _git(args: list[str], cwd: Path) -> None:
