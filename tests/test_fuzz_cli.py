@@ -81,7 +81,7 @@ inventory_dicts = st.fixed_dictionaries(
 )
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=80)
 @given(data=inventory_dicts, as_yaml=st.booleans())
 def test_fuzz_inventory_validate(data: dict[str, Any], as_yaml: bool) -> None:
     with workdir() as d:
@@ -123,7 +123,7 @@ def _mutations() -> st.SearchStrategy[tuple[str, Any]]:
     )
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=40)
 @given(base=st.sampled_from(["good", "bad", "worse"]), edits=st.lists(_mutations(), max_size=3),
        margin=st.sampled_from([None, "0", "0.05", "0.99", "1", "-1", "nan", "x"]))
 def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], margin: str | None) -> None:
@@ -184,7 +184,7 @@ def _seeded_store(paths: dict[str, Path]) -> None:
         (paths["store"] / rel).write_bytes(data)
 
 
-@settings(FUZZ, max_examples=25)
+@settings(FUZZ, max_examples=12)
 @given(damage=corruptions, which=st.sampled_from(["plans", "inventories"]))
 def test_fuzz_store_pointer_corruption(damage: bytes, which: str) -> None:
     w = world()
@@ -221,7 +221,7 @@ option_values = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=60)
 @given(cmd=st.sampled_from(["plan", "compare", "profile", "evaluate"]), devices=option_values, memory=option_values,
        other=st.sampled_from(["--batch-size", "--seed", "--warmup", "--repeats", "--threads", "--rounds", "--samples"]),
        value=option_values)
