@@ -34,6 +34,7 @@ Outputs: <out>/dmp_step.json and <out>/dmp_step.md (default --out bench/results)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -99,14 +100,20 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
     return None if rho != rho else round(rho, 3)  # nan: a constant column
 
 
+@functools.cache
+def _cost_net(model_dir: Path) -> Any:
+    from dreamshard.learning.model_store import load_model
+
+    return load_model(model_dir, require_policy=False).cost_net
+
+
 def _predicted(model_dir: Path, inv: Inventory, plan: Plan) -> float | None:
     """The cost network's predicted overall cost (ms) of a table-wise plan."""
     from dreamshard.learning.cost_model import predict_costs
-    from dreamshard.learning.model_store import load_model
 
     if plan.column_shards:
         return None
-    est = load_model(model_dir, require_policy=False).cost_net
+    est = _cost_net(model_dir)
     return round(predict_costs(est, list(inv.tables), plan.placement, plan.topology.num_devices).overall_ms, 4)
 
 
@@ -280,7 +287,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--inventories", default=DEFAULT_INVENTORIES,
                     help=f"comma-separated specs: synth:N[:SEED], criteo-kaggle[:DIM], criteo-terabyte[:DIM], or a file (default {DEFAULT_INVENTORIES})")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5 for a report; default 5)")
