@@ -244,10 +244,14 @@ class PipelineWorkspace:
     def commit(self, message: str) -> str | None:
         """Commit everything git does not ignore (dvc.lock, params, inputs, small metrics); None if nothing changed."""
         run_git(["add", "-A"], self.root)
-        if not run_git(["status", "--porcelain"], self.root).strip():
+        if not self.dirty():
             return None
         run_git(["commit", "-q", "-m", message], self.root)
         return self.head()
+
+    def dirty(self) -> bool:
+        """Anything git does not ignore that is not committed (a new dvc.lock, params, inputs)."""
+        return bool(run_git(["status", "--porcelain"], self.root).strip())
 
     def head(self) -> str | None:
         try:

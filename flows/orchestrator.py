@@ -141,8 +141,10 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
         if "train" in summary.ran and (metrics := _train_metrics(ws)) is not None:
             metrics_artifact("train-metrics", metrics, inventory.name)
 
-        committed = commit_task(str(root), f"pipeline run {campaign}: {', '.join(summary.ran) or 'no stage'} "
-                                           f"({inventory.name} {summary.inventory_fingerprint[:12]})")
+        committed = None
+        if ws.dirty():  # this run's lock, or one a crashed run left uncommitted
+            committed = commit_task(str(root), f"pipeline run {campaign}: {', '.join(summary.ran) or 'no stage'} "
+                                               f"({inventory.name} {summary.inventory_fingerprint[:12]})")
         summary.git_revision = ws.head()
         tag = decision_tag(ws.tags_at_head())
         if not summary.ran and tag is not None:
