@@ -224,6 +224,9 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     for md5 in (lineage.model_md5, lineage.measurements_md5):
         assert remote.exists(f"files/md5/{md5[:2]}/{md5[2:]}"), md5  # dvc push reached SeaweedFS
 
+    shown = _run([str(BIN / "dreamshard"), "plans", "show", current.plan_id, "--store", store_uri, "--lineage"], tmp_path)
+    assert f"model_md5              {lineage.model_md5}" in shown and f"flow_run_id            {second.campaign}" in shown
+
     # A fresh directory gets exactly that data and model from the remote.
     out = _run([str(BIN / "dreamshard"), "plans", "reproduce", current.plan_id, "--store", store_uri,
                 "--into", str(tmp_path / "repro")], tmp_path)

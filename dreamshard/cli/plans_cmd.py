@@ -235,10 +235,11 @@ def show_cmd(
     store: StoreOpt = None,
     inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory name (needed for 'current').")] = None,
     torchrec: Annotated[bool, typer.Option("--torchrec", help="Print the TorchRec table-wise form.")] = False,
+    lineage: Annotated[bool, typer.Option("--lineage", help="Print only the plan's lineage (data, model, params, code).")] = False,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
 ) -> None:
-    """Print a stored plan as JSON (checksum-verified)."""
+    """Print a stored plan as JSON (checksum-verified; a pipeline plan's JSON includes its lineage)."""
     from dreamshard.store import get_current, show
 
     s = _open(store, endpoint, params)
@@ -248,6 +249,12 @@ def show_cmd(
         plan = get_current(s, inventory)
     else:
         plan = show(s, plan_id, inventory)
+    if lineage:
+        if plan.lineage is None:
+            raise ConfigError(f"plan {plan.plan_id} has no lineage (it was not published by the pipeline)")
+        for field, value in plan.lineage.summary():
+            typer.echo(f"{field:22s} {value}")
+        return
     data = plan.to_torchrec() if torchrec else plan.model_dump(mode="json")
     typer.echo(json.dumps(data, indent=2))
 
