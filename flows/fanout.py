@@ -75,7 +75,8 @@ def _final_name(state: Any) -> str:
     return state.name if state is not None else "?"
 
 
-def _worker_dead(worker: Any, now: datetime) -> bool:
+def worker_dead(worker: Any, now: datetime) -> bool:
+    """Prefect's rule for an offline worker: marked OFFLINE, or silent for three heartbeat intervals."""
     if worker is None:
         return False
     if str(getattr(worker, "status", "")).upper().endswith("OFFLINE"):
@@ -163,7 +164,7 @@ def run_on_workers(
                     if name:
                         if workers is None:
                             workers = {w.name: w for w in client.read_workers_for_work_pool(pool)}
-                        if _worker_dead(workers.get(name), now):
+                        if worker_dead(workers.get(name), now):
                             message = f"worker {name} stopped heartbeating while running batch {bid}"
                             client.set_flow_run_state(fr.id, Crashed(message=message), force=True)
                             retry_reason = message

@@ -57,22 +57,29 @@ class OrchestratorSummary(BaseModel):
 
 
 def resolve_dispatch(requested: str, deployment_name: str) -> str:
-    """`auto`: the workers when a Prefect server is configured and the profile-batch deployment exists."""
+    """`auto`: the workers when a Prefect server is configured, the profile-batch deployment exists and a worker
+    of its pool is alive (else the batches would wait for nobody)."""
     if requested != "auto":
         return requested
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():
         return "local"  # an ephemeral API: no worker can reach it
+    from datetime import datetime, timezone
+
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
+    from dreamshard_flows.fanout import worker_dead
+
     try:
         with get_client(sync_client=True) as client:
-            client.read_deployment_by_name(deployment_name)
+            pool = client.read_deployment_by_name(deployment_name).work_pool_name
+            workers = client.read_workers_for_work_pool(pool) if pool else []
     except ObjectNotFound:
         return "local"
-    return "workers"
+    now = datetime.now(timezone.utc)
+    return "workers" if any(not worker_dead(w, now) and w.last_heartbeat_time for w in workers) else "local"
 
 
 def stage_env(store_uri: str, endpoint_url: str | None, campaign: str, dispatch: str) -> dict[str, str]:

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Start a local Prefect server (SQLite, 127.0.0.1:4200), a process work pool per pool name and a worker.
+# Start a local Prefect server (SQLite, 127.0.0.1:4200), the process work pools and one worker on each.
 # PIDs land in $PREFECT_RUN_DIR (default runs/prefect) so stop-prefect.sh stops exactly what this started.
 #
-#   infra/start-prefect.sh            # server + pools "default" and "gpu" + one worker on "default"
+#   infra/start-prefect.sh            # server + pools "default" and "gpu" + one worker on each
 #   infra/stop-prefect.sh
+#
+# In production the server runs once, `default` workers run the orchestrator, and every GPU host runs
+# `infra/start-worker.sh gpu NAME` pointed at the server: each profiling batch is one flow run a gpu worker pulls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -33,9 +36,12 @@ done
 curl -fsS "$PREFECT_API_URL/health" >/dev/null || { echo "prefect server did not answer; see $RUN_DIR/server.log" >&2; exit 1; }
 echo "prefect API at $PREFECT_API_URL (UI: http://$HOST:$PORT)"
 
-# Work pools: "default" runs CPU flows, "gpu" runs profiling (a process pool locally; a GPU host in production).
+# Work pools: "default" runs the orchestrator, "gpu" runs profiling batches and the drift monitor (a process pool
+# locally; one worker per GPU host in production).
 for pool in default gpu; do
   "$PREFECT" work-pool inspect "$pool" >/dev/null 2>&1 || "$PREFECT" work-pool create "$pool" --type process >/dev/null
 done
 "$ROOT/infra/start-worker.sh" default
-echo "export PREFECT_API_URL=$PREFECT_API_URL   # then: python -m flows.deploy   (or: prefect deploy --all from infra/)"
+"$ROOT/infra/start-worker.sh" gpu
+echo "export PREFECT_API_URL=$PREFECT_API_URL   # then: python -m dreamshard_flows.deploy --work-pools"
+echo "                                          # (or: DREAMSHARD_ROOT=\$PWD prefect deploy --all --prefect-file infra/prefect.yaml)"

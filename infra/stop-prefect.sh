@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop what start-prefect.sh / start-worker.sh / `python -m flows.deploy --serve` started, by PID file only.
+# Stop what start-prefect.sh / start-worker.sh / `python -m dreamshard_flows.deploy` started, by PID file only.
 # (A serve() process keeps running after its parent shell exits, hence the PID files.)
 set -uo pipefail
 cd "$(dirname "$0")/.."

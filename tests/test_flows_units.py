@@ -210,3 +210,20 @@ def test_library_never_imports_the_flows() -> None:
 
     assert importlib.util.find_spec("dreamshard_flows") is not None
     assert subprocess.run([sys.executable, "-c", "import flows"], capture_output=True, cwd="/").returncode != 0
+
+
+def test_a_worker_is_dead_after_three_silent_heartbeat_intervals() -> None:
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from dreamshard_flows.fanout import worker_dead
+
+    now = datetime.now(timezone.utc)
+
+    def w(silent_s: float, interval: int = 2, status: str = "ONLINE") -> SimpleNamespace:
+        return SimpleNamespace(status=status, last_heartbeat_time=now - timedelta(seconds=silent_s),
+                               heartbeat_interval_seconds=interval)
+
+    assert not worker_dead(w(5.9), now) and worker_dead(w(6.1), now)
+    assert worker_dead(w(0, status="WorkerStatus.OFFLINE"), now)
+    assert not worker_dead(None, now)  # not known (yet): no verdict

@@ -33,6 +33,7 @@ from dreamshard.workspace import MEASUREMENTS, MODEL_DIR, PipelineWorkspace
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 ALL_STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
 WORKERS = ("gpu-w1", "gpu-w2")
 #: Task names that do work (a stage, a push, a publish, a measurement).
@@ -57,45 +58,41 @@ def _descendants(pid: int) -> list[int]:
 
 
 class GpuWorkers:
-    """`prefect worker start --pool gpu --type process` processes (one flow run at a time each, 2 s heartbeats)."""
+    """Process workers on the `gpu` pool, started and stopped by infra/start-worker.sh / stop-prefect.sh (one flow
+    run at a time each, 2 s heartbeats); their PIDs come from the scripts' PID files."""
 
-    def __init__(self, api: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, api: str, env: dict[str, str], run_dir: Path) -> None:
         self.env = {**os.environ, **env, "PREFECT_API_URL": api, "PREFECT_WORKER_HEARTBEAT_SECONDS": "2",
-                    "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_HOME": str(log_dir / "prefect-home")}
-        self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+                    "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_HOME": str(run_dir / "prefect-home"),
+                    "PREFECT_RUN_DIR": str(run_dir), "VENV_BIN": str(BIN)}
+        self.run_dir = run_dir
 
     def start(self, name: str) -> None:
-        log = open(self.log_dir / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", "gpu", "--type", "process", "--name", name,
-             "--limit", "1"], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        subprocess.run([str(ROOT / "infra" / "start-worker.sh"), "gpu", name], env=self.env, check=True,
+                       capture_output=True, timeout=120)
+
+    def pids(self) -> dict[str, int]:
+        out = {}
+        for f in self.run_dir.glob("worker-*.pid"):
+            pid = int(f.read_text())
+            if Path(f"/proc/{pid}").exists():
+                out[f.stem.removeprefix("worker-")] = pid
+        return out
 
     def kill(self, name: str) -> list[int]:
         """SIGKILL the worker and every process it started (a host that died), by PID."""
-        proc = self.procs.pop(name)
-        pids = [proc.pid, *_descendants(proc.pid)]
-        for pid in pids:
+        pid = self.pids()[name]
+        pids = [pid, *_descendants(pid)]
+        for p in pids:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        proc.wait(timeout=30)
+        (self.run_dir / f"worker-{name}.pid").unlink()
         return pids
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    self.kill(name)
-            self.procs.pop(name, None)
-
-    def pids(self) -> dict[str, int]:
-        return {n: p.pid for n, p in self.procs.items()}
+        subprocess.run([str(ROOT / "infra" / "stop-prefect.sh")], env=self.env, capture_output=True, timeout=120)
 
 
 def _wait_online(names: tuple[str, ...], timeout_s: float = 120) -> None:
@@ -197,7 +194,7 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
 
     # One table changes: one run does everything, its profiling batches spread over both workers.
     change_one_table(inv, tmp_path / "inv2.yaml")
-    second = run(tmp_path / "inv2.yaml", "workers")
+    second = run(tmp_path / "inv2.yaml", "auto")  # a server, the deployment and live workers: auto -> workers
     assert second.dispatch == "workers" and second.ran == ALL_STAGES, second.reason
     shards = list_shards(store, second.campaign)
     assert len(shards) >= 3
@@ -306,7 +303,7 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
         while victim is None and time.monotonic() < deadline and t.is_alive():
             for fr in _batch_runs(campaign):
                 worker = (fr.labels or {}).get("prefect.worker.name")
-                if fr.state is not None and fr.state.is_running() and worker in gpu_workers.procs:
+                if fr.state is not None and fr.state.is_running() and worker in gpu_workers.pids():
                     victim = (fr, worker)
                     break
             time.sleep(0.2)
