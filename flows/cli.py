@@ -334,21 +334,11 @@ def reproduce_cmd(
 ) -> None:
     """Rebuild the workspace a published plan came from (its dvc.yaml, params and dvc.lock), `dvc pull` exactly
     that data and model from the plan's DVC remote, and check their md5 against the plan's lineage."""
-    from dreamshard.errors import ConfigError, PlanError
-    from dreamshard.pipeline_config import load_pipeline_config
-    from dreamshard.store import get_current, open_store, show
+    from dreamshard.cli.plans_cmd import stored_plan
+    from dreamshard.errors import PlanError
     from dreamshard.workspace import reproduce
 
-    if store is None:
-        default = params or (Path("params.yaml") if Path("params.yaml").is_file() else None)
-        store = load_pipeline_config(default).publish.store_uri
-    s = open_store(store, endpoint_url=endpoint_url)
-    if plan_id == "current":
-        if not inventory:
-            raise ConfigError("`plans reproduce current` needs --inventory NAME")
-        plan = get_current(s, inventory)
-    else:
-        plan = show(s, plan_id, inventory)
+    plan = stored_plan("reproduce", plan_id, store, inventory, endpoint_url, params)
     if plan.lineage is None:
         raise PlanError(f"plan {plan.plan_id} has no lineage: only plans published by the pipeline can be reproduced")
     result = reproduce(plan.lineage, into, plan.plan_id)

@@ -37,32 +37,27 @@ def _orchestrator_request(params_path: str, workspace: str, store_uri: str | Non
     return {"request": {**req, **extra}}
 
 
-def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
-    """Run the orchestrator for the inventory named in the event (its current version in the store)."""
+def _trigger(name: str, description: str, event: str, resources: str, parameters: dict[str, Any]) -> Any:
     from prefect.events import DeploymentEventTrigger
 
-    return DeploymentEventTrigger(
-        name="inventory-changed",
-        description="A new inventory version was pushed (`dreamshard inventory push`)",
-        expect={INVENTORY_CHANGED_EVENT},
-        match={"prefect.resource.id": "dreamshard.inventory.*"},
-        parameters=_orchestrator_request(params_path, workspace, store_uri,
-                                         inventory_name="{{ event.payload.inventory_name }}"),
-    )
+    return DeploymentEventTrigger(name=name, description=description, expect={event},
+                                  match={"prefect.resource.id": resources}, parameters=parameters)
+
+
+def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
+    """Run the orchestrator for the inventory named in the event (its current version in the store)."""
+    return _trigger("inventory-changed", "A new inventory version was pushed (`dreamshard inventory push`)",
+                    INVENTORY_CHANGED_EVENT, "dreamshard.inventory.*",
+                    _orchestrator_request(params_path, workspace, store_uri,
+                                          inventory_name="{{ event.payload.inventory_name }}"))
 
 
 def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
     """Re-profile and retrain the inventory whose published plan drifted (`drift-check`)."""
-    from prefect.events import DeploymentEventTrigger
-
-    return DeploymentEventTrigger(
-        name="plan-drifted",
-        description="The published plan costs more (or less) than it did: the backend changed",
-        expect={PLAN_DRIFTED_EVENT},
-        match={"prefect.resource.id": "dreamshard.plan.*"},
-        parameters=_orchestrator_request(params_path, workspace, store_uri, reprofile=True,
-                                         inventory_name="{{ event.payload.inventory_name }}"),
-    )
+    return _trigger("plan-drifted", "The published plan costs more (or less) than it did: the backend changed",
+                    PLAN_DRIFTED_EVENT, "dreamshard.plan.*",
+                    _orchestrator_request(params_path, workspace, store_uri, reprofile=True,
+                                          inventory_name="{{ event.payload.inventory_name }}"))
 
 
 def build_deployments(

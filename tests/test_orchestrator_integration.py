@@ -169,6 +169,21 @@ def _run(args: list[str], cwd: Path) -> str:
     return res.stdout
 
 
+def _in_background(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run fn() in a thread; its return value lands in result["value"], an exception in result["error"]."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # surfaced by the caller
+            result["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, result
+
+
 def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     gpu_workers: GpuWorkers, s3_env, s3_prefix: str, tmp_path: Path
 ) -> None:
@@ -285,18 +300,9 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
     store = open_store(store_uri)
     campaign = f"kill-{s3_prefix}"
     specs = plan_profile_batches(str(tmp_path / "inv.yaml"), str(tmp_path / "tasks.json"), str(params), campaign)
-    result: dict[str, Any] = {}
-
-    def stage() -> None:
-        try:
-            result["summary"] = profile_stage(str(tmp_path / "inv.yaml"), str(tmp_path / "tasks.json"), str(params),
-                                              str(tmp_path / "m.jsonl"), store, store_uri, None, campaign, "workers",
-                                              log=lambda _m: None)
-        except BaseException as e:  # surfaced below
-            result["error"] = e
-
-    t = threading.Thread(target=stage, daemon=True)
-    t.start()
+    t, result = _in_background(lambda: profile_stage(
+        str(tmp_path / "inv.yaml"), str(tmp_path / "tasks.json"), str(params), str(tmp_path / "m.jsonl"), store,
+        store_uri, None, campaign, "workers", log=lambda _m: None))
     victim = None
     deadline = time.monotonic() + 120
     with get_client(sync_client=True) as client:
@@ -381,16 +387,8 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
 
     if "plan_id" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")
-    result: dict[str, Any] = {}
-
-    def publish() -> None:
-        try:
-            result["outcome"] = publish_workspace_plan(PublishRequest(workspace=str(STATE["ws"]), require_human=True))
-        except BaseException as e:  # surfaced below
-            result["error"] = e
-
-    t = threading.Thread(target=publish, daemon=True)
-    t.start()
+    t, result = _in_background(lambda: publish_workspace_plan(PublishRequest(workspace=str(STATE["ws"]),
+                                                                            require_human=True)))
     paused = None
     deadline = time.monotonic() + 90
     with get_client(sync_client=True) as client:
@@ -403,7 +401,7 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     resume_flow_run(paused, run_input={"approve": False, "comment": "needs a second look"})
     t.join(timeout=120)
     assert not t.is_alive() and "error" not in result, result.get("error")
-    outcome = result["outcome"]
+    outcome = result["value"]
     assert not outcome.approved and "rejected by a human reviewer; reviewer: needs a second look" in outcome.reason
     store = open_store(STATE["store_uri"])
     assert get_pointer(store, "tiny").plan_id == STATE["plan_id"]  # current did not move

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from dreamshard.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.types import Plan
 
 plans_app = typer.Typer(help="Gate, publish, list, show, roll back and check plans in a plan store.", no_args_is_help=True)
 remote_app = typer.Typer(help="Configure the DVC remote (local directory or S3-compatible).", no_args_is_help=True)
@@ -229,6 +232,19 @@ def fsck_cmd(
         raise typer.Exit(1)
 
 
+def stored_plan(command: str, plan_id: str, store: str | None, inventory: str | None, endpoint: str | None,
+                params: Path | None) -> Plan:
+    """A stored plan by id, or the current one of `inventory` when plan_id is 'current' (checksum-verified)."""
+    from dreamshard.store import get_current, show
+
+    s = _open(store, endpoint, params)
+    if plan_id == "current":
+        if not inventory:
+            raise ConfigError(f"`plans {command} current` needs --inventory NAME")
+        return get_current(s, inventory)
+    return show(s, plan_id, inventory)
+
+
 @plans_app.command("show")
 def show_cmd(
     plan_id: Annotated[str, typer.Argument(help="Plan id, or 'current'.")] = "current",
@@ -240,15 +256,7 @@ def show_cmd(
     endpoint: EndpointOpt = None,
 ) -> None:
     """Print a stored plan as JSON (checksum-verified; a pipeline plan's JSON includes its lineage)."""
-    from dreamshard.store import get_current, show
-
-    s = _open(store, endpoint, params)
-    if plan_id == "current":
-        if not inventory:
-            raise ConfigError("`plans show current` needs --inventory NAME")
-        plan = get_current(s, inventory)
-    else:
-        plan = show(s, plan_id, inventory)
+    plan = stored_plan("show", plan_id, store, inventory, endpoint, params)
     if lineage:
         if plan.lineage is None:
             raise ConfigError(f"plan {plan.plan_id} has no lineage (it was not published by the pipeline)")
