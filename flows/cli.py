@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -45,7 +46,7 @@ def _echo_ui_hint(flow_name: str) -> None:
 
 @pipeline_app.command("run")
 def run_cmd(
-    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: synthesise from params.inventory).")] = None,
+    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: the workspace's input, else the synthetic pool of params.inventory).")] = None,
     workspace: WorkspaceOpt = Path("runs/pipeline"),
     params: ParamsOpt = Path("params.yaml"),
     store: StoreOpt = None,
@@ -67,15 +68,19 @@ def run_cmd(
     # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
     if dispatch not in ("auto", "local", "workers"):
         raise ConfigError(f"--dispatch must be auto, local or workers, got '{dispatch}'")
+    from dreamshard.workspace import INPUT_INVENTORY
+
     cfg = load_pipeline_config(params, backend=backend)
+    if inventory is None and (workspace / INPUT_INVENTORY).is_file():
+        inventory = workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise
     inv = load_inventory(inventory) if inventory is not None else cfg.inventory.synthesize()
     open_store(store or cfg.publish.store_uri, endpoint_url=endpoint_url).check()
     if export_model is not None and export_model.exists() and not export_model.is_dir():
         raise ConfigError(f"--export-model {export_model} is a file; give a directory")
-    if inventory is None:
+    if inventory is None:  # a new workspace starts from the synthetic pool of params.inventory
         from dreamshard.io import save_inventory
 
-        inventory = workspace.parent / f".{workspace.name}-source-inventory.yaml"
+        inventory = workspace / INPUT_INVENTORY
         save_inventory(inv, inventory)
 
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
@@ -126,16 +131,10 @@ def init_cmd(
     from dreamshard_flows.tasks import pipeline_file
 
     ws = PipelineWorkspace(directory)
-    params_text = params.read_text() if params is not None else (
-        ws.path(PARAMS).read_text() if ws.path(PARAMS).is_file() else pipeline_file("params.yaml"))
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        fh.write(params_text)
-    try:
-        cfg = load_pipeline_config(fh.name)
-    finally:
-        os.unlink(fh.name)
+    with resources.as_file(resources.files("dreamshard_flows") / "pipeline" / "params.yaml") as packaged:
+        source = params or (ws.path(PARAMS) if ws.path(PARAMS).is_file() else packaged)
+        cfg = load_pipeline_config(source)  # one-line errors before anything is created
+        params_text = Path(source).read_text()
     inv = load_inventory(inventory) if inventory is not None else None
     existing = ws.remote() if ws.exists() else None
     remote = (RemoteSpec(url=dvc_remote, endpoint_url=dvc_remote_endpoint) if dvc_remote
