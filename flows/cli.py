@@ -98,9 +98,9 @@ def run_cmd(
     if summary.outcome is not None and ws.path(COMPARISON).is_file():
         from rich.console import Console
 
-        from dreamshard.evaluation import Comparison, comparison_table
+        from dreamshard.evaluation import comparison_table, load_comparison
 
-        Console().print(comparison_table(Comparison.model_validate_json(ws.path(COMPARISON).read_text())))
+        Console().print(comparison_table(load_comparison(ws.path(COMPARISON))))
     typer.echo(summary.reason)
     if summary.outcome is not None:
         o = summary.outcome

@@ -68,7 +68,7 @@ def decision_tag(tags: list[str]) -> str | None:
 
 @flow(name="publish-plan", log_prints=True)
 def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
-    from dreamshard.evaluation import Comparison
+    from dreamshard.evaluation import load_comparison
     from dreamshard.pipeline_config import load_pipeline_config
     from dreamshard.workspace import COMPARISON, PARAMS, PipelineWorkspace
 
@@ -85,7 +85,7 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     plan = judged.model_copy(update={"lineage": lineage})
     ref = publish_task(store_uri, request.endpoint_url, plan, decision)
     ws.tag(f"{'published' if decision.approved else 'rejected'}/{plan.plan_id}", decision.reason)
-    comparison = Comparison.model_validate_json(ws.path(COMPARISON).read_text())
+    comparison = load_comparison(ws.path(COMPARISON))
     publish_plan_artifacts(plan, comparison, decision, ref, store_uri)
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
     return PublishOutcome(

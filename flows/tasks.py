@@ -133,16 +133,14 @@ def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_n
 @task(name="gate", cache_policy=NO_CACHE)
 def gate_task(root: str, min_improvement: float) -> tuple[Plan, Any]:
     """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
-    (dreamshard.gate.gate_plan): the plan to store carries the comparison's measured costs."""
-    from dreamshard.evaluation import Comparison
-    from dreamshard.gate import gate_plan
+    (dreamshard.gate.gate_comparison_file): the plan to store carries the comparison's measured costs."""
+    from dreamshard.gate import gate_comparison_file
     from dreamshard.io import load_inventory, load_plan
     from dreamshard.workspace import COMPARISON, INVENTORY, PLAN
 
     ws = PipelineWorkspace(root)
-    comparison = Comparison.model_validate_json(ws.path(COMPARISON).read_text())
-    return gate_plan(load_plan(ws.path(PLAN)), load_inventory(ws.path(INVENTORY)), comparison, min_improvement,
-                     source=COMPARISON)
+    return gate_comparison_file(load_plan(ws.path(PLAN)), load_inventory(ws.path(INVENTORY)), ws.path(COMPARISON),
+                                min_improvement)
 
 
 @task(name="lineage", cache_policy=NO_CACHE)
