@@ -35,10 +35,11 @@ def run_dvc(
 ) -> str:
     """Run `dvc ARGS` in repo_dir (telemetry off; `env` added to the environment, e.g. for a stage's command);
     a failure is one ConfigError line with DVC's own error."""
-    env = {**os.environ, **(env or {}), "DVC_NO_ANALYTICS": "1"}
+    full_env = {**os.environ, **(env or {}), "DVC_NO_ANALYTICS": "1"}
     try:
         proc = subprocess.run(
-            [find_dvc(), *args], cwd=repo_dir, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+            [find_dvc(), *args], cwd=repo_dir, env=full_env, capture_output=True, text=True, timeout=timeout_s,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigError(f"`dvc {' '.join(args[:2])}` could not run in {repo_dir}: {e}") from None

@@ -97,3 +97,24 @@ def test_commit_push_lineage_and_reproduce(ws: PipelineWorkspace, tmp_path: Path
     with pytest.raises(PipelineError, match="has no complete lineage"):
         reproduce(lineage.model_copy(update={"dvc_lock": None}), tmp_path / "third", "plan-x")
     assert not (tmp_path / "third").exists()
+
+
+def test_pipeline_init_and_status_cli(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    tiny_inventory(tmp_path / "inv.yaml")
+    ws = tmp_path / "ws"
+    cli = [sys.executable, "-m", "dreamshard.cli.app", "pipeline"]
+    res = subprocess.run([*cli, "init", str(ws), "--inventory", str(tmp_path / "inv.yaml"), "--dvc-remote",
+                          str(tmp_path / "remote")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    w = PipelineWorkspace(ws)
+    assert w.exists() and w.remote() == RemoteSpec(url=str((tmp_path / "remote").resolve()))
+    assert (ws / "dreamshard").resolve() == (Path(__file__).resolve().parents[1] / "dreamshard")
+    assert w.stages() == ["inventory", "tasks", "profile", "train", "plan", "evaluate"] and not w.dirty()
+    res = subprocess.run([*cli, "status", "-w", str(ws)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].startswith("inventory  changed") and "no plan decided yet" in res.stdout
+    res = subprocess.run([*cli, "status", "-w", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "is not a pipeline workspace" in res.stderr and len(res.stderr.splitlines()) == 1
