@@ -33,7 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, run_dvc
-from dreamshard.errors import ConfigError, PipelineError, first_line, redact_url
+from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
 from dreamshard.io import atomic_write_text, load_inventory, save_inventory
 from dreamshard.lineage import Lineage, dvc_md5, lock_outs, sha256_text
 from dreamshard.types import Inventory
@@ -163,7 +163,7 @@ class PipelineWorkspace:
             try:
                 if load_inventory(current).model_dump() == inventory.model_dump():
                     return False
-            except Exception:  # a broken input is simply replaced
+            except DreamshardError:  # an unreadable or invalid input is simply replaced
                 pass
         save_inventory(inventory, current)
         return True

@@ -11,6 +11,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from dreamshard.drift import DriftCheck
+from dreamshard.profiling import ProfileConfig
 from dreamshard.types import Inventory, Plan
 from dreamshard_flows.artifacts import drift_artifact
 from dreamshard_flows.requests import DriftRequest
@@ -20,22 +21,15 @@ from dreamshard_flows.tasks import absolute_uri
 def inventory_for(plan: Plan, store_uri: str, endpoint_url: str | None, workspace: str | None) -> Inventory:
     """The plan's own inventory version: from the store (pushed versions), else the workspace's validated copy."""
     from dreamshard.errors import StoreError
-    from dreamshard.events import inventory_key
+    from dreamshard.events import get_inventory_version
     from dreamshard.io import load_inventory
     from dreamshard.store import open_store
-    from dreamshard.store.base import KeyNotFoundError
     from dreamshard.workspace import INVENTORY
 
-    import yaml
-
-    store = open_store(store_uri, endpoint_url=endpoint_url)
-    try:
-        inv = Inventory.model_validate(yaml.safe_load(store.get_bytes(inventory_key(plan.inventory_name,
-                                                                                    plan.inventory_fingerprint))))
-        if inv.fingerprint() == plan.inventory_fingerprint:
-            return inv
-    except KeyNotFoundError:
-        pass
+    found = get_inventory_version(open_store(store_uri, endpoint_url=endpoint_url), plan.inventory_name,
+                                  plan.inventory_fingerprint)
+    if found is not None:
+        return found
     if workspace is not None and (Path(workspace) / INVENTORY).is_file():
         inv = load_inventory(Path(workspace) / INVENTORY)
         if inv.fingerprint() == plan.inventory_fingerprint:
@@ -47,11 +41,11 @@ def inventory_for(plan: Plan, store_uri: str, endpoint_url: str | None, workspac
 
 
 @task(name="re-measure-plan", cache_policy=NO_CACHE, tags=["gpu"])
-def check_task(plan: Plan, inventory: Inventory, profile: object, rounds: int, threshold: float) -> DriftCheck:
+def check_task(plan: Plan, inventory: Inventory, profile: ProfileConfig, rounds: int, threshold: float) -> DriftCheck:
     """Measure the plan now on the configured backend (dreamshard.drift.check_drift)."""
     from dreamshard.drift import check_drift
 
-    oracle = profile.oracle()  # type: ignore[attr-defined]
+    oracle = profile.oracle()
     try:
         return check_drift(plan, inventory, oracle, rounds, threshold)
     finally:

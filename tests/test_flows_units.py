@@ -227,3 +227,22 @@ def test_a_worker_is_dead_after_three_silent_heartbeat_intervals() -> None:
     assert not worker_dead(w(5.9), now) and worker_dead(w(6.1), now)
     assert worker_dead(w(0, status="WorkerStatus.OFFLINE"), now)
     assert not worker_dead(None, now)  # not known (yet): no verdict
+
+
+def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
+    from dreamshard.errors import StoreError
+    from dreamshard.sharders import get_sharder
+    from dreamshard.types import Topology
+    from dreamshard_flows.drift import inventory_for
+
+    inv = tiny_inventory(tmp_path / "inv.yaml")
+    plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0))
+    store_uri = str(tmp_path / "store")
+    with pytest.raises(StoreError, match="neither in .* nor in the workspace"):
+        inventory_for(plan, store_uri, None, None)
+    push_inventory(open_store(store_uri), inv)
+    push_inventory(open_store(store_uri), change_one_table(inv, tmp_path / "inv2.yaml"))  # current is another one
+    assert inventory_for(plan, store_uri, None, None).fingerprint() == inv.fingerprint()
+    ws = tmp_path / "ws"
+    tiny_inventory(ws / "data" / "inventory.yaml")
+    assert inventory_for(plan, str(tmp_path / "empty"), None, str(ws)).fingerprint() == inv.fingerprint()
