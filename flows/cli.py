@@ -68,6 +68,9 @@ def run_cmd(
     # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
     if dispatch not in ("auto", "local", "workers"):
         raise ConfigError(f"--dispatch must be auto, local or workers, got '{dispatch}'")
+    if dispatch == "workers" and not os.environ.get("PREFECT_API_URL"):
+        raise ConfigError("--dispatch workers needs a Prefect server the workers poll: start infra/start-prefect.sh "
+                          "and export PREFECT_API_URL=http://127.0.0.1:4200/api")
     from dreamshard.workspace import INPUT_INVENTORY
 
     cfg = load_pipeline_config(params, backend=backend)

@@ -59,10 +59,15 @@ class OrchestratorSummary(BaseModel):
 def resolve_dispatch(requested: str, deployment_name: str) -> str:
     """`auto`: the workers when a Prefect server is configured, the profile-batch deployment exists and a worker
     of its pool is alive (else the batches would wait for nobody)."""
-    if requested != "auto":
-        return requested
     from prefect.settings import PREFECT_API_URL
 
+    if requested == "workers" and not PREFECT_API_URL.value():
+        from dreamshard.errors import ConfigError
+
+        raise ConfigError("dispatch 'workers' needs a Prefect server the workers poll: start infra/start-prefect.sh "
+                          "and export PREFECT_API_URL=http://127.0.0.1:4200/api, or use --dispatch local")
+    if requested != "auto":
+        return requested
     if not PREFECT_API_URL.value():
         return "local"  # an ephemeral API: no worker can reach it
     from datetime import datetime, timezone

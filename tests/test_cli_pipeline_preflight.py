@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,11 @@ def test_bad_dispatch_and_params_fail_in_one_line(tmp_path: Path) -> None:
                "--store", str(tmp_path / "store"), "--dispatch", "gpu", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "error: ConfigError: --dispatch must be auto, local or workers, got 'gpu'"]
+    env_less = subprocess.run([sys.executable, "-m", "dreamshard.cli.app", "pipeline", "run", "--workspace",
+                               str(tmp_path / "ws"), "--params", str(ROOT / "params.yaml"), "--dispatch", "workers"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"})
+    assert env_less.returncode == 2 and "needs a Prefect server" in env_less.stderr
     bad = tmp_path / "params.yaml"
     bad.write_text("drift: {threshold: 0}\n")
     res = _run("pipeline", "run", "--workspace", str(tmp_path / "ws"), "--params", str(bad), cwd=tmp_path)
