@@ -39,6 +39,8 @@ from dreamshard_flows.requests import BatchRequest
 #: Prefect's rule for an offline worker: no heartbeat for this many heartbeat intervals.
 INACTIVITY_HEARTBEAT_MULTIPLE = 3
 WORKER_LABEL = "prefect.worker.name"
+#: Flow runs read per API call (the server caps a page).
+PAGE = 200
 
 Log = Callable[[str], None]
 
@@ -142,9 +144,9 @@ def run_on_workers(
                     f"are workers polling pool '{pool}'? (infra/start-worker.sh {pool})"
                 )
             current = {runs[b][-1]: b for b in pending}
-            flow_runs = client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(i) for i in current]))
-            )
+            ids = [UUID(i) for i in current]
+            flow_runs = [fr for start in range(0, len(ids), PAGE) for fr in client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids[start:start + PAGE])), limit=PAGE)]
             workers = None
             now = datetime.now(timezone.utc)
             for fr in flow_runs:
