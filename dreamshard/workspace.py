@@ -259,10 +259,9 @@ class PipelineWorkspace:
         except PipelineError:
             return None  # no commit yet
 
-    def tags_at_head(self) -> list[str]:
-        if self.head() is None:
-            return []
-        return run_git(["tag", "--points-at", "HEAD"], self.root).split()
+    def tags(self, *names: str) -> list[str]:
+        """Which of these tag names (or patterns) exist in the repository."""
+        return run_git(["tag", "-l", *names], self.root).split() if self.head() else []
 
     def tag(self, name: str, message: str) -> None:
         run_git(["tag", "-f", "-a", name, "-m", message], self.root)

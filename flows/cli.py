@@ -156,7 +156,7 @@ def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
     from dreamshard.errors import PipelineError
     from dreamshard.workspace import PipelineWorkspace
 
-    from dreamshard_flows.publish import decision_tag
+    from dreamshard_flows.publish import plan_decision
 
     ws = PipelineWorkspace(workspace)
     if not ws.exists():
@@ -164,8 +164,8 @@ def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
     status = ws.status()
     for stage in ws.stages():
         typer.echo(f"{stage:10s} {'changed: ' + str(status[stage]) if stage in status else 'up to date'}")
-    tag = decision_tag(ws.tags_at_head())
-    typer.echo(f"revision {(ws.head() or '-')[:12]}: {tag or 'no plan decided yet'}")
+    plan_id, tag = plan_decision(ws)
+    typer.echo(f"revision {(ws.head() or '-')[:12]}: plan {plan_id or '-'}: {tag or 'no plan decided yet'}")
 
 
 @pipeline_app.command("inventory")

@@ -5,7 +5,9 @@ DVC's change detection only (docs/architecture.md, "One stage graph"):
     for each stage in dvc.yaml order that `dvc status` reports changed:   dvc repro --single-item STAGE  (one task)
     git commit dvc.lock  ->  dvc push  ->  publish-plan (gate, lineage, store; tags the commit)
 
-Nothing changed (no stage to run, and the commit already carries a decision tag) -> nothing runs.
+Nothing changed (no stage to run, nothing to commit, and data/plan.json already has a decision tag) -> nothing runs.
+A plan is decided once: a run that changes no plan (e.g. only params outside the stages) commits and pushes, but
+does not publish the same plan id again.
 `force` re-runs every stage; `reprofile` (the drift trigger) re-measures: profile and what follows.
 """
 
@@ -20,7 +22,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact
-from dreamshard_flows.publish import PublishOutcome, decision_tag, publish_workspace_plan
+from dreamshard_flows.publish import PublishOutcome, plan_decision, publish_workspace_plan
 from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
 from dreamshard_flows.tasks import (
     LOCK_FILE,
@@ -158,16 +160,24 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
             committed = commit_task(str(root), f"pipeline run {campaign}: {', '.join(summary.ran) or 'no stage'} "
                                                f"({inventory.name} {summary.inventory_fingerprint[:12]})")
         summary.git_revision = ws.head()
-        tag = decision_tag(ws.tags_at_head())
-        if not summary.ran and tag is not None:
-            summary.current_plan_id = tag.split("/", 1)[1] if tag.startswith("published/") else None
-            summary.reason = (f"inventory {summary.inventory_fingerprint[:12]}: no stage changed since "
-                              f"{tag} at {(summary.git_revision or '')[:12]}; nothing to do")
+        # A plan is decided once (plan ids are unique in the store): the publish step runs for a plan that has no
+        # decision tag yet, i.e. after the plan stage ran, or when a run stopped before publishing.
+        plan_id, tag = plan_decision(ws)
+        if tag is not None:
+            summary.current_plan_id = plan_id if tag.startswith("published/") else None
+        if tag is not None and not summary.ran and committed is None:
+            summary.reason = (f"inventory {summary.inventory_fingerprint[:12]}: no stage changed; plan {plan_id} "
+                              f"was decided ({tag}) at {(summary.git_revision or '')[:12]}; nothing to do")
             log.info(summary.reason)
             return summary
 
         push_task(str(root))
         summary.pushed = True
+        if tag is not None:
+            summary.reason = (f"ran {', '.join(summary.ran) or 'no stage'}; committed and pushed; plan {plan_id} was "
+                              f"already decided ({tag}): nothing to publish (re-plan with --force for a new decision)")
+            log.info(summary.reason)
+            return summary
         outcome = publish_workspace_plan(PublishRequest(workspace=str(root), store_uri=store_uri,
                                                         endpoint_url=request.endpoint_url,
                                                         require_human=request.require_human, flow_run_id=campaign))

@@ -62,8 +62,19 @@ def _human_review(decision: Any, timeout_s: int) -> Any:
 
 
 def decision_tag(tags: list[str]) -> str | None:
-    """The decision tag among a commit's tags (None: no plan was decided for this commit yet)."""
+    """The decision tag among some tags (None: none is a decision)."""
     return next((t for t in tags if t.startswith(DECISION_TAGS)), None)
+
+
+def plan_decision(ws: Any) -> tuple[str | None, str | None]:
+    """(plan id of the workspace's data/plan.json, its decision tag); (None, None) before the plan stage ran."""
+    from dreamshard.io import load_plan
+    from dreamshard.workspace import PLAN
+
+    if not ws.path(PLAN).is_file():
+        return None, None
+    plan_id = load_plan(ws.path(PLAN)).plan_id
+    return plan_id, decision_tag(ws.tags(*(f"{t}{plan_id}" for t in DECISION_TAGS)))
 
 
 @flow(name="publish-plan", log_prints=True)

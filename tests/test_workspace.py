@@ -71,7 +71,7 @@ def test_commit_push_lineage_and_reproduce(ws: PipelineWorkspace, tmp_path: Path
     rev = ws.commit("run 1")
     assert rev and ws.head() == rev and ws.commit("nothing new") is None
     ws.tag("published/plan-x", "approved")
-    assert ws.tags_at_head() == ["published/plan-x"]
+    assert ws.tags("published/*") == ["published/plan-x"] and ws.tags("rejected/*") == []
     ws.push()
     lineage = ws.lineage("flow-run-1")
     outs = lock_outs(ws.lock_text())
