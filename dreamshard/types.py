@@ -216,6 +216,24 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class VerifiedCandidate(_Strict):
+    """One candidate plan measured by `--verify`: where it came from, what was predicted, what was measured."""
+
+    source: str
+    predicted_ms: Annotated[float, Field(ge=0)]  # pessimistic predicted overall cost (the search objective)
+    measured_ms: Annotated[float, Field(ge=0)]  # median over the verification rounds
+    spread: Annotated[float, Field(ge=0)]  # (max - min) / median over the rounds
+
+
+class Verification(_Strict):
+    """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend."""
+
+    backend: BackendInfo
+    rounds: Annotated[int, Field(ge=1)]
+    candidates: tuple[VerifiedCandidate, ...]
+    chosen: str  # the source of the plan kept (the best measured)
+
+
 class ColumnShard(_Strict):
     """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
 
@@ -259,6 +277,7 @@ class Plan(_Strict):
     # publish gate then requires a measured comparison.
     out_of_range: tuple[str, ...] = ()
     lineage: Lineage | None = None  # what data, model, params and code produced a published plan
+    verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")
@@ -415,4 +434,5 @@ class TaskSet(_Strict):
     test: tuple[Task, ...]
 
 
+Verification.model_rebuild()
 Plan.model_rebuild()

@@ -18,7 +18,7 @@ from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import CostNet, predict_costs
 from dreamshard.learning.metrics import mape
-from dreamshard.learning.toy import ToyCost, toy_measurements
+from toy_cost import ToyCost, toy_measurements
 from dreamshard.learning.train_cost import split_records, train_cost_model
 
 CFG = CostTrainConfig(steps=800, lr=3e-3, test_fraction=0.25, seed=0)

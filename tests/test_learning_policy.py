@@ -11,7 +11,7 @@ from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.configs import PolicyTrainConfig, TopologyConfig
 from dreamshard.learning.mdp import EstimatedMDP
 from dreamshard.learning.policy import Policy, episode_log_probs, masked_log_softmax, plan_with_policy, rollout
-from dreamshard.learning.toy import ToyCost
+from toy_cost import ToyCost
 from dreamshard.learning.train_policy import train_policy
 from dreamshard.memory import check_placement
 from dreamshard.sharders import get_sharder

@@ -7,7 +7,7 @@ import torch
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.policy import Policy, plan_with_policy
 from dreamshard.learning.refine import refine_placement
-from dreamshard.learning.toy import ToyCost
+from toy_cost import ToyCost
 from dreamshard.memory import check_placement
 from dreamshard.types import Topology
 

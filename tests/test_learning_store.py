@@ -14,7 +14,7 @@ from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning import model_store
 from dreamshard.learning.configs import CostTrainConfig, PolicyTrainConfig, TopologyConfig
 from dreamshard.learning.model_store import load_model, resolve_model_dir, save_model
-from dreamshard.learning.toy import ToyCost, toy_measurements
+from toy_cost import ToyCost, toy_measurements
 from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.learning.train_policy import train_policy
 from dreamshard.sharders import get_sharder

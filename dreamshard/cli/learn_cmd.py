@@ -84,30 +84,37 @@ def train(
     params: ParamsOpt = None,
     model_dir: ModelDirOpt = Path("models"),
     backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default from params), cuda or simulator.")] = None,
-    memory_gb: Annotated[Optional[float], typer.Option("--memory-gb", "-m", help="Memory per device in GB.")] = None,
+    memory_gb: Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=1e-6, max=1e6, help="Memory per device in GB.")] = None,
     measurements: Annotated[
-        Optional[Path], typer.Option("--measurements", help="Start from these profile records (fresh runs).")
+        Optional[Path], typer.Option("--measurements", help="Start from these profile records (the profile stage's).")
     ] = None,
-    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint.")] = True,
+    state_dir: Annotated[
+        Optional[Path], typer.Option("--state-dir", help="Checkpoints and the loop's measurements (default: <model-dir>/train-state).")
+    ] = None,
+    metrics_out: MetricsOpt = None,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint (--no-resume also forgets the loop's measurements).")] = True,
     progress: ProgressOpt = True,
 ) -> None:
-    """The DreamShard outer loop: measure policy placements, refit the cost net, retrain the policy."""
+    """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
     from dreamshard.learning.stages import train_loop_stage
 
-    results = train_loop_stage(
-        inventory, tasks_path, model_dir, params, backend, memory_gb, measurements, resume, progress and console.is_terminal
+    results, summary = train_loop_stage(
+        inventory, tasks_path, model_dir, params, backend, memory_gb, measurements, resume,
+        progress and console.is_terminal, state_dir=state_dir, metrics_out=metrics_out,
     )
     if not results:
         console.print(f"nothing to do: {model_dir} already holds the final iteration (use --no-resume to restart)")
     for r in results:
         console.print(
-            f"iter {r.iteration}: {r.n_measurements} measurements, measured mean {_fmt(r.measured_mean_ms)} ms, "
-            f"cost MAPE {_fmt(r.cost.mape_overall)}, est. cost {_fmt(r.policy_mean_cost_ms)} ms, "
-            f"entropy {_fmt(r.policy_entropy)}", markup=False,
+            f"iter {r.iteration}: {r.n_new} placements ({r.n_measured} measured, {r.n_new - r.n_measured} from the "
+            f"cache), {r.n_measurements} records, measured mean {_fmt(r.measured_mean_ms)} ms, cost MAPE "
+            f"{_fmt(r.cost.mape_device_total)} per device, est. cost {_fmt(r.policy_mean_cost_ms)} ms", markup=False,
         )
-    from dreamshard.learning.model_store import has_model, load_card
+    console.print(f"model {summary.model_version} -> {model_dir}"
+                  + (f" (warm-started from {summary.init})" if summary.init else ""), markup=False)
+    from dreamshard.learning.model_store import load_card
 
-    if has_model(model_dir) and load_card(model_dir).backend == "simulator":
+    if load_card(model_dir).backend == "simulator":
         console.print("[SIMULATED backend: analytic model, not a measurement]", markup=False)
 
 

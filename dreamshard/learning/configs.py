@@ -5,11 +5,11 @@ Load with ``dreamshard.config.load_section(path, "train_cost", CostTrainConfig)`
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.types import DeviceType, Topology
+from dreamshard.types import DeviceType, Interconnect, Topology
 
 
 class _Config(BaseModel):
@@ -42,6 +42,7 @@ class TopologyConfig(_Config):
     device_type: DeviceType = "cpu"
     memory_per_device_gb: Annotated[float, Field(gt=0)] = 4.0
     batch_size: Annotated[int, Field(ge=1)] = 2048
+    interconnect: Interconnect = "measured"  # or "fast": a fixed fast-interconnect comm profile
 
     def topology(self, num_devices: int) -> Topology:
         return Topology(
@@ -49,7 +50,14 @@ class TopologyConfig(_Config):
             device_type=self.device_type,
             memory_per_device_gb=self.memory_per_device_gb,
             batch_size=self.batch_size,
+            interconnect=self.interconnect,
         )
+
+    @classmethod
+    def of(cls, topology: Topology) -> TopologyConfig:
+        """The template of `topology` (everything but the device count)."""
+        return cls(device_type=topology.device_type, memory_per_device_gb=topology.memory_per_device_gb,
+                   batch_size=topology.batch_size, interconnect=topology.interconnect)
 
 
 class CostTrainConfig(_Config):
@@ -68,6 +76,10 @@ class CostTrainConfig(_Config):
     # costs) added to the MSE: MSE alone is dominated by the big devices, so a device holding one or two
     # tables (the small tasks) gets large relative errors. 0 = MSE only.
     relative_loss_weight: Annotated[float, Field(ge=0)] = 0.0
+    # members of the bootstrap ensemble (each fit on its own resample of the records); their spread is the
+    # uncertainty planning is pessimistic about
+    ensemble_size: Annotated[int, Field(ge=1, le=16)] = 3
+    bootstrap: bool = True
     seed: int = 0
 
 
@@ -82,7 +94,35 @@ class PolicyTrainConfig(_Config):
     episodes: Annotated[int, Field(ge=0)] = 100
     episodes_per_update: Annotated[int, Field(ge=1)] = 10
     entropy_weight: Annotated[float, Field(ge=0)] = 0.001
+    risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # the rewards' cost: ensemble mean + risk x spread
     seed: int = 0
+
+
+#: candidate sources of the plan-time search: the policy, LPT on predicted costs, heuristics, TorchRec
+DEFAULT_CANDIDATES: tuple[str, ...] = (
+    "policy", "lpt", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "size_greedy", "round_robin", "torchrec",
+)
+
+
+class SearchConfig(_Config):
+    """How `--sharder dreamshard` plans: candidates scored by the pessimistic learned cost, the best refined."""
+
+    risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # planning cost = ensemble mean + risk x spread
+    samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides its argmax
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    refine_top: Annotated[int, Field(ge=0, le=64)] = 2  # local search on this many best candidates
+    refine_rounds: Annotated[int, Field(ge=0, le=100_000)] = 64  # moves/swaps per refined candidate, at most
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _known(self) -> SearchConfig:
+        from dreamshard.sharders import HEURISTICS
+
+        known = {"policy", "lpt", "torchrec", *HEURISTICS}
+        for c in self.candidates:
+            if c not in known:
+                raise ValueError(f"unknown candidate source '{c}'; choose from {', '.join(sorted(known))}")
+        return self
 
 
 class LoopConfig(_Config):
@@ -92,7 +132,12 @@ class LoopConfig(_Config):
     """
 
     iterations: Annotated[int, Field(ge=1)] = 3
-    placements_per_iteration: Annotated[int, Field(ge=0)] = 10
+    placements_per_iteration: Annotated[int, Field(ge=0)] = 10  # sampled policy rollouts measured per iteration
+    search_per_iteration: Annotated[int, Field(ge=0)] = 4  # plans of the search planner measured per iteration
+    perturb_per_iteration: Annotated[int, Field(ge=0)] = 4  # small perturbations of the best measured plans
+    # start from the model shipped in the package ("pretrained": cost ensemble and policy warm-started, so
+    # the retrain adapts a model that has seen a wide range of tables) or from scratch ("none")
+    init: Literal["pretrained", "none"] = "pretrained"
     final_lr_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1  # linear LR decay from 1 to this
     # device counts for the placements measured each iteration (drawn per placement); empty = the task's own.
     # Mixing counts shows the cost net devices with more / fewer tables than training tasks give them.

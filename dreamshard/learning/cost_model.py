@@ -1,31 +1,34 @@
-"""The cost network (DESIGN.md section 4).
+"""The cost network and its bootstrap ensemble (docs/architecture.md, "Learning").
 
-Shared table MLP (21 -> hidden -> latent, ReLU); a device's representation is the SUM of its tables'
-latents (empty device = zeros); four per-device heads (latent -> head_hidden -> 1) predict forward
-compute, forward communication, backward communication and backward compute; an overall head predicts
-the placement cost from the element-wise MAX of the device representations. Outputs are in units of a
-stored per-target scale (set from the training data), so the loss is a plain sum of MSEs and the
-predictions come back in milliseconds. For planning, the overall cost defaults to the max of the
-predicted device totals (spec.overall_from_devices); the overall head is still trained and evaluated. Works for any number of tables and devices.
+One CostNet: a shared table MLP (features -> hidden -> latent, ReLU); a device's representation is the SUM of
+its tables' latents (empty device = zeros); four per-device heads (latent -> head_hidden -> 1) predict forward
+compute, forward communication, backward communication and backward compute; an overall head predicts the
+placement cost from the element-wise MAX of the device representations. Outputs are in units of a stored
+per-target scale (set from the training data), so the loss is a plain sum of MSEs and predictions come back
+in milliseconds. Works for any number of tables and devices.
 
-As a CostEstimator the state of a table is [latent || 1]: the extra count channel lets an empty device
-be recognised exactly (its costs are 0, not the heads' bias).
+A CostEnsemble holds K such nets of one architecture, each fit on its own bootstrap resample of the
+measurements: where the members disagree (devices unlike the ones they were trained on, e.g. crowded ones)
+the prediction is uncertain, and planning can be pessimistic there (dreamshard.learning.planning_cost).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Annotated
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from dreamshard.learning.estimator import CostEstimator
-from dreamshard.learning.features import NUM_FEATURES, tables_features
-from dreamshard.types import Costs, DeviceCost, Table
+from dreamshard.learning.features import NUM_FEATURES
 
 NUM_DEVICE_COSTS = 4
-COST_NAMES = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
+#: positions of the compute and communication components in a (..., 4) cost vector, in the order of
+#: dreamshard.types.DeviceCost: fwd_compute, fwd_comm, bwd_comm, bwd_compute
+COMPUTE = (0, 3)
+COMM = (1, 2)
+
+_Size = Annotated[int, Field(ge=1, le=4096, strict=True)]
 
 
 class CostNetSpec(BaseModel):
@@ -33,15 +36,10 @@ class CostNetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Layer sizes are bounded so a hand-edited model card fails validation before any allocation.
-    in_features: int = Field(default=NUM_FEATURES, ge=1, le=4096, strict=True)
-    hidden: int = Field(default=128, ge=1, le=4096, strict=True)
-    latent: int = Field(default=32, ge=1, le=4096, strict=True)
-    head_hidden: int = Field(default=64, ge=1, le=4096, strict=True)
-    # Planning's overall cost: True = max over devices of the predicted device totals (what a measured
-    # overall cost is by definition, and on held-out tasks it extrapolates better than the head);
-    # False = the overall head on the element-wise max of the device representations (the paper's).
-    # The overall head is trained either way and its error reported.
-    overall_from_devices: bool = True
+    in_features: _Size = NUM_FEATURES
+    hidden: _Size = 128
+    latent: _Size = 32
+    head_hidden: _Size = 64
 
 
 def _mlp(i: int, h: int, o: int, final_relu: bool) -> nn.Sequential:
@@ -65,7 +63,6 @@ class CostNet(nn.Module):
         # target scales in ms: 4 device costs then overall
         self.register_buffer("target_scale", torch.ones(NUM_DEVICE_COSTS + 1))
 
-    # -- raw network pieces (scaled units) -------------------------------------------------------
     def table_latents(self, feats: torch.Tensor) -> torch.Tensor:
         return self.table_mlp(feats)
 
@@ -75,6 +72,10 @@ class CostNet(nn.Module):
         hid = torch.relu(torch.nn.functional.linear(dev_repr, w1, b1))
         hid = hid.unflatten(-1, (NUM_DEVICE_COSTS, w2.shape[1]))
         return (hid * w2).sum(-1) + b2
+
+    def device_costs_ms(self, dev_repr: torch.Tensor, nonempty: torch.Tensor) -> torch.Tensor:
+        """(..., latent) summed latents and (...) non-empty mask -> (..., 4) costs in ms (0 for empty devices)."""
+        return self.heads_scaled(dev_repr) * nonempty.unsqueeze(-1).to(dev_repr.dtype) * self.target_scale[:NUM_DEVICE_COSTS]
 
     def _fused_heads(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The four heads' weights stacked for one batched evaluation (cached while weights are unchanged
@@ -108,7 +109,7 @@ class CostNet(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Batched forward over many placements flattened together.
 
-        feats (M, 21) one row per (placement, table); table_device (M,) index of its device among all
+        feats (M, F) one row per (placement, table); table_device (M,) index of its device among all
         devices of the batch; device_placement (Ndev,) index of each device's placement.
         Returns (device predictions (Ndev, 4), overall (B,), device non-empty mask (Ndev,)), scaled units.
         """
@@ -121,38 +122,30 @@ class CostNet(nn.Module):
         pooled = pooled.scatter_reduce(0, device_placement.unsqueeze(-1).expand_as(dev), dev, "amax", include_self=True)
         return dev_pred, self.overall_scaled(pooled), nonempty
 
-    # -- CostEstimator interface (milliseconds) ---------------------------------------------------
+
+class CostEnsemble(nn.Module):
+    """K CostNets of one architecture (members of a bootstrap ensemble)."""
+
+    def __init__(self, spec: CostNetSpec | None = None, size: int = 3) -> None:
+        super().__init__()
+        if size < 1:
+            raise ValueError(f"ensemble size must be >= 1, got {size}")
+        self.spec = spec or CostNetSpec()
+        self.members = nn.ModuleList(CostNet(self.spec) for _ in range(size))
+
     @property
-    def state_dim(self) -> int:
-        return self.spec.latent + 1
+    def size(self) -> int:
+        return len(self.members)
 
     @property
     def cost_scale(self) -> float:
-        return float(self.target_scale[-1])
+        """A typical overall cost (ms): the members' mean overall target scale."""
+        return float(torch.stack([m.target_scale[-1] for m in self.members]).mean())
 
-    def encode(self, tables: Sequence[Table]) -> torch.Tensor:
-        feats = torch.from_numpy(tables_features(list(tables)))
-        z = self.table_latents(feats)
-        return torch.cat([z, torch.ones(z.shape[0], 1, dtype=z.dtype)], dim=1)
+    def table_latents(self, feats: torch.Tensor) -> torch.Tensor:
+        """(N, F) -> (K, N, latent)."""
+        return torch.stack([m.table_latents(feats) for m in self.members])
 
-    def device_costs(self, states: torch.Tensor) -> torch.Tensor:
-        nonempty = (states[..., -1:] > 0.5).to(states.dtype)
-        return self.heads_scaled(states[..., :-1]) * nonempty * self.target_scale[:NUM_DEVICE_COSTS]
-
-    def overall(self, states: torch.Tensor) -> torch.Tensor:
-        if self.spec.overall_from_devices:
-            return self.device_costs(states).sum(-1).amax(dim=-1).clamp_min(0.0)
-        pooled = states[..., :-1].amax(dim=-2).clamp_min(0.0)
-        return self.overall_scaled(pooled) * self.target_scale[-1]
-
-
-def predict_costs(est: CostEstimator, tables: Sequence[Table], placement: dict[str, int], num_devices: int) -> Costs:
-    """Per-device costs and overall cost (ms) of a full placement under a CostEstimator."""
-    with torch.no_grad():
-        states = est.encode(tables)
-        dev = torch.zeros(num_devices, states.shape[1], dtype=states.dtype)
-        idx = torch.tensor([placement[t.name] for t in tables], dtype=torch.long)
-        dev.index_add_(0, idx, states)
-        per = est.device_costs(dev).clamp_min(0.0)
-        overall = float(est.overall(dev).clamp_min(0.0))
-    return Costs.from_devices([DeviceCost.from_list(r.tolist()) for r in per], overall_ms=overall)
+    def member_device_costs(self, dev_repr: torch.Tensor, nonempty: torch.Tensor) -> torch.Tensor:
+        """(K, ..., latent) per-member summed latents, (...) mask -> (K, ..., 4) costs in ms."""
+        return torch.stack([m.device_costs_ms(dev_repr[k], nonempty) for k, m in enumerate(self.members)])

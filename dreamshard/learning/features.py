@@ -1,5 +1,6 @@
 """The table features: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins)
-plus 2 LINEAR-scale ones (lookup volume dim x pooling / 1000, output width dim / 100).
+plus 4 LINEAR-scale ones (lookup volume dim x pooling / 1000, output width dim / 100, the per-batch working
+set in MB at the reference batch, and a half-precision flag).
 
 Why the two linear features: a device's representation is the SUM of its tables' latents, and fused
 costs on a device grow roughly with the summed lookup volume (compute) and summed output width (the
@@ -7,7 +8,9 @@ all-to-all bytes). With only log-scaled inputs the table MLP has to learn exp() 
 it does poorly from a few dozen profiled tables, and the cost heads then extrapolate badly to devices
 holding more tables than training showed. A non-negative linear feature passes a ReLU layer unchanged,
 so these sums are available exactly (measured: held-out device-cost error drops, see
-bench/results/learning.md).
+bench/results/learning.md). The working set (unique rows a batch touches x row bytes) is what decides
+whether a device's combined tables still fit in cache: fused cost grows super-linearly past that point, so
+its SUM over a device is the input the heads need to model fusion's non-additivity.
 
 Normalisation is FIXED (log1p, then a constant affine map), not a z-score over the tables of a task:
 a trained model must plan inventories it never saw, and a per-task z-score makes one table's features
@@ -29,12 +32,14 @@ import numpy as np
 from dreamshard.types import NUM_REUSE_BINS, Table
 
 #: Bump when the feature definition or scaling changes: models trained on another spec are rejected.
-FEATURE_SPEC_VERSION = "2"
-NUM_LINEAR_FEATURES = 2
+FEATURE_SPEC_VERSION = "3"
+NUM_LINEAR_FEATURES = 4
+#: batch size the access histograms (and so the working-set feature) refer to
+REFERENCE_BATCH = 2048
 NUM_FEATURES = 4 + NUM_REUSE_BINS + NUM_LINEAR_FEATURES
 FEATURE_NAMES: tuple[str, ...] = ("dim", "rows", "pooling_factor", "size") + tuple(
     f"reuse_bin_{i}" for i in range(NUM_REUSE_BINS)
-) + ("lookups_linear", "dim_linear")
+) + ("lookups_linear", "dim_linear", "working_set_mb", "half_precision")
 
 # (center, scale) applied after log1p. Chosen to map typical recommender ranges to about [-1, 1]:
 # dim 4..1024, rows 10..1e9, pooling 0..1000, size 1e2..1e11. Values outside stay finite and monotone.
@@ -50,7 +55,7 @@ DEFAULT_HISTOGRAM: tuple[float, ...] = (1.0,) + (0.0,) * (NUM_REUSE_BINS - 1)
 
 def table_features(table: Table) -> np.ndarray:
     """The NUM_FEATURES normalised features of one table (float32): [0:4] log-affine dim, rows, pooling,
-    size; [4:21] reuse histogram; [21:23] linear lookup volume and output width."""
+    size; [4:21] reuse histogram; [21:25] linear lookup volume, output width, working set (MB), fp16 flag."""
     raw = (
         float(table.embedding_dim),
         float(table.num_embeddings),
@@ -64,11 +69,31 @@ def table_features(table: Table) -> np.ndarray:
     out[4 : 4 + NUM_REUSE_BINS] = np.asarray(hist, dtype=np.float32)
     out[4 + NUM_REUSE_BINS] = float(table.embedding_dim) * float(table.pooling_factor) / 1000.0
     out[5 + NUM_REUSE_BINS] = float(table.embedding_dim) / 100.0
+    out[6 + NUM_REUSE_BINS] = unique_rows(table) * table.embedding_dim * table.bytes_per_element / 2**20
+    out[7 + NUM_REUSE_BINS] = 1.0 if table.dtype == "fp16" else 0.0
     return out
 
 
+def mean_accesses_per_row(hist: Sequence[float]) -> float:
+    """Mean accesses per unique row of one batch implied by a reuse histogram (bin k holds counts in
+    (2^(k-1), 2^k]; the bin's geometric middle stands for it)."""
+    acc = 0.0
+    for k, frac in enumerate(hist):
+        lo = 1.0 if k == 0 else 2.0 ** (k - 1) + 1.0
+        hi = 1.0 if k == 0 else 2.0**k
+        acc += frac * math.sqrt(lo * hi)
+    return max(1.0, acc)
+
+
+def unique_rows(table: Table, batch_size: int = REFERENCE_BATCH) -> float:
+    """Expected unique rows one batch touches (never more than the table's rows)."""
+    lookups = float(table.pooling_factor) * batch_size
+    hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
+    return min(float(table.num_embeddings), lookups / mean_accesses_per_row(hist))
+
+
 def tables_features(tables: Sequence[Table]) -> np.ndarray:
-    """Feature matrix (N, 21) of a sequence of tables, row i for tables[i]."""
+    """Feature matrix (N, NUM_FEATURES) of a sequence of tables, row i for tables[i]."""
     if not tables:
         return np.zeros((0, NUM_FEATURES), dtype=np.float32)
     return np.stack([table_features(t) for t in tables])

@@ -1,18 +1,24 @@
-"""The outer DreamShard loop (DESIGN.md section 4):
+"""The outer DreamShard loop, as production trains (docs/architecture.md, "Learning"):
 
-    for each iteration:  measure placements from the current policy on the real backend (iteration 0:
-    the random sharder)  ->  append them to model_dir/measurements.jsonl  ->  fit the cost net on all
-    measurements so far  ->  REINFORCE on the estimated MDP
+    for each iteration:  measure where the planners go on the real backend -- sampled rollouts of the current
+    policy, the search planner's best plan, small perturbations of the best measured plans (iteration 0
+    without a policy: random placements) -- ->  refit the cost ensemble warm on every record so far  ->
+    REINFORCE on the estimated MDP
 
-with linear LR decay over iterations, a checkpoint per iteration (model_dir/checkpoints/iter-N/ holding
-the model files and state.json), per-iteration metrics appended to model_dir/metrics.json, and the
-latest model always saved in model_dir itself. On resume the last complete checkpoint is loaded, the
-measurement file is cut back to the records that checkpoint had seen (a crash mid-iteration leaves no
-trace), and training continues with the next iteration. Seeded throughout.
+with linear LR decay over iterations. The model may start from the packaged pretrained one (`init`).
+
+Files: the final model goes to `model_dir` (only cost_net.pt, policy.pt, model.json: byte-deterministic given
+the same inputs); everything needed to resume lives in `state_dir`: `checkpoints/iter-N/` (model + state.json),
+`loop_measurements.jsonl` (every placement the loop measured, keyed by a deterministic id) and `metrics.json`.
+Measurements are a cache: an iteration re-planned after a kill, or a whole run reproduced from a pulled
+state dir, finds its placements already measured and measures nothing again. A checkpoint is used only if it
+was made from the same inputs (pool, tasks, seed records, config, initial model); otherwise training starts
+over (the measurement cache stays). Seeded throughout.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Sequence
@@ -23,31 +29,41 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import ConfigError, ModelError
-from dreamshard.io import append_measurement, atomic_write_text, load_measurements
-from dreamshard.learning.configs import LoopConfig, TopologyConfig
-from dreamshard.learning.cost_model import CostNet
-from dreamshard.learning.model_store import load_model, save_model
+from dreamshard.errors import ConfigError
+from dreamshard.io import append_measurement, atomic_write_text, iter_measurements
+from dreamshard.learning.configs import LoopConfig, SearchConfig, TopologyConfig
+from dreamshard.learning.cost_model import CostEnsemble
+from dreamshard.learning.model_store import LoadedModel, load_model, save_model
+from dreamshard.learning.planning_cost import comm_models_of, cost_factory
 from dreamshard.learning.policy import Policy, mdp_clone, rollout
+from dreamshard.learning.ranges import ranges_from
 from dreamshard.learning.train_cost import CostMetrics, train_cost_model
 from dreamshard.learning.train_policy import make_mdps, train_policy
 from dreamshard.sharders.heuristics import RandomSharder
 from dreamshard.types import Inventory, Measurement, Task, TaskSet, Topology
 
-MEASUREMENTS_FILE = "measurements.jsonl"
+MEASUREMENTS_FILE = "loop_measurements.jsonl"
 METRICS_FILE = "metrics.json"
 CHECKPOINTS_DIR = "checkpoints"
+STATE_FILE = "state.json"
+#: state dir used when none is given: inside the model dir
+DEFAULT_STATE_DIR = "train-state"
 
 
 class OracleLike(Protocol):
-    def measure(self, inventory: Inventory, placement: dict[str, int], topology: Topology, *, kind: str = ..., task: str = ...) -> Measurement: ...
+    info: Any
+
+    def measure(self, inventory: Inventory, placement: dict[str, int], topology: Topology, *, kind: str = ...,
+                task: str = ..., measurement_id: str | None = ...) -> Measurement: ...
 
 
 class IterationMetrics(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     iteration: int
     lr_factor: float
-    n_measurements: int
+    n_measurements: int  # records the cost ensemble was fit on (seed records + loop records so far)
+    n_new: int  # placements planned this iteration
+    n_measured: int  # of which measured now (the rest came from the measurement cache)
     measured_mean_ms: float | None  # mean measured overall cost of this iteration's placements
     cost: CostMetrics
     policy_mean_cost_ms: float | None
@@ -57,21 +73,22 @@ class IterationMetrics(BaseModel):
 class LoopState(BaseModel):
     model_config = ConfigDict(extra="forbid")
     iteration: int
-    n_measurements: int
+    inputs: str  # fingerprint of what the run was started from
+    loop_ids: list[str]  # loop records used so far, in order
     model_version: str
 
 
-def _checkpoint_dir(model_dir: Path, i: int) -> Path:
-    return model_dir / CHECKPOINTS_DIR / f"iter-{i}"
+def _checkpoint_dir(state_dir: Path, i: int) -> Path:
+    return state_dir / CHECKPOINTS_DIR / f"iter-{i}"
 
 
-def last_checkpoint(model_dir: Path) -> tuple[int, Path] | None:
-    root = Path(model_dir) / CHECKPOINTS_DIR
+def last_checkpoint(state_dir: Path) -> tuple[int, Path] | None:
+    root = Path(state_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return None
     done = []
     for d in root.iterdir():
-        if d.name.startswith("iter-") and (d / "state.json").is_file():
+        if d.name.startswith("iter-") and (d / STATE_FILE).is_file():
             try:
                 done.append((int(d.name.removeprefix("iter-")), d))
             except ValueError:
@@ -79,47 +96,114 @@ def last_checkpoint(model_dir: Path) -> tuple[int, Path] | None:
     return max(done) if done else None
 
 
-def _template(topology: Topology) -> TopologyConfig:
-    return TopologyConfig(
-        device_type=topology.device_type, memory_per_device_gb=topology.memory_per_device_gb, batch_size=topology.batch_size
-    )
+def inputs_fingerprint(pool: Inventory, taskset: TaskSet, seed_ids: Sequence[str], config: LoopConfig,
+                       backend: str, init: LoadedModel | None) -> str:
+    payload = json.dumps({
+        "pool": pool.fingerprint(), "tasks": taskset.model_dump(mode="json"), "seed": list(seed_ids),
+        "config": config.model_dump(mode="json"), "backend": backend, "init": init.card.version if init else None,
+    }, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _placements_to_measure(
-    pool: Inventory,
-    tasks: Sequence[Task],
-    template: TopologyConfig,
-    n: int,
-    iteration: int,
-    seed: int,
-    policy: Policy | None,
-    cost_net: CostNet | None,
-    measure_devices: Sequence[int] = (),
-) -> list[tuple[Task, dict[str, int]]]:
-    rng = np.random.default_rng([seed, iteration])
-    gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
-    picks = rng.choice(len(tasks), size=n, replace=len(tasks) < n) if n else []
-    chosen = []
-    for i in picks:
-        task = tasks[int(i)]
-        if measure_devices:
-            task = task.model_copy(update={"num_devices": int(rng.choice(list(measure_devices)))})
-        chosen.append(task)
-    out = []
-    mdps = make_mdps(pool, chosen, cost_net, template) if policy is not None and cost_net is not None else None
-    for j, task in enumerate(chosen):
-        topo = template.topology(task.num_devices)
-        if mdps is None:
-            placement = RandomSharder(seed=int(rng.integers(2**31))).place(pool.subset(list(task.tables)), topo)
+def _item_key(task: Task, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str) -> str:
+    from dreamshard.profiling.runner import item_key
+
+    return item_key("placement", task.name, fingerprint, topology, placement, backend)
+
+
+def _perturb(placement: dict[str, int], tables: Sequence[Any], topology: Topology, rng: np.random.Generator,
+             moves: int) -> dict[str, int] | None:
+    """`placement` with `moves` random tables moved to random other devices that have room (None if stuck)."""
+    cap = topology.memory_per_device_bytes
+    out = dict(placement)
+    used = [0] * topology.num_devices
+    for t in tables:
+        used[out[t.name]] += t.size_bytes
+    for _ in range(moves):
+        t = tables[int(rng.integers(len(tables)))]
+        legal = [d for d in range(topology.num_devices) if d != out[t.name] and used[d] + t.size_bytes <= cap]
+        if not legal:
+            continue
+        d = int(rng.choice(legal))
+        used[out[t.name]] -= t.size_bytes
+        used[d] += t.size_bytes
+        out[t.name] = d
+    return out if out != placement else None
+
+
+class _Planner:
+    """What one iteration measures: (task, topology, placement) triples, deterministic given the state."""
+
+    def __init__(self, pool: Inventory, tasks: Sequence[Task], template: TopologyConfig, config: LoopConfig,
+                 comm_models: Sequence[Any]) -> None:
+        self.pool, self.tasks, self.template, self.config = pool, list(tasks), template, config
+        self.comm_models = comm_models
+        self.by_name = pool.by_name()
+
+    def _task(self, rng: np.random.Generator) -> Task:
+        task = self.tasks[int(rng.integers(len(self.tasks)))]
+        if self.config.measure_devices:
+            task = task.model_copy(update={"num_devices": int(rng.choice(list(self.config.measure_devices)))})
+        return task
+
+    def plan(self, iteration: int, ensemble: CostEnsemble | None, policy: Policy | None,
+             records: Sequence[Measurement]) -> list[tuple[Task, dict[str, int]]]:
+        cfg = self.config
+        rng = np.random.default_rng([cfg.seed, iteration])
+        gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+        out: list[tuple[Task, dict[str, int]]] = []
+        cost_for = self.cost_factory(ensemble)
+        # (1) the policy's sampled rollouts (random placements before there is a policy)
+        chosen = [self._task(rng) for _ in range(cfg.placements_per_iteration)]
+        if policy is not None and cost_for is not None:
+            mdps = make_mdps(self.pool, chosen, cost_for, self.template)
+            out += [(t, rollout(policy, mdp_clone(m), "sample", gen).placement) for t, m in zip(chosen, mdps, strict=True)]
         else:
-            assert policy is not None
-            placement = rollout(policy, mdp_clone(mdps[j]), "sample", gen).placement
-        out.append((task, placement))
-    return out
+            for t in chosen:
+                out.append((t, RandomSharder(seed=int(rng.integers(2**31))).place(self._inv(t), self._topo(t))))
+        # (2) where the search planner goes
+        if cost_for is not None:
+            from dreamshard.learning.search import search
+
+            scfg = SearchConfig(seed=cfg.seed + iteration, samples=2, candidates=("policy", "lpt", "dim_greedy",
+                                "lookup_greedy", "size_lookup_greedy"), refine_top=1, refine_rounds=32)
+            for _ in range(cfg.search_per_iteration):
+                t = self._task(rng)
+                res = search(self._inv(t), self._topo(t), cost_for(self._topo(t)), policy, scfg)
+                out.append((t, res.best.placement))
+        # (3) small perturbations of the best measured placements so far
+        best = self._best_measured(records)
+        for _ in range(cfg.perturb_per_iteration if best else 0):
+            t, placement = best[int(rng.integers(len(best)))]
+            moved = _perturb(placement, self._inv(t).tables, self._topo(t), rng, int(rng.integers(1, 4)))
+            if moved is not None:
+                out.append((t, moved))
+        return out
+
+    def cost_factory(self, ensemble: CostEnsemble | None) -> Any:
+        return None if ensemble is None else cost_factory(ensemble, self.comm_models, self.config.policy.risk)
+
+    def _best_measured(self, records: Sequence[Measurement]) -> list[tuple[Task, dict[str, int]]]:
+        by_task: dict[tuple[str, int], Measurement] = {}
+        names = {t.name: t for t in self.tasks}
+        for m in records:
+            if m.kind != "placement" or m.task not in names:
+                continue
+            key = (m.task, m.topology.num_devices)
+            if key not in by_task or m.overall_ms < by_task[key].overall_ms:
+                by_task[key] = m
+        return [(names[k[0]].model_copy(update={"num_devices": k[1]}), dict(m.placement))
+                for k, m in sorted(by_task.items())]
+
+    def _inv(self, task: Task) -> Inventory:
+        return self.pool.subset(list(task.tables), name=task.name)
+
+    def _topo(self, task: Task) -> Topology:
+        return self.template.topology(task.num_devices)
 
 
-def _append_metrics(model_dir: Path, m: IterationMetrics) -> None:
-    path = model_dir / METRICS_FILE
+def _append_metrics(state_dir: Path, m: IterationMetrics) -> None:
+    path = state_dir / METRICS_FILE
     rows: list[Any] = []
     if path.is_file():
         try:
@@ -130,105 +214,141 @@ def _append_metrics(model_dir: Path, m: IterationMetrics) -> None:
     atomic_write_text(path, json.dumps(rows, indent=2) + "\n")
 
 
-def _truncate_measurements(path: Path, keep: Sequence[Measurement]) -> None:
-    atomic_write_text(path, "".join(r.model_dump_json() + "\n" for r in keep))
+def _load_cache(path: Path, fingerprint: str) -> dict[str, Measurement]:
+    """Measured loop placements by id (records of another pool are dropped from the file)."""
+    if not path.exists():
+        return {}
+    kept: dict[str, Measurement] = {}
+    stale = False
+    for m in iter_measurements(path):
+        if m.measurement_id.startswith("placement-") and m.inventory_fingerprint == fingerprint:
+            kept[m.measurement_id] = m
+        else:
+            stale = True
+    if stale:
+        atomic_write_text(path, "".join(m.model_dump_json() + "\n" for m in kept.values()))
+    return kept
 
 
 def train(
     pool: Inventory,
     taskset: TaskSet,
-    topology_template: Topology,
+    topology_template: Topology | TopologyConfig,
     oracle: OracleLike,
     config: LoopConfig,
     model_dir: Path,
+    state_dir: Path | None = None,
     resume: bool = True,
     progress: bool = True,
-    measurements: Path | None = None,
+    measurements: Sequence[Measurement] = (),
+    init: LoadedModel | None = None,
     backend_name: str = "",
 ) -> list[IterationMetrics]:
-    """Run (or resume) the outer loop; returns the metrics of the iterations run now. The model in
-    `model_dir` is updated after every iteration. `measurements` seeds a fresh run with existing
-    profile records (e.g. the profile stage's output)."""
+    """Run (or resume) the outer loop; returns the metrics of the iterations run now. `measurements` are the
+    records to start from (e.g. the profile stage's), `init` a model to warm-start from."""
     model_dir = Path(model_dir)
+    state_dir = Path(state_dir) if state_dir is not None else model_dir / DEFAULT_STATE_DIR
     tasks = list(taskset.train)
     if not tasks:
         raise ConfigError("task set has no training tasks")
     if taskset.pool_fingerprint != pool.fingerprint():
         raise ConfigError(f"task set was made from pool '{taskset.pool_name}' with another fingerprint; rerun `dreamshard tasks`")
-    template = _template(topology_template)
-    meas_path = model_dir / MEASUREMENTS_FILE
+    template = topology_template if isinstance(topology_template, TopologyConfig) else TopologyConfig.of(topology_template)
+    backend = backend_name or str(getattr(oracle.info, "name", ""))
+    fp = pool.fingerprint()
+    seed_records = list(measurements)
+    inputs = inputs_fingerprint(pool, taskset, [m.measurement_id for m in seed_records], config, backend, init)
+    meas_path = state_dir / MEASUREMENTS_FILE
+    if not resume and state_dir.exists():
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
     model_dir.mkdir(parents=True, exist_ok=True)
+    cache = _load_cache(meas_path, fp)
 
     start = 0
-    cost_net: CostNet | None = None
-    policy: Policy | None = None
-    records: list[Measurement] = []
-    ckpt = last_checkpoint(model_dir) if resume else None
+    ensemble: CostEnsemble | None = init.cost_net if init is not None else None
+    policy: Policy | None = init.policy if init is not None else None
+    loop_ids: list[str] = []
+    ckpt = last_checkpoint(state_dir)
     if ckpt is not None:
         i, d = ckpt
-        state = LoopState.model_validate_json((d / "state.json").read_text())
-        loaded = load_model(d, require_policy=True)
-        cost_net, policy = loaded.cost_net, loaded.policy
-        all_records = load_measurements(meas_path) if meas_path.exists() else []
-        if len(all_records) < state.n_measurements:
-            raise ModelError(f"{meas_path} holds {len(all_records)} records, checkpoint iter-{i} saw {state.n_measurements}; start over with --no-resume")
-        records = all_records[: state.n_measurements]
-        if len(all_records) > len(records):
-            _truncate_measurements(meas_path, records)
-        start = i + 1
-    else:
-        if (model_dir / CHECKPOINTS_DIR).exists():
-            shutil.rmtree(model_dir / CHECKPOINTS_DIR)
-        seed_records = load_measurements(measurements) if measurements is not None else []
-        _truncate_measurements(meas_path, seed_records)
-        records = list(seed_records)
-        for f in (METRICS_FILE,):
-            (model_dir / f).unlink(missing_ok=True)
+        state = LoopState.model_validate_json((d / STATE_FILE).read_text())
+        if state.inputs == inputs and all(x in cache for x in state.loop_ids):
+            loaded = load_model(d, require_policy=True)
+            ensemble, policy, loop_ids, start = loaded.cost_net, loaded.policy, list(state.loop_ids), i + 1
+        else:  # made from other inputs: start over, keep the measurement cache
+            shutil.rmtree(state_dir / CHECKPOINTS_DIR)
+            (state_dir / METRICS_FILE).unlink(missing_ok=True)
 
+    comm_models = comm_models_of(seed_records, init.card.comm_models if init is not None else ())
+    comm_models = comm_models_of(cache.values(), comm_models)
+    planner = _Planner(pool, tasks, template, config, comm_models)
     results: list[IterationMetrics] = []
     for it in range(start, config.iterations):
         lr = config.lr_factor(it)
+        records = seed_records + [cache[x] for x in loop_ids]
+        planned = planner.plan(it, ensemble, policy, records)
         new: list[Measurement] = []
-        for task, placement in _placements_to_measure(
-            pool, tasks, template, config.placements_per_iteration, it, config.seed, policy, cost_net,
-            config.measure_devices,
-        ):
-            inv = pool.subset(list(task.tables), name=task.name)
-            m = oracle.measure(inv, placement, template.topology(task.num_devices), kind="placement", task=task.name)
-            append_measurement(meas_path, m)
-            new.append(m)
-        records.extend(new)
+        measured_now = 0
+        for task, placement in planned:
+            topo = template.topology(task.num_devices)
+            key = _item_key(task, fp, topo, placement, backend)
+            if key not in cache:
+                inv = pool.subset(list(task.tables), name=task.name)
+                m = oracle.measure(inv, placement, topo, kind="placement", task=task.name, measurement_id=key)
+                m = m.model_copy(update={"inventory_name": pool.name, "inventory_fingerprint": fp})
+                append_measurement(meas_path, m)
+                cache[key] = m
+                measured_now += 1
+            if key not in loop_ids:
+                loop_ids.append(key)
+                new.append(cache[key])
+        records = seed_records + [cache[x] for x in loop_ids]
+        planner.comm_models = comm_models_of(new, planner.comm_models)
         cost_cfg = config.cost.model_copy(update={"seed": config.cost.seed + it})
-        cost_net, cost_metrics = train_cost_model(pool, records, cost_cfg, init=cost_net, progress=progress, lr_factor=lr)
+        ensemble, cost_metrics = train_cost_model(pool, records, cost_cfg, init=ensemble, progress=progress, lr_factor=lr)
         pol_cfg = config.policy.model_copy(update={"seed": config.policy.seed + it})
-        policy, pol_metrics = train_policy(
-            pool, tasks, cost_net, pol_cfg, init=policy, progress=progress, topology=template, lr_factor=lr
-        )
-        backend = backend_name or (records[-1].backend.name if records else "")
+        policy, pol_metrics = train_policy(pool, tasks, planner.cost_factory(ensemble), pol_cfg, init=policy,
+                                           progress=progress, topology=template, lr_factor=lr)
+        ranges = ranges_from(records, pool.by_name())
+        if init is not None and init.card.feature_ranges is not None:
+            ranges = ranges.merge(init.card.feature_ranges)
         card_fields = dict(
             configs={"train": config.model_dump(mode="json")},
             inventory_name=pool.name,
-            inventory_fingerprint=pool.fingerprint(),
+            inventory_fingerprint=fp,
             backend=backend,
+            comm_models=planner.comm_models,
+            feature_ranges=ranges,
             cost_metrics=cost_metrics.model_dump(mode="json"),
             policy_metrics={"mean_cost_ms": pol_metrics.mean_cost_ms, "entropy": pol_metrics.entropy},
-            provenance={"command": "train", "iteration": it, "iterations": config.iterations, "n_measurements": len(records)},
+            provenance={"command": "train", "iteration": it, "iterations": config.iterations,
+                        "n_measurements": len(records), "init": init.card.version if init is not None else None},
         )
-        ck = _checkpoint_dir(model_dir, it)
-        card = save_model(ck, cost_net, policy, **card_fields)
-        atomic_write_text(
-            ck / "state.json", LoopState(iteration=it, n_measurements=len(records), model_version=card.version).model_dump_json() + "\n"
-        )
-        save_model(model_dir, cost_net, policy, **card_fields)
+        ck = _checkpoint_dir(state_dir, it)
+        card = save_model(ck, ensemble, policy, **card_fields)
+        state = LoopState(iteration=it, inputs=inputs, loop_ids=loop_ids, model_version=card.version)
+        atomic_write_text(ck / STATE_FILE, state.model_dump_json() + "\n")
+        save_model(model_dir, ensemble, policy, **card_fields)
         m_it = IterationMetrics(
-            iteration=it,
-            lr_factor=lr,
-            n_measurements=len(records),
+            iteration=it, lr_factor=lr, n_measurements=len(records), n_new=len(planned), n_measured=measured_now,
             measured_mean_ms=float(np.mean([m.overall_ms for m in new])) if new else None,
-            cost=cost_metrics,
-            policy_mean_cost_ms=pol_metrics.mean_cost_ms,
-            policy_entropy=pol_metrics.entropy,
+            cost=cost_metrics, policy_mean_cost_ms=pol_metrics.mean_cost_ms, policy_entropy=pol_metrics.entropy,
         )
-        _append_metrics(model_dir, m_it)
+        _append_metrics(state_dir, m_it)
         results.append(m_it)
+    if not results and ckpt is not None and start > 0:
+        _restore(_checkpoint_dir(state_dir, start - 1), model_dir)
     return results
+
+
+def _restore(checkpoint: Path, model_dir: Path) -> None:
+    """Put the checkpoint's model (byte for byte) into `model_dir` if that does not hold it already."""
+    from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE
+
+    if (model_dir / CARD_FILE).is_file() and (model_dir / CARD_FILE).read_bytes() == (checkpoint / CARD_FILE).read_bytes():
+        return
+    for name in (COST_FILE, POLICY_FILE):
+        if (checkpoint / name).is_file():
+            shutil.copyfile(checkpoint / name, model_dir / name)
+    shutil.copyfile(checkpoint / CARD_FILE, model_dir / CARD_FILE)  # the card last: it vouches for the weights

@@ -1,12 +1,14 @@
-"""Saving and loading a model directory: cost_net.pt, policy.pt and model.json (the ModelCard).
+"""Saving and loading a model directory: cost_net.pt (the cost ensemble), policy.pt and model.json (the card).
 
 model.json is written LAST and records the sha256 of each weights file, so a directory caught between
 writes (or edited by hand) is detected as corrupt rather than silently mixing two models. Weight files
 are first written into a temp directory next to the target, then moved in with os.replace.
-Other files in the directory (measurements.jsonl, checkpoints/, metrics.json) are left alone.
+Other files in the directory are left alone.
 
-Model lookup order (resolve_model_dir): --model, else <project root>/models (or ./models) if it holds a
-model, else the packaged dreamshard/pretrained/ if it holds one.
+A saved model is byte-deterministic: the same weights and card fields give the same files (the card holds
+no wall-clock time and the version is a hash of the weights), so a pipeline that retrains from the same
+measurements produces the same model hash. Where a model is looked for is the caller's business (the CLI
+passes --model or its default); `load_model(None)` loads the model shipped in the package.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import io
 import os
 import shutil
 import tempfile
-from datetime import datetime
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -27,12 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dreamshard.errors import ModelError, first_line
 from dreamshard.io import atomic_write_text
-from dreamshard.learning.cost_model import CostNet, CostNetSpec
+from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
 from dreamshard.learning.policy import Policy, PolicySpec
-from dreamshard.types import utcnow
+from dreamshard.learning.ranges import FeatureRanges
+from dreamshard.types import CommModel
 
-MODEL_FORMAT_VERSION = 1
+MODEL_FORMAT_VERSION = 2
 CARD_FILE = "model.json"
 COST_FILE = "cost_net.pt"
 POLICY_FILE = "policy.pt"
@@ -44,17 +46,20 @@ class ModelCard(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     format_version: int = MODEL_FORMAT_VERSION
-    version: str  # ds-<YYYYMMDD>-<hash of the weights>
+    version: str  # ds-<hash of the weights>
     feature_spec_version: str = FEATURE_SPEC_VERSION
     cost_spec: CostNetSpec
+    ensemble_size: int = Field(default=1, ge=1, le=64, strict=True)
     policy_spec: PolicySpec | None = None
+    # measured all-to-all models of the training records, one per world size (planning costs comm with them)
+    comm_models: tuple[CommModel, ...] = ()
+    feature_ranges: FeatureRanges | None = None  # what the cost net was trained on (planning warns outside)
     configs: dict[str, Any] = Field(default_factory=dict)  # training configs by params section
     inventory_name: str = ""
     inventory_fingerprint: str = ""
     backend: str = ""  # cpu | cuda | simulator | toy
     cost_metrics: dict[str, Any] = Field(default_factory=dict)  # held-out error of the cost net
     policy_metrics: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime = Field(default_factory=utcnow)
     provenance: dict[str, Any] = Field(default_factory=dict)  # command, iterations, measurements, ...
     files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256
 
@@ -62,7 +67,7 @@ class ModelCard(BaseModel):
 class LoadedModel(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     card: ModelCard
-    cost_net: CostNet
+    cost_net: CostEnsemble
     policy: Policy | None
     directory: Path
 
@@ -78,12 +83,13 @@ def _sha(data: bytes) -> str:
 
 
 def has_model(directory: Path | None) -> bool:
+    """Whether `directory` holds a saved model (its card)."""
     return directory is not None and (Path(directory) / CARD_FILE).is_file()
 
 
 def save_model(
     directory: Path,
-    cost_net: CostNet,
+    cost_net: CostEnsemble,
     policy: Policy | None,
     **card_fields: Any,
 ) -> ModelCard:
@@ -96,8 +102,9 @@ def save_model(
     files = {name: _sha(b) for name, b in blobs.items()}
     weights_hash = _sha("".join(files[k] for k in sorted(files)).encode())[:10]
     card = ModelCard(
-        version=f"ds-{utcnow():%Y%m%d}-{weights_hash}",
+        version=f"ds-{weights_hash}",
         cost_spec=cost_net.spec,
+        ensemble_size=cost_net.size,
         policy_spec=policy.spec if policy is not None else None,
         files=files,
         **card_fields,
@@ -156,11 +163,12 @@ def _load_state(directory: Path, name: str, card: ModelCard, module: torch.nn.Mo
         raise ModelError(f"{path}: cannot load weights ({first[:200]})") from None
 
 
-def load_model(directory: Path, require_policy: bool = True) -> LoadedModel:
-    """Load a model directory; ModelError (one line) if missing, corrupt or incompatible."""
-    directory = Path(directory)
+def load_model(directory: Path | None, require_policy: bool = True) -> LoadedModel:
+    """Load a model directory (None: the model shipped in the package); ModelError (one line) if missing,
+    corrupt or incompatible."""
+    directory = PACKAGED_DIR if directory is None else Path(directory)
     card = load_card(directory)
-    cost_net = CostNet(card.cost_spec)
+    cost_net = CostEnsemble(card.cost_spec, card.ensemble_size)
     _load_state(directory, COST_FILE, card, cost_net)
     cost_net.eval()
     policy = None
@@ -171,33 +179,6 @@ def load_model(directory: Path, require_policy: bool = True) -> LoadedModel:
     elif require_policy:
         raise ModelError(f"model in {directory} has a cost net but no policy: run `dreamshard train-policy`")
     return LoadedModel(card=card, cost_net=cost_net, policy=policy, directory=directory)
-
-
-def find_project_root(start: Path | None = None) -> Path | None:
-    """The nearest directory at or above `start` (default CWD) holding pyproject.toml or params.yaml."""
-    here = Path(start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "pyproject.toml").is_file() or (d / "params.yaml").is_file():
-            return d
-    return None
-
-
-def default_model_dir() -> Path | None:
-    """<project root>/models, or None outside a project."""
-    root = find_project_root()
-    return root / "models" if root is not None else None
-
-
-def resolve_model_dir(explicit: Path | None = None) -> Path:
-    """explicit, else the project's (or ./) models dir if it holds a model (`make run` / `dreamshard train`
-    write models/, the DVC pipeline models/dreamshard/), else the packaged model."""
-    if explicit is not None:
-        return Path(explicit)
-    roots = [d for d in (default_model_dir(), Path.cwd() / "models") if d is not None]
-    for candidate in (*roots, *(d / "dreamshard" for d in roots), PACKAGED_DIR):
-        if has_model(candidate):
-            return Path(candidate)  # type: ignore[arg-type]
-    raise ModelError("no dreamshard model: run `dreamshard train` or pass --model")
 
 
 class _HasSpec(Protocol):

@@ -143,12 +143,9 @@ def plan_with_policy(
     topology: Topology,
     samples: int = 0,
     seed: int = 0,
-    refine_rounds: int = 0,
 ) -> Episode:
     """Greedy argmax placement; with samples=K also K sampled placements, keeping the lowest predicted
-    overall cost; with refine_rounds=R > 0 the kept plan is then improved by at most R rounds of local
-    search on the predicted bottleneck device (dreamshard.learning.refine). Raises
-    InfeasiblePlacementError naming a table that fits nowhere."""
+    overall cost. Raises InfeasiblePlacementError naming a table that fits nowhere."""
     policy.eval()
     mdp = EstimatedMDP(tables, topology, estimator)
     best = rollout(policy, mdp, "greedy")
@@ -158,32 +155,7 @@ def plan_with_policy(
             ep = rollout(policy, mdp_clone(mdp), "sample", gen)
             if ep.overall_ms < best.overall_ms:
                 best = ep
-    if refine_rounds > 0:
-        best = _refined(best, estimator, topology, refine_rounds)
     return best
-
-
-def _refined(ep: Episode, estimator: CostEstimator, topology: Topology, rounds: int) -> Episode:
-    from dreamshard.learning.refine import refine_placement
-
-    mdp = ep.mdp
-    new = refine_placement(estimator, mdp.states, mdp.sizes, list(ep.actions), topology, max_rounds=rounds)
-    if new == list(ep.actions):
-        return ep
-    fresh = mdp_clone(mdp)
-    for a in new:
-        fresh.step(a)
-    # masks / cost_feats stay those of the policy's rollout: a refined episode is a plan, not a
-    # trajectory to train on (training never refines).
-    return Episode(
-        mdp=fresh,
-        actions=np.asarray(new, dtype=np.int64),
-        masks=ep.masks,
-        cost_feats=ep.cost_feats,
-        overall_ms=fresh.predicted_overall(),
-        placement=fresh.placement(),
-        costs=fresh.predicted_costs(),
-    )
 
 
 def mdp_clone(mdp: EstimatedMDP) -> EstimatedMDP:

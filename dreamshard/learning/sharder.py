@@ -1,84 +1,141 @@
-"""DreamShardSharder: the learned policy behind the common Sharder interface."""
+"""The learned sharders behind the common Sharder interface (registered through the `dreamshard.sharders`
+entry-point group, see pyproject.toml):
+
+- `dreamshard`: search on the learned cost (dreamshard.learning.search): candidates from the policy, LPT on
+  predicted costs, every heuristic and TorchRec, scored by the pessimistic planning cost and refined by local
+  search; the best predicted plan wins. This is the default.
+- `dreamshard_lpt`: LPT on the cost net's predicted single-table costs (no hardware, no policy).
+- `dreamshard_rl`: the RL policy alone (greedy argmax, or the best of `samples` sampled rollouts).
+
+All three load the model given as `model_dir` (None: the model shipped in the package), record the model
+version and the cost net's *mean* predicted costs in the plan, and list in `Plan.out_of_range` every input
+outside the ranges the model was trained on.
+"""
 
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import Any
 
-from dreamshard.learning.model_store import LoadedModel, load_model, resolve_model_dir
-from dreamshard.learning.policy import Episode, plan_with_policy
+from dreamshard.learning.configs import SearchConfig
+from dreamshard.learning.model_store import LoadedModel, load_model
+from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.types import Inventory, Plan, Topology
 
 
-#: rounds of local search applied to a plan (each round scores all moves / swaps off the bottleneck).
-#: OFF by default: on the cpu backend it helped in one of three trainings (geomean 1.24 -> 1.12 x best
-#: baseline) and hurt in two (1.09 -> 1.15, 1.10 -> 1.25), because it trusts the cost net exactly where
-#: the net is worst (devices holding many tables, which it under-predicts); see bench/results/learning.md.
-DEFAULT_REFINE_ROUNDS = 0
+class ModelSharder(Sharder):
+    """Common part of the learned sharders: the model, the planning cost for a topology, the plan."""
 
+    requires_model = True
 
-class DreamShardSharder(Sharder):
-    """Places tables with a trained DreamShard model (greedy argmax, or best of `samples` sampled plans
-    plus the greedy one under the cost net), then refined by at most `refine_rounds` rounds of bounded
-    local search on the predicted bottleneck device (0 = off). The model is loaded on first use."""
-
-    name = "dreamshard"
-
-    def __init__(self, model_dir: Path | None = None, samples: int = 0, seed: int = 0,
-        refine_rounds: int = DEFAULT_REFINE_ROUNDS, **_ignored: Any,
-    ) -> None:
+    def __init__(self, model_dir: Path | None = None, samples: int | None = None, seed: int = 0,
+                 risk: float | None = None, search: SearchConfig | None = None, **_ignored: Any) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else None
-        self.samples = int(samples)
-        self.seed = int(seed)
-        self.refine_rounds = int(refine_rounds)
+        cfg = search or SearchConfig()
+        update: dict[str, Any] = {"seed": seed}
+        if samples is not None:
+            update["samples"] = int(samples)
+        if risk is not None:
+            update["risk"] = float(risk)
+        self.config = SearchConfig.model_validate({**cfg.model_dump(), **update})
         self._model: LoadedModel | None = None
 
     @property
     def model(self) -> LoadedModel:
         if self._model is None:
-            self._model = load_model(resolve_model_dir(self.model_dir), require_policy=True)
+            self._model = load_model(self.model_dir, require_policy=False)
         return self._model
 
-    def _episode(self, inventory: Inventory, topology: Topology) -> Episode:
-        m = self.model
-        assert m.policy is not None
-        return plan_with_policy(m.policy, m.cost_net, inventory.tables, topology, samples=self.samples, seed=self.seed,
-            refine_rounds=self.refine_rounds,
-        )
+    def planning_cost(self, topology: Topology) -> PlanningCost:
+        comm = comm_for(topology, self.model.card.comm_models)
+        return PlanningCost(self.model.cost_net, topology, comm, self.config.risk)
 
-    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        return self._episode(inventory, topology).placement
+    def out_of_range(self, inventory: Inventory, topology: Topology) -> list[str]:
+        ranges = self.model.card.feature_ranges
+        return ranges.check(list(inventory.tables), topology) if ranges is not None else []
+
+    def plan_from(self, inventory: Inventory, topology: Topology, placement: dict[str, int],
+                  cost: PlanningCost) -> Plan:
+        plan = make_plan(inventory, topology, placement, self.name,
+                         predicted=cost.predict(list(inventory.tables), placement),
+                         model_version=self.model.card.version)
+        return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        ep = self._episode(inventory, topology)
-        return make_plan(
-            inventory, topology, ep.placement, self.name, predicted=ep.costs, model_version=self.model.card.version
-        )
+        cost = self.planning_cost(topology)
+        return self.plan_from(inventory, topology, self._place(inventory, topology, cost), cost)
+
+    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        return self._place(inventory, topology, self.planning_cost(topology))
+
+    @abc.abstractmethod
+    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
+        """The placement under `cost` (the planning cost for `topology`)."""
 
 
-class LearnedGreedySharder(DreamShardSharder):
-    """`dreamshard_lpt`: the learned cost network's single-table predictions as the per-table cost of the
-    memory-aware longest-first greedy (no hardware at planning time). It does not use the RL policy: it trusts
-    the cost net only where it is most accurate (one table alone on a device) and lets LPT balance the sum.
-    The plan records the cost net's predicted per-device costs of the resulting placement."""
+class DreamShardSharder(ModelSharder):
+    """Search on the learned cost (the default learned sharder). `last_search` keeps the scored candidates.
+
+    With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
+    `verify_rounds` rounds) and the best measured one is kept, with its measured costs and the record.
+    """
+
+    name = "dreamshard"
+
+    def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        if verify < 0:
+            from dreamshard.errors import ConfigError
+
+            raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
+        self.verify = int(verify)
+        self.verify_rounds = verify_rounds
+        self.oracle = oracle
+        self.last_search: Any = None
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        cost = self.planning_cost(topology)
+        best = self.plan_from(inventory, topology, self._place(inventory, topology, cost), cost)
+        if self.verify <= 0 or self.oracle is None:
+            return best
+        from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
+
+        top = self.last_search.candidates[: self.verify]
+        plans = [self.plan_from(inventory, topology, c.placement, cost) for c in top]
+        kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
+                                    rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)
+        return kept
+
+    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
+        from dreamshard.learning.search import search
+
+        self.last_search = search(inventory, topology, cost, self.model.policy, self.config)
+        return self.last_search.best.placement
+
+
+class PolicySharder(ModelSharder):
+    """The RL policy alone: greedy argmax, or the best predicted of it and `samples` sampled rollouts."""
+
+    name = "dreamshard_rl"
+
+    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
+        from dreamshard.errors import ModelError
+        from dreamshard.learning.policy import plan_with_policy
+
+        if self.model.policy is None:
+            raise ModelError(f"model {self.model.card.version} has no policy: train one with `dreamshard train`")
+        return plan_with_policy(self.model.policy, cost, inventory.tables, topology,
+                                samples=self.config.samples, seed=self.config.seed).placement
+
+
+class LearnedGreedySharder(ModelSharder):
+    """`dreamshard_lpt`: memory-aware longest-first greedy on the cost net's predicted single-table costs."""
 
     name = "dreamshard_lpt"
 
-    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        from dreamshard.learning.mdp import single_table_costs
-        from dreamshard.sharders.heuristics import GreedySharder
+    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
+        from dreamshard.learning.search import lpt_placement
 
-        est = self.model.cost_net
-        predicted = dict(zip(inventory.table_names, single_table_costs(est, est.encode(list(inventory.tables)))))
-        return GreedySharder(self.name, lambda t: float(predicted[t.name])).place(inventory, topology)
-
-    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        from dreamshard.learning.mdp import EstimatedMDP
-
-        placement = self.place(inventory, topology)
-        mdp = EstimatedMDP(inventory.tables, topology, self.model.cost_net)
-        for table in mdp.tables:  # replay the placement in the MDP's order to read the predicted costs
-            mdp.step(placement[table.name])
-        return make_plan(inventory, topology, placement, self.name, predicted=mdp.predicted_costs(),
-                         model_version=self.model.card.version)
+        return lpt_placement(inventory, topology, cost)

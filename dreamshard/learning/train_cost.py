@@ -1,8 +1,11 @@
-"""Fit the cost network on measurement records (profile singles + placements).
+"""Fit the cost ensemble on measurement records (profile singles + placements).
 
 Every record contributes all its devices (per-device four costs; empty devices are skipped in the
 device loss because the network predicts exactly 0 for them) and its overall cost. A seeded share of
-the *placement* records is held out for CostMetrics; singles always train.
+the *placement* records is held out for CostMetrics; singles always train. Each ensemble member is fit on
+its own bootstrap resample of the training records (seeded), so the members agree where the data is dense
+and disagree where it is thin. Held-out error is reported overall, per cost component and per regime
+(tables per device, pooling range), with the ensemble's spread in each regime.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dreamshard.errors import ModelError
 from dreamshard.learning.configs import CostTrainConfig
-from dreamshard.learning.cost_model import NUM_DEVICE_COSTS, CostNet, CostNetSpec
+from dreamshard.learning.cost_model import COMPUTE, NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.metrics import mape, spearman
 from dreamshard.learning.model_store import warm_start
@@ -26,18 +29,31 @@ from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Inventory, Measurement
 
 
+class RegimeError(BaseModel):
+    """Held-out error of the ensemble mean on the devices of one regime."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    regime: str
+    devices: int
+    mape_compute: float | None  # fwd + bwd compute of a device
+    mape_total: float | None  # all four components
+    spread: float | None  # mean member standard deviation of device compute / its mean prediction
+
+
 class CostMetrics(BaseModel):
-    """Held-out accuracy of a cost network. MAPEs are fractions (0.1 = 10%); None without a test split."""
+    """Held-out accuracy of a cost ensemble (its mean). MAPEs are fractions (0.1 = 10%); None without a test split."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     n_train: int
     n_test: int
+    ensemble_size: int = 1
     mape_overall: float | None = None
     mape_device_total: float | None = None
     mape_overall_from_devices: float | None = None  # max over devices of predicted device totals vs overall
     mape_device_components: tuple[float | None, ...] | None = None  # per cost component (None: all zero)
     spearman_overall: float | None = None
     train_loss: float | None = None
+    regimes: tuple[RegimeError, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,40 +172,121 @@ def split_records(
     return singles + train, test
 
 
+#: regimes of held-out error: (label, lo, hi) on tables per device, and on the device's mean pooling factor
+TABLE_COUNT_REGIMES: tuple[tuple[str, float, float], ...] = (
+    ("1 table", 1, 1), ("2-5 tables", 2, 5), ("6-15 tables", 6, 15), ("16-30 tables", 16, 30),
+    ("31-60 tables", 31, 60), (">60 tables", 61, math.inf),
+)
+POOLING_REGIMES: tuple[tuple[str, float, float], ...] = (
+    ("pooling <= 1", 0, 1.0), ("pooling 1-10", 1.0, 10.0), ("pooling 10-50", 10.0, 50.0), ("pooling > 50", 50.0, math.inf),
+)
+
+
+def _member_predictions(ens: CostEnsemble, b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K, Ndev, 4) device costs ms, (K, B) overall ms from the overall heads, (Ndev,) non-empty mask."""
+    devs, overalls = [], []
+    nonempty = None
+    for net in ens.members:
+        dev_pred, overall_pred, nonempty = net.forward_flat(
+            b.feats, b.table_device, b.num_devices_total, b.device_placement, b.num_placements
+        )
+        devs.append((dev_pred * net.target_scale[:NUM_DEVICE_COSTS]).clamp_min(0).numpy())
+        overalls.append((overall_pred * net.target_scale[-1]).clamp_min(0).numpy())
+    assert nonempty is not None
+    return np.stack(devs), np.stack(overalls), nonempty.numpy()
+
+
+def _regime_rows(
+    label_lo_hi: Sequence[tuple[str, float, float]], key: np.ndarray, pred: np.ndarray, true: np.ndarray, spread: np.ndarray
+) -> list[RegimeError]:
+    rows = []
+    comp = list(COMPUTE)
+    for label, lo, hi in label_lo_hi:
+        sel = (key >= lo) & (key <= hi)
+        if not sel.any():
+            continue
+        p, t = pred[sel], true[sel]
+        pc, tc = p[:, comp].sum(1), t[:, comp].sum(1)
+        rows.append(RegimeError(
+            regime=label, devices=int(sel.sum()), mape_compute=_finite(mape(pc, tc)),
+            mape_total=_finite(mape(p.sum(1), t.sum(1))),
+            spread=_finite(float(np.mean(spread[sel] / np.maximum(pc, 1e-9)))),
+        ))
+    return rows
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 @single_threaded
-def evaluate_cost_net(net: CostNet, pool: Inventory, records: Sequence[Measurement]) -> dict[str, object]:
-    """MAPE (overall, device totals, each component) and Spearman of overall costs over `records`."""
+def evaluate_cost_net(ens: CostEnsemble, pool: Inventory, records: Sequence[Measurement]) -> dict[str, object]:
+    """MAPE (overall, device totals, each component), Spearman of overall costs and per-regime errors of the
+    ensemble mean over `records`."""
     if not records:
         return {}
     feats = torch.from_numpy(tables_features(pool.tables))
     samples = _to_samples(pool, records)
     with torch.no_grad():
         b = _collate(feats, samples)
-        dev_pred, overall_pred, nonempty = net.forward_flat(
-            b.feats, b.table_device, b.num_devices_total, b.device_placement, b.num_placements
-        )
-        dev_ms = (dev_pred * net.target_scale[:NUM_DEVICE_COSTS]).clamp_min(0).numpy()
-        overall_ms = (overall_pred * net.target_scale[-1]).clamp_min(0).numpy()
-    ne = nonempty.numpy()
+        member_dev, member_overall, ne = _member_predictions(ens, b)
+    dev_ms = member_dev.mean(0)
+    overall_ms = member_overall.mean(0)
+    comp = list(COMPUTE)
+    spread = member_dev[..., comp].sum(-1).std(0) if ens.size > 1 else np.zeros(len(ne))
     true_dev = b.dev_targets.numpy()
     dev_place = b.device_placement.numpy()
     from_devices = np.zeros(b.num_placements)
     np.maximum.at(from_devices, dev_place, dev_ms.sum(1))
+    # regimes: tables per device and mean pooling factor of the device's tables
+    counts = np.bincount(b.table_device.numpy(), minlength=b.num_devices_total).astype(float)
+    pool_pf = np.array([t.pooling_factor for t in pool.tables])
+    pf_sum = np.bincount(b.table_device.numpy(), weights=pool_pf[np.concatenate([s.table_idx for s in samples])],
+                         minlength=b.num_devices_total)
+    mean_pf = pf_sum / np.maximum(counts, 1.0)
+    regimes = _regime_rows(TABLE_COUNT_REGIMES, counts[ne], dev_ms[ne], true_dev[ne], spread[ne])
+    regimes += _regime_rows(POOLING_REGIMES, mean_pf[ne], dev_ms[ne], true_dev[ne], spread[ne])
     return {
         "mape_overall_from_devices": mape(from_devices, b.overall.numpy()),
         "mape_overall": mape(overall_ms, b.overall.numpy()),
         "mape_device_total": mape(dev_ms[ne].sum(1), true_dev[ne].sum(1)),
         "mape_device_components": tuple(mape(dev_ms[ne][:, k], true_dev[ne][:, k]) for k in range(NUM_DEVICE_COSTS)),
-        "spearman_overall": spearman(overall_ms, b.overall.numpy()) if len(records) > 1 else None,
+        "spearman_overall": spearman(from_devices, b.overall.numpy()) if len(records) > 1 else None,
+        "regimes": tuple(regimes),
     }
 
 
 def _clean(v: object) -> object:
     if isinstance(v, float) and not math.isfinite(v):
         return None
-    if isinstance(v, tuple):
+    if isinstance(v, tuple) and all(x is None or isinstance(x, float) for x in v):
         return tuple(None if (x is None or not math.isfinite(x)) else x for x in v)
     return v
+
+
+def _fit_member(
+    net: CostNet, feats: torch.Tensor, samples: Sequence[_Sample], config: CostTrainConfig, seed: int, lr_factor: float,
+    advance: object,
+) -> float:
+    """`config.steps` Adam steps on minibatches drawn from `samples` (already the member's resample)."""
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam(net.parameters(), lr=config.lr * lr_factor)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+        opt, T_max=max(1, config.steps), eta_min=0.05 * config.lr * lr_factor) if config.cosine_decay else None
+    net.train()
+    last = float("nan")
+    for _ in range(config.steps):
+        pick = rng.integers(0, len(samples), size=min(config.batch_size, len(samples)))
+        loss = _loss(net, _collate(feats, [samples[i] for i in pick]), config.relative_loss_weight)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        last = loss.item()
+        advance(1)  # type: ignore[operator]
+    net.eval()
+    return last
 
 
 @single_threaded
@@ -197,41 +294,38 @@ def train_cost_model(
     pool: Inventory,
     measurements: Sequence[Measurement],
     config: CostTrainConfig,
-    init: CostNet | None = None,
+    init: CostEnsemble | None = None,
     progress: bool = True,
     lr_factor: float = 1.0,
-) -> tuple[CostNet, CostMetrics]:
-    """Train (or continue training `init`) on the records and report held-out metrics."""
+) -> tuple[CostEnsemble, CostMetrics]:
+    """Train (or continue training `init`) an ensemble on the records and report held-out metrics."""
     records = [m for m in measurements if config.use_singles or m.kind == "placement"]
     if not records:
         raise ModelError("no measurement records to train the cost model on: run `dreamshard profile` first")
     train_recs, test_recs = split_records(records, config.test_fraction, config.seed)
     torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
     spec = CostNetSpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden)
-    net = warm_start(init, spec, CostNet, "cost net")
+    ens = warm_start(init, spec, lambda sp: CostEnsemble(sp, config.ensemble_size), "cost net")
+    if ens.size != config.ensemble_size:
+        raise ModelError(f"cost ensemble has {ens.size} members, config asks for {config.ensemble_size}; retrain from scratch")
     samples = _to_samples(pool, train_recs)
-    if init is None:  # a warm-started net keeps the scale its outputs were trained in
-        net.target_scale.copy_(_target_scale(samples))
     feats = torch.from_numpy(tables_features(pool.tables))
-    opt = torch.optim.Adam(net.parameters(), lr=config.lr * lr_factor)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, config.steps), eta_min=0.05 * config.lr * lr_factor) if config.cosine_decay else None
-    net.train()
-    last = float("nan")
-    with progress_bar("train cost net", config.steps, progress) as advance:
-        for _ in range(config.steps):
-            pick = rng.integers(0, len(samples), size=min(config.batch_size, len(samples)))
-            loss = _loss(net, _collate(feats, [samples[i] for i in pick]), config.relative_loss_weight)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if sched is not None:
-                sched.step()
-            last = loss.item()
-            advance(1)
-    net.eval()
-    ev = {k: _clean(v) for k, v in evaluate_cost_net(net, pool, test_recs).items()}
+    losses = []
+    with progress_bar("train cost ensemble", config.steps * ens.size, progress) as advance:
+        for k, net in enumerate(ens.members):
+            if init is None:  # a warm-started net keeps the scale its outputs were trained in
+                net.target_scale.copy_(_target_scale(samples))
+            torch.manual_seed(config.seed * 1009 + k)
+            member = samples
+            if config.bootstrap and ens.size > 1:
+                pick = np.random.default_rng([config.seed, k, 7]).integers(0, len(samples), size=len(samples))
+                member = [samples[i] for i in pick]
+            losses.append(_fit_member(net, feats, member, config, config.seed * 7919 + k, lr_factor, advance))
+    ens.eval()
+    ev = {k: _clean(v) for k, v in evaluate_cost_net(ens, pool, test_recs).items()}
+    last = float(np.mean(losses))
     metrics = CostMetrics(
-        n_train=len(train_recs), n_test=len(test_recs), train_loss=last if math.isfinite(last) else None, **ev
+        n_train=len(train_recs), n_test=len(test_recs), ensemble_size=ens.size,
+        train_loss=last if math.isfinite(last) else None, **ev,
     )
-    return net, metrics
+    return ens, metrics

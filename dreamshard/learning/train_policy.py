@@ -10,7 +10,7 @@ masked distribution - entropy_weight * mean entropy; Adam.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -61,19 +61,26 @@ def _standardise(returns: np.ndarray, groups: list[int]) -> np.ndarray:
     return adv
 
 
+#: a cost estimator, or a function giving the estimator for a topology (e.g. a PlanningCost per device count)
+EstimatorFor = CostEstimator | Callable[[Topology], CostEstimator]
+
+
+def estimator_for(estimator: EstimatorFor, topology: Topology) -> CostEstimator:
+    return estimator if isinstance(estimator, CostEstimator) else estimator(topology)  # type: ignore[operator]
+
+
 def make_mdps(
-    pool: Inventory, tasks: Sequence[Task], estimator: CostEstimator, topology: Topology | TopologyConfig
+    pool: Inventory, tasks: Sequence[Task], estimator: EstimatorFor, topology: Topology | TopologyConfig
 ) -> list[EstimatedMDP]:
-    template = topology if isinstance(topology, TopologyConfig) else TopologyConfig(
-        device_type=topology.device_type, memory_per_device_gb=topology.memory_per_device_gb, batch_size=topology.batch_size
-    )
+    template = topology if isinstance(topology, TopologyConfig) else TopologyConfig.of(topology)
     by_name = pool.by_name()
     out = []
     for task in tasks:
         missing = [n for n in task.tables if n not in by_name]
         if missing:
             raise ConfigError(f"task '{task.name}' names table '{missing[0]}', which is not in pool '{pool.name}'")
-        out.append(EstimatedMDP([by_name[n] for n in task.tables], template.topology(task.num_devices), estimator))
+        topo = template.topology(task.num_devices)
+        out.append(EstimatedMDP([by_name[n] for n in task.tables], topo, estimator_for(estimator, topo)))
     return out
 
 
@@ -81,7 +88,7 @@ def make_mdps(
 def train_policy(
     pool: Inventory,
     tasks: Sequence[Task],
-    cost_net: CostEstimator,
+    cost_net: EstimatorFor,
     config: PolicyTrainConfig,
     init: Policy | None = None,
     progress: bool = True,

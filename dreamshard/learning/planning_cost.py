@@ -1,0 +1,145 @@
+"""The cost that planning minimises: a CostEnsemble bound to one topology, pessimistic where it is unsure.
+
+Per device, the members' predicted compute costs give a mean and a spread (standard deviation over members);
+planning uses ``mean + risk * spread`` for the compute components, so a placement the members disagree on
+(typically a device crowded beyond what training showed) looks as expensive as it might be, and the search
+and the policy stay away from the cost net's blind spots instead of exploiting them.
+
+Communication is not left to the network when the measured all-to-all model is known: the oracle costs a
+device's forward and backward exchange as ``alpha + beta * bytes`` with ``bytes = batch x (sum of the
+device's dims) x 4 x (N-1)/N`` (dreamshard.profiling.comm), so planning uses exactly that, for the topology's
+device count and interconnect. Without a comm model (a model trained on records that carry none) the
+ensemble's learned comm heads are used, with the same pessimism.
+
+As a CostEstimator (dreamshard.learning.estimator) a table's state is
+``[member latents (K x latent) | 1 | embedding_dim]``; a device's state is the sum of its tables' states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
+from dreamshard.learning.features import tables_features
+from dreamshard.types import CommModel, Costs, DeviceCost, Table, Topology
+
+#: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
+OUTPUT_BYTES = 4
+
+
+class PlanningCost:
+    """A CostEstimator for one topology: ensemble mean + risk x spread for compute, measured comm."""
+
+    def __init__(self, ensemble: CostEnsemble, topology: Topology, comm: CommModel | None = None,
+                 risk: float = 1.0) -> None:
+        if risk < 0:
+            raise ValueError(f"risk must be >= 0, got {risk}")
+        self.ensemble = ensemble
+        self.topology = topology
+        self.comm = comm
+        self.risk = float(risk)
+        self.latent = ensemble.spec.latent
+        self.k = ensemble.size
+        self.state_dim = self.k * self.latent + 2
+        self.cost_scale = ensemble.cost_scale or 1.0
+
+    # -- CostEstimator ---------------------------------------------------------------------------------
+    def encode(self, tables: Sequence[Table]) -> torch.Tensor:
+        feats = torch.from_numpy(tables_features(list(tables)))
+        with torch.no_grad():
+            z = self.ensemble.table_latents(feats)  # (K, N, L)
+        n = z.shape[1]
+        flat = z.permute(1, 0, 2).reshape(n, self.k * self.latent)
+        dims = torch.tensor([float(t.embedding_dim) for t in tables], dtype=flat.dtype).reshape(n, 1)
+        return torch.cat([flat, torch.ones(n, 1, dtype=flat.dtype), dims], dim=1)
+
+    def member_costs(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., S) device states -> (K, ..., 4) each member's costs in ms (comm analytic when known)."""
+        lat = states[..., : self.k * self.latent].unflatten(-1, (self.k, self.latent)).movedim(-2, 0)
+        nonempty = states[..., -2] > 0.5
+        costs = self.ensemble.member_device_costs(lat, nonempty)
+        if self.comm is not None:
+            comm = self.comm_ms(states)
+            costs = costs.clone()
+            for c in COMM:
+                costs[..., c] = comm
+        return costs.clamp_min(0.0)
+
+    def comm_ms(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., S) -> (...) one all-to-all's cost of each device under the comm model (0 if empty or N=1)."""
+        n = self.topology.num_devices
+        if self.comm is None or n <= 1:
+            return torch.zeros(states.shape[:-1], dtype=states.dtype)
+        mb = self.topology.batch_size * states[..., -1] * OUTPUT_BYTES * (n - 1) / n / 1e6
+        nonempty = (states[..., -2] > 0.5).to(states.dtype)
+        return nonempty * (self.comm.alpha_ms + self.comm.beta_ms_per_mb * mb)
+
+    def device_costs(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., S) -> (..., 4): member mean + risk x member spread per component (comm exact when known)."""
+        member = self.member_costs(states)
+        mean = member.mean(0)
+        if self.k < 2 or self.risk == 0:
+            return mean
+        return mean + self.risk * member.std(0, unbiased=False)  # comm members agree when it is analytic
+
+    def overall(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., D, S) -> (...): the largest device total (what a measured overall cost is)."""
+        return self.device_costs(states).sum(-1).amax(dim=-1).clamp_min(0.0)
+
+    # -- reporting ---------------------------------------------------------------------------------------
+    def spread(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., S) -> (...): standard deviation over members of the predicted device compute (ms)."""
+        member = self.member_costs(states)
+        compute = member[..., COMPUTE[0]] + member[..., COMPUTE[1]]
+        return compute.std(0, unbiased=False) if self.k > 1 else torch.zeros_like(compute[0])
+
+    def mean_device_costs(self, states: torch.Tensor) -> torch.Tensor:
+        return self.member_costs(states).mean(0)
+
+    def placement_states(self, tables: Sequence[Table], placement: dict[str, int]) -> torch.Tensor:
+        """(D, S) device states of a placement of `tables`."""
+        st = self.encode(tables)
+        dev = torch.zeros(self.topology.num_devices, st.shape[1], dtype=st.dtype)
+        idx = torch.tensor([placement[t.name] for t in tables], dtype=torch.long)
+        return dev.index_add_(0, idx, st)
+
+    def predict(self, tables: Sequence[Table], placement: dict[str, int], pessimistic: bool = False) -> Costs:
+        """Per-device costs and overall cost (ms) of a placement: the members' mean (or the pessimistic cost)."""
+        with torch.no_grad():
+            dev = self.placement_states(tables, placement)
+            per = self.device_costs(dev) if pessimistic else self.mean_device_costs(dev)
+        return Costs.from_devices([DeviceCost.from_list(r.tolist()) for r in per])
+
+
+def closest_comm(models: Sequence[CommModel], num_devices: int) -> CommModel | None:
+    """The comm model whose world size is closest to `num_devices` (ties: the larger), None if there is none."""
+    if not models:
+        return None
+    return min(models, key=lambda c: (abs(c.world_size - num_devices), -c.world_size))
+
+
+def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | None:
+    """The comm model planning uses on `topology`: its fixed interconnect profile, else the closest measured."""
+    if topology.interconnect != "measured":
+        from dreamshard.profiling.comm import profile_model
+
+        return profile_model(topology.interconnect, topology.num_devices)
+    return closest_comm(measured, topology.num_devices)
+
+
+def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -> tuple[CommModel, ...]:
+    """The measured comm models in `records` (dreamshard.types.Measurement), one per world size (the latest
+    wins), merged over `known`; sorted by world size."""
+    by_ws = {c.world_size: c for c in known}
+    for m in records:
+        c = getattr(m, "comm_model", None)
+        if c is not None and c.world_size > 1 and not c.backend.startswith("profile:"):
+            by_ws[c.world_size] = c
+    return tuple(by_ws[k] for k in sorted(by_ws))
+
+
+def cost_factory(ensemble: CostEnsemble, comm_models: Sequence[CommModel], risk: float) -> Callable[[Topology], PlanningCost]:
+    """topology -> the PlanningCost of `ensemble` on it (comm from `comm_models` or the topology's profile)."""
+    return lambda topo: PlanningCost(ensemble, topo, comm_for(topo, comm_models), risk)

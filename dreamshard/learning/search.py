@@ -1,0 +1,143 @@
+"""Search on the learned cost at plan time ("pre-train, then search").
+
+Candidates come from every source we have -- the RL policy (greedy argmax and sampled rollouts), LPT on the
+cost net's predicted single-table costs, every heuristic and TorchRec's planner -- and are scored by the
+pessimistic planning cost (dreamshard.learning.planning_cost: ensemble mean + risk x spread, measured comm).
+The best few are then improved by local search that moves / swaps tables off the predicted bottleneck device
+(dreamshard.learning.refine). The result is never predicted worse than any candidate: local search only
+accepts improvements, and the final pick is the minimum over everything scored.
+
+No hardware is used; `dreamshard.learning.verify` measures the best candidates when asked to.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dreamshard.errors import InfeasiblePlacementError
+from dreamshard.learning.configs import SearchConfig
+from dreamshard.learning.mdp import single_table_costs
+from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.learning.policy import Policy, plan_with_policy
+from dreamshard.learning.refine import refine_placement
+from dreamshard.learning.threads import single_threaded
+from dreamshard.types import Inventory, Topology
+
+#: candidate sources in order of preference on ties
+POLICY, LPT = "policy", "lpt"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str  # where the placement came from ("policy", "lpt", a sharder name; "+search" when refined)
+    placement: dict[str, int]
+    predicted_ms: float  # pessimistic predicted overall cost (the search objective)
+
+
+@dataclass
+class SearchResult:
+    best: Candidate
+    candidates: list[Candidate]  # every scored candidate, best first (refined ones included)
+    failed: dict[str, str] = field(default_factory=dict)  # source -> why it produced no candidate
+    wall_s: float = 0.0
+
+
+def _heuristic_placer(name: str, seed: int) -> Callable[[Inventory, Topology], dict[str, int]]:
+    from dreamshard.sharders import get_sharder
+
+    return lambda inv, topo: get_sharder(name, seed=seed).place(inv, topo)
+
+
+class _Scorer:
+    """Scores placements of one inventory under one PlanningCost (tables encoded once)."""
+
+    def __init__(self, inventory: Inventory, cost: PlanningCost) -> None:
+        self.tables = list(inventory.tables)
+        self.index = {t.name: i for i, t in enumerate(self.tables)}
+        self.cost = cost
+        with torch.no_grad():
+            self.states = cost.encode(self.tables)
+        self.sizes = [t.size_bytes for t in self.tables]
+
+    def actions(self, placement: dict[str, int]) -> list[int]:
+        return [int(placement[t.name]) for t in self.tables]
+
+    def score(self, actions: Sequence[int]) -> float:
+        with torch.no_grad():
+            dev = torch.zeros(self.cost.topology.num_devices, self.states.shape[1], dtype=self.states.dtype)
+            dev.index_add_(0, torch.tensor(list(actions), dtype=torch.long), self.states)
+            return float(self.cost.overall(dev))
+
+    def placement(self, actions: Sequence[int]) -> dict[str, int]:
+        return {t.name: int(a) for t, a in zip(self.tables, actions, strict=True)}
+
+
+def lpt_placement(inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
+    """Memory-aware longest-first greedy on the cost net's predicted single-table costs."""
+    from dreamshard.sharders.heuristics import GreedySharder
+
+    single = single_table_costs(cost, cost.encode(list(inventory.tables)))
+    predicted = {t.name: float(c) for t, c in zip(inventory.tables, single, strict=True)}
+    return GreedySharder(LPT, lambda t: predicted[t.name]).place(inventory, topology)
+
+
+@single_threaded
+def search(
+    inventory: Inventory,
+    topology: Topology,
+    cost: PlanningCost,
+    policy: Policy | None,
+    config: SearchConfig,
+) -> SearchResult:
+    """The best placement found under `cost` (see the module docstring). Raises InfeasiblePlacementError
+    only when no source could place the inventory."""
+    t0 = time.perf_counter()
+    scorer = _Scorer(inventory, cost)
+    found: list[Candidate] = []
+    failed: dict[str, str] = {}
+
+    def add(source: str, placement: dict[str, int]) -> None:
+        found.append(Candidate(source, placement, scorer.score(scorer.actions(placement))))
+
+    last_error: InfeasiblePlacementError | None = None
+    for source in config.candidates:
+        try:
+            if source == POLICY:
+                if policy is None:
+                    failed[source] = "the model has no policy"
+                    continue
+                ep = plan_with_policy(policy, cost, inventory.tables, topology, samples=config.samples, seed=config.seed)
+                add(source, ep.placement)
+            elif source == LPT:
+                add(source, lpt_placement(inventory, topology, cost))
+            else:
+                add(source, _heuristic_placer(source, config.seed)(inventory, topology))
+        except InfeasiblePlacementError as e:
+            failed[source] = str(e)
+            last_error = e
+    if not found:
+        if last_error is not None:
+            raise last_error
+        raise InfeasiblePlacementError(inventory.tables[0].name, inventory.tables[0].size_gb,
+                                       topology.memory_per_device_gb, "no candidate source placed the inventory")
+
+    found.sort(key=lambda c: c.predicted_ms)
+    refined: list[Candidate] = []
+    if config.refine_rounds > 0:
+        seen: set[tuple[int, ...]] = set()
+        for cand in found[: config.refine_top]:
+            start = scorer.actions(cand.placement)
+            if tuple(start) in seen:
+                continue
+            seen.add(tuple(start))
+            new = refine_placement(cost, scorer.states, scorer.sizes, start, topology,
+                                   max_rounds=config.refine_rounds, min_gain=0.0)
+            if new != start:
+                refined.append(Candidate(f"{cand.source}+search", scorer.placement(new), scorer.score(new)))
+    everything = sorted(found + refined, key=lambda c: c.predicted_ms)
+    return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
+
