@@ -1,4 +1,4 @@
-"""Table features: 23 numbers per table (21 of the paper + 2 linear), fixed normalisation, independent of the task's other tables."""
+"""Table features: 25 numbers per table (21 of the paper + 4 linear), fixed normalisation, independent of the task's other tables."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_shape_and_finite_over_extreme_tables():
         Table(name="huge", num_embeddings=2_000_000_000, embedding_dim=1024, pooling_factor=5000.0),
     ]
     f = tables_features(tables)
-    assert f.shape == (2, NUM_FEATURES) == (2, 23)
+    assert f.shape == (2, NUM_FEATURES) == (2, 25)
     assert np.isfinite(f).all()
     assert (f[1, :4] > f[0, :4]).all()  # monotone in dim, rows, pooling, size
 
@@ -24,7 +24,9 @@ def test_shape_and_finite_over_extreme_tables():
 def test_missing_histogram_defaults_to_no_reuse():
     t = Table(name="a", num_embeddings=100, embedding_dim=16, pooling_factor=2.0)
     assert tuple(table_features(t)[4:21]) == DEFAULT_HISTOGRAM
-    assert np.allclose(table_features(t)[21:], (16 * 2.0 / 1000.0, 16 / 100.0))  # linear lookups, width
+    # linear: lookups, width, working set (2 x 2048 lookups, each row touched once: 4096 rows x 64 B), fp16 flag
+    assert np.allclose(table_features(t)[21:], (16 * 2.0 / 1000.0, 16 / 100.0, 100 * 16 * 4 / 2**20, 0.0))
+    assert table_features(t.model_copy(update={"dtype": "fp16"}))[24] == 1.0
     h = (0.5, 0.5) + (0.0,) * 15
     t2 = t.model_copy(update={"access_histogram": h})
     assert np.allclose(table_features(t2)[4:21], h)

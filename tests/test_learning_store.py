@@ -1,5 +1,5 @@
-"""Model directories: save -> load -> same plan; corrupt / incompatible models are one-line ModelErrors;
-model lookup order; the DreamShardSharder behind the registry."""
+"""Model directories: save -> load -> same plan, byte-deterministic saves; corrupt / incompatible models are
+one-line ModelErrors; the CLI's model lookup order; the learned sharders behind the registry."""
 
 from __future__ import annotations
 
@@ -11,27 +11,18 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError, ModelError
 from dreamshard.inventory.synth import synth_inventory
+from dreamshard.cli.models import default_model_dir
 from dreamshard.learning import model_store
-from dreamshard.learning.configs import CostTrainConfig, PolicyTrainConfig, TopologyConfig
-from dreamshard.learning.model_store import load_model, resolve_model_dir, save_model
-from toy_cost import ToyCost, toy_measurements
-from dreamshard.learning.train_cost import train_cost_model
-from dreamshard.learning.train_policy import train_policy
+from dreamshard.learning.model_store import load_model, save_model
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Task, Topology
+from dreamshard.types import Topology
+from toy_cost import toy_model
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    pool = synth_inventory(30, seed=4)
-    records = toy_measurements(pool, ToyCost(), num_placements=40, num_devices=4, tables_per_task=(5, 12), seed=1)
-    net, metrics = train_cost_model(pool, records, CostTrainConfig(steps=60, lr=3e-3), progress=False)
-    tasks = [Task(name=f"t{i}", tables=tuple(pool.table_names[i : i + 8]), num_devices=4) for i in range(4)]
-    policy, _ = train_policy(pool, tasks, net, PolicyTrainConfig(episodes=20), progress=False, topology=TopologyConfig())
     d = tmp_path_factory.mktemp("model")
-    save_model(d, net, policy, inventory_name=pool.name, inventory_fingerprint=pool.fingerprint(), backend="toy",
-               cost_metrics=metrics.model_dump(mode="json"))
+    toy_model(d)
     return d
 
 
@@ -43,10 +34,15 @@ def test_save_load_same_plan(model_dir, tmp_path):
     copy = tmp_path / "copy"
     card = save_model(copy, loaded.cost_net, loaded.policy, backend=loaded.card.backend)
     assert card.version == loaded.card.version  # version = hash of the weights
+    again = save_model(tmp_path / "again", loaded.cost_net, loaded.policy, backend=loaded.card.backend)
+    for name in ("cost_net.pt", "policy.pt", "model.json"):  # byte-deterministic: same model, same files
+        assert (copy / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+    assert again.version == card.version
     plan2 = get_sharder("dreamshard", model_dir=copy).shard(inv, topo)
     assert plan1.placement == plan2.placement
     assert plan1.predicted == plan2.predicted
     assert plan1.sharder == "dreamshard" and plan1.model_version == card.version
+    assert all(isinstance(x, str) for x in plan1.out_of_range)
     assert plan1.predicted is not None and len(plan1.predicted.per_device) == 4 and plan1.predicted.overall_ms > 0
     assert card.version.startswith("ds-")
 
@@ -113,22 +109,17 @@ def test_cost_only_model_needs_policy(model_dir, tmp_path):
         load_model(tmp_path)
 
 
-def test_resolve_model_dir_order(model_dir, tmp_path, monkeypatch):
-    project = tmp_path / "proj"
-    (project / "sub").mkdir(parents=True)
-    (project / "params.yaml").write_text("{}\n")
-    monkeypatch.chdir(project / "sub")
-    monkeypatch.setattr(model_store, "PACKAGED_DIR", tmp_path / "no-packaged")
-    assert resolve_model_dir(Path("explicit")) == Path("explicit")
-    with pytest.raises(ModelError, match=r"no dreamshard model: run `dreamshard train` or pass --model"):
-        resolve_model_dir(None)
+def test_cli_model_lookup_order(model_dir, tmp_path, monkeypatch):
+    """The CLI's default: --model, else ./models, else ./models/dreamshard, else None (the packaged model)."""
+    monkeypatch.chdir(tmp_path)
+    assert default_model_dir(Path("explicit")) == Path("explicit")
+    assert default_model_dir() is None
+    _copy(model_dir, tmp_path / "models" / "dreamshard")  # the DVC pipeline's layout
+    assert default_model_dir() == Path.cwd() / "models" / "dreamshard"
+    _copy(model_dir, tmp_path / "models")
+    assert default_model_dir() == Path.cwd() / "models"
     monkeypatch.setattr(model_store, "PACKAGED_DIR", model_dir)
-    assert resolve_model_dir(None) == model_dir  # packaged fallback
-    _copy(model_dir, project / "models" / "dreamshard")  # the DVC pipeline's layout
-    assert resolve_model_dir(None) == project / "models" / "dreamshard"
-    _copy(model_dir, project / "models")
-    assert model_store.default_model_dir() == project / "models"
-    assert resolve_model_dir(None) == project / "models"
+    assert load_model(None).card.version == load_model(model_dir).card.version
 
 
 def test_learned_greedy_orders_by_predicted_single_costs(model_dir):
@@ -139,8 +130,10 @@ def test_learned_greedy_orders_by_predicted_single_costs(model_dir):
     inv = synth_inventory(30, seed=14, name="unseen")
     topo = Topology(num_devices=4, memory_per_device_gb=8)
     plan = get_sharder("dreamshard_lpt", model_dir=model_dir).shard(inv, topo)
-    net = load_model(model_dir).cost_net
-    pred = dict(zip(inv.table_names, single_table_costs(net, net.encode(list(inv.tables)))))
+    from dreamshard.learning.planning_cost import PlanningCost
+
+    cost = PlanningCost(load_model(model_dir).cost_net, topo)
+    pred = dict(zip(inv.table_names, single_table_costs(cost, cost.encode(list(inv.tables)))))
     assert plan.placement == GreedySharder("x", lambda t: float(pred[t.name])).place(inv, topo)
     assert plan.sharder == "dreamshard_lpt" and plan.model_version == load_model(model_dir).card.version
     assert plan.predicted is not None and len(plan.predicted.per_device) == 4 and plan.fits_memory()

@@ -86,3 +86,31 @@ def toy_measurements(
         placement = {t.name: int(rng.integers(0, d)) for t in tables}
         out.append(record("placement", tables, placement, d))
     return out
+
+
+def toy_model(directory: object, seed: int = 0) -> object:
+    """A small model (cost ensemble + policy) trained on ToyCost records, saved in `directory`; returns its card.
+    Its feature ranges are those of the records (tables of synth_inventory(30, seed=4), 4 devices)."""
+    from pathlib import Path
+
+    import torch
+
+    from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.learning.configs import CostTrainConfig, PolicyTrainConfig, TopologyConfig
+    from dreamshard.learning.model_store import save_model
+    from dreamshard.learning.planning_cost import cost_factory
+    from dreamshard.learning.ranges import ranges_from
+    from dreamshard.learning.train_cost import train_cost_model
+    from dreamshard.learning.train_policy import train_policy
+    from dreamshard.types import Task
+
+    torch.manual_seed(seed)
+    pool = synth_inventory(30, seed=4)
+    records = toy_measurements(pool, ToyCost(), num_placements=40, num_devices=4, tables_per_task=(5, 12), seed=1)
+    net, metrics = train_cost_model(pool, records, CostTrainConfig(steps=60, lr=3e-3), progress=False)
+    tasks = [Task(name=f"t{i}", tables=tuple(pool.table_names[i : i + 8]), num_devices=4) for i in range(4)]
+    policy, _ = train_policy(pool, tasks, cost_factory(net, (), 1.0), PolicyTrainConfig(episodes=20), progress=False,
+                             topology=TopologyConfig())
+    return save_model(Path(str(directory)), net, policy, inventory_name=pool.name,
+                      inventory_fingerprint=pool.fingerprint(), backend="toy",
+                      feature_ranges=ranges_from(records, pool.by_name()), cost_metrics=metrics.model_dump(mode="json"))

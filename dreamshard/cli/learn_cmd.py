@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.options import InventoryOpt
+from dreamshard.config import load_section
 
 console = Console(highlight=False)
 
@@ -118,9 +119,38 @@ def train(
         console.print("[SIMULATED backend: analytic model, not a measurement]", markup=False)
 
 
+def pretrain(
+    params: ParamsOpt = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the pre-trained model goes.")] = Path("models/pretrained"),
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="Measurements and checkpoints (resumable).")] = Path("runs/pretrain"),
+    backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default from params), cuda or simulator.")] = None,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue where a killed run stopped.")] = True,
+    progress: ProgressOpt = True,
+) -> None:
+    """Pre-train a model on tasks from the wide table generator (params `pretrain`); `make pretrain` ships it."""
+    from dreamshard.learning.configs import PretrainConfig
+    from dreamshard.learning.pretrain import pretrain as run_pretrain
+    from dreamshard.profiling import ProfileConfig
+
+    cfg = load_section(params, "pretrain", PretrainConfig)
+    prof = load_section(params, "profile", ProfileConfig)
+    prof = ProfileConfig.model_validate({**prof.model_dump(), **({"backend": backend} if backend else {})})
+    oracle = prof.oracle()
+    try:
+        summary = run_pretrain(cfg, out, state_dir, oracle, progress=progress and console.is_terminal, resume=resume)
+    finally:
+        oracle.close()
+    console.print(
+        f"pre-trained {summary['version']} -> {out}: {summary['tasks']} tasks, {summary['tables']} tables, "
+        f"{summary['profile_records']} profile + {summary['loop_records']} loop records; profiling "
+        f"{summary['profile_wall_s']} s, training {summary['train_wall_s']} s", markup=False,
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
     app.command("tasks")(tasks)
     app.command("train-cost")(train_cost)
     app.command("train-policy")(train_policy)
     app.command("train")(train)
+    app.command("pretrain")(pretrain)

@@ -152,3 +152,33 @@ class LoopConfig(_Config):
             return 1.0
         frac = iteration / (self.iterations - 1)
         return 1.0 - frac * (1.0 - self.final_lr_fraction)
+
+
+class PretrainConfig(_Config):
+    """Section `pretrain`: the packaged model, pre-trained on tasks drawn from the wide table generator
+    (dreamshard.inventory.families.wide_table) so it transfers to inventories it never saw.
+
+    Each task has its own fresh tables and device count; per task `num_placements` random placements and one
+    placement per `kinds` entry are measured (no single-table records), then the outer loop (`loop`) fits the
+    cost ensemble and the policy and measures where they go.
+    """
+
+    seed: int = 0
+    num_tasks: Annotated[int, Field(ge=1, le=100_000)] = 80
+    tables: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] = (5, 200)  # log-uniform per task
+    devices: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] = (2, 16)
+    max_tables_per_device: Annotated[int, Field(ge=1)] = 60  # device counts are drawn to keep under this
+    memory_per_device_gb: Annotated[float, Field(gt=0, le=1e6)] = 1024.0  # profiling scales tables down anyway
+    batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 2048
+    num_placements: Annotated[int, Field(ge=0)] = 1
+    kinds: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
+    loop: LoopConfig = LoopConfig(init="none")
+
+    @model_validator(mode="after")
+    def _check(self) -> PretrainConfig:
+        for name, (lo, hi) in (("tables", self.tables), ("devices", self.devices)):
+            if lo > hi:
+                raise ValueError(f"{name} min {lo} is larger than max {hi}")
+        if self.loop.init != "none":
+            raise ValueError("loop.init must be 'none' (pretraining is what the others start from)")
+        return self

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
+
+
+#: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
+DEFAULT_KINDS: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
 
 
 class ProfileConfig(BaseModel):
@@ -16,7 +20,9 @@ class ProfileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     backend: Literal["cpu", "cuda", "simulator"] = "cpu"
-    num_placements: Annotated[int, Field(ge=0)] = 4
+    num_placements: Annotated[int, Field(ge=0)] = 4  # random placements per task
+    # extra placements per task: heuristic plans (sharder names), `torchrec`, `crowded` (runner.DEFAULT_KINDS)
+    kinds: tuple[str, ...] = DEFAULT_KINDS
     warmup: Annotated[int, Field(ge=0)] = 3
     repeats: Annotated[int, Field(ge=1)] = 7
     num_threads: Annotated[int, Field(ge=1)] = 1
@@ -26,6 +32,17 @@ class ProfileConfig(BaseModel):
     # one device timing takes. See dreamshard.profiling.simulator.
     simulator_slowdown: Annotated[float, Field(gt=0, le=1e6)] = 1.0
     simulator_latency_ms: Annotated[float, Field(ge=0, le=60_000)] = 0.0
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from dreamshard.sharders import sharder_names
+
+        known = {"crowded", *sharder_names()}
+        for k in v:
+            if k not in known:
+                raise ValueError(f"unknown placement kind '{k}'; choose from crowded or a sharder name")
+        return v
 
     def oracle(self) -> Oracle:
         """The measuring backend these settings describe (the one construction the CLI, DVC stages and flows use)."""

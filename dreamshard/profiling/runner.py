@@ -6,10 +6,16 @@ resumes), so a rerun with the same output file measures only what is missing.
 A killed run leaves at most a truncated last line, which ``io.iter_measurements`` ignores and
 ``io.append_measurement`` repairs.
 
-Without tasks: singles for every table (each alone on device 0 of ``topology``), then K random feasible
-placements of the whole inventory. With a TaskSet: singles for every table of the train tasks (on
-``topology``), then, per train task, K random feasible placements of its tables on ``task.num_devices``
-devices (records keep the pool's name and fingerprint and carry ``task``).
+Without tasks: singles for every table (each alone on device 0 of ``topology``), then the placements of the
+whole inventory. With a TaskSet: singles for every table of the train tasks (on ``topology``), then, per train
+task, the placements of its tables on ``task.num_devices`` devices (records keep the pool's name and
+fingerprint and carry ``task``).
+
+Which placements: K random feasible ones, then one per extra *kind*: a heuristic's plan (any built-in sharder
+name, e.g. ``dim_greedy``), TorchRec's plan (``torchrec``), or ``crowded`` (one device gets about half the
+tables, the rest spread at random). A cost model learns best where planners will look, so the default
+measures the plans of the heuristics users run today and a crowded device beside random placements
+(docs/architecture.md, "Learning"). A kind that cannot place a task (memory) is skipped for that task.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.errors import InfeasiblePlacementError, InventoryError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
+from dreamshard.profiling.config import DEFAULT_KINDS
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder
 from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, TaskSet, Topology
@@ -98,10 +105,46 @@ def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: i
     return out
 
 
+def crowded_placement(inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
+    """One device (seeded) gets about half the tables, the others go to random devices with room; None when
+    there is a single device or memory does not allow it."""
+    import numpy as np
+
+    n = topology.num_devices
+    if n < 2 or inventory.num_tables < 3:
+        return None
+    rng = np.random.default_rng(seed)
+    hot = int(rng.integers(n))
+    cap = topology.memory_per_device_bytes
+    used = [0] * n
+    out: dict[str, int] = {}
+    for t in sorted(inventory.tables, key=lambda t: (-t.size_bytes, t.name)):
+        want = hot if rng.random() < 0.5 else int(rng.integers(n))
+        legal = [d for d in range(n) if used[d] + t.size_bytes <= cap]
+        if not legal:
+            return None
+        d = want if want in legal else int(rng.choice(legal))
+        used[d] += t.size_bytes
+        out[t.name] = d
+    return {t.name: out[t.name] for t in inventory.tables}
+
+
+def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
+    """The placement of one extra kind (a sharder's plan, or `crowded`); None if it cannot place the task."""
+    if kind == "crowded":
+        return crowded_placement(inventory, topology, seed)
+    try:
+        p = get_sharder(kind, seed=seed).place(inventory, topology)
+    except InfeasiblePlacementError:
+        return None
+    return {t.name: int(p[t.name]) for t in inventory.tables}
+
+
 def plan_items(
-    inventory: Inventory, topology: Topology, num_placements: int, backend: str, seed: int = 0, tasks: TaskSet | None = None
+    inventory: Inventory, topology: Topology, num_placements: int, backend: str, seed: int = 0,
+    tasks: TaskSet | None = None, kinds: Sequence[str] = DEFAULT_KINDS, singles: bool = True,
 ) -> list[PlannedItem]:
-    """Every measurement a profiling run makes, in order (singles first)."""
+    """Every measurement a profiling run makes, in order (singles first, unless `singles` is False)."""
     fp = inventory.fingerprint()
     items: list[PlannedItem] = []
     if tasks is None:
@@ -122,11 +165,16 @@ def plan_items(
             for task in tasks.train
         ]
         check_each_table_fits(inventory.subset(single_names), topology)
-    for name in single_names:
+    for name in single_names if singles else ():
         placement = {name: 0}
         items.append(PlannedItem(item_key("single", "", fp, topology, placement, backend), "single", "", placement, topology))
     for gi, (task, inv, topo) in enumerate(groups):
-        for placement in _random_placements(inv, topo, num_placements, seed + 7919 * gi):
+        placements = _random_placements(inv, topo, num_placements, seed + 7919 * gi)
+        for kind in kinds:
+            extra = kind_placement(kind, inv, topo, seed + 7919 * gi)
+            if extra is not None:
+                placements.append(extra)
+        for placement in placements:
             key = item_key("placement", task, fp, topo, placement, backend)
             items.append(PlannedItem(key, "placement", task, placement, topo))
     # Duplicates (identical random placements) are measured once.
@@ -159,13 +207,16 @@ def profile_inventory(
     seed: int = 0,
     tasks: TaskSet | None = None,
     progress: bool = True,
+    kinds: Sequence[str] = DEFAULT_KINDS,
+    singles: bool = True,
 ) -> ProfileSummary:
     """Measure singles then random placements into ``out_path`` (JSONL), skipping what is already there."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     out_path = Path(out_path)
     t0 = time.perf_counter()
-    items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks)
+    items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks, kinds=kinds,
+                       singles=singles)
     done = _done_ids(out_path, inventory)
     todo = [it for it in items if it.key not in done]
     comm_models: dict[int, CommModel] = {}

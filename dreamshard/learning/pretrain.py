@@ -1,0 +1,100 @@
+"""Pre-training the packaged model on a wide, generated table distribution ("pre-train, then search").
+
+`pretraining_tasks` draws `num_tasks` tasks, each with its own tables from the wide generator
+(dreamshard.inventory.families) and its own device count, so tables per device span 1..max_tables_per_device;
+`pretrain` measures them on the backend (random placements, the heuristics' plans, crowded devices: where
+planners go), then runs the outer loop (dreamshard.learning.loop) from scratch and writes the model with its
+card: the data it saw, the feature ranges it covers and the held-out error per regime.
+
+`make pretrain` runs it into dreamshard/pretrained/ (about 20-30 minutes on 2 cores with the default params);
+production retrains start from that model (train.init: pretrained).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dreamshard.inventory.families import wide_table
+from dreamshard.learning.configs import PretrainConfig, TopologyConfig
+from dreamshard.types import Inventory, Task, TaskSet
+
+MEASUREMENTS_FILE = "pretrain_measurements.jsonl"
+
+
+def pretraining_tasks(cfg: PretrainConfig) -> tuple[Inventory, TaskSet]:
+    """The pool of every generated table and one training task per draw (seeded): tables per task log-uniform
+    in `tables`, tables per device log-uniform in [1, max_tables_per_device] within `devices`."""
+    rng = np.random.default_rng(cfg.seed)
+    tables = []
+    tasks = []
+    lo, hi = cfg.tables
+    for i in range(cfg.num_tasks):
+        n = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.499)))))
+        n = min(max(n, lo), hi)
+        # tables per device log-uniform in [1, max], so crowded devices are as common as sparse ones
+        per_device = math.exp(rng.uniform(0.0, math.log(cfg.max_tables_per_device)))
+        d_lo = max(cfg.devices[0], math.ceil(n / cfg.max_tables_per_device))
+        d = min(max(int(round(n / per_device)), d_lo), max(d_lo, min(cfg.devices[1], n)))
+        names = []
+        for j in range(n):
+            t = wide_table(f"p{i:04d}_t{j:03d}", np.random.default_rng([cfg.seed, i, j]))
+            tables.append(t)
+            names.append(t.name)
+        tasks.append(Task(name=f"pre-{i:04d}", tables=tuple(names), num_devices=d))
+    pool = Inventory(name=f"pretrain-s{cfg.seed}", tables=tuple(tables))
+    taskset = TaskSet(pool_name=pool.name, pool_fingerprint=pool.fingerprint(),
+                      train_tables=tuple(pool.table_names), test_tables=(), train=tuple(tasks), test=())
+    return pool, taskset
+
+
+def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object, progress: bool = True,
+             resume: bool = True) -> dict[str, object]:
+    """Measure the pretraining tasks into `state_dir`, train from scratch, save the model in `out_dir`.
+    Resumable: a rerun measures nothing twice and continues from the last completed loop iteration."""
+    from dreamshard.io import load_measurements
+    from dreamshard.learning.loop import train
+    from dreamshard.learning.model_store import load_card, save_model
+    from dreamshard.profiling.runner import profile_inventory
+
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    pool, taskset = pretraining_tasks(cfg)
+    template = TopologyConfig(memory_per_device_gb=cfg.memory_per_device_gb, batch_size=cfg.batch_size)
+    t0 = time.perf_counter()
+    prof = profile_inventory(pool, template.topology(1), cfg.num_placements, state_dir / MEASUREMENTS_FILE,
+                             oracle, seed=cfg.seed, tasks=taskset, progress=progress,  # type: ignore[arg-type]
+                             kinds=cfg.kinds, singles=False)
+    t_profile = time.perf_counter() - t0
+    records = load_measurements(state_dir / MEASUREMENTS_FILE)
+    work = Path(state_dir) / "model"
+    t1 = time.perf_counter()
+    results = train(pool, taskset, template, oracle, cfg.loop, work, state_dir=state_dir / "loop",  # type: ignore[arg-type]
+                    resume=resume, progress=progress, measurements=records, backend_name=prof.backend.name)
+    t_train = time.perf_counter() - t1
+    from dreamshard.learning.model_store import load_model
+
+    model = load_model(work, require_policy=True)
+    card = load_card(work)
+    per_task = [len(t.tables) / t.num_devices for t in taskset.train]
+    data = {
+        "generator": "dreamshard.inventory.families.wide_table",
+        "seed": cfg.seed, "tasks": len(taskset.train), "tables": pool.num_tables,
+        "tables_per_task": [min(len(t.tables) for t in taskset.train), max(len(t.tables) for t in taskset.train)],
+        "devices": [min(t.num_devices for t in taskset.train), max(t.num_devices for t in taskset.train)],
+        "mean_tables_per_device": [round(min(per_task), 2), round(max(per_task), 2)],
+        "profile_records": len(records), "loop_records": int(card.provenance.get("n_measurements", 0)) - len(records),
+        "backend": prof.backend.model_dump(mode="json"),
+    }
+    provenance = {**card.provenance, "command": "pretrain", "data": data,
+                  "profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1),
+                  "iterations_run_now": [r.iteration for r in results]}
+    final = save_model(out_dir, model.cost_net, model.policy,
+                       configs={"pretrain": cfg.model_dump(mode="json")}, inventory_name="",
+                       inventory_fingerprint="", backend=card.backend, comm_models=card.comm_models,
+                       feature_ranges=card.feature_ranges, cost_metrics=card.cost_metrics,
+                       policy_metrics=card.policy_metrics, provenance=provenance)
+    return {"version": final.version, **data, "profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1)}
