@@ -98,9 +98,12 @@ def last_checkpoint(state_dir: Path) -> tuple[int, Path] | None:
 
 def inputs_fingerprint(pool: Inventory, taskset: TaskSet, seed_ids: Sequence[str], config: LoopConfig,
                        backend: str, init: LoadedModel | None) -> str:
+    """What a checkpoint must have been made from to be resumed. `iterations` is left out: iteration i trains
+    with the same learning rate whatever the total (lr_factor(0) = 1), so a run can be extended."""
     payload = json.dumps({
         "pool": pool.fingerprint(), "tasks": taskset.model_dump(mode="json"), "seed": list(seed_ids),
-        "config": config.model_dump(mode="json"), "backend": backend, "init": init.card.version if init else None,
+        "config": config.model_dump(mode="json", exclude={"iterations"}), "backend": backend,
+        "init": init.card.version if init else None,
     }, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
