@@ -15,7 +15,16 @@ from dreamshard.config import section_from
 from dreamshard.errors import ConfigError
 from dreamshard.gate import PublishConfig
 from dreamshard.io import read_structured
-from dreamshard.learning.configs import CostTrainConfig, LoopConfig, PolicyTrainConfig, TasksConfig, TopologyConfig
+from dreamshard.learning.configs import (
+    DEFAULT_CANDIDATES,
+    CostTrainConfig,
+    LoopConfig,
+    PolicyTrainConfig,
+    PretrainConfig,
+    SearchConfig,
+    TasksConfig,
+    TopologyConfig,
+)
 from dreamshard.profiling import ProfileConfig
 from dreamshard.sharders import ALL_SHARDERS
 from dreamshard.types import Inventory
@@ -50,9 +59,22 @@ class InventoryConfig(_Section):
 
 
 class PlanConfig(_Section):
-    """Section `plan`: how the published plan is made."""
+    """Section `plan`: how the published plan is made (`dreamshard plan --sharder dreamshard`: search on the
+    learned cost, then the `verify` best candidates measured on the profile backend)."""
 
-    samples: Annotated[int, Field(ge=0, le=4096)] = 0
+    samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides the argmax
+    risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # ensemble mean + risk x spread
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    verify: Annotated[int, Field(ge=0, le=64)] = 3  # measure this many best candidates (0 = trust predictions)
+    verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+
+    @field_validator("candidates")
+    @classmethod
+    def _candidates(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return SearchConfig(candidates=v).candidates  # names the unknown source
+
+    def search(self, seed: int = 0) -> SearchConfig:
+        return SearchConfig(risk=self.risk, samples=self.samples, candidates=self.candidates, seed=seed)
     num_devices: Annotated[int, Field(ge=1)] | None = None  # default: tasks.train_devices
 
 
@@ -107,6 +129,7 @@ class PipelineConfig(BaseModel):
     train_cost: CostTrainConfig = CostTrainConfig()
     train_policy: PolicyTrainConfig = PolicyTrainConfig()
     train: LoopConfig = LoopConfig()
+    pretrain: PretrainConfig = PretrainConfig()
     plan: PlanConfig = PlanConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     publish: PublishConfig = PublishConfig()

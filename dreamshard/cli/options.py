@@ -40,13 +40,19 @@ SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Rando
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def make_topology(devices: int, memory_gb: float, batch_size: int, device_type: str) -> Topology:
+InterconnectOpt = Annotated[str, typer.Option(
+    "--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile).")]
+
+
+def make_topology(devices: int, memory_gb: float, batch_size: int, device_type: str,
+                  interconnect: str = "measured") -> Topology:
     try:
         return Topology(
             num_devices=devices,
             memory_per_device_gb=memory_gb,
             batch_size=batch_size,
             device_type=device_type,  # type: ignore[arg-type]
+            interconnect=interconnect,  # type: ignore[arg-type]
         )
     except ValidationError as e:
         raise TopologyError(f"topology {describe_validation_error(e)}") from None

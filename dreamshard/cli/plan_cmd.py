@@ -17,6 +17,7 @@ from dreamshard.cli.options import (
     BatchOpt,
     DevicesOpt,
     DeviceTypeOpt,
+    InterconnectOpt,
     InventoryOpt,
     JsonOpt,
     MemoryOpt,
@@ -28,7 +29,7 @@ from dreamshard.cli.options import (
     build_oracle,
     make_topology,
 )
-from dreamshard.errors import InputFileError
+from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation import (
     compare_sharders,
     comparison_table,
@@ -44,13 +45,50 @@ from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, get_sharder, learned_o
 console = Console()
 
 
-def _sharder_options(model: Path | None, samples: int, seed: int) -> dict[str, Any]:
+def _sharder_options(model: Path | None, samples: int | None, seed: int, risk: float | None = None) -> dict[str, Any]:
+    from dreamshard.cli.models import default_model_dir
+
     opts: dict[str, Any] = {"seed": seed}
+    model = default_model_dir(model)
     if model is not None:
         opts["model_dir"] = model
-    if samples:
+    if samples is not None:
         opts["samples"] = samples
+    if risk is not None:
+        opts["risk"] = risk
     return opts
+
+
+def _warn(lines: Any, what: str) -> None:
+    err = Console(stderr=True, highlight=False)
+    for line in lines:
+        err.print(f"warning: {what}: {line}", markup=False)
+
+
+def _search_table(result: Any) -> Any:
+    from rich.table import Table as RichTable
+
+    t = RichTable(title=f"candidates under the learned cost ({result.wall_s:.2f} s)", title_style="bold")
+    t.add_column("#", justify="right")
+    t.add_column("source")
+    t.add_column("predicted ms (pessimistic)", justify="right")
+    for i, c in enumerate(result.candidates[:10], 1):
+        t.add_row(str(i), c.source, f"{c.predicted_ms:.3f}")
+    for source, why in result.failed.items():
+        t.add_row("-", source, f"no plan: {why[:60]}")
+    return t
+
+
+def _verification_table(v: Any) -> Any:
+    from rich.table import Table as RichTable
+
+    t = RichTable(title=f"verified on {v.backend.name} ({v.rounds} interleaved rounds)", title_style="bold")
+    for col in ("source", "predicted ms", "measured ms", "spread"):
+        t.add_column(col, justify="left" if col == "source" else "right")
+    for c in v.candidates:
+        mark = " (kept)" if c.source == v.chosen else ""
+        t.add_row(c.source + mark, f"{c.predicted_ms:.3f}", f"{c.measured_ms:.3f}", f"{c.spread:.1%}")
+    return t
 
 
 def plan(
@@ -60,10 +98,19 @@ def plan(
     sharder: Annotated[str, typer.Option("--sharder", "-s", help="Sharder name (see `dreamshard sharders`).")] = "dreamshard",
     out: Annotated[Path, typer.Option("--out", "-o", help="Plan JSON to write.")] = Path("plan.json"),
     model: Annotated[Optional[Path], typer.Option("--model", help="DreamShard model dir (default: ./models, else the packaged model).")] = None,
-    samples: Annotated[int, typer.Option("--samples", min=0, max=4096, help="dreamshard: sample K placements, keep the best predicted.")] = 0,
+    samples: Annotated[Optional[int], typer.Option("--samples", min=0, max=4096, help="Learned sharders: sampled policy rollouts besides the argmax (default 4).")] = None,
+    risk: Annotated[Optional[float], typer.Option("--risk", min=0.0, max=10.0, help="Learned sharders: plan on ensemble mean + RISK x spread (default 1).")] = None,
+    verify: Annotated[int, typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best measured.")] = 0,
+    verify_rounds: Annotated[int, typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate.")] = 3,
+    backend: BackendOpt = "cpu",
+    warmup: WarmupOpt = 3,
+    repeats: RepeatsOpt = 7,
+    threads: ThreadsOpt = 1,
     seed: SeedOpt = 0,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
+    interconnect: InterconnectOpt = "measured",
+    explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search.")] = False,
     torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
     torchrec_kernel: Annotated[str, typer.Option("--torchrec-kernel", help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
 ) -> None:
@@ -73,15 +120,33 @@ def plan(
     (name,) = validate_sharders([sharder])
     kernel = check_kernel(torchrec_kernel, device_type)
     check_outputs({"--inventory": inventory, "--model": model}, {"--out": out, "--torchrec-out": torchrec_out})
+    if verify and name != "dreamshard":
+        raise ConfigError(f"--verify needs --sharder dreamshard (it measures the search's candidates), not '{name}'")
     inv = load_inventory(inventory)
-    topo = make_topology(devices, memory_gb, batch_size, device_type)
-    p = get_sharder(name, **_sharder_options(model, samples, seed)).shard(inv, topo)
+    topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect)
+    opts = _sharder_options(model, samples, seed, risk)
+    oracle = build_oracle(backend, warmup, repeats, threads, seed) if verify else None
+    if oracle is not None:
+        opts.update(verify=verify, verify_rounds=verify_rounds, oracle=oracle)
+    sharder_obj = get_sharder(name, **opts)
+    try:
+        with console.status(f"measuring the {verify} best candidates on {backend}", spinner="dots") if verify else nullcontext():
+            p = sharder_obj.shard(inv, topo)
+    finally:
+        if oracle is not None:
+            oracle.close()
+    _warn(p.out_of_range, f"outside the model's training ranges (plan {p.plan_id} records it; the publish gate "
+                          f"will want a measured comparison)")
     torchrec_doc = torchrec_document(p, inv, kernel) if torchrec_out is not None else None
     if torchrec_out is not None and torchrec_out.is_dir():
         raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
     save_plan(p, out)
     if torchrec_out is not None and torchrec_doc is not None:
         save_torchrec_plan(torchrec_doc, torchrec_out)
+    if explain and getattr(sharder_obj, "last_search", None) is not None:
+        console.print(_search_table(sharder_obj.last_search))
+    if p.verification is not None:
+        console.print(_verification_table(p.verification))
     console.print(device_table(p))
     console.print(f"wrote {out}")
 
@@ -135,8 +200,9 @@ def compare(
     threads: ThreadsOpt = 1,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
-    model: Annotated[Optional[Path], typer.Option("--model", help="Model dir for the dreamshard sharder.")] = None,
-    samples: Annotated[int, typer.Option("--samples", min=0, max=4096)] = 0,
+    interconnect: InterconnectOpt = "measured",
+    model: Annotated[Optional[Path], typer.Option("--model", help="Model dir for the learned sharders (default: ./models, else the packaged model).")] = None,
+    samples: Annotated[Optional[int], typer.Option("--samples", min=0, max=4096)] = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the full comparison JSON here.")] = None,
@@ -154,7 +220,7 @@ def compare(
     check_outputs({"--inventory": inventory, "--model": model, **{f"--plan {p}": p for p in extra_files}}, outputs)
     inv = load_inventory(inventory)
     extra = [load_plan(p) for p in extra_files]
-    topo = make_topology(devices, memory_gb, batch_size, device_type)
+    topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect)
     oracle = build_oracle(backend, warmup, repeats, threads, seed)
     opts = {**learned_options(**_sharder_options(model, samples, seed)), "random": {"seed": seed}}
     total = len(names) + 1 + rounds * (len(names) + len(extra))

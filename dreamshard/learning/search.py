@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dreamshard.errors import InfeasiblePlacementError
+from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.learning.configs import SearchConfig
 from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
@@ -119,6 +119,8 @@ def search(
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             last_error = e
+        except PlanError as e:  # e.g. TorchRec chose column shards, which a table-wise candidate cannot hold
+            failed[source] = str(e)
     if not found:
         if last_error is not None:
             raise last_error
@@ -138,6 +140,12 @@ def search(
                                    max_rounds=config.refine_rounds, min_gain=0.0)
             if new != start:
                 refined.append(Candidate(f"{cand.source}+search", scorer.placement(new), scorer.score(new)))
-    everything = sorted(found + refined, key=lambda c: c.predicted_ms)
+    everything: list[Candidate] = []
+    seen_placements: set[tuple[int, ...]] = set()
+    for c in sorted(found + refined, key=lambda c: c.predicted_ms):  # one entry per distinct placement
+        key = tuple(scorer.actions(c.placement))
+        if key not in seen_placements:
+            seen_placements.add(key)
+            everything.append(c)
     return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
 
