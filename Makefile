@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,15 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
+# Plan quality on inventories the model never saw (quiet machine; see bench/generalisation.py)
 bench: $(STAMP)
-	$(VENV)/bin/python bench/learning.py
+	$(VENV)/bin/python bench/generalisation.py --part a
+	$(VENV)/bin/python bench/generalisation.py --part a --interconnect fast
+	$(VENV)/bin/python bench/generalisation.py --part b
+
+# Pre-train the packaged model on the wide table generator (params `pretrain`; about 25 minutes on 2 cores)
+pretrain: $(STAMP)
+	$(VENV)/bin/dreamshard pretrain --params params.yaml --out dreamshard/pretrained --state-dir runs/pretrain
 
 clean:
 	rm -rf $(VENV) runs .prefect

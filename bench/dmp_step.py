@@ -101,20 +101,17 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
 
 
 @functools.cache
-def _cost_net(model_dir: Path) -> Any:
+def _model(model_dir: Path | None) -> Any:
     from dreamshard.learning.model_store import load_model
 
-    return load_model(model_dir, require_policy=False).cost_net
+    return load_model(model_dir, require_policy=False)
 
 
-def _predicted(model_dir: Path, inv: Inventory, plan: Plan) -> float | None:
-    """The cost network's predicted overall cost (ms) of a table-wise plan."""
-    from dreamshard.learning.cost_model import predict_costs
+def _predicted(model_dir: Path | None, inv: Inventory, plan: Plan) -> float | None:
+    """The learned cost model's predicted overall cost (ms) of a plan (ensemble mean, column shards included)."""
+    from dreamshard.learning.planning_cost import predict_plan
 
-    if plan.column_shards:
-        return None
-    est = _cost_net(model_dir)
-    return round(predict_costs(est, list(inv.tables), plan.placement, plan.topology.num_devices).overall_ms, 4)
+    return round(predict_plan(_model(model_dir), inv, plan).overall_ms, 4)
 
 
 def bench_inventory(spec: str, args: argparse.Namespace, base: Topology, oracle: Any) -> dict[str, Any]:

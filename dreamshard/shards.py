@@ -129,3 +129,17 @@ def fold(
             placement[unit] = int(d)
     ordered = {t: tuple(sorted(v, key=lambda sh: sh.start)) for t, v in shards.items()}
     return placement, ordered
+
+
+def split_inventory(inventory: Inventory, splits: Mapping[str, int]) -> Inventory:
+    """The units of `inventory` when table t is cut into `splits[t]` equal column shards (others stay whole)."""
+    if not splits:
+        return inventory
+    units: list[Table] = []
+    for t in inventory.tables:
+        k = splits.get(t.name, 1)
+        if k <= 1:
+            units.append(t)
+        else:
+            units.extend(shard_table(t, a, b) for a, b in even_bounds(t.embedding_dim, k))
+    return Inventory(name=inventory.name, tables=tuple(units))

@@ -55,12 +55,23 @@ def test_trained_on_4_devices_plans_3_and_8(model_dir):
         assert plan.predicted is not None and len(plan.predicted.per_device) == d
 
 
-def test_infeasible_names_the_table(model_dir):
+def test_a_table_larger_than_a_device_is_split_or_named(model_dir):
     inv = synth_inventory(10, seed=13)
     big = max(inv.tables, key=lambda t: t.size_bytes)
     topo = Topology(num_devices=2, memory_per_device_gb=big.size_gb * 0.9)
+    # table-wise only: the typed error names the table
     with pytest.raises(InfeasiblePlacementError, match=big.name):
-        get_sharder("dreamshard", model_dir=model_dir).shard(inv, topo)
+        get_sharder("dreamshard", model_dir=model_dir, column_splits="never").shard(inv, topo)
+    # by default the table is cut into the fewest equal column shards that fit, planned as tables
+    plan = get_sharder("dreamshard", model_dir=model_dir).shard(inv, topo)
+    assert big.name in plan.column_shards and big.name not in plan.placement
+    shards = plan.column_shards[big.name]
+    assert len(shards) == 2 and sum(sh.width for sh in shards) == big.embedding_dim
+    assert plan.fits_memory() and set(plan.table_names) == set(inv.table_names)
+    # even the finest split does not fit: the error names the table and the limit
+    tiny = Topology(num_devices=2, memory_per_device_gb=big.size_gb / (big.embedding_dim // 4) * 0.5)
+    with pytest.raises(InfeasiblePlacementError, match=rf"{big.name}.*even split into"):
+        get_sharder("dreamshard", model_dir=model_dir).shard(inv, tiny)
 
 
 def _copy(src: Path, dst: Path) -> Path:

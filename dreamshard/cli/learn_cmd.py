@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dreamshard.cli.options import InventoryOpt
+from dreamshard.cli.options import MAX_DEVICE_GB, InventoryOpt
 from dreamshard.config import load_section
+from dreamshard.io import check_outputs
 
 console = Console(highlight=False)
 
@@ -32,6 +33,7 @@ def tasks(
     """Split a table pool into disjoint train / held-out pools and make planning tasks from them."""
     from dreamshard.learning.stages import make_tasks_file
 
+    check_outputs({"--inventory": inventory, "--params": params}, {"--output": output})
     ts = make_tasks_file(inventory, output, params)
     console.print(
         f"{len(ts.train)} train tasks ({len(ts.train_tables)} tables), {len(ts.test)} held-out tasks "
@@ -50,6 +52,8 @@ def train_cost(
     """Fit the cost network on measurements and save it in the model directory."""
     from dreamshard.learning.stages import train_cost_stage
 
+    check_outputs({"--inventory": inventory, "--measurements": measurements, "--params": params},
+                  {"--metrics-out": metrics_out})
     card = train_cost_stage(inventory, measurements, model_dir, params, metrics_out, progress and console.is_terminal)
     m = card.cost_metrics
     console.print(
@@ -70,6 +74,7 @@ def train_policy(
     """Train the placement policy on the estimated MDP using the cost net in the model directory."""
     from dreamshard.learning.stages import train_policy_stage
 
+    check_outputs({"--inventory": inventory, "--tasks": tasks_path, "--params": params}, {"--metrics-out": metrics_out})
     card = train_policy_stage(inventory, tasks_path, model_dir, params, metrics_out, progress and console.is_terminal)
     p = card.policy_metrics
     console.print(
@@ -85,7 +90,7 @@ def train(
     params: ParamsOpt = None,
     model_dir: ModelDirOpt = Path("models"),
     backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default from params), cuda or simulator.")] = None,
-    memory_gb: Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=1e-6, max=1e6, help="Memory per device in GB.")] = None,
+    memory_gb: Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB.")] = None,
     measurements: Annotated[
         Optional[Path], typer.Option("--measurements", help="Start from these profile records (the profile stage's).")
     ] = None,
@@ -99,6 +104,8 @@ def train(
     """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
     from dreamshard.learning.stages import train_loop_stage
 
+    check_outputs({"--inventory": inventory, "--tasks": tasks_path, "--measurements": measurements, "--params": params},
+                  {"--metrics-out": metrics_out})
     results, summary = train_loop_stage(
         inventory, tasks_path, model_dir, params, backend, memory_gb, measurements, resume,
         progress and console.is_terminal, state_dir=state_dir, metrics_out=metrics_out,

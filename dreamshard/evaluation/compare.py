@@ -20,7 +20,7 @@ from dreamshard.errors import PlanError, UnknownSharderError
 from dreamshard.memory import check_plan
 from dreamshard.sharders import HEURISTICS, get_sharder, sharder_names
 from dreamshard.shards import expand_plan
-from dreamshard.types import BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology, utcnow
+from dreamshard.types import MAX_DEVICE_GB, BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology, utcnow
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -228,7 +228,11 @@ def compare_sharders(
         plans.append((p, 0.0))
 
     say("measuring single-table costs")
-    singles = {t.name: oracle.measure(inventory, {t.name: 0}, topology, kind="single") for t in inventory.tables}
+    # A table alone on a device, for the reference bound: memory is not the question here (a table too big for
+    # one device is measured as it is; plans split it into column shards).
+    roomy = topology.model_copy(update={"memory_per_device_gb": min(MAX_DEVICE_GB, max(
+        topology.memory_per_device_gb, max(t.size_gb for t in inventory.tables) * 1.01))})
+    singles = {t.name: oracle.measure(inventory, {t.name: 0}, roomy, kind="single") for t in inventory.tables}
     lb = lower_bound(inventory, singles, topology)
 
     samples: list[list[Measurement]] = [[] for _ in plans]

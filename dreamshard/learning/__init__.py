@@ -1,4 +1,4 @@
-"""The learned part of dreamshard (DESIGN.md section 4): table features, the cost network, the estimated
+"""The learned part of dreamshard (docs/architecture.md, "Learning"): table features, the cost network, the estimated
 MDP and the placement policy, their training, the outer measure -> fit -> RL loop, and model storage.
 
 Importing this package does not import torch; the submodules that need it do.

@@ -133,9 +133,12 @@ def load_card(directory: Path) -> ModelCard:
         raise ModelError(f"no dreamshard model in {directory} (missing {CARD_FILE}): run `dreamshard train` or pass --model")
     try:
         card = ModelCard.model_validate_json(path.read_text())
-    except (ValidationError, ValueError, OSError) as e:
-        first = first_line(e)
-        raise ModelError(f"{path}: corrupt model card ({first})") from None
+    except ValidationError as e:
+        from dreamshard.io import describe_validation_error
+
+        raise ModelError(f"{path}: corrupt model card ({describe_validation_error(e)})") from None
+    except (ValueError, OSError) as e:
+        raise ModelError(f"{path}: corrupt model card ({first_line(e)})") from None
     if card.format_version != MODEL_FORMAT_VERSION:
         raise ModelError(f"{path}: model format {card.format_version}, this dreamshard reads {MODEL_FORMAT_VERSION}; retrain")
     if card.feature_spec_version != FEATURE_SPEC_VERSION:

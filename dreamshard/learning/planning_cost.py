@@ -143,3 +143,15 @@ def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -
 def cost_factory(ensemble: CostEnsemble, comm_models: Sequence[CommModel], risk: float) -> Callable[[Topology], PlanningCost]:
     """topology -> the PlanningCost of `ensemble` on it (comm from `comm_models` or the topology's profile)."""
     return lambda topo: PlanningCost(ensemble, topo, comm_for(topo, comm_models), risk)
+
+
+def predict_plan(model: object, inventory: object, plan: object, risk: float = 0.0) -> Costs:
+    """A model's predicted costs of any plan of `inventory` (column shards included): the ensemble mean
+    (risk 0) or the pessimistic planning cost, with the comm model planning would use."""
+    from dreamshard.shards import expand_plan
+
+    units, placement = expand_plan(inventory, plan)  # type: ignore[arg-type]
+    topo = plan.topology  # type: ignore[attr-defined]
+    card = model.card  # type: ignore[attr-defined]
+    cost = PlanningCost(model.cost_net, topo, comm_for(topo, card.comm_models), risk)  # type: ignore[attr-defined]
+    return cost.predict(list(units.tables), placement, pessimistic=risk > 0)

@@ -10,8 +10,8 @@ batched call of the estimator's device heads, and the number of rounds is capped
 cost is bounded: a round scores k*D moves and k*min(N, max_swaps) swaps for k tables on the bottleneck.
 
 This is a refinement of the policy's plan, not a replacement: it can only lower the predicted maximum,
-and it trusts the cost net's per-device predictions (DESIGN.md section 4: the policy and this search
-both act on the estimated MDP). Memory limits are kept.
+and it trusts the cost net's per-device predictions (docs/architecture.md, "Learning": the policy and
+this search both act on the estimated MDP). Memory limits are kept.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ entry-point group, see pyproject.toml):
 
 All three load the model given as `model_dir` (None: the model shipped in the package), record the model
 version and the cost net's *mean* predicted costs in the plan, and list in `Plan.out_of_range` every input
-outside the ranges the model was trained on.
+outside the ranges the model was trained on. With `column_splits="auto"` (the default) a table that fits on no
+device is split into column shards, and a dominant table may be split when that lowers the predicted cost
+(dreamshard.learning.splits); the shards are planned as tables. `column_splits="never"` plans table-wise only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ class ModelSharder(Sharder):
     requires_model = True
 
     def __init__(self, model_dir: Path | None = None, samples: int | None = None, seed: int = 0,
-                 risk: float | None = None, search: SearchConfig | None = None, **_ignored: Any) -> None:
+                 risk: float | None = None, search: SearchConfig | None = None, column_splits: str = "auto",
+                 **_ignored: Any) -> None:
+        if column_splits not in ("auto", "never"):
+            from dreamshard.errors import ConfigError
+
+            raise ConfigError(f"column_splits must be 'auto' or 'never', got '{column_splits}'")
+        self.column_splits = column_splits
         self.model_dir = Path(model_dir) if model_dir is not None else None
         cfg = search or SearchConfig()
         update: dict[str, Any] = {"seed": seed}
@@ -56,18 +64,33 @@ class ModelSharder(Sharder):
         ranges = self.model.card.feature_ranges
         return ranges.check(list(inventory.tables), topology) if ranges is not None else []
 
-    def plan_from(self, inventory: Inventory, topology: Topology, placement: dict[str, int],
+    def units(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Inventory:
+        """What gets placed: the inventory's tables, split into column shards where that is needed or pays."""
+        if self.column_splits == "never":
+            return inventory
+        from dreamshard.learning.splits import choose_splits
+        from dreamshard.shards import split_inventory
+
+        return split_inventory(inventory, choose_splits(inventory, topology, cost))
+
+    def plan_from(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
                   cost: PlanningCost) -> Plan:
+        """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
+        from dreamshard.shards import fold
+
+        placement, column_shards = fold(inventory, unit_placement)
         plan = make_plan(inventory, topology, placement, self.name,
-                         predicted=cost.predict(list(inventory.tables), placement),
-                         model_version=self.model.card.version)
+                         predicted=cost.predict(list(units.tables), unit_placement),
+                         model_version=self.model.card.version, column_shards=column_shards)
         return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         cost = self.planning_cost(topology)
-        return self.plan_from(inventory, topology, self._place(inventory, topology, cost), cost)
+        units = self.units(inventory, topology, cost)
+        return self.plan_from(inventory, units, topology, self._place(units, topology, cost), cost)
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        """Table-wise placement (Sharder interface); use shard() for plans that may split tables."""
         return self._place(inventory, topology, self.planning_cost(topology))
 
     @abc.abstractmethod
@@ -97,13 +120,14 @@ class DreamShardSharder(ModelSharder):
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         cost = self.planning_cost(topology)
-        best = self.plan_from(inventory, topology, self._place(inventory, topology, cost), cost)
+        units = self.units(inventory, topology, cost)
+        best = self.plan_from(inventory, units, topology, self._place(units, topology, cost), cost)
         if self.verify <= 0 or self.oracle is None:
             return best
         from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
 
         top = self.last_search.candidates[: self.verify]
-        plans = [self.plan_from(inventory, topology, c.placement, cost) for c in top]
+        plans = [self.plan_from(inventory, units, topology, c.placement, cost) for c in top]
         kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
                                     rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)
         return kept

@@ -1,4 +1,4 @@
-"""Train / held-out planning tasks from one table pool (the generalisation protocol of DESIGN.md 7).
+"""Train / held-out planning tasks from one table pool (the held-out protocol of docs/architecture.md, "Learning").
 
 The pool is split (seeded) into disjoint train and test table pools. Training tasks draw
 train_tables[0]..train_tables[1] tables from the train pool on `train_devices` devices; held-out tasks

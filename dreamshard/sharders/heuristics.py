@@ -1,4 +1,4 @@
-"""Baselines users run today: random, round-robin and the LPT greedy family (DESIGN.md section 4).
+"""Baselines users run today: random, round-robin and the LPT greedy family (docs/architecture.md, "Learning").
 
 Every heuristic is memory-aware: a table goes only to a device with room for it, and a table that fits
 nowhere raises InfeasiblePlacementError naming it (never silently the last device).
