@@ -26,6 +26,8 @@ from dreamshard.cli.options import (
     SeedOpt,
     ThreadsOpt,
     WarmupOpt,
+    MAX_REPEATS,
+    MAX_THREADS,
     build_oracle,
     make_topology,
 )
@@ -100,12 +102,13 @@ def plan(
     model: Annotated[Optional[Path], typer.Option("--model", help="DreamShard model dir (default: ./models, else the packaged model).")] = None,
     samples: Annotated[Optional[int], typer.Option("--samples", min=0, max=4096, help="Learned sharders: sampled policy rollouts besides the argmax (default 4).")] = None,
     risk: Annotated[Optional[float], typer.Option("--risk", min=0.0, max=10.0, help="Learned sharders: plan on ensemble mean + RISK x spread (default 1).")] = None,
-    verify: Annotated[int, typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best measured.")] = 0,
-    verify_rounds: Annotated[int, typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate.")] = 3,
-    backend: BackendOpt = "cpu",
-    warmup: WarmupOpt = 3,
-    repeats: RepeatsOpt = 7,
-    threads: ThreadsOpt = 1,
+    verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best measured (default 0, or params plan.verify).")] = None,
+    verify_rounds: Annotated[Optional[int], typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate (default 3).")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", help="Backend --verify measures on: cpu, cuda or simulator (default cpu, or params profile.backend).")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per measurement.")] = None,
+    repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats per measurement.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads for CPU timing.")] = None,
+    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml: defaults from its `plan` section (search, verify) and `profile` section (backend).")] = None,
     seed: SeedOpt = 0,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
@@ -119,15 +122,29 @@ def plan(
 
     (name,) = validate_sharders([sharder])
     kernel = check_kernel(torchrec_kernel, device_type)
-    check_outputs({"--inventory": inventory, "--model": model}, {"--out": out, "--torchrec-out": torchrec_out})
+    check_outputs({"--inventory": inventory, "--model": model, "--params": params},
+                  {"--out": out, "--torchrec-out": torchrec_out})
+    opts = _sharder_options(model, samples, seed, risk)
+    prof = None
+    if params is not None:
+        from dreamshard.pipeline_config import load_pipeline_config
+
+        cfg = load_pipeline_config(params)
+        opts["search"] = cfg.plan.search(seed)
+        verify = cfg.plan.verify if verify is None else verify
+        verify_rounds = cfg.plan.verify_rounds if verify_rounds is None else verify_rounds
+        prof = cfg.profile
+    verify = verify or 0
     if verify and name != "dreamshard":
         raise ConfigError(f"--verify needs --sharder dreamshard (it measures the search's candidates), not '{name}'")
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect)
-    opts = _sharder_options(model, samples, seed, risk)
-    oracle = build_oracle(backend, warmup, repeats, threads, seed) if verify else None
+    backend = backend or (prof.backend if prof else "cpu")
+    oracle = build_oracle(backend, warmup if warmup is not None else (prof.warmup if prof else 3),
+                          repeats if repeats is not None else (prof.repeats if prof else 7),
+                          threads if threads is not None else (prof.num_threads if prof else 1), seed) if verify else None
     if oracle is not None:
-        opts.update(verify=verify, verify_rounds=verify_rounds, oracle=oracle)
+        opts.update(verify=verify, verify_rounds=verify_rounds or 3, oracle=oracle)
     sharder_obj = get_sharder(name, **opts)
     try:
         with console.status(f"measuring the {verify} best candidates on {backend}", spinner="dots") if verify else nullcontext():
