@@ -28,7 +28,7 @@ def inv_path(tmp_path: Path) -> Path:
 
 def test_profile_cli_params_flags_and_resume(tmp_path: Path, inv_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params = tmp_path / "params.yaml"
-    params.write_text("profile:\n  backend: simulator\n  num_placements: 4\n  warmup: 1\n  repeats: 2\n  seed: 3\n")
+    params.write_text("profile:\n  backend: simulator\n  num_placements: 4\n  warmup: 1\n  repeats: 2\n  seed: 3\n  kinds: []\n")
     out = tmp_path / "m.jsonl"
     base = ["profile", "-i", str(inv_path), "-d", "2", "-m", "1", "-o", str(out), "--params", str(params)]
     assert _run(base) == 0

@@ -176,3 +176,22 @@ def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
     with pytest.raises(InventoryError, match="holds measurements of inventory 'one'"):
         profile_inventory(inv("two", 16), topo, 1, out, oracle, progress=False)
     assert out.read_text() == before
+
+
+def test_kinds_add_the_heuristics_plans_and_a_crowded_device():
+    from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.profiling.runner import crowded_placement
+    from dreamshard.sharders import get_sharder
+
+    inv = synth_inventory(20, seed=31)
+    topo = TOPO.model_copy(update={"num_devices": 4})
+    plain = plan_items(inv, topo, 2, "simulator")
+    more = plan_items(inv, topo, 2, "simulator", kinds=("dim_greedy", "crowded"))
+    extra = [it.placement for it in more if it.key not in {p.key for p in plain}]
+    assert get_sharder("dim_greedy").place(inv, topo) in extra
+    crowded = crowded_placement(inv, topo, seed=0)
+    assert crowded in extra
+    counts = [list(crowded.values()).count(d) for d in range(4)]
+    assert max(counts) >= 0.4 * inv.num_tables  # one device holds about half the tables
+    assert len(more) == len(plain) + 2
+    assert not plan_items(inv, topo, 2, "simulator", kinds=("dim_greedy",), singles=False)[0].kind == "single"

@@ -112,7 +112,7 @@ def plan(
     seed: SeedOpt = 0,
     batch_size: BatchOpt = 2048,
     device_type: DeviceTypeOpt = "cpu",
-    interconnect: InterconnectOpt = "measured",
+    interconnect: Annotated[Optional[str], typer.Option("--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile); default measured, or params topology.interconnect.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search.")] = False,
     torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
     torchrec_kernel: Annotated[str, typer.Option("--torchrec-kernel", help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
@@ -134,11 +134,12 @@ def plan(
         verify = cfg.plan.verify if verify is None else verify
         verify_rounds = cfg.plan.verify_rounds if verify_rounds is None else verify_rounds
         prof = cfg.profile
+        interconnect = interconnect or cfg.topology.interconnect
     verify = verify or 0
     if verify and name != "dreamshard":
         raise ConfigError(f"--verify needs --sharder dreamshard (it measures the search's candidates), not '{name}'")
     inv = load_inventory(inventory)
-    topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect)
+    topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect or "measured")
     backend = backend or (prof.backend if prof else "cpu")
     oracle = build_oracle(backend, warmup if warmup is not None else (prof.warmup if prof else 3),
                           repeats if repeats is not None else (prof.repeats if prof else 7),

@@ -71,7 +71,7 @@ def profile(
                 console.print(f"comm fit (N={n}): {_comm_line(m)}")
         summary = profile_inventory(
             inv, topology, cfg.num_placements, output, oracle, seed=cfg.seed, tasks=taskset,
-            progress=progress and console.is_terminal,
+            progress=progress and console.is_terminal, kinds=cfg.kinds,
         )
     finally:
         oracle.close()

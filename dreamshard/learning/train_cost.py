@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dreamshard.errors import ModelError
 from dreamshard.learning.configs import CostTrainConfig
-from dreamshard.learning.cost_model import COMPUTE, NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
+from dreamshard.learning.cost_model import COMM, COMPUTE, NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.metrics import mape, spearman
 from dreamshard.learning.model_store import warm_start
@@ -49,6 +49,10 @@ class CostMetrics(BaseModel):
     ensemble_size: int = 1
     mape_overall: float | None = None
     mape_device_total: float | None = None
+    # device total with the predicted compute and the measured all-to-all cost: the error planning sees when the
+    # comm model is known (dreamshard.learning.planning_cost)
+    mape_device_total_planning: float | None = None
+    mape_device_compute: float | None = None  # fwd + bwd compute of a device
     mape_overall_from_devices: float | None = None  # max over devices of predicted device totals vs overall
     mape_device_components: tuple[float | None, ...] | None = None  # per cost component (None: all zero)
     spearman_overall: float | None = None
@@ -250,6 +254,9 @@ def evaluate_cost_net(ens: CostEnsemble, pool: Inventory, records: Sequence[Meas
         "mape_overall_from_devices": mape(from_devices, b.overall.numpy()),
         "mape_overall": mape(overall_ms, b.overall.numpy()),
         "mape_device_total": mape(dev_ms[ne].sum(1), true_dev[ne].sum(1)),
+        "mape_device_total_planning": mape(dev_ms[ne][:, comp].sum(1) + true_dev[ne][:, list(COMM)].sum(1),
+                                           true_dev[ne].sum(1)),
+        "mape_device_compute": mape(dev_ms[ne][:, comp].sum(1), true_dev[ne][:, comp].sum(1)),
         "mape_device_components": tuple(mape(dev_ms[ne][:, k], true_dev[ne][:, k]) for k in range(NUM_DEVICE_COSTS)),
         "spearman_overall": spearman(from_devices, b.overall.numpy()) if len(records) > 1 else None,
         "regimes": tuple(regimes),

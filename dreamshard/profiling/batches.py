@@ -69,7 +69,8 @@ class ProfileJob(_Frozen):
 
     def items(self) -> list[PlannedItem]:
         p = self.profile
-        return plan_items(self.inventory, self.topology, p.num_placements, p.backend, seed=p.seed, tasks=self.tasks)
+        return plan_items(self.inventory, self.topology, p.num_placements, p.backend, seed=p.seed, tasks=self.tasks,
+                          kinds=p.kinds)
 
 
 class BatchSpec(_Frozen):

@@ -13,9 +13,10 @@ fingerprint and carry ``task``).
 
 Which placements: K random feasible ones, then one per extra *kind*: a heuristic's plan (any built-in sharder
 name, e.g. ``dim_greedy``), TorchRec's plan (``torchrec``), or ``crowded`` (one device gets about half the
-tables, the rest spread at random). A cost model learns best where planners will look, so the default
-measures the plans of the heuristics users run today and a crowded device beside random placements
-(docs/architecture.md, "Learning"). A kind that cannot place a task (memory) is skipped for that task.
+tables, the rest spread at random). A cost model learns best where planners will look, so the pipeline's
+default (params `profile.kinds`, dreamshard.profiling.config.DEFAULT_KINDS) measures the plans of the heuristics
+users run today and a crowded device beside random placements (docs/architecture.md, "Learning"). A kind that
+cannot place a task (memory) is skipped for that task.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.errors import InfeasiblePlacementError, InventoryError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
-from dreamshard.profiling.config import DEFAULT_KINDS
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder
 from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, TaskSet, Topology
@@ -142,7 +142,7 @@ def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: in
 
 def plan_items(
     inventory: Inventory, topology: Topology, num_placements: int, backend: str, seed: int = 0,
-    tasks: TaskSet | None = None, kinds: Sequence[str] = DEFAULT_KINDS, singles: bool = True,
+    tasks: TaskSet | None = None, kinds: Sequence[str] = (), singles: bool = True,
 ) -> list[PlannedItem]:
     """Every measurement a profiling run makes, in order (singles first, unless `singles` is False)."""
     fp = inventory.fingerprint()
@@ -207,7 +207,7 @@ def profile_inventory(
     seed: int = 0,
     tasks: TaskSet | None = None,
     progress: bool = True,
-    kinds: Sequence[str] = DEFAULT_KINDS,
+    kinds: Sequence[str] = (),
     singles: bool = True,
 ) -> ProfileSummary:
     """Measure singles then random placements into ``out_path`` (JSONL), skipping what is already there."""
