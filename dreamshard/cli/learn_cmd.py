@@ -116,7 +116,8 @@ def train(
         console.print(
             f"iter {r.iteration}: {r.n_new} placements ({r.n_measured} measured, {r.n_new - r.n_measured} from the "
             f"cache), {r.n_measurements} records, measured mean {_fmt(r.measured_mean_ms)} ms, cost MAPE "
-            f"{_fmt(r.cost.mape_device_total)} per device, est. cost {_fmt(r.policy_mean_cost_ms)} ms", markup=False,
+            f"{_fmt(r.cost.mape_device_total_planning)} per device (compute {_fmt(r.cost.mape_device_compute)}), est. cost "
+            f"{_fmt(r.policy_mean_cost_ms)} ms", markup=False,
         )
     console.print(f"model {summary.model_version} -> {model_dir}"
                   + (f" (warm-started from {summary.init})" if summary.init else ""), markup=False)
