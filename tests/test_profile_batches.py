@@ -67,7 +67,7 @@ def test_merged_shards_equal_the_one_process_profiler(tmp_path: Path) -> None:
     assert summary.workers[specs[0].batch_id] == "w@h pid 100"
     direct = tmp_path / "direct.jsonl"
     profile_inventory(job.inventory, job.topology, PROFILE.num_placements, direct, oracle, seed=PROFILE.seed,
-                      tasks=job.tasks, progress=False)
+                      tasks=job.tasks, progress=False, kinds=PROFILE.kinds)
     merged, alone = load_measurements(tmp_path / "merged.jsonl"), load_measurements(direct)
     assert [m.measurement_id for m in merged] == [m.measurement_id for m in alone]
     assert [m.costs for m in merged] == [m.costs for m in alone]  # the simulator is deterministic
