@@ -268,7 +268,6 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     STATE.update(ws=ws_dir, store_uri=store_uri, params=params, plan_id=current.plan_id, lineage=lineage)
 
 
-@pytest.mark.xfail(strict=True, reason="needs byte-deterministic model output from `dreamshard train` (issue 7, lead)")
 def test_fresh_clone_pull_and_repro_of_training_gives_the_published_model(s3_env, tmp_path: Path) -> None:
     if "lineage" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")
