@@ -68,8 +68,7 @@ def _mandelbrot_histogram(num_rows: int, pooling: float, rng: np.random.Generato
     else:
         x = (q**a + u * (top**a - q**a)) ** (1.0 / a)
     ranks = np.clip(np.floor(x - q).astype(np.int64), 0, num_rows - 1)
-    counts = np.bincount(ranks)
-    return normalise_histogram(histogram_from_counts(counts[counts > 0]))
+    return normalise_histogram(histogram_from_counts(np.unique(ranks, return_counts=True)[1]))
 
 
 def mixed_table(name: str, rng: np.random.Generator) -> Table:

@@ -72,8 +72,7 @@ def zipf_histogram(
     acc = np.zeros(17, dtype=np.float64)
     for _ in range(repeats):
         ranks = zipf_ranks(num_rows, exponent, lookups, rng)
-        counts = np.bincount(ranks)
-        acc += histogram_from_counts(counts[counts > 0])
+        acc += histogram_from_counts(np.unique(ranks, return_counts=True)[1])  # O(lookups), not O(rows)
     return normalise_histogram(acc / repeats)
 
 
