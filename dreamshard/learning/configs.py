@@ -112,6 +112,11 @@ class SearchConfig(_Config):
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     refine_top: Annotated[int, Field(ge=0, le=64)] = 2  # local search on this many best candidates
     refine_rounds: Annotated[int, Field(ge=0, le=100_000)] = 64  # moves/swaps per refined candidate, at most
+    # planning-time budget: sampled rollouts are cut so that all rollouts together place at most this many tables
+    # (1,000 tables: the argmax and 1 sample), and TorchRec's planner (seconds on large inventories) is a
+    # candidate only up to torchrec_max_tables tables
+    max_rollout_tables: Annotated[int, Field(ge=1)] = 2_000
+    torchrec_max_tables: Annotated[int, Field(ge=0)] = 400
     seed: int = 0
 
     @model_validator(mode="after")

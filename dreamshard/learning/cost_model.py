@@ -160,5 +160,29 @@ class CostEnsemble(nn.Module):
         return torch.stack([m.table_latents(feats) for m in self.members])
 
     def member_device_costs(self, dev_repr: torch.Tensor, nonempty: torch.Tensor) -> torch.Tensor:
-        """(K, ..., latent) per-member summed latents, (...) mask -> (K, ..., 4) costs in ms."""
-        return torch.stack([m.device_costs_ms(dev_repr[k], nonempty) for k, m in enumerate(self.members)])
+        """(K, ..., latent) per-member summed latents, (...) mask -> (K, ..., 4) costs in ms.
+
+        Without gradients (planning) all members' heads run as one batched matmul per layer."""
+        if torch.is_grad_enabled():
+            return torch.stack([m.device_costs_ms(dev_repr[k], nonempty) for k, m in enumerate(self.members)])
+        w1, b1, w2, b2, scale = self._stacked_heads()
+        k, lead = dev_repr.shape[0], dev_repr.shape[1:-1]
+        x = dev_repr.reshape(k, -1, dev_repr.shape[-1])
+        hid = torch.baddbmm(b1.unsqueeze(1), x, w1.transpose(1, 2))  # (K, M, 4*H)
+        hid = torch.stack([_ACTIVATIONS[m.activation](hid[i]) for i, m in enumerate(self.members)])
+        hid = hid.unflatten(-1, (NUM_DEVICE_COSTS, w2.shape[-1]))  # (K, M, 4, H)
+        out = ((hid * w2.unsqueeze(1)).sum(-1) + b2.unsqueeze(1)) * scale.unsqueeze(1)
+        out = out.reshape(k, *lead, NUM_DEVICE_COSTS)
+        return out * nonempty.unsqueeze(-1).to(out.dtype)
+
+    def _stacked_heads(self) -> tuple[torch.Tensor, ...]:
+        """Every member's fused head weights stacked on a leading member axis (cached while unchanged)."""
+        key = tuple(p._version for m in self.members for p in (*m._head_params, m.target_scale))
+        cache = getattr(self, "_stack_cache", None)
+        if cache is not None and cache[0] == key:
+            return cache[1]
+        parts = [m._fused_heads() for m in self.members]
+        stacked = tuple(torch.stack([p[i] for p in parts]) for i in range(4)) + (
+            torch.stack([m.target_scale[:NUM_DEVICE_COSTS] for m in self.members]),)
+        self._stack_cache = (key, stacked)
+        return stacked

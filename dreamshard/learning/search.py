@@ -110,8 +110,12 @@ def search(
                 if policy is None:
                     failed[source] = "the model has no policy"
                     continue
-                ep = plan_with_policy(policy, cost, inventory.tables, topology, samples=config.samples, seed=config.seed)
+                samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
+                ep = plan_with_policy(policy, cost, inventory.tables, topology, samples=samples, seed=config.seed)
                 add(source, ep.placement)
+            elif source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
+                failed[source] = (f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
+                                  f"{config.torchrec_max_tables} (planning-time budget)")
             elif source == LPT:
                 add(source, lpt_placement(inventory, topology, cost))
             else:
