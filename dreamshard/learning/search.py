@@ -13,7 +13,7 @@ No hardware is used; `dreamshard.learning.verify` measures the best candidates w
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +27,7 @@ from dreamshard.learning.refine import refine_placement
 from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Inventory, Topology
 
-#: candidate sources in order of preference on ties
+#: the candidate sources that are not sharder names
 POLICY, LPT = "policy", "lpt"
 
 
@@ -46,18 +46,11 @@ class SearchResult:
     wall_s: float = 0.0
 
 
-def _heuristic_placer(name: str, seed: int) -> Callable[[Inventory, Topology], dict[str, int]]:
-    from dreamshard.sharders import get_sharder
-
-    return lambda inv, topo: get_sharder(name, seed=seed).place(inv, topo)
-
-
 class _Scorer:
     """Scores placements of one inventory under one PlanningCost (tables encoded once)."""
 
     def __init__(self, inventory: Inventory, cost: PlanningCost) -> None:
         self.tables = list(inventory.tables)
-        self.index = {t.name: i for i, t in enumerate(self.tables)}
         self.cost = cost
         with torch.no_grad():
             self.states = cost.encode(self.tables)
@@ -119,7 +112,9 @@ def search(
             elif source == LPT:
                 add(source, lpt_placement(inventory, topology, cost))
             else:
-                add(source, _heuristic_placer(source, config.seed)(inventory, topology))
+                from dreamshard.sharders import get_sharder
+
+                add(source, get_sharder(source, seed=config.seed).place(inventory, topology))
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             last_error = e
