@@ -1,5 +1,6 @@
-"""The learned part of dreamshard (docs/architecture.md, "Learning"): table features, the cost network, the estimated
-MDP and the placement policy, their training, the outer measure -> fit -> RL loop, and model storage.
+"""The learned part of dreamshard (docs/architecture.md, "Learning"): table features, the cost ensemble and the
+pessimistic planning cost, the estimated MDP and the placement policy, search on the learned cost and
+verification, column splits, training (the outer measure -> fit -> RL loop, pre-training), and model storage.
 
 Importing this package does not import torch; the submodules that need it do.
 """
