@@ -95,6 +95,14 @@ def test_corrupt_and_incompatible_models_are_one_line_errors(model_dir, tmp_path
     with pytest.raises(ModelError, match="features v0"):
         load_model(d)
 
+    d = _copy(model_dir, tmp_path / "old")
+    card = json.loads((d / "model.json").read_text())
+    card["format_version"] = 1
+    card["cost_spec"]["a_field_of_the_old_format"] = True  # an older card's fields differ: named by its format
+    (d / "model.json").write_text(json.dumps(card))
+    with pytest.raises(ModelError, match="model format 1, this dreamshard reads 2; retrain"):
+        load_model(d)
+
     d = _copy(model_dir, tmp_path / "c")
     (d / "model.json").write_text("{not json")
     with pytest.raises(ModelError, match="corrupt model card"):

@@ -76,9 +76,15 @@ def _search_table(result: Any) -> Any:
     t.add_column("predicted ms (pessimistic)", justify="right")
     for i, c in enumerate(result.candidates[:10], 1):
         t.add_row(str(i), c.source, f"{c.predicted_ms:.3f}")
-    for source, why in result.failed.items():
-        t.add_row("-", source, f"no plan: {why[:60]}")
-    return t
+    for source in result.failed:
+        t.add_row("-", source, "no plan (below)")
+    if not result.failed:
+        return t
+    from rich.console import Group
+    from rich.text import Text
+
+    reasons = [Text(f"{source}: no plan: {why}") for source, why in result.failed.items()]
+    return Group(t, *reasons)
 
 
 def _verification_table(v: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -127,20 +128,30 @@ def save_model(
     return card
 
 
+def _check_format(path: Path, raw: object) -> None:
+    """An older (or newer) card is named as such before its fields are validated: its fields differ."""
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version != MODEL_FORMAT_VERSION:
+        raise ModelError(
+            f"{path}: model format {version}, this dreamshard reads {MODEL_FORMAT_VERSION}; retrain "
+            "(`dreamshard train`, or `make run`) or point --model elsewhere"
+        )
+
+
 def load_card(directory: Path) -> ModelCard:
     path = Path(directory) / CARD_FILE
     if not path.is_file():
         raise ModelError(f"no dreamshard model in {directory} (missing {CARD_FILE}): run `dreamshard train` or pass --model")
     try:
-        card = ModelCard.model_validate_json(path.read_text())
+        text = path.read_text()
+        _check_format(path, json.loads(text))
+        card = ModelCard.model_validate_json(text)
     except ValidationError as e:
         from dreamshard.io import describe_validation_error
 
         raise ModelError(f"{path}: corrupt model card ({describe_validation_error(e)})") from None
     except (ValueError, OSError) as e:
         raise ModelError(f"{path}: corrupt model card ({first_line(e)})") from None
-    if card.format_version != MODEL_FORMAT_VERSION:
-        raise ModelError(f"{path}: model format {card.format_version}, this dreamshard reads {MODEL_FORMAT_VERSION}; retrain")
     if card.feature_spec_version != FEATURE_SPEC_VERSION:
         raise ModelError(
             f"{path}: model uses table features v{card.feature_spec_version}, this dreamshard computes "

@@ -114,11 +114,12 @@ def search(
             else:
                 from dreamshard.sharders import get_sharder
 
-                add(source, get_sharder(source, seed=config.seed).place(inventory, topology))
+                # The units are already split (learning/splits.py): TorchRec places them whole.
+                add(source, get_sharder(source, seed=config.seed, column_wise="never").place(inventory, topology))
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             last_error = e
-        except PlanError as e:  # e.g. TorchRec chose column shards, which a table-wise candidate cannot hold
+        except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
             failed[source] = str(e)
     if not found:
         if last_error is not None:
