@@ -117,6 +117,8 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
                                     "--out", str(invf)],
         "plan --torchrec-out INVENTORY": ["plan", "-i", str(invf), "-d", "2", "-m", "1", "-s", "size_greedy", "-o",
                                           str(d / "p.json"), "--torchrec-out", str(invf)],
+        "torchrec export -o INVENTORY": ["torchrec", "export", str(goodf), "-i", str(invf), "-o", str(invf)],
+        "torchrec import -o INVENTORY": ["torchrec", "import", str(goodf), "-i", str(invf), "-m", "1", "-o", str(invf)],
         "profile -o INVENTORY (hard link)": ["profile", "-i", str(invf), "-d", "2", "-m", "1", "--backend", "simulator",
                                              "-o", str(d / "hard.yaml")],
     }

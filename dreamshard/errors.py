@@ -37,6 +37,14 @@ class PlanError(DreamshardError):
     """A plan is invalid or does not match its inventory/topology."""
 
 
+def format_gb(gb: float) -> str:
+    """A memory figure readable at any size: GB to 3 decimals, smaller ones in MB or KB (1 GB = 1024 MB)."""
+    if gb >= 0.01 or gb <= 0:
+        return f"{gb:.3f} GB"
+    mb = gb * 1024
+    return f"{mb:.3f} MB" if mb >= 0.01 else f"{mb * 1024:.1f} KB"
+
+
 class InfeasiblePlacementError(DreamshardError):
     """A table fits on no device: names the table, its size and the largest free memory."""
 
@@ -45,8 +53,8 @@ class InfeasiblePlacementError(DreamshardError):
         self.table_gb = table_gb
         self.largest_free_gb = largest_free_gb
         msg = (
-            f"table '{table}' ({table_gb:.3f} GB) fits on no device "
-            f"(largest free memory {largest_free_gb:.3f} GB); "
+            f"table '{table}' ({format_gb(table_gb)}) fits on no device "
+            f"(largest free memory {format_gb(largest_free_gb)}); "
             f"add devices, raise --memory-gb or shrink the table"
         )
         if hint:

@@ -64,6 +64,14 @@ class Table(_Strict):
     access_histogram: tuple[float, ...] | None = None
     dtype: DType = "fp32"
 
+    @field_validator("embedding_dim")
+    @classmethod
+    def _check_dim(cls, v: int) -> int:
+        if v % 4:  # FBGEMM's table-batched kernels (what profiles and what TorchRec runs) need dim % 4 == 0
+            raise ValueError(f"{v} is not a multiple of 4 (FBGEMM's fused kernels need dim % 4 == 0); "
+                             f"pad it to {(v + 3) // 4 * 4}")
+        return v
+
     @field_validator("access_histogram")
     @classmethod
     def _check_histogram(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:

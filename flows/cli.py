@@ -44,11 +44,34 @@ def _echo_ui_hint(flow_name: str) -> None:
                    "export PREFECT_API_URL=http://127.0.0.1:4200/api")
 
 
+def describe_status(entries: object) -> str:
+    """One stage's `dvc status` entries as `path (modified), ...` (what changed, not Python's repr)."""
+    parts: list[str] = []
+    for entry in entries if isinstance(entries, list) else [entries]:
+        if isinstance(entry, dict):
+            for kind, what in entry.items():
+                if isinstance(what, dict):
+                    parts += [f"{path} ({how})" for path, how in what.items()]
+                else:
+                    parts.append(f"{kind}: {what}")
+        else:
+            parts.append(str(entry))
+    return ", ".join(parts) or "changed"
+
+
+def params_or_default(params: Optional[Path]) -> Path:
+    """--params, else ./params.yaml, else the params.yaml installed with the package (as `pipeline init`)."""
+    if params is not None:
+        return params
+    local = Path("params.yaml")
+    return local if local.is_file() else Path(str(resources.files("dreamshard_flows") / "pipeline" / "params.yaml"))
+
+
 @pipeline_app.command("run")
 def run_cmd(
     inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: the workspace's input, else the synthetic pool of params.inventory).")] = None,
     workspace: WorkspaceOpt = Path("runs/pipeline"),
-    params: ParamsOpt = Path("params.yaml"),
+    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
     dvc_remote: Annotated[Optional[str], typer.Option("--dvc-remote", help="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote).")] = None,
@@ -73,6 +96,7 @@ def run_cmd(
                           "and export PREFECT_API_URL=http://127.0.0.1:4200/api")
     from dreamshard.workspace import INPUT_INVENTORY
 
+    params = params_or_default(params)
     cfg = load_pipeline_config(params, backend=backend)
     if inventory is None and (workspace / INPUT_INVENTORY).is_file():
         inventory = workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise
@@ -163,7 +187,7 @@ def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
         raise PipelineError(f"{workspace} is not a pipeline workspace: create it with `dreamshard pipeline init {workspace}`")
     status = ws.status()
     for stage in ws.stages():
-        typer.echo(f"{stage:10s} {'changed: ' + str(status[stage]) if stage in status else 'up to date'}")
+        typer.echo(f"{stage:10s} {'changed: ' + describe_status(status[stage]) if stage in status else 'up to date'}")
     plan_id, tag = plan_decision(ws)
     typer.echo(f"revision {(ws.head() or '-')[:12]}: plan {plan_id or '-'}: {tag or 'no plan decided yet'}")
 
@@ -280,7 +304,7 @@ def evaluate_stage_cmd(
 @pipeline_app.command("drift")
 def drift_cmd(
     inventory_name: Annotated[str, typer.Option("--inventory-name", help="Whose current plan to check.")],
-    params: ParamsOpt = Path("params.yaml"),
+    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
     workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="Workspace holding the plan's inventory (when it is not in the store).")] = None,
@@ -290,14 +314,16 @@ def drift_cmd(
     dreamshard.plan.drifted (with PREFECT_API_URL set, the retrain-on-drift deployment starts)."""
     from dreamshard.pipeline_config import load_pipeline_config
 
+    params = params_or_default(params)
     load_pipeline_config(params, backend=backend)  # one-line errors before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
-    from dreamshard_flows.drift import drift_check_flow
+    from dreamshard_flows.drift import drift_check_flow, resolve
     from dreamshard_flows.requests import DriftRequest
 
-    check = drift_check_flow(DriftRequest(inventory_name=inventory_name, params_path=str(params), store_uri=store,
-                                          endpoint_url=endpoint_url, workspace=str(workspace) if workspace else None,
-                                          backend=backend))
+    request = DriftRequest(inventory_name=inventory_name, params_path=str(params), store_uri=store,
+                           endpoint_url=endpoint_url, workspace=str(workspace) if workspace else None, backend=backend)
+    resolve(request)  # one-line errors (no plan, no inventory, another backend) before Prefect starts
+    check = drift_check_flow(request)
     typer.echo(f"plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its {check.basis} cost "
                f"(threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}")
     _echo_ui_hint("drift-check")

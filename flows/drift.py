@@ -6,6 +6,7 @@ artifact shows the trend."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -16,6 +17,10 @@ from dreamshard.types import Inventory, Plan
 from dreamshard_flows.artifacts import drift_artifact
 from dreamshard_flows.requests import DriftRequest
 from dreamshard_flows.tasks import absolute_uri
+
+if TYPE_CHECKING:
+    from dreamshard.pipeline_config import PipelineConfig
+    from dreamshard.store.base import PlanStore
 
 
 def inventory_for(plan: Plan, store_uri: str, endpoint_url: str | None, workspace: str | None) -> Inventory:
@@ -67,18 +72,27 @@ def emit_drifted(check: DriftCheck) -> str | None:
     return None if event is None else str(event.id)
 
 
-@flow(name="drift-check", log_prints=True)
-def drift_check_flow(request: DriftRequest) -> DriftCheck:
-    from dreamshard.drift import record_check, trend_rows
+def resolve(request: DriftRequest) -> tuple[PipelineConfig, PlanStore, Plan, Inventory]:
+    """Params, store, current plan and its inventory, checked comparable with the monitor's backend. The CLI
+    calls it before the flow starts, so a bad request is one line, not a failed run's traceback."""
+    from dreamshard.drift import require_comparable
     from dreamshard.pipeline_config import load_pipeline_config
     from dreamshard.store import get_current, open_store
 
-    log = get_run_logger()
     cfg = load_pipeline_config(request.params_path, backend=request.backend)
     store_uri = absolute_uri(request.store_uri or cfg.publish.store_uri)
     store = open_store(store_uri, endpoint_url=request.endpoint_url)
     plan = get_current(store, request.inventory_name)
-    inventory = inventory_for(plan, store_uri, request.endpoint_url, request.workspace)
+    require_comparable(plan, cfg.profile.backend)
+    return cfg, store, plan, inventory_for(plan, store_uri, request.endpoint_url, request.workspace)
+
+
+@flow(name="drift-check", log_prints=True)
+def drift_check_flow(request: DriftRequest) -> DriftCheck:
+    from dreamshard.drift import record_check, trend_rows
+
+    log = get_run_logger()
+    cfg, store, plan, inventory = resolve(request)
     check = check_task(plan, inventory, cfg.profile, cfg.drift.rounds, cfg.drift.threshold)
     history = record_check(store, check, keep=cfg.drift.history)
     drift_artifact(trend_rows(history), request.inventory_name, check)

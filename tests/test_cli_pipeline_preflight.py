@@ -58,3 +58,28 @@ def test_bad_dispatch_and_params_fail_in_one_line(tmp_path: Path) -> None:
     res = _run("pipeline", "run", "--workspace", str(tmp_path / "ws"), "--params", str(bad), cwd=tmp_path)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "drift" in res.stderr
     assert not (tmp_path / "ws").exists()
+
+
+def test_drift_on_another_backend_fails_in_one_line_before_the_flow(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    inv = tmp_path / "inv.yaml"
+    assert _run("inventory", "synth", "--num-tables", "6", "--seed", "0", "--name", "tiny", "-o", str(inv),
+                cwd=tmp_path).returncode == 0
+    assert _run("plan", "-i", str(inv), "-d", "2", "-m", "1", "-s", "lookup_greedy", "-o", "plan.json",
+                cwd=tmp_path).returncode == 0
+    pub = _run("plans", "publish", "plan.json", "-i", str(inv), "--measure", "--backend", "simulator",
+               "--sharders", "random", "--rounds", "1", "--min-improvement", "0", "--store", store, cwd=tmp_path)
+    assert pub.returncode == 0, pub.stderr
+    res = _run("pipeline", "drift", "--inventory-name", "tiny", "--params", str(ROOT / "params.yaml"),
+               "--store", store, "--backend", "cpu", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr + res.stdout
+    assert res.stderr.strip().splitlines() == [
+        "error: ConfigError: plan " + _current_id(store) + " was measured on backend 'simulator', the monitor would "
+        "measure on 'cpu': use --backend simulator (or profile.backend: simulator) so the costs are comparable"]
+    assert "Starting temporary server" not in res.stdout + res.stderr  # Prefect never started
+
+
+def _current_id(store: str) -> str:
+    from dreamshard.store import get_current, open_store
+
+    return get_current(open_store(store), "tiny").plan_id

@@ -66,24 +66,24 @@ def _single(inv: Inventory, name: str, topo: Topology, compute: float, comm: Com
 def test_lower_bound_counts_the_all_to_all_latency_once_per_device() -> None:
     """Hand-set figures: 3 tables of dim 10, batch 1000, 2 devices, alpha 1 ms, beta 1 ms/MB.
 
-    Pooled bytes leaving a device for all tables: 1000 * 30 * 4 * 1/2 = 60 kB; an even share is 30 kB ->
-    all-to-all 1 + 0.03 ms per direction. Compute 4 + 4 + 10 = 18 -> 9 ms per device.
+    Pooled bytes leaving a device for all tables: 1000 * 36 * 4 * 1/2 = 72 kB; an even share is 36 kB ->
+    all-to-all 1 + 0.036 ms per direction. Compute 4 + 4 + 10 = 18 -> 9 ms per device.
     """
-    inv = Inventory(name="lb", tables=tuple(Table(name=n, num_embeddings=10, embedding_dim=10, pooling_factor=1.0)
+    inv = Inventory(name="lb", tables=tuple(Table(name=n, num_embeddings=10, embedding_dim=12, pooling_factor=1.0)
                                             for n in ("a", "b", "c")))
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=1000)
     comm = CommModel(alpha_ms=1.0, beta_ms_per_mb=1.0, backend="gloo", world_size=2)
     singles = {n: _single(inv, n, topo, c, comm) for n, c in (("a", 4.0), ("b", 4.0), ("c", 10.0))}
     lb = lower_bound(inv, singles, topo)
     assert lb.compute_ms == pytest.approx(9.0)
-    assert lb.comm_ms == pytest.approx(2 * (1.0 + 0.03))
-    assert lb.max_single_ms == pytest.approx(10.0 + 2 * (1.0 + 0.02))  # table c alone, its own all-to-all
-    assert lb.total_ms == pytest.approx(max(lb.max_single_ms, 9.0 + 2.06))
+    assert lb.comm_ms == pytest.approx(2 * (1.0 + 0.036))
+    assert lb.max_single_ms == pytest.approx(10.0 + 2 * (1.0 + 0.024))  # table c alone, its own all-to-all
+    assert lb.total_ms == pytest.approx(max(lb.max_single_ms, 9.0 + 2.072))
     # The old reference, sum of singles / D, counted alpha once per table: 3 alphas on 2 devices.
     assert lb.sum_single_ms / 2 > lb.compute_ms + lb.comm_ms
     # One big table dominates: the bound is that table alone.
     singles["c"] = _single(inv, "c", topo, 40.0, comm)
-    assert lower_bound(inv, singles, topo).total_ms == pytest.approx(40.0 + 2.04)
+    assert lower_bound(inv, singles, topo).total_ms == pytest.approx(40.0 + 2.048)
     # One device: no all-to-all at all.
     one = topo.model_copy(update={"num_devices": 1})
     singles1 = {n: _single(inv, n, one, c, None) for n, c in (("a", 4.0), ("b", 4.0), ("c", 10.0))}

@@ -77,6 +77,28 @@ def test_outputs_aliasing_inputs_are_refused(files: dict[str, Path], capsys: pyt
     assert snapshot(d) == before
 
 
+def test_compare_plan_and_plans_dir_never_clash(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    d, inv = files["dir"], files["inventory"]
+    sharder = json.loads(files["good"].read_text())["sharder"]
+    own = d / "pd" / f"{sharder}.json"  # where --plans-dir would write the --plan's contender
+    own.parent.mkdir()
+    shutil.copy(files["good"], own)
+    common = ["-i", str(inv), "-d", "2", "-m", "1", "--batch-size", "512", "--backend", "simulator", "--rounds", "1"]
+    before = snapshot(d)
+    assert run(["compare", *common, "--sharders", "dim_greedy", "--plan", str(own), "--plans-dir", str(own.parent)]) == 2
+    line = one_error_line(capsys)
+    assert "same file as --plan " + str(own) in line and line.count(str(own)) == 2, line
+    assert snapshot(d) == before
+    # the --plan's sharder also runs: both contenders are kept, each under its plan id
+    out = d / "out"
+    assert run(["compare", *common, "--sharders", f"dim_greedy,{sharder}", "--plan", str(files["good"]),
+                "--plans-dir", str(out), "--out", str(d / "cmp.json")]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert "dim_greedy.json" in written and len(written) == 3
+    assert sum(1 for n in written if n.startswith(f"{sharder}.plan-")) == 2
+    assert capsys.readouterr().out.count(f"{sharder} (…") == 2
+
+
 # -- #4: JSONL resume ---------------------------------------------------------------------------------------
 def test_resume_keeps_a_complete_last_record_without_newline(tmp_path: Path) -> None:
     from dreamshard.profiling import make_oracle
@@ -373,3 +395,16 @@ def test_rollback_to_checks_the_original_checksum(files: dict[str, Path], capsys
     assert "pointer's history says" in one_error_line(capsys)
     assert get_current(open_store(str(files["store"])), "inv").plan_id == w.good.plan_id
     assert any("sha256" in i.problem or "checksum" in i.problem for i in fsck(open_store(str(files["store"]))))
+
+
+def test_a_mistyped_store_and_two_cost_sources_are_one_line_errors(files: dict[str, Path],
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    missing = files["dir"] / "no-such-store"
+    for argv in (["plans", "list"], ["plans", "fsck"], ["plans", "show", "current", "--inventory", "x"],
+                 ["plans", "rollback", "--inventory", "x"]):
+        assert run([*argv, "--store", str(missing)]) == 2, argv
+        assert f"no plan store at {missing}" in one_error_line(capsys)
+    assert not missing.exists()
+    assert run(["plans", "publish", str(files["good"]), "-i", str(files["inventory"]), "--store", str(files["store"]),
+                "--comparison", str(files["comparison"]), "--measure"]) == 2
+    assert "choose one" in one_error_line(capsys)

@@ -328,3 +328,23 @@ def test_cli_torchrec_export_and_import(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0 and load_plan(tmp_path / "b.json").column_shards == plan.column_shards
     code, _, err = _cli(["torchrec", "import", str(tr), "-i", str(inv_path), "-m", "0.000001", "-o", str(tmp_path / "c.json")], capsys)
     assert code == 2 and "PlanError" in err and "over its" in err and not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("which", ["plan", "inventory"])
+def test_cli_torchrec_export_and_import_never_overwrite_an_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str) -> None:
+    from dreamshard.io import save_inventory, save_plan
+
+    plan = _split_plan()
+    inv_path, plan_path = save_inventory(INV, tmp_path / "inv.yaml"), save_plan(plan, tmp_path / "plan.json")
+    before = {p: p.read_bytes() for p in (inv_path, plan_path)}
+    target = plan_path if which == "plan" else inv_path
+    code, _, err = _cli(["torchrec", "export", str(plan_path), "-i", str(inv_path), "-o", str(target)], capsys)
+    assert code == 2 and "same file" in err and err.count("\n") == 1
+    tr = tmp_path / "tr.json"
+    assert _cli(["torchrec", "export", str(plan_path), "-i", str(inv_path), "-o", str(tr)], capsys)[0] == 0
+    before[tr] = tr.read_bytes()
+    for target in (tr, inv_path):
+        code, _, err = _cli(["torchrec", "import", str(tr), "-i", str(inv_path), "-m", "1", "-o", str(target)], capsys)
+        assert code == 2 and "same file" in err and err.count("\n") == 1
+    assert {p: p.read_bytes() for p in before} == before

@@ -12,7 +12,7 @@ from dreamshard.types import Table
 
 def test_shape_and_finite_over_extreme_tables():
     tables = [
-        Table(name="tiny", num_embeddings=1, embedding_dim=1, pooling_factor=0.0),
+        Table(name="tiny", num_embeddings=1, embedding_dim=4, pooling_factor=0.0),
         Table(name="huge", num_embeddings=2_000_000_000, embedding_dim=1024, pooling_factor=5000.0),
     ]
     f = tables_features(tables)

@@ -95,7 +95,7 @@ def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
     same = synth_inventory(12, seed=4, name="same")  # the toy model's own table generator and seed
     inv2 = save_inventory(same, tmp_path / "same.yaml")
     code, _, err = invoke(["plan", "-i", str(inv2), "-d", "4", "-m", "64", "--model", str(model_dir), "-o", str(tmp_path / "q.json")])
-    assert code == 0 and load_plan(tmp_path / "q.json").out_of_range == () and "warning" not in err
+    assert code == 0 and load_plan(tmp_path / "q.json").out_of_range == () and "training ranges" not in err
 
 
 def test_cli_verify_records_and_refuses_other_sharders(model_dir, tmp_path):
@@ -110,6 +110,17 @@ def test_cli_verify_records_and_refuses_other_sharders(model_dir, tmp_path):
     code, _, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "-s", "dim_greedy", "--verify", "2",
                            "-o", str(tmp_path / "x.json")])
     assert code == 2 and "--verify needs --sharder dreamshard" in err and not (tmp_path / "x.json").exists()
+
+
+def test_cli_warns_of_a_simulated_model_and_of_an_explain_without_search(model_dir, tmp_path):
+    inv = save_inventory(synth_inventory(8, seed=3, name="w"), tmp_path / "inv.yaml")
+    code, _, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "--model", str(model_dir), "-o",
+                           str(tmp_path / "p.json")])
+    assert code == 0 and "warning: predicted costs are SIMULATED: model" in err and "the toy backend" in err
+    code, _, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "-s", "dim_greedy", "--explain", "-o",
+                           str(tmp_path / "q.json")])
+    assert code == 0 and "warning: --explain ignored: 'dim_greedy' does not search" in err
+    assert "SIMULATED" not in err
 
 
 def test_criteo_terabyte_plans_with_column_splits_and_table_wise_names_the_table(model_dir, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamshard.errors import InventoryError
+from dreamshard.errors import InventoryError, ProfilingError
 from dreamshard.io import iter_measurements, load_measurements
 from dreamshard.profiling import make_oracle, profile_inventory, single_table_costs_from
 from dreamshard.profiling.runner import plan_items
@@ -160,7 +160,7 @@ def test_random_placements_survive_tight_memory() -> None:
 
 def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
     """Resuming into a JSONL of a different inventory would mix workloads: a one-line typed error instead."""
-    from dreamshard.errors import InventoryError
+    from dreamshard.errors import InventoryError, ProfilingError
     from dreamshard.profiling import make_oracle, profile_inventory
     from dreamshard.types import Inventory, Table, Topology
 
@@ -176,6 +176,24 @@ def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
     with pytest.raises(InventoryError, match="holds measurements of inventory 'one'"):
         profile_inventory(inv("two", 16), topo, 1, out, oracle, progress=False)
     assert out.read_text() == before
+    with pytest.raises(ProfilingError, match="holds measurements on backend 'simulator', this run measures on 'cpu'"):
+        profile_inventory(inv("one", 8), topo, 1, out, make_oracle("cpu", warmup=0, repeats=1), progress=False)
+    assert out.read_text() == before  # a measured record never lands among simulated ones
+
+
+def test_a_cost_model_never_trains_on_mixed_backends(tmp_path: Path) -> None:
+    from dreamshard.errors import ModelError
+    from dreamshard.learning.configs import CostTrainConfig
+    from dreamshard.learning.train_cost import train_cost_model
+
+    inv = _inventory(4)
+    out = tmp_path / "m.jsonl"
+    profile_inventory(inv, Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=64), 2, out,
+                      make_oracle("simulator"), progress=False)
+    records = load_measurements(out)
+    mixed = [*records, records[-1].model_copy(update={"backend": records[-1].backend.model_copy(update={"name": "cpu"})})]
+    with pytest.raises(ModelError, match=r"mix backends \(1 from 'cpu', \d+ from 'simulator'\)"):
+        train_cost_model(inv, mixed, CostTrainConfig(steps=1), progress=False)
 
 
 def test_kinds_add_the_heuristics_plans_and_a_crowded_device():

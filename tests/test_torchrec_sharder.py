@@ -190,8 +190,8 @@ def test_edge_tables_and_single_device(devices: int) -> None:
     inv = Inventory(
         name="edge",
         tables=(
-            Table(name="one-row", num_embeddings=1, embedding_dim=3, pooling_factor=0.0),
-            Table(name="b/c d", num_embeddings=5000, embedding_dim=7, pooling_factor=0.5, dtype="fp16"),
+            Table(name="one-row", num_embeddings=1, embedding_dim=4, pooling_factor=0.0),
+            Table(name="b/c d", num_embeddings=5000, embedding_dim=8, pooling_factor=0.5, dtype="fp16"),
         ),
     )
     topo = Topology(num_devices=devices, device_type="cuda", memory_per_device_gb=0.01)

@@ -64,7 +64,7 @@ def _sharder_options(model: Path | None, samples: int | None, seed: int, risk: f
 def _warn(lines: Any, what: str) -> None:
     err = Console(stderr=True, highlight=False)
     for line in lines:
-        err.print(f"warning: {what}: {line}", markup=False)
+        err.print(f"warning: {what}: {line}", markup=False, soft_wrap=True)
 
 
 def _search_table(result: Any) -> Any:
@@ -161,6 +161,11 @@ def plan(
             oracle.close()
     _warn(p.out_of_range, f"outside the model's training ranges (plan {p.plan_id} records it; the publish gate "
                           f"will want a measured comparison)")
+    card = getattr(getattr(sharder_obj, "model", None), "card", None)
+    if card is not None and card.learned_from_simulation:
+        _warn([f"model {card.version} learned from the {card.backend} backend"], "predicted costs are SIMULATED")
+    if explain and getattr(sharder_obj, "last_search", None) is None:
+        _warn([f"'{name}' does not search (--sharder dreamshard does)"], "--explain ignored")
     torchrec_doc = torchrec_document(p, inv, kernel) if torchrec_out is not None else None
     if torchrec_out is not None and torchrec_out.is_dir():
         raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
@@ -238,12 +243,15 @@ def compare(
     """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB."""
     names = expand_sharders(sharders)
     extra_files = list(plan_files or [])
-    outputs: dict[str, Path | None] = {"--out": out, "--markdown-out": markdown_out, "--plot-out": plot_out}
-    if plans_dir is not None:
-        outputs.update({f"--plans-dir ({n})": plans_dir / f"{n}.json" for n in names})
-    check_outputs({"--inventory": inventory, "--model": model, **{f"--plan {p}": p for p in extra_files}}, outputs)
-    inv = load_inventory(inventory)
     extra = [load_plan(p) for p in extra_files]
+    outputs: dict[str, Path | None] = {"--out": out, "--markdown-out": markdown_out, "--plot-out": plot_out}
+    if plans_dir is not None:  # the names Comparison.label gives (a sharder twice: with the plan id)
+        made_by = [*names, *(p.sharder for p in extra)]
+        outputs.update({f"--plans-dir ({n})": plans_dir / f"{n}.json" for n in names if made_by.count(n) == 1})
+        outputs.update({f"--plans-dir ({p.plan_id})": plans_dir / (
+            f"{p.sharder}.json" if made_by.count(p.sharder) == 1 else f"{p.sharder}.{p.plan_id}.json") for p in extra})
+    check_outputs({"--inventory": inventory, "--model": model, **{"--plan" + (f" #{i + 1}" if len(extra_files) > 1 else ""): p for i, p in enumerate(extra_files)}}, outputs)
+    inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect)
     oracle = build_oracle(backend, warmup, repeats, threads, seed)
     opts = {**learned_options(**_sharder_options(model, samples, seed)), "random": {"seed": seed}}
@@ -265,6 +273,7 @@ def compare(
         summary["results"] = [
             {
                 "sharder": r.sharder,
+                "plan_id": r.plan.plan_id,
                 "overall_ms": r.overall_ms,
                 "spread": r.spread,
                 "ratio_to_best": r.ratio_to_best,

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from dreamshard.errors import ConfigError
+from dreamshard.errors import ConfigError, StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.types import Plan
@@ -45,11 +45,18 @@ def _publish_config(params: Path | None):  # type: ignore[no-untyped-def]
     return load_section(_params_path(params), "publish", PublishConfig)
 
 
-def _open(store: str | None, endpoint: str | None, params: Path | None = None):  # type: ignore[no-untyped-def]
+def _open(store: str | None, endpoint: str | None, params: Path | None = None,  # type: ignore[no-untyped-def]
+          existing: bool = True):
+    """The plan store; a local one must already exist unless `existing` is False (publish creates it), so a
+    mistyped --store is an error rather than an empty listing."""
     from dreamshard.store import open_store
+    from dreamshard.store.local import LocalPlanStore
 
     uri = store or _publish_config(params).store_uri
-    return open_store(uri, endpoint_url=endpoint)
+    s = open_store(uri, endpoint_url=endpoint)
+    if existing and isinstance(s, LocalPlanStore) and not Path(s.location).is_dir():
+        raise StoreError(f"no plan store at {s.location} (no such directory): check --store, or publish a plan first")
+    return s
 
 
 @plans_app.command("publish")
@@ -94,7 +101,9 @@ def publish_cmd(
     from dreamshard.io import load_inventory, load_plan
     from dreamshard.store import publish_or_reject
 
-    if measure == (comparison is not None):
+    if measure and comparison is not None:
+        raise ConfigError("--comparison and --measure are two ways to get the costs: choose one")
+    if not measure and comparison is None:
         raise ConfigError(
             "publishing needs the plan's measured costs next to the baselines': pass --comparison FILE "
             "(a comparison holding this plan) or --measure (the gate measures them itself)"
@@ -102,7 +111,7 @@ def publish_cmd(
     cfg = _publish_config(params)
     margin = check_margin(cfg.min_improvement if min_improvement is None else min_improvement)
     plan = load_plan(plan_file)
-    s = _open(store, endpoint, params)
+    s = _open(store, endpoint, params, existing=False)
     inv = load_inventory(inventory) if inventory is not None else _stored_inventory(s, plan)
     if comparison is not None:
         judged, decision = gate_comparison_file(plan, inv, comparison, margin, backend=backend)

@@ -25,8 +25,9 @@ def export_cmd(
 ) -> None:
     """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model)."""
     from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
-    from dreamshard.io import load_inventory, load_plan
+    from dreamshard.io import check_outputs, load_inventory, load_plan
 
+    check_outputs({"PLAN": plan_file, "--inventory": inventory}, {"--out": out})
     plan = load_plan(plan_file)
     doc = torchrec_document(plan, load_inventory(inventory), check_kernel(kernel, plan.topology.device_type))
     save_torchrec_plan(doc, out)
@@ -47,8 +48,9 @@ def import_cmd(
     """Turn a TorchRec plan file into a dreamshard plan (memory checked) to evaluate or compare it."""
     from dreamshard.evaluation import device_table
     from dreamshard.integrations.torchrec_file import plan_from_document, read_torchrec_plan
-    from dreamshard.io import load_inventory, save_plan
+    from dreamshard.io import check_outputs, load_inventory, save_plan
 
+    check_outputs({"TORCHREC_FILE": torchrec_file, "--inventory": inventory}, {"--out": out})
     doc = read_torchrec_plan(torchrec_file, devices)
     topo = make_topology(doc.world_size, memory_gb, batch_size, doc.device_type)
     plan = plan_from_document(doc, load_inventory(inventory), topo, sharder)

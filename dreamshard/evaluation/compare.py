@@ -64,6 +64,16 @@ class Comparison(BaseModel):
         return LowerBound(max_single_ms=self.max_single_ms, sum_single_ms=self.sum_single_ms,
                           compute_ms=self.lb_compute_ms, comm_ms=self.lb_comm_ms, total_ms=self.lower_bound_ms)
 
+    def label(self, r: SharderResult, short: bool = False) -> str:
+        """How a contender is named (plan files, plots) or shown (`short`, tables): the sharder, with its plan id
+        when the sharder made more than one contender (`compare --plan` of a plan by a sharder that also ran)."""
+        if sum(1 for x in self.results if x.sharder == r.sharder) == 1:
+            return r.sharder
+        return f"{r.sharder} (…{r.plan.plan_id[-8:]})" if short else f"{r.sharder}.{r.plan.plan_id}"
+
+    def is_best(self, r: SharderResult) -> bool:
+        return r.overall_ms == min(x.overall_ms for x in self.results)
+
     def result(self, sharder: str) -> SharderResult:
         for r in self.results:
             if r.sharder == sharder:
@@ -75,20 +85,21 @@ class Comparison(BaseModel):
         return {r.sharder: r.overall_ms for r in self.results if r.sharder in BASELINE_SHARDERS}
 
     def summary(self) -> dict[str, Any]:
-        """Small JSON for metrics files: overall ms, spread and ratios per sharder."""
+        """Small JSON for metrics files and `compare --json`: overall ms, spread and ratios per contender (field
+        names as in the full comparison)."""
         return {
-            "inventory": self.inventory_name,
+            "inventory_name": self.inventory_name,
             "devices": self.topology.num_devices,
             "backend": self.backend.name,
             "operator": self.backend.operator,
             "inventory_fingerprint": self.inventory_fingerprint,
             "lower_bound_ms": self.lower_bound_ms,
-            "lower_bound_compute_ms": self.lb_compute_ms,
-            "lower_bound_comm_ms": self.lb_comm_ms,
+            "lb_compute_ms": self.lb_compute_ms,
+            "lb_comm_ms": self.lb_comm_ms,
             "best": self.best,
             "best_heuristic": self.best_heuristic,
             "sharders": {
-                r.sharder: {
+                self.label(r): {
                     "overall_ms": r.overall_ms,
                     "spread": r.spread,
                     "ratio_to_best": r.ratio_to_best,

@@ -110,7 +110,7 @@ def comparison_table(cmp: Comparison) -> RichTable:
         t.add_column(col, justify="right" if col != "sharder" else "left")
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
         t.add_row(
-            r.sharder + (" (best)" if r.sharder == cmp.best else ""),
+            cmp.label(r, short=True) + (" (best)" if cmp.is_best(r) else ""),
             f"{r.overall_ms:.3f}",
             f"±{100 * r.spread / 2:.1f}%",
             f"{r.ratio_to_best:.3f}",
@@ -134,7 +134,7 @@ def comparison_markdown(cmp: Comparison) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
-        name = f"**{r.sharder}**" if r.sharder == cmp.best else r.sharder
+        name = f"**{cmp.label(r, short=True)}**" if cmp.is_best(r) else cmp.label(r, short=True)
         lines.append(
             f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {r.ratio_to_lower_bound:.3f} |"
         )
@@ -170,7 +170,7 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
             ax.bar(xs, vals, bottom=bottom, color=color, label=comp.replace("_", " "))
             bottom = [b + v for b, v in zip(bottom, vals)]
         ax.axhline(cmp.lower_bound_ms, color="black", linestyle="--", linewidth=0.8)
-        ax.set_title(f"{r.sharder}: {r.overall_ms:.2f} ms (x{r.ratio_to_best:.2f})", fontsize=9)
+        ax.set_title(f"{cmp.label(r, short=True)}: {r.overall_ms:.2f} ms (x{r.ratio_to_best:.2f})", fontsize=9)
         ax.set_xticks(xs)
         ax.set_xlabel("device", fontsize=8)
         ax.set_ylim(0, ymax * 1.1)

@@ -13,7 +13,7 @@ from dreamshard.io import atomic_write_bytes
 
 def plot_rows(cmp: Comparison) -> list[dict[str, float | str]]:
     """Rows {sharder, overall_ms, ratio_to_best} for `dvc plots`."""
-    return [{"sharder": r.sharder, "overall_ms": r.overall_ms, "ratio_to_best": r.ratio_to_best} for r in cmp.results]
+    return [{"sharder": cmp.label(r), "overall_ms": r.overall_ms, "ratio_to_best": r.ratio_to_best} for r in cmp.results]
 
 
 def write_comparison_outputs(
@@ -40,7 +40,7 @@ def write_comparison_outputs(
         files[plot_data_path] = (json.dumps(plot_rows(cmp), indent=2) + "\n").encode()
     if plans_dir is not None:
         for r in cmp.results:
-            files[plans_dir / f"{r.sharder}.json"] = (r.plan.model_dump_json(indent=2) + "\n").encode()
+            files[plans_dir / f"{cmp.label(r)}.json"] = (r.plan.model_dump_json(indent=2) + "\n").encode()
     for path, data in files.items():
         atomic_write_bytes(path, data)
     return list(files)

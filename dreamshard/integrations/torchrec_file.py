@@ -200,7 +200,7 @@ def document_from_data(data: Any, world_size: int | None = None, where: str = "t
             )
         return doc
     if world_size is None:
-        raise PlanError(f"{where} is a bare table map without a world size; pass world_size")
+        raise PlanError(f"{where} is a bare table map without a world size; pass world_size (CLI: --devices)")
     return validate_mapping({"world_size": world_size, "tables": dict(data)}, TorchRecPlanFile, PlanError, where)
 
 

@@ -40,6 +40,7 @@ CARD_FILE = "model.json"
 COST_FILE = "cost_net.pt"
 POLICY_FILE = "policy.pt"
 PACKAGED_DIR = Path(__file__).resolve().parent.parent / "pretrained"
+SIMULATED_BACKENDS = frozenset({"simulator", "toy"})
 
 
 class ModelCard(BaseModel):
@@ -63,6 +64,11 @@ class ModelCard(BaseModel):
     policy_metrics: dict[str, Any] = Field(default_factory=dict)
     provenance: dict[str, Any] = Field(default_factory=dict)  # command, iterations, measurements, ...
     files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256
+
+    @property
+    def learned_from_simulation(self) -> bool:
+        """Trained on the analytic simulator (or a test's toy cost): its predictions say nothing of hardware."""
+        return self.backend in SIMULATED_BACKENDS
 
 
 class LoadedModel(BaseModel):

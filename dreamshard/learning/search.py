@@ -118,7 +118,8 @@ def search(
                 add(source, get_sharder(source, seed=config.seed, column_wise="never").place(inventory, topology))
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
-            last_error = e
+            if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner
+                last_error = e
         except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
             failed[source] = str(e)
     if not found:

@@ -11,6 +11,7 @@ and disagree where it is thin. Held-out error is reported overall, per cost comp
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -297,6 +298,17 @@ def _fit_member(
 
 
 @single_threaded
+def require_one_backend(records: Sequence[Measurement]) -> None:
+    """A cost model learns one backend's costs: simulated and measured records (or cpu and cuda) never mix."""
+    counts = Counter(m.backend.name for m in records)
+    if len(counts) > 1:
+        found = ", ".join(f"{n} from '{b}'" for b, n in sorted(counts.items()))
+        raise ModelError(
+            f"the measurements mix backends ({found}); a cost model learns one backend's costs: "
+            "train on one backend's records (profile each backend into its own file)"
+        )
+
+
 def train_cost_model(
     pool: Inventory,
     measurements: Sequence[Measurement],
@@ -309,6 +321,7 @@ def train_cost_model(
     records = [m for m in measurements if config.use_singles or m.kind == "placement"]
     if not records:
         raise ModelError("no measurement records to train the cost model on: run `dreamshard profile` first")
+    require_one_backend(records)
     train_recs, test_recs = split_records(records, config.test_fraction, config.seed)
     torch.manual_seed(config.seed)
     spec = CostNetSpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden)

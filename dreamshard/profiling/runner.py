@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import InfeasiblePlacementError, InventoryError
+from dreamshard.errors import InfeasiblePlacementError, InventoryError, ProfilingError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
 from dreamshard.profiling.oracle import Oracle
@@ -181,8 +181,9 @@ def plan_items(
     return list({it.key: it for it in items}.values())
 
 
-def _done_ids(path: Path, inventory: Inventory) -> set[str]:
-    """Ids already measured in `path`; refuses a file that holds another inventory's records."""
+def _done_ids(path: Path, inventory: Inventory, backend: str) -> set[str]:
+    """Ids already measured in `path`; refuses a file that holds another inventory's records or another
+    backend's (a simulated record must never sit among measured ones)."""
     if not path.exists():
         return set()
     fp = inventory.fingerprint()
@@ -192,6 +193,11 @@ def _done_ids(path: Path, inventory: Inventory) -> set[str]:
             raise InventoryError(
                 f"{path} holds measurements of inventory '{m.inventory_name}' ({m.inventory_fingerprint[:12]}), "
                 f"not of '{inventory.name}' ({fp[:12]}); write to a new file or move that one aside"
+            )
+        if m.backend.name != backend:
+            raise ProfilingError(
+                f"{path} holds measurements on backend '{m.backend.name}', this run measures on '{backend}'; "
+                "write to a new file (each backend's records in their own) or move that one aside"
             )
         done.add(m.measurement_id)
     return done
@@ -217,7 +223,7 @@ def profile_inventory(
     t0 = time.perf_counter()
     items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks, kinds=kinds,
                        singles=singles)
-    done = _done_ids(out_path, inventory)
+    done = _done_ids(out_path, inventory, oracle.info.name)
     todo = [it for it in items if it.key not in done]
     comm_models: dict[int, CommModel] = {}
     with Progress(
