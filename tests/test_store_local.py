@@ -76,6 +76,30 @@ def test_rollback_to_previous_and_to_given_plan(store: LocalPlanStore) -> None:
     assert len(list_plans(store, "inv")) == 3
 
 
+def test_plans_a_rollback_undid_were_current_once_and_fsck_says_nothing(store: LocalPlanStore) -> None:
+    from dreamshard.store.publish import fsck, get_pointer
+
+    plans = [make_plan(overall=10.0 - i) for i in range(3)]
+    for p in plans:
+        publish(store, p, approve(p))
+    rollback(store, "inv")
+    rollback(store, "inv")  # current: plans[0]; plans[2] and plans[1] were current once, not interrupted publishes
+    assert [e.plan_id for e in get_pointer(store, "inv").rolled_back] == [plans[1].plan_id, plans[2].plan_id]
+    assert fsck(store, "inv") == []
+    rollback(store, "inv", to_plan_id=plans[2].plan_id)  # a rolled-back version can come back
+    pointer = get_pointer(store, "inv")
+    assert [e.plan_id for e in pointer.rolled_back] == [plans[1].plan_id]
+    assert [e.plan_id for e in pointer.history] == [plans[0].plan_id] and fsck(store, "inv") == []
+    # a rolled-back version that was modified since is caught by its original checksum, and never offered
+    key = next(k for k in store.list_keys("plans/inv") if plans[1].plan_id in k and k.endswith(".json")
+               and not k.endswith(".record.json"))
+    (store.root / key).write_text((store.root / key).read_text().replace("10.0", "1.0"))
+    (store.root / (key + ".sha256")).write_text("0" * 64)
+    with pytest.raises(StoreError, match="modified"):
+        rollback(store, "inv", to_plan_id=plans[1].plan_id)
+    assert all("rollback" not in i.fix or plans[1].plan_id not in i.fix for i in fsck(store, "inv"))
+
+
 def test_rejected_plan_is_kept_with_reason_and_never_current(store: LocalPlanStore) -> None:
     good = make_plan(overall=5.0)
     publish(store, good, approve(good))

@@ -68,6 +68,7 @@ class CurrentPointer(BaseModel):
     action: Literal["publish", "rollback"] = "publish"
     previous: PointerEntry | None = None
     history: tuple[PointerEntry, ...] = ()  # earlier current versions, most recent first
+    rolled_back: tuple[PointerEntry, ...] = ()  # versions a plain rollback undid, most recent first (once current)
 
     def entry(self) -> PointerEntry:
         return PointerEntry(
@@ -382,12 +383,14 @@ def _advance(inventory: str, target: PointerEntry, old: CurrentPointer | None, a
     # The target leaves the history wherever it was, so the history never lists a version twice.
     earlier = ((old.entry(),) + old.history) if old else ()
     history = tuple(e for e in earlier if e.plan_id != target.plan_id)[:HISTORY_LIMIT]
+    undone = tuple(e for e in (old.rolled_back if old else ()) if e.plan_id != target.plan_id)[:HISTORY_LIMIT]
     return CurrentPointer(
         inventory=inventory,
         **target.model_dump(),
         action=action,  # type: ignore[arg-type]
         previous=history[0] if history else None,
         history=history,
+        rolled_back=undone,
     )
 
 
@@ -452,7 +455,8 @@ def _original_sha(store: PlanStore, key: str, plan_id: str, pointer: CurrentPoin
     """The checksum a stored plan had when it was published: the pointer's history (written when it became
     current) first, else its record; the sidecar must agree with it. A rewritten sidecar is not enough."""
     sidecar = _expected_sha(store, key)
-    known = [e.sha256 for e in ((pointer.entry(),) + pointer.history if pointer else ()) if e.plan_id == plan_id]
+    known = [e.sha256 for e in ((pointer.entry(),) + pointer.history + pointer.rolled_back if pointer else ())
+             if e.plan_id == plan_id]
     record = _record(store, key)
     original = known[0] if known else (record.sha256 if record is not None else sidecar)
     for source, want in (("its record", record.sha256 if record else None), ("its checksum file", sidecar)):
@@ -513,6 +517,7 @@ def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) ->
             action="rollback",
             previous=rest[0] if rest else None,
             history=rest,
+            rolled_back=((old.entry(),) + tuple(e for e in old.rolled_back if e.plan_id != target.plan_id))[:HISTORY_LIMIT],
         )
 
     return update_pointer(store, inventory, make, repair=to_plan_id is not None)
@@ -539,7 +544,7 @@ def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
                 out.append(FsckIssue(key=current_key(inv), problem=f"current plan {pointer.plan_id}: {e}",
                                      fix=f"dreamshard plans rollback --inventory {inv}"))
         entries = ((pointer.entry(),) + pointer.history) if pointer else ()
-        referenced = {e.key for e in entries}
+        referenced = {e.key for e in entries} | ({e.key for e in pointer.rolled_back} if pointer else set())
         for e in entries[1:]:
             found = store.get_versioned(e.key)
             if found is not None and sha256_hex(found[0]) != e.sha256:
@@ -547,11 +552,12 @@ def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
                                      f"(pointer history says sha256 {e.sha256[:16]})", fix="never roll back to it"))
         plans = set(_plan_keys(store, inv))
         for key in sorted(plans):
-            for r in _plan_problems(store, key, inv):
-                out.append(r)
+            problems = list(_plan_problems(store, key, inv))
+            out.extend(problems)
             record = _record(store, key)
             if (
-                f"/{REJECTED}/" not in key
+                not problems  # a corrupt plan is never offered as a rollback target
+                and f"/{REJECTED}/" not in key
                 and key not in referenced
                 and not problem
                 and (pointer is None or len(pointer.history) < HISTORY_LIMIT)
