@@ -145,6 +145,9 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def save_inventory(inv: Inventory, path: str | Path) -> Path:
+    """YAML (.yaml/.yml) or JSON (.json); any other name is refused before anything is written."""
+    if Path(path).suffix.lower() not in {".yaml", ".yml", ".json"}:
+        raise InputFileError(f"cannot write inventory {path}: name it .yaml, .yml or .json")
     return dump_model(inv, path)
 
 

@@ -408,3 +408,11 @@ def test_a_mistyped_store_and_two_cost_sources_are_one_line_errors(files: dict[s
     assert run(["plans", "publish", str(files["good"]), "-i", str(files["inventory"]), "--store", str(files["store"]),
                 "--comparison", str(files["comparison"]), "--measure"]) == 2
     assert "choose one" in one_error_line(capsys)
+
+
+def test_an_inventory_is_written_only_as_yaml_or_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["inventory", "synth", "--num-tables", "4"], ["inventory", "preset", "criteo-kaggle"]):
+        assert run([*argv, "-o", str(tmp_path / "inv.txt")]) == 2
+        assert "name it .yaml, .yml or .json" in one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+    assert run(["inventory", "synth", "--num-tables", "4", "-o", str(tmp_path / "inv.JSON")]) == 0

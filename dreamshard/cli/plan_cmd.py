@@ -70,7 +70,9 @@ def _warn(lines: Any, what: str) -> None:
 def _search_table(result: Any) -> Any:
     from rich.table import Table as RichTable
 
-    t = RichTable(title=f"candidates under the learned cost ({result.wall_s:.2f} s)", title_style="bold")
+    t = RichTable(title=f"candidates under the learned cost ({result.wall_s:.2f} s)", title_style="bold",
+                  caption="pessimistic = ensemble mean + risk x spread (what search minimises); the plan records "
+                          "the mean")
     t.add_column("#", justify="right")
     t.add_column("source")
     t.add_column("predicted ms (pessimistic)", justify="right")
