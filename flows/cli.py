@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -63,8 +62,10 @@ def params_or_default(params: Optional[Path]) -> Path:
     """--params, else ./params.yaml, else the params.yaml installed with the package (as `pipeline init`)."""
     if params is not None:
         return params
+    from dreamshard_flows.tasks import pipeline_path
+
     local = Path("params.yaml")
-    return local if local.is_file() else Path(str(resources.files("dreamshard_flows") / "pipeline" / "params.yaml"))
+    return local if local.is_file() else pipeline_path("params.yaml")
 
 
 @pipeline_app.command("run")
@@ -155,13 +156,12 @@ def init_cmd(
     from dreamshard.pipeline_config import load_pipeline_config
     from dreamshard.workspace import INPUT_INVENTORY, PARAMS, PipelineWorkspace, RemoteSpec
 
-    from dreamshard_flows.tasks import pipeline_file
+    from dreamshard_flows.tasks import pipeline_file, pipeline_path
 
     ws = PipelineWorkspace(directory)
-    with resources.as_file(resources.files("dreamshard_flows") / "pipeline" / "params.yaml") as packaged:
-        source = params or (ws.path(PARAMS) if ws.path(PARAMS).is_file() else packaged)
-        cfg = load_pipeline_config(source)  # one-line errors before anything is created
-        params_text = Path(source).read_text()
+    source = params or (ws.path(PARAMS) if ws.path(PARAMS).is_file() else pipeline_path("params.yaml"))
+    cfg = load_pipeline_config(source)  # one-line errors before anything is created
+    params_text = Path(source).read_text()
     inv = load_inventory(inventory) if inventory is not None else None
     existing = ws.remote() if ws.exists() else None
     remote = (RemoteSpec(url=dvc_remote, endpoint_url=dvc_remote_endpoint) if dvc_remote
@@ -312,17 +312,14 @@ def drift_cmd(
 ) -> None:
     """Re-measure the current plan and compare with its recorded cost; past drift.threshold emit
     dreamshard.plan.drifted (with PREFECT_API_URL set, the retrain-on-drift deployment starts)."""
-    from dreamshard.pipeline_config import load_pipeline_config
-
-    params = params_or_default(params)
-    load_pipeline_config(params, backend=backend)  # one-line errors before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
     from dreamshard_flows.drift import drift_check_flow, resolve
     from dreamshard_flows.requests import DriftRequest
 
-    request = DriftRequest(inventory_name=inventory_name, params_path=str(params), store_uri=store,
-                           endpoint_url=endpoint_url, workspace=str(workspace) if workspace else None, backend=backend)
-    resolve(request)  # one-line errors (no plan, no inventory, another backend) before Prefect starts
+    request = DriftRequest(inventory_name=inventory_name, params_path=str(params_or_default(params)),
+                           store_uri=store, endpoint_url=endpoint_url,
+                           workspace=str(workspace) if workspace else None, backend=backend)
+    resolve(request)  # one-line errors (params, no plan, no inventory, another backend) before Prefect starts
     check = drift_check_flow(request)
     typer.echo(f"plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its {check.basis} cost "
                f"(threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}")

@@ -42,9 +42,13 @@ def workspace_lock(path: str | Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def pipeline_file(name: str) -> str:
+def pipeline_path(name: str) -> Path:
     """dvc.yaml / params.yaml as shipped with the installed package (the repository's own files)."""
-    return (resources.files("dreamshard_flows") / "pipeline" / name).read_text()
+    return Path(str(resources.files("dreamshard_flows") / "pipeline" / name))
+
+
+def pipeline_file(name: str) -> str:
+    return pipeline_path(name).read_text()
 
 
 def absolute_uri(uri: str, base: Path | None = None) -> str:

@@ -250,22 +250,28 @@ def test_credentials_in_urls_are_never_echoed(tmp_path: Path, capsys: pytest.Cap
     assert "S3CRET" not in (repo / ".dvc" / "config").read_text()
 
 
+def _publish_and_tamper_with_bad(files: dict[str, Path]) -> Path:
+    """Publish `bad` then `good`, then rewrite the stored `bad` plan's bytes; returns that plan's path."""
+    assert _publish(files, "bad") == 0
+    assert _publish(files, "good") == 0
+    w = world()
+    plan = files["store"] / "plans" / "inv" / w.inventory.fingerprint() / f"{w.bad.plan_id}.json"
+    plan.write_text(plan.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
+    return plan
+
+
 # -- #8: plans list ----------------------------------------------------------------------------------------
 def test_plans_list_verifies_checksums_and_survives_an_unreadable_plan(
     files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _publish(files, "bad") == 0
-    assert _publish(files, "good") == 0
     w = world()
-    base = files["store"] / "plans" / "inv" / w.inventory.fingerprint()
-    tampered = base / f"{w.bad.plan_id}.json"
-    tampered.write_text(tampered.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
+    tampered = _publish_and_tamper_with_bad(files)
     capsys.readouterr()
     assert run(["plans", "list", "--store", str(files["store"]), "--json"]) == 1
     rows = {r["plan_id"]: r for r in json.loads(capsys.readouterr().out)}
     assert "checksum mismatch" in rows[w.bad.plan_id]["problem"] and rows[w.good.plan_id]["problem"] == ""
     tampered.write_bytes(b"\xff\xfe not a plan")
-    (base / f"{w.bad.plan_id}.json.sha256").write_text(
+    (tampered.parent / f"{w.bad.plan_id}.json.sha256").write_text(
         __import__("hashlib").sha256(tampered.read_bytes()).hexdigest() + "  x\n")
     assert run(["plans", "list", "--store", str(files["store"])]) == 1
     out = capsys.readouterr()
@@ -379,12 +385,9 @@ def test_unsafe_names_fail_at_validate(name: str, tmp_path: Path, capsys: pytest
 def test_rollback_to_checks_the_original_checksum(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     import hashlib
 
-    assert _publish(files, "bad") == 0
-    assert _publish(files, "good") == 0
     w = world()
-    base = files["store"] / "plans" / "inv" / w.inventory.fingerprint()
-    plan = base / f"{w.bad.plan_id}.json"
-    plan.write_text(plan.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
+    plan = _publish_and_tamper_with_bad(files)
+    base = plan.parent
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
     (base / f"{w.bad.plan_id}.json.sha256").write_text(f"{digest}  {plan.name}\n")  # sidecar rewritten to match
     record = base / f"{w.bad.plan_id}.record.json"

@@ -41,6 +41,7 @@ from dreamshard.evaluation import (
     validate_sharders,
     write_comparison_outputs,
 )
+from dreamshard.evaluation.compare import contender_name
 from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
 from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, get_sharder, learned_options
 
@@ -247,11 +248,12 @@ def compare(
     extra_files = list(plan_files or [])
     extra = [load_plan(p) for p in extra_files]
     outputs: dict[str, Path | None] = {"--out": out, "--markdown-out": markdown_out, "--plot-out": plot_out}
-    if plans_dir is not None:  # the names Comparison.label gives (a sharder twice: with the plan id)
+    if plans_dir is not None:  # the names Comparison.label will give (a new plan's id is not known yet: fresh)
         made_by = [*names, *(p.sharder for p in extra)]
         outputs.update({f"--plans-dir ({n})": plans_dir / f"{n}.json" for n in names if made_by.count(n) == 1})
-        outputs.update({f"--plans-dir ({p.plan_id})": plans_dir / (
-            f"{p.sharder}.json" if made_by.count(p.sharder) == 1 else f"{p.sharder}.{p.plan_id}.json") for p in extra})
+        outputs.update({f"--plans-dir ({p.plan_id})":
+                        plans_dir / f"{contender_name(p.sharder, p.plan_id, made_by.count(p.sharder) > 1)}.json"
+                        for p in extra})
     check_outputs({"--inventory": inventory, "--model": model, **{"--plan" + (f" #{i + 1}" if len(extra_files) > 1 else ""): p for i, p in enumerate(extra_files)}}, outputs)
     inv = load_inventory(inventory)
     topo = make_topology(devices, memory_gb, batch_size, device_type, interconnect)

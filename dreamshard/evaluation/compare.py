@@ -41,6 +41,13 @@ class SharderResult(BaseModel):
     plan_seconds: float = 0.0
 
 
+def contender_name(sharder: str, plan_id: str, twice: bool, short: bool = False) -> str:
+    """A contender's name: the sharder, with its plan id when that sharder made more than one contender."""
+    if not twice:
+        return sharder
+    return f"{sharder} (…{plan_id[-8:]})" if short else f"{sharder}.{plan_id}"
+
+
 class Comparison(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -67,9 +74,8 @@ class Comparison(BaseModel):
     def label(self, r: SharderResult, short: bool = False) -> str:
         """How a contender is named (plan files, plots) or shown (`short`, tables): the sharder, with its plan id
         when the sharder made more than one contender (`compare --plan` of a plan by a sharder that also ran)."""
-        if sum(1 for x in self.results if x.sharder == r.sharder) == 1:
-            return r.sharder
-        return f"{r.sharder} (…{r.plan.plan_id[-8:]})" if short else f"{r.sharder}.{r.plan.plan_id}"
+        twice = sum(1 for x in self.results if x.sharder == r.sharder) > 1
+        return contender_name(r.sharder, r.plan.plan_id, twice, short)
 
     def is_best(self, r: SharderResult) -> bool:
         return r.overall_ms == min(x.overall_ms for x in self.results)
@@ -190,6 +196,28 @@ def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
     return oracle.measure(units, placement, plan.topology, task=plan.sharder)
 
 
+def measure_interleaved(
+    inventory: Inventory,
+    plans: Sequence[Plan],
+    oracle: Oracle,
+    rounds: int,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[list[Measurement]]:
+    """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
+    machine hits all plans alike); the measurements of each plan, in plan order."""
+    say = progress or (lambda _msg: None)
+    samples: list[list[Measurement]] = [[] for _ in plans]
+    rng = random.Random(seed)
+    for r in range(rounds):
+        order = list(range(len(plans)))
+        rng.shuffle(order)
+        for i in order:
+            say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
+            samples[i].append(_measure(inventory, plans[i], oracle))
+    return samples
+
+
 def evaluate_plan(inventory: Inventory, plan: Plan, oracle: Oracle, rounds: int = 1) -> Plan:
     """Measure a plan on the oracle's backend; returns the plan with `measured` filled in."""
     check_plan_for(inventory, plan)
@@ -246,15 +274,7 @@ def compare_sharders(
     singles = {t.name: oracle.measure(inventory, {t.name: 0}, roomy, kind="single") for t in inventory.tables}
     lb = lower_bound(inventory, singles, topology)
 
-    samples: list[list[Measurement]] = [[] for _ in plans]
-    rng = random.Random(seed)
-    for r in range(rounds):
-        order = list(range(len(plans)))
-        rng.shuffle(order)
-        for i in order:
-            plan = plans[i][0]
-            say(f"round {r + 1}/{rounds}: measuring {plan.sharder}")
-            samples[i].append(_measure(inventory, plan, oracle))
+    samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say)
 
     results: list[SharderResult] = []
     for (plan, secs), ms in zip(plans, samples):

@@ -37,6 +37,12 @@ class CostEstimator(Protocol):
         ...
 
 
+def device_states(states: torch.Tensor, devices: Sequence[int] | torch.Tensor, num_devices: int) -> torch.Tensor:
+    """(N, S) table states and each table's device -> (num_devices, S) device states (sums; empty = zeros)."""
+    idx = torch.as_tensor(devices, dtype=torch.long)
+    return torch.zeros(num_devices, states.shape[1], dtype=states.dtype).index_add_(0, idx, states)
+
+
 def policy_cost_features(costs4: torch.Tensor, scale: float) -> torch.Tensor:
     """The 3 costs the policy sees per device: forward compute, communication (fwd+bwd), backward compute."""
     c = costs4 / scale

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
+from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
 from dreamshard.types import CommModel, Costs, DeviceCost, Table, Topology
 
@@ -100,10 +101,7 @@ class PlanningCost:
 
     def placement_states(self, tables: Sequence[Table], placement: dict[str, int]) -> torch.Tensor:
         """(D, S) device states of a placement of `tables`."""
-        st = self.encode(tables)
-        dev = torch.zeros(self.topology.num_devices, st.shape[1], dtype=st.dtype)
-        idx = torch.tensor([placement[t.name] for t in tables], dtype=torch.long)
-        return dev.index_add_(0, idx, st)
+        return device_states(self.encode(tables), [placement[t.name] for t in tables], self.topology.num_devices)
 
     def predict(self, tables: Sequence[Table], placement: dict[str, int], pessimistic: bool = False) -> Costs:
         """Per-device costs and overall cost (ms) of a placement: the members' mean (or the pessimistic cost)."""

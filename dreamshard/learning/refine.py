@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from dreamshard.learning.estimator import CostEstimator
+from dreamshard.learning.estimator import CostEstimator, device_states
 from dreamshard.types import Topology
 
 
@@ -53,7 +53,7 @@ def refine_placement(
     cap = topology.memory_per_device_bytes
     start = list(actions)
     with torch.no_grad():
-        dstate = torch.zeros(d_count, states.shape[1], dtype=states.dtype).index_add_(0, torch.from_numpy(dev), states)
+        dstate = device_states(states, torch.from_numpy(dev), d_count)
         used = np.bincount(dev, weights=size, minlength=d_count).astype(np.int64)
         initial = float(_totals(est, dstate).max())
         for _ in range(max_rounds):

@@ -20,6 +20,7 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.learning.configs import SearchConfig
+from dreamshard.learning.estimator import device_states
 from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.policy import Policy, plan_with_policy
@@ -61,9 +62,7 @@ class _Scorer:
 
     def score(self, actions: Sequence[int]) -> float:
         with torch.no_grad():
-            dev = torch.zeros(self.cost.topology.num_devices, self.states.shape[1], dtype=self.states.dtype)
-            dev.index_add_(0, torch.tensor(list(actions), dtype=torch.long), self.states)
-            return float(self.cost.overall(dev))
+            return float(self.cost.overall(device_states(self.states, list(actions), self.cost.topology.num_devices)))
 
     def placement(self, actions: Sequence[int]) -> dict[str, int]:
         return {t.name: int(a) for t, a in zip(self.tables, actions, strict=True)}

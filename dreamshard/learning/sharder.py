@@ -87,7 +87,12 @@ class ModelSharder(Sharder):
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         cost = self.planning_cost(topology)
         units = self.units(inventory, topology, cost)
-        return self.plan_from(inventory, units, topology, self._place(units, topology, cost), cost)
+        return self._finish(inventory, units, topology, self._place(units, topology, cost), cost)
+
+    def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
+                cost: PlanningCost) -> Plan:
+        """The plan of the placement `_place` chose (a subclass may check it further)."""
+        return self.plan_from(inventory, units, topology, unit_placement, cost)
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """Table-wise placement (Sharder interface); use shard() for plans that may split tables."""
@@ -118,12 +123,10 @@ class DreamShardSharder(ModelSharder):
         self.oracle = oracle
         self.last_search: Any = None
 
-    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        cost = self.planning_cost(topology)
-        units = self.units(inventory, topology, cost)
-        best = self.plan_from(inventory, units, topology, self._place(units, topology, cost), cost)
+    def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
+                cost: PlanningCost) -> Plan:
         if self.verify <= 0 or self.oracle is None:
-            return best
+            return super()._finish(inventory, units, topology, unit_placement, cost)
         from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
 
         top = self.last_search.candidates[: self.verify]

@@ -64,10 +64,10 @@ def choose_splits(inventory: Inventory, topology: Topology, cost: PlanningCost, 
         return splits
     single = single_table_costs(cost, cost.encode(list(inventory.tables)))
     share = float(single.sum()) / topology.num_devices
-    dominant = sorted(
-        (t for t, c in zip(inventory.tables, single, strict=True) if c > share and t.name not in splits),
-        key=lambda t: -float(single[inventory.table_names.index(t.name)]),
-    )[:beam]
+    dominant = [t for c, t in sorted(
+        ((float(c), t) for t, c in zip(inventory.tables, single, strict=True) if c > share and t.name not in splits),
+        key=lambda ct: -ct[0],
+    )][:beam]
     if not dominant:
         return splits
     try:

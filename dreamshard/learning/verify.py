@@ -8,7 +8,6 @@ measured costs and a `Verification` record of everything measured.
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Sequence
 
@@ -30,28 +29,26 @@ def verify_candidates(
 ) -> tuple[Plan, Verification]:
     """Measure `plans` (one per candidate, same order) interleaved for `rounds` rounds; return the best
     measured plan (with its measured costs) and the Verification record."""
-    from dreamshard.evaluation import evaluate_plan
+    from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 
     if not plans or len(plans) != len(candidates):
         raise ValueError("verify_candidates needs one plan per candidate")
-    measured: list[list[Plan]] = [[] for _ in plans]
-    rng = random.Random(seed)
-    for _ in range(max(1, rounds)):
-        order = list(range(len(plans)))
-        rng.shuffle(order)
-        for i in order:
-            measured[i].append(evaluate_plan(inventory, plans[i], oracle, rounds=1))  # type: ignore[arg-type]
+    for plan in plans:
+        check_plan_for(inventory, plan)
+    measured = measure_interleaved(inventory, plans, oracle, max(1, rounds), seed=seed)  # type: ignore[arg-type]
     rows: list[VerifiedCandidate] = []
     medians: list[float] = []
     for cand, ms in zip(candidates, measured, strict=True):
-        overall = [m.measured.overall_ms for m in ms if m.measured is not None]
+        overall = [m.overall_ms for m in ms]
         med = statistics.median(overall)
         medians.append(med)
         rows.append(VerifiedCandidate(source=cand.source, predicted_ms=cand.predicted_ms, measured_ms=med,
                                       spread=(max(overall) - min(overall)) / med if med > 0 else 0.0))
     best = min(range(len(plans)), key=lambda i: (medians[i], i))
     # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
-    kept = min(measured[best], key=lambda p: abs(p.measured.overall_ms - medians[best]) if p.measured else 0.0)
-    record = Verification(backend=kept.measured_by, rounds=max(1, rounds), candidates=tuple(rows),  # type: ignore[arg-type]
+    at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
+    info = oracle.info  # type: ignore[attr-defined]
+    kept = plans[best].model_copy(update={"measured": median_costs([at_median]), "measured_by": info})
+    record = Verification(backend=info, rounds=max(1, rounds), candidates=tuple(rows),
                           chosen=candidates[best].source)
     return kept.model_copy(update={"verification": record}), record
