@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from dreamshard.errors import ConfigError, StoreError
+from dreamshard.errors import ConfigError, StoreError, first_line
 from dreamshard.store.base import PlanStore, cas_update, check_key_part
 from dreamshard.types import Inventory, Plan, utcnow
 
@@ -107,7 +107,7 @@ def read_history(store: PlanStore, inventory_name: str) -> list[DriftCheck]:
     try:
         return _HISTORY.validate_json(got[0])
     except ValueError as e:
-        raise StoreError(f"drift history {history_key(inventory_name)} is corrupt: {str(e).splitlines()[0]}") from None
+        raise StoreError(f"drift history {history_key(inventory_name)} is corrupt: {first_line(e)}") from None
 
 
 def record_check(store: PlanStore, check: DriftCheck, keep: int = 200) -> list[DriftCheck]:

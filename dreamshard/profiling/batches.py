@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.errors import ProfilingError, StoreError
+from dreamshard.errors import ProfilingError, StoreError, first_line
 from dreamshard.io import atomic_write_text
 from dreamshard.profiling.config import ProfileConfig
 from dreamshard.profiling.oracle import Oracle
@@ -177,7 +177,7 @@ def read_spec(store: PlanStore, key: str) -> BatchSpec:
     except KeyNotFoundError:
         raise StoreError(f"no profiling batch at {key} in {store.location}") from None
     except ValueError as e:
-        raise StoreError(f"profiling batch {key} in {store.location} is not a batch spec: {str(e).splitlines()[0]}") from None
+        raise StoreError(f"profiling batch {key} in {store.location} is not a batch spec: {first_line(e)}") from None
 
 
 def shard_key_of(spec_key: str) -> str:
@@ -200,7 +200,7 @@ def read_shard(store: PlanStore, spec: BatchSpec) -> ProfileShard | None:
     try:
         shard = ProfileShard.model_validate_json(raw)
     except ValueError as e:
-        raise StoreError(f"shard {spec.shard_key} in {store.location} is corrupt: {str(e).splitlines()[0]}") from None
+        raise StoreError(f"shard {spec.shard_key} in {store.location} is corrupt: {first_line(e)}") from None
     _check_shard(shard, spec)
     return shard
 
