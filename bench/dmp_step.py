@@ -2,7 +2,7 @@
 
     python bench/dmp_step.py [--inventories SPEC,...] [--rounds N] [--steps N] [--out DIR] [...]
 
-Every plan runs in TorchRec's DistributedModelParallel (dreamshard.integrations.dmp): 2 CPU ranks (one thread
+Every plan runs in TorchRec's DistributedModelParallel (tests/dmp_support.py): 2 CPU ranks (one thread
 each) over gloo on loopback, an EmbeddingBagCollection of the inventory's tables, fused exact-SGD kernel, one
 step = embedding forward + all-to-all + loss + backward (with the fused update). The global batch is params
 `topology.batch_size` (each rank gets half), lookups synthesised per table to its pooling factor and reuse
@@ -45,15 +45,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dreamshard.errors import DreamshardError
-from dreamshard.integrations.dmp import DmpSettings, run_dmp
+from dreamshard.evaluation.compare import compare_sharders
 from dreamshard.integrations.torchrec_file import torchrec_document
+from dreamshard.inventory.presets import preset_inventory
+from dreamshard.inventory.synth import synth_inventory
 from dreamshard.io import atomic_write_text, load_inventory
+from dreamshard.learning.metrics import spearman
+from dreamshard.learning.model_store import load_model
+from dreamshard.learning.planning_cost import predict_plan
+from dreamshard.settings import resolve
 from dreamshard.profiling.scaling import CPU_RULE
 from dreamshard.sharders import HEURISTICS, get_sharder, learned_options
 from dreamshard.types import GB, Inventory, Plan, Topology
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the DMP harness lives with the tests: tests/dmp_support.py
+
+from dmp_support import DmpSettings, run_dmp  # noqa: E402  (needs tests/ on sys.path, set just above)
+
 DEFAULT_INVENTORIES = "synth:60:1,criteo-kaggle,criteo-terabyte:16"
 CONTENDERS = [*HEURISTICS, "torchrec", "dreamshard"]
 NOISE = "dreamshard (same plan again)"
@@ -63,13 +75,9 @@ def load_spec(spec: str) -> Inventory:
     """An inventory from a spec (module docstring)."""
     kind, _, rest = spec.partition(":")
     if kind == "synth":
-        from dreamshard.inventory.synth import synth_inventory
-
         n, _, seed = rest.partition(":")
         return synth_inventory(int(n), int(seed or 0))
     if kind in ("criteo-kaggle", "criteo-terabyte"):
-        from dreamshard.inventory.presets import preset_inventory
-
         return preset_inventory(kind, dim=int(rest) if rest else None,
                                 name=f"{kind}-d{rest}" if rest else None)
     return load_inventory(spec)
@@ -92,31 +100,21 @@ def _gmean(xs: list[float]) -> float | None:
 def _spearman(a: list[float], b: list[float]) -> float | None:
     if len(a) < 3:
         return None
-    import numpy as np
-
-    from dreamshard.learning.metrics import spearman
-
     rho = spearman(np.asarray(a), np.asarray(b))
     return None if rho != rho else round(rho, 3)  # nan: a constant column
 
 
 @functools.cache
 def _model(model_dir: Path | None) -> Any:
-    from dreamshard.learning.model_store import load_model
-
     return load_model(model_dir, require_policy=False)
 
 
 def _predicted(model_dir: Path | None, inv: Inventory, plan: Plan) -> float | None:
     """The learned cost model's predicted overall cost (ms) of a plan (ensemble mean, column shards included)."""
-    from dreamshard.learning.planning_cost import predict_plan
-
     return round(predict_plan(_model(model_dir), inv, plan).overall_ms, 4)
 
 
 def bench_inventory(spec: str, args: argparse.Namespace, base: Topology, oracle: Any) -> dict[str, Any]:
-    from dreamshard.evaluation.compare import compare_sharders
-
     inv = load_spec(spec)
     topo = fitting_topology(inv, base)
     options = {**learned_options(model_dir=args.model, seed=0), "random": {"seed": 0}}
@@ -301,10 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.oracle_rounds < 1:
         ap.error("--rounds, --steps and --oracle-rounds must be >= 1, --warmup >= 0")
-
-    from dreamshard.pipeline_config import load_pipeline_config
-
-    cfg = load_pipeline_config(args.params, backend=args.oracle_backend)
+    cfg = resolve(args.params, {"profile.backend": args.oracle_backend})
     base = cfg.topology.topology(args.world_size)
     if args.batch_size is not None:
         base = base.model_copy(update={"batch_size": args.batch_size})

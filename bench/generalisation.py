@@ -80,19 +80,19 @@ def learned_plans(inv: Any, topo: Any, model_dir: Path | None, oracle: Any) -> t
 def retrain(inv: Any, work: Path, params: Path, oracle: Any) -> tuple[Path, float]:
     """The production pipeline's training stages on `inv` (same functions as the DVC stages)."""
     from dreamshard.learning.loop import train
-    from dreamshard.learning.stages import initial_model, loop_config
     from dreamshard.learning.tasks import make_taskset
-    from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.settings import resolve
+    from dreamshard.usecases.train import initial_model
     from dreamshard.profiling.runner import profile_inventory
     from dreamshard.io import load_measurements
 
-    cfg = load_pipeline_config(params)
+    cfg = resolve(params)
     t0 = time.perf_counter()
     taskset = make_taskset(inv, cfg.tasks)
     meas = work / "measurements.jsonl"
     profile_inventory(inv, cfg.topology.topology(cfg.tasks.train_devices), cfg.profile.num_placements, meas, oracle,
                       seed=cfg.profile.seed, tasks=taskset, progress=False, kinds=cfg.profile.kinds)
-    loop = loop_config(params)
+    loop = cfg.train
     train(inv, taskset, cfg.topology, oracle, loop, work / "model", state_dir=work / "state", progress=False,
           measurements=load_measurements(meas), init=initial_model(loop), backend_name=cfg.profile.backend)
     return work / "model", time.perf_counter() - t0

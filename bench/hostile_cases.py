@@ -21,7 +21,7 @@ from unittest import mock
 
 from dreamshard.cli.app import invoke as cli
 from dreamshard.evaluation import compare_sharders
-from dreamshard.events import push_inventory
+from dreamshard.store.inventories import push_inventory
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.io import load_inventory, save_inventory, save_plan
 from dreamshard.profiling import make_oracle
@@ -196,7 +196,7 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         def _(target: Path = target, damage: str = damage) -> bool:
             target.write_text(damage)
             push_inventory(ostore, load_inventory(invf))
-            from dreamshard.events import get_current_inventory
+            from dreamshard.store.inventories import get_current_inventory
 
             got = get_current_inventory(ostore, "inv")
             return got is not None and got[0].fingerprint() == inv.fingerprint()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from dreamshard.errors import ConfigError, StoreError, first_line
+from dreamshard.evaluation import evaluate_plan
 from dreamshard.store.base import PlanStore, cas_update, check_key_part
 from dreamshard.types import Inventory, Plan, utcnow
 
@@ -69,8 +70,6 @@ def require_comparable(plan: Plan, backend: str) -> None:
 
 def check_drift(plan: Plan, inventory: Inventory, oracle: Oracle, rounds: int, threshold: float) -> DriftCheck:
     """Re-measure `plan` on `oracle` (median of `rounds`) and compare with its recorded cost."""
-    from dreamshard.evaluation import evaluate_plan
-
     if not threshold > 0:
         raise ConfigError(f"drift threshold must be a positive fraction, got {threshold}")
     require_comparable(plan, oracle.info.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 
 class DreamshardError(Exception):
@@ -92,8 +93,6 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 
 def redact_url(url: str) -> str:
     """`url` with credentials removed: user:password@ becomes ***@ and every query value becomes ***."""
-    from urllib.parse import urlsplit, urlunsplit
-
     try:
         parts = urlsplit(url)
     except ValueError:

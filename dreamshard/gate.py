@@ -16,6 +16,7 @@ The gate trusts nothing in the plan file (docs/architecture.md, "The publish gat
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -23,13 +24,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.errors import ConfigError, PlanError
-from dreamshard.types import CostBasis, Inventory, Plan, utcnow
+from dreamshard.evaluation import (
+    BASELINE_SHARDERS,
+    Comparison,
+    SharderResult,
+    check_plan_for,
+    compare_sharders,
+    load_comparison,
+)
+from dreamshard.inventory.validation import check_key_part
+from dreamshard.types import CostBasis, Inventory, Plan, renamed_fields, utcnow
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.evaluation import Comparison, SharderResult
     from dreamshard.profiling import Oracle
 
 #: Kept for callers that import the name from here.
@@ -47,14 +56,19 @@ class GateDecision(BaseModel):
     reason: str
     plan_id: str = ""
     plan_cost_ms: float | None = None
-    best_heuristic: str | None = None
-    best_heuristic_ms: float | None = None
+    best_baseline: str | None = None  # the fastest baseline (BASELINE_SHARDERS: heuristics, TorchRec's planner)
+    best_baseline_ms: float | None = None
     improvement: float | None = None  # (best - plan) / best; positive = plan is faster
     min_improvement: float = 0.0
     basis: Basis | None = None
     inventory_fingerprint: str = ""  # the inventory the plan was verified against
     evidence: str = ""  # where the costs come from (comparison file + sha256, or the gate's own measurement)
     checked_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:  # records written before the rename say best_heuristic
+        return renamed_fields(data, {"best_heuristic": "best_baseline", "best_heuristic_ms": "best_baseline_ms"})
 
 
 class PublishConfig(BaseModel):
@@ -93,7 +107,7 @@ def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: f
         common.update(plan_cost_ms=costs.overall_ms, basis=basis)
     if base:
         best_name = min(base, key=base.__getitem__)
-        common.update(best_heuristic=best_name, best_heuristic_ms=base[best_name])
+        common.update(best_baseline=best_name, best_baseline_ms=base[best_name])
         if costs is not None:
             common["improvement"] = (base[best_name] - costs.overall_ms) / base[best_name]
 
@@ -116,7 +130,7 @@ def evaluate_gate(plan: Plan, baselines: Mapping[str, float], min_improvement: f
         return GateDecision(
             approved=False, reason="no baseline costs to compare against; measure the baselines with the plan", **common
         )
-    best_name, best_ms, plan_ms = common["best_heuristic"], common["best_heuristic_ms"], costs.overall_ms
+    best_name, best_ms, plan_ms = common["best_baseline"], common["best_baseline_ms"], costs.overall_ms
     threshold = best_ms * (1.0 - min_improvement)
     margin = f"{min_improvement:.1%}"
     if plan_ms <= threshold + 1e-12 * max(1.0, best_ms):
@@ -144,9 +158,6 @@ def verify_plan(plan: Plan, inventory: Inventory) -> None:
     """PlanError unless `plan` is a legal plan of exactly this inventory (fingerprint recomputed, every table
     placed once, devices in range, memory recomputed and equal to the plan's figures), and its names can be
     used as storage keys."""
-    from dreamshard.evaluation import check_plan_for
-    from dreamshard.store.base import check_key_part
-
     check_key_part(plan.plan_id, "plan id")
     check_key_part(plan.inventory_name, "inventory name")
     if plan.inventory_name != inventory.name:
@@ -164,8 +175,6 @@ def _close(a: float, b: float) -> bool:
 def _check_result(r: SharderResult, cmp: Comparison, inventory: Inventory, where: str) -> None:
     """One contender of a comparison: a legal plan of this inventory on the comparison's topology, and figures
     that agree with each other (overall = median of the rounds' samples = the plan's measured overall)."""
-    from dreamshard.evaluation import check_plan_for
-
     label = f"{where}: contender '{r.sharder}'"
     if r.plan.sharder != r.sharder:
         raise PlanError(f"{label} holds a plan made by '{r.plan.sharder}'")
@@ -245,8 +254,6 @@ def gate_plan(
     that is too slow is a rejection (approved=False), not an error. `source` names the comparison in messages
     and in the decision's evidence (e.g. "comparison data/comparison.json (sha256 ...)").
     """
-    from dreamshard.evaluation import BASELINE_SHARDERS
-
     check_margin(min_improvement)
     verify_plan(plan, inventory)
     entry = verify_comparison(plan, inventory, comparison, backend=backend, source=source)
@@ -281,10 +288,6 @@ def gate_comparison_file(
     """`gate_plan` with the comparison read from a file (`compare --out`, the evaluate stage's
     data/comparison.json); the file's path and sha256 go into the decision's evidence. The CLI's
     `plans publish --comparison` and the pipeline's publish step both call this."""
-    import hashlib
-
-    from dreamshard.evaluation import load_comparison
-
     path = Path(comparison_file)
     comparison = load_comparison(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -305,8 +308,6 @@ def measure_and_gate(
 ) -> tuple[Plan, GateDecision, Comparison]:
     """The gate measures for itself: `plan` and every baseline sharder's plan, interleaved on `oracle`'s backend,
     then `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user."""
-    from dreamshard.evaluation import compare_sharders
-
     check_margin(min_improvement)
     verify_plan(plan, inventory)  # before any measuring
     names = [s for s in baselines if s != plan.sharder]

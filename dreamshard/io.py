@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dreamshard.errors import DreamshardError, InputFileError, InventoryError, PlanError, first_line
+from dreamshard.inventory.validation import check_inventory_names
 from dreamshard.types import Inventory, Measurement, Plan
 
 M = TypeVar("M", bound=BaseModel)
@@ -139,8 +140,6 @@ def _load(path: str | Path, cls: type[M], error: type[DreamshardError], what: st
 
 def load_inventory(path: str | Path) -> Inventory:
     """An inventory file, validated: fields, types, bounds, and names in the safe set (inventory.validation)."""
-    from dreamshard.inventory.validation import check_inventory_names
-
     return check_inventory_names(_load(path, Inventory, InventoryError, "inventory"), f"inventory {path}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError
+from dreamshard.shards import expand
 from dreamshard.types import GB, ColumnShard, Inventory, Plan, Topology
 
 #: Tolerance when comparing a plan's stated memory with the recomputed figure (GB; JSON round-trips floats).
@@ -46,8 +47,6 @@ def check_placement(
     measurements and tasks over a subset); no table outside the inventory; devices in [0, num_devices);
     no device over `topology.memory_per_device_gb`.
     """
-    from dreamshard.shards import expand
-
     shards = column_shards or {}
     both = [t for t in shards if t in placement]
     if both:

@@ -3,9 +3,10 @@
 A plan's *units* are its whole tables plus the column shards of its split tables. A shard is a table of its
 own for every purpose that matters to placement (memory, profiling, the cost model): it keeps the table's
 rows, pooling factor, reuse histogram and dtype, with `embedding_dim` = its width. Shards are named
-``table@start:end``; '@' is outside the character set allowed in table names (dreamshard.inventory
-validation), so a shard name never collides with a table. Widths are multiples of 4 (FBGEMM's TBE and
-TorchRec's column-wise sharding want that).
+``table@start:end`` (`dreamshard.types.shard_name`, which `Plan.units` uses too); '@' is outside the character
+set allowed in table names (dreamshard.inventory validation), so a shard name never collides with a table. A
+shard's width obeys the embedding-dim rule (`dreamshard.tables.dim_problem`: a positive multiple of 4, as FBGEMM's
+TBE and TorchRec's column-wise sharding want).
 """
 
 from __future__ import annotations
@@ -13,41 +14,35 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import PlanError
-from dreamshard.types import ColumnShard, Inventory, Plan, Table
+from dreamshard.types import (
+    DIM_ALIGN,
+    ColumnShard,
+    Inventory,
+    Plan,
+    Table,
+    dim_problem,
+    parse_shard_name,
+    shard_name,
+)
 
-SHARD_SEP = "@"
-COLUMN_ALIGN = 4
-
-
-def shard_name(table: str, start: int, end: int) -> str:
-    return f"{table}{SHARD_SEP}{start}:{end}"
-
-
-def parse_shard_name(unit: str) -> tuple[str, int, int] | None:
-    """(table, start, end) of a shard unit name, or None for a whole-table name."""
-    table, sep, rng = unit.rpartition(SHARD_SEP)
-    if not sep:
-        return None
-    start, colon, end = rng.partition(":")
-    if not colon or not start.isdigit() or not end.isdigit():
-        return None
-    return table, int(start), int(end)
+#: DIM_ALIGN under the name dreamshard.sharders.torchrec_sharder imports; the rule itself is dim_problem.
+COLUMN_ALIGN = DIM_ALIGN
 
 
 def even_bounds(dim: int, k: int) -> list[tuple[int, int]]:
-    """`k` equal column ranges of a `dim`-wide table; PlanError unless dim / k is a positive multiple of 4."""
-    if k < 1 or dim % k or (dim // k) % COLUMN_ALIGN:
-        raise PlanError(f"cannot split {dim} columns into {k} equal shards that are multiples of {COLUMN_ALIGN}")
+    """`k` equal column ranges of a `dim`-wide table; PlanError unless dim / k is a legal width (`dim_problem`)."""
+    if k < 1 or dim % k or dim_problem(dim // k):
+        raise PlanError(f"cannot split {dim} columns into {k} equal shards that are multiples of {DIM_ALIGN}")
     w = dim // k
     return [(i * w, (i + 1) * w) for i in range(k)]
 
 
 def split_counts(dim: int, max_shards: int | None = None) -> list[int]:
-    """Every k >= 2 that splits a `dim`-wide table into equal multiple-of-4 shards (ascending)."""
+    """Every k >= 2 that splits a `dim`-wide table into equal shards of a legal width (ascending)."""
     out = []
-    top = dim // COLUMN_ALIGN if max_shards is None else min(dim // COLUMN_ALIGN, max_shards)
+    top = dim // DIM_ALIGN if max_shards is None else min(dim // DIM_ALIGN, max_shards)
     for k in range(2, top + 1):
-        if dim % k == 0 and (dim // k) % COLUMN_ALIGN == 0:
+        if dim % k == 0 and not dim_problem(dim // k):
             out.append(k)
     return out
 
@@ -58,7 +53,7 @@ def shard_table(table: Table, start: int, end: int) -> Table:
 
 
 def check_column_shards(table: Table, shards: Sequence[ColumnShard]) -> None:
-    """Shards must tile [0, dim) exactly, in multiples of 4 columns (PlanError naming the table otherwise)."""
+    """Shards must tile [0, dim) exactly, each of a legal width (PlanError naming the table otherwise)."""
     ordered = sorted(shards, key=lambda sh: sh.start)
     pos = 0
     for sh in ordered:
@@ -67,10 +62,10 @@ def check_column_shards(table: Table, shards: Sequence[ColumnShard]) -> None:
                 f"column shards of table '{table.name}' do not tile its {table.embedding_dim} columns "
                 f"(gap or overlap at column {pos})"
             )
-        if sh.width % COLUMN_ALIGN:
+        if dim_problem(sh.width):
             raise PlanError(
                 f"column shard {sh.start}:{sh.end} of table '{table.name}' is {sh.width} columns wide; "
-                f"shards must be multiples of {COLUMN_ALIGN}"
+                f"shards must be multiples of {DIM_ALIGN}"
             )
         pos = sh.end
     if pos != table.embedding_dim:

@@ -2,153 +2,67 @@
 
 All models are pydantic v2, strict about unknown fields, and frozen where they are plain values. Numbers are
 strict too: a bool or a string is not read as a number (`num_embeddings: true` is an error, not 1), and every
-size has an upper bound so arithmetic on it cannot overflow.
+size has an upper bound so arithmetic on it cannot overflow. Tables, inventories, the strict base and number
+type and the embedding-dim rule live in `dreamshard.tables`, costs and backends in `dreamshard.costs` (both
+re-exported here); this module adds the topology, column shards and their unit names, plans, measurements
+and tasks.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from dreamshard.costs import (  # re-exported, like dreamshard.tables below
+    COST_COMPONENTS,
+    BackendInfo,
+    CommModel,
+    CostBasis,
+    Costs,
+    DeviceCost,
+)
 from dreamshard.lineage import Lineage
-
-#: Number of access-histogram bins: unique rows whose access count in one batch falls in
-#: (0,1], (1,2], (2,4], ..., (16384,32768], (32768, inf).
-NUM_REUSE_BINS = 17
-#: Upper edges of the reuse bins (the last bin is open).
-REUSE_BIN_EDGES: tuple[float, ...] = tuple(float(2**i) for i in range(NUM_REUSE_BINS - 1)) + (math.inf,)
-
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2}
-GB = float(1024**3)
+from dreamshard.tables import (  # re-exported: callers import the whole data model from dreamshard.types
+    DIM_ALIGN,
+    DTYPE_BYTES,
+    GB,
+    MAX_DIM,
+    MAX_POOLING,
+    MAX_ROWS,
+    NUM_REUSE_BINS,
+    REUSE_BIN_EDGES,
+    DType,
+    Inventory,
+    Number,
+    StrictModel,
+    Table,
+    aligned_dim,
+    dim_problem,
+)
 
 DeviceType = Literal["cpu", "cuda"]
-DType = Literal["fp32", "fp16"]
-#: Where a plan's costs come from: a real measurement, the analytic simulator backend, or the cost model.
-CostBasis = Literal["measured", "simulated", "predicted"]
 
-
-def _number_only(v: object) -> object:
-    """Reject bools and strings where a number is expected (pydantic's lax mode reads `true` as 1, "3" as 3)."""
-    if isinstance(v, (bool, str, bytes)):
-        raise ValueError(f"must be a number, got {type(v).__name__} {v!r}")
-    return v
-
-
-#: Numbers as users write them in inventories, plans and params: int/float only, never bool or string.
-Number = BeforeValidator(_number_only)
-#: Upper bounds that keep sizes finite in float arithmetic (1 TiB-row tables, 64k-wide rows, 1 PiB devices).
-MAX_ROWS = 2**40
-MAX_DIM = 2**16
-MAX_POOLING = 1e6
+#: Upper bounds of a topology (1 PiB devices, 16M-sample batches); table bounds are in dreamshard.tables.
 MAX_DEVICE_GB = float(2**20)
 MAX_BATCH = 2**24
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-
-class Table(_Strict):
-    """One embedding table."""
-
-    name: Annotated[str, Field(min_length=1)]
-    num_embeddings: Annotated[int, Number, Field(ge=1, le=MAX_ROWS)]
-    embedding_dim: Annotated[int, Number, Field(ge=1, le=MAX_DIM)]
-    pooling_factor: Annotated[float, Number, Field(ge=0, le=MAX_POOLING)]
-    access_histogram: tuple[float, ...] | None = None
-    dtype: DType = "fp32"
-
-    @field_validator("embedding_dim")
-    @classmethod
-    def _check_dim(cls, v: int) -> int:
-        if v % 4:  # FBGEMM's table-batched kernels (what profiles and what TorchRec runs) need dim % 4 == 0
-            raise ValueError(f"{v} is not a multiple of 4 (FBGEMM's fused kernels need dim % 4 == 0); "
-                             f"pad it to {(v + 3) // 4 * 4}")
-        return v
-
-    @field_validator("access_histogram")
-    @classmethod
-    def _check_histogram(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        if v is None:
-            return v
-        if len(v) != NUM_REUSE_BINS:
-            raise ValueError(f"must have {NUM_REUSE_BINS} bins, got {len(v)}")
-        if any((not math.isfinite(x)) or x < 0 for x in v):
-            raise ValueError("bins must be finite and >= 0")
-        total = sum(v)
-        if abs(total - 1.0) > 1e-3:
-            raise ValueError(f"bins must sum to 1 (got {total:.4f})")
-        return v
-
-    @property
-    def bytes_per_element(self) -> int:
-        return DTYPE_BYTES[self.dtype]
-
-    @property
-    def size_elements(self) -> int:
-        """rows x dim."""
-        return self.num_embeddings * self.embedding_dim
-
-    @property
-    def size_bytes(self) -> int:
-        return self.size_elements * self.bytes_per_element
-
-    @property
-    def size_gb(self) -> float:
-        return self.size_bytes / GB
-
-    def canonical(self) -> dict[str, object]:
-        """Content used for fingerprints: every field, defaults filled, floats rounded stably."""
-        d = self.model_dump()
-        d["pooling_factor"] = round(float(d["pooling_factor"]), 9)
-        if d["access_histogram"] is not None:
-            d["access_histogram"] = [round(float(x), 9) for x in d["access_histogram"]]
-        return d
-
-
-class Inventory(_Strict):
-    """A named set of embedding tables with unique names."""
-
-    name: Annotated[str, Field(min_length=1)]
-    tables: Annotated[tuple[Table, ...], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> Inventory:
-        seen: set[str] = set()
-        for t in self.tables:
-            if t.name in seen:
-                raise ValueError(f"duplicate table name '{t.name}'")
-            seen.add(t.name)
-        return self
-
-    @property
-    def num_tables(self) -> int:
-        return len(self.tables)
-
-    @property
-    def table_names(self) -> list[str]:
-        return [t.name for t in self.tables]
-
-    def by_name(self) -> dict[str, Table]:
-        return {t.name: t for t in self.tables}
-
-    def subset(self, names: list[str], name: str | None = None) -> Inventory:
-        idx = self.by_name()
-        return Inventory(name=name or self.name, tables=tuple(idx[n] for n in names))
-
-    def fingerprint(self) -> str:
-        """sha256 over canonical table content; independent of key order and table order.
-
-        The inventory name is deliberately not part of it: the same tables are the same workload.
-        """
-        rows = sorted(json.dumps(t.canonical(), sort_keys=True, separators=(",", ":")) for t in self.tables)
-        return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+def renamed_fields(data: Any, renames: Mapping[str, str]) -> Any:
+    """For a `model_validator(mode="before")`: a stored mapping with its old field names (`renames`: old -> new)
+    read under the new ones, so files written before a rename still load. Both names at once is an error."""
+    if not isinstance(data, dict) or not any(old in data for old in renames):
+        return data
+    out = dict(data)
+    for old, new in renames.items():
+        if old in out:
+            if new in out:
+                raise ValueError(f"'{old}' is the old name of '{new}'; give only '{new}'")
+            out[new] = out.pop(old)
+    return out
 
 
 #: How the all-to-all is costed: "measured" = the alpha-beta fit of a real benchmark on this machine (gloo on
@@ -157,7 +71,7 @@ class Inventory(_Strict):
 Interconnect = Literal["measured", "fast"]
 
 
-class Topology(_Strict):
+class Topology(StrictModel):
     num_devices: Annotated[int, Number, Field(ge=1, le=4096)]
     device_type: DeviceType = "cpu"
     memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)]
@@ -169,52 +83,6 @@ class Topology(_Strict):
         return int(self.memory_per_device_gb * GB)
 
 
-#: The four per-device cost components, in the order of DeviceCost's fields, as_list() and every table/plot.
-COST_COMPONENTS: tuple[str, ...] = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
-
-
-class DeviceCost(_Strict):
-    """The four cost components of one device, in milliseconds (names: COST_COMPONENTS)."""
-
-    fwd_compute: Annotated[float, Field(ge=0)]
-    fwd_comm: Annotated[float, Field(ge=0)]
-    bwd_comm: Annotated[float, Field(ge=0)]
-    bwd_compute: Annotated[float, Field(ge=0)]
-
-    @property
-    def total(self) -> float:
-        return self.fwd_compute + self.fwd_comm + self.bwd_comm + self.bwd_compute
-
-    def as_list(self) -> list[float]:
-        return [self.fwd_compute, self.fwd_comm, self.bwd_comm, self.bwd_compute]
-
-    @classmethod
-    def from_list(cls, v: list[float] | tuple[float, ...]) -> DeviceCost:
-        a, b, c, d = (max(0.0, float(x)) for x in v)
-        return cls(fwd_compute=a, fwd_comm=b, bwd_comm=c, bwd_compute=d)
-
-    @classmethod
-    def zero(cls) -> DeviceCost:
-        return cls(fwd_compute=0.0, fwd_comm=0.0, bwd_comm=0.0, bwd_compute=0.0)
-
-
-class Costs(_Strict):
-    """Per-device costs of a placement and its overall cost (max over devices of the totals)."""
-
-    per_device: tuple[DeviceCost, ...]
-    overall_ms: Annotated[float, Field(ge=0)]
-
-    @classmethod
-    def from_devices(cls, per_device: list[DeviceCost], overall_ms: float | None = None) -> Costs:
-        overall = max((d.total for d in per_device), default=0.0) if overall_ms is None else overall_ms
-        return cls(per_device=tuple(per_device), overall_ms=overall)
-
-    @property
-    def bottleneck_device(self) -> int:
-        totals = [d.total for d in self.per_device]
-        return int(max(range(len(totals)), key=totals.__getitem__)) if totals else 0
-
-
 def new_id(prefix: str = "") -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{prefix}{stamp}-{uuid.uuid4().hex[:8]}"
@@ -224,7 +92,7 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class VerifiedCandidate(_Strict):
+class VerifiedCandidate(StrictModel):
     """One candidate plan measured by `--verify`: where it came from, what was predicted, what was measured."""
 
     source: str
@@ -233,7 +101,7 @@ class VerifiedCandidate(_Strict):
     spread: Annotated[float, Field(ge=0)]  # (max - min) / median over the rounds
 
 
-class Verification(_Strict):
+class Verification(StrictModel):
     """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend."""
 
     backend: BackendInfo
@@ -242,7 +110,7 @@ class Verification(_Strict):
     chosen: str  # the source of the plan kept (the best measured)
 
 
-class ColumnShard(_Strict):
+class ColumnShard(StrictModel):
     """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
 
     start: Annotated[int, Number, Field(ge=0)]
@@ -260,7 +128,28 @@ class ColumnShard(_Strict):
         return self.end - self.start
 
 
-class Plan(_Strict):
+#: Column-shard units are named `table@start:end`; '@' is outside the table-name character set
+#: (dreamshard.inventory.validation), so a unit name never collides with a table. dreamshard.shards builds and
+#: expands the units; the names are here because `Plan.units` needs them.
+SHARD_SEP = "@"
+
+
+def shard_name(table: str, start: int, end: int) -> str:
+    return f"{table}{SHARD_SEP}{start}:{end}"
+
+
+def parse_shard_name(unit: str) -> tuple[str, int, int] | None:
+    """(table, start, end) of a shard unit name, or None for a whole-table name."""
+    table, sep, rng = unit.rpartition(SHARD_SEP)
+    if not sep:
+        return None
+    start, colon, end = rng.partition(":")
+    if not colon or not start.isdigit() or not end.isdigit():
+        return None
+    return table, int(start), int(end)
+
+
+class Plan(StrictModel):
     """A placement of every table of an inventory on a device of a topology.
 
     A table is either placed whole (`placement`: table-wise) or split into column ranges
@@ -313,9 +202,7 @@ class Plan(_Strict):
         return self
 
     def units(self) -> dict[str, int]:
-        """{unit name: device}: whole tables by name, column shards as `table@start:end` (dreamshard.shards)."""
-        from dreamshard.shards import shard_name
-
+        """{unit name: device}: whole tables by name, column shards as `table@start:end` (`shard_name`)."""
         out = dict(self.placement)
         for table, shards in self.column_shards.items():
             out.update({shard_name(table, sh.start, sh.end): sh.device for sh in shards})
@@ -366,37 +253,7 @@ class Plan(_Strict):
         return dict(sorted(out.items()))
 
 
-class CommModel(_Strict):
-    """Alpha-beta model of one all-to-all: t_ms = alpha_ms + beta_ms_per_mb * megabytes."""
-
-    alpha_ms: Annotated[float, Field(ge=0)]
-    beta_ms_per_mb: Annotated[float, Field(ge=0)]
-    backend: str
-    world_size: int
-    points: tuple[tuple[float, float], ...] = ()  # (megabytes, ms) used for the fit
-    r2: float | None = None
-
-    def cost_ms(self, nbytes: float) -> float:
-        if nbytes <= 0:
-            return 0.0
-        return self.alpha_ms + self.beta_ms_per_mb * nbytes / 1e6
-
-
-class BackendInfo(_Strict):
-    """What measured a record and with which settings."""
-
-    name: str  # cpu | cuda | simulator
-    operator: str  # fbgemm_tbe | embedding_bag | analytic
-    device: str
-    num_threads: int
-    batch_size: int
-    warmup: int
-    repeats: int
-    row_cap: int | None = None  # rows scaled down above this (CPU profiling rule)
-    is_simulated: bool = False
-
-
-class Measurement(_Strict):
+class Measurement(StrictModel):
     """One placement on one topology with its per-device costs (docs/architecture.md, data flow)."""
 
     measurement_id: str = Field(default_factory=lambda: new_id("m-"))
@@ -423,7 +280,7 @@ class Measurement(_Strict):
         return out
 
 
-class Task(_Strict):
+class Task(StrictModel):
     """A planning task: a subset of a pool's tables on a number of devices."""
 
     name: str
@@ -431,7 +288,7 @@ class Task(_Strict):
     num_devices: Annotated[int, Field(ge=1)]
 
 
-class TaskSet(_Strict):
+class TaskSet(StrictModel):
     """Train and held-out tasks drawn from disjoint parts of one table pool (generalisation protocol)."""
 
     pool_name: str

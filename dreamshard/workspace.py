@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+import dreamshard
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, run_dvc
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
 from dreamshard.io import atomic_write_text, load_inventory, save_inventory
@@ -87,8 +88,6 @@ class ReproduceResult(BaseModel):
 
 def installed_package_dir() -> Path:
     """The directory of the dreamshard package this process runs (what the workspace's code link points at)."""
-    import dreamshard
-
     return Path(dreamshard.__file__).resolve().parent
 
 

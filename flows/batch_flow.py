@@ -9,26 +9,18 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
+from dreamshard.profiling.batches import WorkerInfo
+from dreamshard.store import open_store
+from dreamshard.usecases.profile import measure_stored_batch
 from dreamshard_flows.requests import BatchRequest
 
 
 @task(name="measure-batch", cache_policy=NO_CACHE, tags=["gpu"])
 def measure_batch_task(request: BatchRequest, flow_run_id: str) -> dict[str, Any]:
     """Measure the batch's planned items on the backend of its spec and write its shard
-    (dreamshard.profiling.batches.run_batch / write_shard). A shard already written is kept as it is."""
-    from dreamshard.profiling.batches import WorkerInfo, read_shard, read_spec, run_batch, write_shard
-    from dreamshard.store import open_store
-
+    (dreamshard.usecases.profile.measure_stored_batch). A shard already written is kept as it is."""
     store = open_store(request.store_uri, endpoint_url=request.endpoint_url)
-    spec = read_spec(store, request.spec_key)
-    done = read_shard(store, spec)
-    if done is None:
-        oracle = spec.profile.oracle()
-        try:
-            done = run_batch(spec, oracle, WorkerInfo.here(flow_run_id))
-        finally:
-            oracle.close()
-        write_shard(store, done, spec)
+    spec, done = measure_stored_batch(store, request.spec_key, WorkerInfo.here(flow_run_id))
     return {"batch_id": spec.batch_id, "records": len(done.records), "shard": spec.shard_key,
             "worker": done.worker.model_dump()}
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamshard.drift import PLAN_DRIFTED_EVENT
-from dreamshard.events import INVENTORY_CHANGED_EVENT
+from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"

@@ -1,68 +1,46 @@
 """drift-check: re-measure the current published plan on the backend and compare with the cost it recorded
-(dreamshard.drift). Past `drift.threshold` it emits `dreamshard.plan.drifted`; the retrain deployment's trigger
-starts a run that re-profiles and retrains. Every check goes to the history in the store and the drift-report
-artifact shows the trend."""
+(dreamshard.usecases.drift). Past `drift.threshold` it emits `dreamshard.plan.drifted`; the retrain deployment's
+trigger starts a run that re-profiles and retrains. Every check goes to the history in the store and the
+drift-report artifact shows the trend."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
 
-from dreamshard.drift import DriftCheck
-from dreamshard.profiling import ProfileConfig
-from dreamshard.types import Inventory, Plan
+from dreamshard.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
+from dreamshard.settings import resolve
+from dreamshard.usecases import drift as drift_uc
 from dreamshard_flows.artifacts import drift_artifact
 from dreamshard_flows.requests import DriftRequest
 from dreamshard_flows.tasks import absolute_uri
 
-if TYPE_CHECKING:
-    from dreamshard.pipeline_config import PipelineConfig
-    from dreamshard.store.base import PlanStore
+
+def library_request(request: DriftRequest) -> drift_uc.DriftRequest:
+    """The flow's parameters as the use case's request (settings resolved once, the store made absolute)."""
+    settings = resolve(request.params_path, {"profile.backend": request.backend})
+    return drift_uc.DriftRequest(settings=settings, inventory_name=request.inventory_name,
+                                 store=absolute_uri(request.store_uri or settings.publish.store_uri),
+                                 endpoint_url=request.endpoint_url,
+                                 workspace=request.workspace)  # type: ignore[arg-type]
 
 
-def inventory_for(plan: Plan, store_uri: str, endpoint_url: str | None, workspace: str | None) -> Inventory:
-    """The plan's own inventory version: from the store (pushed versions), else the workspace's validated copy."""
-    from dreamshard.errors import StoreError
-    from dreamshard.events import get_inventory_version
-    from dreamshard.io import load_inventory
-    from dreamshard.store import open_store
-    from dreamshard.workspace import INVENTORY
-
-    found = get_inventory_version(open_store(store_uri, endpoint_url=endpoint_url), plan.inventory_name,
-                                  plan.inventory_fingerprint)
-    if found is not None:
-        return found
-    if workspace is not None and (Path(workspace) / INVENTORY).is_file():
-        inv = load_inventory(Path(workspace) / INVENTORY)
-        if inv.fingerprint() == plan.inventory_fingerprint:
-            return inv
-    raise StoreError(
-        f"inventory '{plan.inventory_name}' version {plan.inventory_fingerprint[:12]} of plan {plan.plan_id} is neither "
-        f"in {store_uri} nor in the workspace: push it (`dreamshard inventory push`) or pass the workspace"
-    )
+def prepare(request: DriftRequest) -> tuple[drift_uc.DriftRequest, drift_uc.DriftTarget]:
+    """Params, store, current plan and its inventory, checked comparable with the monitor's backend. The CLI
+    calls it before the flow starts, so a bad request is one line, not a failed run's traceback."""
+    lib = library_request(request)
+    return lib, drift_uc.prepare(lib)
 
 
 @task(name="re-measure-plan", cache_policy=NO_CACHE, tags=["gpu"])
-def check_task(plan: Plan, inventory: Inventory, profile: ProfileConfig, rounds: int, threshold: float) -> DriftCheck:
-    """Measure the plan now on the configured backend (dreamshard.drift.check_drift)."""
-    from dreamshard.drift import check_drift
-
-    oracle = profile.oracle()
-    try:
-        return check_drift(plan, inventory, oracle, rounds, threshold)
-    finally:
-        oracle.close()
+def check_task(target: drift_uc.DriftTarget, request: drift_uc.DriftRequest) -> DriftCheck:
+    """Measure the plan now on the configured backend (dreamshard.usecases.drift.measure)."""
+    return drift_uc.measure(target, request)
 
 
 def emit_drifted(check: DriftCheck) -> str | None:
     """Emit `dreamshard.plan.drifted` for the plan's inventory; returns the event id (None without an API)."""
-    from prefect.events import emit_event
-
-    from dreamshard.drift import PLAN_DRIFTED_EVENT, plan_resource_id
-
     event = emit_event(
         event=PLAN_DRIFTED_EVENT,
         resource={"prefect.resource.id": plan_resource_id(check.inventory_name),
@@ -72,29 +50,12 @@ def emit_drifted(check: DriftCheck) -> str | None:
     return None if event is None else str(event.id)
 
 
-def resolve(request: DriftRequest) -> tuple[PipelineConfig, PlanStore, Plan, Inventory]:
-    """Params, store, current plan and its inventory, checked comparable with the monitor's backend. The CLI
-    calls it before the flow starts, so a bad request is one line, not a failed run's traceback."""
-    from dreamshard.drift import require_comparable
-    from dreamshard.pipeline_config import load_pipeline_config
-    from dreamshard.store import get_current, open_store
-
-    cfg = load_pipeline_config(request.params_path, backend=request.backend)
-    store_uri = absolute_uri(request.store_uri or cfg.publish.store_uri)
-    store = open_store(store_uri, endpoint_url=request.endpoint_url)
-    plan = get_current(store, request.inventory_name)
-    require_comparable(plan, cfg.profile.backend)
-    return cfg, store, plan, inventory_for(plan, store_uri, request.endpoint_url, request.workspace)
-
-
 @flow(name="drift-check", log_prints=True)
 def drift_check_flow(request: DriftRequest) -> DriftCheck:
-    from dreamshard.drift import record_check, trend_rows
-
     log = get_run_logger()
-    cfg, store, plan, inventory = resolve(request)
-    check = check_task(plan, inventory, cfg.profile, cfg.drift.rounds, cfg.drift.threshold)
-    history = record_check(store, check, keep=cfg.drift.history)
+    lib, target = prepare(request)
+    check = check_task(target, lib)
+    history = drift_uc.record(target, check, lib)
     drift_artifact(trend_rows(history), request.inventory_name, check)
     log.info("plan %s: %.4g ms now vs %s %.4g ms recorded (%+.1f%%, threshold %.0f%%)%s", check.plan_id, check.now_ms,
              check.basis, check.now_ms / (1 + check.drift), 100 * check.drift, 100 * check.threshold,

@@ -1,8 +1,8 @@
-"""The profile stage: plan the batches, run them (in this process, or as runs of the profile-batch deployment on
-the `gpu` work pool), merge the shards (docs/architecture.md, "Profiling fan-out").
+"""The profile stage's `workers` dispatcher: each batch as a run of the profile-batch deployment on the `gpu` work
+pool (docs/architecture.md, "Profiling fan-out").
 
-The library does the batching, measuring and merging (dreamshard.profiling.batches); this module only decides
-where batches run and watches the deployment runs:
+The library plans, measures and merges the batches (dreamshard.usecases.profile, dreamshard.profiling.batches) and
+calls this through the `dreamshard.dispatchers` entry point; this module only watches the deployment runs:
 
 * every batch is one flow run of the deployment; its shard key is deterministic, so a retry overwrites;
 * a run that fails, crashes or is cancelled is submitted again (up to `pipeline.batch_attempts` runs);
@@ -21,17 +21,8 @@ from typing import Any
 from uuid import UUID
 
 from dreamshard.errors import PipelineError
-from dreamshard.profiling.batches import (
-    BatchSpec,
-    MergeSummary,
-    ProfileJob,
-    merge_shards,
-    plan_batches,
-    read_shard,
-    run_batch,
-    write_shard,
-    write_spec,
-)
+from dreamshard.profiling.batches import BatchSpec, read_shard, write_spec
+from dreamshard.sections import PipelineSettings
 from dreamshard.store.base import PlanStore
 
 from dreamshard_flows.requests import BatchRequest
@@ -43,34 +34,6 @@ WORKER_LABEL = "prefect.worker.name"
 PAGE = 200
 
 Log = Callable[[str], None]
-
-
-def plan_profile_batches(inventory_path: str, tasks_path: str, params_path: str, campaign: str) -> list[BatchSpec]:
-    """The batches of the profile stage (same files and params -> same batches and keys)."""
-    from dreamshard.io import load_inventory
-    from dreamshard.learning.tasks import load_taskset
-    from dreamshard.pipeline_config import load_pipeline_config
-
-    cfg = load_pipeline_config(params_path)
-    job = ProfileJob(inventory=load_inventory(inventory_path), tasks=load_taskset(tasks_path),
-                     topology=cfg.topology.topology(cfg.tasks.train_devices), profile=cfg.profile)
-    return plan_batches(job, cfg.pipeline.items_per_batch, campaign)
-
-
-def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print) -> int:
-    """Measure every batch without a shard in this process (one oracle for all); returns how many ran."""
-    todo = [s for s in specs if read_shard(store, s) is None]
-    if not todo:
-        return 0
-    oracle = todo[0].profile.oracle()
-    try:
-        for spec in todo:
-            write_spec(store, spec)
-            write_shard(store, run_batch(spec, oracle), spec)
-            log(f"batch {spec.batch_id}: {len(spec.items)} measurements (local)")
-    finally:
-        oracle.close()
-    return len(todo)
 
 
 def _final_name(state: Any) -> str:
@@ -183,32 +146,17 @@ def run_on_workers(
     return runs
 
 
-def profile_stage(
-    inventory_path: str,
-    tasks_path: str,
-    params_path: str,
-    out_path: str,
+def dispatch_to_workers(
     store: PlanStore,
     store_uri: str,
     endpoint_url: str | None,
-    campaign: str,
-    dispatch: str,
+    specs: Sequence[BatchSpec],
+    settings: PipelineSettings,
     parent_task_run_id: str | None = None,
     log: Log = print,
-) -> MergeSummary:
-    """Plan, run (here or on workers) and merge the profiling batches into `out_path`."""
-    from dreamshard.pipeline_config import load_pipeline_config
-
-    settings = load_pipeline_config(params_path).pipeline
-    specs = plan_profile_batches(inventory_path, tasks_path, params_path, campaign)
-    log(f"{sum(len(s.items) for s in specs)} planned measurements in {len(specs)} batches (campaign {campaign})")
-    if dispatch == "workers":
-        run_on_workers(store, store_uri, endpoint_url, specs, settings.profile_deployment,
-                       attempts=settings.batch_attempts, timeout_s=settings.batch_timeout_s,
-                       parent_task_run_id=parent_task_run_id, log=log)
-    else:
-        run_locally(store, specs, log=log)
-    summary = merge_shards(store, specs, out_path)
-    for bid, who in summary.workers.items():
-        log(f"  {bid}: {who}")
-    return summary
+) -> dict[str, list[str]]:
+    """The `workers` batch dispatcher (entry point group `dreamshard.dispatchers`, called by the library's profile
+    stage, dreamshard.usecases.profile.run_batched): every batch as a run of pipeline.profile_deployment."""
+    return run_on_workers(store, store_uri, endpoint_url, specs, settings.profile_deployment,
+                          attempts=settings.batch_attempts, timeout_s=settings.batch_timeout_s,
+                          parent_task_run_id=parent_task_run_id, log=log)

@@ -21,6 +21,12 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
+from dreamshard.errors import ConfigError
+from dreamshard.io import load_inventory
+from dreamshard.profiling.batches import list_shards
+from dreamshard.settings import params_text, resolve
+from dreamshard.store import open_store
+from dreamshard.workspace import PARAMS, PipelineWorkspace, RemoteSpec
 from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact
 from dreamshard_flows.publish import PublishOutcome, plan_decision, publish_workspace_plan
 from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
@@ -29,7 +35,6 @@ from dreamshard_flows.tasks import (
     absolute_uri,
     commit_task,
     current_inventory_task,
-    params_text,
     prepare_workspace_task,
     push_task,
     stage_task,
@@ -64,8 +69,6 @@ def resolve_dispatch(requested: str, deployment_name: str) -> str:
     from prefect.settings import PREFECT_API_URL
 
     if requested == "workers" and not PREFECT_API_URL.value():
-        from dreamshard.errors import ConfigError
-
         raise ConfigError("dispatch 'workers' needs a Prefect server the workers poll: start infra/start-prefect.sh "
                           "and export PREFECT_API_URL=http://127.0.0.1:4200/api, or use --dispatch local")
     if requested != "auto":
@@ -113,19 +116,13 @@ def _train_metrics(ws: Any) -> Any:
 
 @flow(name="retrain-on-inventory-change", log_prints=True)
 def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSummary:
-    from dreamshard.io import load_inventory
-    from dreamshard.pipeline_config import load_pipeline_config
-    from dreamshard.profiling.batches import list_shards
-    from dreamshard.store import open_store
-    from dreamshard.workspace import PARAMS, PipelineWorkspace, RemoteSpec
-
     log = get_run_logger()
     root = Path(request.workspace).resolve()
     root.mkdir(parents=True, exist_ok=True)
     ws = PipelineWorkspace(root)
     with workspace_lock(root / LOCK_FILE):
         params_file = request.params_path or (str(ws.path(PARAMS)) if ws.path(PARAMS).is_file() else None)
-        cfg = load_pipeline_config(params_file, backend=request.backend)
+        cfg = resolve(params_file, {"profile.backend": request.backend})
         store_uri = absolute_uri(request.store_uri or cfg.publish.store_uri)
         if request.inventory_path:
             inventory = load_inventory(request.inventory_path)
@@ -134,7 +131,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
                                                request.inventory_name or cfg.inventory.name)
         remote = RemoteSpec(url=request.dvc_remote or cfg.pipeline.dvc_remote,
                             endpoint_url=request.dvc_remote_endpoint or cfg.pipeline.dvc_remote_endpoint).resolved()
-        changed = prepare_workspace_task(str(root), params_text(request.params_path, request.backend), inventory, remote)
+        changed = prepare_workspace_task(str(root), params_text(request.params_path, {"profile.backend": request.backend}) if request.params_path else None, inventory, remote)
         campaign = str(flow_run.id or "local")
         dispatch = resolve_dispatch(request.dispatch, cfg.pipeline.profile_deployment)
         env = stage_env(store_uri, request.endpoint_url, campaign, dispatch)

@@ -8,10 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.exceptions import FlowPauseTimeout
+from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.evaluation import load_comparison
+from dreamshard.io import load_plan
+from dreamshard.settings import resolve
+from dreamshard.workspace import COMPARISON, PARAMS, PLAN, PipelineWorkspace
 from dreamshard_flows.artifacts import publish_plan_artifacts
 from dreamshard_flows.requests import PublishRequest
 from dreamshard_flows.tasks import absolute_uri, gate_task, lineage_task, publish_task
@@ -37,17 +43,14 @@ class PublishOutcome(BaseModel):
     store: str
     is_current: bool = False
     overall_ms: float | None = None
-    best_heuristic: str | None = None
-    best_heuristic_ms: float | None = None
+    best_baseline: str | None = None
+    best_baseline_ms: float | None = None
     model_md5: str | None = None
     git_revision: str | None = None
 
 
 def _human_review(decision: Any, timeout_s: int) -> Any:
     """Pause for a reviewer; a rejection (or a comment) is recorded in the decision's reason."""
-    from prefect.exceptions import FlowPauseTimeout
-    from prefect.flow_runs import pause_flow_run
-
     try:
         answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
     except FlowPauseTimeout:
@@ -68,9 +71,6 @@ def decision_tag(tags: list[str]) -> str | None:
 
 def plan_decision(ws: Any) -> tuple[str | None, str | None]:
     """(plan id of the workspace's data/plan.json, its decision tag); (None, None) before the plan stage ran."""
-    from dreamshard.io import load_plan
-    from dreamshard.workspace import PLAN
-
     if not ws.path(PLAN).is_file():
         return None, None
     plan_id = load_plan(ws.path(PLAN)).plan_id
@@ -79,16 +79,12 @@ def plan_decision(ws: Any) -> tuple[str | None, str | None]:
 
 @flow(name="publish-plan", log_prints=True)
 def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
-    from dreamshard.evaluation import load_comparison
-    from dreamshard.pipeline_config import load_pipeline_config
-    from dreamshard.workspace import COMPARISON, PARAMS, PipelineWorkspace
-
     log = get_run_logger()
     ws = PipelineWorkspace(request.workspace)
-    cfg = load_pipeline_config(ws.path(PARAMS))
-    pub = cfg.publish
+    settings = resolve(ws.path(PARAMS))
+    pub = settings.publish
     store_uri = absolute_uri(request.store_uri or pub.store_uri)
-    judged, decision = gate_task(str(ws.root), pub.min_improvement)
+    judged, decision = gate_task(str(ws.root), settings)
     require_human = pub.require_human if request.require_human is None else request.require_human
     if decision.approved and require_human:
         decision = _human_review(decision, timeout_s=pub.approval_timeout_s)
@@ -101,6 +97,6 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
     return PublishOutcome(
         plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, key=ref.key, store=store_uri,
-        is_current=ref.is_current, overall_ms=decision.plan_cost_ms, best_heuristic=decision.best_heuristic,
-        best_heuristic_ms=decision.best_heuristic_ms, model_md5=lineage.model_md5, git_revision=lineage.git_revision,
+        is_current=ref.is_current, overall_ms=decision.plan_cost_ms, best_baseline=decision.best_baseline,
+        best_baseline_ms=decision.best_baseline_ms, model_md5=lineage.model_md5, git_revision=lineage.git_revision,
     )

@@ -1,7 +1,6 @@
 """Prefect tasks of the orchestrator: each is one library call (a workspace step, a DVC stage, the gate, the store).
 
-Library imports are inside the tasks so importing the flows stays cheap and a failure surfaces as the
-library's typed error.
+A failure surfaces as the library's typed error.
 """
 
 from __future__ import annotations
@@ -10,16 +9,23 @@ import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import task_run
 
+from dreamshard.errors import StoreError
+from dreamshard.gate import GateDecision
+from dreamshard.settings import Settings, installed_pipeline_file
+from dreamshard.store import PublishedRef, get_current_inventory, open_store
 from dreamshard.types import Inventory, Plan
-from dreamshard.workspace import PipelineWorkspace, RemoteSpec
+from dreamshard.usecases import publish as publish_uc
+from dreamshard.workspace import COMPARISON, INVENTORY, PLAN, PipelineWorkspace, RemoteSpec
 
+DVC_YAML = installed_pipeline_file("dvc.yaml")
+PARAMS_YAML = installed_pipeline_file("params.yaml")
 #: Where the workspace lock lives inside a workspace (git-ignored).
 LOCK_FILE = ".pipeline.lock"
 
@@ -42,15 +48,6 @@ def workspace_lock(path: str | Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def pipeline_path(name: str) -> Path:
-    """dvc.yaml / params.yaml as shipped with the installed package (the repository's own files)."""
-    return Path(str(resources.files("dreamshard_flows") / "pipeline" / name))
-
-
-def pipeline_file(name: str) -> str:
-    return pipeline_path(name).read_text()
-
-
 def absolute_uri(uri: str, base: Path | None = None) -> str:
     """A local store or remote path made absolute (stage commands run with the workspace as working directory)."""
     if "://" in uri and not uri.startswith("file://"):
@@ -59,30 +56,13 @@ def absolute_uri(uri: str, base: Path | None = None) -> str:
     return str(p if p.is_absolute() else ((base or Path.cwd()) / p).resolve())
 
 
-def params_text(params_path: str | None, backend: str | None) -> str | None:
-    """The params.yaml text a run uses: the file as it is, or with profile.backend overridden."""
-    if params_path is None:
-        return None
-    text = Path(params_path).read_text()
-    if not backend:
-        return text
-    import yaml
-
-    from dreamshard.pipeline_config import load_pipeline_config
-
-    load_pipeline_config(params_path, backend=backend)  # a bad backend name fails here, in one line
-    data = yaml.safe_load(text) or {}
-    data.setdefault("profile", {})["backend"] = backend
-    return yaml.safe_dump(data, sort_keys=False)
-
-
 @task(name="prepare-workspace", cache_policy=NO_CACHE)
 def prepare_workspace_task(root: str, params: str | None, inventory: Inventory, remote: RemoteSpec) -> list[str]:
     """Create or update the workspace: the installed stage graph, the run's params, the input inventory, the
     remote, the code link. Returns what changed."""
     ws = PipelineWorkspace(root)
-    changed = ["created"] if ws.init(pipeline_file("dvc.yaml"), params or pipeline_file("params.yaml"), remote) else []
-    if ws.sync_text("dvc.yaml", pipeline_file("dvc.yaml")):
+    changed = ["created"] if ws.init(DVC_YAML.read_text(), params or PARAMS_YAML.read_text(), remote) else []
+    if ws.sync_text("dvc.yaml", DVC_YAML.read_text()):
         changed.append("dvc.yaml")
     if params is not None and ws.sync_text("params.yaml", params):
         changed.append("params.yaml")
@@ -101,8 +81,6 @@ def status_task(root: str) -> dict[str, Any]:
 @task(name="dvc-stage", task_run_name="{stage}", cache_policy=NO_CACHE, tags=["dvc"])
 def stage_task(root: str, stage: str, force: bool, env: dict[str, str]) -> str:
     """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock."""
-    from prefect.runtime import task_run
-
     out = PipelineWorkspace(root).repro(stage, force=force,
                                         env={**env, "DREAMSHARD_PARENT_TASK_RUN_ID": str(task_run.id or "")})
     get_run_logger().info("%s", "\n".join(out.strip().splitlines()[-40:]))
@@ -122,10 +100,6 @@ def push_task(root: str) -> str:
 
 @task(name="current-inventory", cache_policy=NO_CACHE)
 def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_name: str) -> Inventory:
-    from dreamshard.errors import StoreError
-    from dreamshard.events import get_current_inventory
-    from dreamshard.store import open_store
-
     found = get_current_inventory(open_store(store_uri, endpoint_url=endpoint_url), inventory_name)
     if found is None:
         raise StoreError(
@@ -135,16 +109,13 @@ def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_n
 
 
 @task(name="gate", cache_policy=NO_CACHE)
-def gate_task(root: str, min_improvement: float) -> tuple[Plan, Any]:
+def gate_task(root: str, settings: Settings) -> tuple[Plan, GateDecision]:
     """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
-    (dreamshard.gate.gate_comparison_file): the plan to store carries the comparison's measured costs."""
-    from dreamshard.gate import gate_comparison_file
-    from dreamshard.io import load_inventory, load_plan
-    from dreamshard.workspace import COMPARISON, INVENTORY, PLAN
-
+    (dreamshard.usecases.publish.gate): the plan to store carries the comparison's measured costs."""
     ws = PipelineWorkspace(root)
-    return gate_comparison_file(load_plan(ws.path(PLAN)), load_inventory(ws.path(INVENTORY)), ws.path(COMPARISON),
-                                min_improvement)
+    gated = publish_uc.gate(publish_uc.PublishRequest(settings=settings, plan=ws.path(PLAN),
+                                                      comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)))
+    return gated.plan, gated.decision
 
 
 @task(name="lineage", cache_policy=NO_CACHE)
@@ -153,8 +124,6 @@ def lineage_task(root: str, flow_run_id: str | None) -> Any:
 
 
 @task(name="publish-plan", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def publish_task(store_uri: str, endpoint_url: str | None, plan: Plan, decision: Any) -> Any:
+def publish_task(store_uri: str, endpoint_url: str | None, plan: Plan, decision: GateDecision) -> PublishedRef:
     """Approved: versioned upload, verify, move `current`. Rejected: kept under rejected/ with the reason."""
-    from dreamshard.store import open_store, publish_or_reject
-
-    return publish_or_reject(open_store(store_uri, endpoint_url=endpoint_url), plan, decision)
+    return publish_uc.store_decision(open_store(store_uri, endpoint_url=endpoint_url), plan, decision)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dreamshard.gate import GateDecision, evaluate_gate
+from dreamshard.store.keys import Kind, parse_key
 from dreamshard.types import Costs, DeviceCost, Plan, Topology
 
 FP = "ab" * 32
@@ -85,3 +86,10 @@ def world() -> World:
     if _WORLD is None:
         _WORLD = World()
     return _WORLD
+
+
+def sibling(key: str, kind: Kind) -> str:
+    """The key of another object (checksum, record) of the plan stored at `key` (dreamshard.store.keys)."""
+    parsed = parse_key(key)
+    assert parsed is not None, key
+    return parsed.of(kind).key

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 
 import pytest
 
-from dreamshard.errors import PlanError, UnknownSharderError
+from dreamshard.errors import InputFileError, PlanError, UnknownSharderError
 from dreamshard.evaluation import (
     compare_sharders,
     comparison_markdown,
     device_table_markdown,
     evaluate_plan,
+    load_comparison,
     lower_bound,
     plot_comparison,
 )
@@ -136,3 +137,20 @@ def test_plot_writes_png(tmp_path) -> None:
     cmp = compare_sharders(_inv(), TOPO, ["round_robin", "lookup_greedy"], FakeOracle(), rounds=1)
     out = plot_comparison(cmp, tmp_path / "cmp.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_best_baseline_is_written_and_old_comparisons_still_load(tmp_path) -> None:
+    cmp = compare_sharders(_inv(), TOPO, ["round_robin", "lookup_greedy"], FakeOracle(), rounds=1)
+    assert cmp.best_baseline == min(cmp.baselines(), key=cmp.baselines().__getitem__)
+    data = json.loads(cmp.model_dump_json())
+    assert data["best_baseline"] == cmp.best_baseline and "best_heuristic" not in data
+    assert cmp.summary()["best_baseline"] == cmp.best_baseline
+    assert f"Best baseline: `{cmp.best_baseline}`" in comparison_markdown(cmp)
+    # a comparison file written before the rename (field best_heuristic) reads the same
+    old = {k: v for k, v in data.items() if k != "best_baseline"} | {"best_heuristic": cmp.best_baseline}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    assert load_comparison(path) == cmp
+    path.write_text(json.dumps(old | {"best_baseline": cmp.best_baseline}))
+    with pytest.raises(InputFileError, match="best_heuristic"):
+        load_comparison(path)

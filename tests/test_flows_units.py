@@ -11,7 +11,7 @@ import pytest
 import yaml
 from flows_support import change_one_table, tiny_inventory
 
-from dreamshard.events import current_inventory_key, get_current_inventory, inventory_key, push_inventory
+from dreamshard.store.inventories import current_inventory_key, get_current_inventory, inventory_key, push_inventory
 from dreamshard.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,11 +19,11 @@ STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
 
 
 def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
-    from dreamshard_flows.tasks import pipeline_file
+    from dreamshard.settings import installed_pipeline_file
 
     text = (ROOT / "dvc.yaml").read_text()
-    assert pipeline_file("dvc.yaml") == text  # what a workspace runs is this very file
-    assert pipeline_file("params.yaml") == (ROOT / "params.yaml").read_text()
+    assert installed_pipeline_file("dvc.yaml").read_text() == text  # what a workspace runs is this very file
+    assert installed_pipeline_file("params.yaml").read_text() == (ROOT / "params.yaml").read_text()
     stages = yaml.safe_load(text)["stages"]
     assert list(stages) == STAGES
     for name, st in stages.items():
@@ -38,32 +38,33 @@ def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
 
 def test_params_sections_pipeline_and_drift_are_typed(tmp_path: Path) -> None:
     from dreamshard.errors import ConfigError
-    from dreamshard.pipeline_config import load_pipeline_config
+    from dreamshard.settings import resolve
 
-    cfg = load_pipeline_config(ROOT / "params.yaml")
+    cfg = resolve(ROOT / "params.yaml")
     assert cfg.pipeline.profile_deployment == "profile-batch/profile-batch" and cfg.pipeline.items_per_batch >= 1
     assert 0 < cfg.drift.threshold and cfg.drift.rounds >= 1
     bad = tmp_path / "p.yaml"
     bad.write_text("drift: {threshold: -1}\n")
     with pytest.raises(ConfigError, match="drift"):
-        load_pipeline_config(bad)
+        resolve(bad)
     bad.write_text("pipeline: {items_per_batch: 10, dvc_remot: x}\n")
     with pytest.raises(ConfigError, match="dvc_remot"):
-        load_pipeline_config(bad)
+        resolve(bad)
 
 
 def test_params_text_overrides_only_the_backend(tmp_path: Path) -> None:
     from dreamshard.errors import ConfigError
-    from dreamshard_flows.tasks import params_text
+    from dreamshard.settings import params_text
 
     src = ROOT / "params.yaml"
     assert params_text(str(src), None) == src.read_text()
-    overridden = yaml.safe_load(params_text(str(src), "simulator") or "")
+    assert params_text(str(src), {"profile.backend": None}) == src.read_text()
+    overridden = yaml.safe_load(params_text(str(src), {"profile.backend": "simulator"}))
     assert overridden["profile"]["backend"] == "simulator"
     assert {k: v for k, v in overridden.items() if k != "profile"} == {
         k: v for k, v in yaml.safe_load(src.read_text()).items() if k != "profile"}
     with pytest.raises(ConfigError, match="unknown backend 'tpu'"):
-        params_text(str(src), "tpu")
+        params_text(str(src), {"profile.backend": "tpu"})
 
 
 def test_stage_env_says_where_shards_go() -> None:
@@ -233,16 +234,16 @@ def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
     from dreamshard.errors import StoreError
     from dreamshard.sharders import get_sharder
     from dreamshard.types import Topology
-    from dreamshard_flows.drift import inventory_for
+    from dreamshard.usecases.drift import inventory_for
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0))
     store_uri = str(tmp_path / "store")
     with pytest.raises(StoreError, match="neither in .* nor in the workspace"):
-        inventory_for(plan, store_uri, None, None)
+        inventory_for(plan, open_store(store_uri), None)
     push_inventory(open_store(store_uri), inv)
     push_inventory(open_store(store_uri), change_one_table(inv, tmp_path / "inv2.yaml"))  # current is another one
-    assert inventory_for(plan, store_uri, None, None).fingerprint() == inv.fingerprint()
+    assert inventory_for(plan, open_store(store_uri), None).fingerprint() == inv.fingerprint()
     ws = tmp_path / "ws"
     tiny_inventory(ws / "data" / "inventory.yaml")
-    assert inventory_for(plan, str(tmp_path / "empty"), None, str(ws)).fingerprint() == inv.fingerprint()
+    assert inventory_for(plan, open_store(str(tmp_path / "empty")), ws).fingerprint() == inv.fingerprint()

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from store_helpers import world
 
 from dreamshard.cli.app import invoke
-from dreamshard.events import push_inventory
+from dreamshard.store.inventories import push_inventory
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.memory import check_plan
 from dreamshard.store import get_current, open_store
-from dreamshard.store.publish import fsck
+from dreamshard.store.fsck import fsck
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 

@@ -14,7 +14,7 @@ from dreamshard.gate import GateDecision, evaluate_gate
 def test_approved_when_faster_than_best_baseline() -> None:
     d = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0, "dim_greedy": 12.0}, 0.1)
     assert d.approved
-    assert d.best_heuristic == "size_greedy" and d.best_heuristic_ms == 10.0
+    assert d.best_baseline == "size_greedy" and d.best_baseline_ms == 10.0
     assert d.improvement == pytest.approx(0.2)
     assert d.basis == "measured" and d.plan_cost_ms == 8.0
     assert "size_greedy" in d.reason
@@ -100,3 +100,12 @@ def test_simulated_costs_are_labelled_simulated() -> None:
     plan = make_plan(overall=5.0).model_copy(update={"measured_by": sim})
     d = evaluate_gate(plan, {"dim_greedy": 6.0}, 0.0)
     assert d.basis == "simulated" == plan.cost_basis and "simulated 5 ms" in d.reason
+
+
+def test_decisions_recorded_before_the_best_baseline_rename_still_load() -> None:
+    d = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0}, 0.0)
+    data = d.model_dump(mode="json")
+    assert data["best_baseline"] == "size_greedy" and "best_heuristic" not in data
+    old = {k: v for k, v in data.items() if not k.startswith("best_baseline")}
+    old |= {"best_heuristic": "size_greedy", "best_heuristic_ms": 10.0}
+    assert GateDecision.model_validate(old) == d

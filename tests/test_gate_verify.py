@@ -25,7 +25,7 @@ def test_a_genuine_plan_is_judged_on_the_comparisons_figures() -> None:
     w = world()
     judged, d = _gate(w.good, margin=0.05)
     entry = next(r for r in w.comparison.results if r.plan.plan_id == w.good.plan_id)
-    assert d.approved and d.plan_cost_ms == entry.overall_ms and d.best_heuristic == "dim_greedy"
+    assert d.approved and d.plan_cost_ms == entry.overall_ms and d.best_baseline == "dim_greedy"
     assert d.basis == "simulated" and "SIMULATED" in d.evidence and "2 interleaved round(s)" in d.evidence
     assert d.inventory_fingerprint == w.inventory.fingerprint()
     assert judged.measured == entry.plan.measured and judged.measured_by == w.comparison.backend

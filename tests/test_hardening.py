@@ -20,7 +20,8 @@ from dreamshard.errors import ModelError, StoreError
 from dreamshard.gate import gate_plan
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.store import get_current, get_pointer, open_store
-from dreamshard.store.publish import current_key, fsck
+from dreamshard.store.fsck import fsck
+from dreamshard.store.keys import current_key
 
 
 def run(argv: list[str]) -> int:
@@ -171,7 +172,7 @@ def test_corrupt_pointer_does_not_block_other_inventories(files: dict[str, Path]
 def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     import importlib
 
-    publish_mod = importlib.import_module("dreamshard.store.publish")
+    publish_mod = importlib.import_module("dreamshard.store.plans")
 
     assert _publish(files) == 0
     capsys.readouterr()
@@ -202,7 +203,7 @@ def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], ca
 
 # -- #6: inventory push ------------------------------------------------------------------------------------
 def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    from dreamshard.events import push_inventory
+    from dreamshard.store.inventories import push_inventory
     from dreamshard.io import load_inventory
 
     def push() -> bool:
@@ -217,7 +218,7 @@ def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Pa
         pointer.write_text("{broken")
         assert push(), damage  # the corrupt pointer is replaced (and the version rewritten)
     assert not push()  # now current: unchanged
-    from dreamshard.events import get_current_inventory
+    from dreamshard.store.inventories import get_current_inventory
 
     inv, ref = get_current_inventory(open_store(str(files["store"])), "inv")  # type: ignore[misc]
     assert inv.fingerprint() == fp and ref.fingerprint == fp

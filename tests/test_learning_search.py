@@ -70,10 +70,13 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
     oracle = make_oracle("simulator", warmup=0, repeats=1)
     sharder = get_sharder("dreamshard", model_dir=model_dir, verify=3, verify_rounds=2, oracle=oracle,
                           search=SearchConfig(candidates=CHEAP))
-    plan = sharder.shard(inv, topo)
+    report = sharder.shard_with_report(inv, topo)
+    plan = report.plan
     v = plan.verification
     assert v is not None and v.rounds == 2 and len(v.candidates) == 3
-    assert [c.source for c in v.candidates] == [c.source for c in sharder.last_search.candidates[:3]]
+    assert report.search is not None
+    assert [c.source for c in v.candidates] == [c.source for c in report.search.candidates[:3]]
+    assert not hasattr(sharder, "last_search")  # what a call did is in its report, never on the sharder
     kept = min(v.candidates, key=lambda c: c.measured_ms)
     assert v.chosen == kept.source
     assert plan.measured is not None and plan.measured_by is not None and plan.measured_by.is_simulated

@@ -11,7 +11,7 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError, ModelError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.cli.models import default_model_dir
+from dreamshard.settings import model_dir as default_model_dir
 from dreamshard.learning import model_store
 from dreamshard.learning.model_store import load_model, save_model
 from dreamshard.sharders import get_sharder

@@ -286,22 +286,24 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
 ) -> None:
     from prefect.client.orchestration import get_client
 
-    from dreamshard.learning.stages import make_tasks_file
     from dreamshard.profiling.batches import read_shard
-    from dreamshard_flows.fanout import plan_profile_batches, profile_stage
+    from dreamshard.settings import resolve
+    from dreamshard.usecases import profile as profile_uc
+    from dreamshard.usecases import tasks as tasks_uc
 
     # Every device timing takes 400 ms of wall time: a batch lasts seconds, long enough to kill its worker.
     params = _params(tmp_path / "params.yaml", s3_prefix, s3_env, items_per_batch=5,
                      profile={"simulator_latency_ms": 400.0, "num_placements": 2})
     tiny_inventory(tmp_path / "inv.yaml")
-    make_tasks_file(tmp_path / "inv.yaml", tmp_path / "tasks.json", params)
+    tasks_uc.run(tasks_uc.TasksRequest(settings=resolve(params), inventory=tmp_path / "inv.yaml", out=tmp_path / "tasks.json"))
     store_uri = f"s3://{s3_env.bucket}/{s3_prefix}/shards"
     store = open_store(store_uri)
     campaign = f"kill-{s3_prefix}"
-    specs = plan_profile_batches(str(tmp_path / "inv.yaml"), str(tmp_path / "tasks.json"), str(params), campaign)
-    t, result = _in_background(lambda: profile_stage(
-        str(tmp_path / "inv.yaml"), str(tmp_path / "tasks.json"), str(params), str(tmp_path / "m.jsonl"), store,
-        store_uri, None, campaign, "workers", log=lambda _m: None))
+    request = profile_uc.BatchedProfileRequest(
+        settings=resolve(params), inventory=tmp_path / "inv.yaml", tasks=tmp_path / "tasks.json",
+        out=tmp_path / "m.jsonl", store_uri=store_uri, campaign=campaign, dispatch="workers")
+    specs = profile_uc.plan_stage_batches(request, campaign)
+    t, result = _in_background(lambda: profile_uc.run_batched(request, log=lambda _m: None))
     victim = None
     deadline = time.monotonic() + 120
     with get_client(sync_client=True) as client:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from dreamshard.errors import ConfigError
-from dreamshard.pipeline_config import load_pipeline_config
+from dreamshard.settings import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,10 +23,10 @@ def _params(tmp_path: Path, **changes: dict) -> Path:
 
 
 def test_repo_params_load_and_plan_devices_default() -> None:
-    cfg = load_pipeline_config(ROOT / "params.yaml")
+    cfg = resolve(ROOT / "params.yaml")
     assert cfg.plan_devices == (cfg.plan.num_devices or cfg.tasks.train_devices)
     assert "dreamshard" in cfg.evaluate.sharders
-    assert load_pipeline_config(ROOT / "params.yaml", backend="simulator").profile.backend == "simulator"
+    assert resolve(ROOT / "params.yaml", {"profile.backend": "simulator"}).profile.backend == "simulator"
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_repo_params_load_and_plan_devices_default() -> None:
 )
 def test_typos_and_bad_values_are_one_line_config_errors(tmp_path: Path, changes: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        load_pipeline_config(_params(tmp_path, **changes))
+        resolve(_params(tmp_path, **changes))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -50,6 +50,6 @@ def test_unknown_section_and_backend(tmp_path: Path) -> None:
     p = _params(tmp_path)
     p.write_text(p.read_text() + "evalute:\n  rounds: 2\n")
     with pytest.raises(ConfigError, match="unknown section 'evalute'"):
-        load_pipeline_config(p)
+        resolve(p)
     with pytest.raises(ConfigError, match="unknown backend 'gpu'"):
-        load_pipeline_config(ROOT / "params.yaml", backend="gpu")
+        resolve(ROOT / "params.yaml", {"profile.backend": "gpu"})

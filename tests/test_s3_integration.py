@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import SeaweedS3
-from store_helpers import approve, make_plan, world
+from store_helpers import approve, make_plan, sibling, world
 from test_store_concurrency import run_threaded_publishers
 
 from dreamshard.cli.app import main
@@ -20,6 +20,7 @@ from dreamshard.dvc_remote import find_dvc
 from dreamshard.errors import StoreError
 from dreamshard.gate import evaluate_gate
 from dreamshard.store import get_current, get_pointer, list_plans, open_store, publish, publish_or_reject, rollback, show
+from dreamshard.store.keys import parse_key
 from dreamshard.store.s3 import S3PlanStore
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,8 @@ def test_publish_read_back_current_rollback(s3_env: SeaweedS3, s3_prefix: str) -
     publish(store, p2, approve(p2))
     assert get_current(store, "inv") == p2
     keys = _keys(s3_env, s3_prefix)
-    assert f"{s3_prefix}/{r1.key}" in keys and f"{s3_prefix}/{r1.key}.sha256" in keys
+    assert {f"{s3_prefix}/{r1.key}", f"{s3_prefix}/{sibling(r1.key, 'checksum')}",
+            f"{s3_prefix}/{sibling(r1.key, 'record')}"} <= set(keys)
     assert f"{s3_prefix}/plans/inv/current.json" in keys
     assert [r.is_current for r in list_plans(store, "inv")] == [False, True]
     assert rollback(store, "inv").plan_id == p1.plan_id
@@ -62,7 +64,8 @@ def test_publish_read_back_current_rollback(s3_env: SeaweedS3, s3_prefix: str) -
     # a rejected plan lands under rejected/ and leaves current alone
     bad = make_plan(overall=50.0)
     ref = publish_or_reject(store, bad, evaluate_gate(bad, {"size_greedy": 10.0}, 0.0))
-    assert ref.status == "rejected" and "/rejected/" in ref.key
+    parsed = parse_key(ref.key)
+    assert ref.status == "rejected" and parsed is not None and parsed.status == "rejected"
     assert get_current(store, "inv") == p2
 
 
@@ -133,7 +136,7 @@ def test_cli_publish_to_s3_exit_codes(
 ) -> None:
     """The gate against S3: the inventory comes from the store's inventory versions (no -i), the costs from
     the comparison; the published plan carries the comparison's figures."""
-    from dreamshard.events import push_inventory
+    from dreamshard.store.inventories import push_inventory
 
     w = world()
     files = w.write(tmp_path)

@@ -5,11 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dreamshard.errors import DreamshardError, InfeasiblePlacementError, PlanError, UnknownSharderError
+import dreamshard.sharders as sharders_pkg
+from dreamshard.errors import ConfigError, DreamshardError, InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.memory import check_placement
-from dreamshard.sharders import HEURISTICS, Sharder, get_sharder, make_plan, sharder_names
+from dreamshard.sharders import (
+    HEURISTICS,
+    Sharder,
+    TableWiseSharder,
+    accepted_options,
+    get_sharder,
+    learned_options,
+    make_plan,
+    options_for,
+    register_sharder,
+    sharder_names,
+)
 from dreamshard.sharders.heuristics import GREEDY_COSTS, lookup_cost
-from dreamshard.types import GB, Inventory, Table, Topology
+from dreamshard.sharders.registry import _REGISTERED, ENTRY_POINT_GROUP
+from dreamshard.types import GB, ColumnShard, Inventory, Plan, Table, Topology
 
 MB = 1024**2
 
@@ -166,11 +179,89 @@ def test_unknown_sharder_lists_names() -> None:
     assert isinstance(ei.value, DreamshardError) and ei.value.exit_code == 2
 
 
-def test_registry_names_and_ignored_options() -> None:
+def test_registry_names() -> None:
     names = sharder_names()
     assert set(HEURISTICS) <= set(names) and {"torchrec", "dreamshard"} <= set(names)
-    s = get_sharder("size_greedy", seed=3, model_dir="unused")
-    assert isinstance(s, Sharder) and s.name == "size_greedy"
+    s = get_sharder("size_greedy")
+    assert isinstance(s, TableWiseSharder) and s.name == "size_greedy"
+
+
+def test_unknown_option_is_a_typed_one_line_error_naming_sharder_and_option() -> None:
+    with pytest.raises(ConfigError) as ei:
+        get_sharder("size_greedy", seed=3)
+    assert str(ei.value) == "sharder 'size_greedy' has no option 'seed' (its options: none)"
+    with pytest.raises(ConfigError, match=r"sharder 'random' has no option 'model_dir' \(its options: seed\)"):
+        get_sharder("random", seed=1, model_dir="unused")
+    with pytest.raises(ConfigError, match="sharder 'dreamshard_lpt' has no option 'verify'"):
+        get_sharder("dreamshard_lpt", verify=2)
+    assert ei.value.exit_code == 2
+
+
+def test_a_shared_options_dict_gives_each_sharder_its_own() -> None:
+    shared = {"seed": 7, "column_wise": "never", "model_dir": None}
+    assert options_for("random", shared) == {"seed": 7}
+    assert options_for("dim_greedy", shared) == {}
+    assert options_for("torchrec", shared) == {"column_wise": "never"}
+    assert options_for("dreamshard", shared) == {"seed": 7, "model_dir": None}
+    assert accepted_options("dreamshard") >= {"verify", "oracle", "model_dir"}
+    assert "verify" not in accepted_options("dreamshard_rl")
+    per = learned_options(seed=1, verify=2)
+    assert per["dreamshard"] == {"seed": 1, "verify": 2} and per["dreamshard_lpt"] == {"seed": 1}
+    with pytest.raises(ConfigError, match="no learned sharder .* has option 'sede'"):
+        learned_options(sede=1)
+
+
+def test_learned_sharders_come_from_entry_points_with_their_family() -> None:
+    from importlib.metadata import entry_points
+
+    from dreamshard.learning.sharder import ModelSharder
+
+    declared = {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    learned = tuple(n for n, cls in declared.items() if cls.family == "learned")
+    assert set(learned) == {"dreamshard", "dreamshard_lpt", "dreamshard_rl"}
+    assert all(issubclass(declared[n], ModelSharder) for n in learned)
+    assert sharders_pkg.learned_names() == sharders_pkg.LEARNED == learned
+    assert sharder_names(kind="learned") == list(learned)
+    assert sharder_names(kind="heuristic") == list(HEURISTICS)
+    assert sharder_names(kind="torchrec") == ["torchrec"]
+    assert sharders_pkg.ALL_SHARDERS == (*HEURISTICS, "torchrec", *learned)
+    with pytest.raises(ConfigError, match="unknown sharder family 'lerned'"):
+        sharder_names(kind="lerned")
+
+
+class _TwoShards(Sharder):
+    """A sharder that implements only shard(): the first table cut in two column shards, the rest on device 0."""
+
+    name = "two_shards"
+    family = "other"
+    options = frozenset({"device"})
+
+    def __init__(self, device: int = 1) -> None:
+        self.device = device
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        first, *rest = inventory.tables
+        half = first.embedding_dim // 2
+        shards = {first.name: (ColumnShard(start=0, end=half, device=0),
+                               ColumnShard(start=half, end=first.embedding_dim, device=self.device))}
+        return make_plan(inventory, topology, {t.name: 0 for t in rest}, self.name, column_shards=shards)
+
+
+def test_a_sharder_that_only_implements_shard_works_through_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dreamshard.sharders.registry._REGISTERED", dict(_REGISTERED))
+    register_sharder("two_shards", _TwoShards)
+    inv = Inventory(name="cw", tables=(_table("a", 1000, 8, 1.0), _table("b", 1000, 4, 1.0)))
+    plan = get_sharder("two_shards", device=1).shard(inv, ROOMY)
+    assert plan.sharder == "two_shards" and plan.placement == {"b": 0}
+    assert [sh.device for sh in plan.column_shards["a"]] == [0, 1]
+    assert "two_shards" in sharder_names() and "two_shards" in sharder_names(kind="other")
+    assert "two_shards" not in sharders_pkg.ALL_SHARDERS  # contenders: heuristics, torchrec, learned
+    with pytest.raises(PlanError, match="two_shards split table 'a' into column shards"):
+        get_sharder("two_shards").place(inv, ROOMY)  # place(): whole tables only
+    with pytest.raises(ConfigError, match="sharder 'two_shards' has no option 'seed'"):
+        get_sharder("two_shards", seed=0)
+    with pytest.raises(TypeError):
+        TableWiseSharder()  # type: ignore[abstract]  # place() is what a table-wise sharder must implement
 
 
 def test_random_sharder_seeded() -> None:

@@ -64,7 +64,7 @@ def test_publish_without_inventory_needs_it_in_the_store(files: dict[str, Path],
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass -i INVENTORY, or push it first" in err[0]
     assert not files["store"].exists()
-    from dreamshard.events import push_inventory
+    from dreamshard.store.inventories import push_inventory
     from dreamshard.io import load_inventory
 
     push_inventory(open_store(str(files["store"])), load_inventory(files["inventory"]))

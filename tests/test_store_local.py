@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from store_helpers import FP, approve, make_plan
+from store_helpers import FP, approve, make_plan, sibling
 
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import evaluate_gate
@@ -22,6 +22,7 @@ from dreamshard.store import (
     rollback,
     show,
 )
+from dreamshard.store.keys import plan_key
 from dreamshard.store.s3 import S3PlanStore
 
 
@@ -38,7 +39,7 @@ def test_publish_writes_versioned_key_checksum_and_pointer(store: LocalPlanStore
     import hashlib
 
     assert hashlib.sha256(data).hexdigest() == ref.sha256
-    assert (store.root / (ref.key + ".sha256")).read_text().split()[0] == ref.sha256
+    assert (store.root / sibling(ref.key, "checksum")).read_text().split()[0] == ref.sha256
     pointer = json.loads((store.root / "plans/inv/current.json").read_text())
     assert pointer["plan_id"] == plan.plan_id and pointer["sha256"] == ref.sha256
     assert pointer["key"] == ref.key and pointer["fingerprint"] == FP and pointer["previous"] is None
@@ -77,7 +78,7 @@ def test_rollback_to_previous_and_to_given_plan(store: LocalPlanStore) -> None:
 
 
 def test_plans_a_rollback_undid_were_current_once_and_fsck_says_nothing(store: LocalPlanStore) -> None:
-    from dreamshard.store.publish import fsck, get_pointer
+    from dreamshard.store import fsck, get_pointer
 
     plans = [make_plan(overall=10.0 - i) for i in range(3)]
     for p in plans:
@@ -91,10 +92,9 @@ def test_plans_a_rollback_undid_were_current_once_and_fsck_says_nothing(store: L
     assert [e.plan_id for e in pointer.rolled_back] == [plans[1].plan_id]
     assert [e.plan_id for e in pointer.history] == [plans[0].plan_id] and fsck(store, "inv") == []
     # a rolled-back version that was modified since is caught by its original checksum, and never offered
-    key = next(k for k in store.list_keys("plans/inv") if plans[1].plan_id in k and k.endswith(".json")
-               and not k.endswith(".record.json"))
+    key = plan_key("inv", FP, plans[1].plan_id)
     (store.root / key).write_text((store.root / key).read_text().replace("10.0", "1.0"))
-    (store.root / (key + ".sha256")).write_text("0" * 64)
+    (store.root / sibling(key, "checksum")).write_text("0" * 64)
     with pytest.raises(StoreError, match="modified"):
         rollback(store, "inv", to_plan_id=plans[1].plan_id)
     assert all("rollback" not in i.fix or plans[1].plan_id not in i.fix for i in fsck(store, "inv"))
@@ -111,7 +111,7 @@ def test_rejected_plan_is_kept_with_reason_and_never_current(store: LocalPlanSto
     assert get_current(store, "inv") == good
     rec = {r.plan_id: r for r in list_plans(store, "inv")}[bad.plan_id]
     assert rec.status == "rejected" and "does not beat" in rec.reason and not rec.is_current
-    record = json.loads((store.root / ref.key.replace(".json", ".record.json")).read_text())
+    record = json.loads((store.root / sibling(ref.key, "record")).read_text())
     assert record["status"] == "rejected" and record["gate"]["approved"] is False
     with pytest.raises(StoreError, match="rejected by the gate"):
         rollback(store, "inv", to_plan_id=bad.plan_id)
@@ -184,3 +184,78 @@ def test_open_store_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         open_store("s3://KEY:SECRET@bucket/p")
     with pytest.raises(StoreError, match="unsupported"):
         open_store("gs://bucket/p")
+
+
+# -- the key layout (dreamshard.store.keys) ------------------------------------------------------------------
+HOSTILE_IDS = ["p", "p.record", "p.json", "p.json.record", "p.sha256", "p.json.sha256", "p.record.json", "rejected",
+               "current", "current.json", "records"]
+
+
+def test_keys_of_every_kind_are_distinct_and_parse_back() -> None:
+    from dreamshard.store.keys import KINDS, PlanKey, current_key, parse_key
+
+    seen: dict[str, PlanKey] = {}
+    for fp in (FP, "rejected", "current.json"):
+        for plan_id in HOSTILE_IDS:
+            for kind in KINDS:
+                for status in ("approved", "rejected"):
+                    pk = PlanKey("inv", fp, plan_id, kind, status)  # type: ignore[arg-type]
+                    assert pk.key not in seen, (pk, seen.get(pk.key))
+                    assert parse_key(pk.key) == pk
+                    assert plan_key("inv", fp, plan_id, kind, status) == pk.key  # type: ignore[arg-type]
+                    seen[pk.key] = pk
+    assert current_key("inv") not in seen and parse_key(current_key("inv")) is None
+    for junk in ("plans/inv/x.json", f"plans/inv/{FP}/x.txt", f"plans/inv/{FP}/other/x.json", f"plans/inv/{FP}/.x.json",
+                 f"elsewhere/inv/{FP}/x.json", f"plans/inv/{FP}/rejected/a/x.json", f"plans/inv/{FP}/x..y.json",
+                 f"plans/inv/{FP}/.json", "inventories/inv/current.json"):
+        assert parse_key(junk) is None, junk
+    with pytest.raises(StoreError, match="plan id"):
+        plan_key("inv", FP, "../x")
+
+
+def test_a_plan_id_ending_in_record_does_not_destroy_another_plan(store: LocalPlanStore) -> None:
+    """Issue 18 #1: plan `p`'s record used to be stored where plan `p.record` lives."""
+    from dreamshard.store import fsck
+
+    first = make_plan(overall=9.0).model_copy(update={"plan_id": "p.record"})
+    second = make_plan(overall=8.0).model_copy(update={"plan_id": "p"})
+    publish(store, first, approve(first))
+    publish(store, second, approve(second))
+    assert show(store, "p.record") == first and show(store, "p") == second
+    assert {r.plan_id: r.problem for r in list_plans(store, "inv")} == {"p.record": "", "p": ""}
+    assert rollback(store, "inv", to_plan_id="p.record").plan_id == "p.record"
+    assert get_current(store, "inv") == first
+    assert fsck(store) == []
+
+
+def test_hostile_plan_ids_each_keep_their_own_objects(store: LocalPlanStore) -> None:
+    from dreamshard.store import fsck
+
+    plans = [make_plan(overall=20.0 - i).model_copy(update={"plan_id": pid}) for i, pid in enumerate(HOSTILE_IDS)]
+    for p in plans:
+        publish(store, p, approve(p))
+    bad = make_plan(overall=50.0).model_copy(update={"plan_id": "p.json"})
+    publish_or_reject(store, bad, evaluate_gate(bad, {"size_greedy": 10.0}, 0.0))
+    files = store.list_keys("plans/")
+    assert len(files) == 3 * (len(plans) + 1) + 1  # plan + checksum + record each, and the pointer
+    assert [show(store, p.plan_id, "inv") for p in plans] == plans
+    assert {(r.plan_id, r.status) for r in list_plans(store) if not r.problem} == \
+        {(p.plan_id, "approved") for p in plans} | {("p.json", "rejected")}
+    assert fsck(store) == []
+    assert rollback(store, "inv", to_plan_id="p").plan_id == "p" and get_current(store, "inv") == plans[0]
+
+
+def test_a_pointer_naming_another_kind_of_object_is_refused(store: LocalPlanStore) -> None:
+    plan = make_plan()
+    ref = publish_or_reject(store, plan, evaluate_gate(plan, {"size_greedy": 1.0}, 0.0))  # rejected
+    assert ref.status == "rejected"
+    good = make_plan(overall=0.5)
+    publish(store, good, approve(good))
+    pointer_file = store.root / "plans/inv/current.json"
+    pointer = json.loads(pointer_file.read_text())
+    for forged in (ref.key, sibling(pointer["key"], "record"), f"plans/other/{FP}/{good.plan_id}.json"):
+        pointer_file.write_text(json.dumps({**pointer, "key": forged}))
+        with pytest.raises(StoreError, match="not a valid pointer"):
+            get_current(store, "inv")
+    assert rollback(store, "inv", to_plan_id=good.plan_id).key == plan_key("inv", FP, good.plan_id)
+    assert get_current(store, "inv") == good

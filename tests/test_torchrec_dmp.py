@@ -1,6 +1,6 @@
 """A real client: TorchRec's DistributedModelParallel on 2 CPU ranks (gloo, loopback) trains with exported plans.
 
-Each test runs one training step per plan in fresh processes (dreamshard.integrations.dmp) and checks, from every
+Each test runs one training step per plan in fresh processes (tests/dmp_support.py) and checks, from every
 rank's state_dict, that each table's shards sit exactly on the planned ranks, that the pooled outputs match the
 weights (so columns are where the plan says), that training changed every shard and that the loss is finite.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 
-from dreamshard.integrations.dmp import DmpResult, DmpSettings, expected_holders, run_dmp
+from dmp_support import DmpResult, DmpSettings, expected_holders, run_dmp
+
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile, plan_from_document, torchrec_document
 from dreamshard.sharders import get_sharder, make_plan
-from dreamshard.shards import fold, shard_name
-from dreamshard.types import ColumnShard, Inventory, Table, Topology
+from dreamshard.shards import fold
+from dreamshard.types import ColumnShard, Inventory, Table, Topology, shard_name
 
 INV = Inventory(
     name="dmp",

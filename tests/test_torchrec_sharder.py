@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from dreamshard.errors import InfeasiblePlacementError, PlanError
+from dreamshard.errors import ConfigError, InfeasiblePlacementError, PlanError
 from dreamshard.memory import check_placement
 from dreamshard.sharders import get_sharder
 from dreamshard.sharders.torchrec_sharder import TorchRecSharder
@@ -51,12 +51,15 @@ def test_valid_plan_with_all_tables(device_type: str) -> None:
     assert plan.to_torchrec()[inv.table_names[0]]["ranks"] == [plan.placement[inv.table_names[0]]]
 
 
-def test_deterministic_and_ignores_foreign_options() -> None:
+def test_deterministic_and_rejects_foreign_options() -> None:
     inv = _inventory(12, seed=1)
     topo = _topology(inv, 3, slack=2.0)
-    a = get_sharder("torchrec", seed=1, model_dir="x").place(inv, topo)
+    a = get_sharder("torchrec").place(inv, topo)
     b = TorchRecSharder().place(inv, topo)
     assert a == b
+    with pytest.raises(ConfigError, match="sharder 'torchrec' has no option 'model_dir'"):
+        get_sharder("torchrec", seed=1, model_dir="x")
+    assert TorchRecSharder.family == "torchrec" and "column_wise" in TorchRecSharder.options
 
 
 @pytest.mark.parametrize("memory_model", ["dreamshard", "torchrec"])

@@ -209,3 +209,21 @@ def test_measurement_file_errors(tmp_path) -> None:
     partial = tmp_path / "partial.jsonl"
     partial.write_text('{"measurement_id": "m-1", "ki')
     assert load_measurements(partial) == []
+
+
+def test_one_embedding_dim_rule_for_tables_synth_presets_and_column_shards() -> None:
+    from dreamshard.errors import ConfigError
+    from dreamshard.inventory.presets import preset_inventory
+    from dreamshard.inventory.synth import check_dims
+    from dreamshard.shards import split_counts
+    from dreamshard.types import dim_problem
+
+    assert dim_problem(8) is None and dim_problem(4) is None
+    assert all("positive multiple of 4" in (dim_problem(d) or "") for d in (6, 0, 2, -4))
+    with pytest.raises(ValidationError, match="6 is not a positive multiple of 4 .*pad it to 8"):
+        Table(name="t", num_embeddings=10, embedding_dim=6, pooling_factor=1.0)
+    with pytest.raises(ConfigError, match="dims: 6 is not a positive multiple of 4"):
+        check_dims([6])
+    with pytest.raises(ConfigError, match="dim 6 is not a positive multiple of 4 .*try --dim 8"):
+        preset_inventory("criteo-kaggle", dim=6)
+    assert split_counts(24) == [2, 3, 6]  # shard widths 12, 8, 4: every width obeys the same rule

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import sys
+from importlib.metadata import entry_points
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from dreamshard.errors import DreamshardError
+from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, preset_cmd, profile_cmd, torchrec_cmd
+from dreamshard.errors import DreamshardError, redact_urls
+from dreamshard.io import describe_validation_error
 
 app = typer.Typer(
     name="dreamshard",
@@ -20,28 +26,40 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _register_all() -> None:
-    from importlib.metadata import entry_points
-
-    from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, profile_cmd, torchrec_cmd
-
-    for module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, torchrec_cmd):
-        module.register(app)
-    # Commands that live outside the library (the pipeline, with the Prefect flows) register themselves
-    # through this entry point group; the library never imports them.
-    for ep in entry_points(group="dreamshard.cli"):
-        ep.load()(app)
+for _module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, torchrec_cmd):
+    _module.register(app)
+preset_cmd.register(inventory_cmd.inventory_app)
+#: Entry point group of command groups that live outside the library (the pipeline, with the Prefect flows).
+PLUGIN_GROUP = "dreamshard.cli"
+_plugins_loaded: list[str] = []
 
 
-_register_all()
+def register_plugins(argv: list[str]) -> None:
+    """Add the commands of the `dreamshard.cli` entry points (`dreamshard pipeline ...`). Called by main(), not
+    at import: importing this module never loads Prefect or the flows package. A plugin whose dependencies are
+    missing is skipped, and said so only when its command is asked for."""
+    if _plugins_loaded:
+        return
+    for ep in entry_points(group=PLUGIN_GROUP):
+        _plugins_loaded.append(ep.name)
+        try:
+            register = ep.load()
+        except ImportError as e:
+            if argv[:1] == [ep.name]:
+                raise PluginMissing(f"'dreamshard {ep.name}' needs {e.name or 'a missing package'}: "
+                                  f"install dreamshard with its flows (pip install -e '.[dev]')") from None
+            continue
+        register(app)
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr (URL credentials redacted) and exit with `code`."""
-    from dreamshard.errors import redact_urls
-
     err_console.print(f"error: {redact_urls(message)}", markup=False)
     raise SystemExit(code)
+
+
+class PluginMissing(DreamshardError):
+    """A command group from an entry point whose dependencies are not installed."""
 
 
 #: Telemetry off everywhere (these machines are offline; users opt in explicitly by setting them).
@@ -50,19 +68,17 @@ TELEMETRY_OFF = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; typed errors become one line on stderr and exit code 2."""
-    import os
-
     for key, value in TELEMETRY_OFF.items():
         os.environ.setdefault(key, value)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
+        register_plugins(args)
         rc = app(args=argv, standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:
             sys.exit(rc)  # typer.Exit(code) comes back as a return value when standalone_mode=False
     except DreamshardError as e:
         fail(f"{type(e).__name__}: {e}", e.exit_code)
     except ValidationError as e:
-        from dreamshard.io import describe_validation_error
-
         fail(f"InvalidInput: {describe_validation_error(e)}")
     except KeyboardInterrupt:
         fail("interrupted", 130)
@@ -91,9 +107,6 @@ def main(argv: list[str] | None = None) -> None:
 def invoke(argv: list[str]) -> tuple[int, str, str]:
     """Run the CLI in-process with `argv`: (exit code, stdout, stderr). For tests and scripts that drive many
     commands without a subprocess each."""
-    import contextlib
-    import io
-
     out, err = io.StringIO(), io.StringIO()
     code: object = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -7,9 +7,15 @@ from typing import Annotated
 
 import typer
 
-from dreamshard.cli.options import MAX_SEED
+from dreamshard.cli.options import MAX_SEED, ParamsOpt
 from dreamshard.errors import ConfigError
+from dreamshard.inventory.synth import check_dims
+from dreamshard.inventory.trace import inventory_from_trace
+from dreamshard.inventory.validation import check_name
+from dreamshard.io import check_outputs, load_inventory, save_inventory
+from dreamshard.settings import resolve
 from dreamshard.types import MAX_BATCH, MAX_DIM, Inventory
+from dreamshard.usecases import inventory as inventory_uc
 
 #: Largest inventory `synth` / `from-trace` make (validating 100k tables takes seconds; 1M is the ceiling).
 MAX_TABLES = 1_000_000
@@ -24,8 +30,6 @@ OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Inventory file 
 
 def parse_dims(text: str) -> tuple[int, ...]:
     """'16,32,64' -> (16, 32, 64); ConfigError naming the bad item otherwise."""
-    from dreamshard.inventory.synth import check_dims
-
     items = [s.strip() for s in text.split(",") if s.strip()]
     dims: list[int] = []
     for s in items:
@@ -41,31 +45,28 @@ def _summary(inv: Inventory) -> str:
     return f"{inv.num_tables} tables, {total_gb:.3f} GB, fingerprint {inv.fingerprint()}"
 
 
-def _write(inv: Inventory, output: Path) -> None:
-    from dreamshard.io import save_inventory
-
+def write_inventory(inv: Inventory, output: Path) -> None:
+    """Save an inventory and say what was written (synth, from-trace, preset)."""
     save_inventory(inv, output)
     typer.echo(f"wrote {output}: {_summary(inv)}")
 
 
 @inventory_app.command("synth")
 def synth_cmd(
-    num_tables: Annotated[int, typer.Option("--num-tables", "-n", min=1, max=MAX_TABLES, help="Number of tables.")],
     output: OutputOpt,
-    seed: Annotated[int, typer.Option("--seed", "-s", min=0, max=MAX_SEED, help="Random seed (same seed, same inventory).")] = 0,
-    dims: Annotated[str, typer.Option("--dims", help="Comma-separated embedding dims (multiples of 4).")] = (
-        "16,32,64,128"
-    ),
-    name: Annotated[str | None, typer.Option("--name", help="Inventory name.")] = None,
+    num_tables: Annotated[int | None, typer.Option("--num-tables", "-n", min=1, max=MAX_TABLES, help="Number of tables (inventory.num_tables; default 120).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", "-s", min=0, max=MAX_SEED, help="Random seed, same seed same inventory (inventory.seed; default 0).")] = None,
+    dims: Annotated[str | None, typer.Option("--dims", help="Comma-separated embedding dims, multiples of 4 (inventory.dims; default 16,32,64,128).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Inventory name (inventory.name; default pool).")] = None,
+    params: ParamsOpt = None,
 ) -> None:
-    """Generate a synthetic DLRM-like inventory (rows, pooling, Zipf reuse histograms)."""
-    from dreamshard.inventory.synth import synth_inventory
-    from dreamshard.inventory.validation import check_inventory_names, check_name
-
+    """Generate a synthetic DLRM-like inventory (rows, pooling, Zipf reuse histograms); with --params, the
+    pipeline's pool (its `inventory` section)."""
     if name is not None:
         check_name(name, "--name")
-    inv = check_inventory_names(synth_inventory(num_tables, seed, dims=parse_dims(dims), name=name))
-    _write(inv, output)
+    settings = resolve(params, {"inventory.num_tables": num_tables, "inventory.seed": seed,
+                                "inventory.dims": parse_dims(dims) if dims is not None else None, "inventory.name": name})
+    write_inventory(inventory_uc.run(inventory_uc.InventoryRequest(settings=settings)).inventory, output)
 
 
 @inventory_app.command("from-trace")
@@ -80,12 +81,9 @@ def from_trace_cmd(
     dim: Annotated[int, typer.Option("--dim", min=1, max=MAX_DIM, help="Embedding dim given to every table.")] = 64,
 ) -> None:
     """Build an inventory from an open DLRM embedding trace (facebookresearch/dlrm_datasets)."""
-    from dreamshard.inventory.trace import inventory_from_trace
-    from dreamshard.io import check_outputs
-
     check_outputs({"TRACE": trace}, {"--output": output})
     inv = inventory_from_trace(trace, name=name, batch_size=batch_size, max_tables=max_tables, dim=dim)
-    _write(inv, output)
+    write_inventory(inv, output)
 
 
 @inventory_app.command("validate")
@@ -96,31 +94,39 @@ def validate_cmd(
     ] = None,
 ) -> None:
     """Check an inventory file (fields, types, bounds, safe names); print its name, table count, total size and
-    fingerprint."""
-    from dreamshard.io import check_outputs, load_inventory, save_inventory
-
-    check_outputs({"INVENTORY": inventory}, {"--output": output})
-    inv = load_inventory(inventory)
-    total_gb = sum(t.size_gb for t in inv.tables)
+    fingerprint. The pipeline's `inventory` stage is `inventory validate INPUT -o data/inventory.yaml`."""
+    result = inventory_uc.run(inventory_uc.InventoryRequest(source=inventory, out=output))
+    inv = result.inventory
     typer.echo(f"name: {inv.name}")
     typer.echo(f"tables: {inv.num_tables}")
-    typer.echo(f"total_gb: {total_gb:.4f}")
+    typer.echo(f"total_gb: {result.total_gb:.4f}")
     typer.echo(f"fingerprint: {inv.fingerprint()}")
-    if output is not None:
-        save_inventory(inv, output)
 
 
 @inventory_app.command("fingerprint")
 def fingerprint_cmd(inventory: Annotated[Path, typer.Argument(help="Inventory file (JSON or YAML).")]) -> None:
     """Print the inventory's sha256 fingerprint (independent of key and table order)."""
-    from dreamshard.io import load_inventory
-
     typer.echo(load_inventory(inventory).fingerprint())
+
+
+@inventory_app.command("push")
+def push_cmd(
+    inventory: Annotated[Path, typer.Argument(help="Inventory file (YAML or JSON).")],
+    store: Annotated[str, typer.Option("--store", help="Plan store: directory or s3://bucket/prefix.")],
+    endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")] = None,
+    no_event: Annotated[bool, typer.Option("--no-event", help="Store only; do not emit the inventory-changed event.")] = False,
+) -> None:
+    """Store a new inventory version (inventories/<name>/<fingerprint>.yaml + current) and emit
+    `dreamshard.inventory.changed` (through the installed notifiers: the Prefect flows' starts the orchestrator
+    deployment when PREFECT_API_URL is set)."""
+    result = inventory_uc.push(inventory_uc.PushRequest(source=inventory, store=store, endpoint_url=endpoint_url,
+                                                        notify=not no_event))
+    ref = result.ref
+    typer.echo(f"{'stored' if ref.changed else 'unchanged'} {ref.name} {ref.fingerprint[:12]} at {ref.uri}")
+    for line in result.notes:
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:
     """Add the `inventory` command group to the main app."""
-    from dreamshard.cli.preset_cmd import register as register_presets
-
-    register_presets(inventory_app)
     app.add_typer(inventory_app, name="inventory")

@@ -1,4 +1,5 @@
-"""`dreamshard tasks | train-cost | train-policy | train`: the learning stages (dreamshard.learning.stages)."""
+"""`dreamshard tasks | train-cost | train-policy | train | pretrain`: the learning use cases
+(dreamshard.usecases.tasks / train)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dreamshard.cli.options import MAX_DEVICE_GB, InventoryOpt
-from dreamshard.config import load_section
-from dreamshard.io import check_outputs
+from dreamshard.cli.options import BackendOverride, InventoryOpt, MemoryOverride, ParamsOpt
+from dreamshard.settings import resolve
+from dreamshard.usecases import tasks as tasks_uc
+from dreamshard.usecases import train as train_uc
 
 console = Console(highlight=False)
 
-ParamsOpt = Annotated[Optional[Path], typer.Option("--params", help="params.yaml with the stage's section(s).")]
 ModelDirOpt = Annotated[Path, typer.Option("--model-dir", help="Model directory (cost_net.pt, policy.pt, model.json).")]
 TasksOpt = Annotated[Path, typer.Option("--tasks", help="TaskSet file from `dreamshard tasks`.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")]
@@ -31,10 +32,7 @@ def tasks(
     params: ParamsOpt = None,
 ) -> None:
     """Split a table pool into disjoint train / held-out pools and make planning tasks from them."""
-    from dreamshard.learning.stages import make_tasks_file
-
-    check_outputs({"--inventory": inventory, "--params": params}, {"--output": output})
-    ts = make_tasks_file(inventory, output, params)
+    ts = tasks_uc.run(tasks_uc.TasksRequest(settings=resolve(params), inventory=inventory, out=output)).taskset
     console.print(
         f"{len(ts.train)} train tasks ({len(ts.train_tables)} tables), {len(ts.test)} held-out tasks "
         f"({len(ts.test_tables)} tables) -> {output}", markup=False,
@@ -50,11 +48,9 @@ def train_cost(
     progress: ProgressOpt = True,
 ) -> None:
     """Fit the cost network on measurements and save it in the model directory."""
-    from dreamshard.learning.stages import train_cost_stage
-
-    check_outputs({"--inventory": inventory, "--measurements": measurements, "--params": params},
-                  {"--metrics-out": metrics_out})
-    card = train_cost_stage(inventory, measurements, model_dir, params, metrics_out, progress and console.is_terminal)
+    card = train_uc.run_cost(train_uc.CostRequest(
+        settings=resolve(params), inventory=inventory, measurements=measurements, model_dir=model_dir,
+        metrics_out=metrics_out, progress=progress and console.is_terminal)).card
     m = card.cost_metrics
     console.print(
         f"cost net {card.version} -> {model_dir}: train {m.get('n_train')}, held-out {m.get('n_test')}, "
@@ -72,10 +68,9 @@ def train_policy(
     progress: ProgressOpt = True,
 ) -> None:
     """Train the placement policy on the estimated MDP using the cost net in the model directory."""
-    from dreamshard.learning.stages import train_policy_stage
-
-    check_outputs({"--inventory": inventory, "--tasks": tasks_path, "--params": params}, {"--metrics-out": metrics_out})
-    card = train_policy_stage(inventory, tasks_path, model_dir, params, metrics_out, progress and console.is_terminal)
+    card = train_uc.run_policy(train_uc.PolicyRequest(
+        settings=resolve(params), inventory=inventory, tasks=tasks_path, model_dir=model_dir,
+        metrics_out=metrics_out, progress=progress and console.is_terminal)).card
     p = card.policy_metrics
     console.print(
         f"policy {card.version} -> {model_dir}: {p.get('episodes')} episodes, estimated cost "
@@ -89,8 +84,8 @@ def train(
     tasks_path: TasksOpt,
     params: ParamsOpt = None,
     model_dir: ModelDirOpt = Path("models"),
-    backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default from params), cuda or simulator.")] = None,
-    memory_gb: Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB.")] = None,
+    backend: BackendOverride = None,
+    memory_gb: MemoryOverride = None,
     measurements: Annotated[
         Optional[Path], typer.Option("--measurements", help="Start from these profile records (the profile stage's).")
     ] = None,
@@ -102,28 +97,23 @@ def train(
     progress: ProgressOpt = True,
 ) -> None:
     """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
-    from dreamshard.learning.stages import train_loop_stage
-
-    check_outputs({"--inventory": inventory, "--tasks": tasks_path, "--measurements": measurements, "--params": params},
-                  {"--metrics-out": metrics_out})
-    results, summary = train_loop_stage(
-        inventory, tasks_path, model_dir, params, backend, memory_gb, measurements, resume,
-        progress and console.is_terminal, state_dir=state_dir, metrics_out=metrics_out,
-    )
-    if not results:
+    settings = resolve(params, {"profile.backend": backend, "topology.memory_per_device_gb": memory_gb})
+    result = train_uc.run(train_uc.TrainRequest(
+        settings=settings, inventory=inventory, tasks=tasks_path, model_dir=model_dir, measurements=measurements,
+        state_dir=state_dir, metrics_out=metrics_out, resume=resume, progress=progress and console.is_terminal))
+    if not result.iterations:
         console.print(f"nothing to do: {model_dir} already holds the final iteration (use --no-resume to restart)")
-    for r in results:
+    for r in result.iterations:
         console.print(
             f"iter {r.iteration}: {r.n_new} placements ({r.n_measured} measured, {r.n_new - r.n_measured} from the "
             f"cache), {r.n_measurements} records, measured mean {_fmt(r.measured_mean_ms)} ms, cost MAPE "
             f"{_fmt(r.cost.mape_device_total_planning)} per device (compute {_fmt(r.cost.mape_device_compute)}), est. cost "
             f"{_fmt(r.policy_mean_cost_ms)} ms", markup=False,
         )
+    summary = result.summary
     console.print(f"model {summary.model_version} -> {model_dir}"
                   + (f" (warm-started from {summary.init})" if summary.init else ""), markup=False)
-    from dreamshard.learning.model_store import load_card
-
-    if load_card(model_dir).backend == "simulator":
+    if result.simulated:
         console.print("[SIMULATED backend: analytic model, not a measurement]", markup=False)
 
 
@@ -131,23 +121,14 @@ def pretrain(
     params: ParamsOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the pre-trained model goes.")] = Path("models/pretrained"),
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Measurements and checkpoints (resumable).")] = Path("runs/pretrain"),
-    backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default from params), cuda or simulator.")] = None,
+    backend: BackendOverride = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue where a killed run stopped.")] = True,
     progress: ProgressOpt = True,
 ) -> None:
     """Pre-train a model on tasks from the wide table generator (params `pretrain`); `make pretrain` ships it."""
-    from dreamshard.learning.configs import PretrainConfig
-    from dreamshard.learning.pretrain import pretrain as run_pretrain
-    from dreamshard.profiling import ProfileConfig
-
-    cfg = load_section(params, "pretrain", PretrainConfig)
-    prof = load_section(params, "profile", ProfileConfig)
-    prof = ProfileConfig.model_validate({**prof.model_dump(), **({"backend": backend} if backend else {})})
-    oracle = prof.oracle()
-    try:
-        summary = run_pretrain(cfg, out, state_dir, oracle, progress=progress and console.is_terminal, resume=resume)
-    finally:
-        oracle.close()
+    summary = train_uc.run_pretrain(train_uc.PretrainRequest(
+        settings=resolve(params, {"profile.backend": backend}), out=out, state_dir=state_dir, resume=resume,
+        progress=progress and console.is_terminal)).summary
     console.print(
         f"pre-trained {summary['version']} -> {out}: {summary['tasks']} tasks, {summary['tables']} tables, "
         f"{summary['profile_records']} profile + {summary['loop_records']} loop records; profiling "

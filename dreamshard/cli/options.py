@@ -7,7 +7,8 @@ reaches arithmetic that could overflow or allocate without limit (docs/architect
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+
+from typing import Annotated, Optional
 
 import typer
 from pydantic import ValidationError
@@ -15,9 +16,6 @@ from pydantic import ValidationError
 from dreamshard.errors import TopologyError
 from dreamshard.io import describe_validation_error
 from dreamshard.types import MAX_BATCH, MAX_DEVICE_GB, Topology
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.profiling import Oracle
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file (YAML or JSON).")]
 #: Bounds of the counts users type (seeds fit numpy's 32-bit generators).
@@ -30,13 +28,22 @@ MAX_SEED = 2**32 - 1
 DevicesOpt = Annotated[int, typer.Option("--devices", "-d", min=1, max=MAX_DEVICES, help="Number of devices.")]
 MemoryOpt = Annotated[float, typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB.")]
 BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size.")]
-DeviceTypeOpt = Annotated[str, typer.Option("--device-type", help="cpu or cuda.")]
-BackendOpt = Annotated[str, typer.Option("--backend", help="Measuring backend: cpu, cuda or simulator.")]
-WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per measurement.")]
-RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats per measurement (median).")]
-ThreadsOpt = Annotated[int, typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads for CPU timing (pinned).")]
-RoundsOpt = Annotated[int, typer.Option("--rounds", min=1, max=MAX_ROUNDS, help="Interleaved measurement rounds.")]
 SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed.")]
+# Options that override a params.yaml key (None = not given: the params file, else the section default;
+# dreamshard.settings.resolve applies them). The key each sets is in its help.
+ParamsOpt = Annotated[Optional[Path], typer.Option("--params", help="params.yaml: defaults for the options below (CLI > params > defaults).")]
+DevicesOverride = Annotated[Optional[int], typer.Option("--devices", "-d", min=1, max=MAX_DEVICES, help="Number of devices (plan.num_devices; default tasks.train_devices = 4).")]
+MemoryOverride = Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB (topology.memory_per_device_gb; default 4).")]
+BatchOverride = Annotated[Optional[int], typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size (topology.batch_size; default 2048).")]
+DeviceTypeOverride = Annotated[Optional[str], typer.Option("--device-type", help="cpu or cuda (topology.device_type; default cpu).")]
+InterconnectOverride = Annotated[Optional[str], typer.Option("--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile) (topology.interconnect; default measured).")]
+BackendOverride = Annotated[Optional[str], typer.Option("--backend", help="Measuring backend: cpu, cuda or simulator (profile.backend; default cpu).")]
+WarmupOverride = Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per measurement (profile.warmup; default 3).")]
+RepeatsOverride = Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats per measurement, median (profile.repeats; default 7).")]
+ThreadsOverride = Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads for CPU timing, pinned (profile.num_threads; default 1).")]
+SeedOverride = Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed (profile.seed; default 0).")]
+RoundsOverride = Annotated[Optional[int], typer.Option("--rounds", min=1, max=MAX_ROUNDS, help="Interleaved measurement rounds (evaluate.rounds; default 3).")]
+ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="Model dir of the learned sharders (default: ./models, ./models/dreamshard, else the packaged model).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -56,9 +63,3 @@ def make_topology(devices: int, memory_gb: float, batch_size: int, device_type: 
         )
     except ValidationError as e:
         raise TopologyError(f"topology {describe_validation_error(e)}") from None
-
-
-def build_oracle(backend: str, warmup: int, repeats: int, threads: int, seed: int = 0) -> Oracle:
-    from dreamshard.profiling import make_oracle
-
-    return make_oracle(backend, warmup=warmup, repeats=repeats, num_threads=threads, seed=seed)

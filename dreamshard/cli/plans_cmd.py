@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from dreamshard.errors import ConfigError, StoreError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.types import Plan
+from dreamshard.cli.plan_cmd import expand_sharders
+from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote
+from dreamshard.errors import ConfigError
+from dreamshard.settings import Settings, resolve
+from dreamshard.store import fsck, list_plans, rollback
+from dreamshard.store.base import PlanStore
+from dreamshard.types import Plan
+from dreamshard.usecases import publish as publish_uc
+from dreamshard.usecases import reproduce as reproduce_uc
+from dreamshard.usecases.stored import open_plan_store, stored_plan
 
 plans_app = typer.Typer(help="Gate, publish, list, show, roll back and check plans in a plan store.", no_args_is_help=True)
 remote_app = typer.Typer(help="Configure the DVC remote (local directory or S3-compatible).", no_args_is_help=True)
-
-DEFAULT_PARAMS = Path("params.yaml")
 
 StoreOpt = Annotated[
     str | None,
@@ -34,29 +38,13 @@ ParamsOpt = Annotated[
 InventoryNameOpt = Annotated[str, typer.Option("--inventory", help="Inventory name the plans belong to.")]
 
 
-def _params_path(params: Path | None) -> Path | None:
-    return DEFAULT_PARAMS if params is None and DEFAULT_PARAMS.is_file() else params
+def _settings(params: Path | None, overrides: dict[str, object] | None = None) -> Settings:
+    """The plans commands read ./params.yaml when --params is not given (publish.store_uri, the gate's margin)."""
+    return resolve(params, overrides, lookup="local")
 
 
-def _publish_config(params: Path | None):  # type: ignore[no-untyped-def]
-    from dreamshard.config import load_section
-    from dreamshard.gate import PublishConfig
-
-    return load_section(_params_path(params), "publish", PublishConfig)
-
-
-def _open(store: str | None, endpoint: str | None, params: Path | None = None,  # type: ignore[no-untyped-def]
-          existing: bool = True):
-    """The plan store; a local one must already exist unless `existing` is False (publish creates it), so a
-    mistyped --store is an error rather than an empty listing."""
-    from dreamshard.store import open_store
-    from dreamshard.store.local import LocalPlanStore
-
-    uri = store or _publish_config(params).store_uri
-    s = open_store(uri, endpoint_url=endpoint)
-    if existing and isinstance(s, LocalPlanStore) and not Path(s.location).is_dir():
-        raise StoreError(f"no plan store at {s.location} (no such directory): check --store, or publish a plan first")
-    return s
+def _open(store: str | None, endpoint: str | None, params: Path | None = None, existing: bool = True) -> PlanStore:
+    return open_plan_store(_settings(params), store, endpoint, existing=existing)
 
 
 @plans_app.command("publish")
@@ -97,27 +85,13 @@ def publish_cmd(
 ) -> None:
     """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
     it as rejected (exit 1). A plan or comparison that does not check out is an error (exit 2), nothing stored."""
-    from dreamshard.gate import check_margin, gate_comparison_file
-    from dreamshard.io import load_inventory, load_plan
-    from dreamshard.store import publish_or_reject
-
-    if measure and comparison is not None:
-        raise ConfigError("--comparison and --measure are two ways to get the costs: choose one")
-    if not measure and comparison is None:
-        raise ConfigError(
-            "publishing needs the plan's measured costs next to the baselines': pass --comparison FILE "
-            "(a comparison holding this plan) or --measure (the gate measures them itself)"
-        )
-    cfg = _publish_config(params)
-    margin = check_margin(cfg.min_improvement if min_improvement is None else min_improvement)
-    plan = load_plan(plan_file)
-    s = _open(store, endpoint, params, existing=False)
-    inv = load_inventory(inventory) if inventory is not None else _stored_inventory(s, plan)
-    if comparison is not None:
-        judged, decision = gate_comparison_file(plan, inv, comparison, margin, backend=backend)
-    else:
-        judged, decision = _measure_and_gate(plan, inv, margin, params, backend, sharders, rounds)
-    ref = publish_or_reject(s, judged, decision)
+    settings = _settings(params, {"publish.min_improvement": min_improvement, "evaluate.rounds": rounds,
+                                  "profile.backend": backend if measure else None})
+    result = publish_uc.run(publish_uc.PublishRequest(
+        settings=settings, plan=plan_file, comparison=comparison, measure=measure,
+        baselines=tuple(expand_sharders(sharders)) if measure else (), inventory=inventory,
+        backend=None if measure else backend, store=store, endpoint_url=endpoint))
+    ref, decision = result.ref, result.decision
     if ref.status == "approved":
         typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
         typer.echo(decision.reason)
@@ -126,49 +100,6 @@ def publish_cmd(
         f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False
     )
     raise typer.Exit(1)
-
-
-def _stored_inventory(store, plan):  # type: ignore[no-untyped-def]
-    """The inventory version the plan names, from the store's inventory versions (`dreamshard inventory push`)."""
-    from dreamshard.events import get_inventory_version
-
-    inv = get_inventory_version(store, plan.inventory_name, plan.inventory_fingerprint)
-    if inv is None:
-        raise ConfigError(
-            f"the gate verifies a plan against its inventory: pass -i INVENTORY, or push it first "
-            f"(`dreamshard inventory push FILE --store ...`); the store has no version "
-            f"{plan.inventory_fingerprint[:12]} of inventory '{plan.inventory_name}'"
-        )
-    return inv
-
-
-def _measure_and_gate(plan, inv, margin, params, backend, sharders, rounds):  # type: ignore[no-untyped-def]
-    from dreamshard.cli.plan_cmd import expand_sharders
-    from dreamshard.config import load_section
-    from dreamshard.gate import measure_and_gate
-    from dreamshard.pipeline_config import EvaluateConfig
-    from dreamshard.profiling import ProfileConfig
-
-    params = _params_path(params)
-    prof = load_section(params, "profile", ProfileConfig)
-    if backend is not None:
-        prof = _validated(ProfileConfig, {**prof.model_dump(), "backend": backend})
-    n_rounds = rounds or load_section(params, "evaluate", EvaluateConfig).rounds
-    names = expand_sharders(sharders)
-    oracle = prof.oracle()
-    try:
-        judged, decision, _ = measure_and_gate(
-            plan, inv, oracle, names, margin, rounds=n_rounds, seed=prof.seed, sharder_options={"random": {"seed": prof.seed}}
-        )
-    finally:
-        oracle.close()
-    return judged, decision
-
-
-def _validated(model, data):  # type: ignore[no-untyped-def]
-    from dreamshard.io import validate_mapping
-
-    return validate_mapping(data, model, ConfigError, "--backend")
 
 
 @plans_app.command("list")
@@ -181,8 +112,6 @@ def list_cmd(
 ) -> None:
     """List stored plans (approved and rejected), checksum-verified, marking the current one of each inventory.
     A plan that fails verification is listed as CORRUPT with the reason (exit 1); the others still list."""
-    from dreamshard.store import list_plans
-
     records = list_plans(_open(store, endpoint, params), inventory)
     broken = [r for r in records if r.problem]
     if as_json:
@@ -227,8 +156,6 @@ def fsck_cmd(
 ) -> None:
     """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes,
     stored inventory versions. Prints one line per problem with its fix; exit 0 when clean, 1 otherwise."""
-    from dreamshard.store import fsck
-
     s = _open(store, endpoint, params)
     issues = fsck(s, inventory)
     if as_json:
@@ -241,17 +168,9 @@ def fsck_cmd(
         raise typer.Exit(1)
 
 
-def stored_plan(command: str, plan_id: str, store: str | None, inventory: str | None, endpoint: str | None,
-                params: Path | None) -> Plan:
-    """A stored plan by id, or the current one of `inventory` when plan_id is 'current' (checksum-verified)."""
-    from dreamshard.store import get_current, show
-
-    s = _open(store, endpoint, params)
-    if plan_id == "current":
-        if not inventory:
-            raise ConfigError(f"`plans {command} current` needs --inventory NAME")
-        return get_current(s, inventory)
-    return show(s, plan_id, inventory)
+def _stored_plan(command: str, plan_id: str, store: str | None, inventory: str | None, endpoint: str | None,
+                 params: Path | None) -> Plan:
+    return stored_plan(_open(store, endpoint, params), plan_id, inventory, command)
 
 
 @plans_app.command("show")
@@ -265,7 +184,7 @@ def show_cmd(
     endpoint: EndpointOpt = None,
 ) -> None:
     """Print a stored plan as JSON (checksum-verified; a pipeline plan's JSON includes its lineage)."""
-    plan = stored_plan("show", plan_id, store, inventory, endpoint, params)
+    plan = _stored_plan("show", plan_id, store, inventory, endpoint, params)
     if lineage:
         if plan.lineage is None:
             raise ConfigError(f"plan {plan.plan_id} has no lineage (it was not published by the pipeline)")
@@ -286,10 +205,29 @@ def rollback_cmd(
 ) -> None:
     """Move `current` back to the previous version (or to --to PLAN_ID, which also repairs a corrupt pointer).
     No version is deleted."""
-    from dreamshard.store import rollback
-
     pointer = rollback(_open(store, endpoint, params), inventory, to)
     typer.echo(f"current of '{inventory}' is now {pointer.plan_id} ({pointer.key})")
+
+
+@plans_app.command("reproduce")
+def reproduce_cmd(
+    plan_id: Annotated[str, typer.Argument(help="Plan id (or 'current' with --inventory).")],
+    into: Annotated[Path, typer.Option("--into", help="New directory for the workspace clone.")],
+    store: StoreOpt = None,
+    inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory name (needed for 'current').")] = None,
+    endpoint: EndpointOpt = None,
+    params: ParamsOpt = None,
+) -> None:
+    """Rebuild the workspace a published plan came from (its dvc.yaml, params and dvc.lock), `dvc pull` exactly
+    that data and model from the plan's DVC remote, and check their md5 against the plan's lineage."""
+    out = reproduce_uc.run(reproduce_uc.ReproduceRequest(settings=_settings(params), plan_id=plan_id, into=into,
+                                                         inventory=inventory, store=store, endpoint_url=endpoint))
+    plan, result = out.plan, out.result
+    assert plan.lineage is not None
+    typer.echo(f"reproduced plan {plan.plan_id} in {result.directory}/ from {plan.lineage.dvc_remote}")
+    typer.echo(f"model models/dreamshard md5 {result.model_md5} (lineage: {plan.lineage.model_md5}) - match")
+    typer.echo(f"measurements md5 {result.measurements_md5}; workspace revision of the run "
+               f"{(plan.lineage.git_revision or '-')[:12]}; `dvc repro` inside {into} re-runs the stages")
 
 
 @remote_app.command("s3")
@@ -301,8 +239,6 @@ def remote_s3_cmd(
     default: Annotated[bool, typer.Option("--default/--no-default", help="Make it the default remote.")] = True,
 ) -> None:
     """Point DVC at an S3-compatible remote. Credentials stay in AWS_* env / boto3 chain, never in .dvc/config."""
-    from dreamshard.dvc_remote import configure_s3_remote
-
     for cmd in configure_s3_remote(name, url, endpoint, repo, default):
         typer.echo("dvc " + " ".join(cmd))
 
@@ -317,8 +253,6 @@ def remote_local_cmd(
     default: Annotated[bool, typer.Option("--default/--no-default", help="Make it the default remote.")] = True,
 ) -> None:
     """Point DVC at a local directory remote (the default setup)."""
-    from dreamshard.dvc_remote import configure_local_remote
-
     for cmd in configure_local_remote(name, path, repo, default):
         typer.echo("dvc " + " ".join(cmd))
 

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS
+from dreamshard.cli.inventory_cmd import write_inventory
+from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS, preset_inventory
 
 
 def preset_cmd(
@@ -19,10 +20,7 @@ def preset_cmd(
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: the preset's).")] = None,
 ) -> None:
     """Write the 26 categorical tables of a Criteo dataset (public cardinalities; tables t_cat_0..t_cat_25)."""
-    from dreamshard.cli.inventory_cmd import _write
-    from dreamshard.inventory.presets import preset_inventory
-
-    _write(preset_inventory(preset, dim=dim, pooling=pooling, zipf_exponent=zipf_exponent, name=name), output)
+    write_inventory(preset_inventory(preset, dim=dim, pooling=pooling, zipf_exponent=zipf_exponent, name=name), output)
 
 
 def register(inventory_app: typer.Typer) -> None:

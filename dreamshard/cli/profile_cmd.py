@@ -1,4 +1,5 @@
-"""`dreamshard profile`: measure single-table costs and random placements into a JSONL file (resumable)."""
+"""`dreamshard profile` (an inventory's placements measured into a JSONL file, resumable) and
+`dreamshard profile-stage` (the DVC stage: batches -> shards -> merged): dreamshard.usecases.profile."""
 
 from __future__ import annotations
 
@@ -12,69 +13,53 @@ from dreamshard.cli.options import (
     MAX_REPEATS,
     MAX_SEED,
     MAX_THREADS,
-    DevicesOpt,
+    BackendOverride,
+    BatchOverride,
+    DevicesOverride,
     InventoryOpt,
-    MemoryOpt,
-    make_topology,
+    MemoryOverride,
+    ParamsOpt,
 )
-from dreamshard.types import MAX_BATCH, MAX_ROWS
+from dreamshard.errors import ConfigError
+from dreamshard.settings import resolve
+from dreamshard.types import MAX_ROWS, CommModel
+from dreamshard.usecases import profile as profile_uc
 
 console = Console(highlight=False, soft_wrap=True)
 
 
 def profile(
     inventory: InventoryOpt,
-    devices: DevicesOpt,
-    memory_gb: MemoryOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Measurements JSONL (appended; reruns resume).")],
+    devices: DevicesOverride = None,
+    memory_gb: MemoryOverride = None,
     num_placements: Annotated[
-        Optional[int], typer.Option("--num-placements", "-k", min=0, max=100_000, help="Random feasible placements (per train task).")
+        Optional[int], typer.Option("--num-placements", "-k", min=0, max=100_000, help="Random feasible placements per train task (profile.num_placements; default 4).")
     ] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", help="cpu (default), cuda or simulator.")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size.")] = 2048,
-    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per device.")] = None,
-    repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats (median).")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads (pinned).")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for placements and indices.")] = None,
-    row_cap: Annotated[Optional[int], typer.Option("--row-cap", min=1, max=MAX_ROWS, help="Profile at most this many rows per table.")] = None,
+    backend: BackendOverride = None,
+    batch_size: BatchOverride = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per device (profile.warmup; default 3).")] = None,
+    repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats, median (profile.repeats; default 7).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads, pinned (profile.num_threads; default 1).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for placements and indices (profile.seed; default 0).")] = None,
+    row_cap: Annotated[Optional[int], typer.Option("--row-cap", min=1, max=MAX_ROWS, help="Profile at most this many rows per table (profile.row_cap).")] = None,
     tasks: Annotated[Optional[Path], typer.Option("--tasks", help="TaskSet file: profile each train task.")] = None,
     refit_comm: Annotated[bool, typer.Option("--refit-comm", help="Re-run the all-to-all benchmark (ignore cache).")] = False,
-    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml: defaults from its `profile` section.")] = None,
+    params: ParamsOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
 ) -> None:
     """Measure single-table costs and K random feasible placements (real timing; resumes an existing file)."""
-    from dreamshard.config import load_section
-    from dreamshard.io import check_outputs, load_inventory
-    from dreamshard.profiling import ProfileConfig, profile_inventory
-
-    check_outputs({"--inventory": inventory, "--tasks": tasks, "--params": params}, {"--output": output})
-    cfg = load_section(params, "profile", ProfileConfig)
-    flags = {
-        "backend": backend, "num_placements": num_placements, "warmup": warmup, "repeats": repeats,
-        "num_threads": threads, "seed": seed, "row_cap": row_cap,
-    }
-    cfg = ProfileConfig.model_validate({**cfg.model_dump(), **{k: v for k, v in flags.items() if v is not None}})
-    inv = load_inventory(inventory)
-    device_type = "cuda" if cfg.backend == "cuda" else "cpu"
-    topology = make_topology(devices, memory_gb, batch_size, device_type)
-    taskset = None
-    if tasks is not None:
-        from dreamshard.learning.tasks import load_taskset
-
-        taskset = load_taskset(tasks)
-    oracle = cfg.oracle()
-    try:
-        if refit_comm:
-            sizes = {topology.num_devices} | ({t.num_devices for t in taskset.train} if taskset else set())
-            for n in sorted(sizes):
-                m = oracle.comm_model(topology.model_copy(update={"num_devices": n}), refit=True)
-                console.print(f"comm fit (N={n}): {_comm_line(m)}")
-        summary = profile_inventory(
-            inv, topology, cfg.num_placements, output, oracle, seed=cfg.seed, tasks=taskset,
-            progress=progress and console.is_terminal, kinds=cfg.kinds,
-        )
-    finally:
-        oracle.close()
+    settings = resolve(params, {
+        "plan.num_devices": devices, "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
+        "profile.backend": backend, "profile.num_placements": num_placements, "profile.warmup": warmup,
+        "profile.repeats": repeats, "profile.num_threads": threads, "profile.seed": seed, "profile.row_cap": row_cap,
+    })
+    result = profile_uc.run(profile_uc.ProfileRequest(
+        settings=settings, inventory=inventory, out=output, tasks=tasks, refit_comm=refit_comm,
+        progress=progress and console.is_terminal))
+    for m in result.refit:
+        console.print(f"comm fit (N={m.world_size}): {_comm_line(m)}", markup=False)
+    summary = result.summary
     info = summary.backend
     label = "  [SIMULATED: analytic model, not a measurement]" if info.is_simulated else ""
     console.print(
@@ -92,14 +77,34 @@ def profile(
         console.print(f"comm: {_comm_line(m)}", markup=False)
 
 
-def _comm_line(m: object) -> str:
-    from dreamshard.types import CommModel
-
-    assert isinstance(m, CommModel)
+def _comm_line(m: CommModel) -> str:
     r2 = f", r2 {m.r2:.3f}" if m.r2 is not None else ""
     return f"{m.backend} alpha {m.alpha_ms:.3f} ms + beta {m.beta_ms_per_mb:.3f} ms/MB (world {m.world_size}{r2})"
 
 
+def profile_stage(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="The validated inventory.")],
+    tasks: Annotated[Path, typer.Option("--tasks", help="TaskSet from `dreamshard tasks`.")],
+    out: Annotated[Path, typer.Option("--output", "-o", help="Merged measurements (JSONL).")],
+    params: ParamsOpt = None,
+    store: Annotated[Optional[str], typer.Option("--store", envvar="DREAMSHARD_PROFILE_STORE", help="Where batch specs and shards go: directory or s3://bucket/prefix (default: a temporary directory, removed after the merge).")] = None,
+    endpoint_url: Annotated[Optional[str], typer.Option("--endpoint-url", envvar="DREAMSHARD_PROFILE_ENDPOINT", help="S3 endpoint of --store.")] = None,
+    campaign: Annotated[Optional[str], typer.Option("--campaign", envvar="DREAMSHARD_PROFILE_CAMPAIGN", help="Shards of one campaign are reused (resume); default: a fresh one.")] = None,
+    dispatch: Annotated[str, typer.Option("--dispatch", envvar="DREAMSHARD_PROFILE_DISPATCH", help="local (this process) or workers (runs of the profile-batch deployment; needs the flows).")] = "local",
+    parent_task_run: Annotated[Optional[str], typer.Option("--parent-task-run", envvar="DREAMSHARD_PARENT_TASK_RUN_ID", hidden=True)] = None,
+) -> None:
+    """DVC stage `profile`: plan the measurements in batches, measure each batch into one shard (here or on the
+    gpu work pool's workers), merge the shards in planned order."""
+    if dispatch not in ("local", "workers"):
+        raise ConfigError(f"--dispatch must be local or workers, got '{dispatch}'")
+    result = profile_uc.run_batched(profile_uc.BatchedProfileRequest(
+        settings=resolve(params), inventory=inventory, tasks=tasks, out=out, store_uri=store,
+        endpoint_url=endpoint_url, campaign=campaign, dispatch=dispatch,  # type: ignore[arg-type]
+        parent_task_run=parent_task_run), log=typer.echo)
+    typer.echo(f"wrote {out}: {result.merge.records} measurements from {result.merge.batches} batches")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `dreamshard profile` to the main app."""
+    """Add `dreamshard profile` and `dreamshard profile-stage` to the main app."""
     app.command("profile")(profile)
+    app.command("profile-stage")(profile_stage)

@@ -14,13 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.errors import PlanError, UnknownSharderError
+from dreamshard.errors import InputFileError, PlanError, UnknownSharderError
+from dreamshard.io import read_structured, validate_mapping
 from dreamshard.memory import check_plan
+from dreamshard.profiling.comm import device_comm_bytes
 from dreamshard.sharders import HEURISTICS, get_sharder, sharder_names
 from dreamshard.shards import expand_plan
-from dreamshard.types import MAX_DEVICE_GB, BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology, utcnow
+from dreamshard.types import MAX_DEVICE_GB, BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology, renamed_fields, utcnow
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -63,8 +65,13 @@ class Comparison(BaseModel):
     lb_compute_ms: float = 0.0  # LowerBound.compute_ms
     lb_comm_ms: float = 0.0  # LowerBound.comm_ms
     best: str = ""
-    best_heuristic: str = ""
+    best_baseline: str = ""  # the fastest BASELINE_SHARDERS contender (heuristics and TorchRec's planner)
     created_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return renamed_fields(data, {"best_heuristic": "best_baseline"})  # comparisons written before the rename
 
     @property
     def reference(self) -> LowerBound:
@@ -87,7 +94,7 @@ class Comparison(BaseModel):
         raise KeyError(sharder)
 
     def baselines(self) -> dict[str, float]:
-        """Measured overall cost of every heuristic contender (the gate compares against these)."""
+        """Measured overall cost of every baseline contender (BASELINE_SHARDERS; the gate compares against these)."""
         return {r.sharder: r.overall_ms for r in self.results if r.sharder in BASELINE_SHARDERS}
 
     def summary(self) -> dict[str, Any]:
@@ -103,7 +110,7 @@ class Comparison(BaseModel):
             "lb_compute_ms": self.lb_compute_ms,
             "lb_comm_ms": self.lb_comm_ms,
             "best": self.best,
-            "best_heuristic": self.best_heuristic,
+            "best_baseline": self.best_baseline,
             "sharders": {
                 self.label(r): {
                     "overall_ms": r.overall_ms,
@@ -147,8 +154,6 @@ def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topolo
     comm_ms = 0.0
     models = [m.comm_model for m in singles.values() if m.comm_model is not None]
     if d > 1 and models:
-        from dreamshard.profiling.comm import device_comm_bytes
-
         dims = [t.embedding_dim for t in inventory.tables]
         share = device_comm_bytes(topology.batch_size, dims, d) / d
         comm_ms = 2.0 * models[0].cost_ms(share)
@@ -293,8 +298,8 @@ def compare_sharders(
             )
         )
     best = min(results, key=lambda r: r.overall_ms)
-    heur = [r for r in results if r.sharder in BASELINE_SHARDERS]
-    best_h = min(heur, key=lambda r: r.overall_ms) if heur else best
+    baseline_results = [r for r in results if r.sharder in BASELINE_SHARDERS]
+    best_b = min(baseline_results, key=lambda r: r.overall_ms) if baseline_results else best
     for r in results:
         r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
         r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 1.0
@@ -311,15 +316,12 @@ def compare_sharders(
         lb_comm_ms=lb.comm_ms,
         results=results,
         best=best.sharder,
-        best_heuristic=best_h.sharder,
+        best_baseline=best_b.sharder,
     )
 
 
 def load_comparison(path: str | Path) -> Comparison:
     """A comparison written by `dreamshard compare --out` or the evaluate stage (data/comparison.json)."""
-    from dreamshard.errors import InputFileError
-    from dreamshard.io import read_structured, validate_mapping
-
     data = read_structured(path)
     if not isinstance(data, dict) or "topology" not in data or "results" not in data:
         raise InputFileError(

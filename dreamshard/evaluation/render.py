@@ -5,11 +5,13 @@ Pure presentation: nothing here measures or plans.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from rich.table import Table as RichTable
 
 from dreamshard.evaluation.compare import Comparison
+from dreamshard.io import atomic_write_bytes
 from dreamshard.types import COST_COMPONENTS, Costs, Plan
 
 
@@ -141,17 +143,17 @@ def comparison_markdown(cmp: Comparison) -> str:
     lines += [
         "",
         reference_line(cmp) + ".",
-        f"Best heuristic: `{cmp.best_heuristic}`.",
+        f"Best baseline: `{cmp.best_baseline}`.",
     ]
     return "\n".join(lines)
 
 
 def plot_comparison_png(cmp: Comparison) -> bytes:
     """PNG bytes: one panel per sharder, per-device stacked bars of the four cost components."""
-    import matplotlib
+    import matplotlib  # optional dependency: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency: matplotlib
 
     results = sorted(cmp.results, key=lambda r: r.overall_ms)
     n = len(results)
@@ -181,9 +183,7 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
     sim = " (SIMULATED)" if cmp.backend.is_simulated else ""
     fig.suptitle(f"{cmp.inventory_name}: per-device cost by sharder, backend {cmp.backend.name}{sim}; dashed = LB", fontsize=10)
     fig.tight_layout()
-    import io as _io
-
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return buf.getvalue()
@@ -191,6 +191,4 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
 
 def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
     """Write the PNG of plot_comparison_png to path (atomically)."""
-    from dreamshard.io import atomic_write_bytes
-
     return atomic_write_bytes(path, plot_comparison_png(cmp))

@@ -1,8 +1,9 @@
 """Integrations with the frameworks that run a plan.
 
 ``dreamshard.integrations.torchrec_file`` is the plan file TorchRec users receive (no torch needed);
-``dreamshard.integrations.torchrec`` turns it (or a Plan) into TorchRec's ``ShardingPlan`` and back;
-``dreamshard.integrations.dmp`` runs real ``DistributedModelParallel`` training steps on CPU ranks.
+``dreamshard.integrations.torchrec`` turns it (or a Plan) into TorchRec's ``ShardingPlan`` and back. The harness
+that runs real ``DistributedModelParallel`` training steps on CPU ranks serves only the tests and
+``bench/dmp_step.py``, so it lives with them (``tests/dmp_support.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,6 @@ TORCHREC_INSTALL_HINT = "pip install torchrec fbgemm-gpu-cpu (fbgemm-gpu on CUDA
 def require_torchrec() -> None:
     """Raise MissingDependencyError (one line, with the install command) unless torchrec imports."""
     try:
-        import torchrec.distributed.sharding_plan  # noqa: F401
+        import torchrec.distributed.sharding_plan  # noqa: F401  # optional dependency: torchrec
     except ImportError as e:
         raise MissingDependencyError(f"this needs torchrec ({e}); install it: {TORCHREC_INSTALL_HINT}") from None

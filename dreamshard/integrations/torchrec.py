@@ -24,8 +24,9 @@ DMP's sharder (``EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOpt
 "learning_rate": lr})``) or it trains with FBGEMM's default. "dense" keeps plain parameters for a torch
 optimizer. Both run forward and backward in ``DistributedModelParallel`` on CPU ranks over gloo.
 
-torchrec is imported inside the functions: without it, everything else in dreamshard works and these calls
-raise a one-line MissingDependencyError with the install command.
+torch is imported at module level; torchrec (an optional dependency) only inside the functions: without it,
+everything else in dreamshard works and these calls raise a one-line MissingDependencyError with the install
+command.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
 
 from dreamshard.errors import PlanError
 from dreamshard.integrations import require_torchrec
@@ -46,10 +50,9 @@ from dreamshard.integrations.torchrec_file import (
 )
 from dreamshard.types import Inventory, Plan, Topology
 
-if TYPE_CHECKING:
-    import torch.nn as nn
-    from torchrec.distributed.types import ModuleSharder, ShardingPlan
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+if TYPE_CHECKING:  # optional dependency: torchrec (annotations only)
+    from torchrec.distributed.types import ModuleSharder, ShardingPlan  # optional dependency: torchrec
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection  # optional dependency: torchrec
 
 PlanSource = TorchRecPlanFile | Plan | str | Path
 
@@ -57,8 +60,6 @@ PlanSource = TorchRecPlanFile | Plan | str | Path
 def torchrec_table_name(name: str) -> str:
     """The name a dreamshard table gets in a TorchRec module: '.' (refused by TorchRec's module dicts) as '_',
     and a trailing '_table' where the name is an attribute of ``nn.ModuleDict`` (e.g. 'keys')."""
-    import torch.nn as nn
-
     safe = name.replace(".", "_")
     return f"{safe}_table" if hasattr(nn.ModuleDict(), safe) else safe
 
@@ -80,7 +81,7 @@ def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -
     """One ``EmbeddingBagConfig`` per table (sum pooling, its dtype; feature name = table name), optionally with
     fewer rows (``rows[name]``: a scaled-down copy for CPU runs)."""
     require_torchrec()
-    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType  # optional dependency: torchrec
 
     dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
     mapped = _module_names(inventory.table_names, None)
@@ -100,14 +101,13 @@ def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -
 def build_ebc(inventory: Inventory, device: str = "meta", rows: Mapping[str, int] | None = None) -> EmbeddingBagCollection:
     """An ``EmbeddingBagCollection`` of the inventory's tables (on the meta device by default: DMP allocates only
     each rank's shards)."""
-    import torch
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection  # optional dependency: torchrec
 
     return EmbeddingBagCollection(tables=table_configs(inventory, rows), device=torch.device(device))
 
 
 def _sharder_map(sharders: Sequence[ModuleSharder[Any]] | None) -> dict[type, ModuleSharder[Any]]:
-    from torchrec.distributed.sharding_plan import get_module_to_default_sharders
+    from torchrec.distributed.sharding_plan import get_module_to_default_sharders  # optional dependency: torchrec
 
     out = dict(get_module_to_default_sharders())
     out.update({s.module_type: s for s in sharders or ()})
@@ -116,10 +116,8 @@ def _sharder_map(sharders: Sequence[ModuleSharder[Any]] | None) -> dict[type, Mo
 
 def _embedding_modules(module_or_tables: Any, sharders: Sequence[ModuleSharder[Any]] | None) -> list[tuple[str, Any, Any]]:
     """[(module path, module, its sharder)]: the shardable embedding modules of a model, outermost only."""
-    import torch
-    import torch.nn as nn
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # optional dependency: torchrec
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection  # optional dependency: torchrec
 
     by_type = _sharder_map(sharders)
     if isinstance(module_or_tables, Sequence) and not isinstance(module_or_tables, (str, bytes)):
@@ -148,7 +146,7 @@ def _embedding_modules(module_or_tables: Any, sharders: Sequence[ModuleSharder[A
 
 def _generator(table: str, spec: TableSharding, rows: int, dim: int) -> Any:
     """TorchRec's per-parameter sharding generator for one table of the plan."""
-    from torchrec.distributed.sharding_plan import column_wise, table_wise
+    from torchrec.distributed.sharding_plan import column_wise, table_wise  # optional dependency: torchrec
 
     spec.check_columns(table, dim)
     kernel = spec.compute_kernel
@@ -162,8 +160,8 @@ def _generator(table: str, spec: TableSharding, rows: int, dim: int) -> Any:
 
 def _column_ranges_generator(spec: TableSharding) -> Any:
     """Unequal column shards: the ParameterSharding ``column_wise`` would build, with our widths and ranks."""
-    from torchrec.distributed.sharding_plan import placement
-    from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardingType, ShardMetadata
+    from torchrec.distributed.sharding_plan import placement  # optional dependency: torchrec
+    from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardingType, ShardMetadata  # optional dependency: torchrec
 
     ranges = list(spec.column_ranges or ())
     ranks = list(spec.ranks)
@@ -209,8 +207,8 @@ def sharding_plan(
     `names` maps dreamshard table names to the module's where they differ.
     """
     require_torchrec()
-    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
-    from torchrec.distributed.types import ShardingPlan
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan  # optional dependency: torchrec
+    from torchrec.distributed.types import ShardingPlan  # optional dependency: torchrec
 
     doc = _document(source, world_size)
     mapped = _module_names(list(doc.tables), names)

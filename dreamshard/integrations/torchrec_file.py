@@ -45,8 +45,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.errors import ConfigError, InputFileError, PlanError
 from dreamshard.io import atomic_write_text, read_structured, validate_mapping
-from dreamshard.shards import check_column_shards, fold, shard_name
-from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology
+from dreamshard.sharders.base import make_plan
+from dreamshard.shards import check_column_shards, fold
+from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology, shard_name
 
 FORMAT = "dreamshard-torchrec-plan"
 #: TorchRec compute kernels a file may name. "fused" (FBGEMM's table-batched kernel, optimizer fused into the
@@ -238,7 +239,5 @@ def plan_from_document(
                 f"{t.num_embeddings}x{t.embedding_dim} in inventory '{inventory.name}'"
             )
         spec.check_columns(name, t.embedding_dim)
-    from dreamshard.sharders.base import make_plan
-
     placement, column_shards = fold(inventory, doc.units())
     return make_plan(inventory, topology, placement, sharder or doc.sharder or "torchrec", column_shards=column_shards)

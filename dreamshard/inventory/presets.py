@@ -31,8 +31,8 @@ from typing import Literal, get_args
 import numpy as np
 
 from dreamshard.errors import ConfigError
-from dreamshard.inventory.synth import check_dims, zipf_histogram
-from dreamshard.types import Inventory, Table
+from dreamshard.inventory.synth import zipf_histogram
+from dreamshard.types import Inventory, Table, aligned_dim, dim_problem
 
 PresetName = Literal["criteo-kaggle", "criteo-terabyte"]
 PRESETS: tuple[str, ...] = get_args(PresetName)
@@ -68,12 +68,9 @@ def preset_inventory(
     if preset not in CARDINALITIES:
         raise ConfigError(f"unknown preset '{preset}'; choose from {', '.join(PRESETS)}")
     width = DEFAULT_DIM[preset] if dim is None else dim
-    try:
-        check_dims([width])
-    except ConfigError:
-        raise ConfigError(
-            f"dim {width} is not a positive multiple of 4 (FBGEMM needs dim % 4 == 0); try --dim {max(4, (width + 3) // 4 * 4)}"
-        ) from None
+    problem = dim_problem(width)
+    if problem:
+        raise ConfigError(f"dim {problem}; try --dim {aligned_dim(width)}")
     if not (pooling >= 0 and np.isfinite(pooling)):
         raise ConfigError(f"pooling factor must be a finite number >= 0, got {pooling}")
     if not (0 < zipf_exponent <= 4):

@@ -26,7 +26,7 @@ import numpy as np
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import histogram_from_counts, normalise_histogram
-from dreamshard.types import Inventory, Table
+from dreamshard.types import Inventory, Table, dim_problem
 
 REFERENCE_BATCH_SIZE = 2048
 MIN_ROWS, MAX_ROWS = 100, 5_000_000
@@ -35,13 +35,14 @@ _MIN_SIM_LOOKUPS = 4096
 
 
 def check_dims(dims: Sequence[int]) -> tuple[int, ...]:
-    """Validate an embedding-dim list: non-empty, each a positive multiple of 4."""
+    """Validate an embedding-dim list: non-empty, each a legal embedding dim (`dreamshard.tables.dim_problem`)."""
     out = tuple(int(d) for d in dims)
     if not out:
         raise ConfigError("dims: give at least one embedding dim (e.g. 16,32,64,128)")
     for d in out:
-        if d < 4 or d % 4:
-            raise ConfigError(f"dims: {d} is not a positive multiple of 4 (FBGEMM needs dim % 4 == 0)")
+        problem = dim_problem(d)
+        if problem:
+            raise ConfigError(f"dims: {problem}")
     return out
 
 

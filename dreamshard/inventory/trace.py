@@ -18,17 +18,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from dreamshard.errors import InputFileError
 from dreamshard.inventory.histogram import normalise_histogram, reuse_histogram
+from dreamshard.inventory.validation import ALLOWED, check_name, name_problem
 from dreamshard.types import Inventory, Table
 
 DEFAULT_TRACE_DIM = 64
 
 
 def _as_numpy(obj: object, what: str, path: Path) -> np.ndarray:
-    import torch
-
     if isinstance(obj, torch.Tensor):
         arr = obj.detach().cpu().numpy()
     elif isinstance(obj, np.ndarray):
@@ -42,8 +42,6 @@ def _as_numpy(obj: object, what: str, path: Path) -> np.ndarray:
 
 def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read and check a trace file; returns (indices, offsets, lengths) as int64 numpy arrays."""
-    import torch
-
     p = Path(path)
     if p.is_dir():
         raise InputFileError(f"trace {p} is a directory; give the torch file itself")
@@ -105,8 +103,6 @@ def inventory_from_trace(
     dim: int = DEFAULT_TRACE_DIM,
 ) -> Inventory:
     """An inventory with one table per trace table (the first ``max_tables`` if given); see the module docstring."""
-    from dreamshard.inventory.validation import ALLOWED, check_name, name_problem
-
     p = Path(path)
     inv_name = check_name(name, "inventory name") if name is not None else p.stem
     if name is None and name_problem(inv_name):

@@ -1,7 +1,7 @@
 """Names users give inventories and tables: a safe character set, checked where an inventory enters.
 
 Letters, digits, '_', '-' and '.', starting with a letter or digit, without '..', at most 200 characters
-(the same rule as a storage key segment: dreamshard.store.base.check_key_part uses `name_problem`). So an inventory
+(the same rule as a storage key segment: `check_key_part`, which the store and the gate use). So an inventory
 name is always usable as a storage key (plans/<inventory>/..., inventories/<inventory>/...) and a table name
 never contains '@' or '/', which column-shard unit names (`table@start:end`, dreamshard.shards) and keys use.
 The check runs when an inventory is loaded, validated, synthesised, read from a trace or pushed, not in the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from dreamshard.errors import InventoryError
+from dreamshard.errors import InventoryError, StoreError
 from dreamshard.types import Inventory
 
 MAX_NAME_LENGTH = 200
@@ -33,6 +33,15 @@ def name_problem(name: str) -> str | None:
     if ".." in name or not _NAME.match(name):
         return "has characters outside the allowed set"
     return None
+
+
+def check_key_part(value: str, what: str) -> str:
+    """Validate one path segment of a storage key (inventory name, fingerprint, plan id): the safe-name rule,
+    StoreError otherwise (dreamshard.store.base re-exports this)."""
+    problem = name_problem(value) if isinstance(value, str) else "is not a string"
+    if problem:
+        raise StoreError(f"{what} {value!r} cannot be used in a storage key: it {problem}; use {ALLOWED}")
+    return value
 
 
 def check_name(name: str, what: str) -> str:

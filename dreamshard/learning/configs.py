@@ -1,6 +1,6 @@
 """Typed configs for the learning stages, one per params.yaml section (tasks, train_cost, train_policy, train).
 
-Load with ``dreamshard.config.load_section(path, "train_cost", CostTrainConfig)``.
+dreamshard.settings.resolve reads them (with the other sections) from params.yaml.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.types import DeviceType, Interconnect, Topology
+from dreamshard.sharders import HEURISTICS
+from dreamshard.types import MAX_BATCH, MAX_DEVICE_GB, DeviceType, Interconnect, Number, Topology
 
 
 class _Config(BaseModel):
@@ -40,8 +41,8 @@ class TopologyConfig(_Config):
     """Section `topology`: the device template; a task supplies the number of devices."""
 
     device_type: DeviceType = "cpu"
-    memory_per_device_gb: Annotated[float, Field(gt=0)] = 4.0
-    batch_size: Annotated[int, Field(ge=1)] = 2048
+    memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = 4.0  # as Topology's
+    batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] = 2048
     interconnect: Interconnect = "measured"  # or "fast": a fixed fast-interconnect comm profile
 
     def topology(self, num_devices: int) -> Topology:
@@ -121,8 +122,6 @@ class SearchConfig(_Config):
 
     @model_validator(mode="after")
     def _known(self) -> SearchConfig:
-        from dreamshard.sharders import HEURISTICS
-
         known = {"policy", "lpt", "torchrec", *HEURISTICS}
         for c in self.candidates:
             if c not in known:

@@ -33,12 +33,14 @@ from dreamshard.errors import ConfigError
 from dreamshard.io import append_measurement, atomic_write_text, iter_measurements
 from dreamshard.learning.configs import LoopConfig, SearchConfig, TopologyConfig
 from dreamshard.learning.cost_model import CostEnsemble
-from dreamshard.learning.model_store import LoadedModel, load_model, save_model
+from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, LoadedModel, load_model, save_model
 from dreamshard.learning.planning_cost import comm_models_of, cost_factory
 from dreamshard.learning.policy import Policy, mdp_clone, rollout
 from dreamshard.learning.ranges import ranges_from
+from dreamshard.learning.search import search
 from dreamshard.learning.train_cost import CostMetrics, train_cost_model
 from dreamshard.learning.train_policy import make_mdps, train_policy
+from dreamshard.profiling.runner import item_key
 from dreamshard.sharders.heuristics import RandomSharder
 from dreamshard.types import Inventory, Measurement, Task, TaskSet, Topology
 
@@ -109,8 +111,6 @@ def inputs_fingerprint(pool: Inventory, taskset: TaskSet, seed_ids: Sequence[str
 
 
 def _item_key(task: Task, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str) -> str:
-    from dreamshard.profiling.runner import item_key
-
     return item_key("placement", task.name, fingerprint, topology, placement, backend)
 
 
@@ -166,8 +166,6 @@ class _Planner:
                 out.append((t, RandomSharder(seed=int(rng.integers(2**31))).place(self._inv(t), self._topo(t))))
         # (2) where the search planner goes
         if cost_for is not None:
-            from dreamshard.learning.search import search
-
             scfg = SearchConfig(seed=cfg.seed + iteration, samples=2, candidates=("policy", "lpt", "dim_greedy",
                                 "lookup_greedy", "size_lookup_greedy"), refine_top=1, refine_rounds=32)
             for _ in range(cfg.search_per_iteration):
@@ -347,8 +345,6 @@ def train(
 
 def _restore(checkpoint: Path, model_dir: Path) -> None:
     """Put the checkpoint's model (byte for byte) into `model_dir` if that does not hold it already."""
-    from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE
-
     if (model_dir / CARD_FILE).is_file() and (model_dir / CARD_FILE).read_bytes() == (checkpoint / CARD_FILE).read_bytes():
         return
     for name in (COST_FILE, POLICY_FILE):

@@ -20,7 +20,7 @@ import torch
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.learning.estimator import CostEstimator, policy_cost_features
 from dreamshard.memory import MemoryTracker, check_each_table_fits
-from dreamshard.types import Costs, DeviceCost, Table, Topology
+from dreamshard.types import Costs, DeviceCost, Inventory, Table, Topology
 
 
 def single_table_costs(estimator: CostEstimator, states: torch.Tensor) -> np.ndarray:
@@ -109,7 +109,5 @@ class EstimatedMDP:
 
 
 def check_each_table_fits_list(tables: Sequence[Table], topology: Topology) -> None:
-    from dreamshard.types import Inventory
-
     if tables:
         check_each_table_fits(Inventory(name="task", tables=tuple(tables)), topology)

@@ -28,7 +28,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dreamshard.errors import ModelError, first_line
-from dreamshard.io import atomic_write_text
+from dreamshard.io import atomic_write_text, describe_validation_error
 from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
 from dreamshard.learning.policy import Policy, PolicySpec
@@ -153,8 +153,6 @@ def load_card(directory: Path) -> ModelCard:
         _check_format(path, json.loads(text))
         card = ModelCard.model_validate_json(text)
     except ValidationError as e:
-        from dreamshard.io import describe_validation_error
-
         raise ModelError(f"{path}: corrupt model card ({describe_validation_error(e)})") from None
     except (ValueError, OSError) as e:
         raise ModelError(f"{path}: corrupt model card ({first_line(e)})") from None

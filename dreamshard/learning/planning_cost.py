@@ -24,6 +24,8 @@ import torch
 from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
+from dreamshard.profiling.comm import profile_model
+from dreamshard.shards import expand_plan
 from dreamshard.types import CommModel, Costs, DeviceCost, Table, Topology
 
 #: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
@@ -121,8 +123,6 @@ def closest_comm(models: Sequence[CommModel], num_devices: int) -> CommModel | N
 def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | None:
     """The comm model planning uses on `topology`: its fixed interconnect profile, else the closest measured."""
     if topology.interconnect != "measured":
-        from dreamshard.profiling.comm import profile_model
-
         return profile_model(topology.interconnect, topology.num_devices)
     return closest_comm(measured, topology.num_devices)
 
@@ -146,8 +146,6 @@ def cost_factory(ensemble: CostEnsemble, comm_models: Sequence[CommModel], risk:
 def predict_plan(model: object, inventory: object, plan: object, risk: float = 0.0) -> Costs:
     """A model's predicted costs of any plan of `inventory` (column shards included): the ensemble mean
     (risk 0) or the pessimistic planning cost, with the comm model planning would use."""
-    from dreamshard.shards import expand_plan
-
     units, placement = expand_plan(inventory, plan)  # type: ignore[arg-type]
     topo = plan.topology  # type: ignore[attr-defined]
     card = model.card  # type: ignore[attr-defined]

@@ -19,7 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from dreamshard.inventory.families import wide_table
+from dreamshard.io import load_measurements
 from dreamshard.learning.configs import PretrainConfig, TopologyConfig
+from dreamshard.learning.loop import train
+from dreamshard.learning.model_store import load_card, load_model, save_model
+from dreamshard.profiling.runner import profile_inventory
 from dreamshard.types import Inventory, Task, TaskSet
 
 MEASUREMENTS_FILE = "pretrain_measurements.jsonl"
@@ -55,11 +59,6 @@ def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object
              resume: bool = True) -> dict[str, object]:
     """Measure the pretraining tasks into `state_dir`, train from scratch, save the model in `out_dir`.
     Resumable: a rerun measures nothing twice and continues from the last completed loop iteration."""
-    from dreamshard.io import load_measurements
-    from dreamshard.learning.loop import train
-    from dreamshard.learning.model_store import load_card, save_model
-    from dreamshard.profiling.runner import profile_inventory
-
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     pool, taskset = pretraining_tasks(cfg)
@@ -75,8 +74,6 @@ def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object
     results = train(pool, taskset, template, oracle, cfg.loop, work, state_dir=state_dir / "loop",  # type: ignore[arg-type]
                     resume=resume, progress=progress, measurements=records, backend_name=prof.backend.name)
     t_train = time.perf_counter() - t1
-    from dreamshard.learning.model_store import load_model
-
     model = load_model(work, require_policy=True)
     card = load_card(work)
     per_task = [len(t.tables) / t.num_devices for t in taskset.train]

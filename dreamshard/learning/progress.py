@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 
 @contextlib.contextmanager
 def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
@@ -12,9 +15,6 @@ def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Calla
     if not enabled or total <= 0:
         yield lambda n=1: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -26,6 +26,8 @@ from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.policy import Policy, plan_with_policy
 from dreamshard.learning.refine import refine_placement
 from dreamshard.learning.threads import single_threaded
+from dreamshard.sharders import get_sharder, options_for
+from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.types import Inventory, Topology
 
 #: the candidate sources that are not sharder names
@@ -70,8 +72,6 @@ class _Scorer:
 
 def lpt_placement(inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
     """Memory-aware longest-first greedy on the cost net's predicted single-table costs."""
-    from dreamshard.sharders.heuristics import GreedySharder
-
     single = single_table_costs(cost, cost.encode(list(inventory.tables)))
     predicted = {t.name: float(c) for t, c in zip(inventory.tables, single, strict=True)}
     return GreedySharder(LPT, lambda t: predicted[t.name]).place(inventory, topology)
@@ -111,10 +111,10 @@ def search(
             elif source == LPT:
                 add(source, lpt_placement(inventory, topology, cost))
             else:
-                from dreamshard.sharders import get_sharder
-
-                # The units are already split (learning/splits.py): TorchRec places them whole.
-                add(source, get_sharder(source, seed=config.seed, column_wise="never").place(inventory, topology))
+                # The units are already split (learning/splits.py): TorchRec places them whole. The options are
+                # shared by every candidate sharder; each takes its own (random the seed, torchrec column_wise).
+                shared = {"seed": config.seed, "column_wise": "never"}
+                add(source, get_sharder(source, **options_for(source, shared)).place(inventory, topology))
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner

@@ -12,32 +12,69 @@ version and the cost net's *mean* predicted costs in the plan, and list in `Plan
 outside the ranges the model was trained on. With `column_splits="auto"` (the default) a table that fits on no
 device is split into column shards, and a dominant table may be split when that lowers the predicted cost
 (dreamshard.learning.splits); the shards are planned as tables. `column_splits="never"` plans table-wise only.
+
+`shard()` returns the Plan; `shard_with_report()` returns a `ShardReport`: the plan, the card of the model that
+planned it, the search's scored candidates (`dreamshard` only) and the warnings to show. Nothing about a call is
+kept on the sharder.
 """
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dreamshard.errors import ConfigError, ModelError
 from dreamshard.learning.configs import SearchConfig
-from dreamshard.learning.model_store import LoadedModel, load_model
+from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
+from dreamshard.learning.policy import plan_with_policy
+from dreamshard.learning.search import SearchResult, lpt_placement, search
+from dreamshard.learning.splits import choose_splits
+from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
 from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.shards import fold, split_inventory
 from dreamshard.types import Inventory, Plan, Topology
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    """What one `shard_with_report` call did, beside its plan."""
+
+    plan: Plan
+    card: ModelCard  # the model that planned: version, training backend, training ranges
+    search: SearchResult | None = None  # `dreamshard`: every scored candidate, best first, and the failed sources
+
+    @property
+    def learned_from_simulation(self) -> bool:
+        """The model learned from a simulated backend: its predicted costs say nothing of hardware."""
+        return self.card.learned_from_simulation
+
+    @property
+    def out_of_range(self) -> tuple[str, ...]:
+        """Inputs outside the model's training ranges (also recorded in `plan.out_of_range`)."""
+        return tuple(self.plan.out_of_range)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per thing the user should know: each out-of-range input, and simulated predictions."""
+        lines = [f"outside the model's training ranges: {item}" for item in self.out_of_range]
+        if self.learned_from_simulation:
+            lines.append(f"predicted costs are SIMULATED: model {self.card.version} learned from the "
+                         f"{self.card.backend} backend")
+        return tuple(lines)
 
 
 class ModelSharder(Sharder):
     """Common part of the learned sharders: the model, the planning cost for a topology, the plan."""
 
-    requires_model = True
+    family = "learned"
+    options = frozenset({"model_dir", "samples", "seed", "risk", "search", "column_splits"})
 
     def __init__(self, model_dir: Path | None = None, samples: int | None = None, seed: int = 0,
-                 risk: float | None = None, search: SearchConfig | None = None, column_splits: str = "auto",
-                 **_ignored: Any) -> None:
+                 risk: float | None = None, search: SearchConfig | None = None, column_splits: str = "auto") -> None:
         if column_splits not in ("auto", "never"):
-            from dreamshard.errors import ConfigError
-
             raise ConfigError(f"column_splits must be 'auto' or 'never', got '{column_splits}'")
         self.column_splits = column_splits
         self.model_dir = Path(model_dir) if model_dir is not None else None
@@ -52,6 +89,7 @@ class ModelSharder(Sharder):
 
     @property
     def model(self) -> LoadedModel:
+        """The model, loaded on first use (a cache: the same files give the same model)."""
         if self._model is None:
             self._model = load_model(self.model_dir, require_policy=False)
         return self._model
@@ -68,16 +106,11 @@ class ModelSharder(Sharder):
         """What gets placed: the inventory's tables, split into column shards where that is needed or pays."""
         if self.column_splits == "never":
             return inventory
-        from dreamshard.learning.splits import choose_splits
-        from dreamshard.shards import split_inventory
-
         return split_inventory(inventory, choose_splits(inventory, topology, cost))
 
     def plan_from(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
                   cost: PlanningCost) -> Plan:
         """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
-        from dreamshard.shards import fold
-
         placement, column_shards = fold(inventory, unit_placement)
         plan = make_plan(inventory, topology, placement, self.name,
                          predicted=cost.predict(list(units.tables), unit_placement),
@@ -85,61 +118,64 @@ class ModelSharder(Sharder):
         return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        return self.shard_with_report(inventory, topology).plan
+
+    def shard_with_report(self, inventory: Inventory, topology: Topology) -> ShardReport:
+        """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
         cost = self.planning_cost(topology)
         units = self.units(inventory, topology, cost)
-        return self._finish(inventory, units, topology, self._place(units, topology, cost), cost)
+        placement, searched = self._place(units, topology, cost)
+        plan = self._finish(inventory, units, topology, placement, searched, cost)
+        return ShardReport(plan=plan, card=self.model.card, search=searched)
 
     def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
-                cost: PlanningCost) -> Plan:
+                searched: SearchResult | None, cost: PlanningCost) -> Plan:
         """The plan of the placement `_place` chose (a subclass may check it further)."""
         return self.plan_from(inventory, units, topology, unit_placement, cost)
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        """Table-wise placement (Sharder interface); use shard() for plans that may split tables."""
-        return self._place(inventory, topology, self.planning_cost(topology))
+        """Table-wise placement: every table whole, no column splits (shard() may split)."""
+        placement, _ = self._place(inventory, topology, self.planning_cost(topology))
+        return placement
 
     @abc.abstractmethod
-    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
-        """The placement under `cost` (the planning cost for `topology`)."""
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        """The placement under `cost` (the planning cost for `topology`), and the search that found it if any."""
 
 
 class DreamShardSharder(ModelSharder):
-    """Search on the learned cost (the default learned sharder). `last_search` keeps the scored candidates.
+    """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
 
     With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
     `verify_rounds` rounds) and the best measured one is kept, with its measured costs and the record.
     """
 
     name = "dreamshard"
+    options = ModelSharder.options | {"verify", "verify_rounds", "oracle"}
 
     def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None, **kw: Any) -> None:
         super().__init__(**kw)
         if verify < 0:
-            from dreamshard.errors import ConfigError
-
             raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
         self.verify = int(verify)
         self.verify_rounds = verify_rounds
         self.oracle = oracle
-        self.last_search: Any = None
 
     def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
-                cost: PlanningCost) -> Plan:
-        if self.verify <= 0 or self.oracle is None:
-            return super()._finish(inventory, units, topology, unit_placement, cost)
-        from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
-
-        top = self.last_search.candidates[: self.verify]
+                searched: SearchResult | None, cost: PlanningCost) -> Plan:
+        if self.verify <= 0 or self.oracle is None or searched is None:
+            return super()._finish(inventory, units, topology, unit_placement, searched, cost)
+        top = searched.candidates[: self.verify]
         plans = [self.plan_from(inventory, units, topology, c.placement, cost) for c in top]
         kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
                                     rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)
         return kept
 
-    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
-        from dreamshard.learning.search import search
-
-        self.last_search = search(inventory, topology, cost, self.model.policy, self.config)
-        return self.last_search.best.placement
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        result = search(inventory, topology, cost, self.model.policy, self.config)
+        return result.best.placement, result
 
 
 class PolicySharder(ModelSharder):
@@ -147,14 +183,12 @@ class PolicySharder(ModelSharder):
 
     name = "dreamshard_rl"
 
-    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
-        from dreamshard.errors import ModelError
-        from dreamshard.learning.policy import plan_with_policy
-
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
         if self.model.policy is None:
             raise ModelError(f"model {self.model.card.version} has no policy: train one with `dreamshard train`")
         return plan_with_policy(self.model.policy, cost, inventory.tables, topology,
-                                samples=self.config.samples, seed=self.config.seed).placement
+                                samples=self.config.samples, seed=self.config.seed).placement, None
 
 
 class LearnedGreedySharder(ModelSharder):
@@ -162,7 +196,6 @@ class LearnedGreedySharder(ModelSharder):
 
     name = "dreamshard_lpt"
 
-    def _place(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
-        from dreamshard.learning.search import lpt_placement
-
-        return lpt_placement(inventory, topology, cost)
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        return lpt_placement(inventory, topology, cost), None

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
+
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.learning.search import lpt_placement
 from dreamshard.shards import split_counts, split_inventory
 from dreamshard.types import Inventory, Topology
 
@@ -47,10 +50,6 @@ def mandatory_splits(inventory: Inventory, topology: Topology) -> dict[str, int]
 
 
 def _lpt_cost(units: Inventory, topology: Topology, cost: PlanningCost) -> float:
-    import torch
-
-    from dreamshard.learning.search import lpt_placement
-
     placement = lpt_placement(units, topology, cost)
     with torch.no_grad():
         return float(cost.overall(cost.placement_states(list(units.tables), placement)))

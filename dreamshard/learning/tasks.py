@@ -8,9 +8,13 @@ so the model is judged on tables, table counts and device counts it never traine
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+from pydantic import ValidationError
 
 from dreamshard.errors import ConfigError
+from dreamshard.io import describe_validation_error, read_structured
 from dreamshard.learning.configs import TasksConfig
 from dreamshard.types import Inventory, Task, TaskSet
 
@@ -59,12 +63,6 @@ def make_taskset(pool: Inventory, config: TasksConfig) -> TaskSet:
 
 
 def load_taskset(path: object) -> TaskSet:
-    from pathlib import Path
-
-    from pydantic import ValidationError
-
-    from dreamshard.io import describe_validation_error, read_structured
-
     data = read_structured(Path(str(path)))
     try:
         return TaskSet.model_validate(data)

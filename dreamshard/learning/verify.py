@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.learning.search import Candidate
 from dreamshard.types import Inventory, Plan, Topology, VerifiedCandidate, Verification
 
@@ -29,8 +30,6 @@ def verify_candidates(
 ) -> tuple[Plan, Verification]:
     """Measure `plans` (one per candidate, same order) interleaved for `rounds` rounds; return the best
     measured plan (with its measured costs) and the Verification record."""
-    from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
-
     if not plans or len(plans) != len(candidates):
         raise ValueError("verify_candidates needs one plan per candidate")
     for plan in plans:

@@ -1,7 +1,10 @@
 """Measuring embedding cost: the oracle (docs/architecture.md, "Measuring").
 
-``make_oracle("cpu"|"cuda"|"simulator")`` builds an :class:`Oracle`; ``Oracle.measure`` returns a
-``Measurement`` of one placement; ``profile_inventory`` writes singles + random placements to JSONL, resumably.
+``ProfileConfig(...).oracle()`` (or ``make_oracle("cpu"|"cuda"|"simulator", ...)``, the one construction it
+calls) builds an :class:`Oracle`; ``Oracle.measure`` returns a ``Measurement`` of one placement;
+``profile_inventory`` writes singles + random placements to JSONL, resumably.
+
+This module only re-exports; the submodules import from each other directly, never from here.
 """
 
 from dreamshard.profiling.config import ProfileConfig

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import gc
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from dreamshard.inventory.indices import synthesize_indices
 from dreamshard.profiling.scaling import ScalingRule
@@ -120,22 +123,16 @@ class FusedOp(abc.ABC):
 
 
 def _cuda_sync() -> None:
-    import torch
-
     torch.cuda.synchronize()
 
 
 def time_op(op: FusedOp, warmup: int, repeats: int, cuda: bool = False) -> tuple[list[float], list[float]]:
     """Warm up, then time ``repeats`` forward/backward iterations (ms). CUDA uses events + synchronize."""
-    import time
-
     for i in range(warmup):
         op.backward(op.forward(i))
     fwd: list[float] = []
     bwd: list[float] = []
     if cuda:
-        import torch
-
         _cuda_sync()
         for i in range(repeats):
             s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -162,8 +159,6 @@ def time_op(op: FusedOp, warmup: int, repeats: int, cuda: bool = False) -> tuple
 @contextlib.contextmanager
 def pinned_threads(num_threads: int) -> Iterator[None]:
     """Run with ``torch.set_num_threads(num_threads)``; restore the previous setting afterwards."""
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(num_threads)))
     try:
@@ -202,8 +197,6 @@ class TorchBackend(ComputeBackend):
         """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
-        import gc
-
         rows = self.rule.device_rows(list(tables))
         per_table = [self.bank.batches(t, r, batch_size) for t, r in zip(tables, rows)]
         fused = [fuse_batches(per_table, b) for b in range(self.bank.num_batches)]

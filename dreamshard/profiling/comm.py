@@ -15,15 +15,21 @@ model is labelled ``backend="default"`` with a warning, never silently.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
 from dreamshard.errors import first_line
 from dreamshard.io import atomic_write_text
@@ -62,8 +68,6 @@ def cache_dir() -> Path:
 
 
 def _cache_path(backend: str, world_size: int) -> Path:
-    import torch
-
     ver = torch.__version__.replace("+", "_")
     return cache_dir() / f"comm-{backend}-w{world_size}-torch{ver}.json"
 
@@ -78,12 +82,6 @@ def _worker(
     rank: int, world: int, port: int, backend: str, sizes: Sequence[int], warmup: int, repeats: int, out: str
 ) -> None:
     """One rank of the benchmark (module level so ``spawn`` can import it)."""
-    import datetime
-    import time
-
-    import torch
-    import torch.distributed as dist
-
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     if os.path.exists("/sys/class/net/lo"):
@@ -145,9 +143,6 @@ def benchmark_all_to_all(
     Ranks are fresh interpreters (``sys.executable -c``), like ``torch.multiprocessing`` spawn, but they never
     re-import the caller's ``__main__``, so an unguarded user script cannot fork-bomb itself.
     """
-    import subprocess
-    import sys
-
     if world_size < 2:
         raise ValueError("all-to-all needs at least 2 processes")
     code = "import sys; from dreamshard.profiling.comm import _worker_main; _worker_main(sys.argv[1:])"
@@ -221,8 +216,6 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
         return zero_model()
     procs = max(2, min(world_size, max_procs or MAX_PROCS))
     if backend == "nccl":  # one rank per GPU
-        import torch
-
         procs = max(2, min(procs, torch.cuda.device_count()))
     key = (backend, procs)
     if not refit and key in _MEMO:

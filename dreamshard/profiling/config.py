@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.profiling.oracle import Oracle
-
+from dreamshard.profiling.oracle import Oracle, make_oracle
+from dreamshard.profiling.simulator import SimulatorParams
+from dreamshard.sharders import sharder_names
 
 #: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
 DEFAULT_KINDS: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
@@ -36,8 +36,6 @@ class ProfileConfig(BaseModel):
     @field_validator("kinds")
     @classmethod
     def _known_kinds(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from dreamshard.sharders import sharder_names
-
         known = {"crowded", *sharder_names()}
         for k in v:
             if k not in known:
@@ -45,10 +43,8 @@ class ProfileConfig(BaseModel):
         return v
 
     def oracle(self) -> Oracle:
-        """The measuring backend these settings describe (the one construction the CLI, DVC stages and flows use)."""
-        from dreamshard.profiling.oracle import make_oracle
-        from dreamshard.profiling.simulator import SimulatorParams
-
+        """The measuring backend these settings describe, built by `make_oracle` (the one construction; the CLI,
+        DVC stages and flows call this)."""
         return make_oracle(self.backend, warmup=self.warmup, repeats=self.repeats, num_threads=self.num_threads,
                            seed=self.seed, row_cap=self.row_cap,
                            simulator=SimulatorParams(slowdown=self.simulator_slowdown,

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from dreamshard.profiling.base import FusedOp, TorchBackend
 from dreamshard.profiling.fbgemm_backend import LEARNING_RATE
@@ -25,8 +27,6 @@ class _BagOp(FusedOp):
         self.grads = grads
 
     def forward(self, batch_no: int) -> list[Any]:
-        import torch.nn.functional as F
-
         groups = self.inputs[batch_no % len(self.inputs)]
         return [
             F.embedding_bag(i, w, o, mode="sum", sparse=True, include_last_offset=True)
@@ -34,8 +34,6 @@ class _BagOp(FusedOp):
         ]
 
     def backward(self, out: list[Any]) -> None:
-        import torch
-
         torch.autograd.backward(out, self.grads)
         with torch.no_grad():
             for w in self.weights:
@@ -49,8 +47,6 @@ class EmbeddingBagBackend(TorchBackend):
     operator = "embedding_bag"
 
     def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
-        import torch
-
         tdev = torch.device(self.device)
         n = len(tables)
         batch_size = (len(batches[0][1]) - 1) // n

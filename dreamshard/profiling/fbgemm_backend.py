@@ -9,10 +9,12 @@ Set ``DREAMSHARD_DISABLE_FBGEMM=1`` to force the ``embedding_bag`` fallback.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from dreamshard.profiling.base import FusedOp, TorchBackend
 from dreamshard.profiling.scaling import padded_dim
@@ -29,10 +31,9 @@ def _import_tbe() -> dict[str, Any] | None:
     if fbgemm_disabled():
         return None
     try:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            # optional dependency: fbgemm_gpu (without it the embedding_bag fallback runs)
             from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
             from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
             from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -65,8 +66,6 @@ def fbgemm_available(cuda: bool = False) -> bool:
         return True
     if _CUDA_OK is None:
         try:
-            import torch
-
             op = mods["TBE"](
                 [(8, 4, mods["EmbeddingLocation"].DEVICE, mods["ComputeDevice"].CUDA)],
                 optimizer=mods["OptimType"].EXACT_SGD,
@@ -101,10 +100,6 @@ class FbgemmBackend(TorchBackend):
     operator = "fbgemm_tbe"
 
     def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
-        import warnings
-
-        import torch
-
         m = _import_tbe()
         assert m is not None, "FBGEMM unavailable"
         cuda = self.device.startswith("cuda")

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
+import torch
+
+import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.memory import check_placement
-from dreamshard.profiling import comm as comm_mod
 from dreamshard.profiling.base import ComputeBackend, median, pinned_threads, relative_iqr
+from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
+from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
+from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
 from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Topology
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
@@ -169,8 +174,6 @@ class Oracle:
 
 def _cuda_available() -> bool:
     try:
-        import torch
-
         return bool(torch.cuda.is_available())
     except Exception:
         return False
@@ -186,11 +189,11 @@ def make_oracle(
     row_cap: int | None = None,
     simulator: SimulatorParams | None = None,
 ) -> Oracle:
-    """Build the oracle for ``backend`` (cpu | cuda | simulator); ``simulator`` sets the simulator's knobs."""
-    from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
-    from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
-    from dreamshard.profiling.simulator import SimulatorBackend
+    """Build the oracle for ``backend`` (cpu | cuda | simulator); ``simulator`` sets the simulator's knobs.
 
+    The one construction of an oracle: ``ProfileConfig.oracle()`` (params.yaml `profile:`, what the CLI, the DVC
+    stages and the flows use) calls it with its settings; code without a config calls it directly.
+    """
     if row_cap is not None and row_cap < 1:
         raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
     kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap}
@@ -207,8 +210,6 @@ def make_oracle(
     if backend == "cuda":
         if not _cuda_available():
             raise ProfilingError("backend 'cuda' needs a CUDA GPU, and torch sees none here; use --backend cpu")
-        import torch
-
         free, _ = torch.cuda.mem_get_info()
         rule = ScalingRule(max_table_bytes=None, row_cap=row_cap, max_device_bytes=int(free * 0.5))
         impl = (
@@ -222,8 +223,6 @@ def make_oracle(
 
 
 def _with_cap(rule: ScalingRule, row_cap: int | None) -> ScalingRule:
-    from dataclasses import replace
-
     return replace(rule, row_cap=row_cap)
 
 

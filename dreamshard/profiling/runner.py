@@ -23,18 +23,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dreamshard.errors import InfeasiblePlacementError, InventoryError, ProfilingError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.sharders import get_sharder
+from dreamshard.sharders import get_sharder, options_for
 from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, TaskSet, Topology
 
 #: Seeds tried per wanted placement before accepting fewer distinct placements (tiny inventories).
@@ -108,8 +111,6 @@ def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: i
 def crowded_placement(inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
     """One device (seeded) gets about half the tables, the others go to random devices with room; None when
     there is a single device or memory does not allow it."""
-    import numpy as np
-
     n = topology.num_devices
     if n < 2 or inventory.num_tables < 3:
         return None
@@ -134,7 +135,8 @@ def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: in
     if kind == "crowded":
         return crowded_placement(inventory, topology, seed)
     try:
-        p = get_sharder(kind, seed=seed).place(inventory, topology)
+        # the seed is shared by every kind: a sharder that takes no seed (the deterministic ones) gets none
+        p = get_sharder(kind, **options_for(kind, {"seed": seed})).place(inventory, topology)
     except InfeasiblePlacementError:
         return None
     return {t.name: int(p[t.name]) for t in inventory.tables}
@@ -217,8 +219,6 @@ def profile_inventory(
     singles: bool = True,
 ) -> ProfileSummary:
     """Measure singles then random placements into ``out_path`` (JSONL), skipping what is already there."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     out_path = Path(out_path)
     t0 = time.perf_counter()
     items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks, kinds=kinds,
@@ -257,8 +257,6 @@ def profile_inventory(
 
 def single_table_costs_from(measurements: Iterable[Measurement]) -> dict[str, float]:
     """{table: total ms alone} from kind="single" records (the median when a table was measured repeatedly)."""
-    import statistics
-
     acc: dict[str, list[float]] = {}
     for m in measurements:
         if m.kind != "single" or len(m.placement) != 1:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dreamshard.errors import ProfilingError
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming
 from dreamshard.profiling.scaling import ScalingRule
 from dreamshard.types import REUSE_BIN_EDGES, CommModel, Table
@@ -66,8 +67,6 @@ class SimulatorBackend(ComputeBackend):
     def __init__(self, params: SimulatorParams | None = None) -> None:
         self.p = params or SimulatorParams()
         if not self.p.slowdown > 0:
-            from dreamshard.errors import ProfilingError
-
             raise ProfilingError(f"simulator slowdown must be > 0, got {self.p.slowdown}")
 
     def compute_ms(self, tables: Sequence[Table], batch_size: int) -> tuple[float, float]:

@@ -1,26 +1,63 @@
-"""The Sharder interface and the shared way of turning a placement into a Plan."""
+"""The Sharder interface and the shared way of turning a placement into a Plan.
+
+`Sharder.shard(inventory, topology) -> Plan` is the one interface every sharder implements (the heuristics,
+TorchRec's planner, the learned sharders, a plugin's). `TableWiseSharder` is the base of those that place every
+table whole on one device: they implement `place()` and get `shard()` from it through `make_plan`.
+"""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
+from dreamshard.errors import PlanError
 from dreamshard.memory import check_placement
 from dreamshard.types import GB, ColumnShard, Costs, Inventory, Plan, Topology
 
+#: The families the registry (dreamshard.sharders) lists sharders under; `Sharder.family` says which one a
+#: sharder belongs to ("other": a plugin that is none of the three).
+FAMILIES: tuple[str, ...] = ("heuristic", "torchrec", "learned", "other")
+
 
 class Sharder(abc.ABC):
-    """Places every table of an inventory on one device of a topology (table-wise sharding)."""
+    """Plans every table of an inventory onto the devices of a topology: `shard()` returns the Plan (tables
+    whole, or split into column shards where the sharder does that).
+
+    Class attributes the registry reads: `family` (heuristic / torchrec / learned, or other for a plugin) and
+    `options`, the keyword options the constructor accepts (`get_sharder` rejects any other).
+    """
 
     name: str = "abstract"
+    family: ClassVar[str] = "other"
+    options: ClassVar[frozenset[str]] = frozenset()
+
+    @abc.abstractmethod
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        """The plan of `inventory` on `topology`; raise InfeasiblePlacementError if a table fits nowhere."""
+
+    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        """{table: device} of the plan, for callers that need whole tables (profiling kinds, search candidates);
+        PlanError when the plan splits a table into column shards."""
+        plan = self.shard(inventory, topology)
+        if plan.column_shards:
+            raise PlanError(
+                f"{self.name} split table '{next(iter(plan.column_shards))}' into column shards, which a table-wise "
+                "placement cannot hold; use shard()"
+            )
+        return dict(plan.placement)
+
+
+class TableWiseSharder(Sharder):
+    """A sharder that places every table whole on one device: implement `place()`; `shard()` validates the
+    placement (every table once, memory) and wraps it as a Plan."""
 
     @abc.abstractmethod
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """Return {table name: device index}; raise InfeasiblePlacementError if a table fits nowhere."""
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        placement = self.place(inventory, topology)
-        return make_plan(inventory, topology, placement, self.name)
+        return make_plan(inventory, topology, self.place(inventory, topology), self.name)
 
 
 def make_plan(

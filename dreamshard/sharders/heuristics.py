@@ -13,7 +13,7 @@ import numpy as np
 
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.memory import MemoryTracker, check_each_table_fits
-from dreamshard.sharders.base import Sharder
+from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.types import Inventory, Table, Topology
 
 TableCost = Callable[[Table], float]
@@ -23,10 +23,12 @@ def _no_room(table: Table, mem: MemoryTracker, name: str) -> InfeasiblePlacement
     return InfeasiblePlacementError(table.name, table.size_gb, mem.largest_free_gb(), f"sharder {name}")
 
 
-class RandomSharder(Sharder):
+class RandomSharder(TableWiseSharder):
     """Each table on a uniformly random device among those with room (seeded)."""
 
     name = "random"
+    family = "heuristic"
+    options = frozenset({"seed"})
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -47,10 +49,11 @@ class RandomSharder(Sharder):
         return out
 
 
-class RoundRobinSharder(Sharder):
+class RoundRobinSharder(TableWiseSharder):
     """Tables in inventory order on devices 0, 1, 2, ...; skips a device that is full."""
 
     name = "round_robin"
+    family = "heuristic"
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         check_each_table_fits(inventory, topology)
@@ -71,9 +74,12 @@ class RoundRobinSharder(Sharder):
         return out
 
 
-class GreedySharder(Sharder):
+class GreedySharder(TableWiseSharder):
     """Longest-processing-time greedy: sort tables by a per-table cost, largest first, and place each
-    on the least-loaded device (by that cost) that still has memory for it."""
+    on the least-loaded device (by that cost) that still has memory for it. The registry's greedy heuristics
+    (`GREEDY_COSTS`) take no options; `name` and `cost` say which one it is."""
+
+    family = "heuristic"
 
     def __init__(self, name: str, cost: TableCost) -> None:
         self.name = name

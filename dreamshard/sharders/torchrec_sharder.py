@@ -45,10 +45,13 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import torch
+
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
+from dreamshard.integrations.torchrec import document_from_sharding_plan
 from dreamshard.memory import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
-from dreamshard.shards import COLUMN_ALIGN
+from dreamshard.shards import COLUMN_ALIGN, fold
 from dreamshard.types import GB, ColumnShard, Inventory, Plan, Table, Topology
 
 MemoryModel = Literal["dreamshard", "torchrec"]
@@ -125,6 +128,7 @@ def _quiet(verbose: bool) -> Iterator[None]:
 def _weights_only_estimator_class() -> type:
     """A TorchRec ShardEstimator charging each shard its weights only: our memory model (defined lazily,
     its base class lives in torchrec)."""
+    # optional dependency: torchrec
     from torchrec.distributed.planner.types import ShardEstimator, Storage
 
     class WeightsOnlyStorageEstimator(ShardEstimator):
@@ -143,9 +147,12 @@ def _weights_only_estimator_class() -> type:
 
 class TorchRecSharder(Sharder):
     """Table-wise placement by TorchRec's ``EmbeddingShardingPlanner`` (its analytic estimator and greedy
-    partitioner), wrapped so that its result is a dreamshard Plan and its failures are our typed errors."""
+    partitioner), wrapped so that its result is a dreamshard Plan and its failures are our typed errors.
+    `place()` (Sharder's) is its plan's whole-table placement, an error when TorchRec split a table."""
 
     name = "torchrec"
+    family = "torchrec"
+    options = frozenset({"reserve_fraction", "memory_model", "verbose", "column_wise"})
 
     def __init__(
         self,
@@ -153,7 +160,6 @@ class TorchRecSharder(Sharder):
         memory_model: MemoryModel = "dreamshard",
         verbose: bool = False,
         column_wise: ColumnWise = "auto",
-        **_ignored: Any,
     ) -> None:
         if not 0.0 <= reserve_fraction < 1.0:
             raise PlanError(f"torchrec reserve_fraction must be in [0, 1), got {reserve_fraction}")
@@ -165,15 +171,6 @@ class TorchRecSharder(Sharder):
         self.memory_model = memory_model
         self.verbose = verbose
         self.column_wise = column_wise
-
-    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        placement, shards = self._plan(inventory, topology)
-        if shards:
-            raise PlanError(
-                f"torchrec split table '{next(iter(shards))}' into column shards, which a table-wise placement cannot "
-                "hold; use shard() (or column_wise='never')"
-            )
-        return placement
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         placement, shards = self._plan(inventory, topology)
@@ -203,8 +200,7 @@ class TorchRecSharder(Sharder):
         """(whole-table placement, column shards) from TorchRec's planner."""
         widths = self._split_widths(inventory, topology)
         cap = topology.memory_per_device_bytes
-        try:
-            import torch
+        try:  # optional dependency: torchrec
             from torchrec.distributed.embedding_types import EmbeddingComputeKernel
             from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
             from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
@@ -261,6 +257,7 @@ class TorchRecSharder(Sharder):
 
     def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:
         """TorchRec's enumerator with its perf estimator; storage by the chosen memory model."""
+        # optional dependency: torchrec
         from torchrec.distributed.planner.constants import DEFAULT_PERF_ESTIMATOR
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
         from torchrec.distributed.planner.estimator import EmbeddingPerfEstimatorFactory
@@ -279,6 +276,7 @@ class TorchRecSharder(Sharder):
         )
 
     def _torchrec_topology(self, topology: Topology) -> Any:
+        # optional dependency: torchrec
         from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 
         cap = int(topology.memory_per_device_bytes * (1.0 - self.reserve_fraction))
@@ -296,9 +294,6 @@ class TorchRecSharder(Sharder):
     def _read_plan(
         self, sharding_plan: Any, inventory: Inventory, topology: Topology
     ) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
-        from dreamshard.integrations.torchrec import document_from_sharding_plan
-        from dreamshard.shards import fold
-
         names = {t.name: _internal_name(i) for i, t in enumerate(inventory.tables)}
         doc = document_from_sharding_plan(sharding_plan, topology.num_devices, topology.device_type, names)
         missing = [t for t in inventory.table_names if t not in doc.tables]

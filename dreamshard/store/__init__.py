@@ -4,48 +4,62 @@
 
 `publish` uploads a plan under a versioned key with a checksum, verifies it, and only then moves the
 `current` pointer with a compare-and-swap, so readers never see a partial plan (docs/architecture.md).
+
+    base         the five-primitive store interface, compare-and-swap, safe key segments
+    local, s3    the two backends; uri: open_store
+    keys         THE key layout: building and parsing every key
+    schemas      pointer, record, listing and fsck models
+    objects      a plan's objects: verified upload, checksum-verified reads
+    pointer      current.json: the advance rule and the rollback rule
+    plans        publish / reject / rollback / list / show / current
+    fsck         consistency checks
+    inventories  inventory versions and their pointer
 """
 
 from __future__ import annotations
 
 from dreamshard.store.base import PlanStore, Version
-from dreamshard.store.local import LocalPlanStore
-from dreamshard.store.publish import (
-    CurrentPointer,
-    FsckIssue,
-    PlanRecord,
-    PointerEntry,
-    PublishedRef,
-    fsck,
-    get_current,
-    get_pointer,
-    list_inventories,
-    list_plans,
-    publish,
-    publish_or_reject,
-    reject,
-    rollback,
-    show,
+from dreamshard.store.fsck import fsck
+from dreamshard.store.inventories import (
+    InventoryRef,
+    check_inventory_store,
+    current_inventory_key,
+    get_current_inventory,
+    get_inventory_version,
+    inventory_key,
+    push_inventory,
 )
+from dreamshard.store.local import LocalPlanStore
+from dreamshard.store.objects import list_inventories
+from dreamshard.store.plans import get_current, list_plans, publish, publish_or_reject, reject, rollback, show
+from dreamshard.store.pointer import get_pointer
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord, PointerEntry, PublishedRef
 from dreamshard.store.uri import open_store
 
 __all__ = [
     "CurrentPointer",
     "FsckIssue",
+    "InventoryRef",
     "LocalPlanStore",
     "PlanRecord",
     "PlanStore",
     "PointerEntry",
     "PublishedRef",
     "Version",
+    "check_inventory_store",
+    "current_inventory_key",
     "fsck",
     "get_current",
+    "get_current_inventory",
+    "get_inventory_version",
     "get_pointer",
+    "inventory_key",
     "list_inventories",
     "list_plans",
     "open_store",
     "publish",
     "publish_or_reject",
+    "push_inventory",
     "reject",
     "rollback",
     "show",

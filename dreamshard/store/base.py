@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from dreamshard.errors import StoreError
+from dreamshard.inventory.validation import check_key_part  # re-exported: the safe-name rule as a key segment
 
 #: Opaque token identifying one version of an object (local: sha256 of the bytes; S3: the ETag).
 Version = str
@@ -19,17 +20,6 @@ Version = str
 
 class KeyNotFoundError(StoreError):
     """The requested key does not exist in the store."""
-
-
-def check_key_part(value: str, what: str) -> str:
-    """Validate one path segment of a key (inventory name, fingerprint, plan id): the safe-name rule of
-    dreamshard.inventory.validation."""
-    from dreamshard.inventory.validation import ALLOWED, name_problem
-
-    problem = name_problem(value) if isinstance(value, str) else "is not a string"
-    if problem:
-        raise StoreError(f"{what} {value!r} cannot be used in a storage key: it {problem}; use {ALLOWED}")
-    return value
 
 
 class PlanStore(ABC):

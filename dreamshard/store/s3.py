@@ -56,8 +56,8 @@ class S3PlanStore(PlanStore):
         self._client = self._make_client(connect_timeout, read_timeout, max_attempts)
 
     def _make_client(self, connect_timeout: float, read_timeout: float, max_attempts: int) -> Any:
-        import boto3
-        from botocore.config import Config
+        import boto3  # optional dependency: boto3
+        from botocore.config import Config  # optional dependency: boto3
 
         config = Config(
             connect_timeout=connect_timeout,
@@ -82,7 +82,7 @@ class S3PlanStore(PlanStore):
 
     def _call(self, op: str, key: str | None, **kwargs: Any) -> Any:
         """Run one client call and turn botocore failures into one-line StoreErrors."""
-        from botocore.exceptions import (
+        from botocore.exceptions import (  # optional dependency: boto3
             BotoCoreError,
             ClientError,
             ConnectionClosedError,

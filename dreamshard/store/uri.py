@@ -8,6 +8,7 @@ from urllib.parse import unquote, urlparse
 from dreamshard.errors import StoreError, redact_url
 from dreamshard.store.base import PlanStore
 from dreamshard.store.local import LocalPlanStore
+from dreamshard.store.s3 import S3PlanStore
 
 ENDPOINT_ENV_VARS = ("DREAMSHARD_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
@@ -51,8 +52,6 @@ def open_store(uri: str, endpoint_url: str | None = None) -> PlanStore:
     if scheme == "s3":
         if parsed.username or parsed.password or "@" in parsed.netloc:
             raise StoreError("do not put credentials in the store URI; use AWS_* environment variables or a profile")
-        from dreamshard.store.s3 import S3PlanStore
-
         endpoint = endpoint_url or s3_endpoint_from_env()
         if endpoint:
             check_endpoint(endpoint)

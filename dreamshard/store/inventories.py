@@ -1,65 +1,42 @@
-"""Inventory versions in the plan store and the `dreamshard.inventory.changed` event.
+"""Inventory versions in the store (keys: dreamshard.store.keys).
 
 Pushing an inventory stores it under ``inventories/<name>/<fingerprint>.yaml`` (content-addressed, never
-overwritten), moves ``inventories/<name>/current.json`` with a compare-and-swap, and emits a Prefect event
-that the orchestrator deployment's trigger listens for. Prefect is imported lazily: the store part works
-without a Prefect API, and emitting is a no-op (returns None) when no API is configured.
+overwritten unless corrupt) and moves ``inventories/<name>/current.json`` with a compare-and-swap. The Prefect
+event that announces a push lives in the flows package (`dreamshard_flows.events`): the library emits nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
 
 from dreamshard.errors import StoreError
+from dreamshard.inventory.validation import InventoryNameError, check_inventory_names
 from dreamshard.io import model_yaml
-from dreamshard.store.base import PlanStore, cas_update, check_key_part
-from dreamshard.types import Inventory, utcnow
+from dreamshard.store.base import PlanStore, cas_update
+from dreamshard.store.keys import INVENTORIES, current_inventory_key, inventory_key, parse_inventory_key
+from dreamshard.store.schemas import FsckIssue, InventoryRef
+from dreamshard.types import Inventory
 
-#: Event name the orchestrator's deployment trigger matches.
-INVENTORY_CHANGED_EVENT = "dreamshard.inventory.changed"
-INVENTORY_PREFIX = "inventories"
+__all__ = [
+    "InventoryRef",
+    "check_inventory_store",
+    "current_inventory_key",
+    "get_current_inventory",
+    "get_inventory_version",
+    "inventory_key",
+    "push_inventory",
+]
 
-
-def inventory_resource_id(name: str) -> str:
-    """Prefect resource id of an inventory: ``dreamshard.inventory.<name>``."""
-    return f"dreamshard.inventory.{name}"
-
-
-class InventoryRef(BaseModel):
-    """Where one stored inventory version lives."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    fingerprint: str
-    key: str
-    uri: str
-    sha256: str
-    pushed_at: datetime = Field(default_factory=utcnow)
-    changed: bool = True  # False when this fingerprint was already current
-
-
-def inventory_key(name: str, fingerprint: str) -> str:
-    return f"{INVENTORY_PREFIX}/{check_key_part(name, 'inventory name')}/{check_key_part(fingerprint, 'fingerprint')}.yaml"
-
-
-def current_inventory_key(name: str) -> str:
-    return f"{INVENTORY_PREFIX}/{check_key_part(name, 'inventory name')}/current.json"
+_PUSH = "dreamshard inventory push FILE --store ..."
 
 
 def _parse_version(data: bytes, name: str, fingerprint: str) -> Inventory | None:
     """The inventory in a stored version object, or None when it is unreadable, invalid, or not the version
     its key names (another name or fingerprint)."""
-    from dreamshard.inventory.validation import InventoryNameError, check_inventory_names
-
-    import yaml
-
     try:
-        inv = Inventory.model_validate(_load_yaml(data))
+        inv = Inventory.model_validate(yaml.safe_load(data.decode()))
         check_inventory_names(inv)
     except (ValueError, yaml.YAMLError, InventoryNameError):  # ValidationError, UnicodeDecodeError are ValueErrors
         return None
@@ -80,8 +57,6 @@ def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") 
     never see a partial inventory. A stored version that is corrupt or not what its key names is rewritten;
     a corrupt pointer is replaced (it is derived data: the push says what is current).
     """
-    from dreamshard.inventory.validation import check_inventory_names
-
     check_inventory_names(inventory)
     fp = inventory.fingerprint()
     key = inventory_key(inventory.name, fp)
@@ -112,12 +87,6 @@ def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") 
     old = _parse_ref(current)
     assert old is not None
     return old.model_copy(update={"uri": uri, "changed": False})
-
-
-def _load_yaml(data: bytes) -> object:
-    import yaml
-
-    return yaml.safe_load(data.decode())
 
 
 def get_inventory_version(store: PlanStore, name: str, fingerprint: str) -> Inventory | None:
@@ -153,44 +122,19 @@ def get_current_inventory(store: PlanStore, name: str) -> tuple[Inventory, Inven
     return inv, ref
 
 
-def check_inventory_store(store: PlanStore) -> list[tuple[str, str, str]]:
-    """(key, problem, fix) for every corrupt pointer or stored version under inventories/ (`plans fsck`)."""
-    out: list[tuple[str, str, str]] = []
-    for key in store.list_keys(f"{INVENTORY_PREFIX}/"):
-        parts = key.split("/")
-        if len(parts) != 3:
-            out.append((key, "unexpected object in the inventory store", "delete it"))
+def check_inventory_store(store: PlanStore) -> list[FsckIssue]:
+    """Every corrupt pointer or stored version under inventories/, with its fix (part of `plans fsck`)."""
+    out: list[FsckIssue] = []
+    for key in store.list_keys(f"{INVENTORIES}/"):
+        parsed = parse_inventory_key(key)
+        if parsed is None:
+            out.append(FsckIssue(key=key, problem="unexpected object in the inventory store", fix="delete it"))
             continue
-        name, leaf = parts[1], parts[2]
-        fix = "dreamshard inventory push FILE --store ..."
-        if leaf == "current.json":
-            try:
-                found = get_current_inventory(store, name)
-            except StoreError as e:
-                out.append((key, str(e), fix))
-                continue
-            if found is None:
-                out.append((key, "pointer vanished while checking", fix))
-        elif leaf.endswith(".yaml"):
-            try:
-                get_inventory_version(store, name, leaf.removesuffix(".yaml"))
-            except StoreError as e:
-                out.append((key, str(e), fix))
-        else:
-            out.append((key, "unexpected object in the inventory store", "delete it"))
+        try:
+            if parsed.fingerprint is not None:
+                get_inventory_version(store, parsed.name, parsed.fingerprint)
+            elif get_current_inventory(store, parsed.name) is None:
+                out.append(FsckIssue(key=key, problem="pointer vanished while checking", fix=_PUSH))
+        except StoreError as e:
+            out.append(FsckIssue(key=key, problem=str(e), fix=_PUSH))
     return out
-
-
-def emit_inventory_changed(ref: InventoryRef) -> str | None:
-    """Emit `dreamshard.inventory.changed` for `ref`; returns the event id, or None if not emitted."""
-    from prefect.events import emit_event
-
-    event = emit_event(
-        event=INVENTORY_CHANGED_EVENT,
-        resource={
-            "prefect.resource.id": inventory_resource_id(ref.name),
-            "prefect.resource.name": ref.name,
-        },
-        payload={"fingerprint": ref.fingerprint, "uri": ref.uri, "key": ref.key, "inventory_name": ref.name},
-    )
-    return None if event is None else str(event.id)

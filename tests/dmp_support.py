@@ -1,7 +1,11 @@
 """Real TorchRec training steps: ``DistributedModelParallel`` on CPU ranks over gloo, one plan or several.
 
+A test and benchmark harness, not part of the library: tests/test_torchrec_dmp.py imports it as ``dmp_support``
+(pytest puts tests/ on sys.path) and bench/dmp_step.py puts tests/ on sys.path first. torchrec and fbgemm_gpu
+(optional dependencies) are imported inside the functions that need them.
+
 ``run_dmp(inventory, plans, settings)`` starts ``world_size`` fresh interpreters (never re-importing the
-caller's ``__main__``) that join one gloo process group through a TCP store the caller serves on 127.0.0.1
+caller's ``__main__``; each imports this file from tests/) that join one gloo process group through a TCP store the caller serves on 127.0.0.1
 (the OS picks a free port). Each rank, for every plan:
 
 1. builds the inventory's ``EmbeddingBagCollection`` on the meta device (rows optionally scaled down:
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
 import os
 import statistics
@@ -34,12 +39,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
+import torch
+import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.errors import ConfigError, ProfilingError, first_line
 from dreamshard.integrations import require_torchrec
+from dreamshard.integrations.torchrec import build_ebc, sharding_plan, torchrec_table_name
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile
+from dreamshard.profiling.base import IndexBank
 from dreamshard.types import Inventory
+
+#: This file's directory (tests/): the rank processes import the harness from there.
+HERE = Path(__file__).resolve().parent
 
 #: (row_start, row_end, col_start, col_end) of one shard a rank holds
 ShardBox = tuple[int, int, int, int]
@@ -145,8 +158,6 @@ def run_dmp(
     """Train every plan with DMP on `settings.world_size` CPU ranks (module docstring); one-line ProfilingError
     if a rank fails or the run exceeds `settings.timeout_s`."""
     require_torchrec()
-    import torch.distributed as dist
-
     s = settings or DmpSettings()
     if not plans:
         raise ConfigError("run_dmp needs at least one plan")
@@ -172,11 +183,11 @@ def run_dmp(
 
 
 def _run_ranks(job: Path, tmp: Path, s: DmpSettings) -> None:
-    code = "import sys; from dreamshard.integrations.dmp import _worker_main; _worker_main(sys.argv[1:])"
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from dmp_support import _worker_main; _worker_main(sys.argv[2:])"
     env = {**os.environ, "OMP_NUM_THREADS": str(s.threads), "PYTHONWARNINGS": "ignore"}
     logs = [open(tmp / f"rank{r}.log", "wb") for r in range(s.world_size)]  # noqa: SIM115 - closed below
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(job), str(r)], stdout=logs[r], stderr=subprocess.STDOUT, env=env)
+        subprocess.Popen([sys.executable, "-c", code, str(HERE), str(job), str(r)], stdout=logs[r], stderr=subprocess.STDOUT, env=env)
         for r in range(s.world_size)
     ]
     deadline = time.monotonic() + s.timeout_s
@@ -207,7 +218,7 @@ def _last_error(log: Path) -> str:
 
 
 def _worker_main(argv: Sequence[str]) -> None:
-    """Entry of one rank started as ``python -c`` (see `run_dmp`)."""
+    """Entry of one rank started as ``python -c`` (see `run_dmp`): argv = job file, rank."""
     job_path, rank = Path(argv[0]), int(argv[1])
     job = json.loads(job_path.read_text())
     report = _rank(rank, job)
@@ -215,11 +226,6 @@ def _worker_main(argv: Sequence[str]) -> None:
 
 
 def _rank(rank: int, job: dict[str, Any]) -> RankReport:
-    import logging
-
-    import torch
-    import torch.distributed as dist
-
     s = DmpSettings.model_validate(job["settings"])
     torch.set_num_threads(s.threads)
     logging.getLogger("torchrec").setLevel(logging.ERROR)
@@ -239,14 +245,11 @@ class _Contender:
 
     def __init__(self, name: str, doc: TorchRecPlanFile, inventory: Inventory, rows: Mapping[str, int],
                  s: DmpSettings, rank: int) -> None:
-        import torch
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-        from torchrec.distributed.model_parallel import DistributedModelParallel
-        from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-        from torchrec.optim.optimizers import in_backward_optimizer_filter
-
-        from dreamshard.integrations.torchrec import build_ebc, sharding_plan, torchrec_table_name
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType  # optional dependency: fbgemm_gpu
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # optional dependency: torchrec
+        from torchrec.distributed.model_parallel import DistributedModelParallel  # optional dependency: torchrec
+        from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper  # optional dependency: torchrec
+        from torchrec.optim.optimizers import in_backward_optimizer_filter  # optional dependency: torchrec
 
         self.name = name
         self.back = {torchrec_table_name(t): t for t in inventory.table_names}
@@ -281,8 +284,6 @@ class _Contender:
         """Give every weight a known value (`_known` of its global row and column) through this rank's shards,
         run one forward and return the largest error of the pooled outputs against the sums computed from the
         batch: shards in the wrong place or columns in the wrong order show up here."""
-        import torch
-
         with torch.no_grad():
             for _, weight in self._weights():
                 for sh in weight.local_shards():
@@ -339,12 +340,7 @@ def _known(rows: Any, cols: Any) -> Any:
 
 def _batches(inventory: Inventory, rows: Mapping[str, int], s: DmpSettings, rank: int) -> list[Any]:
     """This rank's local batches as KeyedJaggedTensors (keys = TorchRec table names, key-major)."""
-    import numpy as np
-    import torch
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    from dreamshard.integrations.torchrec import torchrec_table_name
-    from dreamshard.profiling.base import IndexBank
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # optional dependency: torchrec
 
     local = s.batch_size // s.world_size
     bank = IndexBank(seed=s.seed * 1009 + rank)
@@ -360,8 +356,6 @@ def _batches(inventory: Inventory, rows: Mapping[str, int], s: DmpSettings, rank
 
 
 def _train(rank: int, job: dict[str, Any], s: DmpSettings) -> RankReport:
-    import torch.distributed as dist
-
     inventory = Inventory.model_validate(job["inventory"])
     rows = {k: int(v) for k, v in job["rows"].items()}
     contenders = [

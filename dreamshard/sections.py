@@ -1,40 +1,27 @@
-"""The whole params.yaml as one typed object: every section validated up front, typos rejected.
-
-The CLI stage helpers, the DVC stages and the Prefect flows all read params through `load_pipeline_config`,
-so a bad key fails in one line naming the section before any profiling or training starts.
+"""The params.yaml sections no library module owns: the input pool, the published plan, the comparison, the
+pipeline's plumbing and the drift monitor. Sections owned by a library module live with it (`profile` in
+dreamshard.profiling, `publish` in dreamshard.gate, the learning ones in dreamshard.learning.configs);
+dreamshard.settings puts them all together (docs/architecture.md, "Settings and use cases").
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dreamshard.config import section_from
 from dreamshard.errors import ConfigError
-from dreamshard.gate import PublishConfig
-from dreamshard.io import read_structured
-from dreamshard.learning.configs import (
-    DEFAULT_CANDIDATES,
-    CostTrainConfig,
-    LoopConfig,
-    PolicyTrainConfig,
-    PretrainConfig,
-    SearchConfig,
-    TasksConfig,
-    TopologyConfig,
-)
-from dreamshard.profiling import ProfileConfig
-from dreamshard.sharders import ALL_SHARDERS
+from dreamshard.inventory.synth import check_dims, synth_inventory
+from dreamshard.learning.configs import DEFAULT_CANDIDATES, SearchConfig
+from dreamshard.sharders import ALL_SHARDERS, sharder_names
 from dreamshard.types import Inventory
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class InventoryConfig(_Section):
+class InventoryConfig(Section):
     """Section `inventory`: the synthetic pool the pipeline starts from."""
 
     name: Annotated[str, Field(min_length=1)] = "pool"
@@ -45,27 +32,24 @@ class InventoryConfig(_Section):
     @field_validator("dims")
     @classmethod
     def _dims(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        from dreamshard.inventory.synth import check_dims
-
         try:
             return check_dims(v)
         except ConfigError as e:
             raise ValueError(str(e).removeprefix("dims: ")) from None
 
     def synthesize(self) -> Inventory:
-        from dreamshard.inventory.synth import synth_inventory
-
         return synth_inventory(self.num_tables, self.seed, dims=self.dims, name=self.name)
 
 
-class PlanConfig(_Section):
+class PlanConfig(Section):
     """Section `plan`: how the published plan is made (`dreamshard plan --sharder dreamshard`: search on the
     learned cost, then the `verify` best candidates measured on the profile backend)."""
 
+    num_devices: Annotated[int, Field(ge=1)] | None = None  # default: tasks.train_devices
     samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides the argmax
     risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # ensemble mean + risk x spread
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
-    verify: Annotated[int, Field(ge=0, le=64)] = 3  # measure this many best candidates (0 = trust predictions)
+    verify: Annotated[int, Field(ge=0, le=64)] = 0  # measure this many best candidates (0 = trust predictions)
     verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
 
     @field_validator("candidates")
@@ -75,20 +59,17 @@ class PlanConfig(_Section):
 
     def search(self, seed: int = 0) -> SearchConfig:
         return SearchConfig(risk=self.risk, samples=self.samples, candidates=self.candidates, seed=seed)
-    num_devices: Annotated[int, Field(ge=1)] | None = None  # default: tasks.train_devices
 
 
-class EvaluateConfig(_Section):
+class EvaluateConfig(Section):
     """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
 
     sharders: tuple[str, ...] = ALL_SHARDERS
-    rounds: Annotated[int, Field(ge=1)] = 3
+    rounds: Annotated[int, Field(ge=1, le=100)] = 3
 
     @field_validator("sharders")
     @classmethod
     def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from dreamshard.sharders import sharder_names
-
         known = sharder_names()
         for name in v:
             if name not in known:
@@ -96,7 +77,7 @@ class EvaluateConfig(_Section):
         return v
 
 
-class PipelineSettings(_Section):
+class PipelineSettings(Section):
     """Section `pipeline`: where a workspace pushes its data and models (the DVC remote) and how profiling fans
     out to workers. Nothing here changes a result, so no DVC stage lists it as a param."""
 
@@ -108,61 +89,10 @@ class PipelineSettings(_Section):
     profile_deployment: Annotated[str, Field(pattern=r"^[^/]+/[^/]+$")] = "profile-batch/profile-batch"
 
 
-class DriftConfig(_Section):
+class DriftConfig(Section):
     """Section `drift`: the monitor re-measures the current published plan and flags it when its overall cost
     moved by more than `threshold` (a fraction) from the cost recorded at publishing."""
 
     threshold: Annotated[float, Field(gt=0, le=10)] = 0.2
     rounds: Annotated[int, Field(ge=1, le=100)] = 3
     history: Annotated[int, Field(ge=1, le=10_000)] = 200  # drift checks kept per inventory (the trend report)
-
-
-class PipelineConfig(BaseModel):
-    """Every section of params.yaml, typed."""
-
-    model_config = ConfigDict(frozen=True)
-
-    inventory: InventoryConfig = InventoryConfig()
-    tasks: TasksConfig = TasksConfig()
-    topology: TopologyConfig = TopologyConfig()
-    profile: ProfileConfig = ProfileConfig()
-    train_cost: CostTrainConfig = CostTrainConfig()
-    train_policy: PolicyTrainConfig = PolicyTrainConfig()
-    train: LoopConfig = LoopConfig()
-    pretrain: PretrainConfig = PretrainConfig()
-    plan: PlanConfig = PlanConfig()
-    evaluate: EvaluateConfig = EvaluateConfig()
-    publish: PublishConfig = PublishConfig()
-    pipeline: PipelineSettings = PipelineSettings()
-    drift: DriftConfig = DriftConfig()
-
-    @property
-    def plan_devices(self) -> int:
-        return self.plan.num_devices or self.tasks.train_devices
-
-
-_SECTIONS: dict[str, type[BaseModel]] = {
-    name: field.annotation  # type: ignore[misc]
-    for name, field in PipelineConfig.model_fields.items()
-}
-
-
-def load_pipeline_config(path: str | Path | None, backend: str | None = None) -> PipelineConfig:
-    """Read and validate params.yaml (defaults when path is None); `backend` overrides profile.backend."""
-    if path is None:
-        cfg = PipelineConfig()
-    else:
-        data: Any = read_structured(path)
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of sections at top level")
-        unknown = sorted(set(data) - set(_SECTIONS))
-        if unknown:
-            raise ConfigError(f"{path}: unknown section '{unknown[0]}'; sections are {', '.join(_SECTIONS)}")
-        cfg = PipelineConfig(**{name: section_from(data, name, model, path) for name, model in _SECTIONS.items()})
-    if backend:
-        try:
-            profile = ProfileConfig.model_validate({**cfg.profile.model_dump(), "backend": backend})
-        except Exception:
-            raise ConfigError(f"unknown backend '{backend}'; choose from cpu, cuda, simulator") from None
-        cfg = cfg.model_copy(update={"profile": profile})
-    return cfg

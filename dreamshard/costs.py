@@ -1,0 +1,92 @@
+"""Costs and what measured them (docs/architecture.md, "Data model" and "Measuring").
+
+The four per-device cost components (`COST_COMPONENTS`, in milliseconds), a placement's per-device and overall
+costs, where a plan's costs come from (`CostBasis`), the alpha-beta all-to-all model and the backend that
+measured a record. Built on `dreamshard.tables`; `dreamshard.types` re-exports all of it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from dreamshard.tables import StrictModel
+
+#: Where a plan's costs come from: a real measurement, the analytic simulator backend, or the cost model.
+CostBasis = Literal["measured", "simulated", "predicted"]
+
+#: The four per-device cost components, in the order of DeviceCost's fields, as_list() and every table/plot.
+COST_COMPONENTS: tuple[str, ...] = ("fwd_compute", "fwd_comm", "bwd_comm", "bwd_compute")
+
+
+class DeviceCost(StrictModel):
+    """The four cost components of one device, in milliseconds (names: COST_COMPONENTS)."""
+
+    fwd_compute: Annotated[float, Field(ge=0)]
+    fwd_comm: Annotated[float, Field(ge=0)]
+    bwd_comm: Annotated[float, Field(ge=0)]
+    bwd_compute: Annotated[float, Field(ge=0)]
+
+    @property
+    def total(self) -> float:
+        return self.fwd_compute + self.fwd_comm + self.bwd_comm + self.bwd_compute
+
+    def as_list(self) -> list[float]:
+        return [self.fwd_compute, self.fwd_comm, self.bwd_comm, self.bwd_compute]
+
+    @classmethod
+    def from_list(cls, v: list[float] | tuple[float, ...]) -> DeviceCost:
+        a, b, c, d = (max(0.0, float(x)) for x in v)
+        return cls(fwd_compute=a, fwd_comm=b, bwd_comm=c, bwd_compute=d)
+
+    @classmethod
+    def zero(cls) -> DeviceCost:
+        return cls(fwd_compute=0.0, fwd_comm=0.0, bwd_comm=0.0, bwd_compute=0.0)
+
+
+class Costs(StrictModel):
+    """Per-device costs of a placement and its overall cost (max over devices of the totals)."""
+
+    per_device: tuple[DeviceCost, ...]
+    overall_ms: Annotated[float, Field(ge=0)]
+
+    @classmethod
+    def from_devices(cls, per_device: list[DeviceCost], overall_ms: float | None = None) -> Costs:
+        overall = max((d.total for d in per_device), default=0.0) if overall_ms is None else overall_ms
+        return cls(per_device=tuple(per_device), overall_ms=overall)
+
+    @property
+    def bottleneck_device(self) -> int:
+        totals = [d.total for d in self.per_device]
+        return int(max(range(len(totals)), key=totals.__getitem__)) if totals else 0
+
+
+class CommModel(StrictModel):
+    """Alpha-beta model of one all-to-all: t_ms = alpha_ms + beta_ms_per_mb * megabytes."""
+
+    alpha_ms: Annotated[float, Field(ge=0)]
+    beta_ms_per_mb: Annotated[float, Field(ge=0)]
+    backend: str
+    world_size: int
+    points: tuple[tuple[float, float], ...] = ()  # (megabytes, ms) used for the fit
+    r2: float | None = None
+
+    def cost_ms(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return self.alpha_ms + self.beta_ms_per_mb * nbytes / 1e6
+
+
+class BackendInfo(StrictModel):
+    """What measured a record and with which settings."""
+
+    name: str  # cpu | cuda | simulator
+    operator: str  # fbgemm_tbe | embedding_bag | analytic
+    device: str
+    num_threads: int
+    batch_size: int
+    warmup: int
+    repeats: int
+    row_cap: int | None = None  # rows scaled down above this (CPU profiling rule)
+    is_simulated: bool = False

@@ -1,0 +1,150 @@
+"""Sharders by name: the heuristics built in, everything else registered.
+
+The registry knows the heuristics itself and finds the other sharders through the ``dreamshard.sharders``
+entry-point group (pyproject.toml: TorchRec's planner and the learned sharders of dreamshard.learning), or
+through `register_sharder` for code that builds its own. It never imports those modules by name: a sharder's
+module is loaded when that sharder is asked for, or when its family is (`sharder_names(kind=...)`,
+`learned_names()`), so this package has no dependency on the learning code and no list of learned names.
+
+Each sharder class says its `family` (heuristic / torchrec / learned / other) and the `options` its constructor
+accepts (dreamshard.sharders.base.Sharder). `get_sharder(name, **options)` rejects an option the sharder does not
+take (ConfigError naming both). A caller that holds ONE options dict for many sharders (the CLI's `--seed`,
+`--model`, `--samples`; a profiling seed for every placement kind) passes each its share with
+`options_for(name, shared)`, which drops what that sharder does not take; `learned_options` does the same for
+the learned sharders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache, partial
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from dreamshard.errors import ConfigError, UnknownSharderError
+from dreamshard.sharders.base import FAMILIES, Sharder
+from dreamshard.sharders.heuristics import GREEDY_COSTS, GreedySharder, RandomSharder, RoundRobinSharder
+
+ENTRY_POINT_GROUP = "dreamshard.sharders"
+
+SharderFactory = Callable[..., Sharder]
+
+
+@dataclass(frozen=True)
+class Registration:
+    """How the registry builds one sharder: `factory(**options)`, with `options` the names it accepts."""
+
+    factory: SharderFactory
+    family: str
+    options: frozenset[str]
+
+    @classmethod
+    def of(cls, factory: SharderFactory, family: str | None = None, options: Iterable[str] | None = None) -> Registration:
+        """A Sharder subclass brings its own `family` and `options`; a plain callable defaults to other / none."""
+        fam = family if family is not None else getattr(factory, "family", "other")
+        if fam not in FAMILIES:
+            raise ConfigError(f"sharder family '{fam}' is not one of {', '.join(FAMILIES)}")
+        return cls(factory, fam, frozenset(options if options is not None else getattr(factory, "options", ())))
+
+
+_BUILTIN: dict[str, Registration] = {
+    "random": Registration.of(RandomSharder),
+    "round_robin": Registration.of(RoundRobinSharder),
+    **{name: Registration.of(partial(GreedySharder, name, cost), "heuristic", ()) for name, cost in GREEDY_COSTS.items()},
+}
+_REGISTERED: dict[str, Registration] = {}
+
+#: The built-in heuristics, the baselines users run today.
+HEURISTICS: tuple[str, ...] = tuple(n for n, r in _BUILTIN.items() if r.family == "heuristic")
+
+
+def register_sharder(name: str, factory: SharderFactory, *, family: str | None = None,
+                     options: Iterable[str] | None = None) -> None:
+    """Make `factory(**options)` available as sharder `name` (overrides an entry point of that name).
+
+    A Sharder subclass brings its `family` and `options`; for another callable say them here (default: family
+    "other", no options)."""
+    _REGISTERED[name] = Registration.of(factory, family, options)
+
+
+@cache
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+@cache
+def _entry_point_registration(name: str) -> Registration:
+    return Registration.of(_entry_points()[name].load())
+
+
+def sharder_names(kind: str | None = None) -> list[str]:
+    """Every sharder's name, or those of one family (`kind`: heuristic, torchrec, learned, other).
+
+    Without `kind` nothing is loaded; with it, the entry-point sharders' classes are (to read their family)."""
+    names = list(dict.fromkeys([*_BUILTIN, *_REGISTERED, *_entry_points()]))
+    if kind is None:
+        return names
+    if kind not in FAMILIES:
+        raise ConfigError(f"unknown sharder family '{kind}'; choose from {', '.join(FAMILIES)}")
+    return [n for n in names if _registration(n).family == kind]
+
+
+def learned_names() -> tuple[str, ...]:
+    """The learned sharders registered (dreamshard ships `dreamshard`, `dreamshard_lpt`, `dreamshard_rl`)."""
+    return tuple(sharder_names(kind="learned"))
+
+
+def contender_names() -> tuple[str, ...]:
+    """Every contender: the heuristics, TorchRec's planner and the learned sharders, in that order."""
+    return tuple(n for family in ("heuristic", "torchrec", "learned") for n in sharder_names(kind=family))
+
+
+def _registration(name: str) -> Registration:
+    reg = _BUILTIN.get(name) or _REGISTERED.get(name)
+    if reg is not None:
+        return reg
+    if name not in _entry_points():
+        raise UnknownSharderError(f"unknown sharder '{name}'; choose from {', '.join(sharder_names())}")
+    return _entry_point_registration(name)
+
+
+def sharder_family(name: str) -> str:
+    """The family of sharder `name` (heuristic, torchrec, learned, other)."""
+    return _registration(name).family
+
+
+def accepted_options(name: str) -> frozenset[str]:
+    """The options sharder `name` takes (`get_sharder` rejects any other)."""
+    return _registration(name).options
+
+
+def options_for(name: str, shared: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an options dict shared by many sharders that sharder `name` takes; the rest is dropped.
+
+    Only for callers that hold one dict for several sharders (see the module docstring); an option meant for
+    one sharder goes to `get_sharder` directly, where a typo is an error."""
+    takes = accepted_options(name)
+    return {k: v for k, v in shared.items() if k in takes}
+
+
+def learned_options(**options: Any) -> dict[str, dict[str, Any]]:
+    """The same options for every learned sharder, in compare_sharders' per-sharder form: each gets those it
+    takes (`verify` only `dreamshard`); an option no learned sharder takes is a ConfigError."""
+    names = learned_names()
+    taken = frozenset().union(*(accepted_options(n) for n in names))
+    unknown = sorted(set(options) - taken)
+    if unknown:
+        raise ConfigError(f"no learned sharder ({', '.join(names)}) has option '{unknown[0]}'; "
+                          f"their options: {', '.join(sorted(taken))}")
+    return {name: options_for(name, options) for name in names}
+
+
+def get_sharder(name: str, **options: Any) -> Sharder:
+    """Build a sharder by name; an option it does not take is a ConfigError naming the sharder and the option."""
+    reg = _registration(name)
+    unknown = sorted(set(options) - reg.options)
+    if unknown:
+        takes = ", ".join(sorted(reg.options)) or "none"
+        raise ConfigError(f"sharder '{name}' has no option '{unknown[0]}' (its options: {takes})")
+    return reg.factory(**options)

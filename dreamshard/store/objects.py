@@ -1,0 +1,120 @@
+"""A stored plan's objects (the plan, its checksum, its record; keys from dreamshard.store.keys): the verified
+upload, checksum-verified reads, and finding plans by id."""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import ValidationError
+
+from dreamshard.errors import PlanError, StoreError
+from dreamshard.gate import GateDecision
+from dreamshard.io import describe_validation_error
+from dreamshard.store.base import KeyNotFoundError, PlanStore, check_key_part
+from dreamshard.store.keys import PLANS_PREFIX, PlanKey, Status, inventory_of, inventory_prefix, parse_key
+from dreamshard.store.schemas import CurrentPointer, PlanRecordFile
+from dreamshard.types import Plan
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def key_of(plan: Plan, status: Status = "approved") -> PlanKey:
+    """Where `plan` is stored (StoreError when its inventory name, fingerprint or id is not a safe key part)."""
+    return PlanKey(plan.inventory_name, plan.inventory_fingerprint, plan.plan_id, "plan", status)
+
+
+def list_inventories(store: PlanStore) -> list[str]:
+    return sorted({inv for k in store.list_keys(PLANS_PREFIX) if (inv := inventory_of(k)) is not None})
+
+
+def plan_keys(store: PlanStore, inventory: str | None = None) -> list[PlanKey]:
+    """Every stored plan (approved and rejected) of `inventory` (all if None), in key order."""
+    prefix = inventory_prefix(inventory) if inventory else PLANS_PREFIX
+    return [p for k in store.list_keys(prefix) if (p := parse_key(k)) is not None and p.kind == "plan"]
+
+
+def find_plan(store: PlanStore, plan_id: str, inventory: str | None) -> PlanKey | None:
+    """Plan `plan_id` (the approved one if it was also rejected), or None."""
+    check_key_part(plan_id, "plan id")
+    found = [p for p in plan_keys(store, inventory) if p.plan_id == plan_id]
+    return next((p for p in found if p.status == "approved"), found[-1] if found else None)
+
+
+def expected_sha(store: PlanStore, pk: PlanKey) -> str:
+    """What the plan's checksum object says (StoreError when it is missing)."""
+    sidecar = pk.of("checksum").key
+    try:
+        text = store.get_bytes(sidecar).decode("utf-8", "replace")
+    except KeyNotFoundError:
+        raise StoreError(f"{pk.key} in {store.location} has no checksum file {sidecar}; re-publish it") from None
+    return text.split()[0] if text.split() else ""
+
+
+def load_verified(store: PlanStore, pk: PlanKey, expected: str | None = None) -> Plan:
+    """Read a plan, check its sha256 against `expected` (the pointer's, if given) and its checksum object, then
+    parse it."""
+    key = pk.key
+    data = store.get_bytes(key)
+    got = sha256_hex(data)
+    for source, want in (("current pointer", expected), ("checksum file", expected_sha(store, pk))):
+        if want is not None and want != got:
+            raise StoreError(
+                f"checksum mismatch for {key} in {store.location}: {source} says {want[:16]}, "
+                f"object has {got[:16]}; the object is corrupt or was modified: roll back or re-publish"
+            )
+    try:
+        return Plan.model_validate_json(data)
+    except ValidationError as e:
+        raise PlanError(f"{key} in {store.location}: {describe_validation_error(e)}") from None
+
+
+def read_record(store: PlanStore, pk: PlanKey) -> PlanRecordFile | None:
+    """The plan's record, or None when it is missing or unreadable."""
+    try:
+        return PlanRecordFile.model_validate_json(store.get_bytes(pk.of("record").key))
+    except (KeyNotFoundError, ValidationError, ValueError):
+        return None
+
+
+def original_sha(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None) -> str:
+    """The checksum a stored plan had when it was published: the pointer's history (written when it became
+    current) first, else its record; the checksum object must agree with it. A rewritten one is not enough."""
+    sidecar = expected_sha(store, pk)
+    known = [e.sha256 for e in (pointer.entries() if pointer else ()) if e.plan_id == pk.plan_id]
+    record = read_record(store, pk)
+    original = known[0] if known else (record.sha256 if record is not None else sidecar)
+    for source, want in (("its record", record.sha256 if record else None), ("its checksum file", sidecar)):
+        if want is not None and want != original:
+            raise StoreError(
+                f"{pk.key} in {store.location}: {source} says sha256 {want[:16]}, the pointer's history says "
+                f"{original[:16]}; the plan or its checksum was modified: choose another version"
+            )
+    return original
+
+
+def upload_verified(store: PlanStore, plan: Plan, decision: GateDecision, status: Status) -> tuple[PlanKey, str]:
+    """Upload plan + checksum + record, read the plan back and verify it. Returns (key, sha256).
+
+    Each object goes to its own kind's key (dreamshard.store.keys), so no write replaces another plan's object;
+    a different plan already stored under this id fails the upload before anything is written."""
+    pk = key_of(plan, status)
+    data = (plan.model_dump_json(indent=2) + "\n").encode()
+    digest = sha256_hex(data)
+    existing = store.get_versioned(pk.key)
+    if existing is not None and sha256_hex(existing[0]) != digest:
+        raise StoreError(
+            f"{pk.key} already exists in {store.location} with different content; plan ids must be unique"
+        )
+    store.put_bytes(pk.key, data)
+    store.put_bytes(pk.of("checksum").key, f"{digest}  {pk.leaf}\n".encode())
+    record = PlanRecordFile(plan_id=plan.plan_id, status=status, sha256=digest, gate=decision)
+    store.put_bytes(pk.of("record").key, (record.model_dump_json(indent=2) + "\n").encode())
+    back = store.get_bytes(pk.key)
+    if sha256_hex(back) != digest or expected_sha(store, pk) != digest:
+        raise StoreError(
+            f"uploaded plan {pk.key} to {store.location} failed checksum verification on read-back; "
+            f"current was not moved: retry the publish"
+        )
+    return pk, digest

@@ -1,0 +1,187 @@
+"""Publishing plans to a PlanStore and reading them back: publish / reject, rollback, list, show, current.
+
+The pointer moves only after the uploaded plan was read back and its checksum verified, with a compare-and-swap
+(dreamshard.store.pointer), so readers never see a partial plan and concurrent publishers never lose an update.
+Nothing is ever deleted: old versions stay for rollback. Key layout: dreamshard.store.keys.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from dreamshard.errors import PlanError, StoreError
+from dreamshard.gate import GateDecision
+from dreamshard.store.base import PlanStore
+from dreamshard.store.keys import PlanKey
+from dreamshard.store.objects import (
+    find_plan,
+    list_inventories,
+    load_verified,
+    original_sha,
+    plan_keys,
+    read_record,
+    upload_verified,
+)
+from dreamshard.store.pointer import (
+    advanced,
+    entry_key,
+    get_pointer,
+    pointer_or_problem,
+    stepped_back,
+    update_pointer,
+)
+from dreamshard.store.schemas import CurrentPointer, PlanRecord, PointerEntry, PublishedRef
+from dreamshard.types import Plan, utcnow
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+# -- reading --------------------------------------------------------------------------------------------
+def get_current(store: PlanStore, inventory: str) -> Plan:
+    """The plan `current` points at, checksum-verified."""
+    pointer = get_pointer(store, inventory)
+    if pointer is None:
+        raise StoreError(f"no current plan for inventory '{inventory}' in {store.location}; publish one first")
+    return load_verified(store, entry_key(pointer.entry()), pointer.sha256)
+
+
+def show(store: PlanStore, plan_id: str, inventory: str | None = None) -> Plan:
+    """A stored plan (approved or rejected) by id, checksum-verified."""
+    pk = find_plan(store, plan_id, inventory)
+    if pk is None:
+        where = f" for inventory '{inventory}'" if inventory else ""
+        raise StoreError(f"no plan '{plan_id}'{where} in {store.location}; see `dreamshard plans list`")
+    return load_verified(store, pk)
+
+
+def list_plans(store: PlanStore, inventory: str | None = None) -> list[PlanRecord]:
+    """Every stored plan of `inventory` (all inventories if None), oldest first, each checksum-verified.
+
+    A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
+    instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
+    current.
+    """
+    inventories = [inventory] if inventory else list_inventories(store)
+    out: list[PlanRecord] = []
+    for inv in inventories:
+        pointer, _ = pointer_or_problem(store, inv)
+        for pk in plan_keys(store, inv):
+            is_current = pointer is not None and pointer.key == pk.key
+            record = read_record(store, pk)
+            common: dict[str, Any] = {
+                "inventory": inv, "status": pk.status, "key": pk.key, "is_current": is_current,
+                "reason": record.gate.reason if record else "",
+            }
+            try:
+                plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
+            except (StoreError, PlanError) as e:
+                out.append(PlanRecord(plan_id=pk.plan_id, fingerprint=pk.fingerprint, sharder="", created_at=None,
+                                      overall_ms=None, basis=None, problem=str(e), **common))
+                continue
+            costs = plan.best_costs
+            out.append(PlanRecord(
+                plan_id=plan.plan_id, fingerprint=plan.inventory_fingerprint, sharder=plan.sharder,
+                created_at=plan.created_at, overall_ms=costs.overall_ms if costs else None, basis=plan.cost_basis,
+                **common,
+            ))
+    return sorted(out, key=lambda r: (r.inventory, r.created_at or _EPOCH, r.plan_id))
+
+
+# -- writing --------------------------------------------------------------------------------------------
+def _check_decision(plan: Plan, decision: GateDecision) -> None:
+    if decision.plan_id and decision.plan_id != plan.plan_id:
+        raise PlanError(f"gate decision is for plan '{decision.plan_id}', not '{plan.plan_id}'")
+
+
+def _ref(store: PlanStore, plan: Plan, pk: PlanKey, digest: str, decision: GateDecision) -> PublishedRef:
+    return PublishedRef(
+        plan_id=plan.plan_id,
+        inventory=plan.inventory_name,
+        fingerprint=plan.inventory_fingerprint,
+        key=pk.key,
+        sha256=digest,
+        status=pk.status,
+        is_current=decision.approved,
+        store=store.location,
+        reason=decision.reason,
+    )
+
+
+def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRef:
+    """Upload an approved plan under its versioned key, verify its checksum, then move `current` to it.
+
+    Publishing the plan that is already current changes nothing (no duplicate in the history). A corrupt
+    pointer fails the publish before anything is uploaded (no orphan files)."""
+    _check_decision(plan, approval)
+    if not approval.approved:
+        raise PlanError(f"plan {plan.plan_id} was not approved by the gate: {approval.reason}")
+    store.check()
+    get_pointer(store, plan.inventory_name)  # fail before uploading if the pointer cannot be updated
+    pk, digest = upload_verified(store, plan, approval, "approved")
+    target = PointerEntry(plan_id=plan.plan_id, key=pk.key, sha256=digest, fingerprint=plan.inventory_fingerprint,
+                          sharder=plan.sharder, published_at=utcnow())
+
+    def make(old: CurrentPointer | None) -> CurrentPointer | None:
+        if old is not None and old.key == target.key and old.sha256 == digest:
+            return None  # already current
+        return advanced(plan.inventory_name, target, old, "publish")
+
+    update_pointer(store, plan.inventory_name, make)
+    return _ref(store, plan, pk, digest, approval)
+
+
+def reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
+    """Keep a rejected plan (with the gate's reason) under rejected/; it never becomes current."""
+    _check_decision(plan, decision)
+    if decision.approved:
+        raise PlanError(f"plan {plan.plan_id} was approved by the gate; publish it instead")
+    store.check()
+    pk, digest = upload_verified(store, plan, decision, "rejected")
+    return _ref(store, plan, pk, digest, decision)
+
+
+def publish_or_reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
+    return publish(store, plan, decision) if decision.approved else reject(store, plan, decision)
+
+
+def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) -> CurrentPointer:
+    """Move `current` back to the version before it (or to approved plan `to_plan_id`); nothing is deleted.
+
+    Without --to, rollbacks walk back through the pointer's history one version at a time. With --to, a
+    corrupt pointer is replaced (the documented repair); the target is verified against the checksum it had
+    when published (the pointer's history, else its record), not only its (rewritable) checksum file.
+    """
+    store.check()
+    explicit: tuple[PlanKey, Plan, datetime] | None = None
+    if to_plan_id is not None:
+        pk = find_plan(store, to_plan_id, inventory)
+        if pk is None:
+            raise StoreError(
+                f"no plan '{to_plan_id}' for inventory '{inventory}' in {store.location}; "
+                f"see `dreamshard plans list --inventory {inventory}`"
+            )
+        if pk.status == "rejected":
+            raise StoreError(f"plan '{to_plan_id}' was rejected by the gate and cannot become current")
+        pointer, _ = pointer_or_problem(store, inventory)
+        plan = load_verified(store, pk, original_sha(store, pk, pointer))
+        record = read_record(store, pk)
+        explicit = (pk, plan, record.stored_at if record is not None else plan.created_at)
+
+    def make(old: CurrentPointer | None) -> CurrentPointer:
+        if explicit is not None:
+            pk, plan, published_at = explicit
+            if old is not None and old.plan_id == plan.plan_id:
+                raise StoreError(f"plan '{plan.plan_id}' is already current for inventory '{inventory}'")
+            target = PointerEntry(
+                plan_id=plan.plan_id, key=pk.key, sha256=original_sha(store, pk, old),
+                fingerprint=plan.inventory_fingerprint, sharder=plan.sharder, published_at=published_at,
+            )
+            return advanced(inventory, target, old, "rollback")
+        if old is None:
+            raise StoreError(f"no current plan for inventory '{inventory}' in {store.location}; nothing to roll back")
+        new = stepped_back(inventory, old)
+        load_verified(store, entry_key(new.entry()), new.sha256)  # never point at a corrupt version
+        return new
+
+    return update_pointer(store, inventory, make, repair=to_plan_id is not None)

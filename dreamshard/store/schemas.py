@@ -1,0 +1,129 @@
+"""What the store writes and returns: the pointer, a plan's record, what publish / list / fsck / push report."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dreamshard.gate import GateDecision
+from dreamshard.store.keys import Status
+from dreamshard.types import utcnow
+
+
+class PointerEntry(BaseModel):
+    """One plan version as the pointer refers to it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan_id: str
+    key: str
+    sha256: str
+    fingerprint: str
+    sharder: str = ""
+    published_at: datetime
+
+
+class CurrentPointer(BaseModel):
+    """plans/<inventory>/current.json: which verified plan is current, and what was current before."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    inventory: str
+    key: str
+    sha256: str
+    plan_id: str
+    fingerprint: str
+    sharder: str = ""
+    published_at: datetime
+    updated_at: datetime = Field(default_factory=utcnow)
+    action: Literal["publish", "rollback"] = "publish"
+    previous: PointerEntry | None = None
+    history: tuple[PointerEntry, ...] = ()  # earlier current versions, most recent first
+    rolled_back: tuple[PointerEntry, ...] = ()  # versions a plain rollback undid, most recent first (once current)
+
+    def entry(self) -> PointerEntry:
+        return PointerEntry(
+            plan_id=self.plan_id,
+            key=self.key,
+            sha256=self.sha256,
+            fingerprint=self.fingerprint,
+            sharder=self.sharder,
+            published_at=self.published_at,
+        )
+
+    def entries(self) -> tuple[PointerEntry, ...]:
+        """Every version the pointer knows: current, its history, the versions rollbacks undid."""
+        return (self.entry(),) + self.history + self.rolled_back
+
+
+class PlanRecordFile(BaseModel):
+    """A plan's record object (kind "record" in dreamshard.store.keys): why the plan is in the store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan_id: str
+    status: Status
+    sha256: str
+    stored_at: datetime = Field(default_factory=utcnow)
+    gate: GateDecision
+
+
+class PublishedRef(BaseModel):
+    """What publish / reject did."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan_id: str
+    inventory: str
+    fingerprint: str
+    key: str
+    sha256: str
+    status: Status
+    is_current: bool
+    store: str
+    reason: str
+
+
+class PlanRecord(BaseModel):
+    """One stored plan, as `plans list` shows it (`problem` set, other fields partly empty, when it is corrupt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan_id: str
+    inventory: str
+    fingerprint: str
+    sharder: str
+    created_at: datetime | None
+    overall_ms: float | None
+    basis: str | None
+    status: Status
+    key: str
+    is_current: bool
+    reason: str
+    problem: str = ""  # why the stored plan cannot be used (checksum mismatch, unreadable); "" when it is fine
+
+
+class FsckIssue(BaseModel):
+    """One inconsistency `plans fsck` found."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    problem: str
+    fix: str
+
+
+class InventoryRef(BaseModel):
+    """Where one stored inventory version lives."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    fingerprint: str
+    key: str
+    uri: str
+    sha256: str
+    pushed_at: datetime = Field(default_factory=utcnow)
+    changed: bool = True  # False when this fingerprint was already current

@@ -1,0 +1,162 @@
+"""Tables and inventories: the lowest layer of the data model (docs/architecture.md, "Data model").
+
+The strict base every value object derives from (`StrictModel`: pydantic v2, unknown fields forbidden, frozen),
+the strict number type (`Number`: a bool or a string is not read as a number), the bounds of a table's fields,
+THE embedding-dim rule (`DIM_ALIGN`, `dim_problem`), and the `Table` and `Inventory` models. Nothing here
+imports another dreamshard module; `dreamshard.types` re-exports all of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+#: Number of access-histogram bins: unique rows whose access count in one batch falls in
+#: (0,1], (1,2], (2,4], ..., (16384,32768], (32768, inf).
+NUM_REUSE_BINS = 17
+#: Upper edges of the reuse bins (the last bin is open).
+REUSE_BIN_EDGES: tuple[float, ...] = tuple(float(2**i) for i in range(NUM_REUSE_BINS - 1)) + (math.inf,)
+
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2}
+GB = float(1024**3)
+
+DType = Literal["fp32", "fp16"]
+
+
+def _number_only(v: object) -> object:
+    """Reject bools and strings where a number is expected (pydantic's lax mode reads `true` as 1, "3" as 3)."""
+    if isinstance(v, (bool, str, bytes)):
+        raise ValueError(f"must be a number, got {type(v).__name__} {v!r}")
+    return v
+
+
+#: Numbers as users write them in inventories, plans and params: int/float only, never bool or string.
+Number = BeforeValidator(_number_only)
+#: Upper bounds that keep table sizes finite in float arithmetic (1 TiB-row tables, 64k-wide rows).
+MAX_ROWS = 2**40
+MAX_DIM = 2**16
+MAX_POOLING = 1e6
+
+#: FBGEMM's table-batched kernels (what profiles and what TorchRec runs) need every embedding dim, and so every
+#: column shard's width, to be a positive multiple of this.
+DIM_ALIGN = 4
+
+
+def dim_problem(dim: int) -> str | None:
+    """THE embedding-dim rule (tables, synthetic dims, presets, column-shard widths): None when `dim` is a positive
+    multiple of DIM_ALIGN, else why not (callers add what to do about it)."""
+    if dim >= DIM_ALIGN and dim % DIM_ALIGN == 0:
+        return None
+    return f"{dim} is not a positive multiple of {DIM_ALIGN} (FBGEMM needs dim % {DIM_ALIGN} == 0)"
+
+
+def aligned_dim(dim: int) -> int:
+    """The smallest legal dim >= `dim` (what to pad a dim to)."""
+    return max(DIM_ALIGN, (dim + DIM_ALIGN - 1) // DIM_ALIGN * DIM_ALIGN)
+
+
+class StrictModel(BaseModel):
+    """Base of the value objects: unknown fields are errors, values are frozen, no inf/nan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+
+class Table(StrictModel):
+    """One embedding table."""
+
+    name: Annotated[str, Field(min_length=1)]
+    num_embeddings: Annotated[int, Number, Field(ge=1, le=MAX_ROWS)]
+    embedding_dim: Annotated[int, Number, Field(ge=1, le=MAX_DIM)]
+    pooling_factor: Annotated[float, Number, Field(ge=0, le=MAX_POOLING)]
+    access_histogram: tuple[float, ...] | None = None
+    dtype: DType = "fp32"
+
+    @field_validator("embedding_dim")
+    @classmethod
+    def _check_dim(cls, v: int) -> int:
+        problem = dim_problem(v)
+        if problem:
+            raise ValueError(f"{problem}; pad it to {aligned_dim(v)}")
+        return v
+
+    @field_validator("access_histogram")
+    @classmethod
+    def _check_histogram(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is None:
+            return v
+        if len(v) != NUM_REUSE_BINS:
+            raise ValueError(f"must have {NUM_REUSE_BINS} bins, got {len(v)}")
+        if any((not math.isfinite(x)) or x < 0 for x in v):
+            raise ValueError("bins must be finite and >= 0")
+        total = sum(v)
+        if abs(total - 1.0) > 1e-3:
+            raise ValueError(f"bins must sum to 1 (got {total:.4f})")
+        return v
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def size_elements(self) -> int:
+        """rows x dim."""
+        return self.num_embeddings * self.embedding_dim
+
+    @property
+    def size_bytes(self) -> int:
+        return self.size_elements * self.bytes_per_element
+
+    @property
+    def size_gb(self) -> float:
+        return self.size_bytes / GB
+
+    def canonical(self) -> dict[str, object]:
+        """Content used for fingerprints: every field, defaults filled, floats rounded stably."""
+        d = self.model_dump()
+        d["pooling_factor"] = round(float(d["pooling_factor"]), 9)
+        if d["access_histogram"] is not None:
+            d["access_histogram"] = [round(float(x), 9) for x in d["access_histogram"]]
+        return d
+
+
+class Inventory(StrictModel):
+    """A named set of embedding tables with unique names."""
+
+    name: Annotated[str, Field(min_length=1)]
+    tables: Annotated[tuple[Table, ...], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Inventory:
+        seen: set[str] = set()
+        for t in self.tables:
+            if t.name in seen:
+                raise ValueError(f"duplicate table name '{t.name}'")
+            seen.add(t.name)
+        return self
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.tables)
+
+    @property
+    def table_names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
+    def by_name(self) -> dict[str, Table]:
+        return {t.name: t for t in self.tables}
+
+    def subset(self, names: list[str], name: str | None = None) -> Inventory:
+        idx = self.by_name()
+        return Inventory(name=name or self.name, tables=tuple(idx[n] for n in names))
+
+    def fingerprint(self) -> str:
+        """sha256 over canonical table content; independent of key order and table order.
+
+        The inventory name is deliberately not part of it: the same tables are the same workload.
+        """
+        rows = sorted(json.dumps(t.canonical(), sort_keys=True, separators=(",", ":")) for t in self.tables)
+        return hashlib.sha256("\n".join(rows).encode()).hexdigest()

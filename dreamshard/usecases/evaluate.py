@@ -1,0 +1,117 @@
+"""Measuring plans: one plan on the backend (`dreamshard evaluate`), and plans of several sharders measured
+interleaved in one run (`dreamshard compare`, the `evaluate` stage: the plan vs every contender of the
+`evaluate` section, on the plan's topology). Settings: profile (backend, repeats, seed), evaluate (contenders,
+rounds), plan (samples of the learned contenders), topology."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from dreamshard.errors import PlanError
+from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
+from dreamshard.evaluation.compare import Comparison, contender_name
+from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
+from dreamshard.settings import Settings
+from dreamshard.types import BackendInfo, Plan
+from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.plan import sharder_options
+
+
+class MeasureRequest(Request):
+    inventory: Path
+    plan: Path
+    out: Path | None = None  # the plan with its measured costs
+
+
+class MeasureResult(Result):
+    plan: Plan
+    backend: BackendInfo
+
+
+def measure(request: MeasureRequest) -> MeasureResult:
+    """One plan measured `evaluate.rounds` times on the profile backend (medians)."""
+    check_outputs({"--inventory": request.inventory, "--plan": request.plan}, {"--out": request.out})
+    inv = load_inventory(request.inventory)
+    plan = load_plan(request.plan)
+    oracle = request.settings.oracle()
+    try:
+        measured = evaluate_plan(inv, plan, oracle, rounds=request.settings.evaluate.rounds)
+        info = oracle.info
+    finally:
+        oracle.close()
+    if request.out is not None:
+        save_plan(measured, request.out)
+    return MeasureResult(plan=measured, backend=info)
+
+
+class CompareOutputs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    comparison: Path | None = None
+    markdown: Path | None = None
+    plot: Path | None = None
+    plans_dir: Path | None = None
+    summary: Path | None = None
+    plot_data: Path | None = None
+
+
+class CompareRequest(Request):
+    inventory: Path
+    sharders: tuple[str, ...] | None = None  # None: evaluate.sharders less the sharders of `plans`
+    plans: tuple[Path, ...] = ()  # plans measured beside the sharders' (the evaluate stage: data/plan.json)
+    num_devices: int | None = None  # None with plans: the first plan's topology; else settings.plan_devices
+    model: Path | None = None
+    outputs: CompareOutputs = CompareOutputs()
+
+
+class CompareResult(Result):
+    comparison: Comparison
+
+
+def contenders(settings: Settings, plans: list[Plan]) -> list[str]:
+    """The evaluate section's contenders; a plan given stands for its own sharder (measured once, as itself)."""
+    made = {p.sharder for p in plans}
+    return [s for s in settings.evaluate.sharders if s not in made]
+
+
+def _output_paths(request: CompareRequest, names: list[str], extra: list[Plan]) -> dict[str, Path | None]:
+    o = request.outputs
+    outputs: dict[str, Path | None] = {"--out": o.comparison, "--markdown-out": o.markdown, "--plot-out": o.plot,
+                                       "--summary-out": o.summary, "--plot-data-out": o.plot_data}
+    if o.plans_dir is not None:  # the names Comparison.label will give (a new plan's id is not known yet: fresh)
+        made_by = [*names, *(p.sharder for p in extra)]
+        outputs.update({f"--plans-dir ({n})": o.plans_dir / f"{n}.json" for n in names if made_by.count(n) == 1})
+        outputs.update({f"--plans-dir ({p.plan_id})":
+                        o.plans_dir / f"{contender_name(p.sharder, p.plan_id, made_by.count(p.sharder) > 1)}.json"
+                        for p in extra})
+    return outputs
+
+
+def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
+    s = request.settings
+    extra = [load_plan(p) for p in request.plans]
+    names = validate_sharders(list(request.sharders) if request.sharders is not None else contenders(s, extra))
+    inputs = {"--inventory": request.inventory, "--model": request.model, "--params": s.source,
+              **{"--plan" + (f" #{i + 1}" if len(request.plans) > 1 else ""): p for i, p in enumerate(request.plans)}}
+    check_outputs(inputs, _output_paths(request, names, extra))
+    inv = load_inventory(request.inventory)
+    for p, path in zip(extra, request.plans):
+        if p.inventory_fingerprint != inv.fingerprint():
+            raise PlanError(f"{path} was made for another version of inventory '{p.inventory_name}'; re-run the "
+                            f"plan stage (or `dreamshard plan`) on {request.inventory}")
+    topo = extra[0].topology if extra and request.num_devices is None else s.topology_for(request.num_devices)
+    seed = s.profile.seed
+    options = {name: sharder_options(name, s, request.model, seed) for name in names}
+    oracle = s.oracle()
+    try:
+        cmp = compare_sharders(inv, topo, names, oracle, rounds=s.evaluate.rounds, sharder_options=options,
+                               progress=progress, seed=seed, extra_plans=extra)
+    finally:
+        oracle.close()
+    o = request.outputs
+    write_comparison_outputs(cmp, json_path=o.comparison, markdown_path=o.markdown, plot_path=o.plot,
+                             plans_dir=o.plans_dir, summary_path=o.summary, plot_data_path=o.plot_data)
+    return CompareResult(comparison=cmp)

@@ -1,0 +1,81 @@
+"""An inventory file from a file (validated, normalised) or the synthetic pool of the `inventory` section: the
+`inventory` stage, `dreamshard inventory validate` and `dreamshard inventory synth`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from pydantic import Field
+
+from dreamshard.inventory.validation import check_inventory_names
+from dreamshard.io import check_outputs, load_inventory, save_inventory
+from dreamshard.store import InventoryRef, open_store, push_inventory
+from dreamshard.types import Inventory
+from dreamshard.usecases.base import Request, Result
+
+
+class InventoryRequest(Request):
+    source: Path | None = None  # an inventory file; None: the synthetic pool of settings.inventory
+    out: Path | None = None
+
+
+class InventoryResult(Result):
+    inventory: Inventory
+    out: Path | None = None
+
+    @property
+    def total_gb(self) -> float:
+        return sum(t.size_gb for t in self.inventory.tables)
+
+
+def run(request: InventoryRequest) -> InventoryResult:
+    if request.out is not None:
+        check_outputs({"INVENTORY": request.source}, {"--output": request.out})
+    if request.source is not None:
+        inv = load_inventory(request.source)
+    else:
+        inv = check_inventory_names(request.settings.inventory.synthesize())
+    if request.out is not None:
+        save_inventory(inv, request.out)
+    return InventoryResult(inventory=inv, out=request.out)
+
+
+#: Entry point group of the functions told about a new inventory version: `notifier(ref) -> str | None` (an
+#: event id, or None when nothing was sent). The Prefect flows register one that emits
+#: `dreamshard.inventory.changed`, which the orchestrator deployment's trigger listens for.
+NOTIFIER_GROUP = "dreamshard.notifiers"
+
+
+class PushRequest(Request):
+    source: Path
+    store: str
+    endpoint_url: str | None = None
+    notify: bool = True
+
+
+class PushResult(Result):
+    ref: InventoryRef
+    notes: list[str] = Field(default_factory=list)  # what each notifier did
+
+
+def notifiers() -> dict[str, Callable[[InventoryRef], str | None]]:
+    return {ep.name: ep.load() for ep in entry_points(group=NOTIFIER_GROUP)}
+
+
+def push(request: PushRequest) -> PushResult:
+    """Store the inventory as a new version (if new) and point `current` at it; tell the notifiers."""
+    inv = load_inventory(request.source)
+    ref = push_inventory(open_store(request.store, endpoint_url=request.endpoint_url), inv, store_uri=request.store)
+    notes: list[str] = []
+    if ref.changed and request.notify:
+        found = notifiers()
+        if not found:
+            notes.append("no notifier installed (the Prefect flows provide one): no event emitted")
+        for name, notify in found.items():
+            event_id = notify(ref)
+            notes.append(f"{name}: emitted dreamshard.inventory.changed ({event_id})" if event_id else
+                         f"{name}: no event emitted (no Prefect API configured: set PREFECT_API_URL to trigger "
+                         f"the deployment)")
+    return PushResult(ref=ref, notes=notes)

@@ -1,0 +1,95 @@
+"""A plan from a sharder: the `plan` stage and `dreamshard plan` (docs/architecture.md, "Learning").
+
+Settings used: topology (device template), plan (devices, search, verify), profile (the backend `--verify`
+measures on). The result carries the plan, the search's scored candidates (sharders that search), and the
+warnings the user must see (out of the model's ranges, a model learned from simulated costs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dreamshard.errors import ConfigError, InputFileError
+from dreamshard.evaluation import validate_sharders
+from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
+from dreamshard.io import check_outputs, load_inventory, save_plan
+from dreamshard.learning.search import SearchResult
+from dreamshard.learning.sharder import ModelSharder
+from dreamshard.settings import Settings, model_dir
+from dreamshard.sharders import LEARNED, get_sharder
+from dreamshard.types import Plan
+from dreamshard.usecases.base import Request, Result
+
+#: The sharder that searches (and can verify its best candidates by measuring them).
+SEARCHING_SHARDER = "dreamshard"
+
+
+class PlanRequest(Request):
+    inventory: Path
+    out: Path | None = None
+    sharder: str = SEARCHING_SHARDER
+    model: Path | None = None  # model dir of the learned sharders (default: settings.model_dir's lookup)
+    seed: int = 0
+    torchrec_out: Path | None = None
+    torchrec_kernel: str = "fused"
+
+
+class PlanResult(Result):
+    plan: Plan
+    search: SearchResult | None = None  # the scored candidates, for sharders that search
+
+
+def sharder_options(name: str, settings: Settings, model: Path | None, seed: int, **extra: Any) -> dict[str, Any]:
+    """The options sharder `name` is built with from the settings (learned sharders: model, search, samples)."""
+    if name not in LEARNED:
+        return {"seed": seed} if name == "random" else {}
+    opts: dict[str, Any] = {"seed": seed, "samples": settings.plan.samples, "risk": settings.plan.risk,
+                            "search": settings.search(seed)}
+    found = model_dir(model)
+    if found is not None:
+        opts["model_dir"] = found
+    return {**opts, **extra}
+
+
+def run(request: PlanRequest) -> PlanResult:
+    s = request.settings
+    (name,) = validate_sharders([request.sharder])
+    kernel = check_kernel(request.torchrec_kernel, s.topology.device_type)
+    check_outputs({"--inventory": request.inventory, "--model": request.model, "--params": s.source},
+                  {"--out": request.out, "--torchrec-out": request.torchrec_out})
+    if request.torchrec_out is not None and request.torchrec_out.is_dir():
+        raise InputFileError(f"cannot write {request.torchrec_out}: it is a directory")
+    inv = load_inventory(request.inventory)
+    topo = s.topology_for()
+    verify = s.plan.verify if name == SEARCHING_SHARDER else 0
+    oracle = s.oracle() if verify else None
+    extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle} if verify else {}
+    sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed, **extra))
+    searched: SearchResult | None = None
+    card = None
+    try:
+        if isinstance(sharder, ModelSharder):  # the learned sharders report their model and search
+            report = sharder.shard_with_report(inv, topo)
+            plan, searched, card = report.plan, report.search, report.card
+        else:
+            plan = sharder.shard(inv, topo)
+    finally:
+        if oracle is not None:
+            oracle.close()
+    warnings = [f"outside the model's training ranges: {line} (plan {plan.plan_id} records it; the publish gate "
+                f"will want a measured comparison)" for line in plan.out_of_range]
+    if card is not None and card.learned_from_simulation:
+        warnings.append(f"predicted costs are SIMULATED: model {card.version} learned from the {card.backend} backend")
+    torchrec_doc = torchrec_document(plan, inv, kernel) if request.torchrec_out is not None else None
+    if request.out is not None:
+        save_plan(plan, request.out)
+    if request.torchrec_out is not None and torchrec_doc is not None:
+        save_torchrec_plan(torchrec_doc, request.torchrec_out)
+    return PlanResult(plan=plan, search=searched, warnings=warnings)
+
+
+def require_searching(name: str, what: str) -> None:
+    """`--verify` / `--explain` given for a sharder that does not search: an error naming both."""
+    if name != SEARCHING_SHARDER:
+        raise ConfigError(f"{what} needs --sharder {SEARCHING_SHARDER} (it measures the search's candidates), not '{name}'")

@@ -1,0 +1,187 @@
+"""Measurements: an inventory's placements measured in this process (`dreamshard profile`), or the batched
+profile stage (`dreamshard profile-stage`: batches -> one shard each -> merged in planned order).
+
+Batches run in this process, or on workers: `dispatch="workers"` hands them to the dispatcher registered under
+the `dreamshard.dispatchers` entry point group (the Prefect flows register `workers`: one run of the
+profile-batch deployment per batch), so this library never imports Prefect.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Literal
+
+from dreamshard.errors import ConfigError
+from dreamshard.io import check_outputs, load_inventory
+from dreamshard.learning.tasks import load_taskset
+from dreamshard.profiling import ProfileSummary, profile_inventory
+from dreamshard.profiling.batches import (
+    BatchSpec,
+    MergeSummary,
+    ProfileJob,
+    ProfileShard,
+    WorkerInfo,
+    merge_shards,
+    plan_batches,
+    read_shard,
+    read_spec,
+    run_batch,
+    write_shard,
+    write_spec,
+)
+from dreamshard.sections import PipelineSettings
+from dreamshard.store import open_store
+from dreamshard.store.base import PlanStore
+from dreamshard.types import CommModel
+from dreamshard.usecases.base import Request, Result
+
+DISPATCHER_GROUP = "dreamshard.dispatchers"
+Log = Callable[[str], None]
+
+
+class ProfileRequest(Request):
+    """Single-table costs and random feasible placements of an inventory (or of each train task) -> JSONL."""
+
+    inventory: Path
+    out: Path
+    tasks: Path | None = None
+    num_devices: int | None = None  # default: the published plan's (settings.plan_devices)
+    refit_comm: bool = False
+    progress: bool = False
+
+
+class ProfileResult(Result):
+    summary: ProfileSummary
+    refit: list[CommModel] = []
+
+
+def run(request: ProfileRequest) -> ProfileResult:
+    s = request.settings
+    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": s.source},
+                  {"--output": request.out})
+    inv = load_inventory(request.inventory)
+    topology = s.topology_for(request.num_devices)
+    topology = topology.model_copy(update={"device_type": "cuda" if s.profile.backend == "cuda" else "cpu"})
+    taskset = load_taskset(request.tasks) if request.tasks is not None else None
+    refit: list[CommModel] = []
+    oracle = s.oracle()
+    try:
+        if request.refit_comm:
+            sizes = {topology.num_devices} | ({t.num_devices for t in taskset.train} if taskset else set())
+            refit = [oracle.comm_model(topology.model_copy(update={"num_devices": n}), refit=True) for n in sorted(sizes)]
+        summary = profile_inventory(inv, topology, s.profile.num_placements, request.out, oracle, seed=s.profile.seed,
+                                    tasks=taskset, progress=request.progress, kinds=s.profile.kinds)
+    finally:
+        oracle.close()
+    return ProfileResult(summary=summary, refit=refit)
+
+
+class BatchedProfileRequest(Request):
+    """The profile stage: the train tasks' planned measurements in batches of pipeline.items_per_batch."""
+
+    inventory: Path
+    tasks: Path
+    out: Path
+    store_uri: str | None = None  # batch specs and shards; None: a scratch directory removed after the merge
+    endpoint_url: str | None = None
+    campaign: str | None = None  # shards of one campaign are reused (resume); None: a fresh campaign
+    dispatch: Literal["local", "workers"] = "local"
+    parent_task_run: str | None = None
+
+
+class BatchedProfileResult(Result):
+    merge: MergeSummary
+    batches: int
+    ran: int
+    campaign: str
+
+
+def plan_stage_batches(request: BatchedProfileRequest, campaign: str) -> list[BatchSpec]:
+    """The stage's batches (same files and settings -> same batches and shard keys)."""
+    s = request.settings
+    job = ProfileJob(inventory=load_inventory(request.inventory), tasks=load_taskset(request.tasks),
+                     topology=s.topology_for(s.tasks.train_devices), profile=s.profile)
+    return plan_batches(job, s.pipeline.items_per_batch, campaign)
+
+
+def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print) -> int:
+    """Measure every batch without a shard in this process (one oracle for all); returns how many ran."""
+    todo = [spec for spec in specs if read_shard(store, spec) is None]
+    if not todo:
+        return 0
+    oracle = todo[0].profile.oracle()
+    try:
+        for spec in todo:
+            write_spec(store, spec)
+            write_shard(store, run_batch(spec, oracle), spec)
+            log(f"batch {spec.batch_id}: {len(spec.items)} measurements (local)")
+    finally:
+        oracle.close()
+    return len(todo)
+
+
+def measure_stored_batch(store: PlanStore, spec_key: str,
+                         worker: WorkerInfo | None = None) -> tuple[BatchSpec, ProfileShard]:
+    """One batch whose spec is in the store, measured into its shard (kept if already written): what a worker
+    runs. Returns the spec and its shard."""
+    spec = read_spec(store, spec_key)
+    done = read_shard(store, spec)
+    if done is None:
+        oracle = spec.profile.oracle()
+        try:
+            done = run_batch(spec, oracle, worker)
+        finally:
+            oracle.close()
+        write_shard(store, done, spec)
+    return spec, done
+
+
+Dispatcher = Callable[..., object]
+
+
+def dispatcher(name: str) -> Dispatcher:
+    """The registered batch dispatcher `name` (entry point group `dreamshard.dispatchers`)."""
+    found = {ep.name: ep for ep in entry_points(group=DISPATCHER_GROUP)}
+    if name not in found:
+        raise ConfigError(f"no batch dispatcher '{name}' is installed (the Prefect flows provide 'workers'; "
+                          f"install dreamshard with its flows), or use --dispatch local")
+    loaded = found[name].load()
+    if not callable(loaded):
+        raise ConfigError(f"batch dispatcher '{name}' is not callable")
+    return loaded
+
+
+def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProfileResult:
+    if request.dispatch == "workers" and not request.store_uri:
+        raise ConfigError("--dispatch workers needs --store (object storage every worker can reach)")
+    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
+                  {"--output": request.out})
+    campaign = request.campaign or f"c-{uuid.uuid4().hex[:12]}"
+    specs = plan_stage_batches(request, campaign)
+    log(f"{sum(len(s.items) for s in specs)} planned measurements in {len(specs)} batches (campaign {campaign})")
+    scratch = None
+    store_uri = request.store_uri
+    if not store_uri:
+        tmp_root = Path(".dvc/tmp") if Path(".dvc/tmp").is_dir() else None
+        scratch = store_uri = tempfile.mkdtemp(prefix="dreamshard-profile-", dir=tmp_root)
+    try:
+        store = open_store(store_uri, endpoint_url=request.endpoint_url)
+        if request.dispatch == "workers":
+            settings: PipelineSettings = request.settings.pipeline
+            runs = dispatcher("workers")(store, store_uri, request.endpoint_url, specs, settings,
+                                         parent_task_run_id=request.parent_task_run, log=log)
+            ran = len(runs) if isinstance(runs, dict) else 0
+        else:
+            ran = run_locally(store, specs, log=log)
+        merge = merge_shards(store, specs, request.out)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    for bid, who in merge.workers.items():
+        log(f"  {bid}: {who}")
+    return BatchedProfileResult(merge=merge, batches=len(specs), ran=ran, campaign=campaign)

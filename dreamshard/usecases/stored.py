@@ -1,0 +1,30 @@
+"""The plan store a command works on (--store, else publish.store_uri of the settings) and plans in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dreamshard.errors import ConfigError, StoreError
+from dreamshard.settings import Settings
+from dreamshard.store import get_current, open_store, show
+from dreamshard.store.base import PlanStore
+from dreamshard.store.local import LocalPlanStore
+from dreamshard.types import Plan
+
+
+def open_plan_store(settings: Settings, store: str | None, endpoint_url: str | None, existing: bool = True) -> PlanStore:
+    """The plan store; a local one must already exist unless `existing` is False (publish creates it), so a
+    mistyped --store is an error rather than an empty listing."""
+    s = open_store(store or settings.publish.store_uri, endpoint_url=endpoint_url)
+    if existing and isinstance(s, LocalPlanStore) and not Path(s.location).is_dir():
+        raise StoreError(f"no plan store at {s.location} (no such directory): check --store, or publish a plan first")
+    return s
+
+
+def stored_plan(store: PlanStore, plan_id: str, inventory: str | None, command: str = "show") -> Plan:
+    """A stored plan by id, or the current one of `inventory` when plan_id is 'current' (checksum-verified)."""
+    if plan_id == "current":
+        if not inventory:
+            raise ConfigError(f"`plans {command} current` needs --inventory NAME")
+        return get_current(store, inventory)
+    return show(store, plan_id, inventory)

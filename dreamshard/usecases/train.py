@@ -1,0 +1,209 @@
+"""Training: the cost ensemble alone (`train-cost`), the policy on it (`train-policy`), the outer loop (`train`,
+the DVC stage) and pre-training (`pretrain`). Sections: train_cost, train_policy, train (its cost/policy filled in
+by dreamshard.settings), topology, profile, pretrain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from dreamshard.errors import ConfigError
+from dreamshard.io import atomic_write_text, check_outputs, load_inventory, load_measurements
+from dreamshard.learning.configs import LoopConfig
+from dreamshard.learning.cost_model import CostNetSpec
+from dreamshard.learning.loop import IterationMetrics, train
+from dreamshard.learning.model_store import LoadedModel, ModelCard, load_card, load_model, save_model
+from dreamshard.learning.planning_cost import comm_models_of, cost_factory
+from dreamshard.learning.pretrain import pretrain
+from dreamshard.learning.ranges import ranges_from
+from dreamshard.learning.tasks import load_taskset
+from dreamshard.learning.train_cost import train_cost_model
+from dreamshard.learning.train_policy import train_policy
+from dreamshard.usecases.base import Request, Result
+
+
+def _write_json(path: Path | None, data: Any) -> None:
+    if path is not None:
+        atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+class CostRequest(Request):
+    inventory: Path
+    measurements: Path
+    model_dir: Path
+    metrics_out: Path | None = None
+    progress: bool = False
+
+
+class CardResult(Result):
+    card: ModelCard
+
+
+def run_cost(request: CostRequest) -> CardResult:
+    """Fit the cost ensemble on a profile file and save it (no policy) in model_dir."""
+    check_outputs({"--inventory": request.inventory, "--measurements": request.measurements,
+                   "--params": request.settings.source}, {"--metrics-out": request.metrics_out})
+    pool = load_inventory(request.inventory)
+    cfg = request.settings.train_cost
+    records = load_measurements(request.measurements)
+    net, metrics = train_cost_model(pool, records, cfg, progress=request.progress)
+    card = save_model(
+        request.model_dir, net, None,
+        configs={"train_cost": cfg.model_dump(mode="json")},
+        inventory_name=pool.name, inventory_fingerprint=pool.fingerprint(),
+        backend=records[-1].backend.name if records else "",
+        comm_models=comm_models_of(records), feature_ranges=ranges_from(records, pool.by_name()),
+        cost_metrics=metrics.model_dump(mode="json"),
+        provenance={"command": "train-cost", "n_records": len(records)},
+    )
+    _write_json(request.metrics_out, metrics.model_dump(mode="json"))
+    return CardResult(card=card)
+
+
+class PolicyRequest(Request):
+    inventory: Path
+    tasks: Path
+    model_dir: Path
+    metrics_out: Path | None = None
+    progress: bool = False
+
+
+def run_policy(request: PolicyRequest) -> CardResult:
+    """Train the policy on the cost ensemble already in model_dir and save both there."""
+    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
+                  {"--metrics-out": request.metrics_out})
+    s = request.settings
+    pool = load_inventory(request.inventory)
+    taskset = load_taskset(request.tasks)
+    cfg, topo = s.train_policy, s.topology
+    loaded = load_model(request.model_dir, require_policy=False)
+    costs = cost_factory(loaded.cost_net, loaded.card.comm_models, cfg.risk)
+    policy, metrics = train_policy(pool, list(taskset.train), costs, cfg, progress=request.progress, topology=topo)
+    summary = {
+        "episodes": metrics.episodes, "updates": len(metrics.updates), "mean_cost_ms": metrics.mean_cost_ms,
+        "entropy": metrics.entropy, "first_mean_cost_ms": metrics.updates[0].mean_cost_ms if metrics.updates else None,
+        "greedy_cost_ms": dict(metrics.greedy_cost_ms),
+    }
+    card = loaded.card
+    new = save_model(
+        request.model_dir, loaded.cost_net, policy,
+        configs={**card.configs, "train_policy": cfg.model_dump(mode="json"), "topology": topo.model_dump(mode="json")},
+        inventory_name=card.inventory_name, inventory_fingerprint=card.inventory_fingerprint, backend=card.backend,
+        comm_models=card.comm_models, feature_ranges=card.feature_ranges,
+        cost_metrics=card.cost_metrics, policy_metrics=summary,
+        provenance={**card.provenance, "policy_command": "train-policy"},
+    )
+    _write_json(request.metrics_out, summary)
+    return CardResult(card=new)
+
+
+def initial_model(cfg: LoopConfig) -> LoadedModel | None:
+    """The model the loop warm-starts from: the packaged pretrained one (train.init: pretrained), checked to
+    have the architecture the settings ask for; None for train.init: none."""
+    if cfg.init == "none":
+        return None
+    model = load_model(None, require_policy=True)
+    want = CostNetSpec(hidden=cfg.cost.hidden, latent=cfg.cost.latent, head_hidden=cfg.cost.head_hidden)
+    if model.cost_net.spec != want or model.cost_net.size != cfg.cost.ensemble_size:
+        raise ConfigError(
+            f"train.init is 'pretrained' but the packaged model ({model.card.version}: {model.cost_net.size} x "
+            f"{model.cost_net.spec.hidden}/{model.cost_net.spec.latent}/{model.cost_net.spec.head_hidden}) differs from "
+            f"train_cost (ensemble_size {cfg.cost.ensemble_size}, hidden {cfg.cost.hidden}, latent {cfg.cost.latent}, "
+            f"head_hidden {cfg.cost.head_hidden}); match it or set train.init: none"
+        )
+    assert model.policy is not None
+    pspec = model.policy.spec
+    if (pspec.hidden, pspec.latent, pspec.head_hidden) != (cfg.policy.hidden, cfg.policy.latent, cfg.policy.head_hidden):
+        raise ConfigError(
+            f"train.init is 'pretrained' but the packaged policy ({pspec.hidden}/{pspec.latent}/{pspec.head_hidden}) "
+            f"differs from train_policy; match it or set train.init: none"
+        )
+    return model
+
+
+class TrainSummary(BaseModel):
+    """What `dreamshard train` reports (and writes with --metrics-out)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_version: str
+    init: str | None
+    iterations_run: list[int]
+    measured_now: int
+    from_cache: int
+    n_measurements: int
+    cost: dict[str, Any]
+    policy_mean_cost_ms: float | None
+
+
+class TrainRequest(Request):
+    inventory: Path
+    tasks: Path
+    model_dir: Path
+    measurements: Path | None = None  # start from these profile records (the profile stage's)
+    state_dir: Path | None = None
+    metrics_out: Path | None = None
+    resume: bool = True
+    progress: bool = False
+
+
+class TrainResult(Result):
+    iterations: list[IterationMetrics]
+    summary: TrainSummary
+    simulated: bool = False
+
+
+def run(request: TrainRequest) -> TrainResult:
+    """The outer loop on the backend of the profile section (see dreamshard.learning.loop.train)."""
+    s = request.settings
+    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--measurements": request.measurements,
+                   "--params": s.source}, {"--metrics-out": request.metrics_out})
+    pool = load_inventory(request.inventory)
+    taskset = load_taskset(request.tasks)
+    topo_cfg = s.topology
+    if s.profile.backend == "cuda":  # measured on GPUs: the devices planned for are GPUs
+        topo_cfg = topo_cfg.model_copy(update={"device_type": "cuda"})
+    init = initial_model(s.train)
+    seed = load_measurements(request.measurements) if request.measurements is not None else []
+    oracle = s.oracle()
+    try:
+        results = train(pool, taskset, topo_cfg, oracle, s.train, request.model_dir, state_dir=request.state_dir,
+                        resume=request.resume, progress=request.progress, measurements=seed, init=init,
+                        backend_name=s.profile.backend)
+    finally:
+        oracle.close()
+    card = load_model(request.model_dir, require_policy=True).card
+    summary = TrainSummary(
+        model_version=card.version, init=init.card.version if init is not None else None,
+        iterations_run=[r.iteration for r in results], measured_now=sum(r.n_measured for r in results),
+        from_cache=sum(r.n_new - r.n_measured for r in results),
+        n_measurements=int(card.provenance.get("n_measurements", 0)), cost=dict(card.cost_metrics),
+        policy_mean_cost_ms=card.policy_metrics.get("mean_cost_ms"),
+    )
+    _write_json(request.metrics_out, summary.model_dump(mode="json"))
+    return TrainResult(iterations=list(results), summary=summary,
+                       simulated=load_card(request.model_dir).backend == "simulator")
+
+
+class PretrainRequest(Request):
+    out: Path
+    state_dir: Path
+    resume: bool = True
+    progress: bool = False
+
+
+class PretrainResult(Result):
+    summary: dict[str, Any]
+
+
+def run_pretrain(request: PretrainRequest) -> PretrainResult:
+    """Pre-train on tasks from the wide table generator (the `pretrain` section), measured on the profile backend."""
+    oracle = request.settings.oracle()
+    try:
+        summary = pretrain(request.settings.pretrain, request.out, request.state_dir, oracle,
+                           progress=request.progress, resume=request.resume)
+    finally:
+        oracle.close()
+    return PretrainResult(summary=summary)
