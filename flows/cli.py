@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Annotated, Optional
 
+import prefect  # noqa: F401  the commands here run flows; without Prefect the library CLI skips this plugin
 import typer
 from rich.console import Console
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
-from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict
@@ -51,6 +50,8 @@ class PublishOutcome(BaseModel):
 
 def _human_review(decision: Any, timeout_s: int) -> Any:
     """Pause for a reviewer; a rejection (or a comment) is recorded in the decision's reason."""
+    from prefect.flow_runs import pause_flow_run  # looked up per call: tests replace it
+
     try:
         answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
     except FlowPauseTimeout:

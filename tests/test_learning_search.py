@@ -101,6 +101,22 @@ def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
     assert code == 0 and load_plan(tmp_path / "q.json").out_of_range == () and "training ranges" not in err
 
 
+def test_shard_with_report_carries_the_search_the_card_and_the_warnings(model_dir):
+    inv = synth_inventory(20, seed=3, name="report")
+    topo = Topology(num_devices=8, memory_per_device_gb=16)  # more devices than the toy model saw: out of range
+    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP))
+    report = sharder.shard_with_report(inv, topo)
+    assert report.search is not None and report.plan.placement == report.search.best.placement
+    assert report.plan.placement == sharder.shard(inv, topo).placement  # shard() is the report's plan
+    assert report.card.version == report.plan.model_version and report.learned_from_simulation
+    assert report.out_of_range == report.plan.out_of_range and report.out_of_range
+    assert report.warnings[-1] == f"predicted costs are SIMULATED: model {report.card.version} learned from the toy backend"
+    assert all(w.startswith("outside the model's training ranges: ") for w in report.warnings[:-1])
+    assert len(report.warnings) == len(report.out_of_range) + 1
+    lpt = get_sharder("dreamshard_lpt", model_dir=model_dir).shard_with_report(inv, topo)
+    assert lpt.search is None and lpt.plan.sharder == "dreamshard_lpt"
+
+
 def test_cli_verify_records_and_refuses_other_sharders(model_dir, tmp_path):
     inv = save_inventory(synth_inventory(16, seed=25, name="cli"), tmp_path / "inv.yaml")
     out = tmp_path / "v.json"

@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from typer._click import exceptions as tclick
 
 from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, preset_cmd, profile_cmd, torchrec_cmd
 from dreamshard.errors import DreamshardError, redact_urls
@@ -83,22 +84,14 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except Exception as e:  # click usage errors and friends
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
+        if isinstance(e, typer.Exit):
             raise SystemExit(e.exit_code) from None
-        if isinstance(e, click.exceptions.Abort):
+        if isinstance(e, typer.Abort):
             fail("aborted", 130)
-        if isinstance(e, click.ClickException):
-            fail(f"UsageError: {e.format_message()}", 2)
-        try:  # typer >= 0.16 raises its vendored click's exceptions
-            from typer._click import exceptions as tclick
-        except ImportError:  # pragma: no cover - older typer uses click itself
-            tclick = None
-        if tclick is not None and isinstance(e, tclick.NoArgsIsHelpError):
+        if isinstance(e, tclick.NoArgsIsHelpError):  # typer >= 0.16 raises its vendored click's exceptions
             e.show()  # the group's help, as click does in standalone mode
             raise SystemExit(2) from None
-        if tclick is not None and isinstance(e, tclick.ClickException):
+        if isinstance(e, tclick.ClickException):
             fail(f"UsageError: {e.format_message()}", 2)
         raise
     sys.exit(0)

@@ -62,6 +62,8 @@ def synth_cmd(
 ) -> None:
     """Generate a synthetic DLRM-like inventory (rows, pooling, Zipf reuse histograms); with --params, the
     pipeline's pool (its `inventory` section)."""
+    if num_tables is None and params is None:
+        raise ConfigError("--num-tables is required (or --params: the pipeline's pool, its `inventory` section)")
     if name is not None:
         check_name(name, "--name")
     settings = resolve(params, {"inventory.num_tables": num_tables, "inventory.seed": seed,

@@ -9,6 +9,15 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt, make_topology
+from dreamshard.evaluation import device_table
+from dreamshard.integrations.torchrec_file import (
+    check_kernel,
+    plan_from_document,
+    read_torchrec_plan,
+    save_torchrec_plan,
+    torchrec_document,
+)
+from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
 
 torchrec_app = typer.Typer(
     help="Plans in TorchRec: export a plan as the file load_sharding_plan reads; import a TorchRec plan file.",
@@ -24,8 +33,6 @@ def export_cmd(
     kernel: Annotated[str, typer.Option("--kernel", help="Compute kernel: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
 ) -> None:
     """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model)."""
-    from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
-    from dreamshard.io import check_outputs, load_inventory, load_plan
 
     check_outputs({"PLAN": plan_file, "--inventory": inventory}, {"--out": out})
     plan = load_plan(plan_file)
@@ -46,9 +53,6 @@ def import_cmd(
     sharder: Annotated[Optional[str], typer.Option("--sharder", help="Label of the plan (default: the file's, else torchrec).")] = None,
 ) -> None:
     """Turn a TorchRec plan file into a dreamshard plan (memory checked) to evaluate or compare it."""
-    from dreamshard.evaluation import device_table
-    from dreamshard.integrations.torchrec_file import plan_from_document, read_torchrec_plan
-    from dreamshard.io import check_outputs, load_inventory, save_plan
 
     check_outputs({"TORCHREC_FILE": torchrec_file, "--inventory": inventory}, {"--out": out})
     doc = read_torchrec_plan(torchrec_file, devices)
