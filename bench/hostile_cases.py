@@ -179,11 +179,11 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
     @case("5", "plans fsck lists orphans", "plans fsck")
     def _() -> bool:
-        stray = store / "plans" / "inv" / inv.fingerprint() / "x.record.json"
+        stray = store / "plans" / "inv" / inv.fingerprint() / "x.json.record"
         stray.write_text("{}")
         r = cli(["plans", "fsck", *s])
         stray.unlink()
-        return r[0] == 1 and "x.record.json" in r[1]
+        return r[0] == 1 and "x.json.record" in r[1]
 
     # -- 6: inventory push
     ostore = open_store(str(store))

@@ -391,7 +391,7 @@ def test_rollback_to_checks_the_original_checksum(files: dict[str, Path], capsys
     base = plan.parent
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
     (base / f"{w.bad.plan_id}.json.sha256").write_text(f"{digest}  {plan.name}\n")  # sidecar rewritten to match
-    record = base / f"{w.bad.plan_id}.record.json"
+    record = base / f"{w.bad.plan_id}.json.record"
     data = json.loads(record.read_text())
     record.write_text(json.dumps({**data, "sha256": digest}))  # and the record too
     capsys.readouterr()

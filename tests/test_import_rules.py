@@ -108,20 +108,31 @@ def test_no_module_over_400_lines() -> None:
     assert long == {}
 
 
+def _late_imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import inside a function, and whether a comment names it an optional dependency: on its own lines,
+    or on the line above the run of consecutive imports it belongs to."""
+    lines = path.read_text().splitlines()
+    out = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        nodes = sorted((n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))), key=lambda n: n.lineno)
+        first = 0
+        for i, node in enumerate(nodes):
+            if i == 0 or node.lineno != (nodes[i - 1].end_lineno or nodes[i - 1].lineno) + 1:
+                first = node.lineno  # a new run of consecutive imports starts here
+            text = " ".join([lines[first - 2], *lines[node.lineno - 1: node.end_lineno or node.lineno]])
+            out.append((node, "optional dependency" in text))
+    return out
+
+
 def test_function_level_imports_are_optional_dependencies_with_a_comment() -> None:
     bad = []
     for name, path in _modules().items():
-        lines = path.read_text().splitlines()
-        for fn in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                    continue
-                mod = node.names[0].name if isinstance(node, ast.Import) else (node.module or "")
-                commented = "optional dependency" in " ".join(lines[node.lineno - 2: node.end_lineno or node.lineno])
-                if getattr(node, "level", 0) or mod.split(".")[0] not in OPTIONAL or not commented:
-                    bad.append(f"{name}:{node.lineno} imports {mod or '.'}")
+        for node, commented in _late_imports(path):
+            mod = node.names[0].name if isinstance(node, ast.Import) else (node.module or "")
+            if getattr(node, "level", 0) or mod.split(".")[0] not in OPTIONAL or not commented:
+                bad.append(f"{name}:{node.lineno} imports {mod or '.'}")
     assert bad == []
 
 
@@ -153,3 +164,11 @@ def test_the_cli_without_prefect(tmp_path: Path) -> None:
     assert res.returncode == 0 and (tmp_path / "inv.yaml").is_file(), res.stderr
     res = _python(run.format(["pipeline", "status"]), env)  # the pipeline commands need Prefect: one line
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "prefect" in res.stderr, res.stderr
+
+
+def test_the_late_import_check_reads_comments(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    import json\n\n\ndef g():\n    # optional dependency: torchrec\n"
+                   "    import torchrec\n    from torchrec import x\n    y = 1\n    import torchrec.z\n")
+    found = [(n.lineno, ok) for n, ok in _late_imports(src)]
+    assert found == [(2, False), (7, True), (8, True), (10, False)]

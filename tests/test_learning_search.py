@@ -104,7 +104,8 @@ def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
 def test_shard_with_report_carries_the_search_the_card_and_the_warnings(model_dir):
     inv = synth_inventory(20, seed=3, name="report")
     topo = Topology(num_devices=8, memory_per_device_gb=16)  # more devices than the toy model saw: out of range
-    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP))
+    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
+                          column_splits="never")
     report = sharder.shard_with_report(inv, topo)
     assert report.search is not None and report.plan.placement == report.search.best.placement
     assert report.plan.placement == sharder.shard(inv, topo).placement  # shard() is the report's plan

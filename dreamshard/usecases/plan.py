@@ -67,20 +67,19 @@ def run(request: PlanRequest) -> PlanResult:
     extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle} if verify else {}
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed, **extra))
     searched: SearchResult | None = None
-    card = None
+    warnings: list[str] = []
     try:
-        if isinstance(sharder, ModelSharder):  # the learned sharders report their model and search
+        if isinstance(sharder, ModelSharder):  # the learned sharders report their model, search and warnings
             report = sharder.shard_with_report(inv, topo)
-            plan, searched, card = report.plan, report.search, report.card
+            plan, searched, warnings = report.plan, report.search, list(report.warnings)
         else:
             plan = sharder.shard(inv, topo)
     finally:
         if oracle is not None:
             oracle.close()
-    warnings = [f"outside the model's training ranges: {line} (plan {plan.plan_id} records it; the publish gate "
-                f"will want a measured comparison)" for line in plan.out_of_range]
-    if card is not None and card.learned_from_simulation:
-        warnings.append(f"predicted costs are SIMULATED: model {card.version} learned from the {card.backend} backend")
+    if plan.out_of_range:
+        warnings.append(f"plan {plan.plan_id} records its out-of-range inputs: the publish gate will want a measured "
+                        f"comparison")
     torchrec_doc = torchrec_document(plan, inv, kernel) if request.torchrec_out is not None else None
     if request.out is not None:
         save_plan(plan, request.out)
