@@ -94,7 +94,7 @@ def resolve_dispatch(requested: str, deployment_name: str) -> str:
 
 def stage_env(store_uri: str, endpoint_url: str | None, campaign: str, dispatch: str) -> dict[str, str]:
     """What a stage's command needs beyond dvc.yaml: where profiling shards go and how batches run
-    (read by `dreamshard pipeline profile`; nothing here changes a stage's result)."""
+    (read by `dreamshard profile-stage`; nothing here changes a stage's result)."""
     env = {"DREAMSHARD_PROFILE_STORE": store_uri, "DREAMSHARD_PROFILE_CAMPAIGN": campaign,
            "DREAMSHARD_PROFILE_DISPATCH": dispatch}
     if endpoint_url:

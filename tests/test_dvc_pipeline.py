@@ -1,4 +1,5 @@
-"""The repository's own dvc.yaml as an engineer runs it (`dvc repro`, no Prefect), in a throwaway copy of the
+"""The repository's own dvc.yaml as an engineer runs it (`dvc repro`, in an environment where Prefect cannot be
+imported), in a throwaway copy of the
 pipeline files with tiny simulator params: a clean repro runs every stage, `dvc push` fills the default local
 remote, a training param re-runs only training and what follows, a code change re-runs exactly the stages that
 list that code, a changed table re-runs everything."""
@@ -26,8 +27,18 @@ BIN = Path(sys.executable).parent
 ALL_STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
 
 
+def _no_prefect(cwd: Path) -> str:
+    """A directory whose `prefect` package fails to import, as in an installation without Prefect: the stages
+    are library commands and must not need it."""
+    fake = cwd.parent / "no-prefect" / "prefect"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'prefect'\", name='prefect')\n")
+    return str(fake.parent)
+
+
 def _run(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1",
+           "PYTHONPATH": _no_prefect(cwd)}
     res = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout

@@ -132,7 +132,8 @@ class SearchConfig(_Config):
 class LoopConfig(_Config):
     """Section `train`: the outer loop {measure placements -> fit cost net -> RL on the estimated MDP}.
 
-    `cost` and `policy` default to the `train_cost` / `train_policy` sections (the CLI fills them in).
+    `cost` and `policy` are the `train_cost` / `train_policy` sections unless set here (dreamshard.settings fills
+    them in).
     """
 
     iterations: Annotated[int, Field(ge=1)] = 3
