@@ -59,6 +59,10 @@ def aligned_dim(dim: int) -> int:
     return max(DIM_ALIGN, (dim + DIM_ALIGN - 1) // DIM_ALIGN * DIM_ALIGN)
 
 
+#: The fields of a table that are its schema (Table.schema); the others are statistics.
+SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype")
+
+
 class StrictModel(BaseModel):
     """Base of the value objects: unknown fields are errors, values are frozen, no inf/nan."""
 
@@ -114,6 +118,11 @@ class Table(StrictModel):
     def size_gb(self) -> float:
         return self.size_bytes / GB
 
+    def schema(self) -> dict[str, object]:
+        """What the model's code fixes (name, rows, dim, dtype): a change here is a new inventory; a change of
+        the statistics only (pooling, reuse) is a new version of the same one."""
+        return {k: v for k, v in self.model_dump().items() if k in SCHEMA_FIELDS}
+
     def canonical(self) -> dict[str, object]:
         """Content used for fingerprints: every field, defaults filled, floats rounded stably."""
         d = self.model_dump()
@@ -153,8 +162,15 @@ class Inventory(StrictModel):
         idx = self.by_name()
         return Inventory(name=name or self.name, tables=tuple(idx[n] for n in names))
 
+    def schema_fingerprint(self) -> str:
+        """sha256 over the tables' schema (Table.schema): identifies the inventory for a model's code, whatever its
+        statistics; independent of table order and of the inventory's name."""
+        rows = sorted(json.dumps(t.schema(), sort_keys=True, separators=(",", ":")) for t in self.tables)
+        return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
     def fingerprint(self) -> str:
-        """sha256 over canonical table content; independent of key order and table order.
+        """sha256 over canonical table content (schema and statistics): one version of an inventory;
+        independent of key order and table order.
 
         The inventory name is deliberately not part of it: the same tables are the same workload.
         """
