@@ -1,4 +1,5 @@
-"""Re-run the hostile-user case table of issue 9: every defect and "Also" item, the command, and whether it holds.
+"""Re-run the hostile-user case tables of issue 9 and of the gate (issue 15 item 5, issue 18 items 2, 3, 4, 13:
+bench/hostile_gate_cases.py): every defect, the command, and whether it holds.
 
     .venv/bin/python bench/hostile_cases.py            # prints a markdown table and the counts
 
@@ -59,14 +60,16 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     good = get_sharder("lookup_greedy").shard(inv, topo).model_copy(update={"sharder": "dreamshard"})
     worse = get_sharder("size_greedy").shard(inv, topo).model_copy(update={"sharder": "dreamshard"})
     fair = get_sharder("random", seed=1).shard(inv, topo).model_copy(update={"sharder": "dreamshard"})
-    cmp = compare_sharders(inv, topo, ["round_robin", "size_greedy", "dim_greedy"], make_oracle("simulator"),
-                           rounds=2, extra_plans=[good, worse, fair])
+    baselines = ["round_robin", "size_greedy", "dim_greedy", "torchrec"]
+    cmp = compare_sharders(inv, topo, baselines, make_oracle("simulator"), rounds=5, extra_plans=[good, worse, fair])
+    paramsf = d / "gate-params.yaml"  # the gate's rules for these cases: those baselines, simulated costs allowed
+    paramsf.write_text(f"publish:\n  baselines: [{', '.join(baselines)}]\n  allow_simulated: true\n")
     invf = save_inventory(inv, d / "inv.yaml")
     goodf, worsef = save_plan(good, d / "good.json"), save_plan(worse, d / "worse.json")
     cmpf = d / "cmp.json"
     cmpf.write_text(cmp.model_dump_json())
     store = d / "store"
-    gate = ["--store", str(store), "--comparison", str(cmpf)]
+    gate = ["--store", str(store), "--comparison", str(cmpf), "--params", str(paramsf)]
 
     def forged(update: dict[str, object]) -> Path:
         p = d / "forged.json"
@@ -103,12 +106,12 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
                         ("another device count", (inv, topo.model_copy(update={"num_devices": 4})))):
         @case("2", f"--comparison from {what}", "plans publish worse.json -i inv.yaml --comparison other.json")
         def _(other: tuple = other) -> bool:
-            c = compare_sharders(other[0], other[1], ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=1)
+            c = compare_sharders(other[0], other[1], baselines, make_oracle("simulator"), rounds=5)
             (d / "other.json").write_text(c.model_dump_json())
-            before = snap(store)
-            r = cli(["plans", "publish", str(worsef), "--store", str(store), "--comparison", str(d / "other.json"),
-                     "-i", str(invf)])
-            return one_line_2(r) and snap(store) == before
+            fresh = d / "store2"  # (worse.json was decided in `store` above: one decision per plan id)
+            r = cli(["plans", "publish", str(worsef), "--store", str(fresh), "--comparison", str(d / "other.json"),
+                     "-i", str(invf), "--params", str(paramsf)])
+            return one_line_2(r) and not fresh.exists()
 
     alias = {
         "plan -o INVENTORY": ["plan", "-i", str(invf), "-d", "2", "-m", "1", "-s", "size_greedy", "-o", str(invf)],
@@ -143,8 +146,10 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     cli(["plans", "publish", str(goodf), *gate, "-i", str(invf)])
     other_inv = synth_inventory(6, 1, name="other")
     other_plan = get_sharder("lookup_greedy").shard(other_inv, topo).model_copy(update={"sharder": "dreamshard"})
-    ocmp = compare_sharders(other_inv, topo, ["round_robin"], make_oracle("simulator"), rounds=1, extra_plans=[other_plan])
+    ocmp = compare_sharders(other_inv, topo, ["round_robin", "torchrec"], make_oracle("simulator"), rounds=5,
+                            extra_plans=[other_plan])
     oinvf, oplanf = save_inventory(other_inv, d / "oinv.yaml"), save_plan(other_plan, d / "oplan.json")
+    (d / "o-params.yaml").write_text("publish:\n  baselines: [round_robin, torchrec]\n")
     (d / "ocmp.json").write_text(ocmp.model_dump_json())
     (store / "plans" / "inv" / "current.json").write_text("{corrupt")
     s = ["--store", str(store)]
@@ -157,7 +162,8 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
     @case("5", "publish for another inventory still works", "plans publish oplan.json -i oinv.yaml ...")
     def _() -> bool:
-        return cli(["plans", "publish", str(oplanf), *s, "--comparison", str(d / "ocmp.json"), "-i", str(oinvf)])[0] == 0
+        return cli(["plans", "publish", str(oplanf), *s, "--comparison", str(d / "ocmp.json"), "-i", str(oinvf),
+                    "--allow-simulated", "--sharders", "round_robin,torchrec", "--params", str(d / "o-params.yaml")])[0] == 0
 
     @case("5", "show current of another inventory still works", "plans show current --inventory other")
     def _() -> bool:
@@ -274,7 +280,7 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     @case("12", "re-publishing the current plan does not duplicate history", "plans publish good.json (twice)")
     def _() -> bool:
         st = d / "store12"
-        g = ["--store", str(st), "--comparison", str(cmpf), "-i", str(invf)]
+        g = ["--store", str(st), "--comparison", str(cmpf), "-i", str(invf), "--params", str(paramsf)]
         cli(["plans", "publish", str(goodf), *g])
         before = get_pointer(open_store(str(st)), "inv")
         cli(["plans", "publish", str(goodf), *g])
@@ -304,10 +310,9 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     @case("also", "rollback --to trusts the history's checksum, not a rewritten sidecar", "plans rollback --to BAD")
     def _() -> bool:
         st = d / "store-also"
-        g = ["--store", str(st), "--comparison", str(cmpf), "-i", str(invf)]
+        g = ["--store", str(st), "--comparison", str(cmpf), "-i", str(invf), "--params", str(paramsf)]
         bad = get_sharder("random", seed=1).shard(inv, topo).model_copy(update={"sharder": "dreamshard"})
-        c2 = compare_sharders(inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=1,
-                              extra_plans=[good, bad])
+        c2 = compare_sharders(inv, topo, baselines, make_oracle("simulator"), rounds=5, extra_plans=[good, bad])
         (d / "c2.json").write_text(c2.model_dump_json())
         g[3] = str(d / "c2.json")
         badf = save_plan(bad, d / "bad.json")
@@ -321,13 +326,23 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
 
 def run() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    from hostile_gate_cases import gate_cases  # bench/ is the script's directory
+
     with tempfile.TemporaryDirectory() as tmp:
         main_cases(Path(tmp))
+        gate_cases(Path(tmp) / "gate", case)
     print("| defect | case | command | holds |\n|---|---|---|---|")
     for defect, what, command, ok, note in RESULTS:
         print(f"| {defect} | {what} | `{command}` | {'yes' if ok else 'NO ' + note} |")
     held = sum(ok for *_, ok, _ in RESULTS)
     print(f"\n{held} of {len(RESULTS)} cases hold; {len(RESULTS) - held} fail.")
+    classes: dict[str, list[bool]] = {}
+    for defect, *_, ok, _note in RESULTS:
+        classes.setdefault(defect, []).append(ok)
+    print("; ".join(f"{k}: {sum(v)}/{len(v)}" for k, v in classes.items()))
     return 0 if held == len(RESULTS) else 1
 
 

@@ -13,7 +13,16 @@ import json
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 #: Number of access-histogram bins: unique rows whose access count in one batch falls in
 #: (0,1], (1,2], (2,4], ..., (16384,32768], (32768, inf).
@@ -59,8 +68,14 @@ def aligned_dim(dim: int) -> int:
     return max(DIM_ALIGN, (dim + DIM_ALIGN - 1) // DIM_ALIGN * DIM_ALIGN)
 
 
-#: The fields of a table that are its schema (Table.schema); the others are statistics.
-SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype")
+#: The fields of a table that are its schema (Table.schema); the others are statistics. Of `features`, the schema
+#: holds the names only (a feature's pooling is a statistic).
+SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype", "features")
+#: Separator of column-shard unit names (`table@start:end`, dreamshard.types.shard_name): units of one table
+#: serve its features.
+SHARD_MARK = "@"
+#: Relative tolerance of "pooling_factor is the sum of the features' pooling" (rounding in stored files).
+POOLING_SUM_RTOL = 1e-6
 
 
 class StrictModel(BaseModel):
@@ -69,8 +84,22 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
+class Feature(StrictModel):
+    """One sparse feature a table serves (TorchRec's ``feature_names``): its own pooled output per sample."""
+
+    name: Annotated[str, Field(min_length=1)]
+    pooling_factor: Annotated[float, Number, Field(ge=0, le=MAX_POOLING)]
+
+
 class Table(StrictModel):
-    """One embedding table."""
+    """One embedding table.
+
+    `features` empty: the table serves one feature, named like the table, with the table's pooling factor. Given:
+    a shared table (TorchRec's ``feature_names`` with several entries, e.g. one `item_id` table for the clicked and
+    the viewed item): each feature is looked up in the same rows and has its own pooled output, so the table has
+    ``num_outputs = len(features)`` outputs per sample and `pooling_factor` is the sum of the features' (filled in
+    when left out, checked when given).
+    """
 
     name: Annotated[str, Field(min_length=1)]
     num_embeddings: Annotated[int, Number, Field(ge=1, le=MAX_ROWS)]
@@ -78,6 +107,44 @@ class Table(StrictModel):
     pooling_factor: Annotated[float, Number, Field(ge=0, le=MAX_POOLING)]
     access_histogram: tuple[float, ...] | None = None
     dtype: DType = "fp32"
+    features: tuple[Feature, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_pooling(cls, data: object) -> object:
+        """Features without a table pooling factor: the table's is their sum."""
+        if isinstance(data, dict) and "pooling_factor" not in data and data.get("features"):
+            try:
+                total = sum(float(_number_only(f["pooling_factor"] if isinstance(f, dict) else f.pooling_factor))
+                            for f in data["features"])
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return data  # the field validators say what is wrong
+            return {**data, "pooling_factor": total}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """`features` only when given: files written for tables without them stay byte for byte as before."""
+        out = handler(self)
+        if not self.features:
+            out.pop("features", None)
+        return out
+
+    @model_validator(mode="after")
+    def _check_features(self) -> Table:
+        if not self.features:
+            return self
+        names = [f.name for f in self.features]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"table '{self.name}' lists feature '{dup}' twice")
+        total = sum(f.pooling_factor for f in self.features)
+        if abs(total - self.pooling_factor) > POOLING_SUM_RTOL * max(1.0, total):
+            raise ValueError(
+                f"table '{self.name}': pooling_factor {self.pooling_factor:g} is not the sum of its features' "
+                f"pooling ({total:g}); give their sum or leave pooling_factor out"
+            )
+        return self
 
     @field_validator("embedding_dim")
     @classmethod
@@ -106,6 +173,25 @@ class Table(StrictModel):
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def feature_list(self) -> tuple[Feature, ...]:
+        """The features the table serves: its `features`, or the one implied (named like the table)."""
+        return self.features or (Feature(name=self.name, pooling_factor=self.pooling_factor),)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.feature_list)
+
+    @property
+    def num_outputs(self) -> int:
+        """Pooled outputs per sample: one per feature (1 for a table without `features`)."""
+        return max(1, len(self.features))
+
+    @property
+    def output_dim(self) -> int:
+        """Pooled output elements per sample (dim x num_outputs): what the all-to-all carries for this table."""
+        return self.embedding_dim * self.num_outputs
+
+    @property
     def size_elements(self) -> int:
         """rows x dim."""
         return self.num_embeddings * self.embedding_dim
@@ -121,14 +207,20 @@ class Table(StrictModel):
     def schema(self) -> dict[str, object]:
         """What the model's code fixes (name, rows, dim, dtype): a change here is a new inventory; a change of
         the statistics only (pooling, reuse) is a new version of the same one."""
-        return {k: v for k, v in self.model_dump().items() if k in SCHEMA_FIELDS}
+        out = {k: v for k, v in self.model_dump().items() if k in SCHEMA_FIELDS and k != "features"}
+        if self.features:  # left out when empty: inventories without features keep their fingerprints
+            out["features"] = [f.name for f in self.features]
+        return out
 
     def canonical(self) -> dict[str, object]:
-        """Content used for fingerprints: every field, defaults filled, floats rounded stably."""
+        """Content used for fingerprints: every field, defaults filled, floats rounded stably (`features` only
+        when given, so inventories without them keep their fingerprints)."""
         d = self.model_dump()
         d["pooling_factor"] = round(float(d["pooling_factor"]), 9)
         if d["access_histogram"] is not None:
             d["access_histogram"] = [round(float(x), 9) for x in d["access_histogram"]]
+        if self.features:
+            d["features"] = [{"name": f.name, "pooling_factor": round(float(f.pooling_factor), 9)} for f in self.features]
         return d
 
 
@@ -145,6 +237,13 @@ class Inventory(StrictModel):
             if t.name in seen:
                 raise ValueError(f"duplicate table name '{t.name}'")
             seen.add(t.name)
+        served: dict[str, str] = {}  # feature -> the table serving it (a table's column-shard units share them)
+        for t in self.tables:
+            base = t.name.partition(SHARD_MARK)[0]
+            for f in t.feature_names:
+                other = served.setdefault(f, base)
+                if other != base:
+                    raise ValueError(f"feature '{f}' is served by both table '{other}' and table '{base}'")
         return self
 
     @property
@@ -162,8 +261,12 @@ class Inventory(StrictModel):
         idx = self.by_name()
         return Inventory(name=name or self.name, tables=tuple(idx[n] for n in names))
 
+    def feature_table(self) -> dict[str, str]:
+        """{feature name: table name} for every feature the inventory's tables serve."""
+        return {f: t.name for t in self.tables for f in t.feature_names}
+
     def schema_fingerprint(self) -> str:
-        """sha256 over the tables' schema (Table.schema): identifies the inventory for a model's code, whatever its
+        """sha256 over the tables' schema (Table.schema: name, rows, dim, dtype, feature names): identifies the inventory for a model's code, whatever its
         statistics; independent of table order and of the inventory's name."""
         rows = sorted(json.dumps(t.schema(), sort_keys=True, separators=(",", ":")) for t in self.tables)
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()

@@ -36,6 +36,7 @@ from dreamshard.tables import (  # re-exported: callers import the whole data mo
     NUM_REUSE_BINS,
     REUSE_BIN_EDGES,
     DType,
+    Feature,
     Inventory,
     Number,
     StrictModel,
@@ -161,6 +162,9 @@ class Plan(StrictModel):
     plan_id: str = Field(default_factory=lambda: new_id("plan-"))
     inventory_name: str
     inventory_fingerprint: str
+    # Inventory.schema_fingerprint of the inventory (tables' names, rows, dims, dtypes, features): how a training
+    # job finds the plan for its model (integrations.torchrec_current). None in plans made before it existed.
+    schema_fingerprint: str | None = None
     topology: Topology
     sharder: str
     placement: dict[str, Annotated[int, Number, Field(ge=0)]]

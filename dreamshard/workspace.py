@@ -37,6 +37,7 @@ from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, r
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
 from dreamshard.io import atomic_write_text, load_inventory, save_inventory
 from dreamshard.lineage import Lineage, dvc_md5, lock_outs, sha256_text
+from dreamshard.settings import installed_pipeline_file
 from dreamshard.types import Inventory
 
 DVC_YAML = "dvc.yaml"
@@ -300,6 +301,42 @@ def _package_version() -> str | None:
         return None
 
 
+def _stage_table(text: str, what: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """{stage: (command with whitespace normalised, outs)} of a dvc.yaml text."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    stages = data.get("stages") if isinstance(data, dict) else None
+    if not isinstance(stages, dict) or not stages:
+        raise PipelineError(f"{what} has no stages")
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for name, stage in stages.items():
+        cmd = stage.get("cmd") if isinstance(stage, dict) else None
+        cmds = [cmd] if isinstance(cmd, str) else cmd if isinstance(cmd, list) else None
+        if not cmds or not all(isinstance(c, str) for c in cmds):
+            raise PipelineError(f"{what}: stage '{name}' has no command")
+        outs = stage.get("outs") or []
+        out[str(name)] = (" && ".join(" ".join(c.split()) for c in cmds), tuple(str(o) for o in outs))
+    return out
+
+
+def check_lineage(lineage: Lineage, plan_id: str) -> None:
+    """PipelineError unless a plan's lineage can be reproduced safely: md5s for the model and the measurements
+    (what the reproduction is checked against), and a dvc.yaml whose stage commands and outputs are exactly the
+    installed pipeline file's (`dreamshard ...` commands; params may differ), so no stored text runs a command."""
+    missing = [n for n, v in (("model", lineage.model_md5), ("measurements", lineage.measurements_md5)) if not v]
+    if missing:
+        raise PipelineError(f"plan {plan_id}'s lineage has no md5 for the {' and the '.join(missing)}: a reproduction "
+                            f"could not be checked; refusing")
+    mine = _stage_table(installed_pipeline_file("dvc.yaml").read_text(), "the installed dvc.yaml")
+    theirs = _stage_table(lineage.dvc_yaml or "", f"plan {plan_id}'s dvc.yaml")
+    for name, (cmd, outs) in theirs.items():
+        if not cmd.startswith("dreamshard ") or name not in mine or mine[name] != (cmd, outs):
+            raise PipelineError(f"plan {plan_id}'s dvc.yaml stage '{name}' is not the installed pipeline's "
+                                f"(`{cmd[:60]}`); refusing to write it")
+
+
 def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResult:
     """A fresh workspace in `into` holding exactly the data and model a plan was made from.
 
@@ -312,6 +349,7 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
             f"plan {plan_id} has no complete lineage (dvc.lock, dvc.yaml, params and remote): only plans published "
             f"by `dreamshard pipeline run` or its Prefect deployment can be reproduced"
         )
+    check_lineage(lineage, plan_id)
     target = Path(into)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ConfigError(f"--into {target} already exists and is not empty; choose a new directory")
@@ -330,7 +368,7 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
                for name, rel in (("model", MODEL_DIR), ("measurements", MEASUREMENTS))}
         want = {"model": lineage.model_md5, "measurements": lineage.measurements_md5}
         for name in ("model", "measurements"):
-            if want[name] is not None and got[name] != want[name]:
+            if got[name] != want[name]:
                 raise PipelineError(
                     f"{name} pulled into {target} has md5 {got[name]}, the plan's lineage says {want[name]}: "
                     f"the remote {lineage.dvc_remote} does not hold what produced plan {plan_id}"

@@ -10,6 +10,7 @@ Keys are stable and lowercase-dash so the Prefect UI shows each artifact's histo
     profile-batches-<inv>     which worker measured which batch (table)
     train-metrics-<inv>       the training stage's metrics (table)
     drift-report-<inv>        the trend of drift checks (markdown)
+    replan-<inv>              what the fast path did for a new inventory version, and why (markdown)
 """
 
 from __future__ import annotations
@@ -116,3 +117,16 @@ def drift_artifact(rows: list[dict[str, Any]], inventory_name: str, latest: Any)
     )
     create_markdown_artifact(key=artifact_key("drift-report", inventory_name), markdown=md,
                              description="Drift checks of the published plan: re-measured vs recorded cost")
+
+
+def replan_artifact(result: Any, why: str) -> None:
+    """What the fast path did for an inventory version, and why it ran (markdown, key replan-<inv>)."""
+    from prefect.artifacts import create_markdown_artifact
+
+    lines = [f"**Why:** {why}", "", f"**Outcome:** `{result.outcome}` — {result.reason}", "",
+             f"Inventory `{result.inventory_name}` version `{result.fingerprint[:12]}`; previous current plan "
+             f"`{result.previous_plan_id or '-'}`; new plan `{result.plan.plan_id if result.plan else '-'}`."]
+    if result.retrain_reasons:
+        lines += ["", "**Retrain due:**", *(f"- {r}" for r in result.retrain_reasons)]
+    create_markdown_artifact(key=artifact_key("replan", result.inventory_name), markdown="\n".join(lines),
+                             description=f"replan of {result.inventory_name}: {result.outcome}")

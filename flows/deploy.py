@@ -1,6 +1,9 @@
 """Deployments, declared in one place (mirrored for `prefect deploy --all` in infra/prefect.yaml):
 
-    retrain-on-inventory-change/nightly-and-on-change   cron 03:00 + trigger on dreamshard.inventory.changed  (default pool)
+    replan-on-inventory-change/on-inventory-change      trigger on dreamshard.inventory.changed: the fast path (plan with the
+                                                        production model, gate, publish; no profiling, no training) (gpu pool)
+    retrain-on-inventory-change/nightly-and-when-due    cron 03:00 + trigger on dreamshard.retrain.due (a version outside the
+                                                        model's ranges): profile, train, plan, publish (default pool)
     retrain-on-inventory-change/retrain-on-drift        trigger on dreamshard.plan.drifted: re-profile, retrain (default pool)
     profile-batch/profile-batch                         one profiling batch; the orchestrator submits one run per batch (gpu pool)
     drift-check/drift-monitor                           hourly: re-measure the current plan (gpu pool)
@@ -23,6 +26,7 @@ from typing import Any
 
 from dreamshard.drift import PLAN_DRIFTED_EVENT
 from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
+from dreamshard_flows.replan import RETRAIN_DUE_EVENT
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -45,11 +49,22 @@ def _trigger(name: str, description: str, event: str, resources: str, parameters
 
 
 def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
-    """Run the orchestrator for the inventory named in the event (its current version in the store)."""
+    """Re-plan the inventory named in the event (its current version in the store) with the production model."""
     return _trigger("inventory-changed", "A new inventory version was pushed (`dreamshard inventory push`)",
                     INVENTORY_CHANGED_EVENT, "dreamshard.inventory.*",
                     _orchestrator_request(params_path, workspace, store_uri,
-                                          inventory_name="{{ event.payload.inventory_name }}"))
+                                          inventory_name="{{ event.payload.inventory_name }}",
+                                          reason="inventory {{ event.payload.inventory_name }} changed to version "
+                                                 "{{ event.payload.fingerprint }}"))
+
+
+def retrain_due_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
+    """Retrain for the inventory whose new version the production model could not plan (out of its ranges)."""
+    return _trigger("retrain-due", "The fast path found a version outside the model's training ranges",
+                    RETRAIN_DUE_EVENT, "dreamshard.retrain.*",
+                    _orchestrator_request(params_path, workspace, store_uri,
+                                          inventory_name="{{ event.payload.inventory_name }}",
+                                          reason="retrain due: {{ event.payload.reason }}"))
 
 
 def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
@@ -57,7 +72,8 @@ def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None
     return _trigger("plan-drifted", "The published plan costs more (or less) than it did: the backend changed",
                     PLAN_DRIFTED_EVENT, "dreamshard.plan.*",
                     _orchestrator_request(params_path, workspace, store_uri, reprofile=True,
-                                          inventory_name="{{ event.payload.inventory_name }}"))
+                                          inventory_name="{{ event.payload.inventory_name }}",
+                                          reason="the published plan drifted ({{ event.payload.drift }})"))
 
 
 def build_deployments(
@@ -74,6 +90,7 @@ def build_deployments(
     from dreamshard_flows.drift import drift_check_flow
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
     from dreamshard_flows.publish import publish_workspace_plan
+    from dreamshard_flows.replan import replan_on_inventory_change
 
     def pool(name: str) -> dict[str, Any]:
         common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
@@ -82,12 +99,24 @@ def build_deployments(
     orchestrator = _orchestrator_request(params_path, workspace, store_uri)
     drift_request = {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace,
                                  **({"store_uri": store_uri} if store_uri else {})}}
+    replan = {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace,
+                          **({"store_uri": store_uri} if store_uri else {})}}
     return [
-        retrain_on_inventory_change.to_deployment(
-            name="nightly-and-on-change",
-            cron=NIGHTLY_CRON,
+        replan_on_inventory_change.to_deployment(
+            name="on-inventory-change",
             triggers=[inventory_changed_trigger(params_path, workspace, store_uri)],
-            parameters=orchestrator,
+            parameters=replan,
+            concurrency_limit=1,
+            tags=["dreamshard", "replan", "gpu"],
+            description="A new inventory version: plan with the production model, gate, publish (no profiling, no "
+                        "training); out of the model's ranges: emit dreamshard.retrain.due",
+            **pool(GPU_POOL),
+        ),
+        retrain_on_inventory_change.to_deployment(
+            name="nightly-and-when-due",
+            cron=NIGHTLY_CRON,
+            triggers=[retrain_due_trigger(params_path, workspace, store_uri)],
+            parameters={"request": {**orchestrator["request"], "reason": "nightly schedule"}},
             concurrency_limit=1,  # one pipeline per workspace at a time (plus the workspace file lock)
             tags=["dreamshard", "orchestrator"],
             description="Run the dvc.yaml stages DVC says changed, push, gate and publish with lineage",

@@ -35,6 +35,7 @@ from dreamshard_flows.tasks import (
     absolute_uri,
     commit_task,
     current_inventory_task,
+    push_inventory_task,
     prepare_workspace_task,
     push_task,
     stage_task,
@@ -57,6 +58,7 @@ class OrchestratorSummary(BaseModel):
     outcome: PublishOutcome | None = None
     current_plan_id: str | None = None
     reason: str = ""
+    why: str = ""  # what started the run (the schedule, a retrain that is due, drift, a person)
 
     @property
     def published(self) -> bool:
@@ -117,6 +119,7 @@ def _train_metrics(ws: Any) -> Any:
 @flow(name="retrain-on-inventory-change", log_prints=True)
 def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSummary:
     log = get_run_logger()
+    log.info("why: %s", request.reason)
     root = Path(request.workspace).resolve()
     root.mkdir(parents=True, exist_ok=True)
     ws = PipelineWorkspace(root)
@@ -136,7 +139,8 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
         dispatch = resolve_dispatch(request.dispatch, cfg.pipeline.profile_deployment)
         env = stage_env(store_uri, request.endpoint_url, campaign, dispatch)
         summary = OrchestratorSummary(inventory_name=inventory.name, inventory_fingerprint=inventory.fingerprint(),
-                                      workspace=str(root), dispatch=dispatch, campaign=campaign)
+                                      workspace=str(root), dispatch=dispatch, campaign=campaign, why=request.reason)
+        push_inventory_task(store_uri, request.endpoint_url, inventory)  # the version this run's plan is for
         log.info("workspace %s (%s); profiling batches run %s", root, ", ".join(changed) or "unchanged", dispatch)
 
         status = status_task(str(root))

@@ -1,7 +1,9 @@
 """publish-plan: the step after the DVC stages, outside DVC. It gates the workspace's data/plan.json against
-data/comparison.json (the library gate verifies the plan against the inventory and the comparison), optionally
-waits for a reviewer, attaches the plan's lineage (from dvc.lock), publishes it (or keeps it as rejected) and
-tags the workspace commit with the decision (`published/<plan id>` or `rejected/<plan id>`)."""
+data/comparison.json (the library gate verifies the plan against the inventory and the comparison, with the
+workspace's publish params: required baselines, confidence, min_rounds, allow_simulated), optionally waits for a
+reviewer, attaches the plan's lineage (from dvc.lock; the only door that attaches lineage), publishes it (or keeps
+it as rejected / inconclusive) and tags the workspace commit with the decision (`published/<plan id>` or
+`rejected/<plan id>`). A plan id the store already decided for this inventory version keeps that decision."""
 
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ class PublishOutcome(BaseModel):
     plan_id: str
     approved: bool
     reason: str
+    outcome: str = ""  # approved / rejected / inconclusive (the current plan stays)
+    already_decided: bool = False  # the store held a decision for this plan id and inventory version
     key: str | None = None
     store: str
     is_current: bool = False
@@ -56,13 +60,11 @@ def _human_review(decision: Any, timeout_s: int) -> Any:
         answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
     except FlowPauseTimeout:
         # No answer in time: keep the plan as rejected with that reason rather than losing it.
-        return decision.model_copy(
-            update={"approved": False, "reason": f"no reviewer answered within {timeout_s} s ({decision.reason})"}
-        )
+        return decision.overruled(f"no reviewer answered within {timeout_s} s ({decision.reason})")
     note = f"; reviewer: {answer.comment}" if answer.comment else ""
     if answer.approve:
         return decision.model_copy(update={"reason": decision.reason + f"; approved by a human{note}"})
-    return decision.model_copy(update={"approved": False, "reason": f"rejected by a human reviewer{note} ({decision.reason})"})
+    return decision.overruled(f"rejected by a human reviewer{note} ({decision.reason})")
 
 
 def decision_tag(tags: list[str]) -> str | None:
@@ -85,7 +87,16 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     settings = resolve(ws.path(PARAMS))
     pub = settings.publish
     store_uri = absolute_uri(request.store_uri or pub.store_uri)
-    judged, decision = gate_task(str(ws.root), settings)
+    judged, decision, already = gate_task(str(ws.root), settings, store_uri, request.endpoint_url)
+    if already:  # one decision per plan id and inventory version: nothing re-measured, reviewed or stored
+        log.info("already decided: %s plan %s: %s", decision.outcome, judged.plan_id, decision.reason)
+        lin = judged.lineage
+        return PublishOutcome(
+            plan_id=judged.plan_id, approved=decision.approved, reason=f"already decided: {decision.reason}",
+            outcome=decision.outcome, already_decided=True,
+            store=store_uri, overall_ms=decision.plan_cost_ms, best_baseline=decision.best_baseline,
+            best_baseline_ms=decision.best_baseline_ms, model_md5=lin.model_md5 if lin else None,
+            git_revision=lin.git_revision if lin else None)
     require_human = pub.require_human if request.require_human is None else request.require_human
     if decision.approved and require_human:
         decision = _human_review(decision, timeout_s=pub.approval_timeout_s)
@@ -97,7 +108,8 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     publish_plan_artifacts(plan, comparison, decision, ref, store_uri)
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
     return PublishOutcome(
-        plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, key=ref.key, store=store_uri,
+        plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, outcome=decision.outcome,
+        key=ref.key, store=store_uri,
         is_current=ref.is_current, overall_ms=decision.plan_cost_ms, best_baseline=decision.best_baseline,
         best_baseline_ms=decision.best_baseline_ms, model_md5=lineage.model_md5, git_revision=lineage.git_revision,
     )

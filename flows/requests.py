@@ -32,6 +32,7 @@ class OrchestratorRequest(_Request):
     force: bool = Field(default=False, description="Re-run every stage even if DVC says nothing changed.")
     reprofile: bool = Field(default=False, description="Measure afresh (the backend drifted): re-run profile and what follows.")
     require_human: bool | None = Field(default=None, description="Override publish.require_human.")
+    reason: str = Field(default="manual run", description="Why this run started: the schedule, a retrain that is due, drift (shown in the UI).")
 
 
 class BatchRequest(_Request):
@@ -61,3 +62,16 @@ class PublishRequest(_Request):
     endpoint_url: str | None = None
     require_human: bool | None = Field(default=None, description="Override publish.require_human.")
     flow_run_id: str | None = Field(default=None, description="Flow run recorded in the lineage (default: this one).")
+
+
+class ReplanRequest(_Request):
+    """The fast path for a new inventory version: plan with the current production model, gate, publish."""
+
+    inventory_name: str = Field(description="Inventory whose current version (in the store) to re-plan.")
+    params_path: str = Field(default="params.yaml", description="params.yaml: plan, profile, evaluate and publish sections.")
+    store_uri: str | None = Field(default=None, description="Plan store (default: publish.store_uri).")
+    endpoint_url: str | None = None
+    workspace: str = Field(default="runs/pipeline", description="The pipeline workspace: its models/dreamshard is the production model.")
+    model: str | None = Field(default=None, description="Model directory (default: the workspace's, else the packaged model).")
+    backend: str | None = Field(default=None, description="Override profile.backend.")
+    reason: str = Field(default="manual run", description="Why this run started (shown in the UI).")

@@ -19,7 +19,7 @@ from prefect.runtime import task_run
 from dreamshard.errors import StoreError
 from dreamshard.gate import GateDecision
 from dreamshard.settings import Settings, installed_pipeline_file
-from dreamshard.store import PublishedRef, get_current_inventory, open_store
+from dreamshard.store import InventoryRef, PublishedRef, get_current_inventory, open_store, push_inventory
 from dreamshard.types import Inventory, Plan
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.workspace import COMPARISON, INVENTORY, PLAN, PipelineWorkspace, RemoteSpec
@@ -108,14 +108,28 @@ def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_n
     return found[0]
 
 
+@task(name="push-inventory", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def push_inventory_task(store_uri: str, endpoint_url: str | None, inventory: Inventory) -> InventoryRef:
+    """The inventory version a run plans for goes to the store (`inventories/<name>/<fingerprint>.yaml`, current):
+    the store's current inventory and current plan never disagree because a run forgot to push it."""
+    return push_inventory(open_store(store_uri, endpoint_url=endpoint_url), inventory, store_uri=store_uri)
+
+
 @task(name="gate", cache_policy=NO_CACHE)
-def gate_task(root: str, settings: Settings) -> tuple[Plan, GateDecision]:
+def gate_task(root: str, settings: Settings, store_uri: str | None = None,
+              endpoint_url: str | None = None) -> tuple[Plan, GateDecision, bool]:
     """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
-    (dreamshard.usecases.publish.gate): the plan to store carries the comparison's measured costs."""
+    (dreamshard.usecases.publish.gate): the plan to store carries the comparison's measured costs. When the store
+    (`store_uri`) already holds a decision for this plan id and inventory version, that one is returned instead
+    (third element True): one decision per plan."""
     ws = PipelineWorkspace(root)
+    if store_uri is not None:
+        done = publish_uc.recorded(open_store(store_uri, endpoint_url=endpoint_url), ws.path(PLAN))
+        if done is not None:
+            return done.plan, done.decision, True
     gated = publish_uc.gate(publish_uc.PublishRequest(settings=settings, plan=ws.path(PLAN),
                                                       comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)))
-    return gated.plan, gated.decision
+    return gated.plan, gated.decision, False
 
 
 @task(name="lineage", cache_policy=NO_CACHE)
@@ -125,5 +139,6 @@ def lineage_task(root: str, flow_run_id: str | None) -> Any:
 
 @task(name="publish-plan", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def publish_task(store_uri: str, endpoint_url: str | None, plan: Plan, decision: GateDecision) -> PublishedRef:
-    """Approved: versioned upload, verify, move `current`. Rejected: kept under rejected/ with the reason."""
+    """Approved: versioned upload, verify, move `current`. Rejected / inconclusive: kept under rejected/ with the
+    reason. A plan id the store already decided for this inventory version keeps that decision."""
     return publish_uc.store_decision(open_store(store_uri, endpoint_url=endpoint_url), plan, decision)

@@ -136,12 +136,19 @@ def test_deployments_schedules_triggers_and_pools() -> None:
     from dreamshard_flows.deploy import DRIFT_CRON, NIGHTLY_CRON, build_deployments
 
     deps = {d.name: d for d in build_deployments(store_uri="s3://bucket/plans", work_pools=True)}
-    assert set(deps) == {"nightly-and-on-change", "retrain-on-drift", "profile-batch", "drift-monitor", "publish-plan"}
-    orch = deps["nightly-and-on-change"]
-    assert orch.schedules[0].schedule.cron == NIGHTLY_CRON and orch.work_pool_name == "default"
-    (changed,) = orch.triggers
-    assert changed.expect == {"dreamshard.inventory.changed"}
+    assert set(deps) == {"on-inventory-change", "nightly-and-when-due", "retrain-on-drift", "profile-batch",
+                         "drift-monitor", "publish-plan"}
+    replan = deps["on-inventory-change"]  # a new inventory version: the fast path, not a retrain
+    (changed,) = replan.triggers
+    assert changed.expect == {"dreamshard.inventory.changed"} and not replan.schedules
     assert changed.parameters["request"]["inventory_name"] == "{{ event.payload.inventory_name }}"
+    assert "changed to version" in changed.parameters["request"]["reason"]
+    assert replan.entrypoint == "dreamshard_flows.replan.replan_on_inventory_change"
+    orch = deps["nightly-and-when-due"]  # retraining: on the schedule, or when the fast path says it is due
+    assert orch.schedules[0].schedule.cron == NIGHTLY_CRON and orch.work_pool_name == "default"
+    (due,) = orch.triggers
+    assert due.expect == {"dreamshard.retrain.due"} and due.parameters["request"]["reason"].startswith("retrain due")
+    assert orch.parameters["request"]["reason"] == "nightly schedule"
     (drifted,) = deps["retrain-on-drift"].triggers
     assert drifted.expect == {"dreamshard.plan.drifted"}
     assert drifted.match.model_dump()["prefect.resource.id"] == "dreamshard.plan.*"

@@ -24,7 +24,8 @@ from dreamshard.cli.app import invoke
 from dreamshard.store.inventories import push_inventory
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.memory import check_plan
-from dreamshard.store import get_current, open_store
+from dreamshard.gate import gate_plan
+from dreamshard.store import get_current, list_plans, open_store
 from dreamshard.store.fsck import fsck
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -138,7 +139,7 @@ def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], ma
         except (TypeError, ValueError):
             return
         argv = ["plans", "publish", str(paths[base]), "--store", str(paths["store"]), "--comparison",
-                str(paths["comparison"]), "-i", str(paths["inventory"])]
+                str(paths["comparison"]), "-i", str(paths["inventory"]), "--params", str(paths["params"])]
         if margin is not None:
             argv += ["--min-improvement", margin]
         code, _, err = invoke(argv)
@@ -154,6 +155,46 @@ def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], ma
             check_plan(w.inventory, current)
             entry = next(r for r in w.comparison.results if r.plan.plan_id == current.plan_id)
             assert current.measured == entry.plan.measured
+
+
+# -- relabelled, duplicated and dropped comparison entries (issue 18 items 2, 3) -----------------------------
+def _entry_edits() -> st.SearchStrategy[list[tuple[str, int, str]]]:
+    labels = [*world().baselines, "lookup_greedy", "random", "dreamshard"]
+    return st.lists(st.tuples(st.sampled_from(["relabel", "duplicate", "drop"]), st.integers(0, 6),
+                              st.sampled_from(labels)), min_size=1, max_size=3)
+
+
+@settings(FUZZ, max_examples=25)
+@given(base=st.sampled_from(["good", "bad", "worse"]), edits=_entry_edits())
+def test_fuzz_edited_comparison_entries_never_approve_more(base: str, edits: list[tuple[str, int, str]]) -> None:
+    """Whatever entries are relabelled, copied or deleted (labels and plan fields alike), the gate either refuses
+    the comparison (exit 2, nothing stored) or decides exactly as on the genuine comparison."""
+    w = world()
+    genuine = gate_plan(getattr(w, base), w.inventory, w.comparison, w.rules)[1].outcome
+    with workdir() as d:
+        paths = w.write(d)
+        data = json.loads(paths["comparison"].read_text())
+        for op, i, label in edits:
+            results = data["results"]
+            r = json.loads(json.dumps(results[i % len(results)]))
+            if op == "drop":
+                results.remove(results[i % len(results)])
+                continue
+            r["sharder"] = r["plan"]["sharder"] = label
+            if op == "duplicate":
+                r["plan"]["plan_id"] = f"copy-{i}"
+                results.append(r)
+            else:
+                results[i % len(results)] = r
+        paths["comparison"].write_text(json.dumps(data))
+        code, _, err = invoke(["plans", "publish", str(paths[base]), "--store", str(paths["store"]), "--comparison",
+                               str(paths["comparison"]), "-i", str(paths["inventory"]), "--params", str(paths["params"])])
+        if code == 2:
+            assert_one_line_error(code, err)
+            assert not paths["store"].exists()
+            return
+        (rec,) = list_plans(open_store(str(paths["store"])))
+        assert rec.outcome == genuine, (edits, err)
 
 
 # -- store pointer corruptions -------------------------------------------------------------------------------
@@ -173,7 +214,8 @@ def _seeded_store(paths: dict[str, Path]) -> None:
     if not _SEEDED:
         store_arg = ["--store", str(paths["store"])]
         push_inventory(open_store(str(paths["store"])), load_inventory(paths["inventory"]))
-        for argv in (["plans", "publish", str(paths[n]), *store_arg, "--comparison", str(paths["comparison"])]
+        for argv in (["plans", "publish", str(paths[n]), *store_arg, "--comparison", str(paths["comparison"]),
+                      "--params", str(paths["params"])]
                      for n in ("bad", "good")):
             code, _, err = invoke(argv)
             assert code == 0, (argv, err)
@@ -196,7 +238,8 @@ def test_fuzz_store_pointer_corruption(damage: bytes, which: str) -> None:
         for argv in (
             ["plans", "list", *store_arg], ["plans", "show", "current", *store_arg, "--inventory", "inv"],
             ["plans", "fsck", *store_arg], ["plans", "rollback", *store_arg, "--inventory", "inv"],
-            ["plans", "publish", str(paths["worse"]), *store_arg, "--comparison", str(paths["comparison"])],
+            ["plans", "publish", str(paths["worse"]), *store_arg, "--comparison", str(paths["comparison"]),
+             "--params", str(paths["params"])],
         ):
             before = snapshot(paths["store"])
             code, _, err = invoke(argv)

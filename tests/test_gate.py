@@ -61,10 +61,12 @@ def test_measured_preferred_over_predicted() -> None:
     assert not d.approved and d.basis == "measured" and d.plan_cost_ms == 7.0
 
 
-def test_own_sharder_is_not_a_baseline_and_no_baseline_rejects() -> None:
-    plan = make_plan(overall=5.0, sharder="dreamshard")
-    d = evaluate_gate(plan, {"dreamshard": 1.0}, 0.0)
-    assert not d.approved and "no baseline" in d.reason
+def test_the_plans_sharder_label_never_removes_a_baseline() -> None:
+    """Issue 18.2: a plan labelled like a baseline used to drop that baseline and compete with the others."""
+    plan = make_plan(overall=5.0, sharder="lookup_greedy")
+    d = evaluate_gate(plan, {"lookup_greedy": 4.0, "round_robin": 9.0}, 0.0)
+    assert not d.approved and d.outcome == "rejected" and d.best_baseline == "lookup_greedy"
+    assert not evaluate_gate(make_plan(overall=5.0), {}, 0.0).approved  # no baseline: nothing to beat
 
 
 def test_no_costs_rejects() -> None:
@@ -109,3 +111,72 @@ def test_decisions_recorded_before_the_best_baseline_rename_still_load() -> None
     old = {k: v for k, v in data.items() if not k.startswith("best_baseline")}
     old |= {"best_heuristic": "size_greedy", "best_heuristic_ms": 10.0}
     assert GateDecision.model_validate(old) == d
+
+
+# -- the bound on plan / best baseline (issue 15 item 5) ------------------------------------------------------
+NOISY_BASE = [10.4, 18.7, 11.0, 16.5, 12.2]  # one placement measured on a busy machine
+
+
+def test_noise_gives_an_inconclusive_decision_not_a_flip() -> None:
+    """The same placement measured as plan and as baseline on a busy machine: neither approved nor rejected."""
+    plan = make_plan(overall=12.2)
+    swapped = [18.1, 10.9, 16.0, 11.5, 12.2]
+    for samples in (NOISY_BASE[::-1], swapped):
+        d = evaluate_gate(plan, {"lookup_greedy": NOISY_BASE}, 0.0, plan_samples=samples)
+        assert d.outcome == "inconclusive" and not d.approved, d.reason
+        assert d.ratio_low is not None and d.ratio_high is not None and d.ratio_low < 1 < d.ratio_high
+        assert d.rounds == 5 and d.confidence == 0.95 and "the current plan stays" in d.reason
+
+
+def test_a_clear_win_is_approved_and_a_clear_loss_rejected_despite_noise() -> None:
+    plan = make_plan(overall=6.0)
+    faster = [v * 0.6 for v in NOISY_BASE]  # 40% faster in every round: drift hits both alike
+    d = evaluate_gate(plan, {"lookup_greedy": NOISY_BASE}, 0.1, plan_samples=faster)
+    assert d.approved and d.outcome == "approved" and d.ratio_high is not None and d.ratio_high < 0.9
+    slower = [v * 1.3 for v in NOISY_BASE]
+    d = evaluate_gate(plan, {"lookup_greedy": NOISY_BASE}, 0.0, plan_samples=slower)
+    assert d.outcome == "rejected" and d.ratio_low is not None and d.ratio_low > 1
+
+
+def test_every_baseline_must_be_beaten_beyond_the_noise() -> None:
+    plan = make_plan(overall=6.0)
+    faster = [v * 0.6 for v in NOISY_BASE]
+    close = [v * 0.62 for v in NOISY_BASE[::-1]]  # a second baseline the plan cannot be told apart from
+    d = evaluate_gate(plan, {"lookup_greedy": NOISY_BASE, "torchrec": close}, 0.0, plan_samples=faster)
+    assert d.outcome == "inconclusive" and d.decided_by == "torchrec"
+
+
+def test_huge_and_unpaired_figures_are_errors_before_any_arithmetic() -> None:
+    """Issue 18.13: 1e308 baselines overflowed the median check."""
+    with pytest.raises(ConfigError, match="below 1e"):
+        evaluate_gate(make_plan(), {"x": [1e308, 1e308]}, 0.0, plan_samples=[1.0, 1.0])
+    with pytest.raises(ConfigError, match="paired by round"):
+        evaluate_gate(make_plan(), {"x": [1.0, 2.0, 3.0]}, 0.0, plan_samples=[1.0, 1.0])
+
+
+def test_the_t_quantile() -> None:
+    from dreamshard.gate.stats import ratio_bound, t_quantile
+
+    assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+    assert t_quantile(0.95, 30) == pytest.approx(1.697, abs=1e-3)
+    exact = ratio_bound([1.0, 1.0], [2.0, 2.0], 0.95)
+    assert exact.low == exact.high == exact.ratio == pytest.approx(0.5)
+
+
+def test_old_records_get_an_outcome_and_an_outcome_must_agree() -> None:
+    data = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0}, 0.0).model_dump(mode="json")
+    del data["outcome"]
+    assert GateDecision.model_validate(data).outcome == "approved"
+    with pytest.raises(ValueError, match="outcome"):
+        GateDecision.model_validate({**data, "outcome": "inconclusive"})
+    assert GateDecision.model_validate(data).overruled("no").outcome == "rejected"
+
+
+def test_params_cannot_drop_torchrec() -> None:
+    from dreamshard.gate import PublishConfig
+
+    assert "torchrec" in PublishConfig().baselines and "random" in PublishConfig().baselines
+    with pytest.raises(ValueError, match="torchrec"):
+        PublishConfig(baselines=("round_robin",))
+    with pytest.raises(ValueError, match="not a baseline"):
+        PublishConfig(baselines=("dreamshard", "torchrec"))

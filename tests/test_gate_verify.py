@@ -17,8 +17,9 @@ from dreamshard.types import Costs, DeviceCost, Inventory, Plan
 
 def _gate(plan: Plan, **kw: object):  # type: ignore[no-untyped-def]
     w = world()
+    rules = w.rules.model_copy(update={"min_improvement": kw.pop("margin", 0.0)})
     return gate_plan(plan, kw.pop("inventory", w.inventory), kw.pop("comparison", w.comparison),  # type: ignore[arg-type]
-                     kw.pop("margin", 0.0), **kw)  # type: ignore[arg-type]
+                     rules, **kw)  # type: ignore[arg-type]
 
 
 def test_a_genuine_plan_is_judged_on_the_comparisons_figures() -> None:
@@ -26,7 +27,7 @@ def test_a_genuine_plan_is_judged_on_the_comparisons_figures() -> None:
     judged, d = _gate(w.good, margin=0.05)
     entry = next(r for r in w.comparison.results if r.plan.plan_id == w.good.plan_id)
     assert d.approved and d.plan_cost_ms == entry.overall_ms and d.best_baseline == "dim_greedy"
-    assert d.basis == "simulated" and "SIMULATED" in d.evidence and "2 interleaved round(s)" in d.evidence
+    assert d.basis == "simulated" and "SIMULATED" in d.evidence and "5 interleaved round(s)" in d.evidence
     assert d.inventory_fingerprint == w.inventory.fingerprint()
     assert judged.measured == entry.plan.measured and judged.measured_by == w.comparison.backend
     _, d = _gate(w.bad, margin=0.05)
@@ -158,15 +159,16 @@ def test_measure_and_gate_measures_itself() -> None:
     w = world()
     fast = Costs.from_devices([DeviceCost.from_list([0.001, 0, 0, 0.001])] * 2)
     forged = _forge(w.worse, measured=fast.model_dump())
-    judged, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), w.baselines, 0.0, rounds=1)
+    judged, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), w.rules, rounds=1)
     assert not d.approved and d.evidence.startswith("measured by the gate")
     assert {r.sharder for r in cmp.results} == {*w.baselines, "dreamshard"}
+    assert cmp.rounds == w.rules.min_rounds == d.rounds  # never fewer rounds than publish.min_rounds
     assert judged.measured is not None and judged.measured.overall_ms > 0.5
     with pytest.raises(PlanError, match="has no device"):
         measure_and_gate(_forge(w.good, placement={}, memory_per_device_gb=(0.0, 0.0)), w.inventory,
-                         make_oracle("simulator"), w.baselines, 0.0)
-    with pytest.raises(ConfigError, match="no baseline sharder"):
-        measure_and_gate(w.good, w.inventory, make_oracle("simulator"), ["dreamshard"], 0.0)
+                         make_oracle("simulator"), w.rules)
+    with pytest.raises(ConfigError, match="--allow-simulated"):
+        measure_and_gate(w.good, w.inventory, make_oracle("simulator"), w.rules.model_copy(update={"allow_simulated": False}))
 
 
 def test_column_shard_plans_are_verified_by_the_same_rule() -> None:
@@ -183,7 +185,7 @@ def test_column_shard_plans_are_verified_by_the_same_rule() -> None:
     mem = tuple(device_memory_gb(units, up, 2))
     split = _forge(w.good, placement=placement, column_shards={k: [s.model_dump() for s in v] for k, v in shards.items()},
                    memory_per_device_gb=mem)
-    cmp = compare_sharders(w.inventory, w.topology, w.baselines, make_oracle("simulator"), rounds=1, extra_plans=[split])
+    cmp = compare_sharders(w.inventory, w.topology, w.baselines, make_oracle("simulator"), rounds=5, extra_plans=[split])
     judged, d = _gate(split, comparison=cmp)
     assert judged.column_shards == split.column_shards and d.plan_cost_ms is not None
     gap = {table.name: (ColumnShard(start=0, end=4, device=0),)}

@@ -48,7 +48,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 def _publish(files: dict[str, Path], plan: str = "good") -> int:
     return run(["plans", "publish", str(files[plan]), "--store", str(files["store"]), "--comparison",
-                str(files["comparison"]), "-i", str(files["inventory"])])
+                str(files["comparison"]), "-i", str(files["inventory"]), "--params", str(files["params"])])
 
 
 # -- #3: outputs that alias inputs ------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], ca
     assert "clean" in capsys.readouterr().out
     store = open_store(str(files["store"]))
     w = world()
-    _, decision = gate_plan(w.bad, w.inventory, w.comparison, 0.0)
+    _, decision = gate_plan(w.bad, w.inventory, w.comparison, w.rules)
     original = publish_mod.update_pointer
 
     def crash(*a: object, **k: object) -> None:

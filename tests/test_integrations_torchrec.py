@@ -169,16 +169,26 @@ def test_module_forms_nested_and_config_list() -> None:
 
 
 def test_names_mapping_for_a_users_module() -> None:
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     plan = get_sharder("dim_greedy").shard(INV, TOPO)
     names = {t.name: f"emb_{i}" for i, t in enumerate(INV.tables)}
-    ebc = EmbeddingBagCollection(
-        tables=[EmbeddingBagConfig(name=names[t.name], num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim,
-                                   feature_names=[f"f{i}"]) for i, t in enumerate(INV.tables)],
-        device=torch.device("meta"),
-    )
+
+    def users_ebc(fp16: bool = True) -> EmbeddingBagCollection:
+        return EmbeddingBagCollection(
+            tables=[EmbeddingBagConfig(name=names[t.name], num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim,
+                                       feature_names=[f"f{i}"],
+                                       data_type=DataType.FP16 if fp16 and t.dtype == "fp16" else DataType.FP32)
+                    for i, t in enumerate(INV.tables)],
+            device=torch.device("meta"),
+        )
+
+    ebc = users_ebc()
+    # an in-memory Plan carries its inventory's schema fingerprint (names mapped, hand-written single features
+    # ignored): a module whose fp16 table is fp32 is another schema
+    with pytest.raises(PlanError, match="made for other tables than the module's"):
+        sharding_plan(plan, users_ebc(fp16=False), names=names)
     sp = sharding_plan(plan, ebc, names=names)
     assert sp.plan[""]["emb_1"].ranks == [plan.placement["item"]]
     assert plan_from_torchrec(sp, INV, TOPO, names=names).placement == plan.placement

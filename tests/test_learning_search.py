@@ -12,7 +12,7 @@ from dreamshard.cli.app import invoke
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.io import load_plan, save_inventory
 from dreamshard.learning.configs import SearchConfig
-from dreamshard.learning.model_store import load_model
+from dreamshard.learning.model_store import PACKAGED_DIR, load_model
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.search import search
 from dreamshard.memory import check_placement
@@ -99,6 +99,22 @@ def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
     inv2 = save_inventory(same, tmp_path / "same.yaml")
     code, _, err = invoke(["plan", "-i", str(inv2), "-d", "4", "-m", "64", "--model", str(model_dir), "-o", str(tmp_path / "q.json")])
     assert code == 0 and load_plan(tmp_path / "q.json").out_of_range == () and "training ranges" not in err
+
+
+def test_cli_plan_for_cuda_with_the_cpu_trained_model_warns_about_the_device_and_the_batch(tmp_path):
+    """The packaged model learned from cpu measurements at batch 2048 (its card predates recorded device types:
+    its backend says cpu): `plan --device-type cuda` and another batch size warn, and the plan records both."""
+    inv = save_inventory(synth_inventory(12, seed=26, name="gpu"), tmp_path / "inv.yaml")
+    base = ["plan", "-i", str(inv), "-d", "4", "-m", "16", "-s", "dreamshard_lpt", "--model", str(PACKAGED_DIR)]
+    code, _, err = invoke([*base, "--device-type", "cuda", "--batch-size", "8192", "-o", str(tmp_path / "g.json")])
+    assert code == 0, err
+    device = "device_type cuda: the model learned from cpu measurements"
+    batch = "batch size 8192, outside the trained range 2048..2048"
+    assert set(load_plan(tmp_path / "g.json").out_of_range) >= {device, batch}
+    assert f"warning: outside the model's training ranges: {device}" in err and batch in err
+    code, _, err = invoke([*base, "--device-type", "cpu", "--batch-size", "2048", "-o", str(tmp_path / "c.json")])
+    assert code == 0 and "device_type" not in err and "batch size" not in err
+    assert not any(x.startswith(("device_type", "batch size")) for x in load_plan(tmp_path / "c.json").out_of_range)
 
 
 def test_shard_with_report_carries_the_search_the_card_and_the_warnings(model_dir):

@@ -16,7 +16,7 @@ from dreamshard.learning import model_store
 from dreamshard.learning.model_store import load_model, save_model
 from dreamshard.sharders import get_sharder
 from dreamshard.types import Topology
-from toy_cost import toy_model
+from toy_cost import ToyCost, toy_measurements, toy_model
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +159,106 @@ def test_learned_greedy_orders_by_predicted_single_costs(model_dir):
     # the LPT balances the summed predicted single costs within the classic 4/3 bound of the best split
     loads = [sum(pred[n] for n, d in plan.placement.items() if d == dev) for dev in range(4)]
     assert max(loads) <= 4 / 3 * max(sum(pred.values()) / 4, max(pred.values())) + 1e-9
+
+
+def _cpu_model(model_dir: Path, directory: Path, batch_sizes: tuple[int, ...] = (2048,)) -> Path:
+    """The toy model re-saved as if its records had been measured on the cpu backend at `batch_sizes`."""
+    from dreamshard.learning.ranges import ranges_from
+
+    pool = synth_inventory(30, seed=4)
+    records = []
+    for i, m in enumerate(toy_measurements(pool, ToyCost(), num_placements=12, num_devices=4, tables_per_task=(5, 12), seed=1)):
+        topo = m.topology.model_copy(update={"batch_size": batch_sizes[i % len(batch_sizes)]})
+        records.append(m.model_copy(update={"topology": topo, "backend": m.backend.model_copy(update={"name": "cpu"})}))
+    ranges = ranges_from(records, pool.by_name())
+    assert ranges.device_types == ("cpu",) and ranges.batch_sizes == tuple(sorted(set(batch_sizes)))
+    loaded = load_model(model_dir)
+    save_model(directory, loaded.cost_net, loaded.policy, backend="cpu", feature_ranges=ranges)
+    return directory
+
+
+def test_a_cpu_trained_card_warns_for_cuda_and_records_it(model_dir, tmp_path):
+    d = _cpu_model(model_dir, tmp_path / "cpu")
+    inv = synth_inventory(12, seed=4, name="same")  # the toy model's own tables: in range but for the device
+    sharder = get_sharder("dreamshard_lpt", model_dir=d)
+    cpu = sharder.shard_with_report(inv, Topology(num_devices=4, memory_per_device_gb=8))
+    assert cpu.plan.out_of_range == () and cpu.warnings == ()
+    cuda = sharder.shard_with_report(inv, Topology(num_devices=4, memory_per_device_gb=8, device_type="cuda"))
+    assert cuda.plan.out_of_range == ("device_type cuda: the model learned from cpu measurements",)
+    assert cuda.warnings == ("outside the model's training ranges: device_type cuda: the model learned from cpu "
+                             "measurements",)
+
+
+def test_a_batch_size_outside_the_cards_span_warns_with_the_span(model_dir, tmp_path):
+    d = _cpu_model(model_dir, tmp_path / "span", batch_sizes=(512, 2048, 65536))
+    inv = synth_inventory(12, seed=4, name="same")
+    sharder = get_sharder("dreamshard_lpt", model_dir=d)
+    for inside in (512, 4096, 65536):  # a batch size between the profiled ones is inside the span
+        plan = sharder.shard(inv, Topology(num_devices=4, memory_per_device_gb=8, batch_size=inside))
+        assert plan.out_of_range == (), inside
+    for outside in (128, 262144):
+        report = sharder.shard_with_report(inv, Topology(num_devices=4, memory_per_device_gb=8, batch_size=outside))
+        line = f"batch size {outside}, outside the trained range 512..65536"
+        assert report.plan.out_of_range == (line,)
+        assert report.warnings == (f"outside the model's training ranges: {line}",)
+
+
+def test_a_card_without_device_types_loads_and_reads_its_backend(model_dir, tmp_path):
+    """Cards written before device types were recorded (the packaged model's among them) still load; their
+    device type is the backend they record (a simulated backend: none, no device warning)."""
+    d = _copy(_cpu_model(model_dir, tmp_path / "src"), tmp_path / "old")
+    card = json.loads((d / "model.json").read_text())
+    del card["feature_ranges"]["device_types"]
+    (d / "model.json").write_text(json.dumps(card))
+    old = load_model(d)
+    assert old.card.feature_ranges is not None and old.card.feature_ranges.device_types == ()
+    assert old.card.device_types == ("cpu",) and old.card.ranges is not None and old.card.ranges.device_types == ("cpu",)
+    cuda = Topology(num_devices=4, memory_per_device_gb=8, device_type="cuda")
+    assert old.card.out_of_range([], cuda)[-1] == "device_type cuda: the model learned from cpu measurements"
+    packaged = model_store.load_card(model_store.PACKAGED_DIR)
+    assert packaged.backend == "cpu" and packaged.device_types == ("cpu",)
+    assert any(x.startswith("device_type cuda") for x in packaged.out_of_range([], cuda))
+    toy = load_model(model_dir).card  # learned from a simulated backend: no device type to check
+    assert toy.device_types == () and not any("device_type" in x for x in toy.out_of_range([], cuda))
+
+
+def test_pretraining_tasks_draw_batch_sizes_in_the_configured_span():
+    from dreamshard.learning.configs import PretrainConfig
+    from dreamshard.learning.pretrain import pretraining_batch_sizes, pretraining_tasks
+
+    cfg = PretrainConfig(num_tasks=60, tables=(2, 6), batch_sizes=(512, 65536))
+    pool, taskset = pretraining_tasks(cfg)
+    drawn = pretraining_batch_sizes(cfg, taskset)
+    assert set(drawn) == {t.name for t in taskset.train}
+    assert all(512 <= b <= 65536 for b in drawn.values())
+    assert min(drawn.values()) < 1024 and max(drawn.values()) > 32768  # log-uniform: both ends are drawn
+    assert sum(b < 5793 for b in drawn.values()) > 15 and sum(b > 5793 for b in drawn.values()) > 15  # around sqrt
+    assert pretraining_batch_sizes(cfg, taskset) == drawn  # seeded
+    one = PretrainConfig(num_tasks=60, tables=(2, 6))
+    assert set(pretraining_batch_sizes(one, pretraining_tasks(one)[1]).values()) == {2048}  # the default: 2048 only
+    assert pretraining_tasks(one)[0].fingerprint() == pool.fingerprint()  # the span changes no task's tables
+    assert PretrainConfig.model_validate({"batch_size": 4096}).batch_sizes == (4096, 4096)  # the old key
+    with pytest.raises(ValueError, match="batch_sizes min"):
+        PretrainConfig(batch_sizes=(4096, 512))
+
+
+def test_each_pretraining_task_is_profiled_and_looped_at_its_own_batch_size(tmp_path):
+    """Profiling (one run per batch size) and the loop's topologies carry each task's batch size."""
+    from dreamshard.learning.configs import PretrainConfig, TopologyConfig
+    from dreamshard.learning.pretrain import _profile, pretraining_batch_sizes, pretraining_tasks
+    from dreamshard.learning.train_policy import make_mdps
+    from dreamshard.io import load_measurements
+    from dreamshard.profiling import make_oracle
+
+    cfg = PretrainConfig(num_tasks=4, tables=(2, 3), devices=(2, 2), batch_sizes=(256, 8192), kinds=())
+    pool, taskset = pretraining_tasks(cfg)
+    drawn = pretraining_batch_sizes(cfg, taskset)
+    assert len(set(drawn.values())) > 1
+    template = TopologyConfig(memory_per_device_gb=cfg.memory_per_device_gb)
+    path = tmp_path / "m.jsonl"
+    backend = _profile(pool, taskset, template, drawn, cfg, path, make_oracle("simulator", warmup=0, repeats=1), False)
+    records = load_measurements(path)
+    assert backend.name == "simulator" and {m.task for m in records} == set(drawn)
+    assert all(m.topology.batch_size == drawn[m.task] for m in records)
+    mdps = make_mdps(pool, list(taskset.train), ToyCost(), template, drawn)
+    assert [m.topology.batch_size for m in mdps] == [drawn[t.name] for t in taskset.train]

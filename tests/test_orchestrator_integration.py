@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from flows_support import TINY_PARAMS, change_one_table, jsonl_ids, tiny_inventory, write_params
 
+from dreamshard.io import load_inventory
 from dreamshard.lineage import dvc_md5, lock_outs
 from dreamshard.store import get_current, get_pointer, list_plans, open_store
 from dreamshard.workspace import MEASUREMENTS, MODEL_DIR, PipelineWorkspace
@@ -124,7 +125,7 @@ def gpu_workers(prefect_api: str, seaweed, tmp_path_factory: pytest.TempPathFact
             except ObjectAlreadyExists:
                 pass
     for d in build_deployments(work_pools=True, inventory_name="tiny"):
-        if d.name in ("profile-batch", "retrain-on-drift"):
+        if d.name in ("profile-batch", "retrain-on-drift", "nightly-and-when-due"):
             d.apply()
     workers = GpuWorkers(prefect_api, {**seaweed.env()}, tmp_path_factory.mktemp("workers"))
     try:
@@ -375,6 +376,62 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(gpu_workers
         (report,) = client.read_latest_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["drift-report-tiny"])))
     assert "+100.0%" in str(report.data) and "+0.0%" in str(report.data)  # the trend: both checks
+
+
+def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_makes_a_retrain_due(
+        gpu_workers: GpuWorkers, s3_env, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        DeploymentFilter,
+        DeploymentFilterName,
+    )
+
+    from dreamshard.store import push_inventory
+    from dreamshard.types import Inventory
+    from dreamshard_flows.replan import replan_on_inventory_change
+    from dreamshard_flows.requests import ReplanRequest
+
+    if "plan_id" not in STATE:
+        pytest.fail("the orchestrator test did not publish a plan")
+    store = open_store(STATE["store_uri"])
+    params = write_params(tmp_path / "p.yaml", publish={"store_uri": STATE["store_uri"], "allow_simulated": True})
+    request = ReplanRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"]),
+                            reason="test: a new version")
+    current = get_current(store, "tiny")
+    inv = load_inventory(STATE["ws"] / "data" / "inventory.yaml")
+    since = datetime.now(timezone.utc)
+    push_inventory(store, change_one_table(inv, tmp_path / "v2.yaml"))  # in range: the fast path
+    result = replan_on_inventory_change(request)
+    assert result.outcome in ("published", "not-published") and result.ref is not None, result.reason
+    assert result.previous_plan_id == current.plan_id
+    names = {t.name.rsplit("-", 1)[0] for t in _task_runs_since(since)}
+    assert "replan" in names and not names & {"dvc-stage", "profile", "train"}, names  # no stage ran
+
+    t0 = inv.tables[0]
+    wide = Inventory(name="tiny", tables=(t0.model_copy(update={"embedding_dim": 1024}), *inv.tables[1:]))
+    push_inventory(store, wide)  # a dim the workspace's model never saw: a retrain is due
+    due = replan_on_inventory_change(request.model_copy(update={"reason": "test: out of range"}))
+    assert due.outcome == "retrain-due" and any("embedding_dim" in r for r in due.retrain_reasons), due.retrain_reasons
+    assert get_current(store, "tiny").plan_id == (result.ref.plan_id if result.outcome == "published"
+                                                   else current.plan_id)  # nothing published for it
+
+    def due_runs() -> list[Any]:
+        with get_client(sync_client=True) as client:
+            return client.read_flow_runs(
+                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["nightly-and-when-due"])))
+
+    deadline = time.monotonic() + 60
+    while not (runs := due_runs()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(runs) == 1, "dreamshard.retrain.due did not start the retrain deployment"
+    why = runs[0].parameters["request"]
+    assert why["inventory_name"] == "tiny" and why["reason"].startswith("retrain due:") and "embedding_dim" in why["reason"]
+    with get_client(sync_client=True) as client:
+        client.delete_flow_run(runs[0].id)  # nothing serves the default pool here; the run is the evidence
+        (report,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["replan-tiny"])))
+    assert "retrain-due" in str(report.data) and "test: out of range" in str(report.data)
 
 
 def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_env) -> None:

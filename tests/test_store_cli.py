@@ -26,7 +26,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 def _gate_args(files: dict[str, Path]) -> list[str]:
-    return ["--store", str(files["store"]), "--comparison", str(files["comparison"]), "-i", str(files["inventory"])]
+    return ["--store", str(files["store"]), "--comparison", str(files["comparison"]), "-i", str(files["inventory"]),
+            "--params", str(files["params"])]
 
 
 def test_publish_exit_codes_and_reasons(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,7 +60,8 @@ def test_publish_usage_errors_exit_2(files: dict[str, Path], capsys: pytest.Capt
 
 def test_publish_without_inventory_needs_it_in_the_store(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 9 #1: without -i the gate used to approve anything; now it fetches the inventory by fingerprint."""
-    args = ["plans", "publish", str(files["good"]), "--store", str(files["store"]), "--comparison", str(files["comparison"])]
+    args = ["plans", "publish", str(files["good"]), "--store", str(files["store"]), "--comparison", str(files["comparison"]),
+            "--params", str(files["params"])]
     assert run(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass -i INVENTORY, or push it first" in err[0]
@@ -96,7 +98,7 @@ def test_publish_measure_trusts_no_file(files: dict[str, Path], capsys: pytest.C
     path = files["dir"] / "forged.json"
     path.write_text(json.dumps(good))
     assert run(["plans", "publish", str(path), "--store", str(files["store"]), "-i", str(files["inventory"]),
-                "--measure", "--backend", "simulator", "--rounds", "1", "--sharders", "round_robin,dim_greedy"]) == 1
+                "--measure", "--backend", "simulator", "--rounds", "1", "--params", str(files["params"])]) == 1
     err = capsys.readouterr().err
     assert err.startswith("rejected ") and "does not beat" in err
     (rec,) = list_plans(open_store(str(files["store"])), "inv")
@@ -107,7 +109,7 @@ def test_store_and_margin_default_from_params(
     files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     params = files["dir"] / "params.yaml"
-    params.write_text(f"publish:\n  min_improvement: 0.05\n  store_uri: {files['dir'] / 'from-params'}\n")
+    params.write_text(world().params_text(min_improvement=0.05, store_uri=str(files["dir"] / "from-params")))
     monkeypatch.chdir(files["dir"])
     gate = ["--comparison", str(files["comparison"]), "-i", str(files["inventory"])]
     assert run(["plans", "publish", str(files["bad"]), *gate]) == 1

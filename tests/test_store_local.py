@@ -234,13 +234,14 @@ def test_hostile_plan_ids_each_keep_their_own_objects(store: LocalPlanStore) -> 
     plans = [make_plan(overall=20.0 - i).model_copy(update={"plan_id": pid}) for i, pid in enumerate(HOSTILE_IDS)]
     for p in plans:
         publish(store, p, approve(p))
-    bad = make_plan(overall=50.0).model_copy(update={"plan_id": "p.json"})
+    # (not "p.json" itself: that id was approved above, and one plan id gets one decision per inventory version)
+    bad = make_plan(overall=50.0).model_copy(update={"plan_id": "rejected.json"})
     publish_or_reject(store, bad, evaluate_gate(bad, {"size_greedy": 10.0}, 0.0))
     files = store.list_keys("plans/")
     assert len(files) == 3 * (len(plans) + 1) + 1  # plan + checksum + record each, and the pointer
     assert [show(store, p.plan_id, "inv") for p in plans] == plans
     assert {(r.plan_id, r.status) for r in list_plans(store) if not r.problem} == \
-        {(p.plan_id, "approved") for p in plans} | {("p.json", "rejected")}
+        {(p.plan_id, "approved") for p in plans} | {("rejected.json", "rejected")}
     assert fsck(store) == []
     assert rollback(store, "inv", to_plan_id="p").plan_id == "p" and get_current(store, "inv") == plans[0]
 

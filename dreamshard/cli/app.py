@@ -13,7 +13,16 @@ from pydantic import ValidationError
 from rich.console import Console
 from typer._click import exceptions as tclick
 
-from dreamshard.cli import inventory_cmd, learn_cmd, plan_cmd, plans_cmd, preset_cmd, profile_cmd, torchrec_cmd
+from dreamshard.cli import (
+    inventory_cmd,
+    learn_cmd,
+    plan_cmd,
+    plans_cmd,
+    preset_cmd,
+    profile_cmd,
+    replan_cmd,
+    torchrec_cmd,
+)
 from dreamshard.errors import DreamshardError, redact_urls
 from dreamshard.io import describe_validation_error
 
@@ -27,7 +36,7 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-for _module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, torchrec_cmd):
+for _module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, replan_cmd, torchrec_cmd):
     _module.register(app)
 preset_cmd.register(inventory_cmd.inventory_app)
 #: Entry point group of command groups that live outside the library (the pipeline, with the Prefect flows).

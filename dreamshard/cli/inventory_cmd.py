@@ -88,6 +88,28 @@ def from_trace_cmd(
     write_inventory(inv, output)
 
 
+@inventory_app.command("from-torchrec")
+def from_torchrec_cmd(
+    model: Annotated[str, typer.Option("--model", help="pkg.mod:build or path/to/file.py:build, a callable returning the TorchRec model.")],
+    batches: Annotated[Path, typer.Option("--batches", help="torch.save'd list of batches: dicts {keys, values, lengths[, weights]} or KeyedJaggedTensors (--allow-pickle).")],
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch in the file.")],
+    output: OutputOpt,
+    planned_batch_size: Annotated[int, typer.Option("--planned-batch-size", min=1, max=MAX_BATCH, help="Batch the reuse histograms are rescaled to.")] = 2048,
+    name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: torchrec).")] = None,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Read pickled KeyedJaggedTensors (torch.load weights_only=False; trusted files only).")] = False,
+) -> None:
+    """Build an inventory from a TorchRec model (its EmbeddingBagCollections: tables, dims, dtypes, features)
+    and its KeyedJaggedTensor batches (pooling per feature, reuse histograms at the planned batch)."""
+    if name is not None:
+        check_name(name, "--name")
+    result = inventory_uc.from_torchrec(inventory_uc.FromTorchrecRequest(
+        model=model, batches=batches, batch_size=batch_size, planned_batch_size=planned_batch_size, name=name,
+        out=output, allow_pickle=allow_pickle))
+    for line in result.warnings:
+        typer.echo(f"warning: {line}", err=True)
+    typer.echo(f"wrote {output}: {_summary(result.inventory)}, schema {result.inventory.schema_fingerprint()[:12]}")
+
+
 @inventory_app.command("validate")
 def validate_cmd(
     inventory: Annotated[Path, typer.Argument(help="Inventory file (JSON or YAML).")],

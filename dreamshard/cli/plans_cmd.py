@@ -79,26 +79,51 @@ def publish_cmd(
                                  "--comparison: the backend it must have been measured on.")
     ] = None,
     sharders: Annotated[
-        str, typer.Option("--sharders", help="--measure: baseline sharders ('heuristics', 'all' or a comma list).")
-    ] = "heuristics",
-    rounds: Annotated[int | None, typer.Option("--rounds", min=1, max=100, help="--measure: interleaved rounds (default: params).")] = None,
+        str | None, typer.Option("--sharders", help="Baselines to add to params publish.baselines (a comma list, "
+                                 "'heuristics' or 'all'); the required ones are never removed.")
+    ] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, max=100, help="--measure: interleaved rounds "
+                      "(default: params evaluate.rounds; at least publish.min_rounds).")] = None,
+    allow_simulated: Annotated[
+        bool, typer.Option("--allow-simulated", help="Let a plan whose costs come from the simulator become current "
+                           "(params publish.allow_simulated).")
+    ] = False,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="The model that made the plan: its out-of-range check is added to "
+                                  "the plan's (never cleared).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, max=2**32 - 1,
+                    help="Seed of the `random` baseline (params profile.seed).")] = None,
 ) -> None:
     """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
-    it as rejected (exit 1). A plan or comparison that does not check out is an error (exit 2), nothing stored."""
+    it as rejected or inconclusive (exit 1: the current plan stays). A plan or comparison that does not check out
+    is an error (exit 2), nothing stored. A plan id already decided for this inventory version keeps its decision."""
     settings = _settings(params, {"publish.min_improvement": min_improvement, "evaluate.rounds": rounds,
-                                  "profile.backend": backend if measure else None})
+                                  "profile.backend": backend if measure else None, "profile.seed": seed,
+                                  "publish.allow_simulated": True if allow_simulated else None})
     result = publish_uc.run(publish_uc.PublishRequest(
         settings=settings, plan=plan_file, comparison=comparison, measure=measure,
-        baselines=tuple(expand_sharders(sharders)) if measure else (), inventory=inventory,
+        baselines=tuple(expand_sharders(sharders)) if sharders else (), inventory=inventory, model=model,
         backend=None if measure else backend, store=store, endpoint_url=endpoint))
     ref, decision = result.ref, result.decision
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if ref.already_decided:
+        line = (f"already decided: {decision.outcome} {ref.plan_id} for this inventory version ({decision.reason}); "
+                f"kept at {ref.key}, nothing re-measured" + ("" if ref.is_current else "; it is not current now"))
+        if decision.approved:
+            typer.echo(line)
+            return
+        err.print(line, markup=False)
+        raise typer.Exit(1)
     if ref.status == "approved":
         typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
         typer.echo(decision.reason)
         return
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False
-    )
+    if decision.outcome == "inconclusive":
+        err.print(f"inconclusive {ref.plan_id}: {decision.reason}; the current plan stays (kept at {ref.key})",
+                  markup=False)
+        raise typer.Exit(1)
+    err.print(f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False)
     raise typer.Exit(1)
 
 
@@ -131,7 +156,7 @@ def list_cmd(
             r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",
             r.basis or "-",
-            "CORRUPT" if r.problem else r.status,
+            "CORRUPT" if r.problem else (r.outcome if r.outcome == "inconclusive" else r.status),
         )
     console = Console(highlight=False)
     if not console.is_terminal:

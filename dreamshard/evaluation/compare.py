@@ -154,7 +154,7 @@ def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topolo
     comm_ms = 0.0
     models = [m.comm_model for m in singles.values() if m.comm_model is not None]
     if d > 1 and models:
-        dims = [t.embedding_dim for t in inventory.tables]
+        dims = [t.output_dim for t in inventory.tables]  # a shared table: dim x its features
         share = device_comm_bytes(topology.batch_size, dims, d) / d
         comm_ms = 2.0 * models[0].cost_ms(share)
     sum_compute = sum(compute)

@@ -40,6 +40,7 @@ import torch.nn as nn
 
 from dreamshard.errors import PlanError
 from dreamshard.integrations import require_torchrec
+from dreamshard.integrations.torchrec_model import schema_fingerprints
 from dreamshard.integrations.torchrec_file import (
     TableSharding,
     TorchRecPlanFile,
@@ -78,8 +79,8 @@ def _module_names(inventory_names: Sequence[str], names: Mapping[str, str] | Non
 
 
 def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -> list[Any]:
-    """One ``EmbeddingBagConfig`` per table (sum pooling, its dtype; feature name = table name), optionally with
-    fewer rows (``rows[name]``: a scaled-down copy for CPU runs)."""
+    """One ``EmbeddingBagConfig`` per table (sum pooling, its dtype; feature names = the table's `features`, else
+    its TorchRec name), optionally with fewer rows (``rows[name]``: a scaled-down copy for CPU runs)."""
     require_torchrec()
     from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType  # optional dependency: torchrec
 
@@ -90,7 +91,7 @@ def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -
             name=mapped[t.name],
             num_embeddings=int((rows or {}).get(t.name, t.num_embeddings)),
             embedding_dim=t.embedding_dim,
-            feature_names=[mapped[t.name]],
+            feature_names=[f.name for f in t.features] or [mapped[t.name]],
             data_type=dtypes[t.dtype],
             pooling=PoolingType.SUM,
         )
@@ -183,12 +184,37 @@ def _column_ranges_generator(spec: TableSharding) -> Any:
     return generate
 
 
-def _document(source: PlanSource, world_size: int | None) -> TorchRecPlanFile:
+def _document(source: PlanSource, world_size: int | None, inventory: Inventory | None = None) -> TorchRecPlanFile:
     if isinstance(source, TorchRecPlanFile):
         return document_from_data(source.model_dump(), world_size)
-    if isinstance(source, Plan):
-        return document_from_data(torchrec_document(source).model_dump(), world_size)
+    if isinstance(source, Plan):  # shapes from the inventory, when given (the fingerprint is checked)
+        return document_from_data(torchrec_document(source, inventory).model_dump(), world_size)
     return read_torchrec_plan(source, world_size)
+
+
+def check_table_shape(table: str, spec: TableSharding, rows: int, dim: int, where: str) -> None:
+    """THE shape check of a planned table against the module's parameter (every route: a plan file, a Plan with its
+    inventory, the store's current plan): rows and dim equal where the plan states them, column ranges tiling
+    the dim in multiples of 4. PlanError naming the table and both shapes."""
+    if (spec.num_embeddings or rows, spec.embedding_dim or dim) != (rows, dim):
+        raise PlanError(
+            f"table '{table}' is {spec.num_embeddings or rows}x{spec.embedding_dim or dim} in the plan but "
+            f"{rows}x{dim} in {where}"
+        )
+    spec.check_columns(table, dim)
+
+
+def _check_schema(plan: Plan, module_or_tables: Any, mapped: Mapping[str, str]) -> None:
+    """A Plan given without its inventory: its schema fingerprint (when it has one) must be the module's
+    (`torchrec_model.schema_fingerprints`, the module's tables under their dreamshard names)."""
+    if plan.schema_fingerprint is None or not isinstance(module_or_tables, nn.Module):
+        return
+    ours = {theirs: name for name, theirs in mapped.items()}
+    if plan.schema_fingerprint not in schema_fingerprints(module_or_tables, ours):
+        raise PlanError(
+            f"plan {plan.plan_id} was made for other tables than the module's (schema fingerprints differ: a "
+            f"table's rows, dim, dtype or features); pass inventory= (its inventory) to see which table differs"
+        )
 
 
 def sharding_plan(
@@ -199,18 +225,21 @@ def sharding_plan(
     local_size: int | None = None,
     sharders: Sequence[ModuleSharder[Any]] | None = None,
     names: Mapping[str, str] | None = None,
+    inventory: Inventory | None = None,
 ) -> ShardingPlan:
     """TorchRec's ``ShardingPlan`` for `module_or_tables` from a plan file, its parsed form or a Plan.
 
     `world_size` defaults to the plan's (a different one is refused), `local_size` (ranks per host) to the world
     size; `sharders` are the ones given to DMP (their module types decide which modules are sharded);
-    `names` maps dreamshard table names to the module's where they differ.
+    `names` maps dreamshard table names to the module's where they differ. Every table's shape is checked
+    against the module (`check_table_shape`): a plan file states its shapes; a Plan gets them from `inventory`
+    (its inventory), and without one its `schema_fingerprint` must be the module's.
     """
     require_torchrec()
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan  # optional dependency: torchrec
     from torchrec.distributed.types import ShardingPlan  # optional dependency: torchrec
 
-    doc = _document(source, world_size)
+    doc = _document(source, world_size, inventory)
     mapped = _module_names(list(doc.tables), names)
     wanted = {theirs: ours for ours, theirs in mapped.items()}
     plans: dict[str, Any] = {}
@@ -227,10 +256,7 @@ def sharding_plan(
                 raise PlanError(f"table '{ours}' is in both '{placed[ours]}' and '{path}'; give them distinct names")
             spec = doc.tables[ours]
             rows, dim = (int(x) for x in param.shape)
-            if (spec.num_embeddings or rows, spec.embedding_dim or dim) != (rows, dim):
-                raise PlanError(
-                    f"table '{ours}' is {spec.num_embeddings}x{spec.embedding_dim} in the plan but {rows}x{dim} in {where}"
-                )
+            check_table_shape(ours, spec, rows, dim, where)
             per_param[theirs] = _generator(ours, spec, rows, dim)
             placed[ours] = path
         plans[path] = construct_module_sharding_plan(
@@ -240,6 +266,8 @@ def sharding_plan(
     missing = [t for t in doc.tables if t not in placed]
     if missing:
         raise PlanError(f"the plan shards table '{missing[0]}', which the module does not have ({len(missing)} missing)")
+    if isinstance(source, Plan) and inventory is None:
+        _check_schema(source, module_or_tables, mapped)
     return ShardingPlan(plan=plans)
 
 

@@ -5,7 +5,7 @@ dreamshard.settings.resolve reads them (with the other sections) from params.yam
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -163,9 +163,10 @@ class PretrainConfig(_Config):
     """Section `pretrain`: the packaged model, pre-trained on tasks drawn from the wide table generator
     (dreamshard.inventory.families.wide_table) so it transfers to inventories it never saw.
 
-    Each task has its own fresh tables and device count; per task `num_placements` random placements and one
-    placement per `kinds` entry are measured (no single-table records), then the outer loop (`loop`) fits the
-    cost ensemble and the policy and measures where they go.
+    Each task has its own fresh tables, device count and batch size; per task `num_placements` random placements
+    and one placement per `kinds` entry are measured (no single-table records), then the outer loop (`loop`) fits
+    the cost ensemble and the policy and measures where they go. An old `batch_size: N` reads as
+    `batch_sizes: [N, N]`.
     """
 
     seed: int = 0
@@ -174,14 +175,27 @@ class PretrainConfig(_Config):
     devices: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] = (2, 16)
     max_tables_per_device: Annotated[int, Field(ge=1)] = 60  # device counts are drawn to keep under this
     memory_per_device_gb: Annotated[float, Field(gt=0, le=1e6)] = 1024.0  # profiling scales tables down anyway
-    batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 2048
+    # per task, log-uniform: each task is profiled and trained at its own batch size (the card records the span)
+    batch_sizes: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH)], Annotated[int, Field(ge=1, le=MAX_BATCH)]] = (2048, 2048)
     num_placements: Annotated[int, Field(ge=0)] = 1
     kinds: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
     loop: LoopConfig = LoopConfig(init="none")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_batch_size(cls, data: Any) -> Any:
+        """`batch_size: N` (before spans) reads as `batch_sizes: [N, N]`."""
+        if isinstance(data, dict) and "batch_size" in data:
+            if "batch_sizes" in data:
+                raise ValueError("'batch_size' is the old form of 'batch_sizes'; give only 'batch_sizes'")
+            out = {k: v for k, v in data.items() if k != "batch_size"}
+            out["batch_sizes"] = (data["batch_size"], data["batch_size"])
+            return out
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> PretrainConfig:
-        for name, (lo, hi) in (("tables", self.tables), ("devices", self.devices)):
+        for name, (lo, hi) in (("tables", self.tables), ("devices", self.devices), ("batch_sizes", self.batch_sizes)):
             if lo > hi:
                 raise ValueError(f"{name} min {lo} is larger than max {hi}")
         if self.loop.init != "none":

@@ -1,5 +1,5 @@
 """The table features: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins)
-plus 4 LINEAR-scale ones (lookup volume dim x pooling / 1000, output width dim / 100, the per-batch working
+plus 4 LINEAR-scale ones (lookup volume dim x pooling / 1000, output width dim x features / 100, the per-batch working
 set in MB at the reference batch, and a half-precision flag).
 
 Why the two linear features: a device's representation is the SUM of its tables' latents, and fused
@@ -68,7 +68,7 @@ def table_features(table: Table) -> np.ndarray:
     hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
     out[4 : 4 + NUM_REUSE_BINS] = np.asarray(hist, dtype=np.float32)
     out[4 + NUM_REUSE_BINS] = float(table.embedding_dim) * float(table.pooling_factor) / 1000.0
-    out[5 + NUM_REUSE_BINS] = float(table.embedding_dim) / 100.0
+    out[5 + NUM_REUSE_BINS] = float(table.output_dim) / 100.0  # dim x features: a shared table's outputs
     out[6 + NUM_REUSE_BINS] = unique_rows(table) * table.embedding_dim * table.bytes_per_element / 2**20
     out[7 + NUM_REUSE_BINS] = 1.0 if table.dtype == "fp16" else 0.0
     return out

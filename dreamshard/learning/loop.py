@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,7 +39,7 @@ from dreamshard.learning.policy import Policy, mdp_clone, rollout
 from dreamshard.learning.ranges import ranges_from
 from dreamshard.learning.search import search
 from dreamshard.learning.train_cost import CostMetrics, train_cost_model
-from dreamshard.learning.train_policy import make_mdps, train_policy
+from dreamshard.learning.train_policy import make_mdps, task_topology, train_policy
 from dreamshard.profiling.runner import item_key
 from dreamshard.sharders.heuristics import RandomSharder
 from dreamshard.types import Inventory, Measurement, Task, TaskSet, Topology
@@ -99,14 +99,17 @@ def last_checkpoint(state_dir: Path) -> tuple[int, Path] | None:
 
 
 def inputs_fingerprint(pool: Inventory, taskset: TaskSet, seed_ids: Sequence[str], config: LoopConfig,
-                       backend: str, init: LoadedModel | None) -> str:
+                       backend: str, init: LoadedModel | None, batch_sizes: Mapping[str, int] | None = None) -> str:
     """What a checkpoint must have been made from to be resumed. `iterations` is left out: iteration i trains
     with the same learning rate whatever the total (lr_factor(0) = 1), so a run can be extended."""
-    payload = json.dumps({
+    inputs: dict[str, Any] = {
         "pool": pool.fingerprint(), "tasks": taskset.model_dump(mode="json"), "seed": list(seed_ids),
         "config": config.model_dump(mode="json", exclude={"iterations"}), "backend": backend,
         "init": init.card.version if init else None,
-    }, sort_keys=True)
+    }
+    if batch_sizes:  # only when given, so a run without per-task batch sizes keeps its fingerprint
+        inputs["batch_sizes"] = {k: int(v) for k, v in batch_sizes.items()}
+    payload = json.dumps(inputs, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -138,8 +141,9 @@ class _Planner:
     """What one iteration measures: (task, topology, placement) triples, deterministic given the state."""
 
     def __init__(self, pool: Inventory, tasks: Sequence[Task], template: TopologyConfig, config: LoopConfig,
-                 comm_models: Sequence[Any]) -> None:
+                 comm_models: Sequence[Any], batch_sizes: Mapping[str, int] | None = None) -> None:
         self.pool, self.tasks, self.template, self.config = pool, list(tasks), template, config
+        self.batch_sizes = dict(batch_sizes or {})
         self.comm_models = comm_models
         self.by_name = pool.by_name()
 
@@ -159,24 +163,24 @@ class _Planner:
         # (1) the policy's sampled rollouts (random placements before there is a policy)
         chosen = [self._task(rng) for _ in range(cfg.placements_per_iteration)]
         if policy is not None and cost_for is not None:
-            mdps = make_mdps(self.pool, chosen, cost_for, self.template)
+            mdps = make_mdps(self.pool, chosen, cost_for, self.template, self.batch_sizes)
             out += [(t, rollout(policy, mdp_clone(m), "sample", gen).placement) for t, m in zip(chosen, mdps, strict=True)]
         else:
             for t in chosen:
-                out.append((t, RandomSharder(seed=int(rng.integers(2**31))).place(self._inv(t), self._topo(t))))
+                out.append((t, RandomSharder(seed=int(rng.integers(2**31))).place(self._inv(t), self.topology(t))))
         # (2) where the search planner goes
         if cost_for is not None:
             scfg = SearchConfig(seed=cfg.seed + iteration, samples=2, candidates=("policy", "lpt", "dim_greedy",
                                 "lookup_greedy", "size_lookup_greedy"), refine_top=1, refine_rounds=32)
             for _ in range(cfg.search_per_iteration):
                 t = self._task(rng)
-                res = search(self._inv(t), self._topo(t), cost_for(self._topo(t)), policy, scfg)
+                res = search(self._inv(t), self.topology(t), cost_for(self.topology(t)), policy, scfg)
                 out.append((t, res.best.placement))
         # (3) small perturbations of the best measured placements so far
         best = self._best_measured(records)
         for _ in range(cfg.perturb_per_iteration if best else 0):
             t, placement = best[int(rng.integers(len(best)))]
-            moved = _perturb(placement, self._inv(t).tables, self._topo(t), rng, int(rng.integers(1, 4)))
+            moved = _perturb(placement, self._inv(t).tables, self.topology(t), rng, int(rng.integers(1, 4)))
             if moved is not None:
                 out.append((t, moved))
         return out
@@ -199,8 +203,8 @@ class _Planner:
     def _inv(self, task: Task) -> Inventory:
         return self.pool.subset(list(task.tables), name=task.name)
 
-    def _topo(self, task: Task) -> Topology:
-        return self.template.topology(task.num_devices)
+    def topology(self, task: Task) -> Topology:
+        return task_topology(self.template, task, self.batch_sizes)
 
 
 def _append_metrics(state_dir: Path, m: IterationMetrics) -> None:
@@ -244,9 +248,11 @@ def train(
     measurements: Sequence[Measurement] = (),
     init: LoadedModel | None = None,
     backend_name: str = "",
+    batch_sizes: Mapping[str, int] | None = None,
 ) -> list[IterationMetrics]:
     """Run (or resume) the outer loop; returns the metrics of the iterations run now. `measurements` are the
-    records to start from (e.g. the profile stage's), `init` a model to warm-start from."""
+    records to start from (e.g. the profile stage's), `init` a model to warm-start from, `batch_sizes` each
+    task's own batch size by name (pre-training; default: the template's for every task)."""
     model_dir = Path(model_dir)
     state_dir = Path(state_dir) if state_dir is not None else model_dir / DEFAULT_STATE_DIR
     tasks = list(taskset.train)
@@ -258,7 +264,8 @@ def train(
     backend = backend_name or str(getattr(oracle.info, "name", ""))
     fp = pool.fingerprint()
     seed_records = list(measurements)
-    inputs = inputs_fingerprint(pool, taskset, [m.measurement_id for m in seed_records], config, backend, init)
+    inputs = inputs_fingerprint(pool, taskset, [m.measurement_id for m in seed_records], config, backend, init,
+                                batch_sizes)
     meas_path = state_dir / MEASUREMENTS_FILE
     if not resume and state_dir.exists():
         shutil.rmtree(state_dir)
@@ -283,7 +290,7 @@ def train(
 
     comm_models = comm_models_of(seed_records, init.card.comm_models if init is not None else ())
     comm_models = comm_models_of(cache.values(), comm_models)
-    planner = _Planner(pool, tasks, template, config, comm_models)
+    planner = _Planner(pool, tasks, template, config, comm_models, batch_sizes)
     results: list[IterationMetrics] = []
     for it in range(start, config.iterations):
         lr = config.lr_factor(it)
@@ -292,7 +299,7 @@ def train(
         new: list[Measurement] = []
         measured_now = 0
         for task, placement in planned:
-            topo = template.topology(task.num_devices)
+            topo = planner.topology(task)
             key = _item_key(task, fp, topo, placement, backend)
             if key not in cache:
                 inv = pool.subset(list(task.tables), name=task.name)
@@ -310,10 +317,12 @@ def train(
         ensemble, cost_metrics = train_cost_model(pool, records, cost_cfg, init=ensemble, progress=progress, lr_factor=lr)
         pol_cfg = config.policy.model_copy(update={"seed": config.policy.seed + it})
         policy, pol_metrics = train_policy(pool, tasks, planner.cost_factory(ensemble), pol_cfg, init=policy,
-                                           progress=progress, topology=template, lr_factor=lr)
+                                           progress=progress, topology=template, lr_factor=lr,
+                                           batch_sizes=planner.batch_sizes)
         ranges = ranges_from(records, pool.by_name())
-        if init is not None and init.card.feature_ranges is not None:
-            ranges = ranges.merge(init.card.feature_ranges)
+        init_ranges = init.card.ranges if init is not None else None  # an old card: device type = its backend
+        if init_ranges is not None:
+            ranges = ranges.merge(init_ranges)
         card_fields = dict(
             configs={"train": config.model_dump(mode="json")},
             inventory_name=pool.name,

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -32,8 +32,8 @@ from dreamshard.io import atomic_write_text, describe_validation_error
 from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
 from dreamshard.learning.policy import Policy, PolicySpec
-from dreamshard.learning.ranges import FeatureRanges
-from dreamshard.types import CommModel
+from dreamshard.learning.ranges import DEVICE_BACKENDS, FeatureRanges, device_type_check
+from dreamshard.types import CommModel, Table, Topology
 
 MODEL_FORMAT_VERSION = 2
 CARD_FILE = "model.json"
@@ -69,6 +69,25 @@ class ModelCard(BaseModel):
     def learned_from_simulation(self) -> bool:
         """Trained on the analytic simulator (or a test's toy cost): its predictions say nothing of hardware."""
         return self.backend in SIMULATED_BACKENDS
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        """The device types the model learned from: its ranges' record, else (a card written before device types
+        were recorded) the backend it records when that is a device (cpu / cuda); () when simulated."""
+        recorded = self.feature_ranges.device_types if self.feature_ranges is not None else ()
+        return recorded or ((self.backend,) if self.backend in DEVICE_BACKENDS else ())
+
+    @property
+    def ranges(self) -> FeatureRanges | None:
+        """`feature_ranges` with the device types filled in as `device_types` reads them."""
+        if self.feature_ranges is None or self.feature_ranges.device_types == self.device_types:
+            return self.feature_ranges
+        return self.feature_ranges.model_copy(update={"device_types": self.device_types})
+
+    def out_of_range(self, tables: Sequence[Table], topology: Topology) -> list[str]:
+        """Planning `tables` on `topology` outside what the model was trained on, one line per kind."""
+        ranges = self.ranges
+        return ranges.check(tables, topology) if ranges is not None else device_type_check(self.device_types, topology)
 
 
 class LoadedModel(BaseModel):

@@ -7,12 +7,12 @@ and the policy stay away from the cost net's blind spots instead of exploiting t
 
 Communication is not left to the network when the measured all-to-all model is known: the oracle costs a
 device's forward and backward exchange as ``alpha + beta * bytes`` with ``bytes = batch x (sum of the
-device's dims) x 4 x (N-1)/N`` (dreamshard.profiling.comm), so planning uses exactly that, for the topology's
+device's output dims: dim x features per table) x 4 x (N-1)/N`` (dreamshard.profiling.comm), so planning uses exactly that, for the topology's
 device count and interconnect. Without a comm model (a model trained on records that carry none) the
 ensemble's learned comm heads are used, with the same pessimism.
 
 As a CostEstimator (dreamshard.learning.estimator) a table's state is
-``[member latents (K x latent) | 1 | embedding_dim]``; a device's state is the sum of its tables' states.
+``[member latents (K x latent) | 1 | output_dim]`` (output_dim = dim x the table's features); a device's state is the sum of its tables' states.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class PlanningCost:
             z = self.ensemble.table_latents(feats)  # (K, N, L)
         n = z.shape[1]
         flat = z.permute(1, 0, 2).reshape(n, self.k * self.latent)
-        dims = torch.tensor([float(t.embedding_dim) for t in tables], dtype=flat.dtype).reshape(n, 1)
+        dims = torch.tensor([float(t.output_dim) for t in tables], dtype=flat.dtype).reshape(n, 1)
         return torch.cat([flat, torch.ones(n, 1, dtype=flat.dtype), dims], dim=1)
 
     def member_costs(self, states: torch.Tensor) -> torch.Tensor:

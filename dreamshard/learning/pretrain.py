@@ -2,9 +2,12 @@
 
 `pretraining_tasks` draws `num_tasks` tasks, each with its own tables from the wide generator
 (dreamshard.inventory.families) and its own device count, so tables per device span 1..max_tables_per_device;
-`pretrain` measures them on the backend (random placements, the heuristics' plans, crowded devices: where
-planners go), then runs the outer loop (dreamshard.learning.loop) from scratch and writes the model with its
-card: the data it saw, the feature ranges it covers and the held-out error per regime.
+`pretraining_batch_sizes` draws each task's batch size, log-uniform in `batch_sizes` (from its own seeded
+stream, so the tasks themselves do not depend on the span). `pretrain` measures every task at its batch size on
+the backend (random placements, the heuristics' plans, crowded devices: where planners go), then runs the outer
+loop (dreamshard.learning.loop) from scratch with the same per-task batch sizes and writes the model with its
+card: the data it saw, the feature ranges it covers (batch sizes and device type included) and the held-out
+error per regime.
 
 `make pretrain` runs it into dreamshard/pretrained/ (about 20-30 minutes on 2 cores with the default params);
 production retrains start from that model (train.init: pretrained).
@@ -24,9 +27,11 @@ from dreamshard.learning.configs import PretrainConfig, TopologyConfig
 from dreamshard.learning.loop import train
 from dreamshard.learning.model_store import load_card, load_model, save_model
 from dreamshard.profiling.runner import profile_inventory
-from dreamshard.types import Inventory, Task, TaskSet
+from dreamshard.types import BackendInfo, Inventory, Measurement, Task, TaskSet
 
 MEASUREMENTS_FILE = "pretrain_measurements.jsonl"
+#: mixed into the seed of the batch-size stream (apart from the tables' and devices' draws)
+_BATCH_STREAM = 0xBA7C5
 
 
 def pretraining_tasks(cfg: PretrainConfig) -> tuple[Inventory, TaskSet]:
@@ -55,24 +60,62 @@ def pretraining_tasks(cfg: PretrainConfig) -> tuple[Inventory, TaskSet]:
     return pool, taskset
 
 
+def pretraining_batch_sizes(cfg: PretrainConfig, taskset: TaskSet) -> dict[str, int]:
+    """Each training task's batch size by name: log-uniform in `cfg.batch_sizes` (seeded, its own stream)."""
+    lo, hi = cfg.batch_sizes
+    rng = np.random.default_rng([cfg.seed, _BATCH_STREAM])
+    out = {}
+    for task in taskset.train:
+        b = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi))))) if hi > lo else lo
+        out[task.name] = min(max(b, lo), hi)
+    return out
+
+
+def _profile(pool: Inventory, taskset: TaskSet, template: TopologyConfig, batch_sizes: dict[str, int],
+             cfg: PretrainConfig, path: Path, oracle: object, progress: bool) -> BackendInfo:
+    """Measure every task at its own batch size into `path` (one profiling run per batch size; already
+    measured items are skipped); returns the backend (at the smallest batch size)."""
+    by_batch: dict[int, list[Task]] = {}
+    for task in taskset.train:
+        by_batch.setdefault(batch_sizes[task.name], []).append(task)
+    backends = []
+    for batch, tasks in sorted(by_batch.items()):
+        group = taskset.model_copy(update={"train": tuple(tasks)})
+        topo = template.topology(1).model_copy(update={"batch_size": batch})
+        prof = profile_inventory(pool, topo, cfg.num_placements, path, oracle, seed=cfg.seed,  # type: ignore[arg-type]
+                                 tasks=group, progress=progress, kinds=cfg.kinds, singles=False)
+        backends.append(prof.backend)
+    return backends[0]
+
+
+def _batch_data(records: list[Measurement], batch_sizes: dict[str, int]) -> dict[str, object]:
+    drawn = list(batch_sizes.values())
+    return {"batch_sizes": [min(drawn), max(drawn)], "distinct_batch_sizes": len(set(drawn)),
+            "profiled_batch_sizes": [min(m.topology.batch_size for m in records),
+                                     max(m.topology.batch_size for m in records)] if records else []}
+
+
 def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object, progress: bool = True,
              resume: bool = True) -> dict[str, object]:
-    """Measure the pretraining tasks into `state_dir`, train from scratch, save the model in `out_dir`.
-    Resumable: a rerun measures nothing twice and continues from the last completed loop iteration."""
+    """Measure the pretraining tasks into `state_dir` (each at its own batch size), train from scratch, save the
+    model in `out_dir`. Resumable: a rerun measures nothing twice and continues from the last completed loop
+    iteration."""
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     pool, taskset = pretraining_tasks(cfg)
-    template = TopologyConfig(memory_per_device_gb=cfg.memory_per_device_gb, batch_size=cfg.batch_size)
+    batch_sizes = pretraining_batch_sizes(cfg, taskset)
+    name = str(getattr(getattr(oracle, "info", None), "name", ""))
+    template = TopologyConfig(device_type="cuda" if name == "cuda" else "cpu",  # the devices that measure
+                              memory_per_device_gb=cfg.memory_per_device_gb, batch_size=cfg.batch_sizes[0])
     t0 = time.perf_counter()
-    prof = profile_inventory(pool, template.topology(1), cfg.num_placements, state_dir / MEASUREMENTS_FILE,
-                             oracle, seed=cfg.seed, tasks=taskset, progress=progress,  # type: ignore[arg-type]
-                             kinds=cfg.kinds, singles=False)
+    backend = _profile(pool, taskset, template, batch_sizes, cfg, state_dir / MEASUREMENTS_FILE, oracle, progress)
     t_profile = time.perf_counter() - t0
     records = load_measurements(state_dir / MEASUREMENTS_FILE)
     work = Path(state_dir) / "model"
     t1 = time.perf_counter()
     results = train(pool, taskset, template, oracle, cfg.loop, work, state_dir=state_dir / "loop",  # type: ignore[arg-type]
-                    resume=resume, progress=progress, measurements=records, backend_name=prof.backend.name)
+                    resume=resume, progress=progress, measurements=records, backend_name=backend.name,
+                    batch_sizes=batch_sizes)
     t_train = time.perf_counter() - t1
     model = load_model(work, require_policy=True)
     card = load_card(work)
@@ -83,8 +126,9 @@ def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object
         "tables_per_task": [min(len(t.tables) for t in taskset.train), max(len(t.tables) for t in taskset.train)],
         "devices": [min(t.num_devices for t in taskset.train), max(t.num_devices for t in taskset.train)],
         "mean_tables_per_device": [round(min(per_task), 2), round(max(per_task), 2)],
+        **_batch_data(records, batch_sizes),
         "profile_records": len(records), "loop_records": int(card.provenance.get("n_measurements", 0)) - len(records),
-        "backend": prof.backend.model_dump(mode="json"),
+        "backend": backend.model_dump(mode="json"),
     }
     provenance = {**card.provenance, "command": "pretrain", "data": data,
                   "profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1),

@@ -1,9 +1,16 @@
 """The ranges of inputs a model was trained on, and the check that an inventory to plan stays inside them.
 
-Recorded in the model card at training time from the measured records (the tables that were profiled and the
-devices they formed). Planning an inventory outside them still works, but the cost net extrapolates there:
-the plan lists each excursion in `Plan.out_of_range`, the CLI warns, and the publish gate then asks for a
-measured comparison instead of trusting predictions.
+Recorded in the model card at training time from the measured records (the tables that were profiled, the
+devices they formed, the batch sizes they ran at and the device type of the backend that measured them).
+Planning outside them still works, but the cost net extrapolates there: the plan lists each excursion in
+`Plan.out_of_range` (one line per kind), the CLI warns, and the publish gate then asks for a measured
+comparison instead of trusting predictions.
+
+Batch sizes are checked as a span (min..max of the batch sizes profiled, with the usual margin): pre-training
+draws a batch size per task, so the recorded set is a sample of a span. Device types are those of the
+backends that measured the records (cpu / cuda); simulated records add none (their plans are flagged as
+simulated instead). A card written before device types were recorded has none: `ModelCard.out_of_range` reads
+its `backend` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from dreamshard.types import Measurement, Table, Topology
 
 #: an excursion is reported only past this relative margin (a 1% larger table is not "out of range")
 MARGIN = 0.05
+#: backends whose records say which device type they measured (the others are simulated)
+DEVICE_BACKENDS = frozenset({"cpu", "cuda"})
 
 
 class Span(BaseModel):
@@ -35,7 +44,7 @@ class Span(BaseModel):
 
 
 class FeatureRanges(BaseModel):
-    """Per-table feature spans, devices per placement, tables per device, batch sizes, dtypes, interconnects."""
+    """Per-table feature spans, devices per placement, tables per device, batch sizes, dtypes, device types."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     embedding_dim: Span
@@ -43,8 +52,14 @@ class FeatureRanges(BaseModel):
     pooling_factor: Span
     tables_per_device: Span
     num_devices: Span
-    batch_sizes: tuple[int, ...]
+    batch_sizes: tuple[int, ...]  # every batch size profiled; checked as the span min..max
     dtypes: tuple[str, ...]
+    # device types of the backends that measured the records; () = not recorded (cards written before it)
+    device_types: tuple[str, ...] = ()
+
+    @property
+    def batch_span(self) -> Span | None:
+        return Span(lo=min(self.batch_sizes), hi=max(self.batch_sizes)) if self.batch_sizes else None
 
     def merge(self, other: FeatureRanges) -> FeatureRanges:
         return FeatureRanges(
@@ -55,6 +70,7 @@ class FeatureRanges(BaseModel):
             num_devices=self.num_devices.widen(other.num_devices),
             batch_sizes=tuple(sorted({*self.batch_sizes, *other.batch_sizes})),
             dtypes=tuple(sorted({*self.dtypes, *other.dtypes})),
+            device_types=tuple(sorted({*self.device_types, *other.device_types})),
         )
 
     def check(self, tables: Sequence[Table], topology: Topology) -> list[str]:
@@ -77,10 +93,18 @@ class FeatureRanges(BaseModel):
         if self.tables_per_device.outside(per_device):
             out.append(f"{per_device:.1f} tables per device on average, outside the trained range "
                        f"{self.tables_per_device.lo:g}..{self.tables_per_device.hi:g}")
-        if self.batch_sizes and topology.batch_size not in self.batch_sizes:
-            out.append(f"batch size {topology.batch_size} never profiled (trained: "
-                       f"{', '.join(str(b) for b in self.batch_sizes)})")
+        batch = self.batch_span
+        if batch is not None and batch.outside(topology.batch_size):
+            out.append(f"batch size {topology.batch_size}, outside the trained range {batch.lo:g}..{batch.hi:g}")
+        out += device_type_check(self.device_types, topology)
         return out
+
+
+def device_type_check(device_types: Sequence[str], topology: Topology) -> list[str]:
+    """One line when `topology`'s device type is not among `device_types` (none recorded: nothing to check)."""
+    if not device_types or topology.device_type in device_types:
+        return []
+    return [f"device_type {topology.device_type}: the model learned from {' and '.join(device_types)} measurements"]
 
 
 def _span(values: Iterable[float]) -> Span:
@@ -94,6 +118,7 @@ def ranges_from(records: Sequence[Measurement], tables: dict[str, Table]) -> Fea
     per_device: list[float] = []
     devices: list[float] = []
     batches: set[int] = set()
+    device_types: set[str] = set()
     for m in records:
         seen.update(m.placement)
         counts = [0] * m.topology.num_devices
@@ -103,6 +128,8 @@ def ranges_from(records: Sequence[Measurement], tables: dict[str, Table]) -> Fea
         if m.kind == "placement":
             devices.append(float(m.topology.num_devices))
         batches.add(m.topology.batch_size)
+        if m.backend.name in DEVICE_BACKENDS:
+            device_types.add(m.backend.name)
     ts = [tables[n] for n in sorted(seen) if n in tables]
     return FeatureRanges(
         embedding_dim=_span(t.embedding_dim for t in ts),
@@ -112,4 +139,5 @@ def ranges_from(records: Sequence[Measurement], tables: dict[str, Table]) -> Fea
         num_devices=_span(devices or [1.0]),
         batch_sizes=tuple(sorted(batches)),
         dtypes=tuple(sorted({t.dtype for t in ts})),
+        device_types=tuple(sorted(device_types)),
     )

@@ -99,8 +99,8 @@ class ModelSharder(Sharder):
         return PlanningCost(self.model.cost_net, topology, comm, self.config.risk)
 
     def out_of_range(self, inventory: Inventory, topology: Topology) -> list[str]:
-        ranges = self.model.card.feature_ranges
-        return ranges.check(list(inventory.tables), topology) if ranges is not None else []
+        """Inputs outside the card's training ranges: table features, devices, batch size, device type."""
+        return self.model.card.out_of_range(list(inventory.tables), topology)
 
     def units(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Inventory:
         """What gets placed: the inventory's tables, split into column shards where that is needed or pays."""

@@ -10,7 +10,7 @@ masked distribution - entropy_weight * mean entropy; Adam.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -69,8 +69,17 @@ def estimator_for(estimator: EstimatorFor, topology: Topology) -> CostEstimator:
     return estimator if isinstance(estimator, CostEstimator) else estimator(topology)  # type: ignore[operator]
 
 
+def task_topology(template: TopologyConfig, task: Task, batch_sizes: Mapping[str, int] | None = None) -> Topology:
+    """The topology of `task`: the template on the task's devices, at the task's batch size when `batch_sizes`
+    names one (pre-training draws one per task), else the template's."""
+    topo = template.topology(task.num_devices)
+    batch = batch_sizes.get(task.name) if batch_sizes else None
+    return topo if batch is None else topo.model_copy(update={"batch_size": int(batch)})
+
+
 def make_mdps(
-    pool: Inventory, tasks: Sequence[Task], estimator: EstimatorFor, topology: Topology | TopologyConfig
+    pool: Inventory, tasks: Sequence[Task], estimator: EstimatorFor, topology: Topology | TopologyConfig,
+    batch_sizes: Mapping[str, int] | None = None,
 ) -> list[EstimatedMDP]:
     template = topology if isinstance(topology, TopologyConfig) else TopologyConfig.of(topology)
     by_name = pool.by_name()
@@ -79,7 +88,7 @@ def make_mdps(
         missing = [n for n in task.tables if n not in by_name]
         if missing:
             raise ConfigError(f"task '{task.name}' names table '{missing[0]}', which is not in pool '{pool.name}'")
-        topo = template.topology(task.num_devices)
+        topo = task_topology(template, task, batch_sizes)
         out.append(EstimatedMDP([by_name[n] for n in task.tables], topo, estimator_for(estimator, topo)))
     return out
 
@@ -94,15 +103,16 @@ def train_policy(
     progress: bool = True,
     topology: Topology | TopologyConfig | None = None,
     lr_factor: float = 1.0,
+    batch_sizes: Mapping[str, int] | None = None,
 ) -> tuple[Policy, PolicyMetrics]:
     """Train (or continue training `init`) on the estimated MDPs of `tasks`; `topology` gives the device
-    memory (the task gives the number of devices)."""
+    memory (the task gives the number of devices; `batch_sizes`, by task name, a task's own batch size)."""
     if not tasks:
         raise ConfigError("no training tasks: run `dreamshard tasks` to make some")
     torch.manual_seed(config.seed)
     spec = PolicySpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden, prior_weight=config.prior_weight)
     policy = warm_start(init, spec, Policy, "policy")
-    mdps = make_mdps(pool, tasks, cost_net, topology or TopologyConfig())
+    mdps = make_mdps(pool, tasks, cost_net, topology or TopologyConfig(), batch_sizes)
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     opt = torch.optim.Adam(policy.parameters(), lr=config.lr * lr_factor)

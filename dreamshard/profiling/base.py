@@ -72,13 +72,17 @@ class IndexBank:
         self._bytes = 0
 
     def batches(self, table: Table, rows: int, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        key = (table.name, table.num_embeddings, table.pooling_factor, table.access_histogram, rows, batch_size)
+        """`num_batches` batches of the table's lookups, each (indices, offsets) in TBE layout over its features:
+        ``table.num_outputs * batch_size`` bags, feature-major, offsets of that length + 1 (one feature: the
+        plain per-table batch)."""
+        key = (table.name, table.num_embeddings, table.pooling_factor, table.access_histogram, table.features,
+               rows, batch_size)
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
         rng = np.random.default_rng([self.seed, zlib.crc32(table.name.encode()), rows, batch_size])
-        out = [synthesize_indices(table, batch_size, rng, num_rows=rows) for _ in range(self.num_batches)]
+        out = [feature_indices(table, batch_size, rng, rows) for _ in range(self.num_batches)]
         size = sum(i.nbytes + o.nbytes for i, o in out)
         self._cache[key] = out
         self._bytes += size
@@ -92,10 +96,22 @@ class IndexBank:
         self._bytes = 0
 
 
+def feature_indices(table: Table, batch_size: int, rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of a table's lookups, per feature: a shared table (`Table.features`) is k lookups into the same
+    rows, each feature's bags drawn to its own pooling factor and the table's reuse histogram, concatenated
+    feature-major (k x batch_size bags). A table without features: `synthesize_indices` of the table."""
+    if not table.features:
+        return synthesize_indices(table, batch_size, rng, num_rows=rows)
+    parts = [synthesize_indices(table.model_copy(update={"pooling_factor": f.pooling_factor}), batch_size, rng, num_rows=rows)
+             for f in table.features]
+    return fuse_batches([[p] for p in parts], 0)
+
+
 def fuse_batches(
     per_table: Sequence[list[tuple[np.ndarray, np.ndarray]]], batch_no: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate one batch of several tables in TBE layout: table-major bags, offsets of length T*B+1."""
+    """Concatenate one batch of several tables in TBE layout: table-major bags (a shared table's features in
+    order), offsets of length (total features) x B + 1."""
     idx_parts: list[np.ndarray] = []
     off_parts: list[np.ndarray] = []
     shift = 0

@@ -248,7 +248,10 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
 
 
 def device_comm_bytes(batch_size: int, dims: Sequence[int], world_size: int, bytes_per_element: int = 4) -> float:
-    """Bytes leaving one device in the forward all-to-all: its pooled outputs, the (N-1)/N share sent away."""
+    """Bytes leaving one device in the forward all-to-all: its pooled outputs, the (N-1)/N share sent away.
+
+    `dims` are the output widths of the device's tables (``Table.output_dim``: dim x the table's features, so a
+    table serving k features sends k pooled outputs per sample)."""
     if world_size <= 1 or not dims:
         return 0.0
     return batch_size * sum(dims) * bytes_per_element * (world_size - 1) / world_size

@@ -2,6 +2,7 @@
 
 Tables of equal dim share ONE concatenated weight (rows stacked, each table's indices shifted by its row
 offset), so a device runs one ``embedding_bag`` call per distinct dim (one call in total when all dims agree).
+A table serving k features has k bags per sample into its rows (its k pooled outputs).
 Backward computes sparse gradients and applies the SGD update in place, like TBE's fused EXACT_SGD.
 Records ``operator="embedding_bag"`` so every report says which operator ran.
 """
@@ -48,8 +49,11 @@ class EmbeddingBagBackend(TorchBackend):
 
     def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
         tdev = torch.device(self.device)
-        n = len(tables)
-        batch_size = (len(batches[0][1]) - 1) // n
+        n_bags = sum(t.num_outputs for t in tables)  # a shared table: one bag per feature and sample
+        batch_size = (len(batches[0][1]) - 1) // n_bags
+        first_bag = [0]
+        for t in tables:
+            first_bag.append(first_bag[-1] + t.num_outputs)
         groups: dict[int, list[int]] = {}
         for k, t in enumerate(tables):
             groups.setdefault(t.embedding_dim, []).append(k)
@@ -64,7 +68,8 @@ class EmbeddingBagBackend(TorchBackend):
             dtype = torch.float16 if all(tables[k].dtype == "fp16" for k in members) and tdev.type == "cuda" else torch.float32
             w = torch.empty(base, dim, device=tdev, dtype=dtype).uniform_(-0.01, 0.01).requires_grad_(True)
             weights.append(w)
-            grads.append(torch.randn(len(members) * batch_size, dim, device=tdev, dtype=dtype))
+            bags = sum(tables[k].num_outputs for k in members)
+            grads.append(torch.randn(bags * batch_size, dim, device=tdev, dtype=dtype))
         inputs: list[list[tuple[Any, Any]]] = []
         for idx, off in batches:
             per_group: list[tuple[Any, Any]] = []
@@ -73,9 +78,10 @@ class EmbeddingBagBackend(TorchBackend):
                 o_parts: list[np.ndarray] = []
                 shift = 0
                 for k in members:
-                    lo, hi = off[k * batch_size], off[(k + 1) * batch_size]
+                    b0, b1 = first_bag[k] * batch_size, first_bag[k + 1] * batch_size  # all its features' bags
+                    lo, hi = off[b0], off[b1]
                     i_parts.append(idx[lo:hi] + row_base[k])
-                    o_parts.append(off[k * batch_size : (k + 1) * batch_size] - lo + shift)
+                    o_parts.append(off[b0:b1] - lo + shift)
                     shift += int(hi - lo)
                 o_parts.append(np.array([shift], dtype=np.int64))
                 per_group.append(

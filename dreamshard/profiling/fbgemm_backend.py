@@ -1,7 +1,8 @@
 """FBGEMM's table-batched embedding (TBE) as the fused operator: the same operator family TorchRec runs.
 
 One ``SplitTableBatchedEmbeddingBagsCodegen`` per device over all its tables, pooling SUM, fused EXACT_SGD
-update in backward. On CPU: ``EmbeddingLocation.HOST`` / ``ComputeDevice.CPU``; on CUDA:
+update in backward. A table serving k features (``Table.features``) is k lookups into one table
+(``feature_table_map``), as TorchRec runs a shared table. On CPU: ``EmbeddingLocation.HOST`` / ``ComputeDevice.CPU``; on CUDA:
 ``EmbeddingLocation.DEVICE`` / ``ComputeDevice.CUDA`` (needs the CUDA build of fbgemm-gpu).
 Set ``DREAMSHARD_DISABLE_FBGEMM=1`` to force the ``embedding_bag`` fallback.
 """
@@ -106,6 +107,8 @@ class FbgemmBackend(TorchBackend):
         loc = m["EmbeddingLocation"].DEVICE if cuda else m["EmbeddingLocation"].HOST
         dev = m["ComputeDevice"].CUDA if cuda else m["ComputeDevice"].CPU
         specs = [(int(r), padded_dim(t.embedding_dim), loc, dev) for t, r in zip(tables, rows)]
+        # A shared table (k features) is k lookups into one table: TBE's feature_table_map lists it k times.
+        feature_map = [k for k, t in enumerate(tables) for _ in range(t.num_outputs)]
         precision = m["SparseType"].FP16 if all(t.dtype == "fp16" for t in tables) else m["SparseType"].FP32
         tdev = torch.device(self.device)
         with warnings.catch_warnings():
@@ -117,11 +120,12 @@ class FbgemmBackend(TorchBackend):
                 learning_rate=LEARNING_RATE,
                 weights_precision=precision,
                 device=tdev,
+                feature_table_map=feature_map,
             )
         prepared = [
             (torch.from_numpy(i).to(tdev), torch.from_numpy(o).to(tdev)) for i, o in batches
         ]
-        batch_size = (len(batches[0][1]) - 1) // len(tables)
-        out_dim = sum(s[1] for s in specs)
+        batch_size = (len(batches[0][1]) - 1) // len(feature_map)
+        out_dim = sum(specs[k][1] for k in feature_map)
         grad = torch.randn(batch_size, out_dim, device=tdev)
         return _TBEOp(module, prepared, grad)

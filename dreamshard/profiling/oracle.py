@@ -139,7 +139,7 @@ class Oracle:
                     spreads.append(0.0)
                     continue
                 timing = self.backend.time_device(tables, batch, self.warmup, self.repeats)
-                nbytes = comm_mod.device_comm_bytes(batch, [t.embedding_dim for t in tables], n)
+                nbytes = comm_mod.device_comm_bytes(batch, [t.output_dim for t in tables], n)  # dim x outputs (shared tables)
                 c = comm.cost_ms(nbytes) if n > 1 else 0.0
                 per_device.append(
                     DeviceCost(fwd_compute=median(timing.fwd_ms), fwd_comm=c, bwd_comm=c, bwd_compute=median(timing.bwd_ms))

@@ -11,6 +11,10 @@ learning code faces the same non-additivity:
   times dim * 4) relative to a cache size multiply the lookup work by ``1 + (ws / cache_bytes) ** ws_exponent``,
   super-linear in the combined working set, so many tables together cost more than their sum.
 
+Communication is the oracle's (alpha + beta x the device's pooled-output bytes, ``Table.output_dim``: a table
+serving k features sends k outputs); lookup work already counts every feature (the table's pooling factor is
+the sum of its features').
+
 Two knobs exist for tests of the pipeline around it, never for studies of plans: ``slowdown`` multiplies every
 cost (a backend that got slower: what the drift monitor must notice) and ``latency_ms`` makes each device
 timing take that much wall-clock time (a measurement that takes a while: what a killed worker interrupts).

@@ -79,6 +79,7 @@ def make_plan(
     return Plan(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
+        schema_fingerprint=inventory.schema_fingerprint(),
         topology=topology,
         sharder=sharder,
         placement=ordered,

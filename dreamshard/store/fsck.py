@@ -66,6 +66,14 @@ def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
         if record is not None and record.status != pk.status:
             out.append(FsckIssue(key=pk.of("record").key, problem=f"record says '{record.status}' but the plan "
                                  "is stored elsewhere", fix="re-publish the plan"))
+    decided: dict[tuple[str, str], set[str]] = {}
+    for pk in plans:
+        decided.setdefault((pk.fingerprint, pk.plan_id), set()).add(pk.status)
+    for (fp, plan_id), statuses in sorted(decided.items()):
+        if len(statuses) > 1:  # one plan id gets one decision per inventory version (store.plans.already_decided)
+            out.append(FsckIssue(key=PlanKey(inv, fp, plan_id, "plan", "rejected").key,
+                                 problem=f"plan {plan_id} is stored both approved and rejected for one inventory version",
+                                 fix="the approved one stands; never publish a plan id twice"))
     stored = {pk.key for pk in plans}
     for key in store.list_keys(inventory_prefix(inv)):
         parsed = parse_key(key)

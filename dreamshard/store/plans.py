@@ -13,7 +13,7 @@ from typing import Any
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import GateDecision
 from dreamshard.store.base import PlanStore
-from dreamshard.store.keys import PlanKey
+from dreamshard.store.keys import PlanKey, Status
 from dreamshard.store.objects import (
     find_plan,
     list_inventories,
@@ -31,7 +31,7 @@ from dreamshard.store.pointer import (
     stepped_back,
     update_pointer,
 )
-from dreamshard.store.schemas import CurrentPointer, PlanRecord, PointerEntry, PublishedRef
+from dreamshard.store.schemas import CurrentPointer, PlanRecord, PlanRecordFile, PointerEntry, PublishedRef
 from dreamshard.types import Plan, utcnow
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -71,7 +71,7 @@ def list_plans(store: PlanStore, inventory: str | None = None) -> list[PlanRecor
             record = read_record(store, pk)
             common: dict[str, Any] = {
                 "inventory": inv, "status": pk.status, "key": pk.key, "is_current": is_current,
-                "reason": record.gate.reason if record else "",
+                "reason": record.gate.reason if record else "", "outcome": record.gate.outcome if record else "",
             }
             try:
                 plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
@@ -88,13 +88,52 @@ def list_plans(store: PlanStore, inventory: str | None = None) -> list[PlanRecor
     return sorted(out, key=lambda r: (r.inventory, r.created_at or _EPOCH, r.plan_id))
 
 
+def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecordFile] | None:
+    """The decision the store already holds for `plan`'s id under its inventory version (fingerprint), approved
+    or rejected, or None. One plan id gets one decision per inventory version: publishing it again returns this."""
+    for status in ("approved", "rejected"):
+        pk = PlanKey(plan.inventory_name, plan.inventory_fingerprint, plan.plan_id, "plan", status)  # type: ignore[arg-type]
+        if store.exists(pk.key) or store.exists(pk.of("record").key):
+            record = read_record(store, pk)
+            if record is None:
+                raise StoreError(f"{pk.key} in {store.location} has no readable record; see `dreamshard plans fsck`")
+            return pk, record
+    return None
+
+
+def already_decided(store: PlanStore, plan: Plan) -> tuple[PublishedRef, Plan, GateDecision] | None:
+    """What the store recorded for this plan id and inventory version: (where, the stored plan, its decision);
+    None when it was never decided. StoreError when the stored plan has another placement: a plan id names one
+    placement."""
+    found = recorded_decision(store, plan)
+    if found is None:
+        return None
+    pk, record = found
+    stored = load_verified(store, pk)
+    if stored.units() != plan.units() or stored.topology != plan.topology:
+        raise StoreError(f"plan id {plan.plan_id} was already decided ({record.gate.outcome}) for another placement "
+                         f"of inventory '{plan.inventory_name}'; a plan id names one placement: re-plan for a new id")
+    pointer, _ = pointer_or_problem(store, plan.inventory_name)
+    ref = _ref(store, stored, pk, record.sha256, record.gate, already=True,
+               is_current=pointer is not None and pointer.key == pk.key)
+    return ref, stored, record.gate
+
+
 # -- writing --------------------------------------------------------------------------------------------
+def _no_other_decision(store: PlanStore, plan: Plan, status: Status) -> None:
+    found = recorded_decision(store, plan)
+    if found is not None and found[0].status != status:
+        raise PlanError(f"plan {plan.plan_id} was already decided ({found[1].gate.outcome}) for this version of "
+                        f"inventory '{plan.inventory_name}'; one plan id gets one decision")
+
+
 def _check_decision(plan: Plan, decision: GateDecision) -> None:
     if decision.plan_id and decision.plan_id != plan.plan_id:
         raise PlanError(f"gate decision is for plan '{decision.plan_id}', not '{plan.plan_id}'")
 
 
-def _ref(store: PlanStore, plan: Plan, pk: PlanKey, digest: str, decision: GateDecision) -> PublishedRef:
+def _ref(store: PlanStore, plan: Plan, pk: PlanKey, digest: str, decision: GateDecision, already: bool = False,
+         is_current: bool | None = None) -> PublishedRef:
     return PublishedRef(
         plan_id=plan.plan_id,
         inventory=plan.inventory_name,
@@ -102,9 +141,11 @@ def _ref(store: PlanStore, plan: Plan, pk: PlanKey, digest: str, decision: GateD
         key=pk.key,
         sha256=digest,
         status=pk.status,
-        is_current=decision.approved,
+        is_current=decision.approved if is_current is None else is_current,
         store=store.location,
         reason=decision.reason,
+        outcome=decision.outcome,
+        already_decided=already,
     )
 
 
@@ -114,10 +155,11 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
     Publishing the plan that is already current changes nothing (no duplicate in the history). A corrupt
     pointer fails the publish before anything is uploaded (no orphan files)."""
     _check_decision(plan, approval)
-    if not approval.approved:
+    if not approval.approved or approval.outcome != "approved":
         raise PlanError(f"plan {plan.plan_id} was not approved by the gate: {approval.reason}")
     store.check()
     get_pointer(store, plan.inventory_name)  # fail before uploading if the pointer cannot be updated
+    _no_other_decision(store, plan, "approved")
     pk, digest = upload_verified(store, plan, approval, "approved")
     target = PointerEntry(plan_id=plan.plan_id, key=pk.key, sha256=digest, fingerprint=plan.inventory_fingerprint,
                           sharder=plan.sharder, published_at=utcnow())
@@ -137,11 +179,17 @@ def reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef
     if decision.approved:
         raise PlanError(f"plan {plan.plan_id} was approved by the gate; publish it instead")
     store.check()
+    _no_other_decision(store, plan, "rejected")
     pk, digest = upload_verified(store, plan, decision, "rejected")
     return _ref(store, plan, pk, digest, decision)
 
 
 def publish_or_reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
+    """Store the gate's decision, unless the store already holds one for this plan id and inventory version:
+    then nothing is written and the recorded decision is returned (`already_decided`)."""
+    recorded = already_decided(store, plan)
+    if recorded is not None:
+        return recorded[0]
     return publish(store, plan, decision) if decision.approved else reject(store, plan, decision)
 
 

@@ -84,6 +84,8 @@ class PublishedRef(BaseModel):
     is_current: bool
     store: str
     reason: str
+    outcome: str = ""  # the gate's outcome (approved / rejected / inconclusive)
+    already_decided: bool = False  # the store held a decision for this plan id and inventory version: nothing written
 
 
 class PlanRecord(BaseModel):
@@ -102,6 +104,7 @@ class PlanRecord(BaseModel):
     key: str
     is_current: bool
     reason: str
+    outcome: str = ""  # the gate's outcome as recorded (approved / rejected / inconclusive)
     problem: str = ""  # why the stored plan cannot be used (checksum mismatch, unreadable); "" when it is fine
 
 

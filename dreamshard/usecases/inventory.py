@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from dreamshard.integrations.torchrec_model import load_model, measure_module
 from dreamshard.inventory.validation import check_inventory_names
 from dreamshard.io import check_outputs, load_inventory, save_inventory
 from dreamshard.store import InventoryRef, open_store, push_inventory
@@ -40,6 +41,27 @@ def run(request: InventoryRequest) -> InventoryResult:
     if request.out is not None:
         save_inventory(inv, request.out)
     return InventoryResult(inventory=inv, out=request.out)
+
+
+class FromTorchrecRequest(Request):
+    """`inventory from-torchrec`: the model (`pkg.mod:build` or `file.py:build`) and its KJT batches file."""
+
+    model: str
+    batches: Path
+    batch_size: int
+    planned_batch_size: int = 2048
+    name: str | None = None
+    out: Path
+    allow_pickle: bool = False
+
+
+def from_torchrec(request: FromTorchrecRequest) -> InventoryResult:
+    """The inventory of a TorchRec model measured from its batches (integrations.torchrec_model), written to `out`."""
+    check_outputs({"--batches": request.batches}, {"--output": request.out})
+    inv, notes = measure_module(load_model(request.model), request.batches, request.batch_size,
+                                request.planned_batch_size, request.name, request.allow_pickle)
+    save_inventory(inv, request.out)
+    return InventoryResult(inventory=inv, out=request.out, warnings=notes)
 
 
 #: Entry point group of the functions told about a new inventory version: `notifier(ref) -> str | None` (an

@@ -1,6 +1,6 @@
 """The gate and the plan store: a plan verified against its inventory and a comparison (or measured against the
-baselines by the gate itself), decided, then published (current) or kept as rejected (docs/architecture.md,
-"The publish gate"). `plans publish` and the pipeline's publish step call this."""
+baselines by the gate itself), decided, then published (current) or kept as rejected / inconclusive
+(docs/architecture.md, "The publish gate"). `plans publish` and the pipeline's publish step call this."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import validate_sharders
-from dreamshard.gate import GateDecision, check_margin, gate_comparison_file, measure_and_gate
+from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
 from dreamshard.io import load_inventory, load_plan
-from dreamshard.store import PublishedRef, get_inventory_version, publish_or_reject
+from dreamshard.learning.model_store import load_card
+from dreamshard.store import PublishedRef, already_decided, get_inventory_version, publish_or_reject
 from dreamshard.store.base import PlanStore
 from dreamshard.types import Inventory, Plan
 from dreamshard.usecases.base import Request, Result
@@ -21,8 +22,9 @@ class PublishRequest(Request):
     plan: Path
     comparison: Path | None = None  # a comparison holding this plan and the baselines
     measure: bool = False  # the gate measures the plan and the baselines itself
-    baselines: tuple[str, ...] = ()  # --measure: the baseline sharders
+    baselines: tuple[str, ...] = ()  # baselines added to publish.baselines (--sharders); never fewer
     inventory: Path | None = None  # None: the version pushed to the store with the plan's fingerprint
+    model: Path | None = None  # the model that made the plan: its out-of-range check is added to the plan's
     backend: str | None = None  # --comparison: the backend it must have been measured on
     store: str | None = None  # None: publish.store_uri
     endpoint_url: str | None = None
@@ -49,8 +51,7 @@ def stored_inventory(store: PlanStore, plan: Plan) -> Inventory:
     return inv
 
 
-def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
-    """Verify and decide, storing nothing."""
+def _check_request(request: PublishRequest) -> None:
     if request.measure and request.comparison is not None:
         raise ConfigError("--comparison and --measure are two ways to get the costs: choose one")
     if not request.measure and request.comparison is None:
@@ -58,34 +59,58 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
             "publishing needs the plan's measured costs next to the baselines': pass --comparison FILE "
             "(a comparison holding this plan) or --measure (the gate measures them itself)"
         )
+
+
+def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
+    """Verify and decide, storing nothing. The plan file is taken through `gate.trusted_plan`: its costs,
+    lineage, model version and verification are never taken from it."""
+    _check_request(request)
     s = request.settings
-    margin = check_margin(s.publish.min_improvement)
-    plan = load_plan(request.plan)
+    extra = tuple(validate_sharders(list(request.baselines))) if request.baselines else ()
+    plan = trusted_plan(load_plan(request.plan))
     if request.inventory is not None:
         inv = load_inventory(request.inventory)
     else:
         inv = stored_inventory(store or open_plan_store(s, request.store, request.endpoint_url, existing=False), plan)
+    if request.model is not None:
+        card = load_card(request.model)
+        plan = trusted_plan(plan, lambda p: card.out_of_range(inv.tables, p.topology))
+    seed = s.profile.seed
     if request.comparison is not None:
-        judged, decision = gate_comparison_file(plan, inv, request.comparison, margin, backend=request.backend)
+        judged, decision = gate_comparison_file(plan, inv, request.comparison, s.publish, extra_baselines=extra,
+                                                seed=seed, backend=request.backend)
         return GateResult(plan=judged, decision=decision)
-    names = validate_sharders(list(request.baselines))
     oracle = s.oracle()
     try:
-        judged, decision, _ = measure_and_gate(plan, inv, oracle, names, margin, rounds=s.evaluate.rounds,
-                                               seed=s.profile.seed,
-                                               sharder_options={"random": {"seed": s.profile.seed}})
+        judged, decision, _ = measure_and_gate(plan, inv, oracle, s.publish, extra_baselines=extra,
+                                               rounds=s.evaluate.rounds, seed=seed)
     finally:
         oracle.close()
     return GateResult(plan=judged, decision=decision)
 
 
+def recorded(store: PlanStore, plan_file: Path) -> PublishResult | None:
+    """The decision the store already holds for this plan file's id and inventory version (one decision per plan
+    id per inventory version: publishing again neither re-measures nor records a second one); None if none."""
+    found = already_decided(store, trusted_plan(load_plan(plan_file)))
+    if found is None:
+        return None
+    ref, stored, decision = found
+    return PublishResult(plan=stored, decision=decision, ref=ref)
+
+
 def store_decision(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
-    """Approved: versioned upload, verify, move `current`. Rejected: kept under rejected/ with the reason."""
+    """Approved: versioned upload, verify, move `current`. Rejected / inconclusive: kept under rejected/ with the
+    reason. A plan id already decided for this inventory version keeps its recorded decision."""
     return publish_or_reject(store, plan, decision)
 
 
 def run(request: PublishRequest) -> PublishResult:
+    _check_request(request)
     store = open_plan_store(request.settings, request.store, request.endpoint_url, existing=False)
+    done = recorded(store, request.plan)
+    if done is not None:
+        return done
     gated = gate(request, store)
     ref = store_decision(store, gated.plan, gated.decision)
     return PublishResult(plan=gated.plan, decision=gated.decision, ref=ref)

@@ -1,0 +1,57 @@
+"""`dreamshard replan`: the production loop's fast path (dreamshard.usecases.replan): a new inventory version
+planned with the current model, gated and published, no profiling or training; or "retrain due"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from dreamshard.cli.options import BackendOverride, ModelOpt, ParamsOpt, RoundsOverride, SeedOpt
+from dreamshard.cli.plan_cmd import device_table, warn
+from dreamshard.settings import resolve
+from dreamshard.usecases import replan as replan_uc
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def replan(
+    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="The new inventory version (default: the store's current version of --inventory-name).")] = None,
+    inventory_name: Annotated[Optional[str], typer.Option("--inventory-name", help="Inventory in the store (when -i is not given).")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="Plan store: directory or s3://bucket/prefix (default: publish.store_uri).")] = None,
+    endpoint: Annotated[Optional[str], typer.Option("--endpoint", "--endpoint-url", help="S3 endpoint of the plan store.")] = None,
+    model: ModelOpt = None,
+    params: ParamsOpt = None,
+    backend: BackendOverride = None,
+    verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="Measure the K best candidates before the gate (plan.verify).")] = None,
+    rounds: RoundsOverride = None,
+    seed: SeedOpt = 0,
+    force: Annotated[bool, typer.Option("--force", help="Re-plan a version the gate already decided on.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+) -> None:
+    """Re-plan a changed inventory with the current production model: plan (search + verify on the backend), gate
+    against the baselines measured interleaved, publish. Exit 0: published, already current, or already decided
+    (--force re-plans); 1: not published (the gate kept the current plan) or a retrain is due (the version is
+    outside the model's training ranges)."""
+    settings = resolve(params, {"profile.backend": backend, "plan.verify": verify, "evaluate.rounds": rounds},
+                       lookup="local")
+    result = replan_uc.run(replan_uc.ReplanRequest(settings=settings, inventory=inventory, inventory_name=inventory_name,
+                                                   store=store, endpoint_url=endpoint, model=model, seed=seed, force=force))
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json", exclude={"plan"}) |
+                              {"plan_id": result.plan.plan_id if result.plan else None}, indent=2))
+    else:
+        warn(result.warnings)
+        if result.plan is not None and result.outcome != "current":
+            console.print(device_table(result.plan))
+        console.print(f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}",
+                      markup=False)
+    if result.outcome in ("not-published", "retrain-due"):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replan")(replan)

@@ -1,0 +1,53 @@
+"""The publish gate: verifies a plan, then approves it only if it beats every required baseline by a margin
+beyond the measurement noise (docs/architecture.md, "The publish gate").
+
+* `config`: the `publish` params section (`PublishConfig`) and the decision (`GateDecision`);
+* `core`: what a plan file may say (`trusted_plan`), `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
+* `verify`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
+* `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline.
+"""
+
+from dreamshard.gate.config import (
+    ALWAYS_REQUIRED,
+    Basis,
+    GateDecision,
+    Outcome,
+    PublishConfig,
+    check_baselines,
+    check_margin,
+)
+from dreamshard.gate.core import (
+    UNTRUSTED_FIELDS,
+    gate_comparison_file,
+    gate_plan,
+    measure_and_gate,
+    required_baselines,
+    trusted_plan,
+)
+from dreamshard.gate.rule import MAX_MS, evaluate_gate
+from dreamshard.gate.stats import RatioBound, ratio_bound
+from dreamshard.gate.verify import Verified, baseline_plan, verify_comparison, verify_plan
+
+__all__ = [
+    "ALWAYS_REQUIRED",
+    "Basis",
+    "GateDecision",
+    "MAX_MS",
+    "Outcome",
+    "PublishConfig",
+    "RatioBound",
+    "UNTRUSTED_FIELDS",
+    "Verified",
+    "baseline_plan",
+    "check_baselines",
+    "check_margin",
+    "evaluate_gate",
+    "gate_comparison_file",
+    "gate_plan",
+    "measure_and_gate",
+    "ratio_bound",
+    "required_baselines",
+    "trusted_plan",
+    "verify_comparison",
+    "verify_plan",
+]

@@ -1,0 +1,123 @@
+"""The decision rule alone, on figures already verified (`verify.py`): plan vs every baseline, paired by round.
+
+With n paired rounds, each baseline b gets a `confidence` interval [low_b, high_b] on plan / b (`stats.py`);
+the threshold is 1 - min_improvement:
+
+* approved      iff high_b <= threshold for every baseline (the plan is faster by the margin, beyond the noise);
+* rejected      iff low_b > threshold for some baseline (clearly not faster by the margin);
+* inconclusive  otherwise: the measurements cannot tell; the current plan stays (stored as rejected, outcome
+  "inconclusive").
+
+Single figures (no samples) are taken as exact: a zero-width interval.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dreamshard.errors import ConfigError
+from dreamshard.gate.config import GateDecision, check_margin
+from dreamshard.gate.stats import RatioBound, ratio_bound
+from dreamshard.types import Plan
+
+#: The largest figure (ms) the gate does arithmetic on; anything above is an invalid input, not a cost.
+MAX_MS = 1e12
+_EPS = 1e-12
+
+
+def check_ms(value: float, what: str) -> float:
+    """A cost figure the gate can compute with: a finite, positive number below MAX_MS."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not (0.0 < value < MAX_MS):
+        raise ConfigError(f"{what} has cost {value} ms; costs must be positive numbers below {MAX_MS:g} ms")
+    return float(value)
+
+
+def _samples(name: str, value: float | Sequence[float]) -> list[float]:
+    values = [value] if isinstance(value, (int, float)) else list(value)
+    if not values:
+        raise ConfigError(f"baseline '{name}' has no samples")
+    return [check_ms(v, f"baseline '{name}'") for v in values]
+
+
+def evaluate_gate(
+    plan: Plan,
+    baselines: Mapping[str, float | Sequence[float]],
+    min_improvement: float,
+    *,
+    plan_samples: Sequence[float] | None = None,
+    confidence: float = 0.95,
+) -> GateDecision:
+    """Decide on `plan`'s costs (Plan.cost_basis; its per-round `plan_samples` when given) against each
+    baseline's figure or per-round samples (paired with the plan's by round). Every baseline counts, whatever
+    the plan's sharder label says. `gate_plan` verifies the inputs first and is what the doors call."""
+    check_margin(min_improvement)
+    base = {name: _samples(name, v) for name, v in baselines.items()}
+    costs, basis = plan.best_costs, plan.cost_basis
+    common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement,
+                              "baselines": tuple(base), "confidence": confidence}
+    mine: list[float] = []
+    if costs is not None:
+        mine = [check_ms(v, f"plan {plan.plan_id}") for v in (plan_samples or [costs.overall_ms])]
+        common.update(plan_cost_ms=statistics.median(mine), basis=basis, rounds=len(mine))
+    medians = {name: statistics.median(v) for name, v in base.items()}
+    if base:
+        best = min(medians, key=medians.__getitem__)
+        common.update(best_baseline=best, best_baseline_ms=medians[best])
+        if costs is not None:
+            common["improvement"] = (medians[best] - common["plan_cost_ms"]) / medians[best]
+
+    def no(reason: str) -> GateDecision:
+        return GateDecision(approved=False, outcome="rejected", reason=reason, **common)
+
+    if not plan.fits_memory():
+        return no("plan does not fit memory: " + _overflow(plan))
+    if costs is None:
+        return no("plan has neither measured nor predicted costs; evaluate it first")
+    if plan.out_of_range and basis == "predicted":
+        return no(f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
+                  f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)")
+    if not base:
+        return no("no baseline costs to compare against; measure the baselines with the plan")
+    for name, v in base.items():
+        if len(v) != len(mine):
+            raise ConfigError(f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired by round")
+    bounds = {name: ratio_bound(mine, v, confidence) for name, v in base.items()}
+    threshold = 1.0 - min_improvement
+    hardest = max(bounds, key=lambda n: bounds[n].high)
+    clearly_worse = max(bounds, key=lambda n: bounds[n].low)
+    if bounds[clearly_worse].low > threshold + _EPS:
+        outcome, decider = "rejected", clearly_worse
+    elif bounds[hardest].high <= threshold + _EPS:
+        outcome, decider = "approved", hardest
+    else:
+        outcome, decider = "inconclusive", hardest
+    b = bounds[decider]
+    common.update(ratio=bounds[common["best_baseline"]].ratio, ratio_low=b.low, ratio_high=b.high, decided_by=decider)
+    return GateDecision(approved=outcome == "approved", outcome=outcome,
+                        reason=_reason(outcome, plan, basis, common, b, decider, threshold), **common)
+
+
+def _reason(outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: RatioBound, decider: str,
+            threshold: float) -> str:
+    plan_ms, best, best_ms, margin = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"], f"{c['min_improvement']:.1%}"
+    stat = f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s)"
+    if outcome == "approved":
+        return (f"approved: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
+                f"({c['improvement']:+.1%}, required {margin}; {stat}); fits memory on all "
+                f"{plan.topology.num_devices} devices")
+    if outcome == "rejected":
+        return (f"{basis} cost {plan_ms:.4g} ms does not beat best baseline {best} {best_ms:.4g} ms by {margin} "
+                f"(needs <= {best_ms * threshold:.4g} ms; improvement {c['improvement']:+.1%}; {stat})")
+    return (f"inconclusive: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
+            f"({c['improvement']:+.1%}, required {margin}), but {stat} straddles {threshold:.4g}: within the noise, "
+            f"the current plan stays (measure more rounds)")
+
+
+def _overflow(plan: Plan) -> str:
+    cap = plan.topology.memory_per_device_gb
+    d, used = max(enumerate(plan.memory_per_device_gb), key=lambda x: x[1])
+    return f"device {d} holds {used:.3f} GB, over its {cap:g} GB memory limit"

@@ -1,0 +1,104 @@
+"""The training job's side: the store's current plan for this model, as TorchRec's ``ShardingPlan``.
+
+Usage (the training job knows its model and the store, not an inventory name)::
+
+    from dreamshard.integrations.torchrec_current import load_current_sharding_plan
+    current = load_current_sharding_plan("s3://plans/prod", model, world_size=dist.get_world_size())
+    print(current.reason)  # what was loaded, or what it fell back to and why
+    model = DistributedModelParallel(model, plan=current.sharding_plan, ...)  # None: TorchRec's own planner
+
+How the plan is found: the model's schema fingerprint (its EBC tables' names, rows, dims, dtypes and features,
+`dreamshard.integrations.torchrec_model.schema_fingerprints`; no statistics needed) is looked up among the current
+plans of the store's inventories (`dreamshard.store.lookup`, read-only). Given `inventory=NAME`, that inventory's
+current plan is used instead. Then the same checks as every route (`torchrec.sharding_plan`): world size,
+every table's rows and dim against the module, column shards tiling the dim. A shape mismatch is an error (one
+line naming the table and both shapes); "no plan" (none for this schema, another world size, an empty store) is
+a result with ``sharding_plan=None`` and a one-line `reason`, so the job decides, and says, what it falls back
+to; ``require()`` turns it into an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
+
+from dreamshard.errors import PlanError, StoreError
+from dreamshard.integrations.torchrec import sharding_plan
+from dreamshard.integrations.torchrec_model import schema_fingerprints
+from dreamshard.store import PlanStore, get_current, get_inventory_version, open_store
+from dreamshard.store.lookup import current_plan_for_schema
+from dreamshard.store.pointer import get_pointer
+
+if TYPE_CHECKING:  # optional dependency: torchrec (annotations only)
+    from torchrec.distributed.types import ModuleSharder, ShardingPlan  # optional dependency: torchrec
+
+FALLBACK = "DistributedModelParallel without plan= uses TorchRec's own planner"
+
+
+@dataclass(frozen=True)
+class CurrentShardingPlan:
+    """What `load_current_sharding_plan` found: the ShardingPlan (None: no usable plan), the plan id and inventory
+    it came from (None when none was found), and one line saying which plan was loaded or why none was."""
+
+    sharding_plan: ShardingPlan | None
+    plan_id: str | None
+    inventory: str | None
+    reason: str
+
+    def require(self) -> ShardingPlan:
+        """The ShardingPlan, or PlanError with the reason (a job that must not fall back)."""
+        if self.sharding_plan is None:
+            raise PlanError(self.reason)
+        return self.sharding_plan
+
+
+def _none(reason: str, plan_id: str | None = None, inventory: str | None = None) -> CurrentShardingPlan:
+    return CurrentShardingPlan(None, plan_id, inventory, f"{reason}; {FALLBACK}")
+
+
+def load_current_sharding_plan(
+    store: PlanStore | str,
+    model: nn.Module,
+    world_size: int,
+    *,
+    inventory: str | None = None,
+    local_size: int | None = None,
+    sharders: Sequence[ModuleSharder[Any]] | None = None,
+    names: Mapping[str, str] | None = None,
+    endpoint_url: str | None = None,
+) -> CurrentShardingPlan:
+    """The current plan for `model` on `world_size` ranks from `store` (a PlanStore or its URI; module docstring).
+
+    `inventory` names the inventory (default: found by the model's schema fingerprint); `local_size`,
+    `sharders` and `names` as in `dreamshard.integrations.torchrec.sharding_plan`.
+    """
+    st = open_store(store, endpoint_url=endpoint_url) if isinstance(store, str) else store
+    schemas = schema_fingerprints(model, {theirs: ours for ours, theirs in (names or {}).items()})
+    schema = schemas[0]
+    if inventory is None:
+        found = current_plan_for_schema(st, schemas)
+        skipped = f" (unreadable: {'; '.join(found.skipped)})" if found.skipped else ""
+        if found.plan is None:
+            return _none(f"no current plan in {st.location} is for this model's tables (schema {schema[:12]}){skipped}")
+        plan = found.plan
+        how = f"found by schema {schema[:12]}" + (f"; also current for {', '.join(found.matches[:-1])}" if len(found.matches) > 1 else "")
+    else:
+        if get_pointer(st, inventory) is None:
+            return _none(f"inventory '{inventory}' has no current plan in {st.location}", inventory=inventory)
+        plan = get_current(st, inventory)
+        how = f"current plan of inventory '{inventory}'"
+    if plan.topology.num_devices != world_size:
+        return _none(f"plan {plan.plan_id} of inventory '{plan.inventory_name}' is for {plan.topology.num_devices} "
+                     f"ranks, this job has {world_size}; re-plan with --devices {world_size}", plan.plan_id, plan.inventory_name)
+    try:
+        inv = get_inventory_version(st, plan.inventory_name, plan.inventory_fingerprint)
+    except StoreError:
+        inv = None
+    # Shapes from the plan's pushed inventory; never pushed: the plan's schema fingerprint is checked against the
+    # model's instead (sharding_plan), and column shards against the module's dims either way.
+    sp = sharding_plan(plan, model, world_size, local_size=local_size, sharders=sharders, names=names, inventory=inv)
+    return CurrentShardingPlan(sp, plan.plan_id, plan.inventory_name,
+                               f"loaded plan {plan.plan_id} of inventory '{plan.inventory_name}' ({how}; {world_size} ranks)")

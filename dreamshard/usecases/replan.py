@@ -1,0 +1,125 @@
+"""The fast path of the production loop: a new inventory version planned with the current production model (search
++ verification on the backend), gated against the baselines measured interleaved, and published, with no
+profiling and no training (docs/architecture.md, "The production loop").
+
+Retraining is the exception: when the new version lies outside the model's training ranges (or the model learned
+on other hardware), nothing is published and the result says a retrain is due, and why; the flows turn that into
+the `dreamshard.retrain.due` event the retrain deployment listens for.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from dreamshard.errors import ConfigError, StoreError
+from dreamshard.io import load_inventory, save_inventory
+from dreamshard.settings import model_dir
+from dreamshard.sharders import HEURISTICS
+from dreamshard.store import PlanRecord, PublishedRef, get_current, get_current_inventory, list_plans, push_inventory
+from dreamshard.store.base import PlanStore
+from dreamshard.types import Inventory, Plan
+from dreamshard.usecases import plan as plan_uc
+from dreamshard.usecases import publish as publish_uc
+from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.stored import open_plan_store
+
+Outcome = Literal["published", "not-published", "retrain-due", "current", "already-decided"]
+
+
+class ReplanRequest(Request):
+    inventory: Path | None = None  # a file; None: the store's current version of `inventory_name`
+    inventory_name: str | None = None
+    store: str | None = None  # None: publish.store_uri
+    endpoint_url: str | None = None
+    model: Path | None = None  # the production model (default: settings.model_dir's lookup)
+    work_dir: Path | None = None  # where the plan file is written (default: a temporary directory)
+    seed: int = 0
+    force: bool = False  # re-plan a version the gate already decided on
+
+
+class ReplanResult(Result):
+    outcome: Outcome
+    reason: str
+    inventory_name: str
+    fingerprint: str
+    plan: Plan | None = None
+    ref: PublishedRef | None = None
+    retrain_reasons: list[str] = Field(default_factory=list)  # why a retrain is due (empty: it is not)
+    previous_plan_id: str | None = None
+
+
+def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
+    if request.inventory is not None:
+        inv = load_inventory(request.inventory)
+        if request.inventory_name and request.inventory_name != inv.name:
+            raise ConfigError(f"--inventory-name '{request.inventory_name}' is not the file's inventory '{inv.name}'")
+        return inv
+    if not request.inventory_name:
+        raise ConfigError("replan needs an inventory: -i FILE, or --inventory-name NAME of one pushed to the store")
+    found = get_current_inventory(store, request.inventory_name)
+    if found is None:
+        raise StoreError(f"no inventory '{request.inventory_name}' in {store.location}: push one with "
+                         f"`dreamshard inventory push INV --store URI`")
+    return found[0]
+
+
+def _current_plan(store: PlanStore, name: str) -> Plan | None:
+    try:
+        return get_current(store, name)
+    except StoreError:
+        return None  # no plan yet (or a pointer fsck reports): this replan makes the first
+
+
+def decided(store: PlanStore, name: str, fingerprint: str) -> PlanRecord | None:
+    """The last plan the gate decided on for this inventory version (approved or not), if any."""
+    records = [r for r in list_plans(store, name) if r.fingerprint == fingerprint and not r.problem]
+    return records[-1] if records else None
+
+
+def baselines(request: ReplanRequest) -> tuple[str, ...]:
+    """What the gate measures the new plan against: the evaluate section's heuristics and TorchRec's planner."""
+    wanted = [s for s in request.settings.evaluate.sharders if s in HEURISTICS or s == "torchrec"]
+    return tuple(dict.fromkeys([*wanted, "torchrec"]))
+
+
+def run(request: ReplanRequest) -> ReplanResult:
+    s = request.settings
+    store = open_plan_store(s, request.store, request.endpoint_url, existing=False)
+    inv = _inventory(request, store)
+    ref = push_inventory(store, inv, store_uri=request.store or s.publish.store_uri)  # the version a plan is for
+    base = {"inventory_name": inv.name, "fingerprint": inv.fingerprint()}
+    current = _current_plan(store, inv.name)
+    previous = current.plan_id if current is not None else None
+    if current is not None and current.inventory_fingerprint == ref.fingerprint:
+        return ReplanResult(outcome="current", previous_plan_id=previous, plan=current, **base,
+                            reason=f"plan {current.plan_id} is already current for version {ref.fingerprint[:12]}")
+    last = decided(store, inv.name, ref.fingerprint) if not request.force else None
+    if last is not None:
+        return ReplanResult(outcome="already-decided", previous_plan_id=previous, **base,
+                            reason=f"version {ref.fingerprint[:12]} was decided: plan {last.plan_id} {last.status} "
+                                   f"({last.reason}); --force re-plans it")
+    with tempfile.TemporaryDirectory(prefix="dreamshard-replan-") as tmp:
+        work = request.work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        inv_file, plan_file = work / "inventory.yaml", work / "plan.json"
+        save_inventory(inv, inv_file)
+        planned = plan_uc.run(plan_uc.PlanRequest(settings=s, inventory=inv_file, out=plan_file,
+                                                  sharder=plan_uc.SEARCHING_SHARDER, model=model_dir(request.model),
+                                                  seed=request.seed))
+        plan = planned.plan
+        if plan.out_of_range:
+            return ReplanResult(outcome="retrain-due", plan=plan, previous_plan_id=previous,
+                                retrain_reasons=list(plan.out_of_range), warnings=planned.warnings, **base,
+                                reason=f"version {ref.fingerprint[:12]} is outside the production model's training "
+                                       f"ranges ({'; '.join(plan.out_of_range)}): retrain before publishing")
+        published = publish_uc.run(publish_uc.PublishRequest(
+            settings=s, plan=plan_file, measure=True, baselines=baselines(request), inventory=inv_file,
+            store=request.store, endpoint_url=request.endpoint_url))
+    decision = published.decision
+    outcome: Outcome = "published" if published.ref.is_current else "not-published"
+    return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, previous_plan_id=previous,
+                        warnings=planned.warnings, reason=decision.reason, **base)

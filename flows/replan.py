@@ -1,0 +1,71 @@
+"""replan-on-inventory-change: the production loop's fast path (dreamshard.usecases.replan). A new inventory
+version (`dreamshard inventory push` emits `dreamshard.inventory.changed`) is planned with the current production
+model, gated against the baselines measured interleaved, and published, with no profiling or training. When the
+version is outside the model's training ranges nothing is published and `dreamshard.retrain.due` is emitted: the
+retrain deployment (`retrain-on-inventory-change/nightly-and-when-due`) listens for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
+
+from dreamshard.learning.model_store import has_model
+from dreamshard.settings import resolve
+from dreamshard.usecases import replan as replan_uc
+from dreamshard.workspace import MODEL_DIR
+from dreamshard_flows.artifacts import replan_artifact
+from dreamshard_flows.requests import ReplanRequest
+from dreamshard_flows.tasks import absolute_uri
+
+RETRAIN_DUE_EVENT = "dreamshard.retrain.due"
+
+
+def retrain_resource_id(inventory_name: str) -> str:
+    return f"dreamshard.retrain.{inventory_name}"
+
+
+def production_model(request: ReplanRequest) -> Path | None:
+    """--model, else the pipeline workspace's trained model, else None (the packaged one)."""
+    if request.model:
+        return Path(request.model)
+    candidate = Path(request.workspace) / MODEL_DIR
+    return candidate if has_model(candidate) else None
+
+
+def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
+    settings = resolve(request.params_path, {"profile.backend": request.backend})
+    return replan_uc.ReplanRequest(settings=settings, inventory_name=request.inventory_name,
+                                   store=absolute_uri(request.store_uri or settings.publish.store_uri),
+                                   endpoint_url=request.endpoint_url, model=production_model(request))
+
+
+@task(name="replan", cache_policy=NO_CACHE, tags=["gpu"])
+def replan_task(request: replan_uc.ReplanRequest) -> replan_uc.ReplanResult:
+    """Plan (search + verify on the backend), gate, publish: dreamshard.usecases.replan.run."""
+    return replan_uc.run(request)
+
+
+def emit_retrain_due(result: replan_uc.ReplanResult) -> str | None:
+    event = emit_event(
+        event=RETRAIN_DUE_EVENT,
+        resource={"prefect.resource.id": retrain_resource_id(result.inventory_name),
+                  "prefect.resource.name": result.inventory_name},
+        payload={"inventory_name": result.inventory_name, "fingerprint": result.fingerprint,
+                 "reason": "; ".join(result.retrain_reasons)[:2000]},
+    )
+    return None if event is None else str(event.id)
+
+
+@flow(name="replan-on-inventory-change", log_prints=True)
+def replan_on_inventory_change(request: ReplanRequest) -> replan_uc.ReplanResult:
+    log = get_run_logger()
+    log.info("why: %s", request.reason)
+    result = replan_task(library_request(request))
+    replan_artifact(result, request.reason)
+    log.info("%s: %s %s: %s", result.outcome, result.inventory_name, result.fingerprint[:12], result.reason)
+    if result.outcome == "retrain-due":
+        log.info("emitted %s (%s)", RETRAIN_DUE_EVENT, emit_retrain_due(result))
+    return result

@@ -1,0 +1,108 @@
+"""The production loop's fast path (dreamshard.usecases.replan, `dreamshard replan`): a new inventory version is
+planned with the current model, gated and published without profiling or training; a version outside the model's
+ranges is not published and says a retrain is due."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from flows_support import change_one_table, tiny_inventory
+
+import dreamshard.learning.loop
+import dreamshard.profiling.runner
+from dreamshard.cli.app import invoke
+from dreamshard.settings import resolve
+from dreamshard.store import get_current, get_current_inventory, list_plans, open_store
+from dreamshard.usecases import replan as replan_uc
+
+#: Search candidates that include the heuristics' own plans, all verified: on the (deterministic) simulator the
+#: kept plan is at least as good as the best heuristic, so the gate can approve it.
+PARAMS = {
+    "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},  # the packaged model's batch size
+    "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
+    "plan": {"num_devices": 2, "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
+             "verify": 4, "verify_rounds": 1, "samples": 0},
+    "evaluate": {"sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+                              "torchrec"], "rounds": 5},
+    "publish": {"store_uri": "store", "allow_simulated": True},
+}
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+
+    def forbidden(*_a: object, **_k: object) -> None:
+        raise AssertionError("the fast path must not profile or train")
+
+    monkeypatch.setattr(dreamshard.profiling.runner, "profile_inventory", forbidden)
+    monkeypatch.setattr(dreamshard.learning.loop, "train", forbidden)
+    return tmp_path
+
+
+def _replan(work: Path, **kw: object) -> replan_uc.ReplanResult:
+    return replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), **kw))  # type: ignore[arg-type]
+
+
+def test_a_new_version_is_planned_gated_and_published_without_profiling_or_training(work: Path) -> None:
+    inv = tiny_inventory(work / "v1.yaml")
+    first = _replan(work, inventory=work / "v1.yaml")
+    assert first.outcome == "published", first.reason
+    store = open_store("store")
+    assert get_current(store, "tiny").plan_id == first.plan.plan_id  # type: ignore[union-attr]
+    assert get_current_inventory(store, "tiny")[0].fingerprint() == inv.fingerprint()  # type: ignore[index]
+    again = _replan(work, inventory=work / "v1.yaml")
+    assert again.outcome == "current" and again.plan.plan_id == first.plan.plan_id  # type: ignore[union-attr]
+    v2 = change_one_table(inv, work / "v2.yaml")  # one table's pooling changed: a new version, same schema
+    assert v2.schema_fingerprint() == inv.schema_fingerprint()
+    second = _replan(work, inventory=work / "v2.yaml")
+    assert second.outcome == "published" and second.previous_plan_id == first.plan.plan_id  # type: ignore[union-attr]
+    assert get_current(store, "tiny").inventory_fingerprint == v2.fingerprint()
+    assert get_current_inventory(store, "tiny")[0].fingerprint() == v2.fingerprint()  # type: ignore[index]
+
+
+def test_a_version_outside_the_models_ranges_is_not_published_and_a_retrain_is_due(work: Path) -> None:
+    tiny_inventory(work / "v1.yaml")
+    data = yaml.safe_load((work / "params.yaml").read_text())
+    data["plan"]["num_devices"] = 64  # the packaged model learned on 2-16 devices
+    (work / "params.yaml").write_text(yaml.safe_dump(data))
+    result = _replan(work, inventory=work / "v1.yaml")
+    assert result.outcome == "retrain-due" and result.ref is None
+    assert any("devices" in r for r in result.retrain_reasons), result.retrain_reasons
+    store = open_store("store")
+    assert list_plans(store, "tiny") == []  # nothing published, nothing rejected
+    assert get_current_inventory(store, "tiny") is not None  # the version itself is stored
+
+
+def test_a_decided_version_is_not_replanned_unless_forced(work: Path) -> None:
+    tiny_inventory(work / "v1.yaml")
+    data = yaml.safe_load((work / "params.yaml").read_text())
+    data["publish"]["min_improvement"] = 0.5  # nothing beats the baselines by half: not published
+    (work / "params.yaml").write_text(yaml.safe_dump(data))
+    first = _replan(work, inventory=work / "v1.yaml")
+    assert first.outcome == "not-published" and first.ref is not None
+    again = _replan(work, inventory=work / "v1.yaml")
+    assert again.outcome == "already-decided" and first.ref.plan_id in again.reason
+    forced = _replan(work, inventory=work / "v1.yaml", force=True)
+    assert forced.outcome == "not-published" and forced.ref is not None and forced.ref.plan_id != first.ref.plan_id
+
+
+def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
+    tiny_inventory(work / "v1.yaml")
+    code, _, err = invoke(["inventory", "push", "v1.yaml", "--store", "store", "--no-event"])
+    assert code == 0, err
+    code, out, err = invoke(["replan", "--inventory-name", "tiny", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["outcome"] == "published"
+    code, out, err = invoke(["replan", "--inventory-name", "tiny"])
+    assert code == 0 and out.strip().splitlines()[-1].startswith("current: tiny"), out
+    code, _, err = invoke(["replan", "--inventory-name", "nope"])
+    assert code == 2 and err.count("\n") == 1 and "no inventory 'nope'" in err
+    code, _, err = invoke(["replan"])
+    assert code == 2 and "-i FILE, or --inventory-name" in err
+    code, _, err = invoke(["replan", "-i", "v1.yaml", "--inventory-name", "other"])
+    assert code == 2 and "is not the file's inventory 'tiny'" in err
