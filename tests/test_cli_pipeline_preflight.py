@@ -68,7 +68,8 @@ def test_drift_on_another_backend_fails_in_one_line_before_the_flow(tmp_path: Pa
     assert _run("plan", "-i", str(inv), "-d", "2", "-m", "1", "-s", "lookup_greedy", "-o", "plan.json",
                 cwd=tmp_path).returncode == 0
     pub = _run("plans", "publish", "plan.json", "-i", str(inv), "--measure", "--backend", "simulator",
-               "--sharders", "random", "--rounds", "1", "--min-improvement", "0", "--store", store, cwd=tmp_path)
+               "--sharders", "random", "--rounds", "1", "--min-improvement", "0", "--allow-simulated", "--store", store,
+               cwd=tmp_path)
     assert pub.returncode == 0, pub.stderr
     res = _run("pipeline", "drift", "--inventory-name", "tiny", "--params", str(ROOT / "params.yaml"),
                "--store", store, "--backend", "cpu", cwd=tmp_path)

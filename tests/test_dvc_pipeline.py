@@ -80,7 +80,7 @@ def test_dvc_pipeline_reruns_only_what_changed(repo: Path, tmp_path: Path) -> No
                 "data/comparison.json", "reports/comparison.md", "metrics/evaluation.json", "plots/cost_per_sharder.json"):
         assert (repo / out).is_file(), out
     evaluation = json.loads((repo / "metrics/evaluation.json").read_text())
-    assert set(evaluation["sharders"]) == {"round_robin", "dreamshard"} and evaluation["backend"] == "simulator"
+    assert set(evaluation["sharders"]) == {"round_robin", "torchrec", "dreamshard"} and evaluation["backend"] == "simulator"
     plan = json.loads((repo / "data/plan.json").read_text())
     assert any(r["plan"]["plan_id"] == plan["plan_id"] for r in json.loads((repo / "data/comparison.json").read_text())["results"])
     _run([dvc, "push"], repo)

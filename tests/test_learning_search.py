@@ -185,12 +185,15 @@ def test_a_column_shard_plan_round_trips_through_gate_store_and_torchrec_export(
     assert invoke(["plan", "-i", str(inv), "-d", "4", "-m", mem, "--model", str(model_dir), "-o", str(plan_file)])[0] == 0
     plan = load_plan(plan_file)
     assert big.name in plan.column_shards
-    code, _, err = invoke(["compare", "-i", str(inv), "-d", "4", "-m", mem, "--sharders", "dreamshard_lpt", "--model", str(model_dir), "--plan",
-                           str(plan_file), "--backend", "simulator", "--rounds", "1", "--warmup", "0", "--repeats", "1",
-                           "--out", str(cmp_file)])
+    # The table-wise heuristics cannot place the split table: TorchRec's planner (it splits too) is the baseline.
+    params = tmp_path / "params.yaml"
+    params.write_text("publish: {baselines: [torchrec], allow_simulated: true}\n")
+    code, _, err = invoke(["compare", "-i", str(inv), "-d", "4", "-m", mem, "--sharders", "torchrec",
+                           "--model", str(model_dir), "--plan", str(plan_file), "--backend", "simulator", "--rounds", "5",
+                           "--warmup", "0", "--repeats", "1", "--out", str(cmp_file)])
     assert code == 0, err
     code, out, err = invoke(["plans", "publish", str(plan_file), "-i", str(inv), "--comparison", str(cmp_file),
-                             "--store", str(store)])
+                             "--params", str(params), "--store", str(store)])
     assert code in (0, 1), err  # approved, or kept as rejected: either way stored and verified
     code, out, err = invoke(["plans", "show", plan.plan_id, "--store", str(store)])
     assert code == 0, err

@@ -396,8 +396,15 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     if "plan_id" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")
     store = open_store(STATE["store_uri"])
-    params = write_params(tmp_path / "p.yaml", publish={"store_uri": STATE["store_uri"], "allow_simulated": True})
+    # The packaged model in the world it learned (batch 2048, 2-16 devices; the tiny workspace model saw 2-3 tables
+    # per device only), the heuristics among the verified candidates (a deterministic simulator: ties pass).
+    params = write_params(tmp_path / "p.yaml", publish={"store_uri": STATE["store_uri"], "allow_simulated": True,
+                                                        "min_rounds": 2},
+                          topology={"batch_size": 2048}, evaluate={"rounds": 2},
+                          plan={"num_devices": 2, "verify": 4, "verify_rounds": 1, "samples": 0,
+                                "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]})
     request = ReplanRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"]),
+                            model=str(Path(__file__).resolve().parents[1] / "dreamshard" / "pretrained"),
                             reason="test: a new version")
     current = get_current(store, "tiny")
     inv = load_inventory(STATE["ws"] / "data" / "inventory.yaml")
@@ -409,9 +416,10 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     names = {t.name.rsplit("-", 1)[0] for t in _task_runs_since(since)}
     assert "replan" in names and not names & {"dvc-stage", "profile", "train"}, names  # no stage ran
 
-    t0 = inv.tables[0]
-    wide = Inventory(name="tiny", tables=(t0.model_copy(update={"embedding_dim": 1024}), *inv.tables[1:]))
-    push_inventory(store, wide)  # a dim the workspace's model never saw: a retrain is due
+    t0 = min(inv.tables, key=lambda t: t.num_embeddings)  # small enough to fit at dim 1024
+    wide = Inventory(name="tiny", tables=tuple(t.model_copy(update={"embedding_dim": 1024}) if t is t0 else t
+                                               for t in inv.tables))
+    push_inventory(store, wide)  # a dim the model never saw (it learned 4-512): a retrain is due
     due = replan_on_inventory_change(request.model_copy(update={"reason": "test: out of range"}))
     assert due.outcome == "retrain-due" and any("embedding_dim" in r for r in due.retrain_reasons), due.retrain_reasons
     assert get_current(store, "tiny").plan_id == (result.ref.plan_id if result.outcome == "published"
@@ -445,6 +453,11 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
 
     if "plan_id" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")
+    ws = PipelineWorkspace(STATE["ws"])
+    ws.repro("plan", force=True)  # a new plan id: the workspace's plan was decided already (one decision per id)
+    ws.repro("evaluate")
+    store = open_store(STATE["store_uri"])
+    current = get_pointer(store, "tiny").plan_id
     t, result = _in_background(lambda: publish_workspace_plan(PublishRequest(workspace=str(STATE["ws"]),
                                                                             require_human=True)))
     paused = None
@@ -461,7 +474,6 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     assert not t.is_alive() and "error" not in result, result.get("error")
     outcome = result["value"]
     assert not outcome.approved and "rejected by a human reviewer; reviewer: needs a second look" in outcome.reason
-    store = open_store(STATE["store_uri"])
-    assert get_pointer(store, "tiny").plan_id == STATE["plan_id"]  # current did not move
+    assert get_pointer(store, "tiny").plan_id == current  # current did not move
     assert any(r.plan_id == outcome.plan_id and r.status == "rejected" for r in list_plans(store, "tiny"))
     assert PipelineWorkspace(STATE["ws"]).tags(f"rejected/{outcome.plan_id}") == [f"rejected/{outcome.plan_id}"]

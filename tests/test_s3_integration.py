@@ -142,7 +142,7 @@ def test_cli_publish_to_s3_exit_codes(
     files = w.write(tmp_path)
     uri = f"s3://{s3_env.bucket}/{s3_prefix}"
     store = open_store(uri)
-    args = ["plans", "publish", "--store", uri, "--comparison", str(files["comparison"])]
+    args = ["plans", "publish", "--store", uri, "--comparison", str(files["comparison"]), "--params", str(files["params"])]
     with pytest.raises(SystemExit) as e:
         main([*args[:2], str(files["good"]), *args[2:]])
     assert e.value.code == 2 and "push it first" in capsys.readouterr().err  # no inventory: nothing trusted

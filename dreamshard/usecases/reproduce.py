@@ -9,7 +9,7 @@ from dreamshard.errors import PlanError
 from dreamshard.types import Plan
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store, stored_plan
-from dreamshard.workspace import ReproduceResult, reproduce
+from dreamshard.workspace import ReproduceResult, check_lineage, reproduce
 
 
 class ReproduceRequest(Request):
@@ -30,4 +30,5 @@ def run(request: ReproduceRequest) -> ReproduceOutcome:
     plan = stored_plan(store, request.plan_id, request.inventory, "reproduce")
     if plan.lineage is None:
         raise PlanError(f"plan {plan.plan_id} has no lineage: only plans published by the pipeline can be reproduced")
+    check_lineage(plan.lineage, plan.plan_id)  # md5s to check against; only the installed pipeline's commands
     return ReproduceOutcome(plan=plan, result=reproduce(plan.lineage, request.into, plan.plan_id))

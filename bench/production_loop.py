@@ -1,0 +1,176 @@
+"""Production-loop benchmark: a one-table change on the 120-table pool, fresh pipeline run vs the fast path vs a
+full retrain (docs/architecture.md, "The production loop"). Run it on a quiet machine (about 25 minutes on 2 cores):
+
+    python bench/production_loop.py                  # writes bench/results/production_loop.{json,md}
+    python bench/production_loop.py --render         # rebuild the markdown from the JSON
+
+1. fresh: `dreamshard pipeline run` on the pool (params.yaml, CPU backend) in a new workspace;
+2. the change: one table's pooling factor x1.5 and one new table (a copy of another under a new name);
+3. fast path: `dreamshard replan -i v2` with the workspace's model (search + verify, the gate measures the plan and
+   the baselines interleaved, publish): no profiling, no training;
+4. full retrain: `dreamshard pipeline run -i v2` in a copy of the fresh workspace (what the loop did before);
+5. quality: the fast path's plan, the retrain's plan, the fast path's plan again (the noise row), TorchRec's
+   planner and every heuristic on v2, measured interleaved (>= 5 rounds, shuffled order each round).
+
+Measurements counted: profile records + the outer loop's new measurements (train metrics), the verify and gate
+timings (candidates x rounds); wall times from the commands' start to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "results"
+BIN = Path(sys.executable).parent
+HEURISTICS = ("round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
+
+
+def run(args: list[str], cwd: Path) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    res = subprocess.run([str(BIN / "dreamshard"), *args], cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode not in (0, 1):
+        raise SystemExit(f"dreamshard {' '.join(args)} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return wall, res.stdout
+
+
+def changed_inventory(src: Path, dst: Path) -> str:
+    from dreamshard.io import load_inventory, save_inventory
+    from dreamshard.types import Inventory
+
+    inv = load_inventory(src)
+    t0, t1 = inv.tables[0], inv.tables[1]
+    new = t1.model_copy(update={"name": f"{t1.name}_new"})
+    v2 = Inventory(name=inv.name, tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
+                                          *inv.tables[1:], new))
+    save_inventory(v2, dst)
+    return f"{t0.name}: pooling x1.5; {new.name}: new (a copy of {t1.name})"
+
+
+def pipeline_counts(ws: Path) -> dict[str, int]:
+    """Profile records and the outer loop's new measurements of the workspace's last run."""
+    profile = sum(1 for _ in (ws / "data" / "measurements.jsonl").open()) if (ws / "data" / "measurements.jsonl").is_file() else 0
+    train = json.loads((ws / "metrics" / "train.json").read_text()) if (ws / "metrics" / "train.json").is_file() else {}
+    return {"profile_records": profile, "loop_measured": int(train.get("measured_now", 0)),
+            "loop_from_cache": int(train.get("from_cache", 0))}
+
+
+def bench(work: Path, rounds: int) -> dict[str, Any]:
+    from dreamshard.settings import resolve
+
+    settings = resolve(ROOT / "params.yaml")
+    store = work / "store"
+    base = ["--params", str(ROOT / "params.yaml"), "--store", str(store)]
+    pool = work / "v1.yaml"
+    run(["inventory", "synth", "--params", str(ROOT / "params.yaml"), "-o", str(pool)], work)
+    ws = work / "ws"
+    fresh_s, _ = run(["pipeline", "run", "--workspace", str(ws), "-i", str(pool), *base,
+                      "--dvc-remote", str(work / "remote")], work)
+    fresh = pipeline_counts(ws)
+    change = changed_inventory(pool, work / "v2.yaml")
+    retrain_ws = work / "ws-retrain"
+    shutil.copytree(ws, retrain_ws, symlinks=True)
+
+    fast_s, fast_out = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(ws / "models" / "dreamshard"),
+                            "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
+    fast = json.loads(fast_out)
+    n_baselines = len([s for s in settings.evaluate.sharders if s in HEURISTICS or s == "torchrec"])
+    gate_rounds = max(settings.evaluate.rounds, settings.publish.min_rounds)
+    fast_timings = settings.plan.verify * settings.plan.verify_rounds + (n_baselines + 1) * gate_rounds
+
+    retrain_s, _ = run(["pipeline", "run", "--workspace", str(retrain_ws), "-i", str(work / "v2.yaml"), *base,
+                        "--dvc-remote", str(work / "remote")], work)
+    retrain = pipeline_counts(retrain_ws)
+
+    from dreamshard.store import get_current, open_store
+
+    fast_plan = get_current(open_store(str(work / "store-fast")), "pool") if fast["outcome"] == "published" else None
+    plans = work / "plans"
+    plans.mkdir()
+    contenders: list[str] = []
+    (plans / "retrain.json").write_text((retrain_ws / "data" / "plan.json").read_text())
+    contenders += ["-p", str(plans / "retrain.json")]
+    if fast_plan is not None:
+        (plans / "fast.json").write_text(fast_plan.model_dump_json())
+        contenders += ["-p", str(plans / "fast.json"), "-p", str(plans / "fast.json")]
+    cmp_file = work / "comparison.json"
+    run(["compare", "-i", str(work / "v2.yaml"), "--params", str(ROOT / "params.yaml"), "--rounds", str(rounds),
+         "--sharders", ",".join([*HEURISTICS, "torchrec"]), "-d", str(settings.plan_devices), *contenders,
+         "--out", str(cmp_file)], work)
+    cmp = json.loads(cmp_file.read_text())
+    roles = {json.loads((plans / "retrain.json").read_text())["plan_id"]: "full retrain"}
+    if fast_plan is not None:
+        roles[fast_plan.plan_id] = "fast path"
+    return {"change": change, "rounds": rounds, "roles": roles, "backend": settings.profile.backend,
+            "fresh": {"wall_s": round(fresh_s, 1), **fresh},
+            "fast_path": {"wall_s": round(fast_s, 1), "outcome": fast["outcome"], "reason": fast["reason"],
+                          "profile_records": 0, "loop_measured": 0, "verify_and_gate_timings": fast_timings},
+            "retrain": {"wall_s": round(retrain_s, 1), **retrain},
+            "comparison": [{"plan_id": r["plan"]["plan_id"], "sharder": r["sharder"], "overall_ms": r["overall_ms"],
+                            "samples_ms": r["samples_ms"]} for r in cmp["results"]]}
+
+
+def render(data: dict[str, Any]) -> str:
+    rows = data["comparison"]
+    by_sharder: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_sharder.setdefault(r["sharder"], []).append(r)
+    torchrec = by_sharder["torchrec"][0]["overall_ms"]
+    best = min(r["overall_ms"] for s in HEURISTICS for r in by_sharder.get(s, []))
+    f, fa, rt = data["fresh"], data["fast_path"], data["retrain"]
+    lines = [
+        "# Production loop: a one-table change on the 120-table pool (CPU backend)",
+        "",
+        f"Change: {data['change']}. Generated by `bench/production_loop.py` on a quiet 2-core machine.",
+        "",
+        "| run | wall s | vs fresh | profile records | loop measured | other timings |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| fresh pipeline (v1) | {f['wall_s']} | 1.00 | {f['profile_records']} | {f['loop_measured']} | - |",
+        f"| full retrain (v2, same workspace) | {rt['wall_s']} | {rt['wall_s'] / f['wall_s']:.2f} | "
+        f"{rt['profile_records']} | {rt['loop_measured']} ({rt['loop_from_cache']} from cache) | - |",
+        f"| fast path `replan` (v2): {fa['outcome']} | {fa['wall_s']} | {fa['wall_s'] / f['wall_s']:.2f} | 0 | 0 | "
+        f"{fa['verify_and_gate_timings']} verify + gate |",
+        "",
+        f"Plans on v2, measured interleaved ({data['rounds']} rounds, backend {data['backend']}); ratios to TorchRec's "
+        f"planner and to the best heuristic:",
+        "",
+        "| plan | ms | x TorchRec | x best heuristic |",
+        "|---|---:|---:|---:|",
+    ]
+    seen: set[str] = set()
+    for r in sorted(rows, key=lambda r: r["overall_ms"]):
+        label = data["roles"].get(r["plan_id"], r["sharder"])
+        if r["plan_id"] in seen:
+            label += " (again: the noise row)"
+        seen.add(r["plan_id"])
+        lines.append(f"| {label} | {r['overall_ms']:.3f} | {r['overall_ms'] / torchrec:.3f} | {r['overall_ms'] / best:.3f} |")
+    lines += ["", f"Fast path outcome: {fa['outcome']} — {fa['reason']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--render", action="store_true")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not args.render:
+        with tempfile.TemporaryDirectory(prefix="dreamshard-loop-bench-") as tmp:
+            data = bench(Path(tmp), args.rounds)
+        (OUT / "production_loop.json").write_text(json.dumps(data, indent=2) + "\n")
+    data = json.loads((OUT / "production_loop.json").read_text())
+    (OUT / "production_loop.md").write_text(render(data))
+    print((OUT / "production_loop.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
