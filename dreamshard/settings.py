@@ -90,6 +90,17 @@ class Settings(BaseModel):
         """The measuring backend of the `profile` section: the one construction every door uses."""
         return self.profile.oracle()
 
+    def check_pipeline(self) -> None:
+        """Rules across sections the pipeline needs (checked before it starts): the evaluate stage's comparison
+        is what the publish gate decides on, so it must measure every required baseline, often enough."""
+        if self.evaluate.rounds < self.publish.min_rounds:
+            raise ConfigError(f"evaluate.rounds {self.evaluate.rounds} is below publish.min_rounds "
+                              f"{self.publish.min_rounds}: the gate could not decide on the evaluate stage's comparison")
+        missing = [b for b in self.publish.baselines if b not in self.evaluate.sharders]
+        if missing:
+            raise ConfigError(f"evaluate.sharders lacks the required baseline(s) {', '.join(missing)} "
+                              f"(publish.baselines): the gate could not decide on the evaluate stage's comparison")
+
 
 SECTIONS: tuple[str, ...] = tuple(name for name in Settings.model_fields if name != "source")
 #: Section fill-ins: (section, key) taken from another section when the file does not set it.

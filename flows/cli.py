@@ -87,6 +87,7 @@ def run_cmd(
                           "and export PREFECT_API_URL=http://127.0.0.1:4200/api")
     params = params_file(params, lookup="installed")
     cfg = resolve(params, {"profile.backend": backend})
+    cfg.check_pipeline()
     if inventory is None and (workspace / INPUT_INVENTORY).is_file():
         inventory = workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise
     inv = load_inventory(inventory) if inventory is not None else cfg.inventory.synthesize()

@@ -126,6 +126,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
     with workspace_lock(root / LOCK_FILE):
         params_file = request.params_path or (str(ws.path(PARAMS)) if ws.path(PARAMS).is_file() else None)
         cfg = resolve(params_file, {"profile.backend": request.backend})
+        cfg.check_pipeline()
         store_uri = absolute_uri(request.store_uri or cfg.publish.store_uri)
         if request.inventory_path:
             inventory = load_inventory(request.inventory_path)

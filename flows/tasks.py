@@ -123,12 +123,14 @@ def gate_task(root: str, settings: Settings, store_uri: str | None = None,
     (`store_uri`) already holds a decision for this plan id and inventory version, that one is returned instead
     (third element True): one decision per plan."""
     ws = PipelineWorkspace(root)
-    if store_uri is not None:
-        done = publish_uc.recorded(open_store(store_uri, endpoint_url=endpoint_url), ws.path(PLAN))
+    store = open_store(store_uri, endpoint_url=endpoint_url) if store_uri is not None else None
+    if store is not None:
+        done = publish_uc.recorded(store, ws.path(PLAN))
         if done is not None:
             return done.plan, done.decision, True
     gated = publish_uc.gate(publish_uc.PublishRequest(settings=settings, plan=ws.path(PLAN),
-                                                      comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)))
+                                                      comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)),
+                            store)
     return gated.plan, gated.decision, False
 
 

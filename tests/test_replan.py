@@ -106,3 +106,27 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
     assert code == 2 and "-i FILE, or --inventory-name" in err
     code, _, err = invoke(["replan", "-i", "v1.yaml", "--inventory-name", "other"])
     assert code == 2 and "is not the file's inventory 'tiny'" in err
+
+
+def test_an_inconclusive_plan_becomes_the_first_plan_but_never_replaces_a_current_one(tmp_path: Path) -> None:
+    from dreamshard.gate import GateDecision
+    from dreamshard.sharders import get_sharder
+    from dreamshard.store import publish_or_reject
+    from dreamshard.types import Topology
+    from dreamshard.usecases.publish import first_plan
+
+    inv = tiny_inventory(tmp_path / "inv.yaml")
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0)
+    plan = get_sharder("dim_greedy").shard(inv, topo)
+    store = open_store(str(tmp_path / "store"))
+    unsure = GateDecision(approved=False, outcome="inconclusive", plan_id=plan.plan_id,
+                          reason="inconclusive: ... within the noise, the current plan stays (measure more rounds)")
+    first = first_plan(store, plan, unsure)
+    assert first.approved and first.outcome == "approved" and "no plan is current for 'tiny'" in first.reason
+    rejected = unsure.model_copy(update={"outcome": "rejected"})
+    assert first_plan(store, plan, rejected) == rejected  # clearly slower: never
+    published = publish_or_reject(store, plan.model_copy(update={"measured": plan.predicted}),
+                                  first.model_copy(update={"inventory_fingerprint": inv.fingerprint()}))
+    assert published.is_current
+    other = get_sharder("size_greedy").shard(inv, topo)
+    assert first_plan(store, other, unsure.model_copy(update={"plan_id": other.plan_id})).outcome == "inconclusive"

@@ -11,7 +11,7 @@ from dreamshard.evaluation import validate_sharders
 from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.learning.model_store import load_card
-from dreamshard.store import PublishedRef, already_decided, get_inventory_version, publish_or_reject
+from dreamshard.store import PublishedRef, already_decided, get_inventory_version, get_pointer, publish_or_reject
 from dreamshard.store.base import PlanStore
 from dreamshard.types import Inventory, Plan
 from dreamshard.usecases.base import Request, Result
@@ -79,14 +79,26 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
     if request.comparison is not None:
         judged, decision = gate_comparison_file(plan, inv, request.comparison, s.publish, extra_baselines=extra,
                                                 seed=seed, backend=request.backend)
-        return GateResult(plan=judged, decision=decision)
-    oracle = s.oracle()
-    try:
-        judged, decision, _ = measure_and_gate(plan, inv, oracle, s.publish, extra_baselines=extra,
-                                               rounds=s.evaluate.rounds, seed=seed)
-    finally:
-        oracle.close()
-    return GateResult(plan=judged, decision=decision)
+    else:
+        oracle = s.oracle()
+        try:
+            judged, decision, _ = measure_and_gate(plan, inv, oracle, s.publish, extra_baselines=extra,
+                                                   rounds=s.evaluate.rounds, seed=seed)
+        finally:
+            oracle.close()
+    store = store or open_plan_store(s, request.store, request.endpoint_url, existing=False)
+    return GateResult(plan=judged, decision=first_plan(store, judged, decision))
+
+
+def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
+    """Inside the noise the current plan stays; with no current plan there is nothing to keep: a plan the
+    measurements cannot tell from the best baseline (inconclusive, never clearly slower) becomes the first."""
+    if decision.outcome != "inconclusive" or get_pointer(store, plan.inventory_name) is not None:
+        return decision
+    return decision.model_copy(update={
+        "approved": True, "outcome": "approved",
+        "reason": decision.reason.replace("the current plan stays (measure more rounds)",
+                                          f"no plan is current for '{plan.inventory_name}': it becomes the first")})
 
 
 def recorded(store: PlanStore, plan_file: Path) -> PublishResult | None:
