@@ -31,7 +31,7 @@ from dreamshard.lineage import Lineage  # noqa: E402
 from dreamshard.sharders import get_sharder  # noqa: E402
 from dreamshard.gate import GateDecision  # noqa: E402
 from dreamshard.settings import installed_pipeline_file  # noqa: E402
-from dreamshard.store import list_plans, open_store, publish  # noqa: E402
+from dreamshard.store import list_plans, open_store, publish, publish_or_reject  # noqa: E402
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 
@@ -41,8 +41,18 @@ def _one_line_2(r: tuple[int, str, str], needle: str = "") -> bool:
     return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and needle in r[2]
 
 
-def _outcomes(files: dict[str, Path]) -> list[str]:
-    return [x.outcome for x in list_plans(open_store(str(files["store"])))] if files["store"].exists() else []
+def _outcomes(files: dict[str, Path], plan_id: str | None = None) -> list[str]:
+    if not files["store"].exists():
+        return []
+    return [x.outcome for x in list_plans(open_store(str(files["store"]))) if plan_id in (None, x.plan_id)]
+
+
+def _with_current(files: dict[str, Path]) -> None:
+    """A current plan to keep (with none, a plan inside the noise becomes the first: usecases.publish.first_plan)."""
+    seed = get_sharder("round_robin").shard(INVENTORY, TOPOLOGY)
+    publish_or_reject(open_store(str(files["store"])), seed.model_copy(update={"measured": seed.predicted}),
+                      GateDecision(approved=True, outcome="approved", reason="a current plan to keep",
+                                   plan_id=seed.plan_id, inventory_fingerprint=INVENTORY.fingerprint()))
 
 
 def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases reads best
@@ -57,16 +67,20 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
     @case("15.5", "same plan, --comparison then --measure: never opposite decisions", "plans publish P (twice)")
     def _() -> tuple[bool, str]:
         files = write_case(d / "noise", mine, full_comparison(mine, NoisyOracle(seed=1)))
+        _with_current(files)
         first = cli(publish_argv(files))
         second = cli(publish_argv(files, *measure, comparison=False))
-        return (first[0] == second[0] == 1 and "already decided" in second[2] and len(_outcomes(files)) == 1,
-                _outcomes(files)[0] if _outcomes(files) else first[2][:60])
+        mine_out = _outcomes(files, mine.plan_id)
+        return (first[0] == second[0] == 1 and "already decided" in second[2] and len(mine_out) == 1,
+                mine_out[0] if mine_out else first[2][:60])
 
     @case("15.5", "identical placements measured 10.4 / 18.7 ms: inside the noise", "plans publish P --comparison noisy.json")
     def _() -> tuple[bool, str]:
         files = write_case(d / "noise2", same, full_comparison(same, NoisyOracle(seed=5)))
+        _with_current(files)
         r = cli(publish_argv(files))
-        return r[0] == 1 and _outcomes(files) == ["inconclusive"] and "current plan stays" in r[2], r[2][:60]
+        return (r[0] == 1 and _outcomes(files, same.plan_id) == ["inconclusive"] and "current plan stays" in r[2],
+                r[2][:60])
 
     @case("15.5", "simulator basis without --allow-simulated", "plans publish P --comparison cmp.json (no flag)")
     def _() -> bool:

@@ -20,8 +20,9 @@ from gate_hostile import (
 from store_helpers import approve, world
 
 from dreamshard.cli.app import invoke
+from dreamshard.gate import GateDecision
 from dreamshard.lineage import Lineage
-from dreamshard.store import list_plans, open_store, publish
+from dreamshard.store import list_plans, open_store, publish, publish_or_reject
 
 
 def one_line_2(r: tuple[int, str, str]) -> str:
@@ -172,9 +173,14 @@ def test_noise_cannot_flip_the_decision_and_a_plan_is_decided_once(tmp_path: Pat
     noisy = full_comparison(w.good, NoisyOracle(seed=3), sharders=tuple(w.baselines))
     files["comparison"].write_text(noisy.model_dump_json())
     files["plan"] = files["good"]
+    # a current plan to keep (with none, a plan inside the noise becomes the first: usecases.publish.first_plan)
+    seed = w.worse.model_copy(update={"measured": w.worse.predicted})
+    publish_or_reject(open_store(str(files["store"])), seed,
+                      GateDecision(approved=True, outcome="approved", reason="seed", plan_id=seed.plan_id,
+                                   inventory_fingerprint=w.inventory.fingerprint()))
     r = invoke(publish_argv(files, "--params", str(files["params"])))
     assert r[0] == 1 and r[2].startswith("inconclusive") and "the current plan stays" in r[2], r
-    (rec,) = records(files)
+    (rec,) = [x for x in records(files) if x.plan_id == w.good.plan_id]
     assert rec.status == "rejected" and rec.outcome == "inconclusive" and not rec.is_current
     # the same plan again, now with a quiet comparison and with --measure: the recorded decision stands
     files["comparison"].write_text(w.comparison.model_dump_json())
@@ -182,7 +188,7 @@ def test_noise_cannot_flip_the_decision_and_a_plan_is_decided_once(tmp_path: Pat
         argv = publish_argv(files, "--params", str(files["params"]), *extra, comparison=not extra)
         r = invoke(argv)
         assert r[0] == 1 and r[2].startswith("already decided: inconclusive"), r
-    assert [x.outcome for x in records(files)] == ["inconclusive"]
+    assert [x.outcome for x in records(files) if x.plan_id == w.good.plan_id] == ["inconclusive"]
 
 
 def test_a_rejected_plan_is_never_approved_later(tmp_path: Path) -> None:
