@@ -104,6 +104,33 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+#: The characters of a URL scheme, and the longest scheme looked for behind a `://`.
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_SCHEME_MAX = 64
+_AFTER_SCHEME = re.compile(r"://[^\s'\"<>`]+")
+
+
+def _redacted(url: str) -> str:
+    return redact_url(url) if ("@" in url or "?" in url) else url
+
+
 def redact_urls(text: str) -> str:
-    """Every URL inside `text` passed through `redact_url` (for messages and logs)."""
-    return _URL.sub(lambda m: redact_url(m.group(0)) if ("@" in m.group(0) or "?" in m.group(0)) else m.group(0), text)
+    """Every URL inside `text` passed through `redact_url` (for messages and logs). Linear in the text: each
+    `://` is found once and its scheme looked for at most _SCHEME_MAX characters back (a long run of letters,
+    e.g. a huge table name, is never rescanned from every position)."""
+    if "://" not in text:
+        return text
+    out: list[str] = []
+    done = 0
+    for m in _AFTER_SCHEME.finditer(text):
+        start = m.start()
+        first = start
+        while first > max(done, start - _SCHEME_MAX) and text[first - 1] in _SCHEME_CHARS:
+            first -= 1
+        while first < start and not text[first].isalpha():
+            first += 1  # a scheme starts with a letter
+        if first == start:
+            continue  # no scheme: not a URL
+        out += [text[done:first], _redacted(text[first:m.end()])]
+        done = m.end()
+    return "".join(out) + text[done:]
