@@ -83,7 +83,7 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     fast_s, fast_out = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(ws / "models" / "dreamshard"),
                             "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
     fast = json.loads(fast_out)
-    n_baselines = len([s for s in settings.evaluate.sharders if s in HEURISTICS or s == "torchrec"])
+    n_baselines = len(settings.publish.baselines)
     gate_rounds = max(settings.evaluate.rounds, settings.publish.min_rounds)
     fast_timings = settings.plan.verify * settings.plan.verify_rounds + (n_baselines + 1) * gate_rounds
 
