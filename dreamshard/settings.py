@@ -34,7 +34,6 @@ from dreamshard.learning.configs import (
     LoopConfig,
     PolicyTrainConfig,
     PretrainConfig,
-    SearchConfig,
     TasksConfig,
     TopologyConfig,
 )
@@ -47,7 +46,6 @@ from dreamshard.types import Topology
 #: if it exists) or `installed` (./params.yaml, else the params.yaml installed with the package).
 Lookup = Literal["given", "local", "installed"]
 LOCAL_PARAMS = Path("params.yaml")
-BACKENDS = ("cpu", "cuda", "simulator")
 
 
 class Settings(BaseModel):
@@ -82,9 +80,6 @@ class Settings(BaseModel):
             return self.topology.topology(num_devices or self.plan_devices)
         except ValidationError as e:
             raise ConfigError(f"topology {describe_validation_error(e)}") from None
-
-    def search(self, seed: int = 0) -> SearchConfig:
-        return self.plan.search(seed)
 
     def oracle(self) -> Oracle:
         """The measuring backend of the `profile` section: the one construction every door uses."""
@@ -166,12 +161,6 @@ def _fill_in(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _check_backend(overrides: Mapping[str, Any] | None) -> None:
-    backend = (overrides or {}).get("profile.backend")
-    if backend is not None and backend not in BACKENDS:
-        raise ConfigError(f"unknown backend '{backend}'; choose from {', '.join(BACKENDS)}")
-
-
 def settings_from(data: Mapping[str, Any], source: Path | str | None = None) -> Settings:
     """Settings from already-parsed params `data` (fill-ins applied here); errors name the section and key."""
     raw = _fill_in({k: dict(v or {}) for k, v in data.items()})
@@ -190,7 +179,6 @@ def settings_from(data: Mapping[str, Any], source: Path | str | None = None) -> 
 def resolve(params_path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
             lookup: Lookup = "given") -> Settings:
     """THE settings of a command: overrides > the params file (found per `lookup`) > section defaults."""
-    _check_backend(overrides)
     path = params_file(params_path, lookup)
     return settings_from(apply_overrides(_raw(path), overrides), path)
 
@@ -200,11 +188,12 @@ def params_text(params_path: str | Path | None, overrides: Mapping[str, Any] | N
     """The params.yaml text a pipeline workspace runs with: the file as it is (comments kept) or, with
     overrides, the file with those keys set. Validated first, so a bad override fails in one line."""
     path = params_file(params_path, lookup)
-    resolve(path, overrides)
     assert path is not None
+    raw = apply_overrides(_raw(path), overrides)
+    settings_from(raw, path)
     if not any(v is not None for v in (overrides or {}).values()):
         return path.read_text()
-    return yaml.safe_dump(apply_overrides(_raw(path), overrides), sort_keys=False)
+    return yaml.safe_dump(raw, sort_keys=False)
 
 
 def model_dir(explicit: Path | None = None, cwd: Path | None = None) -> Path | None:

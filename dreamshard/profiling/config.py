@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dreamshard.profiling.oracle import Oracle, make_oracle
+from dreamshard.profiling.oracle import BACKENDS, Oracle, make_oracle
 from dreamshard.profiling.simulator import SimulatorParams
 from dreamshard.sharders import sharder_names
 
@@ -32,6 +32,13 @@ class ProfileConfig(BaseModel):
     # one device timing takes. See dreamshard.profiling.simulator.
     simulator_slowdown: Annotated[float, Field(gt=0, le=1e6)] = 1.0
     simulator_latency_ms: Annotated[float, Field(ge=0, le=60_000)] = 0.0
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _known_backend(cls, v: object) -> object:
+        if v not in BACKENDS:
+            raise ValueError(f"unknown backend '{v}'; choose from {', '.join(BACKENDS)}")
+        return v
 
     @field_validator("kinds")
     @classmethod

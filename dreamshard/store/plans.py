@@ -55,8 +55,9 @@ def show(store: PlanStore, plan_id: str, inventory: str | None = None) -> Plan:
     return load_verified(store, pk)
 
 
-def list_plans(store: PlanStore, inventory: str | None = None) -> list[PlanRecord]:
-    """Every stored plan of `inventory` (all inventories if None), oldest first, each checksum-verified.
+def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> list[PlanRecord]:
+    """Every stored plan of `inventory` (all inventories if None; of its version `fingerprint` only, if given),
+    oldest first, each checksum-verified.
 
     A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
     instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
@@ -67,6 +68,8 @@ def list_plans(store: PlanStore, inventory: str | None = None) -> list[PlanRecor
     for inv in inventories:
         pointer, _ = pointer_or_problem(store, inv)
         for pk in plan_keys(store, inv):
+            if fingerprint is not None and pk.fingerprint != fingerprint:
+                continue
             is_current = pointer is not None and pointer.key == pk.key
             record = read_record(store, pk)
             common: dict[str, Any] = {

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import PlanError
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
 from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
@@ -98,10 +97,6 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
               **{"--plan" + (f" #{i + 1}" if len(request.plans) > 1 else ""): p for i, p in enumerate(request.plans)}}
     check_outputs(inputs, _output_paths(request, names, extra))
     inv = load_inventory(request.inventory)
-    for p, path in zip(extra, request.plans):
-        if p.inventory_fingerprint != inv.fingerprint():
-            raise PlanError(f"{path} was made for another version of inventory '{p.inventory_name}'; re-run the "
-                            f"plan stage (or `dreamshard plan`) on {request.inventory}")
     topo = extra[0].topology if extra and request.num_devices is None else s.topology_for(request.num_devices)
     seed = s.profile.seed
     options = {name: sharder_options(name, s, request.model, seed) for name in names}

@@ -17,7 +17,7 @@ from dreamshard.io import check_outputs, load_inventory, save_plan
 from dreamshard.learning.search import SearchResult
 from dreamshard.learning.sharder import ModelSharder
 from dreamshard.settings import Settings, model_dir
-from dreamshard.sharders import LEARNED, get_sharder
+from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.types import Plan
 from dreamshard.usecases.base import Request, Result
 
@@ -40,16 +40,14 @@ class PlanResult(Result):
     search: SearchResult | None = None  # the scored candidates, for sharders that search
 
 
-def sharder_options(name: str, settings: Settings, model: Path | None, seed: int, **extra: Any) -> dict[str, Any]:
-    """The options sharder `name` is built with from the settings (learned sharders: model, search, samples)."""
-    if name not in LEARNED:
-        return {"seed": seed} if name == "random" else {}
-    opts: dict[str, Any] = {"seed": seed, "samples": settings.plan.samples, "risk": settings.plan.risk,
-                            "search": settings.search(seed)}
-    found = model_dir(model)
-    if found is not None:
-        opts["model_dir"] = found
-    return {**opts, **extra}
+def sharder_options(name: str, settings: Settings, model: Path | None, seed: int) -> dict[str, Any]:
+    """The options sharder `name` is built with from the settings: the seed, and for the learned sharders the
+    model, the search and its samples and risk (each sharder gets those it takes: `options_for`)."""
+    shared: dict[str, Any] = {"seed": seed, "samples": settings.plan.samples, "risk": settings.plan.risk,
+                              "search": settings.plan.search(seed)}
+    if "model_dir" in accepted_options(name) and (found := model_dir(model)) is not None:
+        shared["model_dir"] = found
+    return options_for(name, shared)
 
 
 def run(request: PlanRequest) -> PlanResult:
@@ -65,7 +63,7 @@ def run(request: PlanRequest) -> PlanResult:
     verify = s.plan.verify if name == SEARCHING_SHARDER else 0
     oracle = s.oracle() if verify else None
     extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle} if verify else {}
-    sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed, **extra))
+    sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
     searched: SearchResult | None = None
     warnings: list[str] = []
     try:

@@ -18,7 +18,6 @@ from pydantic import Field
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.io import load_inventory, save_inventory
 from dreamshard.settings import model_dir
-from dreamshard.sharders import HEURISTICS
 from dreamshard.store import PlanRecord, PublishedRef, get_current, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
 from dreamshard.types import Inventory, Plan
@@ -76,14 +75,8 @@ def _current_plan(store: PlanStore, name: str) -> Plan | None:
 
 def decided(store: PlanStore, name: str, fingerprint: str) -> PlanRecord | None:
     """The last plan the gate decided on for this inventory version (approved or not), if any."""
-    records = [r for r in list_plans(store, name) if r.fingerprint == fingerprint and not r.problem]
+    records = [r for r in list_plans(store, name, fingerprint) if not r.problem]
     return records[-1] if records else None
-
-
-def baselines(request: ReplanRequest) -> tuple[str, ...]:
-    """What the gate measures the new plan against: the evaluate section's heuristics and TorchRec's planner."""
-    wanted = [s for s in request.settings.evaluate.sharders if s in HEURISTICS or s == "torchrec"]
-    return tuple(dict.fromkeys([*wanted, "torchrec"]))
 
 
 def run(request: ReplanRequest) -> ReplanResult:
@@ -117,7 +110,7 @@ def run(request: ReplanRequest) -> ReplanResult:
                                 reason=f"version {ref.fingerprint[:12]} is outside the production model's training "
                                        f"ranges ({'; '.join(plan.out_of_range)}): retrain before publishing")
         published = publish_uc.run(publish_uc.PublishRequest(
-            settings=s, plan=plan_file, measure=True, baselines=baselines(request), inventory=inv_file,
+            settings=s, plan=plan_file, measure=True, inventory=inv_file,  # baselines: publish.baselines
             store=request.store, endpoint_url=request.endpoint_url))
     decision = published.decision
     outcome: Outcome = "published" if published.ref.is_current else "not-published"
