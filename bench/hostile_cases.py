@@ -336,15 +336,27 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         return one_line_2(r) and get_current(open_store(str(st)), "inv").plan_id == good.plan_id
 
 
+# Case tables of one area each (issue 18, second round): module, function(directory, case).
+EXTRA_CASES: tuple[tuple[str, str], ...] = (
+    ("hostile_gate_cases", "gate_cases"),
+    ("hostile_training_cases", "cases"),
+    ("hostile_torchrec_cases", "cases"),
+    ("hostile_store_cases", "cases"),
+    ("hostile_input_cases", "cases"),
+    ("hostile_small_cases", "cases"),
+)
+
+
 def run() -> int:
     import argparse
 
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    from hostile_gate_cases import gate_cases  # bench/ is the script's directory
+    import importlib
 
     with tempfile.TemporaryDirectory() as tmp:
         main_cases(Path(tmp))
-        gate_cases(Path(tmp) / "gate", case)
+        for module, fn in EXTRA_CASES:  # bench/ is the script's directory
+            getattr(importlib.import_module(module), fn)(Path(tmp) / module, case)
     print("| defect | case | command | holds |\n|---|---|---|---|")
     for defect, what, command, ok, note in RESULTS:
         print(f"| {defect} | {what} | `{command}` | {'yes' if ok else 'NO ' + note} |")

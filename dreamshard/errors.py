@@ -53,6 +53,7 @@ class InfeasiblePlacementError(DreamshardError):
         self.table = table
         self.table_gb = table_gb
         self.largest_free_gb = largest_free_gb
+        self.hint = hint
         msg = (
             f"table '{table}' ({format_gb(table_gb)}) fits on no device "
             f"(largest free memory {format_gb(largest_free_gb)}); "
@@ -75,8 +76,22 @@ class ModelError(DreamshardError):
     """A learned model is missing, corrupt or incompatible."""
 
 
+class TrainingDataError(DreamshardError):
+    """Measurement records a model would learn from are out of range, unbounded or contradictory
+    (dreamshard.learning.records): names the record, the field and the limit."""
+
+
 class StoreError(DreamshardError):
     """Object storage / plan store failure (credentials, endpoint, bucket, checksum)."""
+
+
+class StorePathError(StoreError):
+    """A local store's path is not usable as its layout needs: it leads out of the store (a link), or a file
+    stands where a folder belongs (or a folder, FIFO... where an object belongs). Names the path (`key`)."""
+
+    def __init__(self, key: str, where: str, problem: str, fix: str) -> None:
+        self.key, self.problem, self.fix = key, problem, fix
+        super().__init__(f"{key} in {where}: {problem}; {fix}")
 
 
 class ConfigError(DreamshardError):

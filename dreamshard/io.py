@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -158,35 +159,79 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
     return dump_model(plan, path)
 
 
+def _not_measurements(p: Path, lineno: int, why: str) -> InputFileError:
+    return InputFileError(
+        f"{p}:{lineno}: not a measurement record ({why}): {p} is not a measurements file; nothing was changed: "
+        f"write to another file or move that one aside"
+    )
+
+
+#: How every measurement record starts (`Measurement.model_dump_json`: `measurement_id` is its first field).
+_RECORD_START = re.compile(rb'\s*\{\s*"measurement_id"\s*:')
+
+
+def _partial_record(line: bytes, after_measurements: bool) -> bool:
+    """THE rule for an invalid last line without its newline: a killed writer's partial record (ignored by
+    `iter_measurements`, cut by `append_measurement`) when the lines before it are measurements, or, with none
+    before it, when it is the unfinished start of a record (a writer killed during the file's first record: it
+    opens like one and is not complete JSON). Anything else (a one-line plan, minified JSON, any other file) is
+    not a measurements file: refused, never read as empty nor modified."""
+    if after_measurements:
+        return True
+    if not _RECORD_START.match(line):
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return True
+    return False
+
+
 def iter_measurements(path: str | Path) -> Iterator[Measurement]:
-    """Stream records from a JSONL file. A truncated last line (an interrupted writer: no final newline)
-    is ignored; any other bad line is a one-line InputFileError naming it."""
+    """Stream records from a JSONL file; any bad line is a one-line InputFileError naming it, except a partial
+    last record (`_partial_record`), which is ignored."""
     p = Path(path)
     if not p.exists():
         raise InputFileError(f"file not found: {p}")
     text = read_text(p)
     lines = text.splitlines()
+    seen = False
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            yield Measurement.model_validate_json(line)
+            m = Measurement.model_validate_json(line)
         except ValidationError as e:
             if i == len(lines) - 1 and not text.endswith("\n"):
-                return  # partial trailing write
+                if _partial_record(line.encode(), seen):
+                    return
+                raise _not_measurements(p, i + 1, describe_validation_error(e)) from None
             raise InputFileError(f"{p}:{i + 1}: {describe_validation_error(e)}") from None
+        seen = True
+        yield m
 
 
 def load_measurements(path: str | Path) -> list[Measurement]:
     return list(iter_measurements(path))
 
 
+def _is_measurement(line: bytes) -> bool:
+    try:
+        Measurement.model_validate_json(line)
+    except ValidationError:
+        return False
+    return True
+
+
 def append_measurement(path: str | Path, m: Measurement) -> None:
     """Append one record as one line and fsync it (crash-safe resume relies on this).
 
     A last line without its newline is either a complete record (an editor or a copy dropped the newline:
-    it is kept and terminated) or a partial write of a killed writer (cut off before appending)."""
+    it is kept and terminated) or a partial write of a killed writer (`_partial_record`: cut off before
+    appending); any other file is refused with an InputFileError and left as it is."""
     p = Path(path)
+    if p.is_dir():
+        raise InputFileError(f"cannot write {p}: it is a directory")
     p.parent.mkdir(parents=True, exist_ok=True)
     if p.exists() and p.stat().st_size > 0:
         with open(p, "rb+") as f:
@@ -194,10 +239,13 @@ def append_measurement(path: str | Path, m: Measurement) -> None:
             if f.read(1) != b"\n":
                 data = p.read_bytes()
                 cut = data.rfind(b"\n") + 1
-                try:
-                    Measurement.model_validate_json(data[cut:])
+                if _is_measurement(data[cut:]):
                     f.write(b"\n")
-                except ValidationError:
+                else:
+                    head = [line for line in data[:cut].splitlines() if line.strip()]
+                    if not all(_is_measurement(line) for line in head) or not _partial_record(data[cut:], bool(head)):
+                        raise _not_measurements(p, data[:cut].count(b"\n") + 1,
+                                                "an unterminated last line that is no partial measurement record")
                     f.truncate(cut)
     with open(p, "a") as f:
         f.write(m.model_dump_json() + "\n")

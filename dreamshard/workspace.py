@@ -7,10 +7,9 @@
     for stage in ws.stages(): if stage in ws.status(): ws.repro(stage)        # DVC's change detection only
     ws.commit("..."); ws.push(); ws.lineage(...)                               # dvc.lock in git, data in the remote
 
-Stages list the dreamshard package directories they run as dependencies (`dreamshard/learning`, ...). In the
-source checkout those are the package itself; in a workspace `dreamshard` is a git-ignored link to the
-installed package (re-made by `init`), so a code change re-runs exactly the stages whose code changed and
-dvc.lock records the code's hash next to the data's.
+Stages depend on the package directories they run (`dreamshard/learning`, ...): in a workspace `dreamshard` is a
+git-ignored link to the installed package (re-made by `init`), so a code change re-runs exactly the stages whose
+code changed and dvc.lock records the code's hash next to the data's.
 
 `reproduce` rebuilds a workspace from a published plan's lineage alone (dvc.yaml, params, dvc.lock, remote),
 pulls exactly that data and model, and checks them against the lock.
@@ -19,12 +18,13 @@ pulls exactly that data and model, and checks them against the lock.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, r
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
 from dreamshard.io import atomic_write_text, load_inventory, save_inventory
 from dreamshard.lineage import Lineage, dvc_md5, lock_outs, sha256_text
-from dreamshard.settings import installed_pipeline_file
 from dreamshard.types import Inventory
 
 DVC_YAML = "dvc.yaml"
@@ -123,7 +122,11 @@ class PipelineWorkspace:
         """Create the repository if needed (git, DVC, ignore files, dvc.yaml and params.yaml when missing, the
         remote, the code link) and commit it. Returns True when it was created now. Idempotent."""
         created = not self.exists()
-        self.root.mkdir(parents=True, exist_ok=True)
+        check_directory_path(self.root, "workspace")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PipelineError(f"cannot create the workspace {self.root}: {e.strerror or first_line(e)}") from None
         if not (self.root / ".git").exists():
             run_git(["init", "-q"], self.root)
         if not (self.root / ".dvc").is_dir():
@@ -295,48 +298,35 @@ class PipelineWorkspace:
 
 
 def _package_version() -> str | None:
-    try:
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version("dreamshard")
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
-def _stage_table(text: str, what: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """{stage: (command with whitespace normalised, outs)} of a dvc.yaml text."""
+def check_directory_path(path: Path, option: str) -> None:
+    """PipelineError unless `path` is or can be made a directory: it and its parents are no file or dead link."""
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise PipelineError(f"{option} {path}: {p} is {'a file' if p.exists() else 'a link to nowhere'}; "
+                                    f"give a directory")
+            return
+
+
+@contextlib.contextmanager
+def undo_on_failure(target: Path) -> Iterator[None]:
+    """On failure remove what the block wrote: the directories it created (`target` or parents that did not
+    exist), else the contents of `target`, a directory the user gave empty (which stays)."""
+    made = next((p for p in (*reversed(target.parents), target) if not (p.exists() or p.is_symlink())), None)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
-    stages = data.get("stages") if isinstance(data, dict) else None
-    if not isinstance(stages, dict) or not stages:
-        raise PipelineError(f"{what} has no stages")
-    out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for name, stage in stages.items():
-        cmd = stage.get("cmd") if isinstance(stage, dict) else None
-        cmds = [cmd] if isinstance(cmd, str) else cmd if isinstance(cmd, list) else None
-        if not cmds or not all(isinstance(c, str) for c in cmds):
-            raise PipelineError(f"{what}: stage '{name}' has no command")
-        outs = stage.get("outs") or []
-        out[str(name)] = (" && ".join(" ".join(c.split()) for c in cmds), tuple(str(o) for o in outs))
-    return out
-
-
-def check_lineage(lineage: Lineage, plan_id: str) -> None:
-    """PipelineError unless a plan's lineage can be reproduced safely: md5s for the model and the measurements
-    (what the reproduction is checked against), and a dvc.yaml whose stage commands and outputs are exactly the
-    installed pipeline file's (`dreamshard ...` commands; params may differ), so no stored text runs a command."""
-    missing = [n for n, v in (("model", lineage.model_md5), ("measurements", lineage.measurements_md5)) if not v]
-    if missing:
-        raise PipelineError(f"plan {plan_id}'s lineage has no md5 for the {' and the '.join(missing)}: a reproduction "
-                            f"could not be checked; refusing")
-    mine = _stage_table(installed_pipeline_file("dvc.yaml").read_text(), "the installed dvc.yaml")
-    if lineage.dvc_yaml is None:
-        return  # `reproduce` says the lineage is incomplete
-    theirs = _stage_table(lineage.dvc_yaml, f"plan {plan_id}'s dvc.yaml")
-    for name, (cmd, outs) in theirs.items():
-        if not cmd.startswith("dreamshard ") or name not in mine or mine[name] != (cmd, outs):
-            raise PipelineError(f"plan {plan_id}'s dvc.yaml stage '{name}' is not the installed pipeline's "
-                                f"(`{cmd[:60]}`); refusing to write it")
+        yield
+    except BaseException:
+        for child in [made] if made is not None else list(target.iterdir()) if target.is_dir() else []:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        raise
 
 
 def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResult:
@@ -352,10 +342,11 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
             f"by `dreamshard pipeline run` or its Prefect deployment can be reproduced"
         )
     target = Path(into)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    check_directory_path(target, "--into")
+    if target.exists() and any(target.iterdir()):
         raise ConfigError(f"--into {target} already exists and is not empty; choose a new directory")
     ws = PipelineWorkspace(target)
-    try:
+    with undo_on_failure(target):  # nothing half-made or unverified is left behind; the user's directory stays
         ws.init(lineage.dvc_yaml, lineage.params, RemoteSpec(url=lineage.dvc_remote,
                                                              endpoint_url=lineage.dvc_remote_endpoint))
         atomic_write_text(ws.path(LOCK), lineage.dvc_lock)
@@ -374,8 +365,5 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
                     f"{name} pulled into {target} has md5 {got[name]}, the plan's lineage says {want[name]}: "
                     f"the remote {lineage.dvc_remote} does not hold what produced plan {plan_id}"
                 )
-    except Exception:
-        shutil.rmtree(target, ignore_errors=True)  # nothing half-made or unverified is left behind
-        raise
     return ReproduceResult(directory=str(target), plan_id=plan_id, model_md5=got["model"],
                            measurements_md5=got["measurements"], git_revision=rev)

@@ -25,7 +25,9 @@ from dreamshard.evaluation import comparison_table, load_comparison
 from dreamshard.io import load_inventory, save_inventory
 from dreamshard.settings import installed_pipeline_file, params_file, resolve
 from dreamshard.store import open_store
-from dreamshard.workspace import COMPARISON, INPUT_INVENTORY, MODEL_DIR, PARAMS, PipelineWorkspace, RemoteSpec
+from dreamshard.workspace import (
+    COMPARISON, INPUT_INVENTORY, MODEL_DIR, PARAMS, PipelineWorkspace, RemoteSpec, check_directory_path,
+)
 
 pipeline_app = typer.Typer(help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.",
                            no_args_is_help=True)
@@ -133,9 +135,8 @@ def init_cmd(
 ) -> None:
     """Create a workspace repository: git + DVC, dvc.yaml and params.yaml, the input inventory, the DVC remote,
     and the code link. On a clone of a workspace it only adds what is missing (the code link, the remote)."""
+    check_directory_path(directory, "workspace")  # a file at (or above) it: one line, nothing created
     ws = PipelineWorkspace(directory)
-    if directory.exists() and not directory.is_dir():
-        raise PipelineError(f"{directory} is a file: give a directory for the workspace")
     source = params or (ws.path(PARAMS) if ws.path(PARAMS).is_file() else installed_pipeline_file("params.yaml"))
     cfg = resolve(source)  # one-line errors before anything is created
     params_text = Path(source).read_text()

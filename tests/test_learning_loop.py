@@ -16,7 +16,7 @@ from dreamshard.learning.loop import MEASUREMENTS_FILE, last_checkpoint, train
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.tasks import make_taskset
 from dreamshard.profiling import make_oracle
-from dreamshard.types import Topology
+from dreamshard.types import Inventory, Topology
 
 TINY = LoopConfig(
     iterations=2, placements_per_iteration=2, search_per_iteration=1, perturb_per_iteration=1, seed=0, init="none",
@@ -47,9 +47,28 @@ def test_taskset_split_is_disjoint_seeded_and_capped():
     assert set(ts.train_tables) | set(ts.test_tables) == set(pool.table_names)
     assert all(5 <= len(t.tables) <= 9 and t.num_devices == 4 and set(t.tables) <= set(ts.train_tables) for t in ts.train)
     assert all(set(t.tables) <= set(ts.test_tables) for t in ts.test)
+    m = len(ts.test_tables)
+    assert 15 <= m <= 35  # test_fraction 0.5 of 50, drawn per table
     sizes = {(len(t.tables), t.num_devices) for t in ts.test}
-    assert sizes == {(10, d) for d in (2, 4, 8)} | {(25, d) for d in (2, 4, 8)}  # 80 and 160 capped at 25
+    assert sizes == {(10, d) for d in (2, 4, 8)} | {(m, d) for d in (2, 4, 8)}  # 80 and 160 capped at the pool
     assert ts.pool_fingerprint == pool.fingerprint()
+
+
+def test_taskset_is_stable_under_a_table_change_and_an_addition():
+    pool = synth_inventory(60, seed=0)
+    cfg = TasksConfig(seed=0, train_num_tasks=16, train_tables=(20, 30))
+    t0, t1 = pool.tables[0], pool.tables[1]
+    v2 = Inventory(name=pool.name, tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
+                                           *pool.tables[1:], t1.model_copy(update={"name": "brand_new"})))
+    a, b = make_taskset(pool, cfg), make_taskset(v2, cfg)
+    assert set(b.train_tables) - set(a.train_tables) <= {"brand_new"}  # no old table changes pool
+    assert set(a.train_tables) <= set(b.train_tables)
+    changed = 0
+    for old, new in zip(a.train, b.train):
+        gone, came = set(old.tables) - set(new.tables), set(new.tables) - set(old.tables)
+        assert came <= {"brand_new"} and len(gone) == len(came) <= 1  # one in, one displaced, or nothing
+        changed += bool(came)
+    assert changed < len(a.train)  # the tasks the new table does not join are untouched
 
 
 @pytest.fixture()

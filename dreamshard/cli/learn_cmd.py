@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dreamshard.cli.options import BackendOverride, InventoryOpt, MemoryOverride, ParamsOpt
+from dreamshard.cli.options import BackendOverride, CorpusOpt, InventoryOpt, MemoryOverride, ParamsOpt
 from dreamshard.settings import resolve
 from dreamshard.usecases import tasks as tasks_uc
 from dreamshard.usecases import train as train_uc
@@ -95,12 +95,14 @@ def train(
     metrics_out: MetricsOpt = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint (--no-resume also forgets the loop's measurements).")] = True,
     progress: ProgressOpt = True,
+    corpus: CorpusOpt = None,
 ) -> None:
     """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
     settings = resolve(params, {"profile.backend": backend, "topology.memory_per_device_gb": memory_gb})
     result = train_uc.run(train_uc.TrainRequest(
         settings=settings, inventory=inventory, tasks=tasks_path, model_dir=model_dir, measurements=measurements,
-        state_dir=state_dir, metrics_out=metrics_out, resume=resume, progress=progress and console.is_terminal))
+        state_dir=state_dir, metrics_out=metrics_out, resume=resume, progress=progress and console.is_terminal,
+        corpus=corpus))
     if not result.iterations:
         console.print(f"nothing to do: {model_dir} already holds the final iteration (use --no-resume to restart)")
     for r in result.iterations:
@@ -111,6 +113,12 @@ def train(
             f"{_fmt(r.policy_mean_cost_ms)} ms", markup=False,
         )
     summary = result.summary
+    if summary.incremental:
+        console.print(f"incremental: warm-started from the previous version's model, measured on "
+                      f"{summary.tasks_measured} changed or refresh task(s)", markup=False)
+    if summary.device_timings_measured is not None:
+        console.print(f"corpus: {summary.device_timings_measured} device timings measured, "
+                      f"{summary.device_timings_reused} reused", markup=False)
     console.print(f"model {summary.model_version} -> {model_dir}"
                   + (f" (warm-started from {summary.init})" if summary.init else ""), markup=False)
     if result.simulated:

@@ -44,6 +44,7 @@ ThreadsOverride = Annotated[Optional[int], typer.Option("--threads", min=1, max=
 SeedOverride = Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed (profile.seed; default 0).")]
 RoundsOverride = Annotated[Optional[int], typer.Option("--rounds", min=1, max=MAX_ROUNDS, help="Interleaved measurement rounds (evaluate.rounds; default 3).")]
 ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="Model dir of the learned sharders (default: ./models, ./models/dreamshard, else the packaged model).")]
+CorpusOpt = Annotated[Optional[Path], typer.Option("--corpus", help="Measurement corpus directory: device timings of the same tables on the same hardware and settings are reused from it, new ones added (docs/architecture.md, 'The measurement corpus').")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 

@@ -15,6 +15,7 @@ from dreamshard.cli.options import (
     MAX_THREADS,
     BackendOverride,
     BatchOverride,
+    CorpusOpt,
     DevicesOverride,
     InventoryOpt,
     MemoryOverride,
@@ -47,6 +48,7 @@ def profile(
     refit_comm: Annotated[bool, typer.Option("--refit-comm", help="Re-run the all-to-all benchmark (ignore cache).")] = False,
     params: ParamsOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
+    corpus: CorpusOpt = None,
 ) -> None:
     """Measure single-table costs and K random feasible placements (real timing; resumes an existing file)."""
     settings = resolve(params, {
@@ -56,7 +58,7 @@ def profile(
     })
     result = profile_uc.run(profile_uc.ProfileRequest(
         settings=settings, inventory=inventory, out=output, tasks=tasks, refit_comm=refit_comm,
-        progress=progress and console.is_terminal))
+        progress=progress and console.is_terminal, corpus=corpus))
     for m in result.refit:
         console.print(f"comm fit (N={m.world_size}): {_comm_line(m)}", markup=False)
     summary = result.summary
@@ -75,6 +77,9 @@ def profile(
     )
     for m in summary.comm_models:
         console.print(f"comm: {_comm_line(m)}", markup=False)
+    if result.corpus:
+        console.print("corpus: {device_timings_measured} device timings measured, {device_timings_reused} reused "
+                      "({corpus_size} in the corpus)".format(**result.corpus), markup=False)
 
 
 def _comm_line(m: CommModel) -> str:
@@ -92,6 +97,7 @@ def profile_stage(
     campaign: Annotated[Optional[str], typer.Option("--campaign", envvar="DREAMSHARD_PROFILE_CAMPAIGN", help="Shards of one campaign are reused (resume); default: a fresh one.")] = None,
     dispatch: Annotated[str, typer.Option("--dispatch", envvar="DREAMSHARD_PROFILE_DISPATCH", help="local (this process) or workers (runs of the profile-batch deployment; needs the flows).")] = "local",
     parent_task_run: Annotated[Optional[str], typer.Option("--parent-task-run", envvar="DREAMSHARD_PARENT_TASK_RUN_ID", hidden=True)] = None,
+    corpus: CorpusOpt = None,
 ) -> None:
     """DVC stage `profile`: plan the measurements in batches, measure each batch into one shard (here or on the
     gpu work pool's workers), merge the shards in planned order."""
@@ -100,7 +106,7 @@ def profile_stage(
     result = profile_uc.run_batched(profile_uc.BatchedProfileRequest(
         settings=resolve(params), inventory=inventory, tasks=tasks, out=out, store_uri=store,
         endpoint_url=endpoint_url, campaign=campaign, dispatch=dispatch,  # type: ignore[arg-type]
-        parent_task_run=parent_task_run), log=typer.echo)
+        parent_task_run=parent_task_run, corpus=corpus), log=typer.echo)
     typer.echo(f"wrote {out}: {result.merge.records} measurements from {result.merge.batches} batches")
 
 

@@ -32,7 +32,9 @@ def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="TorchRec plan file to write (JSON).")],
     kernel: Annotated[str, typer.Option("--kernel", help="Compute kernel: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
 ) -> None:
-    """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model)."""
+    """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model).
+
+    The plan is checked against the inventory first (every table once, devices, memory: memory.check_plan)."""
 
     check_outputs({"PLAN": plan_file, "--inventory": inventory}, {"--out": out})
     plan = load_plan(plan_file)

@@ -153,9 +153,9 @@ def _generator(table: str, spec: TableSharding, rows: int, dim: int) -> Any:
     kernel = spec.compute_kernel
     if spec.sharding_type == "table_wise":
         return table_wise(rank=spec.ranks[0], compute_kernel=kernel)
-    assert spec.column_ranges is not None
-    if len({end - start for start, end in spec.column_ranges}) == 1:
-        return column_wise(ranks=list(spec.ranks), compute_kernel=kernel)
+    shards = spec.column_shards()  # THE reader of the file's shards (column order), as the import reads them
+    if len({sh.width for sh in shards}) == 1:  # column_wise: shard i (in column order) on ranks[i]
+        return column_wise(ranks=[sh.device for sh in shards], compute_kernel=kernel)
     return _column_ranges_generator(spec)
 
 
@@ -164,8 +164,9 @@ def _column_ranges_generator(spec: TableSharding) -> Any:
     from torchrec.distributed.sharding_plan import placement  # optional dependency: torchrec
     from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardingType, ShardMetadata  # optional dependency: torchrec
 
-    ranges = list(spec.column_ranges or ())
-    ranks = list(spec.ranks)
+    shards = spec.column_shards()
+    ranges = [(sh.start, sh.end) for sh in shards]
+    ranks = [sh.device for sh in shards]
 
     def generate(param: Any, local_size: int, world_size: int, device_type: str, sharder: Any) -> Any:
         rows = int(param.shape[0])

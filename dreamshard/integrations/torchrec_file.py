@@ -15,6 +15,10 @@ inventory is known; a bare ``{table: {...}}`` map (``dreamshard plans show --tor
 the world size given by the caller. ``dreamshard.integrations.torchrec.load_sharding_plan`` turns the file into
 TorchRec's ``ShardingPlan``; ``plan_from_document`` turns it (or an imported TorchRec plan) back into a Plan.
 
+A column_wise table's ``column_ranges[i]`` lives on ``ranks[i]``; the ranges may be listed in any order, and
+every reader takes them through ``TableSharding.column_shards`` (paired as listed, in column order), so
+``torchrec import`` and ``load_sharding_plan`` place the same columns on the same ranks.
+
 Column-wise rules (TorchRec 1.9.2, checked in its source and by tests/test_torchrec_dmp.py):
 
 * ``column_wise(ranks=[r0, ..., rk-1])`` cuts a table into k equal shards, shard i on rank ri; a rank may appear
@@ -45,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.errors import ConfigError, InputFileError, PlanError
 from dreamshard.io import atomic_write_text, read_structured, validate_mapping
+from dreamshard.memory import check_plan
 from dreamshard.sharders.base import make_plan
 from dreamshard.shards import check_column_shards, fold
 from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology, shard_name
@@ -71,7 +76,11 @@ class _Frozen(BaseModel):
 
 
 class TableSharding(_Frozen):
-    """How one table is sharded: whole on one rank, or in column ranges (one rank per range, column order)."""
+    """How one table is sharded: whole on one rank, or in column ranges, ``column_ranges[i]`` on ``ranks[i]``.
+
+    The ranges may be listed in any order; `column_shards` is THE reader of them (every consumer of a file's
+    column shards goes through it: `units`, the import, the ShardingPlan export), so one file means one placement.
+    """
 
     sharding_type: Literal["table_wise", "column_wise"]
     compute_kernel: ComputeKernel = "fused"
@@ -89,7 +98,7 @@ class TableSharding(_Frozen):
                 raise ValueError("a table_wise table has no column_ranges")
             return self
         if self.column_ranges is None or len(self.column_ranges) != len(self.ranks):
-            raise ValueError("a column_wise table lists one [start, end] column range per rank, in column order")
+            raise ValueError("a column_wise table lists one [start, end] column range per rank (range i on rank i)")
         ends = [e for _, e in self.column_ranges]
         if any(e <= s for s, e in self.column_ranges):
             raise ValueError("every column range [start, end] needs end > start")
@@ -98,10 +107,10 @@ class TableSharding(_Frozen):
         return self
 
     def column_shards(self) -> tuple[ColumnShard, ...]:
-        """The column ranges as ColumnShards (empty for a table_wise table)."""
-        return tuple(
-            ColumnShard(start=s, end=e, device=r) for (s, e), r in zip(self.column_ranges or (), self.ranks)
-        )
+        """THE parser of the file's column shards: range i paired with rank i as the file lists them, returned
+        in column order (by start; empty for a table_wise table). Gaps and overlaps are `check_columns`'s."""
+        paired = (ColumnShard(start=s, end=e, device=r) for (s, e), r in zip(self.column_ranges or (), self.ranks))
+        return tuple(sorted(paired, key=lambda sh: (sh.start, sh.end)))
 
     def check_columns(self, table: str, dim: int) -> None:
         """PlanError naming `table` unless the column ranges tile `dim` columns in multiples of 4."""
@@ -151,7 +160,9 @@ class TorchRecPlanFile(_Frozen):
 
 
 def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel = "fused") -> TorchRecPlanFile:
-    """The TorchRec plan file of `plan` (shapes added from `inventory`, which must be the plan's)."""
+    """The TorchRec plan file of `plan` (shapes added from `inventory`, which must be the plan's: the plan is
+    checked against it with THE placement rule, `memory.check_plan`: every table once, whole or as tiling
+    column shards, none unknown, devices in range, memory recomputed within the limit and equal to the plan's)."""
     shapes: dict[str, dict[str, int]] = {}
     if inventory is not None:
         if inventory.fingerprint() != plan.inventory_fingerprint:
@@ -159,6 +170,7 @@ def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_ke
                 f"plan {plan.plan_id} was made for other tables than inventory '{inventory.name}' "
                 "(fingerprints differ); re-plan this inventory"
             )
+        check_plan(inventory, plan)
         shapes = {t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables}
     check_kernel(compute_kernel, plan.topology.device_type)
     tables = {

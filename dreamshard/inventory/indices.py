@@ -30,16 +30,102 @@ Profiling backends feed FBGEMM's table-batched embedding with a batch of (indice
 ``num_rows`` (default ``table.num_embeddings``) lets the profiler scale big tables down: indices stay in
 ``[0, num_rows)`` and, as long as ``num_rows >= U``, pooling and reuse are unchanged. Everything is
 vectorised numpy: 2048 samples x pooling 100 takes a few milliseconds.
+
+**The index budget** (THE bound on generated lookups; docs/architecture.md, "Where each rule lives"). Lookups
+cannot be scaled down the way rows are (the lookups ARE the work measured), so what one generation would hold is
+sized before anything is drawn: ``index_bytes`` = 8 bytes (int64) per lookup (``round(p x B)`` per feature) and
+per offset (``num_outputs x B + 1`` per table), for every batch of every table generated together. At most
+``MAX_INDEX_BYTES`` (2 GiB; generating them takes a few times that transiently):
+
+- a measurement (``profiling.base.TorchBackend.time_device``) draws up to ``NUM_BATCHES`` batches of each table of
+  its device and cycles through them; a device whose batches do not fit draws fewer (``batches_within_budget``:
+  the first k of the same seeded batches, so a batch never depends on the other tables; such batches are far
+  larger than any cache, so one distinct batch measures the same), and one batch that does not fit is refused;
+- one batch of one table (``synthesize_indices``, and a reuse histogram's simulated batch,
+  ``inventory.synth.zipf_histogram``: synth, presets) is refused above it.
+
+A refusal is ``IndexBudgetError`` naming the table (the one with the most lookups), its ``pooling_factor``, the
+batch size and the limit. The weights beside them are bounded by the profiling scaling rule
+(``profiling/scaling.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from dreamshard.errors import InventoryError, format_gb
 from dreamshard.inventory.histogram import BIN_HI, BIN_LO, reuse_histogram
-from dreamshard.types import Table
+from dreamshard.types import GB, Table
 
-__all__ = ["reuse_histogram", "synthesize_bag_lengths", "synthesize_indices", "synthesize_row_counts"]
+__all__ = [
+    "MAX_INDEX_BYTES", "IndexBudgetError", "batches_within_budget", "check_index_budget", "check_lookup_budget",
+    "index_bytes",
+    "reuse_histogram", "synthesize_bag_lengths", "synthesize_indices", "synthesize_row_counts",
+]
+
+#: The most bytes of int64 indices and offsets one generation may hold (module docstring, "The index budget").
+MAX_INDEX_BYTES = 2 * 1024**3
+#: Bytes per index and per offset (int64).
+INDEX_ITEM_BYTES = 8
+
+#: What the budget sees of a table: its name and its features' pooling factors (one entry without features).
+LookupSpec = tuple[str, tuple[float, ...]]
+
+
+class IndexBudgetError(InventoryError):
+    """A table's lookups at a batch size would take more index memory than MAX_INDEX_BYTES."""
+
+
+def lookup_spec(table: Table) -> LookupSpec:
+    return table.name, tuple(f.pooling_factor for f in table.feature_list)
+
+
+def _lookups(spec: LookupSpec, batch_size: int) -> int:
+    return sum(int(round(float(p) * batch_size)) for p in spec[1])
+
+
+def _spec_bytes(spec: LookupSpec, batch_size: int, num_batches: int) -> int:
+    return num_batches * INDEX_ITEM_BYTES * (_lookups(spec, batch_size) + len(spec[1]) * batch_size + 1)
+
+
+def index_bytes(tables: Sequence[Table], batch_size: int, num_batches: int = 1) -> int:
+    """Bytes of the int64 indices and offsets of `num_batches` batches of each of `tables` (nothing is drawn)."""
+    return sum(_spec_bytes(lookup_spec(t), batch_size, num_batches) for t in tables)
+
+
+def _check(specs: Sequence[LookupSpec], batch_size: int, num_batches: int, what: str) -> int:
+    total = sum(_spec_bytes(s, batch_size, num_batches) for s in specs)
+    if total <= MAX_INDEX_BYTES or not specs:
+        return total
+    worst = max(specs, key=lambda s: _lookups(s, batch_size))
+    raise IndexBudgetError(
+        f"table '{worst[0]}': pooling_factor {sum(worst[1]):g} at batch size {batch_size} is "
+        f"{_lookups(worst, batch_size):,} lookups per batch; {what} would take {format_gb(total / GB)} of int64 "
+        f"indices and offsets, above the limit of {format_gb(MAX_INDEX_BYTES / GB)} (MAX_INDEX_BYTES, "
+        f"dreamshard.inventory.indices); nothing was generated: lower pooling_factor or the batch size"
+    )
+
+
+def check_index_budget(tables: Sequence[Table], batch_size: int, num_batches: int = 1, what: str = "") -> int:
+    """THE index budget: the bytes `index_bytes` gives, or IndexBudgetError above MAX_INDEX_BYTES (call it before
+    generating anything)."""
+    if not what:
+        what = f"{num_batches} batch(es) of {'it' if len(tables) == 1 else f'the {len(tables)} tables'}"
+    return _check([lookup_spec(t) for t in tables], batch_size, num_batches, what)
+
+
+def batches_within_budget(tables: Sequence[Table], batch_size: int, num_batches: int, what: str) -> int:
+    """How many of `num_batches` batches of each of `tables` fit MAX_INDEX_BYTES (at least one: IndexBudgetError
+    when even one batch does not fit)."""
+    one = check_index_budget(tables, batch_size, 1, what)
+    return max(1, min(num_batches, MAX_INDEX_BYTES // max(1, one)))
+
+
+def check_lookup_budget(name: str, pooling_factor: float, batch_size: int, what: str) -> int:
+    """The index budget for one batch of one table given by its name and pooling factor (a simulated batch)."""
+    return _check([(name, (float(pooling_factor),))], batch_size, 1, what)
 
 _DISPERSION_SHAPE = 2.0  # gamma shape of the gamma-Poisson extra lookups (smaller = heavier tail)
 
@@ -135,6 +221,7 @@ def synthesize_indices(
     rows = int(table.num_embeddings if num_rows is None else num_rows)
     if rows < 1:
         raise ValueError(f"table '{table.name}': num_rows must be >= 1, got {rows}")
+    check_lookup_budget(table.name, table.pooling_factor, batch_size, "one batch of it")  # before any draw
     lengths = synthesize_bag_lengths(table.pooling_factor, batch_size, rng)
     offsets = np.zeros(batch_size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])

@@ -32,7 +32,8 @@ import numpy as np
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import zipf_histogram
-from dreamshard.types import Inventory, Table, aligned_dim, dim_problem
+from dreamshard.inventory.validation import check_name
+from dreamshard.types import MAX_POOLING, Inventory, Table, aligned_dim, dim_problem
 
 PresetName = Literal["criteo-kaggle", "criteo-terabyte"]
 PRESETS: tuple[str, ...] = get_args(PresetName)
@@ -67,12 +68,14 @@ def preset_inventory(
     """The inventory of `preset` (module docstring); ConfigError naming the bad argument otherwise."""
     if preset not in CARDINALITIES:
         raise ConfigError(f"unknown preset '{preset}'; choose from {', '.join(PRESETS)}")
+    if name is not None:
+        check_name(name, "--name")  # the inventory-name rule (inventory.validation), before anything is built
     width = DEFAULT_DIM[preset] if dim is None else dim
     problem = dim_problem(width)
     if problem:
         raise ConfigError(f"dim {problem}; try --dim {aligned_dim(width)}")
-    if not (pooling >= 0 and np.isfinite(pooling)):
-        raise ConfigError(f"pooling factor must be a finite number >= 0, got {pooling}")
+    if not (0 <= pooling <= MAX_POOLING):  # a table's bound (tables.MAX_POOLING); NaN fails it too
+        raise ConfigError(f"pooling factor must be a finite number >= 0 and <= {MAX_POOLING:g}, got {pooling:g}")
     if not (0 < zipf_exponent <= 4):
         raise ConfigError(f"zipf exponent must be in (0, 4], got {zipf_exponent}")
     rows = CARDINALITIES[preset]
@@ -80,5 +83,5 @@ def preset_inventory(
     for table, n in zip(table_names(len(rows)), rows):
         rng = np.random.default_rng(zlib.crc32(f"{preset}/{table}".encode()))
         tables.append(Table(name=table, num_embeddings=n, embedding_dim=width, pooling_factor=float(pooling),
-                            access_histogram=zipf_histogram(n, pooling, zipf_exponent, rng)))
+                            access_histogram=zipf_histogram(n, pooling, zipf_exponent, rng, name=table)))
     return Inventory(name=name or preset, tables=tuple(tables))

@@ -26,6 +26,7 @@ import numpy as np
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import histogram_from_counts, normalise_histogram
+from dreamshard.inventory.indices import check_lookup_budget
 from dreamshard.types import Inventory, Table, dim_problem
 
 REFERENCE_BATCH_SIZE = 2048
@@ -64,8 +65,12 @@ def zipf_histogram(
     exponent: float,
     rng: np.random.Generator,
     batch_size: int = REFERENCE_BATCH_SIZE,
+    name: str = "table",
 ) -> tuple[float, ...] | None:
-    """Reuse histogram of a Zipf(exponent) table at ``batch_size``; None when a batch has no lookups."""
+    """Reuse histogram of a Zipf(exponent) table at ``batch_size``; None when a batch has no lookups.
+    The simulated batch is sized first (the index budget, `inventory.indices.check_lookup_budget`: IndexBudgetError
+    naming table `name`)."""
+    check_lookup_budget(name, pooling_factor, batch_size, "simulating its reuse histogram (one batch)")
     lookups = int(round(pooling_factor * batch_size))
     if lookups <= 0:
         return None

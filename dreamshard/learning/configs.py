@@ -141,8 +141,13 @@ class LoopConfig(_Config):
     search_per_iteration: Annotated[int, Field(ge=0)] = 4  # plans of the search planner measured per iteration
     perturb_per_iteration: Annotated[int, Field(ge=0)] = 4  # small perturbations of the best measured plans
     # start from the model shipped in the package ("pretrained": cost ensemble and policy warm-started, so
-    # the retrain adapts a model that has seen a wide range of tables) or from scratch ("none")
-    init: Literal["pretrained", "none"] = "pretrained"
+    # the retrain adapts a model that has seen a wide range of tables), from scratch ("none"), or from the model
+    # the state dir's last run trained for another version of the inventory ("previous", else "pretrained"): an
+    # incremental retrain of `incremental_iterations` iterations that measures only the train tasks the change
+    # touched, plus `refresh_tasks` untouched ones (drift) -- dreamshard.learning.incremental
+    init: Literal["pretrained", "none", "previous"] = "pretrained"
+    incremental_iterations: Annotated[int, Field(ge=1)] = 1
+    refresh_tasks: Annotated[int, Field(ge=0)] = 1
     final_lr_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1  # linear LR decay from 1 to this
     # device counts for the placements measured each iteration (drawn per placement); empty = the task's own.
     # Mixing counts shows the cost net devices with more / fewer tables than training tasks give them.

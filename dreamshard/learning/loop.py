@@ -33,10 +33,11 @@ from dreamshard.errors import ConfigError
 from dreamshard.io import append_measurement, atomic_write_text, iter_measurements
 from dreamshard.learning.configs import LoopConfig, SearchConfig, TopologyConfig
 from dreamshard.learning.cost_model import CostEnsemble
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, LoadedModel, load_model, save_model
+from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, LoadedModel, check_model_dir, load_model, save_model
 from dreamshard.learning.planning_cost import comm_models_of, cost_factory
 from dreamshard.learning.policy import Policy, mdp_clone, rollout
 from dreamshard.learning.ranges import ranges_from
+from dreamshard.learning.records import check_training_records
 from dreamshard.learning.search import search
 from dreamshard.learning.train_cost import CostMetrics, train_cost_model
 from dreamshard.learning.train_policy import make_mdps, task_topology, train_policy
@@ -66,6 +67,7 @@ class IterationMetrics(BaseModel):
     n_measurements: int  # records the cost ensemble was fit on (seed records + loop records so far)
     n_new: int  # placements planned this iteration
     n_measured: int  # of which measured now (the rest came from the measurement cache)
+    n_tasks: int = 0  # train tasks measured on (fewer than all in an incremental retrain)
     measured_mean_ms: float | None  # mean measured overall cost of this iteration's placements
     cost: CostMetrics
     policy_mean_cost_ms: float | None
@@ -78,6 +80,16 @@ class LoopState(BaseModel):
     inputs: str  # fingerprint of what the run was started from
     loop_ids: list[str]  # loop records used so far, in order
     model_version: str
+    pool: str = ""  # the pool's fingerprint, and each train task's content (task_signature): what an incremental
+    tasks: dict[str, str] = {}  # retrain compares with (dreamshard.learning.incremental)
+
+
+def task_signature(pool: Inventory, task: Task) -> str:
+    """A train task's content: its device count and its tables' canonical content (any change of either is a
+    change of the task)."""
+    by_name = pool.by_name()
+    rows = sorted(json.dumps(by_name[n].canonical(), sort_keys=True, separators=(",", ":")) for n in task.tables)
+    return hashlib.sha256(json.dumps([task.num_devices, rows]).encode()).hexdigest()[:16]
 
 
 def _checkpoint_dir(state_dir: Path, i: int) -> Path:
@@ -249,10 +261,13 @@ def train(
     init: LoadedModel | None = None,
     backend_name: str = "",
     batch_sizes: Mapping[str, int] | None = None,
+    previous_tasks: Mapping[str, str] | None = None,
 ) -> list[IterationMetrics]:
     """Run (or resume) the outer loop; returns the metrics of the iterations run now. `measurements` are the
     records to start from (e.g. the profile stage's), `init` a model to warm-start from, `batch_sizes` each
-    task's own batch size by name (pre-training; default: the template's for every task)."""
+    task's own batch size by name (pre-training; default: the template's for every task). `previous_tasks` (an
+    incremental retrain: the task signatures `init` was trained on) limits what the loop measures to the tasks
+    whose content differs, plus `config.refresh_tasks` others; the policy still trains on every task."""
     model_dir = Path(model_dir)
     state_dir = Path(state_dir) if state_dir is not None else model_dir / DEFAULT_STATE_DIR
     tasks = list(taskset.train)
@@ -263,7 +278,9 @@ def train(
     template = topology_template if isinstance(topology_template, TopologyConfig) else TopologyConfig.of(topology_template)
     backend = backend_name or str(getattr(oracle.info, "name", ""))
     fp = pool.fingerprint()
-    seed_records = list(measurements)
+    seed_records = check_training_records(measurements, pool)  # training data is checked like input
+    check_model_dir(model_dir)
+    check_model_dir(state_dir, "state directory")
     inputs = inputs_fingerprint(pool, taskset, [m.measurement_id for m in seed_records], config, backend, init,
                                 batch_sizes)
     meas_path = state_dir / MEASUREMENTS_FILE
@@ -290,7 +307,9 @@ def train(
 
     comm_models = comm_models_of(seed_records, init.card.comm_models if init is not None else ())
     comm_models = comm_models_of(cache.values(), comm_models)
-    planner = _Planner(pool, tasks, template, config, comm_models, batch_sizes)
+    signatures = {t.name: task_signature(pool, t) for t in tasks}
+    planner = _Planner(pool, _measured_tasks(tasks, signatures, previous_tasks, config), template, config,
+                       comm_models, batch_sizes)
     results: list[IterationMetrics] = []
     for it in range(start, config.iterations):
         lr = config.lr_factor(it)
@@ -337,11 +356,13 @@ def train(
         )
         ck = _checkpoint_dir(state_dir, it)
         card = save_model(ck, ensemble, policy, **card_fields)
-        state = LoopState(iteration=it, inputs=inputs, loop_ids=loop_ids, model_version=card.version)
+        state = LoopState(iteration=it, inputs=inputs, loop_ids=loop_ids, model_version=card.version, pool=fp,
+                          tasks=signatures)
         atomic_write_text(ck / STATE_FILE, state.model_dump_json() + "\n")
         save_model(model_dir, ensemble, policy, **card_fields)
         m_it = IterationMetrics(
             iteration=it, lr_factor=lr, n_measurements=len(records), n_new=len(planned), n_measured=measured_now,
+            n_tasks=len(planner.tasks),
             measured_mean_ms=float(np.mean([m.overall_ms for m in new])) if new else None,
             cost=cost_metrics, policy_mean_cost_ms=pol_metrics.mean_cost_ms, policy_entropy=pol_metrics.entropy,
         )
@@ -350,6 +371,18 @@ def train(
     if not results and ckpt is not None and start > 0:
         _restore(_checkpoint_dir(state_dir, start - 1), model_dir)
     return results
+
+
+def _measured_tasks(tasks: Sequence[Task], signatures: Mapping[str, str], previous: Mapping[str, str] | None,
+                    config: LoopConfig) -> list[Task]:
+    """Every task; or, incremental, the changed ones and `refresh_tasks` unchanged ones (seeded)."""
+    if previous is None:
+        return list(tasks)
+    changed = [t for t in tasks if previous.get(t.name) != signatures[t.name]]
+    same = [t for t in tasks if previous.get(t.name) == signatures[t.name]]
+    rng = np.random.default_rng([config.seed, 7])
+    refresh = [same[int(i)] for i in sorted(rng.permutation(len(same))[: config.refresh_tasks])]
+    return changed + refresh or list(tasks)
 
 
 def _restore(checkpoint: Path, model_dir: Path) -> None:

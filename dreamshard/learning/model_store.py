@@ -18,8 +18,11 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
+import warnings
 from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -27,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dreamshard.errors import ModelError, first_line
+from dreamshard.errors import InputFileError, ModelError, first_line
 from dreamshard.io import atomic_write_text, describe_validation_error
 from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
@@ -108,6 +111,33 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def first_non_finite(module: torch.nn.Module) -> str | None:
+    """The name of the first parameter or buffer of `module` holding a NaN or an infinity (None: all finite)."""
+    for name, t in (*module.named_parameters(), *module.named_buffers()):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
+def check_model_dir(directory: Path, what: str = "model directory") -> None:
+    """InputFileError unless `directory` is a directory or can be created as one (no part of it is a file)."""
+    p = Path(directory)
+    for q in (p, *p.parents):
+        if q.is_dir():
+            return
+        if q.exists() or q.is_symlink():
+            raise InputFileError(f"cannot write the {what} {p}: " + ("it is not a directory" if q == p else
+                                                                        f"{q} is not a directory"))
+
+
+def _regular_file(path: Path) -> bool:
+    """Whether `path` is a regular file (a FIFO or a device would block or never end a read)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def has_model(directory: Path | None) -> bool:
     """Whether `directory` holds a saved model (its card)."""
     return directory is not None and (Path(directory) / CARD_FILE).is_file()
@@ -119,8 +149,15 @@ def save_model(
     policy: Policy | None,
     **card_fields: Any,
 ) -> ModelCard:
-    """Write the model into `directory` (created if needed) and return its card."""
+    """Write the model into `directory` (created if needed) and return its card. Weights with a NaN or an
+    infinity are never saved: ModelError, nothing written."""
     directory = Path(directory)
+    for file, module in ((COST_FILE, cost_net), (POLICY_FILE, policy)):
+        bad = first_non_finite(module) if module is not None else None
+        if bad is not None:
+            raise ModelError(f"refusing to save {directory / file}: weight '{bad}' is not finite (training diverged: "
+                             "check the measurements, or lower the learning rate); nothing written")
+    check_model_dir(directory)
     directory.mkdir(parents=True, exist_ok=True)
     blobs = {COST_FILE: _state_bytes(cost_net)}
     if policy is not None:
@@ -165,6 +202,8 @@ def _check_format(path: Path, raw: object) -> None:
 
 def load_card(directory: Path) -> ModelCard:
     path = Path(directory) / CARD_FILE
+    if path.exists() and not _regular_file(path):
+        raise ModelError(f"{path}: not a regular file; a model card is a JSON file")
     if not path.is_file():
         raise ModelError(f"no dreamshard model in {directory} (missing {CARD_FILE}): run `dreamshard train` or pass --model")
     try:
@@ -183,8 +222,14 @@ def load_card(directory: Path) -> ModelCard:
     return card
 
 
+#: Terminal escapes (torch bolds parts of its messages).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _load_state(directory: Path, name: str, card: ModelCard, module: torch.nn.Module) -> None:
     path = directory / name
+    if path.exists() and not _regular_file(path):
+        raise ModelError(f"{path}: not a regular file; model weights are a file written by `dreamshard train`")
     try:
         data = path.read_bytes()
     except OSError:
@@ -193,11 +238,16 @@ def _load_state(directory: Path, name: str, card: ModelCard, module: torch.nn.Mo
     if expected is not None and _sha(data) != expected:
         raise ModelError(f"{path}: checksum differs from {CARD_FILE} (corrupt or partially written model)")
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        module.load_state_dict(state)
+        with warnings.catch_warnings():  # torch warns (several lines) before some failures: the error says it
+            warnings.simplefilter("ignore")
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            module.load_state_dict(state)
     except Exception as e:  # noqa: BLE001 - any unpickling/shape error means an unusable file
-        first = first_line(e)
+        first = _ANSI.sub("", first_line(e))
         raise ModelError(f"{path}: cannot load weights ({first[:200]})") from None
+    bad = first_non_finite(module)
+    if bad is not None:
+        raise ModelError(f"{path}: weight '{bad}' is not finite (a diverged or edited model); retrain it")
 
 
 def load_model(directory: Path | None, require_policy: bool = True) -> LoadedModel:

@@ -21,11 +21,13 @@ kept on the sharder.
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dreamshard.errors import ConfigError, ModelError
+from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.configs import SearchConfig
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
@@ -123,10 +125,22 @@ class ModelSharder(Sharder):
     def shard_with_report(self, inventory: Inventory, topology: Topology) -> ShardReport:
         """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
         cost = self.planning_cost(topology)
-        units = self.units(inventory, topology, cost)
-        placement, searched = self._place(units, topology, cost)
+        with self._named_infeasible():
+            units = self.units(inventory, topology, cost)
+            placement, searched = self._place(units, topology, cost)
         plan = self._finish(inventory, units, topology, placement, searched, cost)
         return ShardReport(plan=plan, card=self.model.card, search=searched)
+
+    @contextlib.contextmanager
+    def _named_infeasible(self) -> Iterator[None]:
+        """An InfeasiblePlacementError names this sharder, the one the user asked for, never the candidate or
+        inner heuristic that failed last (`sharder round_robin`, `sharder lpt`); other hints are kept."""
+        try:
+            yield
+        except InfeasiblePlacementError as e:
+            inner = e.hint.startswith(("sharder ", "torchrec planner")) or not e.hint
+            hint = f"sharder {self.name}" + ("" if inner else f": {e.hint}")
+            raise InfeasiblePlacementError(e.table, e.table_gb, e.largest_free_gb, hint) from None
 
     def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
                 searched: SearchResult | None, cost: PlanningCost) -> Plan:
@@ -135,7 +149,8 @@ class ModelSharder(Sharder):
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """Table-wise placement: every table whole, no column splits (shard() may split)."""
-        placement, _ = self._place(inventory, topology, self.planning_cost(topology))
+        with self._named_infeasible():
+            placement, _ = self._place(inventory, topology, self.planning_cost(topology))
         return placement
 
     @abc.abstractmethod

@@ -24,7 +24,8 @@ from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import COMM, COMPUTE, NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.metrics import mape, spearman
-from dreamshard.learning.model_store import warm_start
+from dreamshard.learning.model_store import first_non_finite, warm_start
+from dreamshard.learning.records import check_record
 from dreamshard.learning.progress import progress_bar
 from dreamshard.learning.threads import single_threaded
 from dreamshard.types import Inventory, Measurement
@@ -317,10 +318,14 @@ def train_cost_model(
     progress: bool = True,
     lr_factor: float = 1.0,
 ) -> tuple[CostEnsemble, CostMetrics]:
-    """Train (or continue training `init`) an ensemble on the records and report held-out metrics."""
+    """Train (or continue training `init`) an ensemble on the records and report held-out metrics. Every record
+    is checked first (dreamshard.learning.records.check_record: TrainingDataError); a fit that diverges to
+    non-finite weights is a ModelError."""
     records = [m for m in measurements if config.use_singles or m.kind == "placement"]
     if not records:
         raise ModelError("no measurement records to train the cost model on: run `dreamshard profile` first")
+    for m in records:
+        check_record(m)
     require_one_backend(records)
     train_recs, test_recs = split_records(records, config.test_fraction, config.seed)
     torch.manual_seed(config.seed)
@@ -342,6 +347,10 @@ def train_cost_model(
                 member = [samples[i] for i in pick]
             losses.append(_fit_member(net, feats, member, config, config.seed * 7919 + k, lr_factor, advance))
     ens.eval()
+    bad = first_non_finite(ens)
+    if bad is not None:
+        raise ModelError(f"cost training diverged: weight '{bad}' is not finite after {config.steps} steps at lr "
+                         f"{config.lr * lr_factor:g}; lower train_cost.lr (or train.cost.lr)")
     ev = {k: _clean(v) for k, v in evaluate_cost_net(ens, pool, test_recs).items()}
     last = float(np.mean(losses))
     metrics = CostMetrics(

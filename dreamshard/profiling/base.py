@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dreamshard.inventory.indices import synthesize_indices
+from dreamshard.inventory.indices import batches_within_budget, synthesize_indices
 from dreamshard.profiling.scaling import ScalingRule
 from dreamshard.types import Table
 
@@ -71,18 +71,24 @@ class IndexBank:
         self._cache: OrderedDict[tuple[object, ...], list[tuple[np.ndarray, np.ndarray]]] = OrderedDict()
         self._bytes = 0
 
-    def batches(self, table: Table, rows: int, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """`num_batches` batches of the table's lookups, each (indices, offsets) in TBE layout over its features:
-        ``table.num_outputs * batch_size`` bags, feature-major, offsets of that length + 1 (one feature: the
-        plain per-table batch)."""
+    def batches(
+        self, table: Table, rows: int, batch_size: int, count: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`count` (default `num_batches`) batches of the table's lookups, each (indices, offsets) in TBE layout over
+        its features: ``table.num_outputs * batch_size`` bags, feature-major, offsets of that length + 1 (one
+        feature: the plain per-table batch). Batches are drawn in sequence from one seeded stream, so the first k
+        are the same whatever `count` is."""
+        count = self.num_batches if count is None else count
         key = (table.name, table.num_embeddings, table.pooling_factor, table.access_histogram, table.features,
                rows, batch_size)
         hit = self._cache.get(key)
-        if hit is not None:
+        if hit is not None and len(hit) >= count:
             self._cache.move_to_end(key)
-            return hit
+            return hit[:count]
+        if hit is not None:
+            self._bytes -= sum(i.nbytes + o.nbytes for i, o in self._cache.pop(key))
         rng = np.random.default_rng([self.seed, zlib.crc32(table.name.encode()), rows, batch_size])
-        out = [feature_indices(table, batch_size, rng, rows) for _ in range(self.num_batches)]
+        out = [feature_indices(table, batch_size, rng, rows) for _ in range(count)]
         size = sum(i.nbytes + o.nbytes for i, o in out)
         self._cache[key] = out
         self._bytes += size
@@ -213,9 +219,14 @@ class TorchBackend(ComputeBackend):
         """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        # The index budget (inventory.indices): the device's batches are sized before anything is allocated; a
+        # device whose NUM_BATCHES batches do not fit cycles through fewer, one that does not fit is refused.
+        n = len(tables)
+        what = "measuring it (one batch)" if n == 1 else f"measuring its device ({n} tables, one batch)"
+        k = batches_within_budget(tables, batch_size, self.bank.num_batches, what)
         rows = self.rule.device_rows(list(tables))
-        per_table = [self.bank.batches(t, r, batch_size) for t, r in zip(tables, rows)]
-        fused = [fuse_batches(per_table, b) for b in range(self.bank.num_batches)]
+        per_table = [self.bank.batches(t, r, batch_size, k) for t, r in zip(tables, rows)]
+        fused = [fuse_batches(per_table, b) for b in range(k)]
         op = self.build(tables, rows, fused)
         try:
             fwd, bwd = time_op(op, warmup, repeats, cuda=self.device.startswith("cuda"))

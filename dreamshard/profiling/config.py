@@ -28,6 +28,11 @@ class ProfileConfig(BaseModel):
     num_threads: Annotated[int, Field(ge=1)] = 1
     seed: int = 0
     row_cap: Annotated[int, Field(ge=1)] | None = None
+    # With a measurement corpus that already serves some train task entirely (a new version of an inventory it
+    # has seen), at most this many of the tasks needing new device timings are measured (None: all of them);
+    # the others are left out of this version's records (the warm-started model knows them). See
+    # dreamshard.usecases.profile.limit_new_tasks.
+    incremental_tasks: Annotated[int, Field(ge=1)] | None = 4
     # Only for backend `simulator` (tests of the pipeline around it): every cost times this, and the wall time
     # one device timing takes. See dreamshard.profiling.simulator.
     simulator_slowdown: Annotated[float, Field(gt=0, le=1e6)] = 1.0

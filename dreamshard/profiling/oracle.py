@@ -19,12 +19,13 @@ import torch
 import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.memory import check_placement
-from dreamshard.profiling.base import ComputeBackend, median, pinned_threads, relative_iqr
+from dreamshard.profiling.base import ComputeBackend, DeviceTiming, median, pinned_threads, relative_iqr
+from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
 from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
-from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Topology
+from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
 DEFAULT_BATCH_SIZE = 2048
@@ -43,8 +44,10 @@ class Oracle:
         row_cap: int | None = None,
         comm_backend: str = "gloo",
         comm_models: Mapping[int, CommModel] | None = None,
+        seed: int = 0,
     ) -> None:
-        """``comm_models`` pins the comm model of given world sizes (no benchmark for those)."""
+        """``comm_models`` pins the comm model of given world sizes (no benchmark for those); ``seed`` is the
+        backend's index seed (part of a corpus key)."""
         if warmup < 0:
             raise ProfilingError(f"warmup must be >= 0, got {warmup}")
         if repeats < 1:
@@ -59,6 +62,9 @@ class Oracle:
         self.comm_backend = comm_backend
         self._comm: dict[int, CommModel] = dict(comm_models or {})
         self._batch_size = DEFAULT_BATCH_SIZE
+        self.seed = seed
+        #: device timings reused and recorded here when set (the profile stage and the training loop only)
+        self.corpus: DeviceCorpus | None = None
 
     # ------------------------------------------------------------------------------------ descriptions
 
@@ -128,6 +134,7 @@ class Oracle:
         comm = self.comm_model(topology)
         by_name = inventory.by_name()
         ordered = [t.name for t in inventory.tables if t.name in placement]
+        fingerprint = inventory.fingerprint()
         per_device: list[DeviceCost] = []
         spreads: list[float] = []
         threads = contextlib.nullcontext() if self.backend.is_simulated else pinned_threads(self.num_threads)
@@ -138,7 +145,7 @@ class Oracle:
                     per_device.append(DeviceCost.zero())
                     spreads.append(0.0)
                     continue
-                timing = self.backend.time_device(tables, batch, self.warmup, self.repeats)
+                timing = self._time_device(tables, batch, fingerprint)
                 nbytes = comm_mod.device_comm_bytes(batch, [t.output_dim for t in tables], n)  # dim x outputs (shared tables)
                 c = comm.cost_ms(nbytes) if n > 1 else 0.0
                 per_device.append(
@@ -150,7 +157,7 @@ class Oracle:
             kind=kind,  # type: ignore[arg-type]
             task=task,
             inventory_name=inventory.name,
-            inventory_fingerprint=inventory.fingerprint(),
+            inventory_fingerprint=fingerprint,
             topology=topology,
             placement={name: int(placement[name]) for name in ordered},
             costs=Costs.from_devices(per_device),
@@ -159,6 +166,19 @@ class Oracle:
             comm_model=comm,
             **extra,
         )
+
+    def _time_device(self, tables: list[Table], batch: int, inventory: str) -> DeviceTiming:
+        """One device's timing: from the corpus when it holds these tables under these settings, else measured
+        (and added to it)."""
+        if self.corpus is None:
+            return self.backend.time_device(tables, batch, self.warmup, self.repeats)
+        info = self.backend_info(batch)
+        key = device_key(info, self.seed, tables)
+        timing = self.corpus.get(key)
+        if timing is None:
+            timing = self.backend.time_device(tables, batch, self.warmup, self.repeats)
+            self.corpus.add(key, info, tables, timing, inventory)
+        return timing
 
     def measure_single(self, inventory: Inventory, table: str, topology: Topology, measurement_id: str | None = None) -> Measurement:
         """One table alone on device 0 of ``topology`` (its comm included), kind="single"."""
@@ -196,7 +216,7 @@ def make_oracle(
     """
     if row_cap is not None and row_cap < 1:
         raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
-    kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap}
+    kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap, "seed": seed}
     if backend == "simulator":
         return Oracle(SimulatorBackend(simulator), **kw)  # type: ignore[arg-type]
     if backend == "cpu":

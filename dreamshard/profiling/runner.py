@@ -25,23 +25,25 @@ import hashlib
 import json
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dreamshard.draws import draw
 from dreamshard.errors import InfeasiblePlacementError, InventoryError, ProfilingError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
-from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, TaskSet, Topology
+from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
 
-#: Seeds tried per wanted placement before accepting fewer distinct placements (tiny inventories).
-_SEED_ATTEMPTS = 20
+#: Draws in a row that may give a duplicate (or infeasible) placement before a task is taken to have no more
+#: distinct random placements (tiny tasks; `profile -k` beyond what exists).
+_MAX_MISSES = 200
 
 
 class ProfileSummary(BaseModel):
@@ -87,47 +89,70 @@ def item_key(kind: str, task: str, fingerprint: str, topology: Topology, placeme
     return f"{kind}-{task or 'all'}-{digest}"
 
 
+def _device_for(table: Table, used: list[int], cap: int, u: float) -> int | None:
+    """The device a draw `u` picks for `table`, or the next one with room (None: no device has room)."""
+    n = len(used)
+    first = min(int(u * n), n - 1)
+    for i in range(n):
+        d = (first + i) % n
+        if used[d] + table.size_bytes <= cap:
+            return d
+    return None
+
+
+def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float]) -> dict[str, int] | None:
+    """Tables (largest first) on the device their own draw picks, or the next with room; None if one fits nowhere.
+    A table's device depends on its draw and on memory only, so where memory does not bind, a new or changed
+    table moves no other table (their devices come from the measurement corpus)."""
+    used = [0] * topology.num_devices
+    out: dict[str, int] = {}
+    for t in sorted(inventory.tables, key=lambda t: (-t.size_bytes, t.name)):
+        d = _device_for(t, used, topology.memory_per_device_bytes, pick(t))
+        if d is None:
+            return None
+        used[d] += t.size_bytes
+        out[t.name] = d
+    return {t.name: out[t.name] for t in inventory.tables}
+
+
 def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: int) -> list[dict[str, int]]:
+    """Up to k distinct random feasible placements; stops after _MAX_MISSES draws in a row gave a duplicate or an
+    infeasible one (a small task has few distinct placements)."""
     out: list[dict[str, int]] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
-    last_error: InfeasiblePlacementError | None = None
-    for attempt in range(max(1, k) * _SEED_ATTEMPTS):
-        if len(out) >= k:
-            break
-        try:
-            p = get_sharder("random", seed=seed * 1_000_003 + attempt).place(inventory, topology)
-        except InfeasiblePlacementError as e:  # tight memory: this random order painted itself into a corner
-            last_error = e
+    misses = j = 0
+    while len(out) < k and misses < _MAX_MISSES:
+        tag = f"random-{j}"
+        j += 1
+        p = _drawn_placement(inventory, topology, lambda t, tag=tag: draw(seed, tag, t.name))  # type: ignore[misc]
+        sig = tuple(sorted(p.items())) if p is not None else None
+        if sig is None or sig in seen:
+            misses += 1
             continue
-        sig = tuple(sorted(p.items()))
-        if sig not in seen:
-            seen.add(sig)
-            out.append({t.name: int(p[t.name]) for t in inventory.tables})
-    if not out and last_error is not None:
-        raise last_error
+        misses = 0
+        seen.add(sig)
+        out.append(p)  # type: ignore[arg-type]
+    if not out and k > 0:
+        raise InfeasiblePlacementError(
+            f"no random placement of inventory '{inventory.name}' fits {topology.num_devices} device(s) of "
+            f"{topology.memory_per_device_gb:g} GB in {j} draws"
+        )
     return out
 
 
 def crowded_placement(inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
-    """One device (seeded) gets about half the tables, the others go to random devices with room; None when
+    """One device (seeded) gets about half the tables, the others go to devices of their own draws; None when
     there is a single device or memory does not allow it."""
     n = topology.num_devices
     if n < 2 or inventory.num_tables < 3:
         return None
-    rng = np.random.default_rng(seed)
-    hot = int(rng.integers(n))
-    cap = topology.memory_per_device_bytes
-    used = [0] * n
-    out: dict[str, int] = {}
-    for t in sorted(inventory.tables, key=lambda t: (-t.size_bytes, t.name)):
-        want = hot if rng.random() < 0.5 else int(rng.integers(n))
-        legal = [d for d in range(n) if used[d] + t.size_bytes <= cap]
-        if not legal:
-            return None
-        d = want if want in legal else int(rng.choice(legal))
-        used[d] += t.size_bytes
-        out[t.name] = d
-    return {t.name: out[t.name] for t in inventory.tables}
+    hot = min(int(draw(seed, "crowded-hot", "") * n), n - 1)
+
+    def pick(t: Table) -> float:
+        u = draw(seed, "crowded", t.name)
+        return (hot + 0.5) / n if u < 0.5 else (u - 0.5) * 2
+
+    return _drawn_placement(inventory, topology, pick)
 
 
 def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
@@ -170,10 +195,11 @@ def plan_items(
     for name in single_names if singles else ():
         placement = {name: 0}
         items.append(PlannedItem(item_key("single", "", fp, topology, placement, backend), "single", "", placement, topology))
-    for gi, (task, inv, topo) in enumerate(groups):
-        placements = _random_placements(inv, topo, num_placements, seed + 7919 * gi)
+    for task, inv, topo in groups:
+        task_seed = seed + 7919 * zlib.crc32(task.encode())  # by name: the same task, the same placements
+        placements = _random_placements(inv, topo, num_placements, task_seed)
         for kind in kinds:
-            extra = kind_placement(kind, inv, topo, seed + 7919 * gi)
+            extra = kind_placement(kind, inv, topo, task_seed)
             if extra is not None:
                 placements.append(extra)
         for placement in placements:

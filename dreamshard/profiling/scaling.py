@@ -17,6 +17,9 @@ CPU host, and a 1,000-table device would not fit either, so a table is profiled 
    lookups, the bytes read and the update traffic) is exactly the unscaled one; only the address range shrinks.
 4. **Padding.** FBGEMM's TBE wants dims that are multiples of 4; other dims are padded up to the next multiple
    of 4 for profiling (``padded_dim``). Output/communication bytes always use the true dim.
+5. **Lookups are never scaled** (they are the work measured): a device's index batches are sized before anything
+   is allocated and refused above ``MAX_INDEX_BYTES`` (the index budget, ``dreamshard.inventory.indices``;
+   checked by ``profiling.base.TorchBackend.time_device``).
 """
 
 from __future__ import annotations

@@ -90,6 +90,20 @@ class SimulatorBackend(ComputeBackend):
         bwd = 2 * p.launch_ms + fixed + p.bwd_factor * work * penalty
         return fwd * p.slowdown, bwd * p.slowdown
 
+    def shared_compute_ms(self) -> float:
+        """fwd + bwd compute a device pays once however many tables it holds (the kernel launches): the part
+        of each single-table cost that tables placed together share (a lower bound's floor, not a measurement)."""
+        return 3 * self.p.launch_ms * self.p.slowdown
+
+    def table_floor_ms(self, table: Table, batch_size: int) -> float:
+        """The least fwd + bwd compute `table` adds to the devices that hold it, however it is placed or split
+        into column shards: its per-table term once and its lookup work with the working-set penalty at its floor
+        (1; shards split the work, never shrink it). Summed over tables, with `shared_compute_ms` once per
+        device, it bounds every placement's compute from below (dreamshard.evaluation.lower_bound)."""
+        p = self.p
+        work = batch_size * table.pooling_factor * table.embedding_dim * p.ns_per_element * 1e-6
+        return (2 * p.per_table_ms + (1 + p.bwd_factor) * work) * p.slowdown
+
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
         fwd, bwd = self.compute_ms(tables, batch_size)
         if self.p.latency_ms > 0:

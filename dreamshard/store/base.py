@@ -10,12 +10,21 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import NamedTuple
 
 from dreamshard.errors import StoreError
 from dreamshard.inventory.validation import check_key_part  # re-exported: the safe-name rule as a key segment
 
 #: Opaque token identifying one version of an object (local: sha256 of the bytes; S3: the ETag).
 Version = str
+
+
+class PathProblem(NamedTuple):
+    """Something in a store that no key shows (a link out of a local store, an empty folder...), with its fix."""
+
+    key: str
+    problem: str
+    fix: str
 
 
 class KeyNotFoundError(StoreError):
@@ -57,6 +66,11 @@ class PlanStore(ABC):
 
     def check(self) -> None:
         """Raise StoreError if the store is not usable (unreachable, bad credentials, missing bucket)."""
+
+    def path_problems(self, prefix: str = "") -> list[PathProblem]:
+        """What is wrong with the store's own structure under `prefix` that no key shows (`plans fsck`). An object
+        store has none; a local directory can hold links, empty folders, FIFOs (dreamshard.store.local)."""
+        return []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location})"

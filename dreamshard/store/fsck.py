@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dreamshard.errors import PlanError, StoreError
+from collections.abc import Callable
+from functools import partial
+
+from dreamshard.errors import PlanError, StoreError, StorePathError
 from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import check_inventory_store
-from dreamshard.store.keys import PlanKey, current_key, inventory_prefix, parse_key
+from dreamshard.store.keys import PLANS_PREFIX, PlanKey, current_key, inventory_prefix, parse_key, pointer_of
 from dreamshard.store.objects import list_inventories, load_verified, plan_keys, read_record, sha256_hex
 from dreamshard.store.pointer import HISTORY_LIMIT, entry_key, pointer_or_problem
 from dreamshard.store.schemas import FsckIssue
@@ -13,25 +16,69 @@ from dreamshard.store.schemas import FsckIssue
 _ORPHAN = {"checksum": "checksum file without its plan (orphan)", "record": "record without its plan (orphan)"}
 
 
+def _path_issue(e: StorePathError) -> FsckIssue:
+    return FsckIssue(key=e.key, problem=e.problem, fix=e.fix)
+
+
+def _guarded(check: Callable[[], list[FsckIssue]]) -> list[FsckIssue]:
+    """`check`'s findings; a path the store cannot read through (StorePathError) is one finding instead."""
+    try:
+        return check()
+    except StorePathError as e:
+        return [_path_issue(e)]
+
+
 def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
     """Everything inconsistent in the plan store (all inventories if None); changes nothing.
 
-    Finds: corrupt or dangling `current` pointers, plans whose bytes do not match their checksum file, record
+    Finds: the store's own structure (`PlanStore.path_problems`: links out of a local store, empty folders, a file
+    where a folder belongs, a folder where an object belongs), objects under plans/ that are not part of the
+    layout, corrupt or dangling `current` pointers, plans whose bytes do not match their checksum file, record
     or pointer, unreadable or invalid plans, checksum/record files without their plan (orphans), approved
     plans that never became current (an interrupted publish), and stored inventory versions that are corrupt.
     """
-    out: list[FsckIssue] = []
-    for inv in [inventory] if inventory else list_inventories(store):
-        out.extend(_check_inventory(store, inv))
+    prefix = inventory_prefix(inventory) if inventory else PLANS_PREFIX
+    found: list[FsckIssue] = []
+
+    def per_inventory() -> list[FsckIssue]:
+        out: list[FsckIssue] = []
+        for inv in [inventory] if inventory else list_inventories(store):
+            out.extend(_guarded(partial(_check_inventory, store, inv)))
+        return out
+
+    found += _guarded(per_inventory)
+    found += _guarded(lambda: _unexpected(store, prefix))
     if inventory is None:
-        out.extend(check_inventory_store(store))
+        found += _guarded(lambda: check_inventory_store(store))
+    seen = {i.key for i in found}  # a key-level finding says more than the path's
+    structure = [FsckIssue(key=p.key, problem=p.problem, fix=p.fix)
+                 for p in store.path_problems("" if inventory is None else prefix) if p.key not in seen]
+    return structure + _unique(found)
+
+
+def _unique(issues: list[FsckIssue]) -> list[FsckIssue]:
+    out: list[FsckIssue] = []
+    for i in issues:
+        if i not in out:
+            out.append(i)
     return out
+
+
+def _unexpected(store: PlanStore, prefix: str) -> list[FsckIssue]:
+    """Objects under plans/ that are no plan, checksum, record or pointer of the layout (dreamshard.store.keys)."""
+    return [FsckIssue(key=k, problem="not an object of the plan store's layout (a plan, its checksum or record, or "
+                      "an inventory's current.json)", fix="move it out of the store")
+            for k in store.list_keys(prefix) if parse_key(k) is None and pointer_of(k) is None]
 
 
 def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
     out: list[FsckIssue] = []
-    pointer, problem = pointer_or_problem(store, inv)
-    if problem:
+    try:
+        pointer, problem = pointer_or_problem(store, inv)
+    except StorePathError as e:
+        pointer, problem = None, str(e)
+        out.append(_path_issue(e))
+    if problem and not out:
         out.append(FsckIssue(key=current_key(inv), problem=problem,
                              fix=f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"))
     elif pointer is not None:
@@ -84,10 +131,12 @@ def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
 
 def _plan_problems(store: PlanStore, pk: PlanKey, inventory: str) -> list[FsckIssue]:
     """Problems of one stored plan: missing/mismatched checksum file or record, unreadable or invalid bytes."""
-    record = read_record(store, pk)
     try:
+        record = read_record(store, pk)
         got = sha256_hex(store.get_bytes(pk.key))
         load_verified(store, pk)
+    except StorePathError as e:
+        return [_path_issue(e)]
     except (StoreError, PlanError) as e:
         return [FsckIssue(key=pk.key, problem=str(e), fix="roll back if it is current; re-publish it")]
     if record is None:

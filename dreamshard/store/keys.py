@@ -112,6 +112,12 @@ def parse_key(key: str) -> PlanKey | None:
     return None
 
 
+def pointer_of(key: str) -> str | None:
+    """The inventory whose plan pointer `key` is (`plans/<inventory>/current.json`), or None."""
+    parts = key.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == ROOT and parts[2] == CURRENT and _safe(parts[1]) else None
+
+
 def inventory_of(key: str) -> str | None:
     """The inventory a key under plans/ belongs to (a plan object, a pointer or anything in its folder)."""
     parts = key.split("/")

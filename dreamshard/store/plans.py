@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from dreamshard.errors import PlanError, StoreError
+from dreamshard.errors import PlanError, StoreError, StorePathError
 from dreamshard.gate import GateDecision
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import PlanKey, Status
@@ -61,7 +61,8 @@ def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str 
 
     A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
     instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
-    current.
+    current. A store whose structure is broken (StorePathError: a link out of a local store, a file where a
+    folder belongs, a folder where an object belongs) fails the listing: `plans fsck` says what to move.
     """
     inventories = [inventory] if inventory else list_inventories(store)
     out: list[PlanRecord] = []
@@ -78,6 +79,8 @@ def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str 
             }
             try:
                 plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
+            except StorePathError:
+                raise
             except (StoreError, PlanError) as e:
                 out.append(PlanRecord(plan_id=pk.plan_id, fingerprint=pk.fingerprint, sharder="", created_at=None,
                                       overall_ms=None, basis=None, problem=str(e), **common))

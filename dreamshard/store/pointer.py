@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from dreamshard.errors import StoreError
+from dreamshard.errors import StoreError, StorePathError
 from dreamshard.io import describe_validation_error
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import PlanKey, current_key, parse_key
@@ -112,9 +112,12 @@ def get_pointer(store: PlanStore, inventory: str) -> CurrentPointer | None:
 
 
 def pointer_or_problem(store: PlanStore, inventory: str) -> tuple[CurrentPointer | None, str]:
-    """The pointer (None if there is none) and "", or None and why it cannot be read."""
+    """The pointer (None if there is none) and "", or None and why it cannot be read. A pointer the store cannot
+    hold (a folder, a link out of a local store: StorePathError) is no corrupt pointer to repair: that raises."""
     try:
         return get_pointer(store, inventory), ""
+    except StorePathError:
+        raise
     except StoreError as e:
         return None, str(e)
 

@@ -5,13 +5,15 @@ rounds), plan (samples of the learned contenders), topology."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
+from dreamshard.errors import ConfigError
 from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
 from dreamshard.settings import Settings
 from dreamshard.types import BackendInfo, Plan
@@ -89,9 +91,51 @@ def _output_paths(request: CompareRequest, names: list[str], extra: list[Plan]) 
     return outputs
 
 
+def _plan_option(i: int, paths: Sequence[Path]) -> str:
+    return f"--plan #{i + 1} ({paths[i]})" if len(paths) > 1 else f"--plan ({paths[i]})"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False  # a missing file: load_plan names it
+
+
+def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = None) -> None:
+    """ConfigError unless every `--plan` is a different plan: not the same file (path, link), not the same bytes,
+    and (once loaded, `plans`) not the same plan id or contender label. A plan measured twice would make a
+    comparison that lists one plan twice, which the publish gate rightly refuses as forged."""
+    contents: dict[bytes, int] = {}
+    for i, path in enumerate(paths):
+        for j in range(i):
+            if _same_file(path, paths[j]):
+                raise ConfigError(f"{_plan_option(i, paths)} is the same file as {_plan_option(j, paths)}; "
+                                  f"give each plan once")
+        try:
+            data = path.read_bytes() if path.is_file() else None
+        except OSError:
+            data = None  # load_plan says why
+        if data is not None and (j := contents.setdefault(data, i)) != i:
+            raise ConfigError(f"{_plan_option(i, paths)} has the same content as {_plan_option(j, paths)}; "
+                              f"give each plan once")
+    if plans is None:
+        return
+    ids: dict[str, int] = {}
+    labels: dict[str, int] = {}
+    for i, plan in enumerate(plans):
+        j = ids.setdefault(plan.plan_id, i)
+        j = j if j != i else labels.setdefault(contender_name(plan.sharder, plan.plan_id, True), i)
+        if j != i:
+            raise ConfigError(f"{_plan_option(i, paths)} and {_plan_option(j, paths)} both hold plan "
+                              f"{plan.plan_id} ({plan.sharder}); give each plan once")
+
+
 def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
     s = request.settings
+    check_distinct_plans(request.plans)  # one line before anything is loaded, planned or measured
     extra = [load_plan(p) for p in request.plans]
+    check_distinct_plans(request.plans, extra)
     names = validate_sharders(list(request.sharders) if request.sharders is not None else contenders(s, extra))
     inputs = {"--inventory": request.inventory, "--model": request.model, "--params": s.source,
               **{"--plan" + (f" #{i + 1}" if len(request.plans) > 1 else ""): p for i, p in enumerate(request.plans)}}

@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Literal
 
+from dreamshard.draws import draw
 from dreamshard.errors import ConfigError
 from dreamshard.io import check_outputs, load_inventory
 from dreamshard.learning.tasks import load_taskset
@@ -34,6 +35,7 @@ from dreamshard.profiling.batches import (
     write_shard,
     write_spec,
 )
+from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.sections import PipelineSettings
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
@@ -41,6 +43,7 @@ from dreamshard.types import CommModel
 from dreamshard.usecases.base import Request, Result
 
 DISPATCHER_GROUP = "dreamshard.dispatchers"
+CORPUS_WRITER = "profile"  # this use case's file in the corpus directory
 Log = Callable[[str], None]
 
 
@@ -53,11 +56,13 @@ class ProfileRequest(Request):
     num_devices: int | None = None  # default: the published plan's (settings.plan_devices)
     refit_comm: bool = False
     progress: bool = False
+    corpus: Path | None = None  # the measurement corpus: device timings reused from it and added to it
 
 
 class ProfileResult(Result):
     summary: ProfileSummary
     refit: list[CommModel] = []
+    corpus: dict[str, int] = {}
 
 
 def run(request: ProfileRequest) -> ProfileResult:
@@ -70,6 +75,7 @@ def run(request: ProfileRequest) -> ProfileResult:
     taskset = load_taskset(request.tasks) if request.tasks is not None else None
     refit: list[CommModel] = []
     oracle = s.oracle()
+    oracle.corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     try:
         if request.refit_comm:
             sizes = {topology.num_devices} | ({t.num_devices for t in taskset.train} if taskset else set())
@@ -78,7 +84,7 @@ def run(request: ProfileRequest) -> ProfileResult:
                                     tasks=taskset, progress=request.progress, kinds=s.profile.kinds)
     finally:
         oracle.close()
-    return ProfileResult(summary=summary, refit=refit)
+    return ProfileResult(summary=summary, refit=refit, corpus=oracle.corpus.stats() if oracle.corpus else {})
 
 
 class BatchedProfileRequest(Request):
@@ -92,6 +98,7 @@ class BatchedProfileRequest(Request):
     campaign: str | None = None  # shards of one campaign are reused (resume); None: a fresh campaign
     dispatch: Literal["local", "workers"] = "local"
     parent_task_run: str | None = None
+    corpus: Path | None = None  # the measurement corpus (local dispatch: workers measure every device they get)
 
 
 class BatchedProfileResult(Result):
@@ -99,22 +106,62 @@ class BatchedProfileResult(Result):
     batches: int
     ran: int
     campaign: str
+    corpus: dict[str, int] = {}
 
 
-def plan_stage_batches(request: BatchedProfileRequest, campaign: str) -> list[BatchSpec]:
-    """The stage's batches (same files and settings -> same batches and shard keys)."""
+def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print) -> ProfileJob:
+    """`job` with at most `profile.incremental_tasks` of the train tasks whose placements need device timings
+    the corpus lacks, once the corpus serves at least one task entirely (a new version of a known inventory;
+    with nothing served, a first run, every task is kept). The kept ones are chosen by per-task draws, so the
+    same change keeps the same tasks."""
+    limit = job.profile.incremental_tasks  # decided on what the corpus held before this version: reruns agree
+    if limit is None or job.tasks is None:
+        return job
+    oracle = job.profile.oracle()
+    try:
+        missing: dict[str, int] = {}
+        by_name = job.inventory.by_name()
+        fp = job.inventory.fingerprint()
+        for it in job.items():
+            if it.kind != "placement":
+                continue
+            info = oracle.backend_info(it.topology.batch_size)
+            for d in range(it.topology.num_devices):
+                tables = [by_name[n] for n, dev in it.placement.items() if dev == d]
+                if tables and not corpus.known_before(device_key(info, oracle.seed, tables), fp):
+                    missing[it.task] = missing.get(it.task, 0) + 1
+    finally:
+        oracle.close()
+    new = [t for t in job.tasks.train if missing.get(t.name)]
+    if len(new) <= limit or len(new) == len(job.tasks.train):
+        return job
+    keep = set(sorted((t.name for t in new), key=lambda n: draw(job.profile.seed, "incremental", n))[:limit])
+    train = tuple(t for t in job.tasks.train if t.name in keep or not missing.get(t.name))
+    log(f"corpus: {len(new)} of {len(job.tasks.train)} train tasks need new device timings; measuring "
+        f"{limit} of them (profile.incremental_tasks)")
+    return job.model_copy(update={"tasks": job.tasks.model_copy(update={"train": train})})
+
+
+def plan_stage_batches(request: BatchedProfileRequest, campaign: str, corpus: DeviceCorpus | None = None,
+                       log: Log = print) -> list[BatchSpec]:
+    """The stage's batches (same files, settings and corpus -> same batches and shard keys)."""
     s = request.settings
     job = ProfileJob(inventory=load_inventory(request.inventory), tasks=load_taskset(request.tasks),
                      topology=s.topology_for(s.tasks.train_devices), profile=s.profile)
+    if corpus is not None:
+        job = limit_new_tasks(job, corpus, log)
     return plan_batches(job, s.pipeline.items_per_batch, campaign)
 
 
-def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print) -> int:
-    """Measure every batch without a shard in this process (one oracle for all); returns how many ran."""
+def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print,
+                corpus: DeviceCorpus | None = None) -> int:
+    """Measure every batch without a shard in this process (one oracle for all; device timings from `corpus` when
+    it holds them); returns how many ran."""
     todo = [spec for spec in specs if read_shard(store, spec) is None]
     if not todo:
         return 0
     oracle = todo[0].profile.oracle()
+    oracle.corpus = corpus
     try:
         for spec in todo:
             write_spec(store, spec)
@@ -162,7 +209,8 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
     check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
                   {"--output": request.out})
     campaign = request.campaign or f"c-{uuid.uuid4().hex[:12]}"
-    specs = plan_stage_batches(request, campaign)
+    corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
+    specs = plan_stage_batches(request, campaign, corpus, log)
     log(f"{sum(len(s.items) for s in specs)} planned measurements in {len(specs)} batches (campaign {campaign})")
     scratch = None
     store_uri = request.store_uri
@@ -177,11 +225,15 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
                                          parent_task_run_id=request.parent_task_run, log=log)
             ran = len(runs) if isinstance(runs, dict) else 0
         else:
-            ran = run_locally(store, specs, log=log)
+            ran = run_locally(store, specs, log=log, corpus=corpus)
         merge = merge_shards(store, specs, request.out)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     for bid, who in merge.workers.items():
         log(f"  {bid}: {who}")
-    return BatchedProfileResult(merge=merge, batches=len(specs), ran=ran, campaign=campaign)
+    if corpus is not None:
+        log("corpus: {device_timings_measured} device timings measured, {device_timings_reused} reused "
+            "({corpus_size} in the corpus)".format(**corpus.stats()))
+    return BatchedProfileResult(merge=merge, batches=len(specs), ran=ran, campaign=campaign,
+                                corpus=corpus.stats() if corpus else {})

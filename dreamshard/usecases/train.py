@@ -14,15 +14,21 @@ from dreamshard.errors import ConfigError
 from dreamshard.io import atomic_write_text, check_outputs, load_inventory, load_measurements
 from dreamshard.learning.configs import LoopConfig
 from dreamshard.learning.cost_model import CostNetSpec
-from dreamshard.learning.loop import IterationMetrics, train
-from dreamshard.learning.model_store import LoadedModel, ModelCard, load_card, load_model, save_model
+from dreamshard.learning.incremental import WarmStart, previous_model
+from dreamshard.learning.loop import DEFAULT_STATE_DIR, IterationMetrics, train
+from dreamshard.learning.model_store import LoadedModel, ModelCard, check_model_dir, load_card, load_model, save_model
 from dreamshard.learning.planning_cost import comm_models_of, cost_factory
 from dreamshard.learning.pretrain import pretrain
 from dreamshard.learning.ranges import ranges_from
+from dreamshard.learning.records import check_training_records
 from dreamshard.learning.tasks import load_taskset
 from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.learning.train_policy import train_policy
+from dreamshard.profiling.corpus import DeviceCorpus
+from dreamshard.types import Inventory
 from dreamshard.usecases.base import Request, Result
+
+CORPUS_WRITER = "loop"  # this use case's file in the corpus directory
 
 
 def _write_json(path: Path | None, data: Any) -> None:
@@ -46,9 +52,10 @@ def run_cost(request: CostRequest) -> CardResult:
     """Fit the cost ensemble on a profile file and save it (no policy) in model_dir."""
     check_outputs({"--inventory": request.inventory, "--measurements": request.measurements,
                    "--params": request.settings.source}, {"--metrics-out": request.metrics_out})
+    check_model_dir(request.model_dir)
     pool = load_inventory(request.inventory)
     cfg = request.settings.train_cost
-    records = load_measurements(request.measurements)
+    records = check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
     net, metrics = train_cost_model(pool, records, cfg, progress=request.progress)
     card = save_model(
         request.model_dir, net, None,
@@ -100,28 +107,44 @@ def run_policy(request: PolicyRequest) -> CardResult:
     return CardResult(card=new)
 
 
-def initial_model(cfg: LoopConfig) -> LoadedModel | None:
-    """The model the loop warm-starts from: the packaged pretrained one (train.init: pretrained), checked to
-    have the architecture the settings ask for; None for train.init: none."""
-    if cfg.init == "none":
-        return None
-    model = load_model(None, require_policy=True)
+def _check_architecture(model: LoadedModel, cfg: LoopConfig, what: str) -> None:
+    """`model` has the architecture the settings ask for (a typed error naming the difference otherwise)."""
     want = CostNetSpec(hidden=cfg.cost.hidden, latent=cfg.cost.latent, head_hidden=cfg.cost.head_hidden)
     if model.cost_net.spec != want or model.cost_net.size != cfg.cost.ensemble_size:
         raise ConfigError(
-            f"train.init is 'pretrained' but the packaged model ({model.card.version}: {model.cost_net.size} x "
-            f"{model.cost_net.spec.hidden}/{model.cost_net.spec.latent}/{model.cost_net.spec.head_hidden}) differs from "
-            f"train_cost (ensemble_size {cfg.cost.ensemble_size}, hidden {cfg.cost.hidden}, latent {cfg.cost.latent}, "
-            f"head_hidden {cfg.cost.head_hidden}); match it or set train.init: none"
+            f"{what} ({model.card.version}: {model.cost_net.size} x {model.cost_net.spec.hidden}/"
+            f"{model.cost_net.spec.latent}/{model.cost_net.spec.head_hidden}) differs from train_cost (ensemble_size "
+            f"{cfg.cost.ensemble_size}, hidden {cfg.cost.hidden}, latent {cfg.cost.latent}, head_hidden "
+            f"{cfg.cost.head_hidden}); match it or set train.init: none"
         )
     assert model.policy is not None
     pspec = model.policy.spec
     if (pspec.hidden, pspec.latent, pspec.head_hidden) != (cfg.policy.hidden, cfg.policy.latent, cfg.policy.head_hidden):
-        raise ConfigError(
-            f"train.init is 'pretrained' but the packaged policy ({pspec.hidden}/{pspec.latent}/{pspec.head_hidden}) "
-            f"differs from train_policy; match it or set train.init: none"
-        )
+        raise ConfigError(f"{what}: its policy ({pspec.hidden}/{pspec.latent}/{pspec.head_hidden}) differs from "
+                          f"train_policy; match it or set train.init: none")
+
+
+def initial_model(cfg: LoopConfig) -> LoadedModel | None:
+    """The packaged pretrained model the loop warm-starts from (train.init: pretrained, or previous without a
+    previous model), checked to have the architecture the settings ask for; None for train.init: none."""
+    if cfg.init == "none":
+        return None
+    model = load_model(None, require_policy=True)
+    _check_architecture(model, cfg, "train.init asks for the packaged model, but it")
     return model
+
+
+def warm_start(cfg: LoopConfig, state_dir: Path, pool: Inventory) -> tuple[LoadedModel | None, WarmStart | None]:
+    """(init model, the previous version's warm start when the loop runs incrementally)."""
+    if cfg.init == "previous":
+        prev = previous_model(state_dir, pool)
+        if prev is not None:
+            try:
+                _check_architecture(prev.model, cfg, "the previous version's model")
+                return prev.model, prev
+            except ConfigError:
+                pass  # the settings changed the architecture: a full retrain from the packaged model
+    return initial_model(cfg), None
 
 
 class TrainSummary(BaseModel):
@@ -130,9 +153,13 @@ class TrainSummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_version: str
     init: str | None
+    incremental: bool = False  # warm-started from the previous version's model, measuring the changed tasks
+    tasks_measured: int | None = None  # train tasks the loop measured on (all of them when not incremental)
     iterations_run: list[int]
     measured_now: int
     from_cache: int
+    device_timings_measured: int | None = None  # with a corpus: fused-operator timings run now / reused
+    device_timings_reused: int | None = None
     n_measurements: int
     cost: dict[str, Any]
     policy_mean_cost_ms: float | None
@@ -147,6 +174,7 @@ class TrainRequest(Request):
     metrics_out: Path | None = None
     resume: bool = True
     progress: bool = False
+    corpus: Path | None = None  # the measurement corpus (device timings reused and added)
 
 
 class TrainResult(Result):
@@ -162,21 +190,32 @@ def run(request: TrainRequest) -> TrainResult:
                    "--params": s.source}, {"--metrics-out": request.metrics_out})
     pool = load_inventory(request.inventory)
     taskset = load_taskset(request.tasks)
+    check_model_dir(request.model_dir)
+    seed = (check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
+            if request.measurements is not None else [])
     topo_cfg = s.topology
     if s.profile.backend == "cuda":  # measured on GPUs: the devices planned for are GPUs
         topo_cfg = topo_cfg.model_copy(update={"device_type": "cuda"})
-    init = initial_model(s.train)
-    seed = load_measurements(request.measurements) if request.measurements is not None else []
+    state_dir = request.state_dir if request.state_dir is not None else request.model_dir / DEFAULT_STATE_DIR
+    if state_dir.exists() and not state_dir.is_dir():
+        raise ConfigError(f"--state-dir {state_dir} is not a directory")
+    init, prev = warm_start(s.train, state_dir, pool) if request.resume else (initial_model(s.train), None)
+    config = s.train.model_copy(update={"iterations": s.train.incremental_iterations}) if prev else s.train
     oracle = s.oracle()
+    oracle.corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     try:
-        results = train(pool, taskset, topo_cfg, oracle, s.train, request.model_dir, state_dir=request.state_dir,
+        results = train(pool, taskset, topo_cfg, oracle, config, request.model_dir, state_dir=state_dir,
                         resume=request.resume, progress=request.progress, measurements=seed, init=init,
-                        backend_name=s.profile.backend)
+                        backend_name=s.profile.backend, previous_tasks=prev.tasks if prev else None)
     finally:
         oracle.close()
     card = load_model(request.model_dir, require_policy=True).card
+    corpus = oracle.corpus.stats() if oracle.corpus is not None else {}
     summary = TrainSummary(
         model_version=card.version, init=init.card.version if init is not None else None,
+        incremental=prev is not None, tasks_measured=results[0].n_tasks if results else None,
+        device_timings_measured=corpus.get("device_timings_measured"),
+        device_timings_reused=corpus.get("device_timings_reused"),
         iterations_run=[r.iteration for r in results], measured_now=sum(r.n_measured for r in results),
         from_cache=sum(r.n_new - r.n_measured for r in results),
         n_measurements=int(card.provenance.get("n_measurements", 0)), cost=dict(card.cost_metrics),

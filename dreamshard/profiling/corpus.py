@@ -1,0 +1,149 @@
+"""The measurement corpus: every device timing ever made, keyed by what it measured (docs/architecture.md,
+"The measurement corpus").
+
+A device's fused-operator timing depends on the hardware, the backend and its settings, the batch size and the
+CONTENT of the tables on that device (name, rows, dim, dtype, pooling, reuse histogram, features), never on the
+inventory version, the task or the other devices of the placement. So a timing is stored once under
+
+    key = sha256(hardware, backend settings, index seed, batch size, sorted canonical table contents)
+
+and any later placement that puts the same tables on one device reuses it: a one-table change re-measures only
+the devices that hold the changed or new table. Communication is not stored (it is recomputed from the comm
+model of the placement's world size).
+
+The corpus is a directory of JSONL files (one per writer: the profile stage's, the training loop's), read
+together and appended to by one writer each; a DVC-versioned dataset (`persist: true` outputs) that every
+inventory version adds to. Only the profile stage and the training loop use it: plan-time verification, the
+evaluate stage and the gate always measure afresh (they decide from interleaved repeats).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from pydantic import ValidationError
+
+from dreamshard.errors import InputFileError
+from dreamshard.profiling.base import DeviceTiming
+from dreamshard.tables import StrictModel
+from dreamshard.types import BackendInfo, Table
+
+#: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching
+CORPUS_VERSION = 1
+
+
+class CorpusEntry(StrictModel):
+    """One device timing and what it was of."""
+
+    key: str
+    hardware: str
+    backend: str
+    batch_size: int
+    tables: tuple[str, ...]  # names, for people reading the file
+    fwd_ms: tuple[float, ...]
+    bwd_ms: tuple[float, ...]
+    rows_used: tuple[int, ...] = ()
+    inventory: str = ""  # fingerprint of the inventory being measured when this timing was made
+
+
+@lru_cache(maxsize=4)
+def hardware_id(device: str) -> str:
+    """What the timings of `device` depend on besides the backend: machine, CPU model, torch build (and the GPU
+    model for cuda devices)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    parts = [platform.machine(), cpu, f"torch {torch.__version__}"]
+    if device.startswith("cuda") and torch.cuda.is_available():
+        parts.append(torch.cuda.get_device_name(0))
+    return " | ".join(parts)
+
+
+def device_key(info: BackendInfo, seed: int, tables: Sequence[Table]) -> str:
+    """The corpus key of one device's timing (independent of the tables' order on the device)."""
+    payload = {
+        "v": CORPUS_VERSION,
+        "hardware": hardware_id(info.device),
+        "backend": info.model_dump(mode="json"),
+        "seed": seed,
+        "tables": sorted(json.dumps(t.canonical(), sort_keys=True, separators=(",", ":")) for t in tables),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class DeviceCorpus:
+    """Reads every `*.jsonl` of `root`; appends to `root/<writer>.jsonl`. Counts hits and misses."""
+
+    def __init__(self, root: Path, writer: str) -> None:
+        if not writer or "/" in writer or writer.startswith("."):
+            raise InputFileError(f"corpus writer name '{writer}' is not a plain file name")
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise InputFileError(f"measurement corpus {self.root} is not a directory")
+        self.path = self.root / f"{writer}.jsonl"
+        self.entries: dict[str, CorpusEntry] = {}
+        self.hits = 0
+        self.misses = 0
+        for f in sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else ():
+            self._read(f)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path.touch()  # the writer's file exists even when everything came from the corpus (a DVC output)
+
+    def _read(self, path: Path) -> None:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                e = CorpusEntry.model_validate_json(line)
+            except ValidationError:
+                if i == len(lines) - 1:
+                    continue  # a killed writer's last line: that timing is simply measured again
+                raise InputFileError(f"{path}:{i + 1}: not a corpus entry") from None
+            self.entries.setdefault(e.key, e)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: str) -> DeviceTiming | None:
+        e = self.entries.get(key)
+        if e is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return DeviceTiming(e.fwd_ms, e.bwd_ms, e.rows_used)
+
+    def known_before(self, key: str, inventory: str) -> bool:
+        """Whether `key` was measured for another inventory (version) than `inventory`: what the corpus held
+        before this version's runs, so a resumed or repeated run decides as the first one did."""
+        e = self.entries.get(key)
+        return e is not None and e.inventory != inventory
+
+    def add(self, key: str, info: BackendInfo, tables: Sequence[Table], timing: DeviceTiming,
+            inventory: str = "") -> None:
+        if key in self.entries:
+            return
+        e = CorpusEntry(key=key, hardware=hardware_id(info.device), backend=info.name, batch_size=info.batch_size,
+                        tables=tuple(t.name for t in tables), fwd_ms=tuple(timing.fwd_ms),
+                        bwd_ms=tuple(timing.bwd_ms), rows_used=tuple(timing.rows_used), inventory=inventory)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(e.model_dump_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.entries[key] = e
+
+    def stats(self) -> dict[str, int]:
+        return {"device_timings_measured": self.misses, "device_timings_reused": self.hits, "corpus_size": len(self)}
