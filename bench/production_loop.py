@@ -1,19 +1,24 @@
-"""Production-loop benchmark: a one-table change on the 120-table pool, fresh pipeline run vs the fast path vs a
-full retrain (docs/architecture.md, "The production loop"). Run it on a quiet machine (about 25 minutes on 2 cores):
+"""Production-loop benchmark: a one-table change on the 120-table pool, fresh pipeline run vs an incremental
+retrain vs the fast path vs a full retrain (docs/architecture.md, "The production loop"). Run it on a quiet
+machine (about 30 minutes on 2 cores):
 
     python bench/production_loop.py                  # writes bench/results/production_loop.{json,md}
     python bench/production_loop.py --render         # rebuild the markdown from the JSON
 
 1. fresh: `dreamshard pipeline run` on the pool (params.yaml, CPU backend) in a new workspace;
 2. the change: one table's pooling factor x1.5 and one new table (a copy of another under a new name);
-3. fast path: `dreamshard replan -i v2` with the workspace's model (search + verify, the gate measures the plan and
-   the baselines interleaved, publish): no profiling, no training;
-4. full retrain: `dreamshard pipeline run -i v2` in a copy of the fresh workspace (what the loop did before);
-5. quality: the fast path's plan, the retrain's plan, the fast path's plan again (the noise row), TorchRec's
+3. incremental: `dreamshard pipeline run -i v2` in the same workspace (params.yaml: the measurement corpus serves
+   every unchanged device, profile.incremental_tasks, train.init: previous);
+4. fast path: `dreamshard replan -i v2` with the workspace's v1 model (search + verify, the gate measures the plan
+   and the baselines interleaved, publish): no profiling, no training;
+5. full retrain: `dreamshard pipeline run -i v2` in a copy of the fresh workspace without its corpus, with
+   train.init: pretrained and profile.incremental_tasks: null (what the loop did before);
+6. quality: the incremental, full-retrain and fast-path plans (the fast path's twice: the noise row), TorchRec's
    planner and every heuristic on v2, measured interleaved (>= 5 rounds, shuffled order each round).
 
-Measurements counted: profile records + the outer loop's new measurements (train metrics), the verify and gate
-timings (candidates x rounds); wall times from the commands' start to end.
+Measurements counted: device timings (one fused operator timed on one device: the unit the corpus stores; the
+new lines of data/corpus), profile records, the outer loop's measured placements (train metrics), the verify
+and gate timings of the fast path (candidates x rounds); wall times from the commands' start to end.
 """
 
 from __future__ import annotations
@@ -56,12 +61,29 @@ def changed_inventory(src: Path, dst: Path) -> str:
     return f"{t0.name}: pooling x1.5; {new.name}: new (a copy of {t1.name})"
 
 
-def pipeline_counts(ws: Path) -> dict[str, int]:
-    """Profile records and the outer loop's new measurements of the workspace's last run."""
+def corpus_lines(ws: Path) -> int:
+    return sum(len(f.read_text().splitlines()) for f in (ws / "data" / "corpus").glob("*.jsonl"))
+
+
+def pipeline_counts(ws: Path, corpus_before: int = 0) -> dict[str, Any]:
+    """Profile records, device timings and the outer loop's new measurements of the workspace's last run."""
     profile = sum(1 for _ in (ws / "data" / "measurements.jsonl").open()) if (ws / "data" / "measurements.jsonl").is_file() else 0
     train = json.loads((ws / "metrics" / "train.json").read_text()) if (ws / "metrics" / "train.json").is_file() else {}
-    return {"profile_records": profile, "loop_measured": int(train.get("measured_now", 0)),
-            "loop_from_cache": int(train.get("from_cache", 0))}
+    return {"profile_records": profile, "device_timings": corpus_lines(ws) - corpus_before,
+            "loop_measured": int(train.get("measured_now", 0)), "loop_from_cache": int(train.get("from_cache", 0)),
+            "incremental": bool(train.get("incremental", False)), "tasks_measured": train.get("tasks_measured")}
+
+
+def full_retrain_params(work: Path) -> Path:
+    """params.yaml as the loop ran before the corpus: a retrain from the packaged model on every task."""
+    import yaml
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["train"]["init"] = "pretrained"
+    params["profile"]["incremental_tasks"] = None
+    out = work / "params-full.yaml"
+    out.write_text(yaml.safe_dump(params, sort_keys=False))
+    return out
 
 
 def bench(work: Path, rounds: int) -> dict[str, Any]:
@@ -79,15 +101,21 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     change = changed_inventory(pool, work / "v2.yaml")
     retrain_ws = work / "ws-retrain"
     shutil.copytree(ws, retrain_ws, symlinks=True)
+    shutil.rmtree(retrain_ws / "data" / "corpus", ignore_errors=True)
+    before = corpus_lines(ws)
+    inc_s, _ = run(["pipeline", "run", "--workspace", str(ws), "-i", str(work / "v2.yaml"), *base,
+                    "--dvc-remote", str(work / "remote")], work)
+    incremental = pipeline_counts(ws, before)
 
-    fast_s, fast_out = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(ws / "models" / "dreamshard"),
+    fast_s, fast_out = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(retrain_ws / "models" / "dreamshard"),
                             "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
     fast = json.loads(fast_out)
     n_baselines = len(settings.publish.baselines)
     gate_rounds = max(settings.evaluate.rounds, settings.publish.min_rounds)
     fast_timings = settings.plan.verify * settings.plan.verify_rounds + (n_baselines + 1) * gate_rounds
 
-    retrain_s, _ = run(["pipeline", "run", "--workspace", str(retrain_ws), "-i", str(work / "v2.yaml"), *base,
+    full = ["--params", str(full_retrain_params(work)), "--store", str(store)]
+    retrain_s, _ = run(["pipeline", "run", "--workspace", str(retrain_ws), "-i", str(work / "v2.yaml"), *full,
                         "--dvc-remote", str(work / "remote")], work)
     retrain = pipeline_counts(retrain_ws)
 
@@ -98,7 +126,10 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     plans.mkdir()
     contenders: list[str] = []
     (plans / "retrain.json").write_text((retrain_ws / "data" / "plan.json").read_text())
+    (plans / "incremental.json").write_text((ws / "data" / "plan.json").read_text())
     contenders += ["-p", str(plans / "retrain.json")]
+    if json.loads((plans / "incremental.json").read_text())["plan_id"] != json.loads((plans / "retrain.json").read_text())["plan_id"]:
+        contenders += ["-p", str(plans / "incremental.json")]
     if fast_plan is not None:
         (plans / "fast.json").write_text(fast_plan.model_dump_json())
         contenders += ["-p", str(plans / "fast.json"), "-p", str(plans / "fast.json")]
@@ -107,11 +138,13 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
          "--sharders", ",".join([*HEURISTICS, "torchrec"]), "-d", str(settings.plan_devices), *contenders,
          "--out", str(cmp_file)], work)
     cmp = json.loads(cmp_file.read_text())
-    roles = {json.loads((plans / "retrain.json").read_text())["plan_id"]: "full retrain"}
+    roles = {json.loads((plans / "incremental.json").read_text())["plan_id"]: "incremental retrain",
+             json.loads((plans / "retrain.json").read_text())["plan_id"]: "full retrain"}
     if fast_plan is not None:
         roles[fast_plan.plan_id] = "fast path"
     return {"change": change, "rounds": rounds, "roles": roles, "backend": settings.profile.backend,
             "fresh": {"wall_s": round(fresh_s, 1), **fresh},
+            "incremental": {"wall_s": round(inc_s, 1), **incremental},
             "fast_path": {"wall_s": round(fast_s, 1), "outcome": fast["outcome"], "reason": fast["reason"],
                           "profile_records": 0, "loop_measured": 0, "verify_and_gate_timings": fast_timings},
             "retrain": {"wall_s": round(retrain_s, 1), **retrain},
@@ -126,18 +159,23 @@ def render(data: dict[str, Any]) -> str:
         by_sharder.setdefault(r["sharder"], []).append(r)
     torchrec = by_sharder["torchrec"][0]["overall_ms"]
     best = min(r["overall_ms"] for s in HEURISTICS for r in by_sharder.get(s, []))
-    f, fa, rt = data["fresh"], data["fast_path"], data["retrain"]
+    f, fa, rt, inc = data["fresh"], data["fast_path"], data["retrain"], data["incremental"]
+
+    def row(label: str, r: dict[str, Any]) -> str:
+        return (f"| {label} | {r['wall_s']} | {r['wall_s'] / f['wall_s']:.2f} | {r['device_timings']} | "
+                f"{r['device_timings'] / f['device_timings']:.2f} | {r['profile_records']} | {r['loop_measured']} | - |")
+
     lines = [
         "# Production loop: a one-table change on the 120-table pool (CPU backend)",
         "",
         f"Change: {data['change']}. Generated by `bench/production_loop.py` on a quiet 2-core machine.",
         "",
-        "| run | wall s | vs fresh | profile records | loop measured | other timings |",
-        "|---|---:|---:|---:|---:|---:|",
-        f"| fresh pipeline (v1) | {f['wall_s']} | 1.00 | {f['profile_records']} | {f['loop_measured']} | - |",
-        f"| full retrain (v2, same workspace) | {rt['wall_s']} | {rt['wall_s'] / f['wall_s']:.2f} | "
-        f"{rt['profile_records']} | {rt['loop_measured']} ({rt['loop_from_cache']} from cache) | - |",
-        f"| fast path `replan` (v2): {fa['outcome']} | {fa['wall_s']} | {fa['wall_s'] / f['wall_s']:.2f} | 0 | 0 | "
+        "| run | wall s | vs fresh | device timings | vs fresh | profile records | loop placements measured | other timings |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        row("fresh pipeline (v1)", f),
+        row(f"incremental retrain (v2, same workspace; loop on {inc['tasks_measured']} tasks)", inc),
+        row("full retrain (v2, no corpus, from the packaged model)", rt),
+        f"| fast path `replan` (v2): {fa['outcome']} | {fa['wall_s']} | {fa['wall_s'] / f['wall_s']:.2f} | - | - | 0 | 0 | "
         f"{fa['verify_and_gate_timings']} verify + gate |",
         "",
         f"Plans on v2, measured interleaved ({data['rounds']} rounds, backend {data['backend']}); ratios to TorchRec's "

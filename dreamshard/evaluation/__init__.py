@@ -10,6 +10,7 @@ from dreamshard.evaluation.compare import (
     evaluate_plan,
     load_comparison,
     lower_bound,
+    measure_lower_bound,
     median_costs,
     validate_sharders,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "evaluate_plan",
     "load_comparison",
     "lower_bound",
+    "measure_lower_bound",
     "median_costs",
     "plot_comparison",
     "plot_comparison_png",
