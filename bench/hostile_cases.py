@@ -21,7 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 from dreamshard.cli.app import invoke as cli
-from dreamshard.evaluation import compare_sharders
+from dreamshard.evaluation import compare_sharders, evaluate_plan
 from dreamshard.store.inventories import push_inventory
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.io import load_inventory, save_inventory, save_plan
@@ -335,6 +335,33 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         r = cli(["plans", "rollback", "--store", str(st), "--inventory", "inv", "--to", bad.plan_id])
         return one_line_2(r) and get_current(open_store(str(st)), "inv").plan_id == good.plan_id
 
+
+    @case("18.1", "a plan id ending in .record next to plan p: both kept, shown and listed", "plans publish p.record; plans publish p")
+    def _() -> bool:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from store_helpers import approve  # tests/ is not a package
+
+        from dreamshard.store import list_plans, publish, show
+
+        st = open_store(str(d / "store-record"))
+        first = evaluate_plan(inv, good, make_oracle("simulator")).model_copy(update={"plan_id": "p.record"})
+        second = first.model_copy(update={"plan_id": "p"})
+        publish(st, first, approve(first))
+        publish(st, second, approve(second))
+        return show(st, "p.record") == first and show(st, "p") == second and \
+            {r.plan_id for r in list_plans(st, "inv")} == {"p.record", "p"}
+
+    @case("18.15", "profile -k far beyond the distinct placements: returns at once with what exists", "profile -k 100000 (2 tables, 2 devices)")
+    def _() -> tuple[bool, str]:
+        import time
+
+        two = synth_inventory(2, 0, name="two")
+        save_inventory(two, d / "two.yaml")
+        t0 = time.perf_counter()
+        r = cli(["profile", "-i", str(d / "two.yaml"), "-d", "2", "-m", "4", "--backend", "simulator", "-k", "100000",
+                 "--warmup", "0", "--repeats", "1", "-o", str(d / "two.jsonl"), "--no-progress"])
+        wall = time.perf_counter() - t0
+        return r[0] == 0 and wall < 30.0 and sum(1 for _ in (d / "two.jsonl").open()) <= 2 + 4, f"{wall:.2f} s"
 
 # Case tables of one area each (issue 18, second round): module, function(directory, case).
 EXTRA_CASES: tuple[tuple[str, str], ...] = (

@@ -213,3 +213,13 @@ def test_kinds_add_the_heuristics_plans_and_a_crowded_device():
     assert max(counts) >= 0.4 * inv.num_tables  # one device holds about half the tables
     assert len(more) == len(plain) + 2
     assert not plan_items(inv, topo, 2, "simulator", kinds=("dim_greedy",), singles=False)[0].kind == "single"
+
+
+def test_more_random_placements_than_exist_stop_at_what_exists() -> None:
+    """Issue 18 #15: `profile -k` beyond the distinct placements used to try k x 20 seeds (minutes, no output)."""
+    from dreamshard.profiling.runner import _MAX_MISSES, _random_placements
+
+    two = _inventory(2)
+    got = _random_placements(two, Topology(num_devices=2, memory_per_device_gb=4.0), 100_000, seed=0)
+    assert 1 <= len(got) <= 4 and len({tuple(sorted(p.items())) for p in got}) == len(got)
+    assert _MAX_MISSES <= 1000  # a bounded number of draws after the last new placement
