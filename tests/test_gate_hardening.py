@@ -220,3 +220,38 @@ def test_params_that_drop_torchrec_are_a_config_error(tmp_path: Path) -> None:
     files["plan"] = files["good"]
     line = one_line_2(invoke(publish_argv(files, "--params", str(files["params"]))))
     assert "publish.baselines" in line and "torchrec" in line
+
+
+def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_path: Path) -> None:
+    """A table larger than a device: the heuristics (no column splits) cannot place the inventory. The comparison
+    records them as infeasible, the gate recomputes each before accepting its absence, and decides against the
+    baselines that can (TorchRec's planner); with none left, the only plan that runs is approved."""
+    from dreamshard.errors import PlanError
+    from dreamshard.evaluation import compare_sharders
+    from dreamshard.gate import evaluate_gate
+    from dreamshard.gate.config import PublishConfig
+    from dreamshard.gate.core import gate_plan
+    from dreamshard.profiling import make_oracle
+    from dreamshard.sharders import get_sharder
+    from dreamshard.types import Inventory, Table, Topology
+
+    inv = Inventory(name="big", tables=(Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
+                                        Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3),
+                                        Table(name="b", num_embeddings=2000, embedding_dim=32, pooling_factor=1)))
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0)
+    plan = get_sharder("torchrec").shard(inv, topo).model_copy(update={"sharder": "dreamshard", "plan_id": "mine"})
+    names = ["random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec"]
+    cmp = compare_sharders(inv, topo, names, make_oracle("simulator"), rounds=5, extra_plans=[plan])
+    assert set(cmp.infeasible) == set(names) - {"torchrec"} and {r.sharder for r in cmp.results} == {"torchrec", "dreamshard"}
+    rules = PublishConfig(allow_simulated=True)
+    _, decision = gate_plan(plan, inv, cmp, rules)
+    assert decision.baselines == ("torchrec",) and set(decision.infeasible) == set(cmp.infeasible)
+    assert decision.decided_by == "torchrec"
+    # a forged "infeasible" claim does not remove a baseline that can place the inventory
+    forged = cmp.model_copy(update={"results": [r for r in cmp.results if r.sharder != "torchrec"],
+                                    "infeasible": {**cmp.infeasible, "torchrec": "claimed"}})
+    with pytest.raises(PlanError, match="no 'torchrec' baseline"):
+        gate_plan(plan, inv, forged, rules)
+    alone = evaluate_gate(plan.model_copy(update={"measured": cmp.result("dreamshard").plan.measured}), {}, 0.0,
+                          infeasible=("dim_greedy",))
+    assert alone.approved and "no baseline can place" in alone.reason

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.errors import InputFileError, PlanError, UnknownSharderError
+from dreamshard.errors import InfeasiblePlacementError, InputFileError, PlanError, UnknownSharderError
 from dreamshard.io import read_structured, validate_mapping
 from dreamshard.memory import check_plan
 from dreamshard.profiling.comm import device_comm_bytes
@@ -70,6 +70,9 @@ class Comparison(BaseModel):
     lb_comm_ms: float = 0.0  # LowerBound.comm_ms
     best: str = ""
     best_baseline: str = ""  # the fastest BASELINE_SHARDERS contender (heuristics and TorchRec's planner)
+    # sharders that cannot place this inventory on this topology (e.g. a table larger than a device for a sharder
+    # without column splits), with why; not contenders (the gate recomputes each before it accepts its absence)
+    infeasible: dict[str, str] = {}
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -313,11 +316,22 @@ def compare_sharders(
     options = sharder_options or {}
     say = progress or (lambda _msg: None)
     plans: list[tuple[Plan, float]] = []
+    infeasible: dict[str, str] = {}
     for name in names:
         say(f"planning with {name}")
         t0 = time.perf_counter()
-        plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
+        try:
+            plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
+        except InfeasiblePlacementError as e:
+            if len(names) == 1 and not extra_plans:
+                raise
+            infeasible[name] = str(e)
+            say(f"{name} cannot place this inventory: {e}")
+            continue
         plans.append((plan, time.perf_counter() - t0))
+    if not plans and not extra_plans:
+        raise InfeasiblePlacementError(f"no sharder can place inventory '{inventory.name}' on this topology: "
+                                       + "; ".join(f"{k}: {v}" for k, v in infeasible.items()))
     for p in extra_plans:
         check_plan_for(inventory, p, topology)
         if any(p.plan_id == q.plan_id for q, _ in plans):
@@ -366,6 +380,7 @@ def compare_sharders(
         results=results,
         best=best.sharder,
         best_baseline=best_b.sharder,
+        infeasible=infeasible,
     )
 
 

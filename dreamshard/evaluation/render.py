@@ -26,9 +26,10 @@ def reference_line(cmp: Comparison) -> str:
     lb = cmp.reference
     how = ("the simulator's cost terms: no plan costs less" if cmp.backend.name == "simulator"
            else "assumes compute adds up across tables; fused kernels can beat it slightly")
+    cannot = f"; cannot place this inventory: {', '.join(cmp.infeasible)}" if cmp.infeasible else ""
     return (
         f"LB = max(costliest table's smallest share alone {lb.max_single_ms:.3f}, even 1/{d} share: compute "
-        f"{lb.compute_ms:.3f} + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms ({how})"
+        f"{lb.compute_ms:.3f} + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms ({how}){cannot}"
     )
 
 

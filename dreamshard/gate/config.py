@@ -40,6 +40,7 @@ class GateDecision(BaseModel):
     inventory_fingerprint: str = ""  # the inventory the plan was verified against
     evidence: str = ""  # where the costs come from (comparison file + sha256, or the gate's own measurement)
     baselines: tuple[str, ...] = ()  # every baseline the plan was measured against (each verified)
+    infeasible: tuple[str, ...] = ()  # required baselines that cannot place the inventory (recomputed by the gate)
     rounds: int | None = None  # paired rounds behind the bound
     confidence: float | None = None
     ratio: float | None = None  # plan / best baseline: geometric mean of the per-round ratios

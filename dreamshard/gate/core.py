@@ -75,7 +75,8 @@ def gate_plan(
     evidence = (f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
                 + (" (SIMULATED)" if b.is_simulated else "") + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}")
     decision = evaluate_gate(judged, {n: r.samples_ms for n, r in v.baselines.items()}, margin,
-                             plan_samples=v.entry.samples_ms, confidence=rules.confidence)
+                             plan_samples=v.entry.samples_ms, confidence=rules.confidence,
+                             infeasible=tuple(v.infeasible))
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
     decision = GateDecision.model_validate({**decision.model_dump(), "inventory_fingerprint": inventory.fingerprint(),
                                             "evidence": evidence, "reason": decision.reason + extra})

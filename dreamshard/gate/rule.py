@@ -50,6 +50,7 @@ def evaluate_gate(
     *,
     plan_samples: Sequence[float] | None = None,
     confidence: float = 0.95,
+    infeasible: Sequence[str] = (),
 ) -> GateDecision:
     """Decide on `plan`'s costs (Plan.cost_basis; its per-round `plan_samples` when given) against each
     baseline's figure or per-round samples (paired with the plan's by round). Every baseline counts, whatever
@@ -58,7 +59,7 @@ def evaluate_gate(
     base = {name: _samples(name, v) for name, v in baselines.items()}
     costs, basis = plan.best_costs, plan.cost_basis
     common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement,
-                              "baselines": tuple(base), "confidence": confidence}
+                              "baselines": tuple(base), "confidence": confidence, "infeasible": tuple(infeasible)}
     mine: list[float] = []
     if costs is not None:
         mine = [check_ms(v, f"plan {plan.plan_id}") for v in (plan_samples or [costs.overall_ms])]
@@ -80,6 +81,10 @@ def evaluate_gate(
     if plan.out_of_range and basis == "predicted":
         return no(f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
                   f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)")
+    if not base and infeasible:  # the plan is the only one that runs: nothing faster exists to keep
+        return GateDecision(approved=True, outcome="approved", reason=(
+            f"approved: no baseline can place this inventory ({', '.join(infeasible)}: infeasible, recomputed); "
+            f"{basis} {common['plan_cost_ms']:.4g} ms, fits memory on all {plan.topology.num_devices} devices"), **common)
     if not base:
         return no("no baseline costs to compare against; measure the baselines with the plan")
     for name, v in base.items():
@@ -106,9 +111,10 @@ def _reason(outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: R
     plan_ms, best, best_ms, margin = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"], f"{c['min_improvement']:.1%}"
     stat = f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s)"
     if outcome == "approved":
+        cannot = f"; {', '.join(c['infeasible'])} cannot place it" if c["infeasible"] else ""
         return (f"approved: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
                 f"({c['improvement']:+.1%}, required {margin}; {stat}); fits memory on all "
-                f"{plan.topology.num_devices} devices")
+                f"{plan.topology.num_devices} devices{cannot}")
     if outcome == "rejected":
         return (f"{basis} cost {plan_ms:.4g} ms does not beat best baseline {best} {best_ms:.4g} ms by {margin} "
                 f"(needs <= {best_ms * threshold:.4g} ms; improvement {c['improvement']:+.1%}; {stat})")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dreamshard.errors import PlanError
+from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, SharderResult, check_plan_for
 from dreamshard.gate.rule import MAX_MS
 from dreamshard.inventory.validation import check_key_part
@@ -30,6 +30,7 @@ class Verified:
 
     entry: SharderResult
     baselines: dict[str, SharderResult]
+    infeasible: dict[str, str] = field(default_factory=dict)  # required baselines that cannot place it (recomputed)
 
 
 def verify_plan(plan: Plan, inventory: Inventory) -> None:
@@ -163,8 +164,13 @@ def verify_comparison(
             raise PlanError(f"{source}: contender '{r.sharder}' is not the plan {r.sharder}{extra} makes for this "
                             f"inventory and topology (recomputed); baselines are verified, not trusted")
         baselines[r.sharder] = r
-    missing = [n for n in required if n not in baselines]
-    if missing:
-        raise PlanError(f"{source} has no '{missing[0]}' baseline; the gate requires {', '.join(required)} "
+    infeasible: dict[str, str] = {}
+    for name in (n for n in required if n not in baselines):
+        try:  # absent is accepted only for a baseline that cannot place this inventory: recomputed, not trusted
+            baseline_plan(name, inventory, cmp.topology, seed)
+        except InfeasiblePlacementError as e:
+            infeasible[name] = str(e)
+            continue
+        raise PlanError(f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
                         f"(publish.baselines, plus --sharders): compare with all of them, or use --measure")
-    return Verified(entry=entry, baselines=baselines)
+    return Verified(entry=entry, baselines=baselines, infeasible=infeasible)
