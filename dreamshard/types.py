@@ -111,6 +111,32 @@ class Verification(StrictModel):
     chosen: str  # the source of the plan kept (the best measured)
 
 
+class RefineStep(StrictModel):
+    """One proposal of `plan --refine-seconds`: measured on the two devices it changes, against the incumbent's."""
+
+    proposal: str  # "move t 0->2" or "swap t@0 <-> u@2" (units: whole tables or column shards)
+    devices: tuple[int, int]  # the bottleneck and the other device
+    predicted_ms: Annotated[float, Field(ge=0)]  # predicted overall after the proposal (learned cost deltas)
+    incumbent_ms: Annotated[float, Field(ge=0)]  # median over rounds of the incumbent's slower device of the two
+    measured_ms: Annotated[float, Field(ge=0)]  # the same for the proposal
+    kept: bool  # confirmed beyond the noise (every proposal round faster than every incumbent round)
+
+
+class RefineTrace(StrictModel):
+    """What measured refinement did (dreamshard.learning.measured_refine)."""
+
+    seconds: Annotated[float, Field(ge=0)]
+    budget_s: Annotated[float, Field(ge=0)]
+    rounds: Annotated[int, Field(ge=1)]
+    tried: Annotated[int, Field(ge=0)]
+    kept: Annotated[int, Field(ge=0)]
+    device_timings: Annotated[int, Field(ge=0)]  # fused operators timed on one device
+    initial_ms: Annotated[float, Field(ge=0)]  # the search's plan, measured (bottleneck device)
+    final_ms: Annotated[float, Field(ge=0)]  # the bottleneck after the kept proposals (latest measurements)
+    measured_gain: float  # (initial - final) / initial
+    steps: tuple[RefineStep, ...] = ()
+
+
 class ColumnShard(StrictModel):
     """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
 
@@ -179,6 +205,7 @@ class Plan(StrictModel):
     out_of_range: tuple[str, ...] = ()
     lineage: Lineage | None = None  # what data, model, params and code produced a published plan
     verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
+    refinement: RefineTrace | None = None  # proposals measured by `plan --refine-seconds`, when asked
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from dreamshard.cli.options import (
     MAX_THREADS,
     BackendOverride,
     BatchOverride,
+    CorpusOpt,
     DevicesOverride,
     DeviceTypeOverride,
     InterconnectOverride,
@@ -99,6 +100,8 @@ def plan(
     device_type: DeviceTypeOverride = None,
     interconnect: InterconnectOverride = None,
     explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search.")] = False,
+    refine_seconds: Annotated[Optional[float], typer.Option("--refine-seconds", min=0.0, max=86_400.0, help="dreamshard: measured refinement of the kept plan on --backend for this long: moves and swaps off the bottleneck, ranked by predicted gain, each measured on the two devices it changes against the incumbent's; kept only when confirmed beyond the noise (plan.refine_seconds; default 0 = off).")] = None,
+    corpus: CorpusOpt = None,
     torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
     torchrec_kernel: Annotated[str, typer.Option("--torchrec-kernel", help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
 ) -> None:
@@ -106,17 +109,24 @@ def plan(
     (name,) = validate_sharders([sharder])
     if verify:
         plan_uc.require_searching(name, "--verify")
+    if refine_seconds:
+        plan_uc.require_searching(name, "--refine-seconds")
     settings = resolve(params, {
+        "plan.refine_seconds": refine_seconds,
         "plan.num_devices": devices, "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
         "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "profile.backend": backend,
         "profile.warmup": warmup, "profile.repeats": repeats, "profile.num_threads": threads,
     })
     request = plan_uc.PlanRequest(settings=settings, inventory=inventory, out=out, sharder=name, model=model,
-                                  seed=seed, torchrec_out=torchrec_out, torchrec_kernel=torchrec_kernel)
-    n_verify = settings.plan.verify if name == plan_uc.SEARCHING_SHARDER else 0
-    status = (console.status(f"measuring the {n_verify} best candidates on {settings.profile.backend}", spinner="dots")
-              if n_verify else nullcontext())
+                                  seed=seed, torchrec_out=torchrec_out, torchrec_kernel=torchrec_kernel, corpus=corpus)
+    searching = name == plan_uc.SEARCHING_SHARDER
+    n_verify = settings.plan.verify if searching else 0
+    n_refine = settings.plan.refine_seconds if searching else 0.0
+    doing = ([f"measuring the {n_verify} best candidates"] if n_verify else []) + \
+        ([f"refining for {n_refine:g} s"] if n_refine else [])
+    status = (console.status(f"{' then '.join(doing)} on {settings.profile.backend}", spinner="dots")
+              if doing else nullcontext())
     with status:
         result = plan_uc.run(request)
     warn(result.warnings)
@@ -126,6 +136,10 @@ def plan(
         console.print(_search_table(result.search))
     if result.plan.verification is not None:
         console.print(_verification_table(result.plan.verification))
+    if (r := result.plan.refinement) is not None:
+        console.print(f"refinement: {r.tried} proposal(s) measured in {r.seconds:.1f} s ({r.device_timings} device "
+                      f"timings, {r.tried / r.seconds if r.seconds else 0:.2f} proposals/s), {r.kept} kept; bottleneck "
+                      f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})", markup=False)
     console.print(device_table(result.plan))
     console.print(f"wrote {out}")
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Fields of a plan file the gate never takes from the user: costs, the model that claims to have made it, its
 #: candidates' verification, its lineage. The gate fills costs from the comparison; only the pipeline's publish
 #: step attaches lineage, from its own workspace.
-UNTRUSTED_FIELDS = ("lineage", "predicted", "verification", "model_version", "measured", "measured_by")
+UNTRUSTED_FIELDS = ("lineage", "predicted", "verification", "refinement", "model_version", "measured", "measured_by")
 
 
 def trusted_plan(plan: Plan, out_of_range: Callable[[Plan], Sequence[str]] | None = None) -> Plan:

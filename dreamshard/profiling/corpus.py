@@ -86,13 +86,15 @@ def device_key(info: BackendInfo, seed: int, tables: Sequence[Table]) -> str:
 class DeviceCorpus:
     """Reads every `*.jsonl` of `root`; appends to `root/<writer>.jsonl`. Counts hits and misses."""
 
-    def __init__(self, root: Path, writer: str) -> None:
+    def __init__(self, root: Path, writer: str, reuse: bool = True) -> None:
+        """`reuse=False`: record only (measurement that must be fresh, e.g. refinement, still adds to it)."""
         if not writer or "/" in writer or writer.startswith("."):
             raise InputFileError(f"corpus writer name '{writer}' is not a plain file name")
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise InputFileError(f"measurement corpus {self.root} is not a directory")
         self.path = self.root / f"{writer}.jsonl"
+        self.reuse = reuse
         self.entries: dict[str, CorpusEntry] = {}
         self.hits = 0
         self.misses = 0
@@ -118,7 +120,7 @@ class DeviceCorpus:
         return len(self.entries)
 
     def get(self, key: str) -> DeviceTiming | None:
-        e = self.entries.get(key)
+        e = self.entries.get(key) if self.reuse else None
         if e is None:
             self.misses += 1
             return None
@@ -133,7 +135,7 @@ class DeviceCorpus:
 
     def add(self, key: str, info: BackendInfo, tables: Sequence[Table], timing: DeviceTiming,
             inventory: str = "") -> None:
-        if key in self.entries:
+        if key in self.entries and self.reuse:
             return
         e = CorpusEntry(key=key, hardware=hardware_id(info.device), backend=info.name, batch_size=info.batch_size,
                         tables=tuple(t.name for t in tables), fwd_ms=tuple(timing.fwd_ms),
@@ -143,7 +145,7 @@ class DeviceCorpus:
             f.write(e.model_dump_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self.entries[key] = e
+        self.entries.setdefault(key, e)
 
     def stats(self) -> dict[str, int]:
         return {"device_timings_measured": self.misses, "device_timings_reused": self.hits, "corpus_size": len(self)}

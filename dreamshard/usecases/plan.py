@@ -14,8 +14,10 @@ from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation import validate_sharders
 from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
 from dreamshard.io import check_outputs, load_inventory, save_plan
+from dreamshard.learning.measured_refine import refine_plan
 from dreamshard.learning.search import SearchResult
 from dreamshard.learning.sharder import ModelSharder
+from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.settings import Settings, model_dir
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.types import Plan
@@ -23,6 +25,7 @@ from dreamshard.usecases.base import Request, Result
 
 #: The sharder that searches (and can verify its best candidates by measuring them).
 SEARCHING_SHARDER = "dreamshard"
+CORPUS_WRITER = "refine"  # this use case's file in the measurement corpus
 
 
 class PlanRequest(Request):
@@ -33,6 +36,7 @@ class PlanRequest(Request):
     seed: int = 0
     torchrec_out: Path | None = None
     torchrec_kernel: str = "fused"
+    corpus: Path | None = None  # refinement's device timings are added to this measurement corpus
 
 
 class PlanResult(Result):
@@ -61,7 +65,11 @@ def run(request: PlanRequest) -> PlanResult:
     inv = load_inventory(request.inventory)
     topo = s.topology_for()
     verify = s.plan.verify if name == SEARCHING_SHARDER else 0
-    oracle = s.oracle() if verify else None
+    refine = s.plan.refine_seconds if name == SEARCHING_SHARDER else 0.0
+    corpus = DeviceCorpus(request.corpus, CORPUS_WRITER, reuse=False) if request.corpus is not None else None
+    oracle = s.oracle() if verify or refine else None
+    if oracle is not None:
+        oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
     extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle} if verify else {}
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
     searched: SearchResult | None = None
@@ -70,6 +78,9 @@ def run(request: PlanRequest) -> PlanResult:
         if isinstance(sharder, ModelSharder):  # the learned sharders report their model, search and warnings
             report = sharder.shard_with_report(inv, topo)
             plan, searched, warnings = report.plan, report.search, list(report.warnings)
+            if refine and oracle is not None:
+                plan = refine_plan(inv, plan, sharder.planning_cost(topo), oracle, refine, s.plan.refine_rounds,
+                                   request.seed)
         else:
             plan = sharder.shard(inv, topo)
     finally:

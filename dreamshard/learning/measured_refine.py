@@ -1,0 +1,172 @@
+"""Measured refinement (`plan --refine-seconds S`): the hardware corrects the model at plan time
+(docs/architecture.md, "Measured refinement").
+
+Starting from the search's best plan, every device is measured once (the incumbent's per-device costs). Then,
+while the time budget lasts: take the measured bottleneck device, rank moves of its units to other devices and
+swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two devices
+involved, applied to their measured costs), and measure the best untried proposal on only the two devices it
+changes, interleaved with the incumbent's same two devices for `rounds` rounds (in predicted order, also where the
+model predicts no gain: the model may be wrong there). A proposal is kept only when
+the hardware confirms it beyond the noise: the slowest round of the new pair is faster than the fastest round of
+the incumbent pair, and the new pair's median is below the bottleneck's measured cost. Everything measured is
+fresh (never read from the corpus), and every device timing goes into the measurement corpus when the oracle has
+one, as training data. The plan records the trace: proposals tried and kept, the measured gain, device timings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.profiling.oracle import Oracle
+from dreamshard.sharders.base import make_plan
+from dreamshard.shards import expand_plan, fold
+from dreamshard.types import Inventory, Plan, RefineStep, RefineTrace, Table, Topology
+
+#: proposals ranked per bottleneck before measuring (the best untried one is measured next)
+MAX_PROPOSALS = 256
+
+Predict = Callable[[Sequence[str]], float]  # predicted total ms of one device holding these units
+
+
+def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], devices: tuple[int, int],
+             topology: Topology) -> tuple[list[float], int]:
+    """Per-device measured totals of `devices` under `placement` (only those devices' units are timed), and how
+    many device timings that took (an empty device costs 0 without one)."""
+    sub = {n: d for n, d in placement.items() if d in devices}
+    m = oracle.measure(units.subset(list(sub)), sub, topology, kind="placement", task="refine")
+    return [m.costs.per_device[d].total for d in devices], len(set(sub.values()))
+
+
+Proposal = tuple[float, str, tuple[str, ...], int, dict[str, int]]  # (predicted overall, label, units, device, change)
+
+
+def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, Table], cap: int,
+               predict: Predict, tried: set[tuple[tuple[str, int], ...]]) -> list[Proposal]:
+    """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
+    ranked by the predicted overall: the measured costs of the two devices changed by their predicted deltas."""
+    n = len(dev_ms)
+    b = int(np.argmax(dev_ms))
+    on = {d: [u for u, v in current.items() if v == d] for d in range(n)}
+    size = {d: sum(by_name[u].size_bytes for u in on[d]) for d in range(n)}
+    base = {d: predict(on[d]) for d in range(n)}
+    out: list[Proposal] = []
+    for u in on[b]:
+        for d in range(n):
+            if d == b:
+                continue
+            others = max([dev_ms[x] for x in range(n) if x not in (b, d)], default=0.0)
+            options: list[tuple[str, tuple[str, ...], dict[str, int], str | None]] = [(f"move {u} {b}->{d}", (u,), {u: d}, None)]
+            options += [(f"swap {u}@{b} <-> {w}@{d}", (u, w), {u: d, w: b}, w) for w in on[d][:32]]
+            for label, names, change, w in options:
+                if tuple(sorted(change.items())) in tried:
+                    continue
+                moved = by_name[u].size_bytes - (by_name[w].size_bytes if w else 0)
+                if size[d] + moved > cap or size[b] - moved > cap:
+                    continue
+                new_b = [x for x in on[b] if x != u] + ([w] if w else [])
+                new_d = [x for x in on[d] if x != w] + [u]
+                est_b = dev_ms[b] + predict(new_b) - base[b]
+                est_d = dev_ms[d] + predict(new_d) - base[d]
+                out.append((max(others, est_b, est_d), label, names, d, change))
+    out.sort(key=lambda p: (p[0], p[1]))
+    # measured in predicted order even where the model sees no gain: the hardware has the last word
+    return out[:MAX_PROPOSALS]
+
+
+def refine_measured(
+    units: Inventory,
+    placement: dict[str, int],
+    topology: Topology,
+    oracle: Oracle,
+    predict: Predict,
+    seconds: float,
+    rounds: int = 3,
+    seed: int = 0,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[str, int], RefineTrace]:
+    """The refined unit placement and its trace (see the module docstring)."""
+    start = clock()
+    n = topology.num_devices
+    cap = topology.memory_per_device_bytes
+    by_name = units.by_name()
+    rng = np.random.default_rng(seed)
+    current = dict(placement)
+    first = oracle.measure(units, current, topology, kind="placement", task="refine")
+    dev_ms = [c.total for c in first.costs.per_device]
+    initial = max(dev_ms)
+    timings = sum(1 for d in range(n) if any(v == d for v in current.values()))
+    steps: list[RefineStep] = []
+    tried: set[tuple[tuple[str, int], ...]] = set()
+
+    queue: list[Proposal] = []
+    while clock() - start < seconds and n > 1:
+        if not queue:  # ranked once per incumbent: a refused proposal moves on to the next one
+            queue = _proposals(current, dev_ms, by_name, cap, predict, tried)
+            if not queue:
+                break
+        est, label, _, d, change = queue.pop(0)
+        b = int(np.argmax(dev_ms))
+        tried.add(tuple(sorted(change.items())))
+        new = {**current, **change}
+        old_rounds: list[float] = []
+        new_rounds: list[float] = []
+        pair_new: list[list[float]] = []
+        for r in range(max(1, rounds)):
+            order = [0, 1] if rng.random() < 0.5 else [1, 0]
+            for which in order:
+                pair, timed = _pair_ms(oracle, units, current if which == 0 else new, (b, d), topology)
+                timings += timed
+                (old_rounds if which == 0 else new_rounds).append(max(pair))
+                if which == 1:
+                    pair_new.append(pair)
+            if clock() - start >= seconds and r + 1 < rounds:
+                break
+        kept = (len(new_rounds) == max(1, rounds) and max(new_rounds) < min(old_rounds)
+                and statistics.median(new_rounds) < dev_ms[b])
+        steps.append(RefineStep(proposal=label, devices=(b, d), predicted_ms=round(est, 6),
+                                incumbent_ms=round(statistics.median(old_rounds), 6),
+                                measured_ms=round(statistics.median(new_rounds), 6), kept=kept))
+        if kept:
+            queue = []
+            current = new
+            dev_ms[b] = statistics.median(p[0] for p in pair_new)
+            dev_ms[d] = statistics.median(p[1] for p in pair_new)
+    final = max(dev_ms)
+    trace = RefineTrace(seconds=round(clock() - start, 3), budget_s=seconds, rounds=rounds,
+                        tried=len(steps), kept=sum(s.kept for s in steps), device_timings=timings,
+                        initial_ms=round(initial, 6), final_ms=round(final, 6),
+                        measured_gain=round((initial - final) / initial, 6) if initial > 0 else 0.0,
+                        steps=tuple(steps))
+    return current, trace
+
+
+def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Oracle, seconds: float,
+                rounds: int = 3, seed: int = 0) -> Plan:
+    """`plan` refined on `oracle` for `seconds` (its units: whole tables and column shards), predicted by `cost`.
+    With a kept proposal the refined plan is measured whole once (its `measured` costs); the trace is recorded
+    either way."""
+    units, placed = expand_plan(inventory, plan)
+    by_name = units.by_name()
+    cache: dict[frozenset[str], float] = {}
+
+    def predict(names: Sequence[str]) -> float:
+        key = frozenset(names)
+        if key not in cache:
+            tables = [by_name[n] for n in sorted(key)]
+            cache[key] = cost.predict(tables, {t.name: 0 for t in tables}).overall_ms if tables else 0.0
+        return cache[key]
+
+    refined, trace = refine_measured(units, placed, plan.topology, oracle, predict, seconds, rounds, seed)
+    if not trace.kept:
+        return plan.model_copy(update={"refinement": trace})
+    placement, column_shards = fold(inventory, refined)
+    new = make_plan(inventory, plan.topology, placement, plan.sharder, column_shards=column_shards,
+                    predicted=cost.predict(list(units.tables), refined), model_version=plan.model_version)
+    whole = oracle.measure(units, refined, plan.topology, kind="placement", task="refine")
+    return new.model_copy(update={"out_of_range": plan.out_of_range, "verification": plan.verification,
+                                  "refinement": trace, "measured": whole.costs, "measured_by": oracle.info})

@@ -1,0 +1,109 @@
+"""Measured refinement (`plan --refine-seconds`, issue 17 item 1): proposals off the bottleneck measured on the
+two devices they change; a proposal is kept only when the measurement confirms it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from dreamshard.cli.app import invoke
+from dreamshard.io import save_inventory
+from dreamshard.learning.measured_refine import refine_measured
+from dreamshard.profiling.base import ComputeBackend, DeviceTiming
+from dreamshard.profiling.corpus import DeviceCorpus
+from dreamshard.profiling.oracle import Oracle
+from dreamshard.types import CommModel, Inventory, Table, Topology
+
+TOPO = Topology(num_devices=3, memory_per_device_gb=4.0, batch_size=512)
+
+
+class SumBackend(ComputeBackend):
+    """A device costs the sum of its tables' pooling factors (ms), exactly: the optimum is known."""
+
+    name, operator, device, is_simulated = "simulator", "analytic", "cpu", True
+
+    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        v = float(sum(t.pooling_factor for t in tables))
+        return DeviceTiming((v,) * repeats, (0.0,) * repeats)
+
+    def comm_model(self, world_size: int) -> CommModel:
+        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size)
+
+
+def inventory() -> Inventory:
+    weights = [9, 7, 6, 5, 4, 3, 2, 2, 1, 1]
+    return Inventory(name="w", tables=tuple(Table(name=f"t{i}", num_embeddings=1000, embedding_dim=8,
+                                                  pooling_factor=w) for i, w in enumerate(weights)))
+
+
+def true_max(inv: Inventory, placement: dict[str, int]) -> float:
+    by = inv.by_name()
+    return max(sum(by[n].pooling_factor for n, d in placement.items() if d == dev) for dev in range(TOPO.num_devices))
+
+
+class Ticks:
+    """A clock that advances one second per call: the budget is a number of steps, not wall time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def _run(predict, seconds: float = 400.0, corpus: DeviceCorpus | None = None):  # type: ignore[no-untyped-def]
+    inv = inventory()
+    oracle = Oracle(SumBackend(), warmup=0, repeats=1)
+    oracle.corpus = corpus
+    start = {t.name: 0 for t in inv.tables}  # everything on device 0: sum 40, optimum 14 (40 / 3 rounded up)
+    placed, trace = refine_measured(inv, start, TOPO, oracle, predict, seconds, rounds=2, clock=Ticks())
+    return inv, start, placed, trace
+
+
+def test_with_a_right_model_refinement_reaches_the_known_optimum_region() -> None:
+    by = inventory().by_name()
+    inv, start, placed, trace = _run(lambda names: float(sum(by[n].pooling_factor for n in names)))
+    assert true_max(inv, placed) <= 15 < true_max(inv, start)  # optimum 14
+    assert trace.kept >= 3 and abs(trace.final_ms - true_max(inv, placed)) < 1e-9
+    for s in trace.steps:
+        assert s.kept == (s.measured_ms < s.incumbent_ms)
+
+
+def test_a_wrong_model_never_gets_a_move_kept_that_the_measurement_does_not_confirm() -> None:
+    by = inventory().by_name()
+    # the model believes light tables are heavy and heavy ones light: it proposes the wrong moves first
+    inv, start, placed, trace = _run(lambda names: float(sum(10 - by[n].pooling_factor for n in names)), seconds=200)
+    assert trace.tried > trace.kept  # it proposed moves the hardware refused
+    current = dict(start)
+    for s in trace.steps:
+        if s.kept:
+            assert s.measured_ms < s.incumbent_ms
+    assert true_max(inv, placed) <= true_max(inv, current)  # never worse than where it started
+    assert trace.final_ms == true_max(inv, placed)
+
+
+def test_the_corpus_gains_every_refinement_timing(tmp_path: Path) -> None:
+    by = inventory().by_name()
+    corpus = DeviceCorpus(tmp_path / "corpus", "refine", reuse=False)
+    _, _, _, trace = _run(lambda names: float(sum(by[n].pooling_factor for n in names)), seconds=60, corpus=corpus)
+    lines = (tmp_path / "corpus" / "refine.jsonl").read_text().splitlines()
+    assert len(lines) == trace.device_timings > 0  # fresh timings only: nothing read back from the corpus
+    assert corpus.stats()["device_timings_reused"] == 0
+
+
+def test_plan_refine_seconds_records_the_trace_and_refuses_other_sharders(tmp_path: Path) -> None:
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
+                                                          "plan": {"num_devices": 3, "samples": 0}}))
+    save_inventory(inventory(), tmp_path / "inv.yaml")
+    args = ["plan", "-i", str(tmp_path / "inv.yaml"), "--params", str(tmp_path / "params.yaml"), "-m", "4"]
+    code, out, err = invoke([*args, "--refine-seconds", "3", "--corpus", str(tmp_path / "c"), "-o", str(tmp_path / "p.json")])
+    assert code == 0, err
+    trace = json.loads((tmp_path / "p.json").read_text())["refinement"]
+    assert trace["budget_s"] == 3 and trace["tried"] >= 1 and "refinement:" in out
+    assert (tmp_path / "c" / "refine.jsonl").is_file()
+    code, _, err = invoke([*args, "-s", "dim_greedy", "--refine-seconds", "3", "-o", str(tmp_path / "q.json")])
+    assert code == 2 and "--refine-seconds needs --sharder dreamshard" in err and not (tmp_path / "q.json").exists()
