@@ -28,8 +28,10 @@ def artifact_key(*parts: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", key)).strip("-")[:100]
 
 
-def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, ref: Any | None, store_uri: str) -> None:
-    """Per-device costs and memory, markdown comparison with the baselines, the decision, the lineage, a link."""
+def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, ref: Any | None, store_uri: str,
+                           stats_md: str | None = None) -> None:
+    """Per-device costs and memory, the stats report, markdown comparison with the baselines, the decision, the
+    lineage, a link."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
     from dreamshard.evaluation import comparison_markdown, device_rows
@@ -40,6 +42,9 @@ def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, re
         table=device_rows(plan),
         description=f"Per-device costs (ms) and memory (GB) of plan {plan.plan_id} ({plan.sharder})",
     )
+    if stats_md is not None:
+        create_markdown_artifact(key=artifact_key("plan-stats", inv), markdown=stats_md,
+                                 description=f"Plan {plan.plan_id} explained: each table's share, what sets the maximum")
     if comparison is not None:
         create_markdown_artifact(
             key=artifact_key("sharder-comparison", inv),

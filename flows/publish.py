@@ -16,9 +16,11 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.evaluation import load_comparison
-from dreamshard.io import load_plan
+from dreamshard.io import load_inventory, load_plan
+from dreamshard.learning.explain import stats_markdown
 from dreamshard.settings import resolve
-from dreamshard.workspace import COMPARISON, PARAMS, PLAN, PipelineWorkspace
+from dreamshard.usecases.explain import stats_of
+from dreamshard.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
 from dreamshard_flows.artifacts import publish_plan_artifacts
 from dreamshard_flows.requests import PublishRequest
 from dreamshard_flows.tasks import absolute_uri, gate_task, lineage_task, publish_task
@@ -105,7 +107,8 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     ref = publish_task(store_uri, request.endpoint_url, plan, decision)
     ws.tag(f"{'published' if decision.approved else 'rejected'}/{plan.plan_id}", decision.reason)
     comparison = load_comparison(ws.path(COMPARISON))
-    publish_plan_artifacts(plan, comparison, decision, ref, store_uri)
+    stats = stats_of(load_inventory(ws.path(INVENTORY)), plan, ws.path(MODEL_DIR))
+    publish_plan_artifacts(plan, comparison, decision, ref, store_uri, stats_markdown(stats))
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
     return PublishOutcome(
         plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, outcome=decision.outcome,

@@ -14,6 +14,7 @@ from rich.console import Console
 from typer._click import exceptions as tclick
 
 from dreamshard.cli import (
+    explain_cmd,
     inventory_cmd,
     learn_cmd,
     plan_cmd,
@@ -36,7 +37,7 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-for _module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, replan_cmd, torchrec_cmd):
+for _module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, replan_cmd, torchrec_cmd, explain_cmd):
     _module.register(app)
 preset_cmd.register(inventory_cmd.inventory_app)
 #: Entry point group of command groups that live outside the library (the pipeline, with the Prefect flows).

@@ -36,12 +36,15 @@ from dreamshard.cli.options import (
     ThreadsOverride,
     WarmupOverride,
 )
+from dreamshard.cli.explain_cmd import print_stats
 from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
+from dreamshard.io import load_inventory
 from dreamshard.learning.search import SearchResult
 from dreamshard.settings import resolve
 from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, sharder_names
 from dreamshard.types import Verification
 from dreamshard.usecases import evaluate as evaluate_uc
+from dreamshard.usecases import explain as explain_uc
 from dreamshard.usecases import plan as plan_uc
 
 console = Console()
@@ -100,6 +103,7 @@ def plan(
     device_type: DeviceTypeOverride = None,
     interconnect: InterconnectOverride = None,
     explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search.")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print the stats report: each unit's share of its device, the units that set the maximum, imbalance, input/output MB per device (predicted; measured beside where measured).")] = False,
     refine_seconds: Annotated[Optional[float], typer.Option("--refine-seconds", min=0.0, max=86_400.0, help="dreamshard: measured refinement of the kept plan on --backend for this long: moves and swaps off the bottleneck, ranked by predicted gain, each measured on the two devices it changes against the incumbent's; kept only when confirmed beyond the noise (plan.refine_seconds; default 0 = off).")] = None,
     corpus: CorpusOpt = None,
     torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
@@ -141,6 +145,8 @@ def plan(
                       f"timings, {r.tried / r.seconds if r.seconds else 0:.2f} proposals/s), {r.kept} kept; bottleneck "
                       f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})", markup=False)
     console.print(device_table(result.plan))
+    if stats:
+        print_stats(explain_uc.stats_of(load_inventory(inventory), result.plan, model))
     console.print(f"wrote {out}")
 
 
@@ -155,6 +161,8 @@ def evaluate(
     params: ParamsOpt = None,
     as_json: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the plan with measured costs here.")] = None,
+    stats: Annotated[bool, typer.Option("--stats", help="Print the stats report (measured shares beside the learned model's predicted ones).")] = False,
+    model: ModelOpt = None,
 ) -> None:
     """Measure a plan: per-device fwd compute / fwd comm / bwd comm / bwd compute / memory and overall ms."""
     settings = resolve(params, {"profile.backend": backend, "profile.warmup": warmup, "profile.repeats": repeats,
@@ -172,6 +180,8 @@ def evaluate(
     console.print(device_table(measured))
     console.print(f"backend {b.name} ({b.operator}, {b.num_threads} thread(s), warm-up {b.warmup}, repeats {b.repeats})"
                   + (" — SIMULATED, not a measurement" if b.is_simulated else ""))
+    if stats:
+        print_stats(explain_uc.stats_of(load_inventory(inventory), measured, model))
 
 
 def compare(

@@ -10,13 +10,17 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from dreamshard.cli.explain_cmd import print_stats
+from dreamshard.cli.options import ModelOpt
 from dreamshard.cli.plan_cmd import expand_sharders
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote
 from dreamshard.errors import ConfigError
 from dreamshard.settings import Settings, resolve
 from dreamshard.store import fsck, list_plans, rollback
 from dreamshard.store.base import PlanStore
+from dreamshard.store.inventories import get_inventory_version
 from dreamshard.types import Plan
+from dreamshard.usecases import explain as explain_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases import reproduce as reproduce_uc
 from dreamshard.usecases.stored import open_plan_store, stored_plan
@@ -205,11 +209,20 @@ def show_cmd(
     inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory name (needed for 'current').")] = None,
     torchrec: Annotated[bool, typer.Option("--torchrec", help="Print the TorchRec table-wise form.")] = False,
     lineage: Annotated[bool, typer.Option("--lineage", help="Print only the plan's lineage (data, model, params, code).")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print the stats report instead (the inventory version stored under the plan's fingerprint; predicted by --model's learned cost, measured beside).")] = False,
+    model: ModelOpt = None,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
 ) -> None:
     """Print a stored plan as JSON (checksum-verified; a pipeline plan's JSON includes its lineage)."""
     plan = _stored_plan("show", plan_id, store, inventory, endpoint, params)
+    if stats:
+        inv = get_inventory_version(_open(store, endpoint, params), plan.inventory_name, plan.inventory_fingerprint)
+        if inv is None:
+            raise ConfigError(f"the store holds no inventory version {plan.inventory_fingerprint[:12]} of "
+                              f"'{plan.inventory_name}' (push it: dreamshard inventory push)")
+        print_stats(explain_uc.stats_of(inv, plan, model))
+        return
     if lineage:
         if plan.lineage is None:
             raise ConfigError(f"plan {plan.plan_id} has no lineage (it was not published by the pipeline)")

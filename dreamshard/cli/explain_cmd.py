@@ -1,0 +1,92 @@
+"""`dreamshard whatif` and the stats report shown by `plan --stats`, `evaluate --stats` and `plans show --stats`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from dreamshard.cli.options import BackendOverride, InventoryOpt, ModelOpt, ParamsOpt
+from dreamshard.learning.explain import PlanStats
+from dreamshard.settings import resolve
+from dreamshard.types import Costs
+from dreamshard.usecases import explain as explain_uc
+
+console = Console(highlight=False)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def stats_tables(stats: PlanStats, top: int = 15) -> list[RichTable]:
+    """The stats report as two rich tables: the costliest units, then the devices."""
+    both = stats.basis == "measured"
+    units = RichTable(title=f"plan {stats.plan_id}: the {min(top, len(stats.tables))} costliest of "
+                            f"{len(stats.tables)} units ({stats.basis}; a unit's share of its device)",
+                      caption=f"imbalance max/mean {stats.imbalance:.3f} · the maximum is set by device "
+                              f"{next(d.device for d in stats.devices if d.bottleneck)}: "
+                              f"{', '.join(stats.critical[:5])}{' ...' if len(stats.critical) > 5 else ''}")
+    for col in ("rank", "unit", "dev", "GB", "dim", "pooling", "outputs", "predicted ms", *(("measured ms",) if both else ())):
+        units.add_column(col, justify="left" if col == "unit" else "right")
+    for t in stats.tables[:top]:
+        units.add_row(str(t.rank), t.unit, str(t.device), f"{t.size_gb:.3f}", str(t.dim), f"{t.pooling:g}",
+                      str(t.outputs), _ms(t.predicted_ms), *((_ms(t.measured_ms),) if both else ()))
+    devices = RichTable(title="devices")
+    for col in ("dev", "units", "memory GB", "input MB", "output MB", "predicted ms", *(("measured ms",) if both else ())):
+        devices.add_column(col, justify="right")
+    for d in stats.devices:
+        devices.add_row(str(d.device) + (" *" if d.bottleneck else ""), str(d.units), f"{d.memory_gb:.3f}",
+                        f"{d.input_mb:.2f}", f"{d.output_mb:.2f}", _ms(d.predicted_ms),
+                        *((_ms(d.measured_ms),) if both else ()))
+    return [units, devices]
+
+
+def print_stats(stats: PlanStats, top: int = 15) -> None:
+    for t in stats_tables(stats, top):
+        console.print(t)
+
+
+def _changes_table(before: Costs, after: Costs, label: str) -> RichTable:
+    t = RichTable(title=f"{label}: per-device total ms, before -> after")
+    for col in ("dev", "before", "after", "change"):
+        t.add_column(col, justify="right")
+    for d, (a, b) in enumerate(zip(before.per_device, after.per_device)):
+        t.add_row(str(d), f"{a.total:.3f}", f"{b.total:.3f}", f"{b.total - a.total:+.3f}")
+    t.caption = f"overall {before.overall_ms:.3f} -> {after.overall_ms:.3f} ms ({after.overall_ms / before.overall_ms - 1:+.1%})" \
+        if before.overall_ms > 0 else ""
+    return t
+
+
+def whatif(
+    plan: Annotated[Path, typer.Argument(help="Plan JSON.")],
+    inventory: InventoryOpt,
+    move: Annotated[Optional[list[str]], typer.Option("--move", help="UNIT:DEVICE (a table, or a column shard table@start:end); repeatable.")] = None,
+    swap: Annotated[Optional[list[str]], typer.Option("--swap", help="A,B: exchange the devices of two units; repeatable.")] = None,
+    model: ModelOpt = None,
+    measure: Annotated[bool, typer.Option("--measure", help="Also measure the plan and the changed plan, interleaved (evaluate.rounds rounds on --backend).")] = False,
+    backend: BackendOverride = None,
+    params: ParamsOpt = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the changed plan here.")] = None,
+) -> None:
+    """What a move or a swap would do to a plan: the per-device change, predicted by the learned cost (and
+    measured with --measure)."""
+    settings = resolve(params, {"profile.backend": backend})
+    result = explain_uc.run_whatif(explain_uc.WhatIfRequest(
+        settings=settings, inventory=inventory, plan=plan, moves=list(move or []), swaps=list(swap or []),
+        model=model, measure=measure, out=out))
+    w = result.whatif
+    console.print("; ".join(w.changes) or "no change", markup=False)
+    console.print(_changes_table(w.before, w.after, "predicted"))
+    if result.measured_before is not None and result.measured_after is not None:
+        console.print(_changes_table(result.measured_before, result.measured_after,
+                                     f"measured on {settings.profile.backend}"))
+    if out is not None:
+        console.print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("whatif")(whatif)

@@ -1,0 +1,99 @@
+"""Every plan explained (issue 17 items 3 and 4): the stats report's per-unit shares add up to the device totals,
+and what-if of a move equals re-planning the moved plan's prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dreamshard.cli.app import invoke
+from dreamshard.errors import PlanError
+from dreamshard.inventory.synth import synth_inventory
+from dreamshard.io import load_plan, save_inventory, save_plan
+from dreamshard.learning.explain import parse_changes, plan_stats, planning_cost_for, what_if
+from dreamshard.learning.model_store import load_model
+from dreamshard.learning.planning_cost import predict_plan
+from dreamshard.profiling import make_oracle
+from dreamshard.evaluation import evaluate_plan
+from dreamshard.sharders import get_sharder
+from dreamshard.types import Inventory, Table, Topology
+
+TOPO = Topology(num_devices=3, memory_per_device_gb=2.0)
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[Inventory, object]:
+    inv = synth_inventory(12, 0, name="inv")
+    return inv, get_sharder("dim_greedy").shard(inv, TOPO)
+
+
+def test_stats_shares_add_up_to_the_device_totals_predicted_and_measured(world: tuple[Inventory, object]) -> None:
+    inv, plan = world
+    measured = evaluate_plan(inv, plan, make_oracle("simulator"))  # type: ignore[arg-type]
+    stats = plan_stats(inv, measured, planning_cost_for(None, TOPO))
+    assert stats.basis == "measured" and sorted(t.rank for t in stats.tables) == list(range(1, 13))
+    for d in stats.devices:
+        mine = [t for t in stats.tables if t.device == d.device]
+        assert sum(t.predicted_ms for t in mine) == pytest.approx(d.predicted_ms)
+        assert sum(t.measured_ms or 0.0 for t in mine) == pytest.approx(d.measured_ms)
+        assert d.units == len(mine)
+    b = next(d for d in stats.devices if d.bottleneck)
+    assert b.measured_ms == max(d.measured_ms or 0 for d in stats.devices)
+    assert set(stats.critical) == {t.unit for t in stats.tables if t.device == b.device}
+    assert stats.imbalance >= 1.0
+
+
+def test_what_if_of_a_move_equals_the_moved_plans_prediction(world: tuple[Inventory, object]) -> None:
+    inv, plan = world
+    unit, dev = next(iter(plan.placement.items()))  # type: ignore[attr-defined]
+    to = (dev + 1) % TOPO.num_devices
+    moves, swaps = parse_changes([f"{unit}:{to}"], [])
+    result = what_if(inv, plan, planning_cost_for(None, TOPO), moves, swaps)  # type: ignore[arg-type]
+    assert result.plan.placement[unit] == to
+    again = predict_plan(load_model(None, require_policy=False), inv, result.plan)
+    assert [d.total for d in result.after.per_device] == pytest.approx([d.total for d in again.per_device])
+    before = predict_plan(load_model(None, require_policy=False), inv, plan)
+    assert result.before.overall_ms == pytest.approx(before.overall_ms)
+
+
+def test_what_if_refuses_bad_changes_in_one_line(world: tuple[Inventory, object]) -> None:
+    inv, plan = world
+    cost = planning_cost_for(None, TOPO)
+    for moves, swaps, match in ((["nope:1"], [], "not a unit"), ([f"{inv.tables[0].name}:9"], [], "out of range"),
+                                (["t0000"], [], "UNIT:DEVICE"), ([], ["a"], "A,B")):
+        with pytest.raises(PlanError, match=match):
+            what_if(inv, plan, cost, *parse_changes(moves, swaps))  # type: ignore[arg-type]
+
+
+def test_whatif_and_stats_commands(tmp_path: Path, world: tuple[Inventory, object]) -> None:
+    inv, plan = world
+    save_inventory(inv, tmp_path / "inv.yaml")
+    save_plan(plan, tmp_path / "plan.json")  # type: ignore[arg-type]
+    a, b = inv.tables[0].name, inv.tables[1].name
+    code, out, err = invoke(["whatif", str(tmp_path / "plan.json"), "-i", str(tmp_path / "inv.yaml"), "--swap",
+                             f"{a},{b}", "--measure", "--backend", "simulator", "-o", str(tmp_path / "w.json")])
+    assert code == 0, err
+    assert "predicted" in out and "measured on simulator" in out
+    changed = load_plan(tmp_path / "w.json")
+    assert changed.placement[a] == plan.placement[b] and changed.measured is not None  # type: ignore[attr-defined]
+    code, _, err = invoke(["whatif", str(tmp_path / "plan.json"), "-i", str(tmp_path / "inv.yaml"), "--move", "zz:1",
+                           "-o", str(tmp_path / "x.json")])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+    code, out, err = invoke(["plan", "-i", str(tmp_path / "inv.yaml"), "-d", "3", "-m", "2", "-s", "lookup_greedy",
+                             "--stats", "-o", str(tmp_path / "p.json")])
+    assert code == 0 and "costliest" in out and "imbalance" in out, err
+    code, out, err = invoke(["evaluate", "-i", str(tmp_path / "inv.yaml"), "-p", str(tmp_path / "plan.json"),
+                             "--backend", "simulator", "--stats"])
+    assert code == 0 and "measured ms" in out, err
+    assert json.loads((tmp_path / "p.json").read_text())["sharder"] == "lookup_greedy"
+
+
+def test_stats_of_a_column_split_plan_names_its_shards() -> None:
+    inv = Inventory(name="big", tables=(Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
+                                        Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3)))
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0)
+    plan = get_sharder("dreamshard").shard(inv, topo)
+    stats = plan_stats(inv, plan, planning_cost_for(None, topo))
+    assert any("@" in t.unit for t in stats.tables) and stats.basis == "predicted"
