@@ -11,11 +11,15 @@ export refuses in one line with exit 2 and writes nothing (the rule: `memory.che
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dreamshard.cli.app import invoke as cli
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from hardening_support import TORCHREC_INV  # noqa: E402 - tests/ is not a package
+
+from dreamshard.cli.app import invoke as cli  # noqa: E402
 from dreamshard.errors import PlanError
 from dreamshard.io import load_plan, save_inventory, save_plan
 from dreamshard.sharders import make_plan
@@ -23,14 +27,7 @@ from dreamshard.types import ColumnShard, Inventory, Table, Topology
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 
-INV = Inventory(
-    name="small",
-    tables=(
-        Table(name="a", num_embeddings=300, embedding_dim=16, pooling_factor=1.0),
-        Table(name="b", num_embeddings=500, embedding_dim=32, pooling_factor=3.0),
-        Table(name="c", num_embeddings=40, embedding_dim=8, pooling_factor=0.5),
-    ),
-)
+INV = TORCHREC_INV
 ONE = Inventory(name="one", tables=(Table(name="t", num_embeddings=300, embedding_dim=16, pooling_factor=1.0),))
 TOPO = Topology(num_devices=2, memory_per_device_gb=1.0)
 

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from hardening_support import model_with_weights  # noqa: E402 - tests/ is not a package
 
 from dreamshard.cli.app import invoke as cli
 from dreamshard.inventory.synth import synth_inventory
@@ -76,13 +80,7 @@ EDITS: tuple[tuple[str, str, Callable[[Records], None], str], ...] = (
 )
 
 
-def _model_with_weights(d: Path, data: bytes) -> Path:
-    shutil.copytree(PACKAGED_DIR, d)
-    (d / COST_FILE).write_bytes(data)
-    card = json.loads((d / CARD_FILE).read_text())
-    card["files"][COST_FILE] = hashlib.sha256(data).hexdigest()
-    (d / CARD_FILE).write_text(json.dumps(card))
-    return d
+
 
 
 def _loads_within(model: Path, seconds: float) -> str:
@@ -135,7 +133,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         state = torch.load(PACKAGED_DIR / COST_FILE, weights_only=True)
         buf = io.BytesIO()
         torch.save({k: v * float("nan") if v.is_floating_point() else v for k, v in state.items()}, buf)
-        m = _model_with_weights(d / "nan-model", buf.getvalue())
+        m = model_with_weights(d / "nan-model", buf.getvalue())
         r = cli(["plan", "-i", str(invf), "-d", "2", "-m", "1", "--model", str(m), "-o", str(d / "p-nan.json")])
         return _one_line_2(r, "not finite") and not (d / "p-nan.json").exists(), r[2].strip()[:80]
 
@@ -167,7 +165,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
 
         buf = io.BytesIO()
         torch.jit.save(torch.jit.script(Identity()), buf)
-        m = _model_with_weights(d / "jit-model", buf.getvalue())
+        m = model_with_weights(d / "jit-model", buf.getvalue())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             r = cli(["plan", "-i", str(invf), "-d", "2", "-m", "1", "--model", str(m), "-o", str(d / "p-jit.json")])

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hardening_support import TORCHREC_INV
 
 from dreamshard.cli.app import invoke
 from dreamshard.errors import PlanError
@@ -24,14 +25,7 @@ from dreamshard.io import load_plan, save_inventory, save_plan
 from dreamshard.sharders import make_plan
 from dreamshard.types import ColumnShard, Inventory, Plan, Table, Topology
 
-INV = Inventory(
-    name="small",
-    tables=(
-        Table(name="a", num_embeddings=300, embedding_dim=16, pooling_factor=1.0),
-        Table(name="b", num_embeddings=500, embedding_dim=32, pooling_factor=3.0),
-        Table(name="c", num_embeddings=40, embedding_dim=8, pooling_factor=0.5),
-    ),
-)
+INV = TORCHREC_INV
 TOPO = Topology(num_devices=2, memory_per_device_gb=1.0)
 
 

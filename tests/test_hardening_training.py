@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from hardening_support import model_with_weights
 
 from dreamshard.cli.app import invoke
 from dreamshard.errors import ModelError, TrainingDataError
@@ -178,14 +179,7 @@ def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
     assert not (tmp_path / "m").exists()
 
 
-def _model_with_weights(d: Path, data: bytes) -> Path:
-    """The packaged model with its cost_net.pt replaced by `data` (card checksum updated: only the content is bad)."""
-    shutil.copytree(PACKAGED_DIR, d)
-    (d / COST_FILE).write_bytes(data)
-    card = json.loads((d / CARD_FILE).read_text())
-    card["files"][COST_FILE] = hashlib.sha256(data).hexdigest()
-    (d / CARD_FILE).write_text(json.dumps(card))
-    return d
+
 
 
 def test_a_model_with_nan_weights_is_refused_at_load(world: dict[str, Path], tmp_path: Path) -> None:
@@ -193,7 +187,7 @@ def test_a_model_with_nan_weights_is_refused_at_load(world: dict[str, Path], tmp
     state = torch.load(PACKAGED_DIR / COST_FILE, weights_only=True)
     buf = io.BytesIO()
     torch.save({k: v * float("nan") if v.is_floating_point() else v for k, v in state.items()}, buf)
-    m = _model_with_weights(tmp_path / "nan", buf.getvalue())
+    m = model_with_weights(tmp_path / "nan", buf.getvalue())
     r = invoke(["plan", "-i", str(world["inventory"]), "-d", "2", "-m", "1", "--model", str(m), "-o",
                 str(tmp_path / "p.json")])
     _one_line_2(r, "ModelError", "not finite")
@@ -247,7 +241,7 @@ def test_model_load_errors_come_without_torch_warnings(tmp_path: Path) -> None:
     np_buf = io.BytesIO()
     torch.save({"a": __import__("numpy").zeros(3)}, np_buf)
     for name, data in (("jit", buf.getvalue()), ("numpy", np_buf.getvalue())):
-        m = _model_with_weights(tmp_path / name, data)
+        m = model_with_weights(tmp_path / name, data)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with pytest.raises(ModelError, match="cannot load weights") as e:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dreamshard.cli.app import invoke
@@ -107,3 +108,29 @@ def test_plan_refine_seconds_records_the_trace_and_refuses_other_sharders(tmp_pa
     assert (tmp_path / "c" / "refine.jsonl").is_file()
     code, _, err = invoke([*args, "-s", "dim_greedy", "--refine-seconds", "3", "-o", str(tmp_path / "q.json")])
     assert code == 2 and "--refine-seconds needs --sharder dreamshard" in err and not (tmp_path / "q.json").exists()
+
+
+def test_the_refinement_prediction_of_a_device_is_the_planning_cost_of_that_device() -> None:
+    """refine_plan predicts a device from its units' summed states: the same as PlanningCost.predict."""
+    import torch
+
+    from dreamshard.learning.explain import planning_cost_for
+
+    inv = inventory()
+    cost = planning_cost_for(None, TOPO)
+    states = dict(zip(inv.table_names, cost.encode(list(inv.tables)), strict=True))
+    names = ["t0", "t3", "t7"]
+    with torch.no_grad():
+        fast = float(cost.mean_device_costs(torch.stack([states[n] for n in names]).sum(0)).sum())
+    tables = [t for t in inv.tables if t.name in names]
+    assert fast == pytest.approx(cost.predict(tables, {n: 0 for n in names}).overall_ms, rel=1e-5)
+
+
+def test_a_killed_corpus_writer_leaves_no_broken_line(tmp_path: Path) -> None:
+    by = inventory().by_name()
+    corpus = DeviceCorpus(tmp_path / "c", "refine", reuse=False)
+    _run(lambda names: float(sum(by[n].pooling_factor for n in names)), seconds=10, corpus=corpus)
+    f = tmp_path / "c" / "refine.jsonl"
+    f.write_bytes(f.read_bytes() + b'{"key": "half')  # killed mid-line
+    again = DeviceCorpus(tmp_path / "c", "refine")
+    assert f.read_bytes().endswith(b"\n") and len(again) > 0

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.profiling.oracle import Oracle
@@ -151,14 +152,16 @@ def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Or
     With a kept proposal the refined plan is measured whole once (its `measured` costs); the trace is recorded
     either way."""
     units, placed = expand_plan(inventory, plan)
-    by_name = units.by_name()
+    states = dict(zip(units.table_names, cost.encode(list(units.tables)), strict=True))  # a device: their sum
     cache: dict[frozenset[str], float] = {}
 
     def predict(names: Sequence[str]) -> float:
         key = frozenset(names)
         if key not in cache:
-            tables = [by_name[n] for n in sorted(key)]
-            cache[key] = cost.predict(tables, {t.name: 0 for t in tables}).overall_ms if tables else 0.0
+            if not key:
+                return 0.0
+            with torch.no_grad():
+                cache[key] = float(cost.mean_device_costs(torch.stack([states[n] for n in key]).sum(0)).sum())
         return cache[key]
 
     refined, trace = refine_measured(units, placed, plan.topology, oracle, predict, seconds, rounds, seed)
