@@ -226,7 +226,7 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_pat
     """A table larger than a device: the heuristics (no column splits) cannot place the inventory. The comparison
     records them as infeasible, the gate recomputes each before accepting its absence, and decides against the
     baselines that can (TorchRec's planner); with none left, the only plan that runs is approved."""
-    from dreamshard.errors import PlanError
+    from dreamshard.errors import InfeasiblePlacementError, PlanError
     from dreamshard.evaluation import compare_sharders
     from dreamshard.gate import evaluate_gate
     from dreamshard.gate.config import PublishConfig
@@ -252,6 +252,8 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_pat
                                     "infeasible": {**cmp.infeasible, "torchrec": "claimed"}})
     with pytest.raises(PlanError, match="no 'torchrec' baseline"):
         gate_plan(plan, inv, forged, rules)
+    with pytest.raises(InfeasiblePlacementError, match="fits on no device"):  # nothing to measure: the first error
+        compare_sharders(inv, topo, ["dim_greedy", "round_robin"], make_oracle("simulator"), rounds=1)
     alone = evaluate_gate(plan.model_copy(update={"measured": cmp.result("dreamshard").plan.measured}), {}, 0.0,
                           infeasible=("dim_greedy",))
     assert alone.approved and "no baseline can place" in alone.reason

@@ -223,3 +223,13 @@ def test_more_random_placements_than_exist_stop_at_what_exists() -> None:
     got = _random_placements(two, Topology(num_devices=2, memory_per_device_gb=4.0), 100_000, seed=0)
     assert 1 <= len(got) <= 4 and len({tuple(sorted(p.items())) for p in got}) == len(got)
     assert _MAX_MISSES <= 1000  # a bounded number of draws after the last new placement
+
+
+def test_no_feasible_random_placement_is_the_typed_error_of_the_table_that_did_not_fit() -> None:
+    """Each table fits a device, but no packing of the three does: a one-line InfeasiblePlacementError."""
+    from dreamshard.errors import InfeasiblePlacementError
+    from dreamshard.profiling.runner import _random_placements
+
+    tables = tuple(Table(name=f"t{i}", num_embeddings=2_500_000, embedding_dim=64, pooling_factor=1) for i in range(3))
+    with pytest.raises(InfeasiblePlacementError, match="fits on no device"):
+        _random_placements(Inventory(name="tight", tables=tables), Topology(num_devices=2, memory_per_device_gb=1.0), 2, 0)

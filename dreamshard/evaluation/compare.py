@@ -316,22 +316,19 @@ def compare_sharders(
     options = sharder_options or {}
     say = progress or (lambda _msg: None)
     plans: list[tuple[Plan, float]] = []
-    infeasible: dict[str, str] = {}
+    infeasible: dict[str, InfeasiblePlacementError] = {}
     for name in names:
         say(f"planning with {name}")
         t0 = time.perf_counter()
         try:
             plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
         except InfeasiblePlacementError as e:
-            if len(names) == 1 and not extra_plans:
-                raise
-            infeasible[name] = str(e)
+            infeasible[name] = e
             say(f"{name} cannot place this inventory: {e}")
             continue
         plans.append((plan, time.perf_counter() - t0))
-    if not plans and not extra_plans:
-        raise InfeasiblePlacementError(f"no sharder can place inventory '{inventory.name}' on this topology: "
-                                       + "; ".join(f"{k}: {v}" for k, v in infeasible.items()))
+    if not plans and not extra_plans:  # nothing to measure: the first sharder's own error says why
+        raise next(iter(infeasible.values()))
     for p in extra_plans:
         check_plan_for(inventory, p, topology)
         if any(p.plan_id == q.plan_id for q, _ in plans):
@@ -380,7 +377,7 @@ def compare_sharders(
         results=results,
         best=best.sharder,
         best_baseline=best_b.sharder,
-        infeasible=infeasible,
+        infeasible={name: str(e) for name, e in infeasible.items()},
     )
 
 

@@ -39,7 +39,7 @@ from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
-from dreamshard.types import BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
+from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
 
 #: Draws in a row that may give a duplicate (or infeasible) placement before a task is taken to have no more
 #: distinct random placements (tiny tasks; `profile -k` beyond what exists).
@@ -89,27 +89,25 @@ def item_key(kind: str, task: str, fingerprint: str, topology: Topology, placeme
     return f"{kind}-{task or 'all'}-{digest}"
 
 
-def _device_for(table: Table, used: list[int], cap: int, u: float) -> int | None:
-    """The device a draw `u` picks for `table`, or the next one with room (None: no device has room)."""
+def _device_for(table: Table, used: list[int], cap: int, u: float) -> int:
+    """The device a draw `u` picks for `table`, or the next one with room (InfeasiblePlacementError: none has)."""
     n = len(used)
     first = min(int(u * n), n - 1)
     for i in range(n):
         d = (first + i) % n
         if used[d] + table.size_bytes <= cap:
             return d
-    return None
+    raise InfeasiblePlacementError(table.name, table.size_gb, (cap - min(used)) / GB)
 
 
-def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float]) -> dict[str, int] | None:
-    """Tables (largest first) on the device their own draw picks, or the next with room; None if one fits nowhere.
-    A table's device depends on its draw and on memory only, so where memory does not bind, a new or changed
-    table moves no other table (their devices come from the measurement corpus)."""
+def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float]) -> dict[str, int]:
+    """Tables (largest first) on the device their own draw picks, or the next with room (InfeasiblePlacementError
+    when one fits nowhere). A table's device depends on its draw and on memory only, so where memory does not
+    bind, a new or changed table moves no other table (their devices come from the measurement corpus)."""
     used = [0] * topology.num_devices
     out: dict[str, int] = {}
     for t in sorted(inventory.tables, key=lambda t: (-t.size_bytes, t.name)):
         d = _device_for(t, used, topology.memory_per_device_bytes, pick(t))
-        if d is None:
-            return None
         used[d] += t.size_bytes
         out[t.name] = d
     return {t.name: out[t.name] for t in inventory.tables}
@@ -117,26 +115,28 @@ def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[T
 
 def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: int) -> list[dict[str, int]]:
     """Up to k distinct random feasible placements; stops after _MAX_MISSES draws in a row gave a duplicate or an
-    infeasible one (a small task has few distinct placements)."""
+    infeasible one (a small task has few distinct placements); none feasible: the last draw's error."""
     out: list[dict[str, int]] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
+    last_error: InfeasiblePlacementError | None = None
     misses = j = 0
     while len(out) < k and misses < _MAX_MISSES:
         tag = f"random-{j}"
         j += 1
-        p = _drawn_placement(inventory, topology, lambda t, tag=tag: draw(seed, tag, t.name))  # type: ignore[misc]
-        sig = tuple(sorted(p.items())) if p is not None else None
-        if sig is None or sig in seen:
+        try:
+            p = _drawn_placement(inventory, topology, lambda t, tag=tag: draw(seed, tag, t.name))  # type: ignore[misc]
+        except InfeasiblePlacementError as e:  # tight memory: this draw painted itself into a corner
+            last_error, misses = e, misses + 1
+            continue
+        sig = tuple(sorted(p.items()))
+        if sig in seen:
             misses += 1
             continue
         misses = 0
         seen.add(sig)
-        out.append(p)  # type: ignore[arg-type]
-    if not out and k > 0:
-        raise InfeasiblePlacementError(
-            f"no random placement of inventory '{inventory.name}' fits {topology.num_devices} device(s) of "
-            f"{topology.memory_per_device_gb:g} GB in {j} draws"
-        )
+        out.append(p)
+    if not out and last_error is not None:
+        raise last_error
     return out
 
 
@@ -152,7 +152,10 @@ def crowded_placement(inventory: Inventory, topology: Topology, seed: int) -> di
         u = draw(seed, "crowded", t.name)
         return (hot + 0.5) / n if u < 0.5 else (u - 0.5) * 2
 
-    return _drawn_placement(inventory, topology, pick)
+    try:
+        return _drawn_placement(inventory, topology, pick)
+    except InfeasiblePlacementError:
+        return None
 
 
 def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
