@@ -45,6 +45,12 @@ class DeviceCost(StrictModel):
         return cls(fwd_compute=0.0, fwd_comm=0.0, bwd_comm=0.0, bwd_compute=0.0)
 
 
+#: A measured overall is the median over rounds of each round's max over devices; per-device figures are
+#: component-wise medians. On a noisy machine the two differ a little, never by this much: an overall below
+#: (1 - OVERALL_LOW) x or above OVERALL_HIGH x the largest per-device total is an edited figure.
+OVERALL_LOW, OVERALL_HIGH = 0.05, 1.5
+
+
 class Costs(StrictModel):
     """Per-device costs of a placement and its overall cost (max over devices of the totals)."""
 
@@ -55,6 +61,15 @@ class Costs(StrictModel):
     def from_devices(cls, per_device: list[DeviceCost], overall_ms: float | None = None) -> Costs:
         overall = max((d.total for d in per_device), default=0.0) if overall_ms is None else overall_ms
         return cls(per_device=tuple(per_device), overall_ms=overall)
+
+    @property
+    def top_total(self) -> float:
+        """The largest per-device total (what the overall cost is, up to the median's noise)."""
+        return max((d.total for d in self.per_device), default=0.0)
+
+    def overall_agrees(self) -> bool:
+        """Whether the overall is the bottleneck device's total within [1 - OVERALL_LOW, OVERALL_HIGH] x it."""
+        return self.top_total * (1 - OVERALL_LOW) <= self.overall_ms <= self.top_total * OVERALL_HIGH
 
     @property
     def bottleneck_device(self) -> int:

@@ -18,10 +18,6 @@ from dreamshard.types import Inventory, Plan, Topology
 
 #: Relative tolerance for figures that must agree exactly inside a comparison (JSON round-trips floats exactly).
 _REL_TOL = 1e-9
-#: A measured overall is the median over rounds of each round's max over devices; the per-device figures are
-#: component-wise medians. On a noisy machine the two differ a little, never by this much: overall below
-#: (1 - LOW) x or above HIGH x the largest per-device total is an edited figure.
-_OVERALL_LOW, _OVERALL_HIGH = 0.05, 1.5
 
 
 @dataclass(frozen=True)
@@ -84,9 +80,8 @@ def _check_result(r: SharderResult, cmp: Comparison, inventory: Inventory, where
         raise PlanError(f"{label}: overall {r.overall_ms:g} ms is not the median of its samples {r.samples_ms}")
     if m is None or not _close(m.overall_ms, r.overall_ms):
         raise PlanError(f"{label}: its plan's measured costs do not match its overall {r.overall_ms:g} ms")
-    top = max(d.total for d in m.per_device)
-    if not (top * (1 - _OVERALL_LOW) <= m.overall_ms <= top * _OVERALL_HIGH):
-        raise PlanError(f"{label}: overall {m.overall_ms:g} ms is not the bottleneck device's total {top:g} ms")
+    if not m.overall_agrees():
+        raise PlanError(f"{label}: overall {m.overall_ms:g} ms is not the bottleneck device's total {m.top_total:g} ms")
     if r.plan.measured_by is not None and r.plan.measured_by != cmp.backend:
         raise PlanError(f"{label} was measured by another backend than the comparison's")
 

@@ -24,16 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dreamshard.costs import COST_COMPONENTS
+from dreamshard.costs import COST_COMPONENTS, OVERALL_HIGH, OVERALL_LOW
 from dreamshard.errors import TrainingDataError
 from dreamshard.types import Inventory, Measurement
 
 #: Largest cost figure (ms: a component, a device total, an overall, a comm model's alpha / beta) a training
 #: record may hold.
 MAX_RECORD_MS = 1e9
-#: The overall cost must lie in [(1 - OVERALL_LOW), OVERALL_HIGH] x the bottleneck device's total (as the gate
-#: checks a comparison's figures: dreamshard.gate.verify).
-OVERALL_LOW, OVERALL_HIGH = 0.05, 1.5
 #: An id longer than this is cut in messages (a message stays one readable line).
 _ID_SHOWN = 80
 
@@ -65,18 +62,16 @@ def check_record(m: Measurement, index: int | None = None, source: str = "") -> 
             shown = table if len(table) <= _ID_SHOWN else table[:_ID_SHOWN] + "..."
             raise TrainingDataError(f"{label}: placement['{shown}'] = device {device}, but its topology has "
                                     f"num_devices {n} (devices 0..{n - 1})")
-    totals = []
     for d, cost in enumerate(m.costs.per_device):
         for name, value in zip(COST_COMPONENTS, cost.as_list(), strict=True):
             _bounded(label, f"costs.per_device[{d}].{name}", value)
-        totals.append(cost.total)
         _bounded(label, f"costs.per_device[{d}] total", cost.total)
     _bounded(label, "costs.overall_ms", m.costs.overall_ms)
-    top = max(totals, default=0.0)
-    if not top * (1 - OVERALL_LOW) <= m.costs.overall_ms <= top * OVERALL_HIGH:
+    if not m.costs.overall_agrees():  # the gate's rule for a comparison's figures (dreamshard.costs)
         raise TrainingDataError(
             f"{label}: costs.overall_ms = {m.costs.overall_ms:g} ms contradicts its per-device costs (bottleneck "
-            f"device total {top:g} ms; the overall must lie within {1 - OVERALL_LOW:g}..{OVERALL_HIGH:g} x it)"
+            f"device total {m.costs.top_total:g} ms; the overall must lie within {1 - OVERALL_LOW:g}.."
+            f"{OVERALL_HIGH:g} x it)"
         )
     for i, s in enumerate(m.spread):
         if not math.isfinite(s) or s < 0:
