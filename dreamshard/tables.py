@@ -223,6 +223,10 @@ class Table(StrictModel):
             d["features"] = [{"name": f.name, "pooling_factor": round(float(f.pooling_factor), 9)} for f in self.features]
         return d
 
+    def canonical_json(self) -> str:
+        """`canonical()` as one compact JSON line (sorted keys): what fingerprints and content keys hash."""
+        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+
 
 class Inventory(StrictModel):
     """A named set of embedding tables with unique names."""
@@ -277,5 +281,5 @@ class Inventory(StrictModel):
 
         The inventory name is deliberately not part of it: the same tables are the same workload.
         """
-        rows = sorted(json.dumps(t.canonical(), sort_keys=True, separators=(",", ":")) for t in self.tables)
+        rows = sorted(t.canonical_json() for t in self.tables)
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()

@@ -88,7 +88,7 @@ def task_signature(pool: Inventory, task: Task) -> str:
     """A train task's content: its device count and its tables' canonical content (any change of either is a
     change of the task)."""
     by_name = pool.by_name()
-    rows = sorted(json.dumps(by_name[n].canonical(), sort_keys=True, separators=(",", ":")) for n in task.tables)
+    rows = sorted(by_name[n].canonical_json() for n in task.tables)
     return hashlib.sha256(json.dumps([task.num_devices, rows]).encode()).hexdigest()[:16]
 
 

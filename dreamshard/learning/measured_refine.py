@@ -43,7 +43,7 @@ def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], device
     return [m.costs.per_device[d].total for d in devices], len(set(sub.values()))
 
 
-Proposal = tuple[float, str, tuple[str, ...], int, dict[str, int]]  # (predicted overall, label, units, device, change)
+Proposal = tuple[float, str, int, dict[str, int]]  # (predicted overall, label, other device, change)
 
 
 def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, Table], cap: int,
@@ -61,9 +61,9 @@ def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, 
             if d == b:
                 continue
             others = max([dev_ms[x] for x in range(n) if x not in (b, d)], default=0.0)
-            options: list[tuple[str, tuple[str, ...], dict[str, int], str | None]] = [(f"move {u} {b}->{d}", (u,), {u: d}, None)]
-            options += [(f"swap {u}@{b} <-> {w}@{d}", (u, w), {u: d, w: b}, w) for w in on[d][:32]]
-            for label, names, change, w in options:
+            options: list[tuple[str, dict[str, int], str | None]] = [(f"move {u} {b}->{d}", {u: d}, None)]
+            options += [(f"swap {u}@{b} <-> {w}@{d}", {u: d, w: b}, w) for w in on[d][:32]]
+            for label, change, w in options:
                 if tuple(sorted(change.items())) in tried:
                     continue
                 moved = by_name[u].size_bytes - (by_name[w].size_bytes if w else 0)
@@ -73,7 +73,7 @@ def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, 
                 new_d = [x for x in on[d] if x != w] + [u]
                 est_b = dev_ms[b] + predict(new_b) - base[b]
                 est_d = dev_ms[d] + predict(new_d) - base[d]
-                out.append((max(others, est_b, est_d), label, names, d, change))
+                out.append((max(others, est_b, est_d), label, d, change))
     out.sort(key=lambda p: (p[0], p[1]))
     # measured in predicted order even where the model sees no gain: the hardware has the last word
     return out[:MAX_PROPOSALS]
@@ -100,7 +100,7 @@ def refine_measured(
     first = oracle.measure(units, current, topology, kind="placement", task="refine")
     dev_ms = [c.total for c in first.costs.per_device]
     initial = max(dev_ms)
-    timings = sum(1 for d in range(n) if any(v == d for v in current.values()))
+    timings = len(set(current.values()))  # the devices that hold units
     steps: list[RefineStep] = []
     tried: set[tuple[tuple[str, int], ...]] = set()
 
@@ -110,7 +110,7 @@ def refine_measured(
             queue = _proposals(current, dev_ms, by_name, cap, predict, tried)
             if not queue:
                 break
-        est, label, _, d, change = queue.pop(0)
+        est, label, d, change = queue.pop(0)
         b = int(np.argmax(dev_ms))
         tried.add(tuple(sorted(change.items())))
         new = {**current, **change}

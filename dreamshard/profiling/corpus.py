@@ -78,7 +78,7 @@ def device_key(info: BackendInfo, seed: int, tables: Sequence[Table]) -> str:
         "hardware": hardware_id(info.device),
         "backend": info.model_dump(mode="json"),
         "seed": seed,
-        "tables": sorted(json.dumps(t.canonical(), sort_keys=True, separators=(",", ":")) for t in tables),
+        "tables": sorted(t.canonical_json() for t in tables),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

@@ -197,8 +197,7 @@ def run(request: TrainRequest) -> TrainResult:
     if s.profile.backend == "cuda":  # measured on GPUs: the devices planned for are GPUs
         topo_cfg = topo_cfg.model_copy(update={"device_type": "cuda"})
     state_dir = request.state_dir if request.state_dir is not None else request.model_dir / DEFAULT_STATE_DIR
-    if state_dir.exists() and not state_dir.is_dir():
-        raise ConfigError(f"--state-dir {state_dir} is not a directory")
+    check_model_dir(state_dir, "state directory")  # before the previous model is looked for in it
     init, prev = warm_start(s.train, state_dir, pool) if request.resume else (initial_model(s.train), None)
     config = s.train.model_copy(update={"iterations": s.train.incremental_iterations}) if prev else s.train
     oracle = s.oracle()
