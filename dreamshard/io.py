@@ -253,12 +253,11 @@ def append_measurement(path: str | Path, m: Measurement) -> None:
         os.fsync(f.fileno())
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """Same resolved path, or (both existing) the same inode: symlinks and hard links count."""
-    if a.resolve() == b.resolve():
-        return True
+def same_file(a: Path, b: Path) -> bool:
+    """Same resolved path, or (both existing) the same inode: symlinks and hard links count (False for a path
+    that cannot be read: its reader names the problem)."""
     try:
-        return os.path.samefile(a, b)
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
     except OSError:
         return False
 
@@ -270,11 +269,11 @@ def check_outputs(inputs: Mapping[str, str | Path | None], outputs: Mapping[str,
     outs = [(k, Path(v)) for k, v in outputs.items() if v is not None]
     for i, (oname, opath) in enumerate(outs):
         for iname, ipath in ins:
-            if _same_file(opath, ipath):
+            if same_file(opath, ipath):
                 raise InputFileError(
                     f"{oname} {opath} is the same file as {iname} {ipath}; nothing was written: choose another "
                     f"output path"
                 )
         for oname2, opath2 in outs[:i]:
-            if _same_file(opath, opath2):
+            if same_file(opath, opath2):
                 raise InputFileError(f"{oname} {opath} and {oname2} {opath2} are the same file; choose two paths")

@@ -5,7 +5,6 @@ rounds), plan (samples of the learned contenders), topology."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
 from dreamshard.errors import ConfigError
-from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
+from dreamshard.io import check_outputs, load_inventory, load_plan, same_file, save_plan
 from dreamshard.settings import Settings
 from dreamshard.types import BackendInfo, Plan
 from dreamshard.usecases.base import Request, Result
@@ -95,13 +94,6 @@ def _plan_option(i: int, paths: Sequence[Path]) -> str:
     return f"--plan #{i + 1} ({paths[i]})" if len(paths) > 1 else f"--plan ({paths[i]})"
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve() or os.path.samefile(a, b)
-    except OSError:
-        return False  # a missing file: load_plan names it
-
-
 def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = None) -> None:
     """ConfigError unless every `--plan` is a different plan: not the same file (path, link), not the same bytes,
     and (once loaded, `plans`) not the same plan id or contender label. A plan measured twice would make a
@@ -109,7 +101,7 @@ def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = N
     contents: dict[bytes, int] = {}
     for i, path in enumerate(paths):
         for j in range(i):
-            if _same_file(path, paths[j]):
+            if same_file(path, paths[j]):
                 raise ConfigError(f"{_plan_option(i, paths)} is the same file as {_plan_option(j, paths)}; "
                                   f"give each plan once")
         try:
