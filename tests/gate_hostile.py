@@ -32,6 +32,9 @@ class NoisyOracle:
     def info(self) -> Any:
         return self.inner.info
 
+    def corpus_as(self, corpus: Any) -> Any:
+        return self.inner.corpus_as(corpus)
+
     def measure(self, *a: Any, **k: Any) -> Any:
         m = self.inner.measure(*a, **k)
         f = self.rng.lognormvariate(0.0, self.sd)

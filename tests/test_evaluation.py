@@ -17,6 +17,7 @@ from dreamshard.evaluation import (
     lower_bound,
     plot_comparison,
 )
+from dreamshard.profiling import Oracle
 from dreamshard.sharders import HEURISTICS, get_sharder
 from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 
@@ -26,6 +27,9 @@ class FakeOracle:
 
     info = BackendInfo(name="fake", operator="analytic", device="cpu", num_threads=1, batch_size=0,
                        warmup=0, repeats=1, is_simulated=True)
+
+    corpus = None
+    corpus_as = Oracle.corpus_as  # compare_sharders measures its contenders with no corpus
 
     def __init__(self) -> None:
         self.calls: list[str] = []

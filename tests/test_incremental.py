@@ -174,3 +174,30 @@ def test_the_profile_and_train_commands_take_the_corpus(tmp_path: Path) -> None:
     code, _, err = invoke([*args[:-3], "--corpus", str(tmp_path / "notadir"), "-o", str(tmp_path / "c.jsonl")])
     assert code == 2 and "not a directory" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "c.jsonl").exists()
+
+
+def test_compare_reuses_only_the_lower_bounds_singles_and_the_gate_measures_no_lower_bound(tmp_path: Path) -> None:
+    from dreamshard.evaluation import compare_sharders, comparison_markdown
+    from dreamshard.gate import PublishConfig
+    from dreamshard.gate.core import measure_and_gate
+    from dreamshard.sharders import get_sharder
+
+    inv = synth_inventory(8, 0, name="inv")
+    sharders = ["round_robin", "dim_greedy"]
+    first = counting_oracle(None)
+    cmp1 = compare_sharders(inv, TOPO, sharders, first, rounds=2, corpus=DeviceCorpus(tmp_path / "c", "evaluate"))
+    fresh_calls = first.backend.calls  # type: ignore[attr-defined]
+    again = counting_oracle(None)
+    cmp2 = compare_sharders(inv, TOPO, sharders, again, rounds=2, corpus=DeviceCorpus(tmp_path / "c", "evaluate"))
+    contenders = sum(sum(1 for d in range(TOPO.num_devices) if r.plan.device_tables()[d]) for r in cmp2.results) * 2
+    assert again.backend.calls == contenders < fresh_calls  # type: ignore[attr-defined]  # singles: all reused
+    assert cmp2.lower_bound_ms == pytest.approx(cmp1.lower_bound_ms) and cmp2.has_lower_bound
+    assert again.corpus is None  # the caller's oracle gets its own corpus back
+    # the gate decides on the plans alone: no single-table timing at all, and its report says so
+    gate_oracle = counting_oracle(None)
+    plan = get_sharder("size_greedy").shard(inv, TOPO)
+    _, _, cmp = measure_and_gate(plan, inv, gate_oracle, PublishConfig(baselines=("round_robin", "torchrec"), min_rounds=2, allow_simulated=True),
+                                 rounds=2)
+    measured = sum(sum(1 for d in range(TOPO.num_devices) if r.plan.device_tables()[d]) for r in cmp.results) * 2
+    assert gate_oracle.backend.calls == measured and not cmp.has_lower_bound  # type: ignore[attr-defined]
+    assert "LB not measured" in comparison_markdown(cmp) and "| - |" in comparison_markdown(cmp)

@@ -182,3 +182,33 @@ def test_unknown_backend_and_missing_gpu_are_one_line_errors() -> None:
             make_oracle("cuda")
     with pytest.raises(ProfilingError, match="repeats"):
         make_oracle("cpu", repeats=0)
+
+
+def test_no_garbage_collection_runs_inside_a_timed_region_and_the_setting_is_restored() -> None:
+    import gc
+
+    from dreamshard.profiling.base import FusedOp, time_op
+
+    seen: list[bool] = []
+
+    class Op(FusedOp):
+        def forward(self, batch_no: int) -> object:
+            seen.append(gc.isenabled())
+            return batch_no
+
+        def backward(self, out: object) -> None:
+            seen.append(gc.isenabled())
+
+    from dreamshard.profiling.base import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        time_op(Op(), warmup=1, repeats=2)
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()

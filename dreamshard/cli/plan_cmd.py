@@ -209,6 +209,7 @@ def compare(
     plot_data_out: Annotated[Optional[Path], typer.Option("--plot-data-out", help="Rows {sharder, overall_ms} (DVC plots).")] = None,
     plans_dir: Annotated[Optional[Path], typer.Option("--plans-dir", help="Save every contender's plan here.")] = None,
     plan_files: Annotated[Optional[list[Path]], typer.Option("--plan", "-p", help="Also measure this plan (repeatable; its topology when --devices is not given); `plans publish --comparison` needs its plan in the comparison.")] = None,
+    corpus: CorpusOpt = None,
 ) -> None:
     """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB.
     The pipeline's `evaluate` stage is `compare --plan data/plan.json --params params.yaml`."""
@@ -224,7 +225,7 @@ def compare(
     request = evaluate_uc.CompareRequest(settings=settings, inventory=inventory,
                                          sharders=tuple(names) if names is not None else None,
                                          plans=tuple(plan_files or ()), num_devices=devices, model=model,
-                                         outputs=outputs)
+                                         outputs=outputs, corpus=corpus)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=Console(stderr=True), disable=as_json or not sys.stderr.isatty(), transient=True,

@@ -30,6 +30,7 @@ from dreamshard.types import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
+    from dreamshard.profiling.corpus import DeviceCorpus
 
 Progress = Callable[[str], None]
 
@@ -43,7 +44,7 @@ class SharderResult(BaseModel):
     samples_ms: list[float]
     spread: float  # (max - min) / median over rounds
     ratio_to_best: float = 1.0
-    ratio_to_lower_bound: float = 1.0
+    ratio_to_lower_bound: float = 1.0  # 0: the lower bound was not measured (the gate's own comparisons)
     plan_seconds: float = 0.0
 
 
@@ -62,7 +63,7 @@ class Comparison(BaseModel):
     topology: Topology
     backend: BackendInfo
     rounds: int
-    lower_bound_ms: float  # LowerBound.total_ms
+    lower_bound_ms: float  # LowerBound.total_ms; 0: not measured (the gate measures none: it decides on the plans)
     max_single_ms: float
     sum_single_ms: float  # sum of single-table totals (each with its own all-to-all; kept for reference)
     results: list[SharderResult]
@@ -79,6 +80,10 @@ class Comparison(BaseModel):
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         return renamed_fields(data, {"best_heuristic": "best_baseline"})  # comparisons written before the rename
+
+    @property
+    def has_lower_bound(self) -> bool:
+        return self.lower_bound_ms > 0
 
     @property
     def reference(self) -> LowerBound:
@@ -310,8 +315,13 @@ def compare_sharders(
     progress: Progress | None = None,
     seed: int = 0,
     extra_plans: Sequence[Plan] = (),
+    with_lower_bound: bool = True,
+    corpus: DeviceCorpus | None = None,
 ) -> Comparison:
-    """Plan with every sharder, then measure all plans interleaved (shuffled order each round)."""
+    """Plan with every sharder, then measure all plans interleaved (shuffled order each round). The lower bound
+    (every table measured alone) is for reports; the gate, which decides on the plans alone, leaves it out. A
+    `corpus` serves and records the lower bound's single-table timings only: the contenders are always measured
+    afresh, interleaved (docs/architecture.md, "The measurement corpus")."""
     names = validate_sharders(sharders)
     options = sharder_options or {}
     say = progress or (lambda _msg: None)
@@ -336,10 +346,15 @@ def compare_sharders(
                             f"twice is refused by the publish gate)")
         plans.append((p, 0.0))
 
-    say("measuring single-table costs")
-    lb = measure_lower_bound(inventory, topology, oracle)
+    if with_lower_bound:
+        say("measuring single-table costs")
+        with oracle.corpus_as(corpus):
+            lb = measure_lower_bound(inventory, topology, oracle)
+    else:
+        lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
 
-    samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say)
+    with oracle.corpus_as(None):  # fresh timings, whatever corpus the caller's oracle holds
+        samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say)
 
     results: list[SharderResult] = []
     for (plan, secs), ms in zip(plans, samples):
@@ -362,7 +377,7 @@ def compare_sharders(
     best_b = min(baseline_results, key=lambda r: r.overall_ms) if baseline_results else best
     for r in results:
         r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
-        r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 1.0
+        r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
     return Comparison(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),

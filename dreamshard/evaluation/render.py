@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table as RichTable
 
-from dreamshard.evaluation.compare import Comparison
+from dreamshard.evaluation.compare import Comparison, SharderResult
 from dreamshard.io import atomic_write_bytes
 from dreamshard.types import COST_COMPONENTS, Costs, Plan
 
@@ -20,13 +20,19 @@ def _plan_costs(plan: Plan) -> tuple[Costs | None, str]:
     return plan.best_costs, plan.cost_basis or "none"
 
 
+def _lb_ratio(cmp: Comparison, r: SharderResult) -> str:
+    return f"{r.ratio_to_lower_bound:.3f}" if cmp.has_lower_bound else "-"
+
+
 def reference_line(cmp: Comparison) -> str:
     """How the LB column is computed, with this comparison's figures (one line, for captions and reports)."""
     d = cmp.topology.num_devices
     lb = cmp.reference
+    cannot = f"; cannot place this inventory: {', '.join(cmp.infeasible)}" if cmp.infeasible else ""
+    if not cmp.has_lower_bound:
+        return f"LB not measured (the gate's comparison: it decides on the plans, not on the tables alone){cannot}"
     how = ("the simulator's cost terms: no plan costs less" if cmp.backend.name == "simulator"
            else "assumes compute adds up across tables; fused kernels can beat it slightly")
-    cannot = f"; cannot place this inventory: {', '.join(cmp.infeasible)}" if cmp.infeasible else ""
     return (
         f"LB = max(costliest table's smallest share alone {lb.max_single_ms:.3f}, even 1/{d} share: compute "
         f"{lb.compute_ms:.3f} + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms ({how}){cannot}"
@@ -118,7 +124,7 @@ def comparison_table(cmp: Comparison) -> RichTable:
             f"{r.overall_ms:.3f}",
             f"±{100 * r.spread / 2:.1f}%",
             f"{r.ratio_to_best:.3f}",
-            f"{r.ratio_to_lower_bound:.3f}",
+            _lb_ratio(cmp, r),
             f"{max(r.plan.memory_per_device_gb):.3f}",
         )
     return t
@@ -140,7 +146,7 @@ def comparison_markdown(cmp: Comparison) -> str:
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
         name = f"**{cmp.label(r, short=True)}**" if cmp.is_best(r) else cmp.label(r, short=True)
         lines.append(
-            f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {r.ratio_to_lower_bound:.3f} |"
+            f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {_lb_ratio(cmp, r)} |"
         )
     lines += [
         "",
@@ -173,7 +179,8 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
             vals = [dc.as_list()[k] for dc in costs.per_device]
             ax.bar(xs, vals, bottom=bottom, color=color, label=comp.replace("_", " "))
             bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.axhline(cmp.lower_bound_ms, color="black", linestyle="--", linewidth=0.8)
+        if cmp.has_lower_bound:
+            ax.axhline(cmp.lower_bound_ms, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(f"{cmp.label(r, short=True)}: {r.overall_ms:.2f} ms (x{r.ratio_to_best:.2f})", fontsize=9)
         ax.set_xticks(xs)
         ax.set_xlabel("device", fontsize=8)

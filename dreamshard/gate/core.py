@@ -115,7 +115,7 @@ def measure_and_gate(
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
     cmp = compare_sharders(inventory, plan.topology, list(names), oracle, rounds=max(rounds, rules.min_rounds),
-                           sharder_options=options, seed=seed, extra_plans=(plan,))
+                           sharder_options=options, seed=seed, extra_plans=(plan,), with_lower_bound=False)
     judged, decision = gate_plan(plan, inventory, cmp, rules, extra_baselines=extra_baselines, seed=seed,
                                  source="measured by the gate")
     return judged, decision, cmp

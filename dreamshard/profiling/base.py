@@ -179,6 +179,18 @@ def time_op(op: FusedOp, warmup: int, repeats: int, cuda: bool = False) -> tuple
 
 
 @contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No garbage collection inside the timed region (a collection pause would land in one repeat's time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def pinned_threads(num_threads: int) -> Iterator[None]:
     """Run with ``torch.set_num_threads(num_threads)``; restore the previous setting afterwards."""
     before = torch.get_num_threads()
@@ -229,8 +241,10 @@ class TorchBackend(ComputeBackend):
         fused = [fuse_batches(per_table, b) for b in range(k)]
         op = self.build(tables, rows, fused)
         try:
-            fwd, bwd = time_op(op, warmup, repeats, cuda=self.device.startswith("cuda"))
+            with gc_paused():
+                fwd, bwd = time_op(op, warmup, repeats, cuda=self.device.startswith("cuda"))
         finally:
             del op
-            gc.collect()
+            gc.collect(1)  # the young generations only: the operator is freed by refcount, and a full collection
+            # walks every object the process holds (0.1-0.2 s a call with torch loaded: over half a gate's time)
         return DeviceTiming(tuple(fwd), tuple(bwd), tuple(rows))

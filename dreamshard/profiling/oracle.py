@@ -11,7 +11,7 @@ overall = max over devices of the totals. An empty device costs exactly 0 (no op
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 import torch
@@ -166,6 +166,15 @@ class Oracle:
             comm_model=comm,
             **extra,
         )
+
+    @contextlib.contextmanager
+    def corpus_as(self, corpus: DeviceCorpus | None) -> Iterator[None]:
+        """Measure with `corpus` (None: none) inside the block; the oracle's own corpus is restored after it."""
+        before, self.corpus = self.corpus, corpus
+        try:
+            yield
+        finally:
+            self.corpus = before
 
     def _time_device(self, tables: list[Table], batch: int, inventory: str) -> DeviceTiming:
         """One device's timing: from the corpus when it holds these tables under these settings, else measured

@@ -14,10 +14,13 @@ from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_shar
 from dreamshard.evaluation.compare import Comparison, contender_name
 from dreamshard.errors import ConfigError
 from dreamshard.io import check_outputs, load_inventory, load_plan, same_file, save_plan
+from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.settings import Settings
 from dreamshard.types import BackendInfo, Plan
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.plan import sharder_options
+
+CORPUS_WRITER = "evaluate"  # this use case's file in the measurement corpus (the lower bound's singles)
 
 
 class MeasureRequest(Request):
@@ -65,6 +68,7 @@ class CompareRequest(Request):
     num_devices: int | None = None  # None with plans: the first plan's topology; else settings.plan_devices
     model: Path | None = None
     outputs: CompareOutputs = CompareOutputs()
+    corpus: Path | None = None  # the lower bound's single-table timings from/to this corpus (contenders: always fresh)
 
 
 class CompareResult(Result):
@@ -137,9 +141,10 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
     seed = s.profile.seed
     options = {name: sharder_options(name, s, request.model, seed) for name in names}
     oracle = s.oracle()
+    corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     try:
         cmp = compare_sharders(inv, topo, names, oracle, rounds=s.evaluate.rounds, sharder_options=options,
-                               progress=progress, seed=seed, extra_plans=extra)
+                               progress=progress, seed=seed, extra_plans=extra, corpus=corpus)
     finally:
         oracle.close()
     o = request.outputs
