@@ -37,6 +37,11 @@ MemoryOverride = Annotated[Optional[float], typer.Option("--memory-gb", "-m", mi
 BatchOverride = Annotated[Optional[int], typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size (topology.batch_size; default 2048).")]
 DeviceTypeOverride = Annotated[Optional[str], typer.Option("--device-type", help="cpu or cuda (topology.device_type; default cpu).")]
 InterconnectOverride = Annotated[Optional[str], typer.Option("--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile) (topology.interconnect; default measured).")]
+OptimizerOverride = Annotated[Optional[str], typer.Option("--optimizer", help="The training job's fused optimizer: sgd, rowwise_adagrad or adam; its state counts in each device's memory (topology.optimizer; default sgd).")]
+MemoryModelOverride = Annotated[Optional[str], typer.Option("--memory-model", help="weights (table weights + optimizer state) or torchrec (also input/output buffers and --memory-reserve, as TorchRec's storage estimator counts) (topology.memory_model; default weights).")]
+MemoryReserveOverride = Annotated[Optional[float], typer.Option("--memory-reserve", min=0.0, max=0.99, help="Fraction of each device's memory kept free (topology.memory_reserve; default 0).")]
+HostsOverride = Annotated[Optional[int], typer.Option("--hosts", min=1, max=MAX_DEVICES, help="Hosts of --devices-per-host devices each: the plan's devices are hosts x devices-per-host.")]
+DevicesPerHostOverride = Annotated[Optional[int], typer.Option("--devices-per-host", min=1, max=MAX_DEVICES, help="Local devices per host; links between hosts run at topology.inter_host_gbps (topology.devices_per_host; default: one flat host).")]
 BackendOverride = Annotated[Optional[str], typer.Option("--backend", help="Measuring backend: cpu, cuda or simulator (profile.backend; default cpu).")]
 WarmupOverride = Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per measurement (profile.warmup; default 3).")]
 RepeatsOverride = Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats per measurement, median (profile.repeats; default 7).")]
@@ -64,3 +69,22 @@ def make_topology(devices: int, memory_gb: float, batch_size: int, device_type: 
         )
     except ValidationError as e:
         raise TopologyError(f"topology {describe_validation_error(e)}") from None
+
+
+def host_overrides(devices: int | None, hosts: int | None, devices_per_host: int | None) -> dict[str, object]:
+    """The params keys --devices/--hosts/--devices-per-host set: the device count is hosts x devices-per-host when
+    --hosts is given (and must agree with --devices when both are). TopologyError otherwise."""
+    if hosts is not None and devices_per_host is None:
+        raise TopologyError("--hosts needs --devices-per-host (the devices on each host)")
+    if hosts is not None and devices_per_host is not None:
+        n = hosts * devices_per_host
+        if n > MAX_DEVICES:
+            raise TopologyError(f"--hosts {hosts} x --devices-per-host {devices_per_host} = {n} devices; at most {MAX_DEVICES}")
+        if devices is not None and devices != n:
+            raise TopologyError(f"--devices {devices} is not --hosts {hosts} x --devices-per-host {devices_per_host} = {n}")
+        devices = n
+    return {"plan.num_devices": devices, "topology.devices_per_host": devices_per_host}
+
+
+def memory_overrides(optimizer: str | None, memory_model: str | None, reserve: float | None) -> dict[str, object]:
+    return {"topology.optimizer": optimizer, "topology.memory_model": memory_model, "topology.memory_reserve": reserve}

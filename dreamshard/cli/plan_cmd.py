@@ -21,6 +21,13 @@ from dreamshard.cli.options import (
     BackendOverride,
     BatchOverride,
     CorpusOpt,
+    DevicesPerHostOverride,
+    HostsOverride,
+    MemoryModelOverride,
+    MemoryReserveOverride,
+    OptimizerOverride,
+    host_overrides,
+    memory_overrides,
     DevicesOverride,
     DeviceTypeOverride,
     InterconnectOverride,
@@ -108,6 +115,11 @@ def plan(
     corpus: CorpusOpt = None,
     torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
     torchrec_kernel: Annotated[str, typer.Option("--torchrec-kernel", help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
+    hosts: HostsOverride = None,
+    devices_per_host: DevicesPerHostOverride = None,
+    optimizer: OptimizerOverride = None,
+    memory_model: MemoryModelOverride = None,
+    memory_reserve: MemoryReserveOverride = None,
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
     (name,) = validate_sharders([sharder])
@@ -116,8 +128,9 @@ def plan(
     if refine_seconds:
         plan_uc.require_searching(name, "--refine-seconds")
     settings = resolve(params, {
-        "plan.refine_seconds": refine_seconds,
-        "plan.num_devices": devices, "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
+        "plan.refine_seconds": refine_seconds, **host_overrides(devices, hosts, devices_per_host),
+        **memory_overrides(optimizer, memory_model, memory_reserve),
+        "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
         "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "profile.backend": backend,
         "profile.warmup": warmup, "profile.repeats": repeats, "profile.num_threads": threads,
@@ -210,12 +223,18 @@ def compare(
     plans_dir: Annotated[Optional[Path], typer.Option("--plans-dir", help="Save every contender's plan here.")] = None,
     plan_files: Annotated[Optional[list[Path]], typer.Option("--plan", "-p", help="Also measure this plan (repeatable; its topology when --devices is not given); `plans publish --comparison` needs its plan in the comparison.")] = None,
     corpus: CorpusOpt = None,
+    hosts: HostsOverride = None,
+    devices_per_host: DevicesPerHostOverride = None,
+    optimizer: OptimizerOverride = None,
+    memory_model: MemoryModelOverride = None,
+    memory_reserve: MemoryReserveOverride = None,
 ) -> None:
     """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB.
     The pipeline's `evaluate` stage is `compare --plan data/plan.json --params params.yaml`."""
     names = expand_sharders(sharders) if sharders is not None else (None if params is not None else list(HEURISTICS))
     settings = resolve(params, {
-        "plan.num_devices": devices, "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
+        **host_overrides(devices, hosts, devices_per_host), **memory_overrides(optimizer, memory_model, memory_reserve),
+        "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
         "evaluate.rounds": rounds, "profile.backend": backend, "profile.warmup": warmup, "profile.repeats": repeats,
         "profile.num_threads": threads, "profile.seed": seed,

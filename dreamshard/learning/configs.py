@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.sharders import HEURISTICS
-from dreamshard.types import MAX_BATCH, MAX_DEVICE_GB, DeviceType, Interconnect, Number, Topology
+from dreamshard.types import (
+    DEFAULT_INTER_HOST_GBPS, MAX_BATCH, MAX_DEVICE_GB, DeviceType, Interconnect, MemoryModel, Number, Optimizer, Topology,
+)
 
 
 class _Config(BaseModel):
@@ -44,21 +46,33 @@ class TopologyConfig(_Config):
     memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = 4.0  # as Topology's
     batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] = 2048
     interconnect: Interconnect = "measured"  # or "fast": a fixed fast-interconnect comm profile
+    devices_per_host: Annotated[int, Number, Field(ge=1, le=4096)] | None = None  # None: one flat host
+    inter_host_gbps: Annotated[float, Number, Field(gt=0, le=1e6)] = DEFAULT_INTER_HOST_GBPS
+    optimizer: Optimizer = "sgd"
+    memory_model: MemoryModel = "weights"
+    memory_reserve: Annotated[float, Number, Field(ge=0.0, lt=1.0)] = 0.0
 
     def topology(self, num_devices: int) -> Topology:
+        """The template on `num_devices`; hosts of `devices_per_host` when there is more than one host's worth
+        (a task on fewer devices than one host is one host)."""
+        per_host = self.devices_per_host if self.devices_per_host and num_devices > self.devices_per_host else None
         return Topology(
             num_devices=num_devices,
             device_type=self.device_type,
             memory_per_device_gb=self.memory_per_device_gb,
             batch_size=self.batch_size,
             interconnect=self.interconnect,
+            devices_per_host=per_host,
+            inter_host_gbps=self.inter_host_gbps,
+            optimizer=self.optimizer,
+            memory_model=self.memory_model,
+            memory_reserve=self.memory_reserve,
         )
 
     @classmethod
     def of(cls, topology: Topology) -> TopologyConfig:
         """The template of `topology` (everything but the device count)."""
-        return cls(device_type=topology.device_type, memory_per_device_gb=topology.memory_per_device_gb,
-                   batch_size=topology.batch_size, interconnect=topology.interconnect)
+        return cls(**topology.model_dump(exclude={"num_devices"}))
 
 
 class CostTrainConfig(_Config):
