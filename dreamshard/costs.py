@@ -77,13 +77,19 @@ class Costs(StrictModel):
         return int(max(range(len(totals)), key=totals.__getitem__)) if totals else 0
 
 
+#: The collectives a plan's units need: table- and column-wise outputs go by all-to-all, row-wise partial sums
+#: by reduce-scatter, data-parallel gradients by all-reduce (dreamshard.profiling.comm fits each).
+Collective = Literal["all_to_all", "reduce_scatter", "all_reduce"]
+
+
 class CommModel(StrictModel):
-    """Alpha-beta model of one all-to-all: t_ms = alpha_ms + beta_ms_per_mb * megabytes."""
+    """Alpha-beta model of one collective: t_ms = alpha_ms + beta_ms_per_mb * megabytes (leaving one rank)."""
 
     alpha_ms: Annotated[float, Field(ge=0)]
     beta_ms_per_mb: Annotated[float, Field(ge=0)]
     backend: str
     world_size: int
+    collective: Collective = "all_to_all"
     points: tuple[tuple[float, float], ...] = ()  # (megabytes, ms) used for the fit
     r2: float | None = None
 
