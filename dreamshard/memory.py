@@ -1,7 +1,8 @@
 """Memory accounting and THE placement validator (docs/architecture.md, "where each rule lives").
 
 `check_placement` is the one check that a placement is legal for an inventory on a topology: every table
-placed exactly once (whole, or as column shards that tile it: dreamshard.shards), no unknown table, every
+placed exactly once in one sharding type (whole, column shards that tile it, TorchRec's row blocks on every device or
+one host's, or a replica on every device: dreamshard.shards), no unknown table, every
 device in range, every device within its memory. The sharders, the oracle, evaluation and the publish gate
 all call it; memory is always recomputed from the inventory, never read from a plan.
 """
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.shards import expand
-from dreamshard.types import GB, ColumnShard, Inventory, Plan, Topology
+from dreamshard.types import GB, ColumnShard, Inventory, Plan, RowShard, Topology
 
 #: Tolerance when comparing a plan's stated memory with the recomputed figure (GB; JSON round-trips floats).
 MEMORY_TOLERANCE_GB = 1e-9
@@ -39,6 +40,8 @@ def check_placement(
     column_shards: Mapping[str, Sequence[ColumnShard]] | None = None,
     *,
     partial: bool = False,
+    row_shards: Mapping[str, Sequence[RowShard]] | None = None,
+    data_parallel: Sequence[str] = (),
 ) -> list[int]:
     """Raise a one-line PlanError unless the placement is legal; return the bytes on each device.
 
@@ -48,15 +51,20 @@ def check_placement(
     no device over `topology.memory_per_device_gb`.
     """
     shards = column_shards or {}
-    both = [t for t in shards if t in placement]
-    if both:
-        raise PlanError(f"table '{both[0]}' is both placed whole and split into column shards; keep one")
+    rows = row_shards or {}
+    seen: dict[str, str] = {}
+    for label, group in (("placed whole", placement), ("split into column shards", shards),
+                         ("split into row shards", rows), ("data-parallel", data_parallel)):
+        for t in group:
+            if t in seen:
+                raise PlanError(f"table '{t}' is both {seen[t]} and {label}; keep one")
+            seen[t] = label
     names = set(inventory.table_names)
-    unknown = [n for n in (*placement, *shards) if n not in names]
+    unknown = [n for n in seen if n not in names]
     if unknown:
         raise PlanError(f"plan places table '{unknown[0]}', which is not in inventory '{inventory.name}'")
     if not partial:
-        missing = [n for n in inventory.table_names if n not in placement and n not in shards]
+        missing = [n for n in inventory.table_names if n not in seen]
         if missing:
             raise PlanError(
                 f"table '{missing[0]}' has no device in the plan ({len(missing)} unplaced); re-plan the inventory"
@@ -74,7 +82,15 @@ def check_placement(
                     f"column shard {sh.start}:{sh.end} of table '{name}' placed on device {sh.device}; "
                     f"topology has {n} devices"
                 )
-    units, unit_placement = expand(inventory, placement, shards)  # checks that shards tile their table
+    for name, table_rows in rows.items():
+        if not table_rows:
+            raise PlanError(f"table '{name}' has an empty list of row shards")
+        for rs in table_rows:
+            if not 0 <= rs.device < n:
+                raise PlanError(f"row shard {rs.start}:{rs.end} of table '{name}' placed on device {rs.device}; "
+                                f"topology has {n} devices")
+    # checks that shards tile their table (row shards: TorchRec's blocks on every device or one host's)
+    units, unit_placement = expand(inventory, placement, shards, rows, data_parallel, topology)
     used = device_memory_bytes(units, unit_placement, n)
     cap = topology.memory_per_device_bytes
     for d, u in enumerate(used):
@@ -87,9 +103,10 @@ def check_placement(
 
 
 def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
-    """`check_placement` for a plan (whole tables and column shards), plus its stated memory figures checked
+    """`check_placement` for a plan (every sharding type), plus its stated memory figures checked
     against the recomputed ones. Returns the recomputed GB per device."""
-    used = check_placement(inventory, plan.placement, plan.topology, plan.column_shards)
+    used = check_placement(inventory, plan.placement, plan.topology, plan.column_shards,
+                           row_shards=plan.row_shards, data_parallel=plan.data_parallel)
     gb = [u / GB for u in used]
     for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb)):
         if abs(stated - real) > MEMORY_TOLERANCE_GB * max(1.0, real):

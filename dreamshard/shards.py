@@ -1,17 +1,22 @@
-"""Column shards: a table split into column ranges, each placed on one device.
+"""Plan units: a table split into column ranges or row ranges, or replicated (dreamshard.units names them).
 
-A plan's *units* are its whole tables plus the column shards of its split tables. A shard is a table of its
-own for every purpose that matters to placement (memory, profiling, the cost model): it keeps the table's
-rows, pooling factor, reuse histogram and dtype, with `embedding_dim` = its width. Shards are named
-``table@start:end`` (`dreamshard.types.shard_name`, which `Plan.units` uses too); '@' is outside the character
-set allowed in table names (dreamshard.inventory validation), so a shard name never collides with a table. A
-shard's width obeys the embedding-dim rule (`dreamshard.tables.dim_problem`: a positive multiple of 4, as FBGEMM's
-TBE and TorchRec's column-wise sharding want).
+A plan's *units* are its whole tables, the column shards of its column-wise tables, the row shards of its
+row-wise and table-row-wise tables and the replicas of its data-parallel tables. A unit is a table of its own for
+every purpose that matters to placement (memory, profiling, the cost model):
+
+* a column shard keeps the table's rows, pooling factor, reuse histogram and dtype, with `embedding_dim` = its
+  width (a positive multiple of 4: `dreamshard.tables.dim_problem`, as FBGEMM's TBE and TorchRec want);
+* a row shard keeps the dim, with `num_embeddings` = its rows and the pooling factor (and each feature's) scaled
+  by its share of the rows: ids are hashed to rows, so a block of rows sees that share of the lookups, for the
+  whole global batch (its partial sums are then reduce-scattered);
+* a replica is the whole table on one device; it serves that device's share of the batch (the oracle times it
+  at batch / devices) and its gradient is all-reduced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from dreamshard.errors import PlanError
 from dreamshard.types import (
@@ -19,11 +24,16 @@ from dreamshard.types import (
     ColumnShard,
     Inventory,
     Plan,
+    RowShard,
     Table,
+    Topology,
     dim_problem,
-    parse_shard_name,
+    parse_unit,
+    replica_name,
+    row_shard_name,
     shard_name,
 )
+from dreamshard.units import row_blocks
 
 #: DIM_ALIGN under the name dreamshard.sharders.torchrec_sharder imports; the rule itself is dim_problem.
 COLUMN_ALIGN = DIM_ALIGN
@@ -74,29 +84,94 @@ def check_column_shards(table: Table, shards: Sequence[ColumnShard]) -> None:
         )
 
 
-def expand(
-    inventory: Inventory, placement: Mapping[str, int], column_shards: Mapping[str, Sequence[ColumnShard]]
-) -> tuple[Inventory, dict[str, int]]:
-    """(inventory of units, {unit: device}): whole tables as they are, split tables as their shards.
+def row_shard_table(table: Table, start: int, end: int) -> Table:
+    """The unit for rows [start, end) of `table`: its share of the rows and of the lookups."""
+    share = (end - start) / table.num_embeddings
+    features = tuple(f.model_copy(update={"pooling_factor": f.pooling_factor * share}) for f in table.features)
+    return table.model_copy(update={"name": row_shard_name(table.name, start, end), "num_embeddings": end - start,
+                                    "pooling_factor": table.pooling_factor * share, "features": features})
 
-    Raises PlanError if a split table is unknown or its shards do not tile it. Whole-table names are passed
-    through untouched (checking them against the inventory is the placement validator's job).
+
+def replica_table(table: Table, device: int) -> Table:
+    """The unit of a data-parallel table on `device` (the whole table)."""
+    return table.model_copy(update={"name": replica_name(table.name, device)})
+
+
+def row_sharding_devices(table: Table, devices: Sequence[int], topology: Topology) -> str:
+    """'row_wise' or 'table_row_wise' for row shards on `devices` (in row order); PlanError unless they are every
+    device in order, or every device of one host in order (the layouts TorchRec's row-wise kernels run)."""
+    n, local = topology.num_devices, topology.local_world_size
+    if list(devices) == list(range(n)):
+        return "row_wise"
+    host = topology.host_of(devices[0]) if devices else 0
+    if topology.hosts > 1 and list(devices) == list(range(host * local, (host + 1) * local)):
+        return "table_row_wise"
+    where = f"devices 0..{n - 1} in order" + (f", or the {local} devices of one host in order" if topology.hosts > 1 else "")
+    raise PlanError(f"row shards of table '{table.name}' are on devices {list(devices)}; row-wise sharding needs "
+                    f"{where}")
+
+
+def check_row_shards(table: Table, shards: Sequence[RowShard], topology: Topology) -> str:
+    """Row shards must be TorchRec's row blocks (`dreamshard.units.row_blocks`) on every device or on the devices
+    of one host, in order; returns the sharding type. PlanError naming the table otherwise."""
+    ordered = sorted(shards, key=lambda rs: rs.start)
+    kind = row_sharding_devices(table, [rs.device for rs in ordered], topology)
+    want = row_blocks(table.num_embeddings, len(ordered))
+    if any(b <= a for a, b in want):
+        raise PlanError(f"table '{table.name}' has {table.num_embeddings} rows: too few for {len(ordered)} row shards")
+    got = [(rs.start, rs.end) for rs in ordered]
+    if got != want:
+        raise PlanError(f"row shards of table '{table.name}' are {got}; {len(ordered)} row shards of its "
+                        f"{table.num_embeddings} rows are {want} (ceil(rows / shards) rows each, as TorchRec cuts them)")
+    return kind
+
+
+def expand(
+    inventory: Inventory,
+    placement: Mapping[str, int],
+    column_shards: Mapping[str, Sequence[ColumnShard]],
+    row_shards: Mapping[str, Sequence[RowShard]] | None = None,
+    data_parallel: Sequence[str] = (),
+    topology: Topology | None = None,
+) -> tuple[Inventory, dict[str, int]]:
+    """(inventory of units, {unit: device}): whole tables as they are, split tables as their shards, data-parallel
+    tables as one replica per device of `topology` (needed, with the row shards' check, when either is given).
+
+    Raises PlanError if a split table is unknown or its shards are not a legal layout. Whole-table names are
+    passed through untouched (checking them against the inventory is the placement validator's job).
     """
-    if not column_shards:
+    rows = row_shards or {}
+    if not column_shards and not rows and not data_parallel:
         return inventory, dict(placement)
     tables = inventory.by_name()
+    for name in (*column_shards, *rows, *data_parallel):
+        if name not in tables:
+            raise PlanError(f"plan shards table '{name}', which is not in inventory '{inventory.name}'")
+    if (rows or data_parallel) and topology is None:
+        raise PlanError("row-wise and data-parallel tables need the plan's topology to expand")
+    for name, shards in column_shards.items():
+        check_column_shards(tables[name], shards)
+    for name, rshards in rows.items():
+        check_row_shards(tables[name], rshards, topology)  # type: ignore[arg-type]
+    replicated = set(data_parallel)
     units: list[Table] = []
     unit_placement: dict[str, int] = {}
-    for name, shards in column_shards.items():
-        if name not in tables:
-            raise PlanError(f"plan splits table '{name}', which is not in inventory '{inventory.name}'")
-        check_column_shards(tables[name], shards)
     for t in inventory.tables:
         if t.name in column_shards:
             for sh in sorted(column_shards[t.name], key=lambda s: s.start):
                 u = shard_table(t, sh.start, sh.end)
                 units.append(u)
                 unit_placement[u.name] = sh.device
+        elif t.name in rows:
+            for rs in sorted(rows[t.name], key=lambda s: s.start):
+                u = row_shard_table(t, rs.start, rs.end)
+                units.append(u)
+                unit_placement[u.name] = rs.device
+        elif t.name in replicated:
+            for d in range(topology.num_devices):  # type: ignore[union-attr]
+                u = replica_table(t, d)
+                units.append(u)
+                unit_placement[u.name] = d
         else:
             units.append(t)
     unit_placement.update({k: int(v) for k, v in placement.items()})
@@ -105,25 +180,55 @@ def expand(
 
 def expand_plan(inventory: Inventory, plan: Plan) -> tuple[Inventory, dict[str, int]]:
     """The units of `plan` over `inventory` and where each one goes."""
-    return expand(inventory, plan.placement, plan.column_shards)
+    return expand(inventory, plan.placement, plan.column_shards, plan.row_shards, plan.data_parallel, plan.topology)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A {unit: device} map folded back into a plan's fields."""
+
+    placement: dict[str, int]
+    column_shards: dict[str, tuple[ColumnShard, ...]]
+    row_shards: dict[str, tuple[RowShard, ...]]
+    data_parallel: tuple[str, ...]
+
+    def plan_fields(self) -> dict[str, object]:
+        return {"placement": self.placement, "column_shards": self.column_shards, "row_shards": self.row_shards,
+                "data_parallel": self.data_parallel}
+
+
+def fold_units(inventory: Inventory, unit_placement: Mapping[str, int]) -> Folded:
+    """Inverse of `expand`: a {unit: device} map back to a plan's placement, shards and data-parallel tables."""
+    placement: dict[str, int] = {}
+    shards: dict[str, list[ColumnShard]] = {}
+    rows: dict[str, list[RowShard]] = {}
+    replicated: list[str] = []
+    names = set(inventory.table_names)
+    for unit, d in unit_placement.items():
+        ref = parse_unit(unit) if unit not in names else None
+        if ref is None or ref.kind == "table":
+            placement[unit] = int(d)
+        elif ref.kind == "column":
+            shards.setdefault(ref.table, []).append(ColumnShard(start=ref.start, end=ref.end, device=int(d)))
+        elif ref.kind == "row":
+            rows.setdefault(ref.table, []).append(RowShard(start=ref.start, end=ref.end, device=int(d)))
+        elif ref.table not in replicated:
+            replicated.append(ref.table)
+    return Folded(placement, {t: tuple(sorted(v, key=lambda sh: sh.start)) for t, v in shards.items()},
+                  {t: tuple(sorted(v, key=lambda rs: rs.start)) for t, v in rows.items()}, tuple(replicated))
 
 
 def fold(
     inventory: Inventory, unit_placement: Mapping[str, int]
 ) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
-    """Inverse of `expand`: a {unit: device} map back to (placement, column_shards) over `inventory`'s tables."""
-    placement: dict[str, int] = {}
-    shards: dict[str, list[ColumnShard]] = {}
-    names = set(inventory.table_names)
-    for unit, d in unit_placement.items():
-        parsed = parse_shard_name(unit)
-        if parsed is not None and unit not in names:
-            table, start, end = parsed
-            shards.setdefault(table, []).append(ColumnShard(start=start, end=end, device=int(d)))
-        else:
-            placement[unit] = int(d)
-    ordered = {t: tuple(sorted(v, key=lambda sh: sh.start)) for t, v in shards.items()}
-    return placement, ordered
+    """`fold_units` for placements of whole tables and column shards only (PlanError on row shards or replicas:
+    a caller that may meet them uses `fold_units`)."""
+    folded = fold_units(inventory, unit_placement)
+    if folded.row_shards or folded.data_parallel:
+        kind = next(iter(folded.row_shards), None) or folded.data_parallel[0]
+        raise PlanError(f"table '{kind}' is row-sharded or data-parallel here, where only whole tables and column "
+                        f"shards are expected")
+    return folded.placement, folded.column_shards
 
 
 def split_inventory(inventory: Inventory, splits: Mapping[str, int]) -> Inventory:

@@ -4,7 +4,7 @@ All models are pydantic v2, strict about unknown fields, and frozen where they a
 strict too: a bool or a string is not read as a number (`num_embeddings: true` is an error, not 1), and every
 size has an upper bound so arithmetic on it cannot overflow. Tables, inventories, the strict base and number
 type and the embedding-dim rule live in `dreamshard.tables`, costs and backends in `dreamshard.costs` (both
-re-exported here); this module adds the topology, column shards and their unit names, plans, measurements
+re-exported here), sharding types and unit names in `dreamshard.units` (re-exported too); this module adds the topology, plans, measurements
 and tasks.
 """
 
@@ -26,6 +26,18 @@ from dreamshard.costs import (  # re-exported, like dreamshard.tables below
     DeviceCost,
 )
 from dreamshard.lineage import Lineage
+from dreamshard.units import (  # re-exported: the sharding types and unit names (dreamshard.units)
+    SHARD_SEP,
+    SHARDING_TYPES,
+    ColumnShard,
+    RowShard,
+    ShardingType,
+    parse_shard_name,
+    parse_unit,
+    replica_name,
+    row_shard_name,
+    shard_name,
+)
 from dreamshard.tables import (  # re-exported: callers import the whole data model from dreamshard.types
     DIM_ALIGN,
     DTYPE_BYTES,
@@ -180,52 +192,14 @@ class RefineTrace(StrictModel):
     steps: tuple[RefineStep, ...] = ()
 
 
-class ColumnShard(StrictModel):
-    """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
-
-    start: Annotated[int, Number, Field(ge=0)]
-    end: Annotated[int, Number, Field(ge=1)]
-    device: Annotated[int, Number, Field(ge=0)]
-
-    @model_validator(mode="after")
-    def _check(self) -> ColumnShard:
-        if self.end <= self.start:
-            raise ValueError(f"column shard end {self.end} must be greater than start {self.start}")
-        return self
-
-    @property
-    def width(self) -> int:
-        return self.end - self.start
-
-
-#: Column-shard units are named `table@start:end`; '@' is outside the table-name character set
-#: (dreamshard.inventory.validation), so a unit name never collides with a table. dreamshard.shards builds and
-#: expands the units; the names are here because `Plan.units` needs them.
-SHARD_SEP = "@"
-
-
-def shard_name(table: str, start: int, end: int) -> str:
-    return f"{table}{SHARD_SEP}{start}:{end}"
-
-
-def parse_shard_name(unit: str) -> tuple[str, int, int] | None:
-    """(table, start, end) of a shard unit name, or None for a whole-table name."""
-    table, sep, rng = unit.rpartition(SHARD_SEP)
-    if not sep:
-        return None
-    start, colon, end = rng.partition(":")
-    if not colon or not start.isdigit() or not end.isdigit():
-        return None
-    return table, int(start), int(end)
-
-
 class Plan(StrictModel):
-    """A placement of every table of an inventory on a device of a topology.
+    """A placement of every table of an inventory on the devices of a topology.
 
-    A table is either placed whole (`placement`: table-wise) or split into column ranges
-    (`column_shards`: each range on one device); never both. A table-wise plan has no column shards.
-    `dreamshard.shards` expands a plan into its placement *units* (whole tables and column shards), which is
-    what memory accounting, profiling and the cost model work on.
+    Each table has exactly one sharding type (dreamshard.units): whole on one device (`placement`), column
+    ranges (`column_shards`), row ranges over every device or the devices of one host (`row_shards`), or a
+    replica on every device (`data_parallel`). Plans written before row-wise and data-parallel load unchanged.
+    `dreamshard.shards` expands a plan into its placement *units*, which is what memory accounting, profiling
+    and the cost model work on.
     """
 
     plan_id: str = Field(default_factory=lambda: new_id("plan-"))
@@ -238,6 +212,8 @@ class Plan(StrictModel):
     sharder: str
     placement: dict[str, Annotated[int, Number, Field(ge=0)]]
     column_shards: dict[str, tuple[ColumnShard, ...]] = Field(default_factory=dict)
+    row_shards: dict[str, tuple[RowShard, ...]] = Field(default_factory=dict)
+    data_parallel: tuple[str, ...] = ()
     memory_per_device_gb: tuple[float, ...]
     predicted: Costs | None = None
     measured: Costs | None = None
@@ -268,6 +244,21 @@ class Plan(StrictModel):
                         f"column shard {sh.start}:{sh.end} of table '{table}' placed on device {sh.device} "
                         f"but topology has {n} devices"
                     )
+        kinds: dict[str, str] = {t: "placed whole" for t in self.placement}
+        for label, names in (("split into column shards", self.column_shards), ("split into row shards",
+                                                                                self.row_shards),
+                             ("data-parallel", self.data_parallel)):
+            for table in names:
+                if table in kinds:
+                    raise ValueError(f"table '{table}' is both {kinds[table]} and {label}; give it one sharding type")
+                kinds[table] = label
+        for table, rshards in self.row_shards.items():
+            if not rshards:
+                raise ValueError(f"table '{table}' has an empty list of row shards")
+            for rs in rshards:
+                if rs.device >= n:
+                    raise ValueError(f"row shard {rs.start}:{rs.end} of table '{table}' placed on device "
+                                     f"{rs.device} but topology has {n} devices")
         if len(self.memory_per_device_gb) != n:
             raise ValueError(f"memory_per_device_gb has {len(self.memory_per_device_gb)} entries, expected {n}")
         for label, costs in (("predicted", self.predicted), ("measured", self.measured)):
@@ -276,16 +267,39 @@ class Plan(StrictModel):
         return self
 
     def units(self) -> dict[str, int]:
-        """{unit name: device}: whole tables by name, column shards as `table@start:end` (`shard_name`)."""
+        """{unit name: device}: whole tables by name, shards and replicas by their unit names (dreamshard.units)."""
         out = dict(self.placement)
         for table, shards in self.column_shards.items():
             out.update({shard_name(table, sh.start, sh.end): sh.device for sh in shards})
+        for table, rshards in self.row_shards.items():
+            out.update({row_shard_name(table, rs.start, rs.end): rs.device for rs in rshards})
+        for table in self.data_parallel:
+            out.update({replica_name(table, d): d for d in range(self.topology.num_devices)})
         return out
 
     @property
     def table_names(self) -> list[str]:
-        """Every table the plan places, whole or in column shards."""
-        return [*self.placement, *(t for t in self.column_shards if t not in self.placement)]
+        """Every table the plan places, in any sharding type."""
+        return list(dict.fromkeys([*self.placement, *self.column_shards, *self.row_shards, *self.data_parallel]))
+
+    def sharding_type(self, table: str) -> ShardingType:
+        """The table's sharding type; row shards on the devices of one host of several are table-row-wise."""
+        if table in self.column_shards:
+            return "column_wise"
+        if table in self.data_parallel:
+            return "data_parallel"
+        if table in self.row_shards:
+            hosts = {self.topology.host_of(rs.device) for rs in self.row_shards[table]}
+            return "table_row_wise" if self.topology.hosts > 1 and len(hosts) == 1 else "row_wise"
+        return "table_wise"
+
+    def sharding_types(self) -> dict[str, int]:
+        """How many tables use each sharding type (types the plan does not use are left out)."""
+        out: dict[str, int] = {}
+        for t in self.table_names:
+            kind = self.sharding_type(t)
+            out[kind] = out.get(kind, 0) + 1
+        return out
 
     def device_tables(self) -> list[list[str]]:
         """Unit names on each device (whole tables, and column shards as `table@start:end`)."""
@@ -324,6 +338,13 @@ class Plan(StrictModel):
             ordered = sorted(shards, key=lambda sh: sh.start)
             out[t] = {"sharding_type": "column_wise", "compute_kernel": "fused", "ranks": [sh.device for sh in ordered],
                       "column_ranges": [[sh.start, sh.end] for sh in ordered]}
+        for t, rshards in self.row_shards.items():
+            rows = sorted(rshards, key=lambda rs: rs.start)
+            out[t] = {"sharding_type": self.sharding_type(t), "compute_kernel": "fused",
+                      "ranks": [rs.device for rs in rows], "row_ranges": [[rs.start, rs.end] for rs in rows]}
+        for t in self.data_parallel:
+            out[t] = {"sharding_type": "data_parallel", "compute_kernel": "dense",
+                      "ranks": list(range(self.topology.num_devices))}
         return dict(sorted(out.items()))
 
 

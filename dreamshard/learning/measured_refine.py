@@ -25,7 +25,8 @@ import torch
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders.base import make_plan
-from dreamshard.shards import expand_plan, fold
+from dreamshard.shards import expand_plan, fold_units
+from dreamshard.units import parse_unit
 from dreamshard.types import Inventory, Plan, RefineStep, RefineTrace, Table, Topology
 
 #: proposals ranked per bottleneck before measuring (the best untried one is measured next)
@@ -46,6 +47,11 @@ def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], device
 Proposal = tuple[float, str, int, dict[str, int]]  # (predicted overall, label, other device, change)
 
 
+def movable(unit: str) -> bool:
+    """Whole tables and column shards move; row shards and replicas sit where their sharding type puts them."""
+    return parse_unit(unit).kind in ("table", "column")
+
+
 def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, Table], cap: int,
                predict: Predict, tried: set[tuple[tuple[str, int], ...]]) -> list[Proposal]:
     """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
@@ -56,13 +62,13 @@ def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, 
     size = {d: sum(by_name[u].size_bytes for u in on[d]) for d in range(n)}
     base = {d: predict(on[d]) for d in range(n)}
     out: list[Proposal] = []
-    for u in on[b]:
+    for u in filter(movable, on[b]):
         for d in range(n):
             if d == b:
                 continue
             others = max([dev_ms[x] for x in range(n) if x not in (b, d)], default=0.0)
             options: list[tuple[str, dict[str, int], str | None]] = [(f"move {u} {b}->{d}", {u: d}, None)]
-            options += [(f"swap {u}@{b} <-> {w}@{d}", {u: d, w: b}, w) for w in on[d][:32]]
+            options += [(f"swap {u}@{b} <-> {w}@{d}", {u: d, w: b}, w) for w in list(filter(movable, on[d]))[:32]]
             for label, change, w in options:
                 if tuple(sorted(change.items())) in tried:
                     continue
@@ -167,8 +173,7 @@ def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Or
     refined, trace = refine_measured(units, placed, plan.topology, oracle, predict, seconds, rounds, seed)
     if not trace.kept:
         return plan.model_copy(update={"refinement": trace})
-    placement, column_shards = fold(inventory, refined)
-    new = make_plan(inventory, plan.topology, placement, plan.sharder, column_shards=column_shards,
+    new = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, refined).plan_fields(),
                     predicted=cost.predict(list(units.tables), refined), model_version=plan.model_version)
     whole = oracle.measure(units, refined, plan.topology, kind="placement", task="refine")
     return new.model_copy(update={"out_of_range": plan.out_of_range, "verification": plan.verification,

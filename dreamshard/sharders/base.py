@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dreamshard.errors import PlanError
 from dreamshard.memory import check_placement
-from dreamshard.types import GB, ColumnShard, Costs, Inventory, Plan, Topology
+from dreamshard.types import GB, ColumnShard, Costs, Inventory, Plan, RowShard, Topology
 
 #: The families the registry (dreamshard.sharders) lists sharders under; `Sharder.family` says which one a
 #: sharder belongs to ("other": a plugin that is none of the three).
@@ -68,14 +68,19 @@ def make_plan(
     predicted: Costs | None = None,
     model_version: str | None = None,
     column_shards: Mapping[str, Sequence[ColumnShard]] | None = None,
+    row_shards: Mapping[str, Sequence[RowShard]] | None = None,
+    data_parallel: Sequence[str] = (),
 ) -> Plan:
-    """Validate a placement (every table once, whole or split into `column_shards`; memory) and wrap it as a Plan."""
+    """Validate a placement (every table once in one sharding type: whole, `column_shards`, `row_shards` or
+    `data_parallel`; memory) and wrap it as a Plan."""
     ordered = {t.name: int(placement[t.name]) for t in inventory.tables if t.name in placement}
     ordered.update({k: int(v) for k, v in placement.items() if k not in ordered})
-    split = dict(column_shards or {})
-    shards = {t.name: tuple(sorted(split.pop(t.name), key=lambda sh: sh.start)) for t in inventory.tables if t.name in split}
-    shards.update({k: tuple(v) for k, v in split.items()})  # unknown tables: check_placement names them
-    used = check_placement(inventory, ordered, topology, shards)
+    shards = _in_inventory_order(inventory, column_shards or {})
+    rows = _in_inventory_order(inventory, row_shards or {})
+    names = set(inventory.table_names)
+    replicated = tuple(dict.fromkeys([*(t.name for t in inventory.tables if t.name in set(data_parallel)),
+                                      *(t for t in data_parallel if t not in names)]))
+    used = check_placement(inventory, ordered, topology, shards, row_shards=rows, data_parallel=replicated)
     return Plan(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
@@ -84,7 +89,18 @@ def make_plan(
         sharder=sharder,
         placement=ordered,
         column_shards=shards,
+        row_shards=rows,
+        data_parallel=replicated,
         memory_per_device_gb=tuple(u / GB for u in used),
         predicted=predicted,
         model_version=model_version,
     )
+
+
+def _in_inventory_order(inventory: Inventory, split: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
+    """Shards per table in inventory order, each table's sorted by start (unknown tables last:
+    check_placement names them)."""
+    rest = dict(split)
+    out = {t.name: tuple(sorted(rest.pop(t.name), key=lambda sh: sh.start)) for t in inventory.tables if t.name in rest}
+    out.update({k: tuple(v) for k, v in rest.items()})
+    return out

@@ -1,0 +1,128 @@
+"""Sharding types as plan units (issue 16 item 1): row-wise, table-row-wise and data-parallel tables validate,
+expand into units, fold back, carry their memory, and round-trip through JSON, the store and the gate's checks;
+plans written before them load unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from store_helpers import approve
+
+from dreamshard.errors import PlanError
+from dreamshard.gate import PublishConfig
+from dreamshard.gate.core import measure_and_gate
+from dreamshard.memory import check_plan
+from dreamshard.profiling import make_oracle
+from dreamshard.sharders import get_sharder
+from dreamshard.sharders.base import make_plan
+from dreamshard.shards import expand_plan, fold_units
+from dreamshard.store import LocalPlanStore, get_current, publish
+from dreamshard.types import Feature, Inventory, Plan, RowShard, Table, Topology
+from dreamshard.units import parse_unit, row_blocks, row_shards_for
+
+INV = Inventory(name="inv", tables=(
+    Table(name="huge", num_embeddings=100_000, embedding_dim=64, pooling_factor=8.0),
+    Table(name="shared", num_embeddings=10_000, embedding_dim=32, pooling_factor=6.0,
+          features=(Feature(name="clicked", pooling_factor=2.0), Feature(name="viewed", pooling_factor=4.0))),
+    Table(name="hot", num_embeddings=100, embedding_dim=16, pooling_factor=20.0),
+    Table(name="plain", num_embeddings=5_000, embedding_dim=32, pooling_factor=3.0),
+))
+FLAT = Topology(num_devices=4, memory_per_device_gb=1.0, batch_size=256)
+HOSTS = FLAT.model_copy(update={"devices_per_host": 2})
+
+
+def mixed(topology: Topology = HOSTS) -> Plan:
+    return make_plan(INV, topology, {"plain": 1}, "hand",
+                     row_shards={"huge": row_shards_for(100_000, [0, 1, 2, 3]),
+                                 "shared": row_shards_for(10_000, [2, 3])},
+                     data_parallel=("hot",))
+
+
+def test_each_type_validates_and_says_which_it_is() -> None:
+    plan = mixed()
+    assert [plan.sharding_type(t) for t in ("huge", "shared", "hot", "plain")] == [
+        "row_wise", "table_row_wise", "data_parallel", "table_wise"]
+    assert plan.sharding_types() == {"row_wise": 1, "table_row_wise": 1, "data_parallel": 1, "table_wise": 1}
+    assert check_plan(INV, plan) == pytest.approx(list(plan.memory_per_device_gb))
+    tr = plan.to_torchrec()
+    assert tr["shared"]["sharding_type"] == "table_row_wise" and tr["shared"]["ranks"] == [2, 3]
+    assert tr["hot"] == {"sharding_type": "data_parallel", "compute_kernel": "dense", "ranks": [0, 1, 2, 3]}
+    # on one flat host, row shards over two of four devices are no layout TorchRec runs
+    with pytest.raises(PlanError, match="row shards of table 'shared' are on devices \\[2, 3\\]"):
+        mixed(FLAT)
+
+
+def test_units_carry_their_share_of_rows_and_lookups_and_fold_back() -> None:
+    plan = mixed()
+    units, placed = expand_plan(INV, plan)
+    by = units.by_name()
+    a, b = row_blocks(10_000, 2)[0]
+    first = by[f"shared@r{a}:{b}"]
+    assert first.num_embeddings == 5_000 and first.pooling_factor == pytest.approx(3.0)
+    assert [f.pooling_factor for f in first.features] == pytest.approx([1.0, 2.0])  # each feature's share too
+    assert {placed[f"hot@dp{d}"] for d in range(4)} == {0, 1, 2, 3} and by["hot@dp2"].num_embeddings == 100
+    assert parse_unit("huge@r25000:50000").kind == "row" and parse_unit("hot@dp3").device == 3
+    folded = fold_units(INV, placed)
+    assert folded.row_shards == plan.row_shards and folded.data_parallel == ("hot",)
+    assert folded.placement == {"plain": 1}
+    # memory: row shards hold their rows, a replica the whole table on every device
+    per_device = [sum(u.size_bytes for u in units.tables if placed[u.name] == d) / 2**30 for d in range(4)]
+    assert list(plan.memory_per_device_gb) == pytest.approx(per_device)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: {"row_shards": {**p.row_shards, "huge": (RowShard(start=0, end=50_000, device=1),
+                                                        RowShard(start=50_000, end=100_000, device=2))}},
+     "row shards of table 'huge' are on devices \\[1, 2\\]; row-wise sharding needs devices 0..3 in order, or "
+     "the 2 devices of one host in order"),
+    (lambda p: {"row_shards": {**p.row_shards, "huge": tuple(
+        RowShard(start=a, end=b, device=3 - i) for i, (a, b) in enumerate(row_blocks(100_000, 4)))}},
+     "row shards of table 'huge' are on devices \\[3, 2, 1, 0\\]"),
+    (lambda p: {"row_shards": {**p.row_shards, "huge": (
+        RowShard(start=0, end=30_000, device=0), RowShard(start=30_000, end=60_000, device=1),
+        RowShard(start=60_000, end=90_000, device=2), RowShard(start=90_000, end=100_000, device=3))}},
+     "as TorchRec cuts them"),
+    (lambda p: {"data_parallel": ("hot", "plain")}, "table 'plain' is both placed whole and data-parallel"),
+    (lambda p: {"data_parallel": ("ghost",)}, "'ghost', which is not in inventory"),
+])
+def test_an_edited_layout_is_refused_in_one_line_naming_the_table(edit, message) -> None:
+    plan = mixed()
+    data = {**plan.model_dump(), **edit(plan)}
+    with pytest.raises((PlanError, ValueError), match=message):
+        check_plan(INV, Plan.model_validate(data))
+
+
+def test_a_table_too_small_for_its_row_shards_is_refused() -> None:
+    tiny = Inventory(name="t", tables=(Table(name="few", num_embeddings=5, embedding_dim=8, pooling_factor=1.0),))
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0)
+    with pytest.raises(PlanError, match="row shards of table 'few' are on devices \\[0, 1, 2\\]"):
+        make_plan(tiny, topo, {}, "hand", row_shards={"few": row_shards_for(5, [0, 1, 2, 3])})
+
+
+def test_round_trips_through_json_the_store_and_the_gates_checks(tmp_path: Path) -> None:
+    plan = mixed()
+    again = Plan.model_validate_json(plan.model_dump_json())
+    assert again == plan and again.units() == plan.units()
+    store = LocalPlanStore(tmp_path / "store")
+    oracle = make_oracle("simulator", warmup=0, repeats=1)
+    judged, decision, cmp = measure_and_gate(plan, INV, oracle, PublishConfig(
+        baselines=("round_robin", "torchrec"), min_rounds=2, allow_simulated=True), rounds=2)
+    assert cmp.result("hand").plan.row_shards == plan.row_shards  # measured as itself, units and all
+    assert decision.outcome in ("approved", "rejected", "inconclusive")
+    publish(store, judged, approve(judged))
+    current = get_current(store, "inv")
+    assert current.row_shards == plan.row_shards and current.data_parallel == ("hot",)
+
+
+def test_plans_written_before_the_new_types_load_unchanged() -> None:
+    old = get_sharder("round_robin").shard(INV, FLAT)
+    data = json.loads(old.model_dump_json())
+    for key in ("row_shards", "data_parallel"):
+        data.pop(key)
+    for key in ("devices_per_host", "inter_host_gbps", "optimizer", "memory_model", "memory_reserve"):
+        data["topology"].pop(key)
+    loaded = Plan.model_validate(data)
+    assert loaded == old and not loaded.row_shards and loaded.sharding_types() == {"table_wise": 4}
+    check_plan(INV, loaded)
