@@ -13,15 +13,27 @@ from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.shards import expand
-from dreamshard.types import GB, ColumnShard, Inventory, Plan, RowShard, Topology
+from dreamshard.storage import device_memory, unit_memory
+from dreamshard.types import GB, ColumnShard, Inventory, Plan, RowShard, Table, Topology
 
 #: Tolerance when comparing a plan's stated memory with the recomputed figure (GB; JSON round-trips floats).
 MEMORY_TOLERANCE_GB = 1e-9
 
 
-def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_devices: int) -> list[int]:
-    """Bytes of table weights on each device (fused SGD keeps no optimizer state). `placement` is over units
-    of `inventory` (whole tables, or shards of an expanded inventory)."""
+def footprint(unit: Table, topology: Topology) -> int:
+    """Bytes one unit needs on its device under the topology's memory model and optimizer (dreamshard.storage;
+    the unit counted as placed whole: what sharders and search check a device's room with). The defaults (sgd,
+    weights) give `Table.size_bytes`."""
+    return unit_memory(unit, topology).total
+
+
+def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_devices: int,
+                        topology: Topology | None = None) -> list[int]:
+    """Bytes on each device: `placement` is over units of `inventory` (whole tables, or the units of an expanded
+    inventory). With `topology`: weights, optimizer state and io as its memory model counts them
+    (dreamshard.storage.device_memory); without: table weights only."""
+    if topology is not None:
+        return [b.total for b in device_memory(inventory, placement, topology)]
     tables = inventory.by_name()
     used = [0] * num_devices
     for name, d in placement.items():
@@ -29,8 +41,9 @@ def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_
     return used
 
 
-def device_memory_gb(inventory: Inventory, placement: Mapping[str, int], num_devices: int) -> list[float]:
-    return [b / GB for b in device_memory_bytes(inventory, placement, num_devices)]
+def device_memory_gb(inventory: Inventory, placement: Mapping[str, int], num_devices: int,
+                     topology: Topology | None = None) -> list[float]:
+    return [b / GB for b in device_memory_bytes(inventory, placement, num_devices, topology)]
 
 
 def check_placement(
@@ -91,13 +104,14 @@ def check_placement(
                                 f"topology has {n} devices")
     # checks that shards tile their table (row shards: TorchRec's blocks on every device or one host's)
     units, unit_placement = expand(inventory, placement, shards, rows, data_parallel, topology)
-    used = device_memory_bytes(units, unit_placement, n)
-    cap = topology.memory_per_device_bytes
+    used = device_memory_bytes(units, unit_placement, n, topology)
+    cap = topology.usable_memory_bytes
     for d, u in enumerate(used):
         if u > cap:
+            reserve = f" less its {topology.memory_reserve:.0%} reserve" if topology.memory_reserve else ""
             raise PlanError(
-                f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb:g} GB memory limit; "
-                f"add devices, raise --memory-gb or re-plan"
+                f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb:g} GB memory "
+                f"limit{reserve}; add devices, raise --memory-gb or re-plan"
             )
     return used
 
@@ -119,17 +133,17 @@ def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
 
 def check_each_table_fits(inventory: Inventory, topology: Topology) -> None:
     """Fail early with the first table that is larger than a whole device."""
-    cap = topology.memory_per_device_bytes
+    cap = topology.usable_memory_bytes
     for t in inventory.tables:
-        if t.size_bytes > cap:
-            raise InfeasiblePlacementError(t.name, t.size_gb, topology.memory_per_device_gb, "larger than one device")
+        if (need := footprint(t, topology)) > cap:
+            raise InfeasiblePlacementError(t.name, need / GB, cap / GB, "larger than one device")
 
 
 class MemoryTracker:
     """Free memory per device while tables are placed one by one."""
 
     def __init__(self, topology: Topology) -> None:
-        self.capacity = topology.memory_per_device_bytes
+        self.capacity = topology.usable_memory_bytes
         self.used = [0] * topology.num_devices
 
     def fits(self, device: int, nbytes: int) -> bool:

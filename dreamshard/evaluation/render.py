@@ -12,7 +12,12 @@ from rich.table import Table as RichTable
 
 from dreamshard.evaluation.compare import Comparison, SharderResult
 from dreamshard.io import atomic_write_bytes
-from dreamshard.types import COST_COMPONENTS, Costs, Plan
+from dreamshard.shards import expand_plan
+from dreamshard.storage import MemoryBreakdown, device_memory
+from dreamshard.types import COST_COMPONENTS, Costs, Inventory, Plan
+
+#: The memory breakdown's columns (device_rows keys, GB): what each device holds, recomputed from the inventory.
+MEMORY_PARTS: tuple[str, ...] = ("weights", "optimizer", "io")
 
 
 def _plan_costs(plan: Plan) -> tuple[Costs | None, str]:
@@ -39,20 +44,35 @@ def reference_line(cmp: Comparison) -> str:
     )
 
 
-def device_rows(plan: Plan) -> list[dict[str, object]]:
-    """One row per device: tables, memory, four costs, total, bottleneck flag."""
+def plan_memory(plan: Plan, inventory: Inventory) -> list[MemoryBreakdown]:
+    """Each device's memory (weights, optimizer state, io buffers) recomputed from `inventory` under the plan's
+    topology (dreamshard.storage), never read from the plan."""
+    units, placed = expand_plan(inventory, plan)
+    return device_memory(units, placed, plan.topology)
+
+
+def device_rows(plan: Plan, inventory: Inventory | None = None) -> list[dict[str, object]]:
+    """One row per device: tables, memory, four costs, total, bottleneck flag. With the plan's `inventory`,
+    memory is recomputed from it (dreamshard.storage) and broken down into `weights_gb`, `optimizer_gb` and
+    `io_gb` (`memory_gb` is their sum); without it, `memory_gb` is the plan's own figure and there is no
+    breakdown."""
     costs, _ = _plan_costs(plan)
     tables = plan.device_tables()
     cap = plan.topology.memory_per_device_gb
+    memory = plan_memory(plan, inventory) if inventory is not None else None
     rows: list[dict[str, object]] = []
     bottleneck = costs.bottleneck_device if costs else -1
     for d in range(plan.topology.num_devices):
+        used = memory[d].total_gb if memory is not None else plan.memory_per_device_gb[d]
         row: dict[str, object] = {
             "device": d,
             "tables": len(tables[d]),
-            "memory_gb": round(plan.memory_per_device_gb[d], 4),
-            "memory_pct": round(100.0 * plan.memory_per_device_gb[d] / cap, 1),
+            "memory_gb": round(used, 4),
+            "memory_pct": round(100.0 * used / cap, 1),
         }
+        if memory is not None:
+            gb = memory[d].gb()
+            row.update({f"{part}_gb": round(gb[part], 4) for part in MEMORY_PARTS})
         if costs is not None:
             dc = costs.per_device[d]
             row.update({k: round(v, 4) for k, v in zip(COST_COMPONENTS, dc.as_list())})
@@ -62,21 +82,35 @@ def device_rows(plan: Plan) -> list[dict[str, object]]:
     return rows
 
 
-def device_table(plan: Plan) -> RichTable:
-    """TorchRec-planner-stats-style box: per-device costs and memory, bottleneck marked."""
+def memory_caption(plan: Plan) -> str:
+    """How memory is counted for `plan` (its topology's optimizer, memory model and reserve)."""
+    tp = plan.topology
+    model = "weights + optimizer state" if tp.memory_model == "weights" else "as TorchRec counts it (+ io buffers)"
+    reserve = f", {tp.memory_reserve:.0%} of each device reserved" if tp.memory_reserve else ""
+    return f"memory: {model}, optimizer {tp.optimizer}{reserve}"
+
+
+def device_table(plan: Plan, inventory: Inventory | None = None) -> RichTable:
+    """TorchRec-planner-stats-style box: per-device costs and memory, bottleneck marked; with the plan's
+    `inventory`, memory is recomputed and broken down (weights / optimizer / io GB)."""
     costs, basis = _plan_costs(plan)
     title = (
         f"plan {plan.plan_id} · sharder {plan.sharder} · {plan.topology.num_devices}x{plan.topology.device_type}"
         f" · batch {plan.topology.batch_size}"
     )
-    t = RichTable(title=title, caption=f"costs: {basis} (ms)" + (f" · overall {costs.overall_ms:.3f} ms" if costs else ""))
-    for col in ("dev", "tables", "memory GB", "mem %"):
+    caption = f"costs: {basis} (ms)" + (f" · overall {costs.overall_ms:.3f} ms" if costs else "")
+    if inventory is not None:
+        caption += f" · {memory_caption(plan)}"
+    t = RichTable(title=title, caption=caption)
+    parts = MEMORY_PARTS if inventory is not None else ()
+    for col in ("dev", "tables", "memory GB", "mem %", *(f"{p} GB" for p in parts)):
         t.add_column(col, justify="right")
     if costs:
         for col in ("fwd compute", "fwd comm", "bwd comm", "bwd compute", "total"):
             t.add_column(col, justify="right")
-    for row in device_rows(plan):
-        cells = [str(row["device"]), str(row["tables"]), f"{row['memory_gb']:.3f}", f"{row['memory_pct']:.1f}"]
+    for row in device_rows(plan, inventory):
+        cells = [str(row["device"]), str(row["tables"]), f"{row['memory_gb']:.3f}", f"{row['memory_pct']:.1f}",
+                 *(f"{row[f'{p}_gb']:.3f}" for p in parts)]
         if costs:
             cells += [f"{row[k]:.3f}" for k in COST_COMPONENTS]
             mark = " *" if row["bottleneck"] else ""
@@ -85,16 +119,19 @@ def device_table(plan: Plan) -> RichTable:
     return t
 
 
-def device_table_markdown(plan: Plan) -> str:
+def device_table_markdown(plan: Plan, inventory: Inventory | None = None) -> str:
+    """The device table as markdown; with the plan's `inventory`, memory recomputed and broken down."""
     costs, basis = _plan_costs(plan)
-    head = "| device | tables | memory GB | mem % |"
-    sep = "|---:|---:|---:|---:|"
+    parts = MEMORY_PARTS if inventory is not None else ()
+    head = "| device | tables | memory GB | mem % |" + "".join(f" {p} GB |" for p in parts)
+    sep = "|---:|---:|---:|---:|" + "---:|" * len(parts)
     if costs:
         head += " fwd compute | fwd comm | bwd comm | bwd compute | total ms |"
         sep += "---:|---:|---:|---:|---:|"
     lines = [head, sep]
-    for row in device_rows(plan):
+    for row in device_rows(plan, inventory):
         line = f"| {row['device']} | {row['tables']} | {row['memory_gb']:.3f} | {row['memory_pct']:.1f} |"
+        line += "".join(f" {row[f'{p}_gb']:.3f} |" for p in parts)
         if costs:
             line += "".join(f" {row[k]:.3f} |" for k in COST_COMPONENTS)
             total = f"{row['total_ms']:.3f}"
@@ -102,6 +139,9 @@ def device_table_markdown(plan: Plan) -> str:
         lines.append(line)
     if costs:
         lines.append(f"\nOverall ({basis}): **{costs.overall_ms:.3f} ms**; bold = bottleneck device.")
+    if inventory is not None:
+        caption = memory_caption(plan)
+        lines.append(f"\n{caption[0].upper()}{caption[1:]}.")
     return "\n".join(lines)
 
 

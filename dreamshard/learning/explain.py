@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.errors import PlanError
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import PlanningCost, cost_factory
-from dreamshard.shards import expand_plan, fold
+from dreamshard.shards import expand_plan, fold_units
 from dreamshard.sharders.base import make_plan
-from dreamshard.types import Costs, DeviceCost, Inventory, Plan, Table, Topology
+from dreamshard.storage import device_memory
+from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology
 
 INDEX_BYTES = 8  # int64 indices
 OUTPUT_BYTES = 4  # fp32 pooled outputs
@@ -42,7 +43,10 @@ class DeviceStat(BaseModel):
     model_config = ConfigDict(frozen=True)
     device: int
     units: int
-    memory_gb: float
+    memory_gb: float  # recomputed from the inventory (dreamshard.storage): weights + optimizer + io
+    weights_gb: float
+    optimizer_gb: float  # the topology's fused optimizer's state
+    io_gb: float  # input/output buffers as TorchRec counts them (memory_model "torchrec"; else 0)
     input_mb: float  # indices + offsets of one batch
     output_mb: float  # pooled outputs of one batch (what its all-to-all sends)
     predicted_ms: float
@@ -97,8 +101,10 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
     basis_costs = measured if measured is not None else predicted
     totals = [d.total for d in basis_costs.per_device]
     b = max(range(n), key=lambda d: totals[d])
+    memory = device_memory(units, placed, plan.topology)
     devices = tuple(DeviceStat(
-        device=d, units=len(on[d]), memory_gb=plan.memory_per_device_gb[d],
+        device=d, units=len(on[d]), memory_gb=memory[d].total / GB, weights_gb=memory[d].weights / GB,
+        optimizer_gb=memory[d].optimizer / GB, io_gb=memory[d].io / GB,
         input_mb=sum(batch * t.pooling_factor * INDEX_BYTES + (batch + 1) * t.num_outputs * INDEX_BYTES
                      for t in on[d]) / 1e6,
         output_mb=sum(batch * t.output_dim * OUTPUT_BYTES for t in on[d]) / 1e6,
@@ -169,8 +175,7 @@ def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping
                 raise PlanError(f"--swap: '{u}' is not a unit of plan {plan.plan_id}")
         changes.append(f"swap {a}@{new[a]} <-> {b}@{new[b]}")
         new[a], new[b] = new[b], new[a]
-    placement, column_shards = fold(inventory, new)
-    after = make_plan(inventory, plan.topology, placement, plan.sharder, column_shards=column_shards,
+    after = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, new).plan_fields(),
                       predicted=cost.predict(list(units.tables), new), model_version=plan.model_version)
     return WhatIf(changes=tuple(changes), before=cost.predict(list(units.tables), placed), after=after.predicted,
                   plan=after)
@@ -187,10 +192,12 @@ def stats_markdown(stats: PlanStats, top: int = 15) -> str:
     for t in stats.tables[:top]:
         lines.append(f"| {t.rank} | `{t.unit}` | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
                      f"{t.predicted_ms:.3f} |" + (f" {t.measured_ms:.3f} |" if t.measured_ms is not None else ""))
-    lines += ["", "| device | units | memory GB | input MB | output MB | predicted ms |" + (" measured ms |" if measured else ""),
-              "|---:|---:|---:|---:|---:|---:|" + ("---:|" if measured else "")]
+    lines += ["", "| device | units | memory GB | weights GB | optimizer GB | io GB | input MB | output MB | "
+              "predicted ms |" + (" measured ms |" if measured else ""),
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if measured else "")]
     for d in stats.devices:
         mark = " (max)" if d.bottleneck else ""
-        lines.append(f"| {d.device}{mark} | {d.units} | {d.memory_gb:.3f} | {d.input_mb:.2f} | {d.output_mb:.2f} | "
+        lines.append(f"| {d.device}{mark} | {d.units} | {d.memory_gb:.3f} | {d.weights_gb:.3f} | "
+                     f"{d.optimizer_gb:.3f} | {d.io_gb:.3f} | {d.input_mb:.2f} | {d.output_mb:.2f} | "
                      f"{d.predicted_ms:.3f} |" + (f" {d.measured_ms:.3f} |" if d.measured_ms is not None else ""))
     return "\n".join(lines) + "\n"

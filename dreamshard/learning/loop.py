@@ -43,6 +43,7 @@ from dreamshard.learning.train_cost import CostMetrics, train_cost_model
 from dreamshard.learning.train_policy import make_mdps, task_topology, train_policy
 from dreamshard.profiling.runner import item_key
 from dreamshard.sharders.heuristics import RandomSharder
+from dreamshard.memory import footprint
 from dreamshard.types import Inventory, Measurement, Task, TaskSet, Topology
 
 MEASUREMENTS_FILE = "loop_measurements.jsonl"
@@ -132,19 +133,20 @@ def _item_key(task: Task, fingerprint: str, topology: Topology, placement: dict[
 def _perturb(placement: dict[str, int], tables: Sequence[Any], topology: Topology, rng: np.random.Generator,
              moves: int) -> dict[str, int] | None:
     """`placement` with `moves` random tables moved to random other devices that have room (None if stuck)."""
-    cap = topology.memory_per_device_bytes
+    cap = topology.usable_memory_bytes
     out = dict(placement)
     used = [0] * topology.num_devices
+    need = {t.name: footprint(t, topology) for t in tables}
     for t in tables:
-        used[out[t.name]] += t.size_bytes
+        used[out[t.name]] += need[t.name]
     for _ in range(moves):
         t = tables[int(rng.integers(len(tables)))]
-        legal = [d for d in range(topology.num_devices) if d != out[t.name] and used[d] + t.size_bytes <= cap]
+        legal = [d for d in range(topology.num_devices) if d != out[t.name] and used[d] + need[t.name] <= cap]
         if not legal:
             continue
         d = int(rng.choice(legal))
-        used[out[t.name]] -= t.size_bytes
-        used[d] += t.size_bytes
+        used[out[t.name]] -= need[t.name]
+        used[d] += need[t.name]
         out[t.name] = d
     return out if out != placement else None
 

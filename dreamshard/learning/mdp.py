@@ -19,7 +19,7 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.learning.estimator import CostEstimator, policy_cost_features
-from dreamshard.memory import MemoryTracker, check_each_table_fits
+from dreamshard.memory import MemoryTracker, check_each_table_fits, footprint
 from dreamshard.types import Costs, DeviceCost, Inventory, Table, Topology
 
 
@@ -44,7 +44,7 @@ class EstimatedMDP:
         order = sorted(range(len(tables)), key=lambda i: (-single[i], tables[i].name))
         self.tables: list[Table] = [tables[i] for i in order]
         self.states = states[order].contiguous()
-        self.sizes = [t.size_bytes for t in self.tables]
+        self.sizes = [footprint(t, self.topology) for t in self.tables]
         self.scale = float(estimator.cost_scale) or 1.0
         self.reset()
 

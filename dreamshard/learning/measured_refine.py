@@ -25,6 +25,7 @@ import torch
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders.base import make_plan
+from dreamshard.memory import footprint
 from dreamshard.shards import expand_plan, fold_units
 from dreamshard.units import parse_unit
 from dreamshard.types import Inventory, Plan, RefineStep, RefineTrace, Table, Topology
@@ -52,14 +53,14 @@ def movable(unit: str) -> bool:
     return parse_unit(unit).kind in ("table", "column")
 
 
-def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, Table], cap: int,
+def _proposals(current: dict[str, int], dev_ms: list[float], need: dict[str, int], cap: int,
                predict: Predict, tried: set[tuple[tuple[str, int], ...]]) -> list[Proposal]:
     """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
     ranked by the predicted overall: the measured costs of the two devices changed by their predicted deltas."""
     n = len(dev_ms)
     b = int(np.argmax(dev_ms))
     on = {d: [u for u, v in current.items() if v == d] for d in range(n)}
-    size = {d: sum(by_name[u].size_bytes for u in on[d]) for d in range(n)}
+    size = {d: sum(need[u] for u in on[d]) for d in range(n)}
     base = {d: predict(on[d]) for d in range(n)}
     out: list[Proposal] = []
     for u in filter(movable, on[b]):
@@ -72,7 +73,7 @@ def _proposals(current: dict[str, int], dev_ms: list[float], by_name: dict[str, 
             for label, change, w in options:
                 if tuple(sorted(change.items())) in tried:
                     continue
-                moved = by_name[u].size_bytes - (by_name[w].size_bytes if w else 0)
+                moved = need[u] - (need[w] if w else 0)
                 if size[d] + moved > cap or size[b] - moved > cap:
                     continue
                 new_b = [x for x in on[b] if x != u] + ([w] if w else [])
@@ -99,8 +100,8 @@ def refine_measured(
     """The refined unit placement and its trace (see the module docstring)."""
     start = clock()
     n = topology.num_devices
-    cap = topology.memory_per_device_bytes
-    by_name = units.by_name()
+    cap = topology.usable_memory_bytes
+    need = {t.name: footprint(t, topology) for t in units.tables}  # bytes each unit takes on a device
     rng = np.random.default_rng(seed)
     current = dict(placement)
     first = oracle.measure(units, current, topology, kind="placement", task="refine")
@@ -113,7 +114,7 @@ def refine_measured(
     queue: list[Proposal] = []
     while clock() - start < seconds and n > 1:
         if not queue:  # ranked once per incumbent: a refused proposal moves on to the next one
-            queue = _proposals(current, dev_ms, by_name, cap, predict, tried)
+            queue = _proposals(current, dev_ms, need, cap, predict, tried)
             if not queue:
                 break
         est, label, d, change = queue.pop(0)

@@ -50,7 +50,7 @@ def refine_placement(
         return list(actions)
     dev = np.asarray(actions, dtype=np.int64).copy()
     size = np.asarray(sizes, dtype=np.int64)
-    cap = topology.memory_per_device_bytes
+    cap = topology.usable_memory_bytes
     start = list(actions)
     with torch.no_grad():
         dstate = device_states(states, torch.from_numpy(dev), d_count)

@@ -28,6 +28,7 @@ from dreamshard.learning.refine import refine_placement
 from dreamshard.learning.threads import single_threaded
 from dreamshard.sharders import get_sharder, options_for
 from dreamshard.sharders.heuristics import GreedySharder
+from dreamshard.memory import footprint
 from dreamshard.types import Inventory, Topology
 
 #: the candidate sources that are not sharder names
@@ -57,7 +58,7 @@ class _Scorer:
         self.cost = cost
         with torch.no_grad():
             self.states = cost.encode(self.tables)
-        self.sizes = [t.size_bytes for t in self.tables]
+        self.sizes = [footprint(t, cost.topology) for t in self.tables]
 
     def actions(self, placement: dict[str, int]) -> list[int]:
         return [int(placement[t.name]) for t in self.tables]
@@ -113,8 +114,11 @@ def search(
             else:
                 # The units are already split (learning/splits.py): TorchRec places them whole. The options are
                 # shared by every candidate sharder; each takes its own (random the seed, torchrec column_wise).
+                # TorchRec's candidate is its planner restricted to table-wise (a search candidate places whole
+                # units; the unrestricted `torchrec` would also replicate or row-shard tables).
                 shared = {"seed": config.seed, "column_wise": "never"}
-                add(source, get_sharder(source, **options_for(source, shared)).place(inventory, topology))
+                name = "torchrec_tw_cw" if source == "torchrec" else source
+                add(source, get_sharder(name, **options_for(name, shared)).place(inventory, topology))
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner

@@ -21,6 +21,7 @@ from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.search import lpt_placement
 from dreamshard.shards import split_counts, split_inventory
+from dreamshard.memory import footprint
 from dreamshard.types import Inventory, Topology
 
 #: how many dominant tables the split beam looks at, and the shard counts it tries
@@ -31,12 +32,13 @@ MIN_GAIN = 0.02
 
 def mandatory_splits(inventory: Inventory, topology: Topology) -> dict[str, int]:
     """{table: k} for every table larger than one device: the fewest equal column shards that each fit."""
-    cap = topology.memory_per_device_bytes
+    cap = topology.usable_memory_bytes
     out: dict[str, int] = {}
     for t in inventory.tables:
-        if t.size_bytes <= cap:
+        if footprint(t, topology) <= cap:
             continue
-        ks = [k for k in split_counts(t.embedding_dim) if -(-t.size_bytes // k) <= cap]
+        ks = [k for k in split_counts(t.embedding_dim)
+              if footprint(t.model_copy(update={"embedding_dim": t.embedding_dim // k}), topology) <= cap]
         if not ks:
             finest = max(split_counts(t.embedding_dim), default=1)
             raise InfeasiblePlacementError(

@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dreamshard.draws import draw
 from dreamshard.errors import InfeasiblePlacementError, InventoryError, ProfilingError
 from dreamshard.io import append_measurement, iter_measurements
-from dreamshard.memory import check_each_table_fits
+from dreamshard.memory import check_each_table_fits, footprint
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
 from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
@@ -89,15 +89,16 @@ def item_key(kind: str, task: str, fingerprint: str, topology: Topology, placeme
     return f"{kind}-{task or 'all'}-{digest}"
 
 
-def _device_for(table: Table, used: list[int], cap: int, u: float) -> int:
-    """The device a draw `u` picks for `table`, or the next one with room (InfeasiblePlacementError: none has)."""
+def _device_for(table: Table, need: int, used: list[int], cap: int, u: float) -> int:
+    """The device a draw `u` picks for `table` (`need` bytes), or the next one with room (InfeasiblePlacementError:
+    none has)."""
     n = len(used)
     first = min(int(u * n), n - 1)
     for i in range(n):
         d = (first + i) % n
-        if used[d] + table.size_bytes <= cap:
+        if used[d] + need <= cap:
             return d
-    raise InfeasiblePlacementError(table.name, table.size_gb, (cap - min(used)) / GB)
+    raise InfeasiblePlacementError(table.name, need / GB, (cap - min(used)) / GB)
 
 
 def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float]) -> dict[str, int]:
@@ -107,8 +108,9 @@ def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[T
     used = [0] * topology.num_devices
     out: dict[str, int] = {}
     for t in sorted(inventory.tables, key=lambda t: (-t.size_bytes, t.name)):
-        d = _device_for(t, used, topology.memory_per_device_bytes, pick(t))
-        used[d] += t.size_bytes
+        need = footprint(t, topology)
+        d = _device_for(t, need, used, topology.usable_memory_bytes, pick(t))
+        used[d] += need
         out[t.name] = d
     return {t.name: out[t.name] for t in inventory.tables}
 

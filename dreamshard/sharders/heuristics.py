@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dreamshard.errors import InfeasiblePlacementError
-from dreamshard.memory import MemoryTracker, check_each_table_fits
+from dreamshard.memory import MemoryTracker, check_each_table_fits, footprint
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.types import Inventory, Table, Topology
 
@@ -40,11 +40,12 @@ class RandomSharder(TableWiseSharder):
         out: dict[str, int] = {}
         # Largest tables first so that random choices rarely paint themselves into a corner.
         for t in sorted(inventory.tables, key=lambda t: -t.size_bytes):
-            legal = mem.legal_devices(t.size_bytes)
+            need = footprint(t, topology)
+            legal = mem.legal_devices(need)
             if not legal:
                 raise _no_room(t, mem, self.name)
             d = int(rng.choice(legal))
-            mem.add(d, t.size_bytes)
+            mem.add(d, need)
             out[t.name] = d
         return out
 
@@ -62,13 +63,14 @@ class RoundRobinSharder(TableWiseSharder):
         n = topology.num_devices
         nxt = 0
         for t in inventory.tables:
+            need = footprint(t, topology)
             for k in range(n):
                 d = (nxt + k) % n
-                if mem.fits(d, t.size_bytes):
+                if mem.fits(d, need):
                     break
             else:
                 raise _no_room(t, mem, self.name)
-            mem.add(d, t.size_bytes)
+            mem.add(d, need)
             out[t.name] = d
             nxt = (d + 1) % n
         return out
@@ -91,12 +93,13 @@ class GreedySharder(TableWiseSharder):
         load = [0.0] * topology.num_devices
         out: dict[str, int] = {}
         for t in sorted(inventory.tables, key=lambda t: (-self.cost(t), t.name)):
-            legal = mem.legal_devices(t.size_bytes)
+            need = footprint(t, topology)
+            legal = mem.legal_devices(need)
             if not legal:
                 raise _no_room(t, mem, self.name)
             d = min(legal, key=lambda i: (load[i], i))
             load[d] += self.cost(t)
-            mem.add(d, t.size_bytes)
+            mem.add(d, need)
             out[t.name] = d
         return out
 
