@@ -8,7 +8,11 @@ and the policy stay away from the cost net's blind spots instead of exploiting t
 Communication is not left to the network when the measured all-to-all model is known: the oracle costs a
 device's forward and backward exchange as ``alpha + beta * bytes`` with ``bytes = batch x (sum of the
 device's output dims: dim x features per table) x 4 x (N-1)/N`` (dreamshard.profiling.comm), so planning uses exactly that, for the topology's
-device count and interconnect. Without a comm model (a model trained on records that carry none) the
+device count and interconnect. On a topology with hosts (``Topology.devices_per_host``) a device's all-to-all is
+costed host-aware (``comm.host_comm_model``, what ``comm.device_comm_ms`` computes): the bytes to peers on other
+hosts also cross the link between hosts at ``Topology.inter_host_gbps`` (a topology parameter, not a
+measurement), so a plan on 2 hosts costs more than the same plan on one flat host; flat topologies cost exactly
+as before. Without a comm model (a model trained on records that carry none) the
 ensemble's learned comm heads are used, with the same pessimism.
 
 As a CostEstimator (dreamshard.learning.estimator) a table's state is
@@ -24,7 +28,7 @@ import torch
 from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
-from dreamshard.profiling.comm import profile_model
+from dreamshard.profiling.comm import host_comm_model, profile_model
 from dreamshard.shards import expand_plan
 from dreamshard.types import CommModel, Costs, DeviceCost, Table, Topology
 
@@ -42,6 +46,8 @@ class PlanningCost:
         self.ensemble = ensemble
         self.topology = topology
         self.comm = comm
+        #: one device's all-to-all on this topology: `comm` itself when flat, with the inter-host tier when not
+        self.device_comm = host_comm_model(topology, comm, "all_to_all") if comm is not None else None
         self.risk = float(risk)
         self.latent = ensemble.spec.latent
         self.k = ensemble.size
@@ -71,13 +77,15 @@ class PlanningCost:
         return costs.clamp_min(0.0)
 
     def comm_ms(self, states: torch.Tensor) -> torch.Tensor:
-        """(..., S) -> (...) one all-to-all's cost of each device under the comm model (0 if empty or N=1)."""
+        """(..., S) -> (...) one all-to-all's cost of each device under the comm model, host-aware on a topology
+        with hosts (``comm.device_comm_ms``); 0 if empty or N=1."""
         n = self.topology.num_devices
-        if self.comm is None or n <= 1:
+        c = self.device_comm
+        if c is None or n <= 1:
             return torch.zeros(states.shape[:-1], dtype=states.dtype)
         mb = self.topology.batch_size * states[..., -1] * OUTPUT_BYTES * (n - 1) / n / 1e6
         nonempty = (states[..., -2] > 0.5).to(states.dtype)
-        return nonempty * (self.comm.alpha_ms + self.comm.beta_ms_per_mb * mb)
+        return nonempty * (c.alpha_ms + c.beta_ms_per_mb * mb)
 
     def device_costs(self, states: torch.Tensor) -> torch.Tensor:
         """(..., S) -> (..., 4): member mean + risk x member spread per component (comm exact when known)."""
@@ -121,10 +129,12 @@ def closest_comm(models: Sequence[CommModel], num_devices: int) -> CommModel | N
 
 
 def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | None:
-    """The comm model planning uses on `topology`: its fixed interconnect profile, else the closest measured."""
+    """The all-to-all model planning uses on `topology`: its fixed interconnect profile, else the closest measured
+    (by world size). It is one device's intra-host rate; `PlanningCost` adds the inter-host tier of a topology
+    with hosts (``comm.host_comm_model``). Models of other collectives (``CommModel.collective``) are skipped."""
     if topology.interconnect != "measured":
         return profile_model(topology.interconnect, topology.num_devices)
-    return closest_comm(measured, topology.num_devices)
+    return closest_comm([c for c in measured if c.collective == "all_to_all"], topology.num_devices)
 
 
 def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -> tuple[CommModel, ...]:

@@ -1,21 +1,62 @@
-"""All-to-all cost: a real ``torch.distributed`` micro-benchmark fitted to an alpha-beta model.
+"""Collective costs: real ``torch.distributed`` micro-benchmarks fitted to alpha-beta models, and a device's
+traffic costed on a topology with hosts (docs/architecture.md, "Measuring").
 
-``benchmark_all_to_all`` starts ``min(world_size, max_procs)`` processes on 127.0.0.1 (a free port, gloo on
-CPU; NCCL on GPUs when at least two are present), times ``all_to_all_single`` for several message sizes and
-returns (megabytes leaving one rank, ms) points: the slowest rank of each repeat, median over repeats.
-``fit_alpha_beta`` fits ``t = alpha + beta * MB`` by least squares with alpha, beta >= 0.
+**Benchmarks.** ``benchmark_collective(world_size, backend, collective)`` starts ``world_size`` processes on
+127.0.0.1 (a free port, gloo on CPU; NCCL on GPUs when at least two are present) that run one collective for
+several message sizes (the rank side is ``dreamshard.profiling.collectives``) and returns (megabytes leaving one
+rank, ms) points: the slowest rank of each repeat, median over repeats. ``benchmark_all_to_all`` is the
+all-to-all's (its points only). ``fit_alpha_beta`` fits ``t = alpha + beta * MB`` by least squares with alpha,
+beta >= 0. What gloo runs in torch 2.13 on CPU: ``all_to_all_single``, ``all_reduce`` and the reduce-scatter
+(``reduce_scatter_single``, the list form too); a process group without a reduce-scatter is measured as
+all-reduce + local slice and its model labelled ``<backend>:all_reduce+slice``.
 
-``comm_model_for(world_size, backend)`` returns the fitted ``CommModel``, cached per process and on disk
-(``$DREAMSHARD_CACHE_DIR`` or ``~/.cache/dreamshard``, one JSON per backend / world size / torch version);
-``refit=True`` forces a new benchmark. ``CommModel.world_size`` is the number of processes that really ran.
-One device needs no communication (a zero model with backend ``none``). If the benchmark cannot run (no
-loopback, spawn forbidden) the documented ``DEFAULT_ALPHA_MS`` / ``DEFAULT_BETA_MS_PER_MB`` are used and the
-model is labelled ``backend="default"`` with a warning, never silently.
+**Models.** ``comm_model_for(world_size, backend, collective=...)`` returns the fitted ``CommModel`` of one
+collective (``CommModel.collective`` says which), cached per process and on disk (``$DREAMSHARD_CACHE_DIR`` or
+``~/.cache/dreamshard``, one JSON per collective / backend / world size / torch version; the all-to-all keeps its
+original file name ``comm-<backend>-w<N>-torch<v>.json``, the others are ``comm-<collective>-<backend>-...``);
+``refit=True`` forces a new benchmark. ``CommModel.world_size`` is the number of processes that really ran. One
+device needs no communication (a zero model, backend ``none``). If the benchmark cannot run (no loopback, spawn
+forbidden) the documented ``DEFAULT_ALPHA_MS`` / ``DEFAULT_BETA_MS_PER_MB`` are used, labelled
+``backend="default"`` with a warning, never silently and never cached.
+
+**Bytes leaving one device** (what ``CommModel.cost_ms`` takes; B = the global batch, 4 bytes per fp32 element):
+
+* all-to-all (table- and column-wise outputs, ``device_comm_bytes``): ``B x sum(output dims on the device) x 4
+  x (n-1)/n``: its pooled outputs for the whole batch, less the share its own samples keep.
+* reduce-scatter (row-wise tables, ``reduce_scatter_bytes``): each of the n devices holding rows of a table has
+  partial pooled sums for the whole batch, ``B x output_dim x 4``, and sends the (n-1)/n other devices own:
+  ``B x sum(output dims) x 4 x (n-1)/n``.
+* all-reduce (data-parallel tables' gradients, ``all_reduce_bytes``): a dense gradient of ``rows x dim x 4``
+  bytes; a ring all-reduce (reduce-scatter + all-gather) sends ``2 (n-1)/n`` of it.
+
+**Hosts** (``device_comm_ms``, ``host_comm_model``). On a flat topology (``devices_per_host`` None or one host)
+a device's traffic costs ``model.cost_ms(bytes)``, exactly. With H hosts of L devices (N = H x L) a share of its
+bytes crosses hosts (``inter_host_fraction``):
+
+* all-to-all: the bytes go evenly to the N-1 peers, ``(N-L)/(N-1)`` of them on other hosts;
+* reduce-scatter and all-reduce run as a ring (NCCL's flat-group algorithm, what TorchRec's row-wise
+  reduce-scatter and DDP's all-reduce get): every step waits for the ring's slowest hop, so with H > 1 every
+  byte pays the inter-host link (fraction 1).
+
+Every byte costs the measured model's ``beta`` (the device's own rate: getting the bytes out of it, as on a
+flat host); a byte to another host then also crosses the network at ``Topology.inter_host_gbps``, i.e.
+``1 / inter_host_gbps`` ms/MB more, in sequence (store and forward through the host's network card, no overlap
+assumed: a conservative bound, like planning's pessimism elsewhere). That bandwidth is a topology *parameter*
+(one machine cannot measure an inter-host link; default ``DEFAULT_INTER_HOST_GBPS`` = 12.5 GB/s, a 100 Gb/s
+network), assumed available to EACH device (one network card per device, as on GPU training hosts; devices
+sharing one card would each see ``inter_host_gbps / L``: give that as the parameter). A collective pays one
+latency: the larger of the measured ``alpha`` and ``INTER_HOST_LATENCY_MS`` (an assumed network latency, also
+a parameter) when any byte crosses hosts. So per device, with f = ``inter_host_fraction``:
+
+    t = max(alpha, INTER_HOST_LATENCY_MS) + (beta + f / inter_host_gbps) x MB      (MB > 0, hosts > 1)
+
+Hosts never make traffic cheaper than flat, cost strictly more at any finite bandwidth, and an unbounded
+inter-host bandwidth gives the flat figure back (exactly when ``alpha >= INTER_HOST_LATENCY_MS``, as the default
+and profile models have; else within ``INTER_HOST_LATENCY_MS - alpha`` <= 0.02 ms: a fit may put alpha at 0).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import os
@@ -23,43 +64,61 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple, get_args
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
+from dreamshard.costs import Collective
 from dreamshard.errors import first_line
 from dreamshard.io import atomic_write_text
-from dreamshard.types import CommModel
+from dreamshard.types import CommModel, Topology
 
 log = logging.getLogger(__name__)
 
 #: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 4 MB: a device's pooled outputs for
 #: batch 2048 range from 128 KB (dim 16) to tens of MB; a few seconds in total on a laptop).
 MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: ... per reduce-scatter: a device's partial pooled sums of its row-wise tables for the whole batch
+#: (batch 2048 x dim 64 x 4 = 512 KB per table; several tables: MBs).
+REDUCE_SCATTER_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+#: ... per all-reduce: 2(n-1)/n of the dense gradients of small replicated tables (KBs to tens of MB).
+ALL_REDUCE_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20)
+COLLECTIVE_BYTES: dict[str, tuple[int, ...]] = {
+    "all_to_all": MESSAGE_BYTES, "reduce_scatter": REDUCE_SCATTER_BYTES, "all_reduce": ALL_REDUCE_BYTES,
+}
+COLLECTIVES: tuple[str, ...] = get_args(Collective)
 MAX_PROCS = int(os.environ.get("DREAMSHARD_COMM_MAX_PROCS", "4"))
 #: Fallback when no benchmark can run: loopback-like latency and ~2 GB/s.
 DEFAULT_ALPHA_MS = 0.05
 DEFAULT_BETA_MS_PER_MB = 0.5
+#: Assumed latency of a collective that crosses hosts (a parameter, like Topology.inter_host_gbps): 20 us.
+INTER_HOST_LATENCY_MS = 0.02
+#: The op a process group without a reduce-scatter is measured with instead (collectives.py).
+_FALLBACK_METHOD = "all_reduce+slice"
 
-_MEMO: dict[tuple[str, int], CommModel] = {}
+_MEMO: dict[tuple[str, int, str], CommModel] = {}
 
 #: Fixed interconnect profiles (Topology.interconnect other than "measured"): not a benchmark, labelled so.
 FAST_ALPHA_MS = 0.02
 FAST_BETA_MS_PER_MB = 0.1  # 10 GB/s leaving each device
 
 
-def profile_model(interconnect: str, world_size: int) -> CommModel:
+def _check_collective(collective: str) -> None:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective '{collective}'; choose from {', '.join(COLLECTIVES)}")
+
+
+def profile_model(interconnect: str, world_size: int, collective: Collective = "all_to_all") -> CommModel:
     """The comm model of a fixed interconnect profile ("fast") for `world_size` devices."""
     if interconnect != "fast":
         raise ValueError(f"no fixed comm profile '{interconnect}'")
     if world_size <= 1:
-        return zero_model()
+        return zero_model(collective)
     return CommModel(alpha_ms=FAST_ALPHA_MS, beta_ms_per_mb=FAST_BETA_MS_PER_MB, backend="profile:fast",
-                     world_size=world_size)
+                     world_size=world_size, collective=collective)
 
 
 def cache_dir() -> Path:
@@ -67,9 +126,10 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dreamshard"
 
 
-def _cache_path(backend: str, world_size: int) -> Path:
+def _cache_path(backend: str, world_size: int, collective: str = "all_to_all") -> Path:
     ver = torch.__version__.replace("+", "_")
-    return cache_dir() / f"comm-{backend}-w{world_size}-torch{ver}.json"
+    stem = f"comm-{backend}" if collective == "all_to_all" else f"comm-{collective}-{backend}"  # a2a: old name
+    return cache_dir() / f"{stem}-w{world_size}-torch{ver}.json"
 
 
 def _free_port() -> int:
@@ -78,78 +138,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(
-    rank: int, world: int, port: int, backend: str, sizes: Sequence[int], warmup: int, repeats: int, out: str
-) -> None:
-    """One rank of the benchmark (module level so ``spawn`` can import it)."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(1)
-    cuda = backend == "nccl"
-    if cuda:
-        torch.cuda.set_device(rank)
-    dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-    try:
-        # Connections are set up lazily: a few untimed rounds first so the smallest size is not penalised.
-        w = torch.ones(world * 16, device=dev)
-        for _ in range(5):
-            dist.all_to_all_single(torch.empty_like(w), w)
-        results: list[tuple[float, float]] = []
-        for nbytes in sizes:
-            # Each rank sends nbytes to its peers in total: (world-1) chunks of nbytes/(world-1) bytes.
-            chunk = max(1, int(nbytes / (world - 1) / 4))
-            x = torch.ones(chunk * world, device=dev)
-            y = torch.empty_like(x)
-            times: list[float] = []
-            for i in range(warmup + repeats):
-                dist.barrier()
-                if cuda:
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                dist.all_to_all_single(y, x)
-                if cuda:
-                    torch.cuda.synchronize()
-                if i >= warmup:
-                    times.append((time.perf_counter() - t0) * 1e3)
-            t = torch.tensor(times, dtype=torch.float64, device=dev)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # an all-to-all finishes when its slowest rank does
-            sent_mb = chunk * 4 * (world - 1) / 1e6
-            results.append((sent_mb, float(t.median().item())))
-        if rank == 0:
-            Path(out).write_text(json.dumps(results))
-    finally:
-        dist.destroy_process_group()
+class Benchmark(NamedTuple):
+    """What one benchmark run returned: (MB sent per rank, ms) points and the op that ran (collectives.py)."""
+
+    points: list[tuple[float, float]]
+    method: str
 
 
-def _worker_main(argv: Sequence[str]) -> None:
-    """Entry of one benchmark rank started as ``python -c`` (see ``benchmark_all_to_all``)."""
-    rank, world, port, backend, sizes, warmup, repeats, out = argv
-    _worker(int(rank), int(world), int(port), backend, [int(s) for s in sizes.split(",")], int(warmup), int(repeats), out)
-
-
-def benchmark_all_to_all(
+def benchmark_collective(
     world_size: int,
     backend: str = "gloo",
-    sizes: Sequence[int] = MESSAGE_BYTES,
+    collective: Collective = "all_to_all",
+    sizes: Sequence[int] | None = None,
     warmup: int = 2,
     repeats: int = 7,
     timeout_s: float = 120.0,
-) -> list[tuple[float, float]]:
-    """Run the real all-to-all benchmark with ``world_size`` processes; (MB sent per rank, ms) points.
+) -> Benchmark:
+    """Run the real benchmark of `collective` with ``world_size`` processes (``sizes``: bytes leaving a rank,
+    default ``COLLECTIVE_BYTES[collective]``).
 
     Ranks are fresh interpreters (``sys.executable -c``), like ``torch.multiprocessing`` spawn, but they never
     re-import the caller's ``__main__``, so an unguarded user script cannot fork-bomb itself.
     """
+    _check_collective(collective)
     if world_size < 2:
-        raise ValueError("all-to-all needs at least 2 processes")
-    code = "import sys; from dreamshard.profiling.comm import _worker_main; _worker_main(sys.argv[1:])"
-    with tempfile.TemporaryDirectory(prefix="dreamshard-a2a-") as tmp:
+        raise ValueError(f"{collective} needs at least 2 processes")
+    sizes = COLLECTIVE_BYTES[collective] if sizes is None else sizes
+    code = "import sys; from dreamshard.profiling.collectives import _worker_main; _worker_main(sys.argv[1:])"
+    with tempfile.TemporaryDirectory(prefix="dreamshard-comm-") as tmp:
         out = os.path.join(tmp, "points.json")
         port = _free_port()
-        args = [str(world_size), str(port), backend, ",".join(str(s) for s in sizes), str(warmup), str(repeats), out]
+        args = [str(world_size), str(port), backend, collective, ",".join(str(s) for s in sizes), str(warmup),
+                str(repeats), out]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs = [
             subprocess.Popen(
@@ -172,7 +192,22 @@ def benchmark_all_to_all(
                     p.wait()
         if errors or not os.path.exists(out):
             raise RuntimeError(errors[0] if errors else "rank 0 wrote no result")
-        return [(float(a), float(b)) for a, b in json.loads(Path(out).read_text())]
+        data = json.loads(Path(out).read_text())
+        return Benchmark([(float(a), float(b)) for a, b in data["points"]], str(data["method"]))
+
+
+def benchmark_all_to_all(
+    world_size: int,
+    backend: str = "gloo",
+    sizes: Sequence[int] = MESSAGE_BYTES,
+    warmup: int = 2,
+    repeats: int = 7,
+    timeout_s: float = 120.0,
+) -> list[tuple[float, float]]:
+    """Run the real all-to-all benchmark with ``world_size`` processes; (MB sent per rank, ms) points."""
+    if world_size < 2:
+        raise ValueError("all-to-all needs at least 2 processes")
+    return benchmark_collective(world_size, backend, "all_to_all", sizes, warmup, repeats, timeout_s).points
 
 
 def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
@@ -200,43 +235,50 @@ def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float,
     return alpha, beta, r2
 
 
-def zero_model() -> CommModel:
-    return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=1)
+def zero_model(collective: Collective = "all_to_all") -> CommModel:
+    return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=1, collective=collective)
 
 
-def default_model(world_size: int) -> CommModel:
-    return CommModel(
-        alpha_ms=DEFAULT_ALPHA_MS, beta_ms_per_mb=DEFAULT_BETA_MS_PER_MB, backend="default", world_size=world_size
-    )
+def default_model(world_size: int, collective: Collective = "all_to_all") -> CommModel:
+    return CommModel(alpha_ms=DEFAULT_ALPHA_MS, beta_ms_per_mb=DEFAULT_BETA_MS_PER_MB, backend="default",
+                     world_size=world_size, collective=collective)
 
 
-def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, max_procs: int | None = None) -> CommModel:
-    """The fitted alpha-beta model for ``world_size`` devices (memo -> disk cache -> benchmark)."""
+def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, max_procs: int | None = None,
+                   collective: Collective = "all_to_all") -> CommModel:
+    """The fitted alpha-beta model of `collective` for ``world_size`` devices (memo -> disk cache -> benchmark)."""
+    _check_collective(collective)
     if world_size <= 1:
-        return zero_model()
+        return zero_model(collective)
     procs = max(2, min(world_size, max_procs or MAX_PROCS))
     if backend == "nccl":  # one rank per GPU
         procs = max(2, min(procs, torch.cuda.device_count()))
-    key = (backend, procs)
+    key = (backend, procs, collective)
     if not refit and key in _MEMO:
         return _MEMO[key]
-    path = _cache_path(backend, procs)
+    path = _cache_path(backend, procs, collective)
     if not refit and path.exists():
         try:
             model = CommModel.model_validate_json(path.read_text())
-            _MEMO[key] = model
-            return model
+            if model.collective == collective:
+                _MEMO[key] = model
+                return model
         except Exception:  # corrupt cache: refit
             pass
+    label = backend
     try:
-        points = benchmark_all_to_all(procs, backend)
+        if collective == "all_to_all":
+            points = benchmark_all_to_all(procs, backend)
+        else:
+            points, method = benchmark_collective(procs, backend, collective)
+            label = f"{backend}:{method}" if method == _FALLBACK_METHOD else backend
     except Exception as e:  # noqa: BLE001 - any failure to start processes
-        log.warning("all-to-all benchmark (%s, %d procs) failed (%s); using the labelled default model",
-                    backend, procs, first_line(e))
-        return default_model(procs)
+        log.warning("%s benchmark (%s, %d procs) failed (%s); using the labelled default model",
+                    collective, backend, procs, first_line(e))
+        return default_model(procs, collective)
     alpha, beta, r2 = fit_alpha_beta(points)
     model = CommModel(
-        alpha_ms=alpha, beta_ms_per_mb=beta, backend=backend, world_size=procs,
+        alpha_ms=alpha, beta_ms_per_mb=beta, backend=label, world_size=procs, collective=collective,
         points=tuple((round(a, 6), round(b, 6)) for a, b in points), r2=round(r2, 6),
     )
     _MEMO[key] = model
@@ -247,6 +289,9 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
     return model
 
 
+# ----------------------------------------------------------------------------- bytes leaving one device
+
+
 def device_comm_bytes(batch_size: int, dims: Sequence[int], world_size: int, bytes_per_element: int = 4) -> float:
     """Bytes leaving one device in the forward all-to-all: its pooled outputs, the (N-1)/N share sent away.
 
@@ -255,3 +300,69 @@ def device_comm_bytes(batch_size: int, dims: Sequence[int], world_size: int, byt
     if world_size <= 1 or not dims:
         return 0.0
     return batch_size * sum(dims) * bytes_per_element * (world_size - 1) / world_size
+
+
+def reduce_scatter_bytes(batch_size: int, dims: Sequence[int], world_size: int, bytes_per_element: int = 4) -> float:
+    """Bytes leaving one device in the reduce-scatter of row-wise tables' pooled outputs.
+
+    `dims`: the output widths (``Table.output_dim``) of the row-wise tables the device holds rows of;
+    `world_size`: the devices sharing those tables' rows (the reduce-scatter's group). Each device has partial
+    sums for the whole global batch, ``batch x output_dim x 4`` bytes per table, and sends the (n-1)/n that
+    the other devices own."""
+    if world_size <= 1 or not dims:
+        return 0.0
+    return batch_size * sum(dims) * bytes_per_element * (world_size - 1) / world_size
+
+
+def all_reduce_bytes(shapes: Sequence[tuple[int, int]], world_size: int, bytes_per_element: int = 4) -> float:
+    """Bytes leaving one device in the all-reduce of data-parallel tables' gradients.
+
+    `shapes`: (rows, dim) of each replicated table; its dense gradient is ``rows x dim x bytes_per_element``
+    bytes (4: fp32), and a ring all-reduce over `world_size` devices sends ``2 (n-1)/n`` of it."""
+    if world_size <= 1 or not shapes:
+        return 0.0
+    grad = sum(rows * dim for rows, dim in shapes) * bytes_per_element
+    return grad * 2 * (world_size - 1) / world_size
+
+
+# ----------------------------------------------------------------------------- a topology with hosts
+
+
+def inter_host_beta_ms_per_mb(topology: Topology) -> float:
+    """ms per MB at ``topology.inter_host_gbps`` (a topology parameter, never measured here)."""
+    return 1.0 / topology.inter_host_gbps  # 1 MB / (gbps x 1e9 B/s) = 1e-3 / gbps s = 1 / gbps ms
+
+
+def inter_host_fraction(topology: Topology, collective: Collective = "all_to_all") -> float:
+    """The share of a device's bytes that crosses hosts (0 on a flat topology; see the module docstring)."""
+    _check_collective(collective)
+    n, local = topology.num_devices, topology.local_world_size
+    if topology.hosts <= 1 or n <= 1:
+        return 0.0
+    if collective == "all_to_all":
+        return (n - local) / (n - 1)
+    return 1.0  # a ring's steps wait for its slowest hop, the one between hosts
+
+
+def host_comm_model(topology: Topology, model: CommModel, collective: Collective | None = None) -> CommModel:
+    """`model` (one device's measured, intra-host rate) as one device's cost on `topology`: on a flat topology
+    `model` itself; with hosts ``alpha' = max(alpha, INTER_HOST_LATENCY_MS)`` and ``beta' = beta + f /
+    inter_host_gbps`` (f = ``inter_host_fraction``; module docstring), labelled with the inter-host bandwidth
+    parameter. ``collective`` (None: ``model.collective``) says how the bytes route."""
+    route = collective or model.collective
+    f = inter_host_fraction(topology, route)
+    if f <= 0.0:
+        return model
+    return CommModel(
+        alpha_ms=max(model.alpha_ms, INTER_HOST_LATENCY_MS),
+        beta_ms_per_mb=model.beta_ms_per_mb + f * inter_host_beta_ms_per_mb(topology),
+        backend=f"{model.backend}+inter-host {topology.inter_host_gbps:g} GB/s (parameter)",
+        world_size=model.world_size, collective=route,
+    )
+
+
+def device_comm_ms(topology: Topology, model: CommModel, nbytes: float, collective: Collective | None = None) -> float:
+    """One device's cost (ms) of sending `nbytes` in one `collective` (None: ``model.collective``) on
+    `topology`: ``model.cost_ms(nbytes)`` exactly on a flat topology; with hosts the bytes that cross hosts also
+    pay the inter-host link, ``Topology.inter_host_gbps`` (a parameter; module docstring). 0 for no bytes."""
+    return host_comm_model(topology, model, collective).cost_ms(nbytes)

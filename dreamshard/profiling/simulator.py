@@ -13,7 +13,10 @@ learning code faces the same non-additivity:
 
 Communication is the oracle's (alpha + beta x the device's pooled-output bytes, ``Table.output_dim``: a table
 serving k features sends k outputs); lookup work already counts every feature (the table's pooling factor is
-the sum of its features').
+the sum of its features'). ``comm_model(n, collective)`` gives the same simulated alpha-beta for each
+collective (all-to-all, reduce-scatter, all-reduce; labelled with it), and ``device_comm_ms`` costs a device's
+bytes on a topology with hosts as ``dreamshard.profiling.comm.device_comm_ms`` does: the bytes that cross hosts
+go at ``Topology.inter_host_gbps`` (a parameter) when that is slower than the simulated rate.
 
 Two knobs exist for tests of the pipeline around it, never for studies of plans: ``slowdown`` multiplies every
 cost (a backend that got slower: what the drift monitor must notice) and ``latency_ms`` makes each device
@@ -27,9 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dreamshard.errors import ProfilingError
+from dreamshard.costs import Collective
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming
+from dreamshard.profiling.comm import device_comm_ms, zero_model
 from dreamshard.profiling.scaling import ScalingRule
-from dreamshard.types import REUSE_BIN_EDGES, CommModel, Table
+from dreamshard.types import REUSE_BIN_EDGES, CommModel, Table, Topology
 
 
 @dataclass(frozen=True)
@@ -111,10 +116,16 @@ class SimulatorBackend(ComputeBackend):
         n = max(1, repeats)
         return DeviceTiming((fwd,) * n, (bwd,) * n, tuple(t.num_embeddings for t in tables))
 
-    def comm_model(self, world_size: int) -> CommModel:
+    def comm_model(self, world_size: int, collective: Collective = "all_to_all") -> CommModel:
+        """The simulated alpha-beta model of `collective` on `world_size` devices (one device's rate)."""
         if world_size <= 1:
-            return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=1)
+            return zero_model(collective)
         return CommModel(
             alpha_ms=self.p.alpha_ms * self.p.slowdown, beta_ms_per_mb=self.p.beta_ms_per_mb * self.p.slowdown,
-            backend="simulated", world_size=world_size,
+            backend="simulated", world_size=world_size, collective=collective,
         )
+
+    def device_comm_ms(self, topology: Topology, nbytes: float, collective: Collective = "all_to_all") -> float:
+        """One device's simulated cost of sending `nbytes` in `collective` on `topology` (host-aware; flat: the
+        simulated model's ``cost_ms``)."""
+        return device_comm_ms(topology, self.comm_model(topology.num_devices, collective), nbytes)

@@ -1,0 +1,139 @@
+"""One rank of the collective micro-benchmarks (dreamshard.profiling.comm starts the ranks and fits the points).
+
+Each benchmark rank is a fresh interpreter started by ``comm.benchmark_collective``; it runs ``_worker_main``.
+A message size is always *the bytes leaving one rank* in one call of the collective (what ``CommModel.cost_ms``
+takes), and the tensors are sized from it:
+
+* ``all_to_all`` (``all_to_all_single``): ``world`` chunks of ``c`` floats, ``c = bytes / (world-1) / 4``; each
+  rank sends its ``world-1`` chunks for the peers.
+* ``reduce_scatter``: an input of ``world`` chunks of ``c`` floats (a rank's partial sums), the output one chunk;
+  each rank sends the ``world-1`` chunks the peers own (``c = bytes / (world-1) / 4``). The op is
+  ``reduce_scatter_single`` (torch >= 2.13; ``reduce_scatter_tensor`` before), which gloo implements on CPU
+  tensors; if the process group refuses it, the list form ``reduce_scatter``, and if that is refused too,
+  ``all_reduce`` of the whole input and a local slice (twice the traffic: the model's backend is then labelled
+  ``<backend>:all_reduce+slice``, never passed off as a reduce-scatter).
+* ``all_reduce``: ``world x c`` floats, ``c = bytes / (2 (world-1)) / 4``: a ring all-reduce sends
+  ``2 (world-1) / world`` of the tensor from each rank (reduce-scatter then all-gather).
+
+Per size: ``warmup`` untimed calls, then ``repeats`` timed ones, each after a barrier; a call's time is the
+slowest rank's (a collective finishes when its slowest rank does), the point is the median over repeats.
+Rank 0 writes ``{"points": [[MB sent, ms], ...], "method": <the op used>}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+COLLECTIVES: tuple[str, ...] = ("all_to_all", "reduce_scatter", "all_reduce")
+
+#: the reduce-scatter on one tensor: reduce_scatter_single from torch 2.13 (reduce_scatter_tensor, deprecated
+#: there, before it)
+_RS_SINGLE = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
+
+
+def chunk_elements(collective: str, nbytes: int, world: int) -> int:
+    """Floats per chunk (a rank's tensor is ``world`` chunks) so that one call sends ``nbytes`` from a rank."""
+    per_peer = nbytes / (world - 1) / 4
+    if collective == "all_reduce":
+        per_peer /= 2  # ring: reduce-scatter then all-gather, each (world-1) chunks
+    return max(1, int(per_peer))
+
+
+def sent_megabytes(collective: str, chunk: int, world: int) -> float:
+    """Megabytes leaving one rank in one call with chunks of ``chunk`` floats."""
+    factor = 2 if collective == "all_reduce" else 1
+    return factor * chunk * 4 * (world - 1) / 1e6
+
+
+def _ops(collective: str, rank: int, world: int) -> list[tuple[str, Callable[[torch.Tensor, torch.Tensor], None]]]:
+    """The ways to run `collective` on (output, input) tensors, preferred first."""
+    if collective == "all_to_all":
+        return [("all_to_all_single", lambda y, x: dist.all_to_all_single(y, x))]
+    if collective == "all_reduce":
+        return [("all_reduce", lambda y, x: dist.all_reduce(x))]
+    if collective != "reduce_scatter":
+        raise ValueError(f"unknown collective '{collective}'; choose from {', '.join(COLLECTIVES)}")
+
+    def rs_lists(y: torch.Tensor, x: torch.Tensor) -> None:
+        out = y[: x.numel() // world]
+        dist.reduce_scatter(out, list(x.chunk(world)))
+
+    def ar_slice(y: torch.Tensor, x: torch.Tensor) -> None:
+        dist.all_reduce(x)
+        c = x.numel() // world
+        y[:c].copy_(x[rank * c : (rank + 1) * c])
+
+    ops: list[tuple[str, Callable[[torch.Tensor, torch.Tensor], None]]] = []
+    if _RS_SINGLE is not None:
+        single = _RS_SINGLE
+        ops.append((single.__name__, lambda y, x: single(y[: x.numel() // world], x)))
+    return [*ops, ("reduce_scatter", rs_lists), ("all_reduce+slice", ar_slice)]
+
+
+def _pick_op(collective: str, rank: int, world: int, dev: torch.device) -> tuple[str, Callable[..., None]]:
+    """The first op the process group runs (gloo raises before any traffic for an op it lacks, on every rank
+    alike), after a few untimed calls: connections are set up lazily, so the smallest size is not penalised."""
+    last: Exception | None = None
+    for name, op in _ops(collective, rank, world):
+        try:
+            for _ in range(5):
+                x = torch.zeros(world * 16, device=dev)
+                op(torch.empty_like(x), x)
+            return name, op
+        except (RuntimeError, NotImplementedError, ValueError) as e:  # not supported by this process group
+            last = e
+    raise RuntimeError(f"no way to run {collective}: {last}")
+
+
+def _worker(rank: int, world: int, port: int, backend: str, collective: str, sizes: Sequence[int], warmup: int,
+            repeats: int, out: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    if os.path.exists("/sys/class/net/lo"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    try:
+        method, op = _pick_op(collective, rank, world, dev)
+        results: list[tuple[float, float]] = []
+        for nbytes in sizes:
+            chunk = chunk_elements(collective, nbytes, world)
+            x = torch.zeros(chunk * world, device=dev)
+            y = torch.empty_like(x)
+            times: list[float] = []
+            for i in range(warmup + repeats):
+                dist.barrier()
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                op(y, x)
+                if cuda:
+                    torch.cuda.synchronize()
+                if i >= warmup:
+                    times.append((time.perf_counter() - t0) * 1e3)
+            t = torch.tensor(times, dtype=torch.float64, device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a collective finishes when its slowest rank does
+            results.append((sent_megabytes(collective, chunk, world), float(t.median().item())))
+        if rank == 0:
+            Path(out).write_text(json.dumps({"points": results, "method": method}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _worker_main(argv: Sequence[str]) -> None:
+    """Entry of one benchmark rank started as ``python -c`` (see ``comm.benchmark_collective``)."""
+    rank, world, port, backend, collective, sizes, warmup, repeats, out = argv
+    _worker(int(rank), int(world), int(port), backend, collective, [int(s) for s in sizes.split(",")],
+            int(warmup), int(repeats), out)
