@@ -64,6 +64,15 @@ class InfeasiblePlacementError(DreamshardError):
         super().__init__(msg)
 
 
+class NoPlacementError(InfeasiblePlacementError):
+    """A planner found no placement of the inventory as a whole (its tables fit one by one, not all together):
+    an infeasible placement with no single table to name."""
+
+    def __init__(self, message: str) -> None:  # noqa: D107 - the message says it all
+        DreamshardError.__init__(self, message)
+        self.table, self.table_gb, self.largest_free_gb, self.hint = "", 0.0, 0.0, ""
+
+
 class UnknownSharderError(DreamshardError):
     """The requested sharder name is not registered."""
 

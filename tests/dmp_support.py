@@ -66,6 +66,8 @@ class DmpSettings(_Model):
     """How `run_dmp` trains (module docstring)."""
 
     world_size: Annotated[int, Field(ge=1, le=64)] = 2
+    #: ranks per host as TorchRec's sharding sees it (LOCAL_WORLD_SIZE of the ranks); None: every rank on one host
+    local_world_size: Annotated[int, Field(ge=1, le=64)] | None = None
     batch_size: Annotated[int, Field(ge=1)] = 2048
     warmup: Annotated[int, Field(ge=0)] = 1
     steps: Annotated[int, Field(ge=1)] = 1
@@ -130,10 +132,18 @@ def expected_holders(doc: TorchRecPlanFile, rows: Mapping[str, int] | None = Non
     out: dict[str, dict[int, list[ShardBox]]] = {}
     for table, spec in doc.tables.items():
         n = int((rows or {}).get(table, spec.num_embeddings or 0))
-        if spec.sharding_type == "table_wise":
-            if spec.embedding_dim is None or not n:
-                raise ConfigError(f"table '{table}': the plan file has no shape; export it with the inventory")
-            out.setdefault(table, {}).setdefault(spec.ranks[0], []).append((0, n, 0, spec.embedding_dim))
+        if spec.sharding_type in ("table_wise", "data_parallel", "row_wise", "table_row_wise") and (
+                spec.embedding_dim is None or not n):
+            raise ConfigError(f"table '{table}': the plan file has no shape; export it with the inventory")
+        if spec.sharding_type in ("table_wise", "data_parallel"):  # whole: on its rank, or a replica on every rank
+            for rank in spec.ranks:
+                out.setdefault(table, {}).setdefault(rank, []).append((0, n, 0, int(spec.embedding_dim or 0)))
+        elif spec.sharding_type in ("row_wise", "table_row_wise"):  # row blocks of the (scaled) rows
+            k = len(spec.ranks)
+            block = -(-n // k)
+            for i, rank in enumerate(spec.ranks):
+                box = (min(i * block, n), min((i + 1) * block, n), 0, int(spec.embedding_dim or 0))
+                out.setdefault(table, {}).setdefault(rank, []).append(box)
         else:
             for sh in spec.column_shards():
                 out.setdefault(table, {}).setdefault(sh.device, []).append((0, n, sh.start, sh.end))
@@ -184,7 +194,8 @@ def run_dmp(
 
 def _run_ranks(job: Path, tmp: Path, s: DmpSettings) -> None:
     code = "import sys; sys.path.insert(0, sys.argv[1]); from dmp_support import _worker_main; _worker_main(sys.argv[2:])"
-    env = {**os.environ, "OMP_NUM_THREADS": str(s.threads), "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(s.threads), "PYTHONWARNINGS": "ignore",
+           "LOCAL_WORLD_SIZE": str(s.local_world_size or s.world_size)}
     logs = [open(tmp / f"rank{r}.log", "wb") for r in range(s.world_size)]  # noqa: SIM115 - closed below
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(HERE), str(job), str(r)], stdout=logs[r], stderr=subprocess.STDOUT, env=env)
@@ -272,23 +283,30 @@ class _Contender:
         self.output_error = self._check_outputs()
         self.before = self._local_shards()
 
-    def _weights(self) -> list[tuple[str, Any]]:
-        """(TorchRec table, sharded weight) for every table of the model."""
-        return [
-            (key.rsplit(".", 2)[-2], value)
-            for key, value in self.model.state_dict().items()
-            if hasattr(value, "local_shards") and key.endswith(".weight")
-        ]
+    def _blocks(self) -> list[tuple[str, int, int, Any]]:
+        """(TorchRec table, row offset, column offset, local tensor) of every weight block this rank holds: the
+        local shards of sharded weights, and the whole (replicated) weight of a data-parallel table."""
+        out: list[tuple[str, int, int, Any]] = []
+        for key, value in self.model.state_dict().items():
+            if not key.endswith(".weight"):
+                continue
+            name = key.rsplit(".", 2)[-2]
+            if hasattr(value, "local_shards"):
+                for sh in value.local_shards():
+                    (r0, c0) = sh.metadata.shard_offsets
+                    out.append((name, int(r0), int(c0), sh.tensor))
+            elif isinstance(value, torch.Tensor):
+                out.append((name, 0, 0, value))
+        return out
 
     def _check_outputs(self) -> float:
         """Give every weight a known value (`_known` of its global row and column) through this rank's shards,
         run one forward and return the largest error of the pooled outputs against the sums computed from the
         batch: shards in the wrong place or columns in the wrong order show up here."""
         with torch.no_grad():
-            for _, weight in self._weights():
-                for sh in weight.local_shards():
-                    (r0, c0), (nr, nc) = sh.metadata.shard_offsets, sh.metadata.shard_sizes
-                    sh.tensor.copy_(_known(torch.arange(r0, r0 + nr).unsqueeze(1), torch.arange(c0, c0 + nc)))
+            for _, r0, c0, tensor in self._blocks():
+                nr, nc = tensor.shape
+                tensor.copy_(_known(torch.arange(r0, r0 + nr).unsqueeze(1), torch.arange(c0, c0 + nc)))
             kjt = self.batches[0]
             out = self.model(kjt)
             pooled = out.wait() if hasattr(out, "wait") else out
@@ -305,11 +323,11 @@ class _Contender:
     def _local_shards(self) -> dict[str, list[tuple[ShardBox, tuple[float, float]]]]:
         """table -> [(shard box, checksum of its weights)] for the tables this rank holds shards of."""
         out: dict[str, list[tuple[ShardBox, tuple[float, float]]]] = {}
-        for name, weight in self._weights():
-            for sh in weight.local_shards():
-                (r0, c0), (nr, nc) = sh.metadata.shard_offsets, sh.metadata.shard_sizes
-                w = sh.tensor.detach().double()
-                out.setdefault(self.back.get(name, name), []).append(((int(r0), int(r0 + nr), int(c0), int(c0 + nc)), (float(w.sum()), float(w.abs().sum()))))
+        for name, r0, c0, tensor in self._blocks():
+            nr, nc = tensor.shape
+            w = tensor.detach().double()
+            box = (r0, r0 + int(nr), c0, c0 + int(nc))
+            out.setdefault(self.back.get(name, name), []).append((box, (float(w.sum()), float(w.abs().sum()))))
         return out
 
     def step(self) -> None:

@@ -238,7 +238,7 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_pat
     inv = Inventory(name="big", tables=(Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
                                         Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3),
                                         Table(name="b", num_embeddings=2000, embedding_dim=32, pooling_factor=1)))
-    topo = Topology(num_devices=4, memory_per_device_gb=1.0)
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0, device_type="cuda")  # TorchRec row-shards for cuda only
     plan = get_sharder("torchrec").shard(inv, topo).model_copy(update={"sharder": "dreamshard", "plan_id": "mine"})
     names = ["random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec"]
     cmp = compare_sharders(inv, topo, names, make_oracle("simulator"), rounds=5, extra_plans=[plan])

@@ -1,4 +1,4 @@
-"""Plans <-> TorchRec: the plan file, ShardingPlan export (table-wise, column-wise), import, and their errors.
+"""Plans <-> TorchRec: the plan file, ShardingPlan export (every sharding type), import, and their errors.
 
 Real torchrec on the meta device (no process group): the ShardingPlans are compared with what TorchRec's own
 generators build, shard by shard. tests/test_torchrec_dmp.py runs them in DistributedModelParallel.
@@ -34,6 +34,7 @@ from dreamshard.integrations.torchrec_file import (
 from dreamshard.io import load_plan
 from dreamshard.sharders import get_sharder, make_plan
 from dreamshard.types import GB, ColumnShard, Inventory, Table, Topology
+from dreamshard.units import row_shards_for
 
 INV = Inventory(
     name="small",
@@ -262,19 +263,77 @@ def test_plan_and_module_must_match() -> None:
         plan_from_torchrec(torchrec_document(plan, INV), INV, tight)
 
 
-def test_row_wise_tables_cannot_be_imported() -> None:
+def _row_plan() -> object:
+    """4 ranks as 2 hosts x 2: user.id row_wise (4 blocks of 75), item table_row_wise on host 1, ctx replicated."""
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0, devices_per_host=2)
+    return make_plan(INV, topo, {"keys": 0}, "hand", data_parallel=["ctx"],
+                     row_shards={"user.id": row_shards_for(300, [0, 1, 2, 3]), "item": row_shards_for(500, [2, 3])})
+
+
+def test_row_wise_table_row_wise_and_data_parallel_export_as_torchrecs_own_generators(tmp_path: Path) -> None:
+    from torchrec.distributed.sharding_plan import (
+        construct_module_sharding_plan,
+        data_parallel,
+        row_wise,
+        table_row_wise,
+        table_wise,
+    )
+
+    plan = _row_plan()
+    doc = read_torchrec_plan(save_torchrec_plan(torchrec_document(plan, INV), tmp_path / "tr.json"))
+    assert doc.local_world_size == 2 and doc.tables["item"].sharding_type == "table_row_wise"
+    assert doc.tables["ctx"].model_dump(exclude_none=True) == {
+        "sharding_type": "data_parallel", "compute_kernel": "dense", "ranks": (0, 1, 2, 3), "num_embeddings": 40,
+        "embedding_dim": 8}
+    ebc = build_ebc(INV)
+    ours = load_sharding_plan(tmp_path / "tr.json", ebc).plan[""]
+    theirs = construct_module_sharding_plan(
+        ebc, {"user_id": row_wise(compute_kernel="fused"), "item": table_row_wise(host_index=1),
+              "ctx": data_parallel(), "keys_table": table_wise(rank=0, compute_kernel="fused")},
+        local_size=2, world_size=4, device_type="cpu")
+    for name in ("user_id", "item", "ctx", "keys_table"):
+        assert ours[name].sharding_type == theirs[name].sharding_type
+        assert list(ours[name].ranks) == list(theirs[name].ranks)
+        if ours[name].sharding_spec is not None:
+            assert _shards(ours[name]) == _shards(theirs[name])
+    assert ours["ctx"].compute_kernel == "dense" and ours["item"].compute_kernel == "fused"
+    # and back: TorchRec's plan read as a file, then as the same dreamshard plan
+    from torchrec.distributed.types import ShardingPlan
+
+    again = plan_from_torchrec(ShardingPlan({"": ours}), INV, plan.topology)
+    assert (again.placement, again.row_shards, again.data_parallel) == (plan.placement, plan.row_shards, plan.data_parallel)
+    assert again.sharding_types() == plan.sharding_types()
+
+
+def test_row_layouts_dreamshard_cannot_hold_are_one_line_errors_naming_the_table(tmp_path: Path) -> None:
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise, table_wise
     from torchrec.distributed.types import ShardingPlan
 
-    ebc = build_ebc(INV)
-    per = {"user_id": row_wise(), **{n: table_wise(rank=0) for n in ("item", "ctx", "keys_table")}}
-    sp = ShardingPlan({"": construct_module_sharding_plan(ebc, per, local_size=3, world_size=3, device_type="cpu")})
-    with pytest.raises(PlanError, match="table 'user.id' is row_wise in the TorchRec plan; dreamshard plans express"):
-        plan_from_torchrec(sp, INV, TOPO)
-    assert document_from_sharding_plan(
-        ShardingPlan({"": construct_module_sharding_plan(ebc, {n: table_wise(rank=1) for n in per}, local_size=3,
-                                                          world_size=3, device_type="cpu")}), 3
-    ).tables["item"].ranks == (1,)
+    tiny = Inventory(name="tiny", tables=(Table(name="few", num_embeddings=5, embedding_dim=8, pooling_factor=1.0),
+                                          Table(name="other", num_embeddings=50, embedding_dim=8, pooling_factor=1.0)))
+    ebc = build_ebc(tiny)
+    sp = ShardingPlan({"": construct_module_sharding_plan(ebc, {"few": row_wise(), "other": table_wise(rank=0)},
+                                                         local_size=4, world_size=4, device_type="cpu")})
+    with pytest.raises(PlanError, match="table 'few' is row_wise in the TorchRec plan with an empty row block on rank 3"):
+        document_from_sharding_plan(sp, 4)
+    topo4 = Topology(num_devices=4, memory_per_device_gb=1.0, devices_per_host=2)
+    sp = ShardingPlan({"": sharding_plan(torchrec_document(_row_plan(), INV), build_ebc(INV)).plan[""]})
+    sp.plan[""]["user_id"].sharding_type = "grid_shard"  # type: ignore[index]  # a type dreamshard cannot hold
+    with pytest.raises(PlanError, match="table 'user.id' is grid_shard in the TorchRec plan; dreamshard plans express"):
+        plan_from_torchrec(sp, INV, topo4)
+    doc = torchrec_document(_row_plan(), INV)
+    uneven = doc.tables["user.id"].model_copy(update={"row_ranges": ((0, 100), (100, 150), (150, 225), (225, 300))})
+    bad = doc.model_dump(mode="json", exclude_none=True)
+    bad["tables"]["user.id"] = uneven.model_dump(mode="json", exclude_none=True)
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(PlanError, match=r"row shards of table 'user.id' are \[\(0, 100\).*as TorchRec cuts them\)$"):
+        read_torchrec_plan(tmp_path / "bad.json")
+    with pytest.raises(PlanError, match="table 'item' is table_row_wise over hosts of 2 ranks, but local_size is 4"):
+        sharding_plan(doc, build_ebc(INV), local_size=4)
+    with pytest.raises(PlanError, match="table 'item' is 500x32 in the plan but 400x32 in the module"):
+        sharding_plan(doc, build_ebc(INV, rows={"item": 400}))
+    with pytest.raises(PlanError, match="table 'item' is table_row_wise over hosts of 2 ranks, but the topology has 4"):
+        plan_from_torchrec(doc, INV, topo4.model_copy(update={"devices_per_host": None}))
 
 
 def test_missing_torchrec_is_one_line_and_the_file_side_still_works(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

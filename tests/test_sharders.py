@@ -223,7 +223,7 @@ def test_learned_sharders_come_from_entry_points_with_their_family() -> None:
     assert sharders_pkg.learned_names() == sharders_pkg.LEARNED == learned
     assert sharder_names(kind="learned") == list(learned)
     assert sharder_names(kind="heuristic") == list(HEURISTICS)
-    assert sharder_names(kind="torchrec") == ["torchrec"]
+    assert sharder_names(kind="torchrec") == ["torchrec", "torchrec_tw_cw"]
     assert sharders_pkg.ALL_SHARDERS == (*HEURISTICS, "torchrec", *learned)
     with pytest.raises(ConfigError, match="unknown sharder family 'lerned'"):
         sharder_names(kind="lerned")
@@ -256,7 +256,7 @@ def test_a_sharder_that_only_implements_shard_works_through_the_registry(monkeyp
     assert [sh.device for sh in plan.column_shards["a"]] == [0, 1]
     assert "two_shards" in sharder_names() and "two_shards" in sharder_names(kind="other")
     assert "two_shards" not in sharders_pkg.ALL_SHARDERS  # contenders: heuristics, torchrec, learned
-    with pytest.raises(PlanError, match="two_shards split table 'a' into column shards"):
+    with pytest.raises(PlanError, match="two_shards placed table 'a' column-wise"):
         get_sharder("two_shards").place(inv, ROOMY)  # place(): whole tables only
     with pytest.raises(ConfigError, match="sharder 'two_shards' has no option 'seed'"):
         get_sharder("two_shards", seed=0)

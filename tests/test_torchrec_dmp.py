@@ -1,7 +1,8 @@
 """A real client: TorchRec's DistributedModelParallel on 2 CPU ranks (gloo, loopback) trains with exported plans.
 
 Each test runs one training step per plan in fresh processes (tests/dmp_support.py) and checks, from every
-rank's state_dict, that each table's shards sit exactly on the planned ranks, that the pooled outputs match the
+rank's state_dict, that each table's shards (column ranges, row blocks, data-parallel replicas) sit exactly on
+the planned ranks, that the pooled outputs match the
 weights (so columns are where the plan says), that training changed every shard and that the loss is finite.
 """
 
@@ -15,6 +16,7 @@ from dreamshard.integrations.torchrec_file import TorchRecPlanFile, plan_from_do
 from dreamshard.sharders import get_sharder, make_plan
 from dreamshard.shards import fold
 from dreamshard.types import ColumnShard, Inventory, Table, Topology, shard_name
+from dreamshard.units import row_shards_for
 
 INV = Inventory(
     name="dmp",
@@ -30,13 +32,14 @@ TOPO = Topology(num_devices=2, memory_per_device_gb=0.01, batch_size=64)
 SETTINGS = DmpSettings(world_size=2, batch_size=64, warmup=0, steps=1, rounds=1, timeout_s=240)
 
 
-def _check(result: DmpResult, name: str, doc: TorchRecPlanFile) -> None:
+def _check(result: DmpResult, name: str, doc: TorchRecPlanFile, kernels: set[str] | None = None) -> None:
     assert result.holders(name) == expected_holders(doc)
     assert result.output_error(name) < 1e-4  # pooled outputs = sums of the planned weights
     assert result.all_changed(name)  # the update reached every shard
     assert result.losses_finite(name) and all(len(r.losses[name]) == 1 for r in result.ranks)
     assert all(math.isfinite(x) and x > 0 for x in result.round_ms(name))
-    assert {k for r in result.ranks for k in r.kernels[name].values()} == {t.compute_kernel for t in doc.tables.values()}
+    used = {k for r in result.ranks for k in r.kernels[name].values()}
+    assert used == (kernels or {t.compute_kernel for t in doc.tables.values()})
 
 
 def test_dmp_trains_a_table_wise_plan_on_the_planned_ranks() -> None:
@@ -74,3 +77,35 @@ def test_dmp_trains_column_shards_and_they_round_trip() -> None:
     assert placement == plan.placement and column_shards == plan.column_shards
     again = plan_from_document(fused, INV, TOPO)
     assert (again.placement, again.column_shards) == (plan.placement, plan.column_shards)
+
+
+def test_dmp_trains_row_wise_and_data_parallel_tables_and_they_round_trip() -> None:
+    """Row blocks over both ranks (fused and dense), a replica on every rank (dense); what the ranks hold is
+    what the plan says and the file reads back into the same plan."""
+    plan = make_plan(INV, TOPO, {"user.id": 0, "geo": 0, "ad": 1}, "hand",
+                     row_shards={"item": row_shards_for(2000, [0, 1]), "hist": row_shards_for(800, [0, 1])},
+                     data_parallel=["ctx"])
+    assert plan.sharding_types() == {"table_wise": 3, "row_wise": 2, "data_parallel": 1}
+    fused, dense = torchrec_document(plan, INV), torchrec_document(plan, INV, "dense")
+    assert fused.tables["ctx"].compute_kernel == "dense" and fused.tables["item"].row_ranges == ((0, 1000), (1000, 2000))
+    result = run_dmp(INV, {"fused": fused, "dense": dense}, SETTINGS)
+    for name, doc in (("fused", fused), ("dense", dense)):
+        _check(result, name, doc, kernels={"fused", "dense"} if name == "fused" else {"dense"})
+    assert result.holders("fused")["item"] == {0: ((0, 1000, 0, 32),), 1: ((1000, 2000, 0, 32),)}
+    assert result.holders("fused")["ctx"] == {0: ((0, 50, 0, 8),), 1: ((0, 50, 0, 8),)}
+    again = plan_from_document(fused, INV, TOPO)
+    assert (again.placement, again.row_shards, again.data_parallel) == (plan.placement, plan.row_shards, plan.data_parallel)
+
+
+def test_dmp_trains_a_table_row_wise_plan_on_two_hosts_of_one_rank() -> None:
+    """table_row_wise on CPU/gloo: 2 hosts x 1 rank (LOCAL_WORLD_SIZE=1), the table's row blocks on host 1."""
+    topo = TOPO.model_copy(update={"devices_per_host": 1})
+    plan = make_plan(INV, topo, {"user.id": 0, "geo": 0, "ad": 1, "hist": 0, "ctx": 1}, "hand",
+                     row_shards={"item": row_shards_for(2000, [1])})
+    assert plan.sharding_type("item") == "table_row_wise"
+    doc = torchrec_document(plan, INV)
+    assert doc.local_world_size == 1
+    result = run_dmp(INV, {"twrw": doc}, SETTINGS.model_copy(update={"local_world_size": 1}))
+    _check(result, "twrw", doc)
+    assert result.holders("twrw")["item"] == {1: ((0, 2000, 0, 32),)}
+    assert plan_from_document(doc, INV, topo).row_shards == plan.row_shards

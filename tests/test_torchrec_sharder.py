@@ -1,17 +1,26 @@
-"""TorchRec's EmbeddingShardingPlanner as a dreamshard sharder (real torchrec, meta tensors, no GPU)."""
+"""TorchRec's EmbeddingShardingPlanner as dreamshard sharders: ``torchrec`` (unrestricted) and ``torchrec_tw_cw``
+(real torchrec, meta tensors, no GPU)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, PlanError
-from dreamshard.memory import check_placement
-from dreamshard.sharders import get_sharder
-from dreamshard.sharders.torchrec_sharder import TorchRecSharder
+from dreamshard.integrations.torchrec_file import (
+    plan_from_document,
+    read_torchrec_plan,
+    save_torchrec_plan,
+    torchrec_document,
+)
+from dreamshard.memory import check_placement, check_plan
+from dreamshard.sharders import accepted_options, contender_names, get_sharder, sharder_family
+from dreamshard.sharders.torchrec_sharder import TorchRecSharder, TorchRecTwCwSharder
 from dreamshard.types import GB, Inventory, Plan, Table, Topology
+from dreamshard.units import row_blocks
 
 MB = 1024**2
 
@@ -41,9 +50,9 @@ def _topology(inv: Inventory, devices: int, slack: float, device_type: str = "cp
 def test_valid_plan_with_all_tables(device_type: str) -> None:
     inv = _inventory(20)
     topo = _topology(inv, 4, slack=1.5, device_type=device_type)
-    plan = get_sharder("torchrec").shard(inv, topo)
+    plan = get_sharder("torchrec_tw_cw").shard(inv, topo)
     assert isinstance(plan, Plan)
-    assert plan.sharder == "torchrec"
+    assert plan.sharder == "torchrec_tw_cw"
     assert sorted(plan.placement) == sorted(inv.table_names)
     check_placement(inv, plan.placement, topo)
     assert plan.fits_memory()
@@ -54,12 +63,12 @@ def test_valid_plan_with_all_tables(device_type: str) -> None:
 def test_deterministic_and_rejects_foreign_options() -> None:
     inv = _inventory(12, seed=1)
     topo = _topology(inv, 3, slack=2.0)
-    a = get_sharder("torchrec").place(inv, topo)
-    b = TorchRecSharder().place(inv, topo)
+    a = get_sharder("torchrec_tw_cw").place(inv, topo)
+    b = TorchRecTwCwSharder().place(inv, topo)
     assert a == b
-    with pytest.raises(ConfigError, match="sharder 'torchrec' has no option 'model_dir'"):
-        get_sharder("torchrec", seed=1, model_dir="x")
-    assert TorchRecSharder.family == "torchrec" and "column_wise" in TorchRecSharder.options
+    with pytest.raises(ConfigError, match="sharder 'torchrec_tw_cw' has no option 'model_dir'"):
+        get_sharder("torchrec_tw_cw", seed=1, model_dir="x")
+    assert TorchRecTwCwSharder.family == "torchrec" and "column_wise" in TorchRecTwCwSharder.options
 
 
 @pytest.mark.parametrize("memory_model", ["dreamshard", "torchrec"])
@@ -67,7 +76,7 @@ def test_tight_memory_plans_fit_our_model_or_fail_typed(memory_model: str) -> No
     """With little slack memory binds: every plan TorchRec returns fits our memory model, and every refusal
     is our typed one-line error. Under our (weights-only) model it places all of these."""
     inv = _inventory(20, seed=2)
-    sharder = get_sharder("torchrec", memory_model=memory_model)
+    sharder = get_sharder("torchrec_tw_cw", memory_model=memory_model)
     outcomes = []
     for slack in (1.05, 1.1, 1.25, 1.5):
         topo = _topology(inv, 4, slack=slack)
@@ -88,7 +97,7 @@ def test_infeasible_memory_is_typed_one_line() -> None:
     inv = _inventory(20, seed=3)
     topo = _topology(inv, 4, slack=0.8)  # less memory in total than the tables need
     with pytest.raises((InfeasiblePlacementError, PlanError)) as ei:
-        get_sharder("torchrec").shard(inv, topo)
+        get_sharder("torchrec_tw_cw").shard(inv, topo)
     msg = str(ei.value)
     assert "\n" not in msg
     assert "torchrec planner" in msg
@@ -104,7 +113,7 @@ def test_table_larger_than_device_named_before_torchrec() -> None:
     )
     inv = Inventory(name="big", tables=tables)
     with pytest.raises(InfeasiblePlacementError) as ei:
-        get_sharder("torchrec").shard(inv, Topology(num_devices=4, memory_per_device_gb=1 * MB / GB))
+        get_sharder("torchrec_tw_cw").shard(inv, Topology(num_devices=4, memory_per_device_gb=1 * MB / GB))
     assert ei.value.table == "huge"
 
 
@@ -116,15 +125,15 @@ def test_packing_failure_names_table() -> None:
     )
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
     with pytest.raises(InfeasiblePlacementError) as ei:
-        get_sharder("torchrec", column_wise="never").shard(inv, topo)
+        get_sharder("torchrec_tw_cw", column_wise="never").shard(inv, topo)
     assert ei.value.table in inv.table_names
     with pytest.raises(InfeasiblePlacementError, match="it counts this table as 0.60"):
-        get_sharder("torchrec", memory_model="torchrec", column_wise="never").shard(inv, topo)
+        get_sharder("torchrec_tw_cw", memory_model="torchrec", column_wise="never").shard(inv, topo)
     # 0.6 GB tables take more than half a device: by default TorchRec may split them, and then they fit
-    plan = get_sharder("torchrec").shard(inv, topo)
+    plan = get_sharder("torchrec_tw_cw").shard(inv, topo)
     assert plan.column_shards and plan.fits_memory()
-    with pytest.raises(PlanError, match="into column shards, which a table-wise placement cannot hold"):
-        get_sharder("torchrec").place(inv, topo)
+    with pytest.raises(PlanError, match="column-wise, which a table-wise placement cannot hold"):
+        get_sharder("torchrec_tw_cw").place(inv, topo)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
@@ -138,23 +147,23 @@ def test_memory_models_exact_fit(dtype: str) -> None:
     )
     inv = Inventory(name="exact", tables=tables)
     topo = Topology(num_devices=2, memory_per_device_gb=0.5)
-    plan = get_sharder("torchrec").shard(inv, topo)
+    plan = get_sharder("torchrec_tw_cw").shard(inv, topo)
     assert sorted(plan.placement.values()) == [0, 0, 1, 1]
     assert plan.memory_per_device_gb == pytest.approx((0.5, 0.5))
     with pytest.raises(InfeasiblePlacementError, match="input/output buffers"):
-        get_sharder("torchrec", memory_model="torchrec").shard(inv, topo)
+        get_sharder("torchrec_tw_cw", memory_model="torchrec").shard(inv, topo)
     with pytest.raises(PlanError, match="memory_model"):
-        TorchRecSharder(memory_model="bogus")  # type: ignore[arg-type]
+        TorchRecTwCwSharder(memory_model="bogus")  # type: ignore[arg-type]
 
 
 def test_reserve_fraction_shrinks_usable_memory() -> None:
     inv = _inventory(10, seed=4)
     topo = _topology(inv, 2, slack=1.3)
-    TorchRecSharder().place(inv, topo)  # fits with no reservation
+    TorchRecTwCwSharder().place(inv, topo)  # fits with no reservation
     with pytest.raises((InfeasiblePlacementError, PlanError), match="50% reserved"):
-        TorchRecSharder(reserve_fraction=0.5).place(inv, topo)
+        TorchRecTwCwSharder(reserve_fraction=0.5).place(inv, topo)
     with pytest.raises(PlanError, match="reserve_fraction"):
-        TorchRecSharder(reserve_fraction=1.5)
+        TorchRecTwCwSharder(reserve_fraction=1.5)
 
 
 def test_translate_without_table_falls_back_to_global_limit() -> None:
@@ -167,10 +176,10 @@ def test_translate_without_table_falls_back_to_global_limit() -> None:
         "\t  Global storage available for model parallel: Storage(hbm = 0.0 GB, ddr = 0.5 GB), \n"
         "\t  Global storage requirement for model parallel: Storage(hbm = 0.0 GB, ddr = 0.75 GB))\n"
     )
-    err = TorchRecSharder()._translate(PlannerError(text), inv, topo)
-    assert isinstance(err, PlanError)
+    err = TorchRecTwCwSharder()._translate(PlannerError(text), inv, topo)
+    assert isinstance(err, InfeasiblePlacementError)  # the gate accepts an absent baseline only for this
     assert "needs 0.750 GB, 0.500 GB available over 2 devices" in str(err)
-    odd = TorchRecSharder()._translate(PlannerError("\nsomething else\nmore"), inv, topo)
+    odd = TorchRecTwCwSharder()._translate(PlannerError("\nsomething else\nmore"), inv, topo)
     assert isinstance(odd, PlanError) and "something else" in str(odd) and "\n" not in str(odd)
 
 
@@ -178,7 +187,7 @@ def test_wall_time_50_tables_4_devices(capsys: pytest.CaptureFixture[str]) -> No
     """Reported, not asserted (shared CPUs): planning latency of TorchRec's planner through our wrapper."""
     inv = _inventory(50, seed=5)
     topo = _topology(inv, 4, slack=1.5)
-    sharder = get_sharder("torchrec")
+    sharder = get_sharder("torchrec_tw_cw")
     sharder.place(inv, topo)  # warm: the first call pays torchrec's import
     start = time.perf_counter()
     plan = sharder.shard(inv, topo)
@@ -198,7 +207,7 @@ def test_edge_tables_and_single_device(devices: int) -> None:
         ),
     )
     topo = Topology(num_devices=devices, device_type="cuda", memory_per_device_gb=0.01)
-    plan = get_sharder("torchrec").shard(inv, topo)
+    plan = get_sharder("torchrec_tw_cw").shard(inv, topo)
     assert sorted(plan.placement) == ["b/c d", "one-row"]
     assert all(0 <= d < devices for d in plan.placement.values())
 
@@ -210,7 +219,7 @@ def test_missing_torchrec_is_one_line_install_hint(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setitem(sys.modules, "torchrec.distributed.embeddingbag", None)  # import now fails
     with pytest.raises(UnknownSharderError, match="pip install torchrec") as ei:
-        get_sharder("torchrec").place(_inventory(2), Topology(num_devices=2, memory_per_device_gb=1.0))
+        get_sharder("torchrec_tw_cw").place(_inventory(2), Topology(num_devices=2, memory_per_device_gb=1.0))
     assert "\n" not in str(ei.value)
 
 
@@ -231,9 +240,9 @@ def test_small_tables_get_the_table_wise_plan_in_auto_mode() -> None:
     inv = _inventory(12, seed=6)
     topo = _topology(inv, 3, slack=2.0)
     assert max(t.size_bytes for t in inv.tables) * 2 <= topo.memory_per_device_bytes
-    auto = get_sharder("torchrec").shard(inv, topo)
+    auto = get_sharder("torchrec_tw_cw").shard(inv, topo)
     assert not auto.column_shards
-    assert auto.placement == get_sharder("torchrec", column_wise="never").place(inv, topo)
+    assert auto.placement == get_sharder("torchrec_tw_cw", column_wise="never").place(inv, topo)
 
 
 def test_torchrec_splits_criteo_terabyte_on_8_devices_of_16_gb() -> None:
@@ -244,13 +253,66 @@ def test_torchrec_splits_criteo_terabyte_on_8_devices_of_16_gb() -> None:
 
     inv = preset_inventory("criteo-terabyte")
     topo = Topology(num_devices=8, memory_per_device_gb=16.0)
-    plan = get_sharder("torchrec").shard(inv, topo)
+    plan = get_sharder("torchrec_tw_cw").shard(inv, topo)
     assert {"t_cat_0", "t_cat_19", "t_cat_21"} <= set(plan.column_shards)
     assert plan.fits_memory() and max(plan.memory_per_device_gb) <= 16.0
     units, placement = expand_plan(inv, plan)  # shards tile their tables
     check_placement(units, placement, topo)
     assert sum(t.size_bytes for t in units.tables) == sum(t.size_bytes for t in inv.tables)
     with pytest.raises(InfeasiblePlacementError, match="'t_cat_0'"):
-        get_sharder("torchrec", column_wise="never").shard(inv, topo)
+        get_sharder("torchrec_tw_cw", column_wise="never").shard(inv, topo)
     with pytest.raises(PlanError, match="column_wise must be 'auto' or 'never'"):
-        TorchRecSharder(column_wise="always")  # type: ignore[arg-type]
+        TorchRecTwCwSharder(column_wise="always")  # type: ignore[arg-type]
+
+
+def _needy(dim: int) -> Inventory:
+    """One table bigger than a 1 GB device (1.43 GB) and six tiny hot tables, beside four middling ones."""
+    return Inventory(name="needy", tables=(
+        Table(name="huge", num_embeddings=6_000_000 * 64 // dim, embedding_dim=dim, pooling_factor=2.0),
+        *(Table(name=f"hot{i}", num_embeddings=200, embedding_dim=16, pooling_factor=50.0) for i in range(6)),
+        *(Table(name=f"mid{i}", num_embeddings=100_000, embedding_dim=32, pooling_factor=5.0) for i in range(4)),
+    ))
+
+
+def _round_trips(plan: Plan, inv: Inventory, tmp_path: Path) -> None:
+    check_plan(inv, plan)
+    path = save_torchrec_plan(torchrec_document(plan, inv), tmp_path / f"{plan.plan_id}.json")
+    again = plan_from_document(read_torchrec_plan(path), inv, plan.topology)
+    assert (again.placement, again.column_shards, again.row_shards, again.data_parallel) == (
+        plan.placement, plan.column_shards, plan.row_shards, plan.data_parallel)
+
+
+def test_unrestricted_planner_on_cpu_replicates_hot_tables_and_splits_the_huge_one(tmp_path: Path) -> None:
+    """On CPU TorchRec 1.9.2's sharder offers data_parallel, table_wise, column_wise (and table_column_wise,
+    which dreamshard cannot hold): the hot tiny tables become data-parallel, the 1.43 GB table column shards."""
+    inv = _needy(256)
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0, batch_size=512)
+    plan = get_sharder("torchrec").shard(inv, topo)
+    assert plan.sharder == "torchrec" and set(plan.data_parallel) >= {f"hot{i}" for i in range(6)}
+    assert plan.sharding_type("huge") == "column_wise"
+    _round_trips(plan, inv, tmp_path)
+    with pytest.raises(InfeasiblePlacementError, match="table 'huge'"):  # dim 64: under min_partition, no split
+        get_sharder("torchrec").shard(_needy(64), topo)
+    assert not get_sharder("torchrec_tw_cw").shard(inv, topo).data_parallel  # the restricted one never replicates
+
+
+@pytest.mark.parametrize("per_host", [None, 2])
+def test_unrestricted_planner_on_cuda_row_shards_as_torchrec_cuts_them(per_host: int | None, tmp_path: Path) -> None:
+    """On CUDA TorchRec also offers row_wise and table_row_wise (its planner runs on the CPU on meta tensors):
+    the huge table becomes row blocks over every device (flat) or over one host's devices (2 hosts x 2)."""
+    inv = _needy(64)
+    topo = Topology(num_devices=4, memory_per_device_gb=1.0, batch_size=512, device_type="cuda",
+                    devices_per_host=per_host)
+    plan = get_sharder("torchrec").shard(inv, topo)
+    kind = "row_wise" if per_host is None else "table_row_wise"
+    assert plan.sharding_type("huge") == kind
+    assert [(rs.start, rs.end) for rs in plan.row_shards["huge"]] == row_blocks(6_000_000, 4 if per_host is None else 2)
+    _round_trips(plan, inv, tmp_path)
+
+
+def test_torchrec_tw_cw_is_registered_with_the_old_options_and_is_no_contender() -> None:
+    assert sharder_family("torchrec_tw_cw") == "torchrec"
+    assert accepted_options("torchrec_tw_cw") == accepted_options("torchrec") == TorchRecTwCwSharder.options
+    assert isinstance(get_sharder("torchrec_tw_cw", column_wise="never"), TorchRecTwCwSharder)
+    assert "torchrec" in contender_names() and "torchrec_tw_cw" not in contender_names()
+    assert TorchRecSharder().memory_model == "torchrec" and TorchRecTwCwSharder().memory_model == "dreamshard"

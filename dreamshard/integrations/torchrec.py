@@ -12,7 +12,11 @@ sharded under its own path) or a list of its ``EmbeddingBagConfig``. Every table
 in the plan and the other way round. Per table the plan becomes TorchRec's own generator, assembled with
 ``construct_module_sharding_plan``: ``table_wise(rank=r)``, ``column_wise(ranks=[...])`` for equal column
 shards, and for unequal ones the same ``ParameterSharding`` built from ``ShardMetadata`` (the column-wise
-rules are in ``dreamshard.integrations.torchrec_file``).
+rules are in ``dreamshard.integrations.torchrec_file``); ``row_wise()``, ``table_row_wise(host_index=h)`` (h =
+the host of the table's ranks, ``local_size`` ranks per host: the file's ``local_world_size``) and
+``data_parallel()`` (the dense kernel). Row ranges are checked to be TorchRec's own row blocks of the module's
+rows, so the file and DMP agree on where every row lives. A TorchRec ``ShardingPlan`` is read back by
+``document_from_sharding_plan`` (``dreamshard.integrations.torchrec_import``).
 
 Table names: a table is found in the module under its own name, else under ``torchrec_table_name(name)``
 (TorchRec's module dicts reject '.', so ``build_ebc`` uses that form), or under ``names[name]`` when a mapping
@@ -40,6 +44,7 @@ import torch.nn as nn
 
 from dreamshard.errors import PlanError
 from dreamshard.integrations import require_torchrec
+from dreamshard.integrations.torchrec_import import document_from_sharding_plan
 from dreamshard.integrations.torchrec_model import schema_fingerprints
 from dreamshard.integrations.torchrec_file import (
     TableSharding,
@@ -145,18 +150,37 @@ def _embedding_modules(module_or_tables: Any, sharders: Sequence[ModuleSharder[A
     return found
 
 
-def _generator(table: str, spec: TableSharding, rows: int, dim: int) -> Any:
-    """TorchRec's per-parameter sharding generator for one table of the plan."""
-    from torchrec.distributed.sharding_plan import column_wise, table_wise  # optional dependency: torchrec
+def _generator(table: str, spec: TableSharding, rows: int, dim: int, world_size: int, local_size: int) -> Any:
+    """TorchRec's per-parameter sharding generator for one table of the plan (shape checked first)."""
+    # optional dependency: torchrec
+    from torchrec.distributed.sharding_plan import column_wise, data_parallel, row_wise, table_row_wise, table_wise
 
-    spec.check_columns(table, dim)
+    spec.check_shape(table, rows, dim, world_size, local_size)
     kernel = spec.compute_kernel
-    if spec.sharding_type == "table_wise":
+    kind = spec.sharding_type
+    if kind == "table_wise":
         return table_wise(rank=spec.ranks[0], compute_kernel=kernel)
+    if kind == "data_parallel":
+        return data_parallel()  # TorchRec picks the dense kernel, the file's (checked) kernel
+    if kind == "row_wise":
+        return row_wise(compute_kernel=kernel)
+    if kind == "table_row_wise":
+        return _with_kernel(table_row_wise(host_index=spec.ranks[0] // local_size), kernel)
     shards = spec.column_shards()  # THE reader of the file's shards (column order), as the import reads them
     if len({sh.width for sh in shards}) == 1:  # column_wise: shard i (in column order) on ranks[i]
         return column_wise(ranks=[sh.device for sh in shards], compute_kernel=kernel)
     return _column_ranges_generator(spec)
+
+
+def _with_kernel(generator: Any, kernel: str) -> Any:
+    """`generator` with its ParameterSharding's compute kernel set (``table_row_wise`` takes none)."""
+
+    def generate(*args: Any) -> Any:
+        ps = generator(*args)
+        ps.compute_kernel = kernel
+        return ps
+
+    return generate
 
 
 def _column_ranges_generator(spec: TableSharding) -> Any:
@@ -193,16 +217,19 @@ def _document(source: PlanSource, world_size: int | None, inventory: Inventory |
     return read_torchrec_plan(source, world_size)
 
 
-def check_table_shape(table: str, spec: TableSharding, rows: int, dim: int, where: str) -> None:
+def check_table_shape(table: str, spec: TableSharding, rows: int, dim: int, where: str,
+                      world_size: int | None = None, local_size: int | None = None) -> None:
     """THE shape check of a planned table against the module's parameter (every route: a plan file, a Plan with its
     inventory, the store's current plan): rows and dim equal where the plan states them, column ranges tiling
-    the dim in multiples of 4. PlanError naming the table and both shapes."""
+    the dim in multiples of 4, row ranges TorchRec's row blocks of the rows (`world_size` ranks, `local_size` per
+    host; default: the ranks the row ranges name). PlanError naming the table and both shapes."""
     if (spec.num_embeddings or rows, spec.embedding_dim or dim) != (rows, dim):
         raise PlanError(
             f"table '{table}' is {spec.num_embeddings or rows}x{spec.embedding_dim or dim} in the plan but "
             f"{rows}x{dim} in {where}"
         )
-    spec.check_columns(table, dim)
+    ranks = world_size or max(spec.ranks) + 1
+    spec.check_shape(table, rows, dim, ranks, local_size or ranks)
 
 
 def _check_schema(plan: Plan, module_or_tables: Any, mapped: Mapping[str, str]) -> None:
@@ -230,8 +257,8 @@ def sharding_plan(
 ) -> ShardingPlan:
     """TorchRec's ``ShardingPlan`` for `module_or_tables` from a plan file, its parsed form or a Plan.
 
-    `world_size` defaults to the plan's (a different one is refused), `local_size` (ranks per host) to the world
-    size; `sharders` are the ones given to DMP (their module types decide which modules are sharded);
+    `world_size` defaults to the plan's (a different one is refused), `local_size` (ranks per host) to the file's
+    ``local_world_size``, else the world size; `sharders` are the ones given to DMP (their module types decide which modules are sharded);
     `names` maps dreamshard table names to the module's where they differ. Every table's shape is checked
     against the module (`check_table_shape`): a plan file states its shapes; a Plan gets them from `inventory`
     (its inventory), and without one its `schema_fingerprint` must be the module's.
@@ -241,6 +268,13 @@ def sharding_plan(
     from torchrec.distributed.types import ShardingPlan  # optional dependency: torchrec
 
     doc = _document(source, world_size, inventory)
+    local = local_size or doc.local_world_size or doc.world_size
+    if doc.world_size % local:
+        raise PlanError(f"local_size {local} does not divide the plan's {doc.world_size} ranks into hosts")
+    twrw = [t for t, spec in doc.tables.items() if spec.sharding_type == "table_row_wise"]
+    if twrw and local != (doc.local_world_size or doc.world_size):
+        raise PlanError(f"table '{twrw[0]}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
+                        f"ranks, but local_size is {local}")
     mapped = _module_names(list(doc.tables), names)
     wanted = {theirs: ours for ours, theirs in mapped.items()}
     plans: dict[str, Any] = {}
@@ -257,11 +291,11 @@ def sharding_plan(
                 raise PlanError(f"table '{ours}' is in both '{placed[ours]}' and '{path}'; give them distinct names")
             spec = doc.tables[ours]
             rows, dim = (int(x) for x in param.shape)
-            check_table_shape(ours, spec, rows, dim, where)
-            per_param[theirs] = _generator(ours, spec, rows, dim)
+            check_table_shape(ours, spec, rows, dim, where, doc.world_size, local)
+            per_param[theirs] = _generator(ours, spec, rows, dim, doc.world_size, local)
             placed[ours] = path
         plans[path] = construct_module_sharding_plan(
-            module, per_param_sharding=per_param, sharder=sharder, local_size=local_size or doc.world_size,
+            module, per_param_sharding=per_param, sharder=sharder, local_size=local,
             world_size=doc.world_size, device_type=doc.device_type,
         )
     missing = [t for t in doc.tables if t not in placed]
@@ -283,48 +317,6 @@ def load_sharding_plan(
     return sharding_plan(Path(path), module_or_tables, world_size, **options)
 
 
-def document_from_sharding_plan(
-    plan: ShardingPlan,
-    world_size: int,
-    device_type: str = "cpu",
-    names: Mapping[str, str] | None = None,
-) -> TorchRecPlanFile:
-    """A TorchRec ``ShardingPlan`` (e.g. what its ``EmbeddingShardingPlanner`` returned) as a plan file.
-
-    `names` maps dreamshard names to the module's (the inverse is applied); other module names are kept.
-    Only table-wise and column-wise tables can be expressed; any other sharding type is a PlanError.
-    """
-    back = {theirs: ours for ours, theirs in (names or {}).items()}
-    tables: dict[str, dict[str, Any]] = {}
-    for path, module_plan in plan.plan.items():
-        for theirs, ps in module_plan.items():  # type: ignore[union-attr]
-            ours = back.get(theirs, theirs)
-            if ours in tables:
-                raise PlanError(f"table '{ours}' appears in more than one module of the TorchRec plan")
-            shards = sorted(ps.sharding_spec.shards, key=lambda s: s.shard_offsets[1]) if ps.sharding_spec else []
-            entry: dict[str, Any] = {"sharding_type": ps.sharding_type, "compute_kernel": ps.compute_kernel}
-            if ps.sharding_type == "table_wise":
-                entry["ranks"] = [int(ps.ranks[0])] if ps.ranks else []
-                if shards:
-                    entry["num_embeddings"], entry["embedding_dim"] = (int(x) for x in shards[0].shard_sizes)
-            elif ps.sharding_type == "column_wise":
-                entry["ranks"] = [int(s.placement.rank()) for s in shards]
-                entry["column_ranges"] = [[int(s.shard_offsets[1]), int(s.shard_offsets[1] + s.shard_sizes[1])] for s in shards]
-                entry["num_embeddings"] = int(shards[0].shard_sizes[0])
-                entry["embedding_dim"] = entry["column_ranges"][-1][1]
-            else:
-                where = f" (module '{path}')" if path else ""
-                raise PlanError(
-                    f"table '{ours}'{where} is {ps.sharding_type} in the TorchRec plan; dreamshard plans express "
-                    "table_wise and column_wise tables only"
-                )
-            tables[ours] = entry
-    return document_from_data(
-        {"world_size": world_size, "device_type": device_type, "sharder": "torchrec", "tables": tables},
-        world_size, "TorchRec sharding plan",
-    )
-
-
 def plan_from_torchrec(
     source: ShardingPlan | PlanSource,
     inventory: Inventory,
@@ -339,5 +331,6 @@ def plan_from_torchrec(
         doc = _document(source, topology.num_devices)
     else:
         mapped = _module_names(inventory.table_names, names)
-        doc = document_from_sharding_plan(source, topology.num_devices, topology.device_type, mapped)
+        doc = document_from_sharding_plan(source, topology.num_devices, topology.device_type, mapped,
+                                          topology.local_world_size)
     return plan_from_document(doc, inventory, topology, sharder)

@@ -37,6 +37,13 @@ So a dreamshard column split is any tiling of the table's columns into shards wh
 ``column_wise(ranks=...)`` when the widths are equal and the same ``ParameterSharding`` built from TorchRec's
 public types (``ShardMetadata``, ``EnumerableShardingSpec``) when they are not; a width that is not a multiple
 of 4 is refused (typed one-line error) before TorchRec could mis-place it.
+
+Row types (version 1 still; files without them load unchanged): a ``row_wise`` table lists every rank in order
+with ``row_ranges[i]`` (``[start, end]``) on ``ranks[i]``; a ``table_row_wise`` one the ranks of one host
+(``local_world_size`` ranks per host, a field of the file, default: all ranks on one host). The ranges must be
+TorchRec's row blocks (``dreamshard.shards.check_row_shards``: ceil(rows / k) rows each), the only layout its
+row-wise kernels bucketise ids by. A ``data_parallel`` table lists every rank and uses the ``dense`` kernel
+(TorchRec's only data-parallel kernel on CPU and CUDA alike).
 """
 
 from __future__ import annotations
@@ -51,15 +58,28 @@ from dreamshard.errors import ConfigError, InputFileError, PlanError
 from dreamshard.io import atomic_write_text, read_structured, validate_mapping
 from dreamshard.memory import check_plan
 from dreamshard.sharders.base import make_plan
-from dreamshard.shards import check_column_shards, fold
-from dreamshard.types import ColumnShard, DeviceType, Inventory, Plan, Table, Topology, shard_name
+from dreamshard.shards import check_column_shards, check_row_shards, fold_units
+from dreamshard.types import (
+    ColumnShard,
+    DeviceType,
+    Inventory,
+    Plan,
+    RowShard,
+    Table,
+    Topology,
+    replica_name,
+    row_shard_name,
+    shard_name,
+)
 
 FORMAT = "dreamshard-torchrec-plan"
 #: TorchRec compute kernels a file may name. "fused" (FBGEMM's table-batched kernel, optimizer fused into the
 #: backward) and "dense" (plain parameters, a torch optimizer) run on CPU; the UVM kernels need CUDA.
 ComputeKernel = Literal["fused", "dense", "fused_uvm", "fused_uvm_caching"]
 CPU_KERNELS: tuple[str, ...] = ("fused", "dense")
-SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise")
+SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
+ROW_TYPES: tuple[str, ...] = ("row_wise", "table_row_wise")
+_Range = tuple[Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge=0, strict=True)]]
 
 
 def check_kernel(kernel: str, device_type: str) -> ComputeKernel:
@@ -76,34 +96,54 @@ class _Frozen(BaseModel):
 
 
 class TableSharding(_Frozen):
-    """How one table is sharded: whole on one rank, or in column ranges, ``column_ranges[i]`` on ``ranks[i]``.
+    """How one table is sharded: whole on one rank, in column ranges (``column_ranges[i]`` on ``ranks[i]``), in
+    row blocks (``row_ranges[i]`` on ``ranks[i]``), or replicated on every rank (data_parallel).
 
-    The ranges may be listed in any order; `column_shards` is THE reader of them (every consumer of a file's
+    The column ranges may be listed in any order; `column_shards` is THE reader of them (every consumer of a file's
     column shards goes through it: `units`, the import, the ShardingPlan export), so one file means one placement.
+    `row_shards` is the same for row ranges (checked against TorchRec's row blocks by the file).
     """
 
-    sharding_type: Literal["table_wise", "column_wise"]
+    sharding_type: Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
     compute_kernel: ComputeKernel = "fused"
     ranks: Annotated[tuple[Annotated[int, Field(ge=0, strict=True)], ...], Field(min_length=1)]
-    column_ranges: tuple[tuple[Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge=0, strict=True)]], ...] | None = None
+    column_ranges: tuple[_Range, ...] | None = None
+    row_ranges: tuple[_Range, ...] | None = None
     num_embeddings: Annotated[int, Field(ge=1, strict=True)] | None = None
     embedding_dim: Annotated[int, Field(ge=1, strict=True)] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dense_for_data_parallel(cls, data: Any) -> Any:
+        """A data_parallel table without a kernel gets 'dense' (the default 'fused' is no kernel of that type)."""
+        if isinstance(data, Mapping) and data.get("sharding_type") == "data_parallel" and "compute_kernel" not in data:
+            return {**data, "compute_kernel": "dense"}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> TableSharding:
-        if self.sharding_type == "table_wise":
+        kind = self.sharding_type
+        if kind != "column_wise" and self.column_ranges is not None:
+            raise ValueError(f"a {kind} table has no column_ranges")
+        if kind not in ROW_TYPES and self.row_ranges is not None:
+            raise ValueError(f"a {kind} table has no row_ranges")
+        if kind == "table_wise":
             if len(self.ranks) != 1:
                 raise ValueError(f"a table_wise table has exactly one rank, got {list(self.ranks)}")
-            if self.column_ranges is not None:
-                raise ValueError("a table_wise table has no column_ranges")
             return self
-        if self.column_ranges is None or len(self.column_ranges) != len(self.ranks):
-            raise ValueError("a column_wise table lists one [start, end] column range per rank (range i on rank i)")
-        ends = [e for _, e in self.column_ranges]
-        if any(e <= s for s, e in self.column_ranges):
-            raise ValueError("every column range [start, end] needs end > start")
-        if self.embedding_dim is not None and max(ends) != self.embedding_dim:
-            raise ValueError(f"column ranges end at {max(ends)}, the table has {self.embedding_dim} columns")
+        if kind == "data_parallel":
+            if self.compute_kernel != "dense":
+                raise ValueError(f"a data_parallel table uses compute kernel 'dense', not '{self.compute_kernel}'")
+            return self
+        ranges = self.column_ranges if kind == "column_wise" else self.row_ranges
+        what = "column" if kind == "column_wise" else "row"
+        if ranges is None or len(ranges) != len(self.ranks):
+            raise ValueError(f"a {kind} table lists one [start, end] {what} range per rank (range i on rank i)")
+        if any(e <= s for s, e in ranges):
+            raise ValueError(f"every {what} range [start, end] needs end > start")
+        size = self.embedding_dim if kind == "column_wise" else self.num_embeddings
+        if size is not None and max(e for _, e in ranges) != size:
+            raise ValueError(f"{what} ranges end at {max(e for _, e in ranges)}, the table has {size} {what}s")
         return self
 
     def column_shards(self) -> tuple[ColumnShard, ...]:
@@ -112,11 +152,42 @@ class TableSharding(_Frozen):
         paired = (ColumnShard(start=s, end=e, device=r) for (s, e), r in zip(self.column_ranges or (), self.ranks))
         return tuple(sorted(paired, key=lambda sh: (sh.start, sh.end)))
 
+    def row_shards(self) -> tuple[RowShard, ...]:
+        """THE parser of the file's row shards (range i on rank i), in row order; empty unless a row type."""
+        paired = (RowShard(start=s, end=e, device=r) for (s, e), r in zip(self.row_ranges or (), self.ranks))
+        return tuple(sorted(paired, key=lambda rs: (rs.start, rs.end)))
+
     def check_columns(self, table: str, dim: int) -> None:
         """PlanError naming `table` unless the column ranges tile `dim` columns in multiples of 4."""
         if self.sharding_type == "column_wise":
             check_column_shards(Table(name=table, num_embeddings=1, embedding_dim=dim, pooling_factor=0.0),
                                 self.column_shards())
+
+    def check_rows(self, table: str, rows: int, world_size: int, local_world_size: int | None = None) -> None:
+        """PlanError naming `table` unless its row ranges are TorchRec's row blocks of `rows` rows on the
+        layout its type says (`dreamshard.shards.check_row_shards`): every rank in order (row_wise) or every
+        rank of one host in order (table_row_wise, `local_world_size` ranks per host)."""
+        if self.sharding_type not in ROW_TYPES:
+            return
+        local = local_world_size or world_size
+        if world_size % local:
+            raise PlanError(f"table '{table}': {world_size} ranks do not make hosts of {local} ranks")
+        topo = Topology(num_devices=world_size, memory_per_device_gb=1.0,
+                        devices_per_host=local if local != world_size else None)
+        t = Table(name=table, num_embeddings=rows, embedding_dim=DIM_PLACEHOLDER, pooling_factor=0.0)
+        kind = check_row_shards(t, self.row_shards(), topo)
+        if kind != self.sharding_type:
+            raise PlanError(f"table '{table}' is {self.sharding_type} in the plan, but its row ranges on ranks "
+                            f"{list(self.ranks)} are {kind} ({world_size} ranks, {local} per host)")
+
+    def check_shape(self, table: str, rows: int, dim: int, world_size: int, local_world_size: int | None) -> None:
+        """`check_columns` and `check_rows` for a table of `rows` x `dim`."""
+        self.check_columns(table, dim)
+        self.check_rows(table, rows, world_size, local_world_size)
+
+
+#: the dim of the stand-in table `check_rows` checks row ranges on (the rule does not read it)
+DIM_PLACEHOLDER = 4
 
 
 class TorchRecPlanFile(_Frozen):
@@ -130,32 +201,45 @@ class TorchRecPlanFile(_Frozen):
     inventory_fingerprint: str | None = None
     world_size: Annotated[int, Field(ge=1, le=4096, strict=True)]
     device_type: DeviceType = "cpu"
+    #: ranks per host (TorchRec's local_world_size); None: one host of every rank. table_row_wise needs it.
+    local_world_size: Annotated[int, Field(ge=1, le=4096, strict=True)] | None = None
     tables: Annotated[dict[Annotated[str, Field(min_length=1)], TableSharding], Field(min_length=1)]
 
     @model_validator(mode="after")
     def _check(self) -> TorchRecPlanFile:
+        if self.local_world_size is not None and self.world_size % self.local_world_size:
+            raise ValueError(f"world_size {self.world_size} is not a whole number of hosts of "
+                             f"local_world_size {self.local_world_size}")
         for name, spec in self.tables.items():
             bad = [r for r in spec.ranks if r >= self.world_size]
             if bad:
                 raise ValueError(f"table '{name}' is on rank {bad[0]}, but world_size is {self.world_size}")
             if spec.compute_kernel not in CPU_KERNELS and self.device_type != "cuda":
                 raise ValueError(f"table '{name}': compute kernel '{spec.compute_kernel}' needs device_type cuda")
-            if spec.sharding_type == "column_wise":
-                dim = spec.embedding_dim or max(e for _, e in spec.column_ranges or ())
-                try:
-                    spec.check_columns(name, dim)
-                except PlanError as e:
-                    raise ValueError(str(e)) from None
+            if spec.sharding_type == "data_parallel" and list(spec.ranks) != list(range(self.world_size)):
+                raise ValueError(f"data_parallel table '{name}' is on ranks {list(spec.ranks)}; it lists every rank "
+                                 f"0..{self.world_size - 1} in order")
+            dim = spec.embedding_dim or max((e for _, e in spec.column_ranges or ()), default=DIM_PLACEHOLDER)
+            rows = spec.num_embeddings or max((e for _, e in spec.row_ranges or ()), default=1)
+            try:
+                spec.check_shape(name, rows, dim, self.world_size, self.local_world_size)
+            except PlanError as e:
+                raise ValueError(str(e)) from None
         return self
 
     def units(self) -> dict[str, int]:
-        """{unit: rank}: whole tables by name, column ranges as ``table@start:end`` (dreamshard.shards)."""
+        """{unit: rank}: whole tables by name, column ranges as ``table@start:end``, row ranges as
+        ``table@r<start>:<end>``, replicas as ``table@dp<rank>`` (dreamshard.units)."""
         out: dict[str, int] = {}
         for name, spec in self.tables.items():
             if spec.sharding_type == "table_wise":
                 out[name] = spec.ranks[0]
-            else:
+            elif spec.sharding_type == "column_wise":
                 out.update({shard_name(name, sh.start, sh.end): sh.device for sh in spec.column_shards()})
+            elif spec.sharding_type == "data_parallel":
+                out.update({replica_name(name, r): r for r in spec.ranks})
+            else:
+                out.update({row_shard_name(name, rs.start, rs.end): rs.device for rs in spec.row_shards()})
         return out
 
 
@@ -173,8 +257,9 @@ def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_ke
         check_plan(inventory, plan)
         shapes = {t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables}
     check_kernel(compute_kernel, plan.topology.device_type)
-    tables = {
-        name: {**spec, "compute_kernel": compute_kernel, **shapes.get(name, {})}
+    tables = {  # data-parallel tables keep the dense kernel (TorchRec's only one for them)
+        name: {**spec, **({} if spec["sharding_type"] == "data_parallel" else {"compute_kernel": compute_kernel}),
+               **shapes.get(name, {})}
         for name, spec in plan.to_torchrec().items()
     }
     return validate_mapping(
@@ -185,6 +270,7 @@ def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_ke
             "inventory_fingerprint": plan.inventory_fingerprint,
             "world_size": plan.topology.num_devices,
             "device_type": plan.topology.device_type,
+            "local_world_size": plan.topology.devices_per_host,
             "tables": tables,
         },
         TorchRecPlanFile,
@@ -250,6 +336,11 @@ def plan_from_document(
                 f"table '{name}' is {spec.num_embeddings}x{spec.embedding_dim} in the TorchRec plan but "
                 f"{t.num_embeddings}x{t.embedding_dim} in inventory '{inventory.name}'"
             )
-        spec.check_columns(name, t.embedding_dim)
-    placement, column_shards = fold(inventory, doc.units())
-    return make_plan(inventory, topology, placement, sharder or doc.sharder or "torchrec", column_shards=column_shards)
+        if spec.sharding_type == "table_row_wise" and (doc.local_world_size or doc.world_size) != topology.local_world_size:
+            raise PlanError(f"table '{name}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
+                            f"ranks, but the topology has {topology.local_world_size} devices per host")
+        spec.check_shape(name, t.num_embeddings, t.embedding_dim, doc.world_size, doc.local_world_size)
+    folded = fold_units(inventory, doc.units())
+    return make_plan(inventory, topology, folded.placement, sharder or doc.sharder or "torchrec",
+                     column_shards=folded.column_shards, row_shards=folded.row_shards,
+                     data_parallel=folded.data_parallel)

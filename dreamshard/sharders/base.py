@@ -40,10 +40,11 @@ class Sharder(abc.ABC):
         """{table: device} of the plan, for callers that need whole tables (profiling kinds, search candidates);
         PlanError when the plan splits a table into column shards."""
         plan = self.shard(inventory, topology)
-        if plan.column_shards:
+        split = next((t for t in plan.table_names if plan.sharding_type(t) != "table_wise"), None)
+        if split is not None:
             raise PlanError(
-                f"{self.name} split table '{next(iter(plan.column_shards))}' into column shards, which a table-wise "
-                "placement cannot hold; use shard()"
+                f"{self.name} placed table '{split}' {plan.sharding_type(split).replace('_', '-')}, which a "
+                "table-wise placement cannot hold; use shard()"
             )
         return dict(plan.placement)
 

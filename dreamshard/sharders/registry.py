@@ -48,6 +48,17 @@ class Registration:
         return cls(factory, fam, frozenset(options if options is not None else getattr(factory, "options", ())))
 
 
+#: Sharders this package names as entry points of its own (loaded on demand like any entry point, so torchrec
+#: stays optional): TorchRec's restricted planner, beside ``torchrec`` (pyproject.toml).
+_BUILTIN_ENTRY_POINTS: tuple[EntryPoint, ...] = (
+    EntryPoint(name="torchrec_tw_cw", value="dreamshard.sharders.torchrec_sharder:TorchRecTwCwSharder",
+               group=ENTRY_POINT_GROUP),
+)
+
+#: Registered variants that are not contenders of their own (`contender_names` leaves them out): the restricted
+#: TorchRec planner is available by name, ``torchrec`` (unrestricted) is the TorchRec baseline.
+VARIANTS: frozenset[str] = frozenset({"torchrec_tw_cw"})
+
 _BUILTIN: dict[str, Registration] = {
     "random": Registration.of(RandomSharder),
     "round_robin": Registration.of(RoundRobinSharder),
@@ -70,7 +81,7 @@ def register_sharder(name: str, factory: SharderFactory, *, family: str | None =
 
 @cache
 def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return {ep.name: ep for ep in (*entry_points(group=ENTRY_POINT_GROUP), *_BUILTIN_ENTRY_POINTS)}
 
 
 @cache
@@ -96,8 +107,10 @@ def learned_names() -> tuple[str, ...]:
 
 
 def contender_names() -> tuple[str, ...]:
-    """Every contender: the heuristics, TorchRec's planner and the learned sharders, in that order."""
-    return tuple(n for family in ("heuristic", "torchrec", "learned") for n in sharder_names(kind=family))
+    """Every contender: the heuristics, TorchRec's planner and the learned sharders, in that order (`VARIANTS`
+    left out)."""
+    return tuple(n for family in ("heuristic", "torchrec", "learned") for n in sharder_names(kind=family)
+                 if n not in VARIANTS)
 
 
 def _registration(name: str) -> Registration:

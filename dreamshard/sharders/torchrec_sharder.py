@@ -1,4 +1,15 @@
-"""TorchRec's own planner as a contender: ``EmbeddingShardingPlanner`` restricted to table-wise sharding.
+"""TorchRec's own planner as a contender: ``torchrec`` unrestricted, ``torchrec_tw_cw`` table/column-wise only.
+
+``torchrec`` (`TorchRecSharder`, the baseline) lets ``EmbeddingShardingPlanner`` choose any sharding type a
+dreamshard plan holds (table_wise, column_wise, row_wise, table_row_wise, data_parallel; not its
+table_column_wise or grid_shard) and any kernel it enumerates for the device, with its own storage estimator
+(``memory_model="torchrec"``) and ``local_world_size`` = ``Topology.local_world_size``. Its plan is read back by
+``integrations.torchrec_import.document_from_sharding_plan`` and folded (``shards.fold_units``): row blocks
+become row shards, replicated tables data-parallel ones. A row layout dreamshard cannot hold (an empty row block:
+fewer rows than the ranks need) is a PlanError naming the table.
+
+``torchrec_tw_cw`` (`TorchRecTwCwSharder`, the former ``torchrec``) is described below: it restricts the same
+planner to table-wise sharding with the fused kernel, column-wise only for big tables.
 
 How our topology maps onto TorchRec's:
 
@@ -36,41 +47,29 @@ inventory name works; the ranks are mapped back to our names.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import math
-import re
-import warnings
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
-from dreamshard.integrations.torchrec import document_from_sharding_plan
+from dreamshard.integrations.torchrec_import import document_from_sharding_plan
 from dreamshard.memory import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
-from dreamshard.shards import COLUMN_ALIGN, fold
-from dreamshard.types import GB, ColumnShard, Inventory, Plan, Table, Topology
+from dreamshard.sharders.torchrec_support import internal_name as _internal_name
+from dreamshard.sharders.torchrec_support import quiet as _quiet
+from dreamshard.sharders.torchrec_support import translate
+from dreamshard.shards import COLUMN_ALIGN, Folded, fold_units
+from dreamshard.types import GB, Inventory, Plan, Table, Topology
 
 MemoryModel = Literal["dreamshard", "torchrec"]
 ColumnWise = Literal["auto", "never"]
 
 INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu-cpu (or fbgemm-gpu on CUDA)"
-
-_SHARD_FAILED = re.compile(
-    r"storage: Storage\((?P<need>[^)]*)\).*?of table (?P<table>\S+?),\s*"
-    r"largest device storage: Storage\((?P<storage>[^)]*)\)",
-    re.DOTALL,
-)
-_TORCHREC_HANDLER_LOGGER = re.compile(r"^[A-Za-z0-9]+Logger-[A-Za-z]+Handler$")
-_GLOBAL_NEED = re.compile(r"Global storage requirement for model parallel: Storage\((?P<storage>[^)]*)\)")
-_GLOBAL_HAVE = re.compile(r"Global storage available for model parallel: Storage\((?P<storage>[^)]*)\)")
-
-
-def _internal_name(i: int) -> str:
-    return f"t{i}"
+#: The sharding types a dreamshard plan holds, so the ones the unrestricted planner may choose (TorchRec's
+#: table_column_wise and grid_shard have no dreamshard form).
+PLANNABLE_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
 
 
 def split_width(table: Table, capacity_bytes: int) -> int | None:
@@ -84,44 +83,6 @@ def split_width(table: Table, capacity_bytes: int) -> int | None:
         if fitting:
             return fitting[0]
     return None
-
-
-def _storage_field(storage: str, key: str) -> float | None:
-    """Read ``key`` (hbm/ddr) from TorchRec's ``Storage(hbm=1, ddr=2)`` or ``Storage(hbm = 0.1 GB, ...)``."""
-    m = re.search(rf"{key}\s*=\s*([0-9.eE+-]+)\s*(GB)?", storage)
-    if m is None:
-        return None
-    value = float(m.group(1))
-    return value if m.group(2) else value / GB
-
-
-def _torchrec_loggers() -> list[logging.Logger]:
-    """TorchRec's loggers: the ``torchrec.*`` module loggers and its ``<Destination>-<Handler>`` ones."""
-    names = [
-        n
-        for n in list(logging.root.manager.loggerDict)
-        if n == "torchrec" or n.startswith("torchrec.") or _TORCHREC_HANDLER_LOGGER.match(n)
-    ]
-    return [logging.getLogger(n) for n in names]
-
-
-@contextlib.contextmanager
-def _quiet(verbose: bool) -> Iterator[None]:
-    """Silence TorchRec's loggers and warnings (stats box, topology advice) unless asked for them."""
-    if verbose:
-        yield
-        return
-    loggers = [*_torchrec_loggers(), logging.getLogger("torchrec")]
-    old = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, old):
-            lg.setLevel(level)
 
 
 @functools.cache
@@ -145,12 +106,13 @@ def _weights_only_estimator_class() -> type:
     return WeightsOnlyStorageEstimator
 
 
-class TorchRecSharder(Sharder):
-    """Table-wise placement by TorchRec's ``EmbeddingShardingPlanner`` (its analytic estimator and greedy
-    partitioner), wrapped so that its result is a dreamshard Plan and its failures are our typed errors.
-    `place()` (Sharder's) is its plan's whole-table placement, an error when TorchRec split a table."""
+class TorchRecTwCwSharder(Sharder):
+    """TorchRec's ``EmbeddingShardingPlanner`` restricted to table-wise (and column-wise for big tables) with the
+    fused kernel (its analytic estimator and greedy partitioner), wrapped so that its result is a dreamshard Plan
+    and its failures are our typed errors. `place()` (Sharder's) is its plan's whole-table placement, an error
+    when TorchRec split a table. Registered as ``torchrec_tw_cw``; ``torchrec`` is `TorchRecSharder`."""
 
-    name = "torchrec"
+    name = "torchrec_tw_cw"
     family = "torchrec"
     options = frozenset({"reserve_fraction", "memory_model", "verbose", "column_wise"})
 
@@ -173,8 +135,31 @@ class TorchRecSharder(Sharder):
         self.column_wise = column_wise
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        placement, shards = self._plan(inventory, topology)
-        return make_plan(inventory, topology, placement, self.name, column_shards=shards)
+        folded = self._plan(inventory, topology)
+        return make_plan(inventory, topology, folded.placement, self.name, column_shards=folded.column_shards,
+                         row_shards=folded.row_shards, data_parallel=folded.data_parallel)
+
+    def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
+        """TorchRec ParameterConstraints per internal table name: table-wise, column-wise where allowed, fused."""
+        # optional dependency: torchrec
+        from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+        from torchrec.distributed.planner import ParameterConstraints
+        from torchrec.distributed.types import ShardingType
+
+        widths = self._split_widths(inventory, topology)
+        cap = topology.memory_per_device_bytes
+        return {
+            _internal_name(i): ParameterConstraints(
+                sharding_types=[
+                    *([ShardingType.TABLE_WISE.value] if t.size_bytes <= cap else []),
+                    *([ShardingType.COLUMN_WISE.value] if t.name in widths else []),
+                ],
+                compute_kernels=[EmbeddingComputeKernel.FUSED.value],
+                pooling_factors=[float(t.pooling_factor)],
+                min_partition=widths.get(t.name),
+            )
+            for i, t in enumerate(inventory.tables)
+        }
 
     def _split_widths(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """{table: column-shard width} for the tables TorchRec may split: more than half a device (module docstring)."""
@@ -196,47 +181,26 @@ class TorchRecSharder(Sharder):
             widths[t.name] = w
         return widths
 
-    def _plan(self, inventory: Inventory, topology: Topology) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
-        """(whole-table placement, column shards) from TorchRec's planner."""
-        widths = self._split_widths(inventory, topology)
-        cap = topology.memory_per_device_bytes
+    def _plan(self, inventory: Inventory, topology: Topology) -> Folded:
+        """The plan's fields from TorchRec's planner."""
         try:  # optional dependency: torchrec
-            from torchrec.distributed.embedding_types import EmbeddingComputeKernel
             from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-            from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+            from torchrec.distributed.planner import EmbeddingShardingPlanner
             from torchrec.distributed.planner.stats import EmbeddingStats, NoopEmbeddingStats
             from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
             from torchrec.distributed.planner.types import PlannerError
-            from torchrec.distributed.types import ShardingType
             from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
             from torchrec.modules.embedding_modules import EmbeddingBagCollection
         except ImportError as e:
             raise UnknownSharderError(f"{INSTALL_HINT} ({e})") from None
 
+        constraints = self._constraints(inventory, topology)
         dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
-        tables = inventory.tables
         configs = [
-            EmbeddingBagConfig(
-                num_embeddings=t.num_embeddings,
-                embedding_dim=t.embedding_dim,
-                name=_internal_name(i),
-                feature_names=[f"f{i}"],
-                data_type=dtypes[t.dtype],
-            )
-            for i, t in enumerate(tables)
+            EmbeddingBagConfig(num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=_internal_name(i),
+                               feature_names=[f"f{i}"], data_type=dtypes[t.dtype])
+            for i, t in enumerate(inventory.tables)
         ]
-        constraints = {
-            _internal_name(i): ParameterConstraints(
-                sharding_types=[
-                    *([ShardingType.TABLE_WISE.value] if t.size_bytes <= cap else []),
-                    *([ShardingType.COLUMN_WISE.value] if t.name in widths else []),
-                ],
-                compute_kernels=[EmbeddingComputeKernel.FUSED.value],
-                pooling_factors=[float(t.pooling_factor)],
-                min_partition=widths.get(t.name),
-            )
-            for i, t in enumerate(tables)
-        }
         with _quiet(self.verbose):
             module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
             tr_topology = self._torchrec_topology(topology)
@@ -252,7 +216,7 @@ class TorchRecSharder(Sharder):
             try:
                 sharding_plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
             except PlannerError as e:
-                raise self._translate(e, inventory, topology) from None
+                raise translate(e, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec") from None
         return self._read_plan(sharding_plan, inventory, topology)
 
     def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:
@@ -283,7 +247,7 @@ class TorchRecSharder(Sharder):
         on_cuda = topology.device_type == "cuda"
         trainer = TrainerConfig(
             world_size=topology.num_devices,
-            local_world_size=topology.num_devices,
+            local_world_size=topology.local_world_size,
             hbm_cap_bytes=cap if on_cuda else 0,
             ddr_cap_bytes=None if on_cuda else cap,
         )
@@ -291,44 +255,41 @@ class TorchRecSharder(Sharder):
             trainer_config=trainer, kernel_config=KernelConfig(compute_device=topology.device_type)
         )
 
-    def _read_plan(
-        self, sharding_plan: Any, inventory: Inventory, topology: Topology
-    ) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
+    def _read_plan(self, sharding_plan: Any, inventory: Inventory, topology: Topology) -> Folded:
         names = {t.name: _internal_name(i) for i, t in enumerate(inventory.tables)}
-        doc = document_from_sharding_plan(sharding_plan, topology.num_devices, topology.device_type, names)
+        doc = document_from_sharding_plan(sharding_plan, topology.num_devices, topology.device_type, names,
+                                          topology.local_world_size)
         missing = [t for t in inventory.table_names if t not in doc.tables]
         if missing:
             raise PlanError(f"torchrec planner returned no placement for table '{missing[0]}'")
-        return fold(inventory, doc.units())
+        return fold_units(inventory, doc.units())
 
     def _translate(self, err: Exception, inventory: Inventory, topology: Topology) -> Exception:
-        """TorchRec's PlannerError (a multi-line box) -> our one-line typed error naming the limit/table."""
-        text = str(err)
-        kind = "hbm" if topology.device_type == "cuda" else "ddr"
-        reserve = f", {self.reserve_fraction:.0%} reserved" if self.reserve_fraction else ""
-        hint = f"torchrec planner, {topology.memory_per_device_gb:.4g} GB {kind} per device{reserve}"
-        if self.memory_model == "torchrec":
-            hint += "; its estimate adds input/output buffers to each table"
-        m = _SHARD_FAILED.search(text)
-        if m is not None:
-            idx = m.group("table")
-            table = next((t for i, t in enumerate(inventory.tables) if _internal_name(i) == idx), None)
-            free = _storage_field(m.group("storage"), kind)
-            need = _storage_field(m.group("need"), kind)
-            if table is not None and free is not None:
-                counted = ""
-                if need is not None and self.memory_model == "torchrec":
-                    counted = f"; it counts this table as {need:.3f} GB"
-                return InfeasiblePlacementError(table.name, table.size_gb, free, hint + counted)
-        need = _GLOBAL_NEED.search(text)
-        have = _GLOBAL_HAVE.search(text)
-        if need is not None and have is not None:
-            need_gb = _storage_field(need.group("storage"), kind)
-            have_gb = _storage_field(have.group("storage"), kind)
-            if need_gb is not None and have_gb is not None:
-                return PlanError(
-                    f"torchrec planner found no plan: it needs {need_gb:.3f} GB, {have_gb:.3f} GB available over "
-                    f"{topology.num_devices} devices ({hint}); add devices or raise --memory-gb"
-                )
-        first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
-        return PlanError(f"torchrec planner found no plan: {first} ({hint})")
+        """TorchRec's PlannerError -> our one-line typed error (`torchrec_support.translate`)."""
+        return translate(err, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec")
+
+
+class TorchRecSharder(TorchRecTwCwSharder):
+    """TorchRec's planner unrestricted (the ``torchrec`` baseline): every sharding type a dreamshard plan holds
+    (`PLANNABLE_TYPES`) and every compute kernel TorchRec enumerates for the device (dense and fused on CPU; the
+    UVM ones on CUDA), TorchRec's own storage estimator by default (``memory_model="torchrec"``), our topology
+    (world size, ``local_world_size``, memory per device, batch size). What it chooses comes back as a Plan with
+    row shards and data-parallel tables where TorchRec chose them (kernels are TorchRec's concern: the plan
+    records placement only). ``column_wise="never"`` leaves column-wise out of its choices."""
+
+    name = "torchrec"
+
+    def __init__(self, reserve_fraction: float = 0.0, memory_model: MemoryModel = "torchrec", verbose: bool = False,
+                 column_wise: ColumnWise = "auto") -> None:
+        super().__init__(reserve_fraction, memory_model, verbose, column_wise)
+
+    def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
+        # optional dependency: torchrec
+        from torchrec.distributed.planner import ParameterConstraints
+
+        types = [t for t in PLANNABLE_TYPES if not (t == "column_wise" and self.column_wise == "never")]
+        return {
+            _internal_name(i): ParameterConstraints(sharding_types=list(types), pooling_factors=[float(t.pooling_factor)])
+            for i, t in enumerate(inventory.tables)
+        }
+
