@@ -126,3 +126,27 @@ def test_plans_written_before_the_new_types_load_unchanged() -> None:
     loaded = Plan.model_validate(data)
     assert loaded == old and not loaded.row_shards and loaded.sharding_types() == {"table_wise": 4}
     check_plan(INV, loaded)
+
+
+def test_the_oracle_times_replicas_at_the_local_batch_and_costs_each_collective() -> None:
+    """Row shards: reduce-scatter out, all-gather back; replicas: a second fused operator at batch / devices and
+    an all-reduce of their gradient; whole tables: the all-to-all, as before."""
+    oracle = make_oracle("simulator", warmup=0, repeats=1)
+    batches: list[int] = []
+    inner = oracle.backend.time_device
+
+    def spy(tables, batch_size, warmup, repeats):  # type: ignore[no-untyped-def]
+        batches.append(batch_size)
+        return inner(tables, batch_size, warmup, repeats)
+
+    oracle.backend.time_device = spy  # type: ignore[method-assign]
+    plan = make_plan(
+        INV, FLAT, {"plain": 1, "shared": 2}, "hand", row_shards={"huge": row_shards_for(100_000, [0, 1, 2, 3])},
+        data_parallel=("hot",))
+    units, placed = expand_plan(INV, plan)
+    m = oracle.measure(units, placed, FLAT)
+    assert sorted(batches) == [64] * 4 + [256] * 4  # replicas at 256 / 4 on every device, the rest at 256
+    dev0 = m.costs.per_device[0]  # a row shard and a replica: reduce-scatter out, + all-reduce back
+    assert dev0.fwd_comm > 0 and dev0.bwd_comm > dev0.fwd_comm
+    flat = oracle.measure(INV, {"huge": 0, "shared": 1, "hot": 2, "plain": 3}, FLAT)
+    assert flat.costs.per_device[0].bwd_comm == pytest.approx(flat.costs.per_device[0].fwd_comm)  # all-to-all only

@@ -25,7 +25,9 @@ from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
 from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
+from dreamshard.costs import Collective
 from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
+from dreamshard.units import parse_unit
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
 DEFAULT_BATCH_SIZE = 2048
@@ -61,6 +63,7 @@ class Oracle:
         self.row_cap = row_cap
         self.comm_backend = comm_backend
         self._comm: dict[int, CommModel] = dict(comm_models or {})
+        self._collectives: dict[tuple[int, str], CommModel] = {}
         self._batch_size = DEFAULT_BATCH_SIZE
         self.seed = seed
         #: device timings reused and recorded here when set (the profile stage and the training loop only)
@@ -108,6 +111,57 @@ class Oracle:
         self._comm[n] = model
         return model
 
+    def collective_model(self, topology: Topology, collective: Collective) -> CommModel:
+        """The alpha-beta model of `collective` (reduce-scatter of row-wise partial sums, all-reduce of data-parallel
+        gradients; all-to-all: `comm_model`) for `topology.num_devices`, fitted once and cached."""
+        if collective == "all_to_all":
+            return self.comm_model(topology)
+        n = topology.num_devices
+        if topology.interconnect != "measured":
+            return comm_mod.profile_model(topology.interconnect, n, collective)
+        key = (n, collective)
+        if key not in self._collectives:
+            sim = getattr(self.backend, "comm_model", None)
+            if self.backend.is_simulated and callable(sim):
+                self._collectives[key] = sim(n, collective)
+            else:
+                self._collectives[key] = comm_mod.comm_model_for(n, self.comm_backend, collective=collective)
+        return self._collectives[key]
+
+    def _device_cost(self, tables: list[Table], topology: Topology, comm: CommModel,
+                     fingerprint: str) -> tuple[DeviceCost, float]:
+        """One device's four costs and its spread. Table-wise and column-wise units and row shards run in one fused
+        operator at the global batch (row shards: their share of the lookups); data-parallel replicas in a second
+        one at this device's share of the batch. Outputs: all-to-all (whole tables, column shards), reduce-scatter
+        forward and its all-gather backward (row shards); data-parallel gradients all-reduced (backward)."""
+        batch, n = topology.batch_size, topology.num_devices
+        kinds = [parse_unit(t.name).kind for t in tables]
+        replicas = [t for t, k in zip(tables, kinds) if k == "replica"]
+        rest = [t for t, k in zip(tables, kinds) if k != "replica"]
+        rows = [t for t, k in zip(tables, kinds) if k == "row"]
+        a2a = [t for t, k in zip(tables, kinds) if k in ("table", "column")]
+        timings = [self._time_device(rest, batch, fingerprint)] if rest else []
+        if replicas:
+            timings.append(self._time_device(replicas, max(1, batch // n), fingerprint))
+        fwd = [sum(x) for x in zip(*(t.fwd_ms for t in timings))]
+        bwd = [sum(x) for x in zip(*(t.bwd_ms for t in timings))]
+        out_ms = grad_ms = 0.0
+        if n > 1:
+            if a2a:  # dim x outputs (shared tables)
+                out_ms = comm_mod.device_comm_ms(topology, comm, comm_mod.device_comm_bytes(
+                    batch, [t.output_dim for t in a2a], n))
+            if rows:
+                rs = self.collective_model(topology, "reduce_scatter")
+                out_ms += comm_mod.device_comm_ms(topology, rs, comm_mod.reduce_scatter_bytes(
+                    batch, [t.output_dim for t in rows], n))
+            grad_ms = out_ms
+            if replicas:
+                ar = self.collective_model(topology, "all_reduce")
+                grad_ms += comm_mod.device_comm_ms(topology, ar, comm_mod.all_reduce_bytes(
+                    [(t.num_embeddings, t.embedding_dim) for t in replicas], n))
+        cost = DeviceCost(fwd_compute=median(fwd), fwd_comm=out_ms, bwd_comm=grad_ms, bwd_compute=median(bwd))
+        return cost, relative_iqr([f + b + out_ms + grad_ms for f, b in zip(fwd, bwd)])
+
     def set_comm_model(self, world_size: int, model: CommModel) -> None:
         """Pin the comm model used for ``world_size`` devices (e.g. one fitted elsewhere)."""
         self._comm[world_size] = model
@@ -145,13 +199,9 @@ class Oracle:
                     per_device.append(DeviceCost.zero())
                     spreads.append(0.0)
                     continue
-                timing = self._time_device(tables, batch, fingerprint)
-                nbytes = comm_mod.device_comm_bytes(batch, [t.output_dim for t in tables], n)  # dim x outputs (shared tables)
-                c = comm.cost_ms(nbytes) if n > 1 else 0.0
-                per_device.append(
-                    DeviceCost(fwd_compute=median(timing.fwd_ms), fwd_comm=c, bwd_comm=c, bwd_compute=median(timing.bwd_ms))
-                )
-                spreads.append(relative_iqr([f + b + 2 * c for f, b in zip(timing.fwd_ms, timing.bwd_ms)]))
+                cost, spread = self._device_cost(tables, topology, comm, fingerprint)
+                per_device.append(cost)
+                spreads.append(spread)
         extra = {"measurement_id": measurement_id} if measurement_id else {}
         return Measurement(
             kind=kind,  # type: ignore[arg-type]
