@@ -14,8 +14,11 @@ Contenders, all measured interleaved in one run per task (>= 5 rounds, shuffled 
 heuristic, TorchRec's planner, `dreamshard` (search on the learned cost, no hardware), `dreamshard+verify3` (the
 same, then its 3 best candidates measured and the best kept: what the publish flow does), `dreamshard_lpt`,
 `dreamshard_rl` (the policy alone), and `dim_greedy (again)`: the dim_greedy plan measured a second time, the
-noise row. Ratios: to the per-task best baseline (heuristics + TorchRec; biased low by noise) and to TorchRec
-(one fixed baseline); geomeans over tasks. Run it on a quiet machine.
+noise row. `torchrec` is TorchRec's own planner unrestricted (every sharding type it offers on the device type:
+data-parallel, table-wise, column-wise on cpu), `torchrec_tw_cw` the same planner restricted to table- and
+column-wise (what runs before issue 16 called `torchrec`). Ratios: to the per-task best baseline (heuristics +
+both TorchRec planners; biased low by noise) and to TorchRec (one fixed baseline); geomeans over tasks; and which
+sharding types each contender's plans used. Run it on a quiet machine.
 
 Part (b) retrains per inventory with the production stage functions (tasks -> profile -> outer loop warm-started
 from the shipped model, params.yaml), then plans with the retrained model; its wall time is reported.
@@ -47,7 +50,8 @@ TASKS: tuple[tuple[str, str, int, int, int], ...] = (
     ("kaggle-d128/8", "criteo-kaggle", 26, 128, 8),
 )
 MEMORY_GB = 16.0
-BASELINES = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec")
+BASELINES = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec",
+             "torchrec_tw_cw")
 LEARNED = ("dreamshard", "dreamshard+verify3", "dreamshard_lpt", "dreamshard_rl")
 NOISE = "dim_greedy (again)"
 
@@ -126,6 +130,7 @@ def run_task(label: str, family: str, tables: int, seed: int, devices: int, args
         "noise": abs(ms[NOISE] - ms["dim_greedy"]) / ms["dim_greedy"], "out_of_range": list(ood),
         "retrain_s": train_s, "predicted_ms": {p.sharder: p.predicted.overall_ms for p in plans if p.predicted},
         "verification": next((p.verification.model_dump(mode="json") for p in plans if p.verification), None),
+        "types": {r.sharder: r.plan.sharding_types() for r in cmp.results},
     }
     print(f"{label}: best baseline {best_base} {ms[best_base]:.2f} ms; " + ", ".join(
         f"{k} {row['vs_best'][k]:.3f}" for k in (*LEARNED, NOISE)) + f"; noise {row['noise']:.1%}", flush=True)
@@ -143,7 +148,7 @@ def render(results: dict[str, Any]) -> str:
     for key, run in sorted(results.items()):
         rows = run["rows"]
         lines += [f"## {key}", "", f"{run['meta']}", ""]
-        names = [*LEARNED, *BASELINES, NOISE]
+        names = [n for n in (*LEARNED, *BASELINES, NOISE) if all(n in r["ms"] for r in rows)]
         lines.append("| task | best baseline | " + " | ".join(names) + " | noise |")
         lines.append("|---|---|" + "---:|" * (len(names) + 1))
         for r in rows:
@@ -153,6 +158,15 @@ def render(results: dict[str, Any]) -> str:
             f"**{geomean([r['vs_best'][n] for r in rows]):.3f}**" for n in names) + " | |")
         lines.append("| **geomean vs torchrec** | | " + " | ".join(
             f"**{geomean([r['vs_torchrec'][n] for r in rows]):.3f}**" for n in names) + " | |")
+        if all("types" in r for r in rows):
+            lines += ["", "Sharding types used (tables, summed over tasks; contenders with table-wise only left out):", ""]
+            for n in names:
+                used: dict[str, int] = {}
+                for r in rows:
+                    for kind, k in r["types"].get(n, {}).items():
+                        used[kind] = used.get(kind, 0) + k
+                if set(used) - {"table_wise"}:
+                    lines.append(f"- `{n}`: " + ", ".join(f"{kind} {k}" for kind, k in sorted(used.items())))
         worst = max(rows, key=lambda r: r["vs_best"]["dreamshard"])
         lines += ["", f"- worst task for `dreamshard`: {worst['task']} at {worst['vs_best']['dreamshard']:.3f} x the best "
                   f"baseline; same plan measured twice differed by {statistics.median([r['noise'] for r in rows]):.1%} "
