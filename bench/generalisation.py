@@ -13,7 +13,8 @@ pool of dreamshard.inventory.synth) and Criteo Kaggle's 26 public cardinalities 
 Contenders, all measured interleaved in one run per task (>= 5 rounds, shuffled order each round): every
 heuristic, TorchRec's planner, `dreamshard` (search on the learned cost, no hardware), `dreamshard+verify3` (the
 same, then its 3 best candidates measured and the best kept: what the publish flow does), `dreamshard_lpt`,
-`dreamshard_rl` (the policy alone), and `dim_greedy (again)`: the dim_greedy plan measured a second time, the
+`dreamshard+types` (the search may also convert tables to row-wise, table-row-wise or data-parallel where the
+learned cost says it pays), `dreamshard_rl` (the policy alone), and `dim_greedy (again)`: the dim_greedy plan measured a second time, the
 noise row. `torchrec` is TorchRec's own planner unrestricted (every sharding type it offers on the device type:
 data-parallel, table-wise, column-wise on cpu), `torchrec_tw_cw` the same planner restricted to table- and
 column-wise (what runs before issue 16 called `torchrec`). Ratios: to the per-task best baseline (heuristics +
@@ -52,7 +53,9 @@ TASKS: tuple[tuple[str, str, int, int, int], ...] = (
 MEMORY_GB = 16.0
 BASELINES = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec",
              "torchrec_tw_cw")
-LEARNED = ("dreamshard", "dreamshard+verify3", "dreamshard_lpt", "dreamshard_rl")
+LEARNED = ("dreamshard", "dreamshard+verify3", "dreamshard+types", "dreamshard_lpt", "dreamshard_rl")
+#: `dreamshard+types`: the search may also make tables row-wise, table-row-wise or data-parallel (plan.types)
+ALL_TYPES = ("row_wise", "table_row_wise", "data_parallel")
 NOISE = "dim_greedy (again)"
 
 
@@ -66,14 +69,17 @@ def inventory(family: str, tables: int, seed: int) -> Any:
 
 
 def learned_plans(inv: Any, topo: Any, model_dir: Path | None, oracle: Any) -> tuple[list[Any], dict[str, float]]:
+    from dreamshard.learning.configs import SearchConfig
     from dreamshard.sharders import get_sharder
 
     plans, secs = [], {}
     for label in LEARNED:
-        name, _, verify = label.partition("+verify")
+        name, _, verify = label.removesuffix("+types").partition("+verify")
         opts: dict[str, Any] = {"model_dir": model_dir}
         if verify:
             opts.update(verify=int(verify), oracle=oracle)
+        if label.endswith("+types"):
+            opts["search"] = SearchConfig(types=ALL_TYPES)
         t0 = time.perf_counter()
         p = get_sharder(name, **opts).shard(inv, topo)
         secs[label] = time.perf_counter() - t0
@@ -172,7 +178,8 @@ def render(results: dict[str, Any]) -> str:
                   f"baseline; same plan measured twice differed by {statistics.median([r['noise'] for r in rows]):.1%} "
                   f"(median), {max(r['noise'] for r in rows):.1%} (max)",
                   "- planning wall time (s, median over tasks): " + ", ".join(
-                      f"{n} {statistics.median([r['plan_s'].get(n, 0.0) for r in rows]):.2f}" for n in LEARNED)]
+                      f"{n} {statistics.median([r['plan_s'].get(n, 0.0) for r in rows]):.2f}" for n in LEARNED
+                      if all(n in r["plan_s"] for r in rows))]
         if any(r.get("retrain_s") for r in rows):
             lines.append("- retrain wall time per inventory (s): " + ", ".join(
                 f"{r['task']} {r['retrain_s']:.0f}" for r in rows if r.get("retrain_s")))

@@ -55,14 +55,23 @@ class PlanConfig(Section):
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
     refine_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # sharding types the search may give a whole table besides table-wise and column-wise (row_wise,
+    # table_row_wise, data_parallel): converted where the learned cost says it pays
+    types: tuple[str, ...] = ()
 
     @field_validator("candidates")
     @classmethod
     def _candidates(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return SearchConfig(candidates=v).candidates  # names the unknown source
 
+    @field_validator("types")
+    @classmethod
+    def _types(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return SearchConfig(types=v).types  # names the unknown type
+
     def search(self, seed: int = 0) -> SearchConfig:
-        return SearchConfig(risk=self.risk, samples=self.samples, candidates=self.candidates, seed=seed)
+        return SearchConfig(risk=self.risk, samples=self.samples, candidates=self.candidates, types=self.types,
+                            seed=seed)
 
 
 class EvaluateConfig(Section):

@@ -150,3 +150,56 @@ def test_the_oracle_times_replicas_at_the_local_batch_and_costs_each_collective(
     assert dev0.fwd_comm > 0 and dev0.bwd_comm > dev0.fwd_comm
     flat = oracle.measure(INV, {"huge": 0, "shared": 1, "hot": 2, "plain": 3}, FLAT)
     assert flat.costs.per_device[0].bwd_comm == pytest.approx(flat.costs.per_device[0].fwd_comm)  # all-to-all only
+
+
+HOT = Inventory(name="hot", tables=(
+    Table(name="hot", num_embeddings=64, embedding_dim=64, pooling_factor=400.0),
+    Table(name="huge", num_embeddings=2_000_000, embedding_dim=64, pooling_factor=120.0),
+    *(Table(name=f"t{i}", num_embeddings=20_000, embedding_dim=32, pooling_factor=5.0) for i in range(6)),
+))
+ALL_TYPES = ("row_wise", "table_row_wise", "data_parallel")
+
+
+def test_the_search_chooses_types_where_the_learned_cost_says_they_pay() -> None:
+    """The packaged model: on a fast interconnect a hot tiny table and a huge hot table are worth replicating or
+    row-sharding; on this machine's measured gloo (a reduce-scatter costs milliseconds) nothing is converted."""
+    from dreamshard.learning.configs import SearchConfig
+
+    fast = Topology(num_devices=4, memory_per_device_gb=4.0, interconnect="fast")
+    typed = get_sharder("dreamshard", search=SearchConfig(types=ALL_TYPES)).shard_with_report(HOT, fast)
+    plain = get_sharder("dreamshard").shard(HOT, fast)
+    kinds = typed.plan.sharding_types()
+    assert {"row_wise", "data_parallel"} & set(kinds) and "+types (" in typed.search.best.source
+    assert typed.plan.predicted.overall_ms <= 0.98 * plain.predicted.overall_ms  # MIN_GAIN per conversion
+    assert plain.sharding_types().keys() <= {"table_wise", "column_wise"}
+    check_plan(HOT, typed.plan)
+    hosts = fast.model_copy(update={"devices_per_host": 2})
+    on_hosts = get_sharder("dreamshard", search=SearchConfig(types=("table_row_wise",))).shard(HOT, hosts)
+    assert set(on_hosts.sharding_types()) <= {"table_wise", "column_wise", "table_row_wise"}
+    assert "table_row_wise" in on_hosts.sharding_types()
+    check_plan(HOT, on_hosts)
+
+
+def test_types_are_validated_and_refinement_keeps_fixed_units_in_place() -> None:
+    import torch
+
+    from dreamshard.learning.configs import SearchConfig
+    from dreamshard.learning.refine import refine_placement
+    from dreamshard.learning.sharding_choice import choose_types
+    from dreamshard.memory import footprint
+
+    with pytest.raises(ValueError, match="unknown sharding type 'grid'"):
+        SearchConfig(types=("grid",))
+    sharder = get_sharder("dreamshard")
+    topo = Topology(num_devices=4, memory_per_device_gb=4.0, interconnect="fast")
+    cost = sharder.planning_cost(topo)
+    placement = {t.name: i % 4 for i, t in enumerate(HOT.tables)}
+    assert choose_types(HOT, placement, topo, cost, ()) is None
+    tables = list(HOT.tables)
+    crowded = [0] * len(tables)  # everything on device 0; only the t* tables may move
+    movable = [t.name.startswith("t") for t in tables]
+    with torch.no_grad():
+        states = cost.encode(tables)
+    moved = refine_placement(cost, states, [footprint(t, topo) for t in tables], crowded, topo, min_gain=0.0,
+                             movable=movable)
+    assert [d for d, m in zip(moved, movable) if not m] == [0, 0] and any(moved)

@@ -120,6 +120,7 @@ def plan(
     optimizer: OptimizerOverride = None,
     memory_model: MemoryModelOverride = None,
     memory_reserve: MemoryReserveOverride = None,
+    types: Annotated[Optional[str], typer.Option("--types", help="dreamshard: sharding types the search may give a whole table besides table-wise and column-wise, comma-separated: row_wise, table_row_wise, data_parallel; converted where the learned cost says it pays (plan.types; default none).")] = None,
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
     (name,) = validate_sharders([sharder])
@@ -129,6 +130,7 @@ def plan(
         plan_uc.require_searching(name, "--refine-seconds")
     settings = resolve(params, {
         "plan.refine_seconds": refine_seconds, **host_overrides(devices, hosts, devices_per_host),
+        "plan.types": [t.strip() for t in types.split(",") if t.strip()] if types is not None else None,
         **memory_overrides(optimizer, memory_model, memory_reserve),
         "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,

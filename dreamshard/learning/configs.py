@@ -132,6 +132,9 @@ class SearchConfig(_Config):
     # candidate only up to torchrec_max_tables tables
     max_rollout_tables: Annotated[int, Field(ge=1)] = 2_000
     torchrec_max_tables: Annotated[int, Field(ge=0)] = 400
+    # sharding types the search may convert whole tables to, besides table-wise and column-wise
+    # (dreamshard.learning.sharding_choice: row_wise, table_row_wise, data_parallel); () = none
+    types: tuple[str, ...] = ()
     seed: int = 0
 
     @model_validator(mode="after")
@@ -140,6 +143,10 @@ class SearchConfig(_Config):
         for c in self.candidates:
             if c not in known:
                 raise ValueError(f"unknown candidate source '{c}'; choose from {', '.join(sorted(known))}")
+        choosable = ("row_wise", "table_row_wise", "data_parallel")  # dreamshard.learning.sharding_choice
+        for t in self.types:
+            if t not in choosable:
+                raise ValueError(f"unknown sharding type '{t}'; the search chooses among {', '.join(choosable)}")
         return self
 
 

@@ -15,8 +15,17 @@ measurement), so a plan on 2 hosts costs more than the same plan on one flat hos
 as before. Without a comm model (a model trained on records that carry none) the
 ensemble's learned comm heads are used, with the same pessimism.
 
-As a CostEstimator (dreamshard.learning.estimator) a table's state is
-``[member latents (K x latent) | 1 | output_dim]`` (output_dim = dim x the table's features); a device's state is the sum of its tables' states.
+Units of every sharding type (dreamshard.units) are costed as they run: whole tables and column shards send
+their pooled outputs by all-to-all (forward and backward); row shards reduce-scatter their partial sums forward
+and all-gather the gradients back (costed as the reduce-scatter); a data-parallel replica sends nothing forward
+and all-reduces its gradient (rows x dim) backward, and its compute is predicted for its share of the batch (the
+replica's lookups per sample / devices at the global batch: the same lookups). Reduce-scatter and all-reduce use
+the fitted models of those collectives (dreamshard.profiling.comm, cached per world size), loaded only when a
+placement has such units.
+
+As a CostEstimator (dreamshard.learning.estimator) a unit's state is
+``[member latents (K x latent) | 1 | all-to-all output dim | reduce-scatter output dim | all-reduce elements]``
+(output dim = dim x the table's features); a device's state is the sum of its units' states.
 """
 
 from __future__ import annotations
@@ -28,9 +37,10 @@ import torch
 from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
-from dreamshard.profiling.comm import host_comm_model, profile_model
+from dreamshard.profiling.comm import comm_model_for, host_comm_model, profile_model
 from dreamshard.shards import expand_plan
 from dreamshard.types import CommModel, Costs, DeviceCost, Table, Topology
+from dreamshard.units import parse_unit
 
 #: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
 OUTPUT_BYTES = 4
@@ -51,41 +61,85 @@ class PlanningCost:
         self.risk = float(risk)
         self.latent = ensemble.spec.latent
         self.k = ensemble.size
-        self.state_dim = self.k * self.latent + 2
+        self.base = self.k * self.latent  # state columns: base = 1, then a2a dims, rs dims, ar elements
+        self.state_dim = self.base + 4
         self.cost_scale = ensemble.cost_scale or 1.0
+        self.collectives: dict[str, CommModel] = {}  # reduce_scatter / all_reduce, host-aware, when needed
+
+    def _collective(self, collective: str) -> CommModel | None:
+        """One device's model of `collective` on this topology (None without a comm model)."""
+        if self.comm is None or self.topology.num_devices <= 1:
+            return None
+        if collective not in self.collectives:
+            n = self.topology.num_devices
+            if self.topology.interconnect != "measured":
+                model = profile_model(self.topology.interconnect, n, collective)  # type: ignore[arg-type]
+            elif self.comm.backend.startswith(("simulated", "default")):  # no benchmark behind the all-to-all either
+                model = self.comm.model_copy(update={"collective": collective})
+            else:
+                model = comm_model_for(n, collective=collective)  # type: ignore[arg-type]
+            self.collectives[collective] = host_comm_model(self.topology, model, collective)  # type: ignore[arg-type]
+        return self.collectives[collective]
 
     # -- CostEstimator ---------------------------------------------------------------------------------
     def encode(self, tables: Sequence[Table]) -> torch.Tensor:
-        feats = torch.from_numpy(tables_features(list(tables)))
+        kinds = [parse_unit(t.name).kind for t in tables]
+        d = self.topology.num_devices
+        local = [t if k != "replica" else t.model_copy(update={  # a replica's lookups: its share of the batch
+            "pooling_factor": t.pooling_factor / d,
+            "features": tuple(f.model_copy(update={"pooling_factor": f.pooling_factor / d}) for f in t.features)})
+            for t, k in zip(tables, kinds)]
+        feats = torch.from_numpy(tables_features(local))
         with torch.no_grad():
             z = self.ensemble.table_latents(feats)  # (K, N, L)
         n = z.shape[1]
         flat = z.permute(1, 0, 2).reshape(n, self.k * self.latent)
-        dims = torch.tensor([float(t.output_dim) for t in tables], dtype=flat.dtype).reshape(n, 1)
-        return torch.cat([flat, torch.ones(n, 1, dtype=flat.dtype), dims], dim=1)
+        cols = [[1.0, float(t.output_dim) if k in ("table", "column") else 0.0, float(t.output_dim) if k == "row" else 0.0,
+                 float(t.num_embeddings * t.embedding_dim) if k == "replica" else 0.0] for t, k in zip(tables, kinds)]
+        for kind, collective in (("row", "reduce_scatter"), ("replica", "all_reduce")):
+            if kind in kinds:
+                self._collective(collective)
+        return torch.cat([flat, torch.tensor(cols, dtype=flat.dtype).reshape(n, 4)], dim=1)
 
     def member_costs(self, states: torch.Tensor) -> torch.Tensor:
         """(..., S) device states -> (K, ..., 4) each member's costs in ms (comm analytic when known)."""
         lat = states[..., : self.k * self.latent].unflatten(-1, (self.k, self.latent)).movedim(-2, 0)
-        nonempty = states[..., -2] > 0.5
+        nonempty = states[..., self.base] > 0.5
         costs = self.ensemble.member_device_costs(lat, nonempty)
         if self.comm is not None:
-            comm = self.comm_ms(states)
+            fwd, bwd = self.comm_ms(states), self.backward_comm_ms(states)
             costs = costs.clone()
-            for c in COMM:
-                costs[..., c] = comm
+            costs[..., COMM[0]] = fwd
+            costs[..., COMM[1]] = bwd
         return costs.clamp_min(0.0)
 
+    @staticmethod
+    def _alpha_beta(c: CommModel | None, mb: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+        if c is None:
+            return torch.zeros_like(mb)
+        return present.to(mb.dtype) * (c.alpha_ms + c.beta_ms_per_mb * mb)
+
     def comm_ms(self, states: torch.Tensor) -> torch.Tensor:
-        """(..., S) -> (...) one all-to-all's cost of each device under the comm model, host-aware on a topology
-        with hosts (``comm.device_comm_ms``); 0 if empty or N=1."""
+        """(..., S) -> (...) each device's forward exchange under the comm models, host-aware on a topology with
+        hosts (``comm.device_comm_ms``): the all-to-all of its outputs plus the reduce-scatter of its row shards'
+        partial sums; 0 if empty or N=1."""
         n = self.topology.num_devices
-        c = self.device_comm
-        if c is None or n <= 1:
+        if self.device_comm is None or n <= 1:
             return torch.zeros(states.shape[:-1], dtype=states.dtype)
-        mb = self.topology.batch_size * states[..., -1] * OUTPUT_BYTES * (n - 1) / n / 1e6
-        nonempty = (states[..., -2] > 0.5).to(states.dtype)
-        return nonempty * (c.alpha_ms + c.beta_ms_per_mb * mb)
+        per_mb = self.topology.batch_size * OUTPUT_BYTES * (n - 1) / n / 1e6
+        a2a, rs = states[..., self.base + 1], states[..., self.base + 2]
+        out = self._alpha_beta(self.device_comm, a2a * per_mb, a2a > 0)
+        return out + self._alpha_beta(self.collectives.get("reduce_scatter"), rs * per_mb, rs > 0)
+
+    def backward_comm_ms(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., S) -> (...) the backward exchange: the forward's (gradients of the outputs) plus the all-reduce of
+        the data-parallel replicas' gradients (ring: 2 (N-1)/N of rows x dim x 4 bytes)."""
+        fwd = self.comm_ms(states)
+        n = self.topology.num_devices
+        if self.device_comm is None or n <= 1:
+            return fwd
+        ar = states[..., self.base + 3]
+        return fwd + self._alpha_beta(self.collectives.get("all_reduce"), ar * OUTPUT_BYTES * 2 * (n - 1) / n / 1e6, ar > 0)
 
     def device_costs(self, states: torch.Tensor) -> torch.Tensor:
         """(..., S) -> (..., 4): member mean + risk x member spread per component (comm exact when known)."""

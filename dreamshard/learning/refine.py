@@ -39,17 +39,20 @@ def refine_placement(
     max_swaps: int = 4096,
     tol: float = 5e-3,
     min_gain: float = 0.03,
+    movable: Sequence[bool] | None = None,
 ) -> list[int]:
     """Improved device of each table (same order as `states` / `sizes` / `actions`). A move is taken only
     if it lowers the predicted maximum by more than `tol` (relative), and the refined plan is kept only if
     it lowers the predicted maximum by at least `min_gain` in total: gains smaller than the cost net's
     typical held-out error are not trusted (measured: tiny predicted gains on few-table tasks were
-    measured losses)."""
+    measured losses). `movable` False: the unit stays where it is (row shards and replicas: their sharding
+    type fixes their devices); it still counts in its device's cost and memory."""
     n, d_count = len(actions), topology.num_devices
     if n == 0 or d_count < 2 or max_rounds <= 0:
         return list(actions)
     dev = np.asarray(actions, dtype=np.int64).copy()
     size = np.asarray(sizes, dtype=np.int64)
+    free = np.ones(n, dtype=bool) if movable is None else np.asarray(movable, dtype=bool)
     cap = topology.usable_memory_bytes
     start = list(actions)
     with torch.no_grad():
@@ -62,7 +65,7 @@ def refine_placement(
             cur = float(tot[b])
             if cur <= 0:
                 break
-            on_b = np.flatnonzero(dev == b)
+            on_b = np.flatnonzero((dev == b) & free)
             if len(on_b) == 0:
                 break
             others = [d for d in range(d_count) if d != b]
@@ -88,7 +91,7 @@ def refine_placement(
             if float(val.flatten()[k]) < best_val:
                 best_val, best = float(val.flatten()[k]), ("move", int(on_b[k // len(others)]), others[k % len(others)])
             # (b) swaps: table i of b <-> table j of another device
-            off_b = np.flatnonzero(dev != b)
+            off_b = np.flatnonzero((dev != b) & free)
             if len(off_b) and max_swaps > 0:
                 ii = np.repeat(on_b, len(off_b))
                 jj = np.tile(off_b, len(on_b))

@@ -40,6 +40,7 @@ class Candidate:
     source: str  # where the placement came from ("policy", "lpt", a sharder name; "+search" when refined)
     placement: dict[str, int]
     predicted_ms: float  # pessimistic predicted overall cost (the search objective)
+    units: Inventory | None = None  # the units `placement` places when they differ from the search's (typed)
 
 
 @dataclass

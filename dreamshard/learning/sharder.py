@@ -32,11 +32,12 @@ from dreamshard.learning.configs import SearchConfig
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.learning.policy import plan_with_policy
-from dreamshard.learning.search import SearchResult, lpt_placement, search
+from dreamshard.learning.search import Candidate, SearchResult, lpt_placement, search
+from dreamshard.learning.sharding_choice import choose_types
 from dreamshard.learning.splits import choose_splits
 from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
 from dreamshard.sharders.base import Sharder, make_plan
-from dreamshard.shards import fold, split_inventory
+from dreamshard.shards import fold_units, split_inventory
 from dreamshard.types import Inventory, Plan, Topology
 
 
@@ -113,10 +114,9 @@ class ModelSharder(Sharder):
     def plan_from(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
                   cost: PlanningCost) -> Plan:
         """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
-        placement, column_shards = fold(inventory, unit_placement)
-        plan = make_plan(inventory, topology, placement, self.name,
+        plan = make_plan(inventory, topology, sharder=self.name, **fold_units(inventory, unit_placement).plan_fields(),
                          predicted=cost.predict(list(units.tables), unit_placement),
-                         model_version=self.model.card.version, column_shards=column_shards)
+                         model_version=self.model.card.version)
         return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
@@ -128,6 +128,13 @@ class ModelSharder(Sharder):
         with self._named_infeasible():
             units = self.units(inventory, topology, cost)
             placement, searched = self._place(units, topology, cost)
+        typed = choose_types(units, placement, topology, cost, self.config.types) if searched is not None else None
+        if typed is not None and searched is not None:  # whole tables converted to other sharding types
+            best = Candidate(source=f"{searched.best.source}+types ({'; '.join(typed.changes)})",
+                             placement=typed.placement, predicted_ms=typed.predicted_ms, units=typed.units)
+            searched.candidates.insert(0, best)
+            searched.best = best
+            units, placement = typed.units, typed.placement
         plan = self._finish(inventory, units, topology, placement, searched, cost)
         return ShardReport(plan=plan, card=self.model.card, search=searched)
 
@@ -182,7 +189,7 @@ class DreamShardSharder(ModelSharder):
         if self.verify <= 0 or self.oracle is None or searched is None:
             return super()._finish(inventory, units, topology, unit_placement, searched, cost)
         top = searched.candidates[: self.verify]
-        plans = [self.plan_from(inventory, units, topology, c.placement, cost) for c in top]
+        plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
                                     rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)
         return kept

@@ -1,0 +1,154 @@
+"""Choosing each table's sharding type on the learned cost (docs/architecture.md, "Sharding types").
+
+Enumerate, then search (NeuroShard's lesson): the search places whole tables and column shards; then, for the
+types the plan may use (`SearchConfig.types`: row_wise, table_row_wise, data_parallel), each whole table gets its
+candidate shardings and the planning cost decides, greedily:
+
+* row-wise: the tables with the largest predicted single-table cost (a table that alone loads a device is the
+  one row blocks help: every device takes its share of the lookups, the partial sums are reduce-scattered);
+* table-row-wise (topologies with hosts): the same tables, over the devices of the least-loaded host;
+* data-parallel: the small tables (weights up to DP_MAX_BYTES) with the largest predicted cost (a replica trades
+  the all-to-all of its outputs for an all-reduce of its gradient).
+
+A conversion replaces the table's unit by its fixed units (row blocks, replicas), the other units are re-balanced
+around them by the bounded local search (`refine.refine_placement` with the fixed units unmovable), and the best
+conversion is kept when it lowers the predicted maximum by MIN_GAIN; up to MAX_CHANGES conversions. The cost
+model learned whole tables and column shards: its figures for row shards and replicas are extrapolations, which
+is why `--verify` measures the typed candidate beside the others and keeps what the hardware says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from dreamshard.learning.estimator import device_states
+from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.learning.refine import refine_placement
+from dreamshard.memory import footprint
+from dreamshard.shards import replica_table, row_shard_table
+from dreamshard.types import Inventory, Table, Topology
+from dreamshard.units import parse_unit, row_blocks
+
+#: Sharding types the search can add to table-wise and column-wise.
+CHOOSABLE_TYPES = ("row_wise", "table_row_wise", "data_parallel")
+ROW_CANDIDATES = 3  # tables tried row-wise (largest predicted single-table cost first)
+DP_CANDIDATES = 3  # small tables tried data-parallel
+DP_MAX_BYTES = 4 << 20  # a replica's weights (its gradient is all-reduced every step)
+MIN_GAIN = 0.02  # a conversion must lower the predicted maximum by this fraction
+MAX_CHANGES = 4
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A placement whose units include row shards or replicas."""
+
+    units: Inventory
+    placement: dict[str, int]
+    predicted_ms: float
+    changes: tuple[str, ...]  # "t: row_wise", ...
+
+
+def check_types(types: Sequence[str]) -> tuple[str, ...]:
+    unknown = [t for t in types if t not in CHOOSABLE_TYPES]
+    if unknown:
+        raise ValueError(f"unknown sharding type '{unknown[0]}' for the search; choose from {', '.join(CHOOSABLE_TYPES)}")
+    return tuple(dict.fromkeys(types))
+
+
+class _Scorer:
+    def __init__(self, cost: PlanningCost) -> None:
+        self.cost = cost
+        self.n = cost.topology.num_devices
+
+    def score(self, units: Sequence[Table], placement: dict[str, int]) -> float:
+        with torch.no_grad():
+            states = device_states(self.cost.encode(list(units)), [placement[t.name] for t in units], self.n)
+            return float(self.cost.overall(states))
+
+    def single(self, tables: Sequence[Table]) -> list[float]:
+        with torch.no_grad():
+            return self.cost.device_costs(self.cost.encode(list(tables))).sum(-1).tolist()
+
+
+def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: str,
+             devices: list[int]) -> tuple[Inventory, dict[str, int]]:
+    """`units` with `table`'s unit replaced by its row blocks on `devices` or its replicas on every device."""
+    if kind == "data_parallel":
+        new = [replica_table(table, d) for d in devices]
+    else:
+        new = [row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, len(devices))]
+    out = [u for u in units.tables if u.name != table.name]
+    place = {k: v for k, v in placement.items() if k != table.name}
+    place.update({u.name: d for u, d in zip(new, devices)})
+    return Inventory(name=units.name, tables=(*out, *new)), place
+
+
+def _options(units: Inventory, placement: dict[str, int], topology: Topology, scorer: _Scorer,
+             types: Sequence[str]) -> list[tuple[str, Table, str, list[int]]]:
+    whole = [t for t in units.tables if parse_unit(t.name).kind == "table"]
+    if not whole:
+        return []
+    single = dict(zip((t.name for t in whole), scorer.single(whole)))
+    n, local = topology.num_devices, topology.local_world_size
+    out: list[tuple[str, Table, str, list[int]]] = []
+    big = sorted((t for t in whole if t.num_embeddings >= n), key=lambda t: (-single[t.name], t.name))
+    if "row_wise" in types:
+        out += [(f"{t.name}: row_wise", t, "row_wise", list(range(n))) for t in big[:ROW_CANDIDATES]]
+    if "table_row_wise" in types and topology.hosts > 1:
+        load = [0.0] * topology.hosts
+        for name, d in placement.items():
+            load[topology.host_of(d)] += single.get(name, 0.0)
+        h = min(range(topology.hosts), key=lambda i: (load[i], i))
+        devs = list(range(h * local, (h + 1) * local))
+        out += [(f"{t.name}: table_row_wise (host {h})", t, "table_row_wise", devs)
+                for t in big if t.num_embeddings >= local][:ROW_CANDIDATES]
+    if "data_parallel" in types:
+        small = sorted((t for t in whole if t.size_bytes <= DP_MAX_BYTES), key=lambda t: (-single[t.name], t.name))
+        out += [(f"{t.name}: data_parallel", t, "data_parallel", list(range(n))) for t in small[:DP_CANDIDATES]]
+    return out
+
+
+def _fits(units: Inventory, placement: dict[str, int], topology: Topology) -> bool:
+    used = [0] * topology.num_devices
+    for u in units.tables:
+        used[placement[u.name]] += footprint(u, topology)
+    return max(used) <= topology.usable_memory_bytes
+
+
+def choose_types(units: Inventory, placement: dict[str, int], topology: Topology, cost: PlanningCost,
+                 types: Sequence[str]) -> Typed | None:
+    """The search's placement of `units` with some whole tables converted to the `types` where the predicted
+    maximum drops by MIN_GAIN each (None when no conversion pays)."""
+    types = check_types(types)
+    if not types or topology.num_devices < 2:
+        return None
+    scorer = _Scorer(cost)
+    cur_units, cur_place = units, dict(placement)
+    cur = scorer.score(cur_units.tables, cur_place)
+    changes: list[str] = []
+    for _ in range(MAX_CHANGES):
+        best: tuple[float, Inventory, dict[str, int], str] | None = None
+        for label, table, kind, devices in _options(cur_units, cur_place, topology, scorer, types):
+            u2, p2 = _convert(cur_units, cur_place, table, kind, devices)
+            tables = list(u2.tables)
+            movable = [parse_unit(t.name).kind in ("table", "column") for t in tables]
+            with torch.no_grad():
+                states = cost.encode(tables)
+            acts = refine_placement(cost, states, [footprint(t, topology) for t in tables],
+                                    [p2[t.name] for t in tables], topology, min_gain=0.0, movable=movable)
+            p2 = {t.name: int(a) for t, a in zip(tables, acts)}
+            if not _fits(u2, p2, topology):
+                continue
+            s = scorer.score(tables, p2)
+            if best is None or s < best[0]:
+                best = (s, u2, p2, label)
+        if best is None or best[0] > (1.0 - MIN_GAIN) * cur:
+            break
+        cur, cur_units, cur_place = best[0], best[1], best[2]
+        changes.append(best[3])
+    if not changes:
+        return None
+    return Typed(units=cur_units, placement=cur_place, predicted_ms=cur, changes=tuple(changes))
