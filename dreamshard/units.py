@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -34,36 +34,35 @@ ROW_TAG = "r"
 REPLICA_TAG = "dp"
 
 
-class ColumnShard(StrictModel):
-    """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
+class _Shard(StrictModel):
+    """[start, end) of one table's columns or rows, placed on one device."""
 
+    _what: ClassVar[str] = "shard"
     start: Annotated[int, Number, Field(ge=0)]
     end: Annotated[int, Number, Field(ge=1)]
     device: Annotated[int, Number, Field(ge=0)]
 
     @model_validator(mode="after")
-    def _check(self) -> ColumnShard:
+    def _check(self) -> _Shard:
         if self.end <= self.start:
-            raise ValueError(f"column shard end {self.end} must be greater than start {self.start}")
+            raise ValueError(f"{self._what} end {self.end} must be greater than start {self.start}")
         return self
+
+
+class ColumnShard(_Shard):
+    """Columns [start, end) of one table, placed on one device (TorchRec's column-wise sharding)."""
+
+    _what: ClassVar[str] = "column shard"
 
     @property
     def width(self) -> int:
         return self.end - self.start
 
 
-class RowShard(StrictModel):
+class RowShard(_Shard):
     """Rows [start, end) of one table, placed on one device (TorchRec's row-wise and table-row-wise sharding)."""
 
-    start: Annotated[int, Number, Field(ge=0)]
-    end: Annotated[int, Number, Field(ge=1)]
-    device: Annotated[int, Number, Field(ge=0)]
-
-    @model_validator(mode="after")
-    def _check(self) -> RowShard:
-        if self.end <= self.start:
-            raise ValueError(f"row shard end {self.end} must be greater than start {self.start}")
-        return self
+    _what: ClassVar[str] = "row shard"
 
     @property
     def rows(self) -> int:

@@ -159,9 +159,10 @@ def plan(
         console.print(f"refinement: {r.tried} proposal(s) measured in {r.seconds:.1f} s ({r.device_timings} device "
                       f"timings, {r.tried / r.seconds if r.seconds else 0:.2f} proposals/s), {r.kept} kept; bottleneck "
                       f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})", markup=False)
-    console.print(device_table(result.plan))
+    inv = load_inventory(inventory)  # memory recomputed and broken down (weights / optimizer / io)
+    console.print(device_table(result.plan, inv))
     if stats:
-        print_stats(explain_uc.stats_of(load_inventory(inventory), result.plan, model))
+        print_stats(explain_uc.stats_of(inv, result.plan, model))
     console.print(f"wrote {out}")
 
 
@@ -186,17 +187,18 @@ def evaluate(
     with console.status(f"measuring {plan_file} on {settings.profile.backend}", spinner="dots") if not as_json else nullcontext():
         result = evaluate_uc.measure(request)
     measured, b = result.plan, result.backend
+    inv = load_inventory(inventory)
     if as_json:
         assert measured.measured is not None
         typer.echo(json.dumps({"plan_id": measured.plan_id, "sharder": measured.sharder,
                                "backend": b.model_dump(mode="json"), "overall_ms": measured.measured.overall_ms,
-                               "per_device": device_rows(measured)}, indent=2))
+                               "per_device": device_rows(measured, inv)}, indent=2))
         return
-    console.print(device_table(measured))
+    console.print(device_table(measured, inv))
     console.print(f"backend {b.name} ({b.operator}, {b.num_threads} thread(s), warm-up {b.warmup}, repeats {b.repeats})"
                   + (" — SIMULATED, not a measurement" if b.is_simulated else ""))
     if stats:
-        print_stats(explain_uc.stats_of(load_inventory(inventory), measured, model))
+        print_stats(explain_uc.stats_of(inv, measured, model))
 
 
 def compare(

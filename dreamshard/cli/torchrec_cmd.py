@@ -59,9 +59,10 @@ def import_cmd(
     check_outputs({"TORCHREC_FILE": torchrec_file, "--inventory": inventory}, {"--out": out})
     doc = read_torchrec_plan(torchrec_file, devices)
     topo = make_topology(doc.world_size, memory_gb, batch_size, doc.device_type)
-    plan = plan_from_document(doc, load_inventory(inventory), topo, sharder)
+    inv = load_inventory(inventory)
+    plan = plan_from_document(doc, inv, topo, sharder)
     save_plan(plan, out)
-    Console().print(device_table(plan))
+    Console().print(device_table(plan, inv))
     typer.echo(f"wrote {out}")
 
 

@@ -20,7 +20,7 @@ import torch
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.learning.estimator import CostEstimator, policy_cost_features
 from dreamshard.memory import MemoryTracker, check_each_table_fits, footprint
-from dreamshard.types import Costs, DeviceCost, Inventory, Table, Topology
+from dreamshard.types import GB, Costs, DeviceCost, Inventory, Table, Topology
 
 
 def single_table_costs(estimator: CostEstimator, states: torch.Tensor) -> np.ndarray:
@@ -72,7 +72,8 @@ class EstimatedMDP:
         mask = np.asarray(self.memory.used, dtype=np.int64) + size <= self.memory.capacity
         if not mask.any():
             t = self.tables[self.t]
-            raise InfeasiblePlacementError(t.name, t.size_gb, self.memory.largest_free_gb(), "sharder dreamshard")
+            raise InfeasiblePlacementError(t.name, self.sizes[self.t] / GB, self.memory.largest_free_gb(),
+                                           "sharder dreamshard")
         return mask
 
     def after_cost_features(self) -> torch.Tensor:

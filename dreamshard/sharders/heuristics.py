@@ -14,13 +14,14 @@ import numpy as np
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.memory import MemoryTracker, check_each_table_fits, footprint
 from dreamshard.sharders.base import TableWiseSharder
-from dreamshard.types import Inventory, Table, Topology
+from dreamshard.types import GB, Inventory, Table, Topology
 
 TableCost = Callable[[Table], float]
 
 
-def _no_room(table: Table, mem: MemoryTracker, name: str) -> InfeasiblePlacementError:
-    return InfeasiblePlacementError(table.name, table.size_gb, mem.largest_free_gb(), f"sharder {name}")
+def _no_room(table: Table, need: int, mem: MemoryTracker, name: str) -> InfeasiblePlacementError:
+    """`table` needs `need` bytes (its footprint: weights, optimizer state, io) and no device has them."""
+    return InfeasiblePlacementError(table.name, need / GB, mem.largest_free_gb(), f"sharder {name}")
 
 
 class RandomSharder(TableWiseSharder):
@@ -43,7 +44,7 @@ class RandomSharder(TableWiseSharder):
             need = footprint(t, topology)
             legal = mem.legal_devices(need)
             if not legal:
-                raise _no_room(t, mem, self.name)
+                raise _no_room(t, need, mem, self.name)
             d = int(rng.choice(legal))
             mem.add(d, need)
             out[t.name] = d
@@ -69,7 +70,7 @@ class RoundRobinSharder(TableWiseSharder):
                 if mem.fits(d, need):
                     break
             else:
-                raise _no_room(t, mem, self.name)
+                raise _no_room(t, need, mem, self.name)
             mem.add(d, need)
             out[t.name] = d
             nxt = (d + 1) % n
@@ -96,7 +97,7 @@ class GreedySharder(TableWiseSharder):
             need = footprint(t, topology)
             legal = mem.legal_devices(need)
             if not legal:
-                raise _no_room(t, mem, self.name)
+                raise _no_room(t, need, mem, self.name)
             d = min(legal, key=lambda i: (load[i], i))
             load[d] += self.cost(t)
             mem.add(d, need)
