@@ -371,6 +371,7 @@ EXTRA_CASES: tuple[tuple[str, str], ...] = (
     ("hostile_store_cases", "cases"),
     ("hostile_input_cases", "cases"),
     ("hostile_small_cases", "cases"),
+    ("hostile_types_cases", "cases"),
 )
 
 

@@ -136,7 +136,9 @@ def check_each_table_fits(inventory: Inventory, topology: Topology) -> None:
     cap = topology.usable_memory_bytes
     for t in inventory.tables:
         if (need := footprint(t, topology)) > cap:
-            raise InfeasiblePlacementError(t.name, need / GB, cap / GB, "larger than one device")
+            reserve = f"; {topology.memory_reserve:.0%} of each device is reserved (--memory-reserve)" \
+                if topology.memory_reserve else ""
+            raise InfeasiblePlacementError(t.name, need / GB, cap / GB, "larger than one device" + reserve)
 
 
 class MemoryTracker:

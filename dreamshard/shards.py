@@ -97,6 +97,14 @@ def replica_table(table: Table, device: int) -> Table:
     return table.model_copy(update={"name": replica_name(table.name, device)})
 
 
+def brief(items: Sequence[object], keep: int = 8) -> str:
+    """`items` as a list for an error line, at most `keep` of them (a hostile file may list 100k shards: the
+    message stays one short line)."""
+    shown = list(items[:keep])
+    more = len(items) - len(shown)
+    return f"{shown}" if not more else f"{str(shown)[:-1]}, ... ({more} more, {len(items)} in all)]"
+
+
 def row_sharding_devices(table: Table, devices: Sequence[int], topology: Topology) -> str:
     """'row_wise' or 'table_row_wise' for row shards on `devices` (in row order); PlanError unless they are every
     device in order, or every device of one host in order (the layouts TorchRec's row-wise kernels run)."""
@@ -107,7 +115,7 @@ def row_sharding_devices(table: Table, devices: Sequence[int], topology: Topolog
     if topology.hosts > 1 and list(devices) == list(range(host * local, (host + 1) * local)):
         return "table_row_wise"
     where = f"devices 0..{n - 1} in order" + (f", or the {local} devices of one host in order" if topology.hosts > 1 else "")
-    raise PlanError(f"row shards of table '{table.name}' are on devices {list(devices)}; row-wise sharding needs "
+    raise PlanError(f"row shards of table '{table.name}' are on devices {brief(list(devices))}; row-wise sharding needs "
                     f"{where}")
 
 
@@ -121,8 +129,8 @@ def check_row_shards(table: Table, shards: Sequence[RowShard], topology: Topolog
         raise PlanError(f"table '{table.name}' has {table.num_embeddings} rows: too few for {len(ordered)} row shards")
     got = [(rs.start, rs.end) for rs in ordered]
     if got != want:
-        raise PlanError(f"row shards of table '{table.name}' are {got}; {len(ordered)} row shards of its "
-                        f"{table.num_embeddings} rows are {want} (ceil(rows / shards) rows each, as TorchRec cuts them)")
+        raise PlanError(f"row shards of table '{table.name}' are {brief(got)}; {len(ordered)} row shards of its "
+                        f"{table.num_embeddings} rows are {brief(want)} (ceil(rows / shards) rows each, as TorchRec cuts them)")
     return kind
 
 

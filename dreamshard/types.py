@@ -249,6 +249,8 @@ class Plan(StrictModel):
                                                                                 self.row_shards),
                              ("data-parallel", self.data_parallel)):
             for table in names:
+                if table in kinds and kinds[table] == label:  # only data_parallel is a list that can repeat
+                    raise ValueError(f"table '{table}' is listed twice in data_parallel")
                 if table in kinds:
                     raise ValueError(f"table '{table}' is both {kinds[table]} and {label}; give it one sharding type")
                 kinds[table] = label

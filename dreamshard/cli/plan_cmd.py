@@ -128,6 +128,8 @@ def plan(
         plan_uc.require_searching(name, "--verify")
     if refine_seconds:
         plan_uc.require_searching(name, "--refine-seconds")
+    if types:
+        plan_uc.require_searching(name, "--types")
     settings = resolve(params, {
         "plan.refine_seconds": refine_seconds, **host_overrides(devices, hosts, devices_per_host),
         "plan.types": [t.strip() for t in types.split(",") if t.strip()] if types is not None else None,

@@ -58,7 +58,7 @@ from dreamshard.errors import ConfigError, InputFileError, PlanError
 from dreamshard.io import atomic_write_text, read_structured, validate_mapping
 from dreamshard.memory import check_plan
 from dreamshard.sharders.base import make_plan
-from dreamshard.shards import check_column_shards, check_row_shards, fold_units
+from dreamshard.shards import brief, check_column_shards, check_row_shards, fold_units
 from dreamshard.types import (
     ColumnShard,
     DeviceType,
@@ -129,7 +129,7 @@ class TableSharding(_Frozen):
             raise ValueError(f"a {kind} table has no row_ranges")
         if kind == "table_wise":
             if len(self.ranks) != 1:
-                raise ValueError(f"a table_wise table has exactly one rank, got {list(self.ranks)}")
+                raise ValueError(f"a table_wise table has exactly one rank, got {brief(self.ranks)}")
             return self
         if kind == "data_parallel":
             if self.compute_kernel != "dense":
@@ -178,7 +178,7 @@ class TableSharding(_Frozen):
         kind = check_row_shards(t, self.row_shards(), topo)
         if kind != self.sharding_type:
             raise PlanError(f"table '{table}' is {self.sharding_type} in the plan, but its row ranges on ranks "
-                            f"{list(self.ranks)} are {kind} ({world_size} ranks, {local} per host)")
+                            f"{brief(self.ranks)} are {kind} ({world_size} ranks, {local} per host)")
 
     def check_shape(self, table: str, rows: int, dim: int, world_size: int, local_world_size: int | None) -> None:
         """`check_columns` and `check_rows` for a table of `rows` x `dim`."""
@@ -217,7 +217,7 @@ class TorchRecPlanFile(_Frozen):
             if spec.compute_kernel not in CPU_KERNELS and self.device_type != "cuda":
                 raise ValueError(f"table '{name}': compute kernel '{spec.compute_kernel}' needs device_type cuda")
             if spec.sharding_type == "data_parallel" and list(spec.ranks) != list(range(self.world_size)):
-                raise ValueError(f"data_parallel table '{name}' is on ranks {list(spec.ranks)}; it lists every rank "
+                raise ValueError(f"data_parallel table '{name}' is on ranks {brief(spec.ranks)}; it lists every rank "
                                  f"0..{self.world_size - 1} in order")
             dim = spec.embedding_dim or max((e for _, e in spec.column_ranges or ()), default=DIM_PLACEHOLDER)
             rows = spec.num_embeddings or max((e for _, e in spec.row_ranges or ()), default=1)

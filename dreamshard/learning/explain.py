@@ -20,7 +20,7 @@ from dreamshard.learning.planning_cost import PlanningCost, cost_factory
 from dreamshard.shards import expand_plan, fold_units
 from dreamshard.sharders.base import make_plan
 from dreamshard.storage import device_memory
-from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology
+from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology, parse_unit
 
 INDEX_BYTES = 8  # int64 indices
 OUTPUT_BYTES = 4  # fp32 pooled outputs
@@ -153,6 +153,17 @@ def parse_changes(moves: Sequence[str], swaps: Sequence[str]) -> tuple[dict[str,
     return out, pairs
 
 
+def _movable(flag: str, unit: str, names: set[str]) -> None:
+    """A row shard or a replica has no device of its own to change: row blocks sit on every device (or every device
+    of one host) in order and a data-parallel table on every device, so moving one would only fold back into the
+    same plan while its prediction said otherwise. PlanError naming it."""
+    kind = "table" if unit in names else parse_unit(unit).kind
+    if kind in ("row", "replica"):
+        what = "a row shard" if kind == "row" else "a data-parallel replica"
+        raise PlanError(f"{flag}: '{unit}' is {what} of table '{parse_unit(unit).table}', which cannot move on its "
+                        f"own; move or swap whole tables or column shards")
+
+
 def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping[str, int],
             swaps: Sequence[tuple[str, str]]) -> WhatIf:
     """`plan` with `moves` ({unit: device}) then `swaps` applied, both predicted by `cost`; the changed plan is a
@@ -160,11 +171,13 @@ def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping
     units, placed = expand_plan(inventory, plan)
     n = plan.topology.num_devices
     new = dict(placed)
+    names = set(inventory.table_names)
     changes: list[str] = []
     for unit, dev in moves.items():
         if unit not in new:
             raise PlanError(f"--move: '{unit}' is not a unit of plan {plan.plan_id} (its tables, or column shards as "
                             f"table@start:end)")
+        _movable("--move", unit, names)
         if not 0 <= dev < n:
             raise PlanError(f"--move {unit}:{dev}: device {dev} is out of range (the plan has {n} devices)")
         changes.append(f"move {unit} {new[unit]}->{dev}")
@@ -173,6 +186,7 @@ def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping
         for u in (a, b):
             if u not in new:
                 raise PlanError(f"--swap: '{u}' is not a unit of plan {plan.plan_id}")
+            _movable("--swap", u, names)
         changes.append(f"swap {a}@{new[a]} <-> {b}@{new[b]}")
         new[a], new[b] = new[b], new[a]
     after = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, new).plan_fields(),

@@ -100,4 +100,4 @@ def run(request: PlanRequest) -> PlanResult:
 def require_searching(name: str, what: str) -> None:
     """`--verify` / `--explain` given for a sharder that does not search: an error naming both."""
     if name != SEARCHING_SHARDER:
-        raise ConfigError(f"{what} needs --sharder {SEARCHING_SHARDER} (it measures the search's candidates), not '{name}'")
+        raise ConfigError(f"{what} needs --sharder {SEARCHING_SHARDER} (it acts on the search's candidates), not '{name}'")
