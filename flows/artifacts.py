@@ -29,9 +29,9 @@ def artifact_key(*parts: str) -> str:
 
 
 def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, ref: Any | None, store_uri: str,
-                           stats_md: str | None = None) -> None:
-    """Per-device costs and memory, the stats report, markdown comparison with the baselines, the decision, the
-    lineage, a link."""
+                           stats_md: str | None = None, inventory: Any | None = None) -> None:
+    """Per-device costs and memory (broken down into weights / optimizer / io with the plan's `inventory`), the
+    stats report, markdown comparison with the baselines, the decision, the lineage, a link."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
     from dreamshard.evaluation import comparison_markdown, device_rows
@@ -39,7 +39,7 @@ def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, re
     inv = plan.inventory_name
     create_table_artifact(
         key=artifact_key("plan-devices", inv),
-        table=device_rows(plan),
+        table=device_rows(plan, inventory),
         description=f"Per-device costs (ms) and memory (GB) of plan {plan.plan_id} ({plan.sharder})",
     )
     if stats_md is not None:

@@ -107,8 +107,9 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     ref = publish_task(store_uri, request.endpoint_url, plan, decision)
     ws.tag(f"{'published' if decision.approved else 'rejected'}/{plan.plan_id}", decision.reason)
     comparison = load_comparison(ws.path(COMPARISON))
-    stats = stats_of(load_inventory(ws.path(INVENTORY)), plan, ws.path(MODEL_DIR))
-    publish_plan_artifacts(plan, comparison, decision, ref, store_uri, stats_markdown(stats))
+    inventory = load_inventory(ws.path(INVENTORY))
+    stats = stats_of(inventory, plan, ws.path(MODEL_DIR))
+    publish_plan_artifacts(plan, comparison, decision, ref, store_uri, stats_markdown(stats), inventory)
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
     return PublishOutcome(
         plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, outcome=decision.outcome,
