@@ -97,3 +97,32 @@ def test_stats_of_a_column_split_plan_names_its_shards() -> None:
     plan = get_sharder("dreamshard").shard(inv, topo)
     stats = plan_stats(inv, plan, planning_cost_for(None, topo))
     assert any("@" in t.unit for t in stats.tables) and stats.basis == "predicted"
+
+
+def test_each_units_reason_is_its_type_its_memory_or_the_what_if_of_moving_it() -> None:
+    """`plan --explain`: a gain reason's delta is exactly what-if's predicted change for that move; row shards and
+    replicas are fixed by their type; a unit no other device has room for is held by memory."""
+    from dreamshard.learning.explain import planning_cost_for, what_if
+    from dreamshard.learning.reasons import placement_reasons
+    from dreamshard.sharders.base import make_plan
+    from dreamshard.types import Inventory, Table, Topology
+    from dreamshard.units import row_shards_for
+
+    inv = Inventory(name="r", tables=(
+        Table(name="big", num_embeddings=400_000, embedding_dim=64, pooling_factor=4.0),  # ~0.1 GB
+        Table(name="rows", num_embeddings=40_000, embedding_dim=32, pooling_factor=8.0),
+        Table(name="hot", num_embeddings=100, embedding_dim=16, pooling_factor=30.0),
+        *(Table(name=f"t{i}", num_embeddings=5_000 * (i + 1), embedding_dim=32, pooling_factor=2.0 + i) for i in range(5)),
+    ))
+    topo = Topology(num_devices=2, memory_per_device_gb=0.1)
+    plan = make_plan(inv, topo, {"big": 0, "t0": 1, "t1": 1, "t2": 0, "t3": 1, "t4": 1}, "hand",
+                     row_shards={"rows": row_shards_for(40_000, [0, 1])}, data_parallel=("hot",))
+    cost = planning_cost_for(None, topo)
+    reasons = {r.unit: r for dev in placement_reasons(inv, plan, cost) for r in dev}
+    assert reasons["rows@r0:20000"].kind == "fixed" and reasons["hot@dp1"].kind == "fixed"
+    assert reasons["big"].kind == "memory"  # 0.1 GB: device 1 has no room left for it
+    assert reasons["t0"].kind == "memory"  # device 0 is full to 0.1 GB: not even a small table fits there
+    gain = reasons["t2"]
+    assert gain.kind == "gain" and gain.alternative == 1
+    moved = what_if(inv, plan, cost, {"t2": 1}, [])
+    assert gain.delta_ms == pytest.approx(moved.after.overall_ms - moved.before.overall_ms, rel=1e-4, abs=1e-4)

@@ -45,6 +45,20 @@ def stats_tables(stats: PlanStats, top: int = 15) -> list[RichTable]:
     return [units, devices]
 
 
+def print_reasons(reasons: list[list[UnitReason]], top: int = 5) -> None:
+    """Per device, why its units are there: fixed by their type, held by memory, then the largest predicted
+    cost of moving them (the `top` of each device; the rest summed up)."""
+    t = RichTable(title="why each unit is on its device (learned cost, members' mean)")
+    for col in ("dev", "unit", "reason"):
+        t.add_column(col, justify="right" if col == "dev" else "left")
+    for d, rs in enumerate(reasons):
+        for r in rs[:top]:
+            t.add_row(str(d), r.unit, r.text)
+        if len(rs) > top:
+            t.add_row(str(d), f"... {len(rs) - top} more", "smaller predicted cost of moving them")
+    console.print(t)
+
+
 def print_stats(stats: PlanStats, top: int = 15) -> None:
     for t in stats_tables(stats, top):
         console.print(t)

@@ -43,7 +43,7 @@ from dreamshard.cli.options import (
     ThreadsOverride,
     WarmupOverride,
 )
-from dreamshard.cli.explain_cmd import print_stats
+from dreamshard.cli.explain_cmd import print_reasons, print_stats
 from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
 from dreamshard.io import load_inventory
 from dreamshard.learning.search import SearchResult
@@ -109,7 +109,7 @@ def plan(
     batch_size: BatchOverride = None,
     device_type: DeviceTypeOverride = None,
     interconnect: InterconnectOverride = None,
-    explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search, and for each device why its units are there (fixed by their sharding type, held by memory, or the predicted cost of moving them).")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print the stats report: each unit's share of its device, the units that set the maximum, imbalance, input/output MB per device (predicted; measured beside where measured).")] = False,
     refine_seconds: Annotated[Optional[float], typer.Option("--refine-seconds", min=0.0, max=86_400.0, help="dreamshard: measured refinement of the kept plan on --backend for this long: moves and swaps off the bottleneck, ranked by predicted gain, each measured on the two devices it changes against the incumbent's; kept only when confirmed beyond the noise (plan.refine_seconds; default 0 = off).")] = None,
     corpus: CorpusOpt = None,
@@ -155,6 +155,7 @@ def plan(
         warn([f"'{name}' does not search (--sharder dreamshard does)"], "--explain ignored")
     if explain and result.search is not None:
         console.print(_search_table(result.search))
+        print_reasons(explain_uc.reasons_of(load_inventory(inventory), result.plan, model))
     if result.plan.verification is not None:
         console.print(_verification_table(result.plan.verification))
     if (r := result.plan.refinement) is not None:

@@ -8,9 +8,15 @@ from pathlib import Path
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
 from dreamshard.learning.explain import PlanStats, WhatIf, parse_changes, plan_stats, planning_cost_for, what_if
+from dreamshard.learning.reasons import UnitReason, placement_reasons
 from dreamshard.settings import model_dir
 from dreamshard.types import Costs, Inventory, Plan
 from dreamshard.usecases.base import Request, Result
+
+
+def reasons_of(inventory: Inventory, plan: Plan, model: Path | None) -> list[list[UnitReason]]:
+    """Per device, why each unit is there (`plan --explain`), under the same learned cost as the stats."""
+    return placement_reasons(inventory, plan, planning_cost_for(model_dir(model), plan.topology))
 
 
 def stats_of(inventory: Inventory, plan: Plan, model: Path | None) -> PlanStats:
