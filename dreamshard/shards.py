@@ -226,19 +226,6 @@ def fold_units(inventory: Inventory, unit_placement: Mapping[str, int]) -> Folde
                   {t: tuple(sorted(v, key=lambda rs: rs.start)) for t, v in rows.items()}, tuple(replicated))
 
 
-def fold(
-    inventory: Inventory, unit_placement: Mapping[str, int]
-) -> tuple[dict[str, int], dict[str, tuple[ColumnShard, ...]]]:
-    """`fold_units` for placements of whole tables and column shards only (PlanError on row shards or replicas:
-    a caller that may meet them uses `fold_units`)."""
-    folded = fold_units(inventory, unit_placement)
-    if folded.row_shards or folded.data_parallel:
-        kind = next(iter(folded.row_shards), None) or folded.data_parallel[0]
-        raise PlanError(f"table '{kind}' is row-sharded or data-parallel here, where only whole tables and column "
-                        f"shards are expected")
-    return folded.placement, folded.column_shards
-
-
 def split_inventory(inventory: Inventory, splits: Mapping[str, int]) -> Inventory:
     """The units of `inventory` when table t is cut into `splits[t]` equal column shards (others stay whole)."""
     if not splits:

@@ -92,6 +92,12 @@ class UnitRef:
     end: int = 0
     device: int = -1
 
+    @property
+    def movable(self) -> bool:
+        """Whole tables and column shards can go to any device; row shards and replicas sit where their sharding
+        type puts them (block i on device i, a replica on every device)."""
+        return self.kind in ("table", "column")
+
 
 def _range(text: str) -> tuple[int, int] | None:
     start, colon, end = text.partition(":")
@@ -111,6 +117,11 @@ def parse_unit(unit: str) -> UnitRef:
         if (r := _range(rest)) is not None:
             return UnitRef(table, "column", *r)
     return UnitRef(unit, "table")
+
+
+def movable(unit: str) -> bool:
+    """Whether the unit named `unit` may change device (`UnitRef.movable`)."""
+    return parse_unit(unit).movable
 
 
 def parse_shard_name(unit: str) -> tuple[str, int, int] | None:

@@ -30,8 +30,9 @@ class SumBackend(ComputeBackend):
         v = float(sum(t.pooling_factor for t in tables))
         return DeviceTiming((v,) * repeats, (0.0,) * repeats)
 
-    def comm_model(self, world_size: int) -> CommModel:
-        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size)
+    def comm_model(self, world_size: int, collective: str = "all_to_all") -> CommModel:  # as the simulator's
+        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size,
+                         collective=collective)  # type: ignore[arg-type]
 
 
 def inventory() -> Inventory:

@@ -14,7 +14,7 @@ from dmp_support import DmpResult, DmpSettings, expected_holders, run_dmp
 
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile, plan_from_document, torchrec_document
 from dreamshard.sharders import get_sharder, make_plan
-from dreamshard.shards import fold
+from dreamshard.shards import fold_units
 from dreamshard.types import ColumnShard, Inventory, Table, Topology, shard_name
 from dreamshard.units import row_shards_for
 
@@ -73,8 +73,9 @@ def test_dmp_trains_column_shards_and_they_round_trip() -> None:
         for rank, boxes in by_rank.items()
         for (_, _, c0, c1) in boxes
     }
-    placement, column_shards = fold(INV, units)
-    assert placement == plan.placement and column_shards == plan.column_shards
+    folded = fold_units(INV, units)
+    assert folded.placement == plan.placement and folded.column_shards == plan.column_shards
+    assert not folded.row_shards and not folded.data_parallel
     again = plan_from_document(fused, INV, TOPO)
     assert (again.placement, again.column_shards) == (plan.placement, plan.column_shards)
 

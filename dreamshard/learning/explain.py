@@ -157,10 +157,10 @@ def _movable(flag: str, unit: str, names: set[str]) -> None:
     """A row shard or a replica has no device of its own to change: row blocks sit on every device (or every device
     of one host) in order and a data-parallel table on every device, so moving one would only fold back into the
     same plan while its prediction said otherwise. PlanError naming it."""
-    kind = "table" if unit in names else parse_unit(unit).kind
-    if kind in ("row", "replica"):
-        what = "a row shard" if kind == "row" else "a data-parallel replica"
-        raise PlanError(f"{flag}: '{unit}' is {what} of table '{parse_unit(unit).table}', which cannot move on its "
+    ref = parse_unit(unit)
+    if unit not in names and not ref.movable:
+        what = "a row shard" if ref.kind == "row" else "a data-parallel replica"
+        raise PlanError(f"{flag}: '{unit}' is {what} of table '{ref.table}', which cannot move on its "
                         f"own; move or swap whole tables or column shards")
 
 

@@ -27,7 +27,7 @@ from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders.base import make_plan
 from dreamshard.memory import footprint
 from dreamshard.shards import expand_plan, fold_units
-from dreamshard.units import parse_unit
+from dreamshard.units import movable
 from dreamshard.types import Inventory, Plan, RefineStep, RefineTrace, Table, Topology
 
 #: proposals ranked per bottleneck before measuring (the best untried one is measured next)
@@ -46,11 +46,6 @@ def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], device
 
 
 Proposal = tuple[float, str, int, dict[str, int]]  # (predicted overall, label, other device, change)
-
-
-def movable(unit: str) -> bool:
-    """Whole tables and column shards move; row shards and replicas sit where their sharding type puts them."""
-    return parse_unit(unit).kind in ("table", "column")
 
 
 def _proposals(current: dict[str, int], dev_ms: list[float], need: dict[str, int], cap: int,

@@ -54,7 +54,7 @@ def placement_reasons(inventory: Inventory, plan: Plan, cost: PlanningCost) -> l
         for i, t in enumerate(tables):
             d = placed[t.name]
             ref = parse_unit(t.name)
-            if ref.kind in ("row", "replica"):
+            if not ref.movable:
                 what = "a row block" if ref.kind == "row" else "a data-parallel replica"
                 out[d].append(UnitReason(unit=t.name, device=d, kind="fixed",
                                          text=f"{what} of '{ref.table}': its sharding type puts it on device {d}"))

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from dreamshard.learning.estimator import device_states
+from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.refine import refine_placement
 from dreamshard.memory import footprint
 from dreamshard.shards import replica_table, row_shard_table
 from dreamshard.types import Inventory, Table, Topology
-from dreamshard.units import parse_unit, row_blocks
+from dreamshard.units import movable, parse_unit, row_blocks
 
 #: Sharding types the search can add to table-wise and column-wise.
 CHOOSABLE_TYPES = ("row_wise", "table_row_wise", "data_parallel")
@@ -58,19 +59,10 @@ def check_types(types: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(types))
 
 
-class _Scorer:
-    def __init__(self, cost: PlanningCost) -> None:
-        self.cost = cost
-        self.n = cost.topology.num_devices
-
-    def score(self, units: Sequence[Table], placement: dict[str, int]) -> float:
-        with torch.no_grad():
-            states = device_states(self.cost.encode(list(units)), [placement[t.name] for t in units], self.n)
-            return float(self.cost.overall(states))
-
-    def single(self, tables: Sequence[Table]) -> list[float]:
-        with torch.no_grad():
-            return self.cost.device_costs(self.cost.encode(list(tables))).sum(-1).tolist()
+def _score(cost: PlanningCost, units: Inventory, placement: dict[str, int]) -> float:
+    """The search objective: the pessimistic predicted maximum."""
+    with torch.no_grad():
+        return float(cost.overall(cost.placement_states(list(units.tables), placement)))
 
 
 def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: str,
@@ -86,12 +78,13 @@ def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: st
     return Inventory(name=units.name, tables=(*out, *new)), place
 
 
-def _options(units: Inventory, placement: dict[str, int], topology: Topology, scorer: _Scorer,
+def _options(units: Inventory, placement: dict[str, int], topology: Topology, cost: PlanningCost,
              types: Sequence[str]) -> list[tuple[str, Table, str, list[int]]]:
     whole = [t for t in units.tables if parse_unit(t.name).kind == "table"]
     if not whole:
         return []
-    single = dict(zip((t.name for t in whole), scorer.single(whole)))
+    with torch.no_grad():
+        single = dict(zip((t.name for t in whole), single_table_costs(cost, cost.encode(whole)).tolist()))
     n, local = topology.num_devices, topology.local_world_size
     out: list[tuple[str, Table, str, list[int]]] = []
     big = sorted((t for t in whole if t.num_embeddings >= n), key=lambda t: (-single[t.name], t.name))
@@ -111,10 +104,11 @@ def _options(units: Inventory, placement: dict[str, int], topology: Topology, sc
     return out
 
 
-def _fits(units: Inventory, placement: dict[str, int], topology: Topology) -> bool:
+def _fits(sizes: Sequence[int], devices: Sequence[int], topology: Topology) -> bool:
+    """Every device within its usable memory with units of `sizes` bytes on `devices`."""
     used = [0] * topology.num_devices
-    for u in units.tables:
-        used[placement[u.name]] += footprint(u, topology)
+    for b, d in zip(sizes, devices):
+        used[d] += b
     return max(used) <= topology.usable_memory_bytes
 
 
@@ -125,24 +119,24 @@ def choose_types(units: Inventory, placement: dict[str, int], topology: Topology
     types = check_types(types)
     if not types or topology.num_devices < 2:
         return None
-    scorer = _Scorer(cost)
     cur_units, cur_place = units, dict(placement)
-    cur = scorer.score(cur_units.tables, cur_place)
+    cur = _score(cost, cur_units, cur_place)
     changes: list[str] = []
     for _ in range(MAX_CHANGES):
         best: tuple[float, Inventory, dict[str, int], str] | None = None
-        for label, table, kind, devices in _options(cur_units, cur_place, topology, scorer, types):
+        for label, table, kind, devices in _options(cur_units, cur_place, topology, cost, types):
             u2, p2 = _convert(cur_units, cur_place, table, kind, devices)
             tables = list(u2.tables)
-            movable = [parse_unit(t.name).kind in ("table", "column") for t in tables]
             with torch.no_grad():
                 states = cost.encode(tables)
-            acts = refine_placement(cost, states, [footprint(t, topology) for t in tables],
-                                    [p2[t.name] for t in tables], topology, min_gain=0.0, movable=movable)
-            p2 = {t.name: int(a) for t, a in zip(tables, acts)}
-            if not _fits(u2, p2, topology):
+            sizes = [footprint(t, topology) for t in tables]
+            acts = refine_placement(cost, states, sizes, [p2[t.name] for t in tables], topology, min_gain=0.0,
+                                    movable=[movable(t.name) for t in tables])
+            if not _fits(sizes, acts, topology):
                 continue
-            s = scorer.score(tables, p2)
+            p2 = {t.name: int(a) for t, a in zip(tables, acts)}
+            with torch.no_grad():  # the units are encoded above: their device states, not a second encoding
+                s = float(cost.overall(device_states(states, acts, topology.num_devices)))
             if best is None or s < best[0]:
                 best = (s, u2, p2, label)
         if best is None or best[0] > (1.0 - MIN_GAIN) * cur:

@@ -62,8 +62,8 @@ class Oracle:
         self.num_threads = num_threads
         self.row_cap = row_cap
         self.comm_backend = comm_backend
-        self._comm: dict[int, CommModel] = dict(comm_models or {})
-        self._collectives: dict[tuple[int, str], CommModel] = {}
+        # fitted (or pinned) models by (world size, collective)
+        self._comm: dict[tuple[int, str], CommModel] = {(n, m.collective): m for n, m in (comm_models or {}).items()}
         self._batch_size = DEFAULT_BATCH_SIZE
         self.seed = seed
         #: device timings reused and recorded here when set (the profile stage and the training loop only)
@@ -98,35 +98,22 @@ class Oracle:
 
     def comm_model(self, topology: Topology, refit: bool = False) -> CommModel:
         """The alpha-beta all-to-all model for ``topology.num_devices`` (fitted once, cached)."""
-        n = topology.num_devices
-        if topology.interconnect != "measured":
-            return comm_mod.profile_model(topology.interconnect, n)
-        if not refit and n in self._comm:
-            return self._comm[n]
-        sim = getattr(self.backend, "comm_model", None)
-        if self.backend.is_simulated and callable(sim):
-            model = sim(n)
-        else:
-            model = comm_mod.comm_model_for(n, self.comm_backend, refit=refit)
-        self._comm[n] = model
-        return model
+        return self.collective_model(topology, "all_to_all", refit)
 
-    def collective_model(self, topology: Topology, collective: Collective) -> CommModel:
-        """The alpha-beta model of `collective` (reduce-scatter of row-wise partial sums, all-reduce of data-parallel
-        gradients; all-to-all: `comm_model`) for `topology.num_devices`, fitted once and cached."""
-        if collective == "all_to_all":
-            return self.comm_model(topology)
+    def collective_model(self, topology: Topology, collective: Collective, refit: bool = False) -> CommModel:
+        """The alpha-beta model of `collective` (all-to-all of pooled outputs, reduce-scatter of row-wise partial
+        sums, all-reduce of data-parallel gradients) for ``topology.num_devices``, fitted once and cached."""
         n = topology.num_devices
         if topology.interconnect != "measured":
             return comm_mod.profile_model(topology.interconnect, n, collective)
         key = (n, collective)
-        if key not in self._collectives:
+        if refit or key not in self._comm:
             sim = getattr(self.backend, "comm_model", None)
             if self.backend.is_simulated and callable(sim):
-                self._collectives[key] = sim(n, collective)
+                self._comm[key] = sim(n, collective)
             else:
-                self._collectives[key] = comm_mod.comm_model_for(n, self.comm_backend, collective=collective)
-        return self._collectives[key]
+                self._comm[key] = comm_mod.comm_model_for(n, self.comm_backend, refit=refit, collective=collective)
+        return self._comm[key]
 
     def _device_cost(self, tables: list[Table], topology: Topology, comm: CommModel,
                      fingerprint: str) -> tuple[DeviceCost, float]:
@@ -163,8 +150,8 @@ class Oracle:
         return cost, relative_iqr([f + b + out_ms + grad_ms for f, b in zip(fwd, bwd)])
 
     def set_comm_model(self, world_size: int, model: CommModel) -> None:
-        """Pin the comm model used for ``world_size`` devices (e.g. one fitted elsewhere)."""
-        self._comm[world_size] = model
+        """Pin the comm model used for ``world_size`` devices (e.g. one fitted elsewhere) for its collective."""
+        self._comm[(world_size, model.collective)] = model
 
     # ------------------------------------------------------------------------------------ measuring
 
