@@ -209,3 +209,48 @@ def test_compare_reuses_only_the_lower_bounds_singles_and_the_gate_measures_no_l
     measured = sum(timed_ops(r.plan) for r in cmp.results) * 2
     assert gate_oracle.backend.calls == measured and not cmp.has_lower_bound  # type: ignore[attr-defined]
     assert "LB not measured" in comparison_markdown(cmp) and "| - |" in comparison_markdown(cmp)
+
+
+def test_workers_send_their_timings_back_and_the_next_version_measures_only_what_changed(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """Worker-dispatched profiling grows the corpus too: each batch's shard carries the timings its worker made
+    (keyed by the worker's hardware, which is not the dispatcher's), the dispatcher adds them to the corpus, and the
+    next version's profile stage limits its tasks by what the workers already measured."""
+    from dreamshard.profiling import corpus as corpus_mod
+    from dreamshard.profiling.batches import write_spec
+    from dreamshard.profiling.corpus import WORKERS_WRITER
+    from dreamshard.store import open_store
+
+    def fake_workers(store, store_uri, endpoint, specs, settings, **_kw):  # what the `gpu` pool's workers do
+        with pytest.MonkeyPatch.context() as mp:  # another machine
+            mp.setattr(corpus_mod, "hardware_id", lambda _device: "gpu-host | H200")
+            for s in specs:  # the dispatcher writes each spec, a worker measures it into its shard
+                write_spec(store, s)
+            return {s.batch_id: profile_uc.measure_stored_batch(open_store(store_uri), s.spec_key) for s in specs}
+
+    monkeypatch.setattr(profile_uc, "dispatcher", lambda _name: fake_workers)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+
+    def stage(inv: Inventory, tag: str) -> profile_uc.BatchedProfileResult:
+        save_inventory(inv, tmp_path / f"{tag}.yaml")
+        assert invoke(["tasks", "-i", str(tmp_path / f"{tag}.yaml"), "--params", str(tmp_path / "params.yaml"),
+                       "-o", str(tmp_path / f"{tag}-tasks.json")])[0] == 0
+        return profile_uc.run_batched(profile_uc.BatchedProfileRequest(
+            settings=resolve(tmp_path / "params.yaml"), inventory=tmp_path / f"{tag}.yaml",
+            tasks=tmp_path / f"{tag}-tasks.json", out=tmp_path / f"{tag}.jsonl", corpus=tmp_path / "corpus",
+            dispatch="workers", store_uri=str(tmp_path / "store")), log=lambda _m: None)
+
+    v1 = synth_inventory(40, 0, name="pool")
+    stage(v1, "v1")
+    sent = [json.loads(x) for x in (tmp_path / "corpus" / f"{WORKERS_WRITER}.jsonl").read_text().splitlines()]
+    assert len(sent) > 50 and {e["hardware"] for e in sent} == {"gpu-host | H200"}
+    assert all(e["info"]["name"] == "simulator" and e["seed"] == 0 for e in sent)
+    assert DeviceCorpus(tmp_path / "corpus", "x").worker_backend["simulator"][0] == "gpu-host | H200"
+    stage(changed(v1), "v2")
+    v1_tasks = {m.task for m in load_measurements(tmp_path / "v1.jsonl") if m.task}
+    v2_tasks = {m.task for m in load_measurements(tmp_path / "v2.jsonl") if m.task}
+    assert len(v2_tasks) <= 2 + 1 < len(v1_tasks)  # incremental_tasks (2) of the touched ones (+ untouched: none new)
+    # a dispatcher that meets no worker timings for the backend measures every task (a first run on that pool)
+    (tmp_path / "corpus" / f"{WORKERS_WRITER}.jsonl").unlink()
+    stage(changed(v1), "v2c")
+    assert {m.task for m in load_measurements(tmp_path / "v2c.jsonl") if m.task} == v1_tasks

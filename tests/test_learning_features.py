@@ -1,4 +1,5 @@
-"""Table features: 25 numbers per table (21 of the paper + 4 linear), fixed normalisation, independent of the task's other tables."""
+"""Table features: 26 numbers per table (21 of the paper, the batch size, 4 linear), fixed normalisation, independent
+of the task's other tables."""
 
 from __future__ import annotations
 
@@ -16,20 +17,32 @@ def test_shape_and_finite_over_extreme_tables():
         Table(name="huge", num_embeddings=2_000_000_000, embedding_dim=1024, pooling_factor=5000.0),
     ]
     f = tables_features(tables)
-    assert f.shape == (2, NUM_FEATURES) == (2, 25)
+    assert f.shape == (2, NUM_FEATURES) == (2, 26)
     assert np.isfinite(f).all()
     assert (f[1, :4] > f[0, :4]).all()  # monotone in dim, rows, pooling, size
+    assert (f[:, 4] == f[0, 4]).all()  # one batch size for all
 
 
 def test_missing_histogram_defaults_to_no_reuse():
     t = Table(name="a", num_embeddings=100, embedding_dim=16, pooling_factor=2.0)
-    assert tuple(table_features(t)[4:21]) == DEFAULT_HISTOGRAM
+    assert tuple(table_features(t)[5:22]) == DEFAULT_HISTOGRAM
     # linear: lookups, width, working set (2 x 2048 lookups, each row touched once: 4096 rows x 64 B), fp16 flag
-    assert np.allclose(table_features(t)[21:], (16 * 2.0 / 1000.0, 16 / 100.0, 100 * 16 * 4 / 2**20, 0.0))
-    assert table_features(t.model_copy(update={"dtype": "fp16"}))[24] == 1.0
+    assert np.allclose(table_features(t)[22:], (16 * 2.0 / 1000.0, 16 / 100.0, 100 * 16 * 4 / 2**20, 0.0))
+    assert table_features(t.model_copy(update={"dtype": "fp16"}))[25] == 1.0
     h = (0.5, 0.5) + (0.0,) * 15
     t2 = t.model_copy(update={"access_histogram": h})
-    assert np.allclose(table_features(t2)[4:21], h)
+    assert np.allclose(table_features(t2)[5:22], h)
+
+
+def test_batch_size_scales_the_per_batch_volumes():
+    t = Table(name="a", num_embeddings=10**6, embedding_dim=32, pooling_factor=3.0)
+    ref, half = table_features(t, 2048), table_features(t, 1024)
+    assert half[4] < ref[4]  # the batch feature is monotone
+    assert np.allclose(half[22:24], ref[22:24] / 2)  # lookups and output width per batch
+    assert np.isclose(half[24], ref[24] / 2)  # 6144 vs 3072 unique rows of 10^6: the working set halves
+    assert np.array_equal(half[:4], ref[:4]) and np.array_equal(half[5:22], ref[5:22])
+    per_table = tables_features([t, t], [2048, 1024])
+    assert np.array_equal(per_table[0], ref) and np.array_equal(per_table[1], half)
 
 
 def test_features_do_not_depend_on_task_composition():

@@ -125,7 +125,7 @@ def test_masking_never_yields_an_illegal_device():
         logp, ent = episode_log_probs(policy, ep)
         assert torch.isfinite(logp).all() and (ent >= -1e-6).all()
         # recompute step 0 directly: probability mass lives on legal devices only
-        z = policy.encode(mdp.tables)
+        z = policy.encode(mdp.tables, mdp.batch_size)
         lp0 = masked_log_softmax(policy.logits(z[0].expand(d, -1), ep.cost_feats[0]), torch.from_numpy(ep.masks[0]))
         assert torch.allclose(lp0.exp()[torch.from_numpy(~ep.masks[0])], torch.tensor(0.0))
         assert torch.allclose(lp0[ep.actions[0]], logp[0], atol=1e-5)

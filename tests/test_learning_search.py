@@ -102,17 +102,17 @@ def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
 
 
 def test_cli_plan_for_cuda_with_the_cpu_trained_model_warns_about_the_device_and_the_batch(tmp_path):
-    """The packaged model learned from cpu measurements at batch 2048 (its card predates recorded device types:
-    its backend says cpu): `plan --device-type cuda` and another batch size warn, and the plan records both."""
+    """The packaged model learned from cpu measurements at batch sizes 519..16128: `plan --device-type cuda` and a
+    batch size outside that span warn, and the plan records both; inside it nothing is said."""
     inv = save_inventory(synth_inventory(12, seed=26, name="gpu"), tmp_path / "inv.yaml")
     base = ["plan", "-i", str(inv), "-d", "4", "-m", "16", "-s", "dreamshard_lpt", "--model", str(PACKAGED_DIR)]
-    code, _, err = invoke([*base, "--device-type", "cuda", "--batch-size", "8192", "-o", str(tmp_path / "g.json")])
+    code, _, err = invoke([*base, "--device-type", "cuda", "--batch-size", "65536", "-o", str(tmp_path / "g.json")])
     assert code == 0, err
     device = "device_type cuda: the model learned from cpu measurements"
-    batch = "batch size 8192, outside the trained range 2048..2048"
+    batch = "batch size 65536, outside the trained range 519..16128"
     assert set(load_plan(tmp_path / "g.json").out_of_range) >= {device, batch}
     assert f"warning: outside the model's training ranges: {device}" in err and batch in err
-    code, _, err = invoke([*base, "--device-type", "cpu", "--batch-size", "2048", "-o", str(tmp_path / "c.json")])
+    code, _, err = invoke([*base, "--device-type", "cpu", "--batch-size", "8192", "-o", str(tmp_path / "c.json")])
     assert code == 0 and "device_type" not in err and "batch size" not in err
     assert not any(x.startswith(("device_type", "batch size")) for x in load_plan(tmp_path / "c.json").out_of_range)
 

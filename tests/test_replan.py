@@ -24,7 +24,7 @@ PARAMS = {
     "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},  # the packaged model's batch size
     "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
     "plan": {"num_devices": 2, "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
-             "verify": 4, "verify_rounds": 1, "samples": 0},
+             "verify": 8, "verify_rounds": 1, "samples": 0},
     "evaluate": {"sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
                               "torchrec"], "rounds": 5},
     "publish": {"store_uri": "store", "allow_simulated": True},

@@ -194,7 +194,7 @@ def test_types_are_validated_and_refinement_keeps_fixed_units_in_place() -> None
     topo = Topology(num_devices=4, memory_per_device_gb=4.0, interconnect="fast")
     cost = sharder.planning_cost(topo)
     placement = {t.name: i % 4 for i, t in enumerate(HOT.tables)}
-    assert choose_types(HOT, placement, topo, cost, ()) is None
+    assert choose_types(HOT, HOT, placement, topo, cost, ()) is None
     tables = list(HOT.tables)
     crowded = [0] * len(tables)  # everything on device 0; only the t* tables may move
     movable = [t.name.startswith("t") for t in tables]

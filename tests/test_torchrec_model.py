@@ -23,7 +23,7 @@ from dreamshard.integrations.torchrec_model import (
     module_inventory,
     rescaled_histogram,
 )
-from dreamshard.learning.features import table_features
+from dreamshard.learning.features import FEATURE_NAMES, table_features
 from dreamshard.profiling.comm import device_comm_bytes
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
 from dreamshard.profiling.fbgemm_backend import FbgemmBackend
@@ -220,7 +220,8 @@ def test_a_shared_table_costs_k_outputs_in_comm() -> None:
     oracle.set_comm_model(2, comm)
     c1, c2 = (oracle.measure(Inventory(name="x", tables=(t,)), {"item_id": 0}, topo, kind="single").costs.per_device[0] for t in (one, two))
     assert c2.fwd_comm == pytest.approx(2 * c1.fwd_comm) and c1.fwd_comm == pytest.approx(1000 * 16 * 4 / 2 / 1e6)
-    assert table_features(two)[5 + 17] == pytest.approx(2 * table_features(one)[5 + 17])  # output width feature
+    w = FEATURE_NAMES.index("dim_linear")  # the output width feature
+    assert table_features(two)[w] == pytest.approx(2 * table_features(one)[w])
     singles = {t.name: oracle.measure(Inventory(name="x", tables=(t,)), {t.name: 0}, topo, kind="single") for t in (two,)}
     assert lower_bound(Inventory(name="x", tables=(two,)), singles, topo).comm_ms == pytest.approx(2 * comm.cost_ms(1000 * 32 * 4 / 2 / 2))
 

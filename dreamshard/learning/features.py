@@ -1,6 +1,13 @@
-"""The table features: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins)
-plus 4 LINEAR-scale ones (lookup volume dim x pooling / 1000, output width dim x features / 100, the per-batch working
-set in MB at the reference batch, and a half-precision flag).
+"""The table features: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins), the batch
+size the table is looked up at, and 4 LINEAR-scale ones (lookup volume dim x pooling x batch / reference batch /
+1000, output width dim x features x batch / reference batch / 100, the per-batch working set in MB, and a
+half-precision flag).
+
+Batch size is an input (spec 4): one model plans every batch size it was trained over (the model card records
+the span; planning outside it warns). The linear volumes are per batch, so summed over a device they stay the
+quantities fused cost grows with at any batch; the log batch feature lets the heads learn what does not scale
+linearly (per-bag overheads, cache effects). A data-parallel replica is a table looked up at its share of the
+batch (dreamshard.learning.planning_cost), which is what it runs.
 
 Why the two linear features: a device's representation is the SUM of its tables' latents, and fused
 costs on a device grow roughly with the summed lookup volume (compute) and summed output width (the
@@ -32,45 +39,54 @@ import numpy as np
 from dreamshard.types import NUM_REUSE_BINS, Table
 
 #: Bump when the feature definition or scaling changes: models trained on another spec are rejected.
-FEATURE_SPEC_VERSION = "3"
+FEATURE_SPEC_VERSION = "4"
 NUM_LINEAR_FEATURES = 4
 #: batch size the access histograms (and so the working-set feature) refer to
 REFERENCE_BATCH = 2048
-NUM_FEATURES = 4 + NUM_REUSE_BINS + NUM_LINEAR_FEATURES
-FEATURE_NAMES: tuple[str, ...] = ("dim", "rows", "pooling_factor", "size") + tuple(
+NUM_LOG_FEATURES = 5
+NUM_FEATURES = NUM_LOG_FEATURES + NUM_REUSE_BINS + NUM_LINEAR_FEATURES
+FEATURE_NAMES: tuple[str, ...] = ("dim", "rows", "pooling_factor", "size", "batch_size") + tuple(
     f"reuse_bin_{i}" for i in range(NUM_REUSE_BINS)
 ) + ("lookups_linear", "dim_linear", "working_set_mb", "half_precision")
 
 # (center, scale) applied after log1p. Chosen to map typical recommender ranges to about [-1, 1]:
-# dim 4..1024, rows 10..1e9, pooling 0..1000, size 1e2..1e11. Values outside stay finite and monotone.
+# dim 4..1024, rows 10..1e9, pooling 0..1000, size 1e2..1e11, batch 256..65536. Values outside stay finite and
+# monotone.
 _LOG_AFFINE: tuple[tuple[float, float], ...] = (
     (math.log1p(64.0), 2.0),  # dim
     (math.log1p(1e5), 7.0),  # rows
     (math.log1p(10.0), 2.5),  # pooling factor
     (math.log1p(1e6), 9.0),  # size = rows x dim
+    (math.log1p(float(REFERENCE_BATCH)), 3.0),  # batch size
 )
 
 DEFAULT_HISTOGRAM: tuple[float, ...] = (1.0,) + (0.0,) * (NUM_REUSE_BINS - 1)
 
 
-def table_features(table: Table) -> np.ndarray:
-    """The NUM_FEATURES normalised features of one table (float32): [0:4] log-affine dim, rows, pooling,
-    size; [4:21] reuse histogram; [21:25] linear lookup volume, output width, working set (MB), fp16 flag."""
+def table_features(table: Table, batch_size: float = REFERENCE_BATCH) -> np.ndarray:
+    """The NUM_FEATURES normalised features of one table looked up at `batch_size` samples (float32): [0:5]
+    log-affine dim, rows, pooling, size, batch; [5:22] reuse histogram; [22:26] linear lookup volume and output
+    width per batch, working set (MB), fp16 flag."""
+    if not batch_size > 0:
+        raise ValueError(f"batch size must be positive, got {batch_size}")
     raw = (
         float(table.embedding_dim),
         float(table.num_embeddings),
         float(table.pooling_factor),
         float(table.num_embeddings) * float(table.embedding_dim),
+        float(batch_size),
     )
     out = np.empty(NUM_FEATURES, dtype=np.float32)
     for i, (x, (c, s)) in enumerate(zip(raw, _LOG_AFFINE, strict=True)):
         out[i] = (math.log1p(x) - c) / s
     hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
-    out[4 : 4 + NUM_REUSE_BINS] = np.asarray(hist, dtype=np.float32)
-    out[4 + NUM_REUSE_BINS] = float(table.embedding_dim) * float(table.pooling_factor) / 1000.0
-    out[5 + NUM_REUSE_BINS] = float(table.output_dim) / 100.0  # dim x features: a shared table's outputs
-    out[6 + NUM_REUSE_BINS] = unique_rows(table) * table.embedding_dim * table.bytes_per_element / 2**20
-    out[7 + NUM_REUSE_BINS] = 1.0 if table.dtype == "fp16" else 0.0
+    b = NUM_LOG_FEATURES + NUM_REUSE_BINS
+    scale = float(batch_size) / REFERENCE_BATCH
+    out[NUM_LOG_FEATURES:b] = np.asarray(hist, dtype=np.float32)
+    out[b] = float(table.embedding_dim) * float(table.pooling_factor) * scale / 1000.0
+    out[b + 1] = float(table.output_dim) * scale / 100.0  # dim x features: a shared table's outputs
+    out[b + 2] = unique_rows(table, batch_size) * table.embedding_dim * table.bytes_per_element / 2**20
+    out[b + 3] = 1.0 if table.dtype == "fp16" else 0.0
     return out
 
 
@@ -85,15 +101,19 @@ def mean_accesses_per_row(hist: Sequence[float]) -> float:
     return max(1.0, acc)
 
 
-def unique_rows(table: Table, batch_size: int = REFERENCE_BATCH) -> float:
+def unique_rows(table: Table, batch_size: float = REFERENCE_BATCH) -> float:
     """Expected unique rows one batch touches (never more than the table's rows)."""
     lookups = float(table.pooling_factor) * batch_size
     hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
     return min(float(table.num_embeddings), lookups / mean_accesses_per_row(hist))
 
 
-def tables_features(tables: Sequence[Table]) -> np.ndarray:
-    """Feature matrix (N, NUM_FEATURES) of a sequence of tables, row i for tables[i]."""
+def tables_features(tables: Sequence[Table], batch_size: float | Sequence[float] = REFERENCE_BATCH) -> np.ndarray:
+    """Feature matrix (N, NUM_FEATURES) of a sequence of tables, row i for tables[i] at `batch_size` (one for all,
+    or one per table)."""
     if not tables:
         return np.zeros((0, NUM_FEATURES), dtype=np.float32)
-    return np.stack([table_features(t) for t in tables])
+    batches = [float(batch_size)] * len(tables) if isinstance(batch_size, (int, float)) else [float(b) for b in batch_size]
+    if len(batches) != len(tables):
+        raise ValueError(f"{len(batches)} batch sizes for {len(tables)} tables")
+    return np.stack([table_features(t, b) for t, b in zip(tables, batches, strict=True)])

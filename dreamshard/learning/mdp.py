@@ -49,6 +49,10 @@ class EstimatedMDP:
         self.reset()
 
     @property
+    def batch_size(self) -> int:
+        return self.topology.batch_size
+
+    @property
     def num_steps(self) -> int:
         return len(self.tables)
 

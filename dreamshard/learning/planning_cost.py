@@ -18,8 +18,8 @@ ensemble's learned comm heads are used, with the same pessimism.
 Units of every sharding type (dreamshard.units) are costed as they run: whole tables and column shards send
 their pooled outputs by all-to-all (forward and backward); row shards reduce-scatter their partial sums forward
 and all-gather the gradients back (costed as the reduce-scatter); a data-parallel replica sends nothing forward
-and all-reduces its gradient (rows x dim) backward, and its compute is predicted for its share of the batch (the
-replica's lookups per sample / devices at the global batch: the same lookups). Reduce-scatter and all-reduce use
+and all-reduces its gradient (rows x dim) backward, and its compute is predicted at its share of the batch (batch
+size is a feature: dreamshard.learning.features). Reduce-scatter and all-reduce use
 the fitted models of those collectives (dreamshard.profiling.comm, cached per world size), loaded only when a
 placement has such units.
 
@@ -84,12 +84,10 @@ class PlanningCost:
     # -- CostEstimator ---------------------------------------------------------------------------------
     def encode(self, tables: Sequence[Table]) -> torch.Tensor:
         kinds = [parse_unit(t.name).kind for t in tables]
-        d = self.topology.num_devices
-        local = [t if k != "replica" else t.model_copy(update={  # a replica's lookups: its share of the batch
-            "pooling_factor": t.pooling_factor / d,
-            "features": tuple(f.model_copy(update={"pooling_factor": f.pooling_factor / d}) for f in t.features)})
-            for t, k in zip(tables, kinds)]
-        feats = torch.from_numpy(tables_features(local))
+        batch = self.topology.batch_size
+        # a replica runs its share of the batch; every other unit the whole batch
+        feats = torch.from_numpy(tables_features(
+            tables, [batch / self.topology.num_devices if k == "replica" else batch for k in kinds]))
         with torch.no_grad():
             z = self.ensemble.table_latents(feats)  # (K, N, L)
         n = z.shape[1]

@@ -55,8 +55,8 @@ class Policy(nn.Module):
         nn.init.zeros_(self.head[-1].bias)
         self.prior_weight = nn.Parameter(torch.tensor(float(s.prior_weight)))
 
-    def encode(self, tables: Sequence[Table]) -> torch.Tensor:
-        return self.table_mlp(torch.from_numpy(tables_features(list(tables))))
+    def encode(self, tables: Sequence[Table], batch_size: float) -> torch.Tensor:
+        return self.table_mlp(torch.from_numpy(tables_features(list(tables), batch_size)))
 
     def logits(self, device_sums: torch.Tensor, cost_feats: torch.Tensor) -> torch.Tensor:
         """(..., D, latent), (..., D, 3) -> (..., D) unnormalised scores."""
@@ -89,7 +89,7 @@ def rollout(policy: Policy, mdp: EstimatedMDP, mode: str = "greedy", generator: 
     masks = np.zeros((T, D), dtype=bool)
     feats = torch.zeros(T, D, NUM_POLICY_COSTS)
     with torch.no_grad():
-        z = policy.encode(mdp.tables)
+        z = policy.encode(mdp.tables, mdp.batch_size)
         sums = torch.zeros(D, z.shape[1])
         for t in range(T):
             mask = mdp.legal_mask()
@@ -119,7 +119,7 @@ def rollout(policy: Policy, mdp: EstimatedMDP, mode: str = "greedy", generator: 
 def episode_log_probs(policy: Policy, ep: Episode) -> tuple[torch.Tensor, torch.Tensor]:
     """(T,) log-probabilities of the taken actions and (T,) entropies, under the MASKED distribution,
     recomputed in one batched pass with gradients (the rollout's device sums rebuilt by a cumsum)."""
-    z = policy.encode(ep.mdp.tables)  # (T, L)
+    z = policy.encode(ep.mdp.tables, ep.mdp.batch_size)  # (T, L)
     T, D = ep.masks.shape
     actions = torch.from_numpy(ep.actions)
     onehot = torch.nn.functional.one_hot(actions, D).to(z.dtype)  # (T, D)

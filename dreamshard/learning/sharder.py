@@ -128,8 +128,9 @@ class ModelSharder(Sharder):
         with self._named_infeasible():
             units = self.units(inventory, topology, cost)
             placement, searched = self._place(units, topology, cost)
-        typed = choose_types(units, placement, topology, cost, self.config.types) if searched is not None else None
-        if typed is not None and searched is not None:  # whole tables converted to other sharding types
+        typed = (choose_types(inventory, units, placement, topology, cost, self.config.types) if searched is not None
+                 else None)
+        if typed is not None and searched is not None:  # tables converted to other sharding types
             best = Candidate(source=f"{searched.best.source}+types ({'; '.join(typed.changes)})",
                              placement=typed.placement, predicted_ms=typed.predicted_ms, units=typed.units)
             searched.candidates.insert(0, best)

@@ -1,8 +1,8 @@
 """Choosing each table's sharding type on the learned cost (docs/architecture.md, "Sharding types").
 
 Enumerate, then search (NeuroShard's lesson): the search places whole tables and column shards; then, for the
-types the plan may use (`SearchConfig.types`: row_wise, table_row_wise, data_parallel), each whole table gets its
-candidate shardings and the planning cost decides, greedily:
+types the plan may use (`SearchConfig.types`: row_wise, table_row_wise, data_parallel), each table the search placed
+whole or column-wise gets its candidate shardings and the planning cost decides, greedily:
 
 * row-wise: the tables with the largest predicted single-table cost (a table that alone loads a device is the
   one row blocks help: every device takes its share of the lookups, the partial sums are reduce-scattered);
@@ -10,11 +10,14 @@ candidate shardings and the planning cost decides, greedily:
 * data-parallel: the small tables (weights up to DP_MAX_BYTES) with the largest predicted cost (a replica trades
   the all-to-all of its outputs for an all-reduce of its gradient).
 
-A conversion replaces the table's unit by its fixed units (row blocks, replicas), the other units are re-balanced
-around them by the bounded local search (`refine.refine_placement` with the fixed units unmovable), and the best
-conversion is kept when it lowers the predicted maximum by MIN_GAIN; up to MAX_CHANGES conversions. The cost
-model learned whole tables and column shards: its figures for row shards and replicas are extrapolations, which
-is why `--verify` measures the typed candidate beside the others and keeps what the hardware says.
+A conversion replaces the table's units (the whole table, or all its column shards) by its fixed units (row blocks,
+replicas), the other units are re-balanced
+around them by the bounded local search (`refine.refine_placement` with the fixed units unmovable); each round takes
+the best conversion, MAX_CHANGES rounds, and the best point of that path is kept when it lowers the predicted
+maximum by MIN_GAIN (so a conversion that pays only together with the next one is found). The cost
+model learned whole tables and column shards at many batch sizes: a row shard is costed as a table of its rows and
+lookups, a replica as the table at its share of the batch (dreamshard.learning.features); `--verify` measures the
+typed candidate beside the others and keeps what the hardware says.
 """
 
 from __future__ import annotations
@@ -67,20 +70,26 @@ def _score(cost: PlanningCost, units: Inventory, placement: dict[str, int]) -> f
 
 def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: str,
              devices: list[int]) -> tuple[Inventory, dict[str, int]]:
-    """`units` with `table`'s unit replaced by its row blocks on `devices` or its replicas on every device."""
+    """`units` with `table`'s units (whole or column shards) replaced by its row blocks on `devices` or its replicas
+    on every device."""
     if kind == "data_parallel":
         new = [replica_table(table, d) for d in devices]
     else:
         new = [row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, len(devices))]
-    out = [u for u in units.tables if u.name != table.name]
-    place = {k: v for k, v in placement.items() if k != table.name}
+    old = {u.name for u in units.tables if parse_unit(u.name).table == table.name}
+    out = [u for u in units.tables if u.name not in old]
+    place = {k: v for k, v in placement.items() if k not in old}
     place.update({u.name: d for u, d in zip(new, devices)})
     return Inventory(name=units.name, tables=(*out, *new)), place
 
 
-def _options(units: Inventory, placement: dict[str, int], topology: Topology, cost: PlanningCost,
-             types: Sequence[str]) -> list[tuple[str, Table, str, list[int]]]:
-    whole = [t for t in units.tables if parse_unit(t.name).kind == "table"]
+def _options(inventory: Inventory, units: Inventory, placement: dict[str, int], topology: Topology,
+             cost: PlanningCost, types: Sequence[str]) -> list[tuple[str, Table, str, list[int]]]:
+    kinds: dict[str, set[str]] = {}
+    for u in units.tables:
+        ref = parse_unit(u.name)
+        kinds.setdefault(ref.table, set()).add(ref.kind)
+    whole = [t for t in inventory.tables if kinds.get(t.name, {"row"}) <= {"table", "column"}]
     if not whole:
         return []
     with torch.no_grad():
@@ -93,7 +102,7 @@ def _options(units: Inventory, placement: dict[str, int], topology: Topology, co
     if "table_row_wise" in types and topology.hosts > 1:
         load = [0.0] * topology.hosts
         for name, d in placement.items():
-            load[topology.host_of(d)] += single.get(name, 0.0)
+            load[topology.host_of(d)] += single.get(name, 0.0)  # column shards and fixed units: not counted
         h = min(range(topology.hosts), key=lambda i: (load[i], i))
         devs = list(range(h * local, (h + 1) * local))
         out += [(f"{t.name}: table_row_wise (host {h})", t, "table_row_wise", devs)
@@ -112,19 +121,19 @@ def _fits(sizes: Sequence[int], devices: Sequence[int], topology: Topology) -> b
     return max(used) <= topology.usable_memory_bytes
 
 
-def choose_types(units: Inventory, placement: dict[str, int], topology: Topology, cost: PlanningCost,
-                 types: Sequence[str]) -> Typed | None:
-    """The search's placement of `units` with some whole tables converted to the `types` where the predicted
-    maximum drops by MIN_GAIN each (None when no conversion pays)."""
+def choose_types(inventory: Inventory, units: Inventory, placement: dict[str, int], topology: Topology,
+                 cost: PlanningCost, types: Sequence[str]) -> Typed | None:
+    """The search's placement of `units` (of `inventory`'s tables) with some tables converted to the `types` where
+    the predicted maximum drops by MIN_GAIN each (None when no conversion pays)."""
     types = check_types(types)
     if not types or topology.num_devices < 2:
         return None
+    start = _score(cost, units, dict(placement))
     cur_units, cur_place = units, dict(placement)
-    cur = _score(cost, cur_units, cur_place)
-    changes: list[str] = []
+    path: list[tuple[float, Inventory, dict[str, int], str]] = []  # the best conversion of each round, in order
     for _ in range(MAX_CHANGES):
         best: tuple[float, Inventory, dict[str, int], str] | None = None
-        for label, table, kind, devices in _options(cur_units, cur_place, topology, cost, types):
+        for label, table, kind, devices in _options(inventory, cur_units, cur_place, topology, cost, types):
             u2, p2 = _convert(cur_units, cur_place, table, kind, devices)
             tables = list(u2.tables)
             with torch.no_grad():
@@ -139,10 +148,15 @@ def choose_types(units: Inventory, placement: dict[str, int], topology: Topology
                 s = float(cost.overall(device_states(states, acts, topology.num_devices)))
             if best is None or s < best[0]:
                 best = (s, u2, p2, label)
-        if best is None or best[0] > (1.0 - MIN_GAIN) * cur:
+        if best is None:
             break
-        cur, cur_units, cur_place = best[0], best[1], best[2]
-        changes.append(best[3])
-    if not changes:
+        path.append(best)
+        cur_units, cur_place = best[1], best[2]
+    # the best point of the path: a conversion that pays only with the next one (a hot table replicated before
+    # the huge one is row-sharded) is kept when the pair does
+    k = min(range(len(path)), key=lambda i: (path[i][0], i)) if path else -1
+    if k < 0 or path[k][0] > (1.0 - MIN_GAIN) * start:
         return None
+    cur, cur_units, cur_place = path[k][0], path[k][1], path[k][2]
+    changes = [step[3] for step in path[: k + 1]]
     return Typed(units=cur_units, placement=cur_place, predicted_ms=cur, changes=tuple(changes))

@@ -64,7 +64,8 @@ class CostMetrics(BaseModel):
 
 @dataclass(frozen=True)
 class _Sample:
-    table_idx: np.ndarray  # (T,) rows of the pool feature matrix
+    table_idx: np.ndarray  # (T,) the tables' positions in the pool
+    feat_idx: np.ndarray  # (T,) their rows of the feature matrix (a table at the record's batch size)
     device: np.ndarray  # (T,) device of each table
     num_devices: int
     dev_targets: np.ndarray  # (D, 4) ms
@@ -82,8 +83,11 @@ class _Batch:
     overall: torch.Tensor
 
 
-def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> list[_Sample]:
+def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.Tensor, list[_Sample]]:
+    """The feature matrix (one row per table and batch size the records measured it at) and one sample per
+    record."""
     index = {t.name: i for i, t in enumerate(pool.tables)}
+    rows: dict[tuple[int, int], int] = {}  # (pool index, batch size) -> feature row
     out: list[_Sample] = []
     for m in records:
         names = list(m.placement)
@@ -96,23 +100,28 @@ def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> list[_Sample
         D = m.topology.num_devices
         if len(m.costs.per_device) != D:
             raise ModelError(f"measurement {m.measurement_id} has {len(m.costs.per_device)} device costs for {D} devices")
+        idx = [index[n] for n in names]
+        batch = m.topology.batch_size
         out.append(
             _Sample(
-                table_idx=np.array([index[n] for n in names], dtype=np.int64),
+                table_idx=np.array(idx, dtype=np.int64),
+                feat_idx=np.array([rows.setdefault((i, batch), len(rows)) for i in idx], dtype=np.int64),
                 device=np.array([m.placement[n] for n in names], dtype=np.int64),
                 num_devices=D,
                 dev_targets=np.array([d.as_list() for d in m.costs.per_device], dtype=np.float32),
                 overall=float(m.costs.overall_ms),
             )
         )
-    return out
+    keys = list(rows)  # insertion order = row order
+    feats = tables_features([pool.tables[i] for i, _ in keys], [b for _, b in keys])
+    return torch.from_numpy(feats), out
 
 
 def _collate(feats: torch.Tensor, samples: Sequence[_Sample]) -> _Batch:
     idx, tdev, dplace, targets, overall = [], [], [], [], []
     offset = 0
     for b, s in enumerate(samples):
-        idx.append(s.table_idx)
+        idx.append(s.feat_idx)
         tdev.append(s.device + offset)
         dplace.append(np.full(s.num_devices, b, dtype=np.int64))
         targets.append(s.dev_targets)
@@ -231,8 +240,7 @@ def evaluate_cost_net(ens: CostEnsemble, pool: Inventory, records: Sequence[Meas
     ensemble mean over `records`."""
     if not records:
         return {}
-    feats = torch.from_numpy(tables_features(pool.tables))
-    samples = _to_samples(pool, records)
+    feats, samples = _to_samples(pool, records)
     with torch.no_grad():
         b = _collate(feats, samples)
         member_dev, member_overall, ne = _member_predictions(ens, b)
@@ -333,8 +341,7 @@ def train_cost_model(
     ens = warm_start(init, spec, lambda sp: CostEnsemble(sp, config.ensemble_size), "cost net")
     if ens.size != config.ensemble_size:
         raise ModelError(f"cost ensemble has {ens.size} members, config asks for {config.ensemble_size}; retrain from scratch")
-    samples = _to_samples(pool, train_recs)
-    feats = torch.from_numpy(tables_features(pool.tables))
+    feats, samples = _to_samples(pool, train_recs)
     losses = []
     with progress_bar("train cost ensemble", config.steps * ens.size, progress) as advance:
         for k, net in enumerate(ens.members):

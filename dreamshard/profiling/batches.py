@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dreamshard.errors import ProfilingError, StoreError, first_line
 from dreamshard.io import atomic_write_text
 from dreamshard.profiling.config import ProfileConfig
+from dreamshard.profiling.corpus import CorpusEntry, TimingRecorder
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import PlannedItem, plan_items
 from dreamshard.store.base import KeyNotFoundError, PlanStore, check_key_part
@@ -122,6 +123,9 @@ class ProfileShard(_Frozen):
     worker: WorkerInfo
     started_at: datetime
     finished_at: datetime
+    # the device timings a worker measured, for the dispatcher's measurement corpus (empty when the batch ran
+    # in the dispatcher's process, which writes them to its corpus directly)
+    timings: tuple[CorpusEntry, ...] = ()
 
 
 class MergeSummary(_Frozen):
@@ -156,14 +160,23 @@ def plan_batches(job: ProfileJob, items_per_batch: int, campaign: str) -> list[B
 
 
 def run_batch(spec: BatchSpec, oracle: Oracle, worker: WorkerInfo | None = None) -> ProfileShard:
-    """Measure every item of the batch (in order) on `oracle`."""
+    """Measure every item of the batch (in order) on `oracle`. Without a corpus on the oracle (a worker) its device
+    timings are recorded and sent back in the shard."""
     started = utcnow()
-    records = tuple(
-        oracle.measure(spec.inventory, it.placement, it.topology, kind=it.kind, task=it.task, measurement_id=it.key)
-        for it in spec.items
-    )
+    recorder = TimingRecorder() if oracle.corpus is None else None
+    if recorder is not None:
+        oracle.corpus = recorder
+    try:
+        records = tuple(
+            oracle.measure(spec.inventory, it.placement, it.topology, kind=it.kind, task=it.task, measurement_id=it.key)
+            for it in spec.items
+        )
+    finally:
+        if recorder is not None:
+            oracle.corpus = None
     return ProfileShard(campaign=spec.campaign, batch_id=spec.batch_id, index=spec.index, item_ids=spec.item_ids,
-                        records=records, worker=worker or WorkerInfo.here(), started_at=started, finished_at=utcnow())
+                        records=records, worker=worker or WorkerInfo.here(), started_at=started, finished_at=utcnow(),
+                        timings=tuple(recorder.recorded) if recorder is not None else ())
 
 
 def write_spec(store: PlanStore, spec: BatchSpec) -> str:

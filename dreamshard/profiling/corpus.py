@@ -11,8 +11,9 @@ and any later placement that puts the same tables on one device reuses it: a one
 the devices that hold the changed or new table. Communication is not stored (it is recomputed from the comm
 model of the placement's world size).
 
-The corpus is a directory of JSONL files (one per writer: the profile stage's, the training loop's), read
-together and appended to by one writer each; a DVC-versioned dataset (`persist: true` outputs) that every
+The corpus is a directory of JSONL files (one per writer: the profile stage's, the training loop's, the timings
+profiling workers sent back in their batches' shards -- `WORKERS_WRITER`), read together and appended to by one
+writer each; a DVC-versioned dataset (`persist: true` outputs) that every
 inventory version adds to. Only the profile stage and the training loop use it: plan-time verification, the
 evaluate stage and the gate always measure afresh (they decide from interleaved repeats).
 """
@@ -37,6 +38,8 @@ from dreamshard.types import BackendInfo, Table
 
 #: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching
 CORPUS_VERSION = 1
+#: the file of the timings profiling workers measured (merged by the dispatcher from the batches' shards)
+WORKERS_WRITER = "profile-workers"
 
 
 class CorpusEntry(StrictModel):
@@ -51,6 +54,8 @@ class CorpusEntry(StrictModel):
     bwd_ms: tuple[float, ...]
     rows_used: tuple[int, ...] = ()
     inventory: str = ""  # fingerprint of the inventory being measured when this timing was made
+    info: BackendInfo | None = None  # the measuring backend's settings and index seed (the key's other parts)
+    seed: int | None = None
 
 
 @lru_cache(maxsize=4)
@@ -71,11 +76,12 @@ def hardware_id(device: str) -> str:
     return " | ".join(parts)
 
 
-def device_key(info: BackendInfo, seed: int, tables: Sequence[Table]) -> str:
-    """The corpus key of one device's timing (independent of the tables' order on the device)."""
+def device_key(info: BackendInfo, seed: int, tables: Sequence[Table], hardware: str | None = None) -> str:
+    """The corpus key of one device's timing (independent of the tables' order on the device); `hardware`: that of
+    the machine that measures it (default: this one's)."""
     payload = {
         "v": CORPUS_VERSION,
-        "hardware": hardware_id(info.device),
+        "hardware": hardware if hardware is not None else hardware_id(info.device),
         "backend": info.model_dump(mode="json"),
         "seed": seed,
         "tables": sorted(t.canonical_json() for t in tables),
@@ -96,6 +102,8 @@ class DeviceCorpus:
         self.path = self.root / f"{writer}.jsonl"
         self.reuse = reuse
         self.entries: dict[str, CorpusEntry] = {}
+        # backend name -> (hardware, backend settings, seed) of the last timing the profiling workers sent back
+        self.worker_backend: dict[str, tuple[str, BackendInfo, int]] = {}
         self.hits = 0
         self.misses = 0
         for f in sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else ():
@@ -119,6 +127,8 @@ class DeviceCorpus:
                     continue  # a killed writer's last line: that timing is simply measured again
                 raise InputFileError(f"{path}:{i + 1}: not a corpus entry") from None
             self.entries.setdefault(e.key, e)
+            if path.stem == WORKERS_WRITER and e.info is not None and e.seed is not None:
+                self.worker_backend[e.backend] = (e.hardware, e.info, e.seed)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -138,18 +148,43 @@ class DeviceCorpus:
         return e is not None and e.inventory != inventory
 
     def add(self, key: str, info: BackendInfo, tables: Sequence[Table], timing: DeviceTiming,
-            inventory: str = "") -> None:
+            inventory: str = "", seed: int | None = None) -> None:
         if key in self.entries and self.reuse:
             return
-        e = CorpusEntry(key=key, hardware=hardware_id(info.device), backend=info.name, batch_size=info.batch_size,
-                        tables=tuple(t.name for t in tables), fwd_ms=tuple(timing.fwd_ms),
-                        bwd_ms=tuple(timing.bwd_ms), rows_used=tuple(timing.rows_used), inventory=inventory)
+        self.add_entry(CorpusEntry(
+            key=key, hardware=hardware_id(info.device), backend=info.name, batch_size=info.batch_size,
+            tables=tuple(t.name for t in tables), fwd_ms=tuple(timing.fwd_ms), bwd_ms=tuple(timing.bwd_ms),
+            rows_used=tuple(timing.rows_used), inventory=inventory, info=info, seed=seed))
+
+    def add_entry(self, e: CorpusEntry) -> bool:
+        """Append one entry (made here or by a worker); False when the corpus already holds its key."""
+        if e.key in self.entries and self.reuse:
+            return False
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             f.write(e.model_dump_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self.entries.setdefault(key, e)
+        self.entries.setdefault(e.key, e)
+        return True
 
     def stats(self) -> dict[str, int]:
         return {"device_timings_measured": self.misses, "device_timings_reused": self.hits, "corpus_size": len(self)}
+
+
+class TimingRecorder(DeviceCorpus):
+    """A corpus in memory that reuses nothing and keeps what is measured: a profiling worker's, whose timings travel
+    back in its batch's shard and join the dispatcher's corpus (``DeviceCorpus.add_entry`` under WORKERS_WRITER)."""
+
+    def __init__(self) -> None:  # no directory: nothing is read or written
+        self.reuse = False
+        self.entries = {}
+        self.worker_backend = {}
+        self.recorded: list[CorpusEntry] = []
+        self.hits = 0
+        self.misses = 0
+
+    def add_entry(self, e: CorpusEntry) -> bool:
+        self.recorded.append(e)
+        self.entries.setdefault(e.key, e)
+        return True

@@ -223,7 +223,7 @@ class Oracle:
         timing = self.corpus.get(key)
         if timing is None:
             timing = self.backend.time_device(tables, batch, self.warmup, self.repeats)
-            self.corpus.add(key, info, tables, timing, inventory)
+            self.corpus.add(key, info, tables, timing, inventory, seed=self.seed)
         return timing
 
     def measure_single(self, inventory: Inventory, table: str, topology: Topology, measurement_id: str | None = None) -> Measurement:

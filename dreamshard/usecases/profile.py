@@ -35,11 +35,11 @@ from dreamshard.profiling.batches import (
     write_shard,
     write_spec,
 )
-from dreamshard.profiling.corpus import DeviceCorpus, device_key
+from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key
 from dreamshard.sections import PipelineSettings
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
-from dreamshard.types import CommModel
+from dreamshard.types import BackendInfo, CommModel
 from dreamshard.usecases.base import Request, Result
 
 DISPATCHER_GROUP = "dreamshard.dispatchers"
@@ -98,7 +98,7 @@ class BatchedProfileRequest(Request):
     campaign: str | None = None  # shards of one campaign are reused (resume); None: a fresh campaign
     dispatch: Literal["local", "workers"] = "local"
     parent_task_run: str | None = None
-    corpus: Path | None = None  # the measurement corpus (local dispatch: workers measure every device they get)
+    corpus: Path | None = None  # the measurement corpus (workers: their timings are added to it after the merge)
 
 
 class BatchedProfileResult(Result):
@@ -109,29 +109,46 @@ class BatchedProfileResult(Result):
     corpus: dict[str, int] = {}
 
 
-def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print) -> ProfileJob:
+def _missing_devices(job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[int], BackendInfo], seed: int,
+                     hardware: str | None) -> dict[str, int]:
+    """Per train task, how many of its placements' devices the corpus held no timing of before this version."""
+    missing: dict[str, int] = {}
+    by_name = job.inventory.by_name()
+    fp = job.inventory.fingerprint()
+    for it in job.items():
+        if it.kind != "placement":
+            continue
+        info = info_at(it.topology.batch_size)
+        for d in range(it.topology.num_devices):
+            tables = [by_name[n] for n, dev in it.placement.items() if dev == d]
+            if tables and not corpus.known_before(device_key(info, seed, tables, hardware), fp):
+                missing[it.task] = missing.get(it.task, 0) + 1
+    return missing
+
+
+def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print, workers: bool = False) -> ProfileJob:
     """`job` with at most `profile.incremental_tasks` of the train tasks whose placements need device timings
     the corpus lacks, once the corpus serves at least one task entirely (a new version of a known inventory;
     with nothing served, a first run, every task is kept). The kept ones are chosen by per-task draws, so the
-    same change keeps the same tasks."""
+    same change keeps the same tasks. `workers`: the timings count when the profiling workers made them (the
+    hardware of the last timings they sent back for this backend; none yet: every task is new)."""
     limit = job.profile.incremental_tasks  # decided on what the corpus held before this version: reruns agree
     if limit is None or job.tasks is None:
         return job
-    oracle = job.profile.oracle()
-    try:
-        missing: dict[str, int] = {}
-        by_name = job.inventory.by_name()
-        fp = job.inventory.fingerprint()
-        for it in job.items():
-            if it.kind != "placement":
-                continue
-            info = oracle.backend_info(it.topology.batch_size)
-            for d in range(it.topology.num_devices):
-                tables = [by_name[n] for n, dev in it.placement.items() if dev == d]
-                if tables and not corpus.known_before(device_key(info, oracle.seed, tables), fp):
-                    missing[it.task] = missing.get(it.task, 0) + 1
-    finally:
-        oracle.close()
+    if workers:
+        if job.profile.backend not in corpus.worker_backend:
+            return job  # the workers sent nothing back for this backend yet: every task is new
+        hardware, worker, _ = corpus.worker_backend[job.profile.backend]
+        pr = job.profile  # the workers' device and operator, this run's settings
+        base = worker.model_copy(update={"warmup": pr.warmup, "repeats": pr.repeats, "num_threads": pr.num_threads,
+                                         "row_cap": pr.row_cap})
+        missing = _missing_devices(job, corpus, lambda b: base.model_copy(update={"batch_size": b}), pr.seed, hardware)
+    else:
+        oracle = job.profile.oracle()
+        try:
+            missing = _missing_devices(job, corpus, oracle.backend_info, oracle.seed, None)
+        finally:
+            oracle.close()
     new = [t for t in job.tasks.train if missing.get(t.name)]
     if len(new) <= limit or len(new) == len(job.tasks.train):
         return job
@@ -149,8 +166,20 @@ def plan_stage_batches(request: BatchedProfileRequest, campaign: str, corpus: De
     job = ProfileJob(inventory=load_inventory(request.inventory), tasks=load_taskset(request.tasks),
                      topology=s.topology_for(s.tasks.train_devices), profile=s.profile)
     if corpus is not None:
-        job = limit_new_tasks(job, corpus, log)
+        job = limit_new_tasks(job, corpus, log, workers=request.dispatch == "workers")
     return plan_batches(job, s.pipeline.items_per_batch, campaign)
+
+
+def collect_worker_timings(store: PlanStore, specs: Sequence[BatchSpec], root: Path) -> int:
+    """Add the device timings the workers sent back in the batches' shards to the corpus at `root` (its
+    WORKERS_WRITER file); returns how many were new."""
+    corpus = DeviceCorpus(root, WORKERS_WRITER)
+    added = 0
+    for spec in specs:
+        shard = read_shard(store, spec)
+        for e in shard.timings if shard is not None else ():
+            added += corpus.add_entry(e)
+    return added
 
 
 def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print,
@@ -224,6 +253,8 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
             runs = dispatcher("workers")(store, store_uri, request.endpoint_url, specs, settings,
                                          parent_task_run_id=request.parent_task_run, log=log)
             ran = len(runs) if isinstance(runs, dict) else 0
+            if request.corpus is not None:
+                log(f"corpus: {collect_worker_timings(store, specs, request.corpus)} device timings from the workers")
         else:
             ran = run_locally(store, specs, log=log, corpus=corpus)
         merge = merge_shards(store, specs, request.out)
