@@ -6,8 +6,8 @@ The packaged model is pre-trained on the `wide` generator alone. Here every othe
    (8-120 tables on 2-8 devices, seeded), each measured as one random placement and the plans of the pre-training
    kinds (dim_greedy, lookup_greedy, size_lookup_greedy, crowded) on the `cpu` backend at batch 2048.
 2. **Models without a family.** For each held-out family F, the packaged model is trained further (one outer-loop
-   iteration, the production loop's functions) on the corpora of every *other* family: a model that has seen
-   `wide` and three families, never F.
+   iteration with pre-training's settings, the production loop's functions) on the corpora of every *other*
+   family: a model that has seen `wide` and three families, never F.
 3. **Cost-net error per family**: held-out device-compute MAPE of the packaged model and of the model without F on
    F's corpus, with the tables' access histograms declared and with every histogram removed (the planner then
    assumes no reuse; the timings are the same, since the data did not change, only what the inventory says).
@@ -127,16 +127,24 @@ def union(parts: list[tuple[Any, Any, list[Any]]], name: str) -> tuple[Any, Any,
     return pool, taskset, [m for _, _, rs in parts for m in rs]
 
 
+def pretrain_loop() -> Any:
+    """The pre-training loop's settings (params.yaml `pretrain.loop`: its cost and policy training), one iteration
+    (placements measured where the planners go), warm-started from the packaged model."""
+    from dreamshard.settings import resolve
+
+    loop = resolve(Path(__file__).resolve().parents[1] / "params.yaml").pretrain.loop
+    return loop.model_copy(update={"iterations": 1, "init": "pretrained"})
+
+
 def train_without(held_out: str, corpora: dict[str, tuple[Any, Any, list[Any]]], work: Path, oracle: Any) -> tuple[Path, float]:
     """The packaged model trained one outer-loop iteration further on every corpus but `held_out`'s."""
-    from dreamshard.learning.configs import LoopConfig, TopologyConfig
+    from dreamshard.learning.configs import TopologyConfig
     from dreamshard.learning.loop import train
     from dreamshard.learning.model_store import load_model
 
     pool, taskset, records = union([c for f, c in corpora.items() if f != held_out], f"lofo-without-{held_out}")
     out = work / "models" / f"without-{held_out}"
-    cfg = LoopConfig(iterations=1, placements_per_iteration=4, search_per_iteration=2, perturb_per_iteration=2,
-                     init="pretrained")
+    cfg = pretrain_loop()
     t0 = time.perf_counter()
     train(pool, taskset, TopologyConfig(memory_per_device_gb=1024.0, batch_size=BATCH), oracle, cfg, out,
           state_dir=work / "state" / f"without-{held_out}", progress=False, measurements=records,
