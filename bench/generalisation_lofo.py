@@ -124,7 +124,11 @@ def union(parts: list[tuple[Any, Any, list[Any]]], name: str) -> tuple[Any, Any,
     tasks = tuple(t for _, ts, _ in parts for t in ts.train)
     taskset = TaskSet(pool_name=pool.name, pool_fingerprint=pool.fingerprint(), train_tables=pool.table_names,
                       test_tables=(), train=tasks, test=())
-    return pool, taskset, [m for _, _, rs in parts for m in rs]
+    # the records' inventory is the union (it holds each family's tables unchanged)
+    fp = pool.fingerprint()
+    records = [m.model_copy(update={"inventory_fingerprint": fp, "inventory_name": pool.name})
+               for _, _, rs in parts for m in rs]
+    return pool, taskset, records
 
 
 def pretrain_loop() -> Any:
