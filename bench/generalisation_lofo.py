@@ -19,12 +19,13 @@ Families (the last two exist only here, so neither the pre-training generator no
 
 - `mixed`, `dlrm`: dreamshard.inventory.families (written beside `wide`, inside its ranges);
 - `ctr`: Criteo-like one-hot features: cardinalities from the public Criteo Kaggle and Terabyte lists jittered by
-  x0.5-2, dims 16/32/64/128, pooling exactly 1 (80%) or 2-5 (20%), Zipf 0.8-1.3;
+  x0.5-2 (capped at 20M rows, so that heuristics without column splits can place every table), dims 16/32/64/128, pooling exactly 1 (80%) or 2-5 (20%), Zipf 0.8-1.3;
 - `seq`: sequence (history) features: pooling 10-120, dims 32-256, rows 1e4-1e7, Zipf 0.4-1.2, 30% fp16.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import zlib
@@ -47,7 +48,7 @@ def _ctr_table(name: str, rng: np.random.Generator) -> Any:
 
     cards = [*CARDINALITIES["criteo-kaggle"], *CARDINALITIES["criteo-terabyte"]]
     rows = max(3, int(round(float(rng.choice(cards)) * math.exp(rng.uniform(math.log(0.5), math.log(2.0))))))
-    rows = min(rows, 40_000_000)
+    rows = min(rows, 20_000_000)  # <= 10 GB at dim 128: every planner can place it on a 16 GB device
     dim = int(rng.choice((16, 32, 64, 128)))
     pooling = 1.0 if rng.random() < 0.8 else float(rng.integers(2, 6))
     hist = zipf_histogram(rows, pooling, float(rng.uniform(0.8, 1.3)), rng)
@@ -170,6 +171,19 @@ def cost_errors(model_dir: Path | None, pool: Any, records: list[Any]) -> dict[s
     return out
 
 
+def packaged_errors(work: Path) -> dict[str, dict[str, float | None]]:
+    """The packaged model's cost-net errors on every family's corpus (measured earlier, read back), as this
+    dreamshard computes features: `--part lofo --errors-only` refreshes them after a feature change (the
+    no-histogram columns: what the planner assumes for a table that declares none)."""
+    from dreamshard.io import load_measurements
+
+    out = {}
+    for fam in LOFO_FAMILIES:
+        pool, _ = family_corpus_tasks(fam)
+        out[fam] = cost_errors(None, pool, load_measurements(work / "lofo" / "corpora" / f"{fam}.jsonl"))
+    return out
+
+
 def eval_inventory(family: str, tables: int, seed: int) -> Any:
     from dreamshard.types import Inventory
 
@@ -192,8 +206,9 @@ def learned(inv: Any, topo: Any, models: dict[str, Path | None]) -> list[Any]:
     return plans
 
 
-def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str) -> dict[str, Any]:
-    """The whole protocol (module docstring); returns the JSON-ready result."""
+def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo: bool = True) -> dict[str, Any]:
+    """The whole protocol (module docstring); returns the JSON-ready result. `with_lofo=False`: the packaged model
+    only (no model is trained; its errors and plans, with and without histograms, against the baselines)."""
     from dreamshard.evaluation import compare_sharders
     from dreamshard.profiling import make_oracle
     from dreamshard.sharders import get_sharder
@@ -208,18 +223,25 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str) -> dict[st
         corpora[fam] = (pool, taskset, records)
         corpus_s[fam] = round(secs, 1)
         print(f"corpus {fam}: {len(records)} records, {secs:.0f} s", flush=True)
-    families: dict[str, Any] = {}
-    rows: list[dict[str, Any]] = []
+    partial = work / ("partial.json" if with_lofo else "partial-packaged.json")
+    done = json.loads(partial.read_text()) if partial.is_file() else {"families": {}, "rows": []}
+    families: dict[str, Any] = done["families"]
+    rows: list[dict[str, Any]] = done["rows"]
     for fam in LOFO_FAMILIES:
-        model_dir, train_s = train_without(fam, corpora, work, oracle)
+        if fam in families:  # a rerun after a crash: this family's result is kept
+            continue
+        model_dir, train_s = train_without(fam, corpora, work, oracle) if with_lofo else (None, 0.0)
         pool, _, records = corpora[fam]
-        errors = {"packaged": cost_errors(None, pool, records), "without": cost_errors(model_dir, pool, records)}
-        families[fam] = {"train_s": round(train_s, 1), "records": len(records), "corpus_s": corpus_s[fam], "errors": errors}
+        errors = {"packaged": cost_errors(None, pool, records)}
+        if model_dir is not None:
+            errors["without"] = cost_errors(model_dir, pool, records)
+        info = {"train_s": round(train_s, 1), "records": len(records), "corpus_s": corpus_s[fam], "errors": errors}
         print(f"{fam}: model without it in {train_s:.0f} s; errors {errors}", flush=True)
+        fam_rows = []
         for k, (tables, devices) in enumerate(EVAL_TASKS):
             inv = eval_inventory(fam, tables, 500 + k)
             topo = Topology(num_devices=devices, memory_per_device_gb=MEMORY_GB, batch_size=BATCH)
-            plans = learned(inv, topo, {"packaged": None, "lofo": model_dir})
+            plans = learned(inv, topo, {"packaged": None, "lofo": model_dir} if model_dir is not None else {"packaged": None})
             noise = get_sharder("dim_greedy").shard(inv, topo).model_copy(update={"sharder": noise_label})
             cmp = compare_sharders(inv, topo, list(baselines), oracle, rounds=args.rounds, extra_plans=[*plans, noise],
                                    seed=k, with_lower_bound=False)
@@ -229,22 +251,25 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str) -> dict[st
                    "vs_best": {n: v / ms[best] for n, v in ms.items()},
                    "vs_torchrec": {n: v / ms["torchrec"] for n, v in ms.items()} if "torchrec" in ms else {},
                    "noise": abs(ms[noise_label] - ms["dim_greedy"]) / ms["dim_greedy"]}
-            rows.append(row)
+            fam_rows.append(row)
             print(f"  {row['task']}: best {best} {ms[best]:.2f} ms; " + ", ".join(
                 f"{p.sharder} {row['vs_best'][p.sharder]:.3f}" for p in plans) + f"; noise {row['noise']:.1%}", flush=True)
+        families[fam] = info
+        rows += fam_rows
+        partial.write_text(json.dumps({"families": families, "rows": rows}))  # a family is kept whole or not at all
     oracle.close()
     return {"families": families, "rows": rows, "meta": (
         f"{len(rows)} tasks ({len(LOFO_FAMILIES)} held-out families x {len(EVAL_TASKS)}), {args.rounds} interleaved "
         f"rounds, warm-up {args.warmup}, repeats {args.repeats}, batch {BATCH}, {MEMORY_GB:g} GB per device, measured "
-        f"interconnect; corpora of {CORPUS_TASKS} tasks per family; wall {time.perf_counter() - t_all:.0f} s")}
+        f"interconnect; corpora of {CORPUS_TASKS} tasks per family; wall {time.perf_counter() - t_all:.0f} s (this run)")}
 
 
-def render_lofo(run: dict[str, Any], geomean: Any) -> list[str]:
+def render_lofo(run: dict[str, Any], geomean: Any, title: str = "leave-one-family-out (part lofo)") -> list[str]:
     rows = run["rows"]
     learned_names = [n for n in rows[0]["ms"] if n.startswith("dreamshard[")]
     names = [*learned_names, "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec", "torchrec_tw_cw"]
     names = [n for n in names if all(n in r["ms"] for r in rows)]
-    out = ["## leave-one-family-out (part lofo)", "", run["meta"], "",
+    out = [f"## {title}", "", run["meta"], "",
            "Cost-net error on each held-out family's corpus (device compute / device total with the comm model, MAPE):", "",
            "| family | records | packaged, hist | packaged, no hist | without family, hist | without family, no hist | retrain s |",
            "|---|---:|---:|---:|---:|---:|---:|"]
@@ -254,9 +279,17 @@ def render_lofo(run: dict[str, Any], geomean: Any) -> list[str]:
         def pct(d: dict[str, Any], k: str) -> str:
             return "n/a" if d.get(k) is None else f"{d[k]:.1%}"
 
+
         out.append(f"| {fam} | {f['records']} | " + " | ".join(
-            f"{pct(e[m], 'compute_' + h)} / {pct(e[m], 'total_' + h)}" for m in ("packaged", "without") for h in ("hist", "no_hist"))
-            + f" | {f['train_s']:.0f} |")
+            f"{pct(e.get(m, {}), 'compute_' + h)} / {pct(e.get(m, {}), 'total_' + h)}" for m in ("packaged", "without")
+            for h in ("hist", "no_hist")) + f" | {f['train_s']:.0f} |")
+    if run.get("errors_now"):
+        now = run["errors_now"]
+        out += ["", f"The packaged model's errors as the features are now computed ({now['note']}):", "",
+                "| family | packaged, hist | packaged, no hist |", "|---|---:|---:|"]
+        for fam, e in now["families"].items():
+            out.append(f"| {fam} | {e['compute_hist']:.1%} / {e['total_hist']:.1%} | "
+                       f"{e['compute_no_hist']:.1%} / {e['total_no_hist']:.1%} |")
     out += ["", "Plans (ratio to the per-task best baseline; `[lofo]` = the model trained without the task's family):", "",
             "| task | best baseline | " + " | ".join(names) + " | noise |", "|---|---|" + "---:|" * (len(names) + 1)]
     for r in rows:

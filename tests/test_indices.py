@@ -59,13 +59,18 @@ def test_zero_pooling_gives_empty_bags() -> None:
     assert idx.size == 0 and off.dtype == np.int64 and off.shape == (65,) and (off == 0).all()
 
 
-def test_no_histogram_uniform_rows_in_range() -> None:
-    t = Table(name="u", num_embeddings=1000, embedding_dim=8, pooling_factor=10.0)
-    idx, off = synthesize_indices(t, BATCH, np.random.default_rng(0))
-    assert idx.dtype == np.int64 and off[-1] == idx.size == 10 * BATCH
-    assert idx.min() >= 0 and idx.max() < 1000
-    counts = np.bincount(idx, minlength=1000)
-    assert counts.min() > 0 and counts.max() < 60  # ~20 each, no hot rows
+def test_no_histogram_draws_the_assumed_popularity() -> None:
+    """A table that declares no histogram is measured with the assumed one (inventory.histogram.assumed_histogram,
+    Zipf 1.05): some hot rows, most rows touched a few times, and the batch's reuse is the assumed histogram's."""
+    from dreamshard.inventory.histogram import assumed_histogram, l1_distance, reuse_histogram
+
+    t = Table(name="u", num_embeddings=100_000, embedding_dim=8, pooling_factor=10.0)
+    idx, off = synthesize_indices(t, 2048, np.random.default_rng(0))
+    assert idx.dtype == np.int64 and off[-1] == idx.size == 10 * 2048
+    assert idx.min() >= 0 and idx.max() < 100_000
+    counts = np.bincount(idx, minlength=100_000)
+    assert counts.max() > 200 and (counts > 0).sum() < 0.2 * 100_000  # hot rows; far from uniform
+    assert l1_distance(reuse_histogram(idx), assumed_histogram(100_000, 10.0)) < 0.1
 
 
 HAND_CASES = [

@@ -23,15 +23,20 @@ def test_shape_and_finite_over_extreme_tables():
     assert (f[:, 4] == f[0, 4]).all()  # one batch size for all
 
 
-def test_missing_histogram_defaults_to_no_reuse():
+def test_missing_histogram_is_the_assumed_one():
+    from dreamshard.inventory.histogram import assumed_histogram
+
     t = Table(name="a", num_embeddings=100, embedding_dim=16, pooling_factor=2.0)
-    assert tuple(table_features(t)[5:22]) == DEFAULT_HISTOGRAM
-    # linear: lookups, width, working set (2 x 2048 lookups, each row touched once: 4096 rows x 64 B), fp16 flag
+    assumed = assumed_histogram(100, 2.0)
+    assert np.allclose(table_features(t)[5:22], assumed) and assumed[0] < 0.5  # 4096 lookups into 100 rows: reuse
+    # linear: lookups, width, working set (2 x 2048 lookups, at most the 100 rows x 64 B), fp16 flag
     assert np.allclose(table_features(t)[22:], (16 * 2.0 / 1000.0, 16 / 100.0, 100 * 16 * 4 / 2**20, 0.0))
     assert table_features(t.model_copy(update={"dtype": "fp16"}))[25] == 1.0
     h = (0.5, 0.5) + (0.0,) * 15
     t2 = t.model_copy(update={"access_histogram": h})
     assert np.allclose(table_features(t2)[5:22], h)
+    empty = t.model_copy(update={"pooling_factor": 0.0})  # no lookups: nothing to assume
+    assert tuple(table_features(empty)[5:22]) == DEFAULT_HISTOGRAM
 
 
 def test_batch_size_scales_the_per_batch_volumes():

@@ -8,9 +8,12 @@ For an integer count c >= 1 the bin is ``min(16, ceil(log2 c))`` == ``min(16, (c
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import numpy as np
 
-from dreamshard.types import NUM_REUSE_BINS
+from dreamshard.types import NUM_REUSE_BINS, Table
 
 #: Smallest and largest integer access count of each bin (the open last bin is capped at 2 * 32768
 #: for synthesis; any count above 32768 lands in it).
@@ -65,3 +68,51 @@ def normalise_histogram(h: np.ndarray, decimals: int = 6) -> tuple[float, ...]:
 def l1_distance(a: np.ndarray | tuple[float, ...], b: np.ndarray | tuple[float, ...]) -> float:
     """L1 distance between two histograms (0 = identical, 2 = disjoint)."""
     return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).sum())
+
+
+#: What a table that declares no access histogram is assumed to look like (planning, profiling, the simulator):
+#: Zipf-like row popularity with this exponent (the classic heavy tail the Criteo presets also assume), one batch at
+#: the reference batch size. Production embedding tables are skewed; "every row touched once" (no reuse, the
+#: assumption before) is the rare, cache-hostile case.
+ASSUMED_ZIPF_EXPONENT = 1.05
+_REFERENCE_BATCH = 2048
+_GRID = 1500  # rank groups of the analytic histogram
+_EXACT_BELOW = 40.0  # expected counts below this get the exact Poisson split over bins, above it their mean's bin
+_MAX_EXACT_COUNT = 160
+
+
+@lru_cache(maxsize=16384)
+def assumed_histogram(num_rows: int, pooling_factor: float) -> tuple[float, ...] | None:
+    """The reuse histogram of one batch of a Zipf(ASSUMED_ZIPF_EXPONENT) table, computed (no sampling, so the same
+    table always gets the same histogram): ranks grouped geometrically, each group's rows hit Poisson(expected
+    count) times; None when a batch has no lookups."""
+    lookups = float(pooling_factor) * _REFERENCE_BATCH
+    if not lookups > 0 or num_rows < 1:
+        return None
+    edges = np.unique(np.round(np.geomspace(1.0, num_rows + 1.0, _GRID + 1)).astype(np.int64))
+    width = np.diff(edges).astype(np.float64)  # rows per group
+    rank = np.sqrt(edges[:-1] * (edges[1:] - 1.0).clip(min=edges[:-1]))  # a group's middle rank
+    weight = rank ** -ASSUMED_ZIPF_EXPONENT
+    expected = lookups * weight / float((width * weight).sum())  # expected count of one row of the group
+    mass = np.zeros(NUM_REUSE_BINS, dtype=np.float64)
+    big = expected >= _EXACT_BELOW
+    if big.any():  # concentrated around its mean: the mean's bin
+        np.add.at(mass, count_bins(np.maximum(1, np.round(expected[big])).astype(np.int64)), width[big])
+    small = ~big
+    if small.any():
+        k = np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.float64)
+        lam = expected[small][:, None]
+        log_pmf = k * np.log(lam) - lam - np.array([math.lgamma(x + 1.0) for x in k])
+        per_bin = np.zeros((lam.shape[0], NUM_REUSE_BINS))
+        np.add.at(per_bin.T, count_bins(k.astype(np.int64)), np.exp(log_pmf).T)
+        mass += (per_bin * width[small][:, None]).sum(0)
+    if not mass.sum() > 0:
+        return None
+    return normalise_histogram(mass)
+
+
+def effective_histogram(table: Table) -> tuple[float, ...] | None:
+    """The table's declared access histogram, else the assumed one (`assumed_histogram`); None without lookups."""
+    if table.access_histogram is not None:
+        return table.access_histogram
+    return assumed_histogram(int(table.num_embeddings), float(table.pooling_factor))

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dreamshard.errors import InventoryError, format_gb
-from dreamshard.inventory.histogram import BIN_HI, BIN_LO, reuse_histogram
+from dreamshard.inventory.histogram import BIN_HI, BIN_LO, effective_histogram, reuse_histogram
 from dreamshard.types import GB, Table
 
 __all__ = [
@@ -228,9 +228,10 @@ def synthesize_indices(
     total = int(offsets[-1])
     if total == 0:
         return np.zeros(0, dtype=np.int64), offsets
-    if table.access_histogram is None:
+    hist = effective_histogram(table)  # declared, else the assumed one (inventory.histogram)
+    if hist is None:
         return rng.integers(0, rows, size=total, dtype=np.int64), offsets
-    counts = synthesize_row_counts(np.asarray(table.access_histogram), total, rows, rng)
+    counts = synthesize_row_counts(np.asarray(hist), total, rows, rng)
     unique_rows = rng.choice(rows, size=counts.size, replace=False).astype(np.int64)
     indices = np.repeat(unique_rows, counts)
     rng.shuffle(indices)

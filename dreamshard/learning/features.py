@@ -25,8 +25,9 @@ depend on which other tables happen to share its task (the same table would look
 small tables and "small" in a task of large ones), so the same device contents would get different cost
 predictions in different tasks. With fixed scaling a table's features are a function of the table alone.
 
-Tables without an access histogram get all mass in bin 0 ("each accessed row is touched once per batch",
-i.e. no reuse: the conservative, cache-unfriendly assumption).
+A table without an access histogram is planned with the assumed one (dreamshard.inventory.histogram.
+effective_histogram: Zipf-like popularity, the same assumption the profiler and the simulator make for it); only a
+table without lookups keeps all mass in bin 0.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dreamshard.inventory.histogram import effective_histogram
 from dreamshard.types import NUM_REUSE_BINS, Table
 
 #: Bump when the feature definition or scaling changes: models trained on another spec are rejected.
-FEATURE_SPEC_VERSION = "4"
+FEATURE_SPEC_VERSION = "5"
 NUM_LINEAR_FEATURES = 4
 #: batch size the access histograms (and so the working-set feature) refer to
 REFERENCE_BATCH = 2048
@@ -79,7 +81,7 @@ def table_features(table: Table, batch_size: float = REFERENCE_BATCH) -> np.ndar
     out = np.empty(NUM_FEATURES, dtype=np.float32)
     for i, (x, (c, s)) in enumerate(zip(raw, _LOG_AFFINE, strict=True)):
         out[i] = (math.log1p(x) - c) / s
-    hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
+    hist = effective_histogram(table) or DEFAULT_HISTOGRAM
     b = NUM_LOG_FEATURES + NUM_REUSE_BINS
     scale = float(batch_size) / REFERENCE_BATCH
     out[NUM_LOG_FEATURES:b] = np.asarray(hist, dtype=np.float32)
@@ -104,7 +106,7 @@ def mean_accesses_per_row(hist: Sequence[float]) -> float:
 def unique_rows(table: Table, batch_size: float = REFERENCE_BATCH) -> float:
     """Expected unique rows one batch touches (never more than the table's rows)."""
     lookups = float(table.pooling_factor) * batch_size
-    hist = table.access_histogram if table.access_histogram is not None else DEFAULT_HISTOGRAM
+    hist = effective_histogram(table) or DEFAULT_HISTOGRAM
     return min(float(table.num_embeddings), lookups / mean_accesses_per_row(hist))
 
 

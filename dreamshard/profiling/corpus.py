@@ -36,8 +36,9 @@ from dreamshard.profiling.base import DeviceTiming
 from dreamshard.tables import StrictModel
 from dreamshard.types import BackendInfo, Table
 
-#: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching
-CORPUS_VERSION = 1
+#: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching.
+#: 2: a table without an access histogram is measured with the assumed one (inventory.histogram), not uniformly.
+CORPUS_VERSION = 2
 #: the file of the timings profiling workers measured (merged by the dispatcher from the batches' shards)
 WORKERS_WRITER = "profile-workers"
 

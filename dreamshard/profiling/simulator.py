@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dreamshard.errors import ProfilingError
+from dreamshard.inventory.histogram import effective_histogram
 from dreamshard.costs import Collective
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming
 from dreamshard.profiling.comm import device_comm_ms, zero_model
@@ -52,16 +53,17 @@ class SimulatorParams:
 
 
 def _mean_reuse(table: Table) -> float:
-    """Mean accesses per unique row in a batch implied by the histogram (1 without one).
+    """Mean accesses per unique row in a batch implied by the declared or assumed histogram (1 without lookups).
 
     Bin k > 0 holds integer counts in (2**(k-1), 2**k]: midpoint (2**(k-1) + 1 + 2**k) / 2; the open last
     bin is taken as 1.5 x its lower edge.
     """
-    if table.access_histogram is None:
+    hist = effective_histogram(table)  # declared, else the assumed one
+    if hist is None:
         return 1.0
     n = len(REUSE_BIN_EDGES)
     mids = [1.0] + [(2 ** (k - 1) + 1 + 2**k) / 2 for k in range(1, n - 1)] + [1.5 * 2 ** (n - 2)]
-    return max(1.0, sum(h * m for h, m in zip(table.access_histogram, mids)))
+    return max(1.0, sum(h * m for h, m in zip(hist, mids)))
 
 
 class SimulatorBackend(ComputeBackend):
