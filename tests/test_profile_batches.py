@@ -105,3 +105,42 @@ def test_missing_or_foreign_shards_fail_the_merge_and_write_nothing(tmp_path: Pa
     store.put_bytes(specs[1].shard_key, other.model_copy(update={"records": other.records[:-1]}).model_dump_json().encode())
     with pytest.raises(ProfilingError, match="not exactly its"):
         read_shard(store, specs[1])  # a shard that lost a record is refused, not merged short
+
+
+def test_worker_timings_join_the_corpus_only_when_they_are_timings_of_the_batch_tables(tmp_path: Path) -> None:
+    """A worker's shard carries its device timings; the dispatcher adds them to the corpus unless they cannot be
+    what they claim: a relabelled table, a forged key, a NaN or a missing backend are left out and counted."""
+    import math
+
+    from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, entry_problem
+    from dreamshard.usecases.profile import collect_worker_timings
+
+    job = _job(tmp_path)
+    store = open_store(str(tmp_path / "store"))
+    specs = plan_batches(job, 6, "c1")
+    oracle = PROFILE.oracle()
+    shards = [run_batch(spec, oracle) for spec in specs]  # no corpus on the oracle: the worker's case
+    assert all(s.timings for s in shards) and oracle.corpus is None
+    tables = job.inventory.by_name()
+    good = shards[0].timings[0]
+    assert entry_problem(good, tables) is None
+    other = next(n for n in tables if n not in good.tables)
+    forged = [
+        good.model_copy(update={"tables": (other,)}),  # relabelled: the key no longer matches
+        good.model_copy(update={"key": "0" * 64}),
+        good.model_copy(update={"fwd_ms": (-1.0,) * len(good.fwd_ms)}),
+        good.model_copy(update={"info": None}),
+        good.model_copy(update={"tables": ("nope",)}),
+    ]
+    assert [entry_problem(e, tables) is not None for e in forged] == [True] * 5
+    assert entry_problem(good.model_copy(update={"bwd_ms": (math.nan,) * len(good.bwd_ms)}), tables) is not None
+    shards[0] = shards[0].model_copy(update={"timings": (*shards[0].timings, *forged)})
+    for spec, shard in zip(specs, shards):
+        write_spec(store, spec)
+        write_shard(store, shard, spec)
+    added, rejected = collect_worker_timings(store, specs, tmp_path / "corpus")
+    assert rejected == 5 and added == len({e.key for s in shards for e in s.timings} - {"0" * 64})
+    kept = DeviceCorpus(tmp_path / "corpus", "reader")
+    assert len(kept) == added and all(entry_problem(e, tables) is None for e in kept.entries.values())
+    assert (tmp_path / "corpus" / f"{WORKERS_WRITER}.jsonl").is_file()
+    assert collect_worker_timings(store, specs, tmp_path / "corpus") == (0, 5)  # again: nothing new

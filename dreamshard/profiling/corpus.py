@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -88,6 +89,25 @@ def device_key(info: BackendInfo, seed: int, tables: Sequence[Table], hardware: 
         "tables": sorted(t.canonical_json() for t in tables),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def entry_problem(e: CorpusEntry, tables: Mapping[str, Table]) -> str | None:
+    """Why a timing someone else made (a profiling worker) cannot join the corpus, or None: it must name tables
+    of `tables` (the batch's inventory), carry its backend settings, hold finite non-negative timings, and its key
+    must be the key of exactly that content on its hardware (so it can never stand for other tables)."""
+    if e.info is None or e.seed is None:
+        return "it carries no backend settings"
+    if e.info.name != e.backend or e.info.batch_size != e.batch_size:
+        return "its backend settings disagree with its backend or batch size"
+    unknown = next((n for n in e.tables if n not in tables), None)
+    if unknown is not None or not e.tables:
+        return f"table '{str(unknown)[:64]}' is not in the batch's inventory" if unknown else "it names no table"
+    times = (*e.fwd_ms, *e.bwd_ms)
+    if not e.fwd_ms or len(e.fwd_ms) != len(e.bwd_ms) or not all(math.isfinite(x) and x >= 0 for x in times):
+        return "its timings are not finite, non-negative forward/backward pairs"
+    if e.key != device_key(e.info, e.seed, [tables[n] for n in e.tables], e.hardware):
+        return "its key is not the key of its tables, settings and hardware"
+    return None
 
 
 class DeviceCorpus:

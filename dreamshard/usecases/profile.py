@@ -35,7 +35,7 @@ from dreamshard.profiling.batches import (
     write_shard,
     write_spec,
 )
-from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key
+from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key, entry_problem
 from dreamshard.sections import PipelineSettings
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
@@ -170,16 +170,20 @@ def plan_stage_batches(request: BatchedProfileRequest, campaign: str, corpus: De
     return plan_batches(job, s.pipeline.items_per_batch, campaign)
 
 
-def collect_worker_timings(store: PlanStore, specs: Sequence[BatchSpec], root: Path) -> int:
+def collect_worker_timings(store: PlanStore, specs: Sequence[BatchSpec], root: Path) -> tuple[int, int]:
     """Add the device timings the workers sent back in the batches' shards to the corpus at `root` (its
-    WORKERS_WRITER file); returns how many were new."""
+    WORKERS_WRITER file); a timing that fails `entry_problem` is left out. Returns (new, left out)."""
     corpus = DeviceCorpus(root, WORKERS_WRITER)
-    added = 0
+    added = rejected = 0
     for spec in specs:
         shard = read_shard(store, spec)
+        tables = spec.inventory.by_name()
         for e in shard.timings if shard is not None else ():
-            added += corpus.add_entry(e)
-    return added
+            if entry_problem(e, tables) is not None:
+                rejected += 1
+            else:
+                added += corpus.add_entry(e)
+    return added, rejected
 
 
 def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print,
@@ -254,7 +258,10 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
                                          parent_task_run_id=request.parent_task_run, log=log)
             ran = len(runs) if isinstance(runs, dict) else 0
             if request.corpus is not None:
-                log(f"corpus: {collect_worker_timings(store, specs, request.corpus)} device timings from the workers")
+                added, rejected = collect_worker_timings(store, specs, request.corpus)
+                log(f"corpus: {added} device timings from the workers" + (
+                    f"; {rejected} left out (not timings of the batches' tables: see corpus.entry_problem)"
+                    if rejected else ""))
         else:
             ran = run_locally(store, specs, log=log, corpus=corpus)
         merge = merge_shards(store, specs, request.out)
