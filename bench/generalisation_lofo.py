@@ -264,7 +264,9 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
         f"interconnect; corpora of {CORPUS_TASKS} tasks per family; wall {time.perf_counter() - t_all:.0f} s (this run)")}
 
 
-def render_lofo(run: dict[str, Any], geomean: Any, title: str = "leave-one-family-out (part lofo)") -> list[str]:
+def render_lofo(run: dict[str, Any], geomean: Any, ratio_table: Any,
+                title: str = "leave-one-family-out (part lofo)") -> list[str]:
+    """The LOFO section; `geomean` and `ratio_table` are generalisation.py's (one table layout for every part)."""
     rows = run["rows"]
     learned_names = [n for n in rows[0]["ms"] if n.startswith("dreamshard[")]
     names = [*learned_names, "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec", "torchrec_tw_cw"]
@@ -291,14 +293,7 @@ def render_lofo(run: dict[str, Any], geomean: Any, title: str = "leave-one-famil
             out.append(f"| {fam} | {e['compute_hist']:.1%} / {e['total_hist']:.1%} | "
                        f"{e['compute_no_hist']:.1%} / {e['total_no_hist']:.1%} |")
     out += ["", "Plans (ratio to the per-task best baseline; `[lofo]` = the model trained without the task's family):", "",
-            "| task | best baseline | " + " | ".join(names) + " | noise |", "|---|---|" + "---:|" * (len(names) + 1)]
-    for r in rows:
-        out.append(f"| {r['task']} | {r['best_baseline']} {r['ms'][r['best_baseline']]:.1f} ms | "
-                   + " | ".join(f"{r['vs_best'][n]:.3f}" for n in names) + f" | {r['noise']:.1%} |")
-    out.append("| **geomean vs best baseline** | | " + " | ".join(
-        f"**{geomean([r['vs_best'][n] for r in rows]):.3f}**" for n in names) + " | |")
-    out.append("| **geomean vs torchrec** | | " + " | ".join(
-        f"**{geomean([r['vs_torchrec'][n] for r in rows]):.3f}**" for n in names) + " | |")
+            *ratio_table(rows, names)]
     out += ["", "Per family (geomean vs best baseline):", ""]
     for fam in run["families"]:
         sel = [r for r in rows if r["family"] == fam]

@@ -123,8 +123,8 @@ class DeviceCorpus:
         self.path = self.root / f"{writer}.jsonl"
         self.reuse = reuse
         self.entries: dict[str, CorpusEntry] = {}
-        # backend name -> (hardware, backend settings, seed) of the last timing the profiling workers sent back
-        self.worker_backend: dict[str, tuple[str, BackendInfo, int]] = {}
+        # backend name -> (hardware, backend settings) of the last timing the profiling workers sent back
+        self.worker_backend: dict[str, tuple[str, BackendInfo]] = {}
         self.hits = 0
         self.misses = 0
         for f in sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else ():
@@ -148,8 +148,8 @@ class DeviceCorpus:
                     continue  # a killed writer's last line: that timing is simply measured again
                 raise InputFileError(f"{path}:{i + 1}: not a corpus entry") from None
             self.entries.setdefault(e.key, e)
-            if path.stem == WORKERS_WRITER and e.info is not None and e.seed is not None:
-                self.worker_backend[e.backend] = (e.hardware, e.info, e.seed)
+            if path.stem == WORKERS_WRITER and e.info is not None:
+                self.worker_backend[e.backend] = (e.hardware, e.info)
 
     def __len__(self) -> int:
         return len(self.entries)

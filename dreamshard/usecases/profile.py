@@ -138,7 +138,7 @@ def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print, wor
     if workers:
         if job.profile.backend not in corpus.worker_backend:
             return job  # the workers sent nothing back for this backend yet: every task is new
-        hardware, worker, _ = corpus.worker_backend[job.profile.backend]
+        hardware, worker = corpus.worker_backend[job.profile.backend]
         pr = job.profile  # the workers' device and operator, this run's settings
         base = worker.model_copy(update={"warmup": pr.warmup, "repeats": pr.repeats, "num_threads": pr.num_threads,
                                          "row_cap": pr.row_cap})
