@@ -212,3 +212,28 @@ def test_no_garbage_collection_runs_inside_a_timed_region_and_the_setting_is_res
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+def test_cpu_weights_reuse_one_host_buffer_per_dtype_and_close_frees_it() -> None:
+    """The TBE's HOST weights come from one buffer that grows to the largest device and is reused (no zero-fill
+    per timing); fp16 devices get their own; the oracle's close() frees them; timings stay finite."""
+    import torch
+
+    from dreamshard.profiling.fbgemm_backend import HOST_ARENA
+
+    o = make_oracle("cpu", warmup=1, repeats=2, num_threads=1, seed=0)
+    o.set_comm_model(2, FIXED_COMM[2])
+    big = Table(name="big", num_embeddings=30_000, embedding_dim=64, pooling_factor=4)
+    small = Table(name="small", num_embeddings=1_000, embedding_dim=32, pooling_factor=4)
+    half = Table(name="half", num_embeddings=2_000, embedding_dim=32, pooling_factor=4, dtype="fp16")
+    for t in (big, small, half):
+        d = o.measure(_inv(t), {t.name: 0}, _topo(1)).costs.per_device[0]
+        assert 0 < d.fwd_compute + d.bwd_compute < float("inf")
+    buffers = HOST_ARENA._buffers
+    assert set(buffers) == {torch.float32, torch.float16}
+    assert buffers[torch.float32].numel() >= 30_000 * 64  # grew to the big table; the small one reused it
+    ptr = buffers[torch.float32].data_ptr()
+    o.measure(_inv(small), {"small": 0}, _topo(1))
+    assert HOST_ARENA._buffers[torch.float32].data_ptr() == ptr
+    o.close()
+    assert not HOST_ARENA._buffers
