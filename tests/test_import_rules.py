@@ -148,6 +148,19 @@ def test_library_cli_imports_neither_prefect_nor_the_flows() -> None:
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
 
 
+def test_a_library_command_does_not_load_the_pipeline_plugin_and_the_top_level_help_lists_it() -> None:
+    """Only `dreamshard pipeline ...` (and the top-level help) loads the flows: every DVC stage is a library
+    command, and Prefect's import was 2.6 s of each one's start."""
+    check = ("import sys\nfrom dreamshard.cli.app import main\ntry:\n    main({})\nexcept SystemExit:\n    pass\n"
+             "print('LOADED' if 'prefect' in sys.modules else 'NOT-LOADED')")
+    res = _python(check.format(["inventory", "--help"]))
+    assert res.returncode == 0 and res.stdout.split()[-1] == "NOT-LOADED", res.stderr
+    res = _python(check.format(["--help"]))
+    assert res.returncode == 0 and "pipeline" in res.stdout and res.stdout.split()[-1] == "LOADED", res.stderr
+    res = _python(check.format(["pipeline", "--help"]))
+    assert res.returncode == 0 and "workspace" in res.stdout.lower() and res.stdout.split()[-1] == "LOADED"
+
+
 def _without_prefect(tmp_path: Path) -> dict[str, str]:
     """An environment where `import prefect` fails, as in an installation without it."""
     fake = tmp_path / "no-prefect" / "prefect"
