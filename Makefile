@@ -24,8 +24,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --export-model models
 
+# Timing tests first and alone (no server, no second worker loading the cores), then the rest on 2 workers
+# (a test file stays on one worker: the orchestrator tests share one Prefect server per module).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -m timing
+	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile
 
 # Plan quality on inventories the model never saw (quiet machine; see bench/generalisation.py)
 bench: $(STAMP)

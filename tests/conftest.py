@@ -20,6 +20,15 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
+# Under pytest-xdist (`make test` runs the suite on 2 workers) each worker keeps torch to one thread, and so do
+# the processes it starts: two workers each spreading over every core cost a 10 s test 100 s. The profiling paths
+# that time kernels set their own thread count (profiling.base.pinned_threads) and run in the serial first step.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run `timing` tests first: the session-scoped SeaweedFS and Prefect servers keep working in the

@@ -35,6 +35,7 @@ def test_device_bytes_follow_the_pooled_outputs() -> None:
     assert comm.comm_model_for(1).cost_ms(1e9) == 0.0
 
 
+@pytest.mark.timing  # compares message timings: run in the serial first step, nothing else loading the cores
 def test_real_gloo_benchmark_fit_and_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DREAMSHARD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(comm, "_MEMO", {})

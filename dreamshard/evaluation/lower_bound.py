@@ -5,14 +5,18 @@ gate decides on the plans and measures none."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.profiling.comm import device_comm_bytes
+from dreamshard.costs import Collective, CommModel
+from dreamshard.profiling.comm import all_reduce_bytes, device_comm_bytes, host_comm_model
 from dreamshard.shards import shard_table
 from dreamshard.types import DIM_ALIGN, MAX_DEVICE_GB, Inventory, Measurement, Table, Topology
+
+#: The collectives a unit's outputs or gradients can travel by, whichever sharding type it takes.
+OTHER_COLLECTIVES: tuple[Collective, ...] = ("reduce_scatter", "all_reduce")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -31,6 +35,11 @@ class LowerBound(BaseModel):
     bottleneck costs at least the costliest table's smallest possible share alone: the columns some device must
     hold of it, dim / D rounded up to the column alignment (the whole table when it cannot be split), comm
     included.
+
+    Every sharding type counts (`comm_bound`): a table may instead be row-sharded (its partial sums
+    reduce-scattered) or replicated (no forward exchange, its gradient all-reduced), so with the other collectives'
+    models each table adds the least of its three exchange volumes, and every device pays the least latency; on a
+    topology with hosts each collective is costed as the oracle costs it there.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -66,26 +75,73 @@ def smallest_share(table: Table, num_devices: int) -> Table:
     return table if width >= table.embedding_dim else shard_table(table, 0, width)
 
 
+def comm_bound(tables: Sequence[Table], topology: Topology, models: Mapping[Collective, CommModel]) -> float:
+    """The least fwd + bwd exchange the average device that holds anything pays, over every sharding type of
+    every table (`models`: the all-to-all's, and the reduce-scatter's and all-reduce's when row shards and
+    replicas are in the plan space; each collective's cost per device on `topology`, hosts included).
+
+    Summed over the devices, a table costs at least the least of: table- or column-wise, its pooled outputs'
+    all-to-all forward and back (``2 beta B``, B = `device_comm_bytes` of its output width); row-wise over a
+    group of g devices (g = the devices of a host, or all), every one of them reduce-scattering and all-gathering
+    B (``2 g beta B``, g >= 1); data-parallel, every device all-reducing its gradient (``D beta G``, G =
+    `all_reduce_bytes`). The average over D devices is that sum / D, plus the least latency any device that
+    communicates pays (``2 alpha`` for an all-to-all or a reduce-scatter, ``alpha`` for an all-reduce)."""
+    d, batch = topology.num_devices, topology.batch_size
+    if d <= 1 or not tables:
+        return 0.0
+    costed = {c: host_comm_model(topology, m, c) for c, m in models.items()}
+    beta = {c: m.beta_ms_per_mb / 1e6 for c, m in costed.items()}  # ms per byte
+    group = topology.local_world_size if topology.hosts > 1 else d  # row-wise: all devices; table-row-wise: a host's
+    total = 0.0
+    for t in tables:
+        b = device_comm_bytes(batch, [t.output_dim], d)  # a shared table: dim x its features
+        options = [2.0 * beta["all_to_all"] * b]
+        if "reduce_scatter" in beta:
+            options.append(2.0 * group * beta["reduce_scatter"] * b)
+        if "all_reduce" in beta:
+            options.append(d * beta["all_reduce"] * all_reduce_bytes([(t.num_embeddings, t.embedding_dim)], d))
+        total += min(options)
+    latency = min((1.0 if c == "all_reduce" else 2.0) * m.alpha_ms for c, m in costed.items())
+    return latency + total / d
+
+
+def _least_alone(inventory: Inventory, name: str, single: Measurement, share: Measurement, topology: Topology,
+                 models: Sequence[CommModel], collectives: Mapping[Collective, CommModel] | None) -> float:
+    """The least a device that holds any of table `name` pays for it: its smallest column share alone, comm
+    included; with row shards and replicas in the plan space (`collectives`) also an even 1/D of its compute
+    (D row shards, or D replicas at 1/D of the batch, split its lookups D ways) plus its least exchange."""
+    alone = share.overall_ms
+    if not collectives or topology.num_devices <= 1 or not models:
+        return alone
+    c = single.costs.per_device[0]
+    table = inventory.by_name()[name]
+    split = (c.fwd_compute + c.bwd_compute) / topology.num_devices + comm_bound(
+        [table], topology, {"all_to_all": models[0], **collectives})
+    return min(alone, split)
+
+
 def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topology: Topology,
-                floor: ComputeFloor | None = None, shares: Mapping[str, Measurement] | None = None) -> LowerBound:
+                floor: ComputeFloor | None = None, shares: Mapping[str, Measurement] | None = None,
+                collectives: Mapping[Collective, CommModel] | None = None) -> LowerBound:
     """The LowerBound of `inventory` on `topology` from each table's single-table measurement (kind="single"),
-    the backend's `floor` when it has one, and the single measurements of the tables' smallest shares
-    (`smallest_share`, by table name; a table missing there counts with its whole-table single)."""
+    the backend's `floor` when it has one, the single measurements of the tables' smallest shares
+    (`smallest_share`, by table name; a table missing there counts with its whole-table single), and the
+    reduce-scatter's and all-reduce's models (`collectives`; None: a plan space of table- and column-wise units,
+    whose outputs all go by the all-to-all)."""
     d = topology.num_devices
     totals = [m.overall_ms for m in singles.values()]
     compute = [m.costs.per_device[0].fwd_compute + m.costs.per_device[0].bwd_compute for m in singles.values()]
     comm_ms = 0.0
     models = [m.comm_model for m in singles.values() if m.comm_model is not None]
-    if d > 1 and models:
-        dims = [t.output_dim for t in inventory.tables]  # a shared table: dim x its features
-        share = device_comm_bytes(topology.batch_size, dims, d) / d
-        comm_ms = 2.0 * models[0].cost_ms(share)
+    if d > 1 and models and inventory.tables:
+        comm_ms = comm_bound(inventory.tables, topology, {"all_to_all": models[0], **(collectives or {})})
     if floor is not None and inventory.tables:
         compute_ms = floor.shared_compute_ms() + sum(floor.table_floor_ms(t, topology.batch_size)
                                                      for t in inventory.tables) / d
     else:
         compute_ms = sum(compute) / d
-    mx = max(((shares or {}).get(name, m).overall_ms for name, m in singles.items()), default=0.0)
+    mx = max((_least_alone(inventory, name, m, (shares or {}).get(name, m), topology, models, collectives)
+              for name, m in singles.items()), default=0.0)
     return LowerBound(max_single_ms=mx, sum_single_ms=sum(totals), compute_ms=compute_ms, comm_ms=comm_ms,
                       total_ms=max(mx, compute_ms + comm_ms))
 
@@ -103,4 +159,6 @@ def measure_lower_bound(inventory: Inventory, topology: Topology, oracle: Oracle
         if part is not t:
             unit = Inventory(name=inventory.name, tables=(part,))
             shares[t.name] = oracle.measure(unit, {part.name: 0}, roomy, kind="single")
-    return lower_bound(inventory, singles, topology, compute_floor(oracle), shares)
+    fitted = getattr(oracle, "collective_model", None)  # an oracle that fits no other collective: table/column-wise
+    collectives = {c: fitted(topology, c) for c in OTHER_COLLECTIVES} if fitted and topology.num_devices > 1 else {}
+    return lower_bound(inventory, singles, topology, compute_floor(oracle), shares, collectives)
