@@ -55,6 +55,9 @@ class PlanConfig(Section):
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
     refine_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # the fast path's refinement (`dreamshard replan`, the replan-on-inventory-change flow): off by default, the
+    # fast path publishes in well under a minute; the retrain path's plan stage refines for refine_seconds
+    replan_refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
     # sharding types the search may give a whole table besides table-wise and column-wise (row_wise,
     # table_row_wise, data_parallel): converted where the learned cost says it pays
     types: tuple[str, ...] = ()

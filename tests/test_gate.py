@@ -175,7 +175,8 @@ def test_old_records_get_an_outcome_and_an_outcome_must_agree() -> None:
 def test_params_cannot_drop_torchrec() -> None:
     from dreamshard.gate import PublishConfig
 
-    assert "torchrec" in PublishConfig().baselines and "random" in PublishConfig().baselines
+    assert "torchrec" in PublishConfig().baselines and "random" not in PublishConfig().baselines  # GATE_BASELINES
+    assert PublishConfig(baselines=("random", "torchrec")).baselines == ("random", "torchrec")
     with pytest.raises(ValueError, match="torchrec"):
         PublishConfig(baselines=("round_robin",))
     with pytest.raises(ValueError, match="not a baseline"):

@@ -130,3 +130,68 @@ def test_an_inconclusive_plan_becomes_the_first_plan_but_never_replaces_a_curren
     assert published.is_current
     other = get_sharder("size_greedy").shard(inv, topo)
     assert first_plan(store, other, unsure.model_copy(update={"plan_id": other.plan_id})).outcome == "inconclusive"
+
+
+def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_version(tmp_path: Path) -> None:
+    """A statistics-only change keeps the schema: the current plan can still place the job, and an inconclusive
+    plan leaves it current. A table added (another schema) or another topology: the current plan cannot serve
+    the new version's job, so there is nothing to keep and the plan inside the noise becomes current."""
+    from dreamshard.gate import GateDecision
+    from dreamshard.sharders import get_sharder
+    from dreamshard.store import publish_or_reject
+    from dreamshard.types import Inventory, Topology
+    from dreamshard.usecases.publish import first_plan
+
+    v1 = tiny_inventory(tmp_path / "v1.yaml")
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0)
+    store = open_store(str(tmp_path / "store"))
+    current = get_sharder("dim_greedy").shard(v1, topo)
+    approved = GateDecision(approved=True, outcome="approved", plan_id=current.plan_id, reason="approved",
+                            inventory_fingerprint=v1.fingerprint())
+    assert publish_or_reject(store, current.model_copy(update={"measured": current.predicted}), approved).is_current
+
+    def unsure(plan_id: str) -> GateDecision:
+        return GateDecision(approved=False, outcome="inconclusive", plan_id=plan_id,
+                            reason="inconclusive: ... within the noise, the current plan stays (measure more rounds)")
+
+    stats_only = change_one_table(v1, tmp_path / "v2.yaml")
+    assert stats_only.schema_fingerprint() == v1.schema_fingerprint()
+    same_schema = get_sharder("size_greedy").shard(stats_only, topo)
+    assert first_plan(store, same_schema, unsure(same_schema.plan_id)).outcome == "inconclusive"
+
+    extra = v1.tables[1].model_copy(update={"name": "t_new"})
+    grown = Inventory(name=v1.name, tables=(*v1.tables, extra))
+    added = get_sharder("size_greedy").shard(grown, topo)
+    got = first_plan(store, added, unsure(added.plan_id))
+    assert got.approved and got.outcome == "approved"
+    assert f"the current plan {current.plan_id} places another table schema" in got.reason
+    assert got.reason.endswith("it becomes current")
+
+    wider = get_sharder("size_greedy").shard(stats_only, Topology(num_devices=4, memory_per_device_gb=1.0))
+    got = first_plan(store, wider, unsure(wider.plan_id))
+    assert got.approved and "is for 2 x cpu (batch 2048) and cannot serve this topology" in got.reason
+
+
+def test_the_fast_path_refines_only_for_its_own_budget(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan.refine_seconds is the retrain path's plan stage; the fast path refines for plan.replan_refine_seconds
+    (0 by default: no refinement), or `replan --refine-seconds`."""
+    import dreamshard.usecases.plan as plan_uc
+
+    budgets: list[float] = []
+    real = plan_uc.refine_plan
+
+    def spy(inv: object, plan: object, cost: object, oracle: object, seconds: float, *a: object, **k: object) -> object:
+        budgets.append(seconds)
+        return real(inv, plan, cost, oracle, seconds, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plan_uc, "refine_plan", spy)
+    v1 = tiny_inventory(work / "v1.yaml")
+    data = yaml.safe_load((work / "params.yaml").read_text())
+    data["plan"]["refine_seconds"] = 30.0
+    (work / "params.yaml").write_text(yaml.safe_dump(data))
+    assert _replan(work, inventory=work / "v1.yaml").outcome == "published"
+    assert budgets == []
+    change_one_table(v1, work / "v2.yaml")
+    code, _, err = invoke(["replan", "-i", "v2.yaml", "--refine-seconds", "0.2"])
+    assert code in (0, 1), err
+    assert budgets == [0.2]

@@ -27,6 +27,7 @@ def replan(
     params: ParamsOpt = None,
     backend: BackendOverride = None,
     verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="Measure the K best candidates before the gate (plan.verify).")] = None,
+    refine_seconds: Annotated[Optional[float], typer.Option("--refine-seconds", min=0.0, max=86_400.0, help="Measured refinement of the kept plan before the gate (plan.replan_refine_seconds; default 0 = off).")] = None,
     rounds: RoundsOverride = None,
     seed: SeedOpt = 0,
     force: Annotated[bool, typer.Option("--force", help="Re-plan a version the gate already decided on.")] = False,
@@ -36,7 +37,8 @@ def replan(
     against the baselines measured interleaved, publish. Exit 0: published, already current, or already decided
     (--force re-plans); 1: not published (the gate kept the current plan) or a retrain is due (the version is
     outside the model's training ranges)."""
-    settings = resolve(params, {"profile.backend": backend, "plan.verify": verify, "evaluate.rounds": rounds},
+    settings = resolve(params, {"profile.backend": backend, "plan.verify": verify, "evaluate.rounds": rounds,
+                                 "plan.replan_refine_seconds": refine_seconds},
                        lookup="local")
     result = replan_uc.run(replan_uc.ReplanRequest(settings=settings, inventory=inventory, inventory_name=inventory_name,
                                                    store=store, endpoint_url=endpoint, model=model, seed=seed, force=force))

@@ -9,6 +9,7 @@ beyond the measurement noise (docs/architecture.md, "The publish gate").
 
 from dreamshard.gate.config import (
     ALWAYS_REQUIRED,
+    GATE_BASELINES,
     Basis,
     GateDecision,
     Outcome,
@@ -30,6 +31,7 @@ from dreamshard.gate.verify import Verified, baseline_plan, verify_comparison, v
 
 __all__ = [
     "ALWAYS_REQUIRED",
+    "GATE_BASELINES",
     "Basis",
     "GateDecision",
     "MAX_MS",

@@ -11,7 +11,8 @@ from dreamshard.evaluation import validate_sharders
 from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.learning.model_store import load_card
-from dreamshard.store import PublishedRef, already_decided, get_inventory_version, get_pointer, publish_or_reject
+from dreamshard.store import (PublishedRef, already_decided, get_current, get_inventory_version, get_pointer,
+                              publish_or_reject)
 from dreamshard.store.base import PlanStore
 from dreamshard.types import Inventory, Plan
 from dreamshard.usecases.base import Request, Result
@@ -91,14 +92,36 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
 
 
 def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
-    """Inside the noise the current plan stays; with no current plan there is nothing to keep: a plan the
-    measurements cannot tell from the best baseline (inconclusive, never clearly slower) becomes the first."""
-    if decision.outcome != "inconclusive" or get_pointer(store, plan.inventory_name) is not None:
+    """Inside the noise the current plan stays, when it can: with no current plan, or one that cannot serve the
+    training job this plan is for (another table schema: a table added, removed or reshaped; another topology),
+    there is nothing to keep, and a plan the measurements cannot tell from the best baseline (inconclusive, never
+    clearly slower) becomes current."""
+    if decision.outcome != "inconclusive" or get_pointer(store, plan.inventory_name) is None:
+        why = "" if decision.outcome != "inconclusive" else f"no plan is current for '{plan.inventory_name}'"
+    else:
+        why = cannot_serve(get_current(store, plan.inventory_name), plan)
+    if not why:
         return decision
     return decision.model_copy(update={
         "approved": True, "outcome": "approved",
-        "reason": decision.reason.replace("the current plan stays (measure more rounds)",
-                                          f"no plan is current for '{plan.inventory_name}': it becomes the first")})
+        "reason": decision.reason.replace("the current plan stays (measure more rounds)", f"{why}: it becomes current")})
+
+
+def cannot_serve(current: Plan, plan: Plan) -> str:
+    """Why the current plan cannot serve the job `plan` is for ("" when it can: same table schema, same topology;
+    a statistics-only change keeps the schema)."""
+    if current.schema_fingerprint is not None and plan.schema_fingerprint is not None \
+            and current.schema_fingerprint != plan.schema_fingerprint:
+        return (f"the current plan {current.plan_id} places another table schema "
+                f"({current.schema_fingerprint[:12]}, this version's is {plan.schema_fingerprint[:12]}) and cannot "
+                f"serve it")
+    if current.schema_fingerprint is None and set(current.table_names) != set(plan.table_names):
+        return f"the current plan {current.plan_id} places other tables and cannot serve this version"
+    if current.topology != plan.topology:
+        t = current.topology
+        return (f"the current plan {current.plan_id} is for {t.num_devices} x {t.device_type} (batch {t.batch_size}) "
+                f"and cannot serve this topology")
+    return ""
 
 
 def recorded(store: PlanStore, plan_file: Path) -> PublishResult | None:

@@ -100,7 +100,8 @@ def run(request: ReplanRequest) -> ReplanResult:
         work.mkdir(parents=True, exist_ok=True)
         inv_file, plan_file = work / "inventory.yaml", work / "plan.json"
         save_inventory(inv, inv_file)
-        planned = plan_uc.run(plan_uc.PlanRequest(settings=s, inventory=inv_file, out=plan_file,
+        fast = s.model_copy(update={"plan": s.plan.model_copy(update={"refine_seconds": s.plan.replan_refine_seconds})})
+        planned = plan_uc.run(plan_uc.PlanRequest(settings=fast, inventory=inv_file, out=plan_file,
                                                   sharder=plan_uc.SEARCHING_SHARDER, model=model_dir(request.model),
                                                   seed=request.seed))
         plan = planned.plan
