@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dreamshard.errors import ConfigError
+from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation import validate_sharders
 from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
 from dreamshard.io import load_inventory, load_plan
@@ -99,7 +99,10 @@ def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDeci
     if decision.outcome != "inconclusive" or get_pointer(store, plan.inventory_name) is None:
         why = "" if decision.outcome != "inconclusive" else f"no plan is current for '{plan.inventory_name}'"
     else:
-        why = cannot_serve(get_current(store, plan.inventory_name), plan)
+        try:
+            why = cannot_serve(get_current(store, plan.inventory_name), plan)
+        except StoreError:  # an unreadable current plan (`plans fsck` reports it): nothing is replaced by noise
+            why = ""
     if not why:
         return decision
     return decision.model_copy(update={
