@@ -51,6 +51,9 @@ class PlanConfig(Section):
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     verify: Annotated[int, Field(ge=0, le=64)] = 0  # measure this many best candidates (0 = trust predictions)
     verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
+    # verified candidates is one (dreamshard.learning.verify.anchor_candidates)
+    verify_anchors: Annotated[int, Field(ge=0, le=16)] = 2
     # measured refinement of the kept plan (dreamshard.learning.measured_refine): seconds of proposals measured
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0

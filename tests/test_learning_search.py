@@ -85,6 +85,37 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
     check_placement(inv, plan.placement, topo)
 
 
+def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir):
+    """When none of the K best predicted is a baseline's own plan or LPT's, the best predicted of those are measured
+    too (plan.verify_anchors): a misranking cost cannot keep them from being measured, and kept when faster."""
+    from dreamshard.learning.search import Candidate
+    from dreamshard.learning.verify import ANCHOR_SOURCES, anchor_candidates
+
+    def cand(source: str, ms: float) -> Candidate:
+        return Candidate(source, {"t": 0}, ms)
+
+    ranked = [cand("policy+search", 1.0), cand("policy", 1.1), cand("torchrec+search", 1.2), cand("torchrec", 1.3),
+              cand("lpt+search", 1.35), cand("lookup_greedy", 1.4), cand("lpt", 1.5)]
+    assert [c.source for c in anchor_candidates(ranked, 3, 2)] == ["torchrec", "lookup_greedy"]
+    assert [c.source for c in anchor_candidates(ranked, 3, 9)] == ["torchrec", "lookup_greedy", "lpt"]
+    assert anchor_candidates(ranked, 4, 2) == []  # torchrec's own plan is among the 4 measured anyway
+    assert anchor_candidates(ranked, 3, 0) == []
+    assert "lpt" in ANCHOR_SOURCES and "policy" not in ANCHOR_SOURCES
+
+    inv = synth_inventory(24, seed=23, name="verify")
+    topo = Topology(num_devices=4, memory_per_device_gb=16)
+    oracle = make_oracle("simulator", warmup=0, repeats=1)
+    sharder = get_sharder("dreamshard", model_dir=model_dir, verify=1, verify_rounds=1, verify_anchors=2,
+                          oracle=oracle, search=SearchConfig(candidates=CHEAP))
+    report = sharder.shard_with_report(inv, topo)
+    v = report.plan.verification
+    assert v is not None and report.search is not None
+    expected = [report.search.candidates[0], *anchor_candidates(report.search.candidates, 1, 2)]
+    assert len(expected) == 3, [c.source for c in report.search.candidates]  # the toy cost ranks a search plan first
+    assert [c.source for c in v.candidates] == [c.source for c in expected]
+    assert v.chosen == min(v.candidates, key=lambda c: c.measured_ms).source
+
+
 def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
     wide = synth_inventory(12, seed=24, name="wide", dims=(1024,))  # the toy model saw dims 16..128
     inv = save_inventory(wide, tmp_path / "wide.yaml")

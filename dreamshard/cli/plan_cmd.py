@@ -100,6 +100,7 @@ def plan(
     risk: Annotated[Optional[float], typer.Option("--risk", min=0.0, max=10.0, help="Learned sharders: plan on ensemble mean + RISK x spread (plan.risk; default 1).")] = None,
     verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best measured (plan.verify; default 0).")] = None,
     verify_rounds: Annotated[Optional[int], typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate (plan.verify_rounds; default 3).")] = None,
+    verify_anchors: Annotated[Optional[int], typer.Option("--verify-anchors", min=0, max=16, help="With --verify: also measure this many of the baselines' own plans (best predicted first) when none of the K is one (plan.verify_anchors; default 2).")] = None,
     backend: BackendOverride = None,
     warmup: WarmupOverride = None,
     repeats: RepeatsOverride = None,
@@ -136,7 +137,7 @@ def plan(
         **memory_overrides(optimizer, memory_model, memory_reserve),
         "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
-        "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "profile.backend": backend,
+        "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "plan.verify_anchors": verify_anchors, "profile.backend": backend,
         "profile.warmup": warmup, "profile.repeats": repeats, "profile.num_threads": threads,
     })
     request = plan_uc.PlanRequest(settings=settings, inventory=inventory, out=out, sharder=name, model=model,

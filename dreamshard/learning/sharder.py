@@ -35,7 +35,7 @@ from dreamshard.learning.policy import plan_with_policy
 from dreamshard.learning.search import Candidate, SearchResult, lpt_placement, search
 from dreamshard.learning.sharding_choice import choose_types
 from dreamshard.learning.splits import choose_splits
-from dreamshard.learning.verify import VERIFY_ROUNDS, verify_candidates
+from dreamshard.learning.verify import VERIFY_ROUNDS, anchor_candidates, verify_candidates
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.shards import fold_units, split_inventory
 from dreamshard.types import Inventory, Plan, Topology
@@ -171,25 +171,30 @@ class DreamShardSharder(ModelSharder):
     """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
 
     With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
-    `verify_rounds` rounds) and the best measured one is kept, with its measured costs and the record.
+    `verify_rounds` rounds), beside the `verify_anchors` best predicted of the baselines' own plans when none of
+    the K is one (`verify.anchor_candidates`), and the best measured one is kept, with its measured costs and
+    the record.
     """
 
     name = "dreamshard"
-    options = ModelSharder.options | {"verify", "verify_rounds", "oracle"}
+    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "oracle"}
 
-    def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None, **kw: Any) -> None:
+    def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
+                 verify_anchors: int = 0, **kw: Any) -> None:
         super().__init__(**kw)
-        if verify < 0:
-            raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
+        if verify < 0 or verify_anchors < 0:
+            raise ConfigError(f"--verify must be >= 0 candidates, got {min(verify, verify_anchors)}")
         self.verify = int(verify)
         self.verify_rounds = verify_rounds
+        self.verify_anchors = int(verify_anchors)
         self.oracle = oracle
 
     def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
                 searched: SearchResult | None, cost: PlanningCost) -> Plan:
         if self.verify <= 0 or self.oracle is None or searched is None:
             return super()._finish(inventory, units, topology, unit_placement, searched, cost)
-        top = searched.candidates[: self.verify]
+        top = [*searched.candidates[: self.verify],
+               *anchor_candidates(searched.candidates, self.verify, self.verify_anchors)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
                                     rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)

@@ -70,7 +70,8 @@ def run(request: PlanRequest) -> PlanResult:
     oracle = s.oracle() if verify or refine else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle} if verify else {}
+    extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle,
+                             "verify_anchors": s.plan.verify_anchors} if verify else {}
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
     searched: SearchResult | None = None
     warnings: list[str] = []
