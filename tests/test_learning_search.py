@@ -236,3 +236,15 @@ def test_a_column_shard_plan_round_trips_through_gate_store_and_torchrec_export(
 
     back = plan_from_document(read_torchrec_plan(tr), base, plan.topology)
     assert back.column_shards == plan.column_shards and back.placement == plan.placement
+
+
+def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -> None:
+    from dreamshard.learning.verify import kept_index
+
+    top, lucky, sure = [10.0, 12.0, 11.0], [9.0, 12.5, 9.5], [9.8, 11.5, 10.9]
+    assert kept_index([top, lucky], [11.0, 9.5]) == 0  # a lower median, but slower in one round: noise
+    assert kept_index([top, lucky, sure], [11.0, 9.5, 10.9]) == 2  # faster in every round
+    faster = [9.0, 11.0, 10.0]
+    assert kept_index([top, sure, faster], [11.0, 10.9, 10.0]) == 2  # of the confirmed, the fastest median
+    assert kept_index([top, list(top)], [11.0, 11.0]) == 0  # a tie is no confirmation
+    assert kept_index([top], [11.0]) == 0
