@@ -372,6 +372,7 @@ EXTRA_CASES: tuple[tuple[str, str], ...] = (
     ("hostile_input_cases", "cases"),
     ("hostile_small_cases", "cases"),
     ("hostile_types_cases", "cases"),
+    ("hostile_loop_cases", "cases"),
 )
 
 

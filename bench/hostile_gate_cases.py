@@ -107,10 +107,11 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
             files = write_case(d / f"narrow{len(sharders)}", mine, full_comparison(mine, sharders=sharders))
             return _one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
 
-    @case("18.3", "--measure --sharders round_robin", "plans publish P --measure --sharders round_robin")
+    @case("18.3", "--measure --sharders random (adds a baseline beside publish.baselines)",
+          "plans publish P --measure --sharders random")
     def _() -> tuple[bool, str]:
         files = write_case(d / "measure-rr", mine)
-        r = cli(publish_argv(files, *measure, "--sharders", "round_robin", comparison=False))
+        r = cli(publish_argv(files, *measure, "--sharders", "random", comparison=False))
         return r[0] == 1 and "best baseline random" in r[2], r[2][:60]
 
     @case("18.3", "comparison with the best entries deleted", "plans publish P --comparison edited.json")
