@@ -80,10 +80,8 @@ def learned_plans(inv: Any, topo: Any, model_dir: Path | None, oracle: Any) -> t
     for label in LEARNED:
         name, _, verify = label.removesuffix("+types").partition("+verify")
         opts: dict[str, Any] = {"model_dir": model_dir}
-        if verify:  # with the plan stage's anchors (plan.verify_anchors): what the publish flow does
-            from dreamshard.sections import PlanConfig
-
-            opts.update(verify=int(verify), oracle=oracle, verify_anchors=PlanConfig().verify_anchors)
+        if verify:  # with the default anchors (plan.verify_anchors): what the publish flow does
+            opts.update(verify=int(verify), oracle=oracle)
         if label.endswith("+types"):
             opts["search"] = SearchConfig(types=ALL_TYPES)
         t0 = time.perf_counter()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims, synth_inventory
-from dreamshard.learning.configs import DEFAULT_CANDIDATES, SearchConfig
+from dreamshard.learning.configs import DEFAULT_CANDIDATES, VERIFY_ANCHORS, SearchConfig
 from dreamshard.sharders import ALL_SHARDERS, sharder_names
 from dreamshard.types import Inventory
 
@@ -53,7 +53,7 @@ class PlanConfig(Section):
     verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
     # verified candidates is one (dreamshard.learning.verify.anchor_candidates)
-    verify_anchors: Annotated[int, Field(ge=0, le=16)] = 2
+    verify_anchors: Annotated[int, Field(ge=0, le=16)] = VERIFY_ANCHORS
     # measured refinement of the kept plan (dreamshard.learning.measured_refine): seconds of proposals measured
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0

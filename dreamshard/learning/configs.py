@@ -14,6 +14,10 @@ from dreamshard.types import (
     DEFAULT_INTER_HOST_GBPS, MAX_BATCH, MAX_DEVICE_GB, DeviceType, Interconnect, MemoryModel, Number, Optimizer, Topology,
 )
 
+#: With --verify: how many of the baselines' or LPT's plans are measured beside the K best predicted when none of
+#: them is one (dreamshard.learning.verify.anchor_candidates; params plan.verify_anchors)
+VERIFY_ANCHORS = 2
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
-from dreamshard.learning.configs import SearchConfig
+from dreamshard.learning.configs import VERIFY_ANCHORS, SearchConfig
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.learning.policy import plan_with_policy
@@ -180,7 +180,7 @@ class DreamShardSharder(ModelSharder):
     options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "oracle"}
 
     def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
-                 verify_anchors: int = 0, **kw: Any) -> None:
+                 verify_anchors: int = VERIFY_ANCHORS, **kw: Any) -> None:
         super().__init__(**kw)
         if verify < 0 or verify_anchors < 0:
             raise ConfigError(f"--verify must be >= 0 candidates, got {min(verify, verify_anchors)}")
