@@ -20,17 +20,9 @@ from dreamshard.sharders import get_sharder
 from dreamshard.store import open_store, publish_or_reject
 from dreamshard.types import Inventory, Topology
 from dreamshard.usecases.publish import first_plan
+from hostile_small_cases import _one_line_2, _snap  # bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
-
-
-def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2] and all(n in lines[0] for n in needles)
-
-
-def _snap(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def cases(d: Path, case: Case) -> None:
