@@ -157,7 +157,8 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
             "fresh": {"wall_s": round(fresh_s, 1), **fresh},
             "incremental": {"wall_s": round(inc_s, 1), **incremental},
             "fast_path": {"wall_s": round(fast_s, 1), "outcome": fast["outcome"], "reason": fast["reason"],
-                          "profile_records": 0, "loop_measured": 0, "verify_and_gate_timings": fast_timings},
+                          "profile_records": 0, "loop_measured": 0, "verify_and_gate_timings": fast_timings,
+                          "anchor_timings": settings.plan.verify_anchors * settings.plan.verify_rounds},
             "retrain": {"wall_s": round(retrain_s, 1), **retrain},
             "comparison": [{"plan_id": r["plan"]["plan_id"], "sharder": r["sharder"], "overall_ms": r["overall_ms"],
                             "samples_ms": r["samples_ms"]} for r in cmp["results"]]}
@@ -189,7 +190,7 @@ def render(data: dict[str, Any]) -> str:
         row(f"incremental retrain (v2, same workspace; loop on {inc['tasks_measured']} tasks)", inc),
         row("full retrain (v2, no corpus, from the packaged model)", rt),
         f"| fast path `replan` (v2): {fa['outcome']} | {fa['wall_s']} | {fa['wall_s'] / f['wall_s']:.2f} | - | - | 0 | 0.00 | 0 | 0 | "
-        f"{fa['verify_and_gate_timings']} verify + gate |",
+        f"{fa['verify_and_gate_timings']} verify + gate (+ up to {fa.get('anchor_timings', 0)} anchors) |",
         "",
         f"Plans on v2, measured interleaved ({data['rounds']} rounds, backend {data['backend']}); ratios to TorchRec's "
         f"planner and to the best heuristic:",
