@@ -105,18 +105,17 @@ def comm_bound(tables: Sequence[Table], topology: Topology, models: Mapping[Coll
     return latency + total / d
 
 
-def _least_alone(inventory: Inventory, name: str, single: Measurement, share: Measurement, topology: Topology,
-                 models: Sequence[CommModel], collectives: Mapping[Collective, CommModel] | None) -> float:
-    """The least a device that holds any of table `name` pays for it: its smallest column share alone, comm
-    included; with row shards and replicas in the plan space (`collectives`) also an even 1/D of its compute
-    (D row shards, or D replicas at 1/D of the batch, split its lookups D ways) plus its least exchange."""
+def _least_alone(tables: Mapping[str, Table], name: str, single: Measurement, share: Measurement,
+                 topology: Topology, exchange: Mapping[Collective, CommModel]) -> float:
+    """The least a device that holds any of table `name` (of `tables`, by name) pays for it: its smallest column
+    share alone, comm included; with row shards and replicas in the plan space (`exchange` holds more than the
+    all-to-all) also an even 1/D of its compute (D row shards, or D replicas at 1/D of the batch, split its
+    lookups D ways) plus its least exchange."""
     alone = share.overall_ms
-    if not collectives or topology.num_devices <= 1 or not models:
+    if len(exchange) <= 1 or topology.num_devices <= 1:
         return alone
     c = single.costs.per_device[0]
-    table = inventory.by_name()[name]
-    split = (c.fwd_compute + c.bwd_compute) / topology.num_devices + comm_bound(
-        [table], topology, {"all_to_all": models[0], **collectives})
+    split = (c.fwd_compute + c.bwd_compute) / topology.num_devices + comm_bound([tables[name]], topology, exchange)
     return min(alone, split)
 
 
@@ -133,14 +132,17 @@ def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topolo
     compute = [m.costs.per_device[0].fwd_compute + m.costs.per_device[0].bwd_compute for m in singles.values()]
     comm_ms = 0.0
     models = [m.comm_model for m in singles.values() if m.comm_model is not None]
-    if d > 1 and models and inventory.tables:
-        comm_ms = comm_bound(inventory.tables, topology, {"all_to_all": models[0], **(collectives or {})})
+    # every collective a unit's exchange can take ({} without a measured all-to-all: no comm term at all)
+    exchange: dict[Collective, CommModel] = {"all_to_all": models[0], **(collectives or {})} if models else {}
+    if d > 1 and exchange and inventory.tables:
+        comm_ms = comm_bound(inventory.tables, topology, exchange)
     if floor is not None and inventory.tables:
         compute_ms = floor.shared_compute_ms() + sum(floor.table_floor_ms(t, topology.batch_size)
                                                      for t in inventory.tables) / d
     else:
         compute_ms = sum(compute) / d
-    mx = max((_least_alone(inventory, name, m, (shares or {}).get(name, m), topology, models, collectives)
+    tables = inventory.by_name()
+    mx = max((_least_alone(tables, name, m, (shares or {}).get(name, m), topology, exchange)
               for name, m in singles.items()), default=0.0)
     return LowerBound(max_single_ms=mx, sum_single_ms=sum(totals), compute_ms=compute_ms, comm_ms=comm_ms,
                       total_ms=max(mx, compute_ms + comm_ms))
