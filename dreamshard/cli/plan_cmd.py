@@ -98,7 +98,7 @@ def plan(
     model: ModelOpt = None,
     samples: Annotated[Optional[int], typer.Option("--samples", min=0, max=4096, help="Learned sharders: sampled policy rollouts besides the argmax (plan.samples; default 4).")] = None,
     risk: Annotated[Optional[float], typer.Option("--risk", min=0.0, max=10.0, help="Learned sharders: plan on ensemble mean + RISK x spread (plan.risk; default 1).")] = None,
-    verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best measured (plan.verify; default 0).")] = None,
+    verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best predicted unless another is faster in every round (plan.verify; default 0).")] = None,
     verify_rounds: Annotated[Optional[int], typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate (plan.verify_rounds; default 3).")] = None,
     verify_anchors: Annotated[Optional[int], typer.Option("--verify-anchors", min=0, max=16, help="With --verify: also measure this many of the baselines' own plans (best predicted first) when none of the K is one (plan.verify_anchors; default 2).")] = None,
     backend: BackendOverride = None,

@@ -171,9 +171,9 @@ class DreamShardSharder(ModelSharder):
     """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
 
     With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
-    `verify_rounds` rounds), beside the `verify_anchors` best predicted of the baselines' own plans when none of
-    the K is one (`verify.anchor_candidates`), and the best measured one is kept, with its measured costs and
-    the record.
+    `verify_rounds` rounds), beside the `verify_anchors` best predicted of the baselines' or LPT's own plans when
+    none of the K is one (`verify.anchor_candidates`); the best predicted is kept unless another was faster in
+    every round (`verify.kept_index`), with its measured costs and the record.
     """
 
     name = "dreamshard"
@@ -182,8 +182,10 @@ class DreamShardSharder(ModelSharder):
     def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
                  verify_anchors: int = VERIFY_ANCHORS, **kw: Any) -> None:
         super().__init__(**kw)
-        if verify < 0 or verify_anchors < 0:
-            raise ConfigError(f"--verify must be >= 0 candidates, got {min(verify, verify_anchors)}")
+        if verify < 0:
+            raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
+        if verify_anchors < 0:
+            raise ConfigError(f"--verify-anchors must be >= 0 candidates, got {verify_anchors}")
         self.verify = int(verify)
         self.verify_rounds = verify_rounds
         self.verify_anchors = int(verify_anchors)

@@ -1,10 +1,12 @@
 """`plan --verify K`: measure the K best predicted candidates on the backend (and the best predicted baselines'
-plans, `plan.verify_anchors`, when the K hold none), keep the best measured.
+or LPT's plans, `plan.verify_anchors`, when the K hold none); keep the best predicted unless the hardware
+confirms another.
 
 The search ranks candidates by the learned cost; measuring the top few, interleaved (each round visits them in
-a shuffled order, so drift on a shared machine hits all alike) and taking the median per candidate, turns a
-prediction into a measured choice at the price of K x rounds measurements. The plan keeps the winner's
-measured costs and a `Verification` record of everything measured.
+a shuffled order, so drift on a shared machine hits all alike), turns a prediction into a measured choice at
+the price of K x rounds measurements: another candidate replaces the best predicted only when it was faster in
+every round (`kept_index`). The plan keeps the kept candidate's measured costs and a `Verification` record of
+everything measured.
 """
 
 from __future__ import annotations

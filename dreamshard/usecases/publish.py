@@ -96,8 +96,10 @@ def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDeci
     training job this plan is for (another table schema: a table added, removed or reshaped; another topology),
     there is nothing to keep, and a plan the measurements cannot tell from the best baseline (inconclusive, never
     clearly slower) becomes current."""
-    if decision.outcome != "inconclusive" or get_pointer(store, plan.inventory_name) is None:
-        why = "" if decision.outcome != "inconclusive" else f"no plan is current for '{plan.inventory_name}'"
+    if decision.outcome != "inconclusive":
+        return decision
+    if get_pointer(store, plan.inventory_name) is None:
+        why = f"no plan is current for '{plan.inventory_name}'"
     else:
         try:
             why = cannot_serve(get_current(store, plan.inventory_name), plan)
