@@ -61,23 +61,25 @@ def changed_inventory(src: Path, dst: Path) -> str:
     return f"{t0.name}: pooling x1.5; {new.name}: new (a copy of {t1.name})"
 
 
-#: The corpus writers whose timings are training data the change made necessary (the profile stage, the loop),
-#: and the plan stage's (verify and refinement: a fixed time budget whatever changed).
+#: The corpus writers whose timings are training data the change made necessary (the profile stage, the loop);
+#: the others are the plan stage's verify and refinement (a fixed time budget whatever changed) and the lower
+#: bound's singles.
 TRAINING_WRITERS = ("profile", "profile-workers", "loop")
 
 
-def corpus_lines(ws: Path, writers: tuple[str, ...] | None = None) -> int:
-    files = (ws / "data" / "corpus").glob("*.jsonl")
-    return sum(len(f.read_text().splitlines()) for f in files if writers is None or f.stem in writers)
+def corpus_counts(ws: Path) -> dict[str, int]:
+    """Device timings in the workspace's corpus, by writer (one JSONL file each)."""
+    return {f.stem: len(f.read_text().splitlines()) for f in (ws / "data" / "corpus").glob("*.jsonl")}
 
 
-def pipeline_counts(ws: Path, corpus_before: int = 0, training_before: int = 0) -> dict[str, Any]:
+def pipeline_counts(ws: Path, corpus_before: dict[str, int] | None = None) -> dict[str, Any]:
     """Profile records, device timings (all, and the training data's) and the outer loop's new measurements of the
-    workspace's last run."""
+    workspace's last run (`corpus_before`: the corpus's counts before it)."""
     profile = sum(1 for _ in (ws / "data" / "measurements.jsonl").open()) if (ws / "data" / "measurements.jsonl").is_file() else 0
     train = json.loads((ws / "metrics" / "train.json").read_text()) if (ws / "metrics" / "train.json").is_file() else {}
-    return {"profile_records": profile, "device_timings": corpus_lines(ws) - corpus_before,
-            "training_timings": corpus_lines(ws, TRAINING_WRITERS) - training_before,
+    new = {w: n - (corpus_before or {}).get(w, 0) for w, n in corpus_counts(ws).items()}
+    return {"profile_records": profile, "device_timings": sum(new.values()),
+            "training_timings": sum(n for w, n in new.items() if w in TRAINING_WRITERS),
             "loop_measured": int(train.get("measured_now", 0)), "loop_from_cache": int(train.get("from_cache", 0)),
             "incremental": bool(train.get("incremental", False)), "tasks_measured": train.get("tasks_measured")}
 
@@ -110,10 +112,10 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     retrain_ws = work / "ws-retrain"
     shutil.copytree(ws, retrain_ws, symlinks=True)
     shutil.rmtree(retrain_ws / "data" / "corpus", ignore_errors=True)
-    before, training_before = corpus_lines(ws), corpus_lines(ws, TRAINING_WRITERS)
+    before = corpus_counts(ws)
     inc_s, _ = run(["pipeline", "run", "--workspace", str(ws), "-i", str(work / "v2.yaml"), *base,
                     "--dvc-remote", str(work / "remote")], work)
-    incremental = pipeline_counts(ws, before, training_before)
+    incremental = pipeline_counts(ws, before)
 
     fast_s, fast_out = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(retrain_ws / "models" / "dreamshard"),
                             "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
