@@ -15,7 +15,7 @@ every purpose that matters to placement (memory, profiling, the cost model):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dreamshard.errors import PlanError
@@ -95,6 +95,49 @@ def row_shard_table(table: Table, start: int, end: int) -> Table:
 def replica_table(table: Table, device: int) -> Table:
     """The unit of a data-parallel table on `device` (the whole table)."""
     return table.model_copy(update={"name": replica_name(table.name, device)})
+
+
+def unit_table(tables: Mapping[str, Table], unit: str) -> Table:
+    """The table the unit named `unit` runs as (a whole table, a column shard, a row shard or a replica of one of
+    `tables`); PlanError naming the unit when its table is unknown or its range is not inside the table."""
+    if unit in tables:
+        return tables[unit]
+    ref = parse_unit(unit)
+    table = tables.get(ref.table)
+    if table is None:
+        raise PlanError(f"unit '{unit[:80]}' is of table '{ref.table[:80]}', which is not in the inventory")
+    if ref.kind == "replica":
+        return replica_table(table, ref.device)
+    size = table.embedding_dim if ref.kind == "column" else table.num_embeddings
+    if ref.kind == "table" or ref.end > size:
+        what = "columns" if ref.kind == "column" else "rows"
+        raise PlanError(f"unit '{unit[:80]}' is not a unit of table '{table.name}' ({size} {what})")
+    if ref.kind == "column":
+        if dim_problem(ref.end - ref.start):
+            raise PlanError(f"column shard '{unit[:80]}' is {ref.end - ref.start} columns wide; shards must be "
+                            f"multiples of {DIM_ALIGN}")
+        return shard_table(table, ref.start, ref.end)
+    return row_shard_table(table, ref.start, ref.end)
+
+
+def with_units(inventory: Inventory, names: Iterable[str], replace: bool = False) -> Inventory:
+    """`inventory` with the units among `names` (names that are not its tables: `unit_table`) as tables of their
+    own, after its tables (`replace`: instead of the tables they are units of, in their place). A measurement of
+    units (a profile kind that row-shards or replicates, a refinement of a mixed plan) is made and learned from
+    on this inventory; its records keep the inventory's own name and fingerprint."""
+    tables = inventory.by_name()
+    units: dict[str, list[Table]] = {}
+    for name in dict.fromkeys(names):
+        if name not in tables:
+            u = unit_table(tables, name)
+            units.setdefault(parse_unit(name).table, []).append(u)
+    if not units:
+        return inventory
+    if replace:
+        out = [u for t in inventory.tables for u in units.get(t.name, [t])]
+    else:
+        out = [*inventory.tables, *(u for t in inventory.tables for u in units.get(t.name, []))]
+    return Inventory(name=inventory.name, tables=tuple(out))
 
 
 def brief(items: Sequence[object], keep: int = 8) -> str:

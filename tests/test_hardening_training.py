@@ -39,7 +39,8 @@ PARAMS = ("profile: {backend: simulator}\n"
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A 6-table inventory, its simulator profile (13 records on 2 devices), tasks and params."""
+    """A 6-table inventory, its simulator profile (15 records on 2 devices: 6 singles, 4 random placements and the
+    default kinds' 5), tasks and params."""
     d = tmp_path_factory.mktemp("training")
     inv = synth_inventory(6, 0, name="inv")
     files = {"dir": d, "inventory": save_inventory(inv, d / "inv.yaml"), "params": d / "params.yaml",
@@ -104,9 +105,9 @@ def _overall(recs: list[dict[str, Any]]) -> None:
 
 
 HOSTILE = {
-    "1e308 ms": (_huge, ["costs.per_device[0].fwd_compute", f"{MAX_RECORD_MS:g}", "record 13"]),
+    "1e308 ms": (_huge, ["costs.per_device[0].fwd_compute", f"{MAX_RECORD_MS:g}", "record {last}"]),
     "device 5 of 2": (_device, ["placement['t0000'] = device 5", "num_devices 2"]),
-    "same id, other costs": (_same_id, ["record 14", "already used by record 13", "costs"]),
+    "same id, other costs": (_same_id, ["record {extra}", "already used by record {last}", "costs"]),
     "another inventory": (_other_inventory, ["inventory_fingerprint", "abababababab"]),
     "overall vs per-device": (_overall, ["costs.overall_ms = 0.001", "bottleneck"]),
 }
@@ -125,6 +126,8 @@ def test_hostile_training_records_are_one_line_and_write_nothing(
     d = world["dir"] / f"{cmd}-{what.replace(' ', '_')}"
     d.mkdir()
     m = _write(d / "m.jsonl", recs)
+    n = len(_records(world))  # the profile's records; an edit appends at most one
+    needles = [x.format(last=n, extra=n + 1) for x in needles]
     line = _one_line_2(invoke(_argv(cmd, world, m, d / "model")), "TrainingDataError", str(m), *needles)
     assert "measurement '" in line
     assert sorted(p.name for p in d.iterdir()) == ["m.jsonl"]  # no model dir, no state dir
@@ -134,7 +137,7 @@ def test_records_of_two_inventories_are_refused_without_an_inventory(world: dict
     """18.14: the library check alone (no inventory given) holds the records to the first record's inventory."""
     recs = load_measurements(world["measurements"])
     other = recs[-1].model_copy(update={"inventory_fingerprint": "cd" * 32, "measurement_id": "x"})
-    with pytest.raises(TrainingDataError, match=r"record 14 .*cdcdcdcdcdcd.*record 1"):
+    with pytest.raises(TrainingDataError, match=rf"record {len(recs) + 1} .*cdcdcdcdcdcd.*record 1"):
         check_training_records([*recs, other])
 
 

@@ -205,9 +205,10 @@ class _Planner:
     def _best_measured(self, records: Sequence[Measurement]) -> list[tuple[Task, dict[str, int]]]:
         by_task: dict[tuple[str, int], Measurement] = {}
         names = {t.name: t for t in self.tasks}
+        whole = set(self.pool.table_names)
         for m in records:
-            if m.kind != "placement" or m.task not in names:
-                continue
+            if m.kind != "placement" or m.task not in names or any(u not in whole for u in m.placement):
+                continue  # a measurement of units (row shards, replicas) is no table-wise seed for the policy
             key = (m.task, m.topology.num_devices)
             if key not in by_task or m.overall_ms < by_task[key].overall_ms:
                 by_task[key] = m

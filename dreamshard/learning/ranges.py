@@ -19,7 +19,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.types import Measurement, Table, Topology
+from dreamshard.shards import unit_table
+from dreamshard.types import Measurement, Table, Topology, parse_unit
 
 #: an excursion is reported only past this relative margin (a 1% larger table is not "out of range")
 MARGIN = 0.05
@@ -130,7 +131,7 @@ def ranges_from(records: Sequence[Measurement], tables: dict[str, Table]) -> Fea
         batches.add(m.topology.batch_size)
         if m.backend.name in DEVICE_BACKENDS:
             device_types.add(m.backend.name)
-    ts = [tables[n] for n in sorted(seen) if n in tables]
+    ts = [unit_table(tables, n) for n in sorted(seen) if n in tables or parse_unit(n).table in tables]
     return FeatureRanges(
         embedding_dim=_span(t.embedding_dim for t in ts),
         num_embeddings=_span(t.num_embeddings for t in ts),

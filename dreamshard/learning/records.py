@@ -25,8 +25,9 @@ import math
 from collections.abc import Sequence
 
 from dreamshard.costs import COST_COMPONENTS, OVERALL_HIGH, OVERALL_LOW
-from dreamshard.errors import TrainingDataError
-from dreamshard.types import Inventory, Measurement
+from dreamshard.errors import PlanError, TrainingDataError
+from dreamshard.shards import unit_table
+from dreamshard.types import Inventory, Measurement, parse_unit
 
 #: Largest cost figure (ms: a component, a device total, an overall, a comm model's alpha / beta) a training
 #: record may hold.
@@ -104,7 +105,7 @@ def check_training_records(records: Sequence[Measurement], inventory: Inventory 
     one inventory: `inventory`'s if given, else the first record's); returns them with exact repeats of a record
     dropped. TrainingDataError (one line) on the first violation; `source` names the file in messages."""
     want = inventory.fingerprint() if inventory is not None else (records[0].inventory_fingerprint if records else "")
-    names = set(inventory.table_names) if inventory is not None else None
+    tables = inventory.by_name() if inventory is not None else None
     inv_name = inventory.name if inventory is not None else ""
     seen: dict[str, tuple[int, Measurement]] = {}
     out: list[Measurement] = []
@@ -117,11 +118,16 @@ def check_training_records(records: Sequence[Measurement], inventory: Inventory 
                 f"{label}: inventory_fingerprint is {m.inventory_fingerprint[:12]} (inventory "
                 f"'{m.inventory_name[:_ID_SHOWN]}'), not the {of}; train on one inventory's records, with that inventory"
             )
-        if names is not None:
-            missing = next((t for t in m.placement if t not in names), None)
+        if tables is not None:  # a unit (a shard or replica of one of the tables) must be one of a table's units
+            missing = next((t for t in m.placement if t not in tables and parse_unit(t).table not in tables), None)
             if missing is not None:
                 raise TrainingDataError(f"{label}: placement names table '{missing[:_ID_SHOWN]}', which is not in "
                                         f"inventory '{inv_name}'")
+            for t in m.placement:
+                try:
+                    unit_table(tables, t)
+                except PlanError as e:
+                    raise TrainingDataError(f"{label}: placement: {e}") from None
         check_record(m, i, source)
         first = seen.get(m.measurement_id)
         if first is None:

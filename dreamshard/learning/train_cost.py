@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import ModelError
+from dreamshard.errors import ModelError, PlanError
 from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import COMM, COMPUTE, NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
 from dreamshard.learning.features import tables_features
@@ -28,7 +28,8 @@ from dreamshard.learning.model_store import first_non_finite, warm_start
 from dreamshard.learning.records import check_record
 from dreamshard.learning.progress import progress_bar
 from dreamshard.learning.threads import single_threaded
-from dreamshard.types import Inventory, Measurement
+from dreamshard.shards import unit_table
+from dreamshard.types import Inventory, Measurement, Table, parse_unit
 
 
 class RegimeError(BaseModel):
@@ -83,29 +84,41 @@ class _Batch:
     overall: torch.Tensor
 
 
-def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.Tensor, list[_Sample]]:
-    """The feature matrix (one row per table and batch size the records measured it at) and one sample per
-    record."""
-    index = {t.name: i for i, t in enumerate(pool.tables)}
-    rows: dict[tuple[int, int], int] = {}  # (pool index, batch size) -> feature row
+def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.Tensor, list[_Sample], list[Table]]:
+    """The feature matrix (one row per table and batch size the records measured it at), one sample per record,
+    and the tables the samples index: the pool's, then the units records measured (column shards, row shards,
+    replicas: dreamshard.shards.unit_table), a replica at its share of the batch as planning features it
+    (dreamshard.learning.planning_cost)."""
+    tables = list(pool.tables)
+    by_name = pool.by_name()
+    index = {t.name: i for i, t in enumerate(tables)}
+    rows: dict[tuple[int, float], int] = {}  # (table index, batch size) -> feature row
     out: list[_Sample] = []
     for m in records:
         names = list(m.placement)
-        missing = [n for n in names if n not in index]
-        if missing:
-            raise ModelError(
-                f"measurement {m.measurement_id} places table '{missing[0]}', which is not in pool "
-                f"'{pool.name}'; train on the inventory that was profiled"
-            )
+        for n in names:
+            if n in index:
+                continue
+            if parse_unit(n).table not in by_name:
+                raise ModelError(
+                    f"measurement {m.measurement_id} places table '{n[:80]}', which is not in pool "
+                    f"'{pool.name}'; train on the inventory that was profiled"
+                )
+            try:
+                tables.append(unit_table(by_name, n))
+            except PlanError as e:
+                raise ModelError(f"measurement {m.measurement_id}: {e}") from None
+            index[n] = len(tables) - 1
         D = m.topology.num_devices
         if len(m.costs.per_device) != D:
             raise ModelError(f"measurement {m.measurement_id} has {len(m.costs.per_device)} device costs for {D} devices")
         idx = [index[n] for n in names]
         batch = m.topology.batch_size
+        at = [batch / D if parse_unit(n).kind == "replica" else float(batch) for n in names]
         out.append(
             _Sample(
                 table_idx=np.array(idx, dtype=np.int64),
-                feat_idx=np.array([rows.setdefault((i, batch), len(rows)) for i in idx], dtype=np.int64),
+                feat_idx=np.array([rows.setdefault((i, b), len(rows)) for i, b in zip(idx, at)], dtype=np.int64),
                 device=np.array([m.placement[n] for n in names], dtype=np.int64),
                 num_devices=D,
                 dev_targets=np.array([d.as_list() for d in m.costs.per_device], dtype=np.float32),
@@ -113,8 +126,8 @@ def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.
             )
         )
     keys = list(rows)  # insertion order = row order
-    feats = tables_features([pool.tables[i] for i, _ in keys], [b for _, b in keys])
-    return torch.from_numpy(feats), out
+    feats = tables_features([tables[i] for i, _ in keys], [b for _, b in keys])
+    return torch.from_numpy(feats), out, tables
 
 
 def _collate(feats: torch.Tensor, samples: Sequence[_Sample]) -> _Batch:
@@ -240,7 +253,7 @@ def evaluate_cost_net(ens: CostEnsemble, pool: Inventory, records: Sequence[Meas
     ensemble mean over `records`."""
     if not records:
         return {}
-    feats, samples = _to_samples(pool, records)
+    feats, samples, tables = _to_samples(pool, records)
     with torch.no_grad():
         b = _collate(feats, samples)
         member_dev, member_overall, ne = _member_predictions(ens, b)
@@ -254,7 +267,7 @@ def evaluate_cost_net(ens: CostEnsemble, pool: Inventory, records: Sequence[Meas
     np.maximum.at(from_devices, dev_place, dev_ms.sum(1))
     # regimes: tables per device and mean pooling factor of the device's tables
     counts = np.bincount(b.table_device.numpy(), minlength=b.num_devices_total).astype(float)
-    pool_pf = np.array([t.pooling_factor for t in pool.tables])
+    pool_pf = np.array([t.pooling_factor for t in tables])
     pf_sum = np.bincount(b.table_device.numpy(), weights=pool_pf[np.concatenate([s.table_idx for s in samples])],
                          minlength=b.num_devices_total)
     mean_pf = pf_sum / np.maximum(counts, 1.0)
@@ -341,7 +354,7 @@ def train_cost_model(
     ens = warm_start(init, spec, lambda sp: CostEnsemble(sp, config.ensemble_size), "cost net")
     if ens.size != config.ensemble_size:
         raise ModelError(f"cost ensemble has {ens.size} members, config asks for {config.ensemble_size}; retrain from scratch")
-    feats, samples = _to_samples(pool, train_recs)
+    feats, samples, _ = _to_samples(pool, train_recs)
     losses = []
     with progress_bar("train cost ensemble", config.steps * ens.size, progress) as advance:
         for k, net in enumerate(ens.members):

@@ -7,11 +7,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dreamshard.profiling.oracle import BACKENDS, Oracle, make_oracle
+from dreamshard.profiling.runner import TYPE_KINDS
 from dreamshard.profiling.simulator import SimulatorParams
 from dreamshard.sharders import sharder_names
 
 #: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
-DEFAULT_KINDS: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
+DEFAULT_KINDS: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded", "row_wise", "data_parallel")
 
 
 class ProfileConfig(BaseModel):
@@ -21,7 +22,8 @@ class ProfileConfig(BaseModel):
 
     backend: Literal["cpu", "cuda", "simulator"] = "cpu"
     num_placements: Annotated[int, Field(ge=0)] = 4  # random placements per task
-    # extra placements per task: heuristic plans (sharder names), `torchrec`, `crowded` (runner.DEFAULT_KINDS)
+    # extra placements per task: heuristic plans (sharder names), `torchrec`, `crowded`, `row_wise`,
+    # `data_parallel` (dreamshard.profiling.runner)
     kinds: tuple[str, ...] = DEFAULT_KINDS
     warmup: Annotated[int, Field(ge=0)] = 3
     repeats: Annotated[int, Field(ge=1)] = 7
@@ -48,10 +50,11 @@ class ProfileConfig(BaseModel):
     @field_validator("kinds")
     @classmethod
     def _known_kinds(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        known = {"crowded", *sharder_names()}
+        known = {"crowded", *TYPE_KINDS, *sharder_names()}
         for k in v:
             if k not in known:
-                raise ValueError(f"unknown placement kind '{k}'; choose from crowded or a sharder name")
+                raise ValueError(f"unknown placement kind '{k}'; choose from crowded, {', '.join(TYPE_KINDS)} or a "
+                                 "sharder name")
         return v
 
     def oracle(self) -> Oracle:

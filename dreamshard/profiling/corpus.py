@@ -32,9 +32,10 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from dreamshard.errors import InputFileError
+from dreamshard.errors import InputFileError, PlanError
 from dreamshard.profiling.base import DeviceTiming
 from dreamshard.tables import StrictModel
+from dreamshard.shards import unit_table
 from dreamshard.types import BackendInfo, Table
 
 #: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching.
@@ -99,13 +100,18 @@ def entry_problem(e: CorpusEntry, tables: Mapping[str, Table]) -> str | None:
         return "it carries no backend settings"
     if e.info.name != e.backend or e.info.batch_size != e.batch_size:
         return "its backend settings disagree with its backend or batch size"
-    unknown = next((n for n in e.tables if n not in tables), None)
-    if unknown is not None or not e.tables:
-        return f"table '{str(unknown)[:64]}' is not in the batch's inventory" if unknown else "it names no table"
+    if not e.tables:
+        return "it names no table"
+    measured: list[Table] = []
+    for n in e.tables:  # a table of the batch's inventory, or a unit (shard, replica) of one
+        try:
+            measured.append(unit_table(tables, n))
+        except PlanError:
+            return f"table '{str(n)[:64]}' is not in the batch's inventory"
     times = (*e.fwd_ms, *e.bwd_ms)
     if not e.fwd_ms or len(e.fwd_ms) != len(e.bwd_ms) or not all(math.isfinite(x) and x >= 0 for x in times):
         return "its timings are not finite, non-negative forward/backward pairs"
-    if e.key != device_key(e.info, e.seed, [tables[n] for n in e.tables], e.hardware):
+    if e.key != device_key(e.info, e.seed, measured, e.hardware):
         return "its key is not the key of its tables, settings and hardware"
     return None
 

@@ -26,6 +26,7 @@ from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
 from dreamshard.costs import Collective
+from dreamshard.shards import with_units
 from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 from dreamshard.units import parse_unit
 
@@ -165,9 +166,13 @@ class Oracle:
         task: str = "",
         measurement_id: str | None = None,
     ) -> Measurement:
-        """Measure one placement. ``placement`` may cover a subset of the inventory for kind="single" or a task."""
+        """Measure one placement. ``placement`` may cover a subset of the inventory for kind="single" or a task,
+        and may name units (column shards, row shards, replicas: dreamshard.units) instead of whole tables; each
+        runs as its sharding type runs (`_device_cost`). The record keeps `inventory`'s name and fingerprint."""
         if kind not in ("single", "placement"):
             raise ProfilingError(f"kind must be 'single' or 'placement', got '{kind}'")
+        fingerprint = inventory.fingerprint()
+        inventory = with_units(inventory, placement, replace=True)
         check_placement(inventory, placement, topology, partial=(kind == "single" or bool(task)))
         batch = topology.batch_size
         self._batch_size = batch
@@ -175,7 +180,6 @@ class Oracle:
         comm = self.comm_model(topology)
         by_name = inventory.by_name()
         ordered = [t.name for t in inventory.tables if t.name in placement]
-        fingerprint = inventory.fingerprint()
         per_device: list[DeviceCost] = []
         spreads: list[float] = []
         threads = contextlib.nullcontext() if self.backend.is_simulated else pinned_threads(self.num_threads)

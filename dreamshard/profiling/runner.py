@@ -13,7 +13,10 @@ fingerprint and carry ``task``).
 
 Which placements: K random feasible ones, then one per extra *kind*: a heuristic's plan (any built-in sharder
 name, e.g. ``dim_greedy``), TorchRec's plan (``torchrec``), or ``crowded`` (one device gets about half the
-tables, the rest spread at random). A cost model learns best where planners will look, so the pipeline's
+tables, the rest spread at random), ``row_wise`` / ``data_parallel`` (a random placement with one large table
+row-sharded over every device, or one small table replicated on every device: measured as units, so the cost model
+learns those sharding types from measurements; a sharder's plan that splits or replicates is measured as units
+too). A cost model learns best where planners will look, so the pipeline's
 default (params `profile.kinds`, dreamshard.profiling.config.DEFAULT_KINDS) measures the plans of the heuristics
 users run today and a crowded device beside random placements (docs/architecture.md, "Learning"). A kind that
 cannot place a task (memory) is skipped for that task.
@@ -34,13 +37,17 @@ from pydantic import BaseModel, ConfigDict
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dreamshard.draws import draw
-from dreamshard.errors import InfeasiblePlacementError, InventoryError, ProfilingError
+from dreamshard.errors import InfeasiblePlacementError, InventoryError, PlanError, ProfilingError
 from dreamshard.io import append_measurement, iter_measurements
-from dreamshard.memory import check_each_table_fits, footprint
+from dreamshard.memory import check_each_table_fits, check_placement, footprint
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
-from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
+from dreamshard.shards import expand_plan, row_shard_table, unit_table, with_units
+from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology, replica_name
+from dreamshard.units import row_blocks
 
+#: extra kinds that measure sharding types besides table-wise (`typed_placement`)
+TYPE_KINDS: tuple[str, ...] = ("row_wise", "data_parallel")
 #: Draws in a row that may give a duplicate (or infeasible) placement before a task is taken to have no more
 #: distinct random placements (tiny tasks; `profile -k` beyond what exists).
 _MAX_MISSES = 200
@@ -101,11 +108,13 @@ def _device_for(table: Table, need: int, used: list[int], cap: int, u: float) ->
     raise InfeasiblePlacementError(table.name, need / GB, (cap - min(used)) / GB)
 
 
-def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float]) -> dict[str, int]:
+def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float],
+                     used: list[int] | None = None) -> dict[str, int]:
     """Tables (largest first) on the device their own draw picks, or the next with room (InfeasiblePlacementError
     when one fits nowhere). A table's device depends on its draw and on memory only, so where memory does not
-    bind, a new or changed table moves no other table (their devices come from the measurement corpus)."""
-    used = [0] * topology.num_devices
+    bind, a new or changed table moves no other table (their devices come from the measurement corpus). `used`:
+    bytes already on each device."""
+    used = list(used) if used is not None else [0] * topology.num_devices
     out: dict[str, int] = {}
     for t in sorted(inventory.tables, key=lambda t: (-t.size_bytes, t.name)):
         need = footprint(t, topology)
@@ -160,16 +169,57 @@ def crowded_placement(inventory: Inventory, topology: Topology, seed: int) -> di
         return None
 
 
+def _typed_table(kind: str, inventory: Inventory, topology: Topology, seed: int) -> Table | None:
+    """The table a `row_wise` kind row-shards (one of the 3 largest that has a row per device) or a
+    `data_parallel` kind replicates (one of the smallest third), by a per-task draw; None if there is none."""
+    n = topology.num_devices
+    if kind == "row_wise":
+        pool = sorted((t for t in inventory.tables if t.num_embeddings >= 2 * n), key=lambda t: (-t.size_bytes, t.name))[:3]
+    else:
+        pool = sorted(inventory.tables, key=lambda t: (t.size_bytes, t.name))[: max(1, inventory.num_tables // 3)]
+    if not pool:
+        return None
+    return pool[min(int(draw(seed, kind, "") * len(pool)), len(pool) - 1)]
+
+
+def typed_placement(kind: str, inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
+    """A random placement with one table row-sharded over every device (`row_wise`) or replicated on every device
+    (`data_parallel`), as units (dreamshard.units): the cost model then learns those types from measurements of
+    devices that mix them with whole tables. None with one device, no such table or no room."""
+    n = topology.num_devices
+    table = _typed_table(kind, inventory, topology, seed) if n > 1 and inventory.num_tables > 1 else None
+    if table is None:
+        return None
+    if kind == "row_wise":
+        units = {u.name: d for d, u in enumerate(row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, n))}
+    else:
+        units = {replica_name(table.name, d): d for d in range(n)}
+    rest = inventory.subset([t.name for t in inventory.tables if t.name != table.name])
+    try:
+        held = [0] * n
+        for u, d in units.items():
+            held[d] += footprint(unit_table({table.name: table}, u), topology)
+        placement = {**_drawn_placement(rest, topology, lambda t: draw(seed, kind, t.name), held), **units}
+        check_placement(with_units(inventory, units, replace=True), placement, topology)
+    except (InfeasiblePlacementError, PlanError):
+        return None
+    return placement
+
+
 def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
-    """The placement of one extra kind (a sharder's plan, or `crowded`); None if it cannot place the task."""
+    """The placement of one extra kind (a sharder's plan as its units, `crowded`, or a `TYPE_KINDS` one); None if
+    it cannot place the task."""
     if kind == "crowded":
         return crowded_placement(inventory, topology, seed)
+    if kind in TYPE_KINDS:
+        return typed_placement(kind, inventory, topology, seed)
     try:
         # the seed is shared by every kind: a sharder that takes no seed (the deterministic ones) gets none
-        p = get_sharder(kind, **options_for(kind, {"seed": seed})).place(inventory, topology)
+        plan = get_sharder(kind, **options_for(kind, {"seed": seed})).shard(inventory, topology)
     except InfeasiblePlacementError:
         return None
-    return {t.name: int(p[t.name]) for t in inventory.tables}
+    units, placement = expand_plan(inventory, plan)  # a sharder that splits or replicates is measured as it plans
+    return {u.name: int(placement[u.name]) for u in units.tables}
 
 
 def plan_items(

@@ -37,6 +37,7 @@ from dreamshard.profiling.batches import (
 )
 from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key, entry_problem
 from dreamshard.sections import PipelineSettings
+from dreamshard.shards import unit_table
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
 from dreamshard.types import BackendInfo, CommModel
@@ -120,7 +121,7 @@ def _missing_devices(job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[i
             continue
         info = info_at(it.topology.batch_size)
         for d in range(it.topology.num_devices):
-            tables = [by_name[n] for n, dev in it.placement.items() if dev == d]
+            tables = [unit_table(by_name, n) for n, dev in it.placement.items() if dev == d]
             if tables and not corpus.known_before(device_key(info, seed, tables, hardware), fp):
                 missing[it.task] = missing.get(it.task, 0) + 1
     return missing
