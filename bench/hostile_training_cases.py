@@ -70,6 +70,28 @@ def _overall(recs: Records) -> None:
     recs[-1]["costs"]["overall_ms"] = 0.001
 
 
+def _whole(recs: Records) -> tuple[dict[str, Any], str]:
+    """The last placement record and a table it places whole."""
+    rec = next(r for r in reversed(recs) if r["kind"] == "placement")
+    return rec, next(t for t in rec["placement"] if "@" not in t)
+
+
+def _unit_past_the_table(recs: Records) -> None:
+    rec, t = _whole(recs)
+    rec["placement"][f"{t}@r0:999999999"] = rec["placement"].pop(t)
+
+
+def _whole_and_unit(recs: Records) -> None:
+    rec, t = _whole(recs)
+    rec["placement"][f"{t}@r0:2"] = 0
+
+
+def _replica_elsewhere(recs: Records) -> None:
+    rec = next(r for r in reversed(recs) if any("@dp" in u for u in r["placement"]))
+    unit = next(u for u in rec["placement"] if "@dp" in u)
+    rec["placement"][unit] = 1 - rec["placement"][unit]
+
+
 #: defect, what, edit of the profile's records, a word the error must hold
 EDITS: tuple[tuple[str, str, Callable[[Records], None], str], ...] = (
     ("18.6", "one measurement of 1e308 ms", _huge, "fwd_compute"),
@@ -77,6 +99,9 @@ EDITS: tuple[tuple[str, str, Callable[[Records], None], str], ...] = (
     ("18.14", "one measurement id with two different costs", _same_id, "already used"),
     ("18.14", "a record of another inventory", _other_inventory, "inventory_fingerprint"),
     ("18.14", "overall_ms contradicting the per-device costs", _overall, "overall_ms"),
+    ("16.4", "a row-shard unit past its table's rows", _unit_past_the_table, "is not a unit of table"),
+    ("16.4", "a table placed whole and as a row shard", _whole_and_unit, "whole and as unit"),
+    ("16.4", "a replica on another device than its name says", _replica_elsewhere, "a replica sits on the device"),
 )
 
 

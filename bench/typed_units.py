@@ -1,4 +1,4 @@
-"""Does the cost model learn row-wise and data-parallel from measurements? (quiet machine, about 10 min)
+"""Does the cost model learn row-wise and data-parallel from measurements? (quiet machine, about 12 min)
 
 `python bench/typed_units.py [--work DIR]` writes bench/results/typed_units.{json,md}.
 
@@ -8,7 +8,7 @@
    `data_parallel`: one small table replicated on every device; dreamshard.profiling.runner).
 2. **Held-out corpus**: `EVAL_TASKS` tasks of the `ctr` and `seq` families (bench-only generators nobody tuned on),
    each measured as one random placement and the two typed kinds.
-3. **Models**, each the packaged model warm-started with params.yaml `train_cost` on the training corpus:
+3. **Models** (3 train_cost seeds each), each the packaged model warm-started with params.yaml `train_cost` on the training corpus:
    `table-wise records` (what training saw before the typed kinds: every record without units) and `with typed
    records` (every record); and the packaged model as it ships.
 4. **Error** on the held-out corpus, per kind of record: device-compute MAPE and device-total MAPE as planning sees
@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generalisation_lofo import family_tables  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_TASKS = 8
-EVAL_TASKS = 6
+TRAIN_TASKS = 16
+EVAL_TASKS = 12
+SEEDS = (0, 1, 2)  # train_cost seeds (bootstrap resamples, init order): the table shows their mean and range
 BATCH = 2048
 TABLE_WISE_KINDS = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
 TYPED_KINDS = ("row_wise", "data_parallel")
@@ -76,12 +77,12 @@ def record_kind(m: Any) -> str:
     return "row_wise" if "row" in kinds else "data_parallel" if "replica" in kinds else "table_wise"
 
 
-def fit(pool: Any, records: list[Any]) -> tuple[Any, float]:
+def fit(pool: Any, records: list[Any], seed: int) -> tuple[Any, float]:
     from dreamshard.learning.model_store import load_model
     from dreamshard.learning.train_cost import train_cost_model
     from dreamshard.settings import resolve
 
-    cfg = resolve(ROOT / "params.yaml").train_cost.model_copy(update={"test_fraction": 0.0})
+    cfg = resolve(ROOT / "params.yaml").train_cost.model_copy(update={"test_fraction": 0.0, "seed": seed})
     t0 = time.perf_counter()
     ens, _ = train_cost_model(pool, records, cfg, init=load_model(None, require_policy=False).cost_net, progress=False)
     return ens, time.perf_counter() - t0
@@ -108,10 +109,15 @@ def render(run: dict[str, Any]) -> str:
              f"training corpus {run['train_records']} records ({run['train_typed']} of units) in "
              f"{run['train_s']:.0f} s, held-out {run['eval_records']} in {run['eval_s']:.0f} s).", "",
              "Held-out device MAPE (ctr + seq families), compute / total as planning sees it "
-             "(predicted compute + measured collectives):", "",
+             "(predicted compute + measured collectives); trained models: the mean over train_cost seeds "
+             f"{list(SEEDS)} (range in brackets):", "",
              "| model | row-wise devices | data-parallel devices | table-wise devices |", "|---|---|---|---|"]
+    def cell(e: dict[str, Any], f: str) -> str:
+        runs = e.get(f"{f}_runs")
+        return pct(e[f]) + (f" ({pct(min(runs))}-{pct(max(runs))})" if runs else "")
+
     for name, errs in run["models"].items():
-        cells = [f"{pct(errs[k]['compute'])} / {pct(errs[k]['total'])}" for k in ("row_wise", "data_parallel", "table_wise")]
+        cells = [f"{cell(errs[k], 'compute')} / {cell(errs[k], 'total')}" for k in ("row_wise", "data_parallel", "table_wise")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Records per held-out kind: " + ", ".join(
         f"{k} {v['records']}" for k, v in next(iter(run["models"].values())).items()) + ".", ""]
@@ -138,12 +144,18 @@ def main(argv: list[str] | None = None) -> None:
     table_wise = [m for m in train_recs if record_kind(m) == "table_wise"]
     models: dict[str, dict[str, dict[str, float | None]]] = {
         "packaged (no training here)": errors(load_model(None, require_policy=False).cost_net, eval_pool, eval_recs)}
-    fits = {}
+    fits: dict[str, list[float]] = {}
     for name, recs in (("table-wise records", table_wise), ("with typed records", train_recs)):
-        ens, secs = fit(train_pool, recs)
-        fits[name] = round(secs, 1)
-        models[name] = errors(ens, eval_pool, eval_recs)
-        print(name, json.dumps(models[name]), flush=True)
+        runs = []
+        for seed in SEEDS:
+            ens, secs = fit(train_pool, recs, seed)
+            fits.setdefault(name, []).append(round(secs, 1))
+            runs.append(errors(ens, eval_pool, eval_recs))
+            print(name, seed, json.dumps(runs[-1]), flush=True)
+        models[name] = {k: {"records": runs[0][k]["records"],
+                            **{f: float(np.mean([r[k][f] for r in runs])) for f in ("compute", "total")},
+                            **{f"{f}_runs": [r[k][f] for r in runs] for f in ("compute", "total")}}
+                        for k in runs[0]}
     run = {"date": time.strftime("%Y-%m-%d"), "backend": args.backend, "train_records": len(train_recs),
            "train_typed": len(train_recs) - len(table_wise), "train_s": train_s, "eval_records": len(eval_recs),
            "eval_s": eval_s, "fit_s": fits, "models": models}

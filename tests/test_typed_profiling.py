@@ -139,10 +139,14 @@ def _unit_record(tmp_path: Path) -> tuple[Inventory, list[dict[str, object]]]:
     ("nope@r0:10", "table 'nope@r0:10', which is not in inventory 'pool'"),
     ("t1@r0:999999", "'t1@r0:999999' is not a unit of table 't1' (2000 rows)"),
     ("t1@0:3", "column shard 't1@0:3' is 3 columns wide"),
+    ("t0@r0:500", "places table 't0' whole and as unit 't0@r0:500'"),
+    ("t1@dp2", "placement['t1@dp2'] = device 0; a replica sits on the device its name says (2)"),
 ])
 def test_a_record_of_impossible_units_is_refused_naming_the_unit(tmp_path: Path, bad: str, needle: str) -> None:
     inv, raw = _unit_record(tmp_path)
     rec = raw[-1]
+    if "@dp" in bad:  # a replica of a table not placed whole
+        del rec["placement"][bad.split("@")[0]]  # type: ignore[attr-defined]
     rec["placement"][bad] = 0  # type: ignore[index]
     m = Measurement.model_validate(rec)
     with pytest.raises(TrainingDataError, match="record 1 .*placement") as e:

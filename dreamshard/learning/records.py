@@ -22,12 +22,12 @@ naming the source, the record (number and id), the field and the limit.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dreamshard.costs import COST_COMPONENTS, OVERALL_HIGH, OVERALL_LOW
 from dreamshard.errors import PlanError, TrainingDataError
 from dreamshard.shards import unit_table
-from dreamshard.types import Inventory, Measurement, parse_unit
+from dreamshard.types import Inventory, Measurement, Table, parse_unit
 
 #: Largest cost figure (ms: a component, a device total, an overall, a comm model's alpha / beta) a training
 #: record may hold.
@@ -99,6 +99,24 @@ def _differs(a: Measurement, b: Measurement) -> str:
     return "content"
 
 
+def _check_units(m: Measurement, tables: Mapping[str, Table], label: str) -> None:
+    """Every unit a record places is a unit of one of `tables` (`shards.unit_table`), a table is placed whole or
+    as units (never both), and a replica sits on the device its name says."""
+    whole = {t for t in m.placement if t in tables}
+    for t, d in m.placement.items():
+        try:
+            unit_table(tables, t)
+        except PlanError as e:
+            raise TrainingDataError(f"{label}: placement: {e}") from None
+        ref = parse_unit(t)
+        if t not in tables and ref.table in whole:
+            raise TrainingDataError(f"{label}: placement places table '{ref.table[:_ID_SHOWN]}' whole and as unit "
+                                    f"'{t[:_ID_SHOWN]}'; a table is placed once")
+        if ref.kind == "replica" and ref.device != d:
+            raise TrainingDataError(f"{label}: placement['{t[:_ID_SHOWN]}'] = device {d}; a replica sits on the "
+                                    f"device its name says ({ref.device})")
+
+
 def check_training_records(records: Sequence[Measurement], inventory: Inventory | None = None,
                            source: str = "") -> list[Measurement]:
     """The records a training entry was handed, checked (`check_record` each, one content per measurement id,
@@ -123,11 +141,7 @@ def check_training_records(records: Sequence[Measurement], inventory: Inventory 
             if missing is not None:
                 raise TrainingDataError(f"{label}: placement names table '{missing[:_ID_SHOWN]}', which is not in "
                                         f"inventory '{inv_name}'")
-            for t in m.placement:
-                try:
-                    unit_table(tables, t)
-                except PlanError as e:
-                    raise TrainingDataError(f"{label}: placement: {e}") from None
+            _check_units(m, tables, label)
         check_record(m, i, source)
         first = seen.get(m.measurement_id)
         if first is None:
