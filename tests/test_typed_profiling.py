@@ -199,3 +199,20 @@ def test_the_pipeline_profiles_the_typed_kinds_by_default() -> None:
         ProfileConfig(kinds=("rowwise",))
     items = plan_items(_inventory(), TOPO, 1, "simulator", kinds=ProfileConfig().kinds)
     assert sum(1 for it in items if _kinds_of(it.placement) != {"table"}) == 2
+
+
+def test_profile_cli_takes_the_kinds_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    from dreamshard.cli.app import invoke
+    from dreamshard.io import save_inventory
+
+    inv = save_inventory(_inventory(), tmp_path / "inv.yaml")
+    base = ["profile", "-i", str(inv), "-d", "3", "-m", "1", "-k", "1", "--backend", "simulator", "--no-progress"]
+    assert invoke([*base, "--kinds", "row_wise,data_parallel", "-o", str(tmp_path / "a.jsonl")])[0] == 0
+    recs = load_measurements(tmp_path / "a.jsonl")
+    assert [sorted(_kinds_of(r.placement)) for r in recs if r.kind == "placement"] == [
+        ["table"], ["row", "table"], ["replica", "table"]]
+    assert invoke([*base, "--kinds", "", "-o", str(tmp_path / "b.jsonl")])[0] == 0  # none: random placements only
+    assert sum(r.kind == "placement" for r in load_measurements(tmp_path / "b.jsonl")) == 1
+    code, _, err = invoke([*base, "--kinds", "row_wise,bogus", "-o", str(tmp_path / "c.jsonl")])
+    assert code == 2 and "unknown placement kind 'bogus'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "c.jsonl").exists()

@@ -44,6 +44,7 @@ def profile(
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads, pinned (profile.num_threads; default 1).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for placements and indices (profile.seed; default 0).")] = None,
     row_cap: Annotated[Optional[int], typer.Option("--row-cap", min=1, max=MAX_ROWS, help="Profile at most this many rows per table (profile.row_cap).")] = None,
+    kinds: Annotated[Optional[str], typer.Option("--kinds", help="Extra placements per task, comma-separated: sharder names (heuristics, torchrec), crowded, row_wise, data_parallel; '' for none (profile.kinds).")] = None,
     tasks: Annotated[Optional[Path], typer.Option("--tasks", help="TaskSet file: profile each train task.")] = None,
     refit_comm: Annotated[bool, typer.Option("--refit-comm", help="Re-run the all-to-all benchmark (ignore cache).")] = False,
     params: ParamsOpt = None,
@@ -55,6 +56,7 @@ def profile(
         "plan.num_devices": devices, "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "profile.backend": backend, "profile.num_placements": num_placements, "profile.warmup": warmup,
         "profile.repeats": repeats, "profile.num_threads": threads, "profile.seed": seed, "profile.row_cap": row_cap,
+        "profile.kinds": None if kinds is None else tuple(k.strip() for k in kinds.split(",") if k.strip()),
     })
     result = profile_uc.run(profile_uc.ProfileRequest(
         settings=settings, inventory=inventory, out=output, tasks=tasks, refit_comm=refit_comm,
