@@ -120,24 +120,19 @@ def unit_table(tables: Mapping[str, Table], unit: str) -> Table:
     return row_shard_table(table, ref.start, ref.end)
 
 
-def with_units(inventory: Inventory, names: Iterable[str], replace: bool = False) -> Inventory:
-    """`inventory` with the units among `names` (names that are not its tables: `unit_table`) as tables of their
-    own, after its tables (`replace`: instead of the tables they are units of, in their place). A measurement of
-    units (a profile kind that row-shards or replicates, a refinement of a mixed plan) is made and learned from
-    on this inventory; its records keep the inventory's own name and fingerprint."""
+def with_units(inventory: Inventory, names: Iterable[str]) -> Inventory:
+    """`inventory` with each table that has units among `names` (names that are not its tables: `unit_table`)
+    replaced, in its place, by those units. A measurement of units (a profile kind that row-shards or replicates,
+    a refinement of a mixed plan) is made on this inventory; its records keep the inventory's own name and
+    fingerprint."""
     tables = inventory.by_name()
     units: dict[str, list[Table]] = {}
     for name in dict.fromkeys(names):
         if name not in tables:
-            u = unit_table(tables, name)
-            units.setdefault(parse_unit(name).table, []).append(u)
+            units.setdefault(parse_unit(name).table, []).append(unit_table(tables, name))
     if not units:
         return inventory
-    if replace:
-        out = [u for t in inventory.tables for u in units.get(t.name, [t])]
-    else:
-        out = [*inventory.tables, *(u for t in inventory.tables for u in units.get(t.name, []))]
-    return Inventory(name=inventory.name, tables=tuple(out))
+    return Inventory(name=inventory.name, tables=tuple(u for t in inventory.tables for u in units.get(t.name, [t])))
 
 
 def brief(items: Sequence[object], keep: int = 8) -> str:

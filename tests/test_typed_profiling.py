@@ -54,7 +54,7 @@ def test_typed_kinds_place_one_table_as_its_type_and_the_rest_whole(kind: str) -
     else:  # a replica on every device; one of the smallest third
         assert sorted(typed.values()) == [0, 1, 2] and _kinds_of(typed) == {"replica"}
         assert t.size_bytes <= sorted(x.size_bytes for x in inv.tables)[inv.num_tables // 3 - 1]
-    check_placement(with_units(inv, p, replace=True), p, TOPO)
+    check_placement(with_units(inv, p), p, TOPO)
     assert kind_placement(kind, inv, TOPO, seed=3) == p  # seeded: the same task, the same placement
     assert kind_placement(kind, inv, TOPO.model_copy(update={"num_devices": 1}), seed=3) is None
 
@@ -123,7 +123,7 @@ def test_training_features_units_as_planning_does(tmp_path: Path) -> None:
     ev = evaluate_cost_net(ens, inv, recs)  # held-out metrics index the units too (their pooling regimes)
     assert ev["mape_device_total"] is not None and ev["regimes"]
     for r in recs[-2:]:  # what was learned prices the same units as planning sees them
-        units = with_units(inv, r.placement, replace=True)
+        units = with_units(inv, r.placement)
         costs = PlanningCost(ens, TOPO).predict(list(units.tables), r.placement)
         assert len(costs.per_device) == 3 and costs.overall_ms > 0
 
@@ -190,7 +190,7 @@ def test_the_unrestricted_torchrec_kind_is_measured_as_it_plans() -> None:
     want_kinds = {"table"} | ({"replica"} if plan.data_parallel else set()) | (
         {"column"} if plan.column_shards else set())
     assert _kinds_of(p) == want_kinds
-    check_placement(with_units(inv, p, replace=True), p, topo)
+    check_placement(with_units(inv, p), p, topo)
 
 
 def test_the_pipeline_profiles_the_typed_kinds_by_default() -> None:

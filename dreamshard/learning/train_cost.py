@@ -92,6 +92,7 @@ def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.
     tables = list(pool.tables)
     by_name = pool.by_name()
     index = {t.name: i for i, t in enumerate(tables)}
+    replicas: set[int] = set()  # indices of data-parallel replicas (featured at their share of the batch)
     rows: dict[tuple[int, float], int] = {}  # (table index, batch size) -> feature row
     out: list[_Sample] = []
     for m in records:
@@ -99,7 +100,8 @@ def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.
         for n in names:
             if n in index:
                 continue
-            if parse_unit(n).table not in by_name:
+            ref = parse_unit(n)
+            if ref.table not in by_name:
                 raise ModelError(
                     f"measurement {m.measurement_id} places table '{n[:80]}', which is not in pool "
                     f"'{pool.name}'; train on the inventory that was profiled"
@@ -109,12 +111,14 @@ def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.
             except PlanError as e:
                 raise ModelError(f"measurement {m.measurement_id}: {e}") from None
             index[n] = len(tables) - 1
+            if ref.kind == "replica":
+                replicas.add(index[n])
         D = m.topology.num_devices
         if len(m.costs.per_device) != D:
             raise ModelError(f"measurement {m.measurement_id} has {len(m.costs.per_device)} device costs for {D} devices")
         idx = [index[n] for n in names]
         batch = m.topology.batch_size
-        at = [batch / D if parse_unit(n).kind == "replica" else float(batch) for n in names]
+        at = [batch / D if i in replicas else float(batch) for i in idx]
         out.append(
             _Sample(
                 table_idx=np.array(idx, dtype=np.int64),

@@ -172,7 +172,7 @@ class Oracle:
         if kind not in ("single", "placement"):
             raise ProfilingError(f"kind must be 'single' or 'placement', got '{kind}'")
         fingerprint = inventory.fingerprint()
-        inventory = with_units(inventory, placement, replace=True)
+        inventory = with_units(inventory, placement)
         check_placement(inventory, placement, topology, partial=(kind == "single" or bool(task)))
         batch = topology.batch_size
         self._batch_size = batch

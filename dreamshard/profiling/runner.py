@@ -42,8 +42,8 @@ from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits, check_placement, footprint
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
-from dreamshard.shards import expand_plan, row_shard_table, unit_table, with_units
-from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology, replica_name
+from dreamshard.shards import expand_plan, replica_table, row_shard_table, with_units
+from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
 from dreamshard.units import row_blocks
 
 #: extra kinds that measure sharding types besides table-wise (`typed_placement`)
@@ -190,17 +190,15 @@ def typed_placement(kind: str, inventory: Inventory, topology: Topology, seed: i
     table = _typed_table(kind, inventory, topology, seed) if n > 1 and inventory.num_tables > 1 else None
     if table is None:
         return None
-    if kind == "row_wise":
-        units = {u.name: d for d, u in enumerate(row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, n))}
-    else:
-        units = {replica_name(table.name, d): d for d in range(n)}
+    # unit d goes on device d: row block d, or the replica of device d
+    on = ([row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, n)] if kind == "row_wise"
+          else [replica_table(table, d) for d in range(n)])
+    units = {u.name: d for d, u in enumerate(on)}
     rest = inventory.subset([t.name for t in inventory.tables if t.name != table.name])
     try:
-        held = [0] * n
-        for u, d in units.items():
-            held[d] += footprint(unit_table({table.name: table}, u), topology)
+        held = [footprint(u, topology) for u in on]
         placement = {**_drawn_placement(rest, topology, lambda t: draw(seed, kind, t.name), held), **units}
-        check_placement(with_units(inventory, units, replace=True), placement, topology)
+        check_placement(with_units(inventory, units), placement, topology)
     except (InfeasiblePlacementError, PlanError):
         return None
     return placement
