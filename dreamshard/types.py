@@ -175,6 +175,7 @@ class RefineStep(StrictModel):
     incumbent_ms: Annotated[float, Field(ge=0)]  # median over rounds of the incumbent's slower device of the two
     measured_ms: Annotated[float, Field(ge=0)]  # the same for the proposal
     kept: bool  # confirmed beyond the noise (every proposal round faster than every incumbent round)
+    rounds: Annotated[int, Field(ge=0)] = 0  # rounds measured (one lost round ends a proposal); 0: an older plan
 
 
 class RefineTrace(StrictModel):

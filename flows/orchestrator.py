@@ -184,7 +184,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
                                                         endpoint_url=request.endpoint_url,
                                                         require_human=request.require_human, flow_run_id=campaign))
         summary.outcome = outcome
-        summary.current_plan_id = outcome.plan_id if outcome.is_current else None
+        summary.current_plan_id = outcome.plan_id if outcome.is_current else outcome.fallback_plan_id
         summary.reason = (
             (f"ran {', '.join(summary.ran)}; " if summary.ran else "no stage changed; ")
             + ("committed, " if committed else "")

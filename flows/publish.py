@@ -52,6 +52,7 @@ class PublishOutcome(BaseModel):
     best_baseline_ms: float | None = None
     model_md5: str | None = None
     git_revision: str | None = None
+    fallback_plan_id: str | None = None  # rejected for a version nothing current could serve: the baseline made current
 
 
 def _human_review(decision: Any, timeout_s: int) -> Any:
@@ -89,7 +90,8 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     settings = resolve(ws.path(PARAMS))
     pub = settings.publish
     store_uri = absolute_uri(request.store_uri or pub.store_uri)
-    judged, decision, already = gate_task(str(ws.root), settings, store_uri, request.endpoint_url)
+    gated, already = gate_task(str(ws.root), settings, store_uri, request.endpoint_url)
+    judged, decision = gated.plan, gated.decision
     if already:  # one decision per plan id and inventory version: nothing re-measured, reviewed or stored
         log.info("already decided: %s plan %s: %s", decision.outcome, judged.plan_id, decision.reason)
         lin = judged.lineage
@@ -104,16 +106,34 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
         decision = _human_review(decision, timeout_s=pub.approval_timeout_s)
     lineage = lineage_task(str(ws.root), request.flow_run_id or str(flow_run.id or "") or None)
     plan = judged.model_copy(update={"lineage": lineage})
+    fallback = _publish_fallback(gated, lineage, store_uri, request.endpoint_url,
+                                 require_human, pub.approval_timeout_s) if gated.fallback is not None else None
     ref = publish_task(store_uri, request.endpoint_url, plan, decision)
     ws.tag(f"{'published' if decision.approved else 'rejected'}/{plan.plan_id}", decision.reason)
+    if fallback is not None and fallback.is_current:
+        ws.tag(f"published/{fallback.plan_id}", fallback.reason)
     comparison = load_comparison(ws.path(COMPARISON))
     inventory = load_inventory(ws.path(INVENTORY))
     stats = stats_of(inventory, plan, ws.path(MODEL_DIR))
     publish_plan_artifacts(plan, comparison, decision, ref, store_uri, stats_markdown(stats), inventory)
     log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
+    if fallback is not None:
+        log.info("fallback %s: %s", fallback.plan_id, fallback.reason)
     return PublishOutcome(
         plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, outcome=decision.outcome,
         key=ref.key, store=store_uri,
         is_current=ref.is_current, overall_ms=decision.plan_cost_ms, best_baseline=decision.best_baseline,
         best_baseline_ms=decision.best_baseline_ms, model_md5=lineage.model_md5, git_revision=lineage.git_revision,
+        fallback_plan_id=fallback.plan_id if fallback is not None and fallback.is_current else None,
     )
+
+
+def _publish_fallback(gated: Any, lineage: Any, store_uri: str, endpoint_url: str | None, require_human: bool,
+                      timeout_s: int) -> Any:
+    """The fallback (the best measured baseline, for a version the current plan cannot serve), with the run's
+    lineage, published before the rejection is recorded (usecases.publish.store_gated); a reviewer, when one is
+    required, decides on it like on any plan that would become current."""
+    decision = gated.fallback_decision
+    if require_human:
+        decision = _human_review(decision, timeout_s=timeout_s)
+    return publish_task(store_uri, endpoint_url, gated.fallback.model_copy(update={"lineage": lineage}), decision)

@@ -117,21 +117,22 @@ def push_inventory_task(store_uri: str, endpoint_url: str | None, inventory: Inv
 
 @task(name="gate", cache_policy=NO_CACHE)
 def gate_task(root: str, settings: Settings, store_uri: str | None = None,
-              endpoint_url: str | None = None) -> tuple[Plan, GateDecision, bool]:
+              endpoint_url: str | None = None) -> tuple[publish_uc.GateResult, bool]:
     """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
-    (dreamshard.usecases.publish.gate): the plan to store carries the comparison's measured costs. When the store
+    (dreamshard.usecases.publish.gate): the plan to store carries the comparison's measured costs; a rejected plan
+    for a version no current plan can serve carries the fallback (the best measured baseline). When the store
     (`store_uri`) already holds a decision for this plan id and inventory version, that one is returned instead
-    (third element True): one decision per plan."""
+    (second element True): one decision per plan."""
     ws = PipelineWorkspace(root)
     store = open_store(store_uri, endpoint_url=endpoint_url) if store_uri is not None else None
     if store is not None:
         done = publish_uc.recorded(store, ws.path(PLAN))
         if done is not None:
-            return done.plan, done.decision, True
+            return done, True
     gated = publish_uc.gate(publish_uc.PublishRequest(settings=settings, plan=ws.path(PLAN),
                                                       comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)),
                             store)
-    return gated.plan, gated.decision, False
+    return gated, False
 
 
 @task(name="lineage", cache_policy=NO_CACHE)

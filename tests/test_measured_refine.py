@@ -135,3 +135,36 @@ def test_a_killed_corpus_writer_leaves_no_broken_line(tmp_path: Path) -> None:
     f.write_bytes(f.read_bytes() + b'{"key": "half')  # killed mid-line
     again = DeviceCorpus(tmp_path / "c", "refine")
     assert f.read_bytes().endswith(b"\n") and len(again) > 0
+
+
+class NoisyBackend(SumBackend):
+    """SumBackend with a seeded multiplicative jitter: rounds disagree, as on real hardware."""
+
+    def __init__(self, jitter: float) -> None:
+        import random
+
+        self.rng, self.jitter = random.Random(7), jitter
+
+    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        v = float(sum(t.pooling_factor for t in tables)) * (1.0 + self.rng.uniform(-self.jitter, self.jitter))
+        return DeviceTiming((v,) * repeats, (0.0,) * repeats)
+
+
+def test_a_proposal_that_loses_a_round_stops_there_and_the_decisions_stay_the_keep_rule() -> None:
+    """One round the new pair is not faster than the incumbent's fastest round ends the proposal: no later round
+    could make it pass, so it costs one round, not `rounds`; a kept proposal was measured for every round."""
+    by = inventory().by_name()
+    inv = inventory()
+    oracle = Oracle(NoisyBackend(0.05), warmup=0, repeats=1)
+    start = {t.name: i % 3 for i, t in enumerate(inv.tables)}
+    # a wrong model: most of its proposals lose on the hardware
+    placed, trace = refine_measured(inv, start, TOPO, oracle, lambda names: float(sum(10 - by[n].pooling_factor
+                                                                                     for n in names)),
+                                    400.0, rounds=4, clock=Ticks())
+    dropped = [s for s in trace.steps if not s.kept]
+    assert dropped and any(s.rounds == 1 for s in dropped)
+    assert all(s.rounds == 4 for s in trace.steps if s.kept)
+    assert all(1 <= s.rounds <= 4 for s in trace.steps)
+    # every proposal timed 2 devices x 2 placements per round it ran, plus the first whole measurement
+    assert trace.device_timings == 3 + sum(4 * s.rounds for s in trace.steps)
+    assert true_max(inv, placed) <= true_max(inv, start)

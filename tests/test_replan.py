@@ -84,11 +84,17 @@ def test_a_decided_version_is_not_replanned_unless_forced(work: Path) -> None:
     data["publish"]["min_improvement"] = 0.5  # nothing beats the baselines by half: not published
     (work / "params.yaml").write_text(yaml.safe_dump(data))
     first = _replan(work, inventory=work / "v1.yaml")
-    assert first.outcome == "not-published" and first.ref is not None
+    # nothing was current: the rejected plan's best measured baseline became current instead (the fallback)
+    assert first.outcome == "fallback" and first.ref is not None and first.fallback_ref is not None
     again = _replan(work, inventory=work / "v1.yaml")
-    assert again.outcome == "already-decided" and first.ref.plan_id in again.reason
+    assert again.outcome == "current" and again.plan.plan_id == first.fallback_ref.plan_id  # type: ignore[union-attr]
+    assert [r.outcome for r in list_plans(open_store("store"), "tiny")] in (["rejected", "fallback"],
+                                                                            ["fallback", "rejected"])
     forced = _replan(work, inventory=work / "v1.yaml", force=True)
+    # the fallback is current and serves this version: a rejection now keeps it
     assert forced.outcome == "not-published" and forced.ref is not None and forced.ref.plan_id != first.ref.plan_id
+    assert forced.fallback_ref is None
+    assert get_current(open_store("store"), "tiny").plan_id == first.fallback_ref.plan_id
 
 
 def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:

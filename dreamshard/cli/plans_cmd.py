@@ -100,8 +100,10 @@ def publish_cmd(
                     help="Seed of the `random` baseline (params profile.seed).")] = None,
 ) -> None:
     """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
-    it as rejected or inconclusive (exit 1: the current plan stays). A plan or comparison that does not check out
-    is an error (exit 2), nothing stored. A plan id already decided for this inventory version keeps its decision."""
+    it as rejected or inconclusive (exit 1: the current plan stays; when no current plan can serve this version, a
+    rejected plan's best measured baseline becomes current: the fallback). A plan or comparison that does not check
+    out is an error (exit 2), nothing stored. A plan id already decided for this inventory version keeps its
+    decision."""
     settings = _settings(params, {"publish.min_improvement": min_improvement, "evaluate.rounds": rounds,
                                   "profile.backend": backend if measure else None, "profile.seed": seed,
                                   "publish.allow_simulated": True if allow_simulated else None})
@@ -128,6 +130,10 @@ def publish_cmd(
                   markup=False)
         raise typer.Exit(1)
     err.print(f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False)
+    if result.fallback_ref is not None:
+        f = result.fallback_ref
+        typer.echo(f"fallback: published {f.plan_id} -> {f.key} (sha256 {f.sha256[:16]}) in {f.store}; now current")
+        typer.echo(f.reason)
     raise typer.Exit(1)
 
 
@@ -160,7 +166,7 @@ def list_cmd(
             r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",
             r.basis or "-",
-            "CORRUPT" if r.problem else (r.outcome if r.outcome == "inconclusive" else r.status),
+            "CORRUPT" if r.problem else (r.outcome if r.outcome in ("inconclusive", "fallback") else r.status),
         )
     console = Console(highlight=False)
     if not console.is_terminal:

@@ -35,7 +35,8 @@ def replan(
 ) -> None:
     """Re-plan a changed inventory with the current production model: plan (search + verify on the backend), gate
     against the baselines measured interleaved, publish. Exit 0: published, already current, or already decided
-    (--force re-plans); 1: not published (the gate kept the current plan) or a retrain is due (the version is
+    (--force re-plans); 1: not published (the gate kept the current plan, or, when the current plan cannot serve
+    the new version, made the best measured baseline current: `fallback`) or a retrain is due (the version is
     outside the model's training ranges)."""
     settings = resolve(params, {"profile.backend": backend, "plan.verify": verify, "evaluate.rounds": rounds,
                                  "plan.replan_refine_seconds": refine_seconds},
@@ -51,7 +52,10 @@ def replan(
             console.print(device_table(result.plan))
         console.print(f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}",
                       markup=False)
-    if result.outcome in ("not-published", "retrain-due"):
+        if result.fallback_ref is not None:
+            f = result.fallback_ref
+            console.print(f"now current: {f.plan_id} ({f.reason}) -> {f.key}", markup=False)
+    if result.outcome in ("not-published", "fallback", "retrain-due"):
         raise typer.Exit(1)
 
 

@@ -4,11 +4,13 @@ beyond the measurement noise (docs/architecture.md, "The publish gate").
 * `config`: the `publish` params section (`PublishConfig`) and the decision (`GateDecision`);
 * `core`: what a plan file may say (`trusted_plan`), `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
 * `verify`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
-* `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline.
+* `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
+* `fallback`: a rejected plan for a version nothing current can serve: the best measured baseline instead.
 """
 
 from dreamshard.gate.config import (
     ALWAYS_REQUIRED,
+    CURRENT_OUTCOMES,
     GATE_BASELINES,
     Basis,
     GateDecision,
@@ -25,12 +27,14 @@ from dreamshard.gate.core import (
     required_baselines,
     trusted_plan,
 )
+from dreamshard.gate.fallback import fallback_plan
 from dreamshard.gate.rule import MAX_MS, evaluate_gate
 from dreamshard.gate.stats import RatioBound, ratio_bound
 from dreamshard.gate.verify import Verified, baseline_plan, verify_comparison, verify_plan
 
 __all__ = [
     "ALWAYS_REQUIRED",
+    "CURRENT_OUTCOMES",
     "GATE_BASELINES",
     "Basis",
     "GateDecision",
@@ -44,6 +48,7 @@ __all__ = [
     "check_baselines",
     "check_margin",
     "evaluate_gate",
+    "fallback_plan",
     "gate_comparison_file",
     "gate_plan",
     "measure_and_gate",

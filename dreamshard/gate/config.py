@@ -16,8 +16,12 @@ from dreamshard.types import CostBasis, renamed_fields, utcnow
 Basis = CostBasis
 #: What the gate can decide: approved (becomes current), rejected (clearly not good enough) or inconclusive (the
 #: measurements cannot tell it from the best baseline: the current plan stays). The last two are stored under
-#: rejected/ with this field saying which.
-Outcome = Literal["approved", "rejected", "inconclusive"]
+#: rejected/ with this field saying which. `fallback` is the decision on a *baseline's* plan: the plan the gate
+#: judged was rejected and the current plan cannot serve the new version (another table schema or topology), so
+#: the best baseline, measured in the same interleaved rounds, becomes current instead (`gate.fallback`).
+Outcome = Literal["approved", "rejected", "inconclusive", "fallback"]
+#: The outcomes that make a plan current.
+CURRENT_OUTCOMES: tuple[str, ...] = ("approved", "fallback")
 #: TorchRec's planner: always a required baseline (what users would run without dreamshard).
 ALWAYS_REQUIRED = "torchrec"
 #: The baselines the gate measures by default: what a team would deploy without dreamshard (TorchRec's planner and
@@ -65,7 +69,7 @@ class GateDecision(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> GateDecision:
-        if self.approved != (self.outcome == "approved"):
+        if self.approved != (self.outcome in CURRENT_OUTCOMES):
             raise ValueError(f"decision says approved={self.approved} but outcome '{self.outcome}'")
         return self
 

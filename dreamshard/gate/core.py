@@ -85,13 +85,16 @@ def gate_plan(
 
 def gate_comparison_file(
     plan: Plan, inventory: Inventory, comparison_file: str | Path, rules: PublishConfig, **kw: Any
-) -> tuple[Plan, GateDecision]:
+) -> tuple[Plan, GateDecision, Comparison]:
     """`gate_plan` with the comparison read from a file (`compare --out`, the evaluate stage's
-    data/comparison.json); the file's path and sha256 go into the decision's evidence."""
+    data/comparison.json); the file's path and sha256 go into the decision's evidence. Also returns the comparison
+    as read and verified (the fallback takes its best baseline from it, never from a second read of the file)."""
     path = Path(comparison_file)
     comparison = load_comparison(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return gate_plan(plan, inventory, comparison, rules, source=f"comparison {path} (sha256 {digest[:16]})", **kw)
+    judged, decision = gate_plan(plan, inventory, comparison, rules,
+                                 source=f"comparison {path} (sha256 {digest[:16]})", **kw)
+    return judged, decision, comparison
 
 
 def measure_and_gate(

@@ -8,7 +8,10 @@ involved, applied to their measured costs), and measure the best untried proposa
 changes, interleaved with the incumbent's same two devices for `rounds` rounds (in predicted order, also where the
 model predicts no gain: the model may be wrong there). A proposal is kept only when
 the hardware confirms it beyond the noise: the slowest round of the new pair is faster than the fastest round of
-the incumbent pair, and the new pair's median is below the bottleneck's measured cost. Everything measured is
+the incumbent pair, and the new pair's median is below the bottleneck's measured cost. A round in which the new
+pair is not faster than the incumbent's fastest round so far ends the proposal at once: no later round could
+make it pass, so it is dropped after one round instead of `rounds` (most proposals are; same decisions, several
+times the proposals per second). Everything measured is
 fresh (never read from the corpus), and every device timing goes into the measurement corpus when the oracle has
 one, as training data. The plan records the trace: proposals tried and kept, the measured gain, device timings.
 """
@@ -127,13 +130,16 @@ def refine_measured(
                 (old_rounds if which == 0 else new_rounds).append(max(pair))
                 if which == 1:
                     pair_new.append(pair)
+            if max(new_rounds) >= min(old_rounds):
+                break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
             if clock() - start >= seconds and r + 1 < rounds:
                 break
         kept = (len(new_rounds) == max(1, rounds) and max(new_rounds) < min(old_rounds)
                 and statistics.median(new_rounds) < dev_ms[b])
         steps.append(RefineStep(proposal=label, devices=(b, d), predicted_ms=round(est, 6),
                                 incumbent_ms=round(statistics.median(old_rounds), 6),
-                                measured_ms=round(statistics.median(new_rounds), 6), kept=kept))
+                                measured_ms=round(statistics.median(new_rounds), 6), kept=kept,
+                                rounds=len(new_rounds)))
         if kept:
             queue = []
             current = new

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dreamshard.errors import PlanError, StoreError, StorePathError
-from dreamshard.gate import GateDecision
+from dreamshard.gate import CURRENT_OUTCOMES, GateDecision
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import PlanKey, Status
 from dreamshard.store.objects import (
@@ -161,7 +161,7 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
     Publishing the plan that is already current changes nothing (no duplicate in the history). A corrupt
     pointer fails the publish before anything is uploaded (no orphan files)."""
     _check_decision(plan, approval)
-    if not approval.approved or approval.outcome != "approved":
+    if not approval.approved or approval.outcome not in CURRENT_OUTCOMES:
         raise PlanError(f"plan {plan.plan_id} was not approved by the gate: {approval.reason}")
     store.check()
     get_pointer(store, plan.inventory_name)  # fail before uploading if the pointer cannot be updated

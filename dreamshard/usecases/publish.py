@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation import validate_sharders
-from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
+from dreamshard.gate import GateDecision, fallback_plan, gate_comparison_file, measure_and_gate, trusted_plan
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (PublishedRef, already_decided, get_current, get_inventory_version, get_pointer,
@@ -34,10 +34,14 @@ class PublishRequest(Request):
 class GateResult(Result):
     plan: Plan  # the plan to store (carrying the verified costs)
     decision: GateDecision
+    # rejected, for a version nothing current can serve: the best measured baseline becomes current instead
+    fallback: Plan | None = None
+    fallback_decision: GateDecision | None = None
 
 
 class PublishResult(GateResult):
     ref: PublishedRef
+    fallback_ref: PublishedRef | None = None  # where the fallback plan was published (now current)
 
 
 def stored_inventory(store: PlanStore, plan: Plan) -> Inventory:
@@ -78,33 +82,48 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
         plan = trusted_plan(plan, lambda p: card.out_of_range(inv.tables, p.topology))
     seed = s.profile.seed
     if request.comparison is not None:
-        judged, decision = gate_comparison_file(plan, inv, request.comparison, s.publish, extra_baselines=extra,
-                                                seed=seed, backend=request.backend)
+        judged, decision, cmp = gate_comparison_file(plan, inv, request.comparison, s.publish, extra_baselines=extra,
+                                                     seed=seed, backend=request.backend)
     else:
         oracle = s.oracle()
         try:
-            judged, decision, _ = measure_and_gate(plan, inv, oracle, s.publish, extra_baselines=extra,
-                                                   rounds=s.evaluate.rounds, seed=seed)
+            judged, decision, cmp = measure_and_gate(plan, inv, oracle, s.publish, extra_baselines=extra,
+                                                     rounds=s.evaluate.rounds, seed=seed)
         finally:
             oracle.close()
     store = store or open_plan_store(s, request.store, request.endpoint_url, existing=False)
-    return GateResult(plan=judged, decision=first_plan(store, judged, decision))
+    why = nothing_to_keep(store, judged) if decision.outcome in ("inconclusive", "rejected") else ""
+    decision = first_plan(store, judged, decision, why)
+    found = fallback_plan(decision, cmp, why) if why and decision.outcome == "rejected" else None
+    if found is None:
+        return GateResult(plan=judged, decision=decision)
+    fallback, fallback_decision = found
+    decision = decision.model_copy(update={"reason": f"{decision.reason}; the best measured baseline "
+                                                     f"{fallback_decision.best_baseline} becomes current instead "
+                                                     f"(plan {fallback.plan_id}: {why})"})
+    return GateResult(plan=judged, decision=decision, fallback=fallback, fallback_decision=fallback_decision)
 
 
-def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
+def nothing_to_keep(store: PlanStore, plan: Plan) -> str:
+    """Why no current plan can serve the training job `plan` is for ("" when one can): none is current, or the
+    current one places another table schema or topology. An unreadable current plan (`plans fsck` reports it)
+    counts as one that can: nothing replaces it by noise or by fallback."""
+    if get_pointer(store, plan.inventory_name) is None:
+        return f"no plan is current for '{plan.inventory_name}'"
+    try:
+        return cannot_serve(get_current(store, plan.inventory_name), plan)
+    except StoreError:
+        return ""
+
+
+def first_plan(store: PlanStore, plan: Plan, decision: GateDecision, why: str | None = None) -> GateDecision:
     """Inside the noise the current plan stays, when it can: with no current plan, or one that cannot serve the
     training job this plan is for (another table schema: a table added, removed or reshaped; another topology),
     there is nothing to keep, and a plan the measurements cannot tell from the best baseline (inconclusive, never
-    clearly slower) becomes current."""
+    clearly slower) becomes current. `why`: `nothing_to_keep(store, plan)` when the caller has it already."""
     if decision.outcome != "inconclusive":
         return decision
-    if get_pointer(store, plan.inventory_name) is None:
-        why = f"no plan is current for '{plan.inventory_name}'"
-    else:
-        try:
-            why = cannot_serve(get_current(store, plan.inventory_name), plan)
-        except StoreError:  # an unreadable current plan (`plans fsck` reports it): nothing is replaced by noise
-            why = ""
+    why = nothing_to_keep(store, plan) if why is None else why
     if not why:
         return decision
     return decision.model_copy(update={
@@ -152,5 +171,16 @@ def run(request: PublishRequest) -> PublishResult:
     if done is not None:
         return done
     gated = gate(request, store)
+    return store_gated(store, gated)
+
+
+def store_gated(store: PlanStore, gated: GateResult) -> PublishResult:
+    """Store the gate's decision, and the fallback first when there is one: the rejected plan's decision is the
+    last write, so a run that stops between the two is gated again (a new fallback id) rather than left with a
+    rejection and nothing current."""
+    fallback_ref = None
+    if gated.fallback is not None and gated.fallback_decision is not None:
+        fallback_ref = store_decision(store, gated.fallback, gated.fallback_decision)
     ref = store_decision(store, gated.plan, gated.decision)
-    return PublishResult(plan=gated.plan, decision=gated.decision, ref=ref)
+    return PublishResult(plan=gated.plan, decision=gated.decision, ref=ref, fallback=gated.fallback,
+                         fallback_decision=gated.fallback_decision, fallback_ref=fallback_ref)

@@ -26,7 +26,9 @@ from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store
 
-Outcome = Literal["published", "not-published", "retrain-due", "current", "already-decided"]
+#: `fallback`: the plan was rejected and the current plan cannot serve the version (a table added, removed or
+#: reshaped): the best baseline the gate measured with it became current instead (`fallback_ref`).
+Outcome = Literal["published", "not-published", "fallback", "retrain-due", "current", "already-decided"]
 
 
 class ReplanRequest(Request):
@@ -37,7 +39,7 @@ class ReplanRequest(Request):
     model: Path | None = None  # the production model (default: settings.model_dir's lookup)
     work_dir: Path | None = None  # where the plan file is written (default: a temporary directory)
     seed: int = 0
-    force: bool = False  # re-plan a version the gate already decided on
+    force: bool = False  # re-plan a version the gate already decided on (or whose current plan is a fallback)
 
 
 class ReplanResult(Result):
@@ -47,6 +49,7 @@ class ReplanResult(Result):
     fingerprint: str
     plan: Plan | None = None
     ref: PublishedRef | None = None
+    fallback_ref: PublishedRef | None = None  # outcome `fallback`: the baseline plan that became current
     retrain_reasons: list[str] = Field(default_factory=list)  # why a retrain is due (empty: it is not)
     previous_plan_id: str | None = None
 
@@ -87,7 +90,7 @@ def run(request: ReplanRequest) -> ReplanResult:
     base = {"inventory_name": inv.name, "fingerprint": inv.fingerprint()}
     current = _current_plan(store, inv.name)
     previous = current.plan_id if current is not None else None
-    if current is not None and current.inventory_fingerprint == ref.fingerprint:
+    if current is not None and current.inventory_fingerprint == ref.fingerprint and not request.force:
         return ReplanResult(outcome="current", previous_plan_id=previous, plan=current, **base,
                             reason=f"plan {current.plan_id} is already current for version {ref.fingerprint[:12]}")
     last = decided(store, inv.name, ref.fingerprint) if not request.force else None
@@ -114,6 +117,8 @@ def run(request: ReplanRequest) -> ReplanResult:
             settings=s, plan=plan_file, measure=True, inventory=inv_file,  # baselines: publish.baselines
             store=request.store, endpoint_url=request.endpoint_url))
     decision = published.decision
-    outcome: Outcome = "published" if published.ref.is_current else "not-published"
-    return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, previous_plan_id=previous,
-                        warnings=planned.warnings, reason=decision.reason, **base)
+    fallback = published.fallback_ref
+    outcome: Outcome = ("published" if published.ref.is_current
+                        else "fallback" if fallback is not None and fallback.is_current else "not-published")
+    return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, fallback_ref=fallback,
+                        previous_plan_id=previous, warnings=planned.warnings, reason=decision.reason, **base)
