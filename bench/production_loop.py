@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -39,13 +40,37 @@ BIN = Path(sys.executable).parent
 HEURISTICS = ("round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
 
 
-def run(args: list[str], cwd: Path) -> tuple[float, str]:
+def run(args: list[str], cwd: Path) -> tuple[float, str, str]:
+    """(wall seconds, stdout, stderr) of one `dreamshard` command; exit codes 0 and 1 (not published) are results."""
     t0 = time.perf_counter()
     res = subprocess.run([str(BIN / "dreamshard"), *args], cwd=cwd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if res.returncode not in (0, 1):
         raise SystemExit(f"dreamshard {' '.join(args)} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    return wall, res.stdout
+    return wall, res.stdout, res.stderr
+
+
+_FINISHED = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) \| INFO +\| Task run '([^']+)' - Finished")
+_BEGIN = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) \| INFO +\| Flow run '[^']+' - Beginning flow run")
+
+
+def stage_seconds(log: str) -> dict[str, float]:
+    """Seconds per orchestrator task from a `pipeline run`'s log: each task's finish minus the previous finish (the
+    flow's start for the first); tasks with a hashed suffix (git-commit-1a2) lose it."""
+    out: dict[str, float] = {}
+    last: float | None = None
+    for line in log.splitlines():
+        m = _BEGIN.match(line) or _FINISHED.match(line)
+        if m is None:
+            continue
+        t = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+        if m.re is _FINISHED and last is not None:
+            name = re.sub(r"-[0-9a-f]{3}$", "", m.group(4))
+            out[name] = round(out.get(name, 0.0) + (t - last) % 86400, 1)
+        if m.re is _BEGIN and last is not None:
+            continue  # a subflow's start (publish-plan): its time goes to its own tasks
+        last = t
+    return out
 
 
 def changed_inventory(src: Path, dst: Path) -> str:
@@ -105,19 +130,19 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     pool = work / "v1.yaml"
     run(["inventory", "synth", "--params", str(ROOT / "params.yaml"), "-o", str(pool)], work)
     ws = work / "ws"
-    fresh_s, _ = run(["pipeline", "run", "--workspace", str(ws), "-i", str(pool), *base,
-                      "--dvc-remote", str(work / "remote")], work)
-    fresh = pipeline_counts(ws)
+    fresh_s, *fresh_log = run(["pipeline", "run", "--workspace", str(ws), "-i", str(pool), *base,
+                              "--dvc-remote", str(work / "remote")], work)
+    fresh = {**pipeline_counts(ws), "stages_s": stage_seconds("\n".join(fresh_log))}
     change = changed_inventory(pool, work / "v2.yaml")
     retrain_ws = work / "ws-retrain"
     shutil.copytree(ws, retrain_ws, symlinks=True)
     shutil.rmtree(retrain_ws / "data" / "corpus", ignore_errors=True)
     before = corpus_counts(ws)
-    inc_s, _ = run(["pipeline", "run", "--workspace", str(ws), "-i", str(work / "v2.yaml"), *base,
-                    "--dvc-remote", str(work / "remote")], work)
-    incremental = pipeline_counts(ws, before)
+    inc_s, *inc_log = run(["pipeline", "run", "--workspace", str(ws), "-i", str(work / "v2.yaml"), *base,
+                          "--dvc-remote", str(work / "remote")], work)
+    incremental = {**pipeline_counts(ws, before), "stages_s": stage_seconds("\n".join(inc_log))}
 
-    fast_s, fast_out = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(retrain_ws / "models" / "dreamshard"),
+    fast_s, fast_out, _ = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(retrain_ws / "models" / "dreamshard"),
                             "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
     fast = json.loads(fast_out)
     n_baselines = len(settings.publish.baselines)
@@ -125,9 +150,9 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     fast_timings = settings.plan.verify * settings.plan.verify_rounds + (n_baselines + 1) * gate_rounds
 
     full = ["--params", str(full_retrain_params(work)), "--store", str(store)]
-    retrain_s, _ = run(["pipeline", "run", "--workspace", str(retrain_ws), "-i", str(work / "v2.yaml"), *full,
-                        "--dvc-remote", str(work / "remote")], work)
-    retrain = pipeline_counts(retrain_ws)
+    retrain_s, *retrain_log = run(["pipeline", "run", "--workspace", str(retrain_ws), "-i", str(work / "v2.yaml"), *full,
+                                  "--dvc-remote", str(work / "remote")], work)
+    retrain = {**pipeline_counts(retrain_ws), "stages_s": stage_seconds("\n".join(retrain_log))}
 
     from dreamshard.store import get_current, open_store
 
@@ -203,6 +228,12 @@ def render(data: dict[str, Any]) -> str:
     for r in sorted(rows, key=lambda r: r["overall_ms"]):
         label = data["roles"].get(r["plan_id"], r["sharder"])
         lines.append(f"| {label} | {r['overall_ms']:.3f} | {r['overall_ms'] / torchrec:.3f} | {r['overall_ms'] / best:.3f} |")
+    stages = list(dict.fromkeys([*f.get("stages_s", {}), *inc.get("stages_s", {}), *rt.get("stages_s", {})]))
+    if stages:
+        lines += ["", "Where the time went (seconds per orchestrator task, from the runs' logs):", "",
+                  "| task | fresh | incremental | full retrain |", "|---|---:|---:|---:|"]
+        lines += [f"| {t} | {f.get('stages_s', {}).get(t, '-')} | {inc.get('stages_s', {}).get(t, '-')} | "
+                  f"{rt.get('stages_s', {}).get(t, '-')} |" for t in stages]
     lines += ["", f"Fast path outcome: {fa['outcome']} — {fa['reason']}", "",
               "Device timings: fused operators timed on one device and recorded in the measurement corpus (profile "
               "stage, training loop, plan verify and refinement, the lower bound's singles); training timings: the "

@@ -140,8 +140,7 @@ class Topology(StrictModel):
 
 
 def new_id(prefix: str = "") -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{prefix}{stamp}-{uuid.uuid4().hex[:8]}"
+    return f"{prefix}{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
 
 
 def utcnow() -> datetime:

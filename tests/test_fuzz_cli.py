@@ -24,8 +24,8 @@ from dreamshard.cli.app import invoke
 from dreamshard.store.inventories import push_inventory
 from dreamshard.io import load_inventory, load_plan
 from dreamshard.memory import check_plan
-from dreamshard.gate import gate_plan
-from dreamshard.store import get_current, list_plans, open_store
+from dreamshard.gate import baseline_plan, gate_plan
+from dreamshard.store import get_current, list_plans, open_store, show
 from dreamshard.store.fsck import fsck
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -170,7 +170,8 @@ def test_fuzz_edited_comparison_entries_never_approve_more(base: str, edits: lis
     """Whatever entries are relabelled, copied or deleted (labels and plan fields alike), the gate either refuses
     the comparison (exit 2, nothing stored) or decides exactly as on the genuine comparison."""
     w = world()
-    genuine = gate_plan(getattr(w, base), w.inventory, w.comparison, w.rules)[1].outcome
+    decision = gate_plan(getattr(w, base), w.inventory, w.comparison, w.rules)[1]
+    genuine = decision.outcome
     with workdir() as d:
         paths = w.write(d)
         data = json.loads(paths["comparison"].read_text())
@@ -193,8 +194,15 @@ def test_fuzz_edited_comparison_entries_never_approve_more(base: str, edits: lis
             assert_one_line_error(code, err)
             assert not paths["store"].exists()
             return
-        (rec,) = list_plans(open_store(str(paths["store"])))
+        recs = list_plans(open_store(str(paths["store"])))
+        (rec,) = [r for r in recs if r.plan_id == getattr(w, base).plan_id]
         assert rec.outcome == genuine, (edits, err)
+        # rejected with nothing current: a baseline's own plan (recomputed, never an edited entry) became current
+        fallbacks = [r for r in recs if r.outcome == "fallback"]
+        assert len(fallbacks) == (1 if genuine == "rejected" else 0), edits
+        for f in fallbacks:
+            stored = show(open_store(str(paths["store"])), f.plan_id)
+            assert stored.units() == baseline_plan(f.sharder, w.inventory, stored.topology, 0).units(), edits
 
 
 # -- store pointer corruptions -------------------------------------------------------------------------------

@@ -101,8 +101,11 @@ def test_publish_measure_trusts_no_file(files: dict[str, Path], capsys: pytest.C
                 "--measure", "--backend", "simulator", "--rounds", "1", "--params", str(files["params"])]) == 1
     err = capsys.readouterr().err
     assert err.startswith("rejected ") and "does not beat" in err
-    (rec,) = list_plans(open_store(str(files["store"])), "inv")
+    rec, fallback = sorted(list_plans(open_store(str(files["store"])), "inv"), key=lambda r: r.plan_id != good["plan_id"])
+    assert rec.plan_id == good["plan_id"]
     assert rec.status == "rejected" and rec.overall_ms is not None and rec.overall_ms > 0.5 and rec.basis == "simulated"
+    # nothing was current: the best baseline the gate measured became current instead, never the forged figures
+    assert fallback.outcome == "fallback" and fallback.is_current and fallback.overall_ms > 0.5
 
 
 def test_store_and_margin_default_from_params(
@@ -112,9 +115,10 @@ def test_store_and_margin_default_from_params(
     params.write_text(world().params_text(min_improvement=0.05, store_uri=str(files["dir"] / "from-params")))
     monkeypatch.chdir(files["dir"])
     gate = ["--comparison", str(files["comparison"]), "-i", str(files["inventory"])]
-    assert run(["plans", "publish", str(files["bad"]), *gate]) == 1
-    assert run(["plans", "publish", str(files["good"]), *gate]) == 0
-    assert len(list_plans(open_store(str(files["dir"] / "from-params")))) == 2
+    assert run(["plans", "publish", str(files["bad"]), *gate]) == 1  # rejected by the 5% margin; nothing current:
+    assert run(["plans", "publish", str(files["good"]), *gate]) == 0  # the best baseline became current (fallback)
+    assert sorted(r.outcome for r in list_plans(open_store(str(files["dir"] / "from-params")))) == [
+        "approved", "fallback", "rejected"]
 
 
 def test_list_show_rollback(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
