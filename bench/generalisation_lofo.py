@@ -190,9 +190,14 @@ def eval_inventory(family: str, tables: int, seed: int) -> Any:
     return Inventory(name=f"{family}-{tables}-e{seed}", tables=tuple(family_tables(family, tables, seed, "e")))
 
 
-def learned(inv: Any, topo: Any, models: dict[str, Path | None]) -> list[Any]:
+def learned(inv: Any, topo: Any, models: dict[str, Path | None], oracle: Any = None,
+            refine_s: float = 0.0) -> list[Any]:
     """`dreamshard[<model>]` and `dreamshard[<model>,no-hist]` plans (the latter planned without histograms and
-    relabelled to the measured inventory, whose statistics the planner did not see)."""
+    relabelled to the measured inventory, whose statistics the planner did not see). With `refine_s` > 0, also
+    the plan the pipeline's plan stage makes on the target hardware: `--verify 3` (anchors included) and then
+    `refine_s` seconds of measured refinement, `dreamshard[<model>,prod]` (and `,no-hist,prod`): measured on the
+    inventory as the planner sees it, i.e. with the assumed histograms when none are declared, as in production."""
+    from dreamshard.learning.measured_refine import refine_plan
     from dreamshard.sharders import get_sharder
 
     plans = []
@@ -201,8 +206,15 @@ def learned(inv: Any, topo: Any, models: dict[str, Path | None]) -> list[Any]:
             src = inv if hist else without_histograms(inv)
             p = get_sharder("dreamshard", model_dir=model_dir).shard(src, topo)
             label = f"dreamshard[{tag}]" if hist else f"dreamshard[{tag},no-hist]"
-            plans.append(p.model_copy(update={"sharder": label, "inventory_fingerprint": inv.fingerprint(),
-                                              "inventory_name": inv.name}))
+            variants = [(label, p)]
+            if refine_s > 0 and oracle is not None:
+                sharder = get_sharder("dreamshard", model_dir=model_dir, verify=3, oracle=oracle)
+                verified = sharder.shard(src, topo)
+                prod = refine_plan(src, verified, sharder.planning_cost(topo), oracle, refine_s)
+                variants.append((label.removesuffix("]") + ",prod]", prod))
+            plans += [v.model_copy(update={"sharder": name, "inventory_fingerprint": inv.fingerprint(),
+                                           "inventory_name": inv.name, "plan_id": f"{v.plan_id}-{i}"})
+                      for i, (name, v) in enumerate(variants)]
     return plans
 
 
@@ -223,7 +235,8 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
         corpora[fam] = (pool, taskset, records)
         corpus_s[fam] = round(secs, 1)
         print(f"corpus {fam}: {len(records)} records, {secs:.0f} s", flush=True)
-    partial = work / ("partial.json" if with_lofo else "partial-packaged.json")
+    refine_s = getattr(args, "refine_seconds", 0.0)
+    partial = work / ("partial.json" if with_lofo else f"partial-packaged{f'-prod{refine_s:g}' if refine_s else ''}.json")
     done = json.loads(partial.read_text()) if partial.is_file() else {"families": {}, "rows": []}
     families: dict[str, Any] = done["families"]
     rows: list[dict[str, Any]] = done["rows"]
@@ -241,7 +254,8 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
         for k, (tables, devices) in enumerate(EVAL_TASKS):
             inv = eval_inventory(fam, tables, 500 + k)
             topo = Topology(num_devices=devices, memory_per_device_gb=MEMORY_GB, batch_size=BATCH)
-            plans = learned(inv, topo, {"packaged": None, "lofo": model_dir} if model_dir is not None else {"packaged": None})
+            plans = learned(inv, topo, {"packaged": None, "lofo": model_dir} if model_dir is not None else {"packaged": None},
+                            oracle, getattr(args, "refine_seconds", 0.0))
             noise = get_sharder("dim_greedy").shard(inv, topo).model_copy(update={"sharder": noise_label})
             cmp = compare_sharders(inv, topo, list(baselines), oracle, rounds=args.rounds, extra_plans=[*plans, noise],
                                    seed=k, with_lower_bound=False)
@@ -261,7 +275,9 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
     return {"families": families, "rows": rows, "meta": (
         f"{len(rows)} tasks ({len(LOFO_FAMILIES)} held-out families x {len(EVAL_TASKS)}), {args.rounds} interleaved "
         f"rounds, warm-up {args.warmup}, repeats {args.repeats}, batch {BATCH}, {MEMORY_GB:g} GB per device, measured "
-        f"interconnect; corpora of {CORPUS_TASKS} tasks per family; wall {time.perf_counter() - t_all:.0f} s (this run)")}
+        f"interconnect; corpora of {CORPUS_TASKS} tasks per family"
+        + (f"; `,prod`: --verify 3 then {refine_s:g} s of measured refinement, as the plan stage plans" if refine_s else "")
+        + f"; wall {time.perf_counter() - t_all:.0f} s (this run)")}
 
 
 def render_lofo(run: dict[str, Any], geomean: Any, ratio_table: Any,

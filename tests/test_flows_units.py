@@ -254,3 +254,40 @@ def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     tiny_inventory(ws / "data" / "inventory.yaml")
     assert inventory_for(plan, open_store(str(tmp_path / "empty")), ws).fingerprint() == inv.fingerprint()
+
+
+def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_current(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's publish step publishes the gate's fallback (the best measured baseline, for a version nothing
+    current can serve) with the run's lineage; a reviewer who says no keeps it rejected and not current."""
+    import prefect.flow_runs
+
+    from dreamshard.evaluation import compare_sharders
+    from dreamshard.gate import GateDecision, fallback_plan
+    from dreamshard.profiling.oracle import make_oracle
+    from dreamshard.store import get_current, list_plans
+    from dreamshard.types import Topology
+    from dreamshard.usecases.publish import GateResult
+    from dreamshard_flows.publish import ApprovalInput, _publish_fallback
+
+    inv = tiny_inventory(tmp_path / "inv.yaml")
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
+    cmp = compare_sharders(inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2,
+                           with_lower_bound=False)
+    rr = next(r for r in cmp.results if r.sharder == "round_robin")
+    rejected = GateDecision(approved=False, outcome="rejected", reason="slower", plan_id=rr.plan.plan_id,
+                            best_baseline="dim_greedy", best_baseline_ms=1.0, rounds=2,
+                            inventory_fingerprint=inv.fingerprint())
+    fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'")  # type: ignore[misc]
+    gated = GateResult(plan=rr.plan, decision=rejected, fallback=fallback, fallback_decision=decision)
+    store_uri = str(tmp_path / "store")
+    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
+                        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"))
+    ref = _publish_fallback(gated, None, store_uri, None, True, 10)
+    assert not ref.is_current and ref.status == "rejected" and "not today" in ref.reason
+    ref = _publish_fallback(gated.model_copy(update={"fallback": fallback.model_copy(update={"plan_id": "fb-2"}),
+                                                     "fallback_decision": decision.model_copy(update={"plan_id": "fb-2"})}),
+                            None, store_uri, None, False, 10)
+    assert ref.is_current and get_current(open_store(store_uri), "tiny").plan_id == "fb-2"
+    assert {r.plan_id: r.outcome for r in list_plans(open_store(store_uri), "tiny")} == {
+        fallback.plan_id: "rejected", "fb-2": "fallback"}
