@@ -34,6 +34,17 @@ BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
 DEFAULT_BATCH_SIZE = 2048
 
 
+def fused_operators(tables: list[Table], topology: Topology) -> list[tuple[list[Table], int]]:
+    """How one device's units run, as (units, batch) per fused operator: whole tables, column shards and row shards
+    in one at the global batch; data-parallel replicas in a second at the device's share of the batch. Each is one
+    device timing (and one corpus entry): `_device_cost` measures these, the profile stage's corpus check
+    (`usecases.profile`) looks these up."""
+    replicas = [t for t in tables if parse_unit(t.name).kind == "replica"]
+    rest = [t for t in tables if parse_unit(t.name).kind != "replica"]
+    groups = [(rest, topology.batch_size)] if rest else []
+    return groups + ([(replicas, max(1, topology.batch_size // topology.num_devices))] if replicas else [])
+
+
 class Oracle:
     """A compute backend + a comm model provider + the measurement settings."""
 
@@ -125,12 +136,9 @@ class Oracle:
         batch, n = topology.batch_size, topology.num_devices
         kinds = [parse_unit(t.name).kind for t in tables]
         replicas = [t for t, k in zip(tables, kinds) if k == "replica"]
-        rest = [t for t, k in zip(tables, kinds) if k != "replica"]
         rows = [t for t, k in zip(tables, kinds) if k == "row"]
         a2a = [t for t, k in zip(tables, kinds) if k in ("table", "column")]
-        timings = [self._time_device(rest, batch, fingerprint)] if rest else []
-        if replicas:
-            timings.append(self._time_device(replicas, max(1, batch // n), fingerprint))
+        timings = [self._time_device(group, b, fingerprint) for group, b in fused_operators(tables, topology)]
         fwd = [sum(x) for x in zip(*(t.fwd_ms for t in timings))]
         bwd = [sum(x) for x in zip(*(t.bwd_ms for t in timings))]
         out_ms = grad_ms = 0.0

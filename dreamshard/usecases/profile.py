@@ -36,6 +36,7 @@ from dreamshard.profiling.batches import (
     write_spec,
 )
 from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key, entry_problem
+from dreamshard.profiling.oracle import fused_operators
 from dreamshard.sections import PipelineSettings
 from dreamshard.shards import unit_table
 from dreamshard.store import open_store
@@ -119,10 +120,11 @@ def _missing_devices(job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[i
     for it in job.items():
         if it.kind != "placement":
             continue
-        info = info_at(it.topology.batch_size)
         for d in range(it.topology.num_devices):
             tables = [unit_table(by_name, n) for n, dev in it.placement.items() if dev == d]
-            if tables and not corpus.known_before(device_key(info, seed, tables, hardware), fp):
+            # keyed as the oracle records them: one entry per fused operator (replicas apart, at their batch share)
+            if any(not corpus.known_before(device_key(info_at(batch), seed, group, hardware), fp)
+                   for group, batch in fused_operators(tables, it.topology)):
                 missing[it.task] = missing.get(it.task, 0) + 1
     return missing
 
