@@ -58,21 +58,27 @@ def _relative(now: float, then: float | None) -> float | None:
     return None if then is None or then <= 0 else now / then - 1.0
 
 
-def require_comparable(plan: Plan, backend: str) -> None:
-    """A measured plan is re-measured on the backend that measured it, or the drift figure means nothing."""
+def require_comparable(plan: Plan, backend: str, statistic: str | None = None) -> None:
+    """A measured plan is re-measured on the backend that measured it, with the same statistic of a device's
+    repeats, or the drift figure means nothing."""
     recorded_by = plan.measured_by.name if plan.measured_by is not None else None
     if plan.measured is not None and recorded_by is not None and recorded_by != backend:
         raise ConfigError(
             f"plan {plan.plan_id} was measured on backend '{recorded_by}', the monitor would measure on "
             f"'{backend}': use --backend {recorded_by} (or profile.backend: {recorded_by}) so the costs are comparable"
         )
+    recorded = plan.measured_by.statistic if plan.measured_by is not None else None
+    if plan.measured is not None and recorded is not None and statistic is not None and recorded != statistic:
+        raise ConfigError(
+            f"plan {plan.plan_id} was measured with the {recorded} of each device's repeats, the monitor would take "
+            f"the {statistic}: set profile.statistic: {recorded} so the costs are comparable")
 
 
 def check_drift(plan: Plan, inventory: Inventory, oracle: Oracle, rounds: int, threshold: float) -> DriftCheck:
     """Re-measure `plan` on `oracle` (median of `rounds`) and compare with its recorded cost."""
     if not threshold > 0:
         raise ConfigError(f"drift threshold must be a positive fraction, got {threshold}")
-    require_comparable(plan, oracle.info.name)
+    require_comparable(plan, oracle.info.name, oracle.info.statistic)
     now = evaluate_plan(inventory, plan, oracle, rounds=rounds)
     assert now.measured is not None
     now_ms = now.measured.overall_ms

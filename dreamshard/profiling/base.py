@@ -205,6 +205,13 @@ def median(xs: Sequence[float]) -> float:
     return float(np.median(np.asarray(xs, dtype=np.float64))) if len(xs) else 0.0
 
 
+def summarize(xs: Sequence[float], statistic: str) -> float:
+    """One figure of a device's timed repeats: their minimum or their median (`costs.Statistic`)."""
+    if not len(xs):
+        return 0.0
+    return float(min(xs)) if statistic == "min" else median(xs)
+
+
 def relative_iqr(xs: Sequence[float]) -> float:
     """(q75 - q25) / median, 0 for fewer than two values or a zero median."""
     if len(xs) < 2:

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dreamshard.costs import Statistic
 from dreamshard.profiling.oracle import BACKENDS, Oracle, make_oracle
 from dreamshard.profiling.runner import TYPE_KINDS
 from dreamshard.profiling.simulator import SimulatorParams
@@ -30,6 +31,7 @@ class ProfileConfig(BaseModel):
     num_threads: Annotated[int, Field(ge=1)] = 1
     seed: int = 0
     row_cap: Annotated[int, Field(ge=1)] | None = None
+    statistic: Statistic = "min"  # a device's figure from its repeats (dreamshard.costs.Statistic)
     # With a measurement corpus that already serves some train task entirely (a new version of an inventory it
     # has seen), at most this many of the tasks needing new device timings are measured (None: all of them);
     # the others are left out of this version's records (the warm-started model knows them). See
@@ -61,6 +63,6 @@ class ProfileConfig(BaseModel):
         """The measuring backend these settings describe, built by `make_oracle` (the one construction; the CLI,
         DVC stages and flows call this)."""
         return make_oracle(self.backend, warmup=self.warmup, repeats=self.repeats, num_threads=self.num_threads,
-                           seed=self.seed, row_cap=self.row_cap,
+                           seed=self.seed, row_cap=self.row_cap, statistic=self.statistic,
                            simulator=SimulatorParams(slowdown=self.simulator_slowdown,
                                                      latency_ms=self.simulator_latency_ms))

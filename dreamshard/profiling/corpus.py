@@ -85,7 +85,7 @@ def device_key(info: BackendInfo, seed: int, tables: Sequence[Table], hardware: 
     payload = {
         "v": CORPUS_VERSION,
         "hardware": hardware if hardware is not None else hardware_id(info.device),
-        "backend": info.model_dump(mode="json"),
+        "backend": info.model_dump(mode="json", exclude={"statistic"}),  # the raw repeats serve either statistic
         "seed": seed,
         "tables": sorted(t.canonical_json() for t in tables),
     }

@@ -1,7 +1,8 @@
 """The Oracle: measures a placement's per-device costs, the ground truth of the product (docs/architecture.md).
 
 Per device d of a placement:
-  fwd_compute, bwd_compute  = medians over ``repeats`` (after ``warmup``) of ONE fused operator over d's tables
+  fwd_compute, bwd_compute  = the minimum (``statistic``; or the median) over ``repeats`` (after ``warmup``) of ONE
+                              fused operator over d's tables
   fwd_comm = bwd_comm       = comm.cost_ms(bytes leaving d) of the alpha-beta model fitted for the world size,
                               bytes = batch * sum(true dims on d) * 4 * (N-1)/N (pooled outputs fwd, grads bwd)
   spread[d]                 = relative IQR (IQR / median) of d's per-repeat totals
@@ -19,13 +20,13 @@ import torch
 import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.memory import check_placement
-from dreamshard.profiling.base import ComputeBackend, DeviceTiming, median, pinned_threads, relative_iqr
+from dreamshard.profiling.base import ComputeBackend, DeviceTiming, pinned_threads, relative_iqr, summarize
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
 from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
-from dreamshard.costs import Collective
+from dreamshard.costs import Collective, Statistic
 from dreamshard.shards import with_units
 from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 from dreamshard.units import parse_unit
@@ -59,15 +60,20 @@ class Oracle:
         comm_backend: str = "gloo",
         comm_models: Mapping[int, CommModel] | None = None,
         seed: int = 0,
+        statistic: Statistic = "min",
     ) -> None:
         """``comm_models`` pins the comm model of given world sizes (no benchmark for those); ``seed`` is the
-        backend's index seed (part of a corpus key)."""
+        backend's index seed (part of a corpus key); ``statistic`` how a device's repeats become its figure
+        (`costs.Statistic`; the corpus keeps the repeats, so it serves either)."""
         if warmup < 0:
             raise ProfilingError(f"warmup must be >= 0, got {warmup}")
         if repeats < 1:
             raise ProfilingError(f"repeats must be >= 1, got {repeats}")
         if num_threads < 1:
             raise ProfilingError(f"num_threads must be >= 1, got {num_threads}")
+        if statistic not in ("median", "min"):
+            raise ProfilingError(f"statistic must be median or min, got {statistic!r}")
+        self.statistic = statistic
         self.backend = backend
         self.warmup = warmup
         self.repeats = repeats
@@ -94,6 +100,7 @@ class Oracle:
             repeats=self.repeats,
             row_cap=self.row_cap,
             is_simulated=self.backend.is_simulated,
+            statistic=self.statistic,
         )
 
     @property
@@ -155,7 +162,8 @@ class Oracle:
                 ar = self.collective_model(topology, "all_reduce")
                 grad_ms += comm_mod.device_comm_ms(topology, ar, comm_mod.all_reduce_bytes(
                     [(t.num_embeddings, t.embedding_dim) for t in replicas], n))
-        cost = DeviceCost(fwd_compute=median(fwd), fwd_comm=out_ms, bwd_comm=grad_ms, bwd_compute=median(bwd))
+        cost = DeviceCost(fwd_compute=summarize(fwd, self.statistic), fwd_comm=out_ms, bwd_comm=grad_ms,
+                          bwd_compute=summarize(bwd, self.statistic))
         return cost, relative_iqr([f + b + out_ms + grad_ms for f, b in zip(fwd, bwd)])
 
     def set_comm_model(self, world_size: int, model: CommModel) -> None:
@@ -266,6 +274,7 @@ def make_oracle(
     seed: int = 0,
     row_cap: int | None = None,
     simulator: SimulatorParams | None = None,
+    statistic: Statistic = "min",
 ) -> Oracle:
     """Build the oracle for ``backend`` (cpu | cuda | simulator); ``simulator`` sets the simulator's knobs.
 
@@ -274,7 +283,8 @@ def make_oracle(
     """
     if row_cap is not None and row_cap < 1:
         raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
-    kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap, "seed": seed}
+    kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap, "seed": seed,
+          "statistic": statistic}
     if backend == "simulator":
         return Oracle(SimulatorBackend(simulator), **kw)  # type: ignore[arg-type]
     if backend == "cpu":

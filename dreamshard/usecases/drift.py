@@ -57,7 +57,7 @@ def prepare(request: DriftRequest) -> DriftTarget:
     before anything is measured (the flow's CLI calls this before Prefect starts)."""
     store = open_plan_store(request.settings, request.store, request.endpoint_url)
     plan = get_current(store, request.inventory_name)
-    require_comparable(plan, request.settings.profile.backend)
+    require_comparable(plan, request.settings.profile.backend, request.settings.profile.statistic)
     return DriftTarget(store=store, plan=plan, inventory=inventory_for(plan, store, request.workspace))
 
 
