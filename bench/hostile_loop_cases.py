@@ -95,3 +95,67 @@ def cases(d: Path, case: Case) -> None:
         plan = get_sharder("size_greedy").shard(grown, topo)
         slow = unsure(plan.plan_id).model_copy(update={"outcome": "rejected"})
         return first_plan(store, plan, slow).outcome == "rejected", ""
+
+    # -- the fallback: a rejected plan for a version nothing current serves (gate.fallback) ------------------
+    pub = ["--backend", "simulator", "--allow-simulated", "--rounds", "2"]
+    save_inventory(grown, d / "grown.yaml")
+
+    def rejected_comparison(tag: str) -> tuple[Path, Path]:
+        """A round-robin plan of `grown` (clearly slower on the simulator) and a genuine comparison holding it."""
+        plan_file, cmp_file = d / f"rr-{tag}.json", d / f"cmp-{tag}.json"
+        assert cli(["plan", "-i", str(d / "grown.yaml"), "-d", "2", "-m", "4", "-s", "round_robin",
+                    "-o", str(plan_file)])[0] == 0
+        assert cli(["compare", "-i", str(d / "grown.yaml"), "-d", "2", "-m", "4", "--backend", "simulator",
+                    "--rounds", "5", "--sharders", "dim_greedy,size_greedy,lookup_greedy,size_lookup_greedy,torchrec",
+                    "-p", str(plan_file), "--out", str(cmp_file)])[0] == 0
+        return plan_file, cmp_file
+
+    @case("15.fallback", "rejected after a table was added: the best baseline's own plan becomes current",
+          "plans publish rr.json -i grown.yaml --comparison cmp.json")
+    def _() -> tuple[bool, str]:
+        from dreamshard.gate import baseline_plan
+        from dreamshard.store import get_current, list_plans
+
+        plan_file, cmp_file = rejected_comparison("ok")
+        store = current_store("store-fallback")
+        r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison", str(cmp_file),
+                 "--store", str(d / "store-fallback"), "--allow-simulated"])
+        cur = get_current(store, "loop")
+        real = baseline_plan(cur.sharder, grown, cur.topology, 0)
+        outcomes = sorted(x.outcome for x in list_plans(store, "loop", grown.fingerprint()))
+        return (r[0] == 1 and cur.units() == real.units() and outcomes == ["fallback", "rejected"],
+                f"{cur.sharder}: {outcomes}")
+
+    for edit in ("swap two tables of the best baseline", "relabel round_robin's plan as the best baseline"):
+        @case("15.fallback", f"a comparison that would choose the fallback ({edit}): refused, nothing stored",
+              "plans publish rr.json -i grown.yaml --comparison forged.json")
+        def _(edit: str = edit) -> tuple[bool, str]:
+            import json
+
+            plan_file, cmp_file = rejected_comparison(edit[:4])
+            data = json.loads(cmp_file.read_text())
+            best = min((x for x in data["results"] if x["sharder"] != "round_robin"), key=lambda x: x["overall_ms"])
+            if edit.startswith("swap"):
+                placement = best["plan"]["placement"]
+                a, b = (n for n, dev in placement.items() if dev == 0), (n for n, dev in placement.items() if dev == 1)
+                x, y = next(a), next(b)
+                placement[x], placement[y] = placement[y], placement[x]
+            else:
+                rr = next(x for x in data["results"] if x["sharder"] == "round_robin")
+                best["plan"]["placement"] = rr["plan"]["placement"]
+                best["plan"]["column_shards"] = rr["plan"].get("column_shards", {})
+            (d / "forged.json").write_text(json.dumps(data))
+            store_dir = d / f"store-forged-{edit[:4]}"
+            current_store(store_dir.name)
+            before = _snap(store_dir)
+            r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison",
+                     str(d / "forged.json"), "--store", str(store_dir), "--allow-simulated"])
+            return _one_line_2(r, "") and _snap(store_dir) == before, r[2][-80:]
+
+    for value in ("mean", "MIN", "''", "[min]", "3"):
+        @case("issue17", f"params profile.statistic: {value}", "replan -i inv.yaml --params bad.yaml")
+        def _(value: str = value) -> tuple[bool, str]:
+            (d / "bad.yaml").write_text(f"profile:\n  statistic: {value}\n")
+            before = _snap(d)
+            r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
+            return _one_line_2(r, "profile.statistic") and _snap(d) == before, r[2][-80:]
