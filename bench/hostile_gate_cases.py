@@ -29,7 +29,7 @@ from gate_hostile import (  # noqa: E402 - tests/ is not a package
 from dreamshard.cli.app import invoke as cli  # noqa: E402
 from dreamshard.lineage import Lineage  # noqa: E402
 from dreamshard.sharders import get_sharder  # noqa: E402
-from dreamshard.gate import GateDecision  # noqa: E402
+from dreamshard.gate import GateDecision, baseline_plan  # noqa: E402
 from dreamshard.settings import installed_pipeline_file  # noqa: E402
 from dreamshard.store import list_plans, open_store, publish, publish_or_reject, show  # noqa: E402
 
@@ -50,14 +50,11 @@ def _outcomes(files: dict[str, Path], plan_id: str | None = None) -> list[str]:
 def _rejected_with_fallback(files: dict[str, Path], plan: Any) -> bool:
     """The relabelled plan is rejected; with no current plan the store keeps the best baseline's own placement
     as the fallback (usecases.publish.store_gated), never the relabelled one."""
-    if not files["store"].exists():
+    if sorted(_outcomes(files)) != ["fallback", "rejected"]:
         return False
     store = open_store(str(files["store"]))
-    records = list_plans(store)
-    if sorted(x.outcome for x in records) != ["fallback", "rejected"]:
-        return False
-    kept = show(store, next(x.plan_id for x in records if x.outcome == "fallback"))
-    own = get_sharder(kept.sharder).shard(INVENTORY, TOPOLOGY)
+    kept = show(store, next(x.plan_id for x in list_plans(store) if x.outcome == "fallback"))
+    own = baseline_plan(kept.sharder, INVENTORY, TOPOLOGY, 0)
     return kept.sharder != "dreamshard" and kept.units() == own.units() and kept.units() != plan.units()
 
 

@@ -97,7 +97,6 @@ def cases(d: Path, case: Case) -> None:
         return first_plan(store, plan, slow).outcome == "rejected", ""
 
     # -- the fallback: a rejected plan for a version nothing current serves (gate.fallback) ------------------
-    pub = ["--backend", "simulator", "--allow-simulated", "--rounds", "2"]
     save_inventory(grown, d / "grown.yaml")
 
     def rejected_comparison(tag: str) -> tuple[Path, Path]:
