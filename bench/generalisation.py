@@ -153,6 +153,8 @@ def run_task(label: str, family: str, tables: int, seed: int, devices: int, args
         "noise": abs(ms[NOISE] - ms["dim_greedy"]) / ms["dim_greedy"], "out_of_range": list(ood),
         "retrain_s": train_s, "predicted_ms": {p.sharder: p.predicted.overall_ms for p in plans if p.predicted},
         "verification": next((p.verification.model_dump(mode="json") for p in plans if p.verification), None),
+        "refinement": next(({"tried": p.refinement.tried, "kept": p.refinement.kept, "seconds": p.refinement.seconds}
+                            for p in plans if p.sharder == PROD and p.refinement), None),
         "types": {r.sharder: r.plan.sharding_types() for r in cmp.results},
     }
     print(f"{label}: best baseline {best_base} {ms[best_base]:.2f} ms; " + ", ".join(
@@ -206,8 +208,12 @@ def render(results: dict[str, Any]) -> str:
                   f"baseline; same plan measured twice differed by {statistics.median([r['noise'] for r in rows]):.1%} "
                   f"(median), {max(r['noise'] for r in rows):.1%} (max)",
                   "- planning wall time (s, median over tasks): " + ", ".join(
-                      f"{n} {statistics.median([r['plan_s'].get(n, 0.0) for r in rows]):.2f}" for n in LEARNED
+                      f"{n} {statistics.median([r['plan_s'].get(n, 0.0) for r in rows]):.2f}" for n in (PROD, *LEARNED)
                       if all(n in r["plan_s"] for r in rows))]
+        if all(r.get("refinement") for r in rows):
+            lines.append(f"- `{PROD}` measured refinement (proposals kept / tried, seconds): " + ", ".join(
+                f"{r['task']} {r['refinement']['kept']}/{r['refinement']['tried']} in {r['refinement']['seconds']:.0f} s"
+                for r in rows))
         if any(r.get("retrain_s") for r in rows):
             lines.append("- retrain wall time per inventory (s): " + ", ".join(
                 f"{r['task']} {r['retrain_s']:.0f}" for r in rows if r.get("retrain_s")))
