@@ -18,6 +18,7 @@ from dreamshard.integrations.torchrec_file import (
 )
 from dreamshard.memory import check_placement, check_plan
 from dreamshard.sharders import accepted_options, contender_names, get_sharder, sharder_family
+from dreamshard.sharders import torchrec_sharder
 from dreamshard.sharders.torchrec_sharder import TorchRecSharder, TorchRecTwCwSharder
 from dreamshard.types import GB, Inventory, Plan, Table, Topology
 from dreamshard.units import row_blocks
@@ -188,7 +189,8 @@ def test_wall_time_50_tables_4_devices(capsys: pytest.CaptureFixture[str]) -> No
     inv = _inventory(50, seed=5)
     topo = _topology(inv, 4, slack=1.5)
     sharder = get_sharder("torchrec_tw_cw")
-    sharder.place(inv, topo)  # warm: the first call pays torchrec's import
+    sharder.place(_inventory(50, seed=6), topo)  # warm: the first call pays torchrec's import (another inventory:
+    # the same one would be answered from the planner's kept answers, test_planner_answers_are_kept_per_version)
     start = time.perf_counter()
     plan = sharder.shard(inv, topo)
     elapsed = time.perf_counter() - start
@@ -218,6 +220,7 @@ def test_missing_torchrec_is_one_line_install_hint(monkeypatch: pytest.MonkeyPat
     from dreamshard.errors import UnknownSharderError
 
     monkeypatch.setitem(sys.modules, "torchrec.distributed.embeddingbag", None)  # import now fails
+    monkeypatch.setattr(torchrec_sharder, "_ANSWERS", type(torchrec_sharder._ANSWERS)())  # nothing planned before
     with pytest.raises(UnknownSharderError, match="pip install torchrec") as ei:
         get_sharder("torchrec_tw_cw").place(_inventory(2), Topology(num_devices=2, memory_per_device_gb=1.0))
     assert "\n" not in str(ei.value)
@@ -316,3 +319,34 @@ def test_torchrec_tw_cw_is_registered_with_the_old_options_and_is_no_contender()
     assert isinstance(get_sharder("torchrec_tw_cw", column_wise="never"), TorchRecTwCwSharder)
     assert "torchrec" in contender_names() and "torchrec_tw_cw" not in contender_names()
     assert TorchRecSharder().memory_model == "torchrec" and TorchRecTwCwSharder().memory_model == "dreamshard"
+
+
+def test_planner_answers_are_kept_per_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process asks TorchRec's planner for the same plan several times (the plan stage's candidates, the gate's
+    baselines): it plans once per (sharder options, inventory version, table order, topology), and every answer is
+    a copy (a caller's edit never reaches the next one)."""
+    monkeypatch.setattr(torchrec_sharder, "_ANSWERS", type(torchrec_sharder._ANSWERS)())
+    calls: list[str] = []
+    real = TorchRecSharder._plan
+
+    def counted(self: TorchRecSharder, inventory: Inventory, topology: Topology) -> object:
+        calls.append(inventory.name)
+        return real(self, inventory, topology)
+
+    monkeypatch.setattr(TorchRecSharder, "_plan", counted)
+    inv = _inventory(12, seed=3)
+    topo = _topology(inv, 3, slack=1.5)
+    first = get_sharder("torchrec").shard(inv, topo)
+    again = get_sharder("torchrec").shard(inv, topo)
+    assert calls == ["tr12"] and again.placement == first.placement
+    first.placement.clear()  # the caller's copy only
+    assert get_sharder("torchrec").shard(inv, topo).placement == again.placement
+    assert len(calls) == 1
+    # a statistics change, another topology, other options or another table order: planned afresh
+    hotter = inv.model_copy(update={"tables": (inv.tables[0].model_copy(update={"pooling_factor": 99.0}),
+                                               *inv.tables[1:])})
+    get_sharder("torchrec").shard(hotter, topo)
+    get_sharder("torchrec").shard(inv, topo.model_copy(update={"num_devices": 4}))
+    get_sharder("torchrec", column_wise="never").shard(inv, topo)
+    get_sharder("torchrec").shard(inv.model_copy(update={"tables": tuple(reversed(inv.tables))}), topo)
+    assert len(calls) == 5

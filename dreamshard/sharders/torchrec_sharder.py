@@ -47,8 +47,10 @@ inventory name works; the ranks are mapped back to our names.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
+from collections import OrderedDict
 from typing import Any, Literal
 
 import torch
@@ -65,6 +67,12 @@ from dreamshard.types import GB, Inventory, Plan, Table, Topology
 
 MemoryModel = Literal["dreamshard", "torchrec"]
 ColumnWise = Literal["auto", "never"]
+
+#: TorchRec's planner is deterministic for one (sharder options, inventory version, topology) and takes seconds on a
+#: 100-table inventory; a process asks it several times for the same plan (the plan stage's candidates, the gate's
+#: baselines, the fallback's recomputation), so its answers are kept, a few at a time (`_answer`).
+_ANSWERS: OrderedDict[tuple[Any, ...], Folded] = OrderedDict()
+_ANSWERS_KEPT = 16
 
 INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu-cpu (or fbgemm-gpu on CUDA)"
 #: The sharding types a dreamshard plan holds, so the ones the unrestricted planner may choose (TorchRec's
@@ -135,9 +143,26 @@ class TorchRecTwCwSharder(Sharder):
         self.column_wise = column_wise
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        folded = self._plan(inventory, topology)
+        folded = self._answer(inventory, topology)
         return make_plan(inventory, topology, folded.placement, self.name, column_shards=folded.column_shards,
                          row_shards=folded.row_shards, data_parallel=folded.data_parallel)
+
+    def _answer(self, inventory: Inventory, topology: Topology) -> Folded:
+        """`_plan`'s answer, from `_ANSWERS` when this sharder (class and options) already planned this inventory
+        version (its fingerprint: every table field; and the tables' order, which the planner's tie-breaks see) on this topology in this process; a copy either way."""
+        if self.verbose:  # the planner's own stats table is printed by planning: plan again
+            return self._plan(inventory, topology)
+        key = (type(self).__name__, self.reserve_fraction, self.memory_model, self.column_wise,
+               tuple(t.name for t in inventory.tables), inventory.fingerprint(), topology.model_dump_json())
+        folded = _ANSWERS.get(key)
+        if folded is None:
+            folded = self._plan(inventory, topology)
+            _ANSWERS[key] = folded
+            while len(_ANSWERS) > _ANSWERS_KEPT:
+                _ANSWERS.popitem(last=False)
+        else:
+            _ANSWERS.move_to_end(key)
+        return copy.deepcopy(folded)
 
     def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
         """TorchRec ParameterConstraints per internal table name: table-wise, column-wise where allowed, fused."""
