@@ -323,8 +323,8 @@ def test_torchrec_tw_cw_is_registered_with_the_old_options_and_is_no_contender()
 
 def test_planner_answers_are_kept_per_version(monkeypatch: pytest.MonkeyPatch) -> None:
     """One process asks TorchRec's planner for the same plan several times (the plan stage's candidates, the gate's
-    baselines): it plans once per (sharder options, inventory version, table order, topology), and every answer is
-    a copy (a caller's edit never reaches the next one)."""
+    baselines): it plans once per (sharder options, inventory version, table order, topology), and every plan is
+    built afresh from the kept answer (a caller's edit never reaches the next one)."""
     monkeypatch.setattr(torchrec_sharder, "_ANSWERS", type(torchrec_sharder._ANSWERS)())
     calls: list[str] = []
     real = TorchRecSharder._plan

@@ -47,7 +47,6 @@ inventory name works; the ranks are mapped back to our names.
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from collections import OrderedDict
@@ -149,7 +148,9 @@ class TorchRecTwCwSharder(Sharder):
 
     def _answer(self, inventory: Inventory, topology: Topology) -> Folded:
         """`_plan`'s answer, from `_ANSWERS` when this sharder (class and options) already planned this inventory
-        version (its fingerprint: every table field; and the tables' order, which the planner's tie-breaks see) on this topology in this process; a copy either way."""
+        version (its fingerprint: every table field; and the tables' order, which the planner's tie-breaks see) on
+        this topology in this process. The kept answer is never handed out: `shard` builds each plan's containers
+        afresh from it (`make_plan`), and its shards are frozen."""
         if self.verbose:  # the planner's own stats table is printed by planning: plan again
             return self._plan(inventory, topology)
         key = (type(self).__name__, self.reserve_fraction, self.memory_model, self.column_wise,
@@ -162,7 +163,7 @@ class TorchRecTwCwSharder(Sharder):
                 _ANSWERS.popitem(last=False)
         else:
             _ANSWERS.move_to_end(key)
-        return copy.deepcopy(folded)
+        return folded
 
     def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
         """TorchRec ParameterConstraints per internal table name: table-wise, column-wise where allowed, fused."""
