@@ -85,6 +85,9 @@ class EvaluateConfig(Section):
 
     sharders: tuple[str, ...] = ALL_SHARDERS
     rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # With one plan to judge (`compare --plan`, the evaluate stage): stop measuring once the publish gate's early
+    # look (publish.early_rounds) approves or rejects it; the gate reads the comparison with the same rule.
+    stop_early: bool = True
 
     @field_validator("sharders")
     @classmethod

@@ -162,8 +162,12 @@ def test_measure_and_gate_measures_itself() -> None:
     judged, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), w.rules, rounds=1)
     assert not d.approved and d.evidence.startswith("measured by the gate")
     assert {r.sharder for r in cmp.results} == {*w.baselines, "dreamshard"}
-    assert cmp.rounds == w.rules.min_rounds == d.rounds  # never fewer rounds than publish.min_rounds
+    # the simulator's exact figures decide at the sequential rule's early look: measuring stopped there
+    assert cmp.rounds == w.rules.early_rounds == d.rounds < w.rules.min_rounds and d.stopped_early
     assert judged.measured is not None and judged.measured.overall_ms > 0.5
+    no_early = w.rules.model_copy(update={"early_rounds": 0})
+    _, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), no_early, rounds=1)
+    assert cmp.rounds == w.rules.min_rounds == d.rounds and not d.stopped_early  # never fewer than min_rounds
     with pytest.raises(PlanError, match="has no device"):
         measure_and_gate(_forge(w.good, placement={}, memory_per_device_gb=(0.0, 0.0)), w.inventory,
                          make_oracle("simulator"), w.rules)

@@ -236,6 +236,7 @@ def compare(
     optimizer: OptimizerOverride = None,
     memory_model: MemoryModelOverride = None,
     memory_reserve: MemoryReserveOverride = None,
+    all_rounds: Annotated[bool, typer.Option("--all-rounds", help="With one --plan: measure every round even when the publish gate's early look has decided on it (evaluate.stop_early: false).")] = False,
 ) -> None:
     """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB.
     The pipeline's `evaluate` stage is `compare --plan data/plan.json --params params.yaml`."""
@@ -245,7 +246,7 @@ def compare(
         "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
         "evaluate.rounds": rounds, "profile.backend": backend, "profile.warmup": warmup, "profile.repeats": repeats,
-        "profile.num_threads": threads, "profile.seed": seed,
+        "profile.num_threads": threads, "profile.seed": seed, "evaluate.stop_early": False if all_rounds else None,
     })
     outputs = evaluate_uc.CompareOutputs(comparison=out, markdown=markdown_out, plot=plot_out, plans_dir=plans_dir,
                                          summary=summary_out, plot_data=plot_data_out)

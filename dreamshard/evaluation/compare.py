@@ -185,9 +185,12 @@ def measure_interleaved(
     rounds: int,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    stop: Callable[[list[list[Measurement]]], bool] | None = None,
 ) -> list[list[Measurement]]:
     """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
-    machine hits all plans alike); the measurements of each plan, in plan order."""
+    machine hits all plans alike); the measurements of each plan, in plan order. `stop`, asked after each
+    complete round, ends the measuring early (the publish gate's sequential rule): every plan keeps as many
+    rounds as the others."""
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)
@@ -197,6 +200,9 @@ def measure_interleaved(
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
             samples[i].append(_measure(inventory, plans[i], oracle))
+        if stop is not None and r + 1 < rounds and stop(samples):
+            say(f"decided after round {r + 1}/{rounds}")
+            break
     return samples
 
 
@@ -235,11 +241,14 @@ def compare_sharders(
     extra_plans: Sequence[Plan] = (),
     with_lower_bound: bool = True,
     corpus: DeviceCorpus | None = None,
+    stop: Callable[[Sequence[tuple[Plan, Sequence[float]]]], bool] | None = None,
 ) -> Comparison:
     """Plan with every sharder, then measure all plans interleaved (shuffled order each round). The lower bound
     (every table measured alone) is for reports; the gate, which decides on the plans alone, leaves it out. A
     `corpus` serves and records the lower bound's single-table timings only: the contenders are always measured
-    afresh, interleaved (docs/architecture.md, "The measurement corpus")."""
+    afresh, interleaved (docs/architecture.md, "The measurement corpus"). `stop(contenders)`, asked after each
+    round with every plan and its overall samples so far, ends the measuring early (`gate.sequential.stop_rule`);
+    the comparison's `rounds` are the rounds measured."""
     names = validate_sharders(sharders)
     options = sharder_options or {}
     say = progress or (lambda _msg: None)
@@ -272,7 +281,10 @@ def compare_sharders(
         lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
 
     with oracle.corpus_as(None):  # fresh timings, whatever corpus the caller's oracle holds
-        samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say)
+        stop_after = None if stop is None else (
+            lambda ms: stop([(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms)]))
+        samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say,
+                                      stop=stop_after)
 
     results: list[SharderResult] = []
     for (plan, secs), ms in zip(plans, samples):
@@ -301,7 +313,7 @@ def compare_sharders(
         inventory_fingerprint=inventory.fingerprint(),
         topology=topology,
         backend=oracle.info,
-        rounds=rounds,
+        rounds=len(samples[0]),
         lower_bound_ms=lb.total_ms,
         max_single_ms=lb.max_single_ms,
         sum_single_ms=lb.sum_single_ms,

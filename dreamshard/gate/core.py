@@ -8,10 +8,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dreamshard.errors import ConfigError
+from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
 from dreamshard.gate.config import GateDecision, PublishConfig, check_baselines, check_margin
 from dreamshard.gate.rule import evaluate_gate
+from dreamshard.gate.sequential import decides_early, early_look, looks, stop_rule
 from dreamshard.gate.verify import verify_comparison, verify_plan
 from dreamshard.types import Inventory, Plan
 
@@ -62,13 +63,21 @@ def gate_plan(
     Returns the plan to store (carrying the comparison's measured costs and backend, not the file's) and the
     decision. Raises PlanError / ConfigError (nothing to store: the input is wrong) when verification fails; a
     verified plan that is too slow is a rejection, one inside the noise is inconclusive (approved=False both).
+    The decision is the sequential rule's (`gate.sequential`): fewer than publish.min_rounds rounds are enough
+    only when its early look decides on them.
     """
     margin = check_margin(rules.min_improvement)
     required = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
     verify_plan(plan, inventory)
-    v = verify_comparison(plan, inventory, comparison, required=required, seed=seed, min_rounds=rules.min_rounds,
-                          backend=backend, source=source)
+    early = early_look(rules)
+    v = verify_comparison(plan, inventory, comparison, required=required, seed=seed,
+                          min_rounds=early.rounds if early else rules.min_rounds, backend=backend, source=source)
+    if comparison.rounds < rules.min_rounds and not decides_early(
+            rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}):
+        raise PlanError(f"{source} has {comparison.rounds} round(s), and the sequential rule's early look on them "
+                        f"decides nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
+                        f"tell a faster plan from noise: compare with --rounds {rules.min_rounds}")
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)
     judged = plan.model_copy(update={"measured": v.entry.plan.measured, "measured_by": b})
@@ -76,7 +85,7 @@ def gate_plan(
                 + (" (SIMULATED)" if b.is_simulated else "") + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}")
     decision = evaluate_gate(judged, {n: r.samples_ms for n, r in v.baselines.items()}, margin,
                              plan_samples=v.entry.samples_ms, confidence=rules.confidence,
-                             infeasible=tuple(v.infeasible))
+                             infeasible=tuple(v.infeasible), looks=looks(rules, comparison.rounds))
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
     decision = GateDecision.model_validate({**decision.model_dump(), "inventory_fingerprint": inventory.fingerprint(),
                                             "evidence": evidence, "reason": decision.reason + extra})
@@ -109,8 +118,9 @@ def measure_and_gate(
     sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[Plan, GateDecision, Comparison]:
     """The gate measures for itself: `plan` and every required baseline's plan, interleaved on `oracle`'s
-    backend, max(rounds, publish.min_rounds) rounds, then `gate_plan` on that comparison. Nothing but the
-    plan's placement is taken from the user; the plan's sharder label removes no baseline."""
+    backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides), then
+    `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user; the plan's sharder
+    label removes no baseline."""
     check_margin(rules.min_improvement)
     names = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
@@ -118,7 +128,8 @@ def measure_and_gate(
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
     cmp = compare_sharders(inventory, plan.topology, list(names), oracle, rounds=max(rounds, rules.min_rounds),
-                           sharder_options=options, seed=seed, extra_plans=(plan,), with_lower_bound=False)
+                           sharder_options=options, seed=seed, extra_plans=(plan,), with_lower_bound=False,
+                           stop=stop_rule(rules, plan.plan_id))
     judged, decision = gate_plan(plan, inventory, cmp, rules, extra_baselines=extra_baselines, seed=seed,
                                  source="measured by the gate")
     return judged, decision, cmp

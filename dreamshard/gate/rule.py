@@ -8,7 +8,9 @@ the threshold is 1 - min_improvement:
 * inconclusive  otherwise: the measurements cannot tell; the current plan stays (stored as rejected, outcome
   "inconclusive").
 
-Single figures (no samples) are taken as exact: a zero-width interval.
+Single figures (no samples) are taken as exact: a zero-width interval. With the sequential rule's looks
+(`sequential.py`), this is judged at each look in turn on the first rounds, and the first look that approves or
+rejects is the decision.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from dreamshard.errors import ConfigError
 from dreamshard.gate.config import GateDecision, check_margin
-from dreamshard.gate.stats import RatioBound, ratio_bound
+from dreamshard.gate.stats import Look, RatioBound, ratio_bound
 from dreamshard.types import Plan
 
 #: The largest figure (ms) the gate does arithmetic on; anything above is an invalid input, not a cost.
@@ -43,6 +45,21 @@ def _samples(name: str, value: float | Sequence[float]) -> list[float]:
     return [check_ms(v, f"baseline '{name}'") for v in values]
 
 
+def bound_outcome(
+    mine: Sequence[float], base: Mapping[str, Sequence[float]], confidence: float, threshold: float
+) -> tuple[str, str, dict[str, RatioBound]]:
+    """The bounds' verdict on paired samples (no other check): approved / rejected / inconclusive, the baseline
+    that decided it, and every baseline's bound (`base` must not be empty, every list as long as `mine`)."""
+    bounds = {name: ratio_bound(mine, v, confidence) for name, v in base.items()}
+    hardest = max(bounds, key=lambda n: bounds[n].high)
+    clearly_worse = max(bounds, key=lambda n: bounds[n].low)
+    if bounds[clearly_worse].low > threshold + _EPS:
+        return "rejected", clearly_worse, bounds
+    if bounds[hardest].high <= threshold + _EPS:
+        return "approved", hardest, bounds
+    return "inconclusive", hardest, bounds
+
+
 def evaluate_gate(
     plan: Plan,
     baselines: Mapping[str, float | Sequence[float]],
@@ -51,18 +68,38 @@ def evaluate_gate(
     plan_samples: Sequence[float] | None = None,
     confidence: float = 0.95,
     infeasible: Sequence[str] = (),
+    looks: Sequence[Look] = (),
 ) -> GateDecision:
     """Decide on `plan`'s costs (Plan.cost_basis; its per-round `plan_samples` when given) against each
     baseline's figure or per-round samples (paired with the plan's by round). Every baseline counts, whatever
-    the plan's sharder label says. `gate_plan` verifies the inputs first and is what the doors call."""
+    the plan's sharder label says. `looks` (gate/sequential.py): the sequential rule's looks, the first one whose
+    bounds decide is the decision (default: one look at all rounds with `confidence`). `gate_plan` verifies the
+    inputs first and is what the doors call."""
     check_margin(min_improvement)
     base = {name: _samples(name, v) for name, v in baselines.items()}
     costs, basis = plan.best_costs, plan.cost_basis
-    common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement,
-                              "baselines": tuple(base), "confidence": confidence, "infeasible": tuple(infeasible)}
+    threshold = 1.0 - min_improvement
     mine: list[float] = []
     if costs is not None:
         mine = [check_ms(v, f"plan {plan.plan_id}") for v in (plan_samples or [costs.overall_ms])]
+    verdict: tuple[str, str, dict[str, RatioBound]] | None = None
+    look = Look(len(mine), confidence)
+    if mine and base:
+        for name, v in base.items():
+            if len(v) != len(mine):
+                raise ConfigError(f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired "
+                                  f"by round")
+        for look in looks or (look,):
+            if not 0 < look.rounds <= len(mine):
+                raise ConfigError(f"a look at {look.rounds} round(s) on {len(mine)} paired round(s)")
+            verdict = bound_outcome(mine[:look.rounds], {n: v[:look.rounds] for n, v in base.items()},
+                                    look.confidence, threshold)
+            if verdict[0] != "inconclusive":
+                break
+        mine, base = mine[:look.rounds], {n: v[:look.rounds] for n, v in base.items()}
+    common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement,
+                              "baselines": tuple(base), "confidence": look.confidence, "infeasible": tuple(infeasible)}
+    if costs is not None:
         common.update(plan_cost_ms=statistics.median(mine), basis=basis, rounds=len(mine))
     medians = {name: statistics.median(v) for name, v in base.items()}
     if base:
@@ -85,23 +122,12 @@ def evaluate_gate(
         return GateDecision(approved=True, outcome="approved", reason=(
             f"approved: no baseline can place this inventory ({', '.join(infeasible)}: infeasible, recomputed); "
             f"{basis} {common['plan_cost_ms']:.4g} ms, fits memory on all {plan.topology.num_devices} devices"), **common)
-    if not base:
+    if not base or verdict is None:
         return no("no baseline costs to compare against; measure the baselines with the plan")
-    for name, v in base.items():
-        if len(v) != len(mine):
-            raise ConfigError(f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired by round")
-    bounds = {name: ratio_bound(mine, v, confidence) for name, v in base.items()}
-    threshold = 1.0 - min_improvement
-    hardest = max(bounds, key=lambda n: bounds[n].high)
-    clearly_worse = max(bounds, key=lambda n: bounds[n].low)
-    if bounds[clearly_worse].low > threshold + _EPS:
-        outcome, decider = "rejected", clearly_worse
-    elif bounds[hardest].high <= threshold + _EPS:
-        outcome, decider = "approved", hardest
-    else:
-        outcome, decider = "inconclusive", hardest
+    outcome, decider, bounds = verdict
     b = bounds[decider]
-    common.update(ratio=bounds[common["best_baseline"]].ratio, ratio_low=b.low, ratio_high=b.high, decided_by=decider)
+    common.update(ratio=bounds[common["best_baseline"]].ratio, ratio_low=b.low, ratio_high=b.high, decided_by=decider,
+                  stopped_early=look.early)
     return GateDecision(approved=outcome == "approved", outcome=outcome,
                         reason=_reason(outcome, plan, basis, common, b, decider, threshold), **common)
 
@@ -109,7 +135,9 @@ def evaluate_gate(
 def _reason(outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: RatioBound, decider: str,
             threshold: float) -> str:
     plan_ms, best, best_ms, margin = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"], f"{c['min_improvement']:.1%}"
-    stat = f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s)"
+    early = " (the sequential rule's early look)" if c.get("stopped_early") else ""
+    stat = (f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} "
+            f"round(s){early}")
     if outcome == "approved":
         cannot = f"; {', '.join(c['infeasible'])} cannot place it" if c["infeasible"] else ""
         return (f"approved: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "

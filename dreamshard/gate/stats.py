@@ -10,10 +10,21 @@ zero-width interval: the exact ratio.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of the gate's sequential rule (gate/sequential.py): the first `rounds` paired rounds, judged at
+    `confidence`; `early` marks a look before publish.min_rounds."""
+
+    rounds: int
+    confidence: float
+    early: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,7 @@ def ratio_bound(plan_ms: Sequence[float], base_ms: Sequence[float], confidence: 
     return RatioBound(ratio=math.exp(mean), low=math.exp(mean - half), high=math.exp(mean + half), rounds=n)
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile (p in (0.5, 1)) of Student's t with `df` >= 1 degrees of freedom (bisection on the CDF)."""
     lo, hi = 0.0, 1.0

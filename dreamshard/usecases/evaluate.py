@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
 from dreamshard.errors import ConfigError
+from dreamshard.gate.sequential import stop_rule
 from dreamshard.io import check_outputs, load_inventory, load_plan, same_file, save_plan
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.settings import Settings
@@ -142,9 +143,11 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
     options = {name: sharder_options(name, s, request.model, seed) for name in names}
     oracle = s.oracle()
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
+    # one plan to judge: measuring ends where the publish gate's sequential rule decides on it
+    stop = stop_rule(s.publish, extra[0].plan_id) if s.evaluate.stop_early and len(extra) == 1 else None
     try:
         cmp = compare_sharders(inv, topo, names, oracle, rounds=s.evaluate.rounds, sharder_options=options,
-                               progress=progress, seed=seed, extra_plans=extra, corpus=corpus)
+                               progress=progress, seed=seed, extra_plans=extra, corpus=corpus, stop=stop)
     finally:
         oracle.close()
     o = request.outputs
