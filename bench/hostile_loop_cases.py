@@ -158,3 +158,36 @@ def cases(d: Path, case: Case) -> None:
             before = _snap(d)
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
             return _one_line_2(r, "profile.statistic") and _snap(d) == before, r[2][-80:]
+
+    # -- the gate's sequential rule (gate/sequential.py) ------------------------------------------------------
+    for section, key, value in (("publish", "early_rounds", "1"), ("publish", "early_rounds", "-1"),
+                                ("publish", "early_rounds", "1000"), ("publish", "early_rounds", "'x'"),
+                                ("publish", "early_share", "0"), ("publish", "early_share", "1"),
+                                ("publish", "early_share", ".nan"), ("evaluate", "stop_early", "'maybe'")):
+        @case("15.seq", f"params {section}.{key}: {value}", "replan -i inv.yaml --params bad.yaml")
+        def _(section: str = section, key: str = key, value: str = value) -> tuple[bool, str]:
+            (d / "bad.yaml").write_text(f"{section}:\n  {key}: {value}\n")
+            before = _snap(d)
+            r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
+            return _one_line_2(r, f"{section}.") and _snap(d) == before, r[2][-80:]
+
+    @case("15.seq", "a 3-round comparison edited so its early look cannot decide: refused, nothing stored",
+          "plans publish rr.json -i grown.yaml --comparison noisy.json")
+    def _() -> tuple[bool, str]:
+        import json
+
+        plan_file, cmp_file = rejected_comparison("seq")
+        data = json.loads(cmp_file.read_text())
+        if data["rounds"] != 3:
+            return False, f"the simulator's comparison took {data['rounds']} rounds, not the early look's 3"
+        plan_id = json.loads(plan_file.read_text())["plan_id"]
+        for r in data["results"]:  # the same medians (and measured figures), rounds far apart: noise
+            o = r["overall_ms"]
+            r["samples_ms"] = [o * 1.4, o, o * 0.7] if r["plan"]["plan_id"] == plan_id else [o * 0.7, o, o * 1.4]
+        (d / "noisy.json").write_text(json.dumps(data))
+        store_dir = d / "store-seq"
+        current_store(store_dir.name)
+        before = _snap(store_dir)
+        r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison", str(d / "noisy.json"),
+                 "--store", str(store_dir), "--allow-simulated"])
+        return _one_line_2(r, "decides nothing") and _snap(store_dir) == before, r[2][-80:]

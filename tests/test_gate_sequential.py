@@ -31,7 +31,7 @@ def test_the_looks_split_one_error_budget() -> None:
     plain = PublishConfig(early_rounds=0)
     assert early_look(plain) is None and [(x.rounds, x.confidence) for x in looks(plain, 5)] == [(5, 0.95)]
     assert early_look(PublishConfig(min_rounds=3)) is None  # an early look at min_rounds is no early look
-    with pytest.raises(ValueError, match="early_rounds 1 cannot bound"):
+    with pytest.raises(ValueError, match="1 round cannot bound"):
         PublishConfig(early_rounds=1)
 
 

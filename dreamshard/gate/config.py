@@ -107,12 +107,13 @@ class PublishConfig(BaseModel):
     def _baselines(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return check_baselines(v)
 
-    @model_validator(mode="after")
-    def _early(self) -> PublishConfig:
-        if self.early_rounds == 1:
-            raise ValueError("early_rounds 1 cannot bound the noise (one round has no spread): use 0 (no early "
-                             "look) or at least 2")
-        return self
+    @field_validator("early_rounds")
+    @classmethod
+    def _early(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("1 round cannot bound the noise (one round has no spread): use 0 (no early look) or "
+                             "at least 2")
+        return v
 
 
 def check_baselines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
