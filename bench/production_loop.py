@@ -146,7 +146,9 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
                             "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
     fast = json.loads(fast_out)
     n_baselines = len(settings.publish.baselines)
-    gate_rounds = max(settings.evaluate.rounds, settings.publish.min_rounds)
+    # the rounds the gate measured: min_rounds, or publish.early_rounds when its early look decided (the reason says)
+    said = re.search(r"over (\d+) round", fast.get("reason", ""))
+    gate_rounds = int(said.group(1)) if said else max(settings.evaluate.rounds, settings.publish.min_rounds)
     fast_timings = settings.plan.verify * settings.plan.verify_rounds + (n_baselines + 1) * gate_rounds
 
     full = ["--params", str(full_retrain_params(work)), "--store", str(store)]
@@ -185,6 +187,7 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
             "incremental": {"wall_s": round(inc_s, 1), **incremental},
             "fast_path": {"wall_s": round(fast_s, 1), "outcome": fast["outcome"], "reason": fast["reason"],
                           "profile_records": 0, "loop_measured": 0, "verify_and_gate_timings": fast_timings,
+                          "gate_rounds": gate_rounds,
                           "anchor_timings": settings.plan.verify_anchors * settings.plan.verify_rounds},
             "retrain": {"wall_s": round(retrain_s, 1), **retrain},
             "comparison": [{"plan_id": r["plan"]["plan_id"], "sharder": r["sharder"], "overall_ms": r["overall_ms"],
@@ -217,7 +220,8 @@ def render(data: dict[str, Any]) -> str:
         row(f"incremental retrain (v2, same workspace; loop on {inc['tasks_measured']} tasks)", inc),
         row("full retrain (v2, no corpus, from the packaged model)", rt),
         f"| fast path `replan` (v2): {fa['outcome']} | {fa['wall_s']} | {fa['wall_s'] / f['wall_s']:.2f} | - | - | 0 | 0.00 | 0 | 0 | "
-        f"{fa['verify_and_gate_timings']} verify + gate (+ up to {fa.get('anchor_timings', 0)} anchors) |",
+        f"{fa['verify_and_gate_timings']} verify + gate ({fa.get('gate_rounds', 5)} gate rounds; + up to "
+        f"{fa.get('anchor_timings', 0)} anchors) |",
         "",
         f"Plans on v2, measured interleaved ({data['rounds']} rounds, backend {data['backend']}); ratios to TorchRec's "
         f"planner and to the best heuristic:",

@@ -133,6 +133,10 @@ def test_a_noisy_machine_measures_every_round_and_a_short_comparison_is_refused(
                              extra_plans=[world.bad], with_lower_bound=False)
     with pytest.raises(PlanError, match="has 3 round.*early look on them decides nothing.*--rounds 5"):
         gate_plan(world.bad, world.inventory, short, world.rules)
+    two = compare_sharders(world.inventory, world.topology, world.baselines, make_oracle("simulator"), rounds=2,
+                           extra_plans=[world.good], with_lower_bound=False)
+    with pytest.raises(PlanError, match=r"has 2 round.*at least 5 paired rounds \(publish.min_rounds; 3 when the early"):
+        gate_plan(world.good, world.inventory, two, world.rules)  # too few even for the early look
     with pytest.raises(PlanError, match="has 3 round"):  # no early look: 3 rounds are never enough
         gate_plan(world.good, world.inventory, short, world.rules.model_copy(update={"early_rounds": 0}))
 

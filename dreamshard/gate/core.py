@@ -72,7 +72,8 @@ def gate_plan(
     verify_plan(plan, inventory)
     early = early_look(rules)
     v = verify_comparison(plan, inventory, comparison, required=required, seed=seed,
-                          min_rounds=early.rounds if early else rules.min_rounds, backend=backend, source=source)
+                          min_rounds=early.rounds if early else rules.min_rounds, full_rounds=rules.min_rounds,
+                          backend=backend, source=source)
     if comparison.rounds < rules.min_rounds and not decides_early(
             rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}):
         raise PlanError(f"{source} has {comparison.rounds} round(s), and the sequential rule's early look on them "

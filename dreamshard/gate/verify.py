@@ -107,10 +107,12 @@ def verify_comparison(
     min_rounds: int = 2,
     backend: str | None = None,
     source: str = "comparison",
+    full_rounds: int | None = None,
 ) -> Verified:
     """PlanError unless `comparison` was made for `plan`'s inventory fingerprint, topology and backend, holds
     `plan` itself (same id, same units, same sharder), holds every `required` baseline once, each baseline's
-    placement is what its sharder places (recomputed), it has `min_rounds` rounds, and its figures agree."""
+    placement is what its sharder places (recomputed), it has `min_rounds` rounds, and its figures agree.
+    `full_rounds`: the rounds to ask for in the error when `min_rounds` is the sequential rule's early look."""
     fp = inventory.fingerprint()
     cmp = comparison
     if cmp.inventory_fingerprint != fp:
@@ -133,7 +135,11 @@ def verify_comparison(
         seen.add(r.plan.plan_id)
         _check_result(r, cmp, inventory, source)
     if cmp.rounds < min_rounds:
-        raise PlanError(f"{source} has {cmp.rounds} round(s); the gate needs at least {min_rounds} paired rounds "
+        full = full_rounds or min_rounds
+        raise PlanError(f"{source} has {cmp.rounds} round(s); the gate needs at least {full} paired rounds "
+                        f"(publish.min_rounds; {min_rounds} when the early look decides on them) to tell a faster "
+                        f"plan from noise: compare with --rounds {full}" if full != min_rounds else
+                        f"{source} has {cmp.rounds} round(s); the gate needs at least {min_rounds} paired rounds "
                         f"(publish.min_rounds) to tell a faster plan from noise: compare with --rounds {min_rounds}")
     own = [r for r in cmp.results if r.plan.plan_id == plan.plan_id]
     if not own:
