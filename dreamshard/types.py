@@ -4,9 +4,8 @@ All models are pydantic v2, strict about unknown fields, and frozen where they a
 strict too: a bool or a string is not read as a number (`num_embeddings: true` is an error, not 1), and every
 size has an upper bound so arithmetic on it cannot overflow. Tables, inventories, the strict base and number
 type and the embedding-dim rule live in `dreamshard.tables`, costs and backends in `dreamshard.costs` (both
-re-exported here), sharding types and unit names in `dreamshard.units` (re-exported too); this module adds the topology, plans, measurements
-and tasks.
-"""
+re-exported here), sharding types and unit names in `dreamshard.units` (re-exported too); this module adds the
+topology, plans, measurements and tasks."""
 
 from __future__ import annotations
 
@@ -154,6 +153,7 @@ class VerifiedCandidate(StrictModel):
     predicted_ms: Annotated[float, Field(ge=0)]  # pessimistic predicted overall cost (the search objective)
     measured_ms: Annotated[float, Field(ge=0)]  # median over the verification rounds
     spread: Annotated[float, Field(ge=0)]  # (max - min) / median over the rounds
+    rounds: Annotated[int, Field(ge=1)] | None = None  # rounds measured (dropped once it lost one); None: all
 
 
 class Verification(StrictModel):

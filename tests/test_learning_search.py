@@ -248,3 +248,58 @@ def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -
     assert kept_index([top, sure, faster], [11.0, 10.9, 10.0]) == 2  # of the confirmed, the fastest median
     assert kept_index([top, list(top)], [11.0, 11.0]) == 0  # a tie is no confirmation
     assert kept_index([top], [11.0]) == 0
+    assert kept_index([top, [9.0]], [11.0, 9.0]) == 0  # dropped after fewer rounds: never confirmed
+
+
+class ScriptedOracle:
+    """Each plan's overall cost per round from a script (by sharder label); counts what it measures."""
+
+    def __init__(self, script: dict[str, list[float]]) -> None:
+        from dreamshard.types import BackendInfo
+
+        self.script = {k: list(v) for k, v in script.items()}
+        self.info = BackendInfo(name="fake", operator="scripted", device="cpu", num_threads=1, batch_size=0,
+                                warmup=0, repeats=1, is_simulated=True)
+        self.calls: list[str] = []
+
+    def measure(self, inventory, placement, topology, *, kind="placement", task=""):  # type: ignore[no-untyped-def]
+        from dreamshard.types import Costs, DeviceCost, Measurement
+
+        self.calls.append(task)
+        v = self.script[task].pop(0)
+        per = [DeviceCost.from_list([v, 0, 0, 0])] + [DeviceCost.from_list([0, 0, 0, 0])] * (topology.num_devices - 1)
+        return Measurement(kind=kind, task=task, inventory_name=inventory.name,
+                           inventory_fingerprint=inventory.fingerprint(), topology=topology,
+                           placement=dict(placement), costs=Costs.from_devices(per), backend=self.info)
+
+
+def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
+    """`--verify` keeps a challenger only if it is faster in every round, so one that loses a round is dropped
+    (the same decision for fewer measurements) and the measuring ends when none is left."""
+    from dreamshard.learning.search import Candidate
+    from dreamshard.learning.verify import verify_candidates
+
+    inv = synth_inventory(8, 0, name="v")
+    topo = Topology(num_devices=2, memory_per_device_gb=4.0)
+    names = ["dim_greedy", "size_greedy", "lookup_greedy"]
+    plans = [get_sharder(n).shard(inv, topo) for n in names]
+    cands = [Candidate(source=n, placement=dict(p.placement), predicted_ms=1.0 + i)
+             for i, (n, p) in enumerate(zip(names, plans))]
+
+    def run(script: dict[str, list[float]]) -> tuple[str, list[str], dict[str, int | None]]:
+        oracle = ScriptedOracle(script)
+        kept, record = verify_candidates(inv, topo, cands, plans, oracle, rounds=3)
+        return record.chosen, oracle.calls, {c.source: c.rounds for c in record.candidates}
+
+    # the best predicted wins round 1 against both: 3 measurements, not 9
+    chosen, calls, rounds = run({"dim_greedy": [10.0], "size_greedy": [11.0], "lookup_greedy": [12.0]})
+    assert chosen == "dim_greedy" and len(calls) == 3
+    assert rounds == {"dim_greedy": 1, "size_greedy": 1, "lookup_greedy": 1}
+    # size_greedy wins every round (kept); lookup_greedy wins round 1, loses round 2 (dropped)
+    chosen, calls, rounds = run({"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 9.0],
+                                 "lookup_greedy": [9.9, 10.5]})
+    assert chosen == "size_greedy" and rounds == {"dim_greedy": 3, "size_greedy": 3, "lookup_greedy": 2}
+    assert len(calls) == 8
+    # a challenger that loses the last round is not kept
+    chosen, _, _ = run({"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 10.1], "lookup_greedy": [11.0]})
+    assert chosen == "dim_greedy"

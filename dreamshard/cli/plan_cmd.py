@@ -80,12 +80,14 @@ def _search_table(result: SearchResult) -> Any:
 
 
 def _verification_table(v: Verification) -> RichTable:
-    t = RichTable(title=f"verified on {v.backend.name} ({v.rounds} interleaved rounds)", title_style="bold")
-    for col in ("source", "predicted ms", "measured ms", "spread"):
+    t = RichTable(title=f"verified on {v.backend.name} (up to {v.rounds} interleaved rounds; a challenger that "
+                        f"loses a round to the best predicted is measured no more)", title_style="bold")
+    for col in ("source", "predicted ms", "measured ms", "spread", "rounds"):
         t.add_column(col, justify="left" if col == "source" else "right")
     for c in v.candidates:
         mark = " (kept)" if c.source == v.chosen else ""
-        t.add_row(c.source + mark, f"{c.predicted_ms:.3f}", f"{c.measured_ms:.3f}", f"{c.spread:.1%}")
+        t.add_row(c.source + mark, f"{c.predicted_ms:.3f}", f"{c.measured_ms:.3f}", f"{c.spread:.1%}",
+                  str(c.rounds or v.rounds))
     return t
 
 

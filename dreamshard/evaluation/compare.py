@@ -186,23 +186,33 @@ def measure_interleaved(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     stop: Callable[[list[list[Measurement]]], bool] | None = None,
+    narrow: Callable[[list[list[Measurement]]], Sequence[int]] | None = None,
 ) -> list[list[Measurement]]:
     """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
-    machine hits all plans alike); the measurements of each plan, in plan order. `stop`, asked after each
-    complete round, ends the measuring early (the publish gate's sequential rule): every plan keeps as many
-    rounds as the others."""
+    machine hits all plans alike); the measurements of each plan, in plan order. Asked after each complete round:
+    `stop` ends the measuring early (the publish gate's sequential rule: every plan keeps as many rounds as the
+    others); `narrow` names the plans the next round measures, a subset of this round's (none: the measuring
+    ends; `--verify` drops a candidate once it lost a round), so plans may end with fewer rounds."""
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)
+    active = list(range(len(plans)))
     for r in range(rounds):
-        order = list(range(len(plans)))
+        order = list(active)
         rng.shuffle(order)
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
             samples[i].append(_measure(inventory, plans[i], oracle))
-        if stop is not None and r + 1 < rounds and stop(samples):
+        if r + 1 >= rounds:
+            break
+        if stop is not None and stop(samples):
             say(f"decided after round {r + 1}/{rounds}")
             break
+        if narrow is not None:
+            active = [i for i in narrow(samples) if i in active]
+            if not active:
+                say(f"decided after round {r + 1}/{rounds}")
+                break
     return samples
 
 

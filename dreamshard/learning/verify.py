@@ -4,9 +4,10 @@ confirms another.
 
 The search ranks candidates by the learned cost; measuring the top few, interleaved (each round visits them in
 a shuffled order, so drift on a shared machine hits all alike), turns a prediction into a measured choice at
-the price of K x rounds measurements: another candidate replaces the best predicted only when it was faster in
-every round (`kept_index`). The plan keeps the kept candidate's measured costs and a `Verification` record of
-everything measured.
+the price of at most K x rounds measurements: another candidate replaces the best predicted only when it was faster
+in every round (`kept_index`), so a candidate that loses a round is measured no more (`challengers`: the same
+decision for fewer measurements; when every challenger has lost, the measuring ends). The plan keeps the kept
+candidate's measured costs and a `Verification` record of everything measured (each candidate's rounds).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
 from dreamshard.learning.search import Candidate
-from dreamshard.types import Inventory, Plan, Topology, VerifiedCandidate, Verification
+from dreamshard.types import Inventory, Measurement, Plan, Topology, VerifiedCandidate, Verification
 
 #: interleaved rounds per verified candidate by default
 VERIFY_ROUNDS = 3
@@ -44,9 +45,19 @@ def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -
     every interleaved round (paired by round, as refinement keeps a move), then the fastest median of those.
     A lower median alone is not enough: 3 noisy rounds on a shared machine rank near-equal plans at random (a
     verified plan 2.6% ahead by medians, its rounds 4-16% apart, measured 10% behind in a 5-round comparison)."""
-    confirmed = [i for i in range(1, len(per_round))
-                 if all(c < b for c, b in zip(per_round[i], per_round[0], strict=True))]
+    confirmed = [i for i in range(1, len(per_round)) if len(per_round[i]) == len(per_round[0])
+                 and all(c < b for c, b in zip(per_round[i], per_round[0], strict=True))]
     return min(confirmed, key=lambda i: (medians[i], i)) if confirmed else 0
+
+
+def challengers(samples: Sequence[Sequence[Measurement]]) -> list[int]:
+    """For `measure_interleaved(narrow=...)`: who the next round measures. A challenger (index >= 1) that was not
+    faster than the best predicted (index 0) in every round so far can no longer be kept (`kept_index`), so it is
+    dropped; the best predicted is measured while any challenger is left ([]: none is, the measuring ends)."""
+    n = len(samples[0])
+    left = [i for i in range(1, len(samples)) if len(samples[i]) == n
+            and all(c.overall_ms < b.overall_ms for c, b in zip(samples[i], samples[0]))]
+    return [0, *left] if left else []
 
 
 def verify_candidates(
@@ -65,7 +76,8 @@ def verify_candidates(
         raise ValueError("verify_candidates needs one plan per candidate")
     for plan in plans:
         check_plan_for(inventory, plan)
-    measured = measure_interleaved(inventory, plans, oracle, max(1, rounds), seed=seed)  # type: ignore[arg-type]
+    measured = measure_interleaved(inventory, plans, oracle, max(1, rounds), seed=seed,  # type: ignore[arg-type]
+                                   narrow=challengers)
     rows: list[VerifiedCandidate] = []
     medians: list[float] = []
     per_round: list[list[float]] = []
@@ -75,7 +87,8 @@ def verify_candidates(
         medians.append(med)
         per_round.append(overall)
         rows.append(VerifiedCandidate(source=cand.source, predicted_ms=cand.predicted_ms, measured_ms=med,
-                                      spread=(max(overall) - min(overall)) / med if med > 0 else 0.0))
+                                      spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
+                                      rounds=len(overall)))
     best = kept_index(per_round, medians)
     # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
     at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
