@@ -103,7 +103,11 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
     assert code == 0, err
     code, out, err = invoke(["replan", "--inventory-name", "tiny", "--json"])
     assert code == 0, err
-    assert json.loads(out)["outcome"] == "published"
+    answer = json.loads(out)
+    assert answer["outcome"] == "published"
+    # what verify measured is reported (the stored plan drops it: the gate never trusts a plan's verification)
+    v = answer["verification"]
+    assert v["candidates"] and v["chosen"] and all(1 <= c["rounds"] <= v["rounds"] for c in v["candidates"])
     code, out, err = invoke(["replan", "--inventory-name", "tiny"])
     assert code == 0 and out.strip().splitlines()[-1].startswith("current: tiny"), out
     code, _, err = invoke(["replan", "--inventory-name", "nope"])

@@ -79,7 +79,7 @@ def _search_table(result: SearchResult) -> Any:
     return Group(t, *(Text(f"{source}: no plan: {why}") for source, why in result.failed.items()))
 
 
-def _verification_table(v: Verification) -> RichTable:
+def verification_table(v: Verification) -> RichTable:
     t = RichTable(title=f"verified on {v.backend.name} (up to {v.rounds} interleaved rounds; a challenger that "
                         f"loses a round to the best predicted is measured no more)", title_style="bold")
     for col in ("source", "predicted ms", "measured ms", "spread", "rounds"):
@@ -160,7 +160,7 @@ def plan(
         console.print(_search_table(result.search))
         print_reasons(explain_uc.reasons_of(load_inventory(inventory), result.plan, model))
     if result.plan.verification is not None:
-        console.print(_verification_table(result.plan.verification))
+        console.print(verification_table(result.plan.verification))
     if (r := result.plan.refinement) is not None:
         console.print(f"refinement: {r.tried} proposal(s) measured in {r.seconds:.1f} s ({r.device_timings} device "
                       f"timings, {r.tried / r.seconds if r.seconds else 0:.2f} proposals/s), {r.kept} kept; bottleneck "

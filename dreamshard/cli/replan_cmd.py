@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, ModelOpt, ParamsOpt, RoundsOverride, SeedOpt
-from dreamshard.cli.plan_cmd import device_table, warn
+from dreamshard.cli.plan_cmd import device_table, verification_table, warn
 from dreamshard.settings import resolve
 from dreamshard.usecases import replan as replan_uc
 
@@ -48,6 +48,8 @@ def replan(
                               {"plan_id": result.plan.plan_id if result.plan else None}, indent=2))
     else:
         warn(result.warnings)
+        if result.verification is not None:
+            console.print(verification_table(result.verification))
         if result.plan is not None and result.outcome != "current":
             console.print(device_table(result.plan))
         console.print(f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}",

@@ -20,7 +20,7 @@ from dreamshard.io import load_inventory, save_inventory
 from dreamshard.settings import model_dir
 from dreamshard.store import PlanRecord, PublishedRef, get_current, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
-from dreamshard.types import Inventory, Plan
+from dreamshard.types import Inventory, Plan, Verification
 from dreamshard.usecases import plan as plan_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
@@ -52,6 +52,9 @@ class ReplanResult(Result):
     fallback_ref: PublishedRef | None = None  # outcome `fallback`: the baseline plan that became current
     retrain_reasons: list[str] = Field(default_factory=list)  # why a retrain is due (empty: it is not)
     previous_plan_id: str | None = None
+    # what the plan step measured (`--verify`: candidates, their rounds, the kept one); the gate stores the plan
+    # without it (a plan file's verification is never trusted), so the use case reports it here
+    verification: Verification | None = None
 
 
 def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
@@ -110,6 +113,7 @@ def run(request: ReplanRequest) -> ReplanResult:
         plan = planned.plan
         if plan.out_of_range:
             return ReplanResult(outcome="retrain-due", plan=plan, previous_plan_id=previous,
+                                verification=plan.verification,
                                 retrain_reasons=list(plan.out_of_range), warnings=planned.warnings, **base,
                                 reason=f"version {ref.fingerprint[:12]} is outside the production model's training "
                                        f"ranges ({'; '.join(plan.out_of_range)}): retrain before publishing")
@@ -121,4 +125,5 @@ def run(request: ReplanRequest) -> ReplanResult:
     outcome: Outcome = ("published" if published.ref.is_current
                         else "fallback" if fallback is not None and fallback.is_current else "not-published")
     return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, fallback_ref=fallback,
-                        previous_plan_id=previous, warnings=planned.warnings, reason=decision.reason, **base)
+                        previous_plan_id=previous, warnings=planned.warnings, reason=decision.reason,
+                        verification=plan.verification, **base)
