@@ -185,14 +185,13 @@ def measure_interleaved(
     rounds: int,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
-    stop: Callable[[list[list[Measurement]]], bool] | None = None,
     narrow: Callable[[list[list[Measurement]]], Sequence[int]] | None = None,
 ) -> list[list[Measurement]]:
     """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
-    machine hits all plans alike); the measurements of each plan, in plan order. Asked after each complete round:
-    `stop` ends the measuring early (the publish gate's sequential rule: every plan keeps as many rounds as the
-    others); `narrow` names the plans the next round measures, a subset of this round's (none: the measuring
-    ends; `--verify` drops a candidate once it lost a round), so plans may end with fewer rounds."""
+    machine hits all plans alike); the measurements of each plan, in plan order. `narrow`, asked after each
+    complete round, names the plans the next round measures, a subset of this round's; none ends the measuring
+    (the publish gate's sequential rule stops them all at once, `--verify` drops a candidate once it lost a
+    round, so plans may end with fewer rounds)."""
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)
@@ -203,12 +202,7 @@ def measure_interleaved(
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
             samples[i].append(_measure(inventory, plans[i], oracle))
-        if r + 1 >= rounds:
-            break
-        if stop is not None and stop(samples):
-            say(f"decided after round {r + 1}/{rounds}")
-            break
-        if narrow is not None:
+        if narrow is not None and r + 1 < rounds:
             active = [i for i in narrow(samples) if i in active]
             if not active:
                 say(f"decided after round {r + 1}/{rounds}")
@@ -291,10 +285,11 @@ def compare_sharders(
         lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
 
     with oracle.corpus_as(None):  # fresh timings, whatever corpus the caller's oracle holds
-        stop_after = None if stop is None else (
-            lambda ms: stop([(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms)]))
+        every = range(len(plans))
+        narrow = None if stop is None else (  # all or none: every contender keeps as many rounds as the others
+            lambda ms: [] if stop([(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms)]) else every)
         samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say,
-                                      stop=stop_after)
+                                      narrow=narrow)
 
     results: list[SharderResult] = []
     for (plan, secs), ms in zip(plans, samples):

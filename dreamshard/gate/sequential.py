@@ -65,8 +65,9 @@ def stop_rule(rules: PublishConfig, plan_id: str) -> Callable[[Contenders], bool
         mine = [s for p, s in contenders if p.plan_id == plan_id]
         if early is None or len(mine) != 1 or len(mine[0]) != early.rounds:
             return False
-        base = {p.sharder: s for p, s in contenders if p.plan_id != plan_id and p.sharder in BASELINE_SHARDERS}
-        if len(base) != sum(1 for p, _ in contenders if p.plan_id != plan_id and p.sharder in BASELINE_SHARDERS):
+        pairs = [(p.sharder, s) for p, s in contenders if p.plan_id != plan_id and p.sharder in BASELINE_SHARDERS]
+        base = dict(pairs)
+        if len(base) != len(pairs):
             return False  # two contenders under one baseline label: the gate refuses such a comparison anyway
         return decides_early(rules, mine[0], base)
 

@@ -136,11 +136,9 @@ def verify_comparison(
         _check_result(r, cmp, inventory, source)
     if cmp.rounds < min_rounds:
         full = full_rounds or min_rounds
+        fewer = f"; {min_rounds} when the early look decides on them" if full != min_rounds else ""
         raise PlanError(f"{source} has {cmp.rounds} round(s); the gate needs at least {full} paired rounds "
-                        f"(publish.min_rounds; {min_rounds} when the early look decides on them) to tell a faster "
-                        f"plan from noise: compare with --rounds {full}" if full != min_rounds else
-                        f"{source} has {cmp.rounds} round(s); the gate needs at least {min_rounds} paired rounds "
-                        f"(publish.min_rounds) to tell a faster plan from noise: compare with --rounds {min_rounds}")
+                        f"(publish.min_rounds{fewer}) to tell a faster plan from noise: compare with --rounds {full}")
     own = [r for r in cmp.results if r.plan.plan_id == plan.plan_id]
     if not own:
         raise PlanError(

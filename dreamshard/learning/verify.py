@@ -45,18 +45,21 @@ def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -
     every interleaved round (paired by round, as refinement keeps a move), then the fastest median of those.
     A lower median alone is not enough: 3 noisy rounds on a shared machine rank near-equal plans at random (a
     verified plan 2.6% ahead by medians, its rounds 4-16% apart, measured 10% behind in a 5-round comparison)."""
-    confirmed = [i for i in range(1, len(per_round)) if len(per_round[i]) == len(per_round[0])
-                 and all(c < b for c, b in zip(per_round[i], per_round[0], strict=True))]
+    confirmed = [i for i in range(1, len(per_round)) if _won_every_round(per_round[i], per_round[0])]
     return min(confirmed, key=lambda i: (medians[i], i)) if confirmed else 0
+
+
+def _won_every_round(challenger: Sequence[float], best_predicted: Sequence[float]) -> bool:
+    """Measured in every round the best predicted was, and faster than it in each (paired by round)."""
+    return len(challenger) == len(best_predicted) and all(c < b for c, b in zip(challenger, best_predicted))
 
 
 def challengers(samples: Sequence[Sequence[Measurement]]) -> list[int]:
     """For `measure_interleaved(narrow=...)`: who the next round measures. A challenger (index >= 1) that was not
     faster than the best predicted (index 0) in every round so far can no longer be kept (`kept_index`), so it is
     dropped; the best predicted is measured while any challenger is left ([]: none is, the measuring ends)."""
-    n = len(samples[0])
-    left = [i for i in range(1, len(samples)) if len(samples[i]) == n
-            and all(c.overall_ms < b.overall_ms for c, b in zip(samples[i], samples[0]))]
+    best = [m.overall_ms for m in samples[0]]
+    left = [i for i in range(1, len(samples)) if _won_every_round([m.overall_ms for m in samples[i]], best)]
     return [0, *left] if left else []
 
 
