@@ -375,6 +375,7 @@ EXTRA_CASES: tuple[tuple[str, str], ...] = (
     ("hostile_small_cases", "cases"),
     ("hostile_types_cases", "cases"),
     ("hostile_loop_cases", "cases"),
+    ("hostile_whatif_cases", "cases"),
 )
 
 

@@ -144,9 +144,13 @@ def load_inventory(path: str | Path) -> Inventory:
     return check_inventory_names(_load(path, Inventory, InventoryError, "inventory"), f"inventory {path}")
 
 
+#: The names an inventory file may have (YAML or JSON).
+INVENTORY_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+
+
 def save_inventory(inv: Inventory, path: str | Path) -> Path:
     """YAML (.yaml/.yml) or JSON (.json); any other name is refused before anything is written."""
-    if Path(path).suffix.lower() not in {".yaml", ".yml", ".json"}:
+    if Path(path).suffix.lower() not in INVENTORY_SUFFIXES:
         raise InputFileError(f"cannot write inventory {path}: name it .yaml, .yml or .json")
     return dump_model(inv, path)
 

@@ -1,5 +1,5 @@
 """Every plan explained (issue 17 items 3 and 4): the stats report's per-unit shares add up to the device totals,
-and what-if of a move equals re-planning the moved plan's prediction."""
+and what-if of a move, an added or a removed table equals re-planning the changed plan's prediction."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 from dreamshard.cli.app import invoke
 from dreamshard.errors import PlanError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import load_plan, save_inventory, save_plan
-from dreamshard.learning.explain import parse_changes, plan_stats, planning_cost_for, what_if
+from dreamshard.evaluation.compare import check_plan_for
+from dreamshard.io import load_inventory, load_plan, save_inventory, save_plan
+from dreamshard.learning.explain import plan_stats, planning_cost_for
+from dreamshard.learning.whatif import parse_added, parse_changes, what_if
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import predict_plan
 from dreamshard.profiling import make_oracle
@@ -102,7 +104,6 @@ def test_stats_of_a_column_split_plan_names_its_shards() -> None:
 def test_each_units_reason_is_its_type_its_memory_or_the_what_if_of_moving_it() -> None:
     """`plan --explain`: a gain reason's delta is exactly what-if's predicted change for that move; row shards and
     replicas are fixed by their type; a unit no other device has room for is held by memory."""
-    from dreamshard.learning.explain import planning_cost_for, what_if
     from dreamshard.learning.reasons import placement_reasons
     from dreamshard.sharders.base import make_plan
     from dreamshard.types import Inventory, Table, Topology
@@ -126,3 +127,87 @@ def test_each_units_reason_is_its_type_its_memory_or_the_what_if_of_moving_it() 
     assert gain.kind == "gain" and gain.alternative == 1
     moved = what_if(inv, plan, cost, {"t2": 1}, [])
     assert gain.delta_ms == pytest.approx(moved.after.overall_ms - moved.before.overall_ms, rel=1e-4, abs=1e-4)
+
+
+def test_what_if_of_an_added_and_a_removed_table_equals_the_changed_plans_prediction(
+        world: tuple[Inventory, object]) -> None:
+    """An added table without a device goes where the predicted maximum is lowest (every device tried by hand);
+    with device= it goes there; a removed table's units are gone; the prediction is the changed plan's own."""
+    inv, plan = world
+    cost = planning_cost_for(None, TOPO)
+    model = load_model(None, require_policy=False)
+    gone = inv.tables[2].name
+    added = parse_added(inv, ["name=fresh,rows=200000,dim=64,pooling=25", f"name=copy,like={inv.tables[0].name},device=1"])
+    result = what_if(inv, plan, cost, {}, [], added=added, removed=[gone])  # type: ignore[arg-type]
+    assert gone not in result.inventory.table_names and gone not in result.plan.placement
+    assert result.inventory.name == inv.name and result.inventory.fingerprint() == result.plan.inventory_fingerprint
+    assert result.plan.placement["copy"] == 1
+    copy = result.inventory.by_name()["copy"]
+    assert copy.pooling_factor == inv.tables[0].pooling_factor and copy.access_histogram == inv.tables[0].access_histogram
+    again = predict_plan(model, result.inventory, result.plan)
+    assert [d.total for d in result.after.per_device] == pytest.approx([d.total for d in again.per_device])
+    assert result.before.overall_ms == pytest.approx(predict_plan(model, inv, plan).overall_ms)  # type: ignore[arg-type]
+    # the greedy insertion: of every device, the one with the lowest predicted maximum once "fresh" is there
+    only = what_if(inv, plan, cost, {}, [], added=parse_added(inv, ["name=fresh,rows=200000,dim=64,pooling=25"]))  # type: ignore[arg-type]
+    by_device = []
+    for d in range(TOPO.num_devices):
+        forced = what_if(inv, plan, cost, {}, [],  # type: ignore[arg-type]
+                         added=parse_added(inv, [f"name=fresh,rows=200000,dim=64,pooling=25,device={d}"]))
+        by_device.append(forced.after.overall_ms)
+    assert only.plan.placement["fresh"] == min(range(TOPO.num_devices), key=lambda d: (by_device[d], d))
+
+
+def test_add_table_from_an_inventory_file_and_bad_specs_in_one_line(tmp_path: Path,
+                                                                    world: tuple[Inventory, object]) -> None:
+    inv, plan = world
+    extra = Inventory(name="extra", tables=(Table(name="n1", num_embeddings=1000, embedding_dim=16, pooling_factor=2),
+                                            Table(name="n2", num_embeddings=5000, embedding_dim=32, pooling_factor=4)))
+    save_inventory(extra, tmp_path / "extra.yaml")
+    both = what_if(inv, plan, planning_cost_for(None, TOPO), {}, [],  # type: ignore[arg-type]
+                   added=parse_added(inv, [str(tmp_path / "extra.yaml")]))
+    assert {"n1", "n2"} <= set(both.plan.placement) and len(both.inventory.tables) == len(inv.tables) + 2
+    first = inv.tables[0].name
+    for spec, match in (("name=x,rows=10,dim=6,pooling=1", "dim: .*multiple of 4"),
+                        ("name=x,rows=1.5,dim=8,pooling=1", "rows '1.5' is not a whole number"),
+                        ("name=x,rows=5,dim=8,pooling=nan", "pooling 'nan' is not a number"),
+                        ("name=x,rows=5,dim=8,pooling=-1", "pooling: "),
+                        ("name=x,rows=5,dim=8,pooling=1,dtype=int3", "dtype: "),
+                        ("name=x,rows=5,dim=8,pooling=1,foo=2", "unknown key 'foo'"),
+                        ("name=x,rows=5,rows=6", "'rows' is given twice"),
+                        ("name=x,rows=5", "'dim', 'pooling' required"),
+                        ("rows=5,dim=8,pooling=1", "'name' is required"),
+                        ("name=x,like=nope", "like='nope' is not a table"),
+                        ("name=x,like=t0001,device=-1", "not a device number"),
+                        ("no-such-file.yaml", "neither a KEY=VALUE spec")):
+        with pytest.raises(PlanError, match=match):
+            parse_added(inv, [spec])
+    cost = planning_cost_for(None, TOPO)
+    for kw, match in (({"added": parse_added(inv, [f"name={first},rows=5,dim=8,pooling=1"])}, "already in inventory"),
+                      ({"added": parse_added(inv, ["name=x,rows=5,dim=8,pooling=1,device=7"])}, "out of range"),
+                      ({"added": parse_added(inv, ["name=x,rows=900000000,dim=512,pooling=1"])}, "no device has room"),
+                      ({"removed": ["nope"]}, "'nope' is not a table"),
+                      ({"removed": inv.table_names}, "without tables")):
+        with pytest.raises(PlanError, match=match):
+            what_if(inv, plan, cost, {}, [], **kw)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="not a unit"):
+        what_if(inv, plan, cost, {first: 1}, [], removed=[first])  # type: ignore[arg-type]
+
+
+def test_whatif_add_table_command_writes_the_changed_inventory_with_the_plan(
+        tmp_path: Path, world: tuple[Inventory, object]) -> None:
+    inv, plan = world
+    save_inventory(inv, tmp_path / "inv.yaml")
+    save_plan(plan, tmp_path / "plan.json")  # type: ignore[arg-type]
+    base = ["whatif", str(tmp_path / "plan.json"), "-i", str(tmp_path / "inv.yaml"), "--add-table",
+            f"name=new,like={inv.tables[1].name}", "--remove-table", inv.tables[0].name]
+    code, _, err = invoke([*base, "-o", str(tmp_path / "w.json")])
+    assert code == 2 and "--inventory-out" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "w.json").exists()
+    code, out, err = invoke([*base, "--measure", "--backend", "simulator", "--explain", "-o", str(tmp_path / "w.json"),
+                             "--inventory-out", str(tmp_path / "inv2.yaml")])
+    assert code == 0, err
+    assert "add new" in out and f"remove {inv.tables[0].name}" in out and "measured on simulator" in out
+    assert "why each unit is on its device" in out
+    changed, inv2 = load_plan(tmp_path / "w.json"), load_inventory(tmp_path / "inv2.yaml")
+    check_plan_for(inv2, changed)
+    assert changed.measured is not None and "new" in changed.placement and inv.tables[0].name not in changed.placement

@@ -80,26 +80,34 @@ def whatif(
     inventory: InventoryOpt,
     move: Annotated[Optional[list[str]], typer.Option("--move", help="UNIT:DEVICE (a table, or a column shard table@start:end); repeatable.")] = None,
     swap: Annotated[Optional[list[str]], typer.Option("--swap", help="A,B: exchange the devices of two units; repeatable.")] = None,
+    add_table: Annotated[Optional[list[str]], typer.Option("--add-table", help="A table to add: name=N,rows=R,dim=D,pooling=P[,dtype=T][,like=TABLE][,device=K] (like= copies that table's statistics; without device= it goes where the predicted maximum is lowest), or an inventory file of tables to add; repeatable.")] = None,
+    remove_table: Annotated[Optional[list[str]], typer.Option("--remove-table", help="A table to drop (all its units); repeatable.")] = None,
     model: ModelOpt = None,
     measure: Annotated[bool, typer.Option("--measure", help="Also measure the plan and the changed plan, interleaved (evaluate.rounds rounds on --backend).")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="For each device of the changed plan, why its units are there (their sharding type, memory, or the predicted cost of moving them).")] = False,
     backend: BackendOverride = None,
     params: ParamsOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the changed plan here.")] = None,
+    inventory_out: Annotated[Optional[Path], typer.Option("--inventory-out", help="Write the changed inventory here (needed with --out when tables are added or removed).")] = None,
 ) -> None:
-    """What a move or a swap would do to a plan: the per-device change, predicted by the learned cost (and
-    measured with --measure)."""
+    """What a change would do to a plan (remove or add tables, move or swap units): the per-device change,
+    predicted by the learned cost (and measured with --measure)."""
     settings = resolve(params, {"profile.backend": backend})
     result = explain_uc.run_whatif(explain_uc.WhatIfRequest(
         settings=settings, inventory=inventory, plan=plan, moves=list(move or []), swaps=list(swap or []),
-        model=model, measure=measure, out=out))
+        add_tables=list(add_table or []), remove_tables=list(remove_table or []), model=model, measure=measure,
+        explain=explain, out=out, inventory_out=inventory_out))
     w = result.whatif
     console.print("; ".join(w.changes) or "no change", markup=False)
     console.print(_changes_table(w.before, w.after, "predicted"))
     if result.measured_before is not None and result.measured_after is not None:
         console.print(_changes_table(result.measured_before, result.measured_after,
                                      f"measured on {settings.profile.backend}"))
-    if out is not None:
-        console.print(f"wrote {out}")
+    if result.reasons is not None:
+        print_reasons(result.reasons)
+    for path in (inventory_out, out):
+        if path is not None:
+            console.print(f"wrote {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -186,12 +186,17 @@ def measure_interleaved(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     narrow: Callable[[list[list[Measurement]]], Sequence[int]] | None = None,
+    inventories: Sequence[Inventory] = (),
 ) -> list[list[Measurement]]:
     """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
     machine hits all plans alike); the measurements of each plan, in plan order. `narrow`, asked after each
     complete round, names the plans the next round measures, a subset of this round's; none ends the measuring
     (the publish gate's sequential rule stops them all at once, `--verify` drops a candidate once it lost a
-    round, so plans may end with fewer rounds)."""
+    round, so plans may end with fewer rounds). `inventories`, when given, is each plan's own inventory (what-if of
+    an added or removed table measures plans of two versions)."""
+    if inventories and len(inventories) != len(plans):
+        raise ValueError(f"{len(inventories)} inventories for {len(plans)} plans")
+    own = list(inventories) or [inventory] * len(plans)
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)
@@ -201,7 +206,7 @@ def measure_interleaved(
         rng.shuffle(order)
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
-            samples[i].append(_measure(inventory, plans[i], oracle))
+            samples[i].append(_measure(own[i], plans[i], oracle))
         if narrow is not None and r + 1 < rounds:
             active = [i for i in narrow(samples) if i in active]
             if not active:

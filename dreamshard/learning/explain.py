@@ -1,5 +1,5 @@
-"""Every plan explained: the stats report (`plan --stats`, `evaluate --stats`, `plans show --stats`) and what-if
-(`dreamshard whatif`) -- docs/architecture.md, "Plan stats and what-if".
+"""Every plan explained: the stats report (`plan --stats`, `evaluate --stats`, `plans show --stats`; what-if is
+`whatif.py`) -- docs/architecture.md, "Plan stats and what-if".
 
 Per device, a fused operator's compute is not the sum of its tables' costs, so a table's cost is its share of
 its device: the device's compute (fwd + bwd) split in proportion to each unit's predicted compute alone, plus the
@@ -14,13 +14,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.errors import PlanError
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import PlanningCost, cost_factory
-from dreamshard.shards import expand_plan, fold_units
-from dreamshard.sharders.base import make_plan
+from dreamshard.shards import expand_plan
 from dreamshard.storage import device_memory
-from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology, parse_unit
+from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology
 
 INDEX_BYTES = 8  # int64 indices
 OUTPUT_BYTES = 4  # fp32 pooled outputs
@@ -126,73 +124,6 @@ def planning_cost_for(model_dir: Path | None, topology: Topology) -> PlanningCos
     packaged one) for `topology`: what the stats and what-if predict with."""
     model = load_model(model_dir, require_policy=False)
     return cost_factory(model.cost_net, model.card.comm_models, 0.0)(topology)
-
-
-class WhatIf(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-    changes: tuple[str, ...]
-    before: Costs  # predicted
-    after: Costs
-    plan: Plan  # the changed plan (predicted costs)
-
-
-def parse_changes(moves: Sequence[str], swaps: Sequence[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """`--move UNIT:DEVICE` and `--swap A,B` as given on the command line (a one-line PlanError when malformed)."""
-    out: dict[str, int] = {}
-    for m in moves:
-        unit, sep, dev = m.rpartition(":")
-        if not sep or not unit or not dev.isdigit():
-            raise PlanError(f"--move '{m}': expected UNIT:DEVICE (a table or column shard, then a device number)")
-        out[unit] = int(dev)
-    pairs = []
-    for s in swaps:
-        a, sep, b = s.partition(",")
-        if not sep or not a or not b or a == b:
-            raise PlanError(f"--swap '{s}': expected A,B (two different tables or column shards)")
-        pairs.append((a, b))
-    return out, pairs
-
-
-def _movable(flag: str, unit: str, names: set[str]) -> None:
-    """A row shard or a replica has no device of its own to change: row blocks sit on every device (or every device
-    of one host) in order and a data-parallel table on every device, so moving one would only fold back into the
-    same plan while its prediction said otherwise. PlanError naming it."""
-    ref = parse_unit(unit)
-    if unit not in names and not ref.movable:
-        what = "a row shard" if ref.kind == "row" else "a data-parallel replica"
-        raise PlanError(f"{flag}: '{unit}' is {what} of table '{ref.table}', which cannot move on its "
-                        f"own; move or swap whole tables or column shards")
-
-
-def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping[str, int],
-            swaps: Sequence[tuple[str, str]]) -> WhatIf:
-    """`plan` with `moves` ({unit: device}) then `swaps` applied, both predicted by `cost`; the changed plan is a
-    legal plan (memory and devices checked: a one-line PlanError / InfeasiblePlacementError otherwise)."""
-    units, placed = expand_plan(inventory, plan)
-    n = plan.topology.num_devices
-    new = dict(placed)
-    names = set(inventory.table_names)
-    changes: list[str] = []
-    for unit, dev in moves.items():
-        if unit not in new:
-            raise PlanError(f"--move: '{unit}' is not a unit of plan {plan.plan_id} (its tables, or column shards as "
-                            f"table@start:end)")
-        _movable("--move", unit, names)
-        if not 0 <= dev < n:
-            raise PlanError(f"--move {unit}:{dev}: device {dev} is out of range (the plan has {n} devices)")
-        changes.append(f"move {unit} {new[unit]}->{dev}")
-        new[unit] = dev
-    for a, b in swaps:
-        for u in (a, b):
-            if u not in new:
-                raise PlanError(f"--swap: '{u}' is not a unit of plan {plan.plan_id}")
-            _movable("--swap", u, names)
-        changes.append(f"swap {a}@{new[a]} <-> {b}@{new[b]}")
-        new[a], new[b] = new[b], new[a]
-    after = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, new).plan_fields(),
-                      predicted=cost.predict(list(units.tables), new), model_version=plan.model_version)
-    return WhatIf(changes=tuple(changes), before=cost.predict(list(units.tables), placed), after=after.predicted,
-                  plan=after)
 
 
 def stats_markdown(stats: PlanStats, top: int = 15) -> str:
