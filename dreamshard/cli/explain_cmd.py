@@ -30,10 +30,10 @@ def stats_tables(stats: PlanStats, top: int = 15) -> list[RichTable]:
                       caption=f"imbalance max/mean {stats.imbalance:.3f} · the maximum is set by device "
                               f"{next(d.device for d in stats.devices if d.bottleneck)}: "
                               f"{', '.join(stats.critical[:5])}{' ...' if len(stats.critical) > 5 else ''}")
-    for col in ("rank", "unit", "dev", "GB", "dim", "pooling", "outputs", "predicted ms", *(("measured ms",) if both else ())):
-        units.add_column(col, justify="left" if col == "unit" else "right")
+    for col in ("rank", "unit", "type", "dev", "GB", "dim", "pooling", "outputs", "predicted ms", *(("measured ms",) if both else ())):
+        units.add_column(col, justify="left" if col in ("unit", "type") else "right")
     for t in stats.tables[:top]:
-        units.add_row(str(t.rank), t.unit, str(t.device), f"{t.size_gb:.3f}", str(t.dim), f"{t.pooling:g}",
+        units.add_row(str(t.rank), t.unit, t.type, str(t.device), f"{t.size_gb:.3f}", str(t.dim), f"{t.pooling:g}",
                       str(t.outputs), _ms(t.predicted_ms), *((_ms(t.measured_ms),) if both else ()))
     devices = RichTable(title="devices")
     for col in ("dev", "units", "memory GB", "input MB", "output MB", "predicted ms", *(("measured ms",) if both else ())):

@@ -18,7 +18,7 @@ from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import PlanningCost, cost_factory
 from dreamshard.shards import expand_plan
 from dreamshard.storage import device_memory
-from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology
+from dreamshard.types import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology, parse_unit
 
 INDEX_BYTES = 8  # int64 indices
 OUTPUT_BYTES = 4  # fp32 pooled outputs
@@ -27,6 +27,7 @@ OUTPUT_BYTES = 4  # fp32 pooled outputs
 class TableStat(BaseModel):
     model_config = ConfigDict(frozen=True)
     unit: str  # a table, or a column shard `table@start:end`
+    type: str  # the sharding type of its table (Plan.sharding_type): table_wise, column_wise, row_wise, ...
     device: int
     size_gb: float
     dim: int
@@ -92,8 +93,8 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
     basis_share = meas_share if measured is not None else pred_share
     order = sorted(basis_share, key=lambda u: -basis_share[u])
     rank = {u: i + 1 for i, u in enumerate(order)}
-    tables = tuple(TableStat(unit=t.name, device=placed[t.name], size_gb=t.size_gb, dim=t.embedding_dim,
-                             pooling=t.pooling_factor, outputs=t.num_outputs, predicted_ms=pred_share[t.name],
+    tables = tuple(TableStat(unit=t.name, type=plan.sharding_type(parse_unit(t.name).table), device=placed[t.name],
+                             size_gb=t.size_gb, dim=t.embedding_dim, pooling=t.pooling_factor, outputs=t.num_outputs, predicted_ms=pred_share[t.name],
                              measured_ms=meas_share.get(t.name), rank=rank[t.name])
                    for t in sorted(units.tables, key=lambda t: rank[t.name]))
     basis_costs = measured if measured is not None else predicted
@@ -132,10 +133,10 @@ def stats_markdown(stats: PlanStats, top: int = 15) -> str:
     lines = [f"Plan `{stats.plan_id}`: the {min(top, len(stats.tables))} costliest of {len(stats.tables)} units "
              f"({stats.basis}; a unit's share of its device). Imbalance max/mean **{stats.imbalance:.3f}**; the "
              f"maximum is set by {', '.join(f'`{u}`' for u in stats.critical[:5])}.", "",
-             "| rank | unit | device | GB | dim | pooling | predicted ms |" + (" measured ms |" if measured else ""),
-             "|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if measured else "")]
+             "| rank | unit | type | device | GB | dim | pooling | predicted ms |" + (" measured ms |" if measured else ""),
+             "|---:|---|---|---:|---:|---:|---:|---:|" + ("---:|" if measured else "")]
     for t in stats.tables[:top]:
-        lines.append(f"| {t.rank} | `{t.unit}` | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
+        lines.append(f"| {t.rank} | `{t.unit}` | {t.type} | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
                      f"{t.predicted_ms:.3f} |" + (f" {t.measured_ms:.3f} |" if t.measured_ms is not None else ""))
     lines += ["", "| device | units | memory GB | weights GB | optimizer GB | io GB | input MB | output MB | "
               "predicted ms |" + (" measured ms |" if measured else ""),
