@@ -17,6 +17,10 @@ from dreamshard.usecases import explain as explain_uc
 
 console = Console(highlight=False)
 
+#: Sharding types as TorchRec's stats table abbreviates them.
+TYPE_CODES = {"table_wise": "TW", "column_wise": "CW", "row_wise": "RW", "table_row_wise": "TWRW",
+              "data_parallel": "DP"}
+
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
@@ -29,11 +33,12 @@ def stats_tables(stats: PlanStats, top: int = 15) -> list[RichTable]:
                             f"{len(stats.tables)} units ({stats.basis}; a unit's share of its device)",
                       caption=f"imbalance max/mean {stats.imbalance:.3f} · the maximum is set by device "
                               f"{next(d.device for d in stats.devices if d.bottleneck)}: "
-                              f"{', '.join(stats.critical[:5])}{' ...' if len(stats.critical) > 5 else ''}")
+                              f"{', '.join(stats.critical[:5])}{' ...' if len(stats.critical) > 5 else ''} · type: "
+                              + ", ".join(f"{TYPE_CODES.get(k, k)} {k}" for k in sorted({t.type for t in stats.tables})))
     for col in ("rank", "unit", "type", "dev", "GB", "dim", "pooling", "outputs", "predicted ms", *(("measured ms",) if both else ())):
         units.add_column(col, justify="left" if col in ("unit", "type") else "right")
     for t in stats.tables[:top]:
-        units.add_row(str(t.rank), t.unit, t.type, str(t.device), f"{t.size_gb:.3f}", str(t.dim), f"{t.pooling:g}",
+        units.add_row(str(t.rank), t.unit, TYPE_CODES.get(t.type, t.type), str(t.device), f"{t.size_gb:.3f}", str(t.dim), f"{t.pooling:g}",
                       str(t.outputs), _ms(t.predicted_ms), *((_ms(t.measured_ms),) if both else ()))
     devices = RichTable(title="devices")
     for col in ("dev", "units", "memory GB", "input MB", "output MB", "predicted ms", *(("measured ms",) if both else ())):
