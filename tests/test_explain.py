@@ -213,3 +213,10 @@ def test_whatif_add_table_command_writes_the_changed_inventory_with_the_plan(
     changed, inv2 = load_plan(tmp_path / "w.json"), load_inventory(tmp_path / "inv2.yaml")
     check_plan_for(inv2, changed)
     assert changed.measured is not None and "new" in changed.placement and inv.tables[0].name not in changed.placement
+    code, out, err = invoke([*base, "--measure", "--backend", "simulator", "--explain", "--json"])
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["inventory_fingerprint"] == inv2.fingerprint() and shown["placement"]["new"] == changed.placement["new"]
+    after = [d[1] for d in shown["predicted"]["per_device_ms"]]
+    assert shown["predicted"]["overall_ms"][1] == pytest.approx(max(after))  # the prediction: the bottleneck device
+    assert len(shown["measured"]["per_device_ms"]) == TOPO.num_devices and len(shown["reasons"]) == TOPO.num_devices

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -80,6 +81,24 @@ def _changes_table(before: Costs, after: Costs, label: str) -> RichTable:
     return t
 
 
+def _totals(before: Costs, after: Costs) -> dict[str, object]:
+    return {"overall_ms": [before.overall_ms, after.overall_ms],
+            "per_device_ms": [[a.total, b.total] for a, b in zip(before.per_device, after.per_device)]}
+
+
+def whatif_json(result: explain_uc.WhatIfResult) -> dict[str, object]:
+    """`whatif --json`: what changed, [before, after] totals (predicted; measured with --measure), and with
+    --explain each unit's reason, device by device."""
+    w = result.whatif
+    measured = None
+    if result.measured_before is not None and result.measured_after is not None:
+        measured = _totals(result.measured_before, result.measured_after)
+    return {"changes": list(w.changes), "plan_id": w.plan.plan_id, "inventory_fingerprint": w.inventory.fingerprint(),
+            "placement": w.plan.units(), "predicted": _totals(w.before, w.after), "measured": measured,
+            "reasons": None if result.reasons is None else [[r.model_dump(mode="json") for r in dev]
+                                                            for dev in result.reasons]}
+
+
 def whatif(
     plan: Annotated[Path, typer.Argument(help="Plan JSON.")],
     inventory: InventoryOpt,
@@ -94,6 +113,7 @@ def whatif(
     params: ParamsOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the changed plan here.")] = None,
     inventory_out: Annotated[Optional[Path], typer.Option("--inventory-out", help="Write the changed inventory here (needed with --out when tables are added or removed).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the changes, the per-device totals before and after (predicted, measured) and the reasons as JSON.")] = False,
 ) -> None:
     """What a change would do to a plan (remove or add tables, move or swap units): the per-device change,
     predicted by the learned cost (and measured with --measure)."""
@@ -103,6 +123,9 @@ def whatif(
         add_tables=list(add_table or []), remove_tables=list(remove_table or []), model=model, measure=measure,
         explain=explain, out=out, inventory_out=inventory_out))
     w = result.whatif
+    if as_json:
+        typer.echo(json.dumps(whatif_json(result)))
+        return
     console.print("; ".join(w.changes) or "no change", markup=False)
     console.print(_changes_table(w.before, w.after, "predicted"))
     if result.measured_before is not None and result.measured_after is not None:
