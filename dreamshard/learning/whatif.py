@@ -213,7 +213,8 @@ def _add(inventory: Inventory, plan: Plan, cost: PlanningCost, placed: dict[str,
                             f"({used[a.device] / GB:.3f} GB used of {topology.usable_memory_bytes / GB:.3f})")
         if not room:
             raise PlanError(f"--add-table {name}: no device has room for its {need / GB:.3f} GB (the freest holds "
-                            f"{min(used) / GB:.3f} GB of {topology.usable_memory_bytes / GB:.3f})")
+                            f"{min(used) / GB:.3f} GB of {topology.usable_memory_bytes / GB:.3f}); what-if places whole "
+                            f"tables: re-plan the changed inventory (dreamshard plan) to split it into column shards")
         options = [a.device] if a.device is not None else room
         peaks = [_plan(inventory, plan, cost, {**placed, name: d}).predicted for d in options]
         best = min(range(len(options)), key=lambda i: (peaks[i].overall_ms if peaks[i] else 0.0, options[i]))
