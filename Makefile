@@ -28,7 +28,7 @@ run: $(STAMP)
 # (a test file stays on one worker: the orchestrator tests share one Prefect server per module).
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -m timing
-	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile
+	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder
 
 # Plan quality on inventories the model never saw (quiet machine; see bench/generalisation.py)
 bench: $(STAMP)
