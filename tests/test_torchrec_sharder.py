@@ -350,3 +350,18 @@ def test_planner_answers_are_kept_per_version(monkeypatch: pytest.MonkeyPatch) -
     get_sharder("torchrec", column_wise="never").shard(inv, topo)
     get_sharder("torchrec").shard(inv.model_copy(update={"tables": tuple(reversed(inv.tables))}), topo)
     assert len(calls) == 5
+
+
+def test_its_data_parallel_tables_log_nothing_but_a_root_warning_of_our_own_still_shows(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """TorchRec's planner logs "Sharding spec not found" on the root logger for every data-parallel table it picks
+    (every `compare` and `replan` printed a column of them); planning is quiet now, and only about TorchRec."""
+    import logging
+
+    inv = Inventory(name="dp", tables=(*(Table(name=f"small{i}", num_embeddings=500 + 100 * i, embedding_dim=16,
+                                                pooling_factor=5.0 + 10 * i) for i in range(4)), *_inventory(12).tables))
+    with caplog.at_level(logging.WARNING):
+        plan = get_sharder("torchrec").shard(inv, Topology(num_devices=4, memory_per_device_gb=4.0, batch_size=2048))
+        logging.warning("ours")
+    assert plan.data_parallel, "this inventory no longer gets a data-parallel table from TorchRec: pick another"
+    assert [r.getMessage() for r in caplog.records] == ["ours"]

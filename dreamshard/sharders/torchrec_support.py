@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -56,13 +57,21 @@ def quiet(verbose: bool) -> Iterator[None]:
     old = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
-    try:
+    root = logging.getLogger()
+    root.addFilter(_from_torchrec_below_error)  # its planner also logs on the root logger ("Sharding spec not
+    try:  # found" for every data-parallel table)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
+        root.removeFilter(_from_torchrec_below_error)
         for lg, level in zip(loggers, old):
             lg.setLevel(level)
+
+
+def _from_torchrec_below_error(record: logging.LogRecord) -> bool:
+    """Keep a root-logger record unless TorchRec's code logged it below ERROR."""
+    return record.levelno >= logging.ERROR or f"{os.sep}torchrec{os.sep}" not in record.pathname
 
 
 
