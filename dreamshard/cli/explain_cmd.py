@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -118,10 +119,13 @@ def whatif(
     """What a change would do to a plan (remove or add tables, move or swap units): the per-device change,
     predicted by the learned cost (and measured with --measure)."""
     settings = resolve(params, {"profile.backend": backend})
-    result = explain_uc.run_whatif(explain_uc.WhatIfRequest(
+    request = explain_uc.WhatIfRequest(
         settings=settings, inventory=inventory, plan=plan, moves=list(move or []), swaps=list(swap or []),
         add_tables=list(add_table or []), remove_tables=list(remove_table or []), model=model, measure=measure,
-        explain=explain, out=out, inventory_out=inventory_out))
+        explain=explain, out=out, inventory_out=inventory_out)
+    with Console(stderr=True).status(f"measuring on {settings.profile.backend}", spinner="dots") \
+            if measure and not as_json else nullcontext() as status:
+        result = explain_uc.run_whatif(request, progress=None if status is None else status.update)
     w = result.whatif
     if as_json:
         typer.echo(json.dumps(whatif_json(result)))

@@ -3,6 +3,7 @@ by the learned cost of a model (settings.model_dir's lookup) and, with `measure`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from dreamshard.errors import InputFileError
@@ -48,7 +49,7 @@ class WhatIfResult(Result):
     reasons: list[list[UnitReason]] | None = None  # `explain`: per device of the changed plan
 
 
-def run_whatif(request: WhatIfRequest) -> WhatIfResult:
+def run_whatif(request: WhatIfRequest, progress: Callable[[str], None] | None = None) -> WhatIfResult:
     s = request.settings
     files = [p for p in request.add_tables if "=" not in p]
     check_outputs({"--inventory": request.inventory, "--plan": request.plan, "--model": request.model,
@@ -73,7 +74,7 @@ def run_whatif(request: WhatIfRequest) -> WhatIfResult:
         oracle = s.oracle()
         try:
             both = measure_interleaved(inv, [plan, changed], oracle, s.evaluate.rounds, seed=s.profile.seed,
-                                       inventories=[inv, result.inventory])
+                                       progress=progress, inventories=[inv, result.inventory])
             before, after = median_costs(both[0]), median_costs(both[1])
             changed = changed.model_copy(update={"measured": after, "measured_by": oracle.info})
         finally:
