@@ -131,6 +131,8 @@ def replan_artifact(result: Any, why: str) -> None:
     lines = [f"**Why:** {why}", "", f"**Outcome:** `{result.outcome}` — {result.reason}", "",
              f"Inventory `{result.inventory_name}` version `{result.fingerprint[:12]}`; previous current plan "
              f"`{result.previous_plan_id or '-'}`; new plan `{result.plan.plan_id if result.plan else '-'}`."]
+    if result.diff is not None:
+        lines += ["", f"**Against the plan that was current:** {result.diff.summary}."]
     if result.retrain_reasons:
         lines += ["", "**Retrain due:**", *(f"- {r}" for r in result.retrain_reasons)]
     create_markdown_artifact(key=artifact_key("replan", result.inventory_name), markdown="\n".join(lines),

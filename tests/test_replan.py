@@ -63,6 +63,12 @@ def test_a_new_version_is_planned_gated_and_published_without_profiling_or_train
     assert second.outcome == "published" and second.previous_plan_id == first.plan.plan_id  # type: ignore[union-attr]
     assert get_current(store, "tiny").inventory_fingerprint == v2.fingerprint()
     assert get_current_inventory(store, "tiny")[0].fingerprint() == v2.fingerprint()  # type: ignore[index]
+    diff = second.diff  # what the training job reshards: the tables the new plan places differently
+    assert diff is not None and diff.old_plan_id == first.plan.plan_id  # type: ignore[union-attr]
+    assert diff.new_plan_id == second.plan.plan_id and diff.kept + len(diff.moved) == len(v2.tables)  # type: ignore[union-attr]
+    assert set(diff.moved) == {t for t in v2.table_names  # type: ignore[union-attr]
+                               if first.plan.units().get(t) != second.plan.units().get(t)}  # type: ignore[union-attr]
+    assert first.diff is None  # no plan was current before the first
 
 
 def test_a_version_outside_the_models_ranges_is_not_published_and_a_retrain_is_due(work: Path) -> None:
@@ -110,6 +116,9 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
     assert v["candidates"] and v["chosen"] and all(1 <= c["rounds"] <= v["rounds"] for c in v["candidates"])
     code, out, err = invoke(["replan", "--inventory-name", "tiny"])
     assert code == 0 and out.strip().splitlines()[-1].startswith("current: tiny"), out
+    change_one_table(tiny_inventory(work / "v1.yaml"), work / "v2.yaml")
+    code, out, err = invoke(["replan", "-i", "v2.yaml"])
+    assert code == 0 and "against the plan that was current: " in out and "tables move" in out, out + err
     code, _, err = invoke(["replan", "--inventory-name", "nope"])
     assert code == 2 and err.count("\n") == 1 and "no inventory 'nope'" in err
     code, _, err = invoke(["replan"])
@@ -205,3 +214,26 @@ def test_the_fast_path_refines_only_for_its_own_budget(work: Path, monkeypatch: 
     code, _, err = invoke(["replan", "-i", "v2.yaml", "--refine-seconds", "0.2"])
     assert code in (0, 1), err
     assert budgets == [0.2]
+
+
+def test_a_plan_diff_names_what_moves_and_its_bytes() -> None:
+    """A table moves when its device, its sharding type or its shards change; one only in one plan is added or
+    removed; the moved bytes are the moved tables' weights."""
+    from dreamshard.plan_diff import plan_diff
+    from dreamshard.sharders.base import make_plan
+    from dreamshard.types import GB, Inventory, Table, Topology
+    from dreamshard.units import row_shards_for
+
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0)
+    t = {n: Table(name=n, num_embeddings=1000 * (i + 1), embedding_dim=16, pooling_factor=2.0)
+         for i, n in enumerate("abcdef")}
+    old_inv = Inventory(name="x", tables=tuple(t[n] for n in "abcde"))
+    new_inv = Inventory(name="x", tables=tuple(t[n] for n in "abcdf"))
+    old = make_plan(old_inv, topo, {"a": 0, "b": 1, "c": 0, "e": 1}, "hand", row_shards={"d": row_shards_for(4000, [0, 1])})
+    new = make_plan(new_inv, topo, {"a": 0, "b": 0, "d": 1, "f": 1}, "hand", data_parallel=("c",))
+    diff = plan_diff(old, new, new_inv)
+    assert set(diff.moved) == {"b", "c", "d"} and diff.kept == 1  # b: device; c: table-wise -> replicated; d: rows
+    assert diff.added == ("f",) and diff.removed == ("e",)
+    assert diff.moved_gb == pytest.approx(sum(t[n].size_bytes for n in "bcd") / GB)
+    assert diff.summary.startswith("3 of 4 tables move") and "1 added, 1 removed" in diff.summary
+    assert plan_diff(new, new, new_inv).moved == ()

@@ -54,6 +54,8 @@ def replan(
             console.print(device_table(result.plan))
         console.print(f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}",
                       markup=False)
+        if result.diff is not None:
+            console.print(f"against the plan that was current: {result.diff.summary}", markup=False)
         if result.fallback_ref is not None:
             f = result.fallback_ref
             console.print(f"now current: {f.plan_id} ({f.reason}) -> {f.key}", markup=False)

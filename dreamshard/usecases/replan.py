@@ -17,6 +17,7 @@ from pydantic import Field
 
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.io import load_inventory, save_inventory
+from dreamshard.plan_diff import PlanDiff, plan_diff
 from dreamshard.settings import model_dir
 from dreamshard.store import PlanRecord, PublishedRef, get_current, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
@@ -55,6 +56,8 @@ class ReplanResult(Result):
     # what the plan step measured (`--verify`: candidates, their rounds, the kept one); the gate stores the plan
     # without it (a plan file's verification is never trusted), so the use case reports it here
     verification: Verification | None = None
+    # the new plan against the plan that was current: the tables it moves (what the training job reshards)
+    diff: PlanDiff | None = None
 
 
 def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
@@ -124,6 +127,7 @@ def run(request: ReplanRequest) -> ReplanResult:
     fallback = published.fallback_ref
     outcome: Outcome = ("published" if published.ref.is_current
                         else "fallback" if fallback is not None and fallback.is_current else "not-published")
+    diff = plan_diff(current, published.plan, inv) if current is not None else None
     return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, fallback_ref=fallback,
                         previous_plan_id=previous, warnings=planned.warnings, reason=decision.reason,
-                        verification=plan.verification, **base)
+                        verification=plan.verification, diff=diff, **base)
