@@ -303,3 +303,61 @@ def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     # a challenger that loses the last round is not kept
     chosen, _, _ = run({"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 10.1], "lookup_greedy": [11.0]})
     assert chosen == "dim_greedy"
+
+
+def test_the_current_plan_adapted_to_a_new_version_is_a_candidate_and_search_from_it_moves_few_tables(model_dir):
+    """`incumbent`: every table the current plan places keeps its device, a new table is inserted where the
+    predicted maximum is lowest; that placement (`current`) and local search from it (`current+search`) compete
+    with the other sources, so a re-plan can keep most of the job's state where it is."""
+    from dreamshard.learning.insertion import adapted_placement, insert
+    from dreamshard.plan_diff import plan_diff
+    from dreamshard.types import Inventory
+
+    v1 = synth_inventory(24, seed=31, name="inc")
+    topo = Topology(num_devices=4, memory_per_device_gb=16)
+    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
+                          column_splits="never")
+    current = sharder.shard(v1, topo)
+    new = Table(name="launch", num_embeddings=50_000, embedding_dim=64, pooling_factor=12.0)
+    v2 = Inventory(name="inc", tables=(*v1.tables[1:], new))  # one table gone, one added
+    with_current = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
+                               column_splits="never", incumbent=current)
+    report = with_current.shard_with_report(v2, topo)
+    assert report.search is not None
+    (seed,) = [c for c in report.search.candidates if c.source == "current"]
+    assert all(seed.placement[t.name] == current.placement[t.name] for t in v1.tables[1:])
+    cost = with_current.planning_cost(topo)
+    assert seed.placement["launch"] == insert(list(v1.tables[1:]), {t.name: current.placement[t.name]
+                                                                    for t in v1.tables[1:]}, new, topo, cost)
+    assert report.plan.placement == report.search.best.placement  # the best predicted, wherever it came from
+    if report.search.best.source.startswith("current"):
+        assert len(plan_diff(current, report.plan, v2).moved) < len(v1.tables) // 2
+    # nothing in common, or another device count: no seed, and the search says why
+    other = Inventory(name="inc", tables=(new,))
+    assert adapted_placement(current.units(), other, topo, cost) is None
+    two = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP), column_splits="never",
+                      incumbent=current).shard_with_report(v2, Topology(num_devices=2, memory_per_device_gb=16))
+    assert two.search is not None and "4 devices, this topology 2" in two.search.failed["current"]
+
+
+def test_cli_plan_with_an_incumbent_shows_its_moves_and_refuses_misuse(model_dir, tmp_path):
+    inv = synth_inventory(16, seed=32, name="cli")
+    save_inventory(inv, tmp_path / "v1.yaml")
+    code, _, err = invoke(["plan", "-i", str(tmp_path / "v1.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
+                           "-o", str(tmp_path / "v1.json")])
+    assert code == 0, err
+    save_inventory(inv.model_copy(update={"tables": inv.tables[:-1]}), tmp_path / "v2.yaml")
+    code, out, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
+                             "--incumbent", str(tmp_path / "v1.json"), "--explain", "-o", str(tmp_path / "v2.json")])
+    assert code == 0, err
+    assert "against --incumbent: " in out and "tables move" in out and "1 removed" in out and "current" in out
+    for argv, needle in ((["-s", "dim_greedy"], "--incumbent needs --sharder dreamshard"),
+                         (["-o", str(tmp_path / "v1.json")], "same file as --incumbent")):
+        code, _, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model",
+                               str(model_dir), "--incumbent", str(tmp_path / "v1.json"), "-o", str(tmp_path / "x.json"),
+                               *argv])
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "cut.json").write_text((tmp_path / "v1.json").read_text()[:200])
+    code, _, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
+                           "--incumbent", str(tmp_path / "cut.json"), "-o", str(tmp_path / "y.json")])
+    assert code == 2 and "cut.json" in err and not (tmp_path / "y.json").exists()

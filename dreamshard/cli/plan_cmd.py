@@ -45,7 +45,8 @@ from dreamshard.cli.options import (
 )
 from dreamshard.cli.explain_cmd import print_reasons, print_stats
 from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
-from dreamshard.io import load_inventory
+from dreamshard.io import check_outputs, load_inventory, load_plan
+from dreamshard.plan_diff import plan_diff
 from dreamshard.learning.search import SearchResult
 from dreamshard.settings import resolve
 from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, sharder_names
@@ -124,9 +125,13 @@ def plan(
     memory_model: MemoryModelOverride = None,
     memory_reserve: MemoryReserveOverride = None,
     types: Annotated[Optional[str], typer.Option("--types", help="dreamshard: sharding types the search may give a whole table besides table-wise and column-wise, comma-separated: row_wise, table_row_wise, data_parallel; converted where the learned cost says it pays (plan.types; default none).")] = None,
+    incumbent: Annotated[Optional[Path], typer.Option("--incumbent", help="dreamshard: the plan the job runs now (e.g. the last version's): adapted to this inventory (its units keep their devices, new tables inserted where predicted lowest) it is a search candidate, `current`; the new plan's moves against it are shown.")] = None,
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
     (name,) = validate_sharders([sharder])
+    if incumbent is not None:
+        plan_uc.require_searching(name, "--incumbent")
+        check_outputs({"--incumbent": incumbent}, {"--out": out, "--torchrec-out": torchrec_out})
     if verify:
         plan_uc.require_searching(name, "--verify")
     if refine_seconds:
@@ -143,7 +148,8 @@ def plan(
         "profile.warmup": warmup, "profile.repeats": repeats, "profile.num_threads": threads,
     })
     request = plan_uc.PlanRequest(settings=settings, inventory=inventory, out=out, sharder=name, model=model,
-                                  seed=seed, torchrec_out=torchrec_out, torchrec_kernel=torchrec_kernel, corpus=corpus)
+                                  seed=seed, torchrec_out=torchrec_out, torchrec_kernel=torchrec_kernel, corpus=corpus,
+                                  incumbent=load_plan(incumbent) if incumbent is not None else None)
     searching = name == plan_uc.SEARCHING_SHARDER
     n_verify = settings.plan.verify if searching else 0
     n_refine = settings.plan.refine_seconds if searching else 0.0
@@ -167,6 +173,8 @@ def plan(
                       f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})", markup=False)
     inv = load_inventory(inventory)  # memory recomputed and broken down (weights / optimizer / io)
     console.print(device_table(result.plan, inv))
+    if request.incumbent is not None:
+        console.print(f"against --incumbent: {plan_diff(request.incumbent, result.plan, inv).summary}", markup=False)
     if stats:
         print_stats(explain_uc.stats_of(inv, result.plan, model))
     console.print(f"wrote {out}")

@@ -4,7 +4,9 @@ Candidates come from every source we have -- the RL policy (greedy argmax and sa
 cost net's predicted single-table costs, every heuristic and TorchRec's planner -- and are scored by the
 pessimistic planning cost (dreamshard.learning.planning_cost: ensemble mean + risk x spread, measured comm).
 The best few are then improved by local search that moves / swaps tables off the predicted bottleneck device
-(dreamshard.learning.refine). The result is never predicted worse than any candidate: local search only
+(dreamshard.learning.refine). `seeds` adds placements the caller has: the current plan adapted to a new inventory
+version (`insertion.adapted_placement`) is one, so a re-plan also considers keeping most tables where they are, and
+local search from it moves few tables. The result is never predicted worse than any candidate: local search only
 accepts improvements, and the final pick is the minimum over everything scored.
 
 No hardware is used; `dreamshard.learning.verify` measures the best candidates when asked to.
@@ -13,7 +15,7 @@ No hardware is used; `dreamshard.learning.verify` measures the best candidates w
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -31,8 +33,8 @@ from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.memory import footprint
 from dreamshard.types import Inventory, Topology
 
-#: the candidate sources that are not sharder names
-POLICY, LPT = "policy", "lpt"
+#: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed)
+POLICY, LPT, CURRENT = "policy", "lpt", "current"
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,11 @@ def search(
     cost: PlanningCost,
     policy: Policy | None,
     config: SearchConfig,
+    seeds: Mapping[str, Mapping[str, int]] | None = None,
 ) -> SearchResult:
-    """The best placement found under `cost` (see the module docstring). Raises InfeasiblePlacementError
-    only when no source could place the inventory."""
+    """The best placement found under `cost` (see the module docstring), among the sources' candidates and
+    `seeds` ({source: placement of every unit}, legal placements the caller vouches for). Raises
+    InfeasiblePlacementError only when no source could place the inventory."""
     t0 = time.perf_counter()
     scorer = _Scorer(inventory, cost)
     found: list[Candidate] = []
@@ -126,6 +130,8 @@ def search(
                 last_error = e
         except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
             failed[source] = str(e)
+    for source, placement in (seeds or {}).items():
+        add(source, dict(placement))
     if not found:
         if last_error is not None:
             raise last_error

@@ -29,10 +29,11 @@ from typing import Any
 
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.configs import VERIFY_ANCHORS, SearchConfig
+from dreamshard.learning.insertion import adapted_placement
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.learning.policy import plan_with_policy
-from dreamshard.learning.search import Candidate, SearchResult, lpt_placement, search
+from dreamshard.learning.search import CURRENT, Candidate, SearchResult, lpt_placement, search
 from dreamshard.learning.sharding_choice import choose_types
 from dreamshard.learning.splits import choose_splits
 from dreamshard.learning.verify import VERIFY_ROUNDS, anchor_candidates, verify_candidates
@@ -177,11 +178,12 @@ class DreamShardSharder(ModelSharder):
     """
 
     name = "dreamshard"
-    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "oracle"}
+    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "oracle", "incumbent"}
 
     def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
-                 verify_anchors: int = VERIFY_ANCHORS, **kw: Any) -> None:
+                 verify_anchors: int = VERIFY_ANCHORS, incumbent: Plan | None = None, **kw: Any) -> None:
         super().__init__(**kw)
+        self.incumbent = incumbent  # the plan now current: adapted to the inventory, it is the `current` candidate
         if verify < 0:
             raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
         if verify_anchors < 0:
@@ -204,7 +206,19 @@ class DreamShardSharder(ModelSharder):
 
     def _place(self, inventory: Inventory, topology: Topology,
                cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
-        result = search(inventory, topology, cost, self.model.policy, self.config)
+        seeds: dict[str, dict[str, int]] = {}
+        why = ""
+        if self.incumbent is not None:
+            if self.incumbent.topology.num_devices != topology.num_devices:
+                why = (f"plan {self.incumbent.plan_id} has {self.incumbent.topology.num_devices} devices, this "
+                       f"topology {topology.num_devices}")
+            elif (adapted := adapted_placement(self.incumbent.units(), inventory, topology, cost)) is None:
+                why = f"plan {self.incumbent.plan_id} shares no unit with this inventory, or a unit finds no room"
+            else:
+                seeds[CURRENT] = adapted
+        result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds)
+        if why:
+            result.failed[CURRENT] = why
         return result.best.placement, result
 
 

@@ -2,8 +2,8 @@
 adding tables, moving and swapping units, each change predicted with the learned cost the stats report uses.
 
 Changes apply in that order: removals, additions, moves, swaps. An added table goes to the device its spec names, or
-else to the device with room where the predicted maximum after adding it is lowest (ties: the lower device): the
-greedy insertion a planner would make for one new table without re-planning the others. The changed plan is a
+else to the device with room where the predicted maximum after adding it is lowest (`insertion.py`): the greedy
+insertion a planner would make for one new table without re-planning the others. The changed plan is a
 legal plan of the changed inventory (same name, a new fingerprint), so the before and after predictions are exactly
 the plans' own predictions.
 """
@@ -20,11 +20,11 @@ from dreamshard.errors import PlanError
 from dreamshard.inventory.validation import check_name
 from dreamshard.io import describe_validation_error, load_inventory
 from dreamshard.learning.planning_cost import PlanningCost
-from dreamshard.memory import device_memory_bytes, footprint
+from dreamshard.learning.insertion import insert
 from dreamshard.shards import expand_plan, fold_units, with_units
 from dreamshard.sharders.base import make_plan
 from dreamshard.tables import Feature
-from dreamshard.types import GB, Costs, Inventory, Plan, Table, parse_unit
+from dreamshard.types import Costs, Inventory, Plan, Table, parse_unit
 
 #: The keys of an `--add-table` spec: `name=...,rows=...,dim=...,pooling=...[,dtype=...][,like=TABLE][,device=D]`.
 SPEC_KEYS = ("name", "rows", "dim", "pooling", "dtype", "like", "device")
@@ -196,32 +196,20 @@ def _remove(inventory: Inventory, placed: dict[str, int], removed: Sequence[str]
 
 def _add(inventory: Inventory, plan: Plan, cost: PlanningCost, placed: dict[str, int], added: Sequence[AddedTable],
          changes: list[str]) -> Inventory:
-    topology = plan.topology
-    n = topology.num_devices
+    n = plan.topology.num_devices
     for a in added:
         name = a.table.name
         if name in inventory.table_names:
             raise PlanError(f"--add-table: table '{name}' is already in inventory '{inventory.name}'")
         if a.device is not None and not 0 <= a.device < n:
             raise PlanError(f"--add-table {name}: device {a.device} is out of range (the plan has {n} devices)")
+        units = with_units(inventory, placed)
+        placed[name] = insert(list(units.tables), placed, a.table, plan.topology, cost, a.device,
+                              what=f"--add-table {name}")
         inventory = _with_tables(inventory, [*inventory.tables, a.table])
-        used = device_memory_bytes(with_units(inventory, placed), placed, n, topology)
-        need = footprint(a.table, topology)
-        room = [d for d in range(n) if used[d] + need <= topology.usable_memory_bytes]
-        if a.device is not None and a.device not in room:
-            raise PlanError(f"--add-table {name}: device {a.device} has no room for its {need / GB:.3f} GB "
-                            f"({used[a.device] / GB:.3f} GB used of {topology.usable_memory_bytes / GB:.3f})")
-        if not room:
-            raise PlanError(f"--add-table {name}: no device has room for its {need / GB:.3f} GB (the freest holds "
-                            f"{min(used) / GB:.3f} GB of {topology.usable_memory_bytes / GB:.3f}); what-if places whole "
-                            f"tables: re-plan the changed inventory (dreamshard plan) to split it into column shards")
-        options = [a.device] if a.device is not None else room
-        peaks = [_plan(inventory, plan, cost, {**placed, name: d}).predicted for d in options]
-        best = min(range(len(options)), key=lambda i: (peaks[i].overall_ms if peaks[i] else 0.0, options[i]))
-        placed[name] = options[best]
         how = "as asked" if a.device is not None else "lowest predicted maximum"
         changes.append(f"add {name} ({a.table.num_embeddings} x {a.table.embedding_dim}, pooling "
-                       f"{a.table.pooling_factor:g}) ->{options[best]} ({how})")
+                       f"{a.table.pooling_factor:g}) ->{placed[name]} ({how})")
     return inventory
 
 

@@ -37,6 +37,7 @@ class PlanRequest(Request):
     torchrec_out: Path | None = None
     torchrec_kernel: str = "fused"
     corpus: Path | None = None  # refinement's device timings are added to this measurement corpus
+    incumbent: Plan | None = None  # the plan now current: adapted to this inventory, a search candidate (`current`)
 
 
 class PlanResult(Result):
@@ -72,6 +73,9 @@ def run(request: PlanRequest) -> PlanResult:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
     extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle,
                              "verify_anchors": s.plan.verify_anchors} if verify else {}
+    if request.incumbent is not None:
+        require_searching(name, "--incumbent")
+        extra["incumbent"] = request.incumbent
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
     searched: SearchResult | None = None
     warnings: list[str] = []

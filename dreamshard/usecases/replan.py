@@ -112,7 +112,7 @@ def run(request: ReplanRequest) -> ReplanResult:
         fast = s.model_copy(update={"plan": s.plan.model_copy(update={"refine_seconds": s.plan.replan_refine_seconds})})
         planned = plan_uc.run(plan_uc.PlanRequest(settings=fast, inventory=inv_file, out=plan_file,
                                                   sharder=plan_uc.SEARCHING_SHARDER, model=model_dir(request.model),
-                                                  seed=request.seed))
+                                                  seed=request.seed, incumbent=current))
         plan = planned.plan
         if plan.out_of_range:
             return ReplanResult(outcome="retrain-due", plan=plan, previous_plan_id=previous,
