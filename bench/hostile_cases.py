@@ -376,6 +376,7 @@ EXTRA_CASES: tuple[tuple[str, str], ...] = (
     ("hostile_types_cases", "cases"),
     ("hostile_loop_cases", "cases"),
     ("hostile_whatif_cases", "cases"),
+    ("hostile_whatif_cases", "incumbent_cases"),
 )
 
 

@@ -1,9 +1,12 @@
-"""Hostile cases of `dreamshard whatif --add-table / --remove-table` (issue 17 item 4), run by
-bench/hostile_cases.py (`cases(directory, case)`); tests/test_explain.py holds the same behaviour as tests.
+"""Hostile cases of `dreamshard whatif --add-table / --remove-table` (issue 17 item 4) and of `plan --incumbent`
+(the current plan as a search candidate), run by bench/hostile_cases.py (`cases(directory, case)`);
+tests/test_explain.py and tests/test_learning_search.py hold the same behaviour as tests.
 
 Malformed, colliding, huge, relabelled and path-like specs, removals that name nothing or everything, and output
 paths that collide with the inputs or each other. A case holds when the command refuses in one short line (exit 2,
-no traceback) naming the spec or the field, and every file in the directory is as it was.
+no traceback) naming the spec or the field, and every file in the directory is as it was; for an incumbent
+that shares nothing with the inventory or has another device count, when the plan is made without the `current`
+candidate.
 """
 
 from __future__ import annotations
@@ -78,5 +81,60 @@ def cases(d: Path, case: Case) -> None:
             code, out, err = cli(["whatif", str(w / "plan.json"), "-i", str(w / "inv.yaml"), *paths])
             lines = err.strip().splitlines()
             ok = (code == 2 and len(lines) == 1 and "Traceback" not in out + err and needle in lines[0]
+                  and _snap(w) == before)
+            return ok, (lines[0] if lines else f"exit {code}")[:200]
+
+
+#: `plan -i inv.yaml -s dreamshard --incumbent X`: what X is, and the one line (None: planned without `current`).
+INCUMBENTS: dict[str, str | None] = {
+    "cut in half": "inc.json",
+    "the output file itself": "same file as --incumbent",
+    "an inventory file, not a plan": "inc.json",
+    "a plan of another inventory (no table in common)": None,
+    "a plan for 3 devices (the topology has 2)": None,
+    "a plan with a table on device 7 of 2": "inc.json",
+}
+
+
+def incumbent_cases(d: Path, case: Case) -> None:
+    import json
+
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
+    inv = synth_inventory(6, 0, name="inv")
+    for i, (what, needle) in enumerate(INCUMBENTS.items()):
+        @case("17.incumbent", f"plan --incumbent {what}: " + ("refused in one line, nothing written" if needle
+              else "planned without the current candidate"), "plan -i inv.yaml -d 2 --incumbent inc.json -o p.json")
+        def _(i: int = i, what: str = what, needle: str | None = needle) -> tuple[bool, str]:
+            w = d / f"inc{i}"
+            w.mkdir(parents=True)
+            save_inventory(inv, w / "inv.yaml")
+            good = get_sharder("size_greedy").shard(inv, topo)
+            inc, out = w / "inc.json", w / "p.json"
+            if what == "cut in half":
+                save_plan(good, inc)
+                inc.write_text(inc.read_text()[:150])
+            elif what == "the output file itself":
+                save_plan(good, inc)
+                out = inc
+            elif what.startswith("an inventory file"):
+                save_inventory(inv, inc)
+            elif what.startswith("a plan of another"):
+                other = synth_inventory(4, 5, name="other").model_copy()
+                other = other.model_copy(update={"tables": tuple(t.model_copy(update={"name": f"z{t.name}"})
+                                                                 for t in other.tables)})
+                save_plan(get_sharder("size_greedy").shard(other, topo), inc)
+            elif what.startswith("a plan for 3"):
+                save_plan(get_sharder("size_greedy").shard(inv, topo.model_copy(update={"num_devices": 3})), inc)
+            else:
+                data = json.loads(good.model_dump_json())
+                data["placement"][inv.tables[0].name] = 7
+                inc.write_text(json.dumps(data))
+            before = _snap(w)
+            code, outs, err = cli(["plan", "-i", str(w / "inv.yaml"), "-d", "2", "-m", "1", "--batch-size", "512",
+                                   "--incumbent", str(inc), "-o", str(out), "--explain"])
+            lines = err.strip().splitlines()
+            if needle is None:
+                return code == 0 and out.exists() and "Traceback" not in outs + err, (lines or ["ok"])[-1][:200]
+            ok = (code == 2 and len(lines) == 1 and needle in lines[0] and "Traceback" not in outs + err
                   and _snap(w) == before)
             return ok, (lines[0] if lines else f"exit {code}")[:200]
