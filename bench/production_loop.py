@@ -133,6 +133,11 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     fresh_s, *fresh_log = run(["pipeline", "run", "--workspace", str(ws), "-i", str(pool), *base,
                               "--dvc-remote", str(work / "remote")], work)
     fresh = {**pipeline_counts(ws), "stages_s": stage_seconds("\n".join(fresh_log))}
+    # the fast path runs as in production: v1's plan current in its store (a copy taken now, before the incremental
+    # run publishes v2), so its search also starts from that plan (the `current` candidate)
+    shutil.copytree(store, work / "store-fast")
+    v1_plan = work / "v1-plan.json"
+    v1_plan.write_text((ws / "data" / "plan.json").read_text())
     change = changed_inventory(pool, work / "v2.yaml")
     retrain_ws = work / "ws-retrain"
     shutil.copytree(ws, retrain_ws, symlinks=True)
@@ -185,7 +190,16 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     if fast_plan is not None:
         roles[fast_plan.plan_id] = "fast path"
         roles[f"{fast_plan.plan_id}-again"] = "fast path (again: the noise row)"
-    return {"change": change, "rounds": rounds, "roles": roles, "backend": settings.profile.backend,
+    from dreamshard.io import load_inventory, load_plan
+    from dreamshard.plan_diff import plan_diff
+
+    v2, old = load_inventory(work / "v2.yaml"), load_plan(v1_plan)
+    moved = {label: plan_diff(old, load_plan(plans / f"{name}.json"), v2).model_dump()
+             for label, name in (("incremental", "incremental"), ("retrain", "retrain"))}
+    if fast.get("diff"):
+        moved["fast_path"] = fast["diff"]
+    return {"change": change, "rounds": rounds, "roles": roles, "backend": settings.profile.backend, "moved": moved,
+            "fast_candidates": [c["source"] for c in ver.get("candidates", ())], "fast_chosen": ver.get("chosen"),
             "fresh": {"wall_s": round(fresh_s, 1), **fresh},
             "incremental": {"wall_s": round(inc_s, 1), **incremental},
             "fast_path": {"wall_s": round(fast_s, 1), "outcome": fast["outcome"], "reason": fast["reason"],
@@ -245,6 +259,17 @@ def render(data: dict[str, Any]) -> str:
                   "| task | fresh | incremental | full retrain |", "|---|---:|---:|---:|"]
         lines += [f"| {t} | {f.get('stages_s', {}).get(t, '-')} | {inc.get('stages_s', {}).get(t, '-')} | "
                   f"{rt.get('stages_s', {}).get(t, '-')} |" for t in stages]
+    if data.get("moved"):
+        lines += ["", "What each v2 plan reshards against v1's published plan (tables placed differently: another device, "
+                  "sharding type or shards; the fast path also searched from v1's plan, the `current` candidate):", "",
+                  "| run | tables moved | GB moved | added | removed |", "|---|---:|---:|---:|---:|"]
+        for key, label in (("incremental", "incremental retrain"), ("fast_path", "fast path"),
+                           ("retrain", "full retrain")):
+            if (m := data["moved"].get(key)) is not None:
+                lines.append(f"| {label} | {len(m['moved'])} of {len(m['moved']) + m['kept']} | {m['moved_gb']:.3f} | "
+                             f"{len(m['added'])} | {len(m['removed'])} |")
+        if data.get("fast_chosen"):
+            lines += ["", f"Fast path: verify measured {', '.join(data['fast_candidates'])}; kept {data['fast_chosen']}."]
     lines += ["", f"Fast path outcome: {fa['outcome']} — {fa['reason']}", "",
               "Device timings: fused operators timed on one device and recorded in the measurement corpus (profile "
               "stage, training loop, plan verify and refinement, the lower bound's singles); training timings: the "
