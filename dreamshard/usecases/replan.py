@@ -56,7 +56,8 @@ class ReplanResult(Result):
     # what the plan step measured (`--verify`: candidates, their rounds, the kept one); the gate stores the plan
     # without it (a plan file's verification is never trusted), so the use case reports it here
     verification: Verification | None = None
-    # the new plan against the plan that was current: the tables it moves (what the training job reshards)
+    # `published`: the new plan against the plan that was current, the tables it moves (what the training job
+    # reshards); None when nothing was current before, or the new plan did not become current
     diff: PlanDiff | None = None
 
 
@@ -127,7 +128,7 @@ def run(request: ReplanRequest) -> ReplanResult:
     fallback = published.fallback_ref
     outcome: Outcome = ("published" if published.ref.is_current
                         else "fallback" if fallback is not None and fallback.is_current else "not-published")
-    diff = plan_diff(current, published.plan, inv) if current is not None else None
+    diff = plan_diff(current, published.plan, inv) if current is not None and outcome == "published" else None
     return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, fallback_ref=fallback,
                         previous_plan_id=previous, warnings=planned.warnings, reason=decision.reason,
                         verification=plan.verification, diff=diff, **base)
