@@ -40,8 +40,9 @@ def stats_tables(stats: PlanStats, top: int = 15) -> list[RichTable]:
     for col in ("rank", "unit", "type", "dev", "GB", "dim", "pooling", "outputs", "predicted ms", *(("measured ms",) if both else ())):
         units.add_column(col, justify="left" if col in ("unit", "type") else "right")
     for t in stats.tables[:top]:
-        units.add_row(str(t.rank), t.unit, TYPE_CODES.get(t.type, t.type), str(t.device), f"{t.size_gb:.3f}", str(t.dim), f"{t.pooling:g}",
-                      str(t.outputs), _ms(t.predicted_ms), *((_ms(t.measured_ms),) if both else ()))
+        units.add_row(str(t.rank), t.unit, TYPE_CODES.get(t.type, t.type), str(t.device), f"{t.size_gb:.3f}",
+                      str(t.dim), f"{t.pooling:g}", str(t.outputs), _ms(t.predicted_ms),
+                      *((_ms(t.measured_ms),) if both else ()))
     devices = RichTable(title="devices")
     for col in ("dev", "units", "memory GB", "input MB", "output MB", "predicted ms", *(("measured ms",) if both else ())):
         devices.add_column(col, justify="right")
