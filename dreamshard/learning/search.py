@@ -5,8 +5,8 @@ cost net's predicted single-table costs, every heuristic and TorchRec's planner 
 pessimistic planning cost (dreamshard.learning.planning_cost: ensemble mean + risk x spread, measured comm).
 The best few are then improved by local search that moves / swaps tables off the predicted bottleneck device
 (dreamshard.learning.refine). `seeds` adds placements the caller has: the current plan adapted to a new inventory
-version (`insertion.adapted_placement`) is one, so a re-plan also considers keeping most tables where they are, and
-local search from it moves few tables. The result is never predicted worse than any candidate: local search only
+version (`insertion.adapted_placement`) is one, so a re-plan also considers keeping most tables where they are; local
+search always starts from every seed too (besides the best few), and from one it moves few tables. The result is never predicted worse than any candidate: local search only
 accepts improvements, and the final pick is the minimum over everything scored.
 
 No hardware is used; `dreamshard.learning.verify` measures the best candidates when asked to.
@@ -142,7 +142,8 @@ def search(
     refined: list[Candidate] = []
     if config.refine_rounds > 0:
         seen: set[tuple[int, ...]] = set()
-        for cand in found[: config.refine_top]:
+        seeded = [c for c in found[config.refine_top:] if c.source in (seeds or {})]  # always searched from
+        for cand in [*found[: config.refine_top], *seeded]:
             start = scorer.actions(cand.placement)
             if tuple(start) in seen:
                 continue
