@@ -361,3 +361,38 @@ def test_cli_plan_with_an_incumbent_shows_its_moves_and_refuses_misuse(model_dir
     code, _, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
                            "--incumbent", str(tmp_path / "cut.json"), "-o", str(tmp_path / "y.json")])
     assert code == 2 and "cut.json" in err and not (tmp_path / "y.json").exists()
+
+
+def test_local_search_always_starts_from_the_current_plan_even_when_it_ranks_low(model_dir):
+    """The seed is refined whatever its rank (`refine_top` covers the best few only): an incumbent with every table
+    on one device ranks last, and local search from it still runs (and spreads the tables)."""
+    from dreamshard.sharders.base import make_plan
+
+    inv = synth_inventory(12, seed=33, name="low")
+    topo = Topology(num_devices=3, memory_per_device_gb=16)
+    crowded = make_plan(inv, topo, {t.name: 0 for t in inv.tables}, "hand")
+    report = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP, refine_top=1),
+                         column_splits="never", incumbent=crowded).shard_with_report(inv, topo)
+    assert report.search is not None
+    by_source = {c.source: c for c in report.search.candidates}
+    assert by_source["current"].predicted_ms == max(c.predicted_ms for c in report.search.candidates)
+    assert "current+search" in by_source
+    assert by_source["current+search"].predicted_ms < by_source["current"].predicted_ms
+
+
+def test_verify_keeps_the_current_plans_candidate_unless_another_is_faster_in_every_round(model_dir):
+    """With an incumbent, verify measures its best candidate first and keeps it by default: a re-plan moves the
+    job's tables only when the hardware confirms the gain."""
+    inv = synth_inventory(16, seed=34, name="keep")
+    topo = Topology(num_devices=2, memory_per_device_gb=16)
+    current = get_sharder("size_greedy").shard(inv, topo)
+    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
+                          column_splits="never", incumbent=current, verify=2, verify_rounds=2,
+                          oracle=make_oracle("simulator"))
+    plan = sharder.shard(inv, topo)
+    v = plan.verification
+    assert v is not None and v.candidates[0].source.startswith("current")
+    first = v.candidates[0]
+    if v.chosen != first.source:  # replaced: the kept one measured faster (every round, so its median too)
+        kept = next(c for c in v.candidates if c.source == v.chosen)
+        assert kept.measured_ms < first.measured_ms and kept.rounds == first.rounds

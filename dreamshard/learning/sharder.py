@@ -174,7 +174,9 @@ class DreamShardSharder(ModelSharder):
     With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
     `verify_rounds` rounds), beside the `verify_anchors` best predicted of the baselines' or LPT's own plans when
     none of the K is one (`verify.anchor_candidates`); the best predicted is kept unless another was faster in
-    every round (`verify.kept_index`), with its measured costs and the record.
+    every round (`verify.kept_index`), with its measured costs and the record. With an `incumbent`, the best
+    predicted of its candidates (`current`, `current+search`) is measured too and takes the best predicted's
+    place as the default: a re-plan moves the job's tables only when the hardware confirms the gain.
     """
 
     name = "dreamshard"
@@ -199,6 +201,11 @@ class DreamShardSharder(ModelSharder):
             return super()._finish(inventory, units, topology, unit_placement, searched, cost)
         top = [*searched.candidates[: self.verify],
                *anchor_candidates(searched.candidates, self.verify, self.verify_anchors)]
+        # the current plan's candidate is the default when there is one: kept unless another is faster in every
+        # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
+        mine = next((c for c in searched.candidates if c.source.partition("+")[0] == CURRENT), None)
+        if mine is not None:
+            top = [mine, *(c for c in top if c is not mine)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
                                     rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)
