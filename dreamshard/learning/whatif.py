@@ -173,7 +173,7 @@ def _with_tables(inventory: Inventory, tables: Sequence[Table]) -> Inventory:
 
 
 def _plan(inventory: Inventory, plan: Plan, cost: PlanningCost, units: Mapping[str, int]) -> Plan:
-    """The legal plan of `inventory` placing `units`, with its prediction (InfeasiblePlacementError: memory)."""
+    """The legal plan of `inventory` placing `units`, with its prediction (a one-line PlanError otherwise)."""
     folded = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, units).plan_fields(),
                        model_version=plan.model_version)
     expanded, placed = expand_plan(inventory, folded)
