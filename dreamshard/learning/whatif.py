@@ -93,13 +93,18 @@ def _like(inventory: Inventory, spec: str, source: str, name: str) -> dict[str, 
     return base
 
 
+def is_file_spec(spec: str) -> bool:
+    """Whether an `--add-table` value names an inventory file (no KEY=VALUE pair in it)."""
+    return "=" not in spec
+
+
 def parse_added(inventory: Inventory, specs: Sequence[str]) -> list[AddedTable]:
     """`--add-table` values: a KEY=VALUE spec (`SPEC_KEYS`; `like=TABLE` copies that table's statistics, the given
     keys override them) or an existing inventory file whose tables are all added (placed where predicted lowest).
     A one-line error naming the spec and the field otherwise."""
     out: list[AddedTable] = []
     for spec in specs:
-        if "=" not in spec:
+        if is_file_spec(spec):
             path = Path(spec)
             if not path.is_file():
                 raise PlanError(f"--add-table '{spec}': neither a KEY=VALUE spec ({', '.join(SPEC_KEYS)}) nor an "
@@ -248,4 +253,4 @@ def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping
     return WhatIf(changes=tuple(changes), before=before, after=after.predicted, plan=after, inventory=changed)
 
 
-__all__ = ["SPEC_KEYS", "AddedTable", "WhatIf", "parse_added", "parse_changes", "what_if"]
+__all__ = ["SPEC_KEYS", "AddedTable", "WhatIf", "is_file_spec", "parse_added", "parse_changes", "what_if"]

@@ -10,7 +10,7 @@ from dreamshard.errors import InputFileError
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.io import INVENTORY_SUFFIXES, check_outputs, load_inventory, load_plan, save_inventory, save_plan
 from dreamshard.learning.explain import PlanStats, plan_stats, planning_cost_for
-from dreamshard.learning.whatif import WhatIf, parse_added, parse_changes, what_if
+from dreamshard.learning.whatif import WhatIf, is_file_spec, parse_added, parse_changes, what_if
 from dreamshard.learning.reasons import UnitReason, placement_reasons
 from dreamshard.settings import model_dir
 from dreamshard.types import Costs, Inventory, Plan
@@ -51,7 +51,7 @@ class WhatIfResult(Result):
 
 def run_whatif(request: WhatIfRequest, progress: Callable[[str], None] | None = None) -> WhatIfResult:
     s = request.settings
-    files = [p for p in request.add_tables if "=" not in p]
+    files = [p for p in request.add_tables if is_file_spec(p)]
     check_outputs({"--inventory": request.inventory, "--plan": request.plan, "--model": request.model,
                    **{f"--add-table {p}": p for p in files}},
                   {"--out": request.out, "--inventory-out": request.inventory_out})
