@@ -4,6 +4,7 @@
     ws = PipelineWorkspace("runs/latest")
     ws.init(dvc_yaml_text, params_text, RemoteSpec(url="runs/dvc-remote"))   # git, DVC, remote, code link
     ws.write_inventory(inventory)                        # inputs/inventory.yaml, the input the stages start from
+    ws.write_incumbent(plan, inventory.name, replace=True)  # inputs/incumbent.json, the plan the job runs now
     for stage in ws.stages(): if stage in ws.status(): ws.repro(stage)        # DVC's change detection only
     ws.commit("..."); ws.push(); ws.lineage(...)                               # dvc.lock in git, data in the remote
 
@@ -35,14 +36,17 @@ from pydantic import BaseModel, ConfigDict
 import dreamshard
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, run_dvc
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
+from dreamshard.incumbent import no_incumbent, save_incumbent
 from dreamshard.io import atomic_write_text, load_inventory, save_inventory
 from dreamshard.lineage import Lineage, dvc_md5, lock_outs, sha256_text
-from dreamshard.types import Inventory
+from dreamshard.types import Inventory, Plan
 
 DVC_YAML = "dvc.yaml"
 PARAMS = "params.yaml"
 LOCK = "dvc.lock"
 INPUT_INVENTORY = "inputs/inventory.yaml"
+INPUT_INCUMBENT = "inputs/incumbent.json"  # the plan current when the input inventory arrived (dreamshard.incumbent)
+INCUMBENT = "data/incumbent.json"  # its validated copy, a DVC output (what the plan stage reads)
 INVENTORY = "data/inventory.yaml"
 TASKS = "data/tasks.json"
 MEASUREMENTS = "data/measurements.jsonl"
@@ -170,6 +174,17 @@ class PipelineWorkspace:
                 pass
         save_inventory(inventory, current)
         return True
+
+    def write_incumbent(self, plan: Plan | None, inventory_name: str, replace: bool) -> bool:
+        """The plan stage's incumbent (`plan`, or a note that none was current), written when `replace` (the input
+        inventory changed: a new version is planned from the plan current now) or when there is none yet. An
+        unchanged inventory keeps its incumbent, so a run that changes nothing re-runs nothing. True when written."""
+        p = self.path(INPUT_INCUMBENT)
+        if p.is_file() and not replace:
+            return False
+        before = p.read_bytes() if p.is_file() else None
+        save_incumbent(plan if plan is not None else no_incumbent(inventory_name), p)
+        return p.read_bytes() != before
 
     def link_code(self, package_dir: Path | None = None) -> None:
         """Point `<root>/dreamshard` at the installed package (left alone when it is a real directory)."""
@@ -351,10 +366,10 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
                                                              endpoint_url=lineage.dvc_remote_endpoint))
         atomic_write_text(ws.path(LOCK), lineage.dvc_lock)
         ws.pull()
-        inventory = ws.path(INVENTORY)
-        if inventory.is_file():
-            ws.path(INPUT_INVENTORY).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(inventory, ws.path(INPUT_INVENTORY))
+        for validated, given in ((INVENTORY, INPUT_INVENTORY), (INCUMBENT, INPUT_INCUMBENT)):
+            if ws.path(validated).is_file():  # the inputs, restored from their validated (byte-equal) copies
+                ws.path(given).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(ws.path(validated), ws.path(given))
         rev = ws.commit(f"reproduce plan {plan_id} (workspace revision {lineage.git_revision or 'unknown'})") or ""
         got = {name: dvc_md5(ws.path(rel)) if ws.path(rel).exists() else "missing"
                for name, rel in (("model", MODEL_DIR), ("measurements", MEASUREMENTS))}

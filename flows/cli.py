@@ -147,6 +147,8 @@ def init_cmd(
     created = ws.init(installed_pipeline_file("dvc.yaml").read_text(), params_text, remote)
     if inv is not None or not ws.path(INPUT_INVENTORY).is_file():
         ws.write_inventory(inv if inv is not None else cfg.inventory.synthesize())
+    name = load_inventory(ws.path(INPUT_INVENTORY)).name
+    ws.write_incumbent(None, name, replace=False)  # `plans incumbent --inventory NAME -o inputs/incumbent.json`
     ws.commit("workspace: input inventory")
     typer.echo(f"{'created' if created else 'completed'} workspace {directory}/ (DVC remote {remote.resolved().url}); "
                f"run it with `dreamshard pipeline run --workspace {directory}` or `dvc repro` inside it")

@@ -1,7 +1,8 @@
 """retrain-on-inventory-change: the orchestrator. It executes dvc.yaml's stages in a workspace repository with
 DVC's change detection only (docs/architecture.md, "One stage graph"):
 
-    prepare the workspace (stage graph, params, input inventory, remote)
+    prepare the workspace (stage graph, params, input inventory, remote; a new inventory: the current plan as the
+                           incumbent the plan stage starts from)
     for each stage in dvc.yaml order that `dvc status` reports changed:   dvc repro --single-item STAGE  (one task)
     git commit dvc.lock  ->  dvc push  ->  publish-plan (gate, lineage, store; tags the commit)
 
@@ -35,6 +36,7 @@ from dreamshard_flows.tasks import (
     absolute_uri,
     commit_task,
     current_inventory_task,
+    current_plan_task,
     push_inventory_task,
     prepare_workspace_task,
     push_task,
@@ -135,7 +137,8 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
                                                request.inventory_name or cfg.inventory.name)
         remote = RemoteSpec(url=request.dvc_remote or cfg.pipeline.dvc_remote,
                             endpoint_url=request.dvc_remote_endpoint or cfg.pipeline.dvc_remote_endpoint).resolved()
-        changed = prepare_workspace_task(str(root), params_text(request.params_path, {"profile.backend": request.backend}) if request.params_path else None, inventory, remote)
+        incumbent = current_plan_task(store_uri, request.endpoint_url, inventory.name)
+        changed = prepare_workspace_task(str(root), params_text(request.params_path, {"profile.backend": request.backend}) if request.params_path else None, inventory, remote, incumbent)
         campaign = str(flow_run.id or "local")
         dispatch = resolve_dispatch(request.dispatch, cfg.pipeline.profile_deployment)
         env = stage_env(store_uri, request.endpoint_url, campaign, dispatch)

@@ -22,6 +22,7 @@ from dreamshard.settings import Settings, installed_pipeline_file
 from dreamshard.store import InventoryRef, PublishedRef, get_current_inventory, open_store, push_inventory
 from dreamshard.types import Inventory, Plan
 from dreamshard.usecases import publish as publish_uc
+from dreamshard.usecases.stored import current_or_none
 from dreamshard.workspace import COMPARISON, INVENTORY, PLAN, PipelineWorkspace, RemoteSpec
 
 DVC_YAML = installed_pipeline_file("dvc.yaml")
@@ -57,9 +58,11 @@ def absolute_uri(uri: str, base: Path | None = None) -> str:
 
 
 @task(name="prepare-workspace", cache_policy=NO_CACHE)
-def prepare_workspace_task(root: str, params: str | None, inventory: Inventory, remote: RemoteSpec) -> list[str]:
+def prepare_workspace_task(root: str, params: str | None, inventory: Inventory, remote: RemoteSpec,
+                           incumbent: Plan | None = None) -> list[str]:
     """Create or update the workspace: the installed stage graph, the run's params, the input inventory, the
-    remote, the code link. Returns what changed."""
+    remote, the code link, and, when the inventory changed, the incumbent (`incumbent`, the plan current now, the
+    new version is planned from; dreamshard.incumbent). Returns what changed."""
     ws = PipelineWorkspace(root)
     changed = ["created"] if ws.init(DVC_YAML.read_text(), params or PARAMS_YAML.read_text(), remote) else []
     if ws.sync_text("dvc.yaml", DVC_YAML.read_text()):
@@ -67,8 +70,11 @@ def prepare_workspace_task(root: str, params: str | None, inventory: Inventory, 
     if params is not None and ws.sync_text("params.yaml", params):
         changed.append("params.yaml")
     ws.set_remote(remote)
-    if ws.write_inventory(inventory):
+    new_inventory = ws.write_inventory(inventory)
+    if new_inventory:
         changed.append("inventory")
+    if ws.write_incumbent(incumbent, inventory.name, replace=new_inventory):
+        changed.append(f"incumbent {incumbent.plan_id}" if incumbent is not None else "incumbent (none current)")
     return changed
 
 
@@ -106,6 +112,12 @@ def current_inventory_task(store_uri: str, endpoint_url: str | None, inventory_n
             f"no inventory '{inventory_name}' in {store_uri}: push one with `dreamshard inventory push INV --store URI`"
         )
     return found[0]
+
+
+@task(name="current-plan", cache_policy=NO_CACHE)
+def current_plan_task(store_uri: str, endpoint_url: str | None, inventory_name: str) -> Plan | None:
+    """The plan current for the inventory now (None: none yet): the incumbent a new version is planned from."""
+    return current_or_none(open_store(store_uri, endpoint_url=endpoint_url), inventory_name)
 
 
 @task(name="push-inventory", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-ALL_STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
+ALL_STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
 
 
 def _no_prefect(cwd: Path) -> str:
@@ -63,6 +63,7 @@ def repo(tmp_path: Path) -> Path:
         shutil.copy(ROOT / ".dvc" / name, r / ".dvc" / name)
     (r / "params.yaml").write_text(yaml.safe_dump(TINY_PARAMS, sort_keys=False))
     tiny_inventory(r / "inputs" / "inventory.yaml")
+    shutil.copy(ROOT / "inputs" / "incumbent.json", r / "inputs" / "incumbent.json")  # no plan current yet
     PipelineWorkspace(r).link_code(ROOT / "dreamshard")  # in the checkout itself this is the package directory
     with open(r / ".gitignore", "a") as f:
         f.write("/dreamshard\n")
@@ -107,8 +108,16 @@ def test_dvc_pipeline_reruns_only_what_changed(repo: Path, tmp_path: Path) -> No
     assert _ran_stages(_run([dvc, "repro", "--single-item", "train"], repo)) == ["train"]
     assert set(_status(repo)) == {"plan", "evaluate"}
 
+    # The plan the job runs now becomes the incumbent: the stages that read it, nothing upstream.
+    shutil.copy(repo / "data" / "plan.json", repo / "inputs" / "incumbent.json")
+    assert set(_status(repo)) == {"incumbent", "plan", "evaluate"}
+    assert _ran_stages(_run([dvc, "repro", "--single-item", "incumbent"], repo)) == ["incumbent"]
+    assert (repo / "data" / "incumbent.json").read_bytes() == (repo / "inputs" / "incumbent.json").read_bytes()
+    assert set(_status(repo)) == {"plan", "evaluate"}
+
     # One table changes in the input inventory: everything downstream of it.
     change_one_table(load_inventory(repo / "inputs" / "inventory.yaml"), repo / "inputs" / "inventory.yaml")
     assert set(_status(repo)) == {"inventory", "plan", "evaluate"}  # plan, evaluate: still the new model's
     assert _ran_stages(_run([dvc, "repro", "--single-item", "inventory"], repo)) == ["inventory"]
-    assert set(_status(repo)) == set(ALL_STAGES[1:])  # the new validated inventory feeds every other stage
+    assert set(_status(repo)) == set(ALL_STAGES) - {"inventory", "incumbent"}  # the new inventory feeds the rest
+

@@ -11,11 +11,12 @@ import pytest
 import yaml
 from flows_support import change_one_table, tiny_inventory
 
+from dreamshard.incumbent import load_incumbent
 from dreamshard.store.inventories import current_inventory_key, get_current_inventory, inventory_key, push_inventory
 from dreamshard.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
+STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
 
 
 def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
@@ -30,10 +31,12 @@ def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
         assert st["cmd"].startswith("dreamshard "), name  # one thin CLI call
         code = [d for d in st["deps"] if d.startswith("dreamshard/")]
         assert code, f"stage {name} lists no code it runs"
-        assert all((ROOT / d).is_dir() for d in code), code
+        assert all((ROOT / d).is_dir() or (d.endswith(".py") and (ROOT / d).is_file()) for d in code), code
     assert "models/dreamshard" in stages["train"]["outs"]
     assert "data/plan.json" in stages["evaluate"]["deps"] and "data/comparison.json" in stages["evaluate"]["outs"]
     assert (ROOT / "inputs" / "inventory.yaml").is_file()  # the repository root is a DVC project itself
+    assert load_incumbent(ROOT / "inputs" / "incumbent.json") is None  # ... in which no plan is current yet
+    assert "data/incumbent.json" in stages["plan"]["deps"] and "--incumbent data/incumbent.json" in stages["plan"]["cmd"]
 
 
 def test_params_sections_pipeline_and_drift_are_typed(tmp_path: Path) -> None:

@@ -361,6 +361,10 @@ def test_cli_plan_with_an_incumbent_shows_its_moves_and_refuses_misuse(model_dir
     code, _, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
                            "--incumbent", str(tmp_path / "cut.json"), "-o", str(tmp_path / "y.json")])
     assert code == 2 and "cut.json" in err and not (tmp_path / "y.json").exists()
+    (tmp_path / "none.json").write_text('{"incumbent": null, "reason": "no plan was current"}')  # `plans incumbent`
+    code, out, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
+                             "--incumbent", str(tmp_path / "none.json"), "--explain", "-o", str(tmp_path / "z.json")])
+    assert code == 0 and "against --incumbent" not in out and "current" not in out, err
 
 
 def test_local_search_always_starts_from_the_current_plan_even_when_it_ranks_low(model_dir):
@@ -378,6 +382,19 @@ def test_local_search_always_starts_from_the_current_plan_even_when_it_ranks_low
     assert by_source["current"].predicted_ms == max(c.predicted_ms for c in report.search.candidates)
     assert "current+search" in by_source
     assert by_source["current+search"].predicted_ms < by_source["current"].predicted_ms
+
+
+def test_a_current_plan_equal_to_another_candidate_keeps_the_name_current(model_dir):
+    """Search lists each distinct placement once: when another source places exactly as the current plan does, the
+    entry is `current` (verify's default; it moves nothing), not the other source's."""
+    inv = synth_inventory(12, seed=35, name="same")
+    topo = Topology(num_devices=3, memory_per_device_gb=16)
+    current = get_sharder("size_greedy").shard(inv, topo)
+    report = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=["size_greedy", "lpt"]),
+                         column_splits="never", incumbent=current).shard_with_report(inv, topo)
+    assert report.search is not None
+    sources = [c.source for c in report.search.candidates]
+    assert "current" in sources and "size_greedy" not in sources, sources
 
 
 def test_verify_keeps_the_current_plans_candidate_unless_another_is_faster_in_every_round(model_dir):

@@ -26,16 +26,17 @@ from typing import Any
 import pytest
 from flows_support import TINY_PARAMS, change_one_table, jsonl_ids, tiny_inventory, write_params
 
-from dreamshard.io import load_inventory
+from dreamshard.incumbent import load_incumbent
+from dreamshard.io import load_inventory, load_plan
 from dreamshard.lineage import dvc_md5, lock_outs
 from dreamshard.store import get_current, get_pointer, list_plans, open_store
-from dreamshard.workspace import MEASUREMENTS, MODEL_DIR, PipelineWorkspace
+from dreamshard.workspace import INCUMBENT, INPUT_INCUMBENT, MEASUREMENTS, MODEL_DIR, PLAN, PipelineWorkspace
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
-ALL_STAGES = ["inventory", "tasks", "profile", "train", "plan", "evaluate"]
+ALL_STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
 WORKERS = ("gpu-w1", "gpu-w2")
 #: Task names that do work (a stage, a push, a publish, a measurement).
 WORK_TASKS = {"dvc-stage", "dvc-push", "git-commit", "gate", "publish-plan", "measure-batch"}
@@ -207,6 +208,7 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     inv = tiny_inventory(tmp_path / "inv.yaml")
     first = run(tmp_path / "inv.yaml", "local")
     assert first.ran == ALL_STAGES and first.outcome is not None and first.outcome.approved, first.reason
+    assert load_incumbent(ws_dir / INCUMBENT) is None  # the first version: no plan was current
 
     # One table changes: one run does everything, its profiling batches spread over both workers.
     change_one_table(inv, tmp_path / "inv2.yaml")
@@ -219,6 +221,11 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     assert len({(s.worker.worker, s.worker.pid) for s in shards}) >= 2
     assert {s.worker.ppid for s in shards} <= set(gpu_workers.pids().values())  # each ran under its worker
     ws = PipelineWorkspace(ws_dir)
+    # The new version was planned from the plan current when it arrived: search started from it, verify measured it.
+    incumbent = load_incumbent(ws.path(INCUMBENT))
+    assert incumbent is not None and incumbent.plan_id == first.outcome.plan_id
+    verified = load_plan(ws.path(PLAN)).verification
+    assert verified is not None and any(c.source.startswith("current") for c in verified.candidates), verified
     ids = jsonl_ids(ws.path(MEASUREMENTS))
     assert ids == [i for s in shards for i in s.item_ids] and len(ids) == len(set(ids))  # merged, nothing lost
 
@@ -245,6 +252,7 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
                 "--into", str(tmp_path / "repro")], tmp_path)
     assert f"md5 {lineage.model_md5} (lineage: {lineage.model_md5}) - match" in out
     assert dvc_md5(tmp_path / "repro" / MODEL_DIR) == lineage.model_md5
+    assert (tmp_path / "repro" / INPUT_INCUMBENT).read_bytes() == ws.path(INPUT_INCUMBENT).read_bytes()  # restored
 
     # The run's artifacts, as the UI lists them.
     keys = ["plan-devices-tiny", "sharder-comparison-tiny", "publish-decision-tiny", "plan-lineage-tiny",

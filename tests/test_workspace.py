@@ -112,7 +112,7 @@ def test_pipeline_init_and_status_cli(tmp_path: Path) -> None:
     w = PipelineWorkspace(ws)
     assert w.exists() and w.remote() == RemoteSpec(url=str((tmp_path / "remote").resolve()))
     assert (ws / "dreamshard").resolve() == (Path(__file__).resolve().parents[1] / "dreamshard")
-    assert w.stages() == ["inventory", "tasks", "profile", "train", "plan", "evaluate"] and not w.dirty()
+    assert w.stages() == ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"] and not w.dirty()
     res = subprocess.run([*cli, "status", "-w", str(ws)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].startswith("inventory  changed") and "no plan decided yet" in res.stdout

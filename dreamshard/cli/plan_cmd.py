@@ -45,7 +45,8 @@ from dreamshard.cli.options import (
 )
 from dreamshard.cli.explain_cmd import print_reasons, print_stats
 from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
-from dreamshard.io import check_outputs, load_inventory, load_plan
+from dreamshard.incumbent import load_incumbent
+from dreamshard.io import check_outputs, load_inventory
 from dreamshard.plan_diff import plan_diff
 from dreamshard.learning.search import SearchResult
 from dreamshard.settings import resolve
@@ -125,7 +126,7 @@ def plan(
     memory_model: MemoryModelOverride = None,
     memory_reserve: MemoryReserveOverride = None,
     types: Annotated[Optional[str], typer.Option("--types", help="dreamshard: sharding types the search may give a whole table besides table-wise and column-wise, comma-separated: row_wise, table_row_wise, data_parallel; converted where the learned cost says it pays (plan.types; default none).")] = None,
-    incumbent: Annotated[Optional[Path], typer.Option("--incumbent", help="dreamshard: the plan the job runs now (e.g. the last version's): adapted to this inventory (its units keep their devices, new tables inserted where predicted lowest) it is a search candidate, `current`; the new plan's moves against it are shown.")] = None,
+    incumbent: Annotated[Optional[Path], typer.Option("--incumbent", help="dreamshard: the plan the job runs now (e.g. the last version's): adapted to this inventory (its units keep their devices, new tables inserted where predicted lowest) it is a search candidate, `current`; the new plan's moves against it are shown. An incumbent file (`plans incumbent`) that says no plan was current means none.")] = None,
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
     (name,) = validate_sharders([sharder])
@@ -149,7 +150,7 @@ def plan(
     })
     request = plan_uc.PlanRequest(settings=settings, inventory=inventory, out=out, sharder=name, model=model,
                                   seed=seed, torchrec_out=torchrec_out, torchrec_kernel=torchrec_kernel, corpus=corpus,
-                                  incumbent=load_plan(incumbent) if incumbent is not None else None)
+                                  incumbent=load_incumbent(incumbent) if incumbent is not None else None)
     searching = name == plan_uc.SEARCHING_SHARDER
     n_verify = settings.plan.verify if searching else 0
     n_refine = settings.plan.refine_seconds if searching else 0.0

@@ -1,4 +1,4 @@
-"""`dreamshard plans ...` (gate, publish, list, show, rollback, fsck) and `dreamshard remote ...` (DVC remotes)."""
+"""`dreamshard plans ...` (gate, publish, list, show, incumbent, rollback, fsck) and `dreamshard remote ...` (DVC remotes)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from dreamshard.cli.options import ModelOpt
 from dreamshard.cli.plan_cmd import expand_sharders
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote
 from dreamshard.errors import ConfigError
+from dreamshard.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
+from dreamshard.io import check_outputs
 from dreamshard.settings import Settings, resolve
 from dreamshard.store import fsck, list_plans, rollback
 from dreamshard.store.base import PlanStore
@@ -23,7 +25,7 @@ from dreamshard.types import Plan
 from dreamshard.usecases import explain as explain_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases import reproduce as reproduce_uc
-from dreamshard.usecases.stored import open_plan_store, stored_plan
+from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
 
 plans_app = typer.Typer(help="Gate, publish, list, show, roll back and check plans in a plan store.", no_args_is_help=True)
 remote_app = typer.Typer(help="Configure the DVC remote (local directory or S3-compatible).", no_args_is_help=True)
@@ -237,6 +239,32 @@ def show_cmd(
         return
     data = plan.to_torchrec() if torchrec else plan.model_dump(mode="json")
     typer.echo(json.dumps(data, indent=2))
+
+
+@plans_app.command("incumbent")
+def incumbent_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Incumbent file to write (JSON).")],
+    inventory: Annotated[str | None, typer.Option("--inventory", help="Write the store's current plan of this inventory (or a note that none is).")] = None,
+    source: Annotated[Path | None, typer.Option("--from", help="Check this incumbent file instead (a plan, or a note that none was current) and write its canonical form: the DVC `incumbent` stage.")] = None,
+    store: StoreOpt = None,
+    endpoint: EndpointOpt = None,
+    params: ParamsOpt = None,
+) -> None:
+    """Write the incumbent a new inventory version is planned from (`plan --incumbent`; in a pipeline workspace
+    inputs/incumbent.json, which the orchestrator writes when the inventory changes): the plan the job runs now,
+    so the new plan moves only what the change calls for."""
+    if (inventory is None) == (source is None):
+        raise ConfigError("give one of --inventory NAME (the store's current plan) and --from FILE")
+    check_outputs({"--from": source}, {"--out": out})
+    if source is not None:
+        doc: Plan | NoIncumbent = read_incumbent(source)
+    else:
+        assert inventory is not None
+        plan = current_or_none(_open(store, endpoint, params), inventory)
+        doc = plan if plan is not None else no_incumbent(inventory)
+    save_incumbent(doc, out)
+    typer.echo(f"{out}: " + (f"plan {doc.plan_id} ({doc.inventory_name} {doc.inventory_fingerprint[:12]}, "
+                             f"{doc.topology.num_devices} devices)" if isinstance(doc, Plan) else doc.reason))
 
 
 @plans_app.command("rollback")

@@ -154,7 +154,9 @@ def search(
                 refined.append(Candidate(f"{cand.source}+search", scorer.placement(new), scorer.score(new)))
     everything: list[Candidate] = []
     seen_placements: set[tuple[int, ...]] = set()
-    for c in sorted(found + refined, key=lambda c: c.predicted_ms):  # one entry per distinct placement
+    # One entry per distinct placement; a seed's name wins a tie (the same placement as another source's is still
+    # the current plan: verify keeps it by default and it moves nothing).
+    for c in sorted(found + refined, key=lambda c: (c.predicted_ms, c.source.partition("+")[0] not in (seeds or {}))):
         key = tuple(scorer.actions(c.placement))
         if key not in seen_placements:
             seen_placements.add(key)

@@ -19,13 +19,13 @@ from dreamshard.errors import ConfigError, StoreError
 from dreamshard.io import load_inventory, save_inventory
 from dreamshard.plan_diff import PlanDiff, plan_diff
 from dreamshard.settings import model_dir
-from dreamshard.store import PlanRecord, PublishedRef, get_current, get_current_inventory, list_plans, push_inventory
+from dreamshard.store import PlanRecord, PublishedRef, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
 from dreamshard.types import Inventory, Plan, Verification
 from dreamshard.usecases import plan as plan_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
-from dreamshard.usecases.stored import open_plan_store
+from dreamshard.usecases.stored import current_or_none, open_plan_store
 
 #: `fallback`: the plan was rejected and the current plan cannot serve the version (a table added, removed or
 #: reshaped): the best baseline the gate measured with it became current instead (`fallback_ref`).
@@ -76,13 +76,6 @@ def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
     return found[0]
 
 
-def _current_plan(store: PlanStore, name: str) -> Plan | None:
-    try:
-        return get_current(store, name)
-    except StoreError:
-        return None  # no plan yet (or a pointer fsck reports): this replan makes the first
-
-
 def decided(store: PlanStore, name: str, fingerprint: str) -> PlanRecord | None:
     """The last plan the gate decided on for this inventory version (approved or not), if any."""
     records = [r for r in list_plans(store, name, fingerprint) if not r.problem]
@@ -95,7 +88,7 @@ def run(request: ReplanRequest) -> ReplanResult:
     inv = _inventory(request, store)
     ref = push_inventory(store, inv, store_uri=request.store or s.publish.store_uri)  # the version a plan is for
     base = {"inventory_name": inv.name, "fingerprint": inv.fingerprint()}
-    current = _current_plan(store, inv.name)
+    current = current_or_none(store, inv.name)  # None: this replan makes the first
     previous = current.plan_id if current is not None else None
     if current is not None and current.inventory_fingerprint == ref.fingerprint and not request.force:
         return ReplanResult(outcome="current", previous_plan_id=previous, plan=current, **base,

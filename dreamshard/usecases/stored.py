@@ -28,3 +28,12 @@ def stored_plan(store: PlanStore, plan_id: str, inventory: str | None, command: 
             raise ConfigError(f"`plans {command} current` needs --inventory NAME")
         return get_current(store, inventory)
     return show(store, plan_id, inventory)
+
+
+def current_or_none(store: PlanStore, inventory: str) -> Plan | None:
+    """The current plan of `inventory`, or None when there is none yet (or its pointer is broken, which
+    `plans fsck` reports): what a new version is planned from (dreamshard.incumbent)."""
+    try:
+        return get_current(store, inventory)
+    except StoreError:
+        return None
