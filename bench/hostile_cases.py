@@ -377,6 +377,7 @@ EXTRA_CASES: tuple[tuple[str, str], ...] = (
     ("hostile_loop_cases", "cases"),
     ("hostile_whatif_cases", "cases"),
     ("hostile_whatif_cases", "incumbent_cases"),
+    ("hostile_incumbent_cases", "cases"),
 )
 
 

@@ -20,6 +20,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from dreamshard.errors import PlanError
+from dreamshard.inventory.validation import ALLOWED, name_problem
 from dreamshard.io import dump_model, read_structured, validate_mapping
 from dreamshard.types import Plan
 
@@ -42,7 +43,11 @@ def read_incumbent(path: str | Path) -> Plan | NoIncumbent:
     data = read_structured(path)
     if isinstance(data, dict) and "incumbent" in data:
         return validate_mapping(data, NoIncumbent, PlanError, f"incumbent {path}")
-    return validate_mapping(data, Plan, PlanError, f"incumbent {path}")
+    plan = validate_mapping(data, Plan, PlanError, f"incumbent {path}")
+    for what, value in (("plan id", plan.plan_id), ("inventory name", plan.inventory_name)):
+        if (problem := name_problem(value)) is not None:  # a plan id is data: one a store could hold, or none
+            raise PlanError(f"incumbent {path}: {what} {value[:80]!r} {problem}: use {ALLOWED}")
+    return plan
 
 
 def load_incumbent(path: str | Path) -> Plan | None:
