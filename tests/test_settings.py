@@ -133,6 +133,9 @@ def test_dvc_stage_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert len(tasks["train"]) == TINY_PARAMS["tasks"]["train_num_tasks"]
     # the plan stage reads the device count and template from params; an option on its command line wins
     write_params(tmp_path / "params.yaml", plan={"verify": 0, "num_devices": 3})
+    incumbent_argv = [str(ROOT / a) if a.startswith("inputs/") else a for a in _stage_argv("incumbent")]
+    code, _, err = invoke(incumbent_argv)  # the incumbent stage on the repository's input (no plan current)
+    assert code == 0, err
     plan_argv = _stage_argv("plan")
     plan_argv[plan_argv.index("--model") + 1] = str(ROOT / "dreamshard" / "pretrained")
     code, _, err = invoke(plan_argv)
