@@ -54,6 +54,10 @@ class PlanConfig(Section):
     # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
     # verified candidates is one (dreamshard.learning.verify.anchor_candidates)
     verify_anchors: Annotated[int, Field(ge=0, le=16)] = VERIFY_ANCHORS
+    # with an incumbent (a re-plan): another candidate replaces the current plan's only after enough straight paired
+    # wins that chance alone, over all challengers, would explain them less often than 1 - this
+    # (dreamshard.learning.verify.rounds_to_replace: 6-7 rounds at 0.95)
+    verify_confidence: Annotated[float, Field(ge=0.5, le=0.9999)] = 0.95
     # measured refinement of the kept plan (dreamshard.learning.measured_refine): seconds of proposals measured
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0

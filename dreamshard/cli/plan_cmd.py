@@ -105,6 +105,7 @@ def plan(
     verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best predicted unless another is faster in every round (plan.verify; default 0).")] = None,
     verify_rounds: Annotated[Optional[int], typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate (plan.verify_rounds; default 3).")] = None,
     verify_anchors: Annotated[Optional[int], typer.Option("--verify-anchors", min=0, max=16, help="With --verify: also measure this many of the baselines' own plans (best predicted first) when none of the K is one (plan.verify_anchors; default 2).")] = None,
+    verify_confidence: Annotated[Optional[float], typer.Option("--verify-confidence", min=0.5, max=0.9999, help="With --verify and --incumbent: another candidate replaces the current plan's only after enough straight paired wins that chance alone would explain them less often than 1 - this (plan.verify_confidence; default 0.95: 6-7 rounds).")] = None,
     backend: BackendOverride = None,
     warmup: WarmupOverride = None,
     repeats: RepeatsOverride = None,
@@ -145,7 +146,8 @@ def plan(
         **memory_overrides(optimizer, memory_model, memory_reserve),
         "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
         "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
-        "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "plan.verify_anchors": verify_anchors, "profile.backend": backend,
+        "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "plan.verify_anchors": verify_anchors,
+        "plan.verify_confidence": verify_confidence, "profile.backend": backend,
         "profile.warmup": warmup, "profile.repeats": repeats, "profile.num_threads": threads,
     })
     request = plan_uc.PlanRequest(settings=settings, inventory=inventory, out=out, sharder=name, model=model,

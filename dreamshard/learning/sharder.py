@@ -176,15 +176,21 @@ class DreamShardSharder(ModelSharder):
     none of the K is one (`verify.anchor_candidates`); the best predicted is kept unless another was faster in
     every round (`verify.kept_index`), with its measured costs and the record. With an `incumbent`, the best
     predicted of its candidates (`current`, `current+search`) is measured too and takes the best predicted's
-    place as the default: a re-plan moves the job's tables only when the hardware confirms the gain.
+    place as the default: a re-plan moves the job's tables only when the hardware confirms the gain, in a duel of
+    `verify.rounds_to_replace(challengers, verify_confidence)` straight paired wins.
     """
 
     name = "dreamshard"
-    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "oracle", "incumbent"}
+    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "verify_confidence", "oracle",
+                                      "incumbent"}
 
     def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
-                 verify_anchors: int = VERIFY_ANCHORS, incumbent: Plan | None = None, **kw: Any) -> None:
+                 verify_anchors: int = VERIFY_ANCHORS, incumbent: Plan | None = None,
+                 verify_confidence: float = 0.95, **kw: Any) -> None:
         super().__init__(**kw)
+        if not 0.5 <= verify_confidence < 1.0:
+            raise ConfigError(f"verify_confidence must be in [0.5, 1), got {verify_confidence}")
+        self.verify_confidence = float(verify_confidence)
         self.incumbent = incumbent  # the plan now current: adapted to the inventory, it is the `current` candidate
         if verify < 0:
             raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
@@ -203,12 +209,14 @@ class DreamShardSharder(ModelSharder):
                *anchor_candidates(searched.candidates, self.verify, self.verify_anchors)]
         # the current plan's candidate is the default when there is one: kept unless another is faster in every
         # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
+        # (and a challenger replaces it only after a duel long enough that chance could not explain its wins)
         mine = next((c for c in searched.candidates if c.source.partition("+")[0] == CURRENT), None)
         if mine is not None:
             top = [mine, *(c for c in top if c is not mine)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
-                                    rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed)
+                                    rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed,
+                                    hold=self.verify_confidence if mine is not None else None)
         return kept
 
     def _place(self, inventory: Inventory, topology: Topology,

@@ -72,7 +72,8 @@ def run(request: PlanRequest) -> PlanResult:
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
     extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle,
-                             "verify_anchors": s.plan.verify_anchors} if verify else {}
+                             "verify_anchors": s.plan.verify_anchors,
+                             "verify_confidence": s.plan.verify_confidence} if verify else {}
     if request.incumbent is not None:
         require_searching(name, "--incumbent")
         extra["incumbent"] = request.incumbent

@@ -1,0 +1,55 @@
+"""Verify's duel (dreamshard.learning.verify, `hold`): in a re-plan the current plan's candidate is the default,
+and a challenger that won every round replaces it only after enough straight paired wins that chance alone would
+explain them less often than plan.verify_confidence allows. Equal plans on a noisy machine keep the current plan;
+a plan that is really faster still replaces it."""
+
+from __future__ import annotations
+
+from gate_hostile import INVENTORY, TOPOLOGY, NoisyOracle
+
+from dreamshard.learning.search import Candidate
+from dreamshard.learning.verify import rounds_to_replace, verify_candidates
+from dreamshard.sharders import get_sharder
+from dreamshard.types import Plan
+
+
+def _candidates(plans: list[Plan]) -> list[Candidate]:
+    return [Candidate(f"c{i}", dict(p.placement), 1.0) for i, p in enumerate(plans)]
+
+
+def test_rounds_to_replace_bounds_the_chance_of_a_lucky_run() -> None:
+    for k in (1, 2, 4, 5, 8):
+        n = rounds_to_replace(k, 0.95)
+        assert k * 2.0 ** -n <= 0.05 < k * 2.0 ** -(n - 1)  # the fewest rounds that bound it
+    assert rounds_to_replace(4, 0.95) == 7 and rounds_to_replace(1, 0.5) == 1
+
+
+def test_equal_plans_on_a_noisy_machine_keep_the_current_plan() -> None:
+    """Five copies of one plan (pure noise between them, sd 10% per measurement): without the duel one of the four
+    challengers wins all 3 rounds about 41% of the time; with it, at most the 5% the confidence allows."""
+    plan = get_sharder("size_greedy").shard(INVENTORY, TOPOLOGY)
+    plans = [plan.model_copy(update={"plan_id": f"{plan.plan_id}-{i}"}) for i in range(5)]
+    trials = 40
+    replaced = {False: 0, True: 0}
+    for hold in (False, True):
+        for t in range(trials):
+            _, v = verify_candidates(INVENTORY, TOPOLOGY, _candidates(plans), plans, NoisyOracle(seed=t, sd=0.1),
+                                     rounds=3, seed=t, hold=0.95 if hold else None)
+            replaced[hold] += v.chosen != "c0"
+    assert replaced[False] >= 8, replaced  # the old rule: noise alone moves the job's tables often
+    assert replaced[True] <= 4, replaced  # the duel: about 2 of 40 expected
+
+
+def test_a_really_faster_plan_replaces_the_current_one_after_the_duel() -> None:
+    """On a quiet machine the better placement wins every round: it is kept, after exactly the rounds the duel
+    asks of one challenger; the current plan's rounds grow with it (paired)."""
+    slow = get_sharder("round_robin").shard(INVENTORY, TOPOLOGY)
+    fast = get_sharder("lookup_greedy").shard(INVENTORY, TOPOLOGY)
+    oracle = NoisyOracle(seed=3, sd=0.002)
+    kept, v = verify_candidates(INVENTORY, TOPOLOGY, _candidates([slow, fast]), [slow, fast], oracle, rounds=3,
+                                hold=0.95)
+    need = rounds_to_replace(1, 0.95)
+    assert v.chosen == "c1" and kept.placement == fast.placement
+    assert [c.rounds for c in v.candidates] == [need, need]
+    _, v3 = verify_candidates(INVENTORY, TOPOLOGY, _candidates([slow, fast]), [slow, fast], oracle, rounds=3)
+    assert v3.chosen == "c1" and [c.rounds for c in v3.candidates] == [3, 3]  # no incumbent: no duel
