@@ -264,7 +264,8 @@ def render(data: dict[str, Any]) -> str:
                   f"{rt.get('stages_s', {}).get(t, '-')} |" for t in stages]
     if data.get("moved"):
         lines += ["", "What each v2 plan reshards against v1's published plan (tables placed differently: another device, "
-                  "sharding type or shards; the fast path also searched from v1's plan, the `current` candidate):", "",
+                  "sharding type or shards; every path searched from v1's plan, the `current` candidate: the fast path from "
+                  "its store, the retrains' plan stage from the workspace's incumbent):", "",
                   "| run | tables moved | GB moved | added | removed |", "|---|---:|---:|---:|---:|"]
         for key, label in (("incremental", "incremental retrain"), ("fast_path", "fast path"),
                            ("retrain", "full retrain")):
