@@ -20,13 +20,14 @@ import prefect  # noqa: F401  the commands here run flows; without Prefect the l
 import typer
 from rich.console import Console
 
-from dreamshard.errors import ConfigError, PipelineError
+from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line
+from dreamshard.incumbent import NoIncumbent, read_incumbent
 from dreamshard.evaluation import comparison_table, load_comparison
 from dreamshard.io import load_inventory, save_inventory
 from dreamshard.settings import installed_pipeline_file, params_file, resolve
 from dreamshard.store import open_store
 from dreamshard.workspace import (
-    COMPARISON, INPUT_INVENTORY, MODEL_DIR, PARAMS, PipelineWorkspace, RemoteSpec, check_directory_path,
+    COMPARISON, INPUT_INCUMBENT, INPUT_INVENTORY, MODEL_DIR, PARAMS, PipelineWorkspace, RemoteSpec, check_directory_path,
 )
 
 pipeline_app = typer.Typer(help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.",
@@ -154,6 +155,20 @@ def init_cmd(
                f"run it with `dreamshard pipeline run --workspace {directory}` or `dvc repro` inside it")
 
 
+def describe_incumbent(path: Path) -> str:
+    """What the plan stage starts from (inputs/incumbent.json), in one line; a file that does not check says why."""
+    if not path.is_file():
+        return f"none yet ({path.name} is written with the next inventory)"
+    try:
+        doc = read_incumbent(path)
+    except DreamshardError as e:
+        return f"unreadable: {first_line(e)}"
+    if isinstance(doc, NoIncumbent):
+        return f"none: {doc.reason}"
+    return (f"plan {doc.plan_id} ({doc.inventory_name} {doc.inventory_fingerprint[:12]}, "
+            f"{doc.topology.num_devices} devices): the plan stage searches from it")
+
+
 @pipeline_app.command("status")
 def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
     """What would run (`dvc status`) and the decision recorded for the workspace's last commit."""
@@ -165,6 +180,7 @@ def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
     status = ws.status()
     for stage in ws.stages():
         typer.echo(f"{stage:10s} {'changed: ' + describe_status(status[stage]) if stage in status else 'up to date'}")
+    typer.echo(f"{INPUT_INCUMBENT}: {describe_incumbent(ws.path(INPUT_INCUMBENT))}")
     plan_id, tag = plan_decision(ws)
     typer.echo(f"revision {(ws.head() or '-')[:12]}: plan {plan_id or '-'}: {tag or 'no plan decided yet'}")
 

@@ -84,3 +84,21 @@ def test_a_workspace_rewrites_its_incumbent_only_for_a_new_inventory(tmp_path: P
     assert not ws.write_incumbent(first, name, replace=True)  # rewritten, byte-equal: no change
     assert ws.write_incumbent(None, name, replace=True)  # a new version with nothing current
     assert load_incumbent(ws.path(INPUT_INCUMBENT)) is None
+
+
+def test_pipeline_init_writes_no_incumbent_and_status_says_what_the_plan_stage_starts_from(tmp_path: Path) -> None:
+    tiny_inventory(tmp_path / "inv.yaml")
+    ws = tmp_path / "ws"
+    code, _, err = invoke(["pipeline", "init", str(ws), "-i", str(tmp_path / "inv.yaml"), "--dvc-remote",
+                           str(tmp_path / "remote")])
+    assert code == 0, err
+    assert load_incumbent(ws / INPUT_INCUMBENT) is None  # a new workspace: no plan current yet
+    code, out, err = invoke(["pipeline", "status", "--workspace", str(ws)])
+    assert code == 0 and f"{INPUT_INCUMBENT}: none: no plan was current for inventory 'tiny'" in out, err
+    plan = make_plan(inventory="tiny")
+    save_incumbent(plan, ws / INPUT_INCUMBENT)
+    out = invoke(["pipeline", "status", "--workspace", str(ws)])[1]
+    assert f"{INPUT_INCUMBENT}: plan {plan.plan_id} (tiny " in out and "the plan stage searches from it" in out
+    (ws / INPUT_INCUMBENT).write_text("{")
+    code, out, _ = invoke(["pipeline", "status", "--workspace", str(ws)])
+    assert code == 0 and f"{INPUT_INCUMBENT}: unreadable: " in out and "not valid JSON" in out  # the rest still shows
