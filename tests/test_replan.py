@@ -176,7 +176,13 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
     stats_only = change_one_table(v1, tmp_path / "v2.yaml")
     assert stats_only.schema_fingerprint() == v1.schema_fingerprint()
     same_schema = get_sharder("size_greedy").shard(stats_only, topo)
-    assert first_plan(store, same_schema, unsure(same_schema.plan_id)).outcome == "inconclusive"
+    kept = first_plan(store, same_schema, unsure(same_schema.plan_id))
+    assert kept.outcome == "inconclusive" and "measure more rounds" in kept.reason
+    # a re-plan that kept the current plan's placement (another id): no number of rounds could tell them apart
+    again = current.model_copy(update={"plan_id": f"{current.plan_id}-again"})
+    same = first_plan(store, again, unsure(again.plan_id))
+    assert same.outcome == "inconclusive" and "measure more rounds" not in same.reason
+    assert f"the current plan {current.plan_id} stays (this plan places every table as it does" in same.reason
 
     extra = v1.tables[1].model_copy(update={"name": "t_new"})
     grown = Inventory(name=v1.name, tables=(*v1.tables, extra))

@@ -125,10 +125,26 @@ def first_plan(store: PlanStore, plan: Plan, decision: GateDecision, why: str | 
         return decision
     why = nothing_to_keep(store, plan) if why is None else why
     if not why:
-        return decision
+        return _same_as_current(store, plan, decision)
     return decision.model_copy(update={
         "approved": True, "outcome": "approved",
         "reason": decision.reason.replace("the current plan stays (measure more rounds)", f"{why}: it becomes current")})
+
+
+def _same_as_current(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
+    """An inconclusive plan that places every unit as the current plan does (a re-plan that kept the current plan's
+    candidate): more rounds could not tell the two apart, so the reason says that instead of "measure more"."""
+    try:
+        current = get_current(store, plan.inventory_name)
+    except StoreError:
+        return decision
+    if (current.placement, current.column_shards, current.row_shards, set(current.data_parallel)) != \
+            (plan.placement, plan.column_shards, plan.row_shards, set(plan.data_parallel)):
+        return decision
+    return decision.model_copy(update={"reason": decision.reason.replace(
+        "the current plan stays (measure more rounds)",
+        f"the current plan {current.plan_id} stays (this plan places every table as it does: the job keeps its "
+        f"state, and no number of rounds could tell the two apart)")})
 
 
 def cannot_serve(current: Plan, plan: Plan) -> str:
