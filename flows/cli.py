@@ -21,8 +21,8 @@ import typer
 from rich.console import Console
 
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line
-from dreamshard.incumbent import NoIncumbent, read_incumbent
 from dreamshard.evaluation import comparison_table, load_comparison
+from dreamshard.incumbent import NoIncumbent, read_incumbent
 from dreamshard.io import load_inventory, save_inventory
 from dreamshard.settings import installed_pipeline_file, params_file, resolve
 from dreamshard.store import open_store
