@@ -35,6 +35,13 @@ from dreamshard.types import Inventory, Topology
 
 #: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed)
 POLICY, LPT, CURRENT = "policy", "lpt", "current"
+#: what local search appends to the source of a candidate it improved
+SEARCHED = "+search"
+
+
+def origin(source: str) -> str:
+    """The source a candidate came from: `current+search` came from `current`."""
+    return source.removesuffix(SEARCHED)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,7 @@ def search(
     `seeds` ({source: placement of every unit}, legal placements the caller vouches for). Raises
     InfeasiblePlacementError only when no source could place the inventory."""
     t0 = time.perf_counter()
+    seeds = seeds or {}
     scorer = _Scorer(inventory, cost)
     found: list[Candidate] = []
     failed: dict[str, str] = {}
@@ -130,7 +138,7 @@ def search(
                 last_error = e
         except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
             failed[source] = str(e)
-    for source, placement in (seeds or {}).items():
+    for source, placement in seeds.items():
         add(source, dict(placement))
     if not found:
         if last_error is not None:
@@ -142,7 +150,7 @@ def search(
     refined: list[Candidate] = []
     if config.refine_rounds > 0:
         seen: set[tuple[int, ...]] = set()
-        seeded = [c for c in found[config.refine_top:] if c.source in (seeds or {})]  # always searched from
+        seeded = [c for c in found[config.refine_top:] if c.source in seeds]  # always searched from
         for cand in [*found[: config.refine_top], *seeded]:
             start = scorer.actions(cand.placement)
             if tuple(start) in seen:
@@ -151,12 +159,12 @@ def search(
             new = refine_placement(cost, scorer.states, scorer.sizes, start, topology,
                                    max_rounds=config.refine_rounds, min_gain=0.0)
             if new != start:
-                refined.append(Candidate(f"{cand.source}+search", scorer.placement(new), scorer.score(new)))
+                refined.append(Candidate(f"{cand.source}{SEARCHED}", scorer.placement(new), scorer.score(new)))
     everything: list[Candidate] = []
     seen_placements: set[tuple[int, ...]] = set()
     # One entry per distinct placement; a seed's name wins a tie (the same placement as another source's is still
     # the current plan: verify keeps it by default and it moves nothing).
-    for c in sorted(found + refined, key=lambda c: (c.predicted_ms, c.source.partition("+")[0] not in (seeds or {}))):
+    for c in sorted(found + refined, key=lambda c: (c.predicted_ms, origin(c.source) not in seeds)):
         key = tuple(scorer.actions(c.placement))
         if key not in seen_placements:
             seen_placements.add(key)

@@ -33,7 +33,7 @@ from dreamshard.learning.insertion import adapted_placement
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.learning.policy import plan_with_policy
-from dreamshard.learning.search import CURRENT, Candidate, SearchResult, lpt_placement, search
+from dreamshard.learning.search import CURRENT, Candidate, SearchResult, lpt_placement, origin, search
 from dreamshard.learning.sharding_choice import choose_types
 from dreamshard.learning.splits import choose_splits
 from dreamshard.learning.verify import VERIFY_ROUNDS, anchor_candidates, verify_candidates
@@ -210,7 +210,7 @@ class DreamShardSharder(ModelSharder):
         # the current plan's candidate is the default when there is one: kept unless another is faster in every
         # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
         # (and a challenger replaces it only after a duel long enough that chance could not explain its wins)
-        mine = next((c for c in searched.candidates if c.source.partition("+")[0] == CURRENT), None)
+        mine = next((c for c in searched.candidates if origin(c.source) == CURRENT), None)
         if mine is not None:
             top = [mine, *(c for c in top if c is not mine)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
