@@ -115,14 +115,15 @@ def model_yaml(model: BaseModel) -> str:
     return yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False)
 
 
+def model_json(model: BaseModel) -> str:
+    """A model as indented JSON text (what dump_model writes to a .json file)."""
+    return json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
+
+
 def dump_model(model: BaseModel, path: str | Path) -> Path:
     """Save a model as YAML (.yaml/.yml) or JSON (anything else)."""
     p = Path(path)
-    if p.suffix.lower() in {".yaml", ".yml"}:
-        text = model_yaml(model)
-    else:
-        text = json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
-    return atomic_write_text(p, text)
+    return atomic_write_text(p, model_yaml(model) if p.suffix.lower() in {".yaml", ".yml"} else model_json(model))
 
 
 def validate_mapping(data: Any, cls: type[M], error: type[DreamshardError], where: str) -> M:

@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict
 import dreamshard
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, run_dvc
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
-from dreamshard.incumbent import no_incumbent, save_incumbent
-from dreamshard.io import atomic_write_text, load_inventory, save_inventory
+from dreamshard.incumbent import no_incumbent
+from dreamshard.io import atomic_write_text, load_inventory, model_json, save_inventory
 from dreamshard.lineage import Lineage, dvc_md5, lock_outs, sha256_text
 from dreamshard.types import Inventory, Plan
 
@@ -158,7 +158,7 @@ class PipelineWorkspace:
     def sync_text(self, rel: str, text: str) -> bool:
         """Write `text` to `rel` if it differs; True when it changed."""
         p = self.path(rel)
-        if p.is_file() and p.read_text() == text:
+        if p.is_file() and p.read_bytes() == text.encode():  # bytes: a file that is not UTF-8 is simply replaced
             return False
         atomic_write_text(p, text)
         return True
@@ -179,12 +179,9 @@ class PipelineWorkspace:
         """The plan stage's incumbent (`plan`, or a note that none was current), written when `replace` (the input
         inventory changed: a new version is planned from the plan current now) or when there is none yet. An
         unchanged inventory keeps its incumbent, so a run that changes nothing re-runs nothing. True when written."""
-        p = self.path(INPUT_INCUMBENT)
-        if p.is_file() and not replace:
+        if self.path(INPUT_INCUMBENT).is_file() and not replace:
             return False
-        before = p.read_bytes() if p.is_file() else None
-        save_incumbent(plan if plan is not None else no_incumbent(inventory_name), p)
-        return p.read_bytes() != before
+        return self.sync_text(INPUT_INCUMBENT, model_json(plan if plan is not None else no_incumbent(inventory_name)))
 
     def link_code(self, package_dir: Path | None = None) -> None:
         """Point `<root>/dreamshard` at the installed package (left alone when it is a real directory)."""
