@@ -18,14 +18,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from store_helpers import approve, make_plan  # noqa: E402 - tests/ is not a package
 
+from hostile_cases import snap  # noqa: E402 - bench/ is the script's directory
+
 from dreamshard.cli.app import invoke as cli  # noqa: E402
 from dreamshard.store import LocalPlanStore, publish  # noqa: E402
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
-
-
-def _snap(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def _edit(src: Path, dst: Path, **changes: Any) -> None:
@@ -94,11 +92,11 @@ def cases(d: Path, case: Case) -> None:
                                 str(w / "good.json")])
             assert code == 0, err
             make(w)
-            before = _snap(w)
+            before = snap(w)
             paths = [str(w / a) if a.endswith(".json") else a for a in argv]
             store_opt = ["--store", str(store)] if "--inventory" in argv else []
             code, out, err = cli(["plans", "incumbent", *paths, *store_opt])
             lines = err.strip().splitlines()
             ok = (code == 2 and len(lines) == 1 and "Traceback" not in out + err and needle in lines[0]
-                  and _snap(w) == before)
+                  and snap(w) == before)
             return ok, (lines[0] if lines else f"exit {code}")[:200]

@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from hostile_cases import snap  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
 from dreamshard.inventory import synth
@@ -33,10 +34,6 @@ GUARD_LOOKUPS = 10**8
 def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
     lines = r[2].strip().splitlines()
     return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and all(n in lines[0] for n in needles)
-
-
-def _snap(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 @contextmanager
@@ -75,10 +72,10 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             target = d / "18.5" / name
             target.parent.mkdir(exist_ok=True)
             target.write_text(text)
-            before = _snap(target.parent)
+            before = snap(target.parent)
             r = cli([*profile, "-o", str(target)])
             return _one_line_2(r, "InputFileError", str(target), "not a measurements file") and \
-                _snap(target.parent) == before
+                snap(target.parent) == before
 
     @case("18.5", "a killed writer's unfinished first record is still recovered", "profile ... -o m.jsonl (partial)")
     def _() -> bool:
@@ -114,14 +111,14 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         planf = work / "plan.json"
         planf.write_text(get_sharder("lookup_greedy").shard(big, topo.model_copy(update={"batch_size": 2048}))
                          .model_dump_json())
-        before = _snap(work)
+        before = snap(work)
         t0 = time.perf_counter()
         with _guarded():
             r = cli(["evaluate", "-i", str(bigf), "-p", str(planf), "--backend", "cpu", "--repeats", "1", "--warmup",
                      "0", "-o", str(work / "ev.json")])
         wall = time.perf_counter() - t0
         ok = _one_line_2(r, "IndexBudgetError", "'huge'", "pooling_factor", "MAX_INDEX_BYTES")
-        return ok and _snap(work) == before and wall < 30.0, f"{wall:.2f} s"
+        return ok and snap(work) == before and wall < 30.0, f"{wall:.2f} s"
 
     # -- 18.16: the preset's --name follows the inventory-name rule
     for name in ("../x", "a/b"):

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hostile_cases import snap  # bench/ is the script's directory
+
 from dreamshard.cli.app import invoke as cli
 from dreamshard.evaluation import compare_sharders, evaluate_plan
 from dreamshard.gate import evaluate_gate
@@ -31,10 +33,6 @@ Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
     lines = r[2].strip().splitlines()
     return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2] and all(n in lines[0] for n in needles)
-
-
-def _snap(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def _stored_with_lineage(d: Path, topo: Topology) -> tuple[str, str]:
@@ -88,11 +86,11 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
                                  ("another file holding the same plan id", "same_id.json", "both hold plan")):
         @case("18.16", f"compare -p X -p {what}: refused up front, nothing written", f"compare -p plan.json -p {second}")
         def _(second: str = second, needle: str = needle) -> bool:
-            before = _snap(bdir)
+            before = snap(bdir)
             r = cli(["compare", "-i", str(invf), "-d", "2", "-m", "1", "--batch-size", "512", "--backend", "simulator",
                      "--rounds", "2", "--sharders", "round_robin", "-p", str(planf), "-p", str(bdir / second),
                      "--out", str(bdir / "cmp.json")])
-            return _one_line_2(r, "ConfigError", needle) and _snap(bdir) == before
+            return _one_line_2(r, "ConfigError", needle) and snap(bdir) == before
 
     # -- 18.16c: an infeasible learned plan names the sharder asked for
     cdir = d / "16c"
@@ -125,5 +123,5 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     for what, target in (("an existing file", existing), ("a path under an existing file", existing / "ws")):
         @case("18.7", f"pipeline init on {what}: one line, nothing created", f"pipeline init {target.relative_to(d)}")
         def _(target: Path = target) -> bool:
-            before = _snap(pdir)
-            return _one_line_2(cli(["pipeline", "init", str(target)]), "is a file") and _snap(pdir) == before
+            before = snap(pdir)
+            return _one_line_2(cli(["pipeline", "init", str(target)]), "is a file") and snap(pdir) == before

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hostile_cases import snap  # bench/ is the script's directory
+
 from dreamshard.cli.app import invoke as cli
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.io import save_inventory, save_plan
@@ -60,10 +62,6 @@ ATTACKS: dict[str, tuple[list[str], str]] = {
 }
 
 
-def _snap(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
 def cases(d: Path, case: Case) -> None:
     d.mkdir(parents=True, exist_ok=True)
     topo = Topology(num_devices=3, memory_per_device_gb=1.0, batch_size=512)
@@ -76,12 +74,12 @@ def cases(d: Path, case: Case) -> None:
             w.mkdir()
             save_inventory(inv, w / "inv.yaml")
             save_plan(get_sharder("size_greedy").shard(inv, topo), w / "plan.json")
-            before = _snap(w)
+            before = snap(w)
             paths = [str(w / a) if a.endswith((".json", ".yaml", ".txt")) else a for a in argv]
             code, out, err = cli(["whatif", str(w / "plan.json"), "-i", str(w / "inv.yaml"), *paths])
             lines = err.strip().splitlines()
             ok = (code == 2 and len(lines) == 1 and "Traceback" not in out + err and needle in lines[0]
-                  and _snap(w) == before)
+                  and snap(w) == before)
             return ok, (lines[0] if lines else f"exit {code}")[:200]
 
 
@@ -129,12 +127,12 @@ def incumbent_cases(d: Path, case: Case) -> None:
                 data = json.loads(good.model_dump_json())
                 data["placement"][inv.tables[0].name] = 7
                 inc.write_text(json.dumps(data))
-            before = _snap(w)
+            before = snap(w)
             code, outs, err = cli(["plan", "-i", str(w / "inv.yaml"), "-d", "2", "-m", "1", "--batch-size", "512",
                                    "--incumbent", str(inc), "-o", str(out), "--explain"])
             lines = err.strip().splitlines()
             if needle is None:
                 return code == 0 and out.exists() and "Traceback" not in outs + err, (lines or ["ok"])[-1][:200]
             ok = (code == 2 and len(lines) == 1 and needle in lines[0] and "Traceback" not in outs + err
-                  and _snap(w) == before)
+                  and snap(w) == before)
             return ok, (lines[0] if lines else f"exit {code}")[:200]
