@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims, synth_inventory
 from dreamshard.learning.configs import DEFAULT_CANDIDATES, VERIFY_ANCHORS, SearchConfig
-from dreamshard.sharders import ALL_SHARDERS, sharder_names
+from dreamshard.sharders import contender_names, sharder_names
 from dreamshard.types import Inventory
 
 
@@ -87,7 +87,9 @@ class PlanConfig(Section):
 class EvaluateConfig(Section):
     """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
 
-    sharders: tuple[str, ...] = ALL_SHARDERS
+    # every contender by default, read when a default is needed (reading it loads the learned sharders' module,
+    # and with it torch: importing the settings must not)
+    sharders: tuple[str, ...] = Field(default_factory=contender_names)
     rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # With one plan to judge (`compare --plan`, the evaluate stage): stop measuring once the publish gate's early
     # look (publish.early_rounds) approves or rejects it; the gate reads the comparison with the same rule.

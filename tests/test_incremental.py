@@ -90,7 +90,8 @@ PARAMS = {
     "profile": {"backend": "simulator", "warmup": 0, "repeats": 1, "num_placements": 3,
                 "kinds": ["dim_greedy", "crowded"], "incremental_tasks": 2},
     "train": {"init": "previous", "iterations": 2, "incremental_iterations": 1, "refresh_tasks": 1,
-              "placements_per_iteration": 4, "search_per_iteration": 1, "perturb_per_iteration": 1},
+              "placements_per_iteration": 4, "search_per_iteration": 1, "perturb_per_iteration": 1,
+              "incremental_cost_steps": 7},
     "train_cost": {"steps": 20, "ensemble_size": 3},
     "train_policy": {"episodes": 4, "episodes_per_update": 2},
 }
@@ -141,6 +142,11 @@ def _train(work: Path, tag: str) -> train_uc.TrainResult:
         corpus=work / "corpus"))
 
 
+def card_train(work: Path) -> dict:
+    """The train config the model in `work`/model was trained with, as its card records it."""
+    return json.loads((work / "model" / "model.json").read_text())["configs"]["train"]
+
+
 def test_the_retrain_after_a_change_warm_starts_from_the_previous_model_on_the_changed_tasks(tmp_path: Path) -> None:
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     v1 = synth_inventory(40, 0, name="pool")
@@ -149,11 +155,14 @@ def test_the_retrain_after_a_change_warm_starts_from_the_previous_model_on_the_c
     assert not fresh.summary.incremental and fresh.summary.iterations_run == [0, 1]
     assert fresh.summary.tasks_measured == 8
     first_version = fresh.summary.model_version
+    assert card_train(tmp_path)["cost"]["steps"] == 20 and card_train(tmp_path)["iterations"] == 2
 
     _stage(tmp_path, changed(v1), "v2")
     inc = _train(tmp_path, "v2")
     assert inc.summary.incremental and inc.summary.init == first_version
     assert inc.summary.iterations_run == [0]  # train.incremental_iterations
+    # a fine-tune: train.incremental_cost_steps per member, recorded in the card (the fresh fit took cost.steps)
+    assert card_train(tmp_path)["cost"]["steps"] == 7 and card_train(tmp_path)["iterations"] == 1
     tasks = [(json.loads((tmp_path / f"{v}-tasks.json").read_text())["train"]) for v in ("v1", "v2")]
     touched = sum(a["tables"] != b["tables"] or "t0000" in b["tables"] for a, b in zip(*tasks))
     assert 0 < touched < 8 and inc.summary.tasks_measured == touched + 1  # + train.refresh_tasks

@@ -199,7 +199,7 @@ def run(request: TrainRequest) -> TrainResult:
     state_dir = request.state_dir if request.state_dir is not None else request.model_dir / DEFAULT_STATE_DIR
     check_model_dir(state_dir, "state directory")  # before the previous model is looked for in it
     init, prev = warm_start(s.train, state_dir, pool) if request.resume else (initial_model(s.train), None)
-    config = s.train.model_copy(update={"iterations": s.train.incremental_iterations}) if prev else s.train
+    config = s.train.incremental() if prev else s.train
     oracle = s.oracle()
     oracle.corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     try:
