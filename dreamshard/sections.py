@@ -87,9 +87,9 @@ class PlanConfig(Section):
 class EvaluateConfig(Section):
     """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
 
-    # every contender by default, read when a default is needed (reading it loads the learned sharders' module,
-    # and with it torch: importing the settings must not)
-    sharders: tuple[str, ...] = Field(default_factory=contender_names)
+    # None: every contender, listed when the comparison runs (`contenders`): listing them loads the learned
+    # sharders' module, and with it torch, which reading the settings must not
+    sharders: tuple[str, ...] | None = None
     rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # With one plan to judge (`compare --plan`, the evaluate stage): stop measuring once the publish gate's early
     # look (publish.early_rounds) approves or rejects it; the gate reads the comparison with the same rule.
@@ -97,12 +97,16 @@ class EvaluateConfig(Section):
 
     @field_validator("sharders")
     @classmethod
-    def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+    def _known(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
         known = sharder_names()
-        for name in v:
+        for name in v or ():
             if name not in known:
                 raise ValueError(f"unknown sharder '{name}'; choose from {', '.join(known)}")
         return v
+
+    def contenders(self) -> tuple[str, ...]:
+        """The sharders a comparison measures: `sharders`, or every contender when it is not set."""
+        return self.sharders if self.sharders is not None else contender_names()
 
 
 class PipelineSettings(Section):

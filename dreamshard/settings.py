@@ -21,7 +21,7 @@ import copy
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,10 +37,12 @@ from dreamshard.learning.configs import (
     TasksConfig,
     TopologyConfig,
 )
-from dreamshard.learning.model_store import has_model
-from dreamshard.profiling import Oracle, ProfileConfig
+from dreamshard.profiling import ProfileConfig
 from dreamshard.sections import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
 from dreamshard.types import Topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling import Oracle
 
 #: Where a params file is looked for when none is given: `given` (none: the defaults), `local` (./params.yaml
 #: if it exists) or `installed` (./params.yaml, else the params.yaml installed with the package).
@@ -199,6 +201,8 @@ def params_text(params_path: str | Path | None, overrides: Mapping[str, Any] | N
 def model_dir(explicit: Path | None = None, cwd: Path | None = None) -> Path | None:
     """Where a command finds its model: the given directory, else ./models (what `make run` and `dreamshard
     train` write), else ./models/dreamshard (the DVC pipeline's), else None = the model shipped in the package."""
+    from dreamshard.learning.model_store import has_model  # loads torch: here, so that reading the settings does not
+
     if explicit is not None:
         return explicit
     here = cwd or Path.cwd()

@@ -108,9 +108,9 @@ def test_no_module_over_400_lines() -> None:
     assert long == {}
 
 
-def _late_imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import inside a function, and whether a comment names it an optional dependency: on its own lines,
-    or on the line above the run of consecutive imports it belongs to."""
+def _late_imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, str]]:
+    """Every import inside a function, and the text that may comment it: its own lines, and the line above the
+    run of consecutive imports it belongs to."""
     lines = path.read_text().splitlines()
     out = []
     for fn in ast.walk(ast.parse(path.read_text())):
@@ -122,18 +122,78 @@ def _late_imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
             if i == 0 or node.lineno != (nodes[i - 1].end_lineno or nodes[i - 1].lineno) + 1:
                 first = node.lineno  # a new run of consecutive imports starts here
             text = " ".join([lines[first - 2], *lines[node.lineno - 1: node.end_lineno or node.lineno]])
-            out.append((node, "optional dependency" in text))
+            out.append((node, text))
     return out
 
 
-def test_function_level_imports_are_optional_dependencies_with_a_comment() -> None:
+def _module_of(node: ast.Import | ast.ImportFrom) -> str:
+    """The module an import statement names (its first, for `import a, b`)."""
+    return node.names[0].name if isinstance(node, ast.Import) else (node.module or "")
+
+
+def _import_time(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported: its top-level statements and class bodies, into `if`, `try`
+    and `with` blocks, leaving out function bodies and `if TYPE_CHECKING:` blocks."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                out += _import_time(node.body)
+            out += _import_time(node.orelse)
+        elif isinstance(node, ast.Try):
+            for part in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                out += _import_time(part)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            out += _import_time(node.body)
+    return out
+
+
+def _loads_torch() -> set[str]:
+    """The package's modules whose import imports torch: they import it, or import (or sit in a package that
+    imports) a module that does."""
+    mods = _modules()
+    edges: dict[str, set[str]] = {}
+    found: set[str] = set()
+    for name, path in mods.items():
+        nodes = _import_time(ast.parse(path.read_text()).body)
+        if any(_module_of(n).split(".")[0] == "torch" for n in nodes):
+            found.add(name)
+        parents = {name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)}
+        edges[name] = set().union(parents, *(_targets(name, n, path.name == "__init__.py", mods) for n in nodes))
+    grew = True
+    while grew:
+        before = len(found)
+        found |= {m for m, deps in edges.items() if deps & found}
+        grew = len(found) > before
+    return found
+
+
+def test_function_level_imports_are_optional_dependencies_or_torch_with_a_comment() -> None:
+    """A late import is an optional dependency (its comment says which), or torch or a module whose import loads
+    torch, commented `loads torch`: the light commands (and the DVC stages that are light commands) start without
+    torch (test_light_commands_run_without_torch); the claim is checked here, so it cannot hide another import."""
+    heavy = _loads_torch()
     bad = []
     for name, path in _modules().items():
-        for node, commented in _late_imports(path):
-            mod = node.names[0].name if isinstance(node, ast.Import) else (node.module or "")
-            if getattr(node, "level", 0) or mod.split(".")[0] not in OPTIONAL or not commented:
+        for node, said in _late_imports(path):
+            mod = _module_of(node)
+            torch_late = "loads torch" in said and (mod.split(".")[0] == "torch" or mod in heavy)
+            optional = mod.split(".")[0] in OPTIONAL and "optional dependency" in said
+            if getattr(node, "level", 0) or not (torch_late or optional):
                 bad.append(f"{name}:{node.lineno} imports {mod or '.'}")
     assert bad == []
+
+
+def test_the_torch_finder_follows_packages_and_leaves_out_type_checking_blocks() -> None:
+    heavy = _loads_torch()
+    assert {"dreamshard.profiling.oracle", "dreamshard.learning.model_store", "dreamshard.usecases.plan"} <= heavy
+    assert not {"dreamshard.settings", "dreamshard.cli.app", "dreamshard.profiling", "dreamshard.gate",
+                "dreamshard.usecases.inventory", "dreamshard.usecases.tasks", "dreamshard.incumbent"} & heavy
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\nelse:\n    import json\n"
+                     "class A:\n    import numpy\ndef f():\n    import yaml\n")
+    assert [_module_of(n) for n in _import_time(tree.body)] == ["typing", "json", "numpy"]
 
 
 def _python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -161,16 +221,8 @@ def test_a_library_command_does_not_load_the_pipeline_plugin_and_the_top_level_h
     assert res.returncode == 0 and "workspace" in res.stdout.lower() and res.stdout.split()[-1] == "LOADED"
 
 
-def _without_prefect(tmp_path: Path) -> dict[str, str]:
-    """An environment where `import prefect` fails, as in an installation without it."""
-    fake = tmp_path / "no-prefect" / "prefect"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'prefect'\", name='prefect')\n")
-    return {"PYTHONPATH": str(fake.parent)}
-
-
 def test_the_cli_without_prefect(tmp_path: Path) -> None:
-    env = _without_prefect(tmp_path)
+    env = _without("prefect", tmp_path)
     assert _python("import prefect", env).returncode != 0
     run = "from dreamshard.cli.app import main; main({})"
     res = _python(run.format(["inventory", "synth", "-n", "3", "-o", str(tmp_path / "inv.yaml")]), env)
@@ -179,9 +231,38 @@ def test_the_cli_without_prefect(tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "prefect" in res.stderr, res.stderr
 
 
+def _without(package: str, tmp_path: Path) -> dict[str, str]:
+    """An environment where `import package` fails, as in an installation without it."""
+    fake = tmp_path / f"no-{package}" / package
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{package}'\", name='{package}')\n")
+    return {"PYTHONPATH": str(fake.parent)}
+
+
+def test_light_commands_run_without_torch(tmp_path: Path) -> None:
+    """The commands that only read, check and write files (and the DVC stages `inventory`, `incumbent` and
+    `tasks`, which are such commands) never import torch: 1-2 s a start instead of 4-5 (dreamshard/lazy.py)."""
+    inv, tasks, note, store = (tmp_path / n for n in ("inv.yaml", "tasks.json", "incumbent.json", "store"))
+    run = "from dreamshard.cli.app import main; main({})"
+    assert _python(run.format(["inventory", "synth", "-n", "12", "-o", str(inv)])).returncode == 0
+    res = _python(run.format(["inventory", "push", str(inv), "--store", str(store), "--no-event"]))
+    assert res.returncode == 0, res.stderr
+    env = _without("torch", tmp_path)
+    assert _python("import torch", env).returncode != 0
+    for argv in (["--help"], ["plans", "--help"], ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
+                 ["plans", "incumbent", "--inventory", "pool", "--store", str(store), "-o", str(note)],
+                 ["plans", "incumbent", "--from", str(note), "-o", str(tmp_path / "i.json")],
+                 ["tasks", "--inventory", str(inv), "-o", str(tasks)], ["plans", "list", "--store", str(store)]):
+        res = _python(run.format(argv), env)
+        assert res.returncode == 0, (argv, res.stderr)
+    assert tasks.is_file() and (tmp_path / "v.yaml").is_file() and (tmp_path / "i.json").is_file()
+    res = _python(run.format(["plan", "--inventory", str(inv), "--sharder", "dim_greedy", "-d", "2"]), env)
+    assert res.returncode != 0 and "torch" in res.stderr  # a command that measures or learns does need it
+
+
 def test_the_late_import_check_reads_comments(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
     src.write_text("def f():\n    import json\n\n\ndef g():\n    # optional dependency: torchrec\n"
                    "    import torchrec\n    from torchrec import x\n    y = 1\n    import torchrec.z\n")
-    found = [(n.lineno, ok) for n, ok in _late_imports(src)]
+    found = [(n.lineno, "optional dependency" in said) for n, said in _late_imports(src)]
     assert found == [(2, False), (7, True), (8, True), (10, False)]

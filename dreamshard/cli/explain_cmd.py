@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from dreamshard.cli.options import BackendOverride, InventoryOpt, ModelOpt, ParamsOpt
-from dreamshard.learning.explain import PlanStats
+from dreamshard.lazy import lazy_module
 from dreamshard.settings import resolve
 from dreamshard.types import Costs
-from dreamshard.usecases import explain as explain_uc
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.learning.explain import PlanStats
+    from dreamshard.usecases import explain as explain_uc
+else:
+    explain_uc = lazy_module("dreamshard.usecases.explain")
 
 console = Console(highlight=False)
 

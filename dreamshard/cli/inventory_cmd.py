@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dreamshard.cli.options import MAX_SEED, ParamsOpt
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims
-from dreamshard.inventory.trace import inventory_from_trace
 from dreamshard.inventory.validation import check_name
 from dreamshard.io import check_outputs, load_inventory, save_inventory
+from dreamshard.lazy import lazy_module
 from dreamshard.settings import resolve
 from dreamshard.types import MAX_BATCH, MAX_DIM, Inventory
-from dreamshard.usecases import inventory as inventory_uc
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import inventory as inventory_uc
+else:
+    inventory_uc = lazy_module("dreamshard.usecases.inventory")
 
 #: Largest inventory `synth` / `from-trace` make (validating 100k tables takes seconds; 1M is the ceiling).
 MAX_TABLES = 1_000_000
@@ -83,6 +88,8 @@ def from_trace_cmd(
     dim: Annotated[int, typer.Option("--dim", min=1, max=MAX_DIM, help="Embedding dim given to every table.")] = 64,
 ) -> None:
     """Build an inventory from an open DLRM embedding trace (facebookresearch/dlrm_datasets)."""
+    from dreamshard.inventory.trace import inventory_from_trace  # loads torch: this command only
+
     check_outputs({"TRACE": trace}, {"--output": output})
     inv = inventory_from_trace(trace, name=name, batch_size=batch_size, max_tables=max_tables, dim=dim)
     write_inventory(inv, output)

@@ -4,15 +4,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, CorpusOpt, InventoryOpt, MemoryOverride, ParamsOpt
+from dreamshard.lazy import lazy_module
 from dreamshard.settings import resolve
-from dreamshard.usecases import tasks as tasks_uc
-from dreamshard.usecases import train as train_uc
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import tasks as tasks_uc
+    from dreamshard.usecases import train as train_uc
+else:
+    tasks_uc = lazy_module("dreamshard.usecases.tasks")
+    train_uc = lazy_module("dreamshard.usecases.train")
 
 console = Console(highlight=False)
 

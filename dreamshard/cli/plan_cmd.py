@@ -7,7 +7,7 @@ import json
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console, Group
@@ -47,14 +47,22 @@ from dreamshard.cli.explain_cmd import print_reasons, print_stats
 from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
 from dreamshard.incumbent import load_incumbent
 from dreamshard.io import check_outputs, load_inventory
+from dreamshard.lazy import lazy_module
 from dreamshard.plan_diff import plan_diff
-from dreamshard.learning.search import SearchResult
 from dreamshard.settings import resolve
-from dreamshard.sharders import ALL_SHARDERS, HEURISTICS, sharder_names
+from dreamshard.sharders import HEURISTICS, contender_names, sharder_names
 from dreamshard.types import Verification
-from dreamshard.usecases import evaluate as evaluate_uc
-from dreamshard.usecases import explain as explain_uc
-from dreamshard.usecases import plan as plan_uc
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.learning.search import SearchResult
+    from dreamshard.usecases import evaluate as evaluate_uc
+    from dreamshard.usecases import explain as explain_uc
+    from dreamshard.usecases import plan as plan_uc
+else:
+    evaluate_uc = lazy_module("dreamshard.usecases.evaluate")
+    explain_uc = lazy_module("dreamshard.usecases.explain")
+    plan_uc = lazy_module("dreamshard.usecases.plan")
 
 console = Console()
 err_console = Console(stderr=True, highlight=False)
@@ -295,7 +303,7 @@ def expand_sharders(spec: str) -> list[str]:
         if item == "heuristics":
             parts += list(HEURISTICS)
         elif item == "all":
-            parts += list(ALL_SHARDERS)
+            parts += list(contender_names())
         elif item:
             parts.append(item)
     return validate_sharders(parts)

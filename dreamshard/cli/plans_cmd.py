@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,15 +17,23 @@ from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote
 from dreamshard.errors import ConfigError
 from dreamshard.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
 from dreamshard.io import check_outputs
+from dreamshard.lazy import lazy_module
 from dreamshard.settings import Settings, resolve
 from dreamshard.store import fsck, list_plans, rollback
 from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import get_inventory_version
 from dreamshard.types import Plan
-from dreamshard.usecases import explain as explain_uc
-from dreamshard.usecases import publish as publish_uc
-from dreamshard.usecases import reproduce as reproduce_uc
 from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import explain as explain_uc
+    from dreamshard.usecases import publish as publish_uc
+    from dreamshard.usecases import reproduce as reproduce_uc
+else:
+    explain_uc = lazy_module("dreamshard.usecases.explain")
+    publish_uc = lazy_module("dreamshard.usecases.publish")
+    reproduce_uc = lazy_module("dreamshard.usecases.reproduce")
 
 plans_app = typer.Typer(help="Gate, publish, list, show, roll back and check plans in a plan store.", no_args_is_help=True)
 remote_app = typer.Typer(help="Configure the DVC remote (local directory or S3-compatible).", no_args_is_help=True)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -22,9 +22,15 @@ from dreamshard.cli.options import (
     ParamsOpt,
 )
 from dreamshard.errors import ConfigError
+from dreamshard.lazy import lazy_module
 from dreamshard.settings import resolve
 from dreamshard.types import MAX_ROWS, CommModel
-from dreamshard.usecases import profile as profile_uc
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import profile as profile_uc
+else:
+    profile_uc = lazy_module("dreamshard.usecases.profile")
 
 console = Console(highlight=False, soft_wrap=True)
 

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, ModelOpt, ParamsOpt, RoundsOverride, SeedOpt
 from dreamshard.cli.plan_cmd import device_table, verification_table, warn
+from dreamshard.lazy import lazy_module
 from dreamshard.settings import resolve
-from dreamshard.usecases import replan as replan_uc
+
+# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import replan as replan_uc
+else:
+    replan_uc = lazy_module("dreamshard.usecases.replan")
 
 console = Console(highlight=False, soft_wrap=True)
 

@@ -1,29 +1,16 @@
 """Evaluation: measure plans and compare sharders; rendering lives in dreamshard.evaluation.render."""
 
-from dreamshard.evaluation.compare import (
-    BASELINE_SHARDERS,
-    Comparison,
-    LowerBound,
-    SharderResult,
-    check_plan_for,
-    compare_sharders,
-    evaluate_plan,
-    load_comparison,
-    lower_bound,
-    measure_lower_bound,
-    median_costs,
-    validate_sharders,
-)
-from dreamshard.evaluation.report import plot_rows, write_comparison_outputs
-from dreamshard.evaluation.render import (
-    device_rows,
-    comparison_markdown,
-    comparison_table,
-    device_table,
-    device_table_markdown,
-    plot_comparison,
-    plot_comparison_png,
-)
+from dreamshard.lazy import lazy_exports
+
+# each submodule is imported when one of its names is first used (dreamshard/lazy.py)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".compare": ("BASELINE_SHARDERS", "Comparison", "LowerBound", "SharderResult", "check_plan_for",
+                 "compare_sharders", "evaluate_plan", "load_comparison", "lower_bound", "measure_lower_bound",
+                 "median_costs", "validate_sharders"),
+    ".report": ("plot_rows", "write_comparison_outputs"),
+    ".render": ("device_rows", "comparison_markdown", "comparison_table", "device_table", "device_table_markdown",
+                "plot_comparison", "plot_comparison_png"),
+})
 
 __all__ = [
     "BASELINE_SHARDERS",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.evaluation.lower_bound import (  # re-exported: callers import them from here too
+from dreamshard.evaluation.bounds import (  # re-exported: callers import them from here too
     ComputeFloor,
     LowerBound,
     compute_floor,
@@ -27,7 +27,7 @@ from dreamshard.evaluation.lower_bound import (  # re-exported: callers import t
 from dreamshard.errors import InfeasiblePlacementError, InputFileError, PlanError, UnknownSharderError
 from dreamshard.io import read_structured, validate_mapping
 from dreamshard.memory import check_plan
-from dreamshard.sharders import HEURISTICS, get_sharder, sharder_names
+from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
 from dreamshard.shards import expand_plan
 from dreamshard.types import (
     BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology,
@@ -139,10 +139,6 @@ class Comparison(BaseModel):
                 for r in self.results
             },
         }
-
-
-#: Contenders that count as "what users run today" for ratios and the publish gate.
-BASELINE_SHARDERS: tuple[str, ...] = (*HEURISTICS, "torchrec")
 
 
 def median_costs(measurements: Sequence[Measurement]) -> Costs:

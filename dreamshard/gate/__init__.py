@@ -8,29 +8,19 @@ beyond the measurement noise (docs/architecture.md, "The publish gate").
 * `fallback`: a rejected plan for a version nothing current can serve: the best measured baseline instead.
 """
 
-from dreamshard.gate.config import (
-    ALWAYS_REQUIRED,
-    CURRENT_OUTCOMES,
-    GATE_BASELINES,
-    Basis,
-    GateDecision,
-    Outcome,
-    PublishConfig,
-    check_baselines,
-    check_margin,
-)
-from dreamshard.gate.core import (
-    UNTRUSTED_FIELDS,
-    gate_comparison_file,
-    gate_plan,
-    measure_and_gate,
-    required_baselines,
-    trusted_plan,
-)
-from dreamshard.gate.fallback import fallback_plan
-from dreamshard.gate.rule import MAX_MS, evaluate_gate
-from dreamshard.gate.stats import RatioBound, ratio_bound
-from dreamshard.gate.verify import Verified, baseline_plan, verify_comparison, verify_plan
+from dreamshard.lazy import lazy_exports
+
+# each submodule is imported when one of its names is first used (dreamshard/lazy.py)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".config": ("ALWAYS_REQUIRED", "CURRENT_OUTCOMES", "GATE_BASELINES", "Basis", "GateDecision", "Outcome",
+                "PublishConfig", "check_baselines", "check_margin"),
+    ".core": ("UNTRUSTED_FIELDS", "gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines",
+              "trusted_plan"),
+    ".fallback": ("fallback_plan",),
+    ".rule": ("MAX_MS", "evaluate_gate"),
+    ".stats": ("RatioBound", "ratio_bound"),
+    ".verify": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
+})
 
 __all__ = [
     "ALWAYS_REQUIRED",

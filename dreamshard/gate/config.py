@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dreamshard.errors import ConfigError
-from dreamshard.evaluation import BASELINE_SHARDERS
+from dreamshard.sharders import BASELINE_SHARDERS
 from dreamshard.types import CostBasis, renamed_fields, utcnow
 
 #: Kept for callers that import the name from here.

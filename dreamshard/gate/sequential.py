@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from dreamshard.evaluation import BASELINE_SHARDERS
+from dreamshard.sharders import BASELINE_SHARDERS
 from dreamshard.gate.config import PublishConfig
 from dreamshard.gate.rule import bound_outcome
 from dreamshard.gate.stats import Look

@@ -7,10 +7,15 @@ calls) builds an :class:`Oracle`; ``Oracle.measure`` returns a ``Measurement`` o
 This module only re-exports; the submodules import from each other directly, never from here.
 """
 
-from dreamshard.profiling.config import ProfileConfig
-from dreamshard.profiling.oracle import BACKENDS, Oracle, make_oracle
-from dreamshard.profiling.runner import ProfileSummary, profile_inventory, single_table_costs_from
+from dreamshard.lazy import lazy_exports
 from dreamshard.types import BackendInfo, CommModel, Measurement
+
+# each submodule is imported when one of its names is first used (dreamshard/lazy.py)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".config": ("ProfileConfig",),
+    ".oracle": ("BACKENDS", "Oracle", "make_oracle"),
+    ".runner": ("ProfileSummary", "profile_inventory", "single_table_costs_from"),
+})
 
 __all__ = [
     "BACKENDS",

@@ -69,7 +69,6 @@ from pathlib import Path
 from typing import NamedTuple, get_args
 
 import numpy as np
-import torch
 
 from dreamshard.costs import Collective
 from dreamshard.errors import first_line
@@ -127,6 +126,8 @@ def cache_dir() -> Path:
 
 
 def _cache_path(backend: str, world_size: int, collective: str = "all_to_all") -> Path:
+    import torch  # loads torch (the fit's cache key names its version): here, so that importing this module does not
+
     ver = torch.__version__.replace("+", "_")
     stem = f"comm-{backend}" if collective == "all_to_all" else f"comm-{collective}-{backend}"  # a2a: old name
     return cache_dir() / f"{stem}-w{world_size}-torch{ver}.json"
@@ -252,6 +253,8 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
         return zero_model(collective)
     procs = max(2, min(world_size, max_procs or MAX_PROCS))
     if backend == "nccl":  # one rank per GPU
+        import torch  # loads torch: here, so that importing this module does not
+
         procs = max(2, min(procs, torch.cuda.device_count()))
     key = (backend, procs, collective)
     if not refit and key in _MEMO:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dreamshard.costs import Statistic
-from dreamshard.profiling.oracle import BACKENDS, Oracle, make_oracle
-from dreamshard.profiling.runner import TYPE_KINDS
-from dreamshard.profiling.simulator import SimulatorParams
+from dreamshard.profiling.names import BACKENDS, TYPE_KINDS
 from dreamshard.sharders import sharder_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling.oracle import Oracle
 
 #: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
 DEFAULT_KINDS: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded", "row_wise", "data_parallel")
@@ -62,6 +63,10 @@ class ProfileConfig(BaseModel):
     def oracle(self) -> Oracle:
         """The measuring backend these settings describe, built by `make_oracle` (the one construction; the CLI,
         DVC stages and flows call this)."""
+        # loads torch: imported here, so that reading the settings does not
+        from dreamshard.profiling.oracle import make_oracle
+        from dreamshard.profiling.simulator import SimulatorParams
+
         return make_oracle(self.backend, warmup=self.warmup, repeats=self.repeats, num_threads=self.num_threads,
                            seed=self.seed, row_cap=self.row_cap, statistic=self.statistic,
                            simulator=SimulatorParams(slowdown=self.simulator_slowdown,

@@ -20,6 +20,7 @@ import torch
 import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.memory import check_placement
+from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming, pinned_threads, relative_iqr, summarize
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
@@ -31,7 +32,6 @@ from dreamshard.shards import with_units
 from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 from dreamshard.units import parse_unit
 
-BACKENDS: tuple[str, ...] = ("cpu", "cuda", "simulator")
 DEFAULT_BATCH_SIZE = 2048
 
 

@@ -40,14 +40,13 @@ from dreamshard.draws import draw
 from dreamshard.errors import InfeasiblePlacementError, InventoryError, PlanError, ProfilingError
 from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.memory import check_each_table_fits, check_placement, footprint
+from dreamshard.profiling.names import TYPE_KINDS
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
 from dreamshard.shards import expand_plan, replica_table, row_shard_table, with_units
 from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
 from dreamshard.units import row_blocks
 
-#: extra kinds that measure sharding types besides table-wise (`typed_placement`)
-TYPE_KINDS: tuple[str, ...] = ("row_wise", "data_parallel")
 #: Draws in a row that may give a duplicate (or infeasible) placement before a task is taken to have no more
 #: distinct random placements (tiny tasks; `profile -k` beyond what exists).
 _MAX_MISSES = 200

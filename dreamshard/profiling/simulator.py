@@ -106,7 +106,7 @@ class SimulatorBackend(ComputeBackend):
         """The least fwd + bwd compute `table` adds to the devices that hold it, however it is placed or split
         into column shards: its per-table term once and its lookup work with the working-set penalty at its floor
         (1; shards split the work, never shrink it). Summed over tables, with `shared_compute_ms` once per
-        device, it bounds every placement's compute from below (dreamshard.evaluation.lower_bound)."""
+        device, it bounds every placement's compute from below (dreamshard.evaluation.bounds)."""
         p = self.p
         work = batch_size * table.pooling_factor * table.embedding_dim * p.ns_per_element * 1e-6
         return (2 * p.per_table_ms + (1 + p.bwd_factor) * work) * p.slowdown

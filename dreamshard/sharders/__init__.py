@@ -8,6 +8,7 @@ points and their module imports this package, so they are not loaded while it is
 
 from dreamshard.sharders.base import FAMILIES, Sharder, TableWiseSharder, make_plan
 from dreamshard.sharders.registry import (
+    BASELINE_SHARDERS,
     ENTRY_POINT_GROUP,
     HEURISTICS,
     Registration,
@@ -33,7 +34,7 @@ def __getattr__(name: str) -> tuple[str, ...]:
 
 
 __all__ = [
-    "ALL_SHARDERS", "ENTRY_POINT_GROUP", "FAMILIES", "HEURISTICS", "LEARNED", "Registration", "Sharder",
+    "ALL_SHARDERS", "BASELINE_SHARDERS", "ENTRY_POINT_GROUP", "FAMILIES", "HEURISTICS", "LEARNED", "Registration", "Sharder",
     "SharderFactory", "TableWiseSharder", "accepted_options", "contender_names", "get_sharder", "learned_names",
     "learned_options", "make_plan", "options_for", "register_sharder", "sharder_family", "sharder_names",
 ]

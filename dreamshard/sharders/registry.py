@@ -68,6 +68,9 @@ _REGISTERED: dict[str, Registration] = {}
 
 #: The built-in heuristics, the baselines users run today.
 HEURISTICS: tuple[str, ...] = tuple(n for n, r in _BUILTIN.items() if r.family == "heuristic")
+#: The baselines a plan is judged against: the heuristics and TorchRec's planner (the gate's `publish.baselines`
+#: choose among them; a comparison's best baseline is the fastest of them).
+BASELINE_SHARDERS: tuple[str, ...] = (*HEURISTICS, "torchrec")
 
 
 def register_sharder(name: str, factory: SharderFactory, *, family: str | None = None,

@@ -79,7 +79,7 @@ class CompareResult(Result):
 def contenders(settings: Settings, plans: list[Plan]) -> list[str]:
     """The evaluate section's contenders; a plan given stands for its own sharder (measured once, as itself)."""
     made = {p.sharder for p in plans}
-    return [s for s in settings.evaluate.sharders if s not in made]
+    return [s for s in settings.evaluate.contenders() if s not in made]
 
 
 def _output_paths(request: CompareRequest, names: list[str], extra: list[Plan]) -> dict[str, Path | None]:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from pydantic import Field
 
-from dreamshard.integrations.torchrec_model import load_model, measure_module
 from dreamshard.inventory.validation import check_inventory_names
 from dreamshard.io import check_outputs, load_inventory, save_inventory
 from dreamshard.store import InventoryRef, open_store, push_inventory
@@ -57,6 +56,8 @@ class FromTorchrecRequest(Request):
 
 def from_torchrec(request: FromTorchrecRequest) -> InventoryResult:
     """The inventory of a TorchRec model measured from its batches (integrations.torchrec_model), written to `out`."""
+    from dreamshard.integrations.torchrec_model import load_model, measure_module  # loads torch: this use case only
+
     check_outputs({"--batches": request.batches}, {"--output": request.out})
     inv, notes = measure_module(load_model(request.model), request.batches, request.batch_size,
                                 request.planned_batch_size, request.name, request.allow_pickle)
