@@ -165,6 +165,39 @@ def test_a_proposal_that_loses_a_round_stops_there_and_the_decisions_stay_the_ke
     assert dropped and any(s.rounds == 1 for s in dropped)
     assert all(s.rounds == 4 for s in trace.steps if s.kept)
     assert all(1 <= s.rounds <= 4 for s in trace.steps)
-    # every proposal timed 2 devices x 2 placements per round it ran, plus the first whole measurement
-    assert trace.device_timings == 3 + sum(4 * s.rounds for s in trace.steps)
+    # every proposal timed at most 2 devices x 2 placements per round it ran, plus the first whole measurement;
+    # a kept one all 4 in every round
+    assert trace.device_timings <= 3 + sum(4 * s.rounds for s in trace.steps)
+    assert true_max(inv, placed) <= true_max(inv, start)
+
+
+class CountingSum(SumBackend):
+    """SumBackend that counts its device timings."""
+
+    def __init__(self) -> None:
+        self.timed = 0
+
+    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
+        self.timed += 1
+        return super().time_device(tables, batch_size, warmup, repeats)
+
+
+def test_a_lost_round_whose_receiving_device_already_fails_times_one_device_not_two() -> None:
+    """The new pair's receiving device is timed first; at or above the incumbent's fastest round it ends the
+    round (the pair's maximum is at least that), so the bottleneck's new load is not timed: same decisions, fewer
+    timings. Exact costs (SumBackend), a model that proposes the worst move first: 9 -> device 1 makes device 1
+    cost 9 + its load, more than the bottleneck it leaves."""
+    by = inventory().by_name()
+    inv = inventory()
+    backend = CountingSum()
+    oracle = Oracle(backend, warmup=0, repeats=1)
+    start = {"t0": 0, "t1": 1, "t2": 1, "t3": 2, "t4": 2, "t5": 0, "t6": 0, "t7": 1, "t8": 2, "t9": 0}
+    wrong = lambda names: float(sum(10 - by[n].pooling_factor for n in names))  # noqa: E731
+    placed, trace = refine_measured(inv, start, TOPO, oracle, wrong, 40.0, rounds=3, clock=Ticks())
+    assert backend.timed == trace.device_timings
+    full = 3 + sum(4 * s.rounds for s in trace.steps)  # both devices of both pairs in every round
+    short = [s for s in trace.steps if not s.kept and s.measured_ms >= s.incumbent_ms]
+    assert short and trace.device_timings < full  # some lost rounds timed the receiving device only
+    for s in trace.steps:  # the keep rule on what was measured, unchanged
+        assert s.kept == (s.measured_ms < s.incumbent_ms)
     assert true_max(inv, placed) <= true_max(inv, start)

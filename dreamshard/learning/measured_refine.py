@@ -11,13 +11,16 @@ the hardware confirms it beyond the noise: the slowest round of the new pair is 
 the incumbent pair, and the new pair's median is below the bottleneck's measured cost. A round in which the new
 pair is not faster than the incumbent's fastest round so far ends the proposal at once: no later round could
 make it pass, so it is dropped after one round instead of `rounds` (most proposals are; same decisions, several
-times the proposals per second). Everything measured is
+times the proposals per second). Within a round the new pair's receiving device is timed first, and when it alone
+is at or above the incumbent's fastest round so far the other device is not timed: the round is lost either way
+(again the same decisions, one device timing instead of two). Everything measured is
 fresh (never read from the corpus), and every device timing goes into the measurement corpus when the oracle has
 one, as training data. The plan records the trace: proposals tried and kept, the measured gain, device timings.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -40,12 +43,22 @@ Predict = Callable[[Sequence[str]], float]  # predicted total ms of one device h
 
 
 def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], devices: tuple[int, int],
-             topology: Topology) -> tuple[list[float], int]:
-    """Per-device measured totals of `devices` under `placement` (only those devices' units are timed), and how
-    many device timings that took (an empty device costs 0 without one)."""
-    sub = {n: d for n, d in placement.items() if d in devices}
-    m = oracle.measure(units.subset(list(sub)), sub, topology, kind="placement", task="refine")
-    return [m.costs.per_device[d].total for d in devices], len(set(sub.values()))
+             topology: Topology, stop_at: float = math.inf) -> tuple[list[float], int]:
+    """Measured totals of `devices` under `placement`, one device at a time in that order (a device's cost is its
+    own units' fused operator and all-to-all share, so only its units are timed), and how many device timings that
+    took (an empty device costs 0 without one). A device at or above `stop_at` ends it: the pair's maximum is then
+    at least that, and the other device is not timed (the list is shorter)."""
+    out: list[float] = []
+    timed = 0
+    for device in devices:
+        sub = {n: d for n, d in placement.items() if d == device}
+        if sub:
+            m = oracle.measure(units.subset(list(sub)), sub, topology, kind="placement", task="refine")
+            timed += 1
+        out.append(m.costs.per_device[device].total if sub else 0.0)
+        if out[-1] >= stop_at:
+            break
+    return out, timed
 
 
 Proposal = tuple[float, str, int, dict[str, int]]  # (predicted overall, label, other device, change)
@@ -125,11 +138,16 @@ def refine_measured(
         for r in range(max(1, rounds)):
             order = [0, 1] if rng.random() < 0.5 else [1, 0]
             for which in order:
-                pair, timed = _pair_ms(oracle, units, current if which == 0 else new, (b, d), topology)
+                if which == 0:
+                    pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
+                    old_rounds.append(max(pair))
+                else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
+                    # above the incumbent's fastest round, the round is lost whatever the other device measures
+                    pair, timed = _pair_ms(oracle, units, new, (d, b), topology,
+                                           stop_at=min(old_rounds) if old_rounds else math.inf)
+                    new_rounds.append(max(pair))
+                    pair_new.append(pair[::-1])  # (b, d) when both were timed; a kept proposal had both
                 timings += timed
-                (old_rounds if which == 0 else new_rounds).append(max(pair))
-                if which == 1:
-                    pair_new.append(pair)
             if max(new_rounds) >= min(old_rounds):
                 break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
             if clock() - start >= seconds and r + 1 < rounds:
