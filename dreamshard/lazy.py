@@ -16,9 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
-def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """`(__getattr__, __dir__)` for `package`, whose `exports` maps a submodule (relative, e.g. ".config") to the
-    names it re-exports. A name is imported from its submodule on first use and kept in the package."""
+def lazy_exports(
+    package: str, exports: Mapping[str, Sequence[str]]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """`(__getattr__, __dir__, names)` for `package`, whose `exports` maps a submodule (relative, e.g. ".config")
+    to the names it re-exports (`names`: all of them, for `__all__`). A name is imported from its submodule on
+    first use and kept in the package."""
     if any(isinstance(names, str) for names in exports.values()):
         raise TypeError(f"{package}: each submodule's exports are a sequence of names, not one string")
     where = {name: f"{package}{module}" for module, names in exports.items() for name in names}
@@ -38,7 +41,7 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Ca
     def __dir__() -> list[str]:
         return sorted({*where, *vars(sys.modules[package])})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, list(where)
 
 
 class LazyModule:

@@ -73,6 +73,20 @@ def test_no_histogram_draws_the_assumed_popularity() -> None:
     assert l1_distance(reuse_histogram(idx), assumed_histogram(100_000, 10.0)) < 0.1
 
 
+
+def test_a_vanishing_pooling_gets_the_all_once_histogram_without_a_numpy_warning() -> None:
+    """Groups expected to see no lookup at all (their expected count underflows to 0) have Poisson mass 0 at every
+    count: log(0) is -inf there, not a RuntimeWarning in the user's log (hypothesis found one)."""
+    import warnings
+
+    from dreamshard.inventory.histogram import assumed_histogram
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hist = assumed_histogram(1_000_000, 5e-324)
+    assert hist is not None and hist[0] == 1.0 and sum(hist) == 1.0
+
+
 HAND_CASES = [
     ("one-hot-flat", 1.0, _hist((0, 1.0))),
     ("sparse-flat", 0.4, _hist((0, 1.0))),

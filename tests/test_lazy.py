@@ -29,11 +29,11 @@ def test_every_name_a_lazy_package_exports_resolves_to_its_submodules_object(pac
 
 def test_a_name_is_imported_once_and_kept_and_a_single_string_is_refused() -> None:
     importlib.import_module("dreamshard.gate")  # as when its __init__ calls lazy_exports
-    getter, lister = lazy_exports("dreamshard.gate", {".stats": ("ratio_bound",)})
+    getter, lister, names = lazy_exports("dreamshard.gate", {".stats": ("ratio_bound",)})
     first = getter("ratio_bound")
     from dreamshard.gate.stats import ratio_bound
 
-    assert first is ratio_bound and "ratio_bound" in lister()
+    assert first is ratio_bound and "ratio_bound" in lister() and names == ["ratio_bound"]
     with pytest.raises(TypeError, match="not one string"):
         lazy_exports("dreamshard.gate", {".fallback": "fallback_plan"})  # ("fallback_plan") without the comma
     # a name that is also a submodule's: importing the submodule would bind the module there, over the name

@@ -3,7 +3,7 @@
 from dreamshard.lazy import lazy_exports
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, _LAZY = lazy_exports(__name__, {
     ".compare": ("BASELINE_SHARDERS", "Comparison", "LowerBound", "SharderResult", "check_plan_for",
                  "compare_sharders", "evaluate_plan", "load_comparison", "lower_bound", "measure_lower_bound",
                  "median_costs", "validate_sharders"),
@@ -12,26 +12,4 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                 "plot_comparison", "plot_comparison_png"),
 })
 
-__all__ = [
-    "BASELINE_SHARDERS",
-    "Comparison",
-    "LowerBound",
-    "SharderResult",
-    "check_plan_for",
-    "compare_sharders",
-    "comparison_markdown",
-    "comparison_table",
-    "device_rows",
-    "device_table",
-    "device_table_markdown",
-    "evaluate_plan",
-    "load_comparison",
-    "lower_bound",
-    "measure_lower_bound",
-    "median_costs",
-    "plot_comparison",
-    "plot_comparison_png",
-    "plot_rows",
-    "write_comparison_outputs",
-    "validate_sharders",
-]
+__all__ = [*_LAZY]

@@ -11,7 +11,7 @@ beyond the measurement noise (docs/architecture.md, "The publish gate").
 from dreamshard.lazy import lazy_exports
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, _LAZY = lazy_exports(__name__, {
     ".config": ("ALWAYS_REQUIRED", "CURRENT_OUTCOMES", "GATE_BASELINES", "Basis", "GateDecision", "Outcome",
                 "PublishConfig", "check_baselines", "check_margin"),
     ".core": ("UNTRUSTED_FIELDS", "gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines",
@@ -22,29 +22,4 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     ".verify": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
 })
 
-__all__ = [
-    "ALWAYS_REQUIRED",
-    "CURRENT_OUTCOMES",
-    "GATE_BASELINES",
-    "Basis",
-    "GateDecision",
-    "MAX_MS",
-    "Outcome",
-    "PublishConfig",
-    "RatioBound",
-    "UNTRUSTED_FIELDS",
-    "Verified",
-    "baseline_plan",
-    "check_baselines",
-    "check_margin",
-    "evaluate_gate",
-    "fallback_plan",
-    "gate_comparison_file",
-    "gate_plan",
-    "measure_and_gate",
-    "ratio_bound",
-    "required_baselines",
-    "trusted_plan",
-    "verify_comparison",
-    "verify_plan",
-]
+__all__ = [*_LAZY]

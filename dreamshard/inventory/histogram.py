@@ -102,7 +102,8 @@ def assumed_histogram(num_rows: int, pooling_factor: float) -> tuple[float, ...]
     if small.any():
         k = np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.float64)
         lam = expected[small][:, None]
-        log_pmf = k * np.log(lam) - lam - np.array([math.lgamma(x + 1.0) for x in k])
+        with np.errstate(divide="ignore"):  # a group expected to see no lookup at all (lam 0): log 0 = -inf, pmf 0
+            log_pmf = k * np.log(lam) - lam - np.array([math.lgamma(x + 1.0) for x in k])
         per_bin = np.zeros((lam.shape[0], NUM_REUSE_BINS))
         np.add.at(per_bin.T, count_bins(k.astype(np.int64)), np.exp(log_pmf).T)
         mass += (per_bin * width[small][:, None]).sum(0)

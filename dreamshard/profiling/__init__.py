@@ -11,21 +11,10 @@ from dreamshard.lazy import lazy_exports
 from dreamshard.types import BackendInfo, CommModel, Measurement
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, _LAZY = lazy_exports(__name__, {
     ".config": ("ProfileConfig",),
     ".oracle": ("BACKENDS", "Oracle", "make_oracle"),
     ".runner": ("ProfileSummary", "profile_inventory", "single_table_costs_from"),
 })
 
-__all__ = [
-    "BACKENDS",
-    "BackendInfo",
-    "CommModel",
-    "Measurement",
-    "Oracle",
-    "ProfileConfig",
-    "ProfileSummary",
-    "make_oracle",
-    "profile_inventory",
-    "single_table_costs_from",
-]
+__all__ = [*_LAZY, "BackendInfo", "CommModel", "Measurement"]

@@ -20,11 +20,11 @@ import torch
 import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.memory import check_placement
-from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming, pinned_threads, relative_iqr, summarize
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
 from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
+from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
 from dreamshard.costs import Collective, Statistic
