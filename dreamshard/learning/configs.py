@@ -175,7 +175,7 @@ class LoopConfig(_Config):
     # an incremental retrain fine-tunes a model already fit to most of its data: its cost ensemble takes this
     # many steps per member (None: cost.steps, as a fresh fit). Measured on the 120-table pool's one-table change
     # (docs/architecture.md, "The production loop"): 500 steps instead of 1500 left the held-out error of the
-    # device totals planning reads unchanged and took the train stage from about 50 s to 29 s.
+    # device totals planning reads unchanged and took the train command from 43 s to 20 s.
     incremental_cost_steps: Annotated[int, Field(ge=1)] | None = None
     refresh_tasks: Annotated[int, Field(ge=0)] = 1
     final_lr_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1  # linear LR decay from 1 to this
