@@ -30,14 +30,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 import dreamshard
 from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, run_dvc
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
 from dreamshard.incumbent import no_incumbent
-from dreamshard.io import atomic_write_text, load_inventory, model_json, save_inventory
+from dreamshard.io import atomic_write_text, load_inventory, load_yaml, model_json, save_inventory
 from dreamshard.lineage import Lineage, dvc_md5, lock_outs, sha256_text
 from dreamshard.types import Inventory, Plan
 
@@ -223,7 +222,7 @@ class PipelineWorkspace:
 
     def stages(self) -> list[str]:
         """Stage names in dvc.yaml order (the order they are run in)."""
-        data: Any = yaml.safe_load(self.path(DVC_YAML).read_text()) or {}
+        data: Any = load_yaml(self.path(DVC_YAML).read_text()) or {}
         return list((data.get("stages") or {}).keys())
 
     def status(self, targets: list[str] | None = None) -> dict[str, Any]:

@@ -227,3 +227,22 @@ def test_one_embedding_dim_rule_for_tables_synth_presets_and_column_shards() -> 
     with pytest.raises(ConfigError, match="dim 6 is not a positive multiple of 4 .*try --dim 8"):
         preset_inventory("criteo-kaggle", dim=6)
     assert split_counts(24) == [2, 3, 6]  # shard widths 12, 8, 4: every width obeys the same rule
+
+
+def test_load_yaml_reads_what_safe_load_reads_with_libyaml_when_built_with_it(tmp_path: Path) -> None:
+    """Inventories and params are read with libyaml's safe loader (7x faster): the same documents as PyYAML's,
+    and the same one-line error for a broken file."""
+    from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.io import _SAFE_LOADER, load_yaml, read_structured
+
+    assert _SAFE_LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
+    root = Path(__file__).resolve().parents[1]
+    save_inventory(synth_inventory(30, 3, name="p"), tmp_path / "inv.yaml")
+    for f in (root / "params.yaml", root / "dvc.yaml", tmp_path / "inv.yaml"):
+        assert load_yaml(f.read_text()) == yaml.safe_load(f.read_text())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tables: [a, b\nname: x\n")
+    with pytest.raises(InputFileError, match="not valid JSON/YAML"):
+        read_structured(bad)
+    with pytest.raises(yaml.YAMLError):
+        load_yaml("!!python/object:os.system ls")  # a safe loader: no Python objects

@@ -13,7 +13,7 @@ import yaml
 
 from dreamshard.errors import StoreError
 from dreamshard.inventory.validation import InventoryNameError, check_inventory_names
-from dreamshard.io import model_yaml
+from dreamshard.io import load_yaml, model_yaml
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import INVENTORIES, current_inventory_key, inventory_key, parse_inventory_key
 from dreamshard.store.schemas import FsckIssue, InventoryRef
@@ -36,7 +36,7 @@ def _parse_version(data: bytes, name: str, fingerprint: str) -> Inventory | None
     """The inventory in a stored version object, or None when it is unreadable, invalid, or not the version
     its key names (another name or fingerprint)."""
     try:
-        inv = Inventory.model_validate(yaml.safe_load(data.decode()))
+        inv = Inventory.model_validate(load_yaml(data.decode()))
         check_inventory_names(inv)
     except (ValueError, yaml.YAMLError, InventoryNameError):  # ValidationError, UnicodeDecodeError are ValueErrors
         return None

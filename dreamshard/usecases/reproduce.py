@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from dreamshard.errors import PipelineError, PlanError
+from dreamshard.io import load_yaml
 from dreamshard.lineage import Lineage
 from dreamshard.settings import installed_pipeline_file
 from dreamshard.types import Plan
@@ -36,7 +37,7 @@ class ReproduceOutcome(Result):
 def _stage_table(text: str, what: str) -> dict[str, tuple[str, tuple[str, ...]]]:
     """{stage: (command with whitespace normalised, outs)} of a dvc.yaml text."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError:
         data = None
     stages = data.get("stages") if isinstance(data, dict) else None
