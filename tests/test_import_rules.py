@@ -244,18 +244,19 @@ def test_light_commands_run_without_torch(tmp_path: Path) -> None:
     `tasks`, which are such commands) never import torch: 1-2 s a start instead of 4-5 (dreamshard/lazy.py)."""
     inv, tasks, note, store = (tmp_path / n for n in ("inv.yaml", "tasks.json", "incumbent.json", "store"))
     run = "from dreamshard.cli.app import main; main({})"
-    assert _python(run.format(["inventory", "synth", "-n", "12", "-o", str(inv)])).returncode == 0
-    res = _python(run.format(["inventory", "push", str(inv), "--store", str(store), "--no-event"]))
-    assert res.returncode == 0, res.stderr
     env = _without("torch", tmp_path)
     assert _python("import torch", env).returncode != 0
-    for argv in (["--help"], ["plans", "--help"], ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
+    for argv in (["--help"], ["plans", "--help"], ["inventory", "synth", "-n", "12", "-o", str(inv)],
+                 ["inventory", "push", str(inv), "--store", str(store), "--no-event"],
+                 ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
                  ["plans", "incumbent", "--inventory", "pool", "--store", str(store), "-o", str(note)],
                  ["plans", "incumbent", "--from", str(note), "-o", str(tmp_path / "i.json")],
                  ["tasks", "--inventory", str(inv), "-o", str(tasks)], ["plans", "list", "--store", str(store)]):
         res = _python(run.format(argv), env)
         assert res.returncode == 0, (argv, res.stderr)
     assert tasks.is_file() and (tmp_path / "v.yaml").is_file() and (tmp_path / "i.json").is_file()
+    res = _python(run.format(["plans", "show", "--store", str(store), "--inventory", "pool"]), env)
+    assert res.returncode == 2 and "publish one first" in res.stderr  # the store's one line, not a torch import
     res = _python(run.format(["plan", "--inventory", str(inv), "--sharder", "dim_greedy", "-d", "2"]), env)
     assert res.returncode != 0 and "torch" in res.stderr  # a command that measures or learns does need it
 
