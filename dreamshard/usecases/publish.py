@@ -138,8 +138,7 @@ def _same_as_current(store: PlanStore, plan: Plan, decision: GateDecision) -> Ga
         current = get_current(store, plan.inventory_name)
     except StoreError:
         return decision
-    if (current.placement, current.column_shards, current.row_shards, set(current.data_parallel)) != \
-            (plan.placement, plan.column_shards, plan.row_shards, set(plan.data_parallel)):
+    if current.units() != plan.units():  # every unit (table, shard, replica) on the same device
         return decision
     return decision.model_copy(update={"reason": decision.reason.replace(
         "the current plan stays (measure more rounds)",
