@@ -33,9 +33,12 @@ from dreamshard.types import Topology
 RESULTS: list[tuple[str, str, str, bool, str]] = []
 
 
-def one_line_2(r: tuple[int, str, str]) -> bool:
+def one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
+    """`cli(...)`'s (exit code, stdout, stderr): exit 2, one line on stderr naming every needle, no traceback on
+    either stream (every hostile case module judges refusals with this one)."""
     lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2]
+    return (r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2]
+            and all(n in lines[0] for n in needles))
 
 
 def snap(d: Path) -> dict[str, bytes]:

@@ -32,13 +32,9 @@ from dreamshard.sharders import get_sharder  # noqa: E402
 from dreamshard.gate import GateDecision, baseline_plan  # noqa: E402
 from dreamshard.settings import installed_pipeline_file  # noqa: E402
 from dreamshard.store import list_plans, open_store, publish, publish_or_reject, show  # noqa: E402
+from hostile_cases import one_line_2  # noqa: E402 - bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
-
-
-def _one_line_2(r: tuple[int, str, str], needle: str = "") -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and needle in r[2]
 
 
 def _outcomes(files: dict[str, Path], plan_id: str | None = None) -> list[str]:
@@ -97,7 +93,7 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
     def _() -> bool:
         files = write_case(d / "sim", mine, full)
         argv = [a for a in publish_argv(files) if a != "--allow-simulated"]
-        return _one_line_2(cli(argv), "--allow-simulated") and not files["store"].exists()
+        return one_line_2(cli(argv), "--allow-simulated") and not files["store"].exists()
 
     @case("18.2", "relabelled random plan, --measure", "plans publish relabelled.json --measure")
     def _() -> tuple[bool, str]:
@@ -116,7 +112,7 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
         @case("18.3", what, "plans publish P --comparison narrow.json")
         def _(sharders: tuple[str, ...] = sharders) -> bool:
             files = write_case(d / f"narrow{len(sharders)}", mine, full_comparison(mine, sharders=sharders))
-            return _one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
+            return one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
 
     @case("18.3", "--measure --sharders random (adds a baseline beside publish.baselines)",
           "plans publish P --measure --sharders random")
@@ -129,7 +125,7 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
     def _() -> bool:
         files = write_case(d / "deleted", mine, edit_results(
             full, lambda rs: [x for x in rs if x["sharder"] not in ("random", "lookup_greedy")]))
-        return _one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
+        return one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
 
     def copy_rr(rs: list[Any], drop_real: bool) -> list[Any]:
         fake = json.loads(json.dumps(by_label(rs, "round_robin")))
@@ -142,7 +138,7 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
               "plans publish P --comparison edited.json")
         def _(drop: bool = drop) -> bool:
             files = write_case(d / f"copied{drop}", mine, edit_results(full, lambda rs: copy_rr(rs, drop)))
-            return _one_line_2(cli(publish_argv(files))) and not files["store"].exists()
+            return one_line_2(cli(publish_argv(files))) and not files["store"].exists()
 
     forged = {"lineage": Lineage(inventory_fingerprint=full.inventory_fingerprint, flow_run_id="fake",
                                  dvc_remote="https://u:s3cret@h/x").model_dump(mode="json"),
@@ -180,7 +176,7 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
                                                            plan_id=old.plan_id))
             into = d / f"repro-{needle[:6]}"
             r = cli(["plans", "reproduce", old.plan_id, "--store", str(st), "--into", str(into)])
-            return _one_line_2(r, needle) and not into.exists()
+            return one_line_2(r, needle) and not into.exists()
 
     def bad_consistency(kind: str) -> dict[str, Any]:
         data = json.loads(full.model_dump_json())
@@ -204,4 +200,4 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
         @case("18.13", what, "plans publish P --comparison edited.json")
         def _(kind: str = kind) -> bool:
             files = write_case(d / f"cons-{kind}", mine, bad_consistency(kind))
-            return _one_line_2(cli(publish_argv(files))) and not files["store"].exists()
+            return one_line_2(cli(publish_argv(files))) and not files["store"].exists()

@@ -16,7 +16,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
-from hostile_cases import snap  # bench/ is the script's directory
+from hostile_cases import one_line_2, snap  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
 from dreamshard.inventory import synth
@@ -29,11 +29,6 @@ Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 
 #: Lookups a guarded generator refuses to draw (well below what the refused inputs ask for).
 GUARD_LOOKUPS = 10**8
-
-
-def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and all(n in lines[0] for n in needles)
 
 
 @contextmanager
@@ -74,7 +69,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             target.write_text(text)
             before = snap(target.parent)
             r = cli([*profile, "-o", str(target)])
-            return _one_line_2(r, "InputFileError", str(target), "not a measurements file") and \
+            return one_line_2(r, "InputFileError", str(target), "not a measurements file") and \
                 snap(target.parent) == before
 
     @case("18.5", "a killed writer's unfinished first record is still recovered", "profile ... -o m.jsonl (partial)")
@@ -97,7 +92,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             with _guarded():
                 r = cli(["inventory", "preset", "criteo-kaggle", "--pooling", pooling, "-o", str(out)])
             wall = time.perf_counter() - t0
-            return _one_line_2(r, *needles) and not out.exists() and wall < 10.0, f"{wall:.2f} s"
+            return one_line_2(r, *needles) and not out.exists() and wall < 10.0, f"{wall:.2f} s"
 
     @case("18.7", "evaluate --backend cpu, pooling_factor 1000000 (in bounds): refused before allocating",
           "evaluate -i big.yaml -p plan.json --backend cpu")
@@ -117,7 +112,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             r = cli(["evaluate", "-i", str(bigf), "-p", str(planf), "--backend", "cpu", "--repeats", "1", "--warmup",
                      "0", "-o", str(work / "ev.json")])
         wall = time.perf_counter() - t0
-        ok = _one_line_2(r, "IndexBudgetError", "'huge'", "pooling_factor", "MAX_INDEX_BYTES")
+        ok = one_line_2(r, "IndexBudgetError", "'huge'", "pooling_factor", "MAX_INDEX_BYTES")
         return ok and snap(work) == before and wall < 30.0, f"{wall:.2f} s"
 
     # -- 18.16: the preset's --name follows the inventory-name rule
@@ -127,4 +122,4 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             out = d / "18.16" / "x.yaml"
             out.parent.mkdir(exist_ok=True)
             r = cli(["inventory", "preset", "criteo-kaggle", "--name", name, "-o", str(out)])
-            return _one_line_2(r, "InventoryNameError", "--name") and not out.exists()
+            return one_line_2(r, "InventoryNameError", "--name") and not out.exists()

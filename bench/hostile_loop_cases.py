@@ -20,8 +20,7 @@ from dreamshard.sharders import get_sharder
 from dreamshard.store import open_store, publish_or_reject
 from dreamshard.types import Inventory, Topology
 from dreamshard.usecases.publish import first_plan
-from hostile_cases import snap
-from hostile_small_cases import _one_line_2  # bench/ is the script's directory
+from hostile_cases import one_line_2, snap  # bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 
@@ -36,13 +35,13 @@ def cases(d: Path, case: Case) -> None:
         def _(value: str = value) -> tuple[bool, str]:
             before = snap(d)
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--refine-seconds", value, "--store", str(d / "store")])
-            return _one_line_2(r, "--refine-seconds") and snap(d) == before, r[2][-80:]
+            return one_line_2(r, "--refine-seconds") and snap(d) == before, r[2][-80:]
 
         @case("15.fast", f"plan --verify 1 --verify-anchors {value!r}", "plan -i inv.yaml --verify 1 --verify-anchors V")
         def _(value: str = value) -> tuple[bool, str]:
             before = snap(d)
             r = cli(["plan", "-i", str(d / "inv.yaml"), "--verify", "1", "--verify-anchors", value, "-o", str(d / "p.json")])
-            return _one_line_2(r, "--verify-anchors") and snap(d) == before, r[2][-80:]
+            return one_line_2(r, "--verify-anchors") and snap(d) == before, r[2][-80:]
 
     for key, value in (("replan_refine_seconds", ".nan"), ("replan_refine_seconds", "-5"), ("verify_anchors", "-1"),
                        ("verify_anchors", "99"), ("verify_anchors", "[2]"), ("replan_refine_seconds", "'x'")):
@@ -51,7 +50,7 @@ def cases(d: Path, case: Case) -> None:
             (d / "bad.yaml").write_text(f"plan:\n  {key}: {value}\n")
             before = snap(d)
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
-            return _one_line_2(r, f"plan.{key}") and snap(d) == before, r[2][-80:]
+            return one_line_2(r, f"plan.{key}") and snap(d) == before, r[2][-80:]
 
     topo = Topology(num_devices=2, memory_per_device_gb=4.0)
 
@@ -150,7 +149,7 @@ def cases(d: Path, case: Case) -> None:
             before = snap(store_dir)
             r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison",
                      str(d / "forged.json"), "--store", str(store_dir), "--allow-simulated"])
-            return _one_line_2(r, "") and snap(store_dir) == before, r[2][-80:]
+            return one_line_2(r, "") and snap(store_dir) == before, r[2][-80:]
 
     for value in ("mean", "MIN", "''", "[min]", "3"):
         @case("issue17", f"params profile.statistic: {value}", "replan -i inv.yaml --params bad.yaml")
@@ -158,7 +157,7 @@ def cases(d: Path, case: Case) -> None:
             (d / "bad.yaml").write_text(f"profile:\n  statistic: {value}\n")
             before = snap(d)
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
-            return _one_line_2(r, "profile.statistic") and snap(d) == before, r[2][-80:]
+            return one_line_2(r, "profile.statistic") and snap(d) == before, r[2][-80:]
 
     # -- the gate's sequential rule (gate/sequential.py) ------------------------------------------------------
     for section, key, value in (("publish", "early_rounds", "1"), ("publish", "early_rounds", "-1"),
@@ -170,7 +169,7 @@ def cases(d: Path, case: Case) -> None:
             (d / "bad.yaml").write_text(f"{section}:\n  {key}: {value}\n")
             before = snap(d)
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
-            return _one_line_2(r, f"{section}.") and snap(d) == before, r[2][-80:]
+            return one_line_2(r, f"{section}.") and snap(d) == before, r[2][-80:]
 
     @case("15.seq", "a 3-round comparison edited so its early look cannot decide: refused, nothing stored",
           "plans publish rr.json -i grown.yaml --comparison noisy.json")
@@ -191,4 +190,4 @@ def cases(d: Path, case: Case) -> None:
         before = snap(store_dir)
         r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison", str(d / "noisy.json"),
                  "--store", str(store_dir), "--allow-simulated"])
-        return _one_line_2(r, "decides nothing") and snap(store_dir) == before, r[2][-80:]
+        return one_line_2(r, "decides nothing") and snap(store_dir) == before, r[2][-80:]

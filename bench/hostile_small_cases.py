@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hostile_cases import snap  # bench/ is the script's directory
+from hostile_cases import one_line_2, snap  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
 from dreamshard.evaluation import compare_sharders, evaluate_plan
@@ -28,11 +28,6 @@ from dreamshard.store import open_store, publish
 from dreamshard.types import Topology
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
-
-
-def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2] and all(n in lines[0] for n in needles)
 
 
 def _stored_with_lineage(d: Path, topo: Topology) -> tuple[str, str]:
@@ -66,7 +61,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
                 into.mkdir()
             r = cli(["plans", "reproduce", plan_id, "--store", store, "--into", str(into)])
             kept = into.is_dir() and not any(into.iterdir()) if rel == "mine" else not (d / "16a" / "new").exists()
-            return _one_line_2(r) and kept
+            return one_line_2(r) and kept
 
     # -- 18.16b: the same plan twice in one comparison
     inv = synth_inventory(8, 0, name="inv")
@@ -90,7 +85,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             r = cli(["compare", "-i", str(invf), "-d", "2", "-m", "1", "--batch-size", "512", "--backend", "simulator",
                      "--rounds", "2", "--sharders", "round_robin", "-p", str(planf), "-p", str(bdir / second),
                      "--out", str(bdir / "cmp.json")])
-            return _one_line_2(r, "ConfigError", needle) and snap(bdir) == before
+            return one_line_2(r, "ConfigError", needle) and snap(bdir) == before
 
     # -- 18.16c: an infeasible learned plan names the sharder asked for
     cdir = d / "16c"
@@ -101,7 +96,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
               f"plan -i inv.yaml -d 2 -m 0.15 -s {sharder}")
         def _(sharder: str = sharder) -> tuple[bool, str]:
             r = cli(["plan", "-i", str(tiny), "-d", "2", "-m", "0.15", "-s", sharder, "-o", str(cdir / "p.json")])
-            ok = _one_line_2(r, "InfeasiblePlacementError", f"(sharder {sharder})") and "round_robin" not in r[2]
+            ok = one_line_2(r, "InfeasiblePlacementError", f"(sharder {sharder})") and "round_robin" not in r[2]
             return ok and not (cdir / "p.json").exists(), r[2].strip()[-60:]
 
     # -- 18.16d: the LB is below every heuristic plan under the simulator
@@ -124,4 +119,4 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         @case("18.7", f"pipeline init on {what}: one line, nothing created", f"pipeline init {target.relative_to(d)}")
         def _(target: Path = target) -> bool:
             before = snap(pdir)
-            return _one_line_2(cli(["pipeline", "init", str(target)]), "is a file") and snap(pdir) == before
+            return one_line_2(cli(["pipeline", "init", str(target)]), "is a file") and snap(pdir) == before

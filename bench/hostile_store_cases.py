@@ -27,13 +27,9 @@ from dreamshard.inventory.synth import synth_inventory  # noqa: E402
 from dreamshard.io import save_inventory  # noqa: E402
 from dreamshard.store import LocalPlanStore, publish  # noqa: E402
 from dreamshard.types import Plan  # noqa: E402
+from hostile_cases import one_line_2  # noqa: E402 - bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
-
-
-def _one_line_2(r: tuple[int, str, str], needle: str = "") -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and needle in r[2]
 
 
 def _snap(d: Path) -> dict[str, bytes]:
@@ -87,7 +83,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             show = cli(["plans", "show", "current", "--inventory", "inv", *s])
             listed = cli(["plans", "list", *s])
             back = cli(["plans", "rollback", "--inventory", "inv", "--to", plan.plan_id, *s])
-            ok = (_one_line_2(show, rel) and _one_line_2(listed, rel) and _one_line_2(back, rel)
+            ok = (one_line_2(show, rel) and one_line_2(listed, rel) and one_line_2(back, rel)
                   and _publish_refused(root) and _fsck_reports(root, rel, "link out of the plan store")
                   and _snap(root) == before_in and _snap(outside) == before_out)
             return ok, show[2].strip()[:120]
@@ -103,7 +99,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         before = _snap(outside)
         save_inventory(synth_inventory(5, 0, name="inv"), d / "inv2.yaml")
         r = cli(["inventory", "push", str(d / "inv2.yaml"), "--store", str(root), "--no-event"])
-        return _one_line_2(r, "inventories/inv") and _snap(outside) == before and \
+        return one_line_2(r, "inventories/inv") and _snap(outside) == before and \
             _fsck_reports(root, "inventories/inv", "link out of the plan store")
 
     @case("18.11", ".locks is a link out of the store", "plans publish")
@@ -121,7 +117,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         (root / "plans").mkdir(parents=True)
         (root / "plans/inv").write_text("not a folder")
         r = cli(["plans", "list", "--store", str(root), "--inventory", "inv"])
-        return _fsck_reports(root, "plans/inv") and _one_line_2(r, "plans/inv")
+        return _fsck_reports(root, "plans/inv") and one_line_2(r, "plans/inv")
 
     @case("18.12", "plans/<inventory> holds a foreign folder (with a file; empty)", "plans fsck")
     def _() -> bool:
@@ -138,7 +134,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         root.mkdir()
         (root / "plans").write_text("not a folder")
         r = cli(["plans", "list", "--store", str(root)])
-        return _one_line_2(r, "plans") and "no plans stored yet" not in r[1] and _fsck_reports(root, "plans")
+        return one_line_2(r, "plans") and "no plans stored yet" not in r[1] and _fsck_reports(root, "plans")
 
     @case("18.12", "current.json (the pointer) is a folder", "plans list; plans fsck; publish")
     def _() -> bool:
@@ -148,5 +144,5 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         (root / "plans/inv/current.json").mkdir()
         before = _snap(root)
         r = cli(["plans", "list", "--store", str(root)])
-        return (_one_line_2(r, "plans/inv/current.json") and _fsck_reports(root, "plans/inv/current.json", "folder")
+        return (one_line_2(r, "plans/inv/current.json") and _fsck_reports(root, "plans/inv/current.json", "folder")
                 and _publish_refused(root) and _snap(root) == before)

@@ -24,6 +24,7 @@ from dreamshard.errors import PlanError
 from dreamshard.io import load_plan, save_inventory, save_plan
 from dreamshard.sharders import make_plan
 from dreamshard.types import ColumnShard, Inventory, Table, Topology
+from hostile_cases import one_line_2  # bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 
@@ -40,11 +41,6 @@ EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "a device over its memory": (lambda p: p["topology"].update(memory_per_device_gb=1e-6), "GB memory limit"),
     "a forged memory figure": (lambda p: p.update(memory_per_device_gb=[0.0, 0.0]), "states 0 GB on device 0"),
 }
-
-
-def _one_line_2(r: tuple[int, str, str], needle: str = "") -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and needle in r[2]
 
 
 def _file(path: Path, ranges: list[list[int]]) -> Path:
@@ -77,7 +73,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             edited.write_text(json.dumps(data))
             out.unlink(missing_ok=True)
             r = cli(["torchrec", "export", str(edited), "-i", str(invf), "-o", str(out)])
-            return _one_line_2(r, needle) and not out.exists(), r[2].strip()[:80] or f"exit {r[0]}"
+            return one_line_2(r, needle) and not out.exists(), r[2].strip()[:80] or f"exit {r[0]}"
 
     @case("18.9", "torchrec export of the legal plan still writes the file", "torchrec export plan.json -i inv.yaml")
     def _() -> tuple[bool, str]:
@@ -110,5 +106,5 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
                 loaded_refused = False
             except PlanError as e:
                 loaded_refused = "gap or overlap" in str(e) and "\n" not in str(e)
-            return (_one_line_2(r, "gap or overlap") and not out.exists() and loaded_refused,
+            return (one_line_2(r, "gap or overlap") and not out.exists() and loaded_refused,
                     r[2].strip()[:80] or f"exit {r[0]}")

@@ -27,6 +27,7 @@ from dreamshard.cli.app import invoke as cli
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.io import save_inventory
 from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, load_model
+from hostile_cases import one_line_2  # bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 Records = list[dict[str, Any]]
@@ -36,11 +37,6 @@ PARAMS = ("profile: {backend: simulator}\n"
           "train_policy: {episodes: 2, episodes_per_update: 2}\n"
           "train: {iterations: 1, placements_per_iteration: 1, search_per_iteration: 0, perturb_per_iteration: 0, "
           "init: none}\n")
-
-
-def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
-    lines = r[2].strip().splitlines()
-    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[2] and all(n in r[2] for n in needles)
 
 
 def _scaled(rec: dict[str, Any], f: float) -> dict[str, Any]:
@@ -151,7 +147,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
                 edited.write_text("".join(json.dumps(r) + "\n" for r in recs))
                 r = cli(argv(cmd, edited, work / "model"))
                 written = sorted(p.name for p in work.iterdir()) != ["edited.jsonl"]
-                return _one_line_2(r, "TrainingDataError", needle) and not written, r[2].strip()[:80]
+                return one_line_2(r, "TrainingDataError", needle) and not written, r[2].strip()[:80]
 
     @case("18.6", "a model with NaN weights (plan put every table on device 0 at 0.000 ms)", "plan --model nan/")
     def _() -> tuple[bool, str]:
@@ -160,7 +156,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         torch.save({k: v * float("nan") if v.is_floating_point() else v for k, v in state.items()}, buf)
         m = model_with_weights(d / "nan-model", buf.getvalue())
         r = cli(["plan", "-i", str(invf), "-d", "2", "-m", "1", "--model", str(m), "-o", str(d / "p-nan.json")])
-        return _one_line_2(r, "not finite") and not (d / "p-nan.json").exists(), r[2].strip()[:80]
+        return one_line_2(r, "not finite") and not (d / "p-nan.json").exists(), r[2].strip()[:80]
 
     for cmd in ("train-cost", "train"):
         @case("18.7", f"{cmd} --model-dir FILE", f"{cmd} --model-dir afile")
@@ -168,7 +164,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             f = d / f"afile-{cmd}"
             f.write_text("keep")
             r = cli(argv(cmd, meas, f))
-            return _one_line_2(r, "not a directory") and f.read_text() == "keep"
+            return one_line_2(r, "not a directory") and f.read_text() == "keep"
 
     for name in (COST_FILE, CARD_FILE):
         @case("18.7", f"a FIFO as the model's {name}", "plan --model fifo/")
@@ -194,4 +190,4 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             r = cli(["plan", "-i", str(invf), "-d", "2", "-m", "1", "--model", str(m), "-o", str(d / "p-jit.json")])
-        return _one_line_2(r, "cannot load weights") and not caught and "\x1b" not in r[2], r[2].strip()[:80]
+        return one_line_2(r, "cannot load weights") and not caught and "\x1b" not in r[2], r[2].strip()[:80]
