@@ -1,18 +1,27 @@
-"""`dreamshard pipeline run` rejects bad input in one line before Prefect starts or anything is written."""
+"""`dreamshard pipeline run` rejects bad input in one line before Prefect starts or anything is written.
+
+The CLI runs in-process (`dreamshard.cli.app.invoke`): a process per command would import Prefect each time."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dreamshard.cli.app import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dreamshard.cli.app", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+def _run(*args: str, cwd: Path) -> SimpleNamespace:
+    """`dreamshard ARGS` in `cwd`: returncode, stdout, stderr."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        code, out, err = invoke(list(args))
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def test_bad_inventory_fails_before_the_flow(tmp_path: Path) -> None:
@@ -48,10 +57,10 @@ def test_bad_dispatch_and_params_fail_in_one_line(tmp_path: Path) -> None:
                "--store", str(tmp_path / "store"), "--dispatch", "gpu", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "error: ConfigError: --dispatch must be auto, local or workers, got 'gpu'"]
-    env_less = subprocess.run([sys.executable, "-m", "dreamshard.cli.app", "pipeline", "run", "--workspace",
-                               str(tmp_path / "ws"), "--params", str(ROOT / "params.yaml"), "--dispatch", "workers"],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                              env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PREFECT_API_URL", raising=False)
+        env_less = _run("pipeline", "run", "--workspace", str(tmp_path / "ws"), "--params", str(ROOT / "params.yaml"),
+                        "--dispatch", "workers", cwd=tmp_path)
     assert env_less.returncode == 2 and "needs a Prefect server" in env_less.stderr
     bad = tmp_path / "params.yaml"
     bad.write_text("drift: {threshold: 0}\n")
@@ -71,8 +80,10 @@ def test_drift_on_another_backend_fails_in_one_line_before_the_flow(tmp_path: Pa
                "--sharders", "random", "--rounds", "1", "--min-improvement", "0", "--allow-simulated", "--store", store,
                cwd=tmp_path)
     assert pub.returncode == 0, pub.stderr
-    res = _run("pipeline", "drift", "--inventory-name", "tiny", "--params", str(ROOT / "params.yaml"),
-               "--store", store, "--backend", "cpu", cwd=tmp_path)
+    # A process of its own: Prefect's log lines would not reach an in-process caller's captured streams.
+    res = subprocess.run([sys.executable, "-m", "dreamshard.cli.app", "pipeline", "drift", "--inventory-name", "tiny",
+                          "--params", str(ROOT / "params.yaml"), "--store", store, "--backend", "cpu"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr + res.stdout
     assert res.stderr.strip().splitlines() == [
         "error: ConfigError: plan " + _current_id(store) + " was measured on backend 'simulator', the monitor would "

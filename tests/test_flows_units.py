@@ -271,6 +271,7 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     from dreamshard.store import get_current, list_plans
     from dreamshard.types import Topology
     from dreamshard.usecases.publish import GateResult
+    from dreamshard_flows import publish as publish_flow
     from dreamshard_flows.publish import ApprovalInput, _publish_fallback
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
@@ -284,6 +285,9 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'")  # type: ignore[misc]
     gated = GateResult(plan=rr.plan, decision=rejected, fallback=fallback, fallback_decision=decision)
     store_uri = str(tmp_path / "store")
+    # The publish task's body: as a task outside a flow it would start a temporary Prefect server (~20 s); the
+    # orchestrator integration tests run it as a task.
+    monkeypatch.setattr(publish_flow, "publish_task", publish_flow.publish_task.fn)
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
                         lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"))
     ref = _publish_fallback(gated, None, store_uri, None, True, 10)
