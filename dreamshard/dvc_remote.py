@@ -12,9 +12,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
-from dreamshard.errors import ConfigError, redact_url, redact_urls
+from dreamshard.errors import ConfigError, PipelineError, first_line, redact_url, redact_urls
 
 _SECRET_HINTS = ("access_key", "secret", "session_token", "password")
 
@@ -48,6 +49,25 @@ def run_dvc(
         msg = next((ln for ln in lines if ln.upper().startswith("ERROR")), lines[-1] if lines else "failed")
         raise ConfigError(f"`dvc {' '.join(args[:2])}` failed in {repo_dir}: {redact_urls(msg)}")
     return proc.stdout
+
+
+def dvc_status(repo_dir: str | Path) -> dict[str, Any]:
+    """What `dvc status --json` prints in `repo_dir`, computed in this process with DVC's API (the repository locked
+    as the command locks it): {stage: [what changed]}, unchanged stages included. A `dvc` process per call costs
+    about a second, and the orchestrator asks after every stage. DVC names a stage of a dvc.yaml outside the current
+    directory `<path>/dvc.yaml:<stage>`; the keys here are what the command prints in `repo_dir`, the stage names.
+    A failure is one PipelineError line with DVC's error."""
+    # DVC's API loads dvc (0.4 s): only here, so the light commands that import this module never pay for it
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo, lock_repo
+
+    try:
+        with Repo(str(repo_dir)) as repo, lock_repo(repo):
+            found = repo.status()
+    except DvcException as e:
+        why = first_line(e) + (f": {first_line(e.__cause__)}" if e.__cause__ is not None else "")
+        raise PipelineError(f"`dvc status` failed in {repo_dir}: {redact_urls(why)}") from None
+    return {key.rpartition("dvc.yaml:")[2] if "dvc.yaml:" in key else key: value for key, value in found.items()}
 
 
 def _check_repo(repo_dir: str | Path) -> Path:

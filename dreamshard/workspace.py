@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 import dreamshard
-from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, run_dvc
+from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote, dvc_status, run_dvc
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
 from dreamshard.incumbent import no_incumbent
 from dreamshard.io import atomic_write_text, load_inventory, load_yaml, model_json, save_inventory
@@ -225,14 +225,9 @@ class PipelineWorkspace:
         data: Any = load_yaml(self.path(DVC_YAML).read_text()) or {}
         return list((data.get("stages") or {}).keys())
 
-    def status(self, targets: list[str] | None = None) -> dict[str, Any]:
-        """`dvc status --json`: {stage: [what changed]} for stages that would run (empty: up to date)."""
-        out = run_dvc(["status", "--json", *(targets or [])], self.root, timeout_s=None)
-        try:
-            data = json.loads(out or "{}")
-        except json.JSONDecodeError:
-            raise PipelineError(f"`dvc status --json` in {self.root} printed no JSON: {first_line(out)}") from None
-        return {k: v for k, v in data.items() if v}
+    def status(self) -> dict[str, Any]:
+        """`dvc status`: {stage: [what changed]} for stages that would run (empty: up to date)."""
+        return {k: v for k, v in dvc_status(self.root).items() if v}
 
     def repro(self, stage: str, force: bool = False, env: Mapping[str, str] | None = None) -> str:
         """`dvc repro --single-item [--force] STAGE`; returns its output."""

@@ -118,3 +118,21 @@ def test_pipeline_init_and_status_cli(tmp_path: Path) -> None:
     assert res.stdout.splitlines()[0].startswith("inventory  changed") and "no plan decided yet" in res.stdout
     res = subprocess.run([*cli, "status", "-w", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "is not a pipeline workspace" in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+def test_status_is_dvcs_own_answer_named_by_stage_wherever_the_caller_is(ws: PipelineWorkspace, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` reads DVC's API in this process: the stages under their own names (not `<path>/dvc.yaml:<stage>`
+    as DVC names them from another directory), what `dvc status --json` prints; a broken dvc.yaml is one line."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)  # not the workspace
+    cli = subprocess.run([str(Path(sys.executable).parent / "dvc"), "status", "--json"], cwd=ws.root,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert ws.status() == json.loads(cli.stdout) and set(ws.status()) == {"inventory", "train"}
+    ws.path("dvc.yaml").write_text("stages:\n  train: {deps: [x]}\n")  # no cmd
+    with pytest.raises(PipelineError, match=r"^`dvc status` failed in .*ws: .*cmd") as e:
+        ws.status()
+    assert "\n" not in str(e.value)
