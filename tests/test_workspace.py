@@ -99,25 +99,24 @@ def test_commit_push_lineage_and_reproduce(ws: PipelineWorkspace, tmp_path: Path
     assert not (tmp_path / "third").exists()
 
 
-def test_pipeline_init_and_status_cli(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_pipeline_init_and_status_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dreamshard.cli.app import invoke  # in-process: a process per command would import Prefect each time
 
     tiny_inventory(tmp_path / "inv.yaml")
     ws = tmp_path / "ws"
-    cli = [sys.executable, "-m", "dreamshard.cli.app", "pipeline"]
-    res = subprocess.run([*cli, "init", str(ws), "--inventory", str(tmp_path / "inv.yaml"), "--dvc-remote",
-                          str(tmp_path / "remote")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    monkeypatch.chdir(tmp_path)
+    code, _, err = invoke(["pipeline", "init", str(ws), "--inventory", str(tmp_path / "inv.yaml"), "--dvc-remote",
+                           str(tmp_path / "remote")])
+    assert code == 0, err
     w = PipelineWorkspace(ws)
     assert w.exists() and w.remote() == RemoteSpec(url=str((tmp_path / "remote").resolve()))
     assert (ws / "dreamshard").resolve() == (Path(__file__).resolve().parents[1] / "dreamshard")
     assert w.stages() == ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"] and not w.dirty()
-    res = subprocess.run([*cli, "status", "-w", str(ws)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines()[0].startswith("inventory  changed") and "no plan decided yet" in res.stdout
-    res = subprocess.run([*cli, "status", "-w", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "is not a pipeline workspace" in res.stderr and len(res.stderr.splitlines()) == 1
+    code, out, err = invoke(["pipeline", "status", "-w", str(ws)])
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("inventory  changed") and "no plan decided yet" in out
+    code, _, err = invoke(["pipeline", "status", "-w", str(tmp_path / "nope")])
+    assert code == 2 and "is not a pipeline workspace" in err and len(err.splitlines()) == 1
 
 
 def test_status_is_dvcs_own_answer_named_by_stage_wherever_the_caller_is(ws: PipelineWorkspace, tmp_path: Path,
