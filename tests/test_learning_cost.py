@@ -23,7 +23,7 @@ from toy_cost import ToyCost, toy_measurements
 from dreamshard.learning.train_cost import split_records, train_cost_model
 from dreamshard.types import Topology
 
-CFG = CostTrainConfig(steps=800, lr=3e-3, test_fraction=0.25, seed=0, ensemble_size=3)
+CFG = CostTrainConfig(steps=500, lr=3e-3, test_fraction=0.25, seed=0, ensemble_size=3)
 
 
 @pytest.fixture(scope="module")
