@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test bench pretrain clean
+.PHONY: install compile run test bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,14 +19,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --no-deps torchrec==1.9.2
 	touch $(STAMP)
 
+# Bytecode for the package and the flows, (re)compiled where the source changed: where PYTHONDONTWRITEBYTECODE is
+# set (these machines set it) no process writes any, and every `dreamshard` process (each DVC stage, each CLI test)
+# would compile the package from source again
+compile: $(STAMP)
+	$(PY) -m compileall -q dreamshard flows
+
 install: $(STAMP)
 
-run: $(STAMP)
+run: compile
 	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --export-model models
 
 # Timing tests first and alone (no server, no second worker loading the cores), then the rest on 2 workers
 # (a test file stays on one worker: the orchestrator tests share one Prefect server per module).
-test: $(STAMP)
+test: compile
 	$(VENV)/bin/python -m pytest -m timing
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder
 
