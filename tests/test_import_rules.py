@@ -6,6 +6,7 @@ works in an environment without Prefect."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -245,22 +246,32 @@ def test_light_commands_run_without_torch(tmp_path: Path) -> None:
     """The commands that only read, check and write files (and the DVC stages `inventory`, `incumbent` and
     `tasks`, which are such commands) never import torch: 1-2 s a start instead of 4-5 (dreamshard/lazy.py)."""
     inv, tasks, note, store = (tmp_path / n for n in ("inv.yaml", "tasks.json", "incumbent.json", "store"))
-    run = "from dreamshard.cli.app import main; main({})"
     env = _without("torch", tmp_path)
     assert _python("import torch", env).returncode != 0
-    for argv in (["--help"], ["plans", "--help"], ["inventory", "synth", "-n", "12", "-o", str(inv)],
-                 ["inventory", "push", str(inv), "--store", str(store), "--no-event"],
-                 ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
-                 ["plans", "incumbent", "--inventory", "pool", "--store", str(store), "-o", str(note)],
-                 ["plans", "incumbent", "--from", str(note), "-o", str(tmp_path / "i.json")],
-                 ["tasks", "--inventory", str(inv), "-o", str(tasks)], ["plans", "list", "--store", str(store)]):
-        res = _python(run.format(argv), env)
-        assert res.returncode == 0, (argv, res.stderr)
+    commands = [["--help"], ["plans", "--help"], ["inventory", "synth", "-n", "12", "-o", str(inv)],
+                ["inventory", "push", str(inv), "--store", str(store), "--no-event"],
+                ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
+                ["plans", "incumbent", "--inventory", "pool", "--store", str(store), "-o", str(note)],
+                ["plans", "incumbent", "--from", str(note), "-o", str(tmp_path / "i.json")],
+                ["tasks", "--inventory", str(inv), "-o", str(tasks)], ["plans", "list", "--store", str(store)],
+                ["plans", "show", "--store", str(store), "--inventory", "pool"],
+                ["plan", "--inventory", str(inv), "--sharder", "dim_greedy", "-d", "2"]]
+    # One process runs them all in turn (where torch cannot load, the order does not matter): a process each cost
+    # a second apiece
+    res = _python("import json\nfrom dreamshard.cli.app import invoke\n"
+                  "def answer(argv):\n"
+                  "    try:\n        return invoke(argv)[::2]\n"
+                  "    except ImportError as e:\n        return 1, repr(e)\n"
+                  f"print(json.dumps([answer(a) for a in {commands!r}]))", env)
+    assert res.returncode == 0, res.stderr
+    answers = [tuple(a) for a in json.loads(res.stdout.splitlines()[-1])]
+    for argv, (code, err) in zip(commands[:-2], answers):
+        assert code == 0, (argv, err)
     assert tasks.is_file() and (tmp_path / "v.yaml").is_file() and (tmp_path / "i.json").is_file()
-    res = _python(run.format(["plans", "show", "--store", str(store), "--inventory", "pool"]), env)
-    assert res.returncode == 2 and "publish one first" in res.stderr  # the store's one line, not a torch import
-    res = _python(run.format(["plan", "--inventory", str(inv), "--sharder", "dim_greedy", "-d", "2"]), env)
-    assert res.returncode != 0 and "torch" in res.stderr  # a command that measures or learns does need it
+    code, err = answers[-2]
+    assert code == 2 and "publish one first" in err  # the store's one line, not a torch import
+    code, err = answers[-1]
+    assert code != 0 and "torch" in err  # a command that measures or learns does need it
 
 
 def test_the_late_import_check_reads_comments(tmp_path: Path) -> None:
