@@ -298,3 +298,32 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     assert ref.is_current and get_current(open_store(store_uri), "tiny").plan_id == "fb-2"
     assert {r.plan_id: r.outcome for r in list_plans(open_store(store_uri), "tiny")} == {
         fallback.plan_id: "rejected", "fb-2": "fallback"}
+
+
+def test_stop_prefect_kills_what_ignores_sigterm_after_the_grace_and_refuses_a_bad_grace(tmp_path: Path) -> None:
+    """infra/stop-prefect.sh: SIGTERM to each PID file's process group, SIGKILL after PREFECT_STOP_GRACE_S; the
+    PID files it names but that do not exist are skipped in silence."""
+    import os
+    import signal
+    import subprocess
+
+    script = ROOT / "infra" / "stop-prefect.sh"
+    stubborn = subprocess.Popen(["setsid", "python3", "-c", "import signal, time\n"
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n"
+                                 "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline().strip() == "up"
+        (tmp_path / "worker-w1.pid").write_text(str(stubborn.pid))
+        env = {**os.environ, "PREFECT_RUN_DIR": str(tmp_path)}
+        bad = subprocess.run([str(script)], env={**env, "PREFECT_STOP_GRACE_S": "soon"}, capture_output=True,
+                             text=True, timeout=30)
+        assert bad.returncode == 2 and bad.stderr.splitlines() == [
+            "error: PREFECT_STOP_GRACE_S must be whole seconds, got 'soon'"]
+        assert stubborn.poll() is None and (tmp_path / "worker-w1.pid").exists()  # nothing was stopped
+        res = subprocess.run([str(script)], env={**env, "PREFECT_STOP_GRACE_S": "1"}, capture_output=True,
+                             text=True, timeout=30)
+        assert res.returncode == 0 and res.stderr == "" and f"stopped worker-w1 (pid {stubborn.pid})" in res.stdout
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL and not (tmp_path / "worker-w1.pid").exists()
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
