@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dreamshard.gate import GateDecision, PublishConfig, evaluate_gate
 from dreamshard.store.keys import Kind, parse_key
-from dreamshard.types import Costs, DeviceCost, Plan, Topology
+from dreamshard.types import Costs, DeviceCost, Inventory, Plan, Topology
 
 FP = "ab" * 32
 
@@ -43,6 +43,17 @@ def approve(plan: Plan) -> GateDecision:
     return d
 
 
+#: The World's required baselines (publish.baselines; TorchRec's planner is always one).
+WORLD_BASELINES = ("round_robin", "size_greedy", "dim_greedy", "torchrec")
+
+
+def world_inventory() -> Inventory:
+    """The World's inventory alone (cheap: no comparison), for what a test module builds at import."""
+    from dreamshard.inventory.synth import synth_inventory
+
+    return synth_inventory(12, 0, name="inv")
+
+
 class World:
     """A real (tiny) inventory, candidate plans relabelled as learned, and one simulator comparison of them all."""
 
@@ -52,7 +63,7 @@ class World:
         from dreamshard.profiling import make_oracle
         from dreamshard.sharders import get_sharder
 
-        self.inventory = synth_inventory(12, 0, name="inv")
+        self.inventory = world_inventory()
         self.topology = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
 
         def candidate(sharder: str, **opts: object) -> Plan:
@@ -64,7 +75,7 @@ class World:
         self.worse = candidate("size_greedy")  # slower than every baseline
         # The required baselines of these tests (publish.baselines; TorchRec's planner is always one). The heuristics
         # left out (lookup_greedy, random with seed 0) are within 0.5% of the best table-wise placement here.
-        self.baselines = ["round_robin", "size_greedy", "dim_greedy", "torchrec"]
+        self.baselines = list(WORLD_BASELINES)
         self.rules = PublishConfig(baselines=tuple(self.baselines), allow_simulated=True)
         self.comparison = compare_sharders(self.inventory, self.topology, self.baselines, make_oracle("simulator"),
                                            rounds=self.rules.min_rounds, extra_plans=[self.good, self.bad, self.worse])

@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from store_helpers import world
+from store_helpers import WORLD_BASELINES, world, world_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.store.inventories import push_inventory
@@ -103,12 +103,12 @@ def test_fuzz_inventory_validate(data: dict[str, Any], as_yaml: bool) -> None:
 
 # -- random plans through the gate ------------------------------------------------------------------------
 def _mutations() -> st.SearchStrategy[tuple[str, Any]]:
-    w = world()
-    tables = [t.name for t in w.inventory.tables]
+    inventory = world_inventory()  # at import: the world itself (a comparison with TorchRec's planner) waits for a test
+    tables = [t.name for t in inventory.tables]
     return st.one_of(
         st.tuples(st.just("placement"), st.dictionaries(st.sampled_from([*tables, "ghost", "t@0:4"]), weird_numbers, max_size=14)),
         st.tuples(st.just("placement"), st.fixed_dictionaries({t: st.integers(0, 1) for t in tables})),
-        st.tuples(st.just("inventory_fingerprint"), st.one_of(st.text(max_size=70), st.just(w.inventory.fingerprint()))),
+        st.tuples(st.just("inventory_fingerprint"), st.one_of(st.text(max_size=70), st.just(inventory.fingerprint()))),
         st.tuples(st.just("memory_per_device_gb"), st.lists(weird_numbers, max_size=3)),
         st.tuples(st.just("plan_id"), weird_names),
         st.tuples(st.just("inventory_name"), weird_names),
@@ -159,7 +159,7 @@ def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], ma
 
 # -- relabelled, duplicated and dropped comparison entries (issue 18 items 2, 3) -----------------------------
 def _entry_edits() -> st.SearchStrategy[list[tuple[str, int, str]]]:
-    labels = [*world().baselines, "lookup_greedy", "random", "dreamshard"]
+    labels = [*WORLD_BASELINES, "lookup_greedy", "random", "dreamshard"]
     return st.lists(st.tuples(st.sampled_from(["relabel", "duplicate", "drop"]), st.integers(0, 6),
                               st.sampled_from(labels)), min_size=1, max_size=3)
 
