@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install compile run test bench pretrain clean
+.PHONY: install run test bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,20 +22,17 @@ $(STAMP): pyproject.toml constraints.txt
 # Bytecode is written (into .venv and the checkout's git- and DVC-ignored __pycache__/): these machines set
 # PYTHONDONTWRITEBYTECODE, under which every `dreamshard` process (each DVC stage, each CLI test) compiled the
 # package from source again and every pytest process re-rewrote the asserts of all test modules (14 s -> 8 s a
-# collection). `compile` builds the package's and the flows' up front (incremental: only what changed), so the
-# first processes, started in parallel, find it.
+# collection). The first process to import a module writes its bytecode (the serial timing tests, the first stage).
 unexport PYTHONDONTWRITEBYTECODE
-compile: $(STAMP)
-	$(PY) -m compileall -q dreamshard flows
 
 install: $(STAMP)
 
-run: compile
+run: $(STAMP)
 	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --export-model models
 
 # Timing tests first and alone (no server, no second worker loading the cores), then the rest on 2 workers
 # (a test file stays on one worker: the orchestrator tests share one Prefect server per module).
-test: compile
+test: $(STAMP)
 	$(VENV)/bin/python -m pytest -m timing
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder
 

@@ -67,7 +67,7 @@ def dvc_status(repo_dir: str | Path) -> dict[str, Any]:
     except DvcException as e:
         why = first_line(e) + (f": {first_line(e.__cause__)}" if e.__cause__ is not None else "")
         raise PipelineError(f"`dvc status` failed in {repo_dir}: {redact_urls(why)}") from None
-    return {key.rpartition("dvc.yaml:")[2] if "dvc.yaml:" in key else key: value for key, value in found.items()}
+    return {key.rpartition("dvc.yaml:")[2]: value for key, value in found.items()}  # a key without it: whole
 
 
 def _check_repo(repo_dir: str | Path) -> Path:
