@@ -138,6 +138,7 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     # run publishes v2), so its plan search starts from that plan (the `current` candidate; the pipeline's plan
     # stage reads it as its incumbent)
     shutil.copytree(store, work / "store-fast")
+    shutil.copytree(store, work / "store-v1")  # untouched: the fast path can be run again from it (--work)
     shutil.copytree(store, work / "store-retrain")
     v1_plan = work / "v1-plan.json"
     v1_plan.write_text((ws / "data" / "plan.json").read_text())

@@ -214,12 +214,50 @@ def test_no_garbage_collection_runs_inside_a_timed_region_and_the_setting_is_res
         gc.enable()
 
 
+def test_timed_backward_passes_share_one_seeded_gradient_buffer_and_never_write_it() -> None:
+    """Both operators take their upstream gradient from one standard-normal buffer per (device, dtype): seeded (a
+    new pool draws the same values), grown to the largest device, shared between builds, and left unchanged by
+    the timed backward passes (an operator writing it would change every later timing's input)."""
+    import torch
+
+    from dreamshard.profiling.buffers import GRADS, GradPool
+    from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
+    from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
+    from dreamshard.profiling.scaling import CPU_RULE
+
+    a, b = GradPool().get((64, 8), torch.device("cpu")), GradPool().get((64, 8), torch.device("cpu"))
+    assert torch.equal(a, b) and a.shape == (64, 8) and 0.5 < float(a.std()) < 1.5
+    pool = GradPool()
+    first = pool.get((4, 8), torch.device("cpu")).clone()
+    grown = pool.get((16, 8), torch.device("cpu"))
+    assert torch.equal(grown.flatten()[:32], first.flatten())  # growing redraws the same seeded values
+    assert pool.get((2, 8), torch.device("cpu")).data_ptr() == grown.data_ptr()  # a smaller one is a view
+
+    tables = [Table(name="a", num_embeddings=5_000, embedding_dim=32, pooling_factor=4),
+              Table(name="b", num_embeddings=3_000, embedding_dim=16,
+                    features=({"name": "b1", "pooling_factor": 1}, {"name": "b2", "pooling_factor": 2}))]
+    backends = [EmbeddingBagBackend("cpu", "cpu", CPU_RULE)]
+    if fbgemm_available():
+        backends.append(FbgemmBackend("cpu", "cpu", CPU_RULE))
+    for backend in backends:
+        GRADS.clear()
+        timing = backend.time_device(tables, BATCH, 1, 2)
+        assert all(0 < t < float("inf") for t in (*timing.fwd_ms, *timing.bwd_ms))
+        (buf,) = [v for (dev, _), v in GRADS._buffers.items() if dev == "cpu"]
+        before = buf.clone()
+        backend.time_device(tables, BATCH, 1, 2)
+        (again,) = GRADS._buffers.values()
+        assert again.data_ptr() == buf.data_ptr() and torch.equal(again, before), type(backend).__name__
+        backend.close()
+        assert not GRADS._buffers
+
+
 def test_cpu_weights_reuse_one_host_buffer_per_dtype_and_close_frees_it() -> None:
     """The TBE's HOST weights come from one buffer that grows to the largest device and is reused (no zero-fill
     per timing); fp16 devices get their own; the oracle's close() frees them; timings stay finite."""
     import torch
 
-    from dreamshard.profiling.fbgemm_backend import HOST_ARENA
+    from dreamshard.profiling.buffers import GRADS, HOST_ARENA
 
     o = make_oracle("cpu", warmup=1, repeats=2, num_threads=1, seed=0)
     o.set_comm_model(2, FIXED_COMM[2])
@@ -236,4 +274,4 @@ def test_cpu_weights_reuse_one_host_buffer_per_dtype_and_close_frees_it() -> Non
     o.measure(_inv(small), {"small": 0}, _topo(1))
     assert HOST_ARENA._buffers[torch.float32].data_ptr() == ptr
     o.close()
-    assert not HOST_ARENA._buffers
+    assert not HOST_ARENA._buffers and not GRADS._buffers

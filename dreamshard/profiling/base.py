@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from dreamshard.inventory.indices import batches_within_budget, synthesize_indices
+from dreamshard.profiling.buffers import clear_all
 from dreamshard.profiling.scaling import ScalingRule
 from dreamshard.types import Table
 
@@ -232,6 +233,9 @@ class TorchBackend(ComputeBackend):
         self.device = device
         self.rule = rule
         self.bank = IndexBank(seed=seed)
+
+    def close(self) -> None:
+        clear_all()  # the reused weights and gradient buffers go with the last oracle that timed on them
 
     @abc.abstractmethod
     def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:

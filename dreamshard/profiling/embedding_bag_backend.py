@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from dreamshard.profiling.base import FusedOp, TorchBackend
+from dreamshard.profiling.buffers import GRADS
 from dreamshard.profiling.fbgemm_backend import LEARNING_RATE
 from dreamshard.types import Table
 
@@ -69,7 +70,7 @@ class EmbeddingBagBackend(TorchBackend):
             w = torch.empty(base, dim, device=tdev, dtype=dtype).uniform_(-0.01, 0.01).requires_grad_(True)
             weights.append(w)
             bags = sum(tables[k].num_outputs for k in members)
-            grads.append(torch.randn(bags * batch_size, dim, device=tdev, dtype=dtype))
+            grads.append(GRADS.get((bags * batch_size, dim), tdev, dtype))
         inputs: list[list[tuple[Any, Any]]] = []
         for idx, off in batches:
             per_group: list[tuple[Any, Any]] = []

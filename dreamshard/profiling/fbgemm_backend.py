@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from dreamshard.profiling.base import FusedOp, TorchBackend
+from dreamshard.profiling.buffers import GRADS, HOST_ARENA
 from dreamshard.profiling.scaling import padded_dim
 from dreamshard.types import Table
 
@@ -95,38 +96,10 @@ class _TBEOp(FusedOp):
         out.backward(self.grad)
 
 
-class _HostArena:
-    """One reusable host buffer per weight dtype for the CPU operator's weights (TBE's
-    ``preallocated_host_buffers``). Building a TBE zero-fills its weights: a device holding gigabytes of tables
-    spent 0.17 s of a 0.58 s timing in ``torch.zeros`` (measured, profile of a 120-table gate). The timed
-    iterations do not depend on the weights' values (finite SGD updates of random gradients), and the arena's
-    pages are already resident, as freshly zeroed ones are; it grows to the largest device timed and is kept."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[torch.dtype, torch.Tensor] = {}
-
-    def view(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        buf = self._buffers.get(dtype)
-        if buf is None or buf.numel() < numel:
-            self._buffers.pop(dtype, None)  # free the smaller one first: peak memory is one buffer
-            buf = torch.zeros(numel, dtype=dtype)
-            self._buffers[dtype] = buf
-        return buf[:numel]
-
-    def clear(self) -> None:
-        self._buffers.clear()
-
-
-HOST_ARENA = _HostArena()
-
-
 class FbgemmBackend(TorchBackend):
     """Times a device's tables with one TBE operator."""
 
     operator = "fbgemm_tbe"
-
-    def close(self) -> None:
-        HOST_ARENA.clear()  # the weights buffer goes with the last oracle that timed on it
 
     def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
         m = _import_tbe()
@@ -160,5 +133,5 @@ class FbgemmBackend(TorchBackend):
         ]
         batch_size = (len(batches[0][1]) - 1) // len(feature_map)
         out_dim = sum(specs[k][1] for k in feature_map)
-        grad = torch.randn(batch_size, out_dim, device=tdev)
+        grad = GRADS.get((batch_size, out_dim), tdev)
         return _TBEOp(module, prepared, grad)
