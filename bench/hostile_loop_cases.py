@@ -163,7 +163,10 @@ def cases(d: Path, case: Case) -> None:
     for section, key, value in (("publish", "early_rounds", "1"), ("publish", "early_rounds", "-1"),
                                 ("publish", "early_rounds", "1000"), ("publish", "early_rounds", "'x'"),
                                 ("publish", "early_share", "0"), ("publish", "early_share", "1"),
-                                ("publish", "early_share", ".nan"), ("evaluate", "stop_early", "'maybe'")):
+                                ("publish", "early_share", ".nan"), ("evaluate", "stop_early", "'maybe'"),
+                                ("publish", "early_rounds", "[3, 3]"), ("publish", "early_rounds", "[4, 3]"),
+                                ("publish", "early_rounds", "[3, 1]"), ("publish", "early_rounds", "true"),
+                                ("publish", "early_rounds", "[3, 'x']"), ("publish", "early_share", "0.5")):
         @case("15.seq", f"params {section}.{key}: {value}", "replan -i inv.yaml --params bad.yaml")
         def _(section: str = section, key: str = key, value: str = value) -> tuple[bool, str]:
             (d / "bad.yaml").write_text(f"{section}:\n  {key}: {value}\n")
@@ -190,4 +193,4 @@ def cases(d: Path, case: Case) -> None:
         before = snap(store_dir)
         r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison", str(d / "noisy.json"),
                  "--store", str(store_dir), "--allow-simulated"])
-        return one_line_2(r, "decides nothing") and snap(store_dir) == before, r[2][-80:]
+        return one_line_2(r, "decide nothing") and snap(store_dir) == before, r[2][-80:]

@@ -155,7 +155,7 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
                             "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
     fast = json.loads(fast_out)
     n_baselines = len(settings.publish.baselines)
-    # the rounds the gate measured: min_rounds, or publish.early_rounds when its early look decided (the reason says)
+    # the rounds the gate measured: min_rounds, or an early look's (publish.early_rounds) when it decided (the reason says)
     said = re.search(r"over (\d+) round", fast.get("reason", ""))
     gate_rounds = int(said.group(1)) if said else max(settings.evaluate.rounds, settings.publish.min_rounds)
     # what verify measured (replan reports it: candidates and anchors, each for the rounds it lasted)

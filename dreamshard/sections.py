@@ -91,8 +91,8 @@ class EvaluateConfig(Section):
     # sharders' module, and with it torch, which reading the settings must not
     sharders: tuple[str, ...] | None = None
     rounds: Annotated[int, Field(ge=1, le=100)] = 3
-    # With one plan to judge (`compare --plan`, the evaluate stage): stop measuring once the publish gate's early
-    # look (publish.early_rounds) approves or rejects it; the gate reads the comparison with the same rule.
+    # With one plan to judge (`compare --plan`, the evaluate stage): stop measuring once an early look of the publish
+    # gate (publish.early_rounds) approves or rejects it; the gate reads the comparison with the same rule.
     stop_early: bool = True
 
     @field_validator("sharders")

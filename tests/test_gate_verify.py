@@ -163,7 +163,7 @@ def test_measure_and_gate_measures_itself() -> None:
     assert not d.approved and d.evidence.startswith("measured by the gate")
     assert {r.sharder for r in cmp.results} == {*w.baselines, "dreamshard"}
     # the simulator's exact figures decide at the sequential rule's early look: measuring stopped there
-    assert cmp.rounds == w.rules.early_rounds == d.rounds < w.rules.min_rounds and d.stopped_early
+    assert cmp.rounds == w.rules.early_round_list[0] == d.rounds < w.rules.min_rounds and d.stopped_early
     assert judged.measured is not None and judged.measured.overall_ms > 0.5
     no_early = w.rules.model_copy(update={"early_rounds": 0})
     _, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), no_early, rounds=1)

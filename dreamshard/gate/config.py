@@ -6,7 +6,7 @@ import math
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from dreamshard.errors import ConfigError
 from dreamshard.sharders import BASELINE_SHARDERS
@@ -57,7 +57,7 @@ class GateDecision(BaseModel):
     ratio_low: float | None = None  # confidence bounds of that ratio (the decisive baseline's, see `decided_by`)
     ratio_high: float | None = None
     decided_by: str | None = None  # the baseline whose bound decided (the hardest one to beat)
-    stopped_early: bool = False  # decided at the sequential rule's early look (publish.early_rounds rounds)
+    stopped_early: bool = False  # decided at one of the sequential rule's early looks (publish.early_rounds)
     checked_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -91,11 +91,12 @@ class PublishConfig(BaseModel):
     baselines: tuple[str, ...] = GATE_BASELINES
     confidence: float = Field(default=0.95, ge=0.5, lt=1.0)  # of the bound on plan / best baseline
     min_rounds: int = Field(default=5, ge=2, le=100)  # paired rounds the bound needs (--measure measures as many)
-    # The sequential rule (gate/sequential.py): a first look after early_rounds rounds (0: none) spends early_share
-    # of the error rate 1 - confidence; when it approves or rejects, measuring stops there. Otherwise the final look
-    # (min_rounds or more) decides with the rest: at confidence 0.95, 99% early and 96% final (Bonferroni: no
-    # decision is wrong more often than 5%, whichever look makes it). early_rounds >= min_rounds: no early look.
-    early_rounds: int = Field(default=3, ge=0, le=99)
+    # The sequential rule (gate/sequential.py): an early look after each early_rounds entry (rounds, increasing;
+    # 0 or []: none) spends early_share of the error rate 1 - confidence; the first that approves or rejects is the
+    # decision, and measuring stops there. Otherwise the final look (min_rounds or more) decides with the rest: at
+    # confidence 0.95, 99% at rounds 3 and 4 and 97% final (Bonferroni: no decision is wrong more often than 5%,
+    # whichever look makes it). Entries at or above min_rounds are no early looks. A single number: one look.
+    early_rounds: tuple[int, ...] = (3, 4)
     early_share: float = Field(default=0.2, gt=0.0, lt=1.0)
     allow_simulated: bool = False  # may a plan whose costs come from the simulator become current?
     require_human: bool = False
@@ -107,13 +108,45 @@ class PublishConfig(BaseModel):
     def _baselines(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return check_baselines(v)
 
+    @field_validator("early_rounds", mode="before")
+    @classmethod
+    def _early(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("early_rounds is a number of rounds or a list of them, not true/false")
+        if isinstance(v, int):
+            return () if v == 0 else (v,)
+        return v
+
     @field_validator("early_rounds")
     @classmethod
-    def _early(cls, v: int) -> int:
-        if v == 1:
-            raise ValueError("1 round cannot bound the noise (one round has no spread): use 0 (no early look) or "
-                             "at least 2")
+    def _early_looks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for r in v:
+            if r < 2:
+                raise ValueError(f"an early look at {r} round(s) cannot bound the noise (fewer than 2 rounds have "
+                                 f"no spread): use 0 (no early look) or rounds of at least 2")
+            if r > 99:
+                raise ValueError(f"an early look at {r} rounds: at most 99")
+        if any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"early_rounds {list(v)}: each look needs more rounds than the one before")
         return v
+
+    @field_validator("early_share")
+    @classmethod
+    def _one_budget(cls, v: float, info: ValidationInfo) -> float:
+        """Every early look spends early_share of the error rate: they must leave the final look a share."""
+        below = [r for r in info.data.get("early_rounds", ()) if r < info.data.get("min_rounds", 5)]
+        if len(below) * v >= 1.0:
+            raise ValueError(f"{len(below)} early looks x early_share {v:g} spend the whole error budget: the final "
+                             f"look needs a share (fewer early_rounds, or a smaller early_share)")
+        return v
+
+    @property
+    def early_round_list(self) -> tuple[int, ...]:
+        """The early looks' rounds (model_copy may set early_rounds to a number unvalidated: read it as one)."""
+        v: Any = self.early_rounds
+        if isinstance(v, int):
+            return () if v == 0 else (v,)
+        return tuple(v)
 
 
 def check_baselines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

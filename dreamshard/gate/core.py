@@ -12,7 +12,7 @@ from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
 from dreamshard.gate.config import GateDecision, PublishConfig, check_baselines, check_margin
 from dreamshard.gate.rule import evaluate_gate
-from dreamshard.gate.sequential import decides_early, early_look, looks, stop_rule
+from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
 from dreamshard.gate.verify import verify_comparison, verify_plan
 from dreamshard.types import Inventory, Plan
 
@@ -70,14 +70,14 @@ def gate_plan(
     required = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
     verify_plan(plan, inventory)
-    early = early_look(rules)
+    early = early_looks(rules)
     v = verify_comparison(plan, inventory, comparison, required=required, seed=seed,
-                          min_rounds=early.rounds if early else rules.min_rounds, full_rounds=rules.min_rounds,
+                          min_rounds=early[0].rounds if early else rules.min_rounds, full_rounds=rules.min_rounds,
                           backend=backend, source=source)
     if comparison.rounds < rules.min_rounds and not decides_early(
             rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}):
-        raise PlanError(f"{source} has {comparison.rounds} round(s), and the sequential rule's early look on them "
-                        f"decides nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
+        raise PlanError(f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
+                        f"decide nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
                         f"tell a faster plan from noise: compare with --rounds {rules.min_rounds}")
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)

@@ -135,7 +135,7 @@ def evaluate_gate(
 def _reason(outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: RatioBound, decider: str,
             threshold: float) -> str:
     plan_ms, best, best_ms, margin = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"], f"{c['min_improvement']:.1%}"
-    early = " (the sequential rule's early look)" if c.get("stopped_early") else ""
+    early = " (an early look of the sequential rule)" if c.get("stopped_early") else ""
     stat = (f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} "
             f"round(s){early}")
     if outcome == "approved":
