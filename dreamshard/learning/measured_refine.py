@@ -1,8 +1,11 @@
 """Measured refinement (`plan --refine-seconds S`): the hardware corrects the model at plan time
 (docs/architecture.md, "Measured refinement").
 
-Starting from the search's best plan, every device is measured once (the incumbent's per-device costs). Then,
-while the time budget lasts: take the measured bottleneck device, rank moves of its units to other devices and
+Starting from the search's best plan, every device is measured once. The incumbent's cost per device is the median
+of that device's recent timings: every interleaved round below times two of the incumbent's devices again, and
+each kept proposal is followed by one timing of the whole new incumbent, so neither one noisy first reading nor a
+machine drifting over minutes decides the bottleneck. Then, while the time budget lasts: take the measured
+bottleneck device (the queue is re-ranked when it changes), rank moves of its units to other devices and
 swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two devices
 involved, applied to their measured costs), and measure the best untried proposal on only the two devices it
 changes, interleaved with the incumbent's same two devices for `rounds` rounds (in predicted order, also where the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -34,10 +38,12 @@ from dreamshard.sharders.base import make_plan
 from dreamshard.memory import footprint
 from dreamshard.shards import expand_plan, fold_units
 from dreamshard.units import movable
-from dreamshard.types import Inventory, Plan, RefineStep, RefineTrace, Table, Topology
+from dreamshard.types import Inventory, Measurement, Plan, RefineStep, RefineTrace, Table, Topology
 
 #: proposals ranked per bottleneck before measuring (the best untried one is measured next)
 MAX_PROPOSALS = 256
+#: timings per device behind the incumbent's measured cost (their median); older ones age out
+WINDOW = 7
 
 Predict = Callable[[Sequence[str]], float]  # predicted total ms of one device holding these units
 
@@ -97,6 +103,34 @@ def _proposals(current: dict[str, int], dev_ms: list[float], need: dict[str, int
     return out[:MAX_PROPOSALS]
 
 
+class _Incumbent:
+    """The incumbent's measured cost per device: the median of that device's last `WINDOW` timings under the
+    current placement (every interleaved incumbent round adds one; a kept proposal starts the two devices it
+    changed afresh from its own rounds). One timing per device, taken once and never again, let a single noisy
+    reading pick the bottleneck for the whole budget, and a machine that drifts by 10% over minutes left every
+    device it did not touch at a stale cost."""
+
+    def __init__(self, n: int) -> None:
+        self._seen: list[deque[float]] = [deque(maxlen=WINDOW) for _ in range(n)]
+
+    def add(self, device: int, ms: float) -> None:
+        self._seen[device].append(ms)
+
+    def add_all(self, measured: Measurement) -> None:
+        for device, c in enumerate(measured.costs.per_device):
+            self.add(device, c.total)
+
+    def replace(self, device: int, ms: Sequence[float]) -> None:
+        self._seen[device].clear()
+        self._seen[device].extend(ms)
+
+    def costs(self) -> list[float]:
+        return [statistics.median(s) if s else 0.0 for s in self._seen]
+
+    def bottleneck_ms(self) -> float:
+        return max(self.costs())
+
+
 def refine_measured(
     units: Inventory,
     placement: dict[str, int],
@@ -115,21 +149,23 @@ def refine_measured(
     need = {t.name: footprint(t, topology) for t in units.tables}  # bytes each unit takes on a device
     rng = np.random.default_rng(seed)
     current = dict(placement)
-    first = oracle.measure(units, current, topology, kind="placement", task="refine")
-    dev_ms = [c.total for c in first.costs.per_device]
-    initial = max(dev_ms)
+    seen = _Incumbent(n)
+    seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
+    initial = seen.bottleneck_ms()
     timings = len(set(current.values()))  # the devices that hold units
     steps: list[RefineStep] = []
     tried: set[tuple[tuple[str, int], ...]] = set()
 
     queue: list[Proposal] = []
+    queue_b = -1  # the bottleneck the queue was ranked for
     while clock() - start < seconds and n > 1:
-        if not queue:  # ranked once per incumbent: a refused proposal moves on to the next one
-            queue = _proposals(current, dev_ms, need, cap, predict, tried)
+        dev_ms = seen.costs()
+        b = int(np.argmax(dev_ms))
+        if not queue or b != queue_b:  # ranked once per bottleneck: a refused proposal moves on to the next one
+            queue, queue_b = _proposals(current, dev_ms, need, cap, predict, tried), b
             if not queue:
                 break
         est, label, d, change = queue.pop(0)
-        b = int(np.argmax(dev_ms))
         tried.add(tuple(sorted(change.items())))
         new = {**current, **change}
         old_rounds: list[float] = []
@@ -141,6 +177,8 @@ def refine_measured(
                 if which == 0:
                     pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
                     old_rounds.append(max(pair))
+                    seen.add(b, pair[0])  # the incumbent's own devices, measured again: fresh costs
+                    seen.add(d, pair[1])
                 else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
                     # above the incumbent's fastest round, the round is lost whatever the other device measures
                     pair, timed = _pair_ms(oracle, units, new, (d, b), topology,
@@ -153,7 +191,7 @@ def refine_measured(
             if clock() - start >= seconds and r + 1 < rounds:
                 break
         kept = (len(new_rounds) == max(1, rounds) and max(new_rounds) < min(old_rounds)
-                and statistics.median(new_rounds) < dev_ms[b])
+                and statistics.median(new_rounds) < seen.costs()[b])
         steps.append(RefineStep(proposal=label, devices=(b, d), predicted_ms=round(est, 6),
                                 incumbent_ms=round(statistics.median(old_rounds), 6),
                                 measured_ms=round(statistics.median(new_rounds), 6), kept=kept,
@@ -161,9 +199,12 @@ def refine_measured(
         if kept:
             queue = []
             current = new
-            dev_ms[b] = statistics.median(p[0] for p in pair_new)
-            dev_ms[d] = statistics.median(p[1] for p in pair_new)
-    final = max(dev_ms)
+            seen.replace(b, [p[0] for p in pair_new])
+            seen.replace(d, [p[1] for p in pair_new])
+            if clock() - start < seconds:  # the whole new incumbent once: no device's cost older than a keep
+                seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
+                timings += len(set(current.values()))
+    final = seen.bottleneck_ms()
     trace = RefineTrace(seconds=round(clock() - start, 3), budget_s=seconds, rounds=rounds,
                         tried=len(steps), kept=sum(s.kept for s in steps), device_timings=timings,
                         initial_ms=round(initial, 6), final_ms=round(final, 6),
