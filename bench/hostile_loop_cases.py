@@ -44,7 +44,9 @@ def cases(d: Path, case: Case) -> None:
             return one_line_2(r, "--verify-anchors") and snap(d) == before, r[2][-80:]
 
     for key, value in (("replan_refine_seconds", ".nan"), ("replan_refine_seconds", "-5"), ("verify_anchors", "-1"),
-                       ("verify_anchors", "99"), ("verify_anchors", "[2]"), ("replan_refine_seconds", "'x'")):
+                       ("verify_anchors", "99"), ("verify_anchors", "[2]"), ("replan_refine_seconds", "'x'"),
+                       ("refine_confirm_rounds", "-1"), ("refine_confirm_rounds", "101"),
+                       ("refine_confirm_rounds", "1.5"), ("refine_confirm_rounds", "'x'")):
         @case("15.fast", f"params plan.{key}: {value}", "replan -i inv.yaml --params bad.yaml")
         def _(key: str = key, value: str = value) -> tuple[bool, str]:
             (d / "bad.yaml").write_text(f"plan:\n  {key}: {value}\n")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         runs: dict[str, Any] = {}
         plans = {"start": start.model_copy(update={"sharder": "start"})}
         for label, seconds in (("short", args.short), ("long", args.long)):
-            refined = refine_plan(inv, start, cost, oracle, seconds, s.plan.refine_rounds, seed=0)
+            refined = refine_plan(inv, start, cost, oracle, seconds, s.plan.refine_rounds, seed=0,
+                                  confirm=s.plan.refine_confirm_rounds)
             trace = refined.refinement
             assert trace is not None
             runs[label] = {"budget_s": seconds, **trace.model_dump(mode="json", exclude={"steps"}),
@@ -98,6 +100,13 @@ def render(d: dict[str, Any]) -> str:
     lines += ["", f"| plan | ms | x best heuristic ({best}) | x TorchRec |", "|---|---:|---:|---:|"]
     for name in sorted(ms, key=ms.__getitem__):
         lines.append(f"| {name} | {ms[name]:.3f} | {ms[name] / ms[best]:.3f} | {ms[name] / ms['torchrec']:.3f} |")
+    samples = d.get("samples", {})
+    if "start" in samples:  # paired by round: the plans of a round were measured side by side
+        lines += ["", "Per round, each plan / the start measured in the same round, and the median of those ratios:", "",
+                  "| plan | per-round ratios to the start | median |", "|---|---|---:|"]
+        for name in ("short", "short (again)", "long", best, "torchrec"):
+            r = [x / y for x, y in zip(samples[name], samples["start"], strict=True)]
+            lines.append(f"| {name} | {' '.join(f'{x:.3f}' for x in r)} | {statistics.median(r):.3f} |")
     gap = ms["short"] / ms["long"] - 1
     noise = abs(ms["short (again)"] - ms["short"]) / ms["short"]
     lines += ["", f"Short vs long refinement: {gap:+.1%} (short / long - 1); the same plan measured twice: {noise:.1%} "

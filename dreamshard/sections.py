@@ -62,6 +62,10 @@ class PlanConfig(Section):
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
     refine_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # a proposal that passes its refine_rounds is measured again for this many fresh rounds and kept only when
+    # those pass too (0 = no second block): one noise pass in 20 (3 rounds, no real difference) becomes one in
+    # 400, which a long refinement's hundreds of proposals need (bench/refine_noise.py)
+    refine_confirm_rounds: Annotated[int, Field(ge=0, le=100)] = 3
     # the fast path's refinement (`dreamshard replan`, the replan-on-inventory-change flow): off by default, the
     # fast path publishes in well under a minute; the retrain path's plan stage refines for refine_seconds
     replan_refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0

@@ -179,15 +179,15 @@ class RefineStep(StrictModel):
 
 class RefineTrace(StrictModel):
     """What measured refinement did (dreamshard.learning.measured_refine)."""
-
     seconds: Annotated[float, Field(ge=0)]
     budget_s: Annotated[float, Field(ge=0)]
     rounds: Annotated[int, Field(ge=1)]
+    confirm_rounds: Annotated[int, Field(ge=0)] = 0  # a passing proposal's second block (0: none)
     tried: Annotated[int, Field(ge=0)]
     kept: Annotated[int, Field(ge=0)]
     device_timings: Annotated[int, Field(ge=0)]  # fused operators timed on one device
-    initial_ms: Annotated[float, Field(ge=0)]  # the search's plan, measured (bottleneck device)
-    final_ms: Annotated[float, Field(ge=0)]  # the bottleneck after the kept proposals (latest measurements)
+    initial_ms: Annotated[float, Field(ge=0)]  # the search's plan's bottleneck: median timings up to the first keep
+    final_ms: Annotated[float, Field(ge=0)]  # the bottleneck after the kept proposals (median recent timings)
     measured_gain: float  # (initial - final) / initial
     steps: tuple[RefineStep, ...] = ()
 

@@ -27,6 +27,7 @@ import math
 import statistics
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -131,6 +132,47 @@ class _Incumbent:
         return max(self.costs())
 
 
+@dataclass
+class _Block:
+    """One block of interleaved rounds of a proposal against the incumbent, on the two devices it changes."""
+
+    old: list[float] = field(default_factory=list)  # the incumbent pair's maximum, per round
+    new: list[float] = field(default_factory=list)  # the proposal pair's, per round
+    pairs: list[list[float]] = field(default_factory=list)  # the proposal's (b, d) costs per round
+    timings: int = 0
+
+    def passed(self, rounds: int) -> bool:
+        """Every round of the proposal faster than every round of the incumbent, for all `rounds` rounds."""
+        return len(self.new) == max(1, rounds) and max(self.new) < min(self.old)
+
+
+def _duel(oracle: Oracle, units: Inventory, current: dict[str, int], new: dict[str, int], bd: tuple[int, int],
+          topology: Topology, rounds: int, rng: np.random.Generator, seen: _Incumbent,
+          out_of_time: Callable[[], bool]) -> _Block:
+    """Up to `rounds` interleaved rounds (random order within each); a lost round ends the block."""
+    b, d = bd
+    out = _Block()
+    for r in range(max(1, rounds)):
+        for which in ([0, 1] if rng.random() < 0.5 else [1, 0]):
+            if which == 0:
+                pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
+                out.old.append(max(pair))
+                seen.add(b, pair[0])  # the incumbent's own devices, measured again: fresh costs
+                seen.add(d, pair[1])
+            else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
+                # above the incumbent's fastest round, the round is lost whatever the other device measures
+                pair, timed = _pair_ms(oracle, units, new, (d, b), topology,
+                                       stop_at=min(out.old) if out.old else math.inf)
+                out.new.append(max(pair))
+                out.pairs.append(pair[::-1])  # (b, d) when both were timed
+            out.timings += timed
+        if max(out.new) >= min(out.old):
+            break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
+        if out_of_time() and r + 1 < rounds:
+            break
+    return out
+
+
 def refine_measured(
     units: Inventory,
     placement: dict[str, int],
@@ -141,6 +183,7 @@ def refine_measured(
     rounds: int = 3,
     seed: int = 0,
     clock: Callable[[], float] = time.monotonic,
+    confirm: int = 3,
 ) -> tuple[dict[str, int], RefineTrace]:
     """The refined unit placement and its trace (see the module docstring)."""
     start = clock()
@@ -151,13 +194,14 @@ def refine_measured(
     current = dict(placement)
     seen = _Incumbent(n)
     seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
-    initial = seen.bottleneck_ms()
+    initial: float | None = None  # the start's bottleneck from every timing of it (taken at the first keep)
     timings = len(set(current.values()))  # the devices that hold units
     steps: list[RefineStep] = []
     tried: set[tuple[tuple[str, int], ...]] = set()
 
     queue: list[Proposal] = []
     queue_b = -1  # the bottleneck the queue was ranked for
+    out_of_time = lambda: clock() - start >= seconds  # noqa: E731
     while clock() - start < seconds and n > 1:
         dev_ms = seen.costs()
         b = int(np.argmax(dev_ms))
@@ -168,44 +212,31 @@ def refine_measured(
         est, label, d, change = queue.pop(0)
         tried.add(tuple(sorted(change.items())))
         new = {**current, **change}
-        old_rounds: list[float] = []
-        new_rounds: list[float] = []
-        pair_new: list[list[float]] = []
-        for r in range(max(1, rounds)):
-            order = [0, 1] if rng.random() < 0.5 else [1, 0]
-            for which in order:
-                if which == 0:
-                    pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
-                    old_rounds.append(max(pair))
-                    seen.add(b, pair[0])  # the incumbent's own devices, measured again: fresh costs
-                    seen.add(d, pair[1])
-                else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
-                    # above the incumbent's fastest round, the round is lost whatever the other device measures
-                    pair, timed = _pair_ms(oracle, units, new, (d, b), topology,
-                                           stop_at=min(old_rounds) if old_rounds else math.inf)
-                    new_rounds.append(max(pair))
-                    pair_new.append(pair[::-1])  # (b, d) when both were timed; a kept proposal had both
-                timings += timed
-            if max(new_rounds) >= min(old_rounds):
-                break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
-            if clock() - start >= seconds and r + 1 < rounds:
-                break
-        kept = (len(new_rounds) == max(1, rounds) and max(new_rounds) < min(old_rounds)
+        blocks = [_duel(oracle, units, current, new, (b, d), topology, rounds, rng, seen, out_of_time)]
+        if confirm and blocks[0].passed(rounds) and not out_of_time():  # the same rule again, on fresh rounds
+            blocks.append(_duel(oracle, units, current, new, (b, d), topology, confirm, rng, seen, out_of_time))
+        timings += sum(bl.timings for bl in blocks)
+        old_rounds = [x for bl in blocks for x in bl.old]
+        new_rounds = [x for bl in blocks for x in bl.new]
+        kept = (len(blocks) == 1 + (confirm > 0) and blocks[0].passed(rounds) and blocks[-1].passed(confirm or rounds)
                 and statistics.median(new_rounds) < seen.costs()[b])
         steps.append(RefineStep(proposal=label, devices=(b, d), predicted_ms=round(est, 6),
                                 incumbent_ms=round(statistics.median(old_rounds), 6),
                                 measured_ms=round(statistics.median(new_rounds), 6), kept=kept,
                                 rounds=len(new_rounds)))
         if kept:
+            initial = seen.bottleneck_ms() if initial is None else initial
             queue = []
             current = new
-            seen.replace(b, [p[0] for p in pair_new])
-            seen.replace(d, [p[1] for p in pair_new])
+            pair_new = [pr for bl in blocks for pr in bl.pairs]  # both devices timed in every round of a kept one
+            seen.replace(b, [pr[0] for pr in pair_new])
+            seen.replace(d, [pr[1] for pr in pair_new])
             if clock() - start < seconds:  # the whole new incumbent once: no device's cost older than a keep
                 seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
                 timings += len(set(current.values()))
     final = seen.bottleneck_ms()
-    trace = RefineTrace(seconds=round(clock() - start, 3), budget_s=seconds, rounds=rounds,
+    initial = final if initial is None else initial
+    trace = RefineTrace(seconds=round(clock() - start, 3), budget_s=seconds, rounds=rounds, confirm_rounds=confirm,
                         tried=len(steps), kept=sum(s.kept for s in steps), device_timings=timings,
                         initial_ms=round(initial, 6), final_ms=round(final, 6),
                         measured_gain=round((initial - final) / initial, 6) if initial > 0 else 0.0,
@@ -214,7 +245,7 @@ def refine_measured(
 
 
 def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Oracle, seconds: float,
-                rounds: int = 3, seed: int = 0) -> Plan:
+                rounds: int = 3, seed: int = 0, confirm: int = 3) -> Plan:
     """`plan` refined on `oracle` for `seconds` (its units: whole tables and column shards), predicted by `cost`.
     With a kept proposal the refined plan is measured whole once (its `measured` costs); the trace is recorded
     either way."""
@@ -231,7 +262,8 @@ def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Or
                 cache[key] = float(cost.mean_device_costs(torch.stack([states[n] for n in key]).sum(0)).sum())
         return cache[key]
 
-    refined, trace = refine_measured(units, placed, plan.topology, oracle, predict, seconds, rounds, seed)
+    refined, trace = refine_measured(units, placed, plan.topology, oracle, predict, seconds, rounds, seed,
+                                     confirm=confirm)
     if not trace.kept:
         return plan.model_copy(update={"refinement": trace})
     new = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, refined).plan_fields(),

@@ -86,7 +86,7 @@ def run(request: PlanRequest) -> PlanResult:
             plan, searched, warnings = report.plan, report.search, list(report.warnings)
             if refine and oracle is not None:
                 plan = refine_plan(inv, plan, sharder.planning_cost(topo), oracle, refine, s.plan.refine_rounds,
-                                   request.seed)
+                                   request.seed, confirm=s.plan.refine_confirm_rounds)
         else:
             plan = sharder.shard(inv, topo)
     finally:
