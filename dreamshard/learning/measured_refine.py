@@ -5,14 +5,15 @@ Starting from the search's best plan, every device is measured once. The incumbe
 of that device's recent timings: every interleaved round below times two of the incumbent's devices again, and
 each kept proposal is followed by one timing of the whole new incumbent, so neither one noisy first reading nor a
 machine drifting over minutes decides the bottleneck. Then, while the time budget lasts: take the measured
-bottleneck device (the queue is re-ranked when it changes), rank moves of its units to other devices and
-swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two devices
+bottleneck device (each device keeps its ranking until a proposal is kept), rank moves of its units to other
+devices and swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two devices
 involved, applied to their measured costs), and measure the best untried proposal on only the two devices it
 changes, interleaved with the incumbent's same two devices for `rounds` rounds (in predicted order, also where the
 model predicts no gain: the model may be wrong there). A proposal is kept only when
 the hardware confirms it beyond the noise: the slowest round of the new pair is faster than the fastest round of
-the incumbent pair, and the new pair's median is below the bottleneck's measured cost. A round in which the new
-pair is not faster than the incumbent's fastest round so far ends the proposal at once: no later round could
+the incumbent pair, the new pair's median is below the bottleneck's measured cost, and (with `confirm` rounds) a
+second block of that many fresh rounds passes the same rule: noise passes both one time in 400 (3 + 3 rounds).
+A round in which the new pair is not faster than the incumbent's fastest round so far ends the proposal at once: no later round could
 make it pass, so it is dropped after one round instead of `rounds` (most proposals are; same decisions, several
 times the proposals per second). Within a round the new pair's receiving device is timed first, and when it alone
 is at or above the incumbent's fastest round so far the other device is not timed: the round is lost either way
@@ -199,14 +200,17 @@ def refine_measured(
     steps: list[RefineStep] = []
     tried: set[tuple[tuple[str, int], ...]] = set()
 
-    queue: list[Proposal] = []
-    queue_b = -1  # the bottleneck the queue was ranked for
+    queues: dict[int, list[Proposal]] = {}  # per bottleneck device, ranked once per incumbent (1-3 s each on the
+    # pool): a measured bottleneck that alternates between two close devices picks up its queue where it left it
     out_of_time = lambda: clock() - start >= seconds  # noqa: E731
     while clock() - start < seconds and n > 1:
         dev_ms = seen.costs()
         b = int(np.argmax(dev_ms))
-        if not queue or b != queue_b:  # ranked once per bottleneck: a refused proposal moves on to the next one
-            queue, queue_b = _proposals(current, dev_ms, need, cap, predict, tried), b
+        queue = queues.get(b)
+        while queue and tuple(sorted(queue[0][3].items())) in tried:  # measured from the other device's queue
+            queue.pop(0)
+        if not queue:  # a refused proposal moves on to the next one; an exhausted queue is ranked again
+            queue = queues[b] = _proposals(current, dev_ms, need, cap, predict, tried)
             if not queue:
                 break
         est, label, d, change = queue.pop(0)
@@ -226,7 +230,7 @@ def refine_measured(
                                 rounds=len(new_rounds)))
         if kept:
             initial = seen.bottleneck_ms() if initial is None else initial
-            queue = []
+            queues.clear()
             current = new
             pair_new = [pr for bl in blocks for pr in bl.pairs]  # both devices timed in every round of a kept one
             seen.replace(b, [pr[0] for pr in pair_new])
