@@ -22,7 +22,6 @@ import argparse
 import json
 import random
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ STARTS = {"no room (LPT)": 0, "room (LPT, 3 tables thrown)": 3}
 
 
 def simulate(seed: int, budget: float, cv: float, confirm: int, thrown: int) -> dict[str, float]:
-    sys.path.insert(0, str(ROOT))
     from dreamshard.learning.measured_refine import refine_measured
     from dreamshard.profiling.base import ComputeBackend, DeviceTiming
     from dreamshard.profiling.oracle import Oracle
@@ -95,7 +93,8 @@ def bench(cv: float) -> dict[str, Any]:
                 ratios = [x["ratio"] for x in runs]
                 rows.append({"start": start, "confirm": confirm, "budget": budget,
                              "geomean": statistics.geometric_mean(ratios), "worst": max(ratios),
-                             "kept": sum(x["kept"] for x in runs) / SEEDS, "tried": sum(x["tried"] for x in runs) / SEEDS})
+                             "kept": sum(x["kept"] for x in runs) / SEEDS,
+                             "tried": sum(x["tried"] for x in runs) / SEEDS})
                 print(rows[-1], flush=True)
     return {"cv": cv, "seeds": SEEDS, "rows": rows}
 

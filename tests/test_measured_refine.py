@@ -145,15 +145,18 @@ def test_a_killed_corpus_writer_leaves_no_broken_line(tmp_path: Path) -> None:
 
 
 class NoisyBackend(SumBackend):
-    """SumBackend with a seeded multiplicative jitter: rounds disagree, as on real hardware."""
+    """SumBackend with a seeded multiplicative jitter: rounds disagree, as on real hardware. Uniform in +-jitter,
+    or Gaussian with standard deviation `jitter` (about this VM's: a device re-timed, CV 4.7%)."""
 
-    def __init__(self, jitter: float) -> None:
+    def __init__(self, jitter: float, seed: int = 7, gaussian: bool = False) -> None:
         import random
 
-        self.rng, self.jitter = random.Random(7), jitter
+        self.rng, self.jitter, self.gaussian = random.Random(seed), jitter, gaussian
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
-        v = float(sum(t.pooling_factor for t in tables)) * (1.0 + self.rng.uniform(-self.jitter, self.jitter))
+        f = (max(0.5, self.rng.gauss(1.0, self.jitter)) if self.gaussian
+             else 1.0 + self.rng.uniform(-self.jitter, self.jitter))
+        v = float(sum(t.pooling_factor for t in tables)) * f
         return DeviceTiming((v,) * repeats, (0.0,) * repeats)
 
 
@@ -239,19 +242,6 @@ def test_one_noisy_first_reading_does_not_pick_the_bottleneck_for_the_whole_budg
     assert true_max(inv, placed) == 12 and trace.final_ms == 12
 
 
-class GaussianJitter(SumBackend):
-    """SumBackend with seeded Gaussian jitter of `cv` per timing (about this VM's: a device re-timed, CV 4.7%)."""
-
-    def __init__(self, cv: float, seed: int) -> None:
-        import random
-
-        self.rng, self.cv = random.Random(seed), cv
-
-    def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
-        v = float(sum(t.pooling_factor for t in tables)) * max(0.5, self.rng.gauss(1.0, self.cv))
-        return DeviceTiming((v,) * repeats, (0.0,) * repeats)
-
-
 def _worse_keeps(inv: Inventory, start: dict[str, int], trace: RefineTrace) -> int:
     """Kept proposals that made the true maximum of their two devices worse (replayed from the labels)."""
     by = inv.by_name()
@@ -289,7 +279,7 @@ def test_a_second_block_of_rounds_keeps_noise_from_piling_up_over_a_long_refinem
     exact = lambda names: float(sum(by[n].pooling_factor for n in names))  # noqa: E731
     worse = {}
     for confirm in (0, 3):
-        oracle = Oracle(GaussianJitter(0.05, 11), warmup=0, repeats=1)
+        oracle = Oracle(NoisyBackend(0.05, seed=11, gaussian=True), warmup=0, repeats=1)
         placed, trace = refine_measured(inv, start, topo, oracle, exact, 800.0, rounds=3, clock=Ticks(),
                                         confirm=confirm)
         assert trace.tried > 200 and trace.confirm_rounds == confirm

@@ -6,16 +6,16 @@ of that device's recent timings: every interleaved round below times two of the 
 each kept proposal is followed by one timing of the whole new incumbent, so neither one noisy first reading nor a
 machine drifting over minutes decides the bottleneck. Then, while the time budget lasts: take the measured
 bottleneck device (each device keeps its ranking until a proposal is kept), rank moves of its units to other
-devices and swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two devices
-involved, applied to their measured costs), and measure the best untried proposal on only the two devices it
+devices and swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two
+devices involved, applied to their measured costs), and measure the best untried proposal on only the two devices it
 changes, interleaved with the incumbent's same two devices for `rounds` rounds (in predicted order, also where the
 model predicts no gain: the model may be wrong there). A proposal is kept only when
 the hardware confirms it beyond the noise: the slowest round of the new pair is faster than the fastest round of
 the incumbent pair, the new pair's median is below the bottleneck's measured cost, and (with `confirm` rounds) a
 second block of that many fresh rounds passes the same rule: noise passes both one time in 400 (3 + 3 rounds).
-A round in which the new pair is not faster than the incumbent's fastest round so far ends the proposal at once: no later round could
-make it pass, so it is dropped after one round instead of `rounds` (most proposals are; same decisions, several
-times the proposals per second). Within a round the new pair's receiving device is timed first, and when it alone
+A round in which the new pair is not faster than the incumbent's fastest round so far ends the block at once: no
+later round could make it pass, so it is dropped after one round instead of `rounds` (most proposals are; same
+decisions, several times the proposals per second). Within a round the new pair's receiving device is timed first, and when it alone
 is at or above the incumbent's fastest round so far the other device is not timed: the round is lost either way
 (again the same decisions, one device timing instead of two). Everything measured is
 fresh (never read from the corpus), and every device timing goes into the measurement corpus when the oracle has
@@ -28,8 +28,8 @@ import math
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -72,6 +72,11 @@ def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], device
 Proposal = tuple[float, str, int, dict[str, int]]  # (predicted overall, label, other device, change)
 
 
+def _key(change: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """A proposal's identity in the tried set: a swap ranked from either of its devices is the same change."""
+    return tuple(sorted(change.items()))
+
+
 def _proposals(current: dict[str, int], dev_ms: list[float], need: dict[str, int], cap: int,
                predict: Predict, tried: set[tuple[tuple[str, int], ...]]) -> list[Proposal]:
     """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
@@ -90,7 +95,7 @@ def _proposals(current: dict[str, int], dev_ms: list[float], need: dict[str, int
             options: list[tuple[str, dict[str, int], str | None]] = [(f"move {u} {b}->{d}", {u: d}, None)]
             options += [(f"swap {u}@{b} <-> {w}@{d}", {u: d, w: b}, w) for w in list(filter(movable, on[d]))[:32]]
             for label, change, w in options:
-                if tuple(sorted(change.items())) in tried:
+                if _key(change) in tried:
                     continue
                 moved = need[u] - (need[w] if w else 0)
                 if size[d] + moved > cap or size[b] - moved > cap:
@@ -137,14 +142,16 @@ class _Incumbent:
 class _Block:
     """One block of interleaved rounds of a proposal against the incumbent, on the two devices it changes."""
 
+    rounds: int  # the rounds it needs to pass
     old: list[float] = field(default_factory=list)  # the incumbent pair's maximum, per round
     new: list[float] = field(default_factory=list)  # the proposal pair's, per round
     pairs: list[list[float]] = field(default_factory=list)  # the proposal's (b, d) costs per round
     timings: int = 0
 
-    def passed(self, rounds: int) -> bool:
-        """Every round of the proposal faster than every round of the incumbent, for all `rounds` rounds."""
-        return len(self.new) == max(1, rounds) and max(self.new) < min(self.old)
+    @property
+    def passed(self) -> bool:
+        """Every round of the proposal faster than every round of the incumbent, for all its rounds."""
+        return len(self.new) == self.rounds and max(self.new) < min(self.old)
 
 
 def _duel(oracle: Oracle, units: Inventory, current: dict[str, int], new: dict[str, int], bd: tuple[int, int],
@@ -152,8 +159,8 @@ def _duel(oracle: Oracle, units: Inventory, current: dict[str, int], new: dict[s
           out_of_time: Callable[[], bool]) -> _Block:
     """Up to `rounds` interleaved rounds (random order within each); a lost round ends the block."""
     b, d = bd
-    out = _Block()
-    for r in range(max(1, rounds)):
+    out = _Block(rounds=max(1, rounds))
+    for r in range(out.rounds):
         for which in ([0, 1] if rng.random() < 0.5 else [1, 0]):
             if which == 0:
                 pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
@@ -169,7 +176,7 @@ def _duel(oracle: Oracle, units: Inventory, current: dict[str, int], new: dict[s
             out.timings += timed
         if max(out.new) >= min(out.old):
             break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
-        if out_of_time() and r + 1 < rounds:
+        if out_of_time() and r + 1 < out.rounds:
             break
     return out
 
@@ -203,26 +210,26 @@ def refine_measured(
     queues: dict[int, list[Proposal]] = {}  # per bottleneck device, ranked once per incumbent (1-3 s each on the
     # pool): a measured bottleneck that alternates between two close devices picks up its queue where it left it
     out_of_time = lambda: clock() - start >= seconds  # noqa: E731
-    while clock() - start < seconds and n > 1:
+    while not out_of_time() and n > 1:
         dev_ms = seen.costs()
         b = int(np.argmax(dev_ms))
         queue = queues.get(b)
-        while queue and tuple(sorted(queue[0][3].items())) in tried:  # measured from the other device's queue
+        while queue and _key(queue[0][3]) in tried:  # measured from the other device's queue
             queue.pop(0)
         if not queue:  # a refused proposal moves on to the next one; an exhausted queue is ranked again
             queue = queues[b] = _proposals(current, dev_ms, need, cap, predict, tried)
             if not queue:
                 break
         est, label, d, change = queue.pop(0)
-        tried.add(tuple(sorted(change.items())))
+        tried.add(_key(change))
         new = {**current, **change}
         blocks = [_duel(oracle, units, current, new, (b, d), topology, rounds, rng, seen, out_of_time)]
-        if confirm and blocks[0].passed(rounds) and not out_of_time():  # the same rule again, on fresh rounds
+        if confirm and blocks[0].passed and not out_of_time():  # the same rule again, on fresh rounds
             blocks.append(_duel(oracle, units, current, new, (b, d), topology, confirm, rng, seen, out_of_time))
         timings += sum(bl.timings for bl in blocks)
         old_rounds = [x for bl in blocks for x in bl.old]
         new_rounds = [x for bl in blocks for x in bl.new]
-        kept = (len(blocks) == 1 + (confirm > 0) and blocks[0].passed(rounds) and blocks[-1].passed(confirm or rounds)
+        kept = (len(blocks) == 1 + (confirm > 0) and all(bl.passed for bl in blocks)
                 and statistics.median(new_rounds) < seen.costs()[b])
         steps.append(RefineStep(proposal=label, devices=(b, d), predicted_ms=round(est, 6),
                                 incumbent_ms=round(statistics.median(old_rounds), 6),
@@ -235,7 +242,7 @@ def refine_measured(
             pair_new = [pr for bl in blocks for pr in bl.pairs]  # both devices timed in every round of a kept one
             seen.replace(b, [pr[0] for pr in pair_new])
             seen.replace(d, [pr[1] for pr in pair_new])
-            if clock() - start < seconds:  # the whole new incumbent once: no device's cost older than a keep
+            if not out_of_time():  # the whole new incumbent once: no device's cost older than a keep
                 seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
                 timings += len(set(current.values()))
     final = seen.bottleneck_ms()
