@@ -97,15 +97,15 @@ def test_the_fallback_is_never_made_from_what_the_decision_does_not_verify(work:
     rr = next(r for r in cmp.results if r.sharder == "round_robin")
     rejected = GateDecision(approved=False, outcome="rejected", reason="slower", plan_id=rr.plan.plan_id,
                             best_baseline="dim_greedy", best_baseline_ms=1.0, rounds=2)
-    plan, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'")  # type: ignore[misc]
+    plan, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
     dg = next(r for r in cmp.results if r.sharder == "dim_greedy")
     assert plan.units() == dg.plan.units() and plan.plan_id not in (dg.plan.plan_id, rr.plan.plan_id)
     assert decision.approved and decision.outcome == "fallback" and decision.plan_id == plan.plan_id
     assert plan.measured == dg.plan.measured and plan.measured_by == cmp.backend
-    assert fallback_plan(rejected.model_copy(update={"outcome": "inconclusive"}), cmp, "why") is None
-    assert fallback_plan(rejected.model_copy(update={"best_baseline": None}), cmp, "why") is None
+    assert fallback_plan(rejected.model_copy(update={"outcome": "inconclusive"}), cmp, "why", inv) is None
+    assert fallback_plan(rejected.model_copy(update={"best_baseline": None}), cmp, "why", inv) is None
     twice = cmp.model_copy(update={"results": [*cmp.results, dg]})
-    assert fallback_plan(rejected, twice, "why") is None  # two entries under one label: not ours to pick
+    assert fallback_plan(rejected, twice, "why", inv) is None  # two entries under one label: not ours to pick
     with pytest.raises(ValueError):
         GateDecision(approved=False, outcome="fallback", reason="x")  # a fallback is always made current
 

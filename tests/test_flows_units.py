@@ -282,7 +282,7 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     rejected = GateDecision(approved=False, outcome="rejected", reason="slower", plan_id=rr.plan.plan_id,
                             best_baseline="dim_greedy", best_baseline_ms=1.0, rounds=2,
                             inventory_fingerprint=inv.fingerprint())
-    fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'")  # type: ignore[misc]
+    fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
     gated = GateResult(plan=rr.plan, decision=rejected, fallback=fallback, fallback_decision=decision)
     store_uri = str(tmp_path / "store")
     # The publish task's body: as a task outside a flow it would start a temporary Prefect server (~20 s); the

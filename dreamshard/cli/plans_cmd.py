@@ -165,7 +165,7 @@ def list_cmd(
             raise typer.Exit(1)
         return
     table = RichTable(title="plans" + (f" of {inventory}" if inventory else ""))
-    for col in ("", "plan_id", "inventory", "sharder", "created", "overall ms", "basis", "status"):
+    for col in ("", "plan_id", "inventory", "sharder", "stored", "overall ms", "basis", "status"):
         table.add_column(col, justify="right" if col == "overall ms" else "left", no_wrap=col != "inventory")
     for r in records:
         table.add_row(
@@ -173,7 +173,7 @@ def list_cmd(
             r.plan_id,
             r.inventory,
             r.sharder,
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "-",
+            r.stored_at.strftime("%Y-%m-%d %H:%M:%S") if r.stored_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",
             r.basis or "-",
             "CORRUPT" if r.problem else (r.outcome if r.outcome in ("inconclusive", "fallback") else r.status),

@@ -2,7 +2,8 @@
 beyond the measurement noise (docs/architecture.md, "The publish gate").
 
 * `config`: the `publish` params section (`PublishConfig`) and the decision (`GateDecision`);
-* `core`: what a plan file may say (`trusted_plan`), `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
+* `trust`: who decides each field of a plan file (`trusted_plan`, `bound_to_inventory`);
+* `core`: `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
 * `verify`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
 * `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
 * `fallback`: a rejected plan for a version nothing current can serve: the best measured baseline instead.
@@ -14,11 +15,11 @@ from dreamshard.lazy import lazy_exports
 __getattr__, __dir__, _LAZY = lazy_exports(__name__, {
     ".config": ("ALWAYS_REQUIRED", "CURRENT_OUTCOMES", "GATE_BASELINES", "Basis", "GateDecision", "Outcome",
                 "PublishConfig", "check_baselines", "check_margin"),
-    ".core": ("UNTRUSTED_FIELDS", "gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines",
-              "trusted_plan"),
+    ".core": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
     ".fallback": ("fallback_plan",),
     ".rule": ("MAX_MS", "evaluate_gate"),
     ".stats": ("RatioBound", "ratio_bound"),
+    ".trust": ("PLAN_FIELD_AUTHORITY", "UNTRUSTED_FIELDS", "bound_to_inventory", "check_trust_table", "trusted_plan"),
     ".verify": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
 })
 

@@ -1,10 +1,10 @@
-"""The gate's doors into the library: a plan file made trustworthy (`trusted_plan`), verified and decided on a
+"""The gate's doors into the library: a plan file taken by its authorities (`gate.trust`), verified and decided on a
 comparison (`gate_plan`, `gate_comparison_file`) or on the gate's own measurement (`measure_and_gate`)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,24 +13,12 @@ from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
 from dreamshard.gate.config import GateDecision, PublishConfig, check_baselines, check_margin
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
+from dreamshard.gate.trust import bound_to_inventory, trusted_plan
 from dreamshard.gate.verify import verify_comparison, verify_plan
 from dreamshard.types import Inventory, Plan
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
-
-#: Fields of a plan file the gate never takes from the user: costs, the model that claims to have made it, its
-#: candidates' verification, its lineage. The gate fills costs from the comparison; only the pipeline's publish
-#: step attaches lineage, from its own workspace.
-UNTRUSTED_FIELDS = ("lineage", "predicted", "verification", "refinement", "model_version", "measured", "measured_by")
-
-
-def trusted_plan(plan: Plan, out_of_range: Callable[[Plan], Sequence[str]] | None = None) -> Plan:
-    """`plan` as the gate takes it from a file: UNTRUSTED_FIELDS cleared; `out_of_range` kept as the file says
-    and extended by `out_of_range(plan)` (the model's own check, when a model is given): it can only grow."""
-    found = tuple(out_of_range(plan)) if out_of_range is not None else ()
-    kept = tuple(dict.fromkeys((*plan.out_of_range, *found)))
-    return plan.model_copy(update={**{f: None for f in UNTRUSTED_FIELDS}, "out_of_range": kept})
 
 
 def required_baselines(rules: PublishConfig, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -70,6 +58,7 @@ def gate_plan(
     required = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
     verify_plan(plan, inventory)
+    plan = bound_to_inventory(plan, inventory)
     early = early_looks(rules)
     v = verify_comparison(plan, inventory, comparison, required=required, seed=seed,
                           min_rounds=early[0].rounds if early else rules.min_rounds, full_rounds=rules.min_rounds,
@@ -126,6 +115,7 @@ def measure_and_gate(
     names = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
     verify_plan(plan, inventory)  # before any measuring
+    plan = bound_to_inventory(plan, inventory)
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
     cmp = compare_sharders(inventory, plan.topology, list(names), oracle, rounds=max(rounds, rules.min_rounds),

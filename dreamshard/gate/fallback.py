@@ -5,21 +5,23 @@ verified by the gate (its placement recomputed from its sharder), becomes curren
 and with outcome `fallback`.
 
 Nothing here is taken from a file: the baseline's entry comes from the comparison `gate_plan` has just verified,
-and only its placement and measured figures are kept (`trusted_plan` clears the rest); the plan id is new.
+and only its placement and measured figures are kept (`gate.trust` clears or recomputes the rest); the plan id is new.
 """
 
 from __future__ import annotations
 
 from dreamshard.evaluation import Comparison
 from dreamshard.gate.config import GateDecision
-from dreamshard.gate.core import trusted_plan
-from dreamshard.types import Plan, new_id, utcnow
+from dreamshard.gate.trust import bound_to_inventory, trusted_plan
+from dreamshard.types import Inventory, Plan, new_id, utcnow
 
 
-def fallback_plan(rejected: GateDecision, comparison: Comparison, why: str) -> tuple[Plan, GateDecision] | None:
+def fallback_plan(rejected: GateDecision, comparison: Comparison, why: str,
+                  inventory: Inventory) -> tuple[Plan, GateDecision] | None:
     """The best baseline's plan from the verified `comparison` the gate decided `rejected` on, with its decision
     (outcome `fallback`, becomes current); None when the decision is not a rejection or names no baseline.
-    `why` says why nothing current can serve the version (usecases.publish.cannot_serve)."""
+    `why` says why nothing current can serve the version (usecases.publish.cannot_serve); the plan's
+    inventory-owned fields come from `inventory` (gate.trust), never from the comparison file."""
     name = rejected.best_baseline
     if rejected.outcome != "rejected" or not name:
         return None
@@ -27,7 +29,7 @@ def fallback_plan(rejected: GateDecision, comparison: Comparison, why: str) -> t
     if len(entries) != 1 or entries[0].plan.measured is None:
         return None  # gate_plan verified exactly one entry per baseline; anything else is not ours to publish
     entry = entries[0]
-    plan = trusted_plan(entry.plan).model_copy(update={
+    plan = bound_to_inventory(trusted_plan(entry.plan), inventory).model_copy(update={
         "plan_id": new_id("plan-"), "created_at": utcnow(), "measured": entry.plan.measured,
         "measured_by": comparison.backend})
     reason = (f"fallback: plan {rejected.plan_id} was rejected and {why}: the best measured baseline {name} "

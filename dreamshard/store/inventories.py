@@ -17,7 +17,7 @@ from dreamshard.io import load_yaml, model_yaml
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import INVENTORIES, current_inventory_key, inventory_key, parse_inventory_key
 from dreamshard.store.schemas import FsckIssue, InventoryRef
-from dreamshard.types import Inventory
+from dreamshard.types import Inventory, Plan
 
 __all__ = [
     "InventoryRef",
@@ -27,6 +27,7 @@ __all__ = [
     "get_inventory_version",
     "inventory_key",
     "push_inventory",
+    "schema_of",
 ]
 
 _PUSH = "dreamshard inventory push FILE --store ..."
@@ -102,6 +103,18 @@ def get_inventory_version(store: PlanStore, name: str, fingerprint: str) -> Inve
             f"fingerprint {fingerprint[:12]}; push the inventory file again"
         )
     return inv
+
+
+def schema_of(store: PlanStore, plan: Plan) -> str | None:
+    """The schema fingerprint of the inventory version a stored plan was published for, recomputed from that
+    version when the store holds it (the trust table: the inventory is the authority, never the plan file), else
+    the plan's own (verified against the inventory at publish). None for a plan older than schemas. A corrupt
+    stored version counts as absent here: `plans fsck` reports it."""
+    try:
+        inv = get_inventory_version(store, plan.inventory_name, plan.inventory_fingerprint)
+    except StoreError:
+        inv = None
+    return inv.schema_fingerprint() if inv is not None else plan.schema_fingerprint
 
 
 def get_current_inventory(store: PlanStore, name: str) -> tuple[Inventory, InventoryRef] | None:

@@ -57,7 +57,7 @@ def show(store: PlanStore, plan_id: str, inventory: str | None = None) -> Plan:
 
 def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> list[PlanRecord]:
     """Every stored plan of `inventory` (all inventories if None; of its version `fingerprint` only, if given),
-    oldest first, each checksum-verified.
+    oldest first by the store's own write (the record's `stored_at`), each checksum-verified.
 
     A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
     instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
@@ -82,16 +82,16 @@ def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str 
             except StorePathError:
                 raise
             except (StoreError, PlanError) as e:
-                out.append(PlanRecord(plan_id=pk.plan_id, fingerprint=pk.fingerprint, sharder="", created_at=None,
+                out.append(PlanRecord(plan_id=pk.plan_id, fingerprint=pk.fingerprint, sharder="", stored_at=record.stored_at if record else None,
                                       overall_ms=None, basis=None, problem=str(e), **common))
                 continue
             costs = plan.best_costs
             out.append(PlanRecord(
                 plan_id=plan.plan_id, fingerprint=plan.inventory_fingerprint, sharder=plan.sharder,
-                created_at=plan.created_at, overall_ms=costs.overall_ms if costs else None, basis=plan.cost_basis,
+                stored_at=record.stored_at if record else None, overall_ms=costs.overall_ms if costs else None, basis=plan.cost_basis,
                 **common,
             ))
-    return sorted(out, key=lambda r: (r.inventory, r.created_at or _EPOCH, r.plan_id))
+    return sorted(out, key=lambda r: (r.inventory, r.stored_at or _EPOCH, r.plan_id))
 
 
 def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecordFile] | None:
@@ -220,7 +220,7 @@ def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) ->
         pointer, _ = pointer_or_problem(store, inventory)
         plan = load_verified(store, pk, original_sha(store, pk, pointer))
         record = read_record(store, pk)
-        explicit = (pk, plan, record.stored_at if record is not None else plan.created_at)
+        explicit = (pk, plan, record.stored_at if record is not None else utcnow())
 
     def make(old: CurrentPointer | None) -> CurrentPointer:
         if explicit is not None:

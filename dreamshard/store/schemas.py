@@ -97,7 +97,7 @@ class PlanRecord(BaseModel):
     inventory: str
     fingerprint: str
     sharder: str
-    created_at: datetime | None
+    stored_at: datetime | None  # the store's own write (the record), never a date the plan file states
     overall_ms: float | None
     basis: str | None
     status: Status

@@ -13,6 +13,7 @@ from dreamshard.io import load_inventory, load_plan
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (PublishedRef, already_decided, get_current, get_inventory_version, get_pointer,
                               publish_or_reject)
+from dreamshard.store.inventories import schema_of
 from dreamshard.store.base import PlanStore
 from dreamshard.types import Inventory, Plan
 from dreamshard.usecases.base import Request, Result
@@ -94,7 +95,7 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
     store = store or open_plan_store(s, request.store, request.endpoint_url, existing=False)
     why = nothing_to_keep(store, judged) if decision.outcome in ("inconclusive", "rejected") else ""
     decision = first_plan(store, judged, decision, why)
-    found = fallback_plan(decision, cmp, why) if why and decision.outcome == "rejected" else None
+    found = fallback_plan(decision, cmp, why, inv) if why and decision.outcome == "rejected" else None
     if found is None:
         return GateResult(plan=judged, decision=decision)
     fallback, fallback_decision = found
@@ -111,7 +112,8 @@ def nothing_to_keep(store: PlanStore, plan: Plan) -> str:
     if get_pointer(store, plan.inventory_name) is None:
         return f"no plan is current for '{plan.inventory_name}'"
     try:
-        return cannot_serve(get_current(store, plan.inventory_name), plan)
+        current = get_current(store, plan.inventory_name)
+        return cannot_serve(current, plan, schema_of(store, current))
     except StoreError:
         return ""
 
@@ -146,15 +148,15 @@ def _same_as_current(store: PlanStore, plan: Plan, decision: GateDecision) -> Ga
         f"state, and no number of rounds could tell the two apart)")})
 
 
-def cannot_serve(current: Plan, plan: Plan) -> str:
+def cannot_serve(current: Plan, plan: Plan, current_schema: str | None = None) -> str:
     """Why the current plan cannot serve the job `plan` is for ("" when it can: same table schema, same topology;
-    a statistics-only change keeps the schema)."""
-    if current.schema_fingerprint is not None and plan.schema_fingerprint is not None \
-            and current.schema_fingerprint != plan.schema_fingerprint:
+    a statistics-only change keeps the schema). `plan`'s schema is the gate's (recomputed from its inventory);
+    `current_schema`, the store's for the current plan (`store.inventories.schema_of`), else the plan's own."""
+    schema = current_schema or current.schema_fingerprint
+    if schema is not None and plan.schema_fingerprint is not None and schema != plan.schema_fingerprint:
         return (f"the current plan {current.plan_id} places another table schema "
-                f"({current.schema_fingerprint[:12]}, this version's is {plan.schema_fingerprint[:12]}) and cannot "
-                f"serve it")
-    if current.schema_fingerprint is None and set(current.table_names) != set(plan.table_names):
+                f"({schema[:12]}, this version's is {plan.schema_fingerprint[:12]}) and cannot serve it")
+    if schema is None and set(current.table_names) != set(plan.table_names):
         return f"the current plan {current.plan_id} places other tables and cannot serve this version"
     if current.topology != plan.topology:
         t = current.topology

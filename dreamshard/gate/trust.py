@@ -1,0 +1,86 @@
+"""Who decides each field of a plan file: the trust and authority table of docs/architecture.md ("Trust boundary").
+
+A plan file is data. What the gate judges is its placement; every other field the gate, the store index or a
+lookup reads comes from its authority: the inventory given to publish (names and fingerprints, recomputed), the
+gate's own measurement (costs), the store's own write (dates and order). `PLAN_FIELD_AUTHORITY` names the
+authority of every `Plan` field; a field without an entry is refused by `check_trust_table` (tests run it), so a
+field added later cannot be read by anything that decides before it gets a row here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+from dreamshard.errors import PlanError
+from dreamshard.types import Inventory, Plan
+
+Authority = Literal["placement", "identity", "inventory", "request", "gate", "store", "label", "informational"]
+
+#: The authority of every field of a plan file (nested models follow their field's row).
+PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
+    # what is judged: validated against the inventory, memory and the constraints
+    "placement": "placement",
+    "column_shards": "placement",
+    "row_shards": "placement",
+    "data_parallel": "placement",
+    # the plan's name: a store key part, checked as data (dreamshard.inventory.validation.check_key_part)
+    "plan_id": "identity",
+    # recomputed from the inventory given to publish; a file value that differs is refused
+    "inventory_name": "inventory",
+    "inventory_fingerprint": "inventory",
+    "schema_fingerprint": "inventory",
+    "memory_per_device_gb": "inventory",
+    # the topology measured on: checked against the comparison's (or measured as the plan states it)
+    "topology": "request",
+    # the gate's own measurement and the pipeline's own workspace: stripped from a file, recomputed
+    "predicted": "gate",
+    "measured": "gate",
+    "measured_by": "gate",
+    "verification": "gate",
+    "refinement": "gate",
+    "lineage": "gate",
+    "model_version": "gate",
+    # dates and every ordering come from the store's own write (record `stored_at`, pointer `published_at`)
+    "created_at": "store",
+    # a label for people: never selects baselines, rules or paths
+    "sharder": "label",
+    # the model's card and the planning run: may only grow (the model's own check adds to it)
+    "out_of_range": "informational",
+}
+
+#: Fields a plan file may not carry into the store: the gate's measurement fills the costs, and only the
+#: pipeline's publish step attaches lineage (from its own workspace).
+UNTRUSTED_FIELDS: tuple[str, ...] = tuple(f for f, a in PLAN_FIELD_AUTHORITY.items() if a == "gate")
+
+
+def check_trust_table(fields: Sequence[str] | None = None) -> None:
+    """TypeError naming every `Plan` field without an authority (or a row for a field that no longer exists)."""
+    names = set(Plan.model_fields if fields is None else fields)
+    missing = sorted(names - set(PLAN_FIELD_AUTHORITY))
+    stale = sorted(set(PLAN_FIELD_AUTHORITY) - names)
+    if missing or stale:
+        raise TypeError(f"Plan fields without a trust decision: {missing}; rows for no field: {stale} "
+                        f"(dreamshard/gate/trust.py, docs/architecture.md 'Trust boundary')")
+
+
+def trusted_plan(plan: Plan, out_of_range: Callable[[Plan], Sequence[str]] | None = None) -> Plan:
+    """`plan` as the gate takes it from a file: the gate-owned fields cleared; `out_of_range` kept as the file says
+    and extended by `out_of_range(plan)` (the model's own check, when a model is given): it can only grow."""
+    found = tuple(out_of_range(plan)) if out_of_range is not None else ()
+    kept = tuple(dict.fromkeys((*plan.out_of_range, *found)))
+    return plan.model_copy(update={**{f: None for f in UNTRUSTED_FIELDS}, "out_of_range": kept})
+
+
+def bound_to_inventory(plan: Plan, inventory: Inventory) -> Plan:
+    """`plan` with its inventory-owned fields taken from `inventory`: name and fingerprints recomputed. A file value
+    that differs is refused (PlanError naming the field); a plan written before a field existed gets it filled in.
+    The memory figures are checked against the inventory by `memory.check_plan` (`verify_plan`)."""
+    truth = {"inventory_name": inventory.name, "inventory_fingerprint": inventory.fingerprint(),
+             "schema_fingerprint": inventory.schema_fingerprint()}
+    for field, value in truth.items():
+        said = getattr(plan, field)
+        if said is not None and said != value:
+            raise PlanError(f"plan {plan.plan_id}: {field} {str(said)[:16]!r} is not the inventory's "
+                            f"({value[:16]!r}); the gate recomputes it from the inventory: re-plan for this inventory")
+    return plan.model_copy(update=truth)
