@@ -21,14 +21,14 @@ OUT = ROOT / "bench" / "results"
 
 
 def main() -> None:
+    from dreamshard.config.learning import SearchConfig
     from dreamshard.integrations.torchrec import build_ebc, sharding_plan
     from dreamshard.inventory.presets import preset_inventory
-    from dreamshard.learning.configs import SearchConfig
-    from dreamshard.memory import check_plan
+    from dreamshard.placement.device_memory import device_memory
+    from dreamshard.placement.expand import expand_plan
+    from dreamshard.placement.validate import check_plan
     from dreamshard.sharders import get_sharder
-    from dreamshard.storage import device_memory
-    from dreamshard.shards import expand_plan
-    from dreamshard.types import GB, Topology
+    from dreamshard.values import GB, Topology
 
     inv = preset_inventory("criteo-terabyte", dim=128)  # type: ignore[arg-type]
     base = Topology(num_devices=8, memory_per_device_gb=16.0, optimizer="rowwise_adagrad", memory_model="torchrec")

@@ -20,7 +20,7 @@ from dreamshard.inventory.synth import synth_inventory
 from dreamshard.profiling import make_oracle
 from dreamshard.profiling.fbgemm_backend import fbgemm_available
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Topology
+from dreamshard.values import Topology
 
 print(f"fbgemm TBE on cuda: {fbgemm_available(cuda=True)}")
 t0 = time.time()

@@ -47,19 +47,19 @@ from typing import Any
 
 import numpy as np
 
+from dreamshard.config.settings import resolve
+from dreamshard.documents import atomic_write_text, load_inventory
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.compare import compare_sharders
 from dreamshard.integrations.torchrec_file import torchrec_document
 from dreamshard.inventory.presets import preset_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import atomic_write_text, load_inventory
 from dreamshard.learning.metrics import spearman
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import predict_plan
-from dreamshard.settings import resolve
 from dreamshard.profiling.scaling import CPU_RULE
 from dreamshard.sharders import HEURISTICS, get_sharder, learned_options
-from dreamshard.types import GB, Inventory, Plan, Topology
+from dreamshard.values import GB, Inventory, Plan, Topology
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the DMP harness lives with the tests: tests/dmp_support.py

@@ -22,7 +22,7 @@ from typing import Any
 from dreamshard.evaluation import load_comparison
 from dreamshard.gate import PublishConfig, evaluate_gate
 from dreamshard.gate.sequential import looks
-from dreamshard.types import Costs, DeviceCost, Plan, Topology
+from dreamshard.values import Costs, DeviceCost, Plan, Topology
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--render", action="store_true")
     ap.add_argument("--rejudge", action="store_true", help="judge the stored samples again under today's rule")
     args = ap.parse_args()
-    from dreamshard.settings import resolve
+    from dreamshard.config.settings import resolve
 
     rules = resolve(Path(__file__).resolve().parents[1] / "params.yaml").publish
     data = OUT / "gate_replay.json"

@@ -79,8 +79,8 @@ def inventory(family: str, tables: int, seed: int) -> Any:
 
 def learned_plans(inv: Any, topo: Any, model_dir: Path | None, oracle: Any,
                   refine_s: float = 0.0) -> tuple[list[Any], dict[str, float]]:
-    from dreamshard.learning.configs import SearchConfig
-    from dreamshard.learning.measured_refine import refine_plan
+    from dreamshard.config.learning import SearchConfig
+    from dreamshard.measured.refine import refine_plan
     from dreamshard.sharders import get_sharder
 
     plans, secs = [], {}
@@ -106,12 +106,12 @@ def learned_plans(inv: Any, topo: Any, model_dir: Path | None, oracle: Any,
 
 def retrain(inv: Any, work: Path, params: Path, oracle: Any) -> tuple[Path, float]:
     """The production pipeline's training stages on `inv` (same functions as the DVC stages)."""
+    from dreamshard.config.settings import resolve
+    from dreamshard.documents import load_measurements
     from dreamshard.learning.loop import train
-    from dreamshard.learning.tasks import make_taskset
-    from dreamshard.settings import resolve
-    from dreamshard.usecases.train import initial_model
+    from dreamshard.learning.taskset import make_taskset
     from dreamshard.profiling.runner import profile_inventory
-    from dreamshard.io import load_measurements
+    from dreamshard.usecases.train import initial_model
 
     cfg = resolve(params)
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def retrain(inv: Any, work: Path, params: Path, oracle: Any) -> tuple[Path, floa
 def run_task(label: str, family: str, tables: int, seed: int, devices: int, args: argparse.Namespace, oracle: Any) -> dict[str, Any]:
     from dreamshard.evaluation import compare_sharders
     from dreamshard.sharders import get_sharder
-    from dreamshard.types import Topology
+    from dreamshard.values import Topology
 
     inv = inventory(family, tables, seed)
     topo = Topology(num_devices=devices, memory_per_device_gb=MEMORY_GB, interconnect=args.interconnect)

@@ -44,7 +44,7 @@ BATCH = 2048
 def _ctr_table(name: str, rng: np.random.Generator) -> Any:
     from dreamshard.inventory.presets import CARDINALITIES
     from dreamshard.inventory.synth import zipf_histogram
-    from dreamshard.types import Table
+    from dreamshard.values import Table
 
     cards = [*CARDINALITIES["criteo-kaggle"], *CARDINALITIES["criteo-terabyte"]]
     rows = max(3, int(round(float(rng.choice(cards)) * math.exp(rng.uniform(math.log(0.5), math.log(2.0))))))
@@ -57,7 +57,7 @@ def _ctr_table(name: str, rng: np.random.Generator) -> Any:
 
 def _seq_table(name: str, rng: np.random.Generator) -> Any:
     from dreamshard.inventory.synth import zipf_histogram
-    from dreamshard.types import Table
+    from dreamshard.values import Table
 
     rows = int(round(math.exp(rng.uniform(math.log(1e4), math.log(1e7)))))
     dim = int(rng.choice((32, 48, 64, 96, 128, 192, 256)))
@@ -81,7 +81,7 @@ def family_tables(family: str, n: int, seed: int, prefix: str) -> list[Any]:
 
 def family_corpus_tasks(family: str, seed: int = 0) -> tuple[Any, Any]:
     """The pool and task set of `family`'s corpus: CORPUS_TASKS tasks, 8-120 tables log-uniform, 2-8 devices."""
-    from dreamshard.types import Inventory, Task, TaskSet
+    from dreamshard.values import Inventory, Task, TaskSet
 
     rng = np.random.default_rng([seed, zlib.crc32(family.encode())])
     tables, tasks = [], []
@@ -99,9 +99,9 @@ def family_corpus_tasks(family: str, seed: int = 0) -> tuple[Any, Any]:
 
 def measure_corpus(family: str, work: Path, oracle: Any) -> tuple[Any, Any, list[Any], float]:
     """Measure (or reuse) `family`'s corpus; (pool, taskset, records, seconds)."""
-    from dreamshard.io import load_measurements
+    from dreamshard.documents import load_measurements
     from dreamshard.profiling.runner import profile_inventory
-    from dreamshard.types import Topology
+    from dreamshard.values import Topology
 
     pool, taskset = family_corpus_tasks(family)
     path = work / "corpora" / f"{family}.jsonl"
@@ -119,7 +119,7 @@ def without_histograms(inv: Any) -> Any:
 
 
 def union(parts: list[tuple[Any, Any, list[Any]]], name: str) -> tuple[Any, Any, list[Any]]:
-    from dreamshard.types import Inventory, TaskSet
+    from dreamshard.values import Inventory, TaskSet
 
     pool = Inventory(name=name, tables=tuple(t for p, _, _ in parts for t in p.tables))
     tasks = tuple(t for _, ts, _ in parts for t in ts.train)
@@ -135,7 +135,7 @@ def union(parts: list[tuple[Any, Any, list[Any]]], name: str) -> tuple[Any, Any,
 def pretrain_loop() -> Any:
     """The pre-training loop's settings (params.yaml `pretrain.loop`: its cost and policy training), one iteration
     (placements measured where the planners go), warm-started from the packaged model."""
-    from dreamshard.settings import resolve
+    from dreamshard.config.settings import resolve
 
     loop = resolve(Path(__file__).resolve().parents[1] / "params.yaml").pretrain.loop
     return loop.model_copy(update={"iterations": 1, "init": "pretrained"})
@@ -143,7 +143,7 @@ def pretrain_loop() -> Any:
 
 def train_without(held_out: str, corpora: dict[str, tuple[Any, Any, list[Any]]], work: Path, oracle: Any) -> tuple[Path, float]:
     """The packaged model trained one outer-loop iteration further on every corpus but `held_out`'s."""
-    from dreamshard.learning.configs import TopologyConfig
+    from dreamshard.config.learning import TopologyConfig
     from dreamshard.learning.loop import train
     from dreamshard.learning.model_store import load_model
 
@@ -175,7 +175,7 @@ def packaged_errors(work: Path) -> dict[str, dict[str, float | None]]:
     """The packaged model's cost-net errors on every family's corpus (measured earlier, read back), as this
     dreamshard computes features: `--part lofo --errors-only` refreshes them after a feature change (the
     no-histogram columns: what the planner assumes for a table that declares none)."""
-    from dreamshard.io import load_measurements
+    from dreamshard.documents import load_measurements
 
     out = {}
     for fam in LOFO_FAMILIES:
@@ -185,7 +185,7 @@ def packaged_errors(work: Path) -> dict[str, dict[str, float | None]]:
 
 
 def eval_inventory(family: str, tables: int, seed: int) -> Any:
-    from dreamshard.types import Inventory
+    from dreamshard.values import Inventory
 
     return Inventory(name=f"{family}-{tables}-e{seed}", tables=tuple(family_tables(family, tables, seed, "e")))
 
@@ -197,7 +197,7 @@ def learned(inv: Any, topo: Any, models: dict[str, Path | None], oracle: Any = N
     the plan the pipeline's plan stage makes on the target hardware: `--verify 3` (anchors included) and then
     `refine_s` seconds of measured refinement, `dreamshard[<model>,prod]` (and `,no-hist,prod`): measured on the
     inventory as the planner sees it, i.e. with the assumed histograms when none are declared, as in production."""
-    from dreamshard.learning.measured_refine import refine_plan
+    from dreamshard.measured.refine import refine_plan
     from dreamshard.sharders import get_sharder
 
     plans = []
@@ -224,7 +224,7 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
     from dreamshard.evaluation import compare_sharders
     from dreamshard.profiling import make_oracle
     from dreamshard.sharders import get_sharder
-    from dreamshard.types import Topology
+    from dreamshard.values import Topology
 
     work: Path = args.work / "lofo"
     oracle = make_oracle("cpu", warmup=args.warmup, repeats=args.repeats)

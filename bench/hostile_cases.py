@@ -21,14 +21,14 @@ from pathlib import Path
 from unittest import mock
 
 from dreamshard.cli.app import invoke as cli
+from dreamshard.documents import load_inventory, save_inventory, save_plan
 from dreamshard.evaluation import compare_sharders, evaluate_plan
-from dreamshard.store.inventories import push_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import load_inventory, save_inventory, save_plan
 from dreamshard.profiling import make_oracle
 from dreamshard.sharders import get_sharder
 from dreamshard.store import get_current, get_pointer, open_store
-from dreamshard.types import Topology
+from dreamshard.store.inventories import push_inventory
+from dreamshard.values import Topology
 
 RESULTS: list[tuple[str, str, str, bool, str]] = []
 
@@ -213,7 +213,7 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     # -- 7: secrets in URLs
     repo = d / "repo"
     repo.mkdir()
-    from dreamshard.dvc_remote import run_dvc
+    from dreamshard.pipeline.dvc import run_dvc
 
     run_dvc(["init", "--no-scm", "-q"], repo)
     for what, argv in (

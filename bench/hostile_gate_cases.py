@@ -25,14 +25,14 @@ from gate_hostile import (  # noqa: E402 - tests/ is not a package
     relabelled,
     write_case,
 )
+from hostile_cases import one_line_2  # noqa: E402 - bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli  # noqa: E402
-from dreamshard.lineage import Lineage  # noqa: E402
-from dreamshard.sharders import get_sharder  # noqa: E402
+from dreamshard.config.settings import installed_pipeline_file  # noqa: E402
 from dreamshard.gate import GateDecision, baseline_plan  # noqa: E402
-from dreamshard.settings import installed_pipeline_file  # noqa: E402
+from dreamshard.sharders import get_sharder  # noqa: E402
 from dreamshard.store import list_plans, open_store, publish, publish_or_reject, show  # noqa: E402
-from hostile_cases import one_line_2  # noqa: E402 - bench/ is the script's directory
+from dreamshard.values.lineage import Lineage  # noqa: E402
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

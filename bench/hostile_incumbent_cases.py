@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from store_helpers import approve, make_plan  # noqa: E402 - tests/ is not a package
-
 from hostile_cases import snap  # noqa: E402 - bench/ is the script's directory
+from store_helpers import approve, make_plan  # noqa: E402 - tests/ is not a package
 
 from dreamshard.cli.app import invoke as cli  # noqa: E402
 from dreamshard.store import LocalPlanStore, publish  # noqa: E402

@@ -19,11 +19,11 @@ import numpy as np
 from hostile_cases import one_line_2, snap  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
+from dreamshard.documents import iter_measurements, save_inventory
 from dreamshard.inventory import synth
-from dreamshard.io import iter_measurements, save_inventory
 from dreamshard.profiling import base, make_oracle
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Inventory, Table, Topology
+from dreamshard.values import Inventory, Table, Topology
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

@@ -12,15 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hostile_cases import one_line_2, snap  # bench/ is the script's directory
+
 from dreamshard.cli.app import invoke as cli
+from dreamshard.documents import save_inventory
 from dreamshard.gate import GateDecision
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory
 from dreamshard.sharders import get_sharder
 from dreamshard.store import open_store, publish_or_reject
-from dreamshard.types import Inventory, Topology
 from dreamshard.usecases.publish import first_plan
-from hostile_cases import one_line_2, snap  # bench/ is the script's directory
+from dreamshard.values import Inventory, Topology
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

@@ -16,16 +16,16 @@ from typing import Any
 from hostile_cases import one_line_2, snap  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
+from dreamshard.config.settings import installed_pipeline_file
+from dreamshard.documents import save_inventory, save_plan
 from dreamshard.evaluation import compare_sharders, evaluate_plan
 from dreamshard.gate import evaluate_gate
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory, save_plan
-from dreamshard.lineage import Lineage
 from dreamshard.profiling import make_oracle
-from dreamshard.settings import installed_pipeline_file
 from dreamshard.sharders import HEURISTICS, get_sharder
 from dreamshard.store import open_store, publish
-from dreamshard.types import Topology
+from dreamshard.values import Topology
+from dreamshard.values.lineage import Lineage
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

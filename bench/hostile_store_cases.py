@@ -19,15 +19,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from hostile_cases import one_line_2  # noqa: E402 - bench/ is the script's directory
 from store_helpers import FP, approve, make_plan  # noqa: E402 - tests/ is not a package
 
 from dreamshard.cli.app import invoke as cli  # noqa: E402
+from dreamshard.documents import save_inventory  # noqa: E402
 from dreamshard.errors import StorePathError  # noqa: E402
 from dreamshard.inventory.synth import synth_inventory  # noqa: E402
-from dreamshard.io import save_inventory  # noqa: E402
 from dreamshard.store import LocalPlanStore, publish  # noqa: E402
-from dreamshard.types import Plan  # noqa: E402
-from hostile_cases import one_line_2  # noqa: E402 - bench/ is the script's directory
+from dreamshard.values import Plan  # noqa: E402
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

@@ -18,13 +18,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from hardening_support import TORCHREC_INV  # noqa: E402 - tests/ is not a package
+from hostile_cases import one_line_2  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli  # noqa: E402
+from dreamshard.documents import load_plan, save_inventory, save_plan
 from dreamshard.errors import PlanError
-from dreamshard.io import load_plan, save_inventory, save_plan
 from dreamshard.sharders import make_plan
-from dreamshard.types import ColumnShard, Inventory, Table, Topology
-from hostile_cases import one_line_2  # bench/ is the script's directory
+from dreamshard.values import ColumnShard, Inventory, Table, Topology
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

@@ -6,7 +6,6 @@ The same cases, as tests: tests/test_hardening_training.py."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -22,12 +21,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from hardening_support import model_with_weights  # noqa: E402 - tests/ is not a package
+from hostile_cases import one_line_2  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
+from dreamshard.documents import save_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory
 from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, load_model
-from hostile_cases import one_line_2  # bench/ is the script's directory
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 Records = list[dict[str, Any]]

@@ -18,10 +18,10 @@ from typing import Any
 from hostile_cases import snap  # bench/ is the script's directory
 
 from dreamshard.cli.app import invoke as cli
+from dreamshard.documents import save_inventory, save_plan
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory, save_plan
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Topology
+from dreamshard.values import Topology
 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 

@@ -75,8 +75,8 @@ def stage_seconds(log: str) -> dict[str, float]:
 
 
 def changed_inventory(src: Path, dst: Path) -> str:
-    from dreamshard.io import load_inventory, save_inventory
-    from dreamshard.types import Inventory
+    from dreamshard.documents import load_inventory, save_inventory
+    from dreamshard.values import Inventory
 
     inv = load_inventory(src)
     t0, t1 = inv.tables[0], inv.tables[1]
@@ -123,7 +123,7 @@ def full_retrain_params(work: Path) -> Path:
 
 
 def bench(work: Path, rounds: int) -> dict[str, Any]:
-    from dreamshard.settings import resolve
+    from dreamshard.config.settings import resolve
 
     settings = resolve(ROOT / "params.yaml")
     store = work / "store"
@@ -194,8 +194,8 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     if fast_plan is not None:
         roles[fast_plan.plan_id] = "fast path"
         roles[f"{fast_plan.plan_id}-again"] = "fast path (again: the noise row)"
-    from dreamshard.io import load_inventory, load_plan
-    from dreamshard.plan_diff import plan_diff
+    from dreamshard.documents import load_inventory, load_plan
+    from dreamshard.placement.diff import plan_diff
 
     v2, old = load_inventory(work / "v2.yaml"), load_plan(v1_plan)
     moved = {label: plan_diff(old, load_plan(plans / f"{name}.json"), v2).model_dump()

@@ -14,7 +14,7 @@ import numpy as np
 
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.profiling import make_oracle
-from dreamshard.types import Topology
+from dreamshard.values import Topology
 
 
 def main() -> None:

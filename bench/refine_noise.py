@@ -35,10 +35,10 @@ STARTS = {"no room (LPT)": 0, "room (LPT, 3 tables thrown)": 3}
 
 
 def simulate(seed: int, budget: float, cv: float, confirm: int, thrown: int) -> dict[str, float]:
-    from dreamshard.learning.measured_refine import refine_measured
+    from dreamshard.measured.refine import refine_measured
     from dreamshard.profiling.base import ComputeBackend, DeviceTiming
     from dreamshard.profiling.oracle import Oracle
-    from dreamshard.types import CommModel, Inventory, Table, Topology
+    from dreamshard.values import CommModel, Inventory, Table, Topology
 
     class Noisy(ComputeBackend):
         name, operator, device, is_simulated = "simulator", "analytic", "cpu", True

@@ -32,9 +32,9 @@ HEURISTICS = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy"
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from dreamshard.config.settings import resolve
     from dreamshard.evaluation import compare_sharders
-    from dreamshard.learning.measured_refine import refine_plan
-    from dreamshard.settings import resolve
+    from dreamshard.measured.refine import refine_plan
     from dreamshard.sharders import get_sharder
     from dreamshard.usecases.plan import sharder_options
 

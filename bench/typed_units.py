@@ -42,7 +42,7 @@ TYPED_KINDS = ("row_wise", "data_parallel")
 
 
 def corpus_tasks(families: tuple[str, ...], n_tasks: int, seed: int, name: str) -> tuple[Any, Any]:
-    from dreamshard.types import Inventory, Task, TaskSet
+    from dreamshard.values import Inventory, Task, TaskSet
 
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     tables, tasks = [], []
@@ -59,9 +59,9 @@ def corpus_tasks(families: tuple[str, ...], n_tasks: int, seed: int, name: str) 
 
 
 def measure(pool: Any, taskset: Any, kinds: tuple[str, ...], path: Path, oracle: Any) -> tuple[list[Any], float]:
-    from dreamshard.io import load_measurements
+    from dreamshard.documents import load_measurements
     from dreamshard.profiling.runner import profile_inventory
-    from dreamshard.types import Topology
+    from dreamshard.values import Topology
 
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -71,16 +71,16 @@ def measure(pool: Any, taskset: Any, kinds: tuple[str, ...], path: Path, oracle:
 
 
 def record_kind(m: Any) -> str:
-    from dreamshard.types import parse_unit
+    from dreamshard.values import parse_unit
 
     kinds = {parse_unit(u).kind for u in m.placement}
     return "row_wise" if "row" in kinds else "data_parallel" if "replica" in kinds else "table_wise"
 
 
 def fit(pool: Any, records: list[Any], seed: int) -> tuple[Any, float]:
+    from dreamshard.config.settings import resolve
     from dreamshard.learning.model_store import load_model
     from dreamshard.learning.train_cost import train_cost_model
-    from dreamshard.settings import resolve
 
     cfg = resolve(ROOT / "params.yaml").train_cost.model_copy(update={"test_fraction": 0.0, "seed": seed})
     t0 = time.perf_counter()

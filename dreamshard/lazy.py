@@ -1,6 +1,6 @@
 """A package's re-exports, each imported when first asked for (PEP 562 module `__getattr__`).
 
-Importing `dreamshard.gate.config` runs `dreamshard/gate/__init__.py` first; when that file imported every
+Importing `dreamshard.config.publish` runs `dreamshard/gate/__init__.py` first; when that file imported every
 submodule, asking for the publish settings imported the gate's measuring code, the evaluation, the profiler and
 torch (2.6 s of every command's start, and of every DVC stage: docs/architecture.md, "Layers"). A package built
 with `lazy_exports` imports a submodule only when one of its names is used, so `from dreamshard.gate import
@@ -19,12 +19,14 @@ from typing import Any
 def lazy_exports(
     package: str, exports: Mapping[str, Sequence[str]]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
-    """`(__getattr__, __dir__, names)` for `package`, whose `exports` maps a submodule (relative, e.g. ".config")
-    to the names it re-exports (`names`: all of them, for `__all__`). A name is imported from its submodule on
-    first use and kept in the package."""
+    """`(__getattr__, __dir__, names)` for `package`, whose `exports` maps a module (a submodule relative to the
+    package, e.g. ".rule", or an absolute name, e.g. "dreamshard.config.publish") to the names it re-exports
+    (`names`: all of them, for `__all__`). A name is imported from its module on first use and kept in the
+    package."""
     if any(isinstance(names, str) for names in exports.values()):
         raise TypeError(f"{package}: each submodule's exports are a sequence of names, not one string")
-    where = {name: f"{package}{module}" for module, names in exports.items() for name in names}
+    where = {name: f"{package}{module}" if module.startswith(".") else module
+             for module, names in exports.items() for name in names}
     # importing a submodule binds its name in the package, over a re-exported name equal to it
     clash = sorted(set(where) & {m.name for m in pkgutil.iter_modules(sys.modules[package].__path__)})
     if clash:

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 
 def artifact_key(*parts: str) -> str:

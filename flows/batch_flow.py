@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dreamshard_flows.requests import BatchRequest
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
@@ -12,7 +13,6 @@ from prefect.runtime import flow_run
 from dreamshard.profiling.batches import WorkerInfo
 from dreamshard.store import open_store
 from dreamshard.usecases.profile import measure_stored_batch
-from dreamshard_flows.requests import BatchRequest
 
 
 @task(name="measure-batch", cache_policy=NO_CACHE, tags=["gpu"])

@@ -20,15 +20,22 @@ import prefect  # noqa: F401  the commands here run flows; without Prefect the l
 import typer
 from rich.console import Console
 
+from dreamshard.config.settings import installed_pipeline_file, params_file, resolve
+from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line
 from dreamshard.evaluation import comparison_table, load_comparison
-from dreamshard.incumbent import NoIncumbent, read_incumbent
-from dreamshard.io import load_inventory, save_inventory
-from dreamshard.settings import installed_pipeline_file, params_file, resolve
-from dreamshard.store import open_store
-from dreamshard.workspace import (
-    COMPARISON, INPUT_INCUMBENT, INPUT_INVENTORY, MODEL_DIR, PARAMS, PipelineWorkspace, RemoteSpec, check_directory_path,
+from dreamshard.pipeline.incumbent import NoIncumbent, read_incumbent
+from dreamshard.pipeline.workspace import (
+    COMPARISON,
+    INPUT_INCUMBENT,
+    INPUT_INVENTORY,
+    MODEL_DIR,
+    PARAMS,
+    PipelineWorkspace,
+    RemoteSpec,
+    check_directory_path,
 )
+from dreamshard.store import open_store
 
 pipeline_app = typer.Typer(help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.",
                            no_args_is_help=True)

@@ -24,9 +24,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dreamshard.drift import PLAN_DRIFTED_EVENT
 from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 from dreamshard_flows.replan import RETRAIN_DUE_EVENT
+
+from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -84,13 +85,12 @@ def build_deployments(
     inventory_name: str = "pool",
 ) -> list[Any]:
     """RunnerDeployments for serve() (work_pools=False) or for work pools (work_pool_name set)."""
-    from prefect.deployments.runner import EntrypointType
-
     from dreamshard_flows.batch_flow import profile_batch_flow
     from dreamshard_flows.drift import drift_check_flow
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
     from dreamshard_flows.publish import publish_workspace_plan
     from dreamshard_flows.replan import replan_on_inventory_change
+    from prefect.deployments.runner import EntrypointType
 
     def pool(name: str) -> dict[str, Any]:
         common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}

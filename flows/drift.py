@@ -5,16 +5,16 @@ drift-report artifact shows the trend."""
 
 from __future__ import annotations
 
+from dreamshard_flows.artifacts import drift_artifact
+from dreamshard_flows.requests import DriftRequest
+from dreamshard_flows.stage_tasks import absolute_uri
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
-from dreamshard.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
-from dreamshard.settings import resolve
+from dreamshard.config.settings import resolve
+from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
 from dreamshard.usecases import drift as drift_uc
-from dreamshard_flows.artifacts import drift_artifact
-from dreamshard_flows.requests import DriftRequest
-from dreamshard_flows.tasks import absolute_uri
 
 
 def library_request(request: DriftRequest) -> drift_uc.DriftRequest:

@@ -20,12 +20,12 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
+from dreamshard_flows.requests import BatchRequest
+
+from dreamshard.config.stages import PipelineSettings
 from dreamshard.errors import PipelineError
 from dreamshard.profiling.batches import BatchSpec, read_shard, write_spec
-from dreamshard.sections import PipelineSettings
 from dreamshard.store.base import PlanStore
-
-from dreamshard_flows.requests import BatchRequest
 
 #: Prefect's rule for an offline worker: no heartbeat for this many heartbeat intervals.
 INACTIVITY_HEARTBEAT_MULTIPLE = 3

@@ -18,32 +18,32 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
-from prefect.runtime import flow_run
-from pydantic import BaseModel, ConfigDict, Field
-
-from dreamshard.errors import ConfigError
-from dreamshard.io import load_inventory
-from dreamshard.profiling.batches import list_shards
-from dreamshard.settings import params_text, resolve
-from dreamshard.store import open_store
-from dreamshard.workspace import PARAMS, PipelineWorkspace, RemoteSpec
 from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact
 from dreamshard_flows.publish import PublishOutcome, plan_decision, publish_workspace_plan
 from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
-from dreamshard_flows.tasks import (
+from dreamshard_flows.stage_tasks import (
     LOCK_FILE,
     absolute_uri,
     commit_task,
     current_inventory_task,
     current_plan_task,
-    push_inventory_task,
     prepare_workspace_task,
+    push_inventory_task,
     push_task,
     stage_task,
     status_task,
     workspace_lock,
 )
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field
+
+from dreamshard.config.settings import params_text, resolve
+from dreamshard.documents import load_inventory
+from dreamshard.errors import ConfigError
+from dreamshard.pipeline.workspace import PARAMS, PipelineWorkspace, RemoteSpec
+from dreamshard.profiling.batches import list_shards
+from dreamshard.store import open_store
 
 
 class OrchestratorSummary(BaseModel):
@@ -81,10 +81,9 @@ def resolve_dispatch(requested: str, deployment_name: str) -> str:
         return "local"  # an ephemeral API: no worker can reach it
     from datetime import datetime, timezone
 
+    from dreamshard_flows.fanout import worker_dead
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
-
-    from dreamshard_flows.fanout import worker_dead
 
     try:
         with get_client(sync_client=True) as client:

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from dreamshard_flows.artifacts import publish_plan_artifacts
+from dreamshard_flows.requests import PublishRequest
+from dreamshard_flows.stage_tasks import absolute_uri, gate_task, lineage_task, publish_task
 from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.config.settings import resolve
+from dreamshard.documents import load_inventory, load_plan
 from dreamshard.evaluation import load_comparison
-from dreamshard.io import load_inventory, load_plan
-from dreamshard.learning.explain import stats_markdown
-from dreamshard.settings import resolve
+from dreamshard.explain.stats import stats_markdown
+from dreamshard.pipeline.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
 from dreamshard.usecases.explain import stats_of
-from dreamshard.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
-from dreamshard_flows.artifacts import publish_plan_artifacts
-from dreamshard_flows.requests import PublishRequest
-from dreamshard_flows.tasks import absolute_uri, gate_task, lineage_task, publish_task
 
 #: Tags on the workspace commit a decision was made for (the orchestrator's "already published" check).
 DECISION_TAGS = ("published/", "rejected/")

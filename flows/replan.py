@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dreamshard_flows.artifacts import replan_artifact
+from dreamshard_flows.requests import ReplanRequest
+from dreamshard_flows.stage_tasks import absolute_uri
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
+from dreamshard.config.settings import resolve
 from dreamshard.learning.model_store import has_model
-from dreamshard.settings import resolve
+from dreamshard.pipeline.workspace import MODEL_DIR
 from dreamshard.usecases import replan as replan_uc
-from dreamshard.workspace import MODEL_DIR
-from dreamshard_flows.artifacts import replan_artifact
-from dreamshard_flows.requests import ReplanRequest
-from dreamshard_flows.tasks import absolute_uri
 
 RETRAIN_DUE_EVENT = "dreamshard.retrain.due"
 

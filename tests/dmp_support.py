@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ from dreamshard.integrations import require_torchrec
 from dreamshard.integrations.torchrec import build_ebc, sharding_plan, torchrec_table_name
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile
 from dreamshard.profiling.base import IndexBank
-from dreamshard.types import Inventory
+from dreamshard.values import Inventory
 
 #: This file's directory (tests/): the rank processes import the harness from there.
 HERE = Path(__file__).resolve().parent

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
+from dreamshard.documents import save_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory
-from dreamshard.types import Inventory
+from dreamshard.values import Inventory
 
 TINY_PARAMS: dict[str, Any] = {
     "inventory": {"name": "tiny", "num_tables": 14, "seed": 0, "dims": [4, 64]},

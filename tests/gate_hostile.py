@@ -8,12 +8,12 @@ import random
 from pathlib import Path
 from typing import Any
 
+from dreamshard.documents import save_inventory, save_plan
 from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, compare_sharders
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory, save_plan
 from dreamshard.profiling import make_oracle
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Costs, DeviceCost, Plan, Topology
+from dreamshard.values import Costs, DeviceCost, Plan, Topology
 
 INVENTORY = synth_inventory(12, 0, name="inv")
 TOPOLOGY = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR
-from dreamshard.types import Inventory, Plan, Table, Topology
+from dreamshard.values import Inventory, Plan, Table, Topology
 
 TORCHREC_INV = Inventory(
     name="small",
@@ -51,7 +51,7 @@ TYPES_TOPO = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
 def types_plan() -> Plan:
     """A legal plan of TYPES_INV with every new field: a and e whole, b row-wise over both devices, c data-parallel."""
     from dreamshard.sharders.base import make_plan
-    from dreamshard.units import row_shards_for
+    from dreamshard.values.units import row_shards_for
 
     return make_plan(TYPES_INV, TYPES_TOPO, {"a": 0, "e": 1}, "dreamshard",
                      row_shards={"b": row_shards_for(500, [0, 1])}, data_parallel=["c"])
@@ -261,7 +261,7 @@ def refused(r: tuple[int, str, str], needle: str, outputs: tuple[Path, ...] = ()
 
 def types_files(d: Path) -> tuple[Path, Path, dict[str, Any]]:
     """(inventory file, legal plan file, the plan as JSON data) under `d`."""
-    from dreamshard.io import save_inventory, save_plan
+    from dreamshard.documents import save_inventory, save_plan
 
     d.mkdir(parents=True, exist_ok=True)
     invf = save_inventory(TYPES_INV, d / "inv.yaml")
@@ -409,7 +409,7 @@ def run_types_lenient(d: Path, types: str) -> tuple[bool, str]:
     """`plan -s dreamshard --types` with duplicated or empty entries reads them as the set of the named types
     (documented: comma-separated, blanks ignored): a legal plan, no traceback, only the named types used."""
     from dreamshard.cli.app import invoke
-    from dreamshard.io import load_plan
+    from dreamshard.documents import load_plan
 
     invf, _, _ = types_files(d)
     out = d / "p.json"

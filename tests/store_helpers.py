@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dreamshard.gate import GateDecision, PublishConfig, evaluate_gate
 from dreamshard.store.keys import Kind, parse_key
-from dreamshard.types import Costs, DeviceCost, Inventory, Plan, Topology
+from dreamshard.values import Costs, DeviceCost, Inventory, Plan, Topology
 
 FP = "ab" * 32
 
@@ -59,7 +59,6 @@ class World:
 
     def __init__(self) -> None:
         from dreamshard.evaluation import compare_sharders
-        from dreamshard.inventory.synth import synth_inventory
         from dreamshard.profiling import make_oracle
         from dreamshard.sharders import get_sharder
 
@@ -81,7 +80,7 @@ class World:
                                            rounds=self.rules.min_rounds, extra_plans=[self.good, self.bad, self.worse])
 
     def write(self, tmp_path: Path) -> dict[str, Path]:
-        from dreamshard.io import save_inventory, save_plan
+        from dreamshard.documents import save_inventory, save_plan
 
         out = {"inventory": save_inventory(self.inventory, tmp_path / "inv.yaml"),
                "comparison": tmp_path / "cmp.json", "store": tmp_path / "store", "dir": tmp_path,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dreamshard.cli.app import main
-from dreamshard.io import load_inventory
+from dreamshard.documents import load_inventory
 from dreamshard.inventory.synth import synth_inventory
 
 DREAMSHARD = Path(sys.executable).parent / "dreamshard"

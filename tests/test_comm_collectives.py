@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dreamshard.profiling import collectives, comm
-from dreamshard.types import CommModel
+from dreamshard.values import CommModel
 
 TINY = (16 << 10, 64 << 10, 256 << 10)  # bytes leaving a rank: keeps each real benchmark to ~2 s
 

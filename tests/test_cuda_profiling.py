@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dreamshard.profiling import make_oracle
-from dreamshard.types import CommModel, Inventory, Table, Topology
+from dreamshard.values import CommModel, Inventory, Table, Topology
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

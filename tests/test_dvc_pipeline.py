@@ -17,8 +17,8 @@ import pytest
 import yaml
 from flows_support import TINY_PARAMS, change_one_table, tiny_inventory
 
-from dreamshard.io import load_inventory
-from dreamshard.workspace import PipelineWorkspace
+from dreamshard.documents import load_inventory
+from dreamshard.pipeline.workspace import PipelineWorkspace
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from dreamshard.evaluation import (
 )
 from dreamshard.profiling import Oracle
 from dreamshard.sharders import HEURISTICS, get_sharder
-from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
+from dreamshard.values import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
 
 
 class FakeOracle:

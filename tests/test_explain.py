@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 
 from dreamshard.cli.app import invoke
+from dreamshard.documents import load_inventory, load_plan, save_inventory, save_plan
 from dreamshard.errors import PlanError
-from dreamshard.inventory.synth import synth_inventory
+from dreamshard.evaluation import evaluate_plan
 from dreamshard.evaluation.compare import check_plan_for
-from dreamshard.io import load_inventory, load_plan, save_inventory, save_plan
-from dreamshard.learning.explain import plan_stats, planning_cost_for
-from dreamshard.learning.whatif import parse_added, parse_changes, what_if
+from dreamshard.explain.stats import plan_stats, planning_cost_for
+from dreamshard.explain.whatif import parse_added, parse_changes, what_if
+from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import predict_plan
 from dreamshard.profiling import make_oracle
-from dreamshard.evaluation import evaluate_plan
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Inventory, Table, Topology
+from dreamshard.values import Inventory, Table, Topology
 
 TOPO = Topology(num_devices=3, memory_per_device_gb=2.0)
 
@@ -106,10 +106,10 @@ def test_stats_of_a_column_split_plan_names_its_shards() -> None:
 def test_each_units_reason_is_its_type_its_memory_or_the_what_if_of_moving_it() -> None:
     """`plan --explain`: a gain reason's delta is exactly what-if's predicted change for that move; row shards and
     replicas are fixed by their type; a unit no other device has room for is held by memory."""
-    from dreamshard.learning.reasons import placement_reasons
+    from dreamshard.explain.reasons import placement_reasons
     from dreamshard.sharders.base import make_plan
-    from dreamshard.types import Inventory, Table, Topology
-    from dreamshard.units import row_shards_for
+    from dreamshard.values import Inventory, Table, Topology
+    from dreamshard.values.units import row_shards_for
 
     inv = Inventory(name="r", tables=(
         Table(name="big", num_embeddings=400_000, embedding_dim=64, pooling_factor=4.0),  # ~0.1 GB

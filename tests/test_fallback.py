@@ -12,11 +12,11 @@ import pytest
 from flows_support import tiny_inventory
 
 from dreamshard.cli.app import invoke
+from dreamshard.documents import load_plan, save_inventory
 from dreamshard.evaluation import BASELINE_SHARDERS
 from dreamshard.gate import GateDecision, fallback_plan
-from dreamshard.io import load_plan, save_inventory
 from dreamshard.store import get_current, list_plans, open_store
-from dreamshard.types import Inventory
+from dreamshard.values import Inventory
 
 PUBLISH = ["--measure", "--backend", "simulator", "--allow-simulated", "--rounds", "2", "--store", "store"]
 
@@ -88,7 +88,7 @@ def test_the_fallback_is_never_made_from_what_the_decision_does_not_verify(work:
     """Only a rejection that names its best baseline, with exactly one verified entry of it, makes a fallback."""
     from dreamshard.evaluation import compare_sharders
     from dreamshard.profiling.oracle import make_oracle
-    from dreamshard.types import Topology
+    from dreamshard.values import Topology
 
     inv = tiny_inventory(work / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
@@ -113,7 +113,7 @@ def test_the_fallback_is_never_made_from_what_the_decision_does_not_verify(work:
 def test_the_replan_fast_path_reports_the_fallback(work: Path) -> None:
     import yaml
 
-    from dreamshard.settings import resolve
+    from dreamshard.config.settings import resolve
     from dreamshard.usecases import replan as replan_uc
 
     (work / "params.yaml").write_text(yaml.safe_dump({

@@ -11,16 +11,16 @@ import pytest
 import yaml
 from flows_support import change_one_table, tiny_inventory
 
-from dreamshard.incumbent import load_incumbent
-from dreamshard.store.inventories import current_inventory_key, get_current_inventory, inventory_key, push_inventory
+from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.store import open_store
+from dreamshard.store.inventories import current_inventory_key, get_current_inventory, inventory_key, push_inventory
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
 
 
 def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
-    from dreamshard.settings import installed_pipeline_file
+    from dreamshard.config.settings import installed_pipeline_file
 
     text = (ROOT / "dvc.yaml").read_text()
     assert installed_pipeline_file("dvc.yaml").read_text() == text  # what a workspace runs is this very file
@@ -40,8 +40,8 @@ def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
 
 
 def test_params_sections_pipeline_and_drift_are_typed(tmp_path: Path) -> None:
+    from dreamshard.config.settings import resolve
     from dreamshard.errors import ConfigError
-    from dreamshard.settings import resolve
 
     cfg = resolve(ROOT / "params.yaml")
     assert cfg.pipeline.profile_deployment == "profile-batch/profile-batch" and cfg.pipeline.items_per_batch >= 1
@@ -56,8 +56,8 @@ def test_params_sections_pipeline_and_drift_are_typed(tmp_path: Path) -> None:
 
 
 def test_params_text_overrides_only_the_backend(tmp_path: Path) -> None:
+    from dreamshard.config.settings import params_text
     from dreamshard.errors import ConfigError
-    from dreamshard.settings import params_text
 
     src = ROOT / "params.yaml"
     assert params_text(str(src), None) == src.read_text()
@@ -105,11 +105,11 @@ def test_inventory_push_cli_stores_without_event(tmp_path: Path) -> None:
 
 
 def test_drift_check_compares_with_the_recorded_cost_and_keeps_a_history(tmp_path: Path) -> None:
-    from dreamshard.drift import check_drift, read_history, record_check, trend_rows
     from dreamshard.evaluation import evaluate_plan
+    from dreamshard.evaluation.drift import check_drift, read_history, record_check, trend_rows
     from dreamshard.profiling import ProfileConfig
     from dreamshard.sharders import get_sharder
-    from dreamshard.types import Topology
+    from dreamshard.values import Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256))
@@ -174,7 +174,7 @@ def test_artifact_keys_are_lowercase_dash() -> None:
 
 
 def test_workspace_lock_is_exclusive(tmp_path: Path) -> None:
-    from dreamshard_flows.tasks import workspace_lock
+    from dreamshard_flows.stage_tasks import workspace_lock
 
     lock = tmp_path / "ws" / ".pipeline.lock"
     with workspace_lock(lock):
@@ -186,9 +186,9 @@ def test_workspace_lock_is_exclusive(tmp_path: Path) -> None:
 
 def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     import prefect.flow_runs
+    from dreamshard_flows.publish import ApprovalInput, _human_review
 
     from dreamshard.gate import GateDecision
-    from dreamshard_flows.publish import ApprovalInput, _human_review
 
     decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
@@ -213,7 +213,7 @@ def test_library_never_imports_the_flows() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, dreamshard.cli.app, dreamshard.workspace, dreamshard.drift, dreamshard.profiling.batches; "
+    code = ("import sys, dreamshard.cli.app, dreamshard.pipeline.workspace, dreamshard.evaluation.drift, dreamshard.profiling.batches; "
             "print(sorted(m for m in sys.modules if m.startswith(('flows', 'dreamshard_flows.orchestrator', 'prefect.flows'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     assert out.strip() == "[]"  # the CLI's entry point loads only dreamshard_flows.cli, which imports no Prefect
@@ -243,8 +243,8 @@ def test_a_worker_is_dead_after_three_silent_heartbeat_intervals() -> None:
 def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
     from dreamshard.errors import StoreError
     from dreamshard.sharders import get_sharder
-    from dreamshard.types import Topology
     from dreamshard.usecases.drift import inventory_for
+    from dreamshard.values import Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0))
@@ -264,15 +264,15 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     """The pipeline's publish step publishes the gate's fallback (the best measured baseline, for a version nothing
     current can serve) with the run's lineage; a reviewer who says no keeps it rejected and not current."""
     import prefect.flow_runs
+    from dreamshard_flows import publish as publish_flow
+    from dreamshard_flows.publish import ApprovalInput, _publish_fallback
 
     from dreamshard.evaluation import compare_sharders
     from dreamshard.gate import GateDecision, fallback_plan
     from dreamshard.profiling.oracle import make_oracle
     from dreamshard.store import get_current, list_plans
-    from dreamshard.types import Topology
     from dreamshard.usecases.publish import GateResult
-    from dreamshard_flows import publish as publish_flow
-    from dreamshard_flows.publish import ApprovalInput, _publish_fallback
+    from dreamshard.values import Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)

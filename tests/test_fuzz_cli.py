@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from store_helpers import WORLD_BASELINES, world, world_inventory
 
 from dreamshard.cli.app import invoke
-from dreamshard.store.inventories import push_inventory
-from dreamshard.io import load_inventory, load_plan
-from dreamshard.memory import check_plan
+from dreamshard.documents import load_inventory, load_plan
 from dreamshard.gate import baseline_plan, gate_plan
+from dreamshard.placement.validate import check_plan
 from dreamshard.store import get_current, list_plans, open_store, show
 from dreamshard.store.fsck import fsck
+from dreamshard.store.inventories import push_inventory
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 

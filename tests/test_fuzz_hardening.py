@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from store_helpers import approve, world
 
 from dreamshard.cli.app import invoke
+from dreamshard.documents import save_inventory
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation import evaluate_plan
 from dreamshard.inventory.indices import MAX_INDEX_BYTES, check_index_budget, index_bytes
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory
 from dreamshard.learning.model_store import load_model
 from dreamshard.profiling import make_oracle
 from dreamshard.store import list_plans, open_store, publish, show
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 

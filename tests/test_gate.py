@@ -95,7 +95,7 @@ def test_out_of_range_plan_needs_a_measured_basis() -> None:
 
 
 def test_simulated_costs_are_labelled_simulated() -> None:
-    from dreamshard.types import BackendInfo
+    from dreamshard.values import BackendInfo
 
     sim = BackendInfo(name="simulator", operator="analytic", device="cpu", num_threads=1, batch_size=512, warmup=0,
                       repeats=1, is_simulated=True)

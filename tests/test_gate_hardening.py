@@ -22,8 +22,8 @@ from store_helpers import approve, world
 from dreamshard.cli.app import invoke
 from dreamshard.evaluation import BASELINE_SHARDERS
 from dreamshard.gate import GateDecision
-from dreamshard.lineage import Lineage
 from dreamshard.store import list_plans, open_store, publish, publish_or_reject
+from dreamshard.values.lineage import Lineage
 
 
 def one_line_2(r: tuple[int, str, str]) -> str:
@@ -149,7 +149,7 @@ def test_forged_plan_metadata_is_not_stored(tmp_path: Path) -> None:
 
 
 def _stored_with_lineage(tmp_path: Path, **lineage: object) -> str:
-    from dreamshard.settings import installed_pipeline_file
+    from dreamshard.config.settings import installed_pipeline_file
 
     store = tmp_path / "store"
     fields = {"inventory_fingerprint": world().inventory.fingerprint(), "dvc_lock": "schema: '2.0'\n",
@@ -234,14 +234,14 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_pat
     """A table larger than a device: the heuristics (no column splits) cannot place the inventory. The comparison
     records them as infeasible, the gate recomputes each before accepting its absence, and decides against the
     baselines that can (TorchRec's planner); with none left, the only plan that runs is approved."""
+    from dreamshard.config.publish import PublishConfig
     from dreamshard.errors import InfeasiblePlacementError, PlanError
     from dreamshard.evaluation import compare_sharders
     from dreamshard.gate import evaluate_gate
-    from dreamshard.gate.config import PublishConfig
-    from dreamshard.gate.core import gate_plan
+    from dreamshard.gate.decide import gate_plan
     from dreamshard.profiling import make_oracle
     from dreamshard.sharders import get_sharder
-    from dreamshard.types import Inventory, Table, Topology
+    from dreamshard.values import Inventory, Table, Topology
 
     inv = Inventory(name="big", tables=(Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
                                         Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3),

@@ -17,7 +17,7 @@ from dreamshard.evaluation import compare_sharders
 from dreamshard.gate import PublishConfig, evaluate_gate, gate_plan, measure_and_gate
 from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
 from dreamshard.profiling import make_oracle
-from dreamshard.types import Costs, DeviceCost, Measurement, Topology
+from dreamshard.values import Costs, DeviceCost, Measurement, Topology
 
 
 def test_the_looks_split_one_error_budget() -> None:
@@ -176,8 +176,8 @@ def test_a_five_round_comparison_is_judged_as_the_measuring_would_have_stopped(w
 
 def test_compare_with_one_plan_stops_where_the_gate_decides(tmp_path: Any) -> None:
     from dreamshard.cli.app import invoke
+    from dreamshard.documents import save_inventory, save_plan
     from dreamshard.evaluation import load_comparison
-    from dreamshard.io import save_inventory, save_plan
     from dreamshard.inventory.synth import synth_inventory
     from dreamshard.sharders import get_sharder
 

@@ -12,7 +12,7 @@ from dreamshard.errors import ConfigError, PlanError, StoreError
 from dreamshard.evaluation import compare_sharders
 from dreamshard.gate import gate_plan, measure_and_gate
 from dreamshard.profiling import make_oracle
-from dreamshard.types import Costs, DeviceCost, Inventory, Plan
+from dreamshard.values import Costs, DeviceCost, Inventory, Plan
 
 
 def _gate(plan: Plan, **kw: object):  # type: ignore[no-untyped-def]
@@ -176,9 +176,9 @@ def test_measure_and_gate_measures_itself() -> None:
 
 
 def test_column_shard_plans_are_verified_by_the_same_rule() -> None:
-    from dreamshard.memory import device_memory_gb
-    from dreamshard.shards import expand, even_bounds
-    from dreamshard.types import ColumnShard
+    from dreamshard.placement.expand import even_bounds, expand
+    from dreamshard.placement.validate import device_memory_gb
+    from dreamshard.values import ColumnShard
 
     w = world()
     table = w.inventory.tables[0]

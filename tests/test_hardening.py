@@ -16,9 +16,9 @@ import torch
 from store_helpers import world
 
 from dreamshard.cli.app import main
+from dreamshard.documents import append_measurement, iter_measurements
 from dreamshard.errors import ModelError, StoreError
 from dreamshard.gate import gate_plan
-from dreamshard.io import append_measurement, iter_measurements
 from dreamshard.store import get_current, get_pointer, open_store
 from dreamshard.store.fsck import fsck
 from dreamshard.store.keys import current_key
@@ -203,8 +203,8 @@ def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], ca
 
 # -- #6: inventory push ------------------------------------------------------------------------------------
 def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    from dreamshard.documents import load_inventory
     from dreamshard.store.inventories import push_inventory
-    from dreamshard.io import load_inventory
 
     def push() -> bool:
         return push_inventory(open_store(str(files["store"])), load_inventory(files["inventory"])).changed
@@ -231,7 +231,7 @@ def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Pa
 def test_credentials_in_urls_are_never_echoed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import subprocess
 
-    from dreamshard.dvc_remote import find_dvc
+    from dreamshard.pipeline.dvc import find_dvc
 
     repo = tmp_path / "repo"
     repo.mkdir()

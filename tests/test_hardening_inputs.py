@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from dreamshard.cli.app import invoke
+from dreamshard.documents import append_measurement, iter_measurements, save_inventory
 from dreamshard.errors import InputFileError
 from dreamshard.inventory import synth
-from dreamshard.io import append_measurement, iter_measurements, save_inventory
 from dreamshard.profiling import base, make_oracle
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Feature, Inventory, Table, Topology
+from dreamshard.values import Feature, Inventory, Table, Topology
 
 TOPO = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
 

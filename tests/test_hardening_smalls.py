@@ -19,19 +19,20 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dreamshard.cli.app import invoke
+from dreamshard.config.settings import installed_pipeline_file
+from dreamshard.documents import save_inventory, save_plan
 from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.evaluation import compare_sharders, evaluate_plan
-from dreamshard.evaluation.compare import measure_lower_bound, smallest_share
+from dreamshard.evaluation.bounds import smallest_share
+from dreamshard.evaluation.compare import measure_lower_bound
 from dreamshard.gate import evaluate_gate
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_inventory, save_plan
-from dreamshard.lineage import Lineage
+from dreamshard.placement.expand import even_bounds, expand
 from dreamshard.profiling import make_oracle
-from dreamshard.settings import installed_pipeline_file
 from dreamshard.sharders import HEURISTICS, get_sharder
-from dreamshard.shards import even_bounds, expand
 from dreamshard.store import open_store, publish
-from dreamshard.types import ColumnShard, Inventory, Plan, Table, Topology
+from dreamshard.values import ColumnShard, Inventory, Table, Topology
+from dreamshard.values.lineage import Lineage
 
 TOPO = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
 
@@ -149,7 +150,7 @@ def test_infeasible_learned_plan_names_the_sharder_asked_for(sharder: str, tmp_p
 
 
 def test_a_hint_that_is_not_a_sharder_name_is_kept() -> None:
-    from dreamshard.learning.sharder import LearnedGreedySharder
+    from dreamshard.search.sharders import LearnedGreedySharder
 
     tiny = Topology(num_devices=2, memory_per_device_gb=1e-5, batch_size=512)
     with pytest.raises(InfeasiblePlacementError, match=r"\(sharder dreamshard_lpt: larger than one device") as e:
@@ -247,7 +248,7 @@ def test_lower_bound_is_below_plans_of_every_sharding_type(n: int, seed: int, sh
     """Replicas skip the all-to-all and row shards split a table's lookups D ways: the bound holds over the
     whole plan space, flat and on hosts (the simulator: its bound is exact)."""
     from dreamshard.sharders.base import make_plan
-    from dreamshard.units import row_shards_for
+    from dreamshard.values.units import row_shards_for
 
     devices, per_host = shape
     inv = synth_inventory(n, seed, name="x")

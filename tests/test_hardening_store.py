@@ -15,7 +15,7 @@ from dreamshard.cli.app import invoke as cli
 from dreamshard.errors import StorePathError
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.store import LocalPlanStore, fsck, get_current, list_plans, publish, push_inventory
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 
 def snap(d: Path) -> dict[str, bytes]:

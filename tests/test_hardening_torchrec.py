@@ -18,12 +18,12 @@ import pytest
 from hardening_support import TORCHREC_INV
 
 from dreamshard.cli.app import invoke
+from dreamshard.documents import load_plan, save_inventory, save_plan
 from dreamshard.errors import PlanError
 from dreamshard.integrations.torchrec import build_ebc, load_sharding_plan, sharding_plan
 from dreamshard.integrations.torchrec_file import read_torchrec_plan, torchrec_document
-from dreamshard.io import load_plan, save_inventory, save_plan
 from dreamshard.sharders import make_plan
-from dreamshard.types import ColumnShard, Inventory, Plan, Table, Topology
+from dreamshard.values import ColumnShard, Inventory, Plan, Table, Topology
 
 INV = TORCHREC_INV
 TOPO = Topology(num_devices=2, memory_per_device_gb=1.0)

@@ -6,7 +6,6 @@ nothing written."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -21,10 +20,10 @@ import torch
 from hardening_support import model_with_weights
 
 from dreamshard.cli.app import invoke
+from dreamshard.config.learning import CostTrainConfig
+from dreamshard.documents import load_measurements, save_inventory
 from dreamshard.errors import ModelError, TrainingDataError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import load_measurements, save_inventory
-from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, load_model, save_model
 from dreamshard.learning.records import MAX_RECORD_MS, check_training_records

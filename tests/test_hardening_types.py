@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import hardening_support as hs
+import pytest
 
 
 @pytest.mark.parametrize("command", hs.PLAN_COMMANDS)
@@ -78,8 +78,8 @@ def test_torchrec_file_attack_is_refused(tmp_path: Path, what: str, via: str) ->
 
 
 def test_error_lines_of_huge_shard_lists_are_bounded() -> None:
-    """The lists an error line quotes are cut to a few items (dreamshard.shards.brief)."""
-    from dreamshard.shards import brief
+    """The lists an error line quotes are cut to a few items (dreamshard.placement.expand.brief)."""
+    from dreamshard.placement.expand import brief
 
     assert brief(list(range(3))) == "[0, 1, 2]"
     text = brief([0] * 100_000)

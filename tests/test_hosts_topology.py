@@ -10,7 +10,7 @@ from dreamshard.learning.cost_model import CostEnsemble
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.profiling import comm
 from dreamshard.profiling.simulator import SimulatorBackend
-from dreamshard.types import DEFAULT_INTER_HOST_GBPS, CommModel, Table, Topology
+from dreamshard.values import DEFAULT_INTER_HOST_GBPS, CommModel, Table, Topology
 
 #: one device's measured (intra-host) rates: an NVLink-like one and gloo on CPU loopback (fits on this machine)
 FAST = CommModel(alpha_ms=0.05, beta_ms_per_mb=0.01, backend="nccl", world_size=4)

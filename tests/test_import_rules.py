@@ -175,7 +175,7 @@ def test_function_level_imports_are_optional_dependencies_or_torch_with_a_commen
     """A late import is an optional dependency (its comment says which), or torch or a module whose import loads
     torch, commented `loads torch`: the light commands (and the DVC stages that are light commands) start without
     torch (test_light_commands_run_without_torch); the claim is checked here, so it cannot hide another import.
-    DVC's API is imported in one place, dreamshard.dvc_remote (in-process `dvc status`), commented `loads dvc`."""
+    DVC's API is imported in one place, dreamshard.pipeline.dvc (in-process `dvc status`), commented `loads dvc`."""
     heavy = _loads_torch()
     bad = []
     for name, path in _modules().items():
@@ -183,7 +183,7 @@ def test_function_level_imports_are_optional_dependencies_or_torch_with_a_commen
             mod = _module_of(node)
             torch_late = "loads torch" in said and (mod.split(".")[0] == "torch" or mod in heavy)
             optional = mod.split(".")[0] in OPTIONAL and "optional dependency" in said
-            dvc_late = mod.split(".")[0] == "dvc" and "loads dvc" in said and name == "dreamshard.dvc_remote"
+            dvc_late = mod.split(".")[0] == "dvc" and "loads dvc" in said and name == "dreamshard.pipeline.dvc"
             if getattr(node, "level", 0) or not (torch_late or optional or dvc_late):
                 bad.append(f"{name}:{node.lineno} imports {mod or '.'}")
     assert bad == []
@@ -192,8 +192,8 @@ def test_function_level_imports_are_optional_dependencies_or_torch_with_a_commen
 def test_the_torch_finder_follows_packages_and_leaves_out_type_checking_blocks() -> None:
     heavy = _loads_torch()
     assert {"dreamshard.profiling.oracle", "dreamshard.learning.model_store", "dreamshard.usecases.plan"} <= heavy
-    assert not {"dreamshard.settings", "dreamshard.cli.app", "dreamshard.profiling", "dreamshard.gate",
-                "dreamshard.usecases.inventory", "dreamshard.usecases.tasks", "dreamshard.incumbent"} & heavy
+    assert not {"dreamshard.config.settings", "dreamshard.cli.app", "dreamshard.profiling", "dreamshard.gate",
+                "dreamshard.usecases.inventory", "dreamshard.usecases.taskset", "dreamshard.pipeline.incumbent"} & heavy
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\nelse:\n    import json\n"
                      "class A:\n    import numpy\ndef f():\n    import yaml\n")
     assert [_module_of(n) for n in _import_time(tree.body)] == ["typing", "json", "numpy"]

@@ -11,16 +11,16 @@ import pytest
 import yaml
 
 from dreamshard.cli.app import invoke
+from dreamshard.config.settings import resolve
+from dreamshard.documents import load_measurements, save_inventory
 from dreamshard.errors import InputFileError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import load_measurements, save_inventory
 from dreamshard.learning.incremental import INIT_DIR, previous_model
 from dreamshard.profiling import make_oracle
 from dreamshard.profiling.corpus import DeviceCorpus
-from dreamshard.settings import resolve
-from dreamshard.types import Inventory, Topology
 from dreamshard.usecases import profile as profile_uc
 from dreamshard.usecases import train as train_uc
+from dreamshard.values import Inventory, Topology
 
 TOPO = Topology(num_devices=4, memory_per_device_gb=4.0, batch_size=512)
 
@@ -192,7 +192,7 @@ def test_the_profile_and_train_commands_take_the_corpus(tmp_path: Path) -> None:
 
 def timed_ops(plan) -> int:
     """Fused operators one measurement of `plan` times: per device, one for its units and one for its replicas."""
-    from dreamshard.units import parse_unit
+    from dreamshard.values.units import parse_unit
 
     kinds = [{parse_unit(u).kind == "replica" for u in units} for units in plan.device_tables()]
     return sum(len(k) for k in kinds)
@@ -201,7 +201,7 @@ def timed_ops(plan) -> int:
 def test_compare_reuses_only_the_lower_bounds_singles_and_the_gate_measures_no_lower_bound(tmp_path: Path) -> None:
     from dreamshard.evaluation import compare_sharders, comparison_markdown
     from dreamshard.gate import PublishConfig
-    from dreamshard.gate.core import measure_and_gate
+    from dreamshard.gate.decide import measure_and_gate
     from dreamshard.sharders import get_sharder
 
     inv = synth_inventory(8, 0, name="inv")

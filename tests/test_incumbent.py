@@ -1,4 +1,4 @@
-"""The incumbent a new inventory version is planned from (dreamshard.incumbent): its file (a plan, or a note that
+"""The incumbent a new inventory version is planned from (dreamshard.pipeline.incumbent): its file (a plan, or a note that
 none was current), `dreamshard plans incumbent`, and the workspace's rule for when it is rewritten."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from store_helpers import approve, make_plan
 
 from dreamshard.cli.app import invoke
 from dreamshard.errors import PlanError
-from dreamshard.incumbent import load_incumbent, no_incumbent, read_incumbent, save_incumbent
+from dreamshard.pipeline.incumbent import load_incumbent, no_incumbent, read_incumbent, save_incumbent
+from dreamshard.pipeline.workspace import INPUT_INCUMBENT, PipelineWorkspace
 from dreamshard.store import open_store, publish
-from dreamshard.workspace import INPUT_INCUMBENT, PipelineWorkspace
 
 
 def test_an_incumbent_file_is_a_plan_or_a_note_and_is_written_byte_canonical(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from dreamshard.inventory.histogram import BIN_HI, BIN_LO, l1_distance
 from dreamshard.inventory.indices import reuse_histogram, synthesize_bag_lengths, synthesize_indices
 from dreamshard.inventory.synth import synth_inventory, zipf_histogram
-from dreamshard.types import NUM_REUSE_BINS, Table
+from dreamshard.values import NUM_REUSE_BINS, Table
 
 BATCH = 2048
 # Largest-remainder rounding leaves each bin's row count within 1 of U*h_k, so the realised histogram is

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from dreamshard.cli.app import main
+from dreamshard.documents import load_plan
 from dreamshard.errors import ConfigError, DreamshardError, PlanError
 from dreamshard.integrations import MissingDependencyError
 from dreamshard.integrations.torchrec import (
@@ -31,10 +32,9 @@ from dreamshard.integrations.torchrec_file import (
     save_torchrec_plan,
     torchrec_document,
 )
-from dreamshard.io import load_plan
 from dreamshard.sharders import get_sharder, make_plan
-from dreamshard.types import GB, ColumnShard, Inventory, Table, Topology
-from dreamshard.units import row_shards_for
+from dreamshard.values import GB, ColumnShard, Inventory, Table, Topology
+from dreamshard.values.units import row_shards_for
 
 INV = Inventory(
     name="small",
@@ -199,7 +199,8 @@ def test_import_of_torchrecs_planner_result() -> None:
     """What TorchRec's EmbeddingShardingPlanner returns (its own names, table-wise and column-wise) imports as a
     Plan with the same ranks and column ranges."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology as TRTopology
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+    from torchrec.distributed.planner import Topology as TRTopology
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 
     ebc = build_ebc(INV)
@@ -354,7 +355,7 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 
 def test_cli_torchrec_out_loads_into_a_sharding_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dreamshard.io import save_inventory
+    from dreamshard.documents import save_inventory
 
     inv_path = save_inventory(INV, tmp_path / "inv.yaml")
     code, _, err = _cli(["plan", "-i", str(inv_path), "-d", "3", "-m", "1", "-s", "size_greedy",
@@ -374,7 +375,7 @@ def test_cli_torchrec_out_loads_into_a_sharding_plan(tmp_path: Path, capsys: pyt
 
 
 def test_cli_torchrec_export_and_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dreamshard.io import save_inventory, save_plan
+    from dreamshard.documents import save_inventory, save_plan
 
     plan = _split_plan()
     inv_path, plan_path = save_inventory(INV, tmp_path / "inv.yaml"), save_plan(plan, tmp_path / "plan.json")
@@ -402,7 +403,7 @@ def test_cli_torchrec_export_and_import(tmp_path: Path, capsys: pytest.CaptureFi
 @pytest.mark.parametrize("which", ["plan", "inventory"])
 def test_cli_torchrec_export_and_import_never_overwrite_an_input(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str) -> None:
-    from dreamshard.io import save_inventory, save_plan
+    from dreamshard.documents import save_inventory, save_plan
 
     plan = _split_plan()
     inv_path, plan_path = save_inventory(INV, tmp_path / "inv.yaml"), save_plan(plan, tmp_path / "plan.json")

@@ -7,7 +7,7 @@ import pytest
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import MAX_ROWS, MIN_ROWS, synth_inventory, zipf_histogram, zipf_ranks
-from dreamshard.types import NUM_REUSE_BINS
+from dreamshard.values import NUM_REUSE_BINS
 
 
 @pytest.fixture(scope="module")

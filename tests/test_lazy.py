@@ -48,7 +48,7 @@ def _fresh(code: str) -> str:
 
 
 def test_reading_the_settings_and_the_gate_config_loads_no_torch_and_a_use_case_loads_it_when_used() -> None:
-    assert _fresh("import sys\nfrom dreamshard.settings import resolve\nfrom dreamshard.gate import PublishConfig\n"
+    assert _fresh("import sys\nfrom dreamshard.config.settings import resolve\nfrom dreamshard.gate import PublishConfig\n"
                   "resolve(None)\nprint('torch' in sys.modules)") == "False"
     code = ("import sys\nimport dreamshard.cli.plan_cmd as c\nbefore = 'torch' in sys.modules\n"
             "c.plan_uc.PlanRequest\nprint(before, 'torch' in sys.modules)")

@@ -12,16 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from toy_cost import ToyCost, toy_measurements
 
+from dreamshard.config.learning import CostTrainConfig
 from dreamshard.errors import ModelError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import CostEnsemble
-from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.metrics import mape
-from toy_cost import ToyCost, toy_measurements
+from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.train_cost import split_records, train_cost_model
-from dreamshard.types import Topology
+from dreamshard.values import Topology
 
 CFG = CostTrainConfig(steps=500, lr=3e-3, test_fraction=0.25, seed=0, ensemble_size=3)
 

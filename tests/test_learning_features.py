@@ -8,7 +8,7 @@ import numpy as np
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.features import DEFAULT_HISTOGRAM, NUM_FEATURES, table_features, tables_features
 from dreamshard.learning.metrics import mape, rankdata, spearman
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 
 def test_shape_and_finite_over_extreme_tables():

@@ -4,19 +4,18 @@ checkpoints, resume without re-measuring, reproduction from the state dir, and t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from dreamshard.cli.app import main
+from dreamshard.config.learning import CostTrainConfig, LoopConfig, PolicyTrainConfig, TasksConfig
+from dreamshard.documents import dump_model, load_measurements, save_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import dump_model, load_measurements, save_inventory
-from dreamshard.learning.configs import CostTrainConfig, LoopConfig, PolicyTrainConfig, TasksConfig
 from dreamshard.learning.loop import MEASUREMENTS_FILE, last_checkpoint, train
 from dreamshard.learning.model_store import load_model
-from dreamshard.learning.tasks import make_taskset
+from dreamshard.learning.taskset import make_taskset
 from dreamshard.profiling import make_oracle
-from dreamshard.types import Inventory, Topology
+from dreamshard.values import Inventory, Topology
 
 TINY = LoopConfig(
     iterations=2, placements_per_iteration=2, search_per_iteration=1, perturb_per_iteration=1, seed=0, init="none",

@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from toy_cost import ToyCost
 
+from dreamshard.config.learning import PolicyTrainConfig, TopologyConfig
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.learning.configs import PolicyTrainConfig, TopologyConfig
 from dreamshard.learning.mdp import EstimatedMDP
 from dreamshard.learning.policy import Policy, episode_log_probs, masked_log_softmax, plan_with_policy, rollout
-from toy_cost import ToyCost
 from dreamshard.learning.train_policy import train_policy
-from dreamshard.memory import check_placement
+from dreamshard.placement.validate import check_placement
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Inventory, Table, Task, Topology
+from dreamshard.values import Inventory, Table, Task, Topology
 
 TOPO = TopologyConfig(memory_per_device_gb=64.0)
 

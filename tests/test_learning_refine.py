@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
+from toy_cost import ToyCost
 
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.policy import Policy, plan_with_policy
-from dreamshard.learning.refine import refine_placement
-from toy_cost import ToyCost
-from dreamshard.memory import check_placement
-from dreamshard.types import Topology
+from dreamshard.placement.validate import check_placement
+from dreamshard.search.local import refine_placement
+from dreamshard.values import Topology
 
 
 def _max_total(toy: ToyCost, states: torch.Tensor, devices: list[int], n_dev: int) -> float:

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from toy_cost import toy_model
 
 from dreamshard.cli.app import invoke
+from dreamshard.config.learning import SearchConfig
+from dreamshard.documents import load_plan, save_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import load_plan, save_inventory
-from dreamshard.learning.configs import SearchConfig
 from dreamshard.learning.model_store import PACKAGED_DIR, load_model
 from dreamshard.learning.planning_cost import PlanningCost
-from dreamshard.learning.search import search
-from dreamshard.memory import check_placement
+from dreamshard.placement.validate import check_placement
 from dreamshard.profiling import make_oracle
+from dreamshard.search.candidates import search
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Table, Topology
-from toy_cost import toy_model
+from dreamshard.values import Table, Topology
 
 CHEAP = ("policy", "lpt", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "size_greedy", "round_robin")
 
@@ -88,8 +88,8 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
 def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir):
     """When none of the K best predicted is a baseline's own plan or LPT's, the best predicted of those are measured
     too (plan.verify_anchors): a misranking cost cannot keep them from being measured, and kept when faster."""
-    from dreamshard.learning.search import Candidate
-    from dreamshard.learning.verify import ANCHOR_SOURCES, anchor_candidates
+    from dreamshard.measured.candidates import ANCHOR_SOURCES, anchor_candidates
+    from dreamshard.search.candidates import Candidate
 
     def cand(source: str, ms: float) -> Candidate:
         return Candidate(source, {"t": 0}, ms)
@@ -239,7 +239,7 @@ def test_a_column_shard_plan_round_trips_through_gate_store_and_torchrec_export(
 
 
 def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -> None:
-    from dreamshard.learning.verify import kept_index
+    from dreamshard.measured.candidates import kept_index
 
     top, lucky, sure = [10.0, 12.0, 11.0], [9.0, 12.5, 9.5], [9.8, 11.5, 10.9]
     assert kept_index([top, lucky], [11.0, 9.5]) == 0  # a lower median, but slower in one round: noise
@@ -255,7 +255,7 @@ class ScriptedOracle:
     """Each plan's overall cost per round from a script (by sharder label); counts what it measures."""
 
     def __init__(self, script: dict[str, list[float]]) -> None:
-        from dreamshard.types import BackendInfo
+        from dreamshard.values import BackendInfo
 
         self.script = {k: list(v) for k, v in script.items()}
         self.info = BackendInfo(name="fake", operator="scripted", device="cpu", num_threads=1, batch_size=0,
@@ -263,7 +263,7 @@ class ScriptedOracle:
         self.calls: list[str] = []
 
     def measure(self, inventory, placement, topology, *, kind="placement", task=""):  # type: ignore[no-untyped-def]
-        from dreamshard.types import Costs, DeviceCost, Measurement
+        from dreamshard.values import Costs, DeviceCost, Measurement
 
         self.calls.append(task)
         v = self.script[task].pop(0)
@@ -276,8 +276,8 @@ class ScriptedOracle:
 def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     """`--verify` keeps a challenger only if it is faster in every round, so one that loses a round is dropped
     (the same decision for fewer measurements) and the measuring ends when none is left."""
-    from dreamshard.learning.search import Candidate
-    from dreamshard.learning.verify import verify_candidates
+    from dreamshard.measured.candidates import verify_candidates
+    from dreamshard.search.candidates import Candidate
 
     inv = synth_inventory(8, 0, name="v")
     topo = Topology(num_devices=2, memory_per_device_gb=4.0)
@@ -309,9 +309,9 @@ def test_the_current_plan_adapted_to_a_new_version_is_a_candidate_and_search_fro
     """`incumbent`: every table the current plan places keeps its device, a new table is inserted where the
     predicted maximum is lowest; that placement (`current`) and local search from it (`current+search`) compete
     with the other sources, so a re-plan can keep most of the job's state where it is."""
-    from dreamshard.learning.insertion import adapted_placement, insert
-    from dreamshard.plan_diff import plan_diff
-    from dreamshard.types import Inventory
+    from dreamshard.placement.diff import plan_diff
+    from dreamshard.search.insertion import adapted_placement, insert
+    from dreamshard.values import Inventory
 
     v1 = synth_inventory(24, seed=31, name="inc")
     topo = Topology(num_devices=4, memory_per_device_gb=16)

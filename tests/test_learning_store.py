@@ -7,16 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from toy_cost import ToyCost, toy_measurements, toy_model
 
+from dreamshard.config.settings import model_dir as default_model_dir
 from dreamshard.errors import InfeasiblePlacementError, ModelError
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.settings import model_dir as default_model_dir
 from dreamshard.learning import model_store
 from dreamshard.learning.model_store import load_model, save_model
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Topology
-from toy_cost import ToyCost, toy_measurements, toy_model
+from dreamshard.values import Topology
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +222,7 @@ def test_a_card_without_device_types_loads_and_reads_its_backend(model_dir, tmp_
 
 
 def test_pretraining_tasks_draw_batch_sizes_in_the_configured_span():
-    from dreamshard.learning.configs import PretrainConfig
+    from dreamshard.config.learning import PretrainConfig
     from dreamshard.learning.pretrain import pretraining_batch_sizes, pretraining_tasks
 
     cfg = PretrainConfig(num_tasks=60, tables=(2, 6), batch_sizes=(512, 65536))
@@ -244,10 +243,10 @@ def test_pretraining_tasks_draw_batch_sizes_in_the_configured_span():
 
 def test_each_pretraining_task_is_profiled_and_looped_at_its_own_batch_size(tmp_path):
     """Profiling (one run per batch size) and the loop's topologies carry each task's batch size."""
-    from dreamshard.learning.configs import PretrainConfig, TopologyConfig
+    from dreamshard.config.learning import PretrainConfig, TopologyConfig
+    from dreamshard.documents import load_measurements
     from dreamshard.learning.pretrain import _profile, pretraining_batch_sizes, pretraining_tasks
     from dreamshard.learning.train_policy import make_mdps
-    from dreamshard.io import load_measurements
     from dreamshard.profiling import make_oracle
 
     cfg = PretrainConfig(num_tasks=4, tables=(2, 3), devices=(2, 2), batch_sizes=(256, 8192), kinds=())

@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from dreamshard.cli.app import invoke
-from dreamshard.io import save_inventory
-from dreamshard.learning.measured_refine import refine_measured
+from dreamshard.documents import save_inventory
+from dreamshard.measured.refine import refine_measured
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.types import CommModel, Inventory, RefineTrace, Table, Topology
+from dreamshard.values import CommModel, Inventory, RefineTrace, Table, Topology
 
 TOPO = Topology(num_devices=3, memory_per_device_gb=4.0, batch_size=512)
 
@@ -122,7 +122,7 @@ def test_the_refinement_prediction_of_a_device_is_the_planning_cost_of_that_devi
     """refine_plan predicts a device from its units' summed states: the same as PlanningCost.predict."""
     import torch
 
-    from dreamshard.learning.explain import planning_cost_for
+    from dreamshard.explain.stats import planning_cost_for
 
     inv = inventory()
     cost = planning_cost_for(None, TOPO)

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flows_support import TINY_PARAMS, change_one_table, jsonl_ids, tiny_inventory, write_params
+from flows_support import change_one_table, jsonl_ids, tiny_inventory, write_params
 
-from dreamshard.incumbent import load_incumbent
-from dreamshard.io import load_inventory, load_plan
-from dreamshard.lineage import dvc_md5, lock_outs
+from dreamshard.documents import load_inventory, load_plan
+from dreamshard.pipeline.incumbent import load_incumbent
+from dreamshard.pipeline.workspace import INCUMBENT, INPUT_INCUMBENT, MEASUREMENTS, MODEL_DIR, PLAN, PipelineWorkspace
 from dreamshard.store import get_current, get_pointer, list_plans, open_store
-from dreamshard.workspace import INCUMBENT, INPUT_INCUMBENT, MEASUREMENTS, MODEL_DIR, PLAN, PipelineWorkspace
+from dreamshard.values.lineage import dvc_md5, lock_outs
 
 pytestmark = pytest.mark.integration
 
@@ -115,11 +115,10 @@ def _wait_online(names: tuple[str, ...], timeout_s: float = 120) -> None:
 @pytest.fixture(scope="module")
 def gpu_workers(prefect_api: str, seaweed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GpuWorkers]:
     """The gpu and default process pools, the deployments, and two workers on the gpu pool."""
+    from dreamshard_flows.deploy import build_deployments
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectAlreadyExists
-
-    from dreamshard_flows.deploy import build_deployments
 
     with get_client(sync_client=True) as client:
         for pool in ("gpu", "default"):
@@ -191,12 +190,12 @@ def _in_background(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
 def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     gpu_workers: GpuWorkers, s3_env, s3_prefix: str, tmp_path: Path
 ) -> None:
+    from dreamshard_flows.orchestrator import retrain_on_inventory_change
+    from dreamshard_flows.requests import OrchestratorRequest
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from dreamshard.profiling.batches import list_shards
-    from dreamshard_flows.orchestrator import retrain_on_inventory_change
-    from dreamshard_flows.requests import OrchestratorRequest
 
     params = _params(tmp_path / "params.yaml", s3_prefix, s3_env)
     ws_dir = tmp_path / "ws"
@@ -297,10 +296,10 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
 ) -> None:
     from prefect.client.orchestration import get_client
 
+    from dreamshard.config.settings import resolve
     from dreamshard.profiling.batches import read_shard
-    from dreamshard.settings import resolve
     from dreamshard.usecases import profile as profile_uc
-    from dreamshard.usecases import tasks as tasks_uc
+    from dreamshard.usecases import taskset as tasks_uc
 
     # Every device timing takes 400 ms of wall time: a batch lasts seconds, long enough to kill its worker.
     params = _params(tmp_path / "params.yaml", s3_prefix, s3_env, items_per_batch=5,
@@ -357,17 +356,15 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
 
 def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(gpu_workers: GpuWorkers, s3_env,
                                                                       tmp_path: Path) -> None:
+    from dreamshard_flows.drift import drift_check_flow
+    from dreamshard_flows.requests import DriftRequest
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
         ArtifactFilterKey,
         DeploymentFilter,
         DeploymentFilterName,
-        FlowRunFilter,
     )
-
-    from dreamshard_flows.drift import drift_check_flow
-    from dreamshard_flows.requests import DriftRequest
 
     if "plan_id" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")
@@ -401,6 +398,8 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(gpu_workers
 
 def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_makes_a_retrain_due(
         gpu_workers: GpuWorkers, s3_env, tmp_path: Path) -> None:
+    from dreamshard_flows.replan import replan_on_inventory_change
+    from dreamshard_flows.requests import ReplanRequest
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -410,9 +409,7 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     )
 
     from dreamshard.store import push_inventory
-    from dreamshard.types import Inventory
-    from dreamshard_flows.replan import replan_on_inventory_change
-    from dreamshard_flows.requests import ReplanRequest
+    from dreamshard.values import Inventory
 
     if "plan_id" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")
@@ -468,13 +465,12 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
 
 
 def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_env) -> None:
+    from dreamshard_flows.publish import publish_workspace_plan
+    from dreamshard_flows.requests import PublishRequest
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
     from prefect.flow_runs import resume_flow_run
-
-    from dreamshard_flows.publish import publish_workspace_plan
-    from dreamshard_flows.requests import PublishRequest
 
     if "plan_id" not in STATE:
         pytest.fail("the orchestrator test did not publish a plan")

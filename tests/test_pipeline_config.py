@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dreamshard.config.settings import resolve
 from dreamshard.errors import ConfigError
-from dreamshard.settings import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from dreamshard.cli.app import main
+from dreamshard.documents import load_inventory
 from dreamshard.errors import ConfigError, InfeasiblePlacementError
-from dreamshard.io import load_inventory
 from dreamshard.inventory.presets import PRESETS, preset_inventory
 from dreamshard.sharders import get_sharder
-from dreamshard.types import GB, Topology
+from dreamshard.values import GB, Topology
 
 TERABYTE = [45833188, 36746, 17245, 7413, 20243, 3, 7114, 1441, 62, 29275261, 1572176, 345138, 10, 2209, 11267, 128,
             4, 974, 14, 48937457, 11316796, 40094537, 452104, 12606, 104, 35]

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from flows_support import tiny_inventory
 
+from dreamshard.config.learning import TasksConfig
+from dreamshard.documents import load_measurements
 from dreamshard.errors import ProfilingError
-from dreamshard.io import load_measurements
-from dreamshard.learning.configs import TasksConfig
-from dreamshard.learning.tasks import make_taskset
+from dreamshard.learning.taskset import make_taskset
 from dreamshard.profiling import ProfileConfig, profile_inventory
 from dreamshard.profiling.batches import (
     ProfileJob,
@@ -25,7 +25,7 @@ from dreamshard.profiling.batches import (
     write_spec,
 )
 from dreamshard.store import open_store
-from dreamshard.types import Topology
+from dreamshard.values import Topology
 
 PROFILE = ProfileConfig(backend="simulator", num_placements=3, warmup=0, repeats=1)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dreamshard.cli.app import main
-from dreamshard.io import load_measurements, save_inventory
-from dreamshard.types import Inventory, Table
+from dreamshard.documents import load_measurements, save_inventory
+from dreamshard.values import Inventory, Table
 
 
 def _run(argv: list[str]) -> int:

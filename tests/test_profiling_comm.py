@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dreamshard.profiling import comm
-from dreamshard.types import CommModel
+from dreamshard.values import CommModel
 
 
 def test_fit_recovers_a_line() -> None:

@@ -10,7 +10,7 @@ from dreamshard.errors import PlanError, ProfilingError
 from dreamshard.profiling import make_oracle
 from dreamshard.profiling.base import fuse_batches
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.types import CommModel, Inventory, Table, Topology
+from dreamshard.values import CommModel, Inventory, Table, Topology
 
 pytestmark = pytest.mark.timing
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dreamshard.errors import InventoryError, ProfilingError
-from dreamshard.io import iter_measurements, load_measurements
+from dreamshard.documents import iter_measurements, load_measurements
+from dreamshard.errors import InventoryError
 from dreamshard.profiling import make_oracle, profile_inventory, single_table_costs_from
 from dreamshard.profiling.runner import plan_items
-from dreamshard.types import Inventory, Table, Task, TaskSet, Topology
+from dreamshard.values import Inventory, Table, Task, TaskSet, Topology
 
 
 def _inventory(n: int = 8) -> Inventory:
@@ -90,7 +90,7 @@ def test_tasks_profile_each_train_task_on_its_devices(tmp_path: Path) -> None:
 
 def test_killed_cpu_run_resumes_only_missing_items(tmp_path: Path) -> None:
     """A real CPU profiling subprocess killed with SIGKILL mid-run; the rerun measures only what is missing."""
-    from dreamshard.io import save_inventory
+    from dreamshard.documents import save_inventory
 
     inv = Inventory(
         name="k",
@@ -102,9 +102,9 @@ def test_killed_cpu_run_resumes_only_missing_items(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         from pathlib import Path
-        from dreamshard.io import load_inventory
+        from dreamshard.documents import load_inventory
         from dreamshard.profiling import make_oracle, profile_inventory
-        from dreamshard.types import Topology
+        from dreamshard.values import Topology
         topo = Topology.model_validate_json({topo.model_dump_json()!r})
         oracle = make_oracle("cpu", warmup=3, repeats=60)
         profile_inventory(load_inventory({str(inv_path)!r}), topo, 1, Path({str(out)!r}), oracle, progress=False)
@@ -136,7 +136,7 @@ def test_random_placements_survive_tight_memory() -> None:
     from dreamshard.errors import InfeasiblePlacementError
     from dreamshard.profiling.runner import _random_placements
     from dreamshard.sharders import get_sharder
-    from dreamshard.types import GB, Inventory, Table, Topology
+    from dreamshard.values import GB, Inventory, Table, Topology
 
     # 0.4, 0.4, 0.3 x 4 GB on two 1 GB devices: only {0.4, 0.3, 0.3} per device fits; a random order that
     # puts both 0.4 tables together dead-ends.
@@ -162,7 +162,7 @@ def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
     """Resuming into a JSONL of a different inventory would mix workloads: a one-line typed error instead."""
     from dreamshard.errors import InventoryError, ProfilingError
     from dreamshard.profiling import make_oracle, profile_inventory
-    from dreamshard.types import Inventory, Table, Topology
+    from dreamshard.values import Inventory, Table, Topology
 
     def inv(name: str, dim: int) -> Inventory:
         return Inventory(name=name, tables=(Table(name="a", num_embeddings=100, embedding_dim=dim, pooling_factor=1.0),
@@ -182,8 +182,8 @@ def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
 
 
 def test_a_cost_model_never_trains_on_mixed_backends(tmp_path: Path) -> None:
+    from dreamshard.config.learning import CostTrainConfig
     from dreamshard.errors import ModelError
-    from dreamshard.learning.configs import CostTrainConfig
     from dreamshard.learning.train_cost import train_cost_model
 
     inv = _inventory(4)

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from dreamshard.profiling.scaling import CPU_RULE, MB, ScalingRule, padded_dim
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 
 def test_rows_are_capped_by_bytes_and_row_cap() -> None:
@@ -32,7 +32,7 @@ def test_profiling_100_tables_on_one_device_stays_under_4gb() -> None:
         """
         import json, resource
         from dreamshard.profiling import make_oracle
-        from dreamshard.types import Inventory, Table, Topology
+        from dreamshard.values import Inventory, Table, Topology
         tables = tuple(Table(name=f"t{i}", num_embeddings=4_000_000, embedding_dim=(16, 32, 64, 128)[i % 4],
                              pooling_factor=(1, 5, 20)[i % 3]) for i in range(100))
         inv = Inventory(name="big", tables=tables)

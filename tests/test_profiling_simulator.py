@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dreamshard.profiling import make_oracle
-from dreamshard.types import Inventory, Table, Topology
+from dreamshard.values import Inventory, Table, Topology
 
 
 def _tables(n: int, rows: int = 200_000, dim: int = 64, pooling: float = 20) -> list[Table]:

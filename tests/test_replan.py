@@ -14,7 +14,7 @@ from flows_support import change_one_table, tiny_inventory
 import dreamshard.learning.loop
 import dreamshard.profiling.runner
 from dreamshard.cli.app import invoke
-from dreamshard.settings import resolve
+from dreamshard.config.settings import resolve
 from dreamshard.store import get_current, get_current_inventory, list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
 
@@ -131,8 +131,8 @@ def test_an_inconclusive_plan_becomes_the_first_plan_but_never_replaces_a_curren
     from dreamshard.gate import GateDecision
     from dreamshard.sharders import get_sharder
     from dreamshard.store import publish_or_reject
-    from dreamshard.types import Topology
     from dreamshard.usecases.publish import first_plan
+    from dreamshard.values import Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
@@ -158,8 +158,8 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
     from dreamshard.gate import GateDecision
     from dreamshard.sharders import get_sharder
     from dreamshard.store import publish_or_reject
-    from dreamshard.types import Inventory, Topology
     from dreamshard.usecases.publish import first_plan
+    from dreamshard.values import Inventory, Topology
 
     v1 = tiny_inventory(tmp_path / "v1.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
@@ -225,10 +225,10 @@ def test_the_fast_path_refines_only_for_its_own_budget(work: Path, monkeypatch: 
 def test_a_plan_diff_names_what_moves_and_its_bytes() -> None:
     """A table moves when its device, its sharding type or its shards change; one only in one plan is added or
     removed; the moved bytes are the moved tables' weights."""
-    from dreamshard.plan_diff import plan_diff
+    from dreamshard.placement.diff import plan_diff
     from dreamshard.sharders.base import make_plan
-    from dreamshard.types import GB, Inventory, Table, Topology
-    from dreamshard.units import row_shards_for
+    from dreamshard.values import GB, Inventory, Table, Topology
+    from dreamshard.values.units import row_shards_for
 
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
     t = {n: Table(name=n, num_embeddings=1000 * (i + 1), embedding_dim=16, pooling_factor=2.0)

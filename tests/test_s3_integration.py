@@ -16,10 +16,19 @@ from store_helpers import approve, make_plan, sibling, world
 from test_store_concurrency import run_threaded_publishers
 
 from dreamshard.cli.app import main
-from dreamshard.dvc_remote import find_dvc
 from dreamshard.errors import StoreError
 from dreamshard.gate import evaluate_gate
-from dreamshard.store import get_current, get_pointer, list_plans, open_store, publish, publish_or_reject, rollback, show
+from dreamshard.pipeline.dvc import find_dvc
+from dreamshard.store import (
+    get_current,
+    get_pointer,
+    list_plans,
+    open_store,
+    publish,
+    publish_or_reject,
+    rollback,
+    show,
+)
 from dreamshard.store.keys import parse_key
 from dreamshard.store.s3 import S3PlanStore
 

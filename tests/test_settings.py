@@ -1,4 +1,4 @@
-"""Settings resolved once (dreamshard.settings): CLI > params > defaults, the section fill-ins and the default-file
+"""Settings resolved once (dreamshard.config.settings): CLI > params > defaults, the section fill-ins and the default-file
 lookup, and the same precedence through each door: the CLI, a DVC stage's command, a Prefect task."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import yaml
 from flows_support import TINY_PARAMS, tiny_inventory, write_params
 
 from dreamshard.cli.app import invoke
+from dreamshard.config.settings import installed_pipeline_file, params_file, params_text, resolve
 from dreamshard.errors import ConfigError
-from dreamshard.settings import installed_pipeline_file, params_file, params_text, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,8 +163,9 @@ def test_prefect_task_precedence(tmp_path: Path) -> None:
 
 
 def test_prefect_workspace_params_carry_the_override(tmp_path: Path) -> None:
-    from dreamshard.workspace import RemoteSpec
-    from dreamshard_flows.tasks import prepare_workspace_task
+    from dreamshard_flows.stage_tasks import prepare_workspace_task
+
+    from dreamshard.pipeline.workspace import RemoteSpec
 
     p = write_params(tmp_path / "params.yaml")
     inv = tiny_inventory(tmp_path / "inv.yaml")

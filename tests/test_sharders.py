@@ -7,7 +7,7 @@ import pytest
 
 import dreamshard.sharders as sharders_pkg
 from dreamshard.errors import ConfigError, DreamshardError, InfeasiblePlacementError, PlanError, UnknownSharderError
-from dreamshard.memory import check_placement
+from dreamshard.placement.validate import check_placement
 from dreamshard.sharders import (
     HEURISTICS,
     Sharder,
@@ -22,7 +22,7 @@ from dreamshard.sharders import (
 )
 from dreamshard.sharders.heuristics import GREEDY_COSTS, lookup_cost
 from dreamshard.sharders.registry import _REGISTERED, ENTRY_POINT_GROUP
-from dreamshard.types import GB, ColumnShard, Inventory, Plan, Table, Topology
+from dreamshard.values import GB, ColumnShard, Inventory, Plan, Table, Topology
 
 MB = 1024**2
 
@@ -214,7 +214,7 @@ def test_a_shared_options_dict_gives_each_sharder_its_own() -> None:
 def test_learned_sharders_come_from_entry_points_with_their_family() -> None:
     from importlib.metadata import entry_points
 
-    from dreamshard.learning.sharder import ModelSharder
+    from dreamshard.search.sharders import ModelSharder
 
     declared = {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)}
     learned = tuple(n for n, cls in declared.items() if cls.family == "learned")

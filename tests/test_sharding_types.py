@@ -12,15 +12,15 @@ from store_helpers import approve
 
 from dreamshard.errors import PlanError
 from dreamshard.gate import PublishConfig
-from dreamshard.gate.core import measure_and_gate
-from dreamshard.memory import check_plan
+from dreamshard.gate.decide import measure_and_gate
+from dreamshard.placement.expand import expand_plan, fold_units
+from dreamshard.placement.validate import check_plan
 from dreamshard.profiling import make_oracle
 from dreamshard.sharders import get_sharder
 from dreamshard.sharders.base import make_plan
-from dreamshard.shards import expand_plan, fold_units
 from dreamshard.store import LocalPlanStore, get_current, publish
-from dreamshard.types import Feature, Inventory, Plan, RowShard, Table, Topology
-from dreamshard.units import parse_unit, row_blocks, row_shards_for
+from dreamshard.values import Feature, Inventory, Plan, RowShard, Table, Topology
+from dreamshard.values.units import parse_unit, row_blocks, row_shards_for
 
 INV = Inventory(name="inv", tables=(
     Table(name="huge", num_embeddings=100_000, embedding_dim=64, pooling_factor=8.0),
@@ -167,7 +167,7 @@ ALL_TYPES = ("row_wise", "table_row_wise", "data_parallel")
 def test_the_search_chooses_types_where_the_learned_cost_says_they_pay() -> None:
     """The packaged model: on a fast interconnect a hot tiny table and a huge hot table are worth replicating or
     row-sharding; on this machine's measured gloo (a reduce-scatter costs milliseconds) nothing is converted."""
-    from dreamshard.learning.configs import SearchConfig
+    from dreamshard.config.learning import SearchConfig
 
     fast = Topology(num_devices=4, memory_per_device_gb=4.0, interconnect="fast")
     typed = get_sharder("dreamshard", search=SearchConfig(types=ALL_TYPES)).shard_with_report(HOT, fast)
@@ -187,10 +187,10 @@ def test_the_search_chooses_types_where_the_learned_cost_says_they_pay() -> None
 def test_types_are_validated_and_refinement_keeps_fixed_units_in_place() -> None:
     import torch
 
-    from dreamshard.learning.configs import SearchConfig
-    from dreamshard.learning.refine import refine_placement
-    from dreamshard.learning.sharding_choice import choose_types
-    from dreamshard.memory import footprint
+    from dreamshard.config.learning import SearchConfig
+    from dreamshard.placement.validate import footprint
+    from dreamshard.search.local import refine_placement
+    from dreamshard.search.sharding_types import choose_types
 
     with pytest.raises(ValueError, match="unknown sharding type 'grid'"):
         SearchConfig(types=("grid",))

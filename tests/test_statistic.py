@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from dreamshard.costs import BackendInfo
-from dreamshard.drift import require_comparable
+from dreamshard.config.settings import resolve
 from dreamshard.errors import ConfigError, ProfilingError
+from dreamshard.evaluation.drift import require_comparable
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.settings import resolve
 from dreamshard.sharders import get_sharder
-from dreamshard.types import CommModel, Inventory, Table, Topology
+from dreamshard.values import CommModel, Inventory, Table, Topology
+from dreamshard.values.costs import BackendInfo
 
 TOPO = Topology(num_devices=1, memory_per_device_gb=1.0, batch_size=256)
 INV = Inventory(name="s", tables=(Table(name="a", num_embeddings=100, embedding_dim=8, pooling_factor=2.0),))

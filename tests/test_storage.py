@@ -1,4 +1,4 @@
-"""Memory as TorchRec counts it (issue 16 item 5): dreamshard.storage.
+"""Memory as TorchRec counts it (issue 16 item 5): dreamshard.placement.device_memory.
 
 The defaults (sgd, memory model "weights") are table weights exactly, as before; each optimizer and each sharding
 type follows TorchRec's storage estimator, checked against TorchRec 1.9.2's own `EmbeddingStorageEstimator` run
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from dreamshard.errors import PlanError
-from dreamshard.shards import expand
-from dreamshard.storage import SHARDING_TYPES, MemoryBreakdown, device_memory, unit_memory
-from dreamshard.types import ColumnShard, Feature, Inventory, Table, Topology
-from dreamshard.units import row_shards_for
+from dreamshard.placement.device_memory import SHARDING_TYPES, MemoryBreakdown, device_memory, unit_memory
+from dreamshard.placement.expand import expand
+from dreamshard.values import ColumnShard, Feature, Inventory, Table, Topology
+from dreamshard.values.units import row_shards_for
 
 WORLD, LOCAL, RANK_BATCH = 4, 2, 128
 OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
@@ -116,7 +116,7 @@ def test_device_memory_sums_units_and_column_shards_default_to_column_wise() -> 
 
 
 def test_row_shard_and_replica_units_of_a_plan() -> None:
-    """The units dreamshard.shards makes: a row shard's pooling is its share of the lookups (the table's is
+    """The units dreamshard.placement.expand makes: a row shard's pooling is its share of the lookups (the table's is
     recovered from it), row shards on one host of several are table-row-wise, a replica is data-parallel."""
     inv = Inventory(name="inv", tables=TABLES)
     tp = topo("rowwise_adagrad")
@@ -245,7 +245,7 @@ def _plan_units(table: Table, sharding: str, tp: Topology) -> tuple[Inventory, d
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_plan_units_match_torchrec_within_5_percent(optimizer: str) -> None:
-    """What the placement check will call: `device_memory` over a plan's units (dreamshard.shards.expand: row
+    """What the placement check will call: `device_memory` over a plan's units (dreamshard.placement.expand.expand: row
     shards carry their share of the lookups, replicas one per device) against TorchRec's shards."""
     tp = topo(optimizer)
     for table in TABLES:
@@ -289,7 +289,7 @@ def test_agreement_summary() -> None:
 
 def _report_plan(tp: Topology) -> tuple[Inventory, Any]:
     """A plan with a whole table, two column shards and a row-sharded table, its memory figures the old weights."""
-    from dreamshard.types import Plan
+    from dreamshard.values import Plan
 
     inv = Inventory(name="inv", tables=TABLES)
     columns = {"wide": (ColumnShard(start=0, end=128, device=1), ColumnShard(start=128, end=256, device=2))}
@@ -326,7 +326,7 @@ def test_device_report_breaks_memory_down_recomputed_from_the_inventory() -> Non
 
 
 def test_stats_report_breaks_memory_down_per_device() -> None:
-    from dreamshard.learning.explain import plan_stats, planning_cost_for, stats_markdown
+    from dreamshard.explain.stats import plan_stats, planning_cost_for, stats_markdown
 
     inv, plan = _report_plan(topo("rowwise_adagrad"))
     units, placed = expand(inv, plan.placement, plan.column_shards, plan.row_shards, (), plan.topology)

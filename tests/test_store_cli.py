@@ -10,7 +10,7 @@ import pytest
 from store_helpers import world
 
 from dreamshard.cli.app import main
-from dreamshard.dvc_remote import find_dvc
+from dreamshard.pipeline.dvc import find_dvc
 from dreamshard.store import get_current, list_plans, open_store
 
 
@@ -66,8 +66,8 @@ def test_publish_without_inventory_needs_it_in_the_store(files: dict[str, Path],
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass -i INVENTORY, or push it first" in err[0]
     assert not files["store"].exists()
+    from dreamshard.documents import load_inventory
     from dreamshard.store.inventories import push_inventory
-    from dreamshard.io import load_inventory
 
     push_inventory(open_store(str(files["store"])), load_inventory(files["inventory"]))
     assert run(args) == 0

@@ -15,10 +15,10 @@ import pytest
 from dmp_support import DmpResult, DmpSettings, expected_holders, run_dmp
 
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile, plan_from_document, torchrec_document
+from dreamshard.placement.expand import fold_units
 from dreamshard.sharders import get_sharder, make_plan
-from dreamshard.shards import fold_units
-from dreamshard.types import ColumnShard, Inventory, Plan, Table, Topology, shard_name
-from dreamshard.units import row_shards_for
+from dreamshard.values import ColumnShard, Inventory, Plan, Table, Topology, shard_name
+from dreamshard.values.units import row_shards_for
 
 INV = Inventory(
     name="dmp",

@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from dreamshard.cli.app import main
 from dreamshard.errors import DreamshardError, InputFileError, InventoryError, PlanError
-from dreamshard.evaluation.compare import lower_bound
+from dreamshard.evaluation.bounds import lower_bound
 from dreamshard.integrations.torchrec import sharding_plan
 from dreamshard.integrations.torchrec_current import load_current_sharding_plan
 from dreamshard.integrations.torchrec_model import (
@@ -31,7 +31,7 @@ from dreamshard.profiling.oracle import make_oracle
 from dreamshard.profiling.scaling import CPU_RULE
 from dreamshard.sharders import make_plan
 from dreamshard.store import LocalPlanStore, push_inventory
-from dreamshard.types import CommModel, Costs, DeviceCost, Feature, Inventory, Table, Topology
+from dreamshard.values import CommModel, Costs, DeviceCost, Feature, Inventory, Table, Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 B = 128
@@ -153,7 +153,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def test_cli_from_torchrec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dreamshard.io import load_inventory
+    from dreamshard.documents import load_inventory
 
     model = tmp_path / "model.py"
     model.write_text("from test_torchrec_model import Tower\n\ndef build():\n    return Tower()\n\ndef bad():\n    return 3\n")
@@ -318,7 +318,7 @@ def test_readme_example_runs(tmp_path: Path) -> None:
 
 def test_inventories_without_features_keep_their_fingerprints() -> None:
     """Both fingerprints of a featureless inventory are what they were before features existed (values computed
-    with the previous dreamshard.tables)."""
+    with the previous dreamshard.values.tables)."""
     inv = Inventory.model_validate({"name": "old", "tables": [
         {"name": "a", "num_embeddings": 100, "embedding_dim": 8, "pooling_factor": 2.5},
         {"name": "b", "num_embeddings": 7, "embedding_dim": 4, "pooling_factor": 1.0, "dtype": "fp16"}]})

@@ -16,12 +16,11 @@ from dreamshard.integrations.torchrec_file import (
     save_torchrec_plan,
     torchrec_document,
 )
-from dreamshard.memory import check_placement, check_plan
-from dreamshard.sharders import accepted_options, contender_names, get_sharder, sharder_family
-from dreamshard.sharders import torchrec_sharder
+from dreamshard.placement.validate import check_placement, check_plan
+from dreamshard.sharders import accepted_options, contender_names, get_sharder, sharder_family, torchrec_sharder
 from dreamshard.sharders.torchrec_sharder import TorchRecSharder, TorchRecTwCwSharder
-from dreamshard.types import GB, Inventory, Plan, Table, Topology
-from dreamshard.units import row_blocks
+from dreamshard.values import GB, Inventory, Plan, Table, Topology
+from dreamshard.values.units import row_blocks
 
 MB = 1024**2
 
@@ -252,7 +251,7 @@ def test_torchrec_splits_criteo_terabyte_on_8_devices_of_16_gb() -> None:
     """84.9 GB, three tables of 19-23 GB: TorchRec's planner places it with column shards that fit every device;
     table-wise only, the first table larger than a device is named."""
     from dreamshard.inventory.presets import preset_inventory
-    from dreamshard.shards import expand_plan
+    from dreamshard.placement.expand import expand_plan
 
     inv = preset_inventory("criteo-terabyte")
     topo = Topology(num_devices=8, memory_per_device_gb=16.0)

@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from store_helpers import world
 
 from dreamshard.cli.app import invoke
+from dreamshard.config.settings import resolve
+from dreamshard.documents import save_plan
 from dreamshard.errors import DreamshardError
 from dreamshard.gate import PLAN_FIELD_AUTHORITY, GateDecision, check_trust_table
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.io import save_plan
-from dreamshard.settings import resolve
 from dreamshard.store import get_current, open_store, publish, push_inventory
 from dreamshard.store.lookup import current_plan_for_schema
-from dreamshard.types import Plan
 from dreamshard.usecases.publish import PublishRequest, gate, store_gated
+from dreamshard.values import Plan
 
 FORGED = "f" * 64
 #: The fields a plan file may set freely: what the gate judges (nested shard models included).
@@ -40,8 +40,9 @@ def one_line_2(r: tuple[int, str, str]) -> str:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The World's files and a store whose current plan is the World's good plan (approved)."""
-    from dreamshard.evaluation import compare_sharders
     from gate_hostile import NoisyOracle
+
+    from dreamshard.evaluation import compare_sharders
 
     w = world()
     files = w.write(tmp_path_factory.mktemp("trust"))
@@ -111,7 +112,7 @@ def test_a_forged_schema_and_date_cannot_hide_a_models_plan(files: dict[str, Pat
         **json.loads(save_plan(_other_plan(other), files["dir"] / "o.json").read_text()),
         "schema_fingerprint": schema, "created_at": "2099-01-01T00:00:00Z"})
     forged = save_plan(plan, files["dir"] / "other-forged.json")
-    from dreamshard.io import save_inventory
+    from dreamshard.documents import save_inventory
     inv_file = save_inventory(other, files["dir"] / "other.yaml")
     r = invoke(["plans", "publish", str(forged), "--store", str(files["store"]), "-i", str(inv_file), "--measure",
                 "--params", str(files["params"]), "--allow-simulated"])

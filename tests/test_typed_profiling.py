@@ -8,22 +8,22 @@ from pathlib import Path
 
 import pytest
 
+from dreamshard.config.learning import CostTrainConfig
+from dreamshard.config.profile import ProfileConfig
+from dreamshard.documents import load_measurements
 from dreamshard.errors import PlanError, TrainingDataError
-from dreamshard.io import load_measurements
-from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.records import check_training_records
 from dreamshard.learning.train_cost import _to_samples, evaluate_cost_net, train_cost_model
-from dreamshard.memory import check_placement
+from dreamshard.placement.expand import replica_table, row_shard_table, unit_table, with_units
+from dreamshard.placement.validate import check_placement
 from dreamshard.profiling import make_oracle, profile_inventory
-from dreamshard.profiling.config import ProfileConfig
 from dreamshard.profiling.corpus import CorpusEntry, device_key, entry_problem
 from dreamshard.profiling.runner import TYPE_KINDS, kind_placement, plan_items
-from dreamshard.shards import replica_table, row_shard_table, unit_table, with_units
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Inventory, Measurement, Table, Topology, parse_unit
-from dreamshard.units import row_blocks
+from dreamshard.values import Inventory, Measurement, Table, Topology, parse_unit
+from dreamshard.values.units import row_blocks
 
 TOPO = Topology(num_devices=3, memory_per_device_gb=1.0, batch_size=256)
 
@@ -203,7 +203,7 @@ def test_the_pipeline_profiles_the_typed_kinds_by_default() -> None:
 
 def test_profile_cli_takes_the_kinds_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     from dreamshard.cli.app import invoke
-    from dreamshard.io import save_inventory
+    from dreamshard.documents import save_inventory
 
     inv = save_inventory(_inventory(), tmp_path / "inv.yaml")
     base = ["profile", "-i", str(inv), "-d", "3", "-m", "1", "-k", "1", "--backend", "simulator", "--no-progress"]

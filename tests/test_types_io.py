@@ -9,9 +9,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from dreamshard.documents import load_inventory, load_plan, save_inventory, save_plan
 from dreamshard.errors import InputFileError, InventoryError, PlanError
-from dreamshard.io import load_inventory, load_plan, save_inventory, save_plan
-from dreamshard.types import NUM_REUSE_BINS, Costs, DeviceCost, Inventory, Plan, Table, Topology
+from dreamshard.values import NUM_REUSE_BINS, Costs, DeviceCost, Inventory, Plan, Table, Topology
 
 HIST = tuple([0.5, 0.25, 0.125, 0.125] + [0.0] * (NUM_REUSE_BINS - 4))
 
@@ -199,8 +199,8 @@ def test_plan_file_errors_are_plan_errors(tmp_path: Path) -> None:
 
 def test_measurement_file_errors(tmp_path) -> None:
     """A complete but invalid line is an error naming the line; only an unterminated last line is a partial write."""
+    from dreamshard.documents import load_measurements
     from dreamshard.errors import InputFileError
-    from dreamshard.io import load_measurements
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"not": "a measurement"}\n')
@@ -215,8 +215,8 @@ def test_one_embedding_dim_rule_for_tables_synth_presets_and_column_shards() -> 
     from dreamshard.errors import ConfigError
     from dreamshard.inventory.presets import preset_inventory
     from dreamshard.inventory.synth import check_dims
-    from dreamshard.shards import split_counts
-    from dreamshard.types import dim_problem
+    from dreamshard.placement.expand import split_counts
+    from dreamshard.values import dim_problem
 
     assert dim_problem(8) is None and dim_problem(4) is None
     assert all("positive multiple of 4" in (dim_problem(d) or "") for d in (6, 0, 2, -4))
@@ -232,8 +232,8 @@ def test_one_embedding_dim_rule_for_tables_synth_presets_and_column_shards() -> 
 def test_load_yaml_reads_what_safe_load_reads_with_libyaml_when_built_with_it(tmp_path: Path) -> None:
     """Inventories and params are read with libyaml's safe loader (7x faster): the same documents as PyYAML's,
     and the same one-line error for a broken file."""
+    from dreamshard.documents import _SAFE_LOADER, load_yaml, read_structured
     from dreamshard.inventory.synth import synth_inventory
-    from dreamshard.io import _SAFE_LOADER, load_yaml, read_structured
 
     assert _SAFE_LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
     root = Path(__file__).resolve().parents[1]

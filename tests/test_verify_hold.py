@@ -1,4 +1,4 @@
-"""Verify's duel (dreamshard.learning.verify, `hold`): in a re-plan the current plan's candidate is the default,
+"""Verify's duel (dreamshard.measured.candidates, `hold`): in a re-plan the current plan's candidate is the default,
 and a challenger that won every round replaces it only after enough straight paired wins that chance alone would
 explain them less often than plan.verify_confidence allows. Equal plans on a noisy machine keep the current plan;
 a plan that is really faster still replaces it."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from gate_hostile import INVENTORY, TOPOLOGY, NoisyOracle
 
-from dreamshard.learning.search import Candidate
-from dreamshard.learning.verify import rounds_to_replace, verify_candidates
+from dreamshard.measured.candidates import rounds_to_replace, verify_candidates
+from dreamshard.search.candidates import Candidate
 from dreamshard.sharders import get_sharder
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 
 def _candidates(plans: list[Plan]) -> list[Candidate]:

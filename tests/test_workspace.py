@@ -11,8 +11,15 @@ import yaml
 from flows_support import tiny_inventory
 
 from dreamshard.errors import ConfigError, PipelineError
-from dreamshard.lineage import dvc_md5, lock_outs
-from dreamshard.workspace import INPUT_INVENTORY, MEASUREMENTS, MODEL_DIR, PipelineWorkspace, RemoteSpec, reproduce
+from dreamshard.pipeline.workspace import (
+    INPUT_INVENTORY,
+    MEASUREMENTS,
+    MODEL_DIR,
+    PipelineWorkspace,
+    RemoteSpec,
+    reproduce,
+)
+from dreamshard.values.lineage import dvc_md5, lock_outs
 
 pytestmark = pytest.mark.integration
 

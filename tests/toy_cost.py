@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dreamshard.types import Costs, DeviceCost, Inventory, Measurement, Table
+from dreamshard.values import Costs, DeviceCost, Inventory, Measurement, Table
 
 
 class ToyCost:
@@ -61,7 +61,7 @@ def toy_measurements(
     """Records shaped like profile output, with costs from the toy function (backend "toy", simulated)."""
     import numpy as np
 
-    from dreamshard.types import BackendInfo, Topology
+    from dreamshard.values import BackendInfo, Topology
 
     rng = np.random.default_rng(seed)
     info = BackendInfo(name="toy", operator="analytic", device="cpu", num_threads=1, batch_size=2048,
@@ -95,14 +95,14 @@ def toy_model(directory: object, seed: int = 0) -> object:
 
     import torch
 
+    from dreamshard.config.learning import CostTrainConfig, PolicyTrainConfig, TopologyConfig
     from dreamshard.inventory.synth import synth_inventory
-    from dreamshard.learning.configs import CostTrainConfig, PolicyTrainConfig, TopologyConfig
     from dreamshard.learning.model_store import save_model
     from dreamshard.learning.planning_cost import cost_factory
     from dreamshard.learning.ranges import ranges_from
     from dreamshard.learning.train_cost import train_cost_model
     from dreamshard.learning.train_policy import train_policy
-    from dreamshard.types import Task
+    from dreamshard.values import Task
 
     torch.manual_seed(seed)
     pool = synth_inventory(30, seed=4)

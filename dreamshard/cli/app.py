@@ -26,8 +26,8 @@ from dreamshard.cli import (
     replan_cmd,
     torchrec_cmd,
 )
+from dreamshard.documents import describe_validation_error
 from dreamshard.errors import DreamshardError, redact_urls
-from dreamshard.io import describe_validation_error
 
 app = typer.Typer(
     name="dreamshard",

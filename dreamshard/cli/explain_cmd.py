@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from dreamshard.cli.options import BackendOverride, InventoryOpt, ModelOpt, ParamsOpt
+from dreamshard.config.settings import resolve
 from dreamshard.lazy import lazy_module
-from dreamshard.settings import resolve
-from dreamshard.types import Costs
+from dreamshard.values import Costs
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.learning.explain import PlanStats
+    from dreamshard.explain.stats import PlanStats
     from dreamshard.usecases import explain as explain_uc
 else:
     explain_uc = lazy_module("dreamshard.usecases.explain")

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dreamshard.cli.options import MAX_SEED, ParamsOpt
+from dreamshard.config.settings import resolve
+from dreamshard.documents import check_outputs, load_inventory, save_inventory
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims
-from dreamshard.inventory.validation import check_name
-from dreamshard.io import check_outputs, load_inventory, save_inventory
 from dreamshard.lazy import lazy_module
-from dreamshard.settings import resolve
-from dreamshard.types import MAX_BATCH, MAX_DIM, Inventory
+from dreamshard.values import MAX_BATCH, MAX_DIM, Inventory
+from dreamshard.values.names import check_name
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,5 +1,5 @@
 """`dreamshard tasks | train-cost | train-policy | train | pretrain`: the learning use cases
-(dreamshard.usecases.tasks / train)."""
+(dreamshard.usecases.taskset / train)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, CorpusOpt, InventoryOpt, MemoryOverride, ParamsOpt
+from dreamshard.config.settings import resolve
 from dreamshard.lazy import lazy_module
-from dreamshard.settings import resolve
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.usecases import tasks as tasks_uc
+    from dreamshard.usecases import taskset as tasks_uc
     from dreamshard.usecases import train as train_uc
 else:
-    tasks_uc = lazy_module("dreamshard.usecases.tasks")
+    tasks_uc = lazy_module("dreamshard.usecases.taskset")
     train_uc = lazy_module("dreamshard.usecases.train")
 
 console = Console(highlight=False)

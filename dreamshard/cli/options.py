@@ -7,15 +7,14 @@ reaches arithmetic that could overflow or allocate without limit (docs/architect
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Annotated, Optional
 
 import typer
 from pydantic import ValidationError
 
+from dreamshard.documents import describe_validation_error
 from dreamshard.errors import TopologyError
-from dreamshard.io import describe_validation_error
-from dreamshard.types import MAX_BATCH, MAX_DEVICE_GB, Topology
+from dreamshard.values import MAX_BATCH, MAX_DEVICE_GB, Topology
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file (YAML or JSON).")]
 #: Bounds of the counts users type (seeds fit numpy's 32-bit generators).
@@ -30,7 +29,7 @@ MemoryOpt = Annotated[float, typer.Option("--memory-gb", "-m", min=0.0, max=MAX_
 BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size.")]
 SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed.")]
 # Options that override a params.yaml key (None = not given: the params file, else the section default;
-# dreamshard.settings.resolve applies them). The key each sets is in its help.
+# dreamshard.config.settings.resolve applies them). The key each sets is in its help.
 ParamsOpt = Annotated[Optional[Path], typer.Option("--params", help="params.yaml: defaults for the options below (CLI > params > defaults).")]
 DevicesOverride = Annotated[Optional[int], typer.Option("--devices", "-d", min=1, max=MAX_DEVICES, help="Number of devices (plan.num_devices; default tasks.train_devices = 4).")]
 MemoryOverride = Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB (topology.memory_per_device_gb; default 4).")]

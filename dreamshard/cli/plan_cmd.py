@@ -15,26 +15,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from dreamshard.cli.explain_cmd import print_reasons, print_stats
 from dreamshard.cli.options import (
-    MAX_REPEATS,
-    MAX_THREADS,
     BackendOverride,
     BatchOverride,
     CorpusOpt,
-    DevicesPerHostOverride,
-    HostsOverride,
-    MemoryModelOverride,
-    MemoryReserveOverride,
-    OptimizerOverride,
-    host_overrides,
-    memory_overrides,
     DevicesOverride,
+    DevicesPerHostOverride,
     DeviceTypeOverride,
+    HostsOverride,
     InterconnectOverride,
     InventoryOpt,
     JsonOpt,
+    MemoryModelOverride,
     MemoryOverride,
+    MemoryReserveOverride,
     ModelOpt,
+    OptimizerOverride,
     ParamsOpt,
     RepeatsOverride,
     RoundsOverride,
@@ -42,20 +39,21 @@ from dreamshard.cli.options import (
     SeedOverride,
     ThreadsOverride,
     WarmupOverride,
+    host_overrides,
+    memory_overrides,
 )
-from dreamshard.cli.explain_cmd import print_reasons, print_stats
+from dreamshard.config.settings import resolve
+from dreamshard.documents import check_outputs, load_inventory
 from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
-from dreamshard.incumbent import load_incumbent
-from dreamshard.io import check_outputs, load_inventory
 from dreamshard.lazy import lazy_module
-from dreamshard.plan_diff import plan_diff
-from dreamshard.settings import resolve
+from dreamshard.pipeline.incumbent import load_incumbent
+from dreamshard.placement.diff import plan_diff
 from dreamshard.sharders import HEURISTICS, contender_names, sharder_names
-from dreamshard.types import Verification
+from dreamshard.values import Verification
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.learning.search import SearchResult
+    from dreamshard.search.candidates import SearchResult
     from dreamshard.usecases import evaluate as evaluate_uc
     from dreamshard.usecases import explain as explain_uc
     from dreamshard.usecases import plan as plan_uc

@@ -13,17 +13,17 @@ from rich.table import Table as RichTable
 from dreamshard.cli.explain_cmd import print_stats
 from dreamshard.cli.options import ModelOpt
 from dreamshard.cli.plan_cmd import expand_sharders
-from dreamshard.dvc_remote import configure_local_remote, configure_s3_remote
+from dreamshard.config.settings import Settings, resolve
+from dreamshard.documents import check_outputs
 from dreamshard.errors import ConfigError
-from dreamshard.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
-from dreamshard.io import check_outputs
 from dreamshard.lazy import lazy_module
-from dreamshard.settings import Settings, resolve
+from dreamshard.pipeline.dvc import configure_local_remote, configure_s3_remote
+from dreamshard.pipeline.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
 from dreamshard.store import fsck, list_plans, rollback
 from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import get_inventory_version
-from dreamshard.types import Plan
 from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
+from dreamshard.values import Plan
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover

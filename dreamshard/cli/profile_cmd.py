@@ -21,10 +21,10 @@ from dreamshard.cli.options import (
     MemoryOverride,
     ParamsOpt,
 )
+from dreamshard.config.settings import resolve
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
-from dreamshard.settings import resolve
-from dreamshard.types import MAX_ROWS, CommModel
+from dreamshard.values import MAX_ROWS, CommModel
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, ModelOpt, ParamsOpt, RoundsOverride, SeedOpt
 from dreamshard.cli.plan_cmd import device_table, verification_table, warn
+from dreamshard.config.settings import resolve
 from dreamshard.lazy import lazy_module
-from dreamshard.settings import resolve
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt, make_topology
+from dreamshard.documents import check_outputs, load_inventory, load_plan, save_plan
 from dreamshard.evaluation import device_table
 from dreamshard.integrations.torchrec_file import (
     check_kernel,
@@ -17,7 +18,6 @@ from dreamshard.integrations.torchrec_file import (
     save_torchrec_plan,
     torchrec_document,
 )
-from dreamshard.io import check_outputs, load_inventory, load_plan, save_plan
 
 torchrec_app = typer.Typer(
     help="Plans in TorchRec: export a plan as the file load_sharding_plan reads; import a TorchRec plan file.",

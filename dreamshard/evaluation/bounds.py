@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.costs import Collective, CommModel
+from dreamshard.placement.expand import shard_table
 from dreamshard.profiling.comm import all_reduce_bytes, device_comm_bytes, host_comm_model
-from dreamshard.shards import shard_table
-from dreamshard.types import DIM_ALIGN, MAX_DEVICE_GB, Inventory, Measurement, Table, Topology
+from dreamshard.values import DIM_ALIGN, MAX_DEVICE_GB, Inventory, Measurement, Table, Topology
+from dreamshard.values.costs import Collective, CommModel
 
 #: The collectives a unit's outputs or gradients can travel by, whichever sharding type it takes.
 OTHER_COLLECTIVES: tuple[Collective, ...] = ("reduce_scatter", "all_reduce")

@@ -1,7 +1,7 @@
 """Evaluate plans on a measuring backend and compare sharders, all contenders measured interleaved.
 
 Absolute milliseconds on a shared CPU drift; ratios within one interleaved run do not (docs/architecture.md).
-Plans are measured on their placement units (whole tables and column shards: dreamshard.shards).
+Plans are measured on their placement units (whole tables and column shards: dreamshard.placement.expand).
 """
 
 from __future__ import annotations
@@ -16,22 +16,25 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.evaluation.bounds import (  # re-exported: callers import them from here too
-    ComputeFloor,
-    LowerBound,
-    compute_floor,
-    lower_bound,
-    measure_lower_bound,
-    smallest_share,
-)
+from dreamshard.documents import read_structured, validate_mapping
 from dreamshard.errors import InfeasiblePlacementError, InputFileError, PlanError, UnknownSharderError
-from dreamshard.io import read_structured, validate_mapping
-from dreamshard.memory import check_plan
+from dreamshard.evaluation.bounds import (  # re-exported: callers import them from here too
+    LowerBound,
+    measure_lower_bound,
+)
+from dreamshard.placement.expand import expand_plan
+from dreamshard.placement.validate import check_plan
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
-from dreamshard.shards import expand_plan
-from dreamshard.types import (
-    BackendInfo, Costs, DeviceCost, Inventory, Measurement, Plan, Topology,
-    renamed_fields, utcnow,
+from dreamshard.values import (
+    BackendInfo,
+    Costs,
+    DeviceCost,
+    Inventory,
+    Measurement,
+    Plan,
+    Topology,
+    renamed_fields,
+    utcnow,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,7 +156,7 @@ def median_costs(measurements: Sequence[Measurement]) -> Costs:
 
 def check_plan_for(inventory: Inventory, plan: Plan, topology: Topology | None = None) -> None:
     """A plan is measurable for `inventory` (and `topology`, if given): same fingerprint, same topology, and a
-    legal placement with truthful memory figures (dreamshard.memory.check_plan). PlanError otherwise."""
+    legal placement with truthful memory figures (dreamshard.placement.validate.check_plan). PlanError otherwise."""
     if plan.inventory_fingerprint != inventory.fingerprint():
         raise PlanError(
             f"plan {plan.plan_id} was made for inventory '{plan.inventory_name}' with a different fingerprint "

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from rich.table import Table as RichTable
 
+from dreamshard.documents import atomic_write_bytes
 from dreamshard.evaluation.compare import Comparison, SharderResult
-from dreamshard.io import atomic_write_bytes
-from dreamshard.shards import expand_plan
-from dreamshard.storage import MemoryBreakdown, device_memory
-from dreamshard.types import COST_COMPONENTS, Costs, Inventory, Plan
+from dreamshard.placement.device_memory import MemoryBreakdown, device_memory
+from dreamshard.placement.expand import expand_plan
+from dreamshard.values import COST_COMPONENTS, Costs, Inventory, Plan
 
 #: The memory breakdown's columns (device_rows keys, GB): what each device holds, recomputed from the inventory.
 MEMORY_PARTS: tuple[str, ...] = ("weights", "optimizer", "io")
@@ -46,14 +46,14 @@ def reference_line(cmp: Comparison) -> str:
 
 def plan_memory(plan: Plan, inventory: Inventory) -> list[MemoryBreakdown]:
     """Each device's memory (weights, optimizer state, io buffers) recomputed from `inventory` under the plan's
-    topology (dreamshard.storage), never read from the plan."""
+    topology (dreamshard.placement.device_memory), never read from the plan."""
     units, placed = expand_plan(inventory, plan)
     return device_memory(units, placed, plan.topology)
 
 
 def device_rows(plan: Plan, inventory: Inventory | None = None) -> list[dict[str, object]]:
     """One row per device: tables, memory, four costs, total, bottleneck flag. With the plan's `inventory`,
-    memory is recomputed from it (dreamshard.storage) and broken down into `weights_gb`, `optimizer_gb` and
+    memory is recomputed from it (dreamshard.placement.device_memory) and broken down into `weights_gb`, `optimizer_gb` and
     `io_gb` (`memory_gb` is their sum); without it, `memory_gb` is the plan's own figure and there is no
     breakdown."""
     costs, _ = _plan_costs(plan)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dreamshard.documents import atomic_write_bytes
 from dreamshard.evaluation.compare import Comparison
 from dreamshard.evaluation.render import comparison_markdown, plot_comparison_png
-from dreamshard.io import atomic_write_bytes
 
 
 def plot_rows(cmp: Comparison) -> list[dict[str, float | str]]:

@@ -1,10 +1,10 @@
 """The publish gate: verifies a plan, then approves it only if it beats every required baseline by a margin
 beyond the measurement noise (docs/architecture.md, "The publish gate").
 
-* `config`: the `publish` params section (`PublishConfig`) and the decision (`GateDecision`);
+* `decision`: what the gate decides (`GateDecision`); its rules are the `publish` section (`dreamshard.config.publish`);
 * `trust`: who decides each field of a plan file (`trusted_plan`, `bound_to_inventory`);
-* `core`: `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
-* `verify`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
+* `decide`: `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
+* `checks`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
 * `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
 * `fallback`: a rejected plan for a version nothing current can serve: the best measured baseline instead.
 """
@@ -13,14 +13,15 @@ from dreamshard.lazy import lazy_exports
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
 __getattr__, __dir__, _LAZY = lazy_exports(__name__, {
-    ".config": ("ALWAYS_REQUIRED", "CURRENT_OUTCOMES", "GATE_BASELINES", "Basis", "GateDecision", "Outcome",
-                "PublishConfig", "check_baselines", "check_margin"),
-    ".core": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
+    "dreamshard.config.publish": ("ALWAYS_REQUIRED", "GATE_BASELINES", "PublishConfig", "check_baselines",
+                                  "check_margin"),
+    ".decision": ("Basis", "CURRENT_OUTCOMES", "GateDecision", "Outcome"),
+    ".decide": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
     ".fallback": ("fallback_plan",),
     ".rule": ("MAX_MS", "evaluate_gate"),
     ".stats": ("RatioBound", "ratio_bound"),
     ".trust": ("PLAN_FIELD_AUTHORITY", "UNTRUSTED_FIELDS", "bound_to_inventory", "check_trust_table", "trusted_plan"),
-    ".verify": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
+    ".checks": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
 })
 
 __all__ = [*_LAZY]

@@ -11,9 +11,9 @@ and only its placement and measured figures are kept (`gate.trust` clears or rec
 from __future__ import annotations
 
 from dreamshard.evaluation import Comparison
-from dreamshard.gate.config import GateDecision
+from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.trust import bound_to_inventory, trusted_plan
-from dreamshard.types import Inventory, Plan, new_id, utcnow
+from dreamshard.values import Inventory, Plan, new_id, utcnow
 
 
 def fallback_plan(rejected: GateDecision, comparison: Comparison, why: str,

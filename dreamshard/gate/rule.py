@@ -20,10 +20,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dreamshard.config.publish import check_margin
 from dreamshard.errors import ConfigError
-from dreamshard.gate.config import GateDecision, check_margin
+from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.stats import Look, RatioBound, ratio_bound
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 #: The largest figure (ms) the gate does arithmetic on; anything above is an invalid input, not a cost.
 MAX_MS = 1e12

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from dreamshard.sharders import BASELINE_SHARDERS
-from dreamshard.gate.config import PublishConfig
+from dreamshard.config.publish import PublishConfig
 from dreamshard.gate.rule import bound_outcome
 from dreamshard.gate.stats import Look
-from dreamshard.types import Plan
+from dreamshard.sharders import BASELINE_SHARDERS
+from dreamshard.values import Plan
 
 #: What `compare_sharders` hands a stop rule after each round: every contender's plan and its samples so far.
 Contenders = Sequence[tuple[Plan, Sequence[float]]]

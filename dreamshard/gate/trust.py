@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from dreamshard.errors import PlanError
-from dreamshard.types import Inventory, Plan
+from dreamshard.values import Inventory, Plan
 
 Authority = Literal["placement", "identity", "inventory", "request", "gate", "store", "label", "informational"]
 
@@ -24,7 +24,7 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "column_shards": "placement",
     "row_shards": "placement",
     "data_parallel": "placement",
-    # the plan's name: a store key part, checked as data (dreamshard.inventory.validation.check_key_part)
+    # the plan's name: a store key part, checked as data (dreamshard.values.names.check_key_part)
     "plan_id": "identity",
     # recomputed from the inventory given to publish; a file value that differs is refused
     "inventory_name": "inventory",

@@ -44,8 +44,6 @@ import torch.nn as nn
 
 from dreamshard.errors import PlanError
 from dreamshard.integrations import require_torchrec
-from dreamshard.integrations.torchrec_import import document_from_sharding_plan
-from dreamshard.integrations.torchrec_model import schema_fingerprints
 from dreamshard.integrations.torchrec_file import (
     TableSharding,
     TorchRecPlanFile,
@@ -54,7 +52,9 @@ from dreamshard.integrations.torchrec_file import (
     read_torchrec_plan,
     torchrec_document,
 )
-from dreamshard.types import Inventory, Plan, Topology
+from dreamshard.integrations.torchrec_import import document_from_sharding_plan
+from dreamshard.integrations.torchrec_model import schema_fingerprints
+from dreamshard.values import Inventory, Plan, Topology
 
 if TYPE_CHECKING:  # optional dependency: torchrec (annotations only)
     from torchrec.distributed.types import ModuleSharder, ShardingPlan  # optional dependency: torchrec
@@ -87,7 +87,11 @@ def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -
     """One ``EmbeddingBagConfig`` per table (sum pooling, its dtype; feature names = the table's `features`, else
     its TorchRec name), optionally with fewer rows (``rows[name]``: a scaled-down copy for CPU runs)."""
     require_torchrec()
-    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType  # optional dependency: torchrec
+    from torchrec.modules.embedding_configs import (  # optional dependency: torchrec
+        DataType,
+        EmbeddingBagConfig,
+        PoolingType,
+    )
 
     dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
     mapped = _module_names(inventory.table_names, None)
@@ -123,7 +127,10 @@ def _sharder_map(sharders: Sequence[ModuleSharder[Any]] | None) -> dict[type, Mo
 def _embedding_modules(module_or_tables: Any, sharders: Sequence[ModuleSharder[Any]] | None) -> list[tuple[str, Any, Any]]:
     """[(module path, module, its sharder)]: the shardable embedding modules of a model, outermost only."""
     from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # optional dependency: torchrec
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection  # optional dependency: torchrec
+    from torchrec.modules.embedding_modules import (  # optional dependency: torchrec
+        EmbeddingBagCollection,
+        EmbeddingCollection,
+    )
 
     by_type = _sharder_map(sharders)
     if isinstance(module_or_tables, Sequence) and not isinstance(module_or_tables, (str, bytes)):
@@ -186,7 +193,12 @@ def _with_kernel(generator: Any, kernel: str) -> Any:
 def _column_ranges_generator(spec: TableSharding) -> Any:
     """Unequal column shards: the ParameterSharding ``column_wise`` would build, with our widths and ranks."""
     from torchrec.distributed.sharding_plan import placement  # optional dependency: torchrec
-    from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardingType, ShardMetadata  # optional dependency: torchrec
+    from torchrec.distributed.types import (  # optional dependency: torchrec
+        EnumerableShardingSpec,
+        ParameterSharding,
+        ShardingType,
+        ShardMetadata,
+    )
 
     shards = spec.column_shards()
     ranges = [(sh.start, sh.end) for sh in shards]

@@ -33,7 +33,7 @@ Column-wise rules (TorchRec 1.9.2, checked in its source and by tests/test_torch
   CPU/gloo: the DMP test checks every pooled output against the weights).
 
 So a dreamshard column split is any tiling of the table's columns into shards whose widths are multiples of 4
-(``dreamshard.shards``; also FBGEMM's rule for fused-kernel dims), on any devices. The export uses
+(``dreamshard.placement.expand``; also FBGEMM's rule for fused-kernel dims), on any devices. The export uses
 ``column_wise(ranks=...)`` when the widths are equal and the same ``ParameterSharding`` built from TorchRec's
 public types (``ShardMetadata``, ``EnumerableShardingSpec``) when they are not; a width that is not a multiple
 of 4 is refused (typed one-line error) before TorchRec could mis-place it.
@@ -41,7 +41,7 @@ of 4 is refused (typed one-line error) before TorchRec could mis-place it.
 Row types (version 1 still; files without them load unchanged): a ``row_wise`` table lists every rank in order
 with ``row_ranges[i]`` (``[start, end]``) on ``ranks[i]``; a ``table_row_wise`` one the ranks of one host
 (``local_world_size`` ranks per host, a field of the file, default: all ranks on one host). The ranges must be
-TorchRec's row blocks (``dreamshard.shards.check_row_shards``: ceil(rows / k) rows each), the only layout its
+TorchRec's row blocks (``dreamshard.placement.expand.check_row_shards``: ceil(rows / k) rows each), the only layout its
 row-wise kernels bucketise ids by. A ``data_parallel`` table lists every rank and uses the ``dense`` kernel
 (TorchRec's only data-parallel kernel on CPU and CUDA alike).
 """
@@ -54,12 +54,12 @@ from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dreamshard.documents import atomic_write_text, read_structured, validate_mapping
 from dreamshard.errors import ConfigError, InputFileError, PlanError
-from dreamshard.io import atomic_write_text, read_structured, validate_mapping
-from dreamshard.memory import check_plan
+from dreamshard.placement.expand import brief, check_column_shards, check_row_shards, fold_units
+from dreamshard.placement.validate import check_plan
 from dreamshard.sharders.base import make_plan
-from dreamshard.shards import brief, check_column_shards, check_row_shards, fold_units
-from dreamshard.types import (
+from dreamshard.values import (
     ColumnShard,
     DeviceType,
     Inventory,
@@ -165,7 +165,7 @@ class TableSharding(_Frozen):
 
     def check_rows(self, table: str, rows: int, world_size: int, local_world_size: int | None = None) -> None:
         """PlanError naming `table` unless its row ranges are TorchRec's row blocks of `rows` rows on the
-        layout its type says (`dreamshard.shards.check_row_shards`): every rank in order (row_wise) or every
+        layout its type says (`dreamshard.placement.expand.check_row_shards`): every rank in order (row_wise) or every
         rank of one host in order (table_row_wise, `local_world_size` ranks per host)."""
         if self.sharding_type not in ROW_TYPES:
             return
@@ -229,7 +229,7 @@ class TorchRecPlanFile(_Frozen):
 
     def units(self) -> dict[str, int]:
         """{unit: rank}: whole tables by name, column ranges as ``table@start:end``, row ranges as
-        ``table@r<start>:<end>``, replicas as ``table@dp<rank>`` (dreamshard.units)."""
+        ``table@r<start>:<end>``, replicas as ``table@dp<rank>`` (dreamshard.values.units)."""
         out: dict[str, int] = {}
         for name, spec in self.tables.items():
             if spec.sharding_type == "table_wise":

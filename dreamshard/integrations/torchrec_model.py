@@ -48,8 +48,8 @@ from pydantic import ValidationError
 from dreamshard.errors import ConfigError, InputFileError, InventoryError, first_line
 from dreamshard.integrations import require_torchrec
 from dreamshard.inventory.histogram import count_bins, histogram_from_counts, normalise_histogram
-from dreamshard.inventory.validation import check_inventory_names
-from dreamshard.types import NUM_REUSE_BINS, Feature, Inventory, Table
+from dreamshard.values import NUM_REUSE_BINS, Feature, Inventory, Table
+from dreamshard.values.names import check_inventory_names
 
 #: One batch as numpy: {feature: (values int64, lengths int64)}
 Batch = dict[str, tuple[np.ndarray, np.ndarray]]

@@ -22,7 +22,7 @@ import numpy as np
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import histogram_from_counts, normalise_histogram
 from dreamshard.inventory.synth import REFERENCE_BATCH_SIZE, synth_inventory, zipf_histogram
-from dreamshard.types import Inventory, Table
+from dreamshard.values import Inventory, Table
 
 WIDE_DIMS: tuple[int, int] = (4, 512)
 WIDE_ROWS: tuple[float, float] = (10.0, 1e8)

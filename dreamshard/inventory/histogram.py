@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dreamshard.types import NUM_REUSE_BINS, Table
+from dreamshard.values import NUM_REUSE_BINS, Table
 
 #: Smallest and largest integer access count of each bin (the open last bin is capped at 2 * 32768
 #: for synthesis; any count above 32768 lands in it).

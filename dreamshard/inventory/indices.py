@@ -57,7 +57,7 @@ import numpy as np
 
 from dreamshard.errors import InventoryError, format_gb
 from dreamshard.inventory.histogram import BIN_HI, BIN_LO, effective_histogram, reuse_histogram
-from dreamshard.types import GB, Table
+from dreamshard.values import GB, Table
 
 __all__ = [
     "MAX_INDEX_BYTES", "IndexBudgetError", "batches_within_budget", "check_index_budget", "check_lookup_budget",

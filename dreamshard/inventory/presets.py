@@ -32,8 +32,8 @@ import numpy as np
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import zipf_histogram
-from dreamshard.inventory.validation import check_name
-from dreamshard.types import MAX_POOLING, Inventory, Table, aligned_dim, dim_problem
+from dreamshard.values import MAX_POOLING, Inventory, Table, aligned_dim, dim_problem
+from dreamshard.values.names import check_name
 
 PresetName = Literal["criteo-kaggle", "criteo-terabyte"]
 PRESETS: tuple[str, ...] = get_args(PresetName)

@@ -27,7 +27,7 @@ import numpy as np
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import histogram_from_counts, normalise_histogram
 from dreamshard.inventory.indices import check_lookup_budget
-from dreamshard.types import Inventory, Table, dim_problem
+from dreamshard.values import Inventory, Table, dim_problem
 
 REFERENCE_BATCH_SIZE = 2048
 MIN_ROWS, MAX_ROWS = 100, 5_000_000
@@ -36,7 +36,7 @@ _MIN_SIM_LOOKUPS = 4096
 
 
 def check_dims(dims: Sequence[int]) -> tuple[int, ...]:
-    """Validate an embedding-dim list: non-empty, each a legal embedding dim (`dreamshard.tables.dim_problem`)."""
+    """Validate an embedding-dim list: non-empty, each a legal embedding dim (`dreamshard.values.tables.dim_problem`)."""
     out = tuple(int(d) for d in dims)
     if not out:
         raise ConfigError("dims: give at least one embedding dim (e.g. 16,32,64,128)")

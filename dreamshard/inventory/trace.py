@@ -22,8 +22,8 @@ import torch
 
 from dreamshard.errors import InputFileError
 from dreamshard.inventory.histogram import normalise_histogram, reuse_histogram
-from dreamshard.inventory.validation import ALLOWED, check_name, name_problem
-from dreamshard.types import Inventory, Table
+from dreamshard.values import Inventory, Table
+from dreamshard.values.names import ALLOWED, check_name, name_problem
 
 DEFAULT_TRACE_DIM = 64
 

@@ -29,7 +29,7 @@ from dreamshard.learning.features import NUM_FEATURES
 
 NUM_DEVICE_COSTS = 4
 #: positions of the compute and communication components in a (..., 4) cost vector, in the order of
-#: dreamshard.types.DeviceCost: fwd_compute, fwd_comm, bwd_comm, bwd_compute
+#: dreamshard.values.DeviceCost: fwd_compute, fwd_comm, bwd_comm, bwd_compute
 COMPUTE = (0, 3)
 COMM = (1, 2)
 

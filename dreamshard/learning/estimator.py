@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 
 @runtime_checkable

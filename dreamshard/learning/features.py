@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dreamshard.inventory.histogram import effective_histogram
-from dreamshard.types import NUM_REUSE_BINS, Table
+from dreamshard.values import NUM_REUSE_BINS, Table
 
 #: Bump when the feature definition or scaling changes: models trained on another spec are rejected.
 FEATURE_SPEC_VERSION = "5"

@@ -16,11 +16,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from dreamshard.documents import atomic_write_text
 from dreamshard.errors import ModelError
-from dreamshard.io import atomic_write_text
 from dreamshard.learning.loop import STATE_FILE, LoopState, last_checkpoint
 from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, LoadedModel, load_model
-from dreamshard.types import Inventory
+from dreamshard.values import Inventory
 
 INIT_DIR = "init"
 MARKER_FILE = "warm-start.json"

@@ -1,7 +1,7 @@
 """The estimated MDP (docs/architecture.md, "Learning"): place one table per step, no hardware in the loop.
 
 Tables are visited in order of predicted single-table cost, largest first. At each step the legal
-devices are those with memory left for the current table (dreamshard.memory.MemoryTracker); when none
+devices are those with memory left for the current table (dreamshard.placement.validate.MemoryTracker); when none
 is legal the episode raises InfeasiblePlacementError naming the table. The reward is 0 until the last
 table is placed, then -(predicted overall cost) / cost_scale.
 
@@ -19,8 +19,8 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.learning.estimator import CostEstimator, policy_cost_features
-from dreamshard.memory import MemoryTracker, check_each_table_fits, footprint
-from dreamshard.types import GB, Costs, DeviceCost, Inventory, Table, Topology
+from dreamshard.placement.validate import MemoryTracker, check_each_table_fits, footprint
+from dreamshard.values import GB, Costs, DeviceCost, Inventory, Table, Topology
 
 
 def single_table_costs(estimator: CostEstimator, states: torch.Tensor) -> np.ndarray:

@@ -23,20 +23,20 @@ import shutil
 import stat
 import tempfile
 import warnings
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dreamshard.documents import atomic_write_text, describe_validation_error
 from dreamshard.errors import InputFileError, ModelError, first_line
-from dreamshard.io import atomic_write_text, describe_validation_error
 from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
 from dreamshard.learning.policy import Policy, PolicySpec
 from dreamshard.learning.ranges import DEVICE_BACKENDS, FeatureRanges, device_type_check
-from dreamshard.types import CommModel, Table, Topology
+from dreamshard.values import CommModel, Table, Topology
 
 MODEL_FORMAT_VERSION = 2
 CARD_FILE = "model.json"

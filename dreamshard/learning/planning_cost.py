@@ -15,7 +15,7 @@ measurement), so a plan on 2 hosts costs more than the same plan on one flat hos
 as before. Without a comm model (a model trained on records that carry none) the
 ensemble's learned comm heads are used, with the same pessimism.
 
-Units of every sharding type (dreamshard.units) are costed as they run: whole tables and column shards send
+Units of every sharding type (dreamshard.values.units) are costed as they run: whole tables and column shards send
 their pooled outputs by all-to-all (forward and backward); row shards reduce-scatter their partial sums forward
 and all-gather the gradients back (costed as the reduce-scatter); a data-parallel replica sends nothing forward
 and all-reduces its gradient (rows x dim) backward, and its compute is predicted at its share of the batch (batch
@@ -37,10 +37,10 @@ import torch
 from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
+from dreamshard.placement.expand import expand_plan
 from dreamshard.profiling.comm import comm_model_for, host_comm_model, profile_model
-from dreamshard.shards import expand_plan
-from dreamshard.types import CommModel, Costs, DeviceCost, Table, Topology
-from dreamshard.units import parse_unit
+from dreamshard.values import CommModel, Costs, DeviceCost, Table, Topology
+from dreamshard.values.units import parse_unit
 
 #: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
 OUTPUT_BYTES = 4
@@ -190,7 +190,7 @@ def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | N
 
 
 def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -> tuple[CommModel, ...]:
-    """The measured comm models in `records` (dreamshard.types.Measurement), one per world size (the latest
+    """The measured comm models in `records` (dreamshard.values.Measurement), one per world size (the latest
     wins), merged over `known`; sorted by world size."""
     by_ws = {c.world_size: c for c in known}
     for m in records:

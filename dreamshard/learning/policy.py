@@ -24,7 +24,7 @@ from dreamshard.learning.estimator import CostEstimator
 from dreamshard.learning.features import NUM_FEATURES, tables_features
 from dreamshard.learning.mdp import EstimatedMDP
 from dreamshard.learning.threads import single_threaded
-from dreamshard.types import Costs, Table, Topology
+from dreamshard.values import Costs, Table, Topology
 
 NUM_POLICY_COSTS = 3
 

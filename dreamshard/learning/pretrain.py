@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from dreamshard.config.learning import PretrainConfig, TopologyConfig
+from dreamshard.documents import load_measurements
 from dreamshard.inventory.families import wide_table
-from dreamshard.io import load_measurements
-from dreamshard.learning.configs import PretrainConfig, TopologyConfig
 from dreamshard.learning.loop import train
 from dreamshard.learning.model_store import load_card, load_model, save_model
 from dreamshard.profiling.runner import profile_inventory
-from dreamshard.types import BackendInfo, Inventory, Measurement, Task, TaskSet
+from dreamshard.values import BackendInfo, Inventory, Measurement, Task, TaskSet
 
 MEASUREMENTS_FILE = "pretrain_measurements.jsonl"
 #: mixed into the seed of the batch-size stream (apart from the tables' and devices' draws)

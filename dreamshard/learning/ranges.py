@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.shards import unit_table
-from dreamshard.types import Measurement, Table, Topology, parse_unit
+from dreamshard.placement.expand import unit_table
+from dreamshard.values import Measurement, Table, Topology, parse_unit
 
 #: an excursion is reported only past this relative margin (a 1% larger table is not "out of range")
 MARGIN = 0.05

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from dreamshard.costs import COST_COMPONENTS, OVERALL_HIGH, OVERALL_LOW
 from dreamshard.errors import PlanError, TrainingDataError
-from dreamshard.shards import unit_table
-from dreamshard.types import Inventory, Measurement, Table, parse_unit
+from dreamshard.placement.expand import unit_table
+from dreamshard.values import Inventory, Measurement, Table, parse_unit
+from dreamshard.values.costs import COST_COMPONENTS, OVERALL_HIGH, OVERALL_LOW
 
 #: Largest cost figure (ms: a component, a device total, an overall, a comm model's alpha / beta) a training
 #: record may hold.
@@ -68,7 +68,7 @@ def check_record(m: Measurement, index: int | None = None, source: str = "") -> 
             _bounded(label, f"costs.per_device[{d}].{name}", value)
         _bounded(label, f"costs.per_device[{d}] total", cost.total)
     _bounded(label, "costs.overall_ms", m.costs.overall_ms)
-    if not m.costs.overall_agrees():  # the gate's rule for a comparison's figures (dreamshard.costs)
+    if not m.costs.overall_agrees():  # the gate's rule for a comparison's figures (dreamshard.values.costs)
         raise TrainingDataError(
             f"{label}: costs.overall_ms = {m.costs.overall_ms:g} ms contradicts its per-device costs (bottleneck "
             f"device total {m.costs.top_total:g} ms; the overall must lie within {1 - OVERALL_LOW:g}.."

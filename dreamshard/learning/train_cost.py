@@ -19,17 +19,17 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.config.learning import CostTrainConfig
 from dreamshard.errors import ModelError, PlanError
-from dreamshard.learning.configs import CostTrainConfig
 from dreamshard.learning.cost_model import COMM, COMPUTE, NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.metrics import mape, spearman
 from dreamshard.learning.model_store import first_non_finite, warm_start
-from dreamshard.learning.records import check_record
 from dreamshard.learning.progress import progress_bar
+from dreamshard.learning.records import check_record
 from dreamshard.learning.threads import single_threaded
-from dreamshard.shards import unit_table
-from dreamshard.types import Inventory, Measurement, Table, parse_unit
+from dreamshard.placement.expand import unit_table
+from dreamshard.values import Inventory, Measurement, Table, parse_unit
 
 
 class RegimeError(BaseModel):
@@ -87,7 +87,7 @@ class _Batch:
 def _to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.Tensor, list[_Sample], list[Table]]:
     """The feature matrix (one row per table and batch size the records measured it at), one sample per record,
     and the tables the samples index: the pool's, then the units records measured (column shards, row shards,
-    replicas: dreamshard.shards.unit_table), a replica at its share of the batch as planning features it
+    replicas: dreamshard.placement.expand.unit_table), a replica at its share of the batch as planning features it
     (dreamshard.learning.planning_cost)."""
     tables = list(pool.tables)
     by_name = pool.by_name()

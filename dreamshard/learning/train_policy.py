@@ -16,15 +16,15 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.config.learning import PolicyTrainConfig, TopologyConfig
 from dreamshard.errors import ConfigError
-from dreamshard.learning.configs import PolicyTrainConfig, TopologyConfig
 from dreamshard.learning.estimator import CostEstimator
 from dreamshard.learning.mdp import EstimatedMDP
 from dreamshard.learning.model_store import warm_start
 from dreamshard.learning.policy import Episode, Policy, PolicySpec, episode_log_probs, mdp_clone, rollout
 from dreamshard.learning.progress import progress_bar
 from dreamshard.learning.threads import single_threaded
-from dreamshard.types import Inventory, Task, Topology
+from dreamshard.values import Inventory, Task, Topology
 
 
 class PolicyUpdate(BaseModel):

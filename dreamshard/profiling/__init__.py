@@ -8,11 +8,11 @@ This module only re-exports; the submodules import from each other directly, nev
 """
 
 from dreamshard.lazy import lazy_exports
-from dreamshard.types import BackendInfo, CommModel, Measurement
+from dreamshard.values import BackendInfo, CommModel, Measurement
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
 __getattr__, __dir__, _LAZY = lazy_exports(__name__, {
-    ".config": ("ProfileConfig",),
+    "dreamshard.config.profile": ("ProfileConfig",),
     ".oracle": ("BACKENDS", "Oracle", "make_oracle"),
     ".runner": ("ProfileSummary", "profile_inventory", "single_table_costs_from"),
 })

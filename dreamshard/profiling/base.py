@@ -22,7 +22,7 @@ import torch
 from dreamshard.inventory.indices import batches_within_budget, synthesize_indices
 from dreamshard.profiling.buffers import clear_all
 from dreamshard.profiling.scaling import ScalingRule
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 #: Distinct index batches generated per table; timed iterations cycle through them (cache effects of a
 #: fresh batch each step without paying the generation cost every time).

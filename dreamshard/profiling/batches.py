@@ -29,14 +29,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dreamshard.config.profile import ProfileConfig
+from dreamshard.documents import atomic_write_text
 from dreamshard.errors import ProfilingError, StoreError, first_line
-from dreamshard.io import atomic_write_text
-from dreamshard.profiling.config import ProfileConfig
 from dreamshard.profiling.corpus import CorpusEntry, TimingRecorder
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import PlannedItem, plan_items
-from dreamshard.store.base import KeyNotFoundError, PlanStore, check_key_part
-from dreamshard.types import Inventory, Measurement, TaskSet, Topology, utcnow
+from dreamshard.store.base import KeyNotFoundError, PlanStore
+from dreamshard.values.names import check_key_part
+from dreamshard.values import Inventory, Measurement, TaskSet, Topology, utcnow
 
 SHARD_PREFIX = "profiling"
 

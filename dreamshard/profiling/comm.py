@@ -70,10 +70,10 @@ from typing import NamedTuple, get_args
 
 import numpy as np
 
-from dreamshard.costs import Collective
+from dreamshard.documents import atomic_write_text
 from dreamshard.errors import first_line
-from dreamshard.io import atomic_write_text
-from dreamshard.types import CommModel, Topology
+from dreamshard.values import CommModel, Topology
+from dreamshard.values.costs import Collective
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ import torch
 from pydantic import ValidationError
 
 from dreamshard.errors import InputFileError, PlanError
+from dreamshard.placement.expand import unit_table
 from dreamshard.profiling.base import DeviceTiming
-from dreamshard.tables import StrictModel
-from dreamshard.shards import unit_table
-from dreamshard.types import BackendInfo, Table
+from dreamshard.values import BackendInfo, Table
+from dreamshard.values.tables import StrictModel
 
 #: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching.
 #: 2: a table without an access histogram is measured with the assumed one (inventory.histogram), not uniformly.

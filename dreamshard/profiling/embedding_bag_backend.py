@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from dreamshard.profiling.base import FusedOp, TorchBackend
 from dreamshard.profiling.buffers import GRADS
 from dreamshard.profiling.fbgemm_backend import LEARNING_RATE
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 
 class _BagOp(FusedOp):

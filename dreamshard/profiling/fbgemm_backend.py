@@ -20,7 +20,7 @@ import torch
 from dreamshard.profiling.base import FusedOp, TorchBackend
 from dreamshard.profiling.buffers import GRADS, HOST_ARENA
 from dreamshard.profiling.scaling import padded_dim
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 LEARNING_RATE = 0.01
 

@@ -19,7 +19,8 @@ import torch
 
 import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
-from dreamshard.memory import check_placement
+from dreamshard.placement.expand import with_units
+from dreamshard.placement.validate import check_placement
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming, pinned_threads, relative_iqr, summarize
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
@@ -27,10 +28,9 @@ from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
-from dreamshard.costs import Collective, Statistic
-from dreamshard.shards import with_units
-from dreamshard.types import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
-from dreamshard.units import parse_unit
+from dreamshard.values import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
+from dreamshard.values.costs import Collective, Statistic
+from dreamshard.values.units import parse_unit
 
 DEFAULT_BATCH_SIZE = 2048
 
@@ -183,7 +183,7 @@ class Oracle:
         measurement_id: str | None = None,
     ) -> Measurement:
         """Measure one placement. ``placement`` may cover a subset of the inventory for kind="single" or a task,
-        and may name units (column shards, row shards, replicas: dreamshard.units) instead of whole tables; each
+        and may name units (column shards, row shards, replicas: dreamshard.values.units) instead of whole tables; each
         runs as its sharding type runs (`_device_cost`). The record keeps `inventory`'s name and fingerprint."""
         if kind not in ("single", "placement"):
             raise ProfilingError(f"kind must be 'single' or 'placement', got '{kind}'")

@@ -17,7 +17,7 @@ tables, the rest spread at random), ``row_wise`` / ``data_parallel`` (a random p
 row-sharded over every device, or one small table replicated on every device: measured as units, so the cost model
 learns those sharding types from measurements; a sharder's plan that splits or replicates is measured as units
 too). A cost model learns best where planners will look, so the pipeline's
-default (params `profile.kinds`, dreamshard.profiling.config.DEFAULT_KINDS) measures the plans of the heuristics
+default (params `profile.kinds`, dreamshard.config.profile.DEFAULT_KINDS) measures the plans of the heuristics
 users run today and a crowded device beside random placements (docs/architecture.md, "Learning"). A kind that
 cannot place a task (memory) is skipped for that task.
 """
@@ -36,16 +36,16 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dreamshard.draws import draw
+from dreamshard.documents import append_measurement, iter_measurements
 from dreamshard.errors import InfeasiblePlacementError, InventoryError, PlanError, ProfilingError
-from dreamshard.io import append_measurement, iter_measurements
-from dreamshard.memory import check_each_table_fits, check_placement, footprint
+from dreamshard.inventory.draws import draw
+from dreamshard.placement.expand import expand_plan, replica_table, row_shard_table, with_units
+from dreamshard.placement.validate import check_each_table_fits, check_placement, footprint
 from dreamshard.profiling.names import TYPE_KINDS
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
-from dreamshard.shards import expand_plan, replica_table, row_shard_table, with_units
-from dreamshard.types import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
-from dreamshard.units import row_blocks
+from dreamshard.values import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
+from dreamshard.values.units import row_blocks
 
 #: Draws in a row that may give a duplicate (or infeasible) placement before a task is taken to have no more
 #: distinct random placements (tiny tasks; `profile -k` beyond what exists).
@@ -183,7 +183,7 @@ def _typed_table(kind: str, inventory: Inventory, topology: Topology, seed: int)
 
 def typed_placement(kind: str, inventory: Inventory, topology: Topology, seed: int) -> dict[str, int] | None:
     """A random placement with one table row-sharded over every device (`row_wise`) or replicated on every device
-    (`data_parallel`), as units (dreamshard.units): the cost model then learns those types from measurements of
+    (`data_parallel`), as units (dreamshard.values.units): the cost model then learns those types from measurements of
     devices that mix them with whole tables. None with one device, no such table or no room."""
     n = topology.num_devices
     table = _typed_table(kind, inventory, topology, seed) if n > 1 and inventory.num_tables > 1 else None

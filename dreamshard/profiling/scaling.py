@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dreamshard.types import Table
+from dreamshard.values import Table
 
 MB = 1024 * 1024
 CPU_MAX_TABLE_BYTES = 16 * MB

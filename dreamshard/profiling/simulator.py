@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from dreamshard.errors import ProfilingError
 from dreamshard.inventory.histogram import effective_histogram
-from dreamshard.costs import Collective
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming
 from dreamshard.profiling.comm import device_comm_ms, zero_model
 from dreamshard.profiling.scaling import ScalingRule
-from dreamshard.types import REUSE_BIN_EDGES, CommModel, Table, Topology
+from dreamshard.values import REUSE_BIN_EDGES, CommModel, Table, Topology
+from dreamshard.values.costs import Collective
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from dreamshard.errors import PlanError
-from dreamshard.memory import check_placement
-from dreamshard.types import GB, ColumnShard, Costs, Inventory, Plan, RowShard, Topology
+from dreamshard.placement.validate import check_placement
+from dreamshard.values import GB, ColumnShard, Costs, Inventory, Plan, RowShard, Topology
 
 #: The families the registry (dreamshard.sharders) lists sharders under; `Sharder.family` says which one a
 #: sharder belongs to ("other": a plugin that is none of the three).

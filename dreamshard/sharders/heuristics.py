@@ -12,9 +12,9 @@ from collections.abc import Callable
 import numpy as np
 
 from dreamshard.errors import InfeasiblePlacementError
-from dreamshard.memory import MemoryTracker, check_each_table_fits, footprint
+from dreamshard.placement.validate import MemoryTracker, check_each_table_fits, footprint
 from dreamshard.sharders.base import TableWiseSharder
-from dreamshard.types import GB, Inventory, Table, Topology
+from dreamshard.values import GB, Inventory, Table, Topology
 
 TableCost = Callable[[Table], float]
 

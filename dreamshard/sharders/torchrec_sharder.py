@@ -29,7 +29,7 @@ How our topology maps onto TorchRec's:
   by default we reserve nothing; pass ``reserve_fraction=0.15`` to reproduce TorchRec's margin. We apply
   the fraction to the capacity we hand TorchRec (its own percentage reservation only shrinks HBM, so it
   would be silently ignored on cpu) and give it a zero ``FixedPercentageStorageReservation``.
-* ``Sharder.shard`` checks the result against ``dreamshard.memory.check_placement`` in any case.
+* ``Sharder.shard`` checks the result against ``dreamshard.placement.validate.check_placement`` in any case.
 * ``batch_size`` = our topology's batch size; each table's ``pooling_factor`` is its TorchRec
   ``ParameterConstraints.pooling_factors``; only ``compute_kernels=["fused"]`` is allowed.
 * Sharding types (``column_wise``): ``"auto"`` (default) keeps a table that takes at most half a device
@@ -56,13 +56,13 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.integrations.torchrec_import import document_from_sharding_plan
-from dreamshard.memory import check_each_table_fits
+from dreamshard.placement.expand import COLUMN_ALIGN, Folded, fold_units
+from dreamshard.placement.validate import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.sharders.torchrec_support import internal_name as _internal_name
 from dreamshard.sharders.torchrec_support import quiet as _quiet
 from dreamshard.sharders.torchrec_support import translate
-from dreamshard.shards import COLUMN_ALIGN, Folded, fold_units
-from dreamshard.types import GB, Inventory, Plan, Table, Topology
+from dreamshard.values import GB, Inventory, Plan, Table, Topology
 
 MemoryModel = Literal["dreamshard", "torchrec"]
 ColumnWise = Literal["auto", "never"]

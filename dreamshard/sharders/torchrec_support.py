@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterator
 
 from dreamshard.errors import InfeasiblePlacementError, NoPlacementError, PlanError
-from dreamshard.types import GB, Inventory, Topology
+from dreamshard.values import GB, Inventory, Topology
 
 _SHARD_FAILED = re.compile(
     r"storage: Storage\((?P<need>[^)]*)\).*?of table (?P<table>\S+?),\s*"

@@ -31,7 +31,16 @@ from dreamshard.store.inventories import (
 )
 from dreamshard.store.local import LocalPlanStore
 from dreamshard.store.objects import list_inventories
-from dreamshard.store.plans import already_decided, get_current, list_plans, publish, publish_or_reject, reject, rollback, show
+from dreamshard.store.plans import (
+    already_decided,
+    get_current,
+    list_plans,
+    publish,
+    publish_or_reject,
+    reject,
+    rollback,
+    show,
+)
 from dreamshard.store.pointer import get_pointer
 from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord, PointerEntry, PublishedRef
 from dreamshard.store.uri import open_store

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from dreamshard.errors import StoreError
-from dreamshard.inventory.validation import check_key_part  # re-exported: the safe-name rule as a key segment
 
 #: Opaque token identifying one version of an object (local: sha256 of the bytes; S3: the ETag).
 Version = str

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from dreamshard.inventory.validation import name_problem
-from dreamshard.store.base import check_key_part
+from dreamshard.values.names import check_key_part
+from dreamshard.values.names import name_problem
 
 ROOT = "plans"
 INVENTORIES = "inventories"

@@ -17,8 +17,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from dreamshard.documents import atomic_write_bytes
 from dreamshard.errors import StoreError, StorePathError
-from dreamshard.io import atomic_write_bytes
 from dreamshard.store.base import KeyNotFoundError, PathProblem, PlanStore, Version
 
 _LOCK_DIR = ".locks"

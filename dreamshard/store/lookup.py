@@ -21,7 +21,7 @@ from dreamshard.store.inventories import schema_of
 from dreamshard.store.objects import list_inventories
 from dreamshard.store.plans import get_current
 from dreamshard.store.pointer import get_pointer
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,14 @@ import hashlib
 
 from pydantic import ValidationError
 
+from dreamshard.documents import describe_validation_error
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import GateDecision
-from dreamshard.io import describe_validation_error
-from dreamshard.store.base import KeyNotFoundError, PlanStore, check_key_part
+from dreamshard.store.base import KeyNotFoundError, PlanStore
+from dreamshard.values.names import check_key_part
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, Status, inventory_of, inventory_prefix, parse_key
 from dreamshard.store.schemas import CurrentPointer, PlanRecordFile
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 
 def sha256_hex(data: bytes) -> str:

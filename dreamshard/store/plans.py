@@ -32,7 +32,7 @@ from dreamshard.store.pointer import (
     update_pointer,
 )
 from dreamshard.store.schemas import CurrentPointer, PlanRecord, PlanRecordFile, PointerEntry, PublishedRef
-from dreamshard.types import Plan, utcnow
+from dreamshard.values import Plan, utcnow
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from dreamshard.documents import describe_validation_error
 from dreamshard.errors import StoreError, StorePathError
-from dreamshard.io import describe_validation_error
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import PlanKey, current_key, parse_key
 from dreamshard.store.schemas import CurrentPointer, PointerEntry

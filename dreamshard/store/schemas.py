@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.gate import GateDecision
 from dreamshard.store.keys import Status
-from dreamshard.types import utcnow
+from dreamshard.values import utcnow
 
 
 class PointerEntry(BaseModel):

@@ -1,7 +1,7 @@
 """The use cases: one module each, `run(Request) -> Result` (docs/architecture.md, "Settings and use cases").
 
 The doors only translate: a CLI command parses its options into a Request (settings from
-`dreamshard.settings.resolve`) and renders the Result; a DVC stage is a CLI command; a Prefect task wraps one
+`dreamshard.config.settings.resolve`) and renders the Result; a DVC stage is a CLI command; a Prefect task wraps one
 `run`. Results carry their warnings and what the work did, so no caller reads a library object's internals.
 
     inventory   an inventory file from a file, or the synthetic pool of the `inventory` section

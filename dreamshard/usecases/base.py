@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.settings import Settings
+from dreamshard.config.settings import Settings
 
 
 class Request(BaseModel):

@@ -1,20 +1,20 @@
 """The drift check: the current published plan of an inventory re-measured on the profile backend and compared
-with the cost it recorded (dreamshard.drift); every check goes to the store's history. Settings: profile
+with the cost it recorded (dreamshard.evaluation.drift); every check goes to the store's history. Settings: profile
 (backend), drift (rounds, threshold, history), publish (store)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dreamshard.drift import DriftCheck, check_drift, record_check, require_comparable
+from dreamshard.documents import load_inventory
 from dreamshard.errors import StoreError
-from dreamshard.io import load_inventory
+from dreamshard.evaluation.drift import DriftCheck, check_drift, record_check, require_comparable
+from dreamshard.pipeline.workspace import INVENTORY
 from dreamshard.store import get_current, get_inventory_version
 from dreamshard.store.base import PlanStore
-from dreamshard.types import Inventory, Plan
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store
-from dreamshard.workspace import INVENTORY
+from dreamshard.values import Inventory, Plan
 
 
 class DriftRequest(Request):

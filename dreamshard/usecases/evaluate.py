@@ -10,16 +10,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.config.settings import Settings
+from dreamshard.documents import check_outputs, load_inventory, load_plan, same_file, save_plan
+from dreamshard.errors import ConfigError
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
-from dreamshard.errors import ConfigError
 from dreamshard.gate.sequential import stop_rule
-from dreamshard.io import check_outputs, load_inventory, load_plan, same_file, save_plan
 from dreamshard.profiling.corpus import DeviceCorpus
-from dreamshard.settings import Settings
-from dreamshard.types import BackendInfo, Plan
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.plan import sharder_options
+from dreamshard.values import BackendInfo, Plan
 
 CORPUS_WRITER = "evaluate"  # this use case's file in the measurement corpus (the lower bound's singles)
 

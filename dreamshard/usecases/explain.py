@@ -1,4 +1,4 @@
-"""Plans explained: the stats report of a plan and what-if changes to it (dreamshard.learning.explain), predicted
+"""Plans explained: the stats report of a plan and what-if changes to it (dreamshard.explain.stats), predicted
 by the learned cost of a model (settings.model_dir's lookup) and, with `measure`, measured interleaved."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from dreamshard.config.settings import model_dir
+from dreamshard.documents import INVENTORY_SUFFIXES, check_outputs, load_inventory, load_plan, save_inventory, save_plan
 from dreamshard.errors import InputFileError
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
-from dreamshard.io import INVENTORY_SUFFIXES, check_outputs, load_inventory, load_plan, save_inventory, save_plan
-from dreamshard.learning.explain import PlanStats, plan_stats, planning_cost_for
-from dreamshard.learning.whatif import WhatIf, is_file_spec, parse_added, parse_changes, what_if
-from dreamshard.learning.reasons import UnitReason, placement_reasons
-from dreamshard.settings import model_dir
-from dreamshard.types import Costs, Inventory, Plan
+from dreamshard.explain.reasons import UnitReason, placement_reasons
+from dreamshard.explain.stats import PlanStats, plan_stats, planning_cost_for
+from dreamshard.explain.whatif import WhatIf, is_file_spec, parse_added, parse_changes, what_if
 from dreamshard.usecases.base import Request, Result
+from dreamshard.values import Costs, Inventory, Plan
 
 
 def reasons_of(inventory: Inventory, plan: Plan, model: Path | None) -> list[list[UnitReason]]:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from dreamshard.inventory.validation import check_inventory_names
-from dreamshard.io import check_outputs, load_inventory, save_inventory
+from dreamshard.documents import check_outputs, load_inventory, save_inventory
 from dreamshard.store import InventoryRef, open_store, push_inventory
-from dreamshard.types import Inventory
 from dreamshard.usecases.base import Request, Result
+from dreamshard.values import Inventory
+from dreamshard.values.names import check_inventory_names
 
 
 class InventoryRequest(Request):

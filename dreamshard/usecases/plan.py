@@ -10,18 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dreamshard.config.settings import Settings, model_dir
+from dreamshard.documents import check_outputs, load_inventory, save_plan
 from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation import validate_sharders
 from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
-from dreamshard.io import check_outputs, load_inventory, save_plan
-from dreamshard.learning.measured_refine import refine_plan
-from dreamshard.learning.search import SearchResult
-from dreamshard.learning.sharder import ModelSharder
+from dreamshard.measured.refine import refine_plan
 from dreamshard.profiling.corpus import DeviceCorpus
-from dreamshard.settings import Settings, model_dir
+from dreamshard.search.candidates import SearchResult
+from dreamshard.search.sharders import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
-from dreamshard.types import Plan
 from dreamshard.usecases.base import Request, Result
+from dreamshard.values import Plan
 
 #: The sharder that searches (and can verify its best candidates by measuring them).
 SEARCHING_SHARDER = "dreamshard"

@@ -16,10 +16,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Literal
 
-from dreamshard.draws import draw
+from dreamshard.config.stages import PipelineSettings
+from dreamshard.documents import check_outputs, load_inventory
 from dreamshard.errors import ConfigError
-from dreamshard.io import check_outputs, load_inventory
-from dreamshard.learning.tasks import load_taskset
+from dreamshard.inventory.draws import draw
+from dreamshard.learning.taskset import load_taskset
+from dreamshard.placement.expand import unit_table
 from dreamshard.profiling import ProfileSummary, profile_inventory
 from dreamshard.profiling.batches import (
     BatchSpec,
@@ -37,12 +39,10 @@ from dreamshard.profiling.batches import (
 )
 from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key, entry_problem
 from dreamshard.profiling.oracle import fused_operators
-from dreamshard.sections import PipelineSettings
-from dreamshard.shards import unit_table
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
-from dreamshard.types import BackendInfo, CommModel
 from dreamshard.usecases.base import Request, Result
+from dreamshard.values import BackendInfo, CommModel
 
 DISPATCHER_GROUP = "dreamshard.dispatchers"
 CORPUS_WRITER = "profile"  # this use case's file in the corpus directory

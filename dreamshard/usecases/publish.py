@@ -6,18 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dreamshard.documents import load_inventory, load_plan
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation import validate_sharders
 from dreamshard.gate import GateDecision, fallback_plan, gate_comparison_file, measure_and_gate, trusted_plan
-from dreamshard.io import load_inventory, load_plan
 from dreamshard.learning.model_store import load_card
-from dreamshard.store import (PublishedRef, already_decided, get_current, get_inventory_version, get_pointer,
-                              publish_or_reject)
-from dreamshard.store.inventories import schema_of
+from dreamshard.store import (
+    PublishedRef,
+    already_decided,
+    get_current,
+    get_inventory_version,
+    get_pointer,
+    publish_or_reject,
+)
 from dreamshard.store.base import PlanStore
-from dreamshard.types import Inventory, Plan
+from dreamshard.store.inventories import schema_of
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store
+from dreamshard.values import Inventory, Plan
 
 
 class PublishRequest(Request):

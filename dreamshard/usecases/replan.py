@@ -15,17 +15,17 @@ from typing import Literal
 
 from pydantic import Field
 
+from dreamshard.config.settings import model_dir
+from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.io import load_inventory, save_inventory
-from dreamshard.plan_diff import PlanDiff, plan_diff
-from dreamshard.settings import model_dir
+from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.store import PlanRecord, PublishedRef, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
-from dreamshard.types import Inventory, Plan, Verification
 from dreamshard.usecases import plan as plan_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import current_or_none, open_plan_store
+from dreamshard.values import Inventory, Plan, Verification
 
 #: `fallback`: the plan was rejected and the current plan cannot serve the version (a table added, removed or
 #: reshaped): the best baseline the gate measured with it became current instead (`fallback_ref`).

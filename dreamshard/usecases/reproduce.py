@@ -1,5 +1,5 @@
 """The workspace a published plan came from: its dvc.yaml, params and dvc.lock, `dvc pull` of exactly that data
-and model from the plan's DVC remote, their md5 checked against the plan's lineage (dreamshard.workspace).
+and model from the plan's DVC remote, their md5 checked against the plan's lineage (dreamshard.pipeline.workspace).
 
 Before anything is written the lineage is checked (`check_lineage`: md5s to check against, only the installed
 pipeline's commands) and so is `--into` (an empty or new directory, no file in the way); a reproduction that
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import yaml
 
+from dreamshard.config.settings import installed_pipeline_file
+from dreamshard.documents import load_yaml
 from dreamshard.errors import PipelineError, PlanError
-from dreamshard.io import load_yaml
-from dreamshard.lineage import Lineage
-from dreamshard.settings import installed_pipeline_file
-from dreamshard.types import Plan
+from dreamshard.pipeline.workspace import ReproduceResult, check_directory_path, reproduce
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store, stored_plan
-from dreamshard.workspace import ReproduceResult, check_directory_path, reproduce
+from dreamshard.values import Plan
+from dreamshard.values.lineage import Lineage
 
 
 class ReproduceRequest(Request):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dreamshard.config.settings import Settings
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.settings import Settings
 from dreamshard.store import get_current, open_store, show
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import current_key
 from dreamshard.store.local import LocalPlanStore
-from dreamshard.types import Plan
+from dreamshard.values import Plan
 
 
 def open_plan_store(settings: Settings, store: str | None, endpoint_url: str | None, existing: bool = True) -> PlanStore:
@@ -33,7 +33,7 @@ def stored_plan(store: PlanStore, plan_id: str, inventory: str | None, command: 
 
 def current_or_none(store: PlanStore, inventory: str) -> Plan | None:
     """The current plan of `inventory`, or None when there is none yet (or its pointer is broken, which
-    `plans fsck` reports): what a new version is planned from (dreamshard.incumbent). A name no store key can hold
+    `plans fsck` reports): what a new version is planned from (dreamshard.pipeline.incumbent). A name no store key can hold
     is a StoreError, not "none"."""
     current_key(inventory)
     try:

@@ -1,6 +1,6 @@
 """Training: the cost ensemble alone (`train-cost`), the policy on it (`train-policy`), the outer loop (`train`,
 the DVC stage) and pre-training (`pretrain`). Sections: train_cost, train_policy, train (its cost/policy filled in
-by dreamshard.settings), topology, profile, pretrain."""
+by dreamshard.config.settings), topology, profile, pretrain."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.config.learning import LoopConfig
+from dreamshard.documents import atomic_write_text, check_outputs, load_inventory, load_measurements
 from dreamshard.errors import ConfigError
-from dreamshard.io import atomic_write_text, check_outputs, load_inventory, load_measurements
-from dreamshard.learning.configs import LoopConfig
 from dreamshard.learning.cost_model import CostNetSpec
 from dreamshard.learning.incremental import WarmStart, previous_model
 from dreamshard.learning.loop import DEFAULT_STATE_DIR, IterationMetrics, train
@@ -21,12 +21,12 @@ from dreamshard.learning.planning_cost import comm_models_of, cost_factory
 from dreamshard.learning.pretrain import pretrain
 from dreamshard.learning.ranges import ranges_from
 from dreamshard.learning.records import check_training_records
-from dreamshard.learning.tasks import load_taskset
+from dreamshard.learning.taskset import load_taskset
 from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.learning.train_policy import train_policy
 from dreamshard.profiling.corpus import DeviceCorpus
-from dreamshard.types import Inventory
 from dreamshard.usecases.base import Request, Result
+from dreamshard.values import Inventory
 
 CORPUS_WRITER = "loop"  # this use case's file in the corpus directory
 

@@ -1,0 +1,107 @@
+"""The `publish` section of params.yaml (`PublishConfig`): the gate's rules, its baselines and where plans go."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from dreamshard.errors import ConfigError
+from dreamshard.sharders import BASELINE_SHARDERS
+
+#: TorchRec's planner: always a required baseline (what users would run without dreamshard).
+ALWAYS_REQUIRED = "torchrec"
+#: The baselines the gate measures by default: what a team would deploy without dreamshard (TorchRec's planner and
+#: the greedy heuristics). `random` and `round_robin` stay report references (compare, the evaluate stage; a
+#: comparison holding them still counts them, `--sharders` adds them): no team deploys either, each extra baseline
+#: is one more bound that noise can make straddle (a gate on the 120-table pool once found random "best" by noise),
+#: and they were 2 of the gate's 8 measured plans, a quarter of its time.
+GATE_BASELINES: tuple[str, ...] = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", ALWAYS_REQUIRED)
+
+
+class PublishConfig(BaseModel):
+    """The `publish` section of params.yaml: the gate's rules and where plans are stored."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    min_improvement: float = Field(default=0.0, ge=0.0, lt=1.0)
+    # Baselines every plan is measured against (a --comparison must hold each of them; `plans publish --sharders`
+    # adds, never removes). TorchRec's planner is always one of them.
+    baselines: tuple[str, ...] = GATE_BASELINES
+    confidence: float = Field(default=0.95, ge=0.5, lt=1.0)  # of the bound on plan / best baseline
+    min_rounds: int = Field(default=5, ge=2, le=100)  # paired rounds the bound needs (--measure measures as many)
+    # The sequential rule (gate/sequential.py): an early look after each early_rounds entry (rounds, increasing;
+    # 0 or []: none) spends early_share of the error rate 1 - confidence; the first that approves or rejects is the
+    # decision, and measuring stops there. Otherwise the final look (min_rounds or more) decides with the rest: at
+    # confidence 0.95, 99% at rounds 3 and 4 and 97% final (Bonferroni: no decision is wrong more often than 5%,
+    # whichever look makes it). Entries at or above min_rounds are no early looks. A single number: one look.
+    early_rounds: tuple[int, ...] = (3, 4)
+    early_share: float = Field(default=0.2, gt=0.0, lt=1.0)
+    allow_simulated: bool = False  # may a plan whose costs come from the simulator become current?
+    require_human: bool = False
+    approval_timeout_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
+    store_uri: str = "runs/plan-store"
+
+    @field_validator("baselines")
+    @classmethod
+    def _baselines(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return check_baselines(v)
+
+    @field_validator("early_rounds", mode="before")
+    @classmethod
+    def _early(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("early_rounds is a number of rounds or a list of them, not true/false")
+        if isinstance(v, int):
+            return () if v == 0 else (v,)
+        return v
+
+    @field_validator("early_rounds")
+    @classmethod
+    def _early_looks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for r in v:
+            if r < 2:
+                raise ValueError(f"an early look at {r} round(s) cannot bound the noise (fewer than 2 rounds have "
+                                 f"no spread): use 0 (no early look) or rounds of at least 2")
+            if r > 99:
+                raise ValueError(f"an early look at {r} rounds: at most 99")
+        if any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"early_rounds {list(v)}: each look needs more rounds than the one before")
+        return v
+
+    @field_validator("early_share")
+    @classmethod
+    def _one_budget(cls, v: float, info: ValidationInfo) -> float:
+        """Every early look spends early_share of the error rate: they must leave the final look a share."""
+        below = [r for r in info.data.get("early_rounds", ()) if r < info.data.get("min_rounds", 5)]
+        if len(below) * v >= 1.0:
+            raise ValueError(f"{len(below)} early looks x early_share {v:g} spend the whole error budget: the final "
+                             f"look needs a share (fewer early_rounds, or a smaller early_share)")
+        return v
+
+    @property
+    def early_round_list(self) -> tuple[int, ...]:
+        """The early looks' rounds (model_copy may set early_rounds to a number unvalidated: read it as one)."""
+        v: Any = self.early_rounds
+        if isinstance(v, int):
+            return () if v == 0 else (v,)
+        return tuple(v)
+
+
+def check_baselines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Known baseline sharders (BASELINE_SHARDERS), each once, TorchRec's planner among them."""
+    unknown = [n for n in names if n not in BASELINE_SHARDERS]
+    if unknown:
+        raise ValueError(f"'{unknown[0]}' is not a baseline sharder (one of {', '.join(BASELINE_SHARDERS)})")
+    if len(set(names)) != len(names):
+        raise ValueError("a baseline is listed twice")
+    if ALWAYS_REQUIRED not in names:
+        raise ValueError(f"'{ALWAYS_REQUIRED}' (TorchRec's planner) is always a required baseline; add it back")
+    return tuple(names)
+
+
+def check_margin(min_improvement: float) -> float:
+    if isinstance(min_improvement, bool) or not (0.0 <= min_improvement < 1.0) or math.isnan(min_improvement):
+        raise ConfigError(f"min_improvement must be a fraction in [0, 1), got {min_improvement}")
+    return float(min_improvement)

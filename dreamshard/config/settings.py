@@ -1,0 +1,212 @@
+"""Settings: params.yaml resolved once, the one reader of it (docs/architecture.md, "Settings and use cases").
+
+`resolve(params_path, overrides)` is what every door calls (the CLI, the DVC stages through the CLI, the Prefect
+tasks, the benchmarks). It owns:
+
+* the default-file lookup (`lookup`: only the given file; or ./params.yaml; or ./params.yaml, else the one
+  installed with the package);
+* precedence: overrides (what a user typed: CLI options, a flow request) > the params file > the section
+  defaults. Overrides are dotted keys (`profile.backend`, `plan.verify`); a None value means "not given";
+* the section fill-ins: `train.cost` / `train.policy` are the `train_cost` / `train_policy` sections unless the
+  `train` section sets them itself (so the loaded settings say the steps the loop runs);
+* validation of the whole file (every section, unknown sections and keys rejected) before any stage runs;
+* the measuring backend's construction (`Settings.oracle()`), the topology template and the search config.
+
+Nothing else in the package reads params.yaml.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dreamshard.config.learning import (
+    CostTrainConfig,
+    LoopConfig,
+    PolicyTrainConfig,
+    PretrainConfig,
+    TasksConfig,
+    TopologyConfig,
+)
+from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
+from dreamshard.documents import describe_validation_error, read_structured
+from dreamshard.errors import ConfigError
+from dreamshard.gate import PublishConfig
+from dreamshard.profiling import ProfileConfig
+from dreamshard.values import Topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling import Oracle
+
+#: Where a params file is looked for when none is given: `given` (none: the defaults), `local` (./params.yaml
+#: if it exists) or `installed` (./params.yaml, else the params.yaml installed with the package).
+Lookup = Literal["given", "local", "installed"]
+LOCAL_PARAMS = Path("params.yaml")
+
+
+class Settings(BaseModel):
+    """Every section of params.yaml, typed, with the overrides applied; `source` is the file read (None:
+    defaults only)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    inventory: InventoryConfig = InventoryConfig()
+    tasks: TasksConfig = TasksConfig()
+    topology: TopologyConfig = TopologyConfig()
+    profile: ProfileConfig = ProfileConfig()
+    train_cost: CostTrainConfig = CostTrainConfig()
+    train_policy: PolicyTrainConfig = PolicyTrainConfig()
+    train: LoopConfig = LoopConfig()
+    pretrain: PretrainConfig = PretrainConfig()
+    plan: PlanConfig = PlanConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    publish: PublishConfig = PublishConfig()
+    pipeline: PipelineSettings = PipelineSettings()
+    drift: DriftConfig = DriftConfig()
+    source: Path | None = Field(default=None, exclude=True)
+
+    @property
+    def plan_devices(self) -> int:
+        """Devices of the published plan: plan.num_devices, else the training tasks' device count."""
+        return self.plan.num_devices or self.tasks.train_devices
+
+    def topology_for(self, num_devices: int | None = None) -> Topology:
+        """The topology template with `num_devices` (default: the published plan's)."""
+        try:
+            return self.topology.topology(num_devices or self.plan_devices)
+        except ValidationError as e:
+            raise ConfigError(f"topology {describe_validation_error(e)}") from None
+
+    def oracle(self) -> Oracle:
+        """The measuring backend of the `profile` section: the one construction every door uses."""
+        return self.profile.oracle()
+
+    def check_pipeline(self) -> None:
+        """Rules across sections the pipeline needs (checked before it starts): the evaluate stage's comparison
+        is what the publish gate decides on, so it must measure every required baseline, often enough."""
+        if self.evaluate.rounds < self.publish.min_rounds:
+            raise ConfigError(f"evaluate.rounds {self.evaluate.rounds} is below publish.min_rounds "
+                              f"{self.publish.min_rounds}: the gate could not decide on the evaluate stage's comparison")
+        missing = [b for b in self.publish.baselines if b not in self.evaluate.sharders]
+        if missing:
+            raise ConfigError(f"evaluate.sharders lacks the required baseline(s) {', '.join(missing)} "
+                              f"(publish.baselines): the gate could not decide on the evaluate stage's comparison")
+
+
+SECTIONS: tuple[str, ...] = tuple(name for name in Settings.model_fields if name != "source")
+#: Section fill-ins: (section, key) taken from another section when the file does not set it.
+FILL_INS: tuple[tuple[str, str, str], ...] = (("train", "cost", "train_cost"), ("train", "policy", "train_policy"))
+
+
+def installed_pipeline_file(name: Literal["dvc.yaml", "params.yaml"]) -> Path:
+    """dvc.yaml / params.yaml as installed with the package (the repository's own files)."""
+    return Path(str(resources.files("dreamshard") / "pipeline" / name))
+
+
+def params_file(params_path: str | Path | None, lookup: Lookup = "given") -> Path | None:
+    """The params file a command reads: the given one, else per `lookup` (module docstring)."""
+    if params_path is not None:
+        return Path(params_path)
+    if lookup in ("local", "installed") and LOCAL_PARAMS.is_file():
+        return LOCAL_PARAMS
+    if lookup == "installed":
+        return installed_pipeline_file("params.yaml")
+    return None
+
+
+def _raw(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    data: Any = read_structured(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at top level")
+    unknown = sorted(str(k) for k in data if k not in SECTIONS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown section '{unknown[0]}'; sections are {', '.join(SECTIONS)}")
+    for name, value in data.items():
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{path}: section '{name}' must be a mapping")
+    return {name: dict(value or {}) for name, value in data.items()}
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of raw params `data` with the dotted-key `overrides` set (None values: not given, skipped)."""
+    out = copy.deepcopy(data)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        parts = key.split(".")
+        if len(parts) < 2 or parts[0] not in SECTIONS:
+            raise ConfigError(f"override '{key}': expected SECTION.KEY with a section of {', '.join(SECTIONS)}")
+        node = out.setdefault(parts[0], {})
+        for part in parts[1:-1]:
+            child = node.get(part)
+            node = node.setdefault(part, {}) if child is None else child
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{key}': '{part}' is not a mapping in the params")
+        node[parts[-1]] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _fill_in(data: dict[str, Any]) -> dict[str, Any]:
+    for section, key, source in FILL_INS:
+        if key not in data.get(section, {}):
+            data.setdefault(section, {})[key] = data.get(source, {})
+    return data
+
+
+def settings_from(data: Mapping[str, Any], source: Path | str | None = None) -> Settings:
+    """Settings from already-parsed params `data` (fill-ins applied here); errors name the section and key."""
+    raw = _fill_in({k: dict(v or {}) for k, v in data.items()})
+    label = f"{source}: " if source is not None else ""
+    sections: dict[str, Any] = {}
+    for name in SECTIONS:
+        model = Settings.model_fields[name].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        try:
+            sections[name] = model.model_validate(raw.get(name, {}))
+        except ValidationError as e:
+            raise ConfigError(f"{label}{name}.{describe_validation_error(e)}") from None
+    return Settings(**sections, source=Path(source) if source is not None else None)
+
+
+def resolve(params_path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+            lookup: Lookup = "given") -> Settings:
+    """THE settings of a command: overrides > the params file (found per `lookup`) > section defaults."""
+    path = params_file(params_path, lookup)
+    return settings_from(apply_overrides(_raw(path), overrides), path)
+
+
+def params_text(params_path: str | Path | None, overrides: Mapping[str, Any] | None = None,
+                lookup: Lookup = "installed") -> str:
+    """The params.yaml text a pipeline workspace runs with: the file as it is (comments kept) or, with
+    overrides, the file with those keys set. Validated first, so a bad override fails in one line."""
+    path = params_file(params_path, lookup)
+    assert path is not None
+    raw = apply_overrides(_raw(path), overrides)
+    settings_from(raw, path)
+    if not any(v is not None for v in (overrides or {}).values()):
+        return path.read_text()
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def model_dir(explicit: Path | None = None, cwd: Path | None = None) -> Path | None:
+    """Where a command finds its model: the given directory, else ./models (what `make run` and `dreamshard
+    train` write), else ./models/dreamshard (the DVC pipeline's), else None = the model shipped in the package."""
+    from dreamshard.learning.model_store import has_model  # loads torch: here, so that reading the settings does not
+
+    if explicit is not None:
+        return explicit
+    here = cwd or Path.cwd()
+    for candidate in (here / "models", here / "models" / "dreamshard"):
+        if has_model(candidate):
+            return candidate
+    return None

@@ -1,0 +1,134 @@
+"""The params.yaml sections no library module owns: the input pool, the published plan, the comparison, the
+pipeline's plumbing and the drift monitor. Sections owned by a library module live with it (`profile` in
+dreamshard.profiling, `publish` in dreamshard.gate, the learning ones in dreamshard.config.learning);
+dreamshard.config.settings puts them all together (docs/architecture.md, "Settings and use cases").
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dreamshard.config.learning import DEFAULT_CANDIDATES, VERIFY_ANCHORS, SearchConfig
+from dreamshard.errors import ConfigError
+from dreamshard.inventory.synth import check_dims, synth_inventory
+from dreamshard.sharders import contender_names, sharder_names
+from dreamshard.values import Inventory
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class InventoryConfig(Section):
+    """Section `inventory`: the synthetic pool the pipeline starts from."""
+
+    name: Annotated[str, Field(min_length=1)] = "pool"
+    num_tables: Annotated[int, Field(ge=1)] = 120
+    seed: int = 0
+    dims: tuple[int, ...] = (16, 32, 64, 128)
+
+    @field_validator("dims")
+    @classmethod
+    def _dims(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        try:
+            return check_dims(v)
+        except ConfigError as e:
+            raise ValueError(str(e).removeprefix("dims: ")) from None
+
+    def synthesize(self) -> Inventory:
+        return synth_inventory(self.num_tables, self.seed, dims=self.dims, name=self.name)
+
+
+class PlanConfig(Section):
+    """Section `plan`: how the published plan is made (`dreamshard plan --sharder dreamshard`: search on the
+    learned cost, then the `verify` best candidates measured on the profile backend)."""
+
+    num_devices: Annotated[int, Field(ge=1)] | None = None  # default: tasks.train_devices
+    samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides the argmax
+    risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # ensemble mean + risk x spread
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    verify: Annotated[int, Field(ge=0, le=64)] = 0  # measure this many best candidates (0 = trust predictions)
+    verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
+    # verified candidates is one (dreamshard.measured.candidates.anchor_candidates)
+    verify_anchors: Annotated[int, Field(ge=0, le=16)] = VERIFY_ANCHORS
+    # with an incumbent (a re-plan): another candidate replaces the current plan's only after enough straight paired
+    # wins that chance alone, over all challengers, would explain them less often than 1 - this
+    # (dreamshard.measured.candidates.rounds_to_replace: 6-7 rounds at 0.95)
+    verify_confidence: Annotated[float, Field(ge=0.5, le=0.9999)] = 0.95
+    # measured refinement of the kept plan (dreamshard.measured.refine): seconds of proposals measured
+    # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
+    refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    refine_rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # a proposal that passes its refine_rounds is measured again for this many fresh rounds and kept only when
+    # those pass too (0 = no second block): one noise pass in 20 (3 rounds, no real difference) becomes one in
+    # 400, which a long refinement's hundreds of proposals need (bench/refine_noise.py)
+    refine_confirm_rounds: Annotated[int, Field(ge=0, le=100)] = 3
+    # the fast path's refinement (`dreamshard replan`, the replan-on-inventory-change flow): off by default, the
+    # fast path publishes in well under a minute; the retrain path's plan stage refines for refine_seconds
+    replan_refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    # sharding types the search may give a whole table besides table-wise and column-wise (row_wise,
+    # table_row_wise, data_parallel): converted where the learned cost says it pays
+    types: tuple[str, ...] = ()
+
+    @field_validator("candidates")
+    @classmethod
+    def _candidates(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return SearchConfig(candidates=v).candidates  # names the unknown source
+
+    @field_validator("types")
+    @classmethod
+    def _types(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return SearchConfig(types=v).types  # names the unknown type
+
+    def search(self, seed: int = 0) -> SearchConfig:
+        return SearchConfig(risk=self.risk, samples=self.samples, candidates=self.candidates, types=self.types,
+                            seed=seed)
+
+
+class EvaluateConfig(Section):
+    """Section `evaluate`: the contenders measured against dreamshard and the interleaved rounds."""
+
+    # None: every contender, listed when the comparison runs (`contenders`): listing them loads the learned
+    # sharders' module, and with it torch, which reading the settings must not
+    sharders: tuple[str, ...] | None = None
+    rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    # With one plan to judge (`compare --plan`, the evaluate stage): stop measuring once an early look of the publish
+    # gate (publish.early_rounds) approves or rejects it; the gate reads the comparison with the same rule.
+    stop_early: bool = True
+
+    @field_validator("sharders")
+    @classmethod
+    def _known(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        known = sharder_names()
+        for name in v or ():
+            if name not in known:
+                raise ValueError(f"unknown sharder '{name}'; choose from {', '.join(known)}")
+        return v
+
+    def contenders(self) -> tuple[str, ...]:
+        """The sharders a comparison measures: `sharders`, or every contender when it is not set."""
+        return self.sharders if self.sharders is not None else contender_names()
+
+
+class PipelineSettings(Section):
+    """Section `pipeline`: where a workspace pushes its data and models (the DVC remote) and how profiling fans
+    out to workers. Nothing here changes a result, so no DVC stage lists it as a param."""
+
+    dvc_remote: Annotated[str, Field(min_length=1)] = "runs/dvc-remote"  # a directory, or s3://bucket/path
+    dvc_remote_endpoint: str | None = None  # S3 endpoint (SeaweedFS, MinIO); None: AWS / environment
+    items_per_batch: Annotated[int, Field(ge=1, le=100_000)] = 64  # planned measurements per profiling batch
+    batch_attempts: Annotated[int, Field(ge=1, le=20)] = 3  # runs of one batch before the profile stage fails
+    batch_timeout_s: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 6 * 3600.0  # all batches, waiting included
+    profile_deployment: Annotated[str, Field(pattern=r"^[^/]+/[^/]+$")] = "profile-batch/profile-batch"
+
+
+class DriftConfig(Section):
+    """Section `drift`: the monitor re-measures the current published plan and flags it when its overall cost
+    moved by more than `threshold` (a fraction) from the cost recorded at publishing."""
+
+    threshold: Annotated[float, Field(gt=0, le=10)] = 0.2
+    rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    history: Annotated[int, Field(ge=1, le=10_000)] = 200  # drift checks kept per inventory (the trend report)

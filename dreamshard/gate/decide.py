@@ -1,0 +1,127 @@
+"""The gate's doors into the library: a plan file taken by its authorities (`gate.trust`), verified and decided on a
+comparison (`gate_plan`, `gate_comparison_file`) or on the gate's own measurement (`measure_and_gate`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamshard.config.publish import PublishConfig, check_baselines, check_margin
+from dreamshard.errors import ConfigError, PlanError
+from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
+from dreamshard.gate.checks import verify_comparison, verify_plan
+from dreamshard.gate.decision import GateDecision
+from dreamshard.gate.rule import evaluate_gate
+from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
+from dreamshard.gate.trust import bound_to_inventory, trusted_plan
+from dreamshard.values import Inventory, Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling import Oracle
+
+
+def required_baselines(rules: PublishConfig, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """publish.baselines plus what the publisher added (`--sharders`): the set can grow, never shrink."""
+    try:
+        return check_baselines(tuple(dict.fromkeys((*rules.baselines, *extra))))
+    except ValueError as e:
+        raise ConfigError(f"--sharders: {e}") from None
+
+
+def _check_simulated(simulated: bool, rules: PublishConfig, source: str) -> None:
+    if simulated and not rules.allow_simulated:
+        raise ConfigError(f"{source} is simulated (backend simulator): a plan whose only basis is the simulator "
+                          f"becomes current only when asked (plans publish --allow-simulated, publish.allow_simulated)")
+
+
+def gate_plan(
+    plan: Plan,
+    inventory: Inventory,
+    comparison: Comparison,
+    rules: PublishConfig,
+    *,
+    extra_baselines: Sequence[str] = (),
+    seed: int = 0,
+    backend: str | None = None,
+    source: str = "comparison",
+) -> tuple[Plan, GateDecision]:
+    """Verify `plan` against `inventory` and `comparison`, then decide on the comparison's per-round samples.
+
+    Returns the plan to store (carrying the comparison's measured costs and backend, not the file's) and the
+    decision. Raises PlanError / ConfigError (nothing to store: the input is wrong) when verification fails; a
+    verified plan that is too slow is a rejection, one inside the noise is inconclusive (approved=False both).
+    The decision is the sequential rule's (`gate.sequential`): fewer than publish.min_rounds rounds are enough
+    only when its early look decides on them.
+    """
+    margin = check_margin(rules.min_improvement)
+    required = required_baselines(rules, extra_baselines)
+    plan = trusted_plan(plan)
+    verify_plan(plan, inventory)
+    plan = bound_to_inventory(plan, inventory)
+    early = early_looks(rules)
+    v = verify_comparison(plan, inventory, comparison, required=required, seed=seed,
+                          min_rounds=early[0].rounds if early else rules.min_rounds, full_rounds=rules.min_rounds,
+                          backend=backend, source=source)
+    if comparison.rounds < rules.min_rounds and not decides_early(
+            rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}):
+        raise PlanError(f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
+                        f"decide nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
+                        f"tell a faster plan from noise: compare with --rounds {rules.min_rounds}")
+    b = comparison.backend
+    _check_simulated(b.is_simulated, rules, source)
+    judged = plan.model_copy(update={"measured": v.entry.plan.measured, "measured_by": b})
+    evidence = (f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
+                + (" (SIMULATED)" if b.is_simulated else "") + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}")
+    decision = evaluate_gate(judged, {n: r.samples_ms for n, r in v.baselines.items()}, margin,
+                             plan_samples=v.entry.samples_ms, confidence=rules.confidence,
+                             infeasible=tuple(v.infeasible), looks=looks(rules, comparison.rounds))
+    extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
+    decision = GateDecision.model_validate({**decision.model_dump(), "inventory_fingerprint": inventory.fingerprint(),
+                                            "evidence": evidence, "reason": decision.reason + extra})
+    return judged, decision
+
+
+def gate_comparison_file(
+    plan: Plan, inventory: Inventory, comparison_file: str | Path, rules: PublishConfig, **kw: Any
+) -> tuple[Plan, GateDecision, Comparison]:
+    """`gate_plan` with the comparison read from a file (`compare --out`, the evaluate stage's
+    data/comparison.json); the file's path and sha256 go into the decision's evidence. Also returns the comparison
+    as read and verified (the fallback takes its best baseline from it, never from a second read of the file)."""
+    path = Path(comparison_file)
+    comparison = load_comparison(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    judged, decision = gate_plan(plan, inventory, comparison, rules,
+                                 source=f"comparison {path} (sha256 {digest[:16]})", **kw)
+    return judged, decision, comparison
+
+
+def measure_and_gate(
+    plan: Plan,
+    inventory: Inventory,
+    oracle: Oracle,
+    rules: PublishConfig,
+    *,
+    extra_baselines: Sequence[str] = (),
+    rounds: int = 5,
+    seed: int = 0,
+    sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[Plan, GateDecision, Comparison]:
+    """The gate measures for itself: `plan` and every required baseline's plan, interleaved on `oracle`'s
+    backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides), then
+    `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user; the plan's sharder
+    label removes no baseline."""
+    check_margin(rules.min_improvement)
+    names = required_baselines(rules, extra_baselines)
+    plan = trusted_plan(plan)
+    verify_plan(plan, inventory)  # before any measuring
+    plan = bound_to_inventory(plan, inventory)
+    _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
+    options = {**(sharder_options or {}), "random": {"seed": seed}}
+    cmp = compare_sharders(inventory, plan.topology, list(names), oracle, rounds=max(rounds, rules.min_rounds),
+                           sharder_options=options, seed=seed, extra_plans=(plan,), with_lower_bound=False,
+                           stop=stop_rule(rules, plan.plan_id))
+    judged, decision = gate_plan(plan, inventory, cmp, rules, extra_baselines=extra_baselines, seed=seed,
+                                 source="measured by the gate")
+    return judged, decision, cmp

@@ -1,0 +1,69 @@
+"""What the gate decides for one plan (`GateDecision`), and the outcomes it can reach."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dreamshard.values import CostBasis, renamed_fields, utcnow
+
+#: Kept for callers that import the name from here.
+Basis = CostBasis
+#: What the gate can decide: approved (becomes current), rejected (clearly not good enough) or inconclusive (the
+#: measurements cannot tell it from the best baseline: the current plan stays). The last two are stored under
+#: rejected/ with this field saying which. `fallback` is the decision on a *baseline's* plan: the plan the gate
+#: judged was rejected and the current plan cannot serve the new version (another table schema or topology), so
+#: the best baseline, measured in the same interleaved rounds, becomes current instead (`gate.fallback`).
+Outcome = Literal["approved", "rejected", "inconclusive", "fallback"]
+#: The outcomes that make a plan current.
+CURRENT_OUTCOMES: tuple[str, ...] = ("approved", "fallback")
+
+
+class GateDecision(BaseModel):
+    """The outcome of the gate for one plan, with the figures and the statistics behind it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    approved: bool
+    reason: str
+    outcome: Outcome = "rejected"  # filled in from `approved` for records written before it
+    plan_id: str = ""
+    plan_cost_ms: float | None = None
+    best_baseline: str | None = None  # the fastest baseline (lowest median)
+    best_baseline_ms: float | None = None
+    improvement: float | None = None  # (best - plan) / best on the medians; positive = plan is faster
+    min_improvement: float = 0.0
+    basis: Basis | None = None
+    inventory_fingerprint: str = ""  # the inventory the plan was verified against
+    evidence: str = ""  # where the costs come from (comparison file + sha256, or the gate's own measurement)
+    baselines: tuple[str, ...] = ()  # every baseline the plan was measured against (each verified)
+    infeasible: tuple[str, ...] = ()  # required baselines that cannot place the inventory (recomputed by the gate)
+    rounds: int | None = None  # paired rounds behind the bound
+    confidence: float | None = None
+    ratio: float | None = None  # plan / best baseline: geometric mean of the per-round ratios
+    ratio_low: float | None = None  # confidence bounds of that ratio (the decisive baseline's, see `decided_by`)
+    ratio_high: float | None = None
+    decided_by: str | None = None  # the baseline whose bound decided (the hardest one to beat)
+    stopped_early: bool = False  # decided at one of the sequential rule's early looks (publish.early_rounds)
+    checked_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:  # records written before the rename say best_heuristic
+        data = renamed_fields(data, {"best_heuristic": "best_baseline", "best_heuristic_ms": "best_baseline_ms"})
+        if isinstance(data, dict) and "outcome" not in data and isinstance(data.get("approved"), bool):
+            data = {**data, "outcome": "approved" if data["approved"] else "rejected"}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GateDecision:
+        if self.approved != (self.outcome in CURRENT_OUTCOMES):
+            raise ValueError(f"decision says approved={self.approved} but outcome '{self.outcome}'")
+        return self
+
+    def overruled(self, reason: str) -> GateDecision:
+        """The same decision turned into a rejection (a reviewer said no, or nobody answered)."""
+        return GateDecision.model_validate({**self.model_dump(), "approved": False, "outcome": "rejected",
+                                            "reason": reason})

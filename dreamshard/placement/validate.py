@@ -1,0 +1,161 @@
+"""Memory accounting and THE placement validator (docs/architecture.md, "where each rule lives").
+
+`check_placement` is the one check that a placement is legal for an inventory on a topology: every table
+placed exactly once in one sharding type (whole, column shards that tile it, TorchRec's row blocks on every device or
+one host's, or a replica on every device: dreamshard.placement.expand), no unknown table, every
+device in range, every device within its memory. The sharders, the oracle, evaluation and the publish gate
+all call it; memory is always recomputed from the inventory, never read from a plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dreamshard.errors import InfeasiblePlacementError, PlanError
+from dreamshard.placement.device_memory import device_memory, unit_memory
+from dreamshard.placement.expand import expand
+from dreamshard.values import GB, ColumnShard, Inventory, Plan, RowShard, Table, Topology
+
+#: Tolerance when comparing a plan's stated memory with the recomputed figure (GB; JSON round-trips floats).
+MEMORY_TOLERANCE_GB = 1e-9
+
+
+def footprint(unit: Table, topology: Topology) -> int:
+    """Bytes one unit needs on its device under the topology's memory model and optimizer (dreamshard.placement.device_memory;
+    the unit counted as placed whole: what sharders and search check a device's room with). The defaults (sgd,
+    weights) give `Table.size_bytes`."""
+    return unit_memory(unit, topology).total
+
+
+def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_devices: int,
+                        topology: Topology | None = None) -> list[int]:
+    """Bytes on each device: `placement` is over units of `inventory` (whole tables, or the units of an expanded
+    inventory). With `topology`: weights, optimizer state and io as its memory model counts them
+    (dreamshard.placement.device_memory.device_memory); without: table weights only."""
+    if topology is not None:
+        return [b.total for b in device_memory(inventory, placement, topology)]
+    tables = inventory.by_name()
+    used = [0] * num_devices
+    for name, d in placement.items():
+        used[d] += tables[name].size_bytes
+    return used
+
+
+def device_memory_gb(inventory: Inventory, placement: Mapping[str, int], num_devices: int,
+                     topology: Topology | None = None) -> list[float]:
+    return [b / GB for b in device_memory_bytes(inventory, placement, num_devices, topology)]
+
+
+def check_placement(
+    inventory: Inventory,
+    placement: Mapping[str, int],
+    topology: Topology,
+    column_shards: Mapping[str, Sequence[ColumnShard]] | None = None,
+    *,
+    partial: bool = False,
+    row_shards: Mapping[str, Sequence[RowShard]] | None = None,
+    data_parallel: Sequence[str] = (),
+) -> list[int]:
+    """Raise a one-line PlanError unless the placement is legal; return the bytes on each device.
+
+    Legal: every table of `inventory` is placed exactly once, whole in `placement` or split into
+    `column_shards` that tile its columns (`partial=True` allows tables to be left out: single-table
+    measurements and tasks over a subset); no table outside the inventory; devices in [0, num_devices);
+    no device over `topology.memory_per_device_gb`.
+    """
+    shards = column_shards or {}
+    rows = row_shards or {}
+    seen: dict[str, str] = {}
+    for label, group in (("placed whole", placement), ("split into column shards", shards),
+                         ("split into row shards", rows), ("data-parallel", data_parallel)):
+        for t in group:
+            if t in seen:
+                raise PlanError(f"table '{t}' is both {seen[t]} and {label}; keep one")
+            seen[t] = label
+    names = set(inventory.table_names)
+    unknown = [n for n in seen if n not in names]
+    if unknown:
+        raise PlanError(f"plan places table '{unknown[0]}', which is not in inventory '{inventory.name}'")
+    if not partial:
+        missing = [n for n in inventory.table_names if n not in seen]
+        if missing:
+            raise PlanError(
+                f"table '{missing[0]}' has no device in the plan ({len(missing)} unplaced); re-plan the inventory"
+            )
+    n = topology.num_devices
+    for name, d in placement.items():
+        if isinstance(d, bool) or not 0 <= d < n:
+            raise PlanError(f"table '{name}' placed on device {d}; topology has {n} devices")
+    for name, table_shards in shards.items():
+        if not table_shards:
+            raise PlanError(f"table '{name}' has an empty list of column shards")
+        for sh in table_shards:
+            if not 0 <= sh.device < n:
+                raise PlanError(
+                    f"column shard {sh.start}:{sh.end} of table '{name}' placed on device {sh.device}; "
+                    f"topology has {n} devices"
+                )
+    for name, table_rows in rows.items():
+        if not table_rows:
+            raise PlanError(f"table '{name}' has an empty list of row shards")
+        for rs in table_rows:
+            if not 0 <= rs.device < n:
+                raise PlanError(f"row shard {rs.start}:{rs.end} of table '{name}' placed on device {rs.device}; "
+                                f"topology has {n} devices")
+    # checks that shards tile their table (row shards: TorchRec's blocks on every device or one host's)
+    units, unit_placement = expand(inventory, placement, shards, rows, data_parallel, topology)
+    used = device_memory_bytes(units, unit_placement, n, topology)
+    cap = topology.usable_memory_bytes
+    for d, u in enumerate(used):
+        if u > cap:
+            reserve = f" less its {topology.memory_reserve:.0%} reserve" if topology.memory_reserve else ""
+            raise PlanError(
+                f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb:g} GB memory "
+                f"limit{reserve}; add devices, raise --memory-gb or re-plan"
+            )
+    return used
+
+
+def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
+    """`check_placement` for a plan (every sharding type), plus its stated memory figures checked
+    against the recomputed ones. Returns the recomputed GB per device."""
+    used = check_placement(inventory, plan.placement, plan.topology, plan.column_shards,
+                           row_shards=plan.row_shards, data_parallel=plan.data_parallel)
+    gb = [u / GB for u in used]
+    for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb)):
+        if abs(stated - real) > MEMORY_TOLERANCE_GB * max(1.0, real):
+            raise PlanError(
+                f"plan {plan.plan_id} states {stated:.6g} GB on device {d}, but its tables need {real:.6g} GB; "
+                f"the plan was edited or made for other tables: re-plan"
+            )
+    return gb
+
+
+def check_each_table_fits(inventory: Inventory, topology: Topology) -> None:
+    """Fail early with the first table that is larger than a whole device."""
+    cap = topology.usable_memory_bytes
+    for t in inventory.tables:
+        if (need := footprint(t, topology)) > cap:
+            reserve = f"; {topology.memory_reserve:.0%} of each device is reserved (--memory-reserve)" \
+                if topology.memory_reserve else ""
+            raise InfeasiblePlacementError(t.name, need / GB, cap / GB, "larger than one device" + reserve)
+
+
+class MemoryTracker:
+    """Free memory per device while tables are placed one by one."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.capacity = topology.usable_memory_bytes
+        self.used = [0] * topology.num_devices
+
+    def fits(self, device: int, nbytes: int) -> bool:
+        return self.used[device] + nbytes <= self.capacity
+
+    def legal_devices(self, nbytes: int) -> list[int]:
+        return [d for d in range(len(self.used)) if self.fits(d, nbytes)]
+
+    def add(self, device: int, nbytes: int) -> None:
+        self.used[device] += nbytes
+
+    def largest_free_gb(self) -> float:
+        return (self.capacity - min(self.used)) / GB

@@ -1,0 +1,173 @@
+"""Search on the learned cost at plan time ("pre-train, then search").
+
+Candidates come from every source we have -- the RL policy (greedy argmax and sampled rollouts), LPT on the
+cost net's predicted single-table costs, every heuristic and TorchRec's planner -- and are scored by the
+pessimistic planning cost (dreamshard.learning.planning_cost: ensemble mean + risk x spread, measured comm).
+The best few are then improved by local search that moves / swaps tables off the predicted bottleneck device
+(dreamshard.search.local). `seeds` adds placements the caller has: the current plan adapted to a new inventory
+version (`insertion.adapted_placement`) is one, so a re-plan also considers keeping most tables where they are; local
+search always starts from every seed too (besides the best few), and from one it moves few tables. The result is never predicted worse than any candidate: local search only
+accepts improvements, and the final pick is the minimum over everything scored.
+
+No hardware is used; `dreamshard.measured.candidates` measures the best candidates when asked to.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dreamshard.config.learning import SearchConfig
+from dreamshard.errors import InfeasiblePlacementError, PlanError
+from dreamshard.learning.estimator import device_states
+from dreamshard.learning.mdp import single_table_costs
+from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.learning.policy import Policy, plan_with_policy
+from dreamshard.learning.threads import single_threaded
+from dreamshard.placement.validate import footprint
+from dreamshard.search.local import refine_placement
+from dreamshard.sharders import get_sharder, options_for
+from dreamshard.sharders.heuristics import GreedySharder
+from dreamshard.values import Inventory, Topology
+
+#: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed)
+POLICY, LPT, CURRENT = "policy", "lpt", "current"
+#: what local search appends to the source of a candidate it improved
+SEARCHED = "+search"
+
+
+def origin(source: str) -> str:
+    """The source a candidate came from: `current+search` came from `current`."""
+    return source.removesuffix(SEARCHED)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str  # where the placement came from ("policy", "lpt", a sharder name; "+search" when refined)
+    placement: dict[str, int]
+    predicted_ms: float  # pessimistic predicted overall cost (the search objective)
+    units: Inventory | None = None  # the units `placement` places when they differ from the search's (typed)
+
+
+@dataclass
+class SearchResult:
+    best: Candidate
+    candidates: list[Candidate]  # every scored candidate, best first (refined ones included)
+    failed: dict[str, str] = field(default_factory=dict)  # source -> why it produced no candidate
+    wall_s: float = 0.0
+
+
+class _Scorer:
+    """Scores placements of one inventory under one PlanningCost (tables encoded once)."""
+
+    def __init__(self, inventory: Inventory, cost: PlanningCost) -> None:
+        self.tables = list(inventory.tables)
+        self.cost = cost
+        with torch.no_grad():
+            self.states = cost.encode(self.tables)
+        self.sizes = [footprint(t, cost.topology) for t in self.tables]
+
+    def actions(self, placement: dict[str, int]) -> list[int]:
+        return [int(placement[t.name]) for t in self.tables]
+
+    def score(self, actions: Sequence[int]) -> float:
+        with torch.no_grad():
+            return float(self.cost.overall(device_states(self.states, list(actions), self.cost.topology.num_devices)))
+
+    def placement(self, actions: Sequence[int]) -> dict[str, int]:
+        return {t.name: int(a) for t, a in zip(self.tables, actions, strict=True)}
+
+
+def lpt_placement(inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
+    """Memory-aware longest-first greedy on the cost net's predicted single-table costs."""
+    single = single_table_costs(cost, cost.encode(list(inventory.tables)))
+    predicted = {t.name: float(c) for t, c in zip(inventory.tables, single, strict=True)}
+    return GreedySharder(LPT, lambda t: predicted[t.name]).place(inventory, topology)
+
+
+@single_threaded
+def search(
+    inventory: Inventory,
+    topology: Topology,
+    cost: PlanningCost,
+    policy: Policy | None,
+    config: SearchConfig,
+    seeds: Mapping[str, Mapping[str, int]] | None = None,
+) -> SearchResult:
+    """The best placement found under `cost` (see the module docstring), among the sources' candidates and
+    `seeds` ({source: placement of every unit}, legal placements the caller vouches for). Raises
+    InfeasiblePlacementError only when no source could place the inventory."""
+    t0 = time.perf_counter()
+    seeds = seeds or {}
+    scorer = _Scorer(inventory, cost)
+    found: list[Candidate] = []
+    failed: dict[str, str] = {}
+
+    def add(source: str, placement: dict[str, int]) -> None:
+        found.append(Candidate(source, placement, scorer.score(scorer.actions(placement))))
+
+    last_error: InfeasiblePlacementError | None = None
+    for source in config.candidates:
+        try:
+            if source == POLICY:
+                if policy is None:
+                    failed[source] = "the model has no policy"
+                    continue
+                samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
+                ep = plan_with_policy(policy, cost, inventory.tables, topology, samples=samples, seed=config.seed)
+                add(source, ep.placement)
+            elif source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
+                failed[source] = (f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
+                                  f"{config.torchrec_max_tables} (planning-time budget)")
+            elif source == LPT:
+                add(source, lpt_placement(inventory, topology, cost))
+            else:
+                # The units are already split (learning/splits.py): TorchRec places them whole. The options are
+                # shared by every candidate sharder; each takes its own (random the seed, torchrec column_wise).
+                # TorchRec's candidate is its planner restricted to table-wise (a search candidate places whole
+                # units; the unrestricted `torchrec` would also replicate or row-shard tables).
+                shared = {"seed": config.seed, "column_wise": "never"}
+                name = "torchrec_tw_cw" if source == "torchrec" else source
+                add(source, get_sharder(name, **options_for(name, shared)).place(inventory, topology))
+        except InfeasiblePlacementError as e:
+            failed[source] = str(e)
+            if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner
+                last_error = e
+        except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
+            failed[source] = str(e)
+    for source, placement in seeds.items():
+        add(source, dict(placement))
+    if not found:
+        if last_error is not None:
+            raise last_error
+        raise InfeasiblePlacementError(inventory.tables[0].name, inventory.tables[0].size_gb,
+                                       topology.memory_per_device_gb, "no candidate source placed the inventory")
+
+    found.sort(key=lambda c: c.predicted_ms)
+    refined: list[Candidate] = []
+    if config.refine_rounds > 0:
+        seen: set[tuple[int, ...]] = set()
+        seeded = [c for c in found[config.refine_top:] if c.source in seeds]  # always searched from
+        for cand in [*found[: config.refine_top], *seeded]:
+            start = scorer.actions(cand.placement)
+            if tuple(start) in seen:
+                continue
+            seen.add(tuple(start))
+            new = refine_placement(cost, scorer.states, scorer.sizes, start, topology,
+                                   max_rounds=config.refine_rounds, min_gain=0.0)
+            if new != start:
+                refined.append(Candidate(f"{cand.source}{SEARCHED}", scorer.placement(new), scorer.score(new)))
+    everything: list[Candidate] = []
+    seen_placements: set[tuple[int, ...]] = set()
+    # One entry per distinct placement; a seed's name wins a tie (the same placement as another source's is still
+    # the current plan: verify keeps it by default and it moves nothing).
+    for c in sorted(found + refined, key=lambda c: (c.predicted_ms, origin(c.source) not in seeds)):
+        key = tuple(scorer.actions(c.placement))
+        if key not in seen_placements:
+            seen_placements.add(key)
+            everything.append(c)
+    return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
+

@@ -1,0 +1,260 @@
+"""The learned sharders behind the common Sharder interface (registered through the `dreamshard.sharders`
+entry-point group, see pyproject.toml):
+
+- `dreamshard`: search on the learned cost (dreamshard.search.candidates): candidates from the policy, LPT on
+  predicted costs, every heuristic and TorchRec, scored by the pessimistic planning cost and refined by local
+  search; the best predicted plan wins. This is the default.
+- `dreamshard_lpt`: LPT on the cost net's predicted single-table costs (no hardware, no policy).
+- `dreamshard_rl`: the RL policy alone (greedy argmax, or the best of `samples` sampled rollouts).
+
+All three load the model given as `model_dir` (None: the model shipped in the package), record the model
+version and the cost net's *mean* predicted costs in the plan, and list in `Plan.out_of_range` every input
+outside the ranges the model was trained on. With `column_splits="auto"` (the default) a table that fits on no
+device is split into column shards, and a dominant table may be split when that lowers the predicted cost
+(dreamshard.search.splits); the shards are planned as tables. `column_splits="never"` plans table-wise only.
+
+`shard()` returns the Plan; `shard_with_report()` returns a `ShardReport`: the plan, the card of the model that
+planned it, the search's scored candidates (`dreamshard` only) and the warnings to show. Nothing about a call is
+kept on the sharder.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
+from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
+from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
+from dreamshard.learning.planning_cost import PlanningCost, comm_for
+from dreamshard.learning.policy import plan_with_policy
+from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
+from dreamshard.placement.expand import fold_units, split_inventory
+from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, lpt_placement, origin, search
+from dreamshard.search.insertion import adapted_placement
+from dreamshard.search.sharding_types import choose_types
+from dreamshard.search.splits import choose_splits
+from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.values import Inventory, Plan, Topology
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    """What one `shard_with_report` call did, beside its plan."""
+
+    plan: Plan
+    card: ModelCard  # the model that planned: version, training backend, training ranges
+    search: SearchResult | None = None  # `dreamshard`: every scored candidate, best first, and the failed sources
+
+    @property
+    def learned_from_simulation(self) -> bool:
+        """The model learned from a simulated backend: its predicted costs say nothing of hardware."""
+        return self.card.learned_from_simulation
+
+    @property
+    def out_of_range(self) -> tuple[str, ...]:
+        """Inputs outside the model's training ranges (also recorded in `plan.out_of_range`)."""
+        return tuple(self.plan.out_of_range)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per thing the user should know: each out-of-range input, and simulated predictions."""
+        lines = [f"outside the model's training ranges: {item}" for item in self.out_of_range]
+        if self.learned_from_simulation:
+            lines.append(f"predicted costs are SIMULATED: model {self.card.version} learned from the "
+                         f"{self.card.backend} backend")
+        return tuple(lines)
+
+
+class ModelSharder(Sharder):
+    """Common part of the learned sharders: the model, the planning cost for a topology, the plan."""
+
+    family = "learned"
+    options = frozenset({"model_dir", "samples", "seed", "risk", "search", "column_splits"})
+
+    def __init__(self, model_dir: Path | None = None, samples: int | None = None, seed: int = 0,
+                 risk: float | None = None, search: SearchConfig | None = None, column_splits: str = "auto") -> None:
+        if column_splits not in ("auto", "never"):
+            raise ConfigError(f"column_splits must be 'auto' or 'never', got '{column_splits}'")
+        self.column_splits = column_splits
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        cfg = search or SearchConfig()
+        update: dict[str, Any] = {"seed": seed}
+        if samples is not None:
+            update["samples"] = int(samples)
+        if risk is not None:
+            update["risk"] = float(risk)
+        self.config = SearchConfig.model_validate({**cfg.model_dump(), **update})
+        self._model: LoadedModel | None = None
+
+    @property
+    def model(self) -> LoadedModel:
+        """The model, loaded on first use (a cache: the same files give the same model)."""
+        if self._model is None:
+            self._model = load_model(self.model_dir, require_policy=False)
+        return self._model
+
+    def planning_cost(self, topology: Topology) -> PlanningCost:
+        comm = comm_for(topology, self.model.card.comm_models)
+        return PlanningCost(self.model.cost_net, topology, comm, self.config.risk)
+
+    def out_of_range(self, inventory: Inventory, topology: Topology) -> list[str]:
+        """Inputs outside the card's training ranges: table features, devices, batch size, device type."""
+        return self.model.card.out_of_range(list(inventory.tables), topology)
+
+    def units(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Inventory:
+        """What gets placed: the inventory's tables, split into column shards where that is needed or pays."""
+        if self.column_splits == "never":
+            return inventory
+        return split_inventory(inventory, choose_splits(inventory, topology, cost))
+
+    def plan_from(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
+                  cost: PlanningCost) -> Plan:
+        """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
+        plan = make_plan(inventory, topology, sharder=self.name, **fold_units(inventory, unit_placement).plan_fields(),
+                         predicted=cost.predict(list(units.tables), unit_placement),
+                         model_version=self.model.card.version)
+        return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        return self.shard_with_report(inventory, topology).plan
+
+    def shard_with_report(self, inventory: Inventory, topology: Topology) -> ShardReport:
+        """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
+        cost = self.planning_cost(topology)
+        with self._named_infeasible():
+            units = self.units(inventory, topology, cost)
+            placement, searched = self._place(units, topology, cost)
+        typed = (choose_types(inventory, units, placement, topology, cost, self.config.types) if searched is not None
+                 else None)
+        if typed is not None and searched is not None:  # tables converted to other sharding types
+            best = Candidate(source=f"{searched.best.source}+types ({'; '.join(typed.changes)})",
+                             placement=typed.placement, predicted_ms=typed.predicted_ms, units=typed.units)
+            searched.candidates.insert(0, best)
+            searched.best = best
+            units, placement = typed.units, typed.placement
+        plan = self._finish(inventory, units, topology, placement, searched, cost)
+        return ShardReport(plan=plan, card=self.model.card, search=searched)
+
+    @contextlib.contextmanager
+    def _named_infeasible(self) -> Iterator[None]:
+        """An InfeasiblePlacementError names this sharder, the one the user asked for, never the candidate or
+        inner heuristic that failed last (`sharder round_robin`, `sharder lpt`); other hints are kept."""
+        try:
+            yield
+        except InfeasiblePlacementError as e:
+            inner = e.hint.startswith(("sharder ", "torchrec planner")) or not e.hint
+            hint = f"sharder {self.name}" + ("" if inner else f": {e.hint}")
+            raise InfeasiblePlacementError(e.table, e.table_gb, e.largest_free_gb, hint) from None
+
+    def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
+                searched: SearchResult | None, cost: PlanningCost) -> Plan:
+        """The plan of the placement `_place` chose (a subclass may check it further)."""
+        return self.plan_from(inventory, units, topology, unit_placement, cost)
+
+    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
+        """Table-wise placement: every table whole, no column splits (shard() may split)."""
+        with self._named_infeasible():
+            placement, _ = self._place(inventory, topology, self.planning_cost(topology))
+        return placement
+
+    @abc.abstractmethod
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        """The placement under `cost` (the planning cost for `topology`), and the search that found it if any."""
+
+
+class DreamShardSharder(ModelSharder):
+    """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
+
+    With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
+    `verify_rounds` rounds), beside the `verify_anchors` best predicted of the baselines' or LPT's own plans when
+    none of the K is one (`verify.anchor_candidates`); the best predicted is kept unless another was faster in
+    every round (`verify.kept_index`), with its measured costs and the record. With an `incumbent`, the best
+    predicted of its candidates (`current`, `current+search`) is measured too and takes the best predicted's
+    place as the default: a re-plan moves the job's tables only when the hardware confirms the gain, in a duel of
+    `verify.rounds_to_replace(challengers, verify_confidence)` straight paired wins.
+    """
+
+    name = "dreamshard"
+    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "verify_confidence", "oracle",
+                                      "incumbent"}
+
+    def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
+                 verify_anchors: int = VERIFY_ANCHORS, incumbent: Plan | None = None,
+                 verify_confidence: float = 0.95, **kw: Any) -> None:
+        super().__init__(**kw)
+        if not 0.5 <= verify_confidence < 1.0:
+            raise ConfigError(f"verify_confidence must be in [0.5, 1), got {verify_confidence}")
+        self.verify_confidence = float(verify_confidence)
+        self.incumbent = incumbent  # the plan now current: adapted to the inventory, it is the `current` candidate
+        if verify < 0:
+            raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
+        if verify_anchors < 0:
+            raise ConfigError(f"--verify-anchors must be >= 0 candidates, got {verify_anchors}")
+        self.verify = int(verify)
+        self.verify_rounds = verify_rounds
+        self.verify_anchors = int(verify_anchors)
+        self.oracle = oracle
+
+    def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
+                searched: SearchResult | None, cost: PlanningCost) -> Plan:
+        if self.verify <= 0 or self.oracle is None or searched is None:
+            return super()._finish(inventory, units, topology, unit_placement, searched, cost)
+        top = [*searched.candidates[: self.verify],
+               *anchor_candidates(searched.candidates, self.verify, self.verify_anchors)]
+        # the current plan's candidate is the default when there is one: kept unless another is faster in every
+        # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
+        # (and a challenger replaces it only after a duel long enough that chance could not explain its wins)
+        mine = next((c for c in searched.candidates if origin(c.source) == CURRENT), None)
+        if mine is not None:
+            top = [mine, *(c for c in top if c is not mine)]
+        plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
+        kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
+                                    rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed,
+                                    hold=self.verify_confidence if mine is not None else None)
+        return kept
+
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        seeds: dict[str, dict[str, int]] = {}
+        why = ""
+        if self.incumbent is not None:
+            if self.incumbent.topology.num_devices != topology.num_devices:
+                why = (f"plan {self.incumbent.plan_id} has {self.incumbent.topology.num_devices} devices, this "
+                       f"topology {topology.num_devices}")
+            elif (adapted := adapted_placement(self.incumbent.units(), inventory, topology, cost)) is None:
+                why = f"plan {self.incumbent.plan_id} shares no unit with this inventory, or a unit finds no room"
+            else:
+                seeds[CURRENT] = adapted
+        result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds)
+        if why:
+            result.failed[CURRENT] = why
+        return result.best.placement, result
+
+
+class PolicySharder(ModelSharder):
+    """The RL policy alone: greedy argmax, or the best predicted of it and `samples` sampled rollouts."""
+
+    name = "dreamshard_rl"
+
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        if self.model.policy is None:
+            raise ModelError(f"model {self.model.card.version} has no policy: train one with `dreamshard train`")
+        return plan_with_policy(self.model.policy, cost, inventory.tables, topology,
+                                samples=self.config.samples, seed=self.config.seed).placement, None
+
+
+class LearnedGreedySharder(ModelSharder):
+    """`dreamshard_lpt`: memory-aware longest-first greedy on the cost net's predicted single-table costs."""
+
+    name = "dreamshard_lpt"
+
+    def _place(self, inventory: Inventory, topology: Topology,
+               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+        return lpt_placement(inventory, topology, cost), None

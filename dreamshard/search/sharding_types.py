@@ -1,0 +1,162 @@
+"""Choosing each table's sharding type on the learned cost (docs/architecture.md, "Sharding types").
+
+Enumerate, then search (NeuroShard's lesson): the search places whole tables and column shards; then, for the
+types the plan may use (`SearchConfig.types`: row_wise, table_row_wise, data_parallel), each table the search placed
+whole or column-wise gets its candidate shardings and the planning cost decides, greedily:
+
+* row-wise: the tables with the largest predicted single-table cost (a table that alone loads a device is the
+  one row blocks help: every device takes its share of the lookups, the partial sums are reduce-scattered);
+* table-row-wise (topologies with hosts): the same tables, over the devices of the least-loaded host;
+* data-parallel: the small tables (weights up to DP_MAX_BYTES) with the largest predicted cost (a replica trades
+  the all-to-all of its outputs for an all-reduce of its gradient).
+
+A conversion replaces the table's units (the whole table, or all its column shards) by its fixed units (row blocks,
+replicas), the other units are re-balanced
+around them by the bounded local search (`refine.refine_placement` with the fixed units unmovable); each round takes
+the best conversion, MAX_CHANGES rounds, and the best point of that path is kept when it lowers the predicted
+maximum by MIN_GAIN (so a conversion that pays only together with the next one is found). The cost
+model learned whole tables and column shards at many batch sizes: a row shard is costed as a table of its rows and
+lookups, a replica as the table at its share of the batch (dreamshard.learning.features); `--verify` measures the
+typed candidate beside the others and keeps what the hardware says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from dreamshard.learning.estimator import device_states
+from dreamshard.learning.mdp import single_table_costs
+from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.placement.expand import replica_table, row_shard_table
+from dreamshard.placement.validate import footprint
+from dreamshard.search.local import refine_placement
+from dreamshard.values import Inventory, Table, Topology
+from dreamshard.values.units import movable, parse_unit, row_blocks
+
+#: Sharding types the search can add to table-wise and column-wise.
+CHOOSABLE_TYPES = ("row_wise", "table_row_wise", "data_parallel")
+ROW_CANDIDATES = 3  # tables tried row-wise (largest predicted single-table cost first)
+DP_CANDIDATES = 3  # small tables tried data-parallel
+DP_MAX_BYTES = 4 << 20  # a replica's weights (its gradient is all-reduced every step)
+MIN_GAIN = 0.02  # a conversion must lower the predicted maximum by this fraction
+MAX_CHANGES = 4
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A placement whose units include row shards or replicas."""
+
+    units: Inventory
+    placement: dict[str, int]
+    predicted_ms: float
+    changes: tuple[str, ...]  # "t: row_wise", ...
+
+
+def check_types(types: Sequence[str]) -> tuple[str, ...]:
+    unknown = [t for t in types if t not in CHOOSABLE_TYPES]
+    if unknown:
+        raise ValueError(f"unknown sharding type '{unknown[0]}' for the search; choose from {', '.join(CHOOSABLE_TYPES)}")
+    return tuple(dict.fromkeys(types))
+
+
+def _score(cost: PlanningCost, units: Inventory, placement: dict[str, int]) -> float:
+    """The search objective: the pessimistic predicted maximum."""
+    with torch.no_grad():
+        return float(cost.overall(cost.placement_states(list(units.tables), placement)))
+
+
+def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: str,
+             devices: list[int]) -> tuple[Inventory, dict[str, int]]:
+    """`units` with `table`'s units (whole or column shards) replaced by its row blocks on `devices` or its replicas
+    on every device."""
+    if kind == "data_parallel":
+        new = [replica_table(table, d) for d in devices]
+    else:
+        new = [row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, len(devices))]
+    old = {u.name for u in units.tables if parse_unit(u.name).table == table.name}
+    out = [u for u in units.tables if u.name not in old]
+    place = {k: v for k, v in placement.items() if k not in old}
+    place.update({u.name: d for u, d in zip(new, devices)})
+    return Inventory(name=units.name, tables=(*out, *new)), place
+
+
+def _options(inventory: Inventory, units: Inventory, placement: dict[str, int], topology: Topology,
+             cost: PlanningCost, types: Sequence[str]) -> list[tuple[str, Table, str, list[int]]]:
+    kinds: dict[str, set[str]] = {}
+    for u in units.tables:
+        ref = parse_unit(u.name)
+        kinds.setdefault(ref.table, set()).add(ref.kind)
+    whole = [t for t in inventory.tables if kinds.get(t.name, {"row"}) <= {"table", "column"}]
+    if not whole:
+        return []
+    with torch.no_grad():
+        single = dict(zip((t.name for t in whole), single_table_costs(cost, cost.encode(whole)).tolist()))
+    n, local = topology.num_devices, topology.local_world_size
+    out: list[tuple[str, Table, str, list[int]]] = []
+    big = sorted((t for t in whole if t.num_embeddings >= n), key=lambda t: (-single[t.name], t.name))
+    if "row_wise" in types:
+        out += [(f"{t.name}: row_wise", t, "row_wise", list(range(n))) for t in big[:ROW_CANDIDATES]]
+    if "table_row_wise" in types and topology.hosts > 1:
+        load = [0.0] * topology.hosts
+        for name, d in placement.items():
+            load[topology.host_of(d)] += single.get(name, 0.0)  # column shards and fixed units: not counted
+        h = min(range(topology.hosts), key=lambda i: (load[i], i))
+        devs = list(range(h * local, (h + 1) * local))
+        out += [(f"{t.name}: table_row_wise (host {h})", t, "table_row_wise", devs)
+                for t in big if t.num_embeddings >= local][:ROW_CANDIDATES]
+    if "data_parallel" in types:
+        small = sorted((t for t in whole if t.size_bytes <= DP_MAX_BYTES), key=lambda t: (-single[t.name], t.name))
+        out += [(f"{t.name}: data_parallel", t, "data_parallel", list(range(n))) for t in small[:DP_CANDIDATES]]
+    return out
+
+
+def _fits(sizes: Sequence[int], devices: Sequence[int], topology: Topology) -> bool:
+    """Every device within its usable memory with units of `sizes` bytes on `devices`."""
+    used = [0] * topology.num_devices
+    for b, d in zip(sizes, devices):
+        used[d] += b
+    return max(used) <= topology.usable_memory_bytes
+
+
+def choose_types(inventory: Inventory, units: Inventory, placement: dict[str, int], topology: Topology,
+                 cost: PlanningCost, types: Sequence[str]) -> Typed | None:
+    """The search's placement of `units` (of `inventory`'s tables) with some tables converted to the `types` where
+    the predicted maximum drops by MIN_GAIN each (None when no conversion pays)."""
+    types = check_types(types)
+    if not types or topology.num_devices < 2:
+        return None
+    start = _score(cost, units, dict(placement))
+    cur_units, cur_place = units, dict(placement)
+    path: list[tuple[float, Inventory, dict[str, int], str]] = []  # the best conversion of each round, in order
+    for _ in range(MAX_CHANGES):
+        best: tuple[float, Inventory, dict[str, int], str] | None = None
+        for label, table, kind, devices in _options(inventory, cur_units, cur_place, topology, cost, types):
+            u2, p2 = _convert(cur_units, cur_place, table, kind, devices)
+            tables = list(u2.tables)
+            with torch.no_grad():
+                states = cost.encode(tables)
+            sizes = [footprint(t, topology) for t in tables]
+            acts = refine_placement(cost, states, sizes, [p2[t.name] for t in tables], topology, min_gain=0.0,
+                                    movable=[movable(t.name) for t in tables])
+            if not _fits(sizes, acts, topology):
+                continue
+            p2 = {t.name: int(a) for t, a in zip(tables, acts)}
+            with torch.no_grad():  # the units are encoded above: their device states, not a second encoding
+                s = float(cost.overall(device_states(states, acts, topology.num_devices)))
+            if best is None or s < best[0]:
+                best = (s, u2, p2, label)
+        if best is None:
+            break
+        path.append(best)
+        cur_units, cur_place = best[1], best[2]
+    # the best point of the path: a conversion that pays only with the next one (a hot table replicated before
+    # the huge one is row-sharded) is kept when the pair does
+    k = min(range(len(path)), key=lambda i: (path[i][0], i)) if path else -1
+    if k < 0 or path[k][0] > (1.0 - MIN_GAIN) * start:
+        return None
+    cur, cur_units, cur_place = path[k][0], path[k][1], path[k][2]
+    changes = [step[3] for step in path[: k + 1]]
+    return Typed(units=cur_units, placement=cur_place, predicted_ms=cur, changes=tuple(changes))

@@ -1,0 +1,65 @@
+"""Names users give inventories and tables: a safe character set, checked where an inventory enters.
+
+Letters, digits, '_', '-' and '.', starting with a letter or digit, without '..', at most 200 characters
+(the same rule as a storage key segment: `check_key_part`, which the store and the gate use). So an inventory
+name is always usable as a storage key (plans/<inventory>/..., inventories/<inventory>/...) and a table name
+never contains '@' or '/', which column-shard unit names (`table@start:end`, dreamshard.placement.expand) and keys use.
+The check runs when an inventory is loaded, validated, synthesised, read from a trace or pushed, not in the
+Table model itself: shard units built internally are Tables named `table@start:end`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dreamshard.errors import InventoryError, StoreError
+from dreamshard.values.tables import Inventory
+
+MAX_NAME_LENGTH = 200
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ALLOWED = "letters, digits, '_', '-' and '.' (starting with a letter or digit, no '..', at most 200 characters)"
+
+
+class InventoryNameError(InventoryError):
+    """An inventory or table name outside the safe character set."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` is not a safe inventory/table name, or None if it is."""
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is {len(name)} characters long"
+    if ".." in name or not _NAME.match(name):
+        return "has characters outside the allowed set"
+    return None
+
+
+def check_key_part(value: str, what: str) -> str:
+    """Validate one path segment of a storage key (inventory name, fingerprint, plan id): the safe-name rule,
+    StoreError otherwise (dreamshard.store.base re-exports this)."""
+    problem = name_problem(value) if isinstance(value, str) else "is not a string"
+    if problem:
+        raise StoreError(f"{what} {value!r} cannot be used in a storage key: it {problem}; use {ALLOWED}")
+    return value
+
+
+def check_name(name: str, what: str) -> str:
+    """Return `name`, or raise InventoryNameError naming it and the allowed set."""
+    problem = name_problem(name)
+    if problem:
+        raise InventoryNameError(f"{what} {name!r} {problem}: use {ALLOWED}")
+    return name
+
+
+def check_inventory_names(inventory: Inventory, where: str = "") -> Inventory:
+    """The inventory itself, once its name and every table name are in the safe set."""
+    prefix = f"{where}: " if where else ""
+    problem = name_problem(inventory.name)
+    if problem:
+        raise InventoryNameError(f"{prefix}inventory name {inventory.name!r} {problem}: use {ALLOWED}")
+    for i, t in enumerate(inventory.tables):
+        problem = name_problem(t.name)
+        if problem:
+            raise InventoryNameError(f"{prefix}tables[{i}] name {t.name!r} {problem}: use {ALLOWED}")
+    return inventory

@@ -1,0 +1,224 @@
+"""A plan: every table of an inventory placed on the devices of a topology, with what predicted, verified and
+refined it (docs/architecture.md, "Data model" and "Sharding types")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from dreamshard.values.costs import BackendInfo, CostBasis, Costs
+from dreamshard.values.ids import new_id, utcnow
+from dreamshard.values.lineage import Lineage
+from dreamshard.values.tables import Number, StrictModel
+from dreamshard.values.topology import Topology
+from dreamshard.values.units import ColumnShard, RowShard, ShardingType, replica_name, row_shard_name, shard_name
+
+
+class VerifiedCandidate(StrictModel):
+    """One candidate plan measured by `--verify`: where it came from, what was predicted, what was measured."""
+
+    source: str
+    predicted_ms: Annotated[float, Field(ge=0)]  # pessimistic predicted overall cost (the search objective)
+    measured_ms: Annotated[float, Field(ge=0)]  # median over the verification rounds
+    spread: Annotated[float, Field(ge=0)]  # (max - min) / median over the rounds
+    rounds: Annotated[int, Field(ge=1)] | None = None  # rounds measured (dropped once it lost one); None: all
+
+
+class Verification(StrictModel):
+    """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend."""
+
+    backend: BackendInfo
+    rounds: Annotated[int, Field(ge=1)]
+    candidates: tuple[VerifiedCandidate, ...]
+    chosen: str  # the source of the plan kept (the best measured)
+
+
+class RefineStep(StrictModel):
+    """One proposal of `plan --refine-seconds`: measured on the two devices it changes, against the incumbent's."""
+
+    proposal: str  # "move t 0->2" or "swap t@0 <-> u@2" (units: whole tables or column shards)
+    devices: tuple[int, int]  # the bottleneck and the other device
+    predicted_ms: Annotated[float, Field(ge=0)]  # predicted overall after the proposal (learned cost deltas)
+    incumbent_ms: Annotated[float, Field(ge=0)]  # median over rounds of the incumbent's slower device of the two
+    measured_ms: Annotated[float, Field(ge=0)]  # the same for the proposal
+    kept: bool  # confirmed beyond the noise (every proposal round faster than every incumbent round)
+    rounds: Annotated[int, Field(ge=0)] = 0  # rounds measured (one lost round ends a proposal); 0: an older plan
+
+
+class RefineTrace(StrictModel):
+    """What measured refinement did (dreamshard.measured.refine)."""
+    seconds: Annotated[float, Field(ge=0)]
+    budget_s: Annotated[float, Field(ge=0)]
+    rounds: Annotated[int, Field(ge=1)]
+    confirm_rounds: Annotated[int, Field(ge=0)] = 0  # a passing proposal's second block (0: none)
+    tried: Annotated[int, Field(ge=0)]
+    kept: Annotated[int, Field(ge=0)]
+    device_timings: Annotated[int, Field(ge=0)]  # fused operators timed on one device
+    initial_ms: Annotated[float, Field(ge=0)]  # the search's plan's bottleneck: median timings up to the first keep
+    final_ms: Annotated[float, Field(ge=0)]  # the bottleneck after the kept proposals (median recent timings)
+    measured_gain: float  # (initial - final) / initial
+    steps: tuple[RefineStep, ...] = ()
+
+
+class Plan(StrictModel):
+    """A placement of every table of an inventory on the devices of a topology.
+
+    Each table has exactly one sharding type (dreamshard.values.units): whole on one device (`placement`), column
+    ranges (`column_shards`), row ranges over every device or the devices of one host (`row_shards`), or a
+    replica on every device (`data_parallel`). Plans written before row-wise and data-parallel load unchanged.
+    `dreamshard.placement.expand` expands a plan into its placement *units*, which is what memory accounting, profiling
+    and the cost model work on.
+    """
+
+    plan_id: str = Field(default_factory=lambda: new_id("plan-"))
+    inventory_name: str
+    inventory_fingerprint: str
+    # Inventory.schema_fingerprint of the inventory (tables' names, rows, dims, dtypes, features): how a training
+    # job finds the plan for its model (integrations.torchrec_current). None in plans made before it existed.
+    schema_fingerprint: str | None = None
+    topology: Topology
+    sharder: str
+    placement: dict[str, Annotated[int, Number, Field(ge=0)]]
+    column_shards: dict[str, tuple[ColumnShard, ...]] = Field(default_factory=dict)
+    row_shards: dict[str, tuple[RowShard, ...]] = Field(default_factory=dict)
+    data_parallel: tuple[str, ...] = ()
+    memory_per_device_gb: tuple[float, ...]
+    predicted: Costs | None = None
+    measured: Costs | None = None
+    measured_by: BackendInfo | None = None  # which backend produced `measured` (a simulator is labelled so)
+    model_version: str | None = None
+    # Inputs outside the ranges the model was trained on (one line each); planning warned about them and the
+    # publish gate then requires a measured comparison.
+    out_of_range: tuple[str, ...] = ()
+    lineage: Lineage | None = None  # what data, model, params and code produced a published plan
+    verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
+    refinement: RefineTrace | None = None  # proposals measured by `plan --refine-seconds`, when asked
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="after")
+    def _check(self) -> Plan:
+        n = self.topology.num_devices
+        for table, d in self.placement.items():
+            if d >= n:
+                raise ValueError(f"table '{table}' placed on device {d} but topology has {n} devices")
+        for table, shards in self.column_shards.items():
+            if table in self.placement:
+                raise ValueError(f"table '{table}' is both placed whole and split into column shards")
+            if not shards:
+                raise ValueError(f"table '{table}' has an empty list of column shards")
+            for sh in shards:
+                if sh.device >= n:
+                    raise ValueError(
+                        f"column shard {sh.start}:{sh.end} of table '{table}' placed on device {sh.device} "
+                        f"but topology has {n} devices"
+                    )
+        kinds: dict[str, str] = {t: "placed whole" for t in self.placement}
+        for label, names in (("split into column shards", self.column_shards), ("split into row shards",
+                                                                                self.row_shards),
+                             ("data-parallel", self.data_parallel)):
+            for table in names:
+                if table in kinds and kinds[table] == label:  # only data_parallel is a list that can repeat
+                    raise ValueError(f"table '{table}' is listed twice in data_parallel")
+                if table in kinds:
+                    raise ValueError(f"table '{table}' is both {kinds[table]} and {label}; give it one sharding type")
+                kinds[table] = label
+        for table, rshards in self.row_shards.items():
+            if not rshards:
+                raise ValueError(f"table '{table}' has an empty list of row shards")
+            for rs in rshards:
+                if rs.device >= n:
+                    raise ValueError(f"row shard {rs.start}:{rs.end} of table '{table}' placed on device "
+                                     f"{rs.device} but topology has {n} devices")
+        if len(self.memory_per_device_gb) != n:
+            raise ValueError(f"memory_per_device_gb has {len(self.memory_per_device_gb)} entries, expected {n}")
+        for label, costs in (("predicted", self.predicted), ("measured", self.measured)):
+            if costs is not None and len(costs.per_device) != n:
+                raise ValueError(f"{label} has {len(costs.per_device)} devices, expected {n}")
+        return self
+
+    def units(self) -> dict[str, int]:
+        """{unit name: device}: whole tables by name, shards and replicas by their unit names (dreamshard.values.units)."""
+        out = dict(self.placement)
+        for table, shards in self.column_shards.items():
+            out.update({shard_name(table, sh.start, sh.end): sh.device for sh in shards})
+        for table, rshards in self.row_shards.items():
+            out.update({row_shard_name(table, rs.start, rs.end): rs.device for rs in rshards})
+        for table in self.data_parallel:
+            out.update({replica_name(table, d): d for d in range(self.topology.num_devices)})
+        return out
+
+    @property
+    def table_names(self) -> list[str]:
+        """Every table the plan places, in any sharding type."""
+        return list(dict.fromkeys([*self.placement, *self.column_shards, *self.row_shards, *self.data_parallel]))
+
+    def sharding_type(self, table: str) -> ShardingType:
+        """The table's sharding type; row shards on the devices of one host of several are table-row-wise."""
+        if table in self.column_shards:
+            return "column_wise"
+        if table in self.data_parallel:
+            return "data_parallel"
+        if table in self.row_shards:
+            hosts = {self.topology.host_of(rs.device) for rs in self.row_shards[table]}
+            return "table_row_wise" if self.topology.hosts > 1 and len(hosts) == 1 else "row_wise"
+        return "table_wise"
+
+    def sharding_types(self) -> dict[str, int]:
+        """How many tables use each sharding type (types the plan does not use are left out)."""
+        out: dict[str, int] = {}
+        for t in self.table_names:
+            kind = self.sharding_type(t)
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    def device_tables(self) -> list[list[str]]:
+        """Unit names on each device (whole tables, and column shards as `table@start:end`)."""
+        out: list[list[str]] = [[] for _ in range(self.topology.num_devices)]
+        for unit, d in self.units().items():
+            out[d].append(unit)
+        return out
+
+    def fits_memory(self) -> bool:
+        """Whether the plan's own memory figures fit (the gate recomputes them: dreamshard.placement.validate.check_plan)."""
+        return all(m <= self.topology.memory_per_device_gb + 1e-12 for m in self.memory_per_device_gb)
+
+    @property
+    def best_costs(self) -> Costs | None:
+        """Measured if present, else predicted."""
+        return self.measured or self.predicted
+
+    @property
+    def cost_basis(self) -> CostBasis | None:
+        """How `best_costs` was obtained, the one labelling rule for tables, listings and the gate: 'simulated'
+        when the analytic simulator backend produced `measured` (never 'measured'), 'predicted' for the cost
+        model's figures, None when the plan has no costs."""
+        if self.measured is not None:
+            simulated = self.measured_by is not None and self.measured_by.is_simulated
+            return "simulated" if simulated else "measured"
+        return "predicted" if self.predicted is not None else None
+
+    def to_torchrec(self) -> dict[str, dict[str, object]]:
+        """TorchRec form: {table: {sharding_type, compute_kernel, ranks}} (column-wise tables list one rank per
+        shard, in column order)."""
+        out: dict[str, dict[str, object]] = {
+            t: {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [d]}
+            for t, d in self.placement.items()
+        }
+        for t, shards in self.column_shards.items():
+            ordered = sorted(shards, key=lambda sh: sh.start)
+            out[t] = {"sharding_type": "column_wise", "compute_kernel": "fused", "ranks": [sh.device for sh in ordered],
+                      "column_ranges": [[sh.start, sh.end] for sh in ordered]}
+        for t, rshards in self.row_shards.items():
+            rows = sorted(rshards, key=lambda rs: rs.start)
+            out[t] = {"sharding_type": self.sharding_type(t), "compute_kernel": "fused",
+                      "ranks": [rs.device for rs in rows], "row_ranges": [[rs.start, rs.end] for rs in rows]}
+        for t in self.data_parallel:
+            out[t] = {"sharding_type": "data_parallel", "compute_kernel": "dense",
+                      "ranks": list(range(self.topology.num_devices))}
+        return dict(sorted(out.items()))
+
+
+Verification.model_rebuild()
+Plan.model_rebuild()
