@@ -78,8 +78,7 @@ def load_spec(spec: str) -> Inventory:
         n, _, seed = rest.partition(":")
         return synth_inventory(int(n), int(seed or 0))
     if kind in ("criteo-kaggle", "criteo-terabyte"):
-        return preset_inventory(kind, dim=int(rest) if rest else None,
-                                name=f"{kind}-d{rest}" if rest else None)
+        return preset_inventory(kind, dim=int(rest) if rest else None, name=f"{kind}-d{rest}" if rest else None)
     return load_inventory(spec)
 
 
@@ -138,13 +137,21 @@ def bench_inventory(spec: str, args: argparse.Namespace, base: Topology, oracle:
         if same is None:
             trained[name] = key
             docs[name] = torchrec_document(plan, inv)
-    runs_as = {name: next(k for k, v in trained.items() if v == json.dumps(p.units(), sort_keys=True))
-               for name, p in plans.items()}
+    runs_as = {
+        name: next(k for k, v in trained.items() if v == json.dumps(p.units(), sort_keys=True))
+        for name, p in plans.items()
+    }
     if "dreamshard" in plans:
         docs[NOISE] = docs[runs_as["dreamshard"]]
     rows = {t.name: CPU_RULE.table_rows(t) for t in inv.tables}
-    settings = DmpSettings(world_size=topo.num_devices, batch_size=topo.batch_size, warmup=args.warmup,
-                           steps=args.steps, rounds=args.rounds, timeout_s=args.timeout)
+    settings = DmpSettings(
+        world_size=topo.num_devices,
+        batch_size=topo.batch_size,
+        warmup=args.warmup,
+        steps=args.steps,
+        rounds=args.rounds,
+        timeout_s=args.timeout,
+    )
     t0 = time.perf_counter()
     result = run_dmp(inv, docs, settings, rows=rows)
     dmp_s = time.perf_counter() - t0
@@ -159,20 +166,22 @@ def bench_inventory(spec: str, args: argparse.Namespace, base: Topology, oracle:
         source = "dreamshard" if name == NOISE else name
         ms = dmp[run]
         oracle_ms = cmp.result(source).overall_ms
-        table.append({
-            "sharder": name,
-            "trained_as": run,
-            "dmp_ms": round(ms, 3),
-            "dmp_round_ms": [round(x, 3) for x in result.round_ms(run)],
-            "dmp_ratio_to_torchrec": round(ms / ref_dmp, 4) if ref_dmp else None,
-            "dmp_ratio_to_best": round(ms / best_dmp, 4),
-            "oracle_ms": round(oracle_ms, 4),
-            "oracle_ratio_to_torchrec": round(oracle_ms / ref_oracle, 4) if ref_oracle else None,
-            "oracle_ratio_to_best": round(oracle_ms / best_oracle, 4),
-            "predicted_ms": _predicted(args.model, inv, plans[source]),
-            "output_error": result.output_error(run),
-            "loss_finite": result.losses_finite(run),
-        })
+        table.append(
+            {
+                "sharder": name,
+                "trained_as": run,
+                "dmp_ms": round(ms, 3),
+                "dmp_round_ms": [round(x, 3) for x in result.round_ms(run)],
+                "dmp_ratio_to_torchrec": round(ms / ref_dmp, 4) if ref_dmp else None,
+                "dmp_ratio_to_best": round(ms / best_dmp, 4),
+                "oracle_ms": round(oracle_ms, 4),
+                "oracle_ratio_to_torchrec": round(oracle_ms / ref_oracle, 4) if ref_oracle else None,
+                "oracle_ratio_to_best": round(oracle_ms / best_oracle, 4),
+                "predicted_ms": _predicted(args.model, inv, plans[source]),
+                "output_error": result.output_error(run),
+                "loss_finite": result.losses_finite(run),
+            }
+        )
     heur = [r for r in table if r["sharder"] in HEURISTICS]
     best_heur_dmp = min(heur, key=lambda r: r["dmp_ms"])["sharder"] if heur else None
     best_heur_oracle = min(heur, key=lambda r: r["oracle_ms"])["sharder"] if heur else None
@@ -194,8 +203,10 @@ def bench_inventory(spec: str, args: argparse.Namespace, base: Topology, oracle:
         "best_heuristic_oracle": best_heur_oracle,
         "same_plan_spread": noise,
         "spearman_dmp_vs_oracle": _spearman([r["dmp_ms"] for r in real], [r["oracle_ms"] for r in real]),
-        "spearman_dmp_vs_predicted": _spearman([r["dmp_ms"] for r in real if r["predicted_ms"] is not None],
-                                               [r["predicted_ms"] for r in real if r["predicted_ms"] is not None]),
+        "spearman_dmp_vs_predicted": _spearman(
+            [r["dmp_ms"] for r in real if r["predicted_ms"] is not None],
+            [r["predicted_ms"] for r in real if r["predicted_ms"] is not None],
+        ),
         "winner_dmp": min(real, key=lambda r: r["dmp_ms"])["sharder"],
         "winner_oracle": min(real, key=lambda r: r["oracle_ms"])["sharder"],
         "oracle_seconds": round(oracle_s, 1),
@@ -217,11 +228,15 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "dreamshard_vs_torchrec_dmp_geomean": _gmean(pick("dmp_ratio_to_torchrec")),
         "dreamshard_vs_torchrec_oracle_geomean": _gmean(pick("oracle_ratio_to_torchrec")),
-        "dreamshard_vs_best_heuristic_dmp_geomean": _gmean([r["dreamshard_vs_best_heuristic_dmp"] for r in rows
-                                                             if "dreamshard_vs_best_heuristic_dmp" in r]),
-        "dreamshard_vs_best_heuristic_oracle_geomean": _gmean([r["dreamshard_vs_best_heuristic_oracle"] for r in rows
-                                                                if "dreamshard_vs_best_heuristic_oracle" in r]),
-        "same_plan_spread_max": max((r["same_plan_spread"] for r in rows if r["same_plan_spread"] is not None), default=None),
+        "dreamshard_vs_best_heuristic_dmp_geomean": _gmean(
+            [r["dreamshard_vs_best_heuristic_dmp"] for r in rows if "dreamshard_vs_best_heuristic_dmp" in r]
+        ),
+        "dreamshard_vs_best_heuristic_oracle_geomean": _gmean(
+            [r["dreamshard_vs_best_heuristic_oracle"] for r in rows if "dreamshard_vs_best_heuristic_oracle" in r]
+        ),
+        "same_plan_spread_max": max(
+            (r["same_plan_spread"] for r in rows if r["same_plan_spread"] is not None), default=None
+        ),
         "winners_agree": sum(r["winner_dmp"] == r["winner_oracle"] for r in rows),
         "inventories": len(rows),
     }
@@ -283,19 +298,33 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--inventories", default=DEFAULT_INVENTORIES,
-                    help=f"comma-separated specs: synth:N[:SEED], criteo-kaggle[:DIM], criteo-terabyte[:DIM], or a file (default {DEFAULT_INVENTORIES})")
+    ap.add_argument(
+        "--inventories",
+        default=DEFAULT_INVENTORIES,
+        help=f"comma-separated specs: synth:N[:SEED], criteo-kaggle[:DIM], criteo-terabyte[:DIM], or a file (default {DEFAULT_INVENTORIES})",
+    )
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5 for a report; default 5)")
     ap.add_argument("--steps", type=int, default=5, help="timed DMP steps per contender per round (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed DMP steps per contender first (default 2)")
     ap.add_argument("--world-size", type=int, default=2, help="CPU ranks = devices planned for (default 2)")
     ap.add_argument("--batch-size", type=int, default=None, help="global batch (default params topology.batch_size)")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params file (topology, profile)")
-    ap.add_argument("--model", type=Path, default=ROOT / "dreamshard" / "pretrained", help="dreamshard model dir (default: the packaged model)")
+    ap.add_argument(
+        "--model",
+        type=Path,
+        default=ROOT / "dreamshard" / "pretrained",
+        help="dreamshard model dir (default: the packaged model)",
+    )
     ap.add_argument("--oracle-rounds", type=int, default=3, help="interleaved oracle rounds per plan (default 3)")
-    ap.add_argument("--oracle-backend", default=None, help="oracle backend (default params profile.backend; 'simulator' only for smoke runs)")
+    ap.add_argument(
+        "--oracle-backend",
+        default=None,
+        help="oracle backend (default params profile.backend; 'simulator' only for smoke runs)",
+    )
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed for one inventory's DMP run")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="directory for dmp_step.json / dmp_step.md")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results", help="directory for dmp_step.json / dmp_step.md"
+    )
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.oracle_rounds < 1:
         ap.error("--rounds, --steps and --oracle-rounds must be >= 1, --warmup >= 0")
@@ -310,9 +339,11 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             rows.append(bench_inventory(spec, args, base, oracle))
             ds = next((c for c in rows[-1]["contenders"] if c["sharder"] == "dreamshard"), {})
-            print(f"{spec}: {time.perf_counter() - t0:.0f} s; dreamshard DMP x torchrec {ds.get('dmp_ratio_to_torchrec')}, "
-                  f"oracle x torchrec {ds.get('oracle_ratio_to_torchrec')}; same-plan spread {rows[-1]['same_plan_spread']}",
-                  flush=True)
+            print(
+                f"{spec}: {time.perf_counter() - t0:.0f} s; dreamshard DMP x torchrec {ds.get('dmp_ratio_to_torchrec')}, "
+                f"oracle x torchrec {ds.get('oracle_ratio_to_torchrec')}; same-plan spread {rows[-1]['same_plan_spread']}",
+                flush=True,
+            )
     except DreamshardError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -322,11 +353,17 @@ def main(argv: list[str] | None = None) -> None:
     res = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": " ".join(x for x in (platform.machine(), platform.processor(), f"{os.cpu_count()} cpus") if x),
-        "oracle": f"{info.name} ({info.operator})" + (" [SIMULATED: analytic model, not a measurement]" if info.is_simulated else ""),
+        "oracle": f"{info.name} ({info.operator})"
+        + (" [SIMULATED: analytic model, not a measurement]" if info.is_simulated else ""),
         "oracle_rounds": args.oracle_rounds,
         "model": str(args.model),
-        "settings": {"world_size": args.world_size, "batch_size": base.batch_size, "rounds": args.rounds,
-                     "steps": args.steps, "warmup": args.warmup},
+        "settings": {
+            "world_size": args.world_size,
+            "batch_size": base.batch_size,
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "warmup": args.warmup,
+        },
         "inventories": rows,
         "summary": summary(rows),
     }

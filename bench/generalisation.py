@@ -53,8 +53,16 @@ TASKS: tuple[tuple[str, str, int, int, int], ...] = (
     ("kaggle-d128/8", "criteo-kaggle", 26, 128, 8),
 )
 MEMORY_GB = 16.0
-BASELINES = ("random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec",
-             "torchrec_tw_cw")
+BASELINES = (
+    "random",
+    "round_robin",
+    "dim_greedy",
+    "size_greedy",
+    "lookup_greedy",
+    "size_lookup_greedy",
+    "torchrec",
+    "torchrec_tw_cw",
+)
 LEARNED = ("dreamshard", "dreamshard+verify3", "dreamshard+types", "dreamshard_lpt", "dreamshard_rl")
 #: --refine-seconds S: the plan stage's plan on the target hardware (--verify 3, then S s of measured refinement)
 PROD = "dreamshard+prod"
@@ -77,8 +85,9 @@ def inventory(family: str, tables: int, seed: int) -> Any:
     return family_inventory(family, tables, seed, name=f"{family}-{tables}-s{seed}")
 
 
-def learned_plans(inv: Any, topo: Any, model_dir: Path | None, oracle: Any,
-                  refine_s: float = 0.0) -> tuple[list[Any], dict[str, float]]:
+def learned_plans(
+    inv: Any, topo: Any, model_dir: Path | None, oracle: Any, refine_s: float = 0.0
+) -> tuple[list[Any], dict[str, float]]:
     from dreamshard.config.learning import SearchConfig
     from dreamshard.measured.refine import refine_plan
     from dreamshard.sharders import get_sharder
@@ -117,15 +126,37 @@ def retrain(inv: Any, work: Path, params: Path, oracle: Any) -> tuple[Path, floa
     t0 = time.perf_counter()
     taskset = make_taskset(inv, cfg.tasks)
     meas = work / "measurements.jsonl"
-    profile_inventory(inv, cfg.topology.topology(cfg.tasks.train_devices), cfg.profile.num_placements, meas, oracle,
-                      seed=cfg.profile.seed, tasks=taskset, progress=False, kinds=cfg.profile.kinds)
+    profile_inventory(
+        inv,
+        cfg.topology.topology(cfg.tasks.train_devices),
+        cfg.profile.num_placements,
+        meas,
+        oracle,
+        seed=cfg.profile.seed,
+        tasks=taskset,
+        progress=False,
+        kinds=cfg.profile.kinds,
+    )
     loop = cfg.train
-    train(inv, taskset, cfg.topology, oracle, loop, work / "model", state_dir=work / "state", progress=False,
-          measurements=load_measurements(meas), init=initial_model(loop), backend_name=cfg.profile.backend)
+    train(
+        inv,
+        taskset,
+        cfg.topology,
+        oracle,
+        loop,
+        work / "model",
+        state_dir=work / "state",
+        progress=False,
+        measurements=load_measurements(meas),
+        init=initial_model(loop),
+        backend_name=cfg.profile.backend,
+    )
     return work / "model", time.perf_counter() - t0
 
 
-def run_task(label: str, family: str, tables: int, seed: int, devices: int, args: argparse.Namespace, oracle: Any) -> dict[str, Any]:
+def run_task(
+    label: str, family: str, tables: int, seed: int, devices: int, args: argparse.Namespace, oracle: Any
+) -> dict[str, Any]:
     from dreamshard.evaluation import compare_sharders
     from dreamshard.sharders import get_sharder
     from dreamshard.values import Topology
@@ -138,8 +169,9 @@ def run_task(label: str, family: str, tables: int, seed: int, devices: int, args
         model_dir, train_s = retrain(inv, args.work / label.replace("/", "-"), args.params, oracle)
     plans, plan_s = learned_plans(inv, topo, model_dir, oracle, args.refine_seconds)
     noise = get_sharder("dim_greedy").shard(inv, topo).model_copy(update={"sharder": NOISE})
-    cmp = compare_sharders(inv, topo, list(BASELINES), oracle, rounds=args.rounds, extra_plans=[*plans, noise],
-                           seed=seed)
+    cmp = compare_sharders(
+        inv, topo, list(BASELINES), oracle, rounds=args.rounds, extra_plans=[*plans, noise], seed=seed
+    )
     ms = {r.sharder: r.overall_ms for r in cmp.results}
     spread = {r.sharder: r.spread for r in cmp.results}
     for r in cmp.results:
@@ -147,19 +179,38 @@ def run_task(label: str, family: str, tables: int, seed: int, devices: int, args
     best_base = min(BASELINES, key=lambda b: ms[b])
     ood = next((p.out_of_range for p in plans if p.sharder == "dreamshard"), ())
     row = {
-        "task": label, "family": family, "tables": inv.num_tables, "devices": devices, "interconnect": args.interconnect,
-        "ms": ms, "spread": spread, "plan_s": plan_s, "best_baseline": best_base,
-        "vs_best": {k: v / ms[best_base] for k, v in ms.items()}, "vs_torchrec": {k: v / ms["torchrec"] for k, v in ms.items()},
-        "noise": abs(ms[NOISE] - ms["dim_greedy"]) / ms["dim_greedy"], "out_of_range": list(ood),
-        "retrain_s": train_s, "predicted_ms": {p.sharder: p.predicted.overall_ms for p in plans if p.predicted},
+        "task": label,
+        "family": family,
+        "tables": inv.num_tables,
+        "devices": devices,
+        "interconnect": args.interconnect,
+        "ms": ms,
+        "spread": spread,
+        "plan_s": plan_s,
+        "best_baseline": best_base,
+        "vs_best": {k: v / ms[best_base] for k, v in ms.items()},
+        "vs_torchrec": {k: v / ms["torchrec"] for k, v in ms.items()},
+        "noise": abs(ms[NOISE] - ms["dim_greedy"]) / ms["dim_greedy"],
+        "out_of_range": list(ood),
+        "retrain_s": train_s,
+        "predicted_ms": {p.sharder: p.predicted.overall_ms for p in plans if p.predicted},
         "verification": next((p.verification.model_dump(mode="json") for p in plans if p.verification), None),
-        "refinement": next(({"tried": p.refinement.tried, "kept": p.refinement.kept, "seconds": p.refinement.seconds}
-                            for p in plans if p.sharder == PROD and p.refinement), None),
+        "refinement": next(
+            (
+                {"tried": p.refinement.tried, "kept": p.refinement.kept, "seconds": p.refinement.seconds}
+                for p in plans
+                if p.sharder == PROD and p.refinement
+            ),
+            None,
+        ),
         "types": {r.sharder: r.plan.sharding_types() for r in cmp.results},
     }
-    print(f"{label}: best baseline {best_base} {ms[best_base]:.2f} ms; " + ", ".join(
-        f"{k} {row['vs_best'][k]:.3f}" for k in (*LEARNED, NOISE, PROD) if k in row["vs_best"])
-        + f"; noise {row['noise']:.1%}", flush=True)
+    print(
+        f"{label}: best baseline {best_base} {ms[best_base]:.2f} ms; "
+        + ", ".join(f"{k} {row['vs_best'][k]:.3f}" for k in (*LEARNED, NOISE, PROD) if k in row["vs_best"])
+        + f"; noise {row['noise']:.1%}",
+        flush=True,
+    )
     return row
 
 
@@ -172,18 +223,28 @@ def ratio_table(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
     baseline and over TorchRec)."""
     lines = ["| task | best baseline | " + " | ".join(names) + " | noise |", "|---|---|" + "---:|" * (len(names) + 1)]
     for r in rows:
-        lines.append(f"| {r['task']} | {r['best_baseline']} {r['ms'][r['best_baseline']]:.1f} ms | "
-                     + " | ".join(f"{r['vs_best'][n]:.3f}" for n in names) + f" | {r['noise']:.1%} |")
+        lines.append(
+            f"| {r['task']} | {r['best_baseline']} {r['ms'][r['best_baseline']]:.1f} ms | "
+            + " | ".join(f"{r['vs_best'][n]:.3f}" for n in names)
+            + f" | {r['noise']:.1%} |"
+        )
     for label, key in (("best baseline", "vs_best"), ("torchrec", "vs_torchrec")):
-        lines.append(f"| **geomean vs {label}** | | " + " | ".join(
-            f"**{geomean([r[key][n] for r in rows]):.3f}**" for n in names) + " | |")
+        lines.append(
+            f"| **geomean vs {label}** | | "
+            + " | ".join(f"**{geomean([r[key][n] for r in rows]):.3f}**" for n in names)
+            + " | |"
+        )
     return lines
 
 
 def render(results: dict[str, Any]) -> str:
-    lines = ["# Generalisation benchmark", "",
-             "Generated by `bench/generalisation.py` (see its docstring for the protocol). Every contender measured "
-             "interleaved on the `cpu` backend (FBGEMM TBE), ratios < 1 are better than the baseline.", ""]
+    lines = [
+        "# Generalisation benchmark",
+        "",
+        "Generated by `bench/generalisation.py` (see its docstring for the protocol). Every contender measured "
+        "interleaved on the `cpu` backend (FBGEMM TBE), ratios < 1 are better than the baseline.",
+        "",
+    ]
     for key, run in sorted(results.items()):
         if key in (LOFO_KEY, LOFO_PACKAGED_KEY, LOFO_PRODUCTION_KEY):
             from generalisation_lofo import render_lofo
@@ -195,7 +256,11 @@ def render(results: dict[str, Any]) -> str:
         names = [n for n in (PROD, *LEARNED, *BASELINES, NOISE) if all(n in r["ms"] for r in rows)]
         lines += ratio_table(rows, names)
         if all("types" in r for r in rows):
-            lines += ["", "Sharding types used (tables, summed over tasks; contenders with table-wise only left out):", ""]
+            lines += [
+                "",
+                "Sharding types used (tables, summed over tasks; contenders with table-wise only left out):",
+                "",
+            ]
             for n in names:
                 used: dict[str, int] = {}
                 for r in rows:
@@ -204,21 +269,35 @@ def render(results: dict[str, Any]) -> str:
                 if set(used) - {"table_wise"}:
                     lines.append(f"- `{n}`: " + ", ".join(f"{kind} {k}" for kind, k in sorted(used.items())))
         worst = max(rows, key=lambda r: r["vs_best"]["dreamshard"])
-        lines += ["", f"- worst task for `dreamshard`: {worst['task']} at {worst['vs_best']['dreamshard']:.3f} x the best "
-                  f"baseline; same plan measured twice differed by {statistics.median([r['noise'] for r in rows]):.1%} "
-                  f"(median), {max(r['noise'] for r in rows):.1%} (max)",
-                  "- planning wall time (s, median over tasks): " + ", ".join(
-                      f"{n} {statistics.median([r['plan_s'].get(n, 0.0) for r in rows]):.2f}" for n in (PROD, *LEARNED)
-                      if all(n in r["plan_s"] for r in rows))]
+        lines += [
+            "",
+            f"- worst task for `dreamshard`: {worst['task']} at {worst['vs_best']['dreamshard']:.3f} x the best "
+            f"baseline; same plan measured twice differed by {statistics.median([r['noise'] for r in rows]):.1%} "
+            f"(median), {max(r['noise'] for r in rows):.1%} (max)",
+            "- planning wall time (s, median over tasks): "
+            + ", ".join(
+                f"{n} {statistics.median([r['plan_s'].get(n, 0.0) for r in rows]):.2f}"
+                for n in (PROD, *LEARNED)
+                if all(n in r["plan_s"] for r in rows)
+            ),
+        ]
         if all(r.get("refinement") for r in rows):
-            lines.append(f"- `{PROD}` measured refinement (proposals kept / tried, seconds): " + ", ".join(
-                f"{r['task']} {r['refinement']['kept']}/{r['refinement']['tried']} in {r['refinement']['seconds']:.0f} s"
-                for r in rows))
+            lines.append(
+                f"- `{PROD}` measured refinement (proposals kept / tried, seconds): "
+                + ", ".join(
+                    f"{r['task']} {r['refinement']['kept']}/{r['refinement']['tried']} in {r['refinement']['seconds']:.0f} s"
+                    for r in rows
+                )
+            )
         if any(r.get("retrain_s") for r in rows):
-            lines.append("- retrain wall time per inventory (s): " + ", ".join(
-                f"{r['task']} {r['retrain_s']:.0f}" for r in rows if r.get("retrain_s")))
+            lines.append(
+                "- retrain wall time per inventory (s): "
+                + ", ".join(f"{r['task']} {r['retrain_s']:.0f}" for r in rows if r.get("retrain_s"))
+            )
         oor = [r["task"] for r in rows if r["out_of_range"]]
-        lines.append(f"- inventories outside the model's training ranges (warned, recorded in the plan): {', '.join(oor) or 'none'}")
+        lines.append(
+            f"- inventories outside the model's training ranges (warned, recorded in the plan): {', '.join(oor) or 'none'}"
+        )
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -237,11 +316,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=OUT / "generalisation.json")
     ap.add_argument("--render", action="store_true", help="Only rebuild the markdown from the JSON.")
     ap.add_argument("--packaged-only", action="store_true", help="--part lofo: the packaged model only (no training).")
-    ap.add_argument("--refine-seconds", type=float, default=0.0,
-                    help="Also the production plans (verify 3, then this much measured refinement): `dreamshard+prod` "
-                         "in parts a/b, `,prod` in --part lofo --packaged-only.")
-    ap.add_argument("--errors-only", default="", metavar="NOTE",
-                    help="--part lofo: only recompute the packaged model's cost errors on the stored corpora (NOTE: why).")
+    ap.add_argument(
+        "--refine-seconds",
+        type=float,
+        default=0.0,
+        help="Also the production plans (verify 3, then this much measured refinement): `dreamshard+prod` "
+        "in parts a/b, `,prod` in --part lofo --packaged-only.",
+    )
+    ap.add_argument(
+        "--errors-only",
+        default="",
+        metavar="NOTE",
+        help="--part lofo: only recompute the packaged model's cost errors on the stored corpora (NOTE: why).",
+    )
     args = ap.parse_args(argv)
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     if not args.render and args.part == "lofo":
@@ -265,12 +352,21 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         rows = [run_task(*t, args=args, oracle=oracle) for t in chosen]
         key = f"part {args.part} ({'no retraining' if args.part == 'a' else 'retrained per inventory'}), interconnect {args.interconnect}"
-        prod = (f"; `{PROD}`: --verify 3 then {args.refine_seconds:g} s of measured refinement (the plan stage on "
-                f"the target hardware)") if args.refine_seconds else ""
+        prod = (
+            (
+                f"; `{PROD}`: --verify 3 then {args.refine_seconds:g} s of measured refinement (the plan stage on "
+                f"the target hardware)"
+            )
+            if args.refine_seconds
+            else ""
+        )
         key += ", with production plans" if args.refine_seconds else ""
-        results[key] = {"rows": rows, "meta": f"{len(rows)} tasks, {args.rounds} interleaved rounds, warm-up "
-                        f"{args.warmup}, repeats {args.repeats}, {MEMORY_GB:g} GB per device; wall "
-                        f"{time.perf_counter() - t0:.0f} s; model: {args.model or 'packaged'}{prod}"}
+        results[key] = {
+            "rows": rows,
+            "meta": f"{len(rows)} tasks, {args.rounds} interleaved rounds, warm-up "
+            f"{args.warmup}, repeats {args.repeats}, {MEMORY_GB:g} GB per device; wall "
+            f"{time.perf_counter() - t0:.0f} s; model: {args.model or 'packaged'}{prod}",
+        }
         oracle.close()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")

@@ -63,8 +63,14 @@ def _seq_table(name: str, rng: np.random.Generator) -> Any:
     dim = int(rng.choice((32, 48, 64, 96, 128, 192, 256)))
     pooling = round(math.exp(rng.uniform(math.log(10.0), math.log(120.0))), 2)
     hist = zipf_histogram(rows, pooling, float(rng.uniform(0.4, 1.2)), rng)
-    return Table(name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pooling, access_histogram=hist,
-                 dtype="fp16" if rng.random() < 0.3 else "fp32")
+    return Table(
+        name=name,
+        num_embeddings=rows,
+        embedding_dim=dim,
+        pooling_factor=pooling,
+        access_histogram=hist,
+        dtype="fp16" if rng.random() < 0.3 else "fp32",
+    )
 
 
 def family_tables(family: str, n: int, seed: int, prefix: str) -> list[Any]:
@@ -93,8 +99,14 @@ def family_corpus_tasks(family: str, seed: int = 0) -> tuple[Any, Any]:
         tables += ts
         tasks.append(Task(name=f"{family}-{i:02d}", tables=tuple(t.name for t in ts), num_devices=d))
     pool = Inventory(name=f"lofo-{family}", tables=tuple(tables))
-    return pool, TaskSet(pool_name=pool.name, pool_fingerprint=pool.fingerprint(), train_tables=pool.table_names,
-                         test_tables=(), train=tuple(tasks), test=())
+    return pool, TaskSet(
+        pool_name=pool.name,
+        pool_fingerprint=pool.fingerprint(),
+        train_tables=pool.table_names,
+        test_tables=(),
+        train=tuple(tasks),
+        test=(),
+    )
 
 
 def measure_corpus(family: str, work: Path, oracle: Any) -> tuple[Any, Any, list[Any], float]:
@@ -108,8 +120,18 @@ def measure_corpus(family: str, work: Path, oracle: Any) -> tuple[Any, Any, list
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     topo = Topology(num_devices=1, memory_per_device_gb=1024.0, batch_size=BATCH)
-    profile_inventory(pool, topo, 1, path, oracle, seed=0, tasks=taskset, progress=False,
-                      kinds=("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded"), singles=False)
+    profile_inventory(
+        pool,
+        topo,
+        1,
+        path,
+        oracle,
+        seed=0,
+        tasks=taskset,
+        progress=False,
+        kinds=("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded"),
+        singles=False,
+    )
     return pool, taskset, load_measurements(path), time.perf_counter() - t0
 
 
@@ -123,12 +145,21 @@ def union(parts: list[tuple[Any, Any, list[Any]]], name: str) -> tuple[Any, Any,
 
     pool = Inventory(name=name, tables=tuple(t for p, _, _ in parts for t in p.tables))
     tasks = tuple(t for _, ts, _ in parts for t in ts.train)
-    taskset = TaskSet(pool_name=pool.name, pool_fingerprint=pool.fingerprint(), train_tables=pool.table_names,
-                      test_tables=(), train=tasks, test=())
+    taskset = TaskSet(
+        pool_name=pool.name,
+        pool_fingerprint=pool.fingerprint(),
+        train_tables=pool.table_names,
+        test_tables=(),
+        train=tasks,
+        test=(),
+    )
     # the records' inventory is the union (it holds each family's tables unchanged)
     fp = pool.fingerprint()
-    records = [m.model_copy(update={"inventory_fingerprint": fp, "inventory_name": pool.name})
-               for _, _, rs in parts for m in rs]
+    records = [
+        m.model_copy(update={"inventory_fingerprint": fp, "inventory_name": pool.name})
+        for _, _, rs in parts
+        for m in rs
+    ]
     return pool, taskset, records
 
 
@@ -141,7 +172,9 @@ def pretrain_loop() -> Any:
     return loop.model_copy(update={"iterations": 1, "init": "pretrained"})
 
 
-def train_without(held_out: str, corpora: dict[str, tuple[Any, Any, list[Any]]], work: Path, oracle: Any) -> tuple[Path, float]:
+def train_without(
+    held_out: str, corpora: dict[str, tuple[Any, Any, list[Any]]], work: Path, oracle: Any
+) -> tuple[Path, float]:
     """The packaged model trained one outer-loop iteration further on every corpus but `held_out`'s."""
     from dreamshard.config.learning import TopologyConfig
     from dreamshard.learning.loop import train
@@ -151,16 +184,26 @@ def train_without(held_out: str, corpora: dict[str, tuple[Any, Any, list[Any]]],
     out = work / "models" / f"without-{held_out}"
     cfg = pretrain_loop()
     t0 = time.perf_counter()
-    train(pool, taskset, TopologyConfig(memory_per_device_gb=1024.0, batch_size=BATCH), oracle, cfg, out,
-          state_dir=work / "state" / f"without-{held_out}", progress=False, measurements=records,
-          init=load_model(None, require_policy=True), backend_name="cpu")
+    train(
+        pool,
+        taskset,
+        TopologyConfig(memory_per_device_gb=1024.0, batch_size=BATCH),
+        oracle,
+        cfg,
+        out,
+        state_dir=work / "state" / f"without-{held_out}",
+        progress=False,
+        measurements=records,
+        init=load_model(None, require_policy=True),
+        backend_name="cpu",
+    )
     return out, time.perf_counter() - t0
 
 
 def cost_errors(model_dir: Path | None, pool: Any, records: list[Any]) -> dict[str, float | None]:
     """Device-compute and device-total MAPE of a model on `records`, with and without declared histograms."""
+    from dreamshard.learning.cost_eval import evaluate_cost_net
     from dreamshard.learning.model_store import load_model
-    from dreamshard.learning.train_cost import evaluate_cost_net
 
     ens = load_model(model_dir, require_policy=False).cost_net
     out: dict[str, float | None] = {}
@@ -190,8 +233,9 @@ def eval_inventory(family: str, tables: int, seed: int) -> Any:
     return Inventory(name=f"{family}-{tables}-e{seed}", tables=tuple(family_tables(family, tables, seed, "e")))
 
 
-def learned(inv: Any, topo: Any, models: dict[str, Path | None], oracle: Any = None,
-            refine_s: float = 0.0) -> list[Any]:
+def learned(
+    inv: Any, topo: Any, models: dict[str, Path | None], oracle: Any = None, refine_s: float = 0.0
+) -> list[Any]:
     """`dreamshard[<model>]` and `dreamshard[<model>,no-hist]` plans (the latter planned without histograms and
     relabelled to the measured inventory, whose statistics the planner did not see). With `refine_s` > 0, also
     the plan the pipeline's plan stage makes on the target hardware: `--verify 3` (anchors included) and then
@@ -212,9 +256,17 @@ def learned(inv: Any, topo: Any, models: dict[str, Path | None], oracle: Any = N
                 verified = sharder.shard(src, topo)
                 prod = refine_plan(src, verified, sharder.planning_cost(topo), oracle, refine_s)
                 variants.append((label.removesuffix("]") + ",prod]", prod))
-            plans += [v.model_copy(update={"sharder": name, "inventory_fingerprint": inv.fingerprint(),
-                                           "inventory_name": inv.name, "plan_id": f"{v.plan_id}-{i}"})
-                      for i, (name, v) in enumerate(variants)]
+            plans += [
+                v.model_copy(
+                    update={
+                        "sharder": name,
+                        "inventory_fingerprint": inv.fingerprint(),
+                        "inventory_name": inv.name,
+                        "plan_id": f"{v.plan_id}-{i}",
+                    }
+                )
+                for i, (name, v) in enumerate(variants)
+            ]
     return plans
 
 
@@ -236,7 +288,9 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
         corpus_s[fam] = round(secs, 1)
         print(f"corpus {fam}: {len(records)} records, {secs:.0f} s", flush=True)
     refine_s = getattr(args, "refine_seconds", 0.0)
-    partial = work / ("partial.json" if with_lofo else f"partial-packaged{f'-prod{refine_s:g}' if refine_s else ''}.json")
+    partial = work / (
+        "partial.json" if with_lofo else f"partial-packaged{f'-prod{refine_s:g}' if refine_s else ''}.json"
+    )
     done = json.loads(partial.read_text()) if partial.is_file() else {"families": {}, "rows": []}
     families: dict[str, Any] = done["families"]
     rows: list[dict[str, Any]] = done["rows"]
@@ -254,66 +308,122 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
         for k, (tables, devices) in enumerate(EVAL_TASKS):
             inv = eval_inventory(fam, tables, 500 + k)
             topo = Topology(num_devices=devices, memory_per_device_gb=MEMORY_GB, batch_size=BATCH)
-            plans = learned(inv, topo, {"packaged": None, "lofo": model_dir} if model_dir is not None else {"packaged": None},
-                            oracle, getattr(args, "refine_seconds", 0.0))
+            plans = learned(
+                inv,
+                topo,
+                {"packaged": None, "lofo": model_dir} if model_dir is not None else {"packaged": None},
+                oracle,
+                getattr(args, "refine_seconds", 0.0),
+            )
             noise = get_sharder("dim_greedy").shard(inv, topo).model_copy(update={"sharder": noise_label})
-            cmp = compare_sharders(inv, topo, list(baselines), oracle, rounds=args.rounds, extra_plans=[*plans, noise],
-                                   seed=k, with_lower_bound=False)
+            cmp = compare_sharders(
+                inv,
+                topo,
+                list(baselines),
+                oracle,
+                rounds=args.rounds,
+                extra_plans=[*plans, noise],
+                seed=k,
+                with_lower_bound=False,
+            )
             ms = {r.sharder: r.overall_ms for r in cmp.results}
             best = min((b for b in baselines if b in ms), key=lambda b: ms[b])  # a planner that cannot place it is out
-            row = {"task": f"{fam}-{tables}/{devices}", "family": fam, "ms": ms, "best_baseline": best,
-                   "vs_best": {n: v / ms[best] for n, v in ms.items()},
-                   "vs_torchrec": {n: v / ms["torchrec"] for n, v in ms.items()} if "torchrec" in ms else {},
-                   "noise": abs(ms[noise_label] - ms["dim_greedy"]) / ms["dim_greedy"]}
+            row = {
+                "task": f"{fam}-{tables}/{devices}",
+                "family": fam,
+                "ms": ms,
+                "best_baseline": best,
+                "vs_best": {n: v / ms[best] for n, v in ms.items()},
+                "vs_torchrec": {n: v / ms["torchrec"] for n, v in ms.items()} if "torchrec" in ms else {},
+                "noise": abs(ms[noise_label] - ms["dim_greedy"]) / ms["dim_greedy"],
+            }
             fam_rows.append(row)
-            print(f"  {row['task']}: best {best} {ms[best]:.2f} ms; " + ", ".join(
-                f"{p.sharder} {row['vs_best'][p.sharder]:.3f}" for p in plans) + f"; noise {row['noise']:.1%}", flush=True)
+            print(
+                f"  {row['task']}: best {best} {ms[best]:.2f} ms; "
+                + ", ".join(f"{p.sharder} {row['vs_best'][p.sharder]:.3f}" for p in plans)
+                + f"; noise {row['noise']:.1%}",
+                flush=True,
+            )
         families[fam] = info
         rows += fam_rows
         partial.write_text(json.dumps({"families": families, "rows": rows}))  # a family is kept whole or not at all
     oracle.close()
-    return {"families": families, "rows": rows, "meta": (
-        f"{len(rows)} tasks ({len(LOFO_FAMILIES)} held-out families x {len(EVAL_TASKS)}), {args.rounds} interleaved "
-        f"rounds, warm-up {args.warmup}, repeats {args.repeats}, batch {BATCH}, {MEMORY_GB:g} GB per device, measured "
-        f"interconnect; corpora of {CORPUS_TASKS} tasks per family"
-        + (f"; `,prod`: --verify 3 then {refine_s:g} s of measured refinement, as the plan stage plans" if refine_s else "")
-        + f"; wall {time.perf_counter() - t_all:.0f} s (this run)")}
+    return {
+        "families": families,
+        "rows": rows,
+        "meta": (
+            f"{len(rows)} tasks ({len(LOFO_FAMILIES)} held-out families x {len(EVAL_TASKS)}), {args.rounds} interleaved "
+            f"rounds, warm-up {args.warmup}, repeats {args.repeats}, batch {BATCH}, {MEMORY_GB:g} GB per device, measured "
+            f"interconnect; corpora of {CORPUS_TASKS} tasks per family"
+            + (
+                f"; `,prod`: --verify 3 then {refine_s:g} s of measured refinement, as the plan stage plans"
+                if refine_s
+                else ""
+            )
+            + f"; wall {time.perf_counter() - t_all:.0f} s (this run)"
+        ),
+    }
 
 
-def render_lofo(run: dict[str, Any], geomean: Any, ratio_table: Any,
-                title: str = "leave-one-family-out (part lofo)") -> list[str]:
+def render_lofo(
+    run: dict[str, Any], geomean: Any, ratio_table: Any, title: str = "leave-one-family-out (part lofo)"
+) -> list[str]:
     """The LOFO section; `geomean` and `ratio_table` are generalisation.py's (one table layout for every part)."""
     rows = run["rows"]
     learned_names = [n for n in rows[0]["ms"] if n.startswith("dreamshard[")]
     names = [*learned_names, "dim_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec", "torchrec_tw_cw"]
     names = [n for n in names if all(n in r["ms"] for r in rows)]
-    out = [f"## {title}", "", run["meta"], "",
-           "Cost-net error on each held-out family's corpus (device compute / device total with the comm model, MAPE):", "",
-           "| family | records | packaged, hist | packaged, no hist | without family, hist | without family, no hist | retrain s |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"## {title}",
+        "",
+        run["meta"],
+        "",
+        "Cost-net error on each held-out family's corpus (device compute / device total with the comm model, MAPE):",
+        "",
+        "| family | records | packaged, hist | packaged, no hist | without family, hist | without family, no hist | retrain s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for fam, f in run["families"].items():
         e = f["errors"]
 
         def pct(d: dict[str, Any], k: str) -> str:
             return "n/a" if d.get(k) is None else f"{d[k]:.1%}"
 
-
-        out.append(f"| {fam} | {f['records']} | " + " | ".join(
-            f"{pct(e.get(m, {}), 'compute_' + h)} / {pct(e.get(m, {}), 'total_' + h)}" for m in ("packaged", "without")
-            for h in ("hist", "no_hist")) + f" | {f['train_s']:.0f} |")
+        out.append(
+            f"| {fam} | {f['records']} | "
+            + " | ".join(
+                f"{pct(e.get(m, {}), 'compute_' + h)} / {pct(e.get(m, {}), 'total_' + h)}"
+                for m in ("packaged", "without")
+                for h in ("hist", "no_hist")
+            )
+            + f" | {f['train_s']:.0f} |"
+        )
     if run.get("errors_now"):
         now = run["errors_now"]
-        out += ["", f"The packaged model's errors as the features are now computed ({now['note']}):", "",
-                "| family | packaged, hist | packaged, no hist |", "|---|---:|---:|"]
+        out += [
+            "",
+            f"The packaged model's errors as the features are now computed ({now['note']}):",
+            "",
+            "| family | packaged, hist | packaged, no hist |",
+            "|---|---:|---:|",
+        ]
         for fam, e in now["families"].items():
-            out.append(f"| {fam} | {e['compute_hist']:.1%} / {e['total_hist']:.1%} | "
-                       f"{e['compute_no_hist']:.1%} / {e['total_no_hist']:.1%} |")
-    out += ["", "Plans (ratio to the per-task best baseline; `[lofo]` = the model trained without the task's family):", "",
-            *ratio_table(rows, names)]
+            out.append(
+                f"| {fam} | {e['compute_hist']:.1%} / {e['total_hist']:.1%} | "
+                f"{e['compute_no_hist']:.1%} / {e['total_no_hist']:.1%} |"
+            )
+    out += [
+        "",
+        "Plans (ratio to the per-task best baseline; `[lofo]` = the model trained without the task's family):",
+        "",
+        *ratio_table(rows, names),
+    ]
     out += ["", "Per family (geomean vs best baseline):", ""]
     for fam in run["families"]:
         sel = [r for r in rows if r["family"] == fam]
-        out.append(f"- {fam}: " + ", ".join(f"{n} {geomean([r['vs_best'][n] for r in sel]):.3f}" for n in learned_names))
+        out.append(
+            f"- {fam}: " + ", ".join(f"{n} {geomean([r['vs_best'][n] for r in sel]):.3f}" for n in learned_names)
+        )
     worst = {n: max(rows, key=lambda r: r["vs_best"][n]) for n in learned_names}
     out += ["", "Worst task: " + "; ".join(f"{n} {w['task']} {w['vs_best'][n]:.3f}" for n, w in worst.items()), ""]
     return out

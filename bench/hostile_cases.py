@@ -37,8 +37,7 @@ def one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
     """`cli(...)`'s (exit code, stdout, stderr): exit 2, one line on stderr naming every needle, no traceback on
     either stream (every hostile case module judges refusals with this one)."""
     lines = r[2].strip().splitlines()
-    return (r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2]
-            and all(n in lines[0] for n in needles))
+    return r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2] and all(n in lines[0] for n in needles)
 
 
 def snap(d: Path) -> dict[str, bytes]:
@@ -88,8 +87,12 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     }
     for what, update in forgeries.items():
         for with_i in (False, True):
-            @case("1", f"publish {'with' if with_i else 'without'} -i: {what}",
-                  f"plans publish forged.json {'-i inv.yaml ' if with_i else ''}--comparison cmp.json")
+
+            @case(
+                "1",
+                f"publish {'with' if with_i else 'without'} -i: {what}",
+                f"plans publish forged.json {'-i inv.yaml ' if with_i else ''}--comparison cmp.json",
+            )
             def _(update: dict[str, object] = update, with_i: bool = with_i) -> bool:
                 before = snap(store)
                 r = cli(["plans", "publish", str(forged(update)), *gate, *(["-i", str(invf)] if with_i else [])])
@@ -99,37 +102,101 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     def _() -> tuple[bool, str]:
         p = d / "forged-measured.json"
         data = json.loads(worsef.read_text())
-        data["measured"] = {"per_device": [{"fwd_compute": 0.001, "fwd_comm": 0, "bwd_comm": 0, "bwd_compute": 0}] * 2,
-                            "overall_ms": 0.001}
+        data["measured"] = {
+            "per_device": [{"fwd_compute": 0.001, "fwd_comm": 0, "bwd_comm": 0, "bwd_compute": 0}] * 2,
+            "overall_ms": 0.001,
+        }
         p.write_text(json.dumps(data))
         r = cli(["plans", "publish", str(p), *gate, "-i", str(invf)])
         return r[0] == 1 and "does not beat" in r[2], r[2].strip()[:80]
 
-    for what, other in (("another inventory", (synth_inventory(11, 0, name="inv"), topo)),
-                        ("another device count", (inv, topo.model_copy(update={"num_devices": 4})))):
+    for what, other in (
+        ("another inventory", (synth_inventory(11, 0, name="inv"), topo)),
+        ("another device count", (inv, topo.model_copy(update={"num_devices": 4}))),
+    ):
+
         @case("2", f"--comparison from {what}", "plans publish worse.json -i inv.yaml --comparison other.json")
         def _(other: tuple = other) -> bool:
             c = compare_sharders(other[0], other[1], baselines, make_oracle("simulator"), rounds=5)
             (d / "other.json").write_text(c.model_dump_json())
             fresh = d / "store2"  # (worse.json was decided in `store` above: one decision per plan id)
-            r = cli(["plans", "publish", str(worsef), "--store", str(fresh), "--comparison", str(d / "other.json"),
-                     "-i", str(invf), "--params", str(paramsf)])
+            r = cli(
+                [
+                    "plans",
+                    "publish",
+                    str(worsef),
+                    "--store",
+                    str(fresh),
+                    "--comparison",
+                    str(d / "other.json"),
+                    "-i",
+                    str(invf),
+                    "--params",
+                    str(paramsf),
+                ]
+            )
             return one_line_2(r) and not fresh.exists()
 
     alias = {
         "plan -o INVENTORY": ["plan", "-i", str(invf), "-d", "2", "-m", "1", "-s", "size_greedy", "-o", str(invf)],
-        "evaluate -o INVENTORY": ["evaluate", "-i", str(invf), "-p", str(goodf), "--backend", "simulator", "-o", str(invf)],
-        "compare --out INVENTORY": ["compare", "-i", str(invf), "-d", "2", "-m", "1", "--backend", "simulator",
-                                    "--out", str(invf)],
-        "plan --torchrec-out INVENTORY": ["plan", "-i", str(invf), "-d", "2", "-m", "1", "-s", "size_greedy", "-o",
-                                          str(d / "p.json"), "--torchrec-out", str(invf)],
+        "evaluate -o INVENTORY": [
+            "evaluate",
+            "-i",
+            str(invf),
+            "-p",
+            str(goodf),
+            "--backend",
+            "simulator",
+            "-o",
+            str(invf),
+        ],
+        "compare --out INVENTORY": [
+            "compare",
+            "-i",
+            str(invf),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "--backend",
+            "simulator",
+            "--out",
+            str(invf),
+        ],
+        "plan --torchrec-out INVENTORY": [
+            "plan",
+            "-i",
+            str(invf),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "-s",
+            "size_greedy",
+            "-o",
+            str(d / "p.json"),
+            "--torchrec-out",
+            str(invf),
+        ],
         "torchrec export -o INVENTORY": ["torchrec", "export", str(goodf), "-i", str(invf), "-o", str(invf)],
         "torchrec import -o INVENTORY": ["torchrec", "import", str(goodf), "-i", str(invf), "-m", "1", "-o", str(invf)],
-        "profile -o INVENTORY (hard link)": ["profile", "-i", str(invf), "-d", "2", "-m", "1", "--backend", "simulator",
-                                             "-o", str(d / "hard.yaml")],
+        "profile -o INVENTORY (hard link)": [
+            "profile",
+            "-i",
+            str(invf),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "--backend",
+            "simulator",
+            "-o",
+            str(d / "hard.yaml"),
+        ],
     }
     os.link(invf, d / "hard.yaml")
     for what, argv in alias.items():
+
         @case("3", f"output aliases input: {what}", " ".join(argv[:1]) + " ... " + what)
         def _(argv: list[str] = argv) -> bool:
             before = invf.read_bytes()
@@ -138,7 +205,20 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     @case("4", "profile -o on a file without trailing newline keeps its last record", "profile ... -o m.jsonl (twice)")
     def _() -> bool:
         m = d / "m.jsonl"
-        base = ["profile", "-i", str(invf), "-d", "2", "-m", "1", "--backend", "simulator", "-o", str(m), "--no-progress"]
+        base = [
+            "profile",
+            "-i",
+            str(invf),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "--backend",
+            "simulator",
+            "-o",
+            str(m),
+            "--no-progress",
+        ]
         cli([*base, "-k", "1"])
         lines = m.read_text().splitlines()
         m.write_text("\n".join(lines))
@@ -149,8 +229,9 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     cli(["plans", "publish", str(goodf), *gate, "-i", str(invf)])
     other_inv = synth_inventory(6, 1, name="other")
     other_plan = get_sharder("lookup_greedy").shard(other_inv, topo).model_copy(update={"sharder": "dreamshard"})
-    ocmp = compare_sharders(other_inv, topo, ["round_robin", "torchrec"], make_oracle("simulator"), rounds=5,
-                            extra_plans=[other_plan])
+    ocmp = compare_sharders(
+        other_inv, topo, ["round_robin", "torchrec"], make_oracle("simulator"), rounds=5, extra_plans=[other_plan]
+    )
     oinvf, oplanf = save_inventory(other_inv, d / "oinv.yaml"), save_plan(other_plan, d / "oplan.json")
     (d / "o-params.yaml").write_text("publish:\n  baselines: [round_robin, torchrec]\n")
     (d / "ocmp.json").write_text(ocmp.model_dump_json())
@@ -165,8 +246,26 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
     @case("5", "publish for another inventory still works", "plans publish oplan.json -i oinv.yaml ...")
     def _() -> bool:
-        return cli(["plans", "publish", str(oplanf), *s, "--comparison", str(d / "ocmp.json"), "-i", str(oinvf),
-                    "--allow-simulated", "--sharders", "round_robin,torchrec", "--params", str(d / "o-params.yaml")])[0] == 0
+        return (
+            cli(
+                [
+                    "plans",
+                    "publish",
+                    str(oplanf),
+                    *s,
+                    "--comparison",
+                    str(d / "ocmp.json"),
+                    "-i",
+                    str(oinvf),
+                    "--allow-simulated",
+                    "--sharders",
+                    "round_robin,torchrec",
+                    "--params",
+                    str(d / "o-params.yaml"),
+                ]
+            )[0]
+            == 0
+        )
 
     @case("5", "show current of another inventory still works", "plans show current --inventory other")
     def _() -> bool:
@@ -183,8 +282,10 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
     @case("5", "rollback --to repairs the pointer", "plans rollback --inventory inv --to GOOD")
     def _() -> bool:
-        return cli(["plans", "rollback", *s, "--inventory", "inv", "--to", good.plan_id])[0] == 0 and \
-            get_current(open_store(str(store)), "inv").plan_id == good.plan_id
+        return (
+            cli(["plans", "rollback", *s, "--inventory", "inv", "--to", good.plan_id])[0] == 0
+            and get_current(open_store(str(store)), "inv").plan_id == good.plan_id
+        )
 
     @case("5", "plans fsck lists orphans", "plans fsck")
     def _() -> bool:
@@ -199,8 +300,12 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     push_inventory(ostore, inv)
     ver = store / "inventories" / "inv" / f"{inv.fingerprint()}.yaml"
     ptr = store / "inventories" / "inv" / "current.json"
-    for what, target, damage in (("corrupt stored pointer", ptr, "{x"), ("corrupt stored inventory", ver, "[1,"),
-                                 ("invalid stored version is rewritten", ver, "name: inv\ntables: []\n")):
+    for what, target, damage in (
+        ("corrupt stored pointer", ptr, "{x"),
+        ("corrupt stored inventory", ver, "[1,"),
+        ("invalid stored version is rewritten", ver, "name: inv\ntables: []\n"),
+    ):
+
         @case("6", f"inventory push: {what}", "inventory push inv.yaml --store store")
         def _(target: Path = target, damage: str = damage) -> bool:
             target.write_text(damage)
@@ -217,11 +322,34 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
     run_dvc(["init", "--no-scm", "-q"], repo)
     for what, argv in (
-        ("remote s3 --endpoint http://KEY:SECRET@host",
-         ["remote", "s3", "--name", "x", "--url", "s3://b/p", "--endpoint", "http://AKIAKEY:S3CRET@host", "--repo", str(repo)]),
-        ("--endpoint-url with query-string credentials",
-         ["plans", "list", "--store", "s3://b/p", "--endpoint-url", "http://h:1/?AWSAccessKeyId=AKIAKEY&Signature=S3CRET"]),
+        (
+            "remote s3 --endpoint http://KEY:SECRET@host",
+            [
+                "remote",
+                "s3",
+                "--name",
+                "x",
+                "--url",
+                "s3://b/p",
+                "--endpoint",
+                "http://AKIAKEY:S3CRET@host",
+                "--repo",
+                str(repo),
+            ],
+        ),
+        (
+            "--endpoint-url with query-string credentials",
+            [
+                "plans",
+                "list",
+                "--store",
+                "s3://b/p",
+                "--endpoint-url",
+                "http://h:1/?AWSAccessKeyId=AKIAKEY&Signature=S3CRET",
+            ],
+        ),
     ):
+
         @case("7", what, " ".join(argv[:2]) + " ...")
         def _(argv: list[str] = argv) -> bool:
             r = cli(argv)
@@ -246,8 +374,12 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         return r[0] == 1 and any(x["plan_id"] == good.plan_id and not x["problem"] for x in rows)
 
     # -- 9: huge numbers
-    for cmd, extra in (("plan", ["-s", "size_greedy", "-o", str(d / "p9.json")]), ("compare", ["--backend", "simulator"]),
-                       ("profile", ["--backend", "simulator", "-o", str(d / "m9.jsonl")])):
+    for cmd, extra in (
+        ("plan", ["-s", "size_greedy", "-o", str(d / "p9.json")]),
+        ("compare", ["--backend", "simulator"]),
+        ("profile", ["--backend", "simulator", "-o", str(d / "m9.jsonl")]),
+    ):
+
         @case("9", f"{cmd} --memory-gb 1e300", f"{cmd} -i inv.yaml -d 2 -m 1e300")
         def _(cmd: str = cmd, extra: list[str] = extra) -> bool:
             before = snap(d)
@@ -270,6 +402,7 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
     # -- 11: model card
     src = Path(__import__("dreamshard").__file__).parent / "pretrained"
     for hidden in (10**9, -5):
+
         @case("11", f"model.json cost_spec.hidden = {hidden}", "plan --sharder dreamshard --model m/")
         def _(hidden: int = hidden) -> bool:
             m = d / f"model{hidden}"
@@ -277,7 +410,9 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
             card = json.loads((m / "model.json").read_text())
             card["cost_spec"]["hidden"] = hidden
             (m / "model.json").write_text(json.dumps(card))
-            return one_line_2(cli(["plan", "-i", str(invf), "-d", "2", "-m", "1", "--model", str(m), "-o", str(d / "p11.json")]))
+            return one_line_2(
+                cli(["plan", "-i", str(invf), "-d", "2", "-m", "1", "--model", str(m), "-o", str(d / "p11.json")])
+            )
 
     # -- 12: republish current
     @case("12", "re-publishing the current plan does not duplicate history", "plans publish good.json (twice)")
@@ -294,28 +429,48 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
 
     torch.save((torch.tensor([0, 1]), torch.tensor([0, 1, 0, 2]), torch.tensor([[1, -1, 2]])), d / "neg.pt")
     (d / "x.pt").mkdir()
-    for what, path, needle in (("negative lengths", d / "neg.pt", "lengths must be >= 0"),
-                               ("a directory named x.pt", d / "x.pt", "is a directory")):
+    for what, path, needle in (
+        ("negative lengths", d / "neg.pt", "lengths must be >= 0"),
+        ("a directory named x.pt", d / "x.pt", "is a directory"),
+    ):
+
         @case("13", f"from-trace: {what}", f"inventory from-trace {path.name} -o t.yaml")
         def _(path: Path = path, needle: str = needle) -> bool:
             r = cli(["inventory", "from-trace", str(path), "-o", str(d / "t.yaml")])
             return one_line_2(r) and needle in r[2] and not (d / "t.yaml").exists()
 
     # -- Also
-    for what, text in (("num_embeddings: true", "name: x\ntables:\n- {name: a, num_embeddings: true, embedding_dim: 4, pooling_factor: 1}\n"),
-                       ("inventory name with '/'", "name: a/b\ntables:\n- {name: a, num_embeddings: 2, embedding_dim: 4, pooling_factor: 1}\n"),
-                       ("inventory name '..'", "name: '..'\ntables:\n- {name: a, num_embeddings: 2, embedding_dim: 4, pooling_factor: 1}\n")):
+    for what, text in (
+        (
+            "num_embeddings: true",
+            "name: x\ntables:\n- {name: a, num_embeddings: true, embedding_dim: 4, pooling_factor: 1}\n",
+        ),
+        (
+            "inventory name with '/'",
+            "name: a/b\ntables:\n- {name: a, num_embeddings: 2, embedding_dim: 4, pooling_factor: 1}\n",
+        ),
+        (
+            "inventory name '..'",
+            "name: '..'\ntables:\n- {name: a, num_embeddings: 2, embedding_dim: 4, pooling_factor: 1}\n",
+        ),
+    ):
+
         @case("also", f"validate: {what}", "inventory validate bad.yaml")
         def _(text: str = text) -> bool:
             (d / "bad.yaml").write_text(text)
             return one_line_2(cli(["inventory", "validate", str(d / "bad.yaml")]))
 
-    @case("18.8", "a 300k-character table name: one line, in seconds (redaction is linear)", "inventory validate huge.yaml")
+    @case(
+        "18.8",
+        "a 300k-character table name: one line, in seconds (redaction is linear)",
+        "inventory validate huge.yaml",
+    )
     def _() -> tuple[bool, str]:
         import time
 
-        (d / "huge.yaml").write_text(f"name: x\ntables:\n- {{name: {'t' * 300_000}, num_embeddings: 2, embedding_dim: 3, "
-                                     f"pooling_factor: 1}}\n")
+        (d / "huge.yaml").write_text(
+            f"name: x\ntables:\n- {{name: {'t' * 300_000}, num_embeddings: 2, embedding_dim: 3, pooling_factor: 1}}\n"
+        )
         t0 = time.perf_counter()
         r = cli(["inventory", "validate", str(d / "huge.yaml")])
         wall = time.perf_counter() - t0
@@ -338,8 +493,11 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         r = cli(["plans", "rollback", "--store", str(st), "--inventory", "inv", "--to", bad.plan_id])
         return one_line_2(r) and get_current(open_store(str(st)), "inv").plan_id == good.plan_id
 
-
-    @case("18.1", "a plan id ending in .record next to plan p: both kept, shown and listed", "plans publish p.record; plans publish p")
+    @case(
+        "18.1",
+        "a plan id ending in .record next to plan p: both kept, shown and listed",
+        "plans publish p.record; plans publish p",
+    )
     def _() -> bool:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from store_helpers import approve  # tests/ is not a package
@@ -351,22 +509,50 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         second = first.model_copy(update={"plan_id": "p"})
         publish(st, first, approve(first))
         publish(st, second, approve(second))
-        return show(st, "p.record") == first and show(st, "p") == second and \
-            {r.plan_id for r in list_plans(st, "inv")} == {"p.record", "p"}
+        return (
+            show(st, "p.record") == first
+            and show(st, "p") == second
+            and {r.plan_id for r in list_plans(st, "inv")} == {"p.record", "p"}
+        )
 
-    @case("18.15", "profile -k far beyond the distinct placements: returns at once with what exists", "profile -k 100000 (2 tables, 2 devices)")
+    @case(
+        "18.15",
+        "profile -k far beyond the distinct placements: returns at once with what exists",
+        "profile -k 100000 (2 tables, 2 devices)",
+    )
     def _() -> tuple[bool, str]:
         import time
 
         two = synth_inventory(2, 0, name="two")
         save_inventory(two, d / "two.yaml")
         t0 = time.perf_counter()
-        r = cli(["profile", "-i", str(d / "two.yaml"), "-d", "2", "-m", "4", "--backend", "simulator", "-k", "100000",
-                 "--warmup", "0", "--repeats", "1", "-o", str(d / "two.jsonl"), "--no-progress"])
+        r = cli(
+            [
+                "profile",
+                "-i",
+                str(d / "two.yaml"),
+                "-d",
+                "2",
+                "-m",
+                "4",
+                "--backend",
+                "simulator",
+                "-k",
+                "100000",
+                "--warmup",
+                "0",
+                "--repeats",
+                "1",
+                "-o",
+                str(d / "two.jsonl"),
+                "--no-progress",
+            ]
+        )
         wall = time.perf_counter() - t0
         # 2 singles, the 4 distinct whole-table placements, and one each of the typed kinds (row_wise, data_parallel:
         # placements of units, distinct from every whole-table one)
         return r[0] == 0 and wall < 30.0 and sum(1 for _ in (d / "two.jsonl").open()) <= 2 + 4 + 2, f"{wall:.2f} s"
+
 
 # Case tables of one area each (issue 18, second round): module, function(directory, case).
 EXTRA_CASES: tuple[tuple[str, str], ...] = (

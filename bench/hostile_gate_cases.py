@@ -57,9 +57,17 @@ def _rejected_with_fallback(files: dict[str, Path], plan: Any) -> bool:
 def _with_current(files: dict[str, Path]) -> None:
     """A current plan to keep (with none, a plan inside the noise becomes the first: usecases.publish.first_plan)."""
     seed = get_sharder("round_robin").shard(INVENTORY, TOPOLOGY)
-    publish_or_reject(open_store(str(files["store"])), seed.model_copy(update={"measured": seed.predicted}),
-                      GateDecision(approved=True, outcome="approved", reason="a current plan to keep",
-                                   plan_id=seed.plan_id, inventory_fingerprint=INVENTORY.fingerprint()))
+    publish_or_reject(
+        open_store(str(files["store"])),
+        seed.model_copy(update={"measured": seed.predicted}),
+        GateDecision(
+            approved=True,
+            outcome="approved",
+            reason="a current plan to keep",
+            plan_id=seed.plan_id,
+            inventory_fingerprint=INVENTORY.fingerprint(),
+        ),
+    )
 
 
 def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases reads best
@@ -78,16 +86,24 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
         first = cli(publish_argv(files))
         second = cli(publish_argv(files, *measure, comparison=False))
         mine_out = _outcomes(files, mine.plan_id)
-        return (first[0] == second[0] == 1 and "already decided" in second[2] and len(mine_out) == 1,
-                mine_out[0] if mine_out else first[2][:60])
+        return (
+            first[0] == second[0] == 1 and "already decided" in second[2] and len(mine_out) == 1,
+            mine_out[0] if mine_out else first[2][:60],
+        )
 
-    @case("15.5", "identical placements measured 10.4 / 18.7 ms: inside the noise", "plans publish P --comparison noisy.json")
+    @case(
+        "15.5",
+        "identical placements measured 10.4 / 18.7 ms: inside the noise",
+        "plans publish P --comparison noisy.json",
+    )
     def _() -> tuple[bool, str]:
         files = write_case(d / "noise2", same, full_comparison(same, NoisyOracle(seed=5)))
         _with_current(files)
         r = cli(publish_argv(files))
-        return (r[0] == 1 and _outcomes(files, same.plan_id) == ["inconclusive"] and "current plan stays" in r[2],
-                r[2][:60])
+        return (
+            r[0] == 1 and _outcomes(files, same.plan_id) == ["inconclusive"] and "current plan stays" in r[2],
+            r[2][:60],
+        )
 
     @case("15.5", "simulator basis without --allow-simulated", "plans publish P --comparison cmp.json (no flag)")
     def _() -> bool:
@@ -107,15 +123,21 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
         r = cli(publish_argv(files))
         return r[0] == 1 and _rejected_with_fallback(files, plan), r[2][:60]
 
-    for what, sharders in (("`compare --sharders round_robin` output", ("round_robin",)),
-                           ("comparison without torchrec", tuple(s for s in full.baselines() if s != "torchrec"))):
+    for what, sharders in (
+        ("`compare --sharders round_robin` output", ("round_robin",)),
+        ("comparison without torchrec", tuple(s for s in full.baselines() if s != "torchrec")),
+    ):
+
         @case("18.3", what, "plans publish P --comparison narrow.json")
         def _(sharders: tuple[str, ...] = sharders) -> bool:
             files = write_case(d / f"narrow{len(sharders)}", mine, full_comparison(mine, sharders=sharders))
             return one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
 
-    @case("18.3", "--measure --sharders random (adds a baseline beside publish.baselines)",
-          "plans publish P --measure --sharders random")
+    @case(
+        "18.3",
+        "--measure --sharders random (adds a baseline beside publish.baselines)",
+        "plans publish P --measure --sharders random",
+    )
     def _() -> tuple[bool, str]:
         files = write_case(d / "measure-rr", mine)
         r = cli(publish_argv(files, *measure, "--sharders", "random", comparison=False))
@@ -123,8 +145,11 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
 
     @case("18.3", "comparison with the best entries deleted", "plans publish P --comparison edited.json")
     def _() -> bool:
-        files = write_case(d / "deleted", mine, edit_results(
-            full, lambda rs: [x for x in rs if x["sharder"] not in ("random", "lookup_greedy")]))
+        files = write_case(
+            d / "deleted",
+            mine,
+            edit_results(full, lambda rs: [x for x in rs if x["sharder"] not in ("random", "lookup_greedy")]),
+        )
         return one_line_2(cli(publish_argv(files)), "baseline") and not files["store"].exists()
 
     def copy_rr(rs: list[Any], drop_real: bool) -> list[Any]:
@@ -134,19 +159,30 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
         return [x for x in rs if not (drop_real and x["sharder"] == "lookup_greedy")] + [fake]
 
     for drop in (False, True):
-        @case("18.3", f"round_robin's entry copied as lookup_greedy ({'replacing' if drop else 'beside'} it)",
-              "plans publish P --comparison edited.json")
+
+        @case(
+            "18.3",
+            f"round_robin's entry copied as lookup_greedy ({'replacing' if drop else 'beside'} it)",
+            "plans publish P --comparison edited.json",
+        )
         def _(drop: bool = drop) -> bool:
             files = write_case(d / f"copied{drop}", mine, edit_results(full, lambda rs: copy_rr(rs, drop)))
             return one_line_2(cli(publish_argv(files))) and not files["store"].exists()
 
-    forged = {"lineage": Lineage(inventory_fingerprint=full.inventory_fingerprint, flow_run_id="fake",
-                                 dvc_remote="https://u:s3cret@h/x").model_dump(mode="json"),
-              "model_version": "forged", "out_of_range": ["kept"]}
+    forged = {
+        "lineage": Lineage(
+            inventory_fingerprint=full.inventory_fingerprint, flow_run_id="fake", dvc_remote="https://u:s3cret@h/x"
+        ).model_dump(mode="json"),
+        "model_version": "forged",
+        "out_of_range": ["kept"],
+    }
     tight = full_comparison(same)
 
-    @case("18.4", "plan file's lineage / model_version not stored, out_of_range kept",
-          "plans publish forged.json; plans show P --lineage")
+    @case(
+        "18.4",
+        "plan file's lineage / model_version not stored, out_of_range kept",
+        "plans publish forged.json; plans show P --lineage",
+    )
     def _() -> tuple[bool, str]:
         files = write_case(d / "forged", same, tight, plan_data=forged)
         cli(publish_argv(files))
@@ -159,21 +195,33 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
 
     for what, lineage, needle in (
         ("lineage with the md5s nulled", {"model_md5": None, "measurements_md5": None}, "no md5"),
-        ("lineage whose dvc.yaml stage runs an arbitrary command",
-         {"dvc_yaml": "stages:\n  inventory:\n    cmd: sh -c 'touch pwned'\n    outs: [data/inventory.yaml]\n"},
-         "not the installed pipeline's"),
+        (
+            "lineage whose dvc.yaml stage runs an arbitrary command",
+            {"dvc_yaml": "stages:\n  inventory:\n    cmd: sh -c 'touch pwned'\n    outs: [data/inventory.yaml]\n"},
+            "not the installed pipeline's",
+        ),
     ):
+
         @case("18.4", f"plans reproduce: {what}", "plans reproduce P --into repro")
         def _(lineage: dict[str, Any] = lineage, needle: str = needle) -> bool:
             st = d / f"repro-store-{needle[:6]}"
-            fields: dict[str, Any] = {"inventory_fingerprint": INVENTORY.fingerprint(), "dvc_lock": "schema: '2.0'\n",
-                                      "params": "{}\n", "dvc_remote": str(d / "remote"),
-                                      "dvc_yaml": installed_pipeline_file("dvc.yaml").read_text(),
-                                      "model_md5": "a" * 32 + ".dir", "measurements_md5": "b" * 32, **lineage}
+            fields: dict[str, Any] = {
+                "inventory_fingerprint": INVENTORY.fingerprint(),
+                "dvc_lock": "schema: '2.0'\n",
+                "params": "{}\n",
+                "dvc_remote": str(d / "remote"),
+                "dvc_yaml": installed_pipeline_file("dvc.yaml").read_text(),
+                "model_md5": "a" * 32 + ".dir",
+                "measurements_md5": "b" * 32,
+                **lineage,
+            }
             measured = next(r for r in tight.results if r.plan.plan_id == same.plan_id).plan.measured
             old = same.model_copy(update={"lineage": Lineage(**fields), "measured": measured})  # an older store's plan
-            publish(open_store(str(st)), old, GateDecision(approved=True, outcome="approved", reason="old store",
-                                                           plan_id=old.plan_id))
+            publish(
+                open_store(str(st)),
+                old,
+                GateDecision(approved=True, outcome="approved", reason="old store", plan_id=old.plan_id),
+            )
             into = d / f"repro-{needle[:6]}"
             r = cli(["plans", "reproduce", old.plan_id, "--store", str(st), "--into", str(into)])
             return one_line_2(r, needle) and not into.exists()
@@ -195,8 +243,12 @@ def gate_cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of ca
                     r["samples_ms"] = [1e308] * len(r["samples_ms"])
         return data
 
-    for kind, what in (("overall", "overall_ms 0.5 beside per-device totals"),
-                       ("simulated", "is_simulated: false with backend simulator"), ("huge", "1e308 baselines")):
+    for kind, what in (
+        ("overall", "overall_ms 0.5 beside per-device totals"),
+        ("simulated", "is_simulated: false with backend simulator"),
+        ("huge", "1e308 baselines"),
+    ):
+
         @case("18.13", what, "plans publish P --comparison edited.json")
         def _(kind: str = kind) -> bool:
             files = write_case(d / f"cons-{kind}", mine, bad_consistency(kind))

@@ -59,9 +59,12 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     minified = json.dumps(get_sharder("lookup_greedy").shard(inv, topo).model_dump(mode="json"), separators=(",", ":"))
 
     # -- 18.5: `profile -o FILE` on a one-line file without newline that is not a measurements file
-    for what, name, text in (("a minified JSON plan", "plan.json", minified),
-                             ("a one-line text file", "notes.txt", "do not delete me"),
-                             ("a one-line JSON object", "obj.json", '{"a": 1}')):
+    for what, name, text in (
+        ("a minified JSON plan", "plan.json", minified),
+        ("a one-line text file", "notes.txt", "do not delete me"),
+        ("a one-line JSON object", "obj.json", '{"a": 1}'),
+    ):
+
         @case("18.5", f"profile -o on {what} (no trailing newline): refused, file kept", f"profile ... -o {name}")
         def _(name: str = name, text: str = text) -> bool:
             target = d / "18.5" / name
@@ -69,8 +72,10 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             target.write_text(text)
             before = snap(target.parent)
             r = cli([*profile, "-o", str(target)])
-            return one_line_2(r, "InputFileError", str(target), "not a measurements file") and \
-                snap(target.parent) == before
+            return (
+                one_line_2(r, "InputFileError", str(target), "not a measurements file")
+                and snap(target.parent) == before
+            )
 
     @case("18.5", "a killed writer's unfinished first record is still recovered", "profile ... -o m.jsonl (partial)")
     def _() -> bool:
@@ -81,10 +86,16 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         return cli([*profile, "-o", str(target)])[0] == 0 and len(list(iter_measurements(target))) > 0
 
     # -- 18.7: index generation sized before it runs (guarded: nothing large is ever drawn)
-    for pooling, needles in (("1e7", ("ConfigError", "pooling factor")),
-                             ("1e6", ("IndexBudgetError", "'t_cat_0'", "pooling_factor", "MAX_INDEX_BYTES"))):
-        @case("18.7", f"inventory preset --pooling {pooling}: refused before allocating",
-              f"inventory preset criteo-kaggle --pooling {pooling} -o x.yaml")
+    for pooling, needles in (
+        ("1e7", ("ConfigError", "pooling factor")),
+        ("1e6", ("IndexBudgetError", "'t_cat_0'", "pooling_factor", "MAX_INDEX_BYTES")),
+    ):
+
+        @case(
+            "18.7",
+            f"inventory preset --pooling {pooling}: refused before allocating",
+            f"inventory preset criteo-kaggle --pooling {pooling} -o x.yaml",
+        )
         def _(pooling: str = pooling, needles: tuple[str, ...] = needles) -> tuple[bool, str]:
             out = d / "18.7" / f"preset-{pooling}.yaml"
             out.parent.mkdir(exist_ok=True)
@@ -94,30 +105,58 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             wall = time.perf_counter() - t0
             return one_line_2(r, *needles) and not out.exists() and wall < 10.0, f"{wall:.2f} s"
 
-    @case("18.7", "evaluate --backend cpu, pooling_factor 1000000 (in bounds): refused before allocating",
-          "evaluate -i big.yaml -p plan.json --backend cpu")
+    @case(
+        "18.7",
+        "evaluate --backend cpu, pooling_factor 1000000 (in bounds): refused before allocating",
+        "evaluate -i big.yaml -p plan.json --backend cpu",
+    )
     def _() -> tuple[bool, str]:
         work = d / "18.7" / "evaluate"
         work.mkdir(parents=True, exist_ok=True)
-        big = Inventory(name="big", tables=(
-            Table(name="huge", num_embeddings=1000, embedding_dim=16, pooling_factor=1e6),
-            Table(name="small", num_embeddings=100, embedding_dim=16, pooling_factor=1.0)))
+        big = Inventory(
+            name="big",
+            tables=(
+                Table(name="huge", num_embeddings=1000, embedding_dim=16, pooling_factor=1e6),
+                Table(name="small", num_embeddings=100, embedding_dim=16, pooling_factor=1.0),
+            ),
+        )
         bigf = save_inventory(big, work / "big.yaml")
         planf = work / "plan.json"
-        planf.write_text(get_sharder("lookup_greedy").shard(big, topo.model_copy(update={"batch_size": 2048}))
-                         .model_dump_json())
+        planf.write_text(
+            get_sharder("lookup_greedy").shard(big, topo.model_copy(update={"batch_size": 2048})).model_dump_json()
+        )
         before = snap(work)
         t0 = time.perf_counter()
         with _guarded():
-            r = cli(["evaluate", "-i", str(bigf), "-p", str(planf), "--backend", "cpu", "--repeats", "1", "--warmup",
-                     "0", "-o", str(work / "ev.json")])
+            r = cli(
+                [
+                    "evaluate",
+                    "-i",
+                    str(bigf),
+                    "-p",
+                    str(planf),
+                    "--backend",
+                    "cpu",
+                    "--repeats",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "-o",
+                    str(work / "ev.json"),
+                ]
+            )
         wall = time.perf_counter() - t0
         ok = one_line_2(r, "IndexBudgetError", "'huge'", "pooling_factor", "MAX_INDEX_BYTES")
         return ok and snap(work) == before and wall < 30.0, f"{wall:.2f} s"
 
     # -- 18.16: the preset's --name follows the inventory-name rule
     for name in ("../x", "a/b"):
-        @case("18.16", f"inventory preset --name {name}: refused up front", f"inventory preset criteo-kaggle --name {name}")
+
+        @case(
+            "18.16",
+            f"inventory preset --name {name}: refused up front",
+            f"inventory preset criteo-kaggle --name {name}",
+        )
         def _(name: str = name) -> bool:
             out = d / "18.16" / "x.yaml"
             out.parent.mkdir(exist_ok=True)

@@ -32,22 +32,36 @@ def cases(d: Path, case: Case) -> None:
     save_inventory(inv, d / "inv.yaml")
 
     for value in ("-1", "nan", "inf", "1e12", "abc", ""):
+
         @case("15.fast", f"replan --refine-seconds {value!r}", "replan -i inv.yaml --refine-seconds V")
         def _(value: str = value) -> tuple[bool, str]:
             before = snap(d)
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--refine-seconds", value, "--store", str(d / "store")])
             return one_line_2(r, "--refine-seconds") and snap(d) == before, r[2][-80:]
 
-        @case("15.fast", f"plan --verify 1 --verify-anchors {value!r}", "plan -i inv.yaml --verify 1 --verify-anchors V")
+        @case(
+            "15.fast", f"plan --verify 1 --verify-anchors {value!r}", "plan -i inv.yaml --verify 1 --verify-anchors V"
+        )
         def _(value: str = value) -> tuple[bool, str]:
             before = snap(d)
-            r = cli(["plan", "-i", str(d / "inv.yaml"), "--verify", "1", "--verify-anchors", value, "-o", str(d / "p.json")])
+            r = cli(
+                ["plan", "-i", str(d / "inv.yaml"), "--verify", "1", "--verify-anchors", value, "-o", str(d / "p.json")]
+            )
             return one_line_2(r, "--verify-anchors") and snap(d) == before, r[2][-80:]
 
-    for key, value in (("replan_refine_seconds", ".nan"), ("replan_refine_seconds", "-5"), ("verify_anchors", "-1"),
-                       ("verify_anchors", "99"), ("verify_anchors", "[2]"), ("replan_refine_seconds", "'x'"),
-                       ("refine_confirm_rounds", "-1"), ("refine_confirm_rounds", "101"),
-                       ("refine_confirm_rounds", "1.5"), ("refine_confirm_rounds", "'x'")):
+    for key, value in (
+        ("replan_refine_seconds", ".nan"),
+        ("replan_refine_seconds", "-5"),
+        ("verify_anchors", "-1"),
+        ("verify_anchors", "99"),
+        ("verify_anchors", "[2]"),
+        ("replan_refine_seconds", "'x'"),
+        ("refine_confirm_rounds", "-1"),
+        ("refine_confirm_rounds", "101"),
+        ("refine_confirm_rounds", "1.5"),
+        ("refine_confirm_rounds", "'x'"),
+    ):
+
         @case("15.fast", f"params plan.{key}: {value}", "replan -i inv.yaml --params bad.yaml")
         def _(key: str = key, value: str = value) -> tuple[bool, str]:
             (d / "bad.yaml").write_text(f"plan:\n  {key}: {value}\n")
@@ -60,21 +74,35 @@ def cases(d: Path, case: Case) -> None:
     def current_store(name: str) -> Any:
         store = open_store(str(d / name))
         plan = get_sharder("dim_greedy").shard(inv, topo)
-        ok = GateDecision(approved=True, outcome="approved", plan_id=plan.plan_id, reason="approved",
-                          inventory_fingerprint=inv.fingerprint())
+        ok = GateDecision(
+            approved=True,
+            outcome="approved",
+            plan_id=plan.plan_id,
+            reason="approved",
+            inventory_fingerprint=inv.fingerprint(),
+        )
         publish_or_reject(store, plan.model_copy(update={"measured": plan.predicted}), ok)
         return store
 
     def unsure(plan_id: str) -> GateDecision:
-        return GateDecision(approved=False, outcome="inconclusive", plan_id=plan_id,
-                            reason="inconclusive: ... the current plan stays (measure more rounds)")
+        return GateDecision(
+            approved=False,
+            outcome="inconclusive",
+            plan_id=plan_id,
+            reason="inconclusive: ... the current plan stays (measure more rounds)",
+        )
 
     grown = Inventory(name="loop", tables=(*inv.tables, inv.tables[0].model_copy(update={"name": "t_added"})))
     shrunk = Inventory(name="loop", tables=inv.tables[1:])
     resized = Inventory(name="loop", tables=(inv.tables[0].model_copy(update={"num_embeddings": 7}), *inv.tables[1:]))
     renamed = Inventory(name="loop", tables=(inv.tables[0].model_copy(update={"name": "t_renamed"}), *inv.tables[1:]))
-    for what, other in (("a table added", grown), ("a table removed", shrunk), ("a table's rows changed", resized),
-                        ("a table renamed", renamed)):
+    for what, other in (
+        ("a table added", grown),
+        ("a table removed", shrunk),
+        ("a table's rows changed", resized),
+        ("a table renamed", renamed),
+    ):
+
         @case("15.gate", f"inside the noise after {what}: the plan becomes current", "replan -i v2.yaml")
         def _(other: Inventory = other, what: str = what) -> tuple[bool, str]:
             store = current_store(f"store-{what.replace(' ', '-')}")
@@ -86,8 +114,9 @@ def cases(d: Path, case: Case) -> None:
     def _() -> tuple[bool, str]:
         store = current_store("store-stats")
         t0 = inv.tables[0]
-        stats = Inventory(name="loop", tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 2}),
-                                               *inv.tables[1:]))
+        stats = Inventory(
+            name="loop", tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 2}), *inv.tables[1:])
+        )
         plan = get_sharder("size_greedy").shard(stats, topo)
         got = first_plan(store, plan, unsure(plan.plan_id))
         return got.outcome == "inconclusive", got.reason[-80:]
@@ -105,32 +134,78 @@ def cases(d: Path, case: Case) -> None:
     def rejected_comparison(tag: str) -> tuple[Path, Path]:
         """A round-robin plan of `grown` (clearly slower on the simulator) and a genuine comparison holding it."""
         plan_file, cmp_file = d / f"rr-{tag}.json", d / f"cmp-{tag}.json"
-        assert cli(["plan", "-i", str(d / "grown.yaml"), "-d", "2", "-m", "4", "-s", "round_robin",
-                    "-o", str(plan_file)])[0] == 0
-        assert cli(["compare", "-i", str(d / "grown.yaml"), "-d", "2", "-m", "4", "--backend", "simulator",
-                    "--rounds", "5", "--sharders", "dim_greedy,size_greedy,lookup_greedy,size_lookup_greedy,torchrec",
-                    "-p", str(plan_file), "--out", str(cmp_file)])[0] == 0
+        assert (
+            cli(["plan", "-i", str(d / "grown.yaml"), "-d", "2", "-m", "4", "-s", "round_robin", "-o", str(plan_file)])[
+                0
+            ]
+            == 0
+        )
+        assert (
+            cli(
+                [
+                    "compare",
+                    "-i",
+                    str(d / "grown.yaml"),
+                    "-d",
+                    "2",
+                    "-m",
+                    "4",
+                    "--backend",
+                    "simulator",
+                    "--rounds",
+                    "5",
+                    "--sharders",
+                    "dim_greedy,size_greedy,lookup_greedy,size_lookup_greedy,torchrec",
+                    "-p",
+                    str(plan_file),
+                    "--out",
+                    str(cmp_file),
+                ]
+            )[0]
+            == 0
+        )
         return plan_file, cmp_file
 
-    @case("15.fallback", "rejected after a table was added: the best baseline's own plan becomes current",
-          "plans publish rr.json -i grown.yaml --comparison cmp.json")
+    @case(
+        "15.fallback",
+        "rejected after a table was added: the best baseline's own plan becomes current",
+        "plans publish rr.json -i grown.yaml --comparison cmp.json",
+    )
     def _() -> tuple[bool, str]:
         from dreamshard.gate import baseline_plan
         from dreamshard.store import get_current, list_plans
 
         plan_file, cmp_file = rejected_comparison("ok")
         store = current_store("store-fallback")
-        r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison", str(cmp_file),
-                 "--store", str(d / "store-fallback"), "--allow-simulated"])
+        r = cli(
+            [
+                "plans",
+                "publish",
+                str(plan_file),
+                "-i",
+                str(d / "grown.yaml"),
+                "--comparison",
+                str(cmp_file),
+                "--store",
+                str(d / "store-fallback"),
+                "--allow-simulated",
+            ]
+        )
         cur = get_current(store, "loop")
         real = baseline_plan(cur.sharder, grown, cur.topology, 0)
         outcomes = sorted(x.outcome for x in list_plans(store, "loop", grown.fingerprint()))
-        return (r[0] == 1 and cur.units() == real.units() and outcomes == ["fallback", "rejected"],
-                f"{cur.sharder}: {outcomes}")
+        return (
+            r[0] == 1 and cur.units() == real.units() and outcomes == ["fallback", "rejected"],
+            f"{cur.sharder}: {outcomes}",
+        )
 
     for edit in ("swap two tables of the best baseline", "relabel round_robin's plan as the best baseline"):
-        @case("15.fallback", f"a comparison that would choose the fallback ({edit}): refused, nothing stored",
-              "plans publish rr.json -i grown.yaml --comparison forged.json")
+
+        @case(
+            "15.fallback",
+            f"a comparison that would choose the fallback ({edit}): refused, nothing stored",
+            "plans publish rr.json -i grown.yaml --comparison forged.json",
+        )
         def _(edit: str = edit) -> tuple[bool, str]:
             import json
 
@@ -150,11 +225,24 @@ def cases(d: Path, case: Case) -> None:
             store_dir = d / f"store-forged-{edit[:4]}"
             current_store(store_dir.name)
             before = snap(store_dir)
-            r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison",
-                     str(d / "forged.json"), "--store", str(store_dir), "--allow-simulated"])
+            r = cli(
+                [
+                    "plans",
+                    "publish",
+                    str(plan_file),
+                    "-i",
+                    str(d / "grown.yaml"),
+                    "--comparison",
+                    str(d / "forged.json"),
+                    "--store",
+                    str(store_dir),
+                    "--allow-simulated",
+                ]
+            )
             return one_line_2(r, "") and snap(store_dir) == before, r[2][-80:]
 
     for value in ("mean", "MIN", "''", "[min]", "3"):
+
         @case("issue17", f"params profile.statistic: {value}", "replan -i inv.yaml --params bad.yaml")
         def _(value: str = value) -> tuple[bool, str]:
             (d / "bad.yaml").write_text(f"profile:\n  statistic: {value}\n")
@@ -163,13 +251,23 @@ def cases(d: Path, case: Case) -> None:
             return one_line_2(r, "profile.statistic") and snap(d) == before, r[2][-80:]
 
     # -- the gate's sequential rule (gate/sequential.py) ------------------------------------------------------
-    for section, key, value in (("publish", "early_rounds", "1"), ("publish", "early_rounds", "-1"),
-                                ("publish", "early_rounds", "1000"), ("publish", "early_rounds", "'x'"),
-                                ("publish", "early_share", "0"), ("publish", "early_share", "1"),
-                                ("publish", "early_share", ".nan"), ("evaluate", "stop_early", "'maybe'"),
-                                ("publish", "early_rounds", "[3, 3]"), ("publish", "early_rounds", "[4, 3]"),
-                                ("publish", "early_rounds", "[3, 1]"), ("publish", "early_rounds", "true"),
-                                ("publish", "early_rounds", "[3, 'x']"), ("publish", "early_share", "0.5")):
+    for section, key, value in (
+        ("publish", "early_rounds", "1"),
+        ("publish", "early_rounds", "-1"),
+        ("publish", "early_rounds", "1000"),
+        ("publish", "early_rounds", "'x'"),
+        ("publish", "early_share", "0"),
+        ("publish", "early_share", "1"),
+        ("publish", "early_share", ".nan"),
+        ("evaluate", "stop_early", "'maybe'"),
+        ("publish", "early_rounds", "[3, 3]"),
+        ("publish", "early_rounds", "[4, 3]"),
+        ("publish", "early_rounds", "[3, 1]"),
+        ("publish", "early_rounds", "true"),
+        ("publish", "early_rounds", "[3, 'x']"),
+        ("publish", "early_share", "0.5"),
+    ):
+
         @case("15.seq", f"params {section}.{key}: {value}", "replan -i inv.yaml --params bad.yaml")
         def _(section: str = section, key: str = key, value: str = value) -> tuple[bool, str]:
             (d / "bad.yaml").write_text(f"{section}:\n  {key}: {value}\n")
@@ -177,8 +275,11 @@ def cases(d: Path, case: Case) -> None:
             r = cli(["replan", "-i", str(d / "inv.yaml"), "--params", str(d / "bad.yaml"), "--store", str(d / "store")])
             return one_line_2(r, f"{section}.") and snap(d) == before, r[2][-80:]
 
-    @case("15.seq", "a 3-round comparison edited so its early look cannot decide: refused, nothing stored",
-          "plans publish rr.json -i grown.yaml --comparison noisy.json")
+    @case(
+        "15.seq",
+        "a 3-round comparison edited so its early look cannot decide: refused, nothing stored",
+        "plans publish rr.json -i grown.yaml --comparison noisy.json",
+    )
     def _() -> tuple[bool, str]:
         import json
 
@@ -194,6 +295,18 @@ def cases(d: Path, case: Case) -> None:
         store_dir = d / "store-seq"
         current_store(store_dir.name)
         before = snap(store_dir)
-        r = cli(["plans", "publish", str(plan_file), "-i", str(d / "grown.yaml"), "--comparison", str(d / "noisy.json"),
-                 "--store", str(store_dir), "--allow-simulated"])
+        r = cli(
+            [
+                "plans",
+                "publish",
+                str(plan_file),
+                "-i",
+                str(d / "grown.yaml"),
+                "--comparison",
+                str(d / "noisy.json"),
+                "--store",
+                str(store_dir),
+                "--allow-simulated",
+            ]
+        )
         return one_line_2(r, "decide nothing") and snap(store_dir) == before, r[2][-80:]

@@ -37,9 +37,15 @@ def _stored_with_lineage(d: Path, topo: Topology) -> tuple[str, str]:
     plan = get_sharder("lookup_greedy").shard(inv, topo).model_copy(update={"sharder": "dreamshard"})
     plan = evaluate_plan(inv, plan, make_oracle("simulator"))
     (d / "remote").mkdir(parents=True, exist_ok=True)
-    lineage = Lineage(inventory_fingerprint=inv.fingerprint(), dvc_lock="schema: '2.0'\n", params="{}\n",
-                      dvc_remote=str(d / "remote"), dvc_yaml=installed_pipeline_file("dvc.yaml").read_text(),
-                      model_md5="a" * 32 + ".dir", measurements_md5="b" * 32)
+    lineage = Lineage(
+        inventory_fingerprint=inv.fingerprint(),
+        dvc_lock="schema: '2.0'\n",
+        params="{}\n",
+        dvc_remote=str(d / "remote"),
+        dvc_yaml=installed_pipeline_file("dvc.yaml").read_text(),
+        model_md5="a" * 32 + ".dir",
+        measurements_md5="b" * 32,
+    )
     plan = plan.model_copy(update={"lineage": lineage})
     cost = plan.best_costs.overall_ms if plan.best_costs else 1.0
     publish(open_store(str(d / "store")), plan, evaluate_gate(plan, {"size_greedy": cost * 2}, 0.0))
@@ -52,8 +58,11 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
 
     # -- 18.16a: a failed reproduce removes only what it created
     store, plan_id = _stored_with_lineage(d / "16a", topo)
-    for what, rel in (("an existing empty --into directory stays", "mine"),
-                      ("a new --into directory (and its new parents) is removed again", "new/deeper")):
+    for what, rel in (
+        ("an existing empty --into directory stays", "mine"),
+        ("a new --into directory (and its new parents) is removed again", "new/deeper"),
+    ):
+
         @case("18.16", f"failed plans reproduce: {what}", f"plans reproduce ID --into {rel} (empty DVC remote)")
         def _(rel: str = rel) -> bool:
             into = d / "16a" / rel
@@ -68,23 +77,51 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     bdir = d / "16b"
     bdir.mkdir()
     invf = save_inventory(inv, bdir / "inv.yaml")
-    planf = save_plan(get_sharder("lookup_greedy").shard(inv, topo).model_copy(update={"sharder": "dreamshard"}),
-                      bdir / "plan.json")
+    planf = save_plan(
+        get_sharder("lookup_greedy").shard(inv, topo).model_copy(update={"sharder": "dreamshard"}), bdir / "plan.json"
+    )
     (bdir / "copy.json").write_bytes(planf.read_bytes())
     os.link(planf, bdir / "hard.json")
     edited = json.loads(planf.read_text())
     edited["sharder"] = "size_greedy"
     (bdir / "same_id.json").write_text(json.dumps(edited))
-    for what, second, needle in (("the same path", "plan.json", "is the same file as"),
-                                 ("a hard link to it", "hard.json", "is the same file as"),
-                                 ("a copy (same content)", "copy.json", "has the same content as"),
-                                 ("another file holding the same plan id", "same_id.json", "both hold plan")):
-        @case("18.16", f"compare -p X -p {what}: refused up front, nothing written", f"compare -p plan.json -p {second}")
+    for what, second, needle in (
+        ("the same path", "plan.json", "is the same file as"),
+        ("a hard link to it", "hard.json", "is the same file as"),
+        ("a copy (same content)", "copy.json", "has the same content as"),
+        ("another file holding the same plan id", "same_id.json", "both hold plan"),
+    ):
+
+        @case(
+            "18.16", f"compare -p X -p {what}: refused up front, nothing written", f"compare -p plan.json -p {second}"
+        )
         def _(second: str = second, needle: str = needle) -> bool:
             before = snap(bdir)
-            r = cli(["compare", "-i", str(invf), "-d", "2", "-m", "1", "--batch-size", "512", "--backend", "simulator",
-                     "--rounds", "2", "--sharders", "round_robin", "-p", str(planf), "-p", str(bdir / second),
-                     "--out", str(bdir / "cmp.json")])
+            r = cli(
+                [
+                    "compare",
+                    "-i",
+                    str(invf),
+                    "-d",
+                    "2",
+                    "-m",
+                    "1",
+                    "--batch-size",
+                    "512",
+                    "--backend",
+                    "simulator",
+                    "--rounds",
+                    "2",
+                    "--sharders",
+                    "round_robin",
+                    "-p",
+                    str(planf),
+                    "-p",
+                    str(bdir / second),
+                    "--out",
+                    str(bdir / "cmp.json"),
+                ]
+            )
             return one_line_2(r, "ConfigError", needle) and snap(bdir) == before
 
     # -- 18.16c: an infeasible learned plan names the sharder asked for
@@ -92,8 +129,12 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     cdir.mkdir()
     tiny = save_inventory(synth_inventory(6, 0, name="tiny"), cdir / "inv.yaml")  # each table fits, not all
     for sharder in ("dreamshard", "dreamshard_lpt", "dreamshard_rl"):
-        @case("18.16", f"infeasible plan -s {sharder} names {sharder}, not a candidate",
-              f"plan -i inv.yaml -d 2 -m 0.15 -s {sharder}")
+
+        @case(
+            "18.16",
+            f"infeasible plan -s {sharder} names {sharder}, not a candidate",
+            f"plan -i inv.yaml -d 2 -m 0.15 -s {sharder}",
+        )
         def _(sharder: str = sharder) -> tuple[bool, str]:
             r = cli(["plan", "-i", str(tiny), "-d", "2", "-m", "0.15", "-s", sharder, "-o", str(cdir / "p.json")])
             ok = one_line_2(r, "InfeasiblePlacementError", f"(sharder {sharder})") and "round_robin" not in r[2]
@@ -101,12 +142,17 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
 
     # -- 18.16d: the LB is below every heuristic plan under the simulator
     for n, seed, devices in ((12, 0, 2), (40, 1, 4), (80, 2, 8), (8, 3, 8), (30, 4, 4)):
-        @case("18.16", f"LB <= every heuristic's plan: {n} tables, {devices} devices (simulator)",
-              f"compare -i synth({n}, seed {seed}) -d {devices} --backend simulator")
+
+        @case(
+            "18.16",
+            f"LB <= every heuristic's plan: {n} tables, {devices} devices (simulator)",
+            f"compare -i synth({n}, seed {seed}) -d {devices} --backend simulator",
+        )
         def _(n: int = n, seed: int = seed, devices: int = devices) -> tuple[bool, str]:
             t = Topology(num_devices=devices, memory_per_device_gb=8.0, batch_size=512)
-            cmp = compare_sharders(synth_inventory(n, seed, name="x"), t, [*HEURISTICS, "torchrec"],
-                                   make_oracle("simulator"), rounds=1)
+            cmp = compare_sharders(
+                synth_inventory(n, seed, name="x"), t, [*HEURISTICS, "torchrec"], make_oracle("simulator"), rounds=1
+            )
             low = min(r.ratio_to_lower_bound for r in cmp.results)
             return low >= 1.0 - 1e-9, f"lowest x LB {low:.3f}"
 
@@ -116,6 +162,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     existing = pdir / "existing.txt"
     existing.write_text("mine\n")
     for what, target in (("an existing file", existing), ("a path under an existing file", existing / "ws")):
+
         @case("18.7", f"pipeline init on {what}: one line, nothing created", f"pipeline init {target.relative_to(d)}")
         def _(target: Path = target) -> bool:
             before = snap(pdir)

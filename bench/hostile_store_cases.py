@@ -69,8 +69,12 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     d.mkdir(parents=True, exist_ok=True)
 
     for rel in ("plans/inv", f"plans/inv/{FP}", "plans/inv/current.json"):
-        @case("18.11", f"{rel.replace(FP, '<fingerprint>')} is a link out of the store",
-              "plans show current / list / rollback / fsck; publish")
+
+        @case(
+            "18.11",
+            f"{rel.replace(FP, '<fingerprint>')} is a link out of the store",
+            "plans show current / list / rollback / fsck; publish",
+        )
         def _(rel: str = rel) -> tuple[bool, str]:
             root, outside = d / f"store-{len(rel)}", d / f"outside-{len(rel)}"
             plan = _published(root)
@@ -83,9 +87,15 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             show = cli(["plans", "show", "current", "--inventory", "inv", *s])
             listed = cli(["plans", "list", *s])
             back = cli(["plans", "rollback", "--inventory", "inv", "--to", plan.plan_id, *s])
-            ok = (one_line_2(show, rel) and one_line_2(listed, rel) and one_line_2(back, rel)
-                  and _publish_refused(root) and _fsck_reports(root, rel, "link out of the plan store")
-                  and _snap(root) == before_in and _snap(outside) == before_out)
+            ok = (
+                one_line_2(show, rel)
+                and one_line_2(listed, rel)
+                and one_line_2(back, rel)
+                and _publish_refused(root)
+                and _fsck_reports(root, rel, "link out of the plan store")
+                and _snap(root) == before_in
+                and _snap(outside) == before_out
+            )
             return ok, show[2].strip()[:120]
 
     @case("18.11", "inventories/<inventory> is a link out of the store", "inventory push inv.yaml; plans fsck")
@@ -99,8 +109,11 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         before = _snap(outside)
         save_inventory(synth_inventory(5, 0, name="inv"), d / "inv2.yaml")
         r = cli(["inventory", "push", str(d / "inv2.yaml"), "--store", str(root), "--no-event"])
-        return one_line_2(r, "inventories/inv") and _snap(outside) == before and \
-            _fsck_reports(root, "inventories/inv", "link out of the plan store")
+        return (
+            one_line_2(r, "inventories/inv")
+            and _snap(outside) == before
+            and _fsck_reports(root, "inventories/inv", "link out of the plan store")
+        )
 
     @case("18.11", ".locks is a link out of the store", "plans publish")
     def _() -> bool:
@@ -108,8 +121,12 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         root.mkdir()
         outside.mkdir()
         (root / ".locks").symlink_to(outside, target_is_directory=True)
-        return _publish_refused(root) and _snap(root) == {} and _snap(outside) == {} and \
-            _fsck_reports(root, ".locks", "link out of the plan store")
+        return (
+            _publish_refused(root)
+            and _snap(root) == {}
+            and _snap(outside) == {}
+            and _fsck_reports(root, ".locks", "link out of the plan store")
+        )
 
     @case("18.12", "plans/<inventory> is a file", "plans fsck; plans list --inventory inv")
     def _() -> bool:
@@ -144,5 +161,9 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         (root / "plans/inv/current.json").mkdir()
         before = _snap(root)
         r = cli(["plans", "list", "--store", str(root)])
-        return (one_line_2(r, "plans/inv/current.json") and _fsck_reports(root, "plans/inv/current.json", "folder")
-                and _publish_refused(root) and _snap(root) == before)
+        return (
+            one_line_2(r, "plans/inv/current.json")
+            and _fsck_reports(root, "plans/inv/current.json", "folder")
+            and _publish_refused(root)
+            and _snap(root) == before
+        )

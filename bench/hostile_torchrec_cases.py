@@ -37,15 +37,24 @@ EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "a table missing": (lambda p: p["placement"].pop("c"), "table 'c' has no device"),
     "an unknown table": (lambda p: p["placement"].update(ghost=1), "table 'ghost', which is not in inventory"),
     "a table both whole and split": (lambda p: p["placement"].update(b=1), "table 'b' is both placed whole and split"),
-    "a shard of a whole table as a unit": (lambda p: p["placement"].update({"a@0:8": 1}), "table 'a@0:8', which is not"),
+    "a shard of a whole table as a unit": (
+        lambda p: p["placement"].update({"a@0:8": 1}),
+        "table 'a@0:8', which is not",
+    ),
     "a device over its memory": (lambda p: p["topology"].update(memory_per_device_gb=1e-6), "GB memory limit"),
     "a forged memory figure": (lambda p: p.update(memory_per_device_gb=[0.0, 0.0]), "states 0 GB on device 0"),
 }
 
 
 def _file(path: Path, ranges: list[list[int]]) -> Path:
-    path.write_text(json.dumps({"world_size": 2, "tables": {
-        "t": {"sharding_type": "column_wise", "ranks": [0, 1], "column_ranges": ranges}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "world_size": 2,
+                "tables": {"t": {"sharding_type": "column_wise", "ranks": [0, 1], "column_ranges": ranges}},
+            }
+        )
+    )
     return path
 
 
@@ -53,18 +62,26 @@ def _loaded(path: Path) -> list[tuple[int, int, int]]:
     from dreamshard.integrations.torchrec import build_ebc, load_sharding_plan  # torch + torchrec: only here
 
     ps = load_sharding_plan(path, build_ebc(ONE)).plan[""]["t"]
-    return sorted((int(s.shard_offsets[1]), int(s.shard_offsets[1] + s.shard_sizes[1]), s.placement.rank())
-                  for s in ps.sharding_spec.shards)
+    return sorted(
+        (int(s.shard_offsets[1]), int(s.shard_offsets[1] + s.shard_sizes[1]), s.placement.rank())
+        for s in ps.sharding_spec.shards
+    )
 
 
 def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases reads best
     d.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(INV, TOPO, {"a": 0, "c": 1}, "hand",
-                     column_shards={"b": (ColumnShard(start=0, end=16, device=1), ColumnShard(start=16, end=32, device=0))})
+    plan = make_plan(
+        INV,
+        TOPO,
+        {"a": 0, "c": 1},
+        "hand",
+        column_shards={"b": (ColumnShard(start=0, end=16, device=1), ColumnShard(start=16, end=32, device=0))},
+    )
     invf, planf = save_inventory(INV, d / "inv.yaml"), save_plan(plan, d / "plan.json")
     onef = save_inventory(ONE, d / "one.yaml")
 
     for what, (edit, needle) in EDITS.items():
+
         @case("18.9", f"torchrec export of a plan with {what}", "torchrec export edited.json -i inv.yaml -o tr.json")
         def _(edit: Callable[[dict[str, Any]], None] = edit, needle: str = needle) -> tuple[bool, str]:
             data = json.loads(planf.read_text())
@@ -82,8 +99,12 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         return r[0] == 0 and out.exists(), r[2].strip()[:80]
 
     for what, ranges in (("equal widths", [[8, 16], [0, 8]]), ("unequal widths", [[4, 16], [0, 4]])):
-        @case("18.10", f"column_ranges out of column order ({what}): import and load_sharding_plan agree",
-              "torchrec import tr.json; load_sharding_plan(tr.json, ebc)")
+
+        @case(
+            "18.10",
+            f"column_ranges out of column order ({what}): import and load_sharding_plan agree",
+            "torchrec import tr.json; load_sharding_plan(tr.json, ebc)",
+        )
         def _(ranges: list[list[int]] = ranges) -> tuple[bool, str]:
             tr, out = _file(d / "order.json", ranges), d / "imported.json"
             out.unlink(missing_ok=True)
@@ -96,8 +117,12 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             return imported == loaded == expected, f"import {imported}, load_sharding_plan {loaded}"
 
     for what, ranges in (("overlapping", [[8, 16], [0, 12]]), ("gapped", [[12, 16], [0, 8]])):
-        @case("18.10", f"{what} column ranges refused by import and load_sharding_plan",
-              "torchrec import tr.json; load_sharding_plan(tr.json, ebc)")
+
+        @case(
+            "18.10",
+            f"{what} column ranges refused by import and load_sharding_plan",
+            "torchrec import tr.json; load_sharding_plan(tr.json, ebc)",
+        )
         def _(ranges: list[list[int]] = ranges) -> tuple[bool, str]:
             tr, out = _file(d / "bad.json", ranges), d / "bad-imported.json"
             r = cli(["torchrec", "import", str(tr), "-i", str(onef), "-m", "1", "-o", str(out)])
@@ -106,5 +131,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
                 loaded_refused = False
             except PlanError as e:
                 loaded_refused = "gap or overlap" in str(e) and "\n" not in str(e)
-            return (one_line_2(r, "gap or overlap") and not out.exists() and loaded_refused,
-                    r[2].strip()[:80] or f"exit {r[0]}")
+            return (
+                one_line_2(r, "gap or overlap") and not out.exists() and loaded_refused,
+                r[2].strip()[:80] or f"exit {r[0]}",
+            )

@@ -31,11 +31,13 @@ from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, 
 Case = Callable[[str, str, str], Callable[[Callable[[], Any]], None]]
 Records = list[dict[str, Any]]
 
-PARAMS = ("profile: {backend: simulator}\n"
-          "train_cost: {steps: 2, ensemble_size: 1}\n"
-          "train_policy: {episodes: 2, episodes_per_update: 2}\n"
-          "train: {iterations: 1, placements_per_iteration: 1, search_per_iteration: 0, perturb_per_iteration: 0, "
-          "init: none}\n")
+PARAMS = (
+    "profile: {backend: simulator}\n"
+    "train_cost: {steps: 2, ensemble_size: 1}\n"
+    "train_policy: {episodes: 2, episodes_per_update: 2}\n"
+    "train: {iterations: 1, placements_per_iteration: 1, search_per_iteration: 0, perturb_per_iteration: 0, "
+    "init: none}\n"
+)
 
 
 def _scaled(rec: dict[str, Any], f: float) -> dict[str, Any]:
@@ -100,9 +102,6 @@ EDITS: tuple[tuple[str, str, Callable[[Records], None], str], ...] = (
 )
 
 
-
-
-
 def _loads_within(model: Path, seconds: float) -> str:
     """load_model in a thread: 'hang' if it is still reading after `seconds`, else what it raised (or 'ok')."""
     got: list[str] = []
@@ -125,17 +124,44 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
     invf = save_inventory(synth_inventory(6, 0, name="inv"), d / "inv.yaml")
     params, meas, tasks = d / "params.yaml", d / "m.jsonl", d / "tasks.json"
     params.write_text(PARAMS)
-    cli(["profile", "-i", str(invf), "-d", "2", "-m", "1", "--backend", "simulator", "-o", str(meas), "--no-progress",
-         "-k", "4"])
+    cli(
+        [
+            "profile",
+            "-i",
+            str(invf),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "--backend",
+            "simulator",
+            "-o",
+            str(meas),
+            "--no-progress",
+            "-k",
+            "4",
+        ]
+    )
     cli(["tasks", "-i", str(invf), "--params", str(params), "-o", str(tasks)])
 
     def argv(cmd: str, measurements: Path, model_dir: Path) -> list[str]:
-        a = [cmd, "-i", str(invf), "--measurements", str(measurements), "--params", str(params), "--model-dir",
-             str(model_dir), "--no-progress"]
+        a = [
+            cmd,
+            "-i",
+            str(invf),
+            "--measurements",
+            str(measurements),
+            "--params",
+            str(params),
+            "--model-dir",
+            str(model_dir),
+            "--no-progress",
+        ]
         return a + (["--tasks", str(tasks)] if cmd == "train" else [])
 
     for defect, what, edit, needle in EDITS:
         for cmd in ("train-cost", "train"):
+
             @case(defect, f"{cmd}: {what}", f"{cmd} --measurements edited.jsonl")
             def _(edit: Callable[[Records], None] = edit, needle: str = needle, cmd: str = cmd) -> tuple[bool, str]:
                 work = d / f"{cmd}-{edit.__name__}"
@@ -158,6 +184,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
         return one_line_2(r, "not finite") and not (d / "p-nan.json").exists(), r[2].strip()[:80]
 
     for cmd in ("train-cost", "train"):
+
         @case("18.7", f"{cmd} --model-dir FILE", f"{cmd} --model-dir afile")
         def _(cmd: str = cmd) -> bool:
             f = d / f"afile-{cmd}"
@@ -166,6 +193,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
             return one_line_2(r, "not a directory") and f.read_text() == "keep"
 
     for name in (COST_FILE, CARD_FILE):
+
         @case("18.7", f"a FIFO as the model's {name}", "plan --model fifo/")
         def _(name: str = name) -> tuple[bool, str]:
             m = d / f"fifo-{name}"

@@ -47,7 +47,9 @@ def run(args: list[str], cwd: Path) -> tuple[float, str, str]:
     res = subprocess.run([str(BIN / "dreamshard"), *args], cwd=cwd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if res.returncode not in (0, 1):
-        raise SystemExit(f"dreamshard {' '.join(args)} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+        raise SystemExit(
+            f"dreamshard {' '.join(args)} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        )
     return wall, res.stdout, res.stderr
 
 
@@ -81,8 +83,9 @@ def changed_inventory(src: Path, dst: Path) -> str:
     inv = load_inventory(src)
     t0, t1 = inv.tables[0], inv.tables[1]
     new = t1.model_copy(update={"name": f"{t1.name}_new"})
-    v2 = Inventory(name=inv.name, tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
-                                          *inv.tables[1:], new))
+    v2 = Inventory(
+        name=inv.name, tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}), *inv.tables[1:], new)
+    )
     save_inventory(v2, dst)
     return f"{t0.name}: pooling x1.5; {new.name}: new (a copy of {t1.name})"
 
@@ -101,13 +104,22 @@ def corpus_counts(ws: Path) -> dict[str, int]:
 def pipeline_counts(ws: Path, corpus_before: dict[str, int] | None = None) -> dict[str, Any]:
     """Profile records, device timings (all, and the training data's) and the outer loop's new measurements of the
     workspace's last run (`corpus_before`: the corpus's counts before it)."""
-    profile = sum(1 for _ in (ws / "data" / "measurements.jsonl").open()) if (ws / "data" / "measurements.jsonl").is_file() else 0
+    profile = (
+        sum(1 for _ in (ws / "data" / "measurements.jsonl").open())
+        if (ws / "data" / "measurements.jsonl").is_file()
+        else 0
+    )
     train = json.loads((ws / "metrics" / "train.json").read_text()) if (ws / "metrics" / "train.json").is_file() else {}
     new = {w: n - (corpus_before or {}).get(w, 0) for w, n in corpus_counts(ws).items()}
-    return {"profile_records": profile, "device_timings": sum(new.values()),
-            "training_timings": sum(n for w, n in new.items() if w in TRAINING_WRITERS),
-            "loop_measured": int(train.get("measured_now", 0)), "loop_from_cache": int(train.get("from_cache", 0)),
-            "incremental": bool(train.get("incremental", False)), "tasks_measured": train.get("tasks_measured")}
+    return {
+        "profile_records": profile,
+        "device_timings": sum(new.values()),
+        "training_timings": sum(n for w, n in new.items() if w in TRAINING_WRITERS),
+        "loop_measured": int(train.get("measured_now", 0)),
+        "loop_from_cache": int(train.get("from_cache", 0)),
+        "incremental": bool(train.get("incremental", False)),
+        "tasks_measured": train.get("tasks_measured"),
+    }
 
 
 def full_retrain_params(work: Path) -> Path:
@@ -131,8 +143,9 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     pool = work / "v1.yaml"
     run(["inventory", "synth", "--params", str(ROOT / "params.yaml"), "-o", str(pool)], work)
     ws = work / "ws"
-    fresh_s, *fresh_log = run(["pipeline", "run", "--workspace", str(ws), "-i", str(pool), *base,
-                              "--dvc-remote", str(work / "remote")], work)
+    fresh_s, *fresh_log = run(
+        ["pipeline", "run", "--workspace", str(ws), "-i", str(pool), *base, "--dvc-remote", str(work / "remote")], work
+    )
     fresh = {**pipeline_counts(ws), "stages_s": stage_seconds("\n".join(fresh_log))}
     # every v2 path runs as in production: v1's plan current in its store (copies taken now, before the incremental
     # run publishes v2), so its plan search starts from that plan (the `current` candidate; the pipeline's plan
@@ -147,12 +160,37 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     shutil.copytree(ws, retrain_ws, symlinks=True)
     shutil.rmtree(retrain_ws / "data" / "corpus", ignore_errors=True)
     before = corpus_counts(ws)
-    inc_s, *inc_log = run(["pipeline", "run", "--workspace", str(ws), "-i", str(work / "v2.yaml"), *base,
-                          "--dvc-remote", str(work / "remote")], work)
+    inc_s, *inc_log = run(
+        [
+            "pipeline",
+            "run",
+            "--workspace",
+            str(ws),
+            "-i",
+            str(work / "v2.yaml"),
+            *base,
+            "--dvc-remote",
+            str(work / "remote"),
+        ],
+        work,
+    )
     incremental = {**pipeline_counts(ws, before), "stages_s": stage_seconds("\n".join(inc_log))}
 
-    fast_s, fast_out, _ = run(["replan", "-i", str(work / "v2.yaml"), "--model", str(retrain_ws / "models" / "dreamshard"),
-                            "--json", "--params", str(ROOT / "params.yaml"), "--store", str(work / "store-fast")], work)
+    fast_s, fast_out, _ = run(
+        [
+            "replan",
+            "-i",
+            str(work / "v2.yaml"),
+            "--model",
+            str(retrain_ws / "models" / "dreamshard"),
+            "--json",
+            "--params",
+            str(ROOT / "params.yaml"),
+            "--store",
+            str(work / "store-fast"),
+        ],
+        work,
+    )
     fast = json.loads(fast_out)
     n_baselines = len(settings.publish.baselines)
     # the rounds the gate measured: min_rounds, or an early look's (publish.early_rounds) when it decided (the reason says)
@@ -164,8 +202,20 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     fast_timings = verify_timings + (n_baselines + 1) * gate_rounds
 
     full = ["--params", str(full_retrain_params(work)), "--store", str(work / "store-retrain")]
-    retrain_s, *retrain_log = run(["pipeline", "run", "--workspace", str(retrain_ws), "-i", str(work / "v2.yaml"), *full,
-                                  "--dvc-remote", str(work / "remote")], work)
+    retrain_s, *retrain_log = run(
+        [
+            "pipeline",
+            "run",
+            "--workspace",
+            str(retrain_ws),
+            "-i",
+            str(work / "v2.yaml"),
+            *full,
+            "--dvc-remote",
+            str(work / "remote"),
+        ],
+        work,
+    )
     retrain = {**pipeline_counts(retrain_ws), "stages_s": stage_seconds("\n".join(retrain_log))}
 
     from dreamshard.store import get_current, open_store
@@ -177,7 +227,10 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     (plans / "retrain.json").write_text((retrain_ws / "data" / "plan.json").read_text())
     (plans / "incremental.json").write_text((ws / "data" / "plan.json").read_text())
     contenders += ["-p", str(plans / "retrain.json")]
-    if json.loads((plans / "incremental.json").read_text())["plan_id"] != json.loads((plans / "retrain.json").read_text())["plan_id"]:
+    if (
+        json.loads((plans / "incremental.json").read_text())["plan_id"]
+        != json.loads((plans / "retrain.json").read_text())["plan_id"]
+    ):
         contenders += ["-p", str(plans / "incremental.json")]
     if fast_plan is not None:  # twice, under two ids (compare measures each plan once): the noise row
         (plans / "fast.json").write_text(fast_plan.model_dump_json())
@@ -185,12 +238,30 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
         (plans / "fast-again.json").write_text(again.model_dump_json())
         contenders += ["-p", str(plans / "fast.json"), "-p", str(plans / "fast-again.json")]
     cmp_file = work / "comparison.json"
-    run(["compare", "-i", str(work / "v2.yaml"), "--params", str(ROOT / "params.yaml"), "--rounds", str(rounds),
-         "--sharders", ",".join([*HEURISTICS, "torchrec"]), "-d", str(settings.plan_devices), *contenders,
-         "--out", str(cmp_file)], work)
+    run(
+        [
+            "compare",
+            "-i",
+            str(work / "v2.yaml"),
+            "--params",
+            str(ROOT / "params.yaml"),
+            "--rounds",
+            str(rounds),
+            "--sharders",
+            ",".join([*HEURISTICS, "torchrec"]),
+            "-d",
+            str(settings.plan_devices),
+            *contenders,
+            "--out",
+            str(cmp_file),
+        ],
+        work,
+    )
     cmp = json.loads(cmp_file.read_text())
-    roles = {json.loads((plans / "incremental.json").read_text())["plan_id"]: "incremental retrain",
-             json.loads((plans / "retrain.json").read_text())["plan_id"]: "full retrain"}
+    roles = {
+        json.loads((plans / "incremental.json").read_text())["plan_id"]: "incremental retrain",
+        json.loads((plans / "retrain.json").read_text())["plan_id"]: "full retrain",
+    }
     if fast_plan is not None:
         roles[fast_plan.plan_id] = "fast path"
         roles[f"{fast_plan.plan_id}-again"] = "fast path (again: the noise row)"
@@ -198,21 +269,44 @@ def bench(work: Path, rounds: int) -> dict[str, Any]:
     from dreamshard.placement.diff import plan_diff
 
     v2, old = load_inventory(work / "v2.yaml"), load_plan(v1_plan)
-    moved = {label: plan_diff(old, load_plan(plans / f"{name}.json"), v2).model_dump()
-             for label, name in (("incremental", "incremental"), ("retrain", "retrain"))}
+    moved = {
+        label: plan_diff(old, load_plan(plans / f"{name}.json"), v2).model_dump()
+        for label, name in (("incremental", "incremental"), ("retrain", "retrain"))
+    }
     if fast.get("diff"):
         moved["fast_path"] = fast["diff"]
-    return {"change": change, "rounds": rounds, "roles": roles, "backend": settings.profile.backend, "moved": moved,
-            "fast_candidates": [c["source"] for c in ver.get("candidates", ())], "fast_chosen": ver.get("chosen"),
-            "fresh": {"wall_s": round(fresh_s, 1), **fresh},
-            "incremental": {"wall_s": round(inc_s, 1), **incremental},
-            "fast_path": {"wall_s": round(fast_s, 1), "outcome": fast["outcome"], "reason": fast["reason"],
-                          "profile_records": 0, "loop_measured": 0, "verify_and_gate_timings": fast_timings,
-                          "gate_rounds": gate_rounds, "verify_timings": verify_timings,
-                          "verify_most": len(ver.get("candidates", ())) * ver.get("rounds", 0)},
-            "retrain": {"wall_s": round(retrain_s, 1), **retrain},
-            "comparison": [{"plan_id": r["plan"]["plan_id"], "sharder": r["sharder"], "overall_ms": r["overall_ms"],
-                            "samples_ms": r["samples_ms"]} for r in cmp["results"]]}
+    return {
+        "change": change,
+        "rounds": rounds,
+        "roles": roles,
+        "backend": settings.profile.backend,
+        "moved": moved,
+        "fast_candidates": [c["source"] for c in ver.get("candidates", ())],
+        "fast_chosen": ver.get("chosen"),
+        "fresh": {"wall_s": round(fresh_s, 1), **fresh},
+        "incremental": {"wall_s": round(inc_s, 1), **incremental},
+        "fast_path": {
+            "wall_s": round(fast_s, 1),
+            "outcome": fast["outcome"],
+            "reason": fast["reason"],
+            "profile_records": 0,
+            "loop_measured": 0,
+            "verify_and_gate_timings": fast_timings,
+            "gate_rounds": gate_rounds,
+            "verify_timings": verify_timings,
+            "verify_most": len(ver.get("candidates", ())) * ver.get("rounds", 0),
+        },
+        "retrain": {"wall_s": round(retrain_s, 1), **retrain},
+        "comparison": [
+            {
+                "plan_id": r["plan"]["plan_id"],
+                "sharder": r["sharder"],
+                "overall_ms": r["overall_ms"],
+                "samples_ms": r["samples_ms"],
+            }
+            for r in cmp["results"]
+        ],
+    }
 
 
 def render(data: dict[str, Any]) -> str:
@@ -225,10 +319,15 @@ def render(data: dict[str, Any]) -> str:
     f, fa, rt, inc = data["fresh"], data["fast_path"], data["retrain"], data["incremental"]
 
     def row(label: str, r: dict[str, Any]) -> str:
-        tr = (f"{r['training_timings']} | {r['training_timings'] / f['training_timings']:.2f}"
-              if "training_timings" in r and "training_timings" in f else "- | -")
-        return (f"| {label} | {r['wall_s']} | {r['wall_s'] / f['wall_s']:.2f} | {r['device_timings']} | "
-                f"{r['device_timings'] / f['device_timings']:.2f} | {tr} | {r['profile_records']} | {r['loop_measured']} | - |")
+        tr = (
+            f"{r['training_timings']} | {r['training_timings'] / f['training_timings']:.2f}"
+            if "training_timings" in r and "training_timings" in f
+            else "- | -"
+        )
+        return (
+            f"| {label} | {r['wall_s']} | {r['wall_s'] / f['wall_s']:.2f} | {r['device_timings']} | "
+            f"{r['device_timings'] / f['device_timings']:.2f} | {tr} | {r['profile_records']} | {r['loop_measured']} | - |"
+        )
 
     lines = [
         "# Production loop: a one-table change on the 120-table pool (CPU backend)",
@@ -242,11 +341,13 @@ def render(data: dict[str, Any]) -> str:
         row(f"incremental retrain (v2, same workspace; loop on {inc['tasks_measured']} tasks)", inc),
         row("full retrain (v2, no corpus, from the packaged model)", rt),
         f"| fast path `replan` (v2): {fa['outcome']} | {fa['wall_s']} | {fa['wall_s'] / f['wall_s']:.2f} | - | - | 0 | 0.00 | 0 | 0 | "
-        + (f"{fa['verify_and_gate_timings']}: verify {fa['verify_timings']} (of {fa['verify_most']}) + gate "
-         f"{fa['verify_and_gate_timings'] - fa['verify_timings']} ({fa['gate_rounds']} rounds) |"
-         if "verify_timings" in fa else
-         f"up to {fa['verify_and_gate_timings'] + fa.get('anchor_timings', 0)}: verify + gate "
-         f"({fa.get('gate_rounds', 5)} gate rounds) |"),
+        + (
+            f"{fa['verify_and_gate_timings']}: verify {fa['verify_timings']} (of {fa['verify_most']}) + gate "
+            f"{fa['verify_and_gate_timings'] - fa['verify_timings']} ({fa['gate_rounds']} rounds) |"
+            if "verify_timings" in fa
+            else f"up to {fa['verify_and_gate_timings'] + fa.get('anchor_timings', 0)}: verify + gate "
+            f"({fa.get('gate_rounds', 5)} gate rounds) |"
+        ),
         "",
         f"Plans on v2, measured interleaved ({data['rounds']} rounds, backend {data['backend']}); ratios to TorchRec's "
         f"planner and to the best heuristic:",
@@ -256,31 +357,58 @@ def render(data: dict[str, Any]) -> str:
     ]
     for r in sorted(rows, key=lambda r: r["overall_ms"]):
         label = data["roles"].get(r["plan_id"], r["sharder"])
-        lines.append(f"| {label} | {r['overall_ms']:.3f} | {r['overall_ms'] / torchrec:.3f} | {r['overall_ms'] / best:.3f} |")
+        lines.append(
+            f"| {label} | {r['overall_ms']:.3f} | {r['overall_ms'] / torchrec:.3f} | {r['overall_ms'] / best:.3f} |"
+        )
     stages = list(dict.fromkeys([*f.get("stages_s", {}), *inc.get("stages_s", {}), *rt.get("stages_s", {})]))
     if stages:
-        lines += ["", "Where the time went (seconds per orchestrator task, from the runs' logs):", "",
-                  "| task | fresh | incremental | full retrain |", "|---|---:|---:|---:|"]
-        lines += [f"| {t} | {f.get('stages_s', {}).get(t, '-')} | {inc.get('stages_s', {}).get(t, '-')} | "
-                  f"{rt.get('stages_s', {}).get(t, '-')} |" for t in stages]
+        lines += [
+            "",
+            "Where the time went (seconds per orchestrator task, from the runs' logs):",
+            "",
+            "| task | fresh | incremental | full retrain |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {t} | {f.get('stages_s', {}).get(t, '-')} | {inc.get('stages_s', {}).get(t, '-')} | "
+            f"{rt.get('stages_s', {}).get(t, '-')} |"
+            for t in stages
+        ]
     if data.get("moved"):
-        lines += ["", "What each v2 plan reshards against v1's published plan (tables placed differently: another device, "
-                  "sharding type or shards; every path searched from v1's plan, the `current` candidate: the fast path from "
-                  "its store, the retrains' plan stage from the workspace's incumbent):", "",
-                  "| run | tables moved | GB moved | added | removed |", "|---|---:|---:|---:|---:|"]
-        for key, label in (("incremental", "incremental retrain"), ("fast_path", "fast path"),
-                           ("retrain", "full retrain")):
+        lines += [
+            "",
+            "What each v2 plan reshards against v1's published plan (tables placed differently: another device, "
+            "sharding type or shards; every path searched from v1's plan, the `current` candidate: the fast path from "
+            "its store, the retrains' plan stage from the workspace's incumbent):",
+            "",
+            "| run | tables moved | GB moved | added | removed |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for key, label in (
+            ("incremental", "incremental retrain"),
+            ("fast_path", "fast path"),
+            ("retrain", "full retrain"),
+        ):
             if (m := data["moved"].get(key)) is not None:
-                lines.append(f"| {label} | {len(m['moved'])} of {len(m['moved']) + m['kept']} | {m['moved_gb']:.3f} | "
-                             f"{len(m['added'])} | {len(m['removed'])} |")
+                lines.append(
+                    f"| {label} | {len(m['moved'])} of {len(m['moved']) + m['kept']} | {m['moved_gb']:.3f} | "
+                    f"{len(m['added'])} | {len(m['removed'])} |"
+                )
         if data.get("fast_chosen"):
-            lines += ["", f"Fast path: verify measured {', '.join(data['fast_candidates'])}; kept {data['fast_chosen']}."]
-    lines += ["", f"Fast path outcome: {fa['outcome']} — {fa['reason']}", "",
-              "Device timings: fused operators timed on one device and recorded in the measurement corpus (profile "
-              "stage, training loop, plan verify and refinement, the lower bound's singles); training timings: the "
-              "profile stage's and the loop's only (what the change made necessary; the plan stage refines for a "
-              "fixed budget whatever changed). The evaluate stage's and the gate's interleaved timings are not "
-              "counted (every path runs them alike)."]
+            lines += [
+                "",
+                f"Fast path: verify measured {', '.join(data['fast_candidates'])}; kept {data['fast_chosen']}.",
+            ]
+    lines += [
+        "",
+        f"Fast path outcome: {fa['outcome']} — {fa['reason']}",
+        "",
+        "Device timings: fused operators timed on one device and recorded in the measurement corpus (profile "
+        "stage, training loop, plan verify and refinement, the lower bound's singles); training timings: the "
+        "profile stage's and the loop's only (what the change made necessary; the plan stage refines for a "
+        "fixed budget whatever changed). The evaluate stage's and the gate's interleaved timings are not "
+        "counted (every path runs them alike).",
+    ]
     if data.get("note"):
         lines += ["", f"Note: {data['note']}."]
     return "\n".join(lines) + "\n"

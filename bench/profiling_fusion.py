@@ -39,11 +39,14 @@ def main() -> None:
             for n in names:
                 if n not in single:
                     single[n] = oracle.measure_single(pool, n, topo).overall_ms
-            fused = oracle.measure(pool, {n: 0 for n in names}, topo, kind="single" if k == 1 else "placement",
-                                   task="fusion-bench").overall_ms
+            fused = oracle.measure(
+                pool, {n: 0 for n in names}, topo, kind="single" if k == 1 else "placement", task="fusion-bench"
+            ).overall_ms
             ratios.append(fused / sum(single[n] for n in names))
-        print(f"k={k:3d}  fused/sum-of-singles: median {statistics.median(ratios):.2f}  "
-              f"range {min(ratios):.2f}-{max(ratios):.2f}  ({args.trials} random sets)")
+        print(
+            f"k={k:3d}  fused/sum-of-singles: median {statistics.median(ratios):.2f}  "
+            f"range {min(ratios):.2f}-{max(ratios):.2f}  ({args.trials} random sets)"
+        )
 
 
 if __name__ == "__main__":

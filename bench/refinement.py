@@ -44,38 +44,68 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     oracle = s.oracle()
     try:
         t0 = time.perf_counter()  # the plan stage's sharder (usecases.plan), refinement apart
-        sharder = get_sharder("dreamshard", **sharder_options("dreamshard", s, args.model, 0), verify=s.plan.verify,
-                              verify_rounds=s.plan.verify_rounds, verify_anchors=s.plan.verify_anchors, oracle=oracle)
+        sharder = get_sharder(
+            "dreamshard",
+            **sharder_options("dreamshard", s, args.model, 0),
+            verify=s.plan.verify,
+            verify_rounds=s.plan.verify_rounds,
+            verify_anchors=s.plan.verify_anchors,
+            oracle=oracle,
+        )
         start = sharder.shard(inv, topo)
         plan_s = time.perf_counter() - t0
         cost = sharder.planning_cost(topo)
         runs: dict[str, Any] = {}
         plans = {"start": start.model_copy(update={"sharder": "start"})}
         for label, seconds in (("short", args.short), ("long", args.long)):
-            refined = refine_plan(inv, start, cost, oracle, seconds, s.plan.refine_rounds, seed=0,
-                                  confirm=s.plan.refine_confirm_rounds)
+            refined = refine_plan(
+                inv, start, cost, oracle, seconds, s.plan.refine_rounds, seed=0, confirm=s.plan.refine_confirm_rounds
+            )
             trace = refined.refinement
             assert trace is not None
-            runs[label] = {"budget_s": seconds, **trace.model_dump(mode="json", exclude={"steps"}),
-                           "proposals_per_s": trace.tried / trace.seconds if trace.seconds else 0.0,
-                           "timings_per_proposal": ((trace.device_timings - topo.num_devices) / trace.tried
-                                                    if trace.tried else 0.0),
-                           "rounds_per_proposal": ([st.rounds for st in trace.steps]),
-                           "kept_steps": [st.model_dump(mode="json") for st in trace.steps if st.kept]}
+            runs[label] = {
+                "budget_s": seconds,
+                **trace.model_dump(mode="json", exclude={"steps"}),
+                "proposals_per_s": trace.tried / trace.seconds if trace.seconds else 0.0,
+                "timings_per_proposal": (
+                    (trace.device_timings - topo.num_devices) / trace.tried if trace.tried else 0.0
+                ),
+                "rounds_per_proposal": ([st.rounds for st in trace.steps]),
+                "kept_steps": [st.model_dump(mode="json") for st in trace.steps if st.kept],
+            }
             plans[label] = refined.model_copy(update={"sharder": label, "plan_id": f"{start.plan_id}-{label}"})
-            print(f"{label}: {trace.tried} proposals in {trace.seconds:.0f} s, {trace.kept} kept, "
-                  f"{trace.initial_ms:.2f} -> {trace.final_ms:.2f} ms measured", flush=True)
-        plans["short (again)"] = plans["short"].model_copy(update={"sharder": "short (again)",
-                                                                    "plan_id": f"{start.plan_id}-short-again"})
-        cmp = compare_sharders(inv, topo, [*HEURISTICS, "torchrec"], oracle, rounds=args.rounds,
-                               extra_plans=list(plans.values()), seed=s.profile.seed, with_lower_bound=False)
+            print(
+                f"{label}: {trace.tried} proposals in {trace.seconds:.0f} s, {trace.kept} kept, "
+                f"{trace.initial_ms:.2f} -> {trace.final_ms:.2f} ms measured",
+                flush=True,
+            )
+        plans["short (again)"] = plans["short"].model_copy(
+            update={"sharder": "short (again)", "plan_id": f"{start.plan_id}-short-again"}
+        )
+        cmp = compare_sharders(
+            inv,
+            topo,
+            [*HEURISTICS, "torchrec"],
+            oracle,
+            rounds=args.rounds,
+            extra_plans=list(plans.values()),
+            seed=s.profile.seed,
+            with_lower_bound=False,
+        )
     finally:
         oracle.close()
     ms = {r.sharder: r.overall_ms for r in cmp.results}
-    return {"inventory": f"{inv.name}: {inv.num_tables} tables", "devices": topo.num_devices,
-            "backend": s.profile.backend, "rounds": args.rounds, "plan_s": round(plan_s, 1), "runs": runs,
-            "ms": ms, "samples": {r.sharder: r.samples_ms for r in cmp.results},
-            "model": str(args.model) if args.model else "packaged"}
+    return {
+        "inventory": f"{inv.name}: {inv.num_tables} tables",
+        "devices": topo.num_devices,
+        "backend": s.profile.backend,
+        "rounds": args.rounds,
+        "plan_s": round(plan_s, 1),
+        "runs": runs,
+        "ms": ms,
+        "samples": {r.sharder: r.samples_ms for r in cmp.results},
+        "model": str(args.model) if args.model else "packaged",
+    }
 
 
 def render(d: dict[str, Any]) -> str:
@@ -94,25 +124,41 @@ def render(d: dict[str, Any]) -> str:
     ]
     for label, r in d["runs"].items():
         rounds = r["rounds_per_proposal"]
-        lines.append(f"| {label} | {r['budget_s']:g} | {r['tried']} | {r['kept']} | {r['proposals_per_s']:.2f} | "
-                     f"{r['timings_per_proposal']:.1f} | {sum(rounds) / len(rounds) if rounds else 0:.2f} | "
-                     f"{r['initial_ms']:.2f} -> {r['final_ms']:.2f} ({r['measured_gain']:+.1%}) |")
+        lines.append(
+            f"| {label} | {r['budget_s']:g} | {r['tried']} | {r['kept']} | {r['proposals_per_s']:.2f} | "
+            f"{r['timings_per_proposal']:.1f} | {sum(rounds) / len(rounds) if rounds else 0:.2f} | "
+            f"{r['initial_ms']:.2f} -> {r['final_ms']:.2f} ({r['measured_gain']:+.1%}) |"
+        )
     lines += ["", f"| plan | ms | x best heuristic ({best}) | x TorchRec |", "|---|---:|---:|---:|"]
     for name in sorted(ms, key=ms.__getitem__):
         lines.append(f"| {name} | {ms[name]:.3f} | {ms[name] / ms[best]:.3f} | {ms[name] / ms['torchrec']:.3f} |")
     samples = d.get("samples", {})
     if "start" in samples:  # paired by round: the plans of a round were measured side by side
-        lines += ["", "Per round, each plan / the start measured in the same round, and the median of those ratios:", "",
-                  "| plan | per-round ratios to the start | median |", "|---|---|---:|"]
+        lines += [
+            "",
+            "Per round, each plan / the start measured in the same round, and the median of those ratios:",
+            "",
+            "| plan | per-round ratios to the start | median |",
+            "|---|---|---:|",
+        ]
         for name in ("short", "short (again)", "long", best, "torchrec"):
             r = [x / y for x, y in zip(samples[name], samples["start"], strict=True)]
             lines.append(f"| {name} | {' '.join(f'{x:.3f}' for x in r)} | {statistics.median(r):.3f} |")
     gap = ms["short"] / ms["long"] - 1
     noise = abs(ms["short (again)"] - ms["short"]) / ms["short"]
-    lines += ["", f"Short vs long refinement: {gap:+.1%} (short / long - 1); the same plan measured twice: {noise:.1%} "
-              f"apart.", "", "Kept proposals (short run): " + ("; ".join(
-                  f"{s['proposal']} ({s['incumbent_ms']:.2f} -> {s['measured_ms']:.2f} ms)"
-                  for s in d["runs"]["short"]["kept_steps"]) or "none")]
+    lines += [
+        "",
+        f"Short vs long refinement: {gap:+.1%} (short / long - 1); the same plan measured twice: {noise:.1%} apart.",
+        "",
+        "Kept proposals (short run): "
+        + (
+            "; ".join(
+                f"{s['proposal']} ({s['incumbent_ms']:.2f} -> {s['measured_ms']:.2f} ms)"
+                for s in d["runs"]["short"]["kept_steps"]
+            )
+            or "none"
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 

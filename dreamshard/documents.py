@@ -259,8 +259,11 @@ def append_measurement(path: str | Path, m: Measurement) -> None:
                 else:
                     head = [line for line in data[:cut].splitlines() if line.strip()]
                     if not all(_is_measurement(line) for line in head) or not _partial_record(data[cut:], bool(head)):
-                        raise _not_measurements(p, data[:cut].count(b"\n") + 1,
-                                                "an unterminated last line that is no partial measurement record")
+                        raise _not_measurements(
+                            p,
+                            data[:cut].count(b"\n") + 1,
+                            "an unterminated last line that is no partial measurement record",
+                        )
                     f.truncate(cut)
     with open(p, "a") as f:
         f.write(m.model_dump_json() + "\n")

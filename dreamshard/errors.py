@@ -124,7 +124,11 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(f"{kv.split('=', 1)[0]}=***" if "=" in kv else "***" for kv in parts.query.split("&")) if parts.query else ""
+    query = (
+        "&".join(f"{kv.split('=', 1)[0]}=***" if "=" in kv else "***" for kv in parts.query.split("&"))
+        if parts.query
+        else ""
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
@@ -155,6 +159,6 @@ def redact_urls(text: str) -> str:
             first += 1  # a scheme starts with a letter
         if first == start:
             continue  # no scheme: not a URL
-        out += [text[done:first], _redacted(text[first:m.end()])]
+        out += [text[done:first], _redacted(text[first : m.end()])]
         done = m.end()
     return "".join(out) + text[done:]

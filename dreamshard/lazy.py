@@ -25,8 +25,11 @@ def lazy_exports(
     package."""
     if any(isinstance(names, str) for names in exports.values()):
         raise TypeError(f"{package}: each submodule's exports are a sequence of names, not one string")
-    where = {name: f"{package}{module}" if module.startswith(".") else module
-             for module, names in exports.items() for name in names}
+    where = {
+        name: f"{package}{module}" if module.startswith(".") else module
+        for module, names in exports.items()
+        for name in names
+    }
     # importing a submodule binds its name in the package, over a re-exported name equal to it
     clash = sorted(set(where) & {m.name for m in pkgutil.iter_modules(sys.modules[package].__path__)})
     if clash:

@@ -28,8 +28,15 @@ def artifact_key(*parts: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", key)).strip("-")[:100]
 
 
-def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, ref: Any | None, store_uri: str,
-                           stats_md: str | None = None, inventory: Any | None = None) -> None:
+def publish_plan_artifacts(
+    plan: Plan,
+    comparison: Any | None,
+    decision: Any,
+    ref: Any | None,
+    store_uri: str,
+    stats_md: str | None = None,
+    inventory: Any | None = None,
+) -> None:
     """Per-device costs and memory (broken down into weights / optimizer / io with the plan's `inventory`), the
     stats report, markdown comparison with the baselines, the decision, the lineage, a link."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
@@ -43,8 +50,11 @@ def publish_plan_artifacts(plan: Plan, comparison: Any | None, decision: Any, re
         description=f"Per-device costs (ms) and memory (GB) of plan {plan.plan_id} ({plan.sharder})",
     )
     if stats_md is not None:
-        create_markdown_artifact(key=artifact_key("plan-stats", inv), markdown=stats_md,
-                                 description=f"Plan {plan.plan_id} explained: each table's share, what sets the maximum")
+        create_markdown_artifact(
+            key=artifact_key("plan-stats", inv),
+            markdown=stats_md,
+            description=f"Plan {plan.plan_id} explained: each table's share, what sets the maximum",
+        )
     if comparison is not None:
         create_markdown_artifact(
             key=artifact_key("sharder-comparison", inv),
@@ -83,13 +93,22 @@ def profile_batches_artifact(shards: list[Any], inventory_name: str) -> None:
     from prefect.artifacts import create_table_artifact
 
     rows = [
-        {"batch": s.batch_id, "records": len(s.records), "worker": s.worker.worker or "local", "host": s.worker.host,
-         "pid": s.worker.pid, "flow_run": s.worker.flow_run_id or "-",
-         "seconds": round((s.finished_at - s.started_at).total_seconds(), 3)}
+        {
+            "batch": s.batch_id,
+            "records": len(s.records),
+            "worker": s.worker.worker or "local",
+            "host": s.worker.host,
+            "pid": s.worker.pid,
+            "flow_run": s.worker.flow_run_id or "-",
+            "seconds": round((s.finished_at - s.started_at).total_seconds(), 3),
+        }
         for s in shards
     ]
-    create_table_artifact(key=artifact_key("profile-batches", inventory_name), table=rows,
-                          description="Profiling batches: one shard each in object storage, and who measured it")
+    create_table_artifact(
+        key=artifact_key("profile-batches", inventory_name),
+        table=rows,
+        description="Profiling batches: one shard each in object storage, and who measured it",
+    )
 
 
 def metrics_artifact(name: str, metrics: Any, inventory_name: str) -> None:
@@ -120,20 +139,31 @@ def drift_artifact(rows: list[dict[str, Any]], inventory_name: str, latest: Any)
         f"Plan `{latest.plan_id}` of `{inventory_name}` now costs {latest.now_ms:.4g} ms on {latest.backend}: "
         f"{latest.drift:+.1%} vs its {latest.basis} cost ({verdict}, threshold {latest.threshold:.0%}).\n\n{table}\n"
     )
-    create_markdown_artifact(key=artifact_key("drift-report", inventory_name), markdown=md,
-                             description="Drift checks of the published plan: re-measured vs recorded cost")
+    create_markdown_artifact(
+        key=artifact_key("drift-report", inventory_name),
+        markdown=md,
+        description="Drift checks of the published plan: re-measured vs recorded cost",
+    )
 
 
 def replan_artifact(result: Any, why: str) -> None:
     """What the fast path did for an inventory version, and why it ran (markdown, key replan-<inv>)."""
     from prefect.artifacts import create_markdown_artifact
 
-    lines = [f"**Why:** {why}", "", f"**Outcome:** `{result.outcome}` — {result.reason}", "",
-             f"Inventory `{result.inventory_name}` version `{result.fingerprint[:12]}`; previous current plan "
-             f"`{result.previous_plan_id or '-'}`; new plan `{result.plan.plan_id if result.plan else '-'}`."]
+    lines = [
+        f"**Why:** {why}",
+        "",
+        f"**Outcome:** `{result.outcome}` — {result.reason}",
+        "",
+        f"Inventory `{result.inventory_name}` version `{result.fingerprint[:12]}`; previous current plan "
+        f"`{result.previous_plan_id or '-'}`; new plan `{result.plan.plan_id if result.plan else '-'}`.",
+    ]
     if result.diff is not None:
         lines += ["", f"**Against the plan that was current:** {result.diff.summary}."]
     if result.retrain_reasons:
         lines += ["", "**Retrain due:**", *(f"- {r}" for r in result.retrain_reasons)]
-    create_markdown_artifact(key=artifact_key("replan", result.inventory_name), markdown="\n".join(lines),
-                             description=f"replan of {result.inventory_name}: {result.outcome}")
+    create_markdown_artifact(
+        key=artifact_key("replan", result.inventory_name),
+        markdown="\n".join(lines),
+        description=f"replan of {result.inventory_name}: {result.outcome}",
+    )

@@ -21,14 +21,25 @@ def measure_batch_task(request: BatchRequest, flow_run_id: str) -> dict[str, Any
     (dreamshard.usecases.profile.measure_stored_batch). A shard already written is kept as it is."""
     store = open_store(request.store_uri, endpoint_url=request.endpoint_url)
     spec, done = measure_stored_batch(store, request.spec_key, WorkerInfo.here(flow_run_id))
-    return {"batch_id": spec.batch_id, "records": len(done.records), "shard": spec.shard_key,
-            "worker": done.worker.model_dump()}
+    return {
+        "batch_id": spec.batch_id,
+        "records": len(done.records),
+        "shard": spec.shard_key,
+        "worker": done.worker.model_dump(),
+    }
 
 
 @flow(name="profile-batch", retries=1, retry_delay_seconds=2, log_prints=True)
 def profile_batch_flow(request: BatchRequest) -> dict[str, Any]:
     out = measure_batch_task(request, str(flow_run.id or ""))
     w = out["worker"]
-    get_run_logger().info("batch %s: %d records by %s@%s pid %s -> %s", out["batch_id"], out["records"],
-                          w["worker"] or "local", w["host"], w["pid"], out["shard"])
+    get_run_logger().info(
+        "batch %s: %d records by %s@%s pid %s -> %s",
+        out["batch_id"],
+        out["records"],
+        w["worker"] or "local",
+        w["host"],
+        w["pid"],
+        out["shard"],
+    )
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import prefect  # noqa: F401  the commands here run flows; without Prefect the library CLI skips this plugin
 import typer
@@ -37,13 +37,19 @@ from dreamshard.pipeline.workspace import (
 )
 from dreamshard.store import open_store
 
-pipeline_app = typer.Typer(help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.",
-                           no_args_is_help=True)
+pipeline_app = typer.Typer(
+    help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.", no_args_is_help=True
+)
 
 ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml with one section per stage.")]
 WorkspaceOpt = Annotated[Path, typer.Option("--workspace", "-w", help="The workspace repository (git + DVC).")]
-StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Plan store: directory or s3://bucket/prefix (default: publish.store_uri).")]
-EndpointOpt = Annotated[Optional[str], typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", help="Plan store: directory or s3://bucket/prefix (default: publish.store_uri)."),
+]
+EndpointOpt = Annotated[
+    str | None, typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")
+]
 
 #: The ephemeral API server needs more than Prefect's default 20 s on a busy 2-core machine.
 EPHEMERAL_STARTUP_S = "120"
@@ -54,8 +60,10 @@ def _echo_ui_hint(flow_name: str) -> None:
     if api:
         typer.echo(f"Prefect UI: {api.removesuffix('/api')}/runs (flow '{flow_name}')")
     else:
-        typer.echo("ran against an ephemeral Prefect API; for the UI start infra/start-prefect.sh and "
-                   "export PREFECT_API_URL=http://127.0.0.1:4200/api")
+        typer.echo(
+            "ran against an ephemeral Prefect API; for the UI start infra/start-prefect.sh and "
+            "export PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
 
 
 def describe_status(entries: object) -> str:
@@ -75,26 +83,55 @@ def describe_status(entries: object) -> str:
 
 @pipeline_app.command("run")
 def run_cmd(
-    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: the workspace's input, else the synthetic pool of params.inventory).")] = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="Inventory file (default: the workspace's input, else the synthetic pool of params.inventory).",
+        ),
+    ] = None,
     workspace: WorkspaceOpt = Path("runs/pipeline"),
-    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")] = None,
+    params: Annotated[
+        Path | None, typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")
+    ] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
-    dvc_remote: Annotated[Optional[str], typer.Option("--dvc-remote", help="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote).")] = None,
-    dvc_remote_endpoint: Annotated[Optional[str], typer.Option("--dvc-remote-endpoint", help="S3 endpoint of the DVC remote.")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", help="Override profile.backend (cpu|cuda|simulator).")] = None,
-    dispatch: Annotated[str, typer.Option("--dispatch", help="Profiling batches: auto, local or workers (the gpu pool).")] = "auto",
-    force: Annotated[bool, typer.Option("--force", help="Re-run every stage even if DVC says nothing changed.")] = False,
-    reprofile: Annotated[bool, typer.Option("--reprofile", help="Measure afresh: re-run profile and what follows.")] = False,
-    export_model: Annotated[Optional[Path], typer.Option("--export-model", help="Also copy the trained model here (e.g. ./models, where `dreamshard plan` looks).")] = None,
+    dvc_remote: Annotated[
+        str | None,
+        typer.Option("--dvc-remote", help="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote)."),
+    ] = None,
+    dvc_remote_endpoint: Annotated[
+        str | None, typer.Option("--dvc-remote-endpoint", help="S3 endpoint of the DVC remote.")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Override profile.backend (cpu|cuda|simulator).")
+    ] = None,
+    dispatch: Annotated[
+        str, typer.Option("--dispatch", help="Profiling batches: auto, local or workers (the gpu pool).")
+    ] = "auto",
+    force: Annotated[
+        bool, typer.Option("--force", help="Re-run every stage even if DVC says nothing changed.")
+    ] = False,
+    reprofile: Annotated[
+        bool, typer.Option("--reprofile", help="Measure afresh: re-run profile and what follows.")
+    ] = False,
+    export_model: Annotated[
+        Path | None,
+        typer.Option(
+            "--export-model", help="Also copy the trained model here (e.g. ./models, where `dreamshard plan` looks)."
+        ),
+    ] = None,
 ) -> None:
     """Run the orchestrator once: the changed stages of dvc.yaml in the workspace, dvc push, gate, publish."""
     # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
     if dispatch not in ("auto", "local", "workers"):
         raise ConfigError(f"--dispatch must be auto, local or workers, got '{dispatch}'")
     if dispatch == "workers" and not os.environ.get("PREFECT_API_URL"):
-        raise ConfigError("--dispatch workers needs a Prefect server the workers poll: start infra/start-prefect.sh "
-                          "and export PREFECT_API_URL=http://127.0.0.1:4200/api")
+        raise ConfigError(
+            "--dispatch workers needs a Prefect server the workers poll: start infra/start-prefect.sh "
+            "and export PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
     params = params_file(params, lookup="installed")
     cfg = resolve(params, {"profile.backend": backend})
     cfg.check_pipeline()
@@ -112,10 +149,19 @@ def run_cmd(
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
     from dreamshard_flows.requests import OrchestratorRequest
 
-    req = OrchestratorRequest(workspace=str(workspace), params_path=str(params), inventory_path=str(inventory),
-                              store_uri=store, endpoint_url=endpoint_url, dvc_remote=dvc_remote,
-                              dvc_remote_endpoint=dvc_remote_endpoint, backend=backend, dispatch=dispatch,  # type: ignore[arg-type]
-                              force=force, reprofile=reprofile)
+    req = OrchestratorRequest(
+        workspace=str(workspace),
+        params_path=str(params),
+        inventory_path=str(inventory),
+        store_uri=store,
+        endpoint_url=endpoint_url,
+        dvc_remote=dvc_remote,
+        dvc_remote_endpoint=dvc_remote_endpoint,
+        backend=backend,
+        dispatch=dispatch,  # type: ignore[arg-type]
+        force=force,
+        reprofile=reprofile,
+    )
     summary = retrain_on_inventory_change(req)
     ws = PipelineWorkspace(workspace)
     if summary.outcome is not None and ws.path(COMPARISON).is_file():
@@ -123,8 +169,10 @@ def run_cmd(
     typer.echo(summary.reason)
     if summary.outcome is not None:
         o = summary.outcome
-        typer.echo(f"plan {o.plan_id}: {'current' if o.is_current else 'not current'} at {o.store.rstrip('/')}/{o.key}"
-                   f" (model md5 {o.model_md5}, workspace revision {(o.git_revision or '')[:12]})")
+        typer.echo(
+            f"plan {o.plan_id}: {'current' if o.is_current else 'not current'} at {o.store.rstrip('/')}/{o.key}"
+            f" (model md5 {o.model_md5}, workspace revision {(o.git_revision or '')[:12]})"
+        )
     if export_model is not None and ws.path(MODEL_DIR).is_dir():
         shutil.rmtree(export_model, ignore_errors=True)
         shutil.copytree(ws.path(MODEL_DIR), export_model)
@@ -136,10 +184,20 @@ def run_cmd(
 @pipeline_app.command("init")
 def init_cmd(
     directory: Annotated[Path, typer.Argument(help="Workspace directory (created; an existing one is completed).")],
-    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Input inventory (default: synthesise from params.inventory).")] = None,
-    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml to start from (default: the installed one).")] = None,
-    dvc_remote: Annotated[Optional[str], typer.Option("--dvc-remote", help="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote).")] = None,
-    dvc_remote_endpoint: Annotated[Optional[str], typer.Option("--dvc-remote-endpoint", help="S3 endpoint of the DVC remote.")] = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help="Input inventory (default: synthesise from params.inventory)."),
+    ] = None,
+    params: Annotated[
+        Path | None, typer.Option("--params", help="params.yaml to start from (default: the installed one).")
+    ] = None,
+    dvc_remote: Annotated[
+        str | None,
+        typer.Option("--dvc-remote", help="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote)."),
+    ] = None,
+    dvc_remote_endpoint: Annotated[
+        str | None, typer.Option("--dvc-remote-endpoint", help="S3 endpoint of the DVC remote.")
+    ] = None,
 ) -> None:
     """Create a workspace repository: git + DVC, dvc.yaml and params.yaml, the input inventory, the DVC remote,
     and the code link. On a clone of a workspace it only adds what is missing (the code link, the remote)."""
@@ -150,16 +208,21 @@ def init_cmd(
     params_text = Path(source).read_text()
     inv = load_inventory(inventory) if inventory is not None else None
     existing = ws.remote() if ws.exists() else None
-    remote = (RemoteSpec(url=dvc_remote, endpoint_url=dvc_remote_endpoint) if dvc_remote
-              else existing or RemoteSpec(url=cfg.pipeline.dvc_remote, endpoint_url=cfg.pipeline.dvc_remote_endpoint))
+    remote = (
+        RemoteSpec(url=dvc_remote, endpoint_url=dvc_remote_endpoint)
+        if dvc_remote
+        else existing or RemoteSpec(url=cfg.pipeline.dvc_remote, endpoint_url=cfg.pipeline.dvc_remote_endpoint)
+    )
     created = ws.init(installed_pipeline_file("dvc.yaml").read_text(), params_text, remote)
     if inv is not None or not ws.path(INPUT_INVENTORY).is_file():
         ws.write_inventory(inv if inv is not None else cfg.inventory.synthesize())
     name = load_inventory(ws.path(INPUT_INVENTORY)).name
     ws.write_incumbent(None, name, replace=False)  # `plans incumbent --inventory NAME -o inputs/incumbent.json`
     ws.commit("workspace: input inventory")
-    typer.echo(f"{'created' if created else 'completed'} workspace {directory}/ (DVC remote {remote.resolved().url}); "
-               f"run it with `dreamshard pipeline run --workspace {directory}` or `dvc repro` inside it")
+    typer.echo(
+        f"{'created' if created else 'completed'} workspace {directory}/ (DVC remote {remote.resolved().url}); "
+        f"run it with `dreamshard pipeline run --workspace {directory}` or `dvc repro` inside it"
+    )
 
 
 def describe_incumbent(path: Path) -> str:
@@ -172,8 +235,10 @@ def describe_incumbent(path: Path) -> str:
         return f"unreadable: {first_line(e)}"
     if isinstance(doc, NoIncumbent):
         return f"none: {doc.reason}"
-    return (f"plan {doc.plan_id} ({doc.inventory_name} {doc.inventory_fingerprint[:12]}, "
-            f"{doc.topology.num_devices} devices): the plan stage searches from it")
+    return (
+        f"plan {doc.plan_id} ({doc.inventory_name} {doc.inventory_fingerprint[:12]}, "
+        f"{doc.topology.num_devices} devices): the plan stage searches from it"
+    )
 
 
 @pipeline_app.command("status")
@@ -183,7 +248,9 @@ def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
 
     ws = PipelineWorkspace(workspace)
     if not ws.exists():
-        raise PipelineError(f"{workspace} is not a pipeline workspace: create it with `dreamshard pipeline init {workspace}`")
+        raise PipelineError(
+            f"{workspace} is not a pipeline workspace: create it with `dreamshard pipeline init {workspace}`"
+        )
     status = ws.status()
     for stage in ws.stages():
         typer.echo(f"{stage:10s} {'changed: ' + describe_status(status[stage]) if stage in status else 'up to date'}")
@@ -195,11 +262,16 @@ def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
 @pipeline_app.command("drift")
 def drift_cmd(
     inventory_name: Annotated[str, typer.Option("--inventory-name", help="Whose current plan to check.")],
-    params: Annotated[Optional[Path], typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")] = None,
+    params: Annotated[
+        Path | None, typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")
+    ] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
-    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="Workspace holding the plan's inventory (when it is not in the store).")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", help="Override profile.backend.")] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option("--workspace", "-w", help="Workspace holding the plan's inventory (when it is not in the store)."),
+    ] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="Override profile.backend.")] = None,
 ) -> None:
     """Re-measure the current plan and compare with its recorded cost; past drift.threshold emit
     dreamshard.plan.drifted (with PREFECT_API_URL set, the retrain-on-drift deployment starts)."""
@@ -207,13 +279,20 @@ def drift_cmd(
     from dreamshard_flows.drift import drift_check_flow, prepare  # optional dependency: prefect
     from dreamshard_flows.requests import DriftRequest
 
-    request = DriftRequest(inventory_name=inventory_name, params_path=str(params_file(params, lookup="installed")),
-                           store_uri=store, endpoint_url=endpoint_url,
-                           workspace=str(workspace) if workspace else None, backend=backend)
+    request = DriftRequest(
+        inventory_name=inventory_name,
+        params_path=str(params_file(params, lookup="installed")),
+        store_uri=store,
+        endpoint_url=endpoint_url,
+        workspace=str(workspace) if workspace else None,
+        backend=backend,
+    )
     prepare(request)  # one-line errors (params, no plan, no inventory, another backend) before Prefect starts
     check = drift_check_flow(request)
-    typer.echo(f"plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its {check.basis} cost "
-               f"(threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}")
+    typer.echo(
+        f"plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its {check.basis} cost "
+        f"(threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}"
+    )
     _echo_ui_hint("drift-check")
 
 

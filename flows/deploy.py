@@ -45,36 +45,65 @@ def _orchestrator_request(params_path: str, workspace: str, store_uri: str | Non
 def _trigger(name: str, description: str, event: str, resources: str, parameters: dict[str, Any]) -> Any:
     from prefect.events import DeploymentEventTrigger
 
-    return DeploymentEventTrigger(name=name, description=description, expect={event},
-                                  match={"prefect.resource.id": resources}, parameters=parameters)
+    return DeploymentEventTrigger(
+        name=name,
+        description=description,
+        expect={event},
+        match={"prefect.resource.id": resources},
+        parameters=parameters,
+    )
 
 
 def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
     """Re-plan the inventory named in the event (its current version in the store) with the production model."""
-    return _trigger("inventory-changed", "A new inventory version was pushed (`dreamshard inventory push`)",
-                    INVENTORY_CHANGED_EVENT, "dreamshard.inventory.*",
-                    _orchestrator_request(params_path, workspace, store_uri,
-                                          inventory_name="{{ event.payload.inventory_name }}",
-                                          reason="inventory {{ event.payload.inventory_name }} changed to version "
-                                                 "{{ event.payload.fingerprint }}"))
+    return _trigger(
+        "inventory-changed",
+        "A new inventory version was pushed (`dreamshard inventory push`)",
+        INVENTORY_CHANGED_EVENT,
+        "dreamshard.inventory.*",
+        _orchestrator_request(
+            params_path,
+            workspace,
+            store_uri,
+            inventory_name="{{ event.payload.inventory_name }}",
+            reason="inventory {{ event.payload.inventory_name }} changed to version {{ event.payload.fingerprint }}",
+        ),
+    )
 
 
 def retrain_due_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
     """Retrain for the inventory whose new version the production model could not plan (out of its ranges)."""
-    return _trigger("retrain-due", "The fast path found a version outside the model's training ranges",
-                    RETRAIN_DUE_EVENT, "dreamshard.retrain.*",
-                    _orchestrator_request(params_path, workspace, store_uri,
-                                          inventory_name="{{ event.payload.inventory_name }}",
-                                          reason="retrain due: {{ event.payload.reason }}"))
+    return _trigger(
+        "retrain-due",
+        "The fast path found a version outside the model's training ranges",
+        RETRAIN_DUE_EVENT,
+        "dreamshard.retrain.*",
+        _orchestrator_request(
+            params_path,
+            workspace,
+            store_uri,
+            inventory_name="{{ event.payload.inventory_name }}",
+            reason="retrain due: {{ event.payload.reason }}",
+        ),
+    )
 
 
 def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
     """Re-profile and retrain the inventory whose published plan drifted (`drift-check`)."""
-    return _trigger("plan-drifted", "The published plan costs more (or less) than it did: the backend changed",
-                    PLAN_DRIFTED_EVENT, "dreamshard.plan.*",
-                    _orchestrator_request(params_path, workspace, store_uri, reprofile=True,
-                                          inventory_name="{{ event.payload.inventory_name }}",
-                                          reason="the published plan drifted ({{ event.payload.drift }})"))
+    return _trigger(
+        "plan-drifted",
+        "The published plan costs more (or less) than it did: the backend changed",
+        PLAN_DRIFTED_EVENT,
+        "dreamshard.plan.*",
+        _orchestrator_request(
+            params_path,
+            workspace,
+            store_uri,
+            reprofile=True,
+            inventory_name="{{ event.payload.inventory_name }}",
+            reason="the published plan drifted ({{ event.payload.drift }})",
+        ),
+    )
 
 
 def build_deployments(
@@ -97,10 +126,22 @@ def build_deployments(
         return {**common, "work_pool_name": name} if work_pools else common
 
     orchestrator = _orchestrator_request(params_path, workspace, store_uri)
-    drift_request = {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace,
-                                 **({"store_uri": store_uri} if store_uri else {})}}
-    replan = {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace,
-                          **({"store_uri": store_uri} if store_uri else {})}}
+    drift_request = {
+        "request": {
+            "inventory_name": inventory_name,
+            "params_path": params_path,
+            "workspace": workspace,
+            **({"store_uri": store_uri} if store_uri else {}),
+        }
+    }
+    replan = {
+        "request": {
+            "inventory_name": inventory_name,
+            "params_path": params_path,
+            "workspace": workspace,
+            **({"store_uri": store_uri} if store_uri else {}),
+        }
+    }
     return [
         replan_on_inventory_change.to_deployment(
             name="on-inventory-change",
@@ -109,7 +150,7 @@ def build_deployments(
             concurrency_limit=1,
             tags=["dreamshard", "replan", "gpu"],
             description="A new inventory version: plan with the production model, gate, publish (no profiling, no "
-                        "training); out of the model's ranges: emit dreamshard.retrain.due",
+            "training); out of the model's ranges: emit dreamshard.retrain.due",
             **pool(GPU_POOL),
         ),
         retrain_on_inventory_change.to_deployment(
@@ -132,17 +173,23 @@ def build_deployments(
             **pool(DEFAULT_POOL),
         ),
         profile_batch_flow.to_deployment(
-            name="profile-batch", tags=["dreamshard", "gpu"],
+            name="profile-batch",
+            tags=["dreamshard", "gpu"],
             description="One profiling batch -> one shard in object storage (submitted by the profile stage)",
             **pool(GPU_POOL),
         ),
         drift_check_flow.to_deployment(
-            name="drift-monitor", cron=DRIFT_CRON, parameters=drift_request, tags=["dreamshard", "gpu", "drift"],
+            name="drift-monitor",
+            cron=DRIFT_CRON,
+            parameters=drift_request,
+            tags=["dreamshard", "gpu", "drift"],
             description="Re-measure the current plan; emit dreamshard.plan.drifted past drift.threshold",
             **pool(GPU_POOL),
         ),
         publish_workspace_plan.to_deployment(
-            name="publish-plan", parameters={"request": {"workspace": workspace}}, tags=["dreamshard"],
+            name="publish-plan",
+            parameters={"request": {"workspace": workspace}},
+            tags=["dreamshard"],
             description="Gate, attach lineage and publish the workspace's current plan",
             **pool(DEFAULT_POOL),
         ),

@@ -20,10 +20,13 @@ from dreamshard.usecases import drift as drift_uc
 def library_request(request: DriftRequest) -> drift_uc.DriftRequest:
     """The flow's parameters as the use case's request (settings resolved once, the store made absolute)."""
     settings = resolve(request.params_path, {"profile.backend": request.backend})
-    return drift_uc.DriftRequest(settings=settings, inventory_name=request.inventory_name,
-                                 store=absolute_uri(request.store_uri or settings.publish.store_uri),
-                                 endpoint_url=request.endpoint_url,
-                                 workspace=request.workspace)  # type: ignore[arg-type]
+    return drift_uc.DriftRequest(
+        settings=settings,
+        inventory_name=request.inventory_name,
+        store=absolute_uri(request.store_uri or settings.publish.store_uri),
+        endpoint_url=request.endpoint_url,
+        workspace=request.workspace,
+    )  # type: ignore[arg-type]
 
 
 def prepare(request: DriftRequest) -> tuple[drift_uc.DriftRequest, drift_uc.DriftTarget]:
@@ -43,8 +46,10 @@ def emit_drifted(check: DriftCheck) -> str | None:
     """Emit `dreamshard.plan.drifted` for the plan's inventory; returns the event id (None without an API)."""
     event = emit_event(
         event=PLAN_DRIFTED_EVENT,
-        resource={"prefect.resource.id": plan_resource_id(check.inventory_name),
-                  "prefect.resource.name": check.inventory_name},
+        resource={
+            "prefect.resource.id": plan_resource_id(check.inventory_name),
+            "prefect.resource.name": check.inventory_name,
+        },
         payload=check.model_dump(mode="json"),
     )
     return None if event is None else str(event.id)
@@ -57,9 +62,16 @@ def drift_check_flow(request: DriftRequest) -> DriftCheck:
     check = check_task(target, lib)
     history = drift_uc.record(target, check, lib)
     drift_artifact(trend_rows(history), request.inventory_name, check)
-    log.info("plan %s: %.4g ms now vs %s %.4g ms recorded (%+.1f%%, threshold %.0f%%)%s", check.plan_id, check.now_ms,
-             check.basis, check.now_ms / (1 + check.drift), 100 * check.drift, 100 * check.threshold,
-             ": DRIFTED" if check.drifted else "")
+    log.info(
+        "plan %s: %.4g ms now vs %s %.4g ms recorded (%+.1f%%, threshold %.0f%%)%s",
+        check.plan_id,
+        check.now_ms,
+        check.basis,
+        check.now_ms / (1 + check.drift),
+        100 * check.drift,
+        100 * check.threshold,
+        ": DRIFTED" if check.drifted else "",
+    )
     if check.drifted:
         event_id = emit_drifted(check)
         log.info("emitted dreamshard.plan.drifted (%s)", event_id)

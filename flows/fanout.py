@@ -89,8 +89,10 @@ def run_on_workers(
             request = BatchRequest(store_uri=store_uri, endpoint_url=endpoint_url, spec_key=write_spec(store, spec))
             attempt = len(runs[spec.batch_id]) + 1
             fr = client.create_flow_run_from_deployment(
-                deployment.id, parameters={"request": request.model_dump(mode="json")},
-                name=f"{spec.batch_id}-try{attempt}", tags=["dreamshard", "profile-batch", spec.campaign],
+                deployment.id,
+                parameters={"request": request.model_dump(mode="json")},
+                name=f"{spec.batch_id}-try{attempt}",
+                tags=["dreamshard", "profile-batch", spec.campaign],
                 parent_task_run_id=UUID(parent_task_run_id) if parent_task_run_id else None,
             )
             runs[spec.batch_id].append(str(fr.id))
@@ -108,8 +110,13 @@ def run_on_workers(
                 )
             current = {runs[b][-1]: b for b in pending}
             ids = [UUID(i) for i in current]
-            flow_runs = [fr for start in range(0, len(ids), PAGE) for fr in client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids[start:start + PAGE])), limit=PAGE)]
+            flow_runs = [
+                fr
+                for start in range(0, len(ids), PAGE)
+                for fr in client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids[start : start + PAGE])), limit=PAGE
+                )
+            ]
             workers = None
             now = datetime.now(timezone.utc)
             for fr in flow_runs:
@@ -157,6 +164,14 @@ def dispatch_to_workers(
 ) -> dict[str, list[str]]:
     """The `workers` batch dispatcher (entry point group `dreamshard.dispatchers`, called by the library's profile
     stage, dreamshard.usecases.profile.run_batched): every batch as a run of pipeline.profile_deployment."""
-    return run_on_workers(store, store_uri, endpoint_url, specs, settings.profile_deployment,
-                          attempts=settings.batch_attempts, timeout_s=settings.batch_timeout_s,
-                          parent_task_run_id=parent_task_run_id, log=log)
+    return run_on_workers(
+        store,
+        store_uri,
+        endpoint_url,
+        specs,
+        settings.profile_deployment,
+        attempts=settings.batch_attempts,
+        timeout_s=settings.batch_timeout_s,
+        parent_task_run_id=parent_task_run_id,
+        log=log,
+    )

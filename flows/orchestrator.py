@@ -73,8 +73,10 @@ def resolve_dispatch(requested: str, deployment_name: str) -> str:
     from prefect.settings import PREFECT_API_URL
 
     if requested == "workers" and not PREFECT_API_URL.value():
-        raise ConfigError("dispatch 'workers' needs a Prefect server the workers poll: start infra/start-prefect.sh "
-                          "and export PREFECT_API_URL=http://127.0.0.1:4200/api, or use --dispatch local")
+        raise ConfigError(
+            "dispatch 'workers' needs a Prefect server the workers poll: start infra/start-prefect.sh "
+            "and export PREFECT_API_URL=http://127.0.0.1:4200/api, or use --dispatch local"
+        )
     if requested != "auto":
         return requested
     if not PREFECT_API_URL.value():
@@ -98,8 +100,11 @@ def resolve_dispatch(requested: str, deployment_name: str) -> str:
 def stage_env(store_uri: str, endpoint_url: str | None, campaign: str, dispatch: str) -> dict[str, str]:
     """What a stage's command needs beyond dvc.yaml: where profiling shards go and how batches run
     (read by `dreamshard profile-stage`; nothing here changes a stage's result)."""
-    env = {"DREAMSHARD_PROFILE_STORE": store_uri, "DREAMSHARD_PROFILE_CAMPAIGN": campaign,
-           "DREAMSHARD_PROFILE_DISPATCH": dispatch}
+    env = {
+        "DREAMSHARD_PROFILE_STORE": store_uri,
+        "DREAMSHARD_PROFILE_CAMPAIGN": campaign,
+        "DREAMSHARD_PROFILE_DISPATCH": dispatch,
+    }
     if endpoint_url:
         env["DREAMSHARD_PROFILE_ENDPOINT"] = endpoint_url
     if dispatch == "workers":
@@ -132,17 +137,32 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
         if request.inventory_path:
             inventory = load_inventory(request.inventory_path)
         else:
-            inventory = current_inventory_task(store_uri, request.endpoint_url,
-                                               request.inventory_name or cfg.inventory.name)
-        remote = RemoteSpec(url=request.dvc_remote or cfg.pipeline.dvc_remote,
-                            endpoint_url=request.dvc_remote_endpoint or cfg.pipeline.dvc_remote_endpoint).resolved()
+            inventory = current_inventory_task(
+                store_uri, request.endpoint_url, request.inventory_name or cfg.inventory.name
+            )
+        remote = RemoteSpec(
+            url=request.dvc_remote or cfg.pipeline.dvc_remote,
+            endpoint_url=request.dvc_remote_endpoint or cfg.pipeline.dvc_remote_endpoint,
+        ).resolved()
         incumbent = current_plan_task(store_uri, request.endpoint_url, inventory.name)
-        changed = prepare_workspace_task(str(root), params_text(request.params_path, {"profile.backend": request.backend}) if request.params_path else None, inventory, remote, incumbent)
+        changed = prepare_workspace_task(
+            str(root),
+            params_text(request.params_path, {"profile.backend": request.backend}) if request.params_path else None,
+            inventory,
+            remote,
+            incumbent,
+        )
         campaign = str(flow_run.id or "local")
         dispatch = resolve_dispatch(request.dispatch, cfg.pipeline.profile_deployment)
         env = stage_env(store_uri, request.endpoint_url, campaign, dispatch)
-        summary = OrchestratorSummary(inventory_name=inventory.name, inventory_fingerprint=inventory.fingerprint(),
-                                      workspace=str(root), dispatch=dispatch, campaign=campaign, why=request.reason)
+        summary = OrchestratorSummary(
+            inventory_name=inventory.name,
+            inventory_fingerprint=inventory.fingerprint(),
+            workspace=str(root),
+            dispatch=dispatch,
+            campaign=campaign,
+            why=request.reason,
+        )
         push_inventory_task(store_uri, request.endpoint_url, inventory)  # the version this run's plan is for
         log.info("workspace %s (%s); profiling batches run %s", root, ", ".join(changed) or "unchanged", dispatch)
 
@@ -161,8 +181,11 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
 
         committed = None
         if ws.dirty():  # this run's lock, or one a crashed run left uncommitted
-            committed = commit_task(str(root), f"pipeline run {campaign}: {', '.join(summary.ran) or 'no stage'} "
-                                               f"({inventory.name} {summary.inventory_fingerprint[:12]})")
+            committed = commit_task(
+                str(root),
+                f"pipeline run {campaign}: {', '.join(summary.ran) or 'no stage'} "
+                f"({inventory.name} {summary.inventory_fingerprint[:12]})",
+            )
         summary.git_revision = ws.head()
         # A plan is decided once (plan ids are unique in the store): the publish step runs for a plan that has no
         # decision tag yet, i.e. after the plan stage ran, or when a run stopped before publishing.
@@ -170,21 +193,31 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> OrchestratorSum
         if tag is not None:
             summary.current_plan_id = plan_id if tag.startswith("published/") else None
         if tag is not None and not summary.ran and committed is None:
-            summary.reason = (f"inventory {summary.inventory_fingerprint[:12]}: no stage changed; plan {plan_id} "
-                              f"was decided ({tag}) at {(summary.git_revision or '')[:12]}; nothing to do")
+            summary.reason = (
+                f"inventory {summary.inventory_fingerprint[:12]}: no stage changed; plan {plan_id} "
+                f"was decided ({tag}) at {(summary.git_revision or '')[:12]}; nothing to do"
+            )
             log.info(summary.reason)
             return summary
 
         push_task(str(root))
         summary.pushed = True
         if tag is not None:
-            summary.reason = (f"ran {', '.join(summary.ran) or 'no stage'}; committed and pushed; plan {plan_id} was "
-                              f"already decided ({tag}): nothing to publish (re-plan with --force for a new decision)")
+            summary.reason = (
+                f"ran {', '.join(summary.ran) or 'no stage'}; committed and pushed; plan {plan_id} was "
+                f"already decided ({tag}): nothing to publish (re-plan with --force for a new decision)"
+            )
             log.info(summary.reason)
             return summary
-        outcome = publish_workspace_plan(PublishRequest(workspace=str(root), store_uri=store_uri,
-                                                        endpoint_url=request.endpoint_url,
-                                                        require_human=request.require_human, flow_run_id=campaign))
+        outcome = publish_workspace_plan(
+            PublishRequest(
+                workspace=str(root),
+                store_uri=store_uri,
+                endpoint_url=request.endpoint_url,
+                require_human=request.require_human,
+                flow_run_id=campaign,
+            )
+        )
         summary.outcome = outcome
         summary.current_plan_id = outcome.plan_id if outcome.is_current else outcome.fallback_plan_id
         summary.reason = (

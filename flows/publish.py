@@ -96,18 +96,28 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
         log.info("already decided: %s plan %s: %s", decision.outcome, judged.plan_id, decision.reason)
         lin = judged.lineage
         return PublishOutcome(
-            plan_id=judged.plan_id, approved=decision.approved, reason=f"already decided: {decision.reason}",
-            outcome=decision.outcome, already_decided=True,
-            store=store_uri, overall_ms=decision.plan_cost_ms, best_baseline=decision.best_baseline,
-            best_baseline_ms=decision.best_baseline_ms, model_md5=lin.model_md5 if lin else None,
-            git_revision=lin.git_revision if lin else None)
+            plan_id=judged.plan_id,
+            approved=decision.approved,
+            reason=f"already decided: {decision.reason}",
+            outcome=decision.outcome,
+            already_decided=True,
+            store=store_uri,
+            overall_ms=decision.plan_cost_ms,
+            best_baseline=decision.best_baseline,
+            best_baseline_ms=decision.best_baseline_ms,
+            model_md5=lin.model_md5 if lin else None,
+            git_revision=lin.git_revision if lin else None,
+        )
     require_human = pub.require_human if request.require_human is None else request.require_human
     if decision.approved and require_human:
         decision = _human_review(decision, timeout_s=pub.approval_timeout_s)
     lineage = lineage_task(str(ws.root), request.flow_run_id or str(flow_run.id or "") or None)
     plan = judged.model_copy(update={"lineage": lineage})
-    fallback = _publish_fallback(gated, lineage, store_uri, request.endpoint_url,
-                                 require_human, pub.approval_timeout_s) if gated.fallback is not None else None
+    fallback = (
+        _publish_fallback(gated, lineage, store_uri, request.endpoint_url, require_human, pub.approval_timeout_s)
+        if gated.fallback is not None
+        else None
+    )
     ref = publish_task(store_uri, request.endpoint_url, plan, decision)
     ws.tag(f"{'published' if decision.approved else 'rejected'}/{plan.plan_id}", decision.reason)
     if fallback is not None and fallback.is_current:
@@ -120,16 +130,25 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     if fallback is not None:
         log.info("fallback %s: %s", fallback.plan_id, fallback.reason)
     return PublishOutcome(
-        plan_id=plan.plan_id, approved=decision.approved, reason=decision.reason, outcome=decision.outcome,
-        key=ref.key, store=store_uri,
-        is_current=ref.is_current, overall_ms=decision.plan_cost_ms, best_baseline=decision.best_baseline,
-        best_baseline_ms=decision.best_baseline_ms, model_md5=lineage.model_md5, git_revision=lineage.git_revision,
+        plan_id=plan.plan_id,
+        approved=decision.approved,
+        reason=decision.reason,
+        outcome=decision.outcome,
+        key=ref.key,
+        store=store_uri,
+        is_current=ref.is_current,
+        overall_ms=decision.plan_cost_ms,
+        best_baseline=decision.best_baseline,
+        best_baseline_ms=decision.best_baseline_ms,
+        model_md5=lineage.model_md5,
+        git_revision=lineage.git_revision,
         fallback_plan_id=fallback.plan_id if fallback is not None and fallback.is_current else None,
     )
 
 
-def _publish_fallback(gated: Any, lineage: Any, store_uri: str, endpoint_url: str | None, require_human: bool,
-                      timeout_s: int) -> Any:
+def _publish_fallback(
+    gated: Any, lineage: Any, store_uri: str, endpoint_url: str | None, require_human: bool, timeout_s: int
+) -> Any:
     """The fallback (the best measured baseline, for a version the current plan cannot serve), with the run's
     lineage, published before the rejection is recorded (usecases.publish.store_gated); a reviewer, when one is
     required, decides on it like on any plan that would become current."""

@@ -37,9 +37,13 @@ def production_model(request: ReplanRequest) -> Path | None:
 
 def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
     settings = resolve(request.params_path, {"profile.backend": request.backend})
-    return replan_uc.ReplanRequest(settings=settings, inventory_name=request.inventory_name,
-                                   store=absolute_uri(request.store_uri or settings.publish.store_uri),
-                                   endpoint_url=request.endpoint_url, model=production_model(request))
+    return replan_uc.ReplanRequest(
+        settings=settings,
+        inventory_name=request.inventory_name,
+        store=absolute_uri(request.store_uri or settings.publish.store_uri),
+        endpoint_url=request.endpoint_url,
+        model=production_model(request),
+    )
 
 
 @task(name="replan", cache_policy=NO_CACHE, tags=["gpu"])
@@ -51,10 +55,15 @@ def replan_task(request: replan_uc.ReplanRequest) -> replan_uc.ReplanResult:
 def emit_retrain_due(result: replan_uc.ReplanResult) -> str | None:
     event = emit_event(
         event=RETRAIN_DUE_EVENT,
-        resource={"prefect.resource.id": retrain_resource_id(result.inventory_name),
-                  "prefect.resource.name": result.inventory_name},
-        payload={"inventory_name": result.inventory_name, "fingerprint": result.fingerprint,
-                 "reason": "; ".join(result.retrain_reasons)[:2000]},
+        resource={
+            "prefect.resource.id": retrain_resource_id(result.inventory_name),
+            "prefect.resource.name": result.inventory_name,
+        },
+        payload={
+            "inventory_name": result.inventory_name,
+            "fingerprint": result.fingerprint,
+            "reason": "; ".join(result.retrain_reasons)[:2000],
+        },
     )
     return None if event is None else str(event.id)
 

@@ -19,20 +19,43 @@ class _Request(BaseModel):
 class OrchestratorRequest(_Request):
     """Run the stages of dvc.yaml that DVC says changed, push, and gate + publish the plan."""
 
-    workspace: str = Field(default="runs/pipeline", description="The workspace repository (git + DVC); created if missing.")
-    params_path: str | None = Field(default="params.yaml", description="params.yaml copied into the workspace; None: keep the workspace's.")
-    inventory_path: str | None = Field(default=None, description="Inventory file; None: the store's current version of inventory_name.")
-    inventory_name: str | None = Field(default=None, description="Inventory in the store (when inventory_path is None).")
-    store_uri: str | None = Field(default=None, description="Plan store: directory or s3://bucket/prefix (default: publish.store_uri).")
-    endpoint_url: str | None = Field(default=None, description="S3 endpoint of the plan store (SeaweedFS, MinIO); None: AWS/env.")
-    dvc_remote: str | None = Field(default=None, description="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote).")
-    dvc_remote_endpoint: str | None = Field(default=None, description="S3 endpoint of the DVC remote (default: pipeline.dvc_remote_endpoint).")
-    backend: str | None = Field(default=None, description="Override profile.backend (cpu | cuda | simulator) in the workspace params.")
+    workspace: str = Field(
+        default="runs/pipeline", description="The workspace repository (git + DVC); created if missing."
+    )
+    params_path: str | None = Field(
+        default="params.yaml", description="params.yaml copied into the workspace; None: keep the workspace's."
+    )
+    inventory_path: str | None = Field(
+        default=None, description="Inventory file; None: the store's current version of inventory_name."
+    )
+    inventory_name: str | None = Field(
+        default=None, description="Inventory in the store (when inventory_path is None)."
+    )
+    store_uri: str | None = Field(
+        default=None, description="Plan store: directory or s3://bucket/prefix (default: publish.store_uri)."
+    )
+    endpoint_url: str | None = Field(
+        default=None, description="S3 endpoint of the plan store (SeaweedFS, MinIO); None: AWS/env."
+    )
+    dvc_remote: str | None = Field(
+        default=None, description="DVC remote: directory or s3://bucket/path (default: pipeline.dvc_remote)."
+    )
+    dvc_remote_endpoint: str | None = Field(
+        default=None, description="S3 endpoint of the DVC remote (default: pipeline.dvc_remote_endpoint)."
+    )
+    backend: str | None = Field(
+        default=None, description="Override profile.backend (cpu | cuda | simulator) in the workspace params."
+    )
     dispatch: Dispatch = Field(default="auto", description="Where profiling batches run: workers, local, or auto.")
     force: bool = Field(default=False, description="Re-run every stage even if DVC says nothing changed.")
-    reprofile: bool = Field(default=False, description="Measure afresh (the backend drifted): re-run profile and what follows.")
+    reprofile: bool = Field(
+        default=False, description="Measure afresh (the backend drifted): re-run profile and what follows."
+    )
     require_human: bool | None = Field(default=None, description="Override publish.require_human.")
-    reason: str = Field(default="manual run", description="Why this run started: the schedule, a retrain that is due, drift (shown in the UI).")
+    reason: str = Field(
+        default="manual run",
+        description="Why this run started: the schedule, a retrain that is due, drift (shown in the UI).",
+    )
 
 
 class BatchRequest(_Request):
@@ -47,10 +70,14 @@ class DriftRequest(_Request):
     """Re-measure the current published plan of an inventory and compare with its recorded cost."""
 
     inventory_name: str = Field(description="Whose current plan to check.")
-    params_path: str = Field(default="params.yaml", description="params.yaml: profile (the backend) and drift sections.")
+    params_path: str = Field(
+        default="params.yaml", description="params.yaml: profile (the backend) and drift sections."
+    )
     store_uri: str | None = Field(default=None, description="Plan store (default: publish.store_uri).")
     endpoint_url: str | None = None
-    workspace: str | None = Field(default=None, description="A workspace whose data/inventory.yaml may hold the plan's inventory.")
+    workspace: str | None = Field(
+        default=None, description="A workspace whose data/inventory.yaml may hold the plan's inventory."
+    )
     backend: str | None = Field(default=None, description="Override profile.backend.")
 
 
@@ -68,10 +95,16 @@ class ReplanRequest(_Request):
     """The fast path for a new inventory version: plan with the current production model, gate, publish."""
 
     inventory_name: str = Field(description="Inventory whose current version (in the store) to re-plan.")
-    params_path: str = Field(default="params.yaml", description="params.yaml: plan, profile, evaluate and publish sections.")
+    params_path: str = Field(
+        default="params.yaml", description="params.yaml: plan, profile, evaluate and publish sections."
+    )
     store_uri: str | None = Field(default=None, description="Plan store (default: publish.store_uri).")
     endpoint_url: str | None = None
-    workspace: str = Field(default="runs/pipeline", description="The pipeline workspace: its models/dreamshard is the production model.")
-    model: str | None = Field(default=None, description="Model directory (default: the workspace's, else the packaged model).")
+    workspace: str = Field(
+        default="runs/pipeline", description="The pipeline workspace: its models/dreamshard is the production model."
+    )
+    model: str | None = Field(
+        default=None, description="Model directory (default: the workspace's, else the packaged model)."
+    )
     backend: str | None = Field(default=None, description="Override profile.backend.")
     reason: str = Field(default="manual run", description="Why this run started (shown in the UI).")

@@ -58,8 +58,9 @@ def absolute_uri(uri: str, base: Path | None = None) -> str:
 
 
 @task(name="prepare-workspace", cache_policy=NO_CACHE)
-def prepare_workspace_task(root: str, params: str | None, inventory: Inventory, remote: RemoteSpec,
-                           incumbent: Plan | None = None) -> list[str]:
+def prepare_workspace_task(
+    root: str, params: str | None, inventory: Inventory, remote: RemoteSpec, incumbent: Plan | None = None
+) -> list[str]:
     """Create or update the workspace: the installed stage graph, the run's params, the input inventory, the
     remote, the code link, and, when the inventory changed, the incumbent (`incumbent`, the plan current now, the
     new version is planned from; dreamshard.pipeline.incumbent). Returns what changed."""
@@ -87,8 +88,9 @@ def status_task(root: str) -> dict[str, Any]:
 @task(name="dvc-stage", task_run_name="{stage}", cache_policy=NO_CACHE, tags=["dvc"])
 def stage_task(root: str, stage: str, force: bool, env: dict[str, str]) -> str:
     """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock."""
-    out = PipelineWorkspace(root).repro(stage, force=force,
-                                        env={**env, "DREAMSHARD_PARENT_TASK_RUN_ID": str(task_run.id or "")})
+    out = PipelineWorkspace(root).repro(
+        stage, force=force, env={**env, "DREAMSHARD_PARENT_TASK_RUN_ID": str(task_run.id or "")}
+    )
     get_run_logger().info("%s", "\n".join(out.strip().splitlines()[-40:]))
     return out
 
@@ -128,8 +130,9 @@ def push_inventory_task(store_uri: str, endpoint_url: str | None, inventory: Inv
 
 
 @task(name="gate", cache_policy=NO_CACHE)
-def gate_task(root: str, settings: Settings, store_uri: str | None = None,
-              endpoint_url: str | None = None) -> tuple[publish_uc.GateResult, bool]:
+def gate_task(
+    root: str, settings: Settings, store_uri: str | None = None, endpoint_url: str | None = None
+) -> tuple[publish_uc.GateResult, bool]:
     """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
     (dreamshard.usecases.publish.gate): the plan to store carries the comparison's measured costs; a rejected plan
     for a version no current plan can serve carries the fallback (the best measured baseline). When the store
@@ -141,9 +144,12 @@ def gate_task(root: str, settings: Settings, store_uri: str | None = None,
         done = publish_uc.recorded(store, ws.path(PLAN))
         if done is not None:
             return done, True
-    gated = publish_uc.gate(publish_uc.PublishRequest(settings=settings, plan=ws.path(PLAN),
-                                                      comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)),
-                            store)
+    gated = publish_uc.gate(
+        publish_uc.PublishRequest(
+            settings=settings, plan=ws.path(PLAN), comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)
+        ),
+        store,
+    )
     return gated, False
 
 

@@ -33,21 +33,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 #: The longest test files (seconds of one `make test` on 2 cores), handed to the xdist workers first: `--dist
 #: loadfile` gives each file to one worker, and a 335 s file started late leaves the other worker idle for minutes
 #: (the Makefile turns off xdist's own reorder, which puts files with the most tests first, not the longest).
-LONGEST_FILES = ("test_orchestrator_integration.py",  # 335 s
-                 "test_dvc_pipeline.py",  # 60
-                 "test_workspace.py",  # 35
-                 "test_hardening_types.py",  # 31
-                 "test_fuzz_cli.py",  # 28
-                 "test_import_rules.py",  # 24
-                 "test_torchrec_dmp.py",  # 22
-                 "test_torchrec_model.py",  # 21
-                 "test_s3_integration.py")  # 21
+LONGEST_FILES = (
+    "test_orchestrator_integration.py",  # 335 s
+    "test_dvc_pipeline.py",  # 60
+    "test_workspace.py",  # 35
+    "test_hardening_types.py",  # 31
+    "test_fuzz_cli.py",  # 28
+    "test_import_rules.py",  # 24
+    "test_torchrec_dmp.py",  # 22
+    "test_torchrec_model.py",  # 21
+    "test_s3_integration.py",
+)  # 21
 
 
 def _order(item: pytest.Item) -> tuple[bool, int]:
     name = item.path.name
-    return item.get_closest_marker("timing") is None, \
-        LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+    return item.get_closest_marker("timing") is None, LONGEST_FILES.index(name) if name in LONGEST_FILES else len(
+        LONGEST_FILES
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

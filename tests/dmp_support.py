@@ -127,13 +127,16 @@ class DmpResult(_Model):
         return all(math.isfinite(x) for r in self.ranks for x in r.losses[plan])
 
 
-def expected_holders(doc: TorchRecPlanFile, rows: Mapping[str, int] | None = None) -> dict[str, dict[int, tuple[ShardBox, ...]]]:
+def expected_holders(
+    doc: TorchRecPlanFile, rows: Mapping[str, int] | None = None
+) -> dict[str, dict[int, tuple[ShardBox, ...]]]:
     """table -> rank -> shards the plan puts there, in the form `DmpResult.holders` reports (for checks)."""
     out: dict[str, dict[int, list[ShardBox]]] = {}
     for table, spec in doc.tables.items():
         n = int((rows or {}).get(table, spec.num_embeddings or 0))
         if spec.sharding_type in ("table_wise", "data_parallel", "row_wise", "table_row_wise") and (
-                spec.embedding_dim is None or not n):
+            spec.embedding_dim is None or not n
+        ):
             raise ConfigError(f"table '{table}': the plan file has no shape; export it with the inventory")
         if spec.sharding_type in ("table_wise", "data_parallel"):  # whole: on its rank, or a replica on every rank
             for rank in spec.ranks:
@@ -176,29 +179,49 @@ def run_dmp(
             raise ConfigError(f"plan '{name}' is for {doc.world_size} ranks; the run has world_size {s.world_size}")
     if s.batch_size < s.world_size:
         raise ConfigError(f"batch_size {s.batch_size} is smaller than world_size {s.world_size}")
-    store = dist.TCPStore("127.0.0.1", 0, s.world_size + 1, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=s.timeout_s))
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        s.world_size + 1,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=s.timeout_s),
+    )
     with tempfile.TemporaryDirectory(prefix="dreamshard-dmp-") as tmp:
         job = Path(tmp) / "job.json"
-        job.write_text(json.dumps({
-            "inventory": inventory.model_dump(mode="json"),
-            "plans": {k: scaled_document(v, rows or {}).model_dump(mode="json") for k, v in plans.items()},
-            "settings": s.model_dump(mode="json"),
-            "rows": dict(rows or {}),
-            "port": store.port,
-        }))
+        job.write_text(
+            json.dumps(
+                {
+                    "inventory": inventory.model_dump(mode="json"),
+                    "plans": {k: scaled_document(v, rows or {}).model_dump(mode="json") for k, v in plans.items()},
+                    "settings": s.model_dump(mode="json"),
+                    "rows": dict(rows or {}),
+                    "port": store.port,
+                }
+            )
+        )
         _run_ranks(job, Path(tmp), s)
-        reports = [RankReport.model_validate_json((Path(tmp) / f"rank{r}.json").read_text()) for r in range(s.world_size)]
+        reports = [
+            RankReport.model_validate_json((Path(tmp) / f"rank{r}.json").read_text()) for r in range(s.world_size)
+        ]
     return DmpResult(settings=s, ranks=tuple(reports))
 
 
 def _run_ranks(job: Path, tmp: Path, s: DmpSettings) -> None:
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from dmp_support import _worker_main; _worker_main(sys.argv[2:])"
-    env = {**os.environ, "OMP_NUM_THREADS": str(s.threads), "PYTHONWARNINGS": "ignore",
-           "LOCAL_WORLD_SIZE": str(s.local_world_size or s.world_size)}
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from dmp_support import _worker_main; _worker_main(sys.argv[2:])"
+    )
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(s.threads),
+        "PYTHONWARNINGS": "ignore",
+        "LOCAL_WORLD_SIZE": str(s.local_world_size or s.world_size),
+    }
     logs = [open(tmp / f"rank{r}.log", "wb") for r in range(s.world_size)]  # noqa: SIM115 - closed below
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(HERE), str(job), str(r)], stdout=logs[r], stderr=subprocess.STDOUT, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(HERE), str(job), str(r)], stdout=logs[r], stderr=subprocess.STDOUT, env=env
+        )
         for r in range(s.world_size)
     ]
     deadline = time.monotonic() + s.timeout_s
@@ -206,7 +229,9 @@ def _run_ranks(job: Path, tmp: Path, s: DmpSettings) -> None:
         for p in procs:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        raise ProfilingError(f"DMP run exceeded {s.timeout_s:g} s; lower --rounds/--steps or raise the timeout") from None
+        raise ProfilingError(
+            f"DMP run exceeded {s.timeout_s:g} s; lower --rounds/--steps or raise the timeout"
+        ) from None
     finally:
         for p in procs:
             if p.poll() is None:
@@ -254,8 +279,9 @@ def _rank(rank: int, job: dict[str, Any]) -> RankReport:
 class _Contender:
     """One plan's DMP model on this rank, its optimizer and its batches."""
 
-    def __init__(self, name: str, doc: TorchRecPlanFile, inventory: Inventory, rows: Mapping[str, int],
-                 s: DmpSettings, rank: int) -> None:
+    def __init__(
+        self, name: str, doc: TorchRecPlanFile, inventory: Inventory, rows: Mapping[str, int], s: DmpSettings, rank: int
+    ) -> None:
         from fbgemm_gpu.split_embedding_configs import EmbOptimType  # optional dependency: fbgemm_gpu
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # optional dependency: torchrec
         from torchrec.distributed.model_parallel import DistributedModelParallel  # optional dependency: torchrec
@@ -345,9 +371,7 @@ class _Contender:
         """The shards this rank holds per table, and whether training changed every one of them."""
         after = {t: dict(v) for t, v in self._local_shards().items()}
         shards = {t: tuple(sorted(b for b, _ in v)) for t, v in self.before.items()}
-        changed = {
-            t: all(after[t][b] != sums for b, sums in v) for t, v in self.before.items()
-        }
+        changed = {t: all(after[t][b] != sums for b, sums in v) for t, v in self.before.items()}
         return shards, changed
 
 
@@ -368,8 +392,13 @@ def _batches(inventory: Inventory, rows: Mapping[str, int], s: DmpSettings, rank
     for b in range(len(per_table[0])):
         values = np.concatenate([batches[b][0] for batches in per_table])
         lengths = np.concatenate([np.diff(batches[b][1]) for batches in per_table])
-        out.append(KeyedJaggedTensor(keys=keys, values=torch.from_numpy(values.astype(np.int64)),
-                                     lengths=torch.from_numpy(lengths.astype(np.int32))))
+        out.append(
+            KeyedJaggedTensor(
+                keys=keys,
+                values=torch.from_numpy(values.astype(np.int64)),
+                lengths=torch.from_numpy(lengths.astype(np.int32)),
+            )
+        )
     return out
 
 

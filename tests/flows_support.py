@@ -13,23 +13,54 @@ from dreamshard.values import Inventory
 
 TINY_PARAMS: dict[str, Any] = {
     "inventory": {"name": "tiny", "num_tables": 14, "seed": 0, "dims": [4, 64]},
-    "tasks": {"seed": 0, "test_fraction": 0.3, "train_num_tasks": 2, "train_tables": [4, 6], "train_devices": 2,
-              "test_tables": [4], "test_devices": [2], "test_tasks_per_cell": 1},
+    "tasks": {
+        "seed": 0,
+        "test_fraction": 0.3,
+        "train_num_tasks": 2,
+        "train_tables": [4, 6],
+        "train_devices": 2,
+        "test_tables": [4],
+        "test_devices": [2],
+        "test_tasks_per_cell": 1,
+    },
     "topology": {"device_type": "cpu", "memory_per_device_gb": 1.0, "batch_size": 256},
-    "profile": {"backend": "simulator", "num_placements": 4, "warmup": 0, "repeats": 1, "num_threads": 1, "seed": 0,
-                "kinds": ["dim_greedy", "crowded"]},
+    "profile": {
+        "backend": "simulator",
+        "num_placements": 4,
+        "warmup": 0,
+        "repeats": 1,
+        "num_threads": 1,
+        "seed": 0,
+        "kinds": ["dim_greedy", "crowded"],
+    },
     "train_cost": {"hidden": 16, "latent": 8, "head_hidden": 8, "lr": 0.005, "batch_size": 16, "steps": 30, "seed": 0},
     "train_policy": {"lr": 0.005, "episodes": 10, "episodes_per_update": 5, "entropy_weight": 0.001, "seed": 0},
-    "train": {"iterations": 1, "placements_per_iteration": 2, "search_per_iteration": 1, "perturb_per_iteration": 1,
-              "init": "none"},
+    "train": {
+        "iterations": 1,
+        "placements_per_iteration": 2,
+        "search_per_iteration": 1,
+        "perturb_per_iteration": 1,
+        "init": "none",
+    },
     # TorchRec's planner is a baseline of every gate (evaluate, publish) but no search candidate here: its import
     # costs a stage process 5-7 s, and these runs test the pipeline, not the search
-    "plan": {"samples": 8, "num_devices": 2, "candidates": ["policy", "lpt", "dim_greedy", "round_robin"],
-             "verify": 2, "verify_rounds": 1},
+    "plan": {
+        "samples": 8,
+        "num_devices": 2,
+        "candidates": ["policy", "lpt", "dim_greedy", "round_robin"],
+        "verify": 2,
+        "verify_rounds": 1,
+    },
     "evaluate": {"sharders": ["round_robin", "torchrec", "dreamshard"], "rounds": 2},
     # The simulator backend: its plans may become current here; two rounds are enough for its exact figures.
-    "publish": {"min_improvement": 0.0, "require_human": False, "store_uri": "store",
-                "baselines": ["round_robin", "torchrec"], "min_rounds": 2, "allow_simulated": True},
+    "publish": {
+        "min_improvement": 0.0,
+        "require_human": False,
+        "store_uri": "store",
+        "baselines": ["round_robin", "torchrec"],
+        "min_rounds": 2,
+        "allow_simulated": True,
+    },
 }
 
 
@@ -50,8 +81,9 @@ def tiny_inventory(path: Path, num_tables: int = 14, seed: int = 0) -> Inventory
 def change_one_table(inv: Inventory, path: Path) -> Inventory:
     """Same inventory with the first table's pooling factor changed (a new fingerprint)."""
     t0 = inv.tables[0]
-    changed = inv.model_copy(update={"tables": (t0.model_copy(update={"pooling_factor": t0.pooling_factor + 3.0}),
-                                                *inv.tables[1:])})
+    changed = inv.model_copy(
+        update={"tables": (t0.model_copy(update={"pooling_factor": t0.pooling_factor + 3.0}), *inv.tables[1:])}
+    )
     changed = Inventory.model_validate(changed.model_dump())
     save_inventory(changed, path)
     return changed

@@ -50,17 +50,31 @@ def relabelled(sharder: str = "lookup_greedy", seed: int = 2) -> Plan:
     return get_sharder("random", seed=seed).shard(INVENTORY, TOPOLOGY).model_copy(update={"sharder": sharder})
 
 
-def full_comparison(plan: Plan, oracle: Any = None, rounds: int = 5, sharders: tuple[str, ...] = BASELINE_SHARDERS) -> Comparison:
+def full_comparison(
+    plan: Plan, oracle: Any = None, rounds: int = 5, sharders: tuple[str, ...] = BASELINE_SHARDERS
+) -> Comparison:
     """What `compare -p PLAN` makes: every baseline (random with seed 0) and the plan, interleaved."""
-    return compare_sharders(INVENTORY, TOPOLOGY, list(sharders), oracle or make_oracle("simulator"), rounds=rounds,
-                            sharder_options={"random": {"seed": 0}}, extra_plans=[plan])
+    return compare_sharders(
+        INVENTORY,
+        TOPOLOGY,
+        list(sharders),
+        oracle or make_oracle("simulator"),
+        rounds=rounds,
+        sharder_options={"random": {"seed": 0}},
+        extra_plans=[plan],
+    )
 
 
-def write_case(d: Path, plan: Plan, comparison: Comparison | dict[str, Any] | None = None,
-               plan_data: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_case(
+    d: Path, plan: Plan, comparison: Comparison | dict[str, Any] | None = None, plan_data: dict[str, Any] | None = None
+) -> dict[str, Path]:
     d.mkdir(parents=True, exist_ok=True)
-    out = {"inventory": save_inventory(INVENTORY, d / "inv.yaml"), "plan": save_plan(plan, d / "plan.json"),
-           "store": d / "store", "comparison": d / "cmp.json"}
+    out = {
+        "inventory": save_inventory(INVENTORY, d / "inv.yaml"),
+        "plan": save_plan(plan, d / "plan.json"),
+        "store": d / "store",
+        "comparison": d / "cmp.json",
+    }
     if plan_data is not None:
         out["plan"].write_text(json.dumps({**json.loads(out["plan"].read_text()), **plan_data}))
     if comparison is not None:
@@ -70,8 +84,18 @@ def write_case(d: Path, plan: Plan, comparison: Comparison | dict[str, Any] | No
 
 
 def publish_argv(files: dict[str, Path], *extra: str, comparison: bool = True) -> list[str]:
-    return ["plans", "publish", str(files["plan"]), "--store", str(files["store"]), "-i", str(files["inventory"]),
-            "--allow-simulated", *(["--comparison", str(files["comparison"])] if comparison else []), *extra]
+    return [
+        "plans",
+        "publish",
+        str(files["plan"]),
+        "--store",
+        str(files["store"]),
+        "-i",
+        str(files["inventory"]),
+        "--allow-simulated",
+        *(["--comparison", str(files["comparison"])] if comparison else []),
+        *extra,
+    ]
 
 
 def edit_results(cmp: Comparison, fn: Any) -> dict[str, Any]:

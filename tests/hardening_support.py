@@ -53,8 +53,14 @@ def types_plan() -> Plan:
     from dreamshard.sharders.base import make_plan
     from dreamshard.values.units import row_shards_for
 
-    return make_plan(TYPES_INV, TYPES_TOPO, {"a": 0, "e": 1}, "dreamshard",
-                     row_shards={"b": row_shards_for(500, [0, 1])}, data_parallel=["c"])
+    return make_plan(
+        TYPES_INV,
+        TYPES_TOPO,
+        {"a": 0, "e": 1},
+        "dreamshard",
+        row_shards={"b": row_shards_for(500, [0, 1])},
+        data_parallel=["c"],
+    )
 
 
 def _rows(p: dict[str, Any], shards: list[dict[str, Any]]) -> None:
@@ -68,46 +74,74 @@ def _dev(p: dict[str, Any], device: Any) -> None:
 HUGE = 100_000
 #: A legal plan file of `types_plan()` edited (in place) by the function; the one error line must hold the needle.
 PLAN_ATTACKS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
-    "a table twice in data_parallel": (lambda p: p.update(data_parallel=["c", "c"]),
-                                       "table 'c' is listed twice in data_parallel"),
-    f"{HUGE} copies of a table in data_parallel": (lambda p: p.update(data_parallel=["c"] * HUGE),
-                                                   "table 'c' is listed twice in data_parallel"),
-    "a table data-parallel and row-sharded": (lambda p: p.update(data_parallel=["c", "b"]),
-                                              "table 'b' is both split into row shards and data-parallel"),
-    "a table data-parallel and whole": (lambda p: p.update(data_parallel=["c", "a"]),
-                                        "table 'a' is both placed whole and data-parallel"),
+    "a table twice in data_parallel": (
+        lambda p: p.update(data_parallel=["c", "c"]),
+        "table 'c' is listed twice in data_parallel",
+    ),
+    f"{HUGE} copies of a table in data_parallel": (
+        lambda p: p.update(data_parallel=["c"] * HUGE),
+        "table 'c' is listed twice in data_parallel",
+    ),
+    "a table data-parallel and row-sharded": (
+        lambda p: p.update(data_parallel=["c", "b"]),
+        "table 'b' is both split into row shards and data-parallel",
+    ),
+    "a table data-parallel and whole": (
+        lambda p: p.update(data_parallel=["c", "a"]),
+        "table 'a' is both placed whole and data-parallel",
+    ),
     "a row shard on device 5 of 2": (lambda p: _dev(p, 5), "row shard 250:500 of table 'b' placed on device 5"),
     "row shards on a duplicated device": (lambda p: _dev(p, 0), "row shards of table 'b' are on devices [0, 0]"),
     "a row shard on device -1": (lambda p: _dev(p, -1), "row_shards.b[1].device"),
     "a row shard on device true": (lambda p: _dev(p, True), "row_shards.b[1].device: must be a number, got bool"),
     "a row shard on device 1.5": (lambda p: _dev(p, 1.5), "row_shards.b[1].device"),
     "a row shard on device '1'": (lambda p: _dev(p, "1"), "row_shards.b[1].device: must be a number, got str"),
-    "row shards past the table's rows": (lambda p: p["row_shards"]["b"][1].update(end=600),
-                                         "row shards of table 'b' are [(0, 250), (250, 600)]"),
-    "row shards not TorchRec's blocks": (lambda p: _rows(p, [{"start": 0, "end": 100, "device": 0},
-                                                             {"start": 100, "end": 500, "device": 1}]),
-                                         "ceil(rows / shards)"),
+    "row shards past the table's rows": (
+        lambda p: p["row_shards"]["b"][1].update(end=600),
+        "row shards of table 'b' are [(0, 250), (250, 600)]",
+    ),
+    "row shards not TorchRec's blocks": (
+        lambda p: _rows(p, [{"start": 0, "end": 100, "device": 0}, {"start": 100, "end": 500, "device": 1}]),
+        "ceil(rows / shards)",
+    ),
     "an empty list of row shards": (lambda p: _rows(p, []), "table 'b' has an empty list of row shards"),
     "the row-sharded table dropped": (lambda p: p.update(row_shards={}), "table 'b' has no device"),
-    f"{HUGE} row shards on device 0": (lambda p: _rows(p, [{"start": i, "end": i + 1, "device": 0} for i in range(HUGE)]),
-                                       f"({HUGE - 8} more, {HUGE} in all)"),
+    f"{HUGE} row shards on device 0": (
+        lambda p: _rows(p, [{"start": i, "end": i + 1, "device": 0} for i in range(HUGE)]),
+        f"({HUGE - 8} more, {HUGE} in all)",
+    ),
     f"{HUGE} row shards on devices 0..{HUGE - 1}": (
         lambda p: _rows(p, [{"start": i, "end": i + 1, "device": i} for i in range(HUGE)]),
-        "row shard 2:3 of table 'b' placed on device 2 but topology has 2 devices"),
-    "a row-shard unit name as a placement key": (lambda p: p["placement"].update({"b@r0:250": 0}),
-                                                 "table 'b@r0:250', which is not in inventory"),
-    "a column-shard unit name as a placement key": (lambda p: p["placement"].update({"a@0:4": 0}),
-                                                    "table 'a@0:4', which is not in inventory"),
-    "a replica unit name as a placement key": (lambda p: p["placement"].update({"c@dp0": 0}),
-                                               "table 'c@dp0', which is not in inventory"),
-    "a unit name as a row_shards key": (lambda p: p["row_shards"].update({"a@r0:10": [
-        {"start": 0, "end": 150, "device": 0}, {"start": 150, "end": 300, "device": 1}]}),
-        "table 'a@r0:10', which is not in inventory"),
-    "a unit name in data_parallel": (lambda p: p.update(data_parallel=["c", "a@dp0"]),
-                                     "table 'a@dp0', which is not in inventory"),
-    "a unit name as a column_shards key": (lambda p: p.update(column_shards={"e@0:4": [
-        {"start": 0, "end": 4, "device": 0}, {"start": 4, "end": 8, "device": 1}]}),
-        "table 'e@0:4', which is not in inventory"),
+        "row shard 2:3 of table 'b' placed on device 2 but topology has 2 devices",
+    ),
+    "a row-shard unit name as a placement key": (
+        lambda p: p["placement"].update({"b@r0:250": 0}),
+        "table 'b@r0:250', which is not in inventory",
+    ),
+    "a column-shard unit name as a placement key": (
+        lambda p: p["placement"].update({"a@0:4": 0}),
+        "table 'a@0:4', which is not in inventory",
+    ),
+    "a replica unit name as a placement key": (
+        lambda p: p["placement"].update({"c@dp0": 0}),
+        "table 'c@dp0', which is not in inventory",
+    ),
+    "a unit name as a row_shards key": (
+        lambda p: p["row_shards"].update(
+            {"a@r0:10": [{"start": 0, "end": 150, "device": 0}, {"start": 150, "end": 300, "device": 1}]}
+        ),
+        "table 'a@r0:10', which is not in inventory",
+    ),
+    "a unit name in data_parallel": (
+        lambda p: p.update(data_parallel=["c", "a@dp0"]),
+        "table 'a@dp0', which is not in inventory",
+    ),
+    "a unit name as a column_shards key": (
+        lambda p: p.update(
+            column_shards={"e@0:4": [{"start": 0, "end": 4, "device": 0}, {"start": 4, "end": 8, "device": 1}]}
+        ),
+        "table 'e@0:4', which is not in inventory",
+    ),
     "forged memory of a typed plan": (lambda p: p.update(memory_per_device_gb=[0.0, 0.0]), "states 0 GB on device 0"),
 }
 
@@ -128,8 +162,10 @@ TOPOLOGY_ATTACKS: dict[str, tuple[list[str], str]] = {
     "--devices-per-host nan": (["--hosts", "2", "--devices-per-host", "nan"], "--devices-per-host"),
     "--devices-per-host true": (["--hosts", "2", "--devices-per-host", "true"], "--devices-per-host"),
     "--hosts 4096 --devices-per-host 4096": (["--hosts", "4096", "--devices-per-host", "4096"], "at most 4096"),
-    "-d 3 --hosts 2 --devices-per-host 2": (["-d", "3", "--hosts", "2", "--devices-per-host", "2"],
-                                           "--devices 3 is not --hosts 2 x --devices-per-host 2"),
+    "-d 3 --hosts 2 --devices-per-host 2": (
+        ["-d", "3", "--hosts", "2", "--devices-per-host", "2"],
+        "--devices 3 is not --hosts 2 x --devices-per-host 2",
+    ),
     "-d 3 --devices-per-host 2": (["-d", "3", "--devices-per-host", "2"], "devices_per_host must divide num_devices"),
     "--hosts 2 without --devices-per-host": (["-d", "4", "--hosts", "2"], "--hosts needs --devices-per-host"),
     "--optimizer lamb": (["-d", "2", "--optimizer", "lamb"], "topology.optimizer"),
@@ -140,17 +176,28 @@ TOPOLOGY_ATTACKS: dict[str, tuple[list[str], str]] = {
     "--memory-reserve nan": (["-d", "2", "--memory-reserve", "nan"], "--memory-reserve"),
     "--memory-reserve inf": (["-d", "2", "--memory-reserve", "inf"], "--memory-reserve"),
     "--memory-reserve 0.99: every table too big (names table and limit)": (
-        ["-d", "2", "-m", "0.001", "--memory-reserve", "0.99"], "table 'a' (0.018 MB) fits on no device (largest free memory 0.010 MB)"),
+        ["-d", "2", "-m", "0.001", "--memory-reserve", "0.99"],
+        "table 'a' (0.018 MB) fits on no device (largest free memory 0.010 MB)",
+    ),
     "--memory-reserve 0.99 --memory-model torchrec": (
-        ["-d", "2", "-m", "0.001", "--memory-reserve", "0.99", "--memory-model", "torchrec"], "fits on no device"),
+        ["-d", "2", "-m", "0.001", "--memory-reserve", "0.99", "--memory-model", "torchrec"],
+        "fits on no device",
+    ),
     "-m nan": (["-d", "2", "-m", "nan"], "--memory-gb"),
-    "--types row_wise,bogus": (["-d", "2", "-s", "dreamshard", "--types", "row_wise,bogus"], "unknown sharding type 'bogus'"),
-    "--types table_wise": (["-d", "2", "-s", "dreamshard", "--types", "table_wise"], "unknown sharding type 'table_wise'"),
+    "--types row_wise,bogus": (
+        ["-d", "2", "-s", "dreamshard", "--types", "row_wise,bogus"],
+        "unknown sharding type 'bogus'",
+    ),
+    "--types table_wise": (
+        ["-d", "2", "-s", "dreamshard", "--types", "table_wise"],
+        "unknown sharding type 'table_wise'",
+    ),
 }
 
 #: params.yaml `topology:` fields (with -d 4): the one error line holds the needle.
 PARAMS_ATTACKS: dict[str, tuple[str, str, str]] = {
-    f"{field}: {value}": (field, value, needle) for field, value, needle in (
+    f"{field}: {value}": (field, value, needle)
+    for field, value, needle in (
         ("devices_per_host", "0", "topology.devices_per_host: Input should be greater than or equal to 1"),
         ("devices_per_host", "-2", "topology.devices_per_host"),
         ("devices_per_host", "true", "topology.devices_per_host: must be a number, got bool"),
@@ -199,47 +246,74 @@ TORCHREC_ATTACKS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "row_ranges fewer than ranks": (lambda x: _tr_rows(x, [0, 1], [[0, 500]]), "one [start, end] row range per rank"),
     "uneven row blocks": (lambda x: _tr_rows(x, [0, 1], [[0, 100], [100, 500]]), "ceil(rows / shards)"),
     "overlapping row ranges": (lambda x: _tr_rows(x, [0, 1], [[0, 300], [250, 500]]), "ceil(rows / shards)"),
-    "row ranges past the table": (lambda x: _tr_rows(x, [0, 1], [[0, 250], [250, 600]]),
-                                  "row ranges end at 600, the table has 500 rows"),
+    "row ranges past the table": (
+        lambda x: _tr_rows(x, [0, 1], [[0, 250], [250, 600]]),
+        "row ranges end at 600, the table has 500 rows",
+    ),
     "row ranks reversed": (lambda x: _tr_rows(x, [1, 0], [[0, 250], [250, 500]]), "on devices [1, 0]"),
-    "a row rank past world_size": (lambda x: _tr_rows(x, [0, 2], [[0, 250], [250, 500]]),
-                                   "table 'b' is on rank 2, but world_size is 2"),
+    "a row rank past world_size": (
+        lambda x: _tr_rows(x, [0, 2], [[0, 250], [250, 500]]),
+        "table 'b' is on rank 2, but world_size is 2",
+    ),
     "a row rank duplicated": (lambda x: _tr_rows(x, [0, 0], [[0, 250], [250, 500]]), "on devices [0, 0]"),
     "a row rank -1": (lambda x: _tr_rows(x, [0, -1], [[0, 250], [250, 500]]), "tables.b.ranks[1]"),
     "a row rank true": (lambda x: _tr_rows(x, [0, True], [[0, 250], [250, 500]]), "tables.b.ranks[1]"),
     "a row rank 1.0": (lambda x: _tr_rows(x, [0, 1.0], [[0, 250], [250, 500]]), "tables.b.ranks[1]"),
-    "row_wise on 2 of 4 ranks": (lambda x: (_tr_four(x), _tr_rows(x, [0, 1], [[0, 250], [250, 500]])),
-                                 "row-wise sharding needs devices 0..3 in order"),
-    "table_row_wise on a one-host file": (lambda x: _tr_rows(x, [0, 1], [[0, 250], [250, 500]], "table_row_wise"),
-                                          "table 'b' is table_row_wise in the plan, but its row ranges"),
+    "row_wise on 2 of 4 ranks": (
+        lambda x: (_tr_four(x), _tr_rows(x, [0, 1], [[0, 250], [250, 500]])),
+        "row-wise sharding needs devices 0..3 in order",
+    ),
+    "table_row_wise on a one-host file": (
+        lambda x: _tr_rows(x, [0, 1], [[0, 250], [250, 500]], "table_row_wise"),
+        "table 'b' is table_row_wise in the plan, but its row ranges",
+    ),
     "table_row_wise across two hosts": (
         lambda x: (_tr_four(x, 2), _tr_rows(x, [1, 2], [[0, 250], [250, 500]], "table_row_wise")),
-        "or the 2 devices of one host in order"),
+        "or the 2 devices of one host in order",
+    ),
     "row_wise on the ranks of one host": (
         lambda x: (_tr_four(x, 2), _tr_rows(x, [2, 3], [[0, 250], [250, 500]], "row_wise")),
-        "table 'b' is row_wise in the plan, but its row ranges on ranks [2, 3] are table_row_wise"),
-    "data_parallel on a subset of ranks": (lambda x: x["tables"]["c"].update(ranks=[0]),
-                                           "data_parallel table 'c' is on ranks [0]"),
-    "data_parallel on a duplicated rank": (lambda x: x["tables"]["c"].update(ranks=[0, 0]),
-                                           "data_parallel table 'c' is on ranks [0, 0]"),
-    "data_parallel with a fused kernel": (lambda x: x["tables"]["c"].update(compute_kernel="fused"),
-                                          "uses compute kernel 'dense', not 'fused'"),
-    "data_parallel with row_ranges": (lambda x: x["tables"]["c"].update(row_ranges=[[0, 20], [20, 40]]),
-                                      "a data_parallel table has no row_ranges"),
-    f"{HUGE} data_parallel ranks": (lambda x: x["tables"]["c"].update(ranks=[0] * HUGE),
-                                    f"({HUGE - 8} more, {HUGE} in all)"),
-    f"{HUGE} row ranges": (lambda x: (_tr_rows(x, [0] * HUGE, [[i, i + 1] for i in range(HUGE)]),
-                                      x["tables"]["b"].pop("num_embeddings")),
-                           f"({HUGE - 8} more, {HUGE} in all)"),
-    "local_world_size 3 of world_size 2": (lambda x: x.update(local_world_size=3),
-                                           "world_size 2 is not a whole number of hosts of local_world_size 3"),
+        "table 'b' is row_wise in the plan, but its row ranges on ranks [2, 3] are table_row_wise",
+    ),
+    "data_parallel on a subset of ranks": (
+        lambda x: x["tables"]["c"].update(ranks=[0]),
+        "data_parallel table 'c' is on ranks [0]",
+    ),
+    "data_parallel on a duplicated rank": (
+        lambda x: x["tables"]["c"].update(ranks=[0, 0]),
+        "data_parallel table 'c' is on ranks [0, 0]",
+    ),
+    "data_parallel with a fused kernel": (
+        lambda x: x["tables"]["c"].update(compute_kernel="fused"),
+        "uses compute kernel 'dense', not 'fused'",
+    ),
+    "data_parallel with row_ranges": (
+        lambda x: x["tables"]["c"].update(row_ranges=[[0, 20], [20, 40]]),
+        "a data_parallel table has no row_ranges",
+    ),
+    f"{HUGE} data_parallel ranks": (
+        lambda x: x["tables"]["c"].update(ranks=[0] * HUGE),
+        f"({HUGE - 8} more, {HUGE} in all)",
+    ),
+    f"{HUGE} row ranges": (
+        lambda x: (_tr_rows(x, [0] * HUGE, [[i, i + 1] for i in range(HUGE)]), x["tables"]["b"].pop("num_embeddings")),
+        f"({HUGE - 8} more, {HUGE} in all)",
+    ),
+    "local_world_size 3 of world_size 2": (
+        lambda x: x.update(local_world_size=3),
+        "world_size 2 is not a whole number of hosts of local_world_size 3",
+    ),
     "local_world_size 0": (lambda x: x.update(local_world_size=0), "local_world_size"),
     "local_world_size true": (lambda x: x.update(local_world_size=True), "local_world_size"),
     "local_world_size '2'": (lambda x: x.update(local_world_size="2"), "local_world_size"),
-    "a unit name b@r0:250 as a table": (lambda x: x["tables"].update({"b@r0:250": {"sharding_type": "table_wise",
-                                                                                  "ranks": [0]}}), "'b@r0:250'"),
-    "a unit name c@dp0 as a table": (lambda x: x["tables"].update({"c@dp0": {"sharding_type": "table_wise",
-                                                                            "ranks": [0]}}), "'c@dp0'"),
+    "a unit name b@r0:250 as a table": (
+        lambda x: x["tables"].update({"b@r0:250": {"sharding_type": "table_wise", "ranks": [0]}}),
+        "'b@r0:250'",
+    ),
+    "a unit name c@dp0 as a table": (
+        lambda x: x["tables"].update({"c@dp0": {"sharding_type": "table_wise", "ranks": [0]}}),
+        "'c@dp0'",
+    ),
 }
 
 #: What an error line may be at most (a hostile file of 100k shards must not make a 300 kB one).
@@ -254,8 +328,14 @@ def refused(r: tuple[int, str, str], needle: str, outputs: tuple[Path, ...] = ()
     """(held, the error line): exit 2, one short line holding `needle`, no traceback, none of `outputs` written."""
     lines = r[2].strip().splitlines()
     line = lines[0] if lines else r[1].strip()[-200:]
-    ok = (r[0] == 2 and len(lines) == 1 and "Traceback" not in r[1] + r[2] and needle in line
-          and len(line) <= MAX_ERROR_LINE and not any(p.exists() for p in outputs))
+    ok = (
+        r[0] == 2
+        and len(lines) == 1
+        and "Traceback" not in r[1] + r[2]
+        and needle in line
+        and len(line) <= MAX_ERROR_LINE
+        and not any(p.exists() for p in outputs)
+    )
     return ok, line[:300]
 
 
@@ -273,11 +353,43 @@ def plan_argv(command: str, plan: Path, invf: Path, d: Path) -> tuple[list[str],
     """The command line of one of PLAN_COMMANDS on `plan`, and what it must not write."""
     store, out = d / "store", d / "out.json"
     if command == "plans publish --measure":
-        return (["plans", "publish", str(plan), "-i", str(invf), "--measure", "--store", str(store), "--backend",
-                 "simulator", "--allow-simulated", "--sharders", "round_robin"], (store,))
+        return (
+            [
+                "plans",
+                "publish",
+                str(plan),
+                "-i",
+                str(invf),
+                "--measure",
+                "--store",
+                str(store),
+                "--backend",
+                "simulator",
+                "--allow-simulated",
+                "--sharders",
+                "round_robin",
+            ],
+            (store,),
+        )
     if command == "compare --plan":
-        return (["compare", "-i", str(invf), "--plan", str(plan), "--backend", "simulator", "--rounds", "1",
-                 "--sharders", "round_robin", "--out", str(out)], (out,))
+        return (
+            [
+                "compare",
+                "-i",
+                str(invf),
+                "--plan",
+                str(plan),
+                "--backend",
+                "simulator",
+                "--rounds",
+                "1",
+                "--sharders",
+                "round_robin",
+                "--out",
+                str(out),
+            ],
+            (out,),
+        )
     if command == "torchrec export":
         return ["torchrec", "export", str(plan), "-i", str(invf), "-o", str(out)], (out,)
     return ["whatif", str(plan), "-i", str(invf), "--move", "a:1", "-o", str(out)], (out,)
@@ -318,8 +430,11 @@ def run_whatif_attack(d: Path, what: str) -> tuple[bool, str]:
 
     invf, planf, _ = types_files(d)
     out = d / "moved.json"
-    return refused(invoke(["whatif", str(planf), "-i", str(invf), *WHATIF_ATTACKS[what], "-o", str(out)]),
-                   "cannot move on its own", (out,))
+    return refused(
+        invoke(["whatif", str(planf), "-i", str(invf), *WHATIF_ATTACKS[what], "-o", str(out)]),
+        "cannot move on its own",
+        (out,),
+    )
 
 
 def run_topology_attack(d: Path, what: str) -> tuple[bool, str]:
@@ -328,8 +443,13 @@ def run_topology_attack(d: Path, what: str) -> tuple[bool, str]:
     invf, _, _ = types_files(d)
     extra, needle = TOPOLOGY_ATTACKS[what]
     out = d / "p.json"
-    return refused(invoke(["plan", "-i", str(invf), "-m", "1", "-s", "size_greedy", "--batch-size", "512", *extra,
-                           "-o", str(out)]), needle, (out,))
+    return refused(
+        invoke(
+            ["plan", "-i", str(invf), "-m", "1", "-s", "size_greedy", "--batch-size", "512", *extra, "-o", str(out)]
+        ),
+        needle,
+        (out,),
+    )
 
 
 def run_params_attack(d: Path, what: str) -> tuple[bool, str]:
@@ -340,8 +460,11 @@ def run_params_attack(d: Path, what: str) -> tuple[bool, str]:
     params = d / "params.yaml"
     params.write_text(f"topology:\n  memory_per_device_gb: 0.001\n  batch_size: 512\n  {field}: {value}\n")
     out = d / "p.json"
-    return refused(invoke(["plan", "-i", str(invf), "-d", "4", "-s", "size_greedy", "--params", str(params),
-                           "-o", str(out)]), needle, (out,))
+    return refused(
+        invoke(["plan", "-i", str(invf), "-d", "4", "-s", "size_greedy", "--params", str(params), "-o", str(out)]),
+        needle,
+        (out,),
+    )
 
 
 def torchrec_file(d: Path) -> tuple[Path, dict[str, Any]]:
@@ -365,8 +488,9 @@ def run_torchrec_attack(d: Path, what: str, via: str) -> tuple[bool, str]:
     bad.write_text(json.dumps(data))
     if via == "import":
         out = d / "imported.json"
-        return refused(invoke(["torchrec", "import", str(bad), "-i", str(invf), "-m", "1", "-o", str(out)]), needle,
-                       (out,))
+        return refused(
+            invoke(["torchrec", "import", str(bad), "-i", str(invf), "-m", "1", "-o", str(out)]), needle, (out,)
+        )
     from dreamshard.integrations.torchrec import build_ebc, load_sharding_plan
 
     try:
@@ -413,8 +537,25 @@ def run_types_lenient(d: Path, types: str) -> tuple[bool, str]:
 
     invf, _, _ = types_files(d)
     out = d / "p.json"
-    r = invoke(["plan", "-i", str(invf), "-d", "2", "-m", "1", "-s", "dreamshard", "--batch-size", "512",
-                "--types", types, "-o", str(out)])
+    r = invoke(
+        [
+            "plan",
+            "-i",
+            str(invf),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "-s",
+            "dreamshard",
+            "--batch-size",
+            "512",
+            "--types",
+            types,
+            "-o",
+            str(out),
+        ]
+    )
     if r[0] != 0 or "Traceback" in r[2]:
         return False, r[2].strip()[-200:]
     named = {t for t in types.split(",") if t} | {"table_wise", "column_wise"}

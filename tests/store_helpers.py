@@ -66,8 +66,11 @@ class World:
         self.topology = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
 
         def candidate(sharder: str, **opts: object) -> Plan:
-            return get_sharder(sharder, **opts).shard(self.inventory, self.topology).model_copy(
-                update={"sharder": "dreamshard"})
+            return (
+                get_sharder(sharder, **opts)
+                .shard(self.inventory, self.topology)
+                .model_copy(update={"sharder": "dreamshard"})
+            )
 
         self.good = candidate("lookup_greedy")  # ~5.7% faster than the best baseline (dim_greedy)
         self.bad = candidate("random", seed=1)  # ~2.5% faster
@@ -76,21 +79,30 @@ class World:
         # left out (lookup_greedy, random with seed 0) are within 0.5% of the best table-wise placement here.
         self.baselines = list(WORLD_BASELINES)
         self.rules = PublishConfig(baselines=tuple(self.baselines), allow_simulated=True)
-        self.comparison = compare_sharders(self.inventory, self.topology, self.baselines, make_oracle("simulator"),
-                                           rounds=self.rules.min_rounds, extra_plans=[self.good, self.bad, self.worse])
+        self.comparison = compare_sharders(
+            self.inventory,
+            self.topology,
+            self.baselines,
+            make_oracle("simulator"),
+            rounds=self.rules.min_rounds,
+            extra_plans=[self.good, self.bad, self.worse],
+        )
 
     def write(self, tmp_path: Path) -> dict[str, Path]:
         from dreamshard.documents import save_inventory, save_plan
 
-        out = {"inventory": save_inventory(self.inventory, tmp_path / "inv.yaml"),
-               "comparison": tmp_path / "cmp.json", "store": tmp_path / "store", "dir": tmp_path,
-               "params": tmp_path / "gate-params.yaml"}
+        out = {
+            "inventory": save_inventory(self.inventory, tmp_path / "inv.yaml"),
+            "comparison": tmp_path / "cmp.json",
+            "store": tmp_path / "store",
+            "dir": tmp_path,
+            "params": tmp_path / "gate-params.yaml",
+        }
         out["params"].write_text(self.params_text())
         out["comparison"].write_text(self.comparison.model_dump_json(indent=2))
         for name in ("good", "bad", "worse"):
             out[name] = save_plan(getattr(self, name), tmp_path / f"{name}.json")
         return out
-
 
     def params_text(self, **publish: object) -> str:
         """A params.yaml whose publish section is these tests' rules (plus `publish`)."""

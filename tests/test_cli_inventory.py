@@ -35,8 +35,23 @@ def test_inventory_app_importable() -> None:
 
 def test_synth_validate_fingerprint(tmp_path: Path, capsys) -> None:
     out_file = tmp_path / "inv.yaml"
-    code, out, err = run(["inventory", "synth", "--num-tables", "12", "--seed", "4", "--dims", "8,16",
-                          "--name", "pool", "-o", str(out_file)], capsys)
+    code, out, err = run(
+        [
+            "inventory",
+            "synth",
+            "--num-tables",
+            "12",
+            "--seed",
+            "4",
+            "--dims",
+            "8,16",
+            "--name",
+            "pool",
+            "-o",
+            str(out_file),
+        ],
+        capsys,
+    )
     assert code == 0 and err == ""
     inv = load_inventory(out_file)
     assert inv == synth_inventory(12, 4, dims=(8, 16), name="pool")
@@ -45,8 +60,12 @@ def test_synth_validate_fingerprint(tmp_path: Path, capsys) -> None:
     code, out, _ = run(["inventory", "validate", str(out_file)], capsys)
     total_gb = sum(t.size_gb for t in inv.tables)
     assert code == 0
-    assert out.splitlines() == ["name: pool", "tables: 12", f"total_gb: {total_gb:.4f}",
-                                f"fingerprint: {inv.fingerprint()}"]
+    assert out.splitlines() == [
+        "name: pool",
+        "tables: 12",
+        f"total_gb: {total_gb:.4f}",
+        f"fingerprint: {inv.fingerprint()}",
+    ]
 
     code, out, _ = run(["inventory", "fingerprint", str(out_file)], capsys)
     assert code == 0 and out == inv.fingerprint() + "\n"
@@ -69,8 +88,9 @@ def test_from_trace(tmp_path: Path, capsys) -> None:
     trace = tmp_path / "trace.pt"
     torch.save((indices, offsets, lengths), trace)
     out_file = tmp_path / "inv.json"
-    code, out, _ = run(["inventory", "from-trace", str(trace), "--name", "tr", "--max-tables", "3",
-                        "-o", str(out_file)], capsys)
+    code, out, _ = run(
+        ["inventory", "from-trace", str(trace), "--name", "tr", "--max-tables", "3", "-o", str(out_file)], capsys
+    )
     assert code == 0 and "3 tables" in out
     inv = load_inventory(out_file)
     assert inv.name == "tr" and inv.table_names == ["t0000", "t0001", "t0002"]
@@ -97,8 +117,13 @@ def test_invalid_inventory_console_script(tmp_path: Path) -> None:
     src.write_text(BAD_INV)
     dst = tmp_path / "normalised.yaml"
     env = {**os.environ, "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    r = subprocess.run([str(DREAMSHARD), "inventory", "validate", str(src), "-o", str(dst)],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [str(DREAMSHARD), "inventory", "validate", str(src), "-o", str(dst)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert "table 'x'" in r.stderr and "embedding_dim" in r.stderr and "Traceback" not in r.stderr

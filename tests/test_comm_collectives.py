@@ -22,8 +22,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("collective", ["reduce_scatter", "all_reduce"])
-def test_real_gloo_fit_per_collective_and_its_cache(collective: str, cache: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_gloo_fit_per_collective_and_its_cache(
+    collective: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(comm.COLLECTIVE_BYTES, collective, TINY)
     model = comm.comm_model_for(2, "gloo", refit=True, collective=collective)  # type: ignore[arg-type]
     # gloo runs both natively in torch >= 2.13 on CPU (no all_reduce+slice stand-in, so a plain label)
@@ -58,15 +59,17 @@ def test_a_cache_of_another_collective_is_not_taken(cache: Path, monkeypatch: py
     # a file under the reduce-scatter's name that holds an all-to-all model (hand-copied) is refitted
     a2a = CommModel(alpha_ms=0.1, beta_ms_per_mb=1.0, backend="gloo", world_size=2)
     comm._cache_path("gloo", 2, "reduce_scatter").write_text(a2a.model_dump_json())
-    monkeypatch.setattr(comm, "benchmark_collective",
-                        lambda *a, **k: comm.Benchmark([(0.1, 1.0), (1.0, 3.0)], "reduce_scatter_single"))
+    monkeypatch.setattr(
+        comm, "benchmark_collective", lambda *a, **k: comm.Benchmark([(0.1, 1.0), (1.0, 3.0)], "reduce_scatter_single")
+    )
     m = comm.comm_model_for(2, "gloo", collective="reduce_scatter")
     assert m.collective == "reduce_scatter" and m.beta_ms_per_mb == pytest.approx(20 / 9)
 
 
 def test_a_reduce_scatter_measured_as_all_reduce_is_labelled(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(comm, "benchmark_collective",
-                        lambda *a, **k: comm.Benchmark([(0.1, 1.0), (1.0, 2.0)], "all_reduce+slice"))
+    monkeypatch.setattr(
+        comm, "benchmark_collective", lambda *a, **k: comm.Benchmark([(0.1, 1.0), (1.0, 2.0)], "all_reduce+slice")
+    )
     m = comm.comm_model_for(2, "gloo", collective="reduce_scatter")
     assert m.backend == "gloo:all_reduce+slice" and m.collective == "reduce_scatter"
 

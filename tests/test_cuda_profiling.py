@@ -34,5 +34,7 @@ def test_cuda_fallback_operator(monkeypatch: pytest.MonkeyPatch) -> None:
     o = make_oracle("cuda", warmup=1, repeats=2)
     assert o.info.operator == "embedding_bag"
     t = Table(name="t", num_embeddings=100_000, embedding_dim=32, pooling_factor=10)
-    m = o.measure(Inventory(name="g", tables=(t,)), {"t": 0}, Topology(num_devices=1, device_type="cuda", memory_per_device_gb=8))
+    m = o.measure(
+        Inventory(name="g", tables=(t,)), {"t": 0}, Topology(num_devices=1, device_type="cuda", memory_per_device_gb=8)
+    )
     assert m.overall_ms > 0

@@ -37,8 +37,12 @@ def _no_prefect(cwd: Path) -> str:
 
 
 def _run(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1",
-           "PYTHONPATH": _no_prefect(cwd)}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DVC_NO_ANALYTICS": "1",
+        "PYTHONPATH": _no_prefect(cwd),
+    }
     res = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout
@@ -79,13 +83,27 @@ def test_dvc_pipeline_reruns_only_what_changed(repo: Path, tmp_path: Path) -> No
     dvc = str(BIN / "dvc")
     assert _ran_stages(_run([dvc, "repro"], repo)) == ALL_STAGES
     assert json.loads(_run([str(BIN / "dvc"), "status", "--json"], repo) or "{}") == {} == _status(repo)
-    for out in ("data/inventory.yaml", "data/measurements.jsonl", "models/dreamshard/model.json", "data/plan.json",
-                "data/comparison.json", "reports/comparison.md", "metrics/evaluation.json", "plots/cost_per_sharder.json"):
+    for out in (
+        "data/inventory.yaml",
+        "data/measurements.jsonl",
+        "models/dreamshard/model.json",
+        "data/plan.json",
+        "data/comparison.json",
+        "reports/comparison.md",
+        "metrics/evaluation.json",
+        "plots/cost_per_sharder.json",
+    ):
         assert (repo / out).is_file(), out
     evaluation = json.loads((repo / "metrics/evaluation.json").read_text())
-    assert set(evaluation["sharders"]) == {"round_robin", "torchrec", "dreamshard"} and evaluation["backend"] == "simulator"
+    assert (
+        set(evaluation["sharders"]) == {"round_robin", "torchrec", "dreamshard"}
+        and evaluation["backend"] == "simulator"
+    )
     plan = json.loads((repo / "data/plan.json").read_text())
-    assert any(r["plan"]["plan_id"] == plan["plan_id"] for r in json.loads((repo / "data/comparison.json").read_text())["results"])
+    assert any(
+        r["plan"]["plan_id"] == plan["plan_id"]
+        for r in json.loads((repo / "data/comparison.json").read_text())["results"]
+    )
     _run([dvc, "push"], repo)
     pushed = [p for p in (repo / ".dvc-remote").rglob("*") if p.is_file()]
     assert len(pushed) >= 6, pushed  # inventory, tasks, measurements, model files, plan, comparison, reports
@@ -122,4 +140,3 @@ def test_dvc_pipeline_reruns_only_what_changed(repo: Path, tmp_path: Path) -> No
     assert set(_status(repo)) == {"inventory", "plan", "evaluate"}  # plan, evaluate: still the new model's
     assert _ran_stages(_run([dvc, "repro", "--single-item", "inventory"], repo)) == ["inventory"]
     assert set(_status(repo)) == set(ALL_STAGES) - {"inventory", "incumbent"}  # the new inventory feeds the rest
-

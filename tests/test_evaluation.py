@@ -25,8 +25,16 @@ from dreamshard.values import BackendInfo, CommModel, Costs, DeviceCost, Invento
 class FakeOracle:
     """Cost of a device = sum over its tables of dim * pooling / 100 (additive, noise-free)."""
 
-    info = BackendInfo(name="fake", operator="analytic", device="cpu", num_threads=1, batch_size=0,
-                       warmup=0, repeats=1, is_simulated=True)
+    info = BackendInfo(
+        name="fake",
+        operator="analytic",
+        device="cpu",
+        num_threads=1,
+        batch_size=0,
+        warmup=0,
+        repeats=1,
+        is_simulated=True,
+    )
 
     corpus = None
     corpus_as = Oracle.corpus_as  # compare_sharders measures its contenders with no corpus
@@ -38,20 +46,41 @@ class FakeOracle:
         c = sum(t.embedding_dim * t.pooling_factor for t in tables) / 100.0
         return DeviceCost(fwd_compute=c, fwd_comm=0.0, bwd_comm=0.0, bwd_compute=2 * c)
 
-    def measure(self, inventory: Inventory, placement: Mapping[str, int], topology: Topology,
-                *, kind: str = "placement", task: str = "") -> Measurement:
+    def measure(
+        self,
+        inventory: Inventory,
+        placement: Mapping[str, int],
+        topology: Topology,
+        *,
+        kind: str = "placement",
+        task: str = "",
+    ) -> Measurement:
         if kind == "placement":
             self.calls.append(task)
         by = inventory.by_name()
         per = [self._dev([by[n] for n, d in placement.items() if d == i]) for i in range(topology.num_devices)]
-        return Measurement(kind=kind, task=task, inventory_name=inventory.name,
-                           inventory_fingerprint=inventory.fingerprint(), topology=topology,
-                           placement=dict(placement), costs=Costs.from_devices(per), backend=self.info)
+        return Measurement(
+            kind=kind,
+            task=task,
+            inventory_name=inventory.name,
+            inventory_fingerprint=inventory.fingerprint(),
+            topology=topology,
+            placement=dict(placement),
+            costs=Costs.from_devices(per),
+            backend=self.info,
+        )
 
 
 def _inv() -> Inventory:
-    tables = [Table(name=f"t{i}", num_embeddings=1000 * (i + 1), embedding_dim=16 * (1 + i % 4),
-                    pooling_factor=float(1 + (i * 7) % 13)) for i in range(12)]
+    tables = [
+        Table(
+            name=f"t{i}",
+            num_embeddings=1000 * (i + 1),
+            embedding_dim=16 * (1 + i % 4),
+            pooling_factor=float(1 + (i * 7) % 13),
+        )
+        for i in range(12)
+    ]
     return Inventory(name="inv", tables=tuple(tables))
 
 
@@ -61,11 +90,24 @@ TOPO = Topology(num_devices=3, memory_per_device_gb=1.0, batch_size=128)
 def _single(inv: Inventory, name: str, topo: Topology, compute: float, comm: CommModel | None) -> Measurement:
     from dreamshard.profiling.comm import device_comm_bytes
 
-    c = comm.cost_ms(device_comm_bytes(topo.batch_size, [inv.by_name()[name].embedding_dim], topo.num_devices)) if comm else 0.0
+    c = (
+        comm.cost_ms(device_comm_bytes(topo.batch_size, [inv.by_name()[name].embedding_dim], topo.num_devices))
+        if comm
+        else 0.0
+    )
     per = [DeviceCost(fwd_compute=compute / 2, fwd_comm=c, bwd_comm=c, bwd_compute=compute / 2)] + [
-        DeviceCost.zero() for _ in range(topo.num_devices - 1)]
-    return Measurement(kind="single", inventory_name=inv.name, inventory_fingerprint=inv.fingerprint(), topology=topo,
-                       placement={name: 0}, costs=Costs.from_devices(per), backend=FakeOracle.info, comm_model=comm)
+        DeviceCost.zero() for _ in range(topo.num_devices - 1)
+    ]
+    return Measurement(
+        kind="single",
+        inventory_name=inv.name,
+        inventory_fingerprint=inv.fingerprint(),
+        topology=topo,
+        placement={name: 0},
+        costs=Costs.from_devices(per),
+        backend=FakeOracle.info,
+        comm_model=comm,
+    )
 
 
 def test_lower_bound_counts_the_all_to_all_latency_once_per_device() -> None:
@@ -74,8 +116,10 @@ def test_lower_bound_counts_the_all_to_all_latency_once_per_device() -> None:
     Pooled bytes leaving a device for all tables: 1000 * 36 * 4 * 1/2 = 72 kB; an even share is 36 kB ->
     all-to-all 1 + 0.036 ms per direction. Compute 4 + 4 + 10 = 18 -> 9 ms per device.
     """
-    inv = Inventory(name="lb", tables=tuple(Table(name=n, num_embeddings=10, embedding_dim=12, pooling_factor=1.0)
-                                            for n in ("a", "b", "c")))
+    inv = Inventory(
+        name="lb",
+        tables=tuple(Table(name=n, num_embeddings=10, embedding_dim=12, pooling_factor=1.0) for n in ("a", "b", "c")),
+    )
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=1000)
     comm = CommModel(alpha_ms=1.0, beta_ms_per_mb=1.0, backend="gloo", world_size=2)
     singles = {n: _single(inv, n, topo, c, comm) for n, c in (("a", 4.0), ("b", 4.0), ("c", 10.0))}

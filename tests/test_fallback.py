@@ -74,7 +74,9 @@ def test_a_rejected_plan_for_a_new_schema_makes_the_best_measured_baseline_curre
 
     # A statistics-only change: the fallback serves it, so a rejection keeps it current and adds no fallback.
     t0 = v2.tables[0]
-    v3 = Inventory(name="tiny", tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor + 2}), *v2.tables[1:]))
+    v3 = Inventory(
+        name="tiny", tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor + 2}), *v2.tables[1:])
+    )
     save_inventory(v3, work / "v3.yaml")
     assert v3.schema_fingerprint() == v2.schema_fingerprint()
     worse = _plan("v3.yaml", "round_robin", "p3.json")
@@ -92,11 +94,19 @@ def test_the_fallback_is_never_made_from_what_the_decision_does_not_verify(work:
 
     inv = tiny_inventory(work / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
-    cmp = compare_sharders(inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2,
-                           with_lower_bound=False)
+    cmp = compare_sharders(
+        inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2, with_lower_bound=False
+    )
     rr = next(r for r in cmp.results if r.sharder == "round_robin")
-    rejected = GateDecision(approved=False, outcome="rejected", reason="slower", plan_id=rr.plan.plan_id,
-                            best_baseline="dim_greedy", best_baseline_ms=1.0, rounds=2)
+    rejected = GateDecision(
+        approved=False,
+        outcome="rejected",
+        reason="slower",
+        plan_id=rr.plan.plan_id,
+        best_baseline="dim_greedy",
+        best_baseline_ms=1.0,
+        rounds=2,
+    )
     plan, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
     dg = next(r for r in cmp.results if r.sharder == "dim_greedy")
     assert plan.units() == dg.plan.units() and plan.plan_id not in (dg.plan.plan_id, rr.plan.plan_id)
@@ -116,12 +126,17 @@ def test_the_replan_fast_path_reports_the_fallback(work: Path) -> None:
     from dreamshard.config.settings import resolve
     from dreamshard.usecases import replan as replan_uc
 
-    (work / "params.yaml").write_text(yaml.safe_dump({
-        "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},
-        "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
-        "plan": {"num_devices": 2, "candidates": ["round_robin"], "verify": 0, "samples": 0},
-        "evaluate": {"rounds": 2},
-        "publish": {"store_uri": "store", "allow_simulated": True, "min_rounds": 2, "min_improvement": 0.3}}))
+    (work / "params.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},
+                "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
+                "plan": {"num_devices": 2, "candidates": ["round_robin"], "verify": 0, "samples": 0},
+                "evaluate": {"rounds": 2},
+                "publish": {"store_uri": "store", "allow_simulated": True, "min_rounds": 2, "min_improvement": 0.3},
+            }
+        )
+    )
     tiny_inventory(work / "v1.yaml")
     result = replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=work / "v1.yaml"))
     assert result.outcome == "fallback" and result.fallback_ref is not None and result.fallback_ref.is_current

@@ -36,7 +36,9 @@ def test_dvc_yaml_is_the_stage_graph_and_ships_with_the_package() -> None:
     assert "data/plan.json" in stages["evaluate"]["deps"] and "data/comparison.json" in stages["evaluate"]["outs"]
     assert (ROOT / "inputs" / "inventory.yaml").is_file()  # the repository root is a DVC project itself
     assert load_incumbent(ROOT / "inputs" / "incumbent.json") is None  # ... in which no plan is current yet
-    assert "data/incumbent.json" in stages["plan"]["deps"] and "--incumbent data/incumbent.json" in stages["plan"]["cmd"]
+    assert (
+        "data/incumbent.json" in stages["plan"]["deps"] and "--incumbent data/incumbent.json" in stages["plan"]["cmd"]
+    )
 
 
 def test_params_sections_pipeline_and_drift_are_typed(tmp_path: Path) -> None:
@@ -65,7 +67,8 @@ def test_params_text_overrides_only_the_backend(tmp_path: Path) -> None:
     overridden = yaml.safe_load(params_text(str(src), {"profile.backend": "simulator"}))
     assert overridden["profile"]["backend"] == "simulator"
     assert {k: v for k, v in overridden.items() if k != "profile"} == {
-        k: v for k, v in yaml.safe_load(src.read_text()).items() if k != "profile"}
+        k: v for k, v in yaml.safe_load(src.read_text()).items() if k != "profile"
+    }
     with pytest.raises(ConfigError, match="unknown backend 'tpu'"):
         params_text(str(src), {"profile.backend": "tpu"})
 
@@ -74,8 +77,12 @@ def test_stage_env_says_where_shards_go() -> None:
     from dreamshard_flows.orchestrator import stage_env
 
     env = stage_env("/abs/store", "http://127.0.0.1:1", "run-1", "local")
-    assert env == {"DREAMSHARD_PROFILE_STORE": "/abs/store", "DREAMSHARD_PROFILE_CAMPAIGN": "run-1",
-                   "DREAMSHARD_PROFILE_DISPATCH": "local", "DREAMSHARD_PROFILE_ENDPOINT": "http://127.0.0.1:1"}
+    assert env == {
+        "DREAMSHARD_PROFILE_STORE": "/abs/store",
+        "DREAMSHARD_PROFILE_CAMPAIGN": "run-1",
+        "DREAMSHARD_PROFILE_DISPATCH": "local",
+        "DREAMSHARD_PROFILE_ENDPOINT": "http://127.0.0.1:1",
+    }
 
 
 def test_push_inventory_versions_and_current_pointer(tmp_path: Path) -> None:
@@ -98,8 +105,9 @@ def test_inventory_push_cli_stores_without_event(tmp_path: Path) -> None:
     from dreamshard.cli.app import app
 
     tiny_inventory(tmp_path / "inv.yaml")
-    res = CliRunner().invoke(app, ["inventory", "push", str(tmp_path / "inv.yaml"), "--store", str(tmp_path / "s"),
-                                   "--no-event"])
+    res = CliRunner().invoke(
+        app, ["inventory", "push", str(tmp_path / "inv.yaml"), "--store", str(tmp_path / "s"), "--no-event"]
+    )
     assert res.exit_code == 0, res.output
     assert "stored tiny" in res.output
 
@@ -116,12 +124,18 @@ def test_drift_check_compares_with_the_recorded_cost_and_keeps_a_history(tmp_pat
     published = evaluate_plan(inv, plan, ProfileConfig(backend="simulator").oracle())  # as the gate records it
     same = check_drift(published, inv, ProfileConfig(backend="simulator").oracle(), rounds=1, threshold=0.2)
     assert same.basis == "measured" and same.drift == pytest.approx(0.0) and not same.drifted
-    slower = check_drift(published, inv, ProfileConfig(backend="simulator", simulator_slowdown=1.5).oracle(),
-                         rounds=1, threshold=0.2)
+    slower = check_drift(
+        published, inv, ProfileConfig(backend="simulator", simulator_slowdown=1.5).oracle(), rounds=1, threshold=0.2
+    )
     assert slower.drift == pytest.approx(0.5) and slower.drifted
     assert slower.now_ms == pytest.approx(1.5 * published.measured.overall_ms)
-    unmeasured = check_drift(plan.model_copy(update={"predicted": published.measured}), inv,
-                             ProfileConfig(backend="simulator", simulator_slowdown=1.1).oracle(), 1, 0.2)
+    unmeasured = check_drift(
+        plan.model_copy(update={"predicted": published.measured}),
+        inv,
+        ProfileConfig(backend="simulator", simulator_slowdown=1.1).oracle(),
+        1,
+        0.2,
+    )
     assert unmeasured.basis == "predicted" and not unmeasured.drifted  # +10% is within 20%
 
     store = open_store(str(tmp_path / "store"))
@@ -139,8 +153,14 @@ def test_deployments_schedules_triggers_and_pools() -> None:
     from dreamshard_flows.deploy import DRIFT_CRON, NIGHTLY_CRON, build_deployments
 
     deps = {d.name: d for d in build_deployments(store_uri="s3://bucket/plans", work_pools=True)}
-    assert set(deps) == {"on-inventory-change", "nightly-and-when-due", "retrain-on-drift", "profile-batch",
-                         "drift-monitor", "publish-plan"}
+    assert set(deps) == {
+        "on-inventory-change",
+        "nightly-and-when-due",
+        "retrain-on-drift",
+        "profile-batch",
+        "drift-monitor",
+        "publish-plan",
+    }
     replan = deps["on-inventory-change"]  # a new inventory version: the fast path, not a retrain
     (changed,) = replan.triggers
     assert changed.expect == {"dreamshard.inventory.changed"} and not replan.schedules
@@ -191,12 +211,18 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
     from dreamshard.gate import GateDecision
 
     decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
-    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
-                        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="too risky"))
+    monkeypatch.setattr(
+        prefect.flow_runs,
+        "pause_flow_run",
+        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="too risky"),
+    )
     rejected = _human_review(decision, 10)
     assert not rejected.approved and "rejected by a human reviewer; reviewer: too risky" in rejected.reason
-    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
-                        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, comment="ok"))
+    monkeypatch.setattr(
+        prefect.flow_runs,
+        "pause_flow_run",
+        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, comment="ok"),
+    )
     assert _human_review(decision, 10).approved
 
     def timeout(wait_for_input, timeout, **kw):  # type: ignore[no-untyped-def]
@@ -213,8 +239,10 @@ def test_library_never_imports_the_flows() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, dreamshard.cli.app, dreamshard.pipeline.workspace, dreamshard.evaluation.drift, dreamshard.profiling.batches; "
-            "print(sorted(m for m in sys.modules if m.startswith(('flows', 'dreamshard_flows.orchestrator', 'prefect.flows'))))")
+    code = (
+        "import sys, dreamshard.cli.app, dreamshard.pipeline.workspace, dreamshard.evaluation.drift, dreamshard.profiling.batches; "
+        "print(sorted(m for m in sys.modules if m.startswith(('flows', 'dreamshard_flows.orchestrator', 'prefect.flows'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     assert out.strip() == "[]"  # the CLI's entry point loads only dreamshard_flows.cli, which imports no Prefect
     import importlib.util
@@ -232,8 +260,9 @@ def test_a_worker_is_dead_after_three_silent_heartbeat_intervals() -> None:
     now = datetime.now(timezone.utc)
 
     def w(silent_s: float, interval: int = 2, status: str = "ONLINE") -> SimpleNamespace:
-        return SimpleNamespace(status=status, last_heartbeat_time=now - timedelta(seconds=silent_s),
-                               heartbeat_interval_seconds=interval)
+        return SimpleNamespace(
+            status=status, last_heartbeat_time=now - timedelta(seconds=silent_s), heartbeat_interval_seconds=interval
+        )
 
     assert not worker_dead(w(5.9), now) and worker_dead(w(6.1), now)
     assert worker_dead(w(0, status="WorkerStatus.OFFLINE"), now)
@@ -260,7 +289,8 @@ def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
 
 
 def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_current(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The pipeline's publish step publishes the gate's fallback (the best measured baseline, for a version nothing
     current can serve) with the run's lineage; a reviewer who says no keeps it rejected and not current."""
     import prefect.flow_runs
@@ -276,28 +306,51 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
-    cmp = compare_sharders(inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2,
-                           with_lower_bound=False)
+    cmp = compare_sharders(
+        inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2, with_lower_bound=False
+    )
     rr = next(r for r in cmp.results if r.sharder == "round_robin")
-    rejected = GateDecision(approved=False, outcome="rejected", reason="slower", plan_id=rr.plan.plan_id,
-                            best_baseline="dim_greedy", best_baseline_ms=1.0, rounds=2,
-                            inventory_fingerprint=inv.fingerprint())
+    rejected = GateDecision(
+        approved=False,
+        outcome="rejected",
+        reason="slower",
+        plan_id=rr.plan.plan_id,
+        best_baseline="dim_greedy",
+        best_baseline_ms=1.0,
+        rounds=2,
+        inventory_fingerprint=inv.fingerprint(),
+    )
     fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
     gated = GateResult(plan=rr.plan, decision=rejected, fallback=fallback, fallback_decision=decision)
     store_uri = str(tmp_path / "store")
     # The publish task's body: as a task outside a flow it would start a temporary Prefect server (~20 s); the
     # orchestrator integration tests run it as a task.
     monkeypatch.setattr(publish_flow, "publish_task", publish_flow.publish_task.fn)
-    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run",
-                        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"))
+    monkeypatch.setattr(
+        prefect.flow_runs,
+        "pause_flow_run",
+        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"),
+    )
     ref = _publish_fallback(gated, None, store_uri, None, True, 10)
     assert not ref.is_current and ref.status == "rejected" and "not today" in ref.reason
-    ref = _publish_fallback(gated.model_copy(update={"fallback": fallback.model_copy(update={"plan_id": "fb-2"}),
-                                                     "fallback_decision": decision.model_copy(update={"plan_id": "fb-2"})}),
-                            None, store_uri, None, False, 10)
+    ref = _publish_fallback(
+        gated.model_copy(
+            update={
+                "fallback": fallback.model_copy(update={"plan_id": "fb-2"}),
+                "fallback_decision": decision.model_copy(update={"plan_id": "fb-2"}),
+            }
+        ),
+        None,
+        store_uri,
+        None,
+        False,
+        10,
+    )
     assert ref.is_current and get_current(open_store(store_uri), "tiny").plan_id == "fb-2"
     assert {r.plan_id: r.outcome for r in list_plans(open_store(store_uri), "tiny")} == {
-        fallback.plan_id: "rejected", "fb-2": "fallback"}
+        fallback.plan_id: "rejected",
+        "fb-2": "fallback",
+    }
 
 
 def test_stop_prefect_kills_what_ignores_sigterm_after_the_grace_and_refuses_a_bad_grace(tmp_path: Path) -> None:
@@ -308,20 +361,32 @@ def test_stop_prefect_kills_what_ignores_sigterm_after_the_grace_and_refuses_a_b
     import subprocess
 
     script = ROOT / "infra" / "stop-prefect.sh"
-    stubborn = subprocess.Popen(["setsid", "python3", "-c", "import signal, time\n"
-                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n"
-                                 "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    stubborn = subprocess.Popen(
+        [
+            "setsid",
+            "python3",
+            "-c",
+            "import signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert stubborn.stdout is not None and stubborn.stdout.readline().strip() == "up"
         (tmp_path / "worker-w1.pid").write_text(str(stubborn.pid))
         env = {**os.environ, "PREFECT_RUN_DIR": str(tmp_path)}
-        bad = subprocess.run([str(script)], env={**env, "PREFECT_STOP_GRACE_S": "soon"}, capture_output=True,
-                             text=True, timeout=30)
+        bad = subprocess.run(
+            [str(script)], env={**env, "PREFECT_STOP_GRACE_S": "soon"}, capture_output=True, text=True, timeout=30
+        )
         assert bad.returncode == 2 and bad.stderr.splitlines() == [
-            "error: PREFECT_STOP_GRACE_S must be whole seconds, got 'soon'"]
+            "error: PREFECT_STOP_GRACE_S must be whole seconds, got 'soon'"
+        ]
         assert stubborn.poll() is None and (tmp_path / "worker-w1.pid").exists()  # nothing was stopped
-        res = subprocess.run([str(script)], env={**env, "PREFECT_STOP_GRACE_S": "1"}, capture_output=True,
-                             text=True, timeout=30)
+        res = subprocess.run(
+            [str(script)], env={**env, "PREFECT_STOP_GRACE_S": "1"}, capture_output=True, text=True, timeout=30
+        )
         assert res.returncode == 0 and res.stderr == "" and f"stopped worker-w1 (pid {stubborn.pid})" in res.stdout
         assert stubborn.wait(timeout=10) == -signal.SIGKILL and not (tmp_path / "worker-w1.pid").exists()
     finally:

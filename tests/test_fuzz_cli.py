@@ -56,22 +56,32 @@ weird_numbers = st.one_of(
 weird_names = st.one_of(
     st.text(min_size=0, max_size=12),
     st.sampled_from(["t0", "a/b", "..", "../x", ".h", "t@0:4", "x" * 201, "ok-name_1.v2", "-x", "a b", "ü"]),
-    st.integers(), st.none(),
+    st.integers(),
+    st.none(),
 )
 
 
 def table_dicts() -> st.SearchStrategy[dict[str, Any]]:
-    plain = st.fixed_dictionaries({
-        "name": st.sampled_from(["t0", "t1", "t2"]),
-        "num_embeddings": st.integers(min_value=1, max_value=10**6),
-        "embedding_dim": st.sampled_from([4, 8, 16, 64]),
-        "pooling_factor": st.floats(min_value=0, max_value=50),
-    })
+    plain = st.fixed_dictionaries(
+        {
+            "name": st.sampled_from(["t0", "t1", "t2"]),
+            "num_embeddings": st.integers(min_value=1, max_value=10**6),
+            "embedding_dim": st.sampled_from([4, 8, 16, 64]),
+            "pooling_factor": st.floats(min_value=0, max_value=50),
+        }
+    )
     hostile = st.fixed_dictionaries(
-        {"name": weird_names, "num_embeddings": weird_numbers, "embedding_dim": weird_numbers,
-         "pooling_factor": weird_numbers},
-        optional={"dtype": st.sampled_from(["fp32", "fp16", "int8", 4]), "access_histogram": st.lists(weird_numbers, max_size=18),
-                  "extra": st.just(1)},
+        {
+            "name": weird_names,
+            "num_embeddings": weird_numbers,
+            "embedding_dim": weird_numbers,
+            "pooling_factor": weird_numbers,
+        },
+        optional={
+            "dtype": st.sampled_from(["fp32", "fp16", "int8", 4]),
+            "access_histogram": st.lists(weird_numbers, max_size=18),
+            "extra": st.just(1),
+        },
     )
     return st.one_of(plain, hostile)
 
@@ -106,27 +116,54 @@ def _mutations() -> st.SearchStrategy[tuple[str, Any]]:
     inventory = world_inventory()  # at import: the world itself (a comparison with TorchRec's planner) waits for a test
     tables = [t.name for t in inventory.tables]
     return st.one_of(
-        st.tuples(st.just("placement"), st.dictionaries(st.sampled_from([*tables, "ghost", "t@0:4"]), weird_numbers, max_size=14)),
+        st.tuples(
+            st.just("placement"),
+            st.dictionaries(st.sampled_from([*tables, "ghost", "t@0:4"]), weird_numbers, max_size=14),
+        ),
         st.tuples(st.just("placement"), st.fixed_dictionaries({t: st.integers(0, 1) for t in tables})),
         st.tuples(st.just("inventory_fingerprint"), st.one_of(st.text(max_size=70), st.just(inventory.fingerprint()))),
         st.tuples(st.just("memory_per_device_gb"), st.lists(weird_numbers, max_size=3)),
         st.tuples(st.just("plan_id"), weird_names),
         st.tuples(st.just("inventory_name"), weird_names),
         st.tuples(st.just("sharder"), st.sampled_from(["dreamshard", "dim_greedy", "round_robin", ""])),
-        st.tuples(st.just("measured"), st.sampled_from([None, {"per_device": [], "overall_ms": 0.0}, {
-            "per_device": [{"fwd_compute": 0.0, "fwd_comm": 0.0, "bwd_comm": 0.0, "bwd_compute": 0.0}] * 2,
-            "overall_ms": 0.0}])),
+        st.tuples(
+            st.just("measured"),
+            st.sampled_from(
+                [
+                    None,
+                    {"per_device": [], "overall_ms": 0.0},
+                    {
+                        "per_device": [{"fwd_compute": 0.0, "fwd_comm": 0.0, "bwd_comm": 0.0, "bwd_compute": 0.0}] * 2,
+                        "overall_ms": 0.0,
+                    },
+                ]
+            ),
+        ),
         st.tuples(st.just("out_of_range"), st.lists(st.text(max_size=5), max_size=2)),
-        st.tuples(st.just("column_shards"), st.dictionaries(st.sampled_from(tables[:2]), st.lists(
-            st.fixed_dictionaries({"start": weird_numbers, "end": weird_numbers, "device": weird_numbers}), max_size=3),
-            max_size=1)),
-        st.tuples(st.just("topology"), st.fixed_dictionaries({"num_devices": weird_numbers, "memory_per_device_gb": weird_numbers})),
+        st.tuples(
+            st.just("column_shards"),
+            st.dictionaries(
+                st.sampled_from(tables[:2]),
+                st.lists(
+                    st.fixed_dictionaries({"start": weird_numbers, "end": weird_numbers, "device": weird_numbers}),
+                    max_size=3,
+                ),
+                max_size=1,
+            ),
+        ),
+        st.tuples(
+            st.just("topology"),
+            st.fixed_dictionaries({"num_devices": weird_numbers, "memory_per_device_gb": weird_numbers}),
+        ),
     )
 
 
 @settings(FUZZ, max_examples=40)
-@given(base=st.sampled_from(["good", "bad", "worse"]), edits=st.lists(_mutations(), max_size=3),
-       margin=st.sampled_from([None, "0", "0.05", "0.99", "1", "-1", "nan", "x"]))
+@given(
+    base=st.sampled_from(["good", "bad", "worse"]),
+    edits=st.lists(_mutations(), max_size=3),
+    margin=st.sampled_from([None, "0", "0.05", "0.99", "1", "-1", "nan", "x"]),
+)
 def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], margin: str | None) -> None:
     w = world()
     with workdir() as d:
@@ -138,8 +175,19 @@ def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], ma
             paths[base].write_text(json.dumps(plan, allow_nan=True))
         except (TypeError, ValueError):
             return
-        argv = ["plans", "publish", str(paths[base]), "--store", str(paths["store"]), "--comparison",
-                str(paths["comparison"]), "-i", str(paths["inventory"]), "--params", str(paths["params"])]
+        argv = [
+            "plans",
+            "publish",
+            str(paths[base]),
+            "--store",
+            str(paths["store"]),
+            "--comparison",
+            str(paths["comparison"]),
+            "-i",
+            str(paths["inventory"]),
+            "--params",
+            str(paths["params"]),
+        ]
         if margin is not None:
             argv += ["--min-improvement", margin]
         code, _, err = invoke(argv)
@@ -160,8 +208,11 @@ def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], ma
 # -- relabelled, duplicated and dropped comparison entries (issue 18 items 2, 3) -----------------------------
 def _entry_edits() -> st.SearchStrategy[list[tuple[str, int, str]]]:
     labels = [*WORLD_BASELINES, "lookup_greedy", "random", "dreamshard"]
-    return st.lists(st.tuples(st.sampled_from(["relabel", "duplicate", "drop"]), st.integers(0, 6),
-                              st.sampled_from(labels)), min_size=1, max_size=3)
+    return st.lists(
+        st.tuples(st.sampled_from(["relabel", "duplicate", "drop"]), st.integers(0, 6), st.sampled_from(labels)),
+        min_size=1,
+        max_size=3,
+    )
 
 
 @settings(FUZZ, max_examples=25)
@@ -188,8 +239,21 @@ def test_fuzz_edited_comparison_entries_never_approve_more(base: str, edits: lis
             else:
                 results[i % len(results)] = r
         paths["comparison"].write_text(json.dumps(data))
-        code, _, err = invoke(["plans", "publish", str(paths[base]), "--store", str(paths["store"]), "--comparison",
-                               str(paths["comparison"]), "-i", str(paths["inventory"]), "--params", str(paths["params"])])
+        code, _, err = invoke(
+            [
+                "plans",
+                "publish",
+                str(paths[base]),
+                "--store",
+                str(paths["store"]),
+                "--comparison",
+                str(paths["comparison"]),
+                "-i",
+                str(paths["inventory"]),
+                "--params",
+                str(paths["params"]),
+            ]
+        )
         if code == 2:
             assert_one_line_error(code, err)
             assert not paths["store"].exists()
@@ -209,8 +273,11 @@ def test_fuzz_edited_comparison_entries_never_approve_more(base: str, edits: lis
 corruptions = st.one_of(
     st.binary(max_size=64),
     st.sampled_from([b"", b"{}", b"null", b"[]", b'{"inventory": "inv"}', b"\xff\xfe"]),
-    st.builds(lambda k, v: json.dumps({k: v}).encode(), st.sampled_from(
-        ["key", "sha256", "plan_id", "history", "inventory"]), st.one_of(st.text(max_size=8), st.integers(), st.none())),
+    st.builds(
+        lambda k, v: json.dumps({k: v}).encode(),
+        st.sampled_from(["key", "sha256", "plan_id", "history", "inventory"]),
+        st.one_of(st.text(max_size=8), st.integers(), st.none()),
+    ),
 )
 
 
@@ -222,9 +289,19 @@ def _seeded_store(paths: dict[str, Path]) -> None:
     if not _SEEDED:
         store_arg = ["--store", str(paths["store"])]
         push_inventory(open_store(str(paths["store"])), load_inventory(paths["inventory"]))
-        for argv in (["plans", "publish", str(paths[n]), *store_arg, "--comparison", str(paths["comparison"]),
-                      "--params", str(paths["params"])]
-                     for n in ("bad", "good")):
+        for argv in (
+            [
+                "plans",
+                "publish",
+                str(paths[n]),
+                *store_arg,
+                "--comparison",
+                str(paths["comparison"]),
+                "--params",
+                str(paths["params"]),
+            ]
+            for n in ("bad", "good")
+        ):
             code, _, err = invoke(argv)
             assert code == 0, (argv, err)
         _SEEDED.update(snapshot(paths["store"]))
@@ -244,10 +321,20 @@ def test_fuzz_store_pointer_corruption(damage: bytes, which: str) -> None:
         _seeded_store(paths)
         (paths["store"] / which / "inv" / "current.json").write_bytes(damage)
         for argv in (
-            ["plans", "list", *store_arg], ["plans", "show", "current", *store_arg, "--inventory", "inv"],
-            ["plans", "fsck", *store_arg], ["plans", "rollback", *store_arg, "--inventory", "inv"],
-            ["plans", "publish", str(paths["worse"]), *store_arg, "--comparison", str(paths["comparison"]),
-             "--params", str(paths["params"])],
+            ["plans", "list", *store_arg],
+            ["plans", "show", "current", *store_arg, "--inventory", "inv"],
+            ["plans", "fsck", *store_arg],
+            ["plans", "rollback", *store_arg, "--inventory", "inv"],
+            [
+                "plans",
+                "publish",
+                str(paths["worse"]),
+                *store_arg,
+                "--comparison",
+                str(paths["comparison"]),
+                "--params",
+                str(paths["params"]),
+            ],
         ):
             before = snapshot(paths["store"])
             code, _, err = invoke(argv)
@@ -273,22 +360,76 @@ option_values = st.one_of(
 
 
 @settings(FUZZ, max_examples=60)
-@given(cmd=st.sampled_from(["plan", "compare", "profile", "evaluate"]), devices=option_values, memory=option_values,
-       other=st.sampled_from(["--batch-size", "--seed", "--warmup", "--repeats", "--threads", "--rounds", "--samples"]),
-       value=option_values)
+@given(
+    cmd=st.sampled_from(["plan", "compare", "profile", "evaluate"]),
+    devices=option_values,
+    memory=option_values,
+    other=st.sampled_from(["--batch-size", "--seed", "--warmup", "--repeats", "--threads", "--rounds", "--samples"]),
+    value=option_values,
+)
 def test_fuzz_numeric_options(cmd: str, devices: str, memory: str, other: str, value: str) -> None:
     w = world()
     with workdir() as d:
         paths = w.write(d)
         out = d / "out.json"
         argv = {
-            "plan": ["plan", "-i", str(paths["inventory"]), "-d", devices, "-m", memory, "-s", "size_greedy", "-o", str(out)],
-            "compare": ["compare", "-i", str(paths["inventory"]), "-d", devices, "-m", memory, "--backend", "simulator",
-                        "--sharders", "round_robin", "--rounds", "1", "--out", str(out)],
-            "profile": ["profile", "-i", str(paths["inventory"]), "-d", devices, "-m", memory, "--backend", "simulator",
-                        "-k", "1", "-o", str(out), "--no-progress"],
-            "evaluate": ["evaluate", "-i", str(paths["inventory"]), "-p", str(paths["good"]), "--backend", "simulator",
-                         "-o", str(out)],
+            "plan": [
+                "plan",
+                "-i",
+                str(paths["inventory"]),
+                "-d",
+                devices,
+                "-m",
+                memory,
+                "-s",
+                "size_greedy",
+                "-o",
+                str(out),
+            ],
+            "compare": [
+                "compare",
+                "-i",
+                str(paths["inventory"]),
+                "-d",
+                devices,
+                "-m",
+                memory,
+                "--backend",
+                "simulator",
+                "--sharders",
+                "round_robin",
+                "--rounds",
+                "1",
+                "--out",
+                str(out),
+            ],
+            "profile": [
+                "profile",
+                "-i",
+                str(paths["inventory"]),
+                "-d",
+                devices,
+                "-m",
+                memory,
+                "--backend",
+                "simulator",
+                "-k",
+                "1",
+                "-o",
+                str(out),
+                "--no-progress",
+            ],
+            "evaluate": [
+                "evaluate",
+                "-i",
+                str(paths["inventory"]),
+                "-p",
+                str(paths["good"]),
+                "--backend",
+                "simulator",
+                "-o",
+                str(out),
+            ],
         }[cmd]
         argv += [other, value]
         before = snapshot(d)

@@ -63,16 +63,40 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("fuzz-train")
     inv = save_inventory(synth_inventory(5, 0, name="inv"), d / "inv.yaml")
     (d / "params.yaml").write_text("profile: {backend: simulator}\ntrain_cost: {steps: 2, ensemble_size: 1}\n")
-    assert invoke(["profile", "-i", str(inv), "-d", "2", "-m", "1", "--backend", "simulator", "-o",
-                   str(d / "m.jsonl"), "--no-progress", "-k", "3"])[0] == 0
+    assert (
+        invoke(
+            [
+                "profile",
+                "-i",
+                str(inv),
+                "-d",
+                "2",
+                "-m",
+                "1",
+                "--backend",
+                "simulator",
+                "-o",
+                str(d / "m.jsonl"),
+                "--no-progress",
+                "-k",
+                "3",
+            ]
+        )[0]
+        == 0
+    )
     return {"dir": d, "inventory": inv, "params": d / "params.yaml", "measurements": d / "m.jsonl"}
 
 
 @settings(FUZZ, max_examples=20)
-@given(which=st.integers(min_value=0, max_value=7), field=st.sampled_from(_FIELDS), value=bad_values,
-       edit=st.sampled_from(["cost", "overall", "device", "duplicate"]))
-def test_fuzz_training_records_give_a_finite_model_or_one_line(profile: dict[str, Path], which: int, field: str,
-                                                               value: float, edit: str) -> None:
+@given(
+    which=st.integers(min_value=0, max_value=7),
+    field=st.sampled_from(_FIELDS),
+    value=bad_values,
+    edit=st.sampled_from(["cost", "overall", "device", "duplicate"]),
+)
+def test_fuzz_training_records_give_a_finite_model_or_one_line(
+    profile: dict[str, Path], which: int, field: str, value: float, edit: str
+) -> None:
     rows = [json.loads(x) for x in profile["measurements"].read_text().splitlines()]
     r = rows[which % len(rows)]
     if edit == "cost":
@@ -89,8 +113,19 @@ def test_fuzz_training_records_give_a_finite_model_or_one_line(profile: dict[str
         bad = Path(d) / "bad.jsonl"
         bad.write_text("".join(json.dumps(x, allow_nan=True) + "\n" for x in rows))
         model = Path(d) / "model"
-        code, _, err = invoke(["train-cost", "-i", str(profile["inventory"]), "--measurements", str(bad),
-                               "--params", str(profile["params"]), "--model-dir", str(model)])
+        code, _, err = invoke(
+            [
+                "train-cost",
+                "-i",
+                str(profile["inventory"]),
+                "--measurements",
+                str(bad),
+                "--params",
+                str(profile["params"]),
+                "--model-dir",
+                str(model),
+            ]
+        )
         assert "Traceback" not in err
         if code == 0:
             loaded = load_model(model, require_policy=False)  # refuses non-finite weights
@@ -106,15 +141,32 @@ tails = st.one_of(st.binary(max_size=40), st.sampled_from([b'{"plan_id": "x"}', 
 
 @settings(FUZZ, max_examples=25)
 @given(tail=tails, valid_first=st.booleans())
-def test_fuzz_a_measurement_file_is_resumed_or_refused_never_cut(profile: dict[str, Path], tail: bytes,
-                                                                 valid_first: bool) -> None:
+def test_fuzz_a_measurement_file_is_resumed_or_refused_never_cut(
+    profile: dict[str, Path], tail: bytes, valid_first: bool
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "m.jsonl"
         head = profile["measurements"].read_bytes().splitlines(keepends=True)[:2] if valid_first else []
         out.write_bytes(b"".join(head) + tail)
         before = out.read_bytes()
-        code, _, err = invoke(["profile", "-i", str(profile["inventory"]), "-d", "2", "-m", "1", "--backend",
-                               "simulator", "-o", str(out), "--no-progress", "-k", "1"])
+        code, _, err = invoke(
+            [
+                "profile",
+                "-i",
+                str(profile["inventory"]),
+                "-d",
+                "2",
+                "-m",
+                "1",
+                "--backend",
+                "simulator",
+                "-o",
+                str(out),
+                "--no-progress",
+                "-k",
+                "1",
+            ]
+        )
         assert "Traceback" not in err
         if code == 2:
             assert len(err.strip().splitlines()) == 1 and out.read_bytes() == before
@@ -127,8 +179,11 @@ def test_fuzz_a_measurement_file_is_resumed_or_refused_never_cut(profile: dict[s
 
 # -- index budgets (18.7) ----------------------------------------------------------------------------------
 @settings(FUZZ, max_examples=60)
-@given(pooling=st.floats(min_value=0, max_value=1e6), batch=st.integers(min_value=1, max_value=2**20),
-       batches=st.integers(min_value=1, max_value=3))
+@given(
+    pooling=st.floats(min_value=0, max_value=1e6),
+    batch=st.integers(min_value=1, max_value=2**20),
+    batches=st.integers(min_value=1, max_value=3),
+)
 def test_fuzz_the_index_budget_is_decided_before_anything_is_drawn(pooling: float, batch: int, batches: int) -> None:
     t = Table(name="t", num_embeddings=1000, embedding_dim=8, pooling_factor=pooling)
     need = index_bytes([t], batch, batches)

@@ -97,8 +97,16 @@ def test_out_of_range_plan_needs_a_measured_basis() -> None:
 def test_simulated_costs_are_labelled_simulated() -> None:
     from dreamshard.values import BackendInfo
 
-    sim = BackendInfo(name="simulator", operator="analytic", device="cpu", num_threads=1, batch_size=512, warmup=0,
-                      repeats=1, is_simulated=True)
+    sim = BackendInfo(
+        name="simulator",
+        operator="analytic",
+        device="cpu",
+        num_threads=1,
+        batch_size=512,
+        warmup=0,
+        repeats=1,
+        is_simulated=True,
+    )
     plan = make_plan(overall=5.0).model_copy(update={"measured_by": sim})
     d = evaluate_gate(plan, {"dim_greedy": 6.0}, 0.0)
     assert d.basis == "simulated" == plan.cost_basis and "simulated 5 ms" in d.reason

@@ -95,11 +95,14 @@ def test_a_baseline_entry_copied_under_another_label_is_refused(tmp_path: Path) 
 
 
 # -- 18.13: a comparison's inner consistency -----------------------------------------------------------------
-@pytest.mark.parametrize("edit, needle", [
-    ("overall", "bottleneck device"),
-    ("simulated", "is_simulated"),
-    ("huge", "below 1e+12"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        ("overall", "bottleneck device"),
+        ("simulated", "is_simulated"),
+        ("huge", "below 1e+12"),
+    ],
+)
 def test_inconsistent_comparisons_are_refused(edit: str, needle: str, tmp_path: Path) -> None:
     w = world()
     data = json.loads(w.comparison.model_dump_json())
@@ -130,10 +133,15 @@ def test_forged_plan_metadata_is_not_stored(tmp_path: Path) -> None:
     files = w.write(tmp_path)
     forged = json.loads(files["good"].read_text())
     forged.update(
-        lineage=Lineage(inventory_fingerprint=w.inventory.fingerprint(), flow_run_id="fake-run",
-                        dvc_remote="https://user:hunter2@evil.example/x").model_dump(mode="json"),
-        predicted=forged["measured"] if forged.get("measured") else None, model_version="v-forged",
-        verification=None, out_of_range=["table t0 rows outside the trained range"],
+        lineage=Lineage(
+            inventory_fingerprint=w.inventory.fingerprint(),
+            flow_run_id="fake-run",
+            dvc_remote="https://user:hunter2@evil.example/x",
+        ).model_dump(mode="json"),
+        predicted=forged["measured"] if forged.get("measured") else None,
+        model_version="v-forged",
+        verification=None,
+        out_of_range=["table t0 rows outside the trained range"],
     )
     files["good"].write_text(json.dumps(forged))
     files["plan"] = files["good"]
@@ -152,21 +160,32 @@ def _stored_with_lineage(tmp_path: Path, **lineage: object) -> str:
     from dreamshard.config.settings import installed_pipeline_file
 
     store = tmp_path / "store"
-    fields = {"inventory_fingerprint": world().inventory.fingerprint(), "dvc_lock": "schema: '2.0'\n",
-              "params": "{}\n", "dvc_remote": str(tmp_path / "remote"),
-              "dvc_yaml": installed_pipeline_file("dvc.yaml").read_text(), "model_md5": "a" * 32 + ".dir",
-              "measurements_md5": "b" * 32, **lineage}
+    fields = {
+        "inventory_fingerprint": world().inventory.fingerprint(),
+        "dvc_lock": "schema: '2.0'\n",
+        "params": "{}\n",
+        "dvc_remote": str(tmp_path / "remote"),
+        "dvc_yaml": installed_pipeline_file("dvc.yaml").read_text(),
+        "model_md5": "a" * 32 + ".dir",
+        "measurements_md5": "b" * 32,
+        **lineage,
+    }
     measured = next(r for r in world().comparison.results if r.plan.plan_id == world().good.plan_id).plan.measured
     plan = world().good.model_copy(update={"lineage": Lineage(**fields), "measured": measured})  # type: ignore[arg-type]
     publish(open_store(str(store)), plan, approve(plan))
     return str(store)
 
 
-@pytest.mark.parametrize("lineage, needle", [
-    ({"model_md5": None, "measurements_md5": None}, "no md5 for the model and the measurements"),
-    ({"dvc_yaml": "stages:\n  inventory:\n    cmd: sh -c 'touch /tmp/pwned'\n    outs: [data/inventory.yaml]\n"},
-     "not the installed pipeline's"),
-])
+@pytest.mark.parametrize(
+    "lineage, needle",
+    [
+        ({"model_md5": None, "measurements_md5": None}, "no md5 for the model and the measurements"),
+        (
+            {"dvc_yaml": "stages:\n  inventory:\n    cmd: sh -c 'touch /tmp/pwned'\n    outs: [data/inventory.yaml]\n"},
+            "not the installed pipeline's",
+        ),
+    ],
+)
 def test_reproduce_refuses_what_it_could_not_check(lineage: dict, needle: str, tmp_path: Path) -> None:  # type: ignore[type-arg]
     store = _stored_with_lineage(tmp_path, **lineage)
     r = invoke(["plans", "reproduce", world().good.plan_id, "--store", store, "--into", str(tmp_path / "repro")])
@@ -183,9 +202,17 @@ def test_noise_cannot_flip_the_decision_and_a_plan_is_decided_once(tmp_path: Pat
     files["plan"] = files["good"]
     # a current plan to keep (with none, a plan inside the noise becomes the first: usecases.publish.first_plan)
     seed = w.worse.model_copy(update={"measured": w.worse.predicted})
-    publish_or_reject(open_store(str(files["store"])), seed,
-                      GateDecision(approved=True, outcome="approved", reason="seed", plan_id=seed.plan_id,
-                                   inventory_fingerprint=w.inventory.fingerprint()))
+    publish_or_reject(
+        open_store(str(files["store"])),
+        seed,
+        GateDecision(
+            approved=True,
+            outcome="approved",
+            reason="seed",
+            plan_id=seed.plan_id,
+            inventory_fingerprint=w.inventory.fingerprint(),
+        ),
+    )
     r = invoke(publish_argv(files, "--params", str(files["params"])))
     assert r[0] == 1 and r[2].startswith("inconclusive") and "the current plan stays" in r[2], r
     (rec,) = [x for x in records(files) if x.plan_id == w.good.plan_id]
@@ -204,8 +231,9 @@ def test_a_rejected_plan_is_never_approved_later(tmp_path: Path) -> None:
     files = w.write(tmp_path)
     files["plan"] = files["worse"]
     assert invoke(publish_argv(files, "--params", str(files["params"])))[0] == 1
-    r = invoke(publish_argv(files, "--params", str(files["params"]), "--measure", "--backend", "simulator",
-                            comparison=False))
+    r = invoke(
+        publish_argv(files, "--params", str(files["params"]), "--measure", "--backend", "simulator", comparison=False)
+    )
     assert r[0] == 1 and "already decided: rejected" in r[2]
     assert [x.status for x in records(files)] == ["rejected"]
 
@@ -213,8 +241,17 @@ def test_a_rejected_plan_is_never_approved_later(tmp_path: Path) -> None:
 def test_a_simulated_basis_needs_to_be_asked_for(tmp_path: Path) -> None:
     w = world()
     files = w.write(tmp_path)
-    argv = ["plans", "publish", str(files["good"]), "--store", str(files["store"]), "-i", str(files["inventory"]),
-            "--comparison", str(files["comparison"])]
+    argv = [
+        "plans",
+        "publish",
+        str(files["good"]),
+        "--store",
+        str(files["store"]),
+        "-i",
+        str(files["inventory"]),
+        "--comparison",
+        str(files["comparison"]),
+    ]
     files["params"].write_text(w.params_text(allow_simulated=False))
     assert "--allow-simulated" in one_line_2(invoke([*argv, "--params", str(files["params"])]))
     assert not files["store"].exists()
@@ -243,25 +280,41 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_pat
     from dreamshard.sharders import get_sharder
     from dreamshard.values import Inventory, Table, Topology
 
-    inv = Inventory(name="big", tables=(Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
-                                        Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3),
-                                        Table(name="b", num_embeddings=2000, embedding_dim=32, pooling_factor=1)))
+    inv = Inventory(
+        name="big",
+        tables=(
+            Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
+            Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3),
+            Table(name="b", num_embeddings=2000, embedding_dim=32, pooling_factor=1),
+        ),
+    )
     topo = Topology(num_devices=4, memory_per_device_gb=1.0, device_type="cuda")  # TorchRec row-shards for cuda only
     plan = get_sharder("torchrec").shard(inv, topo).model_copy(update={"sharder": "dreamshard", "plan_id": "mine"})
     names = ["random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec"]
     cmp = compare_sharders(inv, topo, names, make_oracle("simulator"), rounds=5, extra_plans=[plan])
-    assert set(cmp.infeasible) == set(names) - {"torchrec"} and {r.sharder for r in cmp.results} == {"torchrec", "dreamshard"}
+    assert set(cmp.infeasible) == set(names) - {"torchrec"} and {r.sharder for r in cmp.results} == {
+        "torchrec",
+        "dreamshard",
+    }
     rules = PublishConfig(allow_simulated=True)
     _, decision = gate_plan(plan, inv, cmp, rules)
     assert decision.baselines == ("torchrec",) and set(decision.infeasible) == set(rules.baselines) - {"torchrec"}
     assert decision.decided_by == "torchrec"
     # a forged "infeasible" claim does not remove a baseline that can place the inventory
-    forged = cmp.model_copy(update={"results": [r for r in cmp.results if r.sharder != "torchrec"],
-                                    "infeasible": {**cmp.infeasible, "torchrec": "claimed"}})
+    forged = cmp.model_copy(
+        update={
+            "results": [r for r in cmp.results if r.sharder != "torchrec"],
+            "infeasible": {**cmp.infeasible, "torchrec": "claimed"},
+        }
+    )
     with pytest.raises(PlanError, match="no 'torchrec' baseline"):
         gate_plan(plan, inv, forged, rules)
     with pytest.raises(InfeasiblePlacementError, match="fits on no device"):  # nothing to measure: the first error
         compare_sharders(inv, topo, ["dim_greedy", "round_robin"], make_oracle("simulator"), rounds=1)
-    alone = evaluate_gate(plan.model_copy(update={"measured": cmp.result("dreamshard").plan.measured}), {}, 0.0,
-                          infeasible=("dim_greedy",))
+    alone = evaluate_gate(
+        plan.model_copy(update={"measured": cmp.result("dreamshard").plan.measured}),
+        {},
+        0.0,
+        infeasible=("dim_greedy",),
+    )
     assert alone.approved and "no baseline can place" in alone.reason

@@ -22,9 +22,15 @@ from dreamshard.values import Costs, DeviceCost, Measurement, Topology
 
 def test_the_looks_split_one_error_budget() -> None:
     rules = PublishConfig()
-    assert [(x.rounds, round(x.confidence, 6), x.early) for x in early_looks(rules)] == [(3, 0.99, True), (4, 0.99, True)]
+    assert [(x.rounds, round(x.confidence, 6), x.early) for x in early_looks(rules)] == [
+        (3, 0.99, True),
+        (4, 0.99, True),
+    ]
     assert [(x.rounds, round(x.confidence, 6), x.early) for x in looks(rules, 5)] == [
-        (3, 0.99, True), (4, 0.99, True), (5, 0.97, False)]
+        (3, 0.99, True),
+        (4, 0.99, True),
+        (5, 0.97, False),
+    ]
     assert [x.rounds for x in looks(rules, 8)] == [3, 4, 8]  # the final look takes every round measured
     assert [x.rounds for x in looks(rules, 4)] == [3, 4]  # too few for the final look: only the early ones decide
     assert [x.rounds for x in looks(rules, 3)] == [3]
@@ -36,8 +42,15 @@ def test_the_looks_split_one_error_budget() -> None:
     # an early look at min_rounds or later is no early look, and spends nothing
     assert [(x.rounds, round(x.confidence, 6)) for x in looks(PublishConfig(min_rounds=4), 4)] == [(3, 0.99), (4, 0.96)]
     assert early_looks(PublishConfig(min_rounds=3)) == ()
-    for bad, match in ((1, "at 1 round"), ([3, 1], "at 1 round"), (-1, "at -1 round"), ([3, 3], "more rounds than"),
-                       ([4, 3], "more rounds than"), (1000, "at most 99"), (True, "not true/false")):
+    for bad, match in (
+        (1, "at 1 round"),
+        ([3, 1], "at 1 round"),
+        (-1, "at -1 round"),
+        ([3, 3], "more rounds than"),
+        ([4, 3], "more rounds than"),
+        (1000, "at most 99"),
+        (True, "not true/false"),
+    ):
         with pytest.raises(ValueError, match=match):
             PublishConfig(early_rounds=bad)
     with pytest.raises(ValueError, match="whole error budget"):
@@ -49,8 +62,14 @@ BASE = [100.0, 101.0, 99.5, 100.4, 100.8]
 
 
 def _gate(plan_ms: list[float], rules: PublishConfig = PublishConfig()) -> Any:
-    return evaluate_gate(make_plan(overall=plan_ms[0]), {"torchrec": BASE}, rules.min_improvement,
-                         plan_samples=plan_ms, confidence=rules.confidence, looks=looks(rules, len(plan_ms)))
+    return evaluate_gate(
+        make_plan(overall=plan_ms[0]),
+        {"torchrec": BASE},
+        rules.min_improvement,
+        plan_samples=plan_ms,
+        confidence=rules.confidence,
+        looks=looks(rules, len(plan_ms)),
+    )
 
 
 def test_a_clear_win_is_decided_at_the_early_look() -> None:
@@ -103,8 +122,12 @@ def test_the_error_rate_stays_within_the_budget_across_the_looks() -> None:
         base = [math.exp(rng.gauss(0, 0.05)) * 10 for _ in range(5)]
         mine = [math.exp(rng.gauss(0, 0.05)) * 10 for _ in range(5)]
         kw: dict[str, Any] = {"plan_samples": mine, "confidence": 0.95}
-        wrong += evaluate_gate(make_plan(), {"torchrec": base}, 0.0, looks=looks(rules, 5), **kw).outcome != "inconclusive"
-        wrong_naive += evaluate_gate(make_plan(), {"torchrec": base}, 0.0, looks=each_at_95, **kw).outcome != "inconclusive"
+        wrong += (
+            evaluate_gate(make_plan(), {"torchrec": base}, 0.0, looks=looks(rules, 5), **kw).outcome != "inconclusive"
+        )
+        wrong_naive += (
+            evaluate_gate(make_plan(), {"torchrec": base}, 0.0, looks=each_at_95, **kw).outcome != "inconclusive"
+        )
     # at most 5% (the Bonferroni bound), up to 3 standard errors of 4000 trials; three looks at 95%: over 9%
     assert wrong / trials < 0.06 and wrong_naive / trials > 0.075, (wrong / trials, wrong_naive / trials)
 
@@ -156,13 +179,29 @@ def test_a_noisy_machine_measures_every_round_and_a_short_comparison_is_refused(
     busy = NoisyOracle(0.3, seed=1)
     _, d, cmp = measure_and_gate(world.bad, world.inventory, busy, world.rules)
     assert cmp.rounds == d.rounds == world.rules.min_rounds and not d.stopped_early
-    short = compare_sharders(world.inventory, world.topology, world.baselines, NoisyOracle(0.3, seed=2), rounds=3,
-                             extra_plans=[world.bad], with_lower_bound=False)
+    short = compare_sharders(
+        world.inventory,
+        world.topology,
+        world.baselines,
+        NoisyOracle(0.3, seed=2),
+        rounds=3,
+        extra_plans=[world.bad],
+        with_lower_bound=False,
+    )
     with pytest.raises(PlanError, match="has 3 round.*early looks on them decide nothing.*--rounds 5"):
         gate_plan(world.bad, world.inventory, short, world.rules)
-    two = compare_sharders(world.inventory, world.topology, world.baselines, make_oracle("simulator"), rounds=2,
-                           extra_plans=[world.good], with_lower_bound=False)
-    with pytest.raises(PlanError, match=r"has 2 round.*at least 5 paired rounds \(publish.min_rounds; 3 when the early"):
+    two = compare_sharders(
+        world.inventory,
+        world.topology,
+        world.baselines,
+        make_oracle("simulator"),
+        rounds=2,
+        extra_plans=[world.good],
+        with_lower_bound=False,
+    )
+    with pytest.raises(
+        PlanError, match=r"has 2 round.*at least 5 paired rounds \(publish.min_rounds; 3 when the early"
+    ):
         gate_plan(world.good, world.inventory, two, world.rules)  # too few even for the early look
     with pytest.raises(PlanError, match="has 3 round"):  # no early look: 3 rounds are never enough
         gate_plan(world.good, world.inventory, short, world.rules.model_copy(update={"early_rounds": 0}))
@@ -187,8 +226,17 @@ def test_compare_with_one_plan_stops_where_the_gate_decides(tmp_path: Any) -> No
     save_plan(plan.model_copy(update={"sharder": "dreamshard"}), tmp_path / "plan.json")
     params = tmp_path / "params.yaml"
     params.write_text("profile: {backend: simulator}\nevaluate: {rounds: 5}\npublish: {allow_simulated: true}\n")
-    common = ["compare", "-i", str(tmp_path / "inv.yaml"), "--params", str(params), "--sharders",
-              "dim_greedy,torchrec", "--plan", str(tmp_path / "plan.json")]
+    common = [
+        "compare",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--params",
+        str(params),
+        "--sharders",
+        "dim_greedy,torchrec",
+        "--plan",
+        str(tmp_path / "plan.json"),
+    ]
     assert invoke([*common, "--out", str(tmp_path / "a.json")])[0] == 0
     assert load_comparison(tmp_path / "a.json").rounds == 3
     assert invoke([*common, "--all-rounds", "--out", str(tmp_path / "b.json")])[0] == 0

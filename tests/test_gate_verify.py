@@ -18,8 +18,13 @@ from dreamshard.values import Costs, DeviceCost, Inventory, Plan
 def _gate(plan: Plan, **kw: object):  # type: ignore[no-untyped-def]
     w = world()
     rules = w.rules.model_copy(update={"min_improvement": kw.pop("margin", 0.0)})
-    return gate_plan(plan, kw.pop("inventory", w.inventory), kw.pop("comparison", w.comparison),  # type: ignore[arg-type]
-                     rules, **kw)  # type: ignore[arg-type]
+    return gate_plan(
+        plan,
+        kw.pop("inventory", w.inventory),
+        kw.pop("comparison", w.comparison),  # type: ignore[arg-type]
+        rules,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_a_genuine_plan_is_judged_on_the_comparisons_figures() -> None:
@@ -117,7 +122,9 @@ def test_comparison_on_another_device_count_is_refused() -> None:
 
 def test_comparison_without_the_plan_is_refused() -> None:
     w = world()
-    cmp = w.comparison.model_copy(update={"results": [r for r in w.comparison.results if r.plan.plan_id != w.good.plan_id]})
+    cmp = w.comparison.model_copy(
+        update={"results": [r for r in w.comparison.results if r.plan.plan_id != w.good.plan_id]}
+    )
     with pytest.raises(PlanError, match="is not among the contenders .* --measure"):
         _gate(w.good, comparison=cmp)
 
@@ -134,13 +141,19 @@ def test_comparison_entry_with_another_placement_is_refused() -> None:
 
 def test_edited_comparison_figures_are_refused() -> None:
     w = world()
-    results = [r.model_copy(update={"overall_ms": r.overall_ms * 10}) if r.sharder == "dim_greedy" else r
-               for r in w.comparison.results]
+    results = [
+        r.model_copy(update={"overall_ms": r.overall_ms * 10}) if r.sharder == "dim_greedy" else r
+        for r in w.comparison.results
+    ]
     cmp = w.comparison.model_copy(update={"results": results})
     with pytest.raises(PlanError, match="contender 'dim_greedy': overall .* is not the median of its samples"):
         _gate(w.bad, comparison=cmp)
-    results = [r.model_copy(update={"overall_ms": r.overall_ms * 10, "samples_ms": [v * 10 for v in r.samples_ms]})
-               if r.sharder == "dim_greedy" else r for r in w.comparison.results]
+    results = [
+        r.model_copy(update={"overall_ms": r.overall_ms * 10, "samples_ms": [v * 10 for v in r.samples_ms]})
+        if r.sharder == "dim_greedy"
+        else r
+        for r in w.comparison.results
+    ]
     with pytest.raises(PlanError, match="measured costs do not match"):
         _gate(w.bad, comparison=w.comparison.model_copy(update={"results": results}))
 
@@ -169,10 +182,16 @@ def test_measure_and_gate_measures_itself() -> None:
     _, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), no_early, rounds=1)
     assert cmp.rounds == w.rules.min_rounds == d.rounds and not d.stopped_early  # never fewer than min_rounds
     with pytest.raises(PlanError, match="has no device"):
-        measure_and_gate(_forge(w.good, placement={}, memory_per_device_gb=(0.0, 0.0)), w.inventory,
-                         make_oracle("simulator"), w.rules)
+        measure_and_gate(
+            _forge(w.good, placement={}, memory_per_device_gb=(0.0, 0.0)),
+            w.inventory,
+            make_oracle("simulator"),
+            w.rules,
+        )
     with pytest.raises(ConfigError, match="--allow-simulated"):
-        measure_and_gate(w.good, w.inventory, make_oracle("simulator"), w.rules.model_copy(update={"allow_simulated": False}))
+        measure_and_gate(
+            w.good, w.inventory, make_oracle("simulator"), w.rules.model_copy(update={"allow_simulated": False})
+        )
 
 
 def test_column_shard_plans_are_verified_by_the_same_rule() -> None:
@@ -183,13 +202,22 @@ def test_column_shard_plans_are_verified_by_the_same_rule() -> None:
     w = world()
     table = w.inventory.tables[0]
     placement = {k: v for k, v in w.good.placement.items() if k != table.name}
-    shards = {table.name: tuple(ColumnShard(start=a, end=b, device=i % 2)
-                                for i, (a, b) in enumerate(even_bounds(table.embedding_dim, 2)))}
+    shards = {
+        table.name: tuple(
+            ColumnShard(start=a, end=b, device=i % 2) for i, (a, b) in enumerate(even_bounds(table.embedding_dim, 2))
+        )
+    }
     units, up = expand(w.inventory, placement, shards)
     mem = tuple(device_memory_gb(units, up, 2))
-    split = _forge(w.good, placement=placement, column_shards={k: [s.model_dump() for s in v] for k, v in shards.items()},
-                   memory_per_device_gb=mem)
-    cmp = compare_sharders(w.inventory, w.topology, w.baselines, make_oracle("simulator"), rounds=5, extra_plans=[split])
+    split = _forge(
+        w.good,
+        placement=placement,
+        column_shards={k: [s.model_dump() for s in v] for k, v in shards.items()},
+        memory_per_device_gb=mem,
+    )
+    cmp = compare_sharders(
+        w.inventory, w.topology, w.baselines, make_oracle("simulator"), rounds=5, extra_plans=[split]
+    )
     judged, d = _gate(split, comparison=cmp)
     assert judged.column_shards == split.column_shards and d.plan_cost_ms is not None
     gap = {table.name: (ColumnShard(start=0, end=4, device=0),)}

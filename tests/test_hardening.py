@@ -47,8 +47,21 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 def _publish(files: dict[str, Path], plan: str = "good") -> int:
-    return run(["plans", "publish", str(files[plan]), "--store", str(files["store"]), "--comparison",
-                str(files["comparison"]), "-i", str(files["inventory"]), "--params", str(files["params"])])
+    return run(
+        [
+            "plans",
+            "publish",
+            str(files[plan]),
+            "--store",
+            str(files["store"]),
+            "--comparison",
+            str(files["comparison"]),
+            "-i",
+            str(files["inventory"]),
+            "--params",
+            str(files["params"]),
+        ]
+    )
 
 
 # -- #3: outputs that alias inputs ------------------------------------------------------------------------
@@ -61,13 +74,47 @@ def test_outputs_aliasing_inputs_are_refused(files: dict[str, Path], capsys: pyt
     cases = [
         ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(inv)],
         ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(d / "hard.yaml")],
-        ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(d / "p.json"), "--torchrec-out", str(d / "soft.yaml")],
-        ["plan", "-i", str(inv), *common, "-s", "size_greedy", "-o", str(d / "p.json"), "--torchrec-out", str(d / "p.json")],
+        [
+            "plan",
+            "-i",
+            str(inv),
+            *common,
+            "-s",
+            "size_greedy",
+            "-o",
+            str(d / "p.json"),
+            "--torchrec-out",
+            str(d / "soft.yaml"),
+        ],
+        [
+            "plan",
+            "-i",
+            str(inv),
+            *common,
+            "-s",
+            "size_greedy",
+            "-o",
+            str(d / "p.json"),
+            "--torchrec-out",
+            str(d / "p.json"),
+        ],
         ["evaluate", "-i", str(inv), "-p", str(plan), "--backend", "simulator", "-o", str(plan)],
         ["evaluate", "-i", str(inv), "-p", str(plan), "--backend", "simulator", "-o", str(d / "./inv.yaml")],
         ["compare", "-i", str(inv), *common, "--backend", "simulator", "--rounds", "1", "--out", str(inv)],
-        ["compare", "-i", str(inv), *common, "--backend", "simulator", "--rounds", "1", "--plan", str(plan),
-         "--markdown-out", str(plan)],
+        [
+            "compare",
+            "-i",
+            str(inv),
+            *common,
+            "--backend",
+            "simulator",
+            "--rounds",
+            "1",
+            "--plan",
+            str(plan),
+            "--markdown-out",
+            str(plan),
+        ],
         ["profile", "-i", str(inv), *common, "--backend", "simulator", "-o", str(d / "hard.yaml")],
         ["inventory", "validate", str(inv), "-o", str(d / "soft.yaml")],
     ]
@@ -86,14 +133,31 @@ def test_compare_plan_and_plans_dir_never_clash(files: dict[str, Path], capsys: 
     shutil.copy(files["good"], own)
     common = ["-i", str(inv), "-d", "2", "-m", "1", "--batch-size", "512", "--backend", "simulator", "--rounds", "1"]
     before = snapshot(d)
-    assert run(["compare", *common, "--sharders", "dim_greedy", "--plan", str(own), "--plans-dir", str(own.parent)]) == 2
+    assert (
+        run(["compare", *common, "--sharders", "dim_greedy", "--plan", str(own), "--plans-dir", str(own.parent)]) == 2
+    )
     line = one_error_line(capsys)
     assert "same file as --plan " + str(own) in line and line.count(str(own)) == 2, line
     assert snapshot(d) == before
     # the --plan's sharder also runs: both contenders are kept, each under its plan id
     out = d / "out"
-    assert run(["compare", *common, "--sharders", f"dim_greedy,{sharder}", "--plan", str(files["good"]),
-                "--plans-dir", str(out), "--out", str(d / "cmp.json")]) == 0
+    assert (
+        run(
+            [
+                "compare",
+                *common,
+                "--sharders",
+                f"dim_greedy,{sharder}",
+                "--plan",
+                str(files["good"]),
+                "--plans-dir",
+                str(out),
+                "--out",
+                str(d / "cmp.json"),
+            ]
+        )
+        == 0
+    )
     written = sorted(p.name for p in out.iterdir())
     assert "dim_greedy.json" in written and len(written) == 3
     assert sum(1 for n in written if n.startswith(f"{sharder}.plan-")) == 2
@@ -111,17 +175,35 @@ def test_resume_keeps_a_complete_last_record_without_newline(tmp_path: Path) -> 
     path.write_text(m1.model_dump_json() + "\n" + m2.model_dump_json())  # an editor dropped the final newline
     assert [m.measurement_id for m in iter_measurements(path)] == [m1.measurement_id, m2.measurement_id]
     append_measurement(path, m3)
-    assert [m.measurement_id for m in iter_measurements(path)] == [m1.measurement_id, m2.measurement_id, m3.measurement_id]
+    assert [m.measurement_id for m in iter_measurements(path)] == [
+        m1.measurement_id,
+        m2.measurement_id,
+        m3.measurement_id,
+    ]
     # A genuinely partial line (a killed writer) is still cut off.
     path.write_text(m1.model_dump_json() + "\n" + m2.model_dump_json()[:40])
     append_measurement(path, m3)
     assert [m.measurement_id for m in iter_measurements(path)] == [m1.measurement_id, m3.measurement_id]
 
 
-def test_profile_cli_resume_does_not_drop_the_last_line(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_profile_cli_resume_does_not_drop_the_last_line(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     out = files["dir"] / "m.jsonl"
-    argv = ["profile", "-i", str(files["inventory"]), "-d", "2", "-m", "1", "--backend", "simulator",
-            "-o", str(out), "--no-progress"]
+    argv = [
+        "profile",
+        "-i",
+        str(files["inventory"]),
+        "-d",
+        "2",
+        "-m",
+        "1",
+        "--backend",
+        "simulator",
+        "-o",
+        str(out),
+        "--no-progress",
+    ]
     assert run([*argv, "-k", "1"]) == 0
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines))  # no trailing newline
@@ -133,7 +215,9 @@ def test_profile_cli_resume_does_not_drop_the_last_line(files: dict[str, Path], 
 
 
 # -- #5: a corrupt current.json ---------------------------------------------------------------------------
-def test_corrupt_pointer_repaired_by_the_documented_command(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupt_pointer_repaired_by_the_documented_command(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert _publish(files) == 0
     store = open_store(str(files["store"]))
     pointer = files["store"] / current_key("inv")
@@ -148,12 +232,17 @@ def test_corrupt_pointer_repaired_by_the_documented_command(files: dict[str, Pat
     assert "not a valid pointer" in one_error_line(capsys)
     assert snapshot(files["store"]) == before
     # the documented repair works
-    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", world().good.plan_id]) == 0
+    assert (
+        run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", world().good.plan_id])
+        == 0
+    )
     assert get_current(store, "inv").plan_id == world().good.plan_id
     assert _publish(files, "bad") == 0
 
 
-def test_corrupt_pointer_does_not_block_other_inventories(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupt_pointer_does_not_block_other_inventories(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert _publish(files) == 0
     other = files["store"] / "plans" / "zzz" / "current.json"
     other.parent.mkdir(parents=True)
@@ -169,7 +258,9 @@ def test_corrupt_pointer_does_not_block_other_inventories(files: dict[str, Path]
     assert "plans/zzz/current.json" in capsys.readouterr().out
 
 
-def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_fsck_lists_orphans_of_an_interrupted_publish(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     import importlib
 
     publish_mod = importlib.import_module("dreamshard.store.plans")
@@ -202,7 +293,9 @@ def test_fsck_lists_orphans_of_an_interrupted_publish(files: dict[str, Path], ca
 
 
 # -- #6: inventory push ------------------------------------------------------------------------------------
-def test_inventory_push_survives_corrupt_pointer_and_version(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_inventory_push_survives_corrupt_pointer_and_version(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     from dreamshard.documents import load_inventory
     from dreamshard.store.inventories import push_inventory
 
@@ -237,11 +330,39 @@ def test_credentials_in_urls_are_never_echoed(tmp_path: Path, capsys: pytest.Cap
     repo.mkdir()
     subprocess.run([find_dvc(), "init", "--no-scm", "-q"], cwd=repo, check=True)
     cases = [
-        ["remote", "s3", "--name", "x", "--url", "s3://b/p", "--endpoint", "http://AKIAKEY:S3CRET@host:8333", "--repo", str(repo)],
-        ["remote", "s3", "--name", "x", "--url", "s3://b/p", "--endpoint", "http://host:8333/?X-Amz-Credential=S3CRET",
-         "--repo", str(repo)],
+        [
+            "remote",
+            "s3",
+            "--name",
+            "x",
+            "--url",
+            "s3://b/p",
+            "--endpoint",
+            "http://AKIAKEY:S3CRET@host:8333",
+            "--repo",
+            str(repo),
+        ],
+        [
+            "remote",
+            "s3",
+            "--name",
+            "x",
+            "--url",
+            "s3://b/p",
+            "--endpoint",
+            "http://host:8333/?X-Amz-Credential=S3CRET",
+            "--repo",
+            str(repo),
+        ],
         ["remote", "s3", "--name", "x", "--url", "http://AKIAKEY:S3CRET@b/p", "--repo", str(repo)],
-        ["plans", "list", "--store", "s3://bucket/p", "--endpoint-url", "http://host:1/?AWSAccessKeyId=AKIAKEY&Signature=S3CRET"],
+        [
+            "plans",
+            "list",
+            "--store",
+            "s3://bucket/p",
+            "--endpoint-url",
+            "http://host:1/?AWSAccessKeyId=AKIAKEY&Signature=S3CRET",
+        ],
         ["plans", "list", "--store", "s3://bucket/p", "--endpoint-url", "http://AKIAKEY:S3CRET@127.0.0.1:1"],
     ]
     for argv in cases:
@@ -273,7 +394,8 @@ def test_plans_list_verifies_checksums_and_survives_an_unreadable_plan(
     assert "checksum mismatch" in rows[w.bad.plan_id]["problem"] and rows[w.good.plan_id]["problem"] == ""
     tampered.write_bytes(b"\xff\xfe not a plan")
     (tampered.parent / f"{w.bad.plan_id}.json.sha256").write_text(
-        __import__("hashlib").sha256(tampered.read_bytes()).hexdigest() + "  x\n")
+        __import__("hashlib").sha256(tampered.read_bytes()).hexdigest() + "  x\n"
+    )
     assert run(["plans", "list", "--store", str(files["store"])]) == 1
     out = capsys.readouterr()
     assert "CORRUPT" in out.out and w.good.plan_id in out.out
@@ -283,8 +405,11 @@ def test_plans_list_verifies_checksums_and_survives_an_unreadable_plan(
 # -- #9: numeric options -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("cmd", ["plan", "compare", "profile"])
 def test_huge_memory_is_one_line(cmd: str, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    extra = {"plan": ["-s", "size_greedy", "-o", str(files["dir"] / "p.json")], "compare": ["--backend", "simulator"],
-             "profile": ["--backend", "simulator", "-o", str(files["dir"] / "m.jsonl")]}[cmd]
+    extra = {
+        "plan": ["-s", "size_greedy", "-o", str(files["dir"] / "p.json")],
+        "compare": ["--backend", "simulator"],
+        "profile": ["--backend", "simulator", "-o", str(files["dir"] / "m.jsonl")],
+    }[cmd]
     for value in ("1e300", "inf", "nan", "0", "-1"):
         before = snapshot(files["dir"])
         assert run([cmd, "-i", str(files["inventory"]), "-d", "2", "-m", value, *extra]) == 2, value
@@ -343,7 +468,10 @@ def test_republishing_current_does_not_duplicate_history(files: dict[str, Path])
     assert after == before and [e.plan_id for e in after.history] == [world().bad.plan_id]  # type: ignore[union-attr]
     assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv"]) == 0
     assert get_current(store, "inv").plan_id == world().bad.plan_id  # the rollback is not a no-op
-    assert run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", world().good.plan_id]) == 0
+    assert (
+        run(["plans", "rollback", "--store", str(files["store"]), "--inventory", "inv", "--to", world().good.plan_id])
+        == 0
+    )
     assert [e.plan_id for e in get_pointer(store, "inv").history] == [world().bad.plan_id]  # type: ignore[union-attr]
 
 
@@ -376,8 +504,14 @@ def test_bool_is_not_a_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_unsafe_names_fail_at_validate(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for inv_name, table in ((name, "t0"), ("ok", name)):
         f = tmp_path / "inv.json"
-        f.write_text(json.dumps({"name": inv_name, "tables": [
-            {"name": table, "num_embeddings": 10, "embedding_dim": 4, "pooling_factor": 1.0}]}))
+        f.write_text(
+            json.dumps(
+                {
+                    "name": inv_name,
+                    "tables": [{"name": table, "num_embeddings": 10, "embedding_dim": 4, "pooling_factor": 1.0}],
+                }
+            )
+        )
         assert run(["inventory", "validate", str(f)]) == 2, (inv_name, table)
         line = one_error_line(capsys)
         assert "InventoryError" in line or "InventoryNameError" in line, line
@@ -401,16 +535,36 @@ def test_rollback_to_checks_the_original_checksum(files: dict[str, Path], capsys
     assert any("sha256" in i.problem or "checksum" in i.problem for i in fsck(open_store(str(files["store"]))))
 
 
-def test_a_mistyped_store_and_two_cost_sources_are_one_line_errors(files: dict[str, Path],
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_mistyped_store_and_two_cost_sources_are_one_line_errors(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = files["dir"] / "no-such-store"
-    for argv in (["plans", "list"], ["plans", "fsck"], ["plans", "show", "current", "--inventory", "x"],
-                 ["plans", "rollback", "--inventory", "x"]):
+    for argv in (
+        ["plans", "list"],
+        ["plans", "fsck"],
+        ["plans", "show", "current", "--inventory", "x"],
+        ["plans", "rollback", "--inventory", "x"],
+    ):
         assert run([*argv, "--store", str(missing)]) == 2, argv
         assert f"no plan store at {missing}" in one_error_line(capsys)
     assert not missing.exists()
-    assert run(["plans", "publish", str(files["good"]), "-i", str(files["inventory"]), "--store", str(files["store"]),
-                "--comparison", str(files["comparison"]), "--measure"]) == 2
+    assert (
+        run(
+            [
+                "plans",
+                "publish",
+                str(files["good"]),
+                "-i",
+                str(files["inventory"]),
+                "--store",
+                str(files["store"]),
+                "--comparison",
+                str(files["comparison"]),
+                "--measure",
+            ]
+        )
+        == 2
+    )
     assert "choose one" in one_error_line(capsys)
 
 

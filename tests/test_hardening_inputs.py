@@ -51,15 +51,33 @@ def test_profile_refuses_a_one_line_file_that_is_not_measurements(tmp_path: Path
         content = json.dumps(plan.model_dump(mode="json"), separators=(",", ":"))
     target.write_text(content)  # one line, no trailing newline
     before = snapshot(tmp_path)
-    line = one_line_2(invoke(["profile", "-i", str(invf), "-d", "2", "-m", "1", "--backend", "simulator",
-                              "-o", str(target), "--no-progress", "-k", "1"]))
+    line = one_line_2(
+        invoke(
+            [
+                "profile",
+                "-i",
+                str(invf),
+                "-d",
+                "2",
+                "-m",
+                "1",
+                "--backend",
+                "simulator",
+                "-o",
+                str(target),
+                "--no-progress",
+                "-k",
+                "1",
+            ]
+        )
+    )
     assert "InputFileError" in line and str(target) in line and "not a measurements file" in line
     assert snapshot(tmp_path) == before
 
 
 def test_append_and_iter_refuse_a_file_that_is_not_measurements(tmp_path: Path) -> None:
     m = make_oracle("simulator").measure(small_inventory(), {"t0000": 0}, TOPO, kind="single")
-    for text in ('{"plan_id":"p","placement":{}}', "\n\n{\"x\": 1", "name: inv"):
+    for text in ('{"plan_id":"p","placement":{}}', '\n\n{"x": 1', "name: inv"):
         p = tmp_path / "x.jsonl"
         p.write_text(text)
         with pytest.raises(InputFileError, match="not a measurements file"):
@@ -107,28 +125,58 @@ def guarded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(("pooling", "needle"), [("1e7", "pooling factor must be"), ("1e6", "MAX_INDEX_BYTES")])
-def test_preset_huge_pooling_is_refused_before_allocating(tmp_path: Path, guarded: None, pooling: str, needle: str) -> None:
+def test_preset_huge_pooling_is_refused_before_allocating(
+    tmp_path: Path, guarded: None, pooling: str, needle: str
+) -> None:
     t0 = time.perf_counter()
-    line = one_line_2(invoke(["inventory", "preset", "criteo-kaggle", "--pooling", pooling, "-o", str(tmp_path / "x.yaml")]))
+    line = one_line_2(
+        invoke(["inventory", "preset", "criteo-kaggle", "--pooling", pooling, "-o", str(tmp_path / "x.yaml")])
+    )
     assert time.perf_counter() - t0 < 10 and needle in line and not list(tmp_path.iterdir())
     if pooling == "1e6":
         assert "IndexBudgetError" in line and "'t_cat_0'" in line and "pooling_factor" in line and "2.000 GB" in line
 
 
 @pytest.mark.parametrize("backend", ["cpu"])
-def test_evaluate_huge_in_bounds_pooling_is_refused_before_allocating(tmp_path: Path, guarded: None, backend: str) -> None:
-    inv = Inventory(name="big", tables=(Table(name="huge", num_embeddings=1000, embedding_dim=16, pooling_factor=1e6),
-                                        Table(name="small", num_embeddings=100, embedding_dim=16, pooling_factor=1.0)))
+def test_evaluate_huge_in_bounds_pooling_is_refused_before_allocating(
+    tmp_path: Path, guarded: None, backend: str
+) -> None:
+    inv = Inventory(
+        name="big",
+        tables=(
+            Table(name="huge", num_embeddings=1000, embedding_dim=16, pooling_factor=1e6),
+            Table(name="small", num_embeddings=100, embedding_dim=16, pooling_factor=1.0),
+        ),
+    )
     invf = save_inventory(inv, tmp_path / "big.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=2048)
     planf = tmp_path / "plan.json"
     planf.write_text(get_sharder("lookup_greedy").shard(inv, topo).model_dump_json())
     before = snapshot(tmp_path)
     t0 = time.perf_counter()
-    line = one_line_2(invoke(["evaluate", "-i", str(invf), "-p", str(planf), "--backend", backend, "--repeats", "1",
-                              "--warmup", "0", "-o", str(tmp_path / "ev.json")]))
+    line = one_line_2(
+        invoke(
+            [
+                "evaluate",
+                "-i",
+                str(invf),
+                "-p",
+                str(planf),
+                "--backend",
+                backend,
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "-o",
+                str(tmp_path / "ev.json"),
+            ]
+        )
+    )
     assert time.perf_counter() - t0 < 30
-    assert "IndexBudgetError" in line and "'huge'" in line and "pooling_factor 1e+06" in line and "MAX_INDEX_BYTES" in line
+    assert (
+        "IndexBudgetError" in line and "'huge'" in line and "pooling_factor 1e+06" in line and "MAX_INDEX_BYTES" in line
+    )
     assert snapshot(tmp_path) == before
 
 
@@ -144,8 +192,12 @@ def test_the_index_budget_counts_features_batches_and_tables(guarded: None) -> N
     from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
     from dreamshard.profiling.scaling import CPU_RULE
 
-    shared = Table(name="s", num_embeddings=10, embedding_dim=4,
-                   features=(Feature(name="a", pooling_factor=1.5), Feature(name="b", pooling_factor=2.0)))
+    shared = Table(
+        name="s",
+        num_embeddings=10,
+        embedding_dim=4,
+        features=(Feature(name="a", pooling_factor=1.5), Feature(name="b", pooling_factor=2.0)),
+    )
     # 8 bytes per lookup (round(p x B) per feature) and per offset (k x B + 1), per batch.
     assert index_bytes([shared], 10, num_batches=3) == 3 * 8 * (15 + 20 + 2 * 10 + 1)
     assert check_index_budget([shared], 10, 3) == index_bytes([shared], 10, 3)
@@ -159,8 +211,9 @@ def test_the_index_budget_counts_features_batches_and_tables(guarded: None) -> N
     with pytest.raises(IndexBudgetError, match=r"table 't3': pooling_factor .* at batch size 2048 .* 2\.000 GB"):
         EmbeddingBagBackend("cpu", "cpu", CPU_RULE).time_device(many, 2048, 0, 1)
     with pytest.raises(IndexBudgetError, match="table 'x'"):
-        synthesize_indices(Table(name="x", num_embeddings=10, embedding_dim=4, pooling_factor=1e6), 2**24,
-                           np.random.default_rng(0))
+        synthesize_indices(
+            Table(name="x", num_embeddings=10, embedding_dim=4, pooling_factor=1e6), 2**24, np.random.default_rng(0)
+        )
     with pytest.raises(IndexBudgetError, match="table 'y'.*reuse histogram"):
         synth.zipf_histogram(100, 1e6, 1.0, np.random.default_rng(0), name="y")
     # Ordinary work is untouched.
@@ -174,7 +227,9 @@ def test_fewer_batches_are_the_first_of_the_same_seeded_stream() -> None:
     three = base.IndexBank(seed=3).batches(t, 1000, 64)
     assert len(one) == 1 and len(three) == 3
     assert all(np.array_equal(x, y) for x, y in zip(one[0], three[0]))
-    assert len(bank.batches(t, 1000, 64)) == 3 and len(bank.batches(t, 1000, 64, 2)) == 2  # the cache grows, then serves
+    assert (
+        len(bank.batches(t, 1000, 64)) == 3 and len(bank.batches(t, 1000, 64, 2)) == 2
+    )  # the cache grows, then serves
 
 
 # -- 18.16: preset names follow the inventory-name rule -----------------------------------------------------------

@@ -55,9 +55,15 @@ def stored_with_lineage(tmp_path: Path) -> tuple[str, str]:
     plan = get_sharder("lookup_greedy").shard(inv, TOPO).model_copy(update={"sharder": "dreamshard"})
     plan = evaluate_plan(inv, plan, make_oracle("simulator"))
     (tmp_path / "remote").mkdir()
-    lineage = Lineage(inventory_fingerprint=inv.fingerprint(), dvc_lock="schema: '2.0'\n", params="{}\n",
-                      dvc_remote=str(tmp_path / "remote"), dvc_yaml=installed_pipeline_file("dvc.yaml").read_text(),
-                      model_md5="a" * 32 + ".dir", measurements_md5="b" * 32)
+    lineage = Lineage(
+        inventory_fingerprint=inv.fingerprint(),
+        dvc_lock="schema: '2.0'\n",
+        params="{}\n",
+        dvc_remote=str(tmp_path / "remote"),
+        dvc_yaml=installed_pipeline_file("dvc.yaml").read_text(),
+        model_md5="a" * 32 + ".dir",
+        measurements_md5="b" * 32,
+    )
     plan = plan.model_copy(update={"lineage": lineage})
     cost = plan.best_costs.overall_ms if plan.best_costs else 1.0
     decision = evaluate_gate(plan, {"size_greedy": cost * 2}, 0.0)
@@ -106,17 +112,45 @@ def compare_files(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.mark.parametrize("second, needle", [
-    ("plan", "is the same file as"), ("hard", "is the same file as"), ("copy", "has the same content as"),
-    ("same_id", "both hold plan"),
-])
-def test_compare_refuses_a_plan_given_twice(compare_files: dict[str, Path], tmp_path: Path, second: str,
-                                           needle: str) -> None:
+@pytest.mark.parametrize(
+    "second, needle",
+    [
+        ("plan", "is the same file as"),
+        ("hard", "is the same file as"),
+        ("copy", "has the same content as"),
+        ("same_id", "both hold plan"),
+    ],
+)
+def test_compare_refuses_a_plan_given_twice(
+    compare_files: dict[str, Path], tmp_path: Path, second: str, needle: str
+) -> None:
     out = tmp_path / "cmp.json"
     before = snap(tmp_path)
-    r = invoke(["compare", "-i", str(compare_files["inv"]), "-d", "2", "-m", "1", "--batch-size", "512", "--backend",
-                "simulator", "--rounds", "2", "--sharders", "round_robin", "-p", str(compare_files["plan"]),
-                "-p", str(compare_files[second]), "--out", str(out)])
+    r = invoke(
+        [
+            "compare",
+            "-i",
+            str(compare_files["inv"]),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "--batch-size",
+            "512",
+            "--backend",
+            "simulator",
+            "--rounds",
+            "2",
+            "--sharders",
+            "round_robin",
+            "-p",
+            str(compare_files["plan"]),
+            "-p",
+            str(compare_files[second]),
+            "--out",
+            str(out),
+        ]
+    )
     line = one_line_2(r)
     assert "ConfigError" in line and needle in line and "--plan #2" in line and "--plan #1" in line
     assert snap(tmp_path) == before
@@ -132,9 +166,30 @@ def test_compare_sharders_refuses_the_same_plan_twice() -> None:
 def test_compare_of_distinct_plans_still_works(compare_files: dict[str, Path], tmp_path: Path) -> None:
     inv = synth_inventory(8, 0, name="inv")
     other = save_plan(get_sharder("size_greedy").shard(inv, TOPO), tmp_path / "other.json")
-    r = invoke(["compare", "-i", str(compare_files["inv"]), "-d", "2", "-m", "1", "--batch-size", "512", "--backend",
-                "simulator", "--rounds", "2", "--sharders", "round_robin", "-p", str(compare_files["plan"]),
-                "-p", str(other), "--json"])
+    r = invoke(
+        [
+            "compare",
+            "-i",
+            str(compare_files["inv"]),
+            "-d",
+            "2",
+            "-m",
+            "1",
+            "--batch-size",
+            "512",
+            "--backend",
+            "simulator",
+            "--rounds",
+            "2",
+            "--sharders",
+            "round_robin",
+            "-p",
+            str(compare_files["plan"]),
+            "-p",
+            str(other),
+            "--json",
+        ]
+    )
     assert r[0] == 0, r[2]
 
 
@@ -161,8 +216,10 @@ def test_a_hint_that_is_not_a_sharder_name_is_kept() -> None:
 # -- 18.16d ------------------------------------------------------------------------------------------------------
 def _table_wise_costs(inv: Inventory, topo: Topology, oracle: object) -> list[float]:
     names = [t.name for t in inv.tables]
-    return [oracle.measure(inv, dict(zip(names, devs)), topo).overall_ms  # type: ignore[attr-defined]
-            for devs in itertools.product(range(topo.num_devices), repeat=len(names))]
+    return [
+        oracle.measure(inv, dict(zip(names, devs)), topo).overall_ms  # type: ignore[attr-defined]
+        for devs in itertools.product(range(topo.num_devices), repeat=len(names))
+    ]
 
 
 def _split_costs(inv: Inventory, topo: Topology, oracle: object) -> list[float]:
@@ -181,15 +238,22 @@ def _split_costs(inv: Inventory, topo: Topology, oracle: object) -> list[float]:
 
 
 tables = st.builds(
-    lambda i, rows, dim4, pooling: Table(name=f"t{i}", num_embeddings=rows, embedding_dim=4 * dim4,
-                                         pooling_factor=pooling),
-    st.integers(0, 10**6), st.integers(1, 5_000_000), st.integers(1, 64), st.floats(0.0, 200.0),
+    lambda i, rows, dim4, pooling: Table(
+        name=f"t{i}", num_embeddings=rows, embedding_dim=4 * dim4, pooling_factor=pooling
+    ),
+    st.integers(0, 10**6),
+    st.integers(1, 5_000_000),
+    st.integers(1, 64),
+    st.floats(0.0, 200.0),
 )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(tables, min_size=1, max_size=5, unique_by=lambda t: t.name), st.integers(1, 3),
-       st.sampled_from([128, 1024, 8192]))
+@given(
+    st.lists(tables, min_size=1, max_size=5, unique_by=lambda t: t.name),
+    st.integers(1, 3),
+    st.sampled_from([128, 1024, 8192]),
+)
 def test_lower_bound_is_below_every_placement(tabs: list[Table], devices: int, batch: int) -> None:
     """Exhaustively: every table-wise placement of a small random inventory, and column-split ones, cost at
     least the LB under the simulator (the launch overhead is paid once per device, not once per table)."""
@@ -210,7 +274,8 @@ def test_lower_bound_is_below_every_heuristic_plan(n: int, seed: int, devices: i
     topo = Topology(num_devices=devices, memory_per_device_gb=1000.0, batch_size=512)
     cmp = compare_sharders(inv, topo, [*HEURISTICS, "torchrec"], make_oracle("simulator"), rounds=1)
     assert all(r.ratio_to_lower_bound >= 1.0 - 1e-9 for r in cmp.results), [
-        (r.sharder, r.ratio_to_lower_bound) for r in cmp.results]
+        (r.sharder, r.ratio_to_lower_bound) for r in cmp.results
+    ]
 
 
 def test_smallest_share_is_what_some_device_must_hold() -> None:
@@ -241,10 +306,15 @@ def test_pipeline_init_on_a_file_is_one_line_and_creates_nothing(tmp_path: Path)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(1, 12), st.integers(0, 10_000), st.sampled_from([(2, None), (4, None), (4, 2), (8, 4)]),
-       st.sampled_from(["data_parallel", "row_wise", "mixed"]))
-def test_lower_bound_is_below_plans_of_every_sharding_type(n: int, seed: int, shape: tuple[int, int | None],
-                                                           kind: str) -> None:
+@given(
+    st.integers(1, 12),
+    st.integers(0, 10_000),
+    st.sampled_from([(2, None), (4, None), (4, 2), (8, 4)]),
+    st.sampled_from(["data_parallel", "row_wise", "mixed"]),
+)
+def test_lower_bound_is_below_plans_of_every_sharding_type(
+    n: int, seed: int, shape: tuple[int, int | None], kind: str
+) -> None:
     """Replicas skip the all-to-all and row shards split a table's lookups D ways: the bound holds over the
     whole plan space, flat and on hosts (the simulator: its bound is exact)."""
     from dreamshard.sharders.base import make_plan
@@ -257,8 +327,14 @@ def test_lower_bound_is_below_plans_of_every_sharding_type(n: int, seed: int, sh
     rows = {t.name: t.num_embeddings for t in inv.tables}
     dp = names if kind == "data_parallel" else names[::2] if kind == "mixed" else []
     rw = [t for t in names if t not in dp] if kind != "data_parallel" else []
-    plan = make_plan(inv, topo, {}, "hand", row_shards={t: row_shards_for(rows[t], list(range(devices))) for t in rw},
-                     data_parallel=dp)
+    plan = make_plan(
+        inv,
+        topo,
+        {},
+        "hand",
+        row_shards={t: row_shards_for(rows[t], list(range(devices))) for t in rw},
+        data_parallel=dp,
+    )
     oracle = make_oracle("simulator")
     lb = measure_lower_bound(inv, topo, oracle).total_ms
     cost = evaluate_plan(inv, plan, oracle).measured.overall_ms

@@ -55,8 +55,9 @@ LINKED = ["plans/inv", f"plans/inv/{FP}", "plans/inv/current.json"]
 
 # -- 18.11: links out of the store ------------------------------------------------------------------------
 @pytest.mark.parametrize("rel", LINKED)
-def test_reads_through_a_link_out_of_the_store_are_refused(published: tuple[Path, Plan], tmp_path: Path,
-                                                           rel: str) -> None:
+def test_reads_through_a_link_out_of_the_store_are_refused(
+    published: tuple[Path, Plan], tmp_path: Path, rel: str
+) -> None:
     root, plan = published
     _link_out(root, rel, tmp_path / "elsewhere" / Path(rel).name)
     s = ["--store", str(root)]
@@ -74,8 +75,9 @@ def test_reads_through_a_link_out_of_the_store_are_refused(published: tuple[Path
 
 
 @pytest.mark.parametrize("rel", LINKED)
-def test_writes_through_a_link_out_of_the_store_are_refused(published: tuple[Path, Plan], tmp_path: Path,
-                                                            rel: str) -> None:
+def test_writes_through_a_link_out_of_the_store_are_refused(
+    published: tuple[Path, Plan], tmp_path: Path, rel: str
+) -> None:
     root, _ = published
     outside = _link_out(root, rel, tmp_path / "elsewhere" / Path(rel).name)
     before, before_out = snap(root), snap(outside.parent)
@@ -147,8 +149,12 @@ def test_a_foreign_folder_in_an_inventory_is_an_fsck_finding(published: tuple[Pa
     (root / f"plans/inv/{FP}/sub").mkdir()
     (root / f"plans/inv/{FP}/sub/p.json").write_text("{}")
     keys = {i.key for i in fsck(LocalPlanStore(root))}
-    assert keys == {"plans/inv/junk/notes.txt", "plans/inv/junk/deeper", "plans/inv/empty",
-                    f"plans/inv/{FP}/sub/p.json"}
+    assert keys == {
+        "plans/inv/junk/notes.txt",
+        "plans/inv/junk/deeper",
+        "plans/inv/empty",
+        f"plans/inv/{FP}/sub/p.json",
+    }
     r = cli(["plans", "fsck", "--store", str(root)])
     assert r[0] == 1 and r[1].count("fix:") == 4, r
 

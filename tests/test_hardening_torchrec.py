@@ -30,8 +30,13 @@ TOPO = Topology(num_devices=2, memory_per_device_gb=1.0)
 
 
 def _plan() -> Plan:
-    return make_plan(INV, TOPO, {"a": 0, "c": 1}, "hand",
-                     column_shards={"b": (ColumnShard(start=0, end=16, device=1), ColumnShard(start=16, end=32, device=0))})
+    return make_plan(
+        INV,
+        TOPO,
+        {"a": 0, "c": 1},
+        "hand",
+        column_shards={"b": (ColumnShard(start=0, end=16, device=1), ColumnShard(start=16, end=32, device=0))},
+    )
 
 
 def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
@@ -43,12 +48,14 @@ def _one_line_2(r: tuple[int, str, str], *needles: str) -> bool:
 
 EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], tuple[str, ...]]] = {
     "missing table": (lambda p: p["placement"].pop("c"), ("table 'c' has no device",)),
-    "all tables missing": (lambda p: (p.update(placement={}, column_shards={})), ("has no device",)),
+    "all tables missing": (lambda p: p.update(placement={}, column_shards={}), ("has no device",)),
     "unknown table": (lambda p: p["placement"].update(ghost=1), ("table 'ghost'", "not in inventory 'small'")),
     "a shard unit as a table": (lambda p: p["placement"].update({"b@0:16": 1}), ("table 'b@0:16'", "not in inventory")),
     "whole and split": (lambda p: p["placement"].update(b=1), ("table 'b' is both placed whole and split",)),
-    "over memory": (lambda p: p["topology"].update(memory_per_device_gb=1e-6),
-                    ("device ", "over its 1e-06 GB memory limit")),
+    "over memory": (
+        lambda p: p["topology"].update(memory_per_device_gb=1e-6),
+        ("device ", "over its 1e-06 GB memory limit"),
+    ),
     "forged memory figure": (lambda p: p.update(memory_per_device_gb=[0.0, 0.0]), ("states 0 GB on device 0",)),
     "shards that do not tile": (lambda p: p["column_shards"]["b"].pop(), ("column shards of table 'b'",)),
 }
@@ -101,8 +108,14 @@ ONE = Inventory(name="one", tables=(Table(name="t", num_embeddings=300, embeddin
 
 def _file(tmp_path: Path, ranges: list[list[int]], ranks: list[int]) -> Path:
     path = tmp_path / "tr.json"
-    path.write_text(json.dumps({"world_size": 2, "tables": {
-        "t": {"sharding_type": "column_wise", "ranks": ranks, "column_ranges": ranges}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "world_size": 2,
+                "tables": {"t": {"sharding_type": "column_wise", "ranks": ranks, "column_ranges": ranges}},
+            }
+        )
+    )
     return path
 
 
@@ -114,8 +127,10 @@ def _imported(tmp_path: Path, path: Path) -> tuple[tuple[int, str, str], Path]:
 
 def _loaded(path: Path) -> list[tuple[int, int, int]]:
     ps = load_sharding_plan(path, build_ebc(ONE)).plan[""]["t"]
-    shards = [(int(s.shard_offsets[1]), int(s.shard_offsets[1] + s.shard_sizes[1]), s.placement.rank())
-              for s in ps.sharding_spec.shards]
+    shards = [
+        (int(s.shard_offsets[1]), int(s.shard_offsets[1] + s.shard_sizes[1]), s.placement.rank())
+        for s in ps.sharding_spec.shards
+    ]
     assert list(ps.ranks) == [r for *_, r in shards]  # ParameterSharding.ranks in the shards' order
     return shards
 
@@ -129,7 +144,8 @@ def _loaded(path: Path) -> list[tuple[int, int, int]]:
     ],
 )
 def test_import_and_load_sharding_plan_read_one_placement(
-        tmp_path: Path, ranges: list[list[int]], expected: list[tuple[int, int, int]]) -> None:
+    tmp_path: Path, ranges: list[list[int]], expected: list[tuple[int, int, int]]
+) -> None:
     path = _file(tmp_path, ranges, [0, 1])
     r, out = _imported(tmp_path, path)
     assert r[0] == 0, r
@@ -142,12 +158,15 @@ def test_import_and_load_sharding_plan_read_one_placement(
 
 @pytest.mark.parametrize(
     ("ranges", "where"),
-    [([[8, 16], [0, 12]], "gap or overlap at column 12"),  # overlap, out of order
-     ([[12, 16], [0, 8]], "gap or overlap at column 8"),  # gap, out of order
-     ([[0, 8], [0, 8]], "gap or overlap at column 8")],  # the same range twice
+    [
+        ([[8, 16], [0, 12]], "gap or overlap at column 12"),  # overlap, out of order
+        ([[12, 16], [0, 8]], "gap or overlap at column 8"),  # gap, out of order
+        ([[0, 8], [0, 8]], "gap or overlap at column 8"),
+    ],  # the same range twice
 )
 def test_overlapping_or_gapped_ranges_stay_refused_by_both_readers(
-        tmp_path: Path, ranges: list[list[int]], where: str) -> None:
+    tmp_path: Path, ranges: list[list[int]], where: str
+) -> None:
     path = _file(tmp_path, ranges, [0, 1])
     r, out = _imported(tmp_path, path)
     assert _one_line_2(r, "table 't'", where), r

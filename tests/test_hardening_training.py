@@ -29,11 +29,13 @@ from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, 
 from dreamshard.learning.records import MAX_RECORD_MS, check_training_records
 from dreamshard.learning.train_cost import train_cost_model
 
-PARAMS = ("profile: {backend: simulator}\n"
-          "train_cost: {steps: 2, ensemble_size: 1}\n"
-          "train_policy: {episodes: 2, episodes_per_update: 2}\n"
-          "train: {iterations: 1, placements_per_iteration: 1, search_per_iteration: 0, perturb_per_iteration: 0, "
-          "init: none}\n")
+PARAMS = (
+    "profile: {backend: simulator}\n"
+    "train_cost: {steps: 2, ensemble_size: 1}\n"
+    "train_policy: {episodes: 2, episodes_per_update: 2}\n"
+    "train: {iterations: 1, placements_per_iteration: 1, search_per_iteration: 0, perturb_per_iteration: 0, "
+    "init: none}\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +44,39 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     default kinds' 5), tasks and params."""
     d = tmp_path_factory.mktemp("training")
     inv = synth_inventory(6, 0, name="inv")
-    files = {"dir": d, "inventory": save_inventory(inv, d / "inv.yaml"), "params": d / "params.yaml",
-             "measurements": d / "m.jsonl", "tasks": d / "tasks.json"}
+    files = {
+        "dir": d,
+        "inventory": save_inventory(inv, d / "inv.yaml"),
+        "params": d / "params.yaml",
+        "measurements": d / "m.jsonl",
+        "tasks": d / "tasks.json",
+    }
     files["params"].write_text(PARAMS)
-    assert invoke(["profile", "-i", str(files["inventory"]), "-d", "2", "-m", "1", "--backend", "simulator", "-o",
-                   str(files["measurements"]), "--no-progress", "-k", "4"])[0] == 0
-    assert invoke(["tasks", "-i", str(files["inventory"]), "--params", str(files["params"]), "-o",
-                   str(files["tasks"])])[0] == 0
+    assert (
+        invoke(
+            [
+                "profile",
+                "-i",
+                str(files["inventory"]),
+                "-d",
+                "2",
+                "-m",
+                "1",
+                "--backend",
+                "simulator",
+                "-o",
+                str(files["measurements"]),
+                "--no-progress",
+                "-k",
+                "4",
+            ]
+        )[0]
+        == 0
+    )
+    assert (
+        invoke(["tasks", "-i", str(files["inventory"]), "--params", str(files["params"]), "-o", str(files["tasks"])])[0]
+        == 0
+    )
     return files
 
 
@@ -62,8 +90,18 @@ def _write(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def _argv(cmd: str, world: dict[str, Path], measurements: Path, model_dir: Path) -> list[str]:
-    argv = [cmd, "-i", str(world["inventory"]), "--measurements", str(measurements), "--params", str(world["params"]),
-            "--model-dir", str(model_dir), "--no-progress"]
+    argv = [
+        cmd,
+        "-i",
+        str(world["inventory"]),
+        "--measurements",
+        str(measurements),
+        "--params",
+        str(world["params"]),
+        "--model-dir",
+        str(model_dir),
+        "--no-progress",
+    ]
     return argv + (["--tasks", str(world["tasks"])] if cmd == "train" else [])
 
 
@@ -114,9 +152,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("cmd", ["train-cost", "train"])
 @pytest.mark.parametrize("what", list(HOSTILE))
-def test_hostile_training_records_are_one_line_and_write_nothing(
-    world: dict[str, Path], cmd: str, what: str
-) -> None:
+def test_hostile_training_records_are_one_line_and_write_nothing(world: dict[str, Path], cmd: str, what: str) -> None:
     """18.6, 18.14, 18.7: 1e308 ms, a device past the topology, one id with two costs, another inventory's record,
     an overall contradicting the per-device costs: exit 2, one line naming the record and the field."""
     edit, needles = HOSTILE[what]
@@ -160,16 +196,16 @@ def test_the_cost_trainer_checks_every_record_it_sees(world: dict[str, Path]) ->
     recs = load_measurements(world["measurements"])
     bad = recs[-1].model_copy(update={"costs": recs[-1].costs.model_copy(update={"overall_ms": 1e300})})
     with pytest.raises(TrainingDataError, match="costs.overall_ms = 1e\\+300"):
-        train_cost_model(synth_inventory(6, 0, name="inv"), [*recs[:-1], bad], CostTrainConfig(steps=1),
-                         progress=False)
+        train_cost_model(synth_inventory(6, 0, name="inv"), [*recs[:-1], bad], CostTrainConfig(steps=1), progress=False)
 
 
 def test_a_diverging_fit_is_a_typed_error(world: dict[str, Path]) -> None:
     """18.6: non-finite weights never leave the trainer (nor reach planning or the policy)."""
     recs = load_measurements(world["measurements"])
     with pytest.raises(ModelError, match="diverged"):
-        train_cost_model(synth_inventory(6, 0, name="inv"), recs, CostTrainConfig(steps=5, lr=1e30, ensemble_size=1),
-                         progress=False)
+        train_cost_model(
+            synth_inventory(6, 0, name="inv"), recs, CostTrainConfig(steps=5, lr=1e30, ensemble_size=1), progress=False
+        )
 
 
 def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
@@ -181,17 +217,15 @@ def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
     assert not (tmp_path / "m").exists()
 
 
-
-
-
 def test_a_model_with_nan_weights_is_refused_at_load(world: dict[str, Path], tmp_path: Path) -> None:
     """18.6: `plan` with a NaN model put every table on device 0 at 0.000 ms; now a one-line ModelError."""
     state = torch.load(PACKAGED_DIR / COST_FILE, weights_only=True)
     buf = io.BytesIO()
     torch.save({k: v * float("nan") if v.is_floating_point() else v for k, v in state.items()}, buf)
     m = model_with_weights(tmp_path / "nan", buf.getvalue())
-    r = invoke(["plan", "-i", str(world["inventory"]), "-d", "2", "-m", "1", "--model", str(m), "-o",
-                str(tmp_path / "p.json")])
+    r = invoke(
+        ["plan", "-i", str(world["inventory"]), "-d", "2", "-m", "1", "--model", str(m), "-o", str(tmp_path / "p.json")]
+    )
     _one_line_2(r, "ModelError", "not finite")
     assert not (tmp_path / "p.json").exists()
 

@@ -64,8 +64,10 @@ def test_two_hosts_cost_more_than_flat_at_the_default_bandwidth(model: CommModel
 def test_a_huge_inter_host_bandwidth_converges_to_flat() -> None:
     flat = topo(4)
     for c in COLLECTIVES:
-        costs = [comm.device_comm_ms(topo(4, 2, inter_host_gbps=g), FAST, 4e6, c)  # type: ignore[arg-type]
-                 for g in (1.0, 12.5, 100.0, 1e6)]
+        costs = [
+            comm.device_comm_ms(topo(4, 2, inter_host_gbps=g), FAST, 4e6, c)  # type: ignore[arg-type]
+            for g in (1.0, 12.5, 100.0, 1e6)
+        ]
         assert costs == sorted(costs, reverse=True)
         assert costs[-1] == pytest.approx(comm.device_comm_ms(flat, FAST, 4e6, c), rel=1e-4)  # type: ignore[arg-type]
     # a model whose fitted alpha is below the assumed network latency: within that latency of flat
@@ -82,8 +84,10 @@ def test_the_collective_defaults_to_the_models_own() -> None:
 
 
 def _tables() -> list[Table]:
-    return [Table(name=f"t{i}", num_embeddings=1000 * (i + 1), embedding_dim=16 * (1 + i % 4), pooling_factor=2.0 + i)
-            for i in range(8)]
+    return [
+        Table(name=f"t{i}", num_embeddings=1000 * (i + 1), embedding_dim=16 * (1 + i % 4), pooling_factor=2.0 + i)
+        for i in range(8)
+    ]
 
 
 @pytest.mark.parametrize("model", [FAST, GLOO])

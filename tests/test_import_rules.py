@@ -122,7 +122,7 @@ def _late_imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, str]]:
         for i, node in enumerate(nodes):
             if i == 0 or node.lineno != (nodes[i - 1].end_lineno or nodes[i - 1].lineno) + 1:
                 first = node.lineno  # a new run of consecutive imports starts here
-            text = " ".join([lines[first - 2], *lines[node.lineno - 1: node.end_lineno or node.lineno]])
+            text = " ".join([lines[first - 2], *lines[node.lineno - 1 : node.end_lineno or node.lineno]])
             out.append((node, text))
     return out
 
@@ -192,37 +192,61 @@ def test_function_level_imports_are_optional_dependencies_or_torch_with_a_commen
 def test_the_torch_finder_follows_packages_and_leaves_out_type_checking_blocks() -> None:
     heavy = _loads_torch()
     assert {"dreamshard.profiling.oracle", "dreamshard.learning.model_store", "dreamshard.usecases.plan"} <= heavy
-    assert not {"dreamshard.config.settings", "dreamshard.cli.app", "dreamshard.profiling", "dreamshard.gate",
-                "dreamshard.usecases.inventory", "dreamshard.usecases.taskset", "dreamshard.pipeline.incumbent"} & heavy
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\nelse:\n    import json\n"
-                     "class A:\n    import numpy\ndef f():\n    import yaml\n")
+    assert (
+        not {
+            "dreamshard.config.settings",
+            "dreamshard.cli.app",
+            "dreamshard.profiling",
+            "dreamshard.gate",
+            "dreamshard.usecases.inventory",
+            "dreamshard.usecases.taskset",
+            "dreamshard.pipeline.incumbent",
+        }
+        & heavy
+    )
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\nelse:\n    import json\n"
+        "class A:\n    import numpy\ndef f():\n    import yaml\n"
+    )
     assert [_module_of(n) for n in _import_time(tree.body)] == ["typing", "json", "numpy"]
 
 
 def _python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
 
 
 def test_library_cli_imports_neither_prefect_nor_the_flows() -> None:
-    res = _python("import sys, dreamshard.cli.app\n"
-                  "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('prefect', 'dreamshard_flows'))\n"
-                  "print(bad)")
+    res = _python(
+        "import sys, dreamshard.cli.app\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('prefect', 'dreamshard_flows'))\n"
+        "print(bad)"
+    )
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
 
 
 def test_a_library_command_does_not_load_the_pipeline_plugin_and_the_top_level_help_lists_it() -> None:
     """Only `dreamshard pipeline ...` (and the top-level help) loads the flows: every DVC stage is a library
     command, and Prefect's import was 2.6 s of each one's start."""
-    check = ("import sys\nfrom dreamshard.cli.app import main\ntry:\n    main({})\nexcept SystemExit:\n    pass\n"
-             "print('LOADED' if 'prefect' in sys.modules else 'NOT-LOADED')")
+    check = (
+        "import sys\nfrom dreamshard.cli.app import main\ntry:\n    main({})\nexcept SystemExit:\n    pass\n"
+        "print('LOADED' if 'prefect' in sys.modules else 'NOT-LOADED')"
+    )
     res = _python(check.format(["inventory", "--help"]))
     assert res.returncode == 0 and res.stdout.split()[-1] == "NOT-LOADED", res.stderr
     # The top-level help and the pipeline's help in one process (both load Prefect, 2.6 s a start)
-    both = ("import sys\nfrom dreamshard.cli.app import invoke\n"
-            "top, pipeline = invoke(['--help']), invoke(['pipeline', '--help'])\n"
-            "print(top[0], 'pipeline' in top[1], pipeline[0], 'workspace' in pipeline[1].lower(), "
-            "'LOADED' if 'prefect' in sys.modules else 'NOT-LOADED')")
+    both = (
+        "import sys\nfrom dreamshard.cli.app import invoke\n"
+        "top, pipeline = invoke(['--help']), invoke(['pipeline', '--help'])\n"
+        "print(top[0], 'pipeline' in top[1], pipeline[0], 'workspace' in pipeline[1].lower(), "
+        "'LOADED' if 'prefect' in sys.modules else 'NOT-LOADED')"
+    )
     res = _python(both)
     assert res.returncode == 0 and res.stdout.split()[-5:] == ["0", "True", "0", "True", "LOADED"], res.stderr
 
@@ -251,21 +275,29 @@ def test_light_commands_run_without_torch(tmp_path: Path) -> None:
     inv, tasks, note, store = (tmp_path / n for n in ("inv.yaml", "tasks.json", "incumbent.json", "store"))
     env = _without("torch", tmp_path)
     assert _python("import torch", env).returncode != 0
-    commands = [["--help"], ["plans", "--help"], ["inventory", "synth", "-n", "12", "-o", str(inv)],
-                ["inventory", "push", str(inv), "--store", str(store), "--no-event"],
-                ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
-                ["plans", "incumbent", "--inventory", "pool", "--store", str(store), "-o", str(note)],
-                ["plans", "incumbent", "--from", str(note), "-o", str(tmp_path / "i.json")],
-                ["tasks", "--inventory", str(inv), "-o", str(tasks)], ["plans", "list", "--store", str(store)],
-                ["plans", "show", "--store", str(store), "--inventory", "pool"],
-                ["plan", "--inventory", str(inv), "--sharder", "dim_greedy", "-d", "2"]]
+    commands = [
+        ["--help"],
+        ["plans", "--help"],
+        ["inventory", "synth", "-n", "12", "-o", str(inv)],
+        ["inventory", "push", str(inv), "--store", str(store), "--no-event"],
+        ["inventory", "validate", str(inv), "-o", str(tmp_path / "v.yaml")],
+        ["plans", "incumbent", "--inventory", "pool", "--store", str(store), "-o", str(note)],
+        ["plans", "incumbent", "--from", str(note), "-o", str(tmp_path / "i.json")],
+        ["tasks", "--inventory", str(inv), "-o", str(tasks)],
+        ["plans", "list", "--store", str(store)],
+        ["plans", "show", "--store", str(store), "--inventory", "pool"],
+        ["plan", "--inventory", str(inv), "--sharder", "dim_greedy", "-d", "2"],
+    ]
     # One process runs them all in turn (where torch cannot load, the order does not matter): a process each cost
     # a second apiece
-    res = _python("import json\nfrom dreamshard.cli.app import invoke\n"
-                  "def answer(argv):\n"
-                  "    try:\n        return invoke(argv)[::2]\n"
-                  "    except ImportError as e:\n        return 1, repr(e)\n"
-                  f"print(json.dumps([answer(a) for a in {commands!r}]))", env)
+    res = _python(
+        "import json\nfrom dreamshard.cli.app import invoke\n"
+        "def answer(argv):\n"
+        "    try:\n        return invoke(argv)[::2]\n"
+        "    except ImportError as e:\n        return 1, repr(e)\n"
+        f"print(json.dumps([answer(a) for a in {commands!r}]))",
+        env,
+    )
     assert res.returncode == 0, res.stderr
     answers = [tuple(a) for a in json.loads(res.stdout.splitlines()[-1])]
     for argv, (code, err) in zip(commands[:-2], answers):
@@ -279,7 +311,9 @@ def test_light_commands_run_without_torch(tmp_path: Path) -> None:
 
 def test_the_late_import_check_reads_comments(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    import json\n\n\ndef g():\n    # optional dependency: torchrec\n"
-                   "    import torchrec\n    from torchrec import x\n    y = 1\n    import torchrec.z\n")
+    src.write_text(
+        "def f():\n    import json\n\n\ndef g():\n    # optional dependency: torchrec\n"
+        "    import torchrec\n    from torchrec import x\n    y = 1\n    import torchrec.z\n"
+    )
     found = [(n.lineno, "optional dependency" in said) for n, said in _late_imports(src)]
     assert found == [(2, False), (7, True), (8, True), (10, False)]

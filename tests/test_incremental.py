@@ -28,8 +28,14 @@ TOPO = Topology(num_devices=4, memory_per_device_gb=4.0, batch_size=512)
 def changed(inv: Inventory) -> Inventory:
     """One table's pooling x1.5 and one new table (a copy of another under a new name)."""
     t0, t1 = inv.tables[0], inv.tables[1]
-    return Inventory(name=inv.name, tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
-                                            *inv.tables[1:], t1.model_copy(update={"name": f"{t1.name}_new"})))
+    return Inventory(
+        name=inv.name,
+        tables=(
+            t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
+            *inv.tables[1:],
+            t1.model_copy(update={"name": f"{t1.name}_new"}),
+        ),
+    )
 
 
 class CountingBackend:
@@ -63,7 +69,9 @@ def test_the_corpus_reuses_a_device_only_for_the_same_tables_and_settings(tmp_pa
     assert again.measure(inv, placement, TOPO).costs == m1.costs and again.backend.calls == 0  # type: ignore[attr-defined]
     # one table's statistics change: only its device is measured again
     t0 = inv.tables[0]
-    v2 = inv.model_copy(update={"tables": (t0.model_copy(update={"pooling_factor": t0.pooling_factor * 2}), *inv.tables[1:])})
+    v2 = inv.model_copy(
+        update={"tables": (t0.model_copy(update={"pooling_factor": t0.pooling_factor * 2}), *inv.tables[1:])}
+    )
     again.measure(v2, placement, TOPO)
     assert again.backend.calls == 1  # type: ignore[attr-defined]
     # another batch size is another setting: nothing reused
@@ -86,12 +94,31 @@ def test_a_corpus_that_is_not_a_directory_or_holds_foreign_lines_is_refused(tmp_
 
 PARAMS = {
     "topology": {"memory_per_device_gb": 4.0, "batch_size": 512},
-    "tasks": {"train_num_tasks": 8, "train_tables": [8, 14], "train_devices": 4, "test_tables": [6], "test_devices": [2]},
-    "profile": {"backend": "simulator", "warmup": 0, "repeats": 1, "num_placements": 3,
-                "kinds": ["dim_greedy", "crowded"], "incremental_tasks": 2},
-    "train": {"init": "previous", "iterations": 2, "incremental_iterations": 1, "refresh_tasks": 1,
-              "placements_per_iteration": 4, "search_per_iteration": 1, "perturb_per_iteration": 1,
-              "incremental_cost_steps": 7},
+    "tasks": {
+        "train_num_tasks": 8,
+        "train_tables": [8, 14],
+        "train_devices": 4,
+        "test_tables": [6],
+        "test_devices": [2],
+    },
+    "profile": {
+        "backend": "simulator",
+        "warmup": 0,
+        "repeats": 1,
+        "num_placements": 3,
+        "kinds": ["dim_greedy", "crowded"],
+        "incremental_tasks": 2,
+    },
+    "train": {
+        "init": "previous",
+        "iterations": 2,
+        "incremental_iterations": 1,
+        "refresh_tasks": 1,
+        "placements_per_iteration": 4,
+        "search_per_iteration": 1,
+        "perturb_per_iteration": 1,
+        "incremental_cost_steps": 7,
+    },
     "train_cost": {"steps": 20, "ensemble_size": 3},
     "train_policy": {"episodes": 4, "episodes_per_update": 2},
 }
@@ -99,16 +126,36 @@ PARAMS = {
 
 def _stage(work: Path, inv: Inventory, tag: str) -> profile_uc.BatchedProfileResult:
     save_inventory(inv, work / f"{tag}.yaml")
-    assert invoke(["tasks", "-i", str(work / f"{tag}.yaml"), "--params", str(work / "params.yaml"),
-                   "-o", str(work / f"{tag}-tasks.json")])[0] == 0
-    return profile_uc.run_batched(profile_uc.BatchedProfileRequest(
-        settings=resolve(work / "params.yaml"), inventory=work / f"{tag}.yaml", tasks=work / f"{tag}-tasks.json",
-        out=work / f"{tag}.jsonl", corpus=work / "corpus"), log=lambda _m: None)
+    assert (
+        invoke(
+            [
+                "tasks",
+                "-i",
+                str(work / f"{tag}.yaml"),
+                "--params",
+                str(work / "params.yaml"),
+                "-o",
+                str(work / f"{tag}-tasks.json"),
+            ]
+        )[0]
+        == 0
+    )
+    return profile_uc.run_batched(
+        profile_uc.BatchedProfileRequest(
+            settings=resolve(work / "params.yaml"),
+            inventory=work / f"{tag}.yaml",
+            tasks=work / f"{tag}-tasks.json",
+            out=work / f"{tag}.jsonl",
+            corpus=work / "corpus",
+        ),
+        log=lambda _m: None,
+    )
 
 
 @pytest.mark.parametrize("kinds", [["dim_greedy", "crowded"], ["dim_greedy", "crowded", "row_wise", "data_parallel"]])
-def test_a_one_table_change_measures_only_the_devices_it_touches_and_a_few_tasks(tmp_path: Path,
-                                                                                  kinds: list[str]) -> None:
+def test_a_one_table_change_measures_only_the_devices_it_touches_and_a_few_tasks(
+    tmp_path: Path, kinds: list[str]
+) -> None:
     """With the typed kinds too: a device holding a replica is two fused operators (two corpus entries), and the
     check of which tasks need timings must look them up so, or every task looks changed and none is left out."""
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "profile": {**PARAMS["profile"], "kinds": kinds}}))
@@ -136,10 +183,17 @@ def test_a_one_table_change_measures_only_the_devices_it_touches_and_a_few_tasks
 
 
 def _train(work: Path, tag: str) -> train_uc.TrainResult:
-    return train_uc.run(train_uc.TrainRequest(
-        settings=resolve(work / "params.yaml"), inventory=work / f"{tag}.yaml", tasks=work / f"{tag}-tasks.json",
-        model_dir=work / "model", measurements=work / f"{tag}.jsonl", state_dir=work / "state",
-        corpus=work / "corpus"))
+    return train_uc.run(
+        train_uc.TrainRequest(
+            settings=resolve(work / "params.yaml"),
+            inventory=work / f"{tag}.yaml",
+            tasks=work / f"{tag}-tasks.json",
+            model_dir=work / "model",
+            measurements=work / f"{tag}.jsonl",
+            state_dir=work / "state",
+            corpus=work / "corpus",
+        )
+    )
 
 
 def card_train(work: Path) -> dict:
@@ -178,8 +232,18 @@ def test_the_retrain_after_a_change_warm_starts_from_the_previous_model_on_the_c
 def test_the_profile_and_train_commands_take_the_corpus(tmp_path: Path) -> None:
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     save_inventory(synth_inventory(6, 0, name="inv"), tmp_path / "inv.yaml")
-    args = ["profile", "-i", str(tmp_path / "inv.yaml"), "--params", str(tmp_path / "params.yaml"), "-d", "2",
-            "--corpus", str(tmp_path / "corpus"), "--no-progress"]
+    args = [
+        "profile",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "-d",
+        "2",
+        "--corpus",
+        str(tmp_path / "corpus"),
+        "--no-progress",
+    ]
     code, out, _ = invoke([*args, "-o", str(tmp_path / "a.jsonl")])
     assert code == 0 and "device timings measured" in out and " 0 reused" in out
     code, out, _ = invoke([*args, "-o", str(tmp_path / "b.jsonl")])
@@ -218,15 +282,21 @@ def test_compare_reuses_only_the_lower_bounds_singles_and_the_gate_measures_no_l
     # the gate decides on the plans alone: no single-table timing at all, and its report says so
     gate_oracle = counting_oracle(None)
     plan = get_sharder("size_greedy").shard(inv, TOPO)
-    _, _, cmp = measure_and_gate(plan, inv, gate_oracle, PublishConfig(baselines=("round_robin", "torchrec"), min_rounds=2, allow_simulated=True),
-                                 rounds=2)
+    _, _, cmp = measure_and_gate(
+        plan,
+        inv,
+        gate_oracle,
+        PublishConfig(baselines=("round_robin", "torchrec"), min_rounds=2, allow_simulated=True),
+        rounds=2,
+    )
     measured = sum(timed_ops(r.plan) for r in cmp.results) * 2
     assert gate_oracle.backend.calls == measured and not cmp.has_lower_bound  # type: ignore[attr-defined]
     assert "LB not measured" in comparison_markdown(cmp) and "| - |" in comparison_markdown(cmp)
 
 
-def test_workers_send_their_timings_back_and_the_next_version_measures_only_what_changed(tmp_path: Path,
-                                                                                         monkeypatch) -> None:
+def test_workers_send_their_timings_back_and_the_next_version_measures_only_what_changed(
+    tmp_path: Path, monkeypatch
+) -> None:
     """Worker-dispatched profiling grows the corpus too: each batch's shard carries the timings its worker made
     (keyed by the worker's hardware, which is not the dispatcher's), the dispatcher adds them to the corpus, and the
     next version's profile stage limits its tasks by what the workers already measured."""
@@ -247,12 +317,32 @@ def test_workers_send_their_timings_back_and_the_next_version_measures_only_what
 
     def stage(inv: Inventory, tag: str) -> profile_uc.BatchedProfileResult:
         save_inventory(inv, tmp_path / f"{tag}.yaml")
-        assert invoke(["tasks", "-i", str(tmp_path / f"{tag}.yaml"), "--params", str(tmp_path / "params.yaml"),
-                       "-o", str(tmp_path / f"{tag}-tasks.json")])[0] == 0
-        return profile_uc.run_batched(profile_uc.BatchedProfileRequest(
-            settings=resolve(tmp_path / "params.yaml"), inventory=tmp_path / f"{tag}.yaml",
-            tasks=tmp_path / f"{tag}-tasks.json", out=tmp_path / f"{tag}.jsonl", corpus=tmp_path / "corpus",
-            dispatch="workers", store_uri=str(tmp_path / "store")), log=lambda _m: None)
+        assert (
+            invoke(
+                [
+                    "tasks",
+                    "-i",
+                    str(tmp_path / f"{tag}.yaml"),
+                    "--params",
+                    str(tmp_path / "params.yaml"),
+                    "-o",
+                    str(tmp_path / f"{tag}-tasks.json"),
+                ]
+            )[0]
+            == 0
+        )
+        return profile_uc.run_batched(
+            profile_uc.BatchedProfileRequest(
+                settings=resolve(tmp_path / "params.yaml"),
+                inventory=tmp_path / f"{tag}.yaml",
+                tasks=tmp_path / f"{tag}-tasks.json",
+                out=tmp_path / f"{tag}.jsonl",
+                corpus=tmp_path / "corpus",
+                dispatch="workers",
+                store_uri=str(tmp_path / "store"),
+            ),
+            log=lambda _m: None,
+        )
 
     v1 = synth_inventory(40, 0, name="pool")
     stage(v1, "v1")

@@ -51,8 +51,9 @@ def test_plans_incumbent_writes_the_stores_current_plan_or_a_note_and_checks_a_f
     code, shown, _ = invoke(["plans", "show", "current", "--inventory", "pool", "--store", str(store_dir)])
     assert code == 0 and shown == out.read_text()  # `plans show current > inputs/incumbent.json` is the same file
 
-    code, text, err = invoke(["plans", "incumbent", "--inventory", "other", "--store", str(store_dir), "-o",
-                              str(tmp_path / "none.json")])
+    code, text, err = invoke(
+        ["plans", "incumbent", "--inventory", "other", "--store", str(store_dir), "-o", str(tmp_path / "none.json")]
+    )
     assert code == 0 and "no plan was current for inventory 'other'" in text, err
     assert load_incumbent(tmp_path / "none.json") is None
 
@@ -89,8 +90,9 @@ def test_a_workspace_rewrites_its_incumbent_only_for_a_new_inventory(tmp_path: P
 def test_pipeline_init_writes_no_incumbent_and_status_says_what_the_plan_stage_starts_from(tmp_path: Path) -> None:
     tiny_inventory(tmp_path / "inv.yaml")
     ws = tmp_path / "ws"
-    code, _, err = invoke(["pipeline", "init", str(ws), "-i", str(tmp_path / "inv.yaml"), "--dvc-remote",
-                           str(tmp_path / "remote")])
+    code, _, err = invoke(
+        ["pipeline", "init", str(ws), "-i", str(tmp_path / "inv.yaml"), "--dvc-remote", str(tmp_path / "remote")]
+    )
     assert code == 0, err
     assert load_incumbent(ws / INPUT_INCUMBENT) is None  # a new workspace: no plan current yet
     code, out, err = invoke(["pipeline", "status", "--workspace", str(ws)])

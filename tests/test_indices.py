@@ -73,7 +73,6 @@ def test_no_histogram_draws_the_assumed_popularity() -> None:
     assert l1_distance(reuse_histogram(idx), assumed_histogram(100_000, 10.0)) < 0.1
 
 
-
 def test_a_vanishing_pooling_gets_the_all_once_histogram_without_a_numpy_warning() -> None:
     """Groups expected to see no lookup at all (their expected count underflows to 0) have Poisson mass 0 at every
     count: log(0) is -inf there, not a RuntimeWarning in the user's log (hypothesis found one)."""
@@ -91,8 +90,24 @@ HAND_CASES = [
     ("one-hot-flat", 1.0, _hist((0, 1.0))),
     ("sparse-flat", 0.4, _hist((0, 1.0))),
     ("mild", 5.0, _hist((0, 0.5), (1, 0.2), (2, 0.15), (3, 0.1), (4, 0.05))),
-    ("skewed", 30.0, _hist((0, 0.3), (1, 0.1), (2, 0.1), (3, 0.1), (4, 0.1), (5, 0.1), (6, 0.05), (7, 0.05),
-                          (8, 0.04), (9, 0.03), (10, 0.02), (11, 0.01))),
+    (
+        "skewed",
+        30.0,
+        _hist(
+            (0, 0.3),
+            (1, 0.1),
+            (2, 0.1),
+            (3, 0.1),
+            (4, 0.1),
+            (5, 0.1),
+            (6, 0.05),
+            (7, 0.05),
+            (8, 0.04),
+            (9, 0.03),
+            (10, 0.02),
+            (11, 0.01),
+        ),
+    ),
     ("hot", 100.0, _hist((6, 0.2), (8, 0.3), (10, 0.3), (12, 0.2))),
     ("very-hot-tail", 100.0, _hist((0, 0.95), (3, 0.03), (14, 0.015), (16, 0.005))),
 ]

@@ -52,9 +52,14 @@ CS = ColumnShard
 def _split_plan() -> object:
     """item: 32 columns as 8 | 24 on ranks 2, 0 (unequal); keys: 24 columns as 12 | 12 both on rank 1."""
     return make_plan(
-        INV, TOPO, {"user.id": 0, "ctx": 2}, "hand",
-        column_shards={"item": (CS(start=0, end=8, device=2), CS(start=8, end=32, device=0)),
-                       "keys": (CS(start=0, end=12, device=1), CS(start=12, end=24, device=1))},
+        INV,
+        TOPO,
+        {"user.id": 0, "ctx": 2},
+        "hand",
+        column_shards={
+            "item": (CS(start=0, end=8, device=2), CS(start=8, end=32, device=0)),
+            "keys": (CS(start=0, end=12, device=1), CS(start=12, end=24, device=1)),
+        },
     )
 
 
@@ -66,11 +71,20 @@ def test_make_plan_with_column_shards_counts_each_shard_where_it_lives() -> None
     plan = _split_plan()
     assert plan.placement == {"user.id": 0, "ctx": 2} and list(plan.column_shards) == ["item", "keys"]
     assert plan.memory_per_device_gb == pytest.approx(
-        ((300 * 16 * 4 + 500 * 24 * 4) / GB, 70 * 24 * 4 / GB, (40 * 8 * 2 + 500 * 8 * 4) / GB))
+        ((300 * 16 * 4 + 500 * 24 * 4) / GB, 70 * 24 * 4 / GB, (40 * 8 * 2 + 500 * 8 * 4) / GB)
+    )
     with pytest.raises(PlanError, match="plan places table 'nope', which is not in inventory 'small'"):
-        make_plan(INV, TOPO, plan.placement, "x", column_shards={**plan.column_shards, "nope": (CS(start=0, end=4, device=0),)})
+        make_plan(
+            INV,
+            TOPO,
+            plan.placement,
+            "x",
+            column_shards={**plan.column_shards, "nope": (CS(start=0, end=4, device=0),)},
+        )
     with pytest.raises(PlanError, match="table 'ctx' is both placed whole and split"):
-        make_plan(INV, TOPO, plan.placement, "x", column_shards={**plan.column_shards, "ctx": (CS(start=0, end=8, device=0),)})
+        make_plan(
+            INV, TOPO, plan.placement, "x", column_shards={**plan.column_shards, "ctx": (CS(start=0, end=8, device=0),)}
+        )
     with pytest.raises(PlanError, match="table 'keys' has no device"):
         make_plan(INV, TOPO, plan.placement, "x", column_shards={"item": plan.column_shards["item"]})
 
@@ -81,8 +95,13 @@ def test_table_names_for_torchrec() -> None:
     assert torchrec_table_name("b-c_1") == "b-c_1"
     assert [c.name for c in table_configs(INV)] == ["user_id", "item", "ctx", "keys_table"]
     assert [c.feature_names for c in table_configs(INV)][0] == ["user_id"]
-    clash = Inventory(name="c", tables=(Table(name="a.b", num_embeddings=1, embedding_dim=4, pooling_factor=1.0),
-                                        Table(name="a_b", num_embeddings=1, embedding_dim=4, pooling_factor=1.0)))
+    clash = Inventory(
+        name="c",
+        tables=(
+            Table(name="a.b", num_embeddings=1, embedding_dim=4, pooling_factor=1.0),
+            Table(name="a_b", num_embeddings=1, embedding_dim=4, pooling_factor=1.0),
+        ),
+    )
     with pytest.raises(PlanError, match="tables 'a.b' and 'a_b' both map to TorchRec table 'a_b'"):
         table_configs(clash)
 
@@ -92,13 +111,24 @@ def test_document_holds_plan_shapes_and_kernel() -> None:
     doc = torchrec_document(plan, INV, "dense")
     assert doc.world_size == 3 and doc.device_type == "cpu" and doc.inventory_fingerprint == INV.fingerprint()
     assert doc.tables["user.id"].model_dump(exclude_none=True) == {
-        "sharding_type": "table_wise", "compute_kernel": "dense", "ranks": (0,), "num_embeddings": 300, "embedding_dim": 16}
+        "sharding_type": "table_wise",
+        "compute_kernel": "dense",
+        "ranks": (0,),
+        "num_embeddings": 300,
+        "embedding_dim": 16,
+    }
     assert doc.tables["item"].column_ranges == ((0, 8), (8, 32)) and doc.tables["item"].ranks == (2, 0)
     assert doc.units() == {"user.id": 0, "ctx": 2, "item@0:8": 2, "item@8:32": 0, "keys@0:12": 1, "keys@12:24": 1}
     # the file's table map is Plan.to_torchrec() plus shapes
     fused = torchrec_document(plan, INV)
-    assert {t: {k: v for k, v in s.model_dump(mode="json", exclude_none=True).items()
-                if k not in ("num_embeddings", "embedding_dim")} for t, s in fused.tables.items()} == plan.to_torchrec()
+    assert {
+        t: {
+            k: v
+            for k, v in s.model_dump(mode="json", exclude_none=True).items()
+            if k not in ("num_embeddings", "embedding_dim")
+        }
+        for t, s in fused.tables.items()
+    } == plan.to_torchrec()
     with pytest.raises(ConfigError, match="'fused_uvm' needs device type cuda"):
         torchrec_document(plan, INV, "fused_uvm")  # type: ignore[arg-type]
 
@@ -113,11 +143,15 @@ def test_export_equals_torchrecs_own_generators() -> None:
     ours = sharding_plan(plan, ebc).plan[""]
     theirs = construct_module_sharding_plan(
         ebc,
-        per_param_sharding={"user_id": table_wise(rank=0, compute_kernel="fused"),
-                            "item": column_wise(ranks=[2, 0], compute_kernel="fused"),  # equal halves: not our plan
-                            "ctx": table_wise(rank=2, compute_kernel="fused"),
-                            "keys_table": column_wise(ranks=[1, 1], compute_kernel="fused")},
-        local_size=3, world_size=3, device_type="cpu",
+        per_param_sharding={
+            "user_id": table_wise(rank=0, compute_kernel="fused"),
+            "item": column_wise(ranks=[2, 0], compute_kernel="fused"),  # equal halves: not our plan
+            "ctx": table_wise(rank=2, compute_kernel="fused"),
+            "keys_table": column_wise(ranks=[1, 1], compute_kernel="fused"),
+        },
+        local_size=3,
+        world_size=3,
+        device_type="cpu",
     )
     for name in ("user_id", "ctx", "keys_table"):
         assert ours[name] == theirs[name], name
@@ -136,7 +170,11 @@ def test_column_shards_round_trip_through_file_and_sharding_plan(tmp_path: Path)
     assert back.placement == plan.placement and back.column_shards == plan.column_shards
     assert back.memory_per_device_gb == pytest.approx(plan.memory_per_device_gb)
     from_file = plan_from_torchrec(path, INV, TOPO)
-    assert (from_file.placement, from_file.column_shards, from_file.sharder) == (plan.placement, plan.column_shards, "hand")
+    assert (from_file.placement, from_file.column_shards, from_file.sharder) == (
+        plan.placement,
+        plan.column_shards,
+        "hand",
+    )
     assert read_torchrec_plan(path) == torchrec_document(plan, INV)
 
 
@@ -162,7 +200,8 @@ def test_module_forms_nested_and_config_list() -> None:
     nested = sharding_plan(plan, Model())
     assert list(nested.plan) == ["sparse"]
     assert {t: ps.ranks for t, ps in nested.plan["sparse"].items()} == {
-        torchrec_table_name(t): [d] for t, d in plan.placement.items()}
+        torchrec_table_name(t): [d] for t, d in plan.placement.items()
+    }
     listed = sharding_plan(plan, table_configs(INV))
     assert listed.plan[""] == nested.plan["sparse"]
     with pytest.raises(PlanError, match="holds no embedding module"):
@@ -178,10 +217,16 @@ def test_names_mapping_for_a_users_module() -> None:
 
     def users_ebc(fp16: bool = True) -> EmbeddingBagCollection:
         return EmbeddingBagCollection(
-            tables=[EmbeddingBagConfig(name=names[t.name], num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim,
-                                       feature_names=[f"f{i}"],
-                                       data_type=DataType.FP16 if fp16 and t.dtype == "fp16" else DataType.FP32)
-                    for i, t in enumerate(INV.tables)],
+            tables=[
+                EmbeddingBagConfig(
+                    name=names[t.name],
+                    num_embeddings=t.num_embeddings,
+                    embedding_dim=t.embedding_dim,
+                    feature_names=[f"f{i}"],
+                    data_type=DataType.FP16 if fp16 and t.dtype == "fp16" else DataType.FP32,
+                )
+                for i, t in enumerate(INV.tables)
+            ],
             device=torch.device("meta"),
         )
 
@@ -204,19 +249,28 @@ def test_import_of_torchrecs_planner_result() -> None:
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 
     ebc = build_ebc(INV)
-    constraints = {"item": ParameterConstraints(sharding_types=["column_wise"], min_partition=8),
-                   **{n: ParameterConstraints(sharding_types=["table_wise"]) for n in ("user_id", "ctx", "keys_table")}}
-    planner = EmbeddingShardingPlanner(topology=TRTopology(world_size=3, compute_device="cpu"), constraints=constraints,
-                                       storage_reservation=FixedPercentageStorageReservation(0.0))
+    constraints = {
+        "item": ParameterConstraints(sharding_types=["column_wise"], min_partition=8),
+        **{n: ParameterConstraints(sharding_types=["table_wise"]) for n in ("user_id", "ctx", "keys_table")},
+    }
+    planner = EmbeddingShardingPlanner(
+        topology=TRTopology(world_size=3, compute_device="cpu"),
+        constraints=constraints,
+        storage_reservation=FixedPercentageStorageReservation(0.0),
+    )
     sp = planner.plan(ebc, [EmbeddingBagCollectionSharder()])
     plan = plan_from_torchrec(sp, INV, TOPO)
     item = sp.plan[""]["item"]
     assert [(s.start, s.end, s.device) for s in plan.column_shards["item"]] == [
         (int(m.shard_offsets[1]), int(m.shard_offsets[1] + m.shard_sizes[1]), m.placement.rank())
-        for m in item.sharding_spec.shards]
+        for m in item.sharding_spec.shards
+    ]
     assert len(plan.column_shards["item"]) == 4  # 32 columns in blocks of min_partition=8
-    assert plan.placement == {"user.id": sp.plan[""]["user_id"].ranks[0], "ctx": sp.plan[""]["ctx"].ranks[0],
-                              "keys": sp.plan[""]["keys_table"].ranks[0]}
+    assert plan.placement == {
+        "user.id": sp.plan[""]["user_id"].ranks[0],
+        "ctx": sp.plan[""]["ctx"].ranks[0],
+        "keys": sp.plan[""]["keys_table"].ranks[0],
+    }
     assert plan.sharder == "torchrec"
 
 
@@ -224,7 +278,10 @@ def test_import_of_torchrecs_planner_result() -> None:
     ("edit", "message"),
     [
         (lambda d: d.update(world_size=2), "is on rank 2, but world_size is 2"),
-        (lambda d: d["tables"]["item"].update(column_ranges=[[0, 6], [6, 32]]), "is 6 columns wide; shards must be multiples of 4"),
+        (
+            lambda d: d["tables"]["item"].update(column_ranges=[[0, 6], [6, 32]]),
+            "is 6 columns wide; shards must be multiples of 4",
+        ),
         (lambda d: d["tables"]["item"].update(column_ranges=[[0, 8], [12, 32]]), "gap or overlap at column 8"),
         (lambda d: d["tables"]["item"].update(ranks=[2]), "one [start, end] column range per rank"),
         (lambda d: d["tables"]["ctx"].update(ranks=[0, 1]), "exactly one rank"),
@@ -249,7 +306,9 @@ def test_plan_and_module_must_match() -> None:
     fewer = Inventory(name="s", tables=INV.tables[:3])
     with pytest.raises(PlanError, match="the plan shards table 'keys', which the module does not have"):
         sharding_plan(plan, build_ebc(fewer))
-    more = Inventory(name="m", tables=(*INV.tables, Table(name="extra", num_embeddings=5, embedding_dim=4, pooling_factor=1.0)))
+    more = Inventory(
+        name="m", tables=(*INV.tables, Table(name="extra", num_embeddings=5, embedding_dim=4, pooling_factor=1.0))
+    )
     with pytest.raises(PlanError, match="table 'extra' of the module has no entry in the plan"):
         sharding_plan(plan, build_ebc(more))
     resized = Inventory(name="r", tables=(INV.tables[0].model_copy(update={"num_embeddings": 301}), *INV.tables[1:]))
@@ -267,8 +326,14 @@ def test_plan_and_module_must_match() -> None:
 def _row_plan() -> object:
     """4 ranks as 2 hosts x 2: user.id row_wise (4 blocks of 75), item table_row_wise on host 1, ctx replicated."""
     topo = Topology(num_devices=4, memory_per_device_gb=1.0, devices_per_host=2)
-    return make_plan(INV, topo, {"keys": 0}, "hand", data_parallel=["ctx"],
-                     row_shards={"user.id": row_shards_for(300, [0, 1, 2, 3]), "item": row_shards_for(500, [2, 3])})
+    return make_plan(
+        INV,
+        topo,
+        {"keys": 0},
+        "hand",
+        data_parallel=["ctx"],
+        row_shards={"user.id": row_shards_for(300, [0, 1, 2, 3]), "item": row_shards_for(500, [2, 3])},
+    )
 
 
 def test_row_wise_table_row_wise_and_data_parallel_export_as_torchrecs_own_generators(tmp_path: Path) -> None:
@@ -284,14 +349,26 @@ def test_row_wise_table_row_wise_and_data_parallel_export_as_torchrecs_own_gener
     doc = read_torchrec_plan(save_torchrec_plan(torchrec_document(plan, INV), tmp_path / "tr.json"))
     assert doc.local_world_size == 2 and doc.tables["item"].sharding_type == "table_row_wise"
     assert doc.tables["ctx"].model_dump(exclude_none=True) == {
-        "sharding_type": "data_parallel", "compute_kernel": "dense", "ranks": (0, 1, 2, 3), "num_embeddings": 40,
-        "embedding_dim": 8}
+        "sharding_type": "data_parallel",
+        "compute_kernel": "dense",
+        "ranks": (0, 1, 2, 3),
+        "num_embeddings": 40,
+        "embedding_dim": 8,
+    }
     ebc = build_ebc(INV)
     ours = load_sharding_plan(tmp_path / "tr.json", ebc).plan[""]
     theirs = construct_module_sharding_plan(
-        ebc, {"user_id": row_wise(compute_kernel="fused"), "item": table_row_wise(host_index=1),
-              "ctx": data_parallel(), "keys_table": table_wise(rank=0, compute_kernel="fused")},
-        local_size=2, world_size=4, device_type="cpu")
+        ebc,
+        {
+            "user_id": row_wise(compute_kernel="fused"),
+            "item": table_row_wise(host_index=1),
+            "ctx": data_parallel(),
+            "keys_table": table_wise(rank=0, compute_kernel="fused"),
+        },
+        local_size=2,
+        world_size=4,
+        device_type="cpu",
+    )
     for name in ("user_id", "item", "ctx", "keys_table"):
         assert ours[name].sharding_type == theirs[name].sharding_type
         assert list(ours[name].ranks) == list(theirs[name].ranks)
@@ -302,7 +379,11 @@ def test_row_wise_table_row_wise_and_data_parallel_export_as_torchrecs_own_gener
     from torchrec.distributed.types import ShardingPlan
 
     again = plan_from_torchrec(ShardingPlan({"": ours}), INV, plan.topology)
-    assert (again.placement, again.row_shards, again.data_parallel) == (plan.placement, plan.row_shards, plan.data_parallel)
+    assert (again.placement, again.row_shards, again.data_parallel) == (
+        plan.placement,
+        plan.row_shards,
+        plan.data_parallel,
+    )
     assert again.sharding_types() == plan.sharding_types()
 
 
@@ -310,12 +391,24 @@ def test_row_layouts_dreamshard_cannot_hold_are_one_line_errors_naming_the_table
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise, table_wise
     from torchrec.distributed.types import ShardingPlan
 
-    tiny = Inventory(name="tiny", tables=(Table(name="few", num_embeddings=5, embedding_dim=8, pooling_factor=1.0),
-                                          Table(name="other", num_embeddings=50, embedding_dim=8, pooling_factor=1.0)))
+    tiny = Inventory(
+        name="tiny",
+        tables=(
+            Table(name="few", num_embeddings=5, embedding_dim=8, pooling_factor=1.0),
+            Table(name="other", num_embeddings=50, embedding_dim=8, pooling_factor=1.0),
+        ),
+    )
     ebc = build_ebc(tiny)
-    sp = ShardingPlan({"": construct_module_sharding_plan(ebc, {"few": row_wise(), "other": table_wise(rank=0)},
-                                                         local_size=4, world_size=4, device_type="cpu")})
-    with pytest.raises(PlanError, match="table 'few' is row_wise in the TorchRec plan with an empty row block on rank 3"):
+    sp = ShardingPlan(
+        {
+            "": construct_module_sharding_plan(
+                ebc, {"few": row_wise(), "other": table_wise(rank=0)}, local_size=4, world_size=4, device_type="cpu"
+            )
+        }
+    )
+    with pytest.raises(
+        PlanError, match="table 'few' is row_wise in the TorchRec plan with an empty row block on rank 3"
+    ):
         document_from_sharding_plan(sp, 4)
     topo4 = Topology(num_devices=4, memory_per_device_gb=1.0, devices_per_host=2)
     sp = ShardingPlan({"": sharding_plan(torchrec_document(_row_plan(), INV), build_ebc(INV)).plan[""]})
@@ -337,7 +430,9 @@ def test_row_layouts_dreamshard_cannot_hold_are_one_line_errors_naming_the_table
         plan_from_torchrec(doc, INV, topo4.model_copy(update={"devices_per_host": None}))
 
 
-def test_missing_torchrec_is_one_line_and_the_file_side_still_works(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_torchrec_is_one_line_and_the_file_side_still_works(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "torchrec.distributed.sharding_plan", None)  # import now fails
     plan = _split_plan()
     path = save_torchrec_plan(torchrec_document(plan, INV), tmp_path / "tr.json")  # no torchrec needed
@@ -358,18 +453,53 @@ def test_cli_torchrec_out_loads_into_a_sharding_plan(tmp_path: Path, capsys: pyt
     from dreamshard.documents import save_inventory
 
     inv_path = save_inventory(INV, tmp_path / "inv.yaml")
-    code, _, err = _cli(["plan", "-i", str(inv_path), "-d", "3", "-m", "1", "-s", "size_greedy",
-                         "-o", str(tmp_path / "plan.json"), "--torchrec-out", str(tmp_path / "tr.json"),
-                         "--torchrec-kernel", "dense"], capsys)
+    code, _, err = _cli(
+        [
+            "plan",
+            "-i",
+            str(inv_path),
+            "-d",
+            "3",
+            "-m",
+            "1",
+            "-s",
+            "size_greedy",
+            "-o",
+            str(tmp_path / "plan.json"),
+            "--torchrec-out",
+            str(tmp_path / "tr.json"),
+            "--torchrec-kernel",
+            "dense",
+        ],
+        capsys,
+    )
     assert code == 0, err
     plan = load_plan(tmp_path / "plan.json")
     sp = load_sharding_plan(tmp_path / "tr.json", build_ebc(INV))
     assert {t: (ps.ranks, ps.compute_kernel) for t, ps in sp.plan[""].items()} == {
-        torchrec_table_name(t): ([d], "dense") for t, d in plan.placement.items()}
+        torchrec_table_name(t): ([d], "dense") for t, d in plan.placement.items()
+    }
 
-    code, out, err = _cli(["plan", "-i", str(inv_path), "-d", "3", "-m", "1", "-s", "size_greedy",
-                           "-o", str(tmp_path / "p2.json"), "--torchrec-out", str(tmp_path / "tr2.json"),
-                           "--torchrec-kernel", "fast"], capsys)
+    code, out, err = _cli(
+        [
+            "plan",
+            "-i",
+            str(inv_path),
+            "-d",
+            "3",
+            "-m",
+            "1",
+            "-s",
+            "size_greedy",
+            "-o",
+            str(tmp_path / "p2.json"),
+            "--torchrec-out",
+            str(tmp_path / "tr2.json"),
+            "--torchrec-kernel",
+            "fast",
+        ],
+        capsys,
+    )
     assert code == 2 and err.count("\n") == 1 and "unknown TorchRec compute kernel 'fast'" in err
     assert not (tmp_path / "p2.json").exists() and not (tmp_path / "tr2.json").exists()
 
@@ -388,21 +518,33 @@ def test_cli_torchrec_export_and_import(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0, err
     again = load_plan(back)
     assert (again.placement, again.column_shards, again.sharder, again.topology) == (
-        plan.placement, plan.column_shards, "hand", plan.topology)
+        plan.placement,
+        plan.column_shards,
+        "hand",
+        plan.topology,
+    )
 
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(plan.to_torchrec()))
-    code, _, err = _cli(["torchrec", "import", str(bare), "-i", str(inv_path), "-m", "1", "-o", str(tmp_path / "b.json")], capsys)
+    code, _, err = _cli(
+        ["torchrec", "import", str(bare), "-i", str(inv_path), "-m", "1", "-o", str(tmp_path / "b.json")], capsys
+    )
     assert code == 2 and "without a world size" in err and err.count("\n") == 1 and not (tmp_path / "b.json").exists()
-    code, _, err = _cli(["torchrec", "import", str(bare), "-i", str(inv_path), "-m", "1", "-d", "3", "-o", str(tmp_path / "b.json")], capsys)
+    code, _, err = _cli(
+        ["torchrec", "import", str(bare), "-i", str(inv_path), "-m", "1", "-d", "3", "-o", str(tmp_path / "b.json")],
+        capsys,
+    )
     assert code == 0 and load_plan(tmp_path / "b.json").column_shards == plan.column_shards
-    code, _, err = _cli(["torchrec", "import", str(tr), "-i", str(inv_path), "-m", "0.000001", "-o", str(tmp_path / "c.json")], capsys)
+    code, _, err = _cli(
+        ["torchrec", "import", str(tr), "-i", str(inv_path), "-m", "0.000001", "-o", str(tmp_path / "c.json")], capsys
+    )
     assert code == 2 and "PlanError" in err and "over its" in err and not (tmp_path / "c.json").exists()
 
 
 @pytest.mark.parametrize("which", ["plan", "inventory"])
 def test_cli_torchrec_export_and_import_never_overwrite_an_input(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str
+) -> None:
     from dreamshard.documents import save_inventory, save_plan
 
     plan = _split_plan()

@@ -56,9 +56,7 @@ def test_batch_size_averages_per_batch_histograms(trace_file) -> None:
     p, (indices, offsets, _) = trace_file
     inv = inventory_from_trace(p, name="x", batch_size=16, max_tables=1)
     assert inv.name == "x" and inv.num_tables == 1
-    per_batch = [
-        reuse_histogram(indices[int(offsets[k * 16]) : int(offsets[(k + 1) * 16])].numpy()) for k in range(4)
-    ]
+    per_batch = [reuse_histogram(indices[int(offsets[k * 16]) : int(offsets[(k + 1) * 16])].numpy()) for k in range(4)]
     np.testing.assert_allclose(inv.tables[0].access_histogram, np.mean(per_batch, axis=0), atol=1e-6)
     with pytest.raises(InputFileError, match="batch_size"):
         inventory_from_trace(p, batch_size=B + 1)

@@ -24,7 +24,7 @@ def test_every_name_a_lazy_package_exports_resolves_to_its_submodules_object(pac
         assert value is not None and not isinstance(value, ModuleType), name
         assert name in dir(pkg)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        getattr(pkg, "nope")
+        pkg.nope
 
 
 def test_a_name_is_imported_once_and_kept_and_a_single_string_is_refused() -> None:
@@ -48,8 +48,15 @@ def _fresh(code: str) -> str:
 
 
 def test_reading_the_settings_and_the_gate_config_loads_no_torch_and_a_use_case_loads_it_when_used() -> None:
-    assert _fresh("import sys\nfrom dreamshard.config.settings import resolve\nfrom dreamshard.gate import PublishConfig\n"
-                  "resolve(None)\nprint('torch' in sys.modules)") == "False"
-    code = ("import sys\nimport dreamshard.cli.plan_cmd as c\nbefore = 'torch' in sys.modules\n"
-            "c.plan_uc.PlanRequest\nprint(before, 'torch' in sys.modules)")
+    assert (
+        _fresh(
+            "import sys\nfrom dreamshard.config.settings import resolve\nfrom dreamshard.gate import PublishConfig\n"
+            "resolve(None)\nprint('torch' in sys.modules)"
+        )
+        == "False"
+    )
+    code = (
+        "import sys\nimport dreamshard.cli.plan_cmd as c\nbefore = 'torch' in sys.modules\n"
+        "c.plan_uc.PlanRequest\nprint(before, 'torch' in sys.modules)"
+    )
     assert _fresh(code) == "False True"

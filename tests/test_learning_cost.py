@@ -50,8 +50,10 @@ def test_fits_non_additive_cost_better_than_additive_baseline(fitted):
         add_overall.append(max(dev))
         true_overall.append(m.overall_ms)
     additive_mape = mape(np.array(add_overall), np.array(true_overall))
-    print(f"held-out: net MAPE overall {metrics.mape_overall:.3f}, per-device {metrics.mape_device_total:.3f}, "
-          f"Spearman {metrics.spearman_overall:.3f}; additive baseline MAPE {additive_mape:.3f}")
+    print(
+        f"held-out: net MAPE overall {metrics.mape_overall:.3f}, per-device {metrics.mape_device_total:.3f}, "
+        f"Spearman {metrics.spearman_overall:.3f}; additive baseline MAPE {additive_mape:.3f}"
+    )
     assert metrics.mape_overall is not None and metrics.mape_overall < 0.15
     assert metrics.mape_device_total is not None and metrics.mape_device_total < 0.15
     assert metrics.mape_overall < 0.5 * additive_mape
@@ -89,7 +91,9 @@ def test_unknown_table_in_records_is_a_typed_error(fitted):
     pool, _, records, _, _ = fitted
     other = synth_inventory(5, seed=9, name="other")
     with pytest.raises(ModelError, match="not in pool"):
-        train_cost_model(other.model_copy(update={"tables": other.tables}), records[:3] + records[-3:], CFG, progress=False)
+        train_cost_model(
+            other.model_copy(update={"tables": other.tables}), records[:3] + records[-3:], CFG, progress=False
+        )
 
 
 def test_ensemble_is_less_sure_of_crowded_devices_than_of_familiar_ones():

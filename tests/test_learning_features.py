@@ -56,7 +56,11 @@ def test_features_do_not_depend_on_task_composition():
     alone = tables_features([target])[0]
     rng = np.random.default_rng(0)
     for _ in range(5):
-        others = [pool.tables[i] for i in rng.choice(40, size=int(rng.integers(1, 39)), replace=False) if pool.tables[i] != target]
+        others = [
+            pool.tables[i]
+            for i in rng.choice(40, size=int(rng.integers(1, 39)), replace=False)
+            if pool.tables[i] != target
+        ]
         mixed = others + [target]
         rng.shuffle(mixed)
         row = tables_features(mixed)[mixed.index(target)]

@@ -18,8 +18,14 @@ from dreamshard.profiling import make_oracle
 from dreamshard.values import Inventory, Topology
 
 TINY = LoopConfig(
-    iterations=2, placements_per_iteration=2, search_per_iteration=1, perturb_per_iteration=1, seed=0, init="none",
-    cost=CostTrainConfig(steps=15), policy=PolicyTrainConfig(episodes=10, episodes_per_update=5),
+    iterations=2,
+    placements_per_iteration=2,
+    search_per_iteration=1,
+    perturb_per_iteration=1,
+    seed=0,
+    init="none",
+    cost=CostTrainConfig(steps=15),
+    policy=PolicyTrainConfig(episodes=10, episodes_per_update=5),
 )
 
 
@@ -44,7 +50,9 @@ def test_taskset_split_is_disjoint_seeded_and_capped():
     assert ts == make_taskset(pool, cfg)
     assert not set(ts.train_tables) & set(ts.test_tables)
     assert set(ts.train_tables) | set(ts.test_tables) == set(pool.table_names)
-    assert all(5 <= len(t.tables) <= 9 and t.num_devices == 4 and set(t.tables) <= set(ts.train_tables) for t in ts.train)
+    assert all(
+        5 <= len(t.tables) <= 9 and t.num_devices == 4 and set(t.tables) <= set(ts.train_tables) for t in ts.train
+    )
     assert all(set(t.tables) <= set(ts.test_tables) for t in ts.test)
     m = len(ts.test_tables)
     assert 15 <= m <= 35  # test_fraction 0.5 of 50, drawn per table
@@ -57,8 +65,14 @@ def test_taskset_is_stable_under_a_table_change_and_an_addition():
     pool = synth_inventory(60, seed=0)
     cfg = TasksConfig(seed=0, train_num_tasks=16, train_tables=(20, 30))
     t0, t1 = pool.tables[0], pool.tables[1]
-    v2 = Inventory(name=pool.name, tables=(t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
-                                           *pool.tables[1:], t1.model_copy(update={"name": "brand_new"})))
+    v2 = Inventory(
+        name=pool.name,
+        tables=(
+            t0.model_copy(update={"pooling_factor": t0.pooling_factor * 1.5}),
+            *pool.tables[1:],
+            t1.model_copy(update={"name": "brand_new"}),
+        ),
+    )
     a, b = make_taskset(pool, cfg), make_taskset(v2, cfg)
     assert set(b.train_tables) - set(a.train_tables) <= {"brand_new"}  # no old table changes pool
     assert set(a.train_tables) <= set(b.train_tables)
@@ -96,7 +110,12 @@ def test_loop_checkpoints_and_resumes(setup, tmp_path):
     model = load_model(tmp_path / "models")
     assert model.card.provenance["iteration"] == 1 and model.card.backend == "simulator"
     assert model.card.feature_ranges is not None and model.card.feature_ranges.num_devices.hi == 4
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["cost_net.pt", "model.json", "policy.pt", "train-state"]
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        "cost_net.pt",
+        "model.json",
+        "policy.pt",
+        "train-state",
+    ]
     # nothing left to do; --no-resume starts over (and forgets the measurements)
     assert train(pool, ts, topo, oracle, TINY, tmp_path / "models", progress=False) == []
     fresh = train(pool, ts, topo, oracle, one, tmp_path / "models", resume=False, progress=False)
@@ -161,11 +180,35 @@ def test_cli_tasks_train_and_errors(tmp_path, capsys):
     tasks = tmp_path / "tasks.json"
     assert _run(["tasks", "-i", str(inv), "--params", str(params), "-o", str(tasks)]) == 0
     models = tmp_path / "models"
-    assert _run(["train-policy", "-i", str(inv), "--tasks", str(tasks), "--params", str(params), "--model-dir", str(models)]) == 2
+    assert (
+        _run(
+            ["train-policy", "-i", str(inv), "--tasks", str(tasks), "--params", str(params), "--model-dir", str(models)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ModelError: no dreamshard model") and "\n" not in err
-    assert _run(["train", "-i", str(inv), "--tasks", str(tasks), "--params", str(params), "--model-dir", str(models),
-                 "--state-dir", str(tmp_path / "state"), "--metrics-out", str(tmp_path / "train.json"), "--no-progress"]) == 0
+    assert (
+        _run(
+            [
+                "train",
+                "-i",
+                str(inv),
+                "--tasks",
+                str(tasks),
+                "--params",
+                str(params),
+                "--model-dir",
+                str(models),
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--metrics-out",
+                str(tmp_path / "train.json"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "iter 0:" in out
     summary = json.loads((tmp_path / "train.json").read_text())
@@ -174,15 +217,53 @@ def test_cli_tasks_train_and_errors(tmp_path, capsys):
     # train-cost on the loop's measurements, then train-policy on it
     m2 = tmp_path / "m2"
     loop_records = str(tmp_path / "state" / MEASUREMENTS_FILE)
-    assert _run(["train-cost", "-i", str(inv), "--measurements", loop_records, "--params", str(params),
-                 "--model-dir", str(m2), "--metrics-out", str(tmp_path / "cm.json"), "--no-progress"]) == 0
+    assert (
+        _run(
+            [
+                "train-cost",
+                "-i",
+                str(inv),
+                "--measurements",
+                loop_records,
+                "--params",
+                str(params),
+                "--model-dir",
+                str(m2),
+                "--metrics-out",
+                str(tmp_path / "cm.json"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "cm.json").read_text())["n_train"] >= 1
-    assert _run(["train-policy", "-i", str(inv), "--tasks", str(tasks), "--params", str(params), "--model-dir", str(m2),
-                 "--metrics-out", str(tmp_path / "pm.json"), "--no-progress"]) == 0
+    assert (
+        _run(
+            [
+                "train-policy",
+                "-i",
+                str(inv),
+                "--tasks",
+                str(tasks),
+                "--params",
+                str(params),
+                "--model-dir",
+                str(m2),
+                "--metrics-out",
+                str(tmp_path / "pm.json"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert load_model(m2).policy is not None
     dump_model(pool, tmp_path / "bad.yaml")
     bad = tmp_path / "badparams.yaml"
     bad.write_text("train_cost: {steps: -1}\n")
-    assert _run(["train-cost", "-i", str(inv), "--measurements", loop_records, "--params", str(bad),
-                 "--model-dir", str(m2)]) == 2
+    assert (
+        _run(
+            ["train-cost", "-i", str(inv), "--measurements", loop_records, "--params", str(bad), "--model-dir", str(m2)]
+        )
+        == 2
+    )
     assert "train_cost.steps" in capsys.readouterr().err

@@ -45,8 +45,12 @@ def trained():
     pool = synth_inventory(60, seed=1)
     names = pool.table_names
     rng = np.random.default_rng(0)
-    train_tasks = [Task(name=f"t{i}", tables=tuple(rng.choice(names[:40], 12, replace=False)), num_devices=4) for i in range(6)]
-    test_tasks = [Task(name=f"s{i}", tables=tuple(rng.choice(names[40:], 12, replace=False)), num_devices=4) for i in range(4)]
+    train_tasks = [
+        Task(name=f"t{i}", tables=tuple(rng.choice(names[:40], 12, replace=False)), num_devices=4) for i in range(6)
+    ]
+    test_tasks = [
+        Task(name=f"s{i}", tables=tuple(rng.choice(names[40:], 12, replace=False)), num_devices=4) for i in range(4)
+    ]
     toy = ToyCost()
     cfg = PolicyTrainConfig(episodes=500, episodes_per_update=10, lr=3e-3, seed=0)
     policy, metrics = train_policy(pool, train_tasks, toy, cfg, progress=False, topology=TOPO)
@@ -67,14 +71,16 @@ def test_policy_beats_random_and_matches_greedy(trained):
         topo = TOPO.topology(task.num_devices)
         sub = pool.subset(list(task.tables))
         rows["policy"].append(_true_cost(pool, toy, task, plan_with_policy(policy, toy, tables, topo).placement))
-        rows["random"].append(np.mean([
-            _true_cost(pool, toy, task, get_sharder("random", seed=s).place(sub, topo)) for s in range(5)
-        ]))
+        rows["random"].append(
+            np.mean([_true_cost(pool, toy, task, get_sharder("random", seed=s).place(sub, topo)) for s in range(5)])
+        )
         rows["cost_greedy"].append(_true_cost(pool, toy, task, cost_greedy(toy, tables, topo)))
-        rows["best_lpt"].append(min(
-            _true_cost(pool, toy, task, get_sharder(h).place(sub, topo))
-            for h in ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
-        ))
+        rows["best_lpt"].append(
+            min(
+                _true_cost(pool, toy, task, get_sharder(h).place(sub, topo))
+                for h in ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
+            )
+        )
     mean = {k: float(np.mean(v)) for k, v in rows.items()}
     print("mean true cost (ms):", {k: round(v, 3) for k, v in mean.items()})
     # learning happened: estimated cost fell over training
@@ -106,8 +112,12 @@ def test_masking_never_yields_an_illegal_device():
         torch.manual_seed(trial)
         n, d = int(rng.integers(3, 15)), int(rng.integers(2, 7))
         tables = [
-            Table(name=f"x{i}", num_embeddings=int(rng.integers(1_000, 3_000_000)), embedding_dim=int(rng.choice([16, 64, 128])),
-                  pooling_factor=float(rng.uniform(1, 30)))
+            Table(
+                name=f"x{i}",
+                num_embeddings=int(rng.integers(1_000, 3_000_000)),
+                embedding_dim=int(rng.choice([16, 64, 128])),
+                pooling_factor=float(rng.uniform(1, 30)),
+            )
             for i in range(n)
         ]
         total_gb = sum(t.size_gb for t in tables)
@@ -138,7 +148,9 @@ def test_infeasible_raises_typed_error_naming_the_table():
     with pytest.raises(InfeasiblePlacementError, match="huge_table"):
         EstimatedMDP([small, big], Topology(num_devices=4, memory_per_device_gb=2.0), toy)
     # fits alone, but not after the others fill the devices
-    t = [Table(name=f"m{i}", num_embeddings=3_000_000, embedding_dim=64, pooling_factor=1.0) for i in range(3)]  # 0.72 GB
+    t = [
+        Table(name=f"m{i}", num_embeddings=3_000_000, embedding_dim=64, pooling_factor=1.0) for i in range(3)
+    ]  # 0.72 GB
     with pytest.raises(InfeasiblePlacementError, match="'m[0-2]'") as ei:
         plan_with_policy(Policy(), toy, t, Topology(num_devices=2, memory_per_device_gb=1.0))
     assert ei.value.table.startswith("m")
@@ -159,4 +171,10 @@ def test_train_policy_rejects_tasks_with_unknown_tables():
 
     pool = synth_inventory(5, seed=0)
     with pytest.raises(ConfigError, match="'nope'"):
-        train_policy(pool, [Task(name="x", tables=("nope",), num_devices=2)], ToyCost(), PolicyTrainConfig(episodes=1), progress=False)
+        train_policy(
+            pool,
+            [Task(name="x", tables=("nope",), num_devices=2)],
+            ToyCost(),
+            PolicyTrainConfig(episodes=1),
+            progress=False,
+        )

@@ -50,6 +50,12 @@ def test_refine_zero_rounds_is_identity():
     toy = ToyCost()
     inv = synth_inventory(10, seed=1)
     acts = [i % 2 for i in range(10)]
-    out = refine_placement(toy, toy.encode(inv.tables), [t.size_bytes for t in inv.tables], acts,
-                           Topology(num_devices=2, memory_per_device_gb=64.0), max_rounds=0)
+    out = refine_placement(
+        toy,
+        toy.encode(inv.tables),
+        [t.size_bytes for t in inv.tables],
+        acts,
+        Topology(num_devices=2, memory_per_device_gb=64.0),
+        max_rounds=0,
+    )
     assert out == acts

@@ -56,7 +56,9 @@ def test_search_respects_tight_memory_and_skips_sources_that_cannot_place(model_
     model = load_model(model_dir)
     inv = synth_inventory(30, seed=22, name="tight")
     total = sum(t.size_gb for t in inv.tables)
-    topo = Topology(num_devices=3, memory_per_device_gb=max(total / 3 * 1.08, max(t.size_gb for t in inv.tables) * 1.01))
+    topo = Topology(
+        num_devices=3, memory_per_device_gb=max(total / 3 * 1.08, max(t.size_gb for t in inv.tables) * 1.01)
+    )
     res = search(inv, topo, PlanningCost(model.cost_net, topo), model.policy, SearchConfig(candidates=CHEAP))
     for c in res.candidates:
         check_placement(inv, c.placement, topo)
@@ -68,8 +70,15 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
     inv = synth_inventory(24, seed=23, name="verify")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
     oracle = make_oracle("simulator", warmup=0, repeats=1)
-    sharder = get_sharder("dreamshard", model_dir=model_dir, verify=3, verify_rounds=2, oracle=oracle,
-                          verify_anchors=0, search=SearchConfig(candidates=CHEAP))  # anchors: the next test
+    sharder = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        verify=3,
+        verify_rounds=2,
+        oracle=oracle,
+        verify_anchors=0,
+        search=SearchConfig(candidates=CHEAP),
+    )  # anchors: the next test
     report = sharder.shard_with_report(inv, topo)
     plan = report.plan
     v = plan.verification
@@ -94,8 +103,15 @@ def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir)
     def cand(source: str, ms: float) -> Candidate:
         return Candidate(source, {"t": 0}, ms)
 
-    ranked = [cand("policy+search", 1.0), cand("policy", 1.1), cand("torchrec+search", 1.2), cand("torchrec", 1.3),
-              cand("lpt+search", 1.35), cand("lookup_greedy", 1.4), cand("lpt", 1.5)]
+    ranked = [
+        cand("policy+search", 1.0),
+        cand("policy", 1.1),
+        cand("torchrec+search", 1.2),
+        cand("torchrec", 1.3),
+        cand("lpt+search", 1.35),
+        cand("lookup_greedy", 1.4),
+        cand("lpt", 1.5),
+    ]
     assert [c.source for c in anchor_candidates(ranked, 3, 2)] == ["torchrec", "lookup_greedy"]
     assert [c.source for c in anchor_candidates(ranked, 3, 9)] == ["torchrec", "lookup_greedy", "lpt"]
     assert anchor_candidates(ranked, 4, 2) == []  # torchrec's own plan is among the 4 measured anyway
@@ -105,8 +121,15 @@ def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir)
     inv = synth_inventory(24, seed=23, name="verify")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
     oracle = make_oracle("simulator", warmup=0, repeats=1)
-    sharder = get_sharder("dreamshard", model_dir=model_dir, verify=1, verify_rounds=1, verify_anchors=2,
-                          oracle=oracle, search=SearchConfig(candidates=CHEAP))
+    sharder = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        verify=1,
+        verify_rounds=1,
+        verify_anchors=2,
+        oracle=oracle,
+        search=SearchConfig(candidates=CHEAP),
+    )
     report = sharder.shard_with_report(inv, topo)
     v = report.plan.verification
     assert v is not None and report.search is not None
@@ -119,8 +142,23 @@ def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir)
 def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
     wide = synth_inventory(12, seed=24, name="wide", dims=(1024,))  # the toy model saw dims 16..128
     inv = save_inventory(wide, tmp_path / "wide.yaml")
-    code, out, err = invoke(["plan", "-i", str(inv), "-d", "4", "-m", "64", "-s", "dreamshard", "--model", str(model_dir),
-                             "-o", str(tmp_path / "p.json")])
+    code, out, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(inv),
+            "-d",
+            "4",
+            "-m",
+            "64",
+            "-s",
+            "dreamshard",
+            "--model",
+            str(model_dir),
+            "-o",
+            str(tmp_path / "p.json"),
+        ]
+    )
     assert code == 0, err
     plan = load_plan(tmp_path / "p.json")
     assert any("embedding_dim" in x and "1024" in x for x in plan.out_of_range)
@@ -128,7 +166,9 @@ def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
     # in range: nothing recorded
     same = synth_inventory(12, seed=4, name="same")  # the toy model's own table generator and seed
     inv2 = save_inventory(same, tmp_path / "same.yaml")
-    code, _, err = invoke(["plan", "-i", str(inv2), "-d", "4", "-m", "64", "--model", str(model_dir), "-o", str(tmp_path / "q.json")])
+    code, _, err = invoke(
+        ["plan", "-i", str(inv2), "-d", "4", "-m", "64", "--model", str(model_dir), "-o", str(tmp_path / "q.json")]
+    )
     assert code == 0 and load_plan(tmp_path / "q.json").out_of_range == () and "training ranges" not in err
 
 
@@ -151,14 +191,18 @@ def test_cli_plan_for_cuda_with_the_cpu_trained_model_warns_about_the_device_and
 def test_shard_with_report_carries_the_search_the_card_and_the_warnings(model_dir):
     inv = synth_inventory(20, seed=3, name="report")
     topo = Topology(num_devices=8, memory_per_device_gb=16)  # more devices than the toy model saw: out of range
-    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
-                          column_splits="never")
+    sharder = get_sharder(
+        "dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP), column_splits="never"
+    )
     report = sharder.shard_with_report(inv, topo)
     assert report.search is not None and report.plan.placement == report.search.best.placement
     assert report.plan.placement == sharder.shard(inv, topo).placement  # shard() is the report's plan
     assert report.card.version == report.plan.model_version and report.learned_from_simulation
     assert report.out_of_range == report.plan.out_of_range and report.out_of_range
-    assert report.warnings[-1] == f"predicted costs are SIMULATED: model {report.card.version} learned from the toy backend"
+    assert (
+        report.warnings[-1]
+        == f"predicted costs are SIMULATED: model {report.card.version} learned from the toy backend"
+    )
     assert all(w.startswith("outside the model's training ranges: ") for w in report.warnings[:-1])
     assert len(report.warnings) == len(report.out_of_range) + 1
     lpt = get_sharder("dreamshard_lpt", model_dir=model_dir).shard_with_report(inv, topo)
@@ -168,24 +212,61 @@ def test_shard_with_report_carries_the_search_the_card_and_the_warnings(model_di
 def test_cli_verify_records_and_refuses_other_sharders(model_dir, tmp_path):
     inv = save_inventory(synth_inventory(16, seed=25, name="cli"), tmp_path / "inv.yaml")
     out = tmp_path / "v.json"
-    code, stdout, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "--model", str(model_dir), "--verify", "2",
-                                "--verify-rounds", "1", "--backend", "simulator", "--explain", "-o", str(out)])
+    code, stdout, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(inv),
+            "-d",
+            "2",
+            "-m",
+            "16",
+            "--model",
+            str(model_dir),
+            "--verify",
+            "2",
+            "--verify-rounds",
+            "1",
+            "--backend",
+            "simulator",
+            "--explain",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 0, err
     data = json.loads(out.read_text())
     assert len(data["verification"]["candidates"]) == 2 and data["measured"] is not None
     assert "candidates under the learned cost" in stdout and "verified on simulator" in stdout
-    code, _, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "-s", "dim_greedy", "--verify", "2",
-                           "-o", str(tmp_path / "x.json")])
+    code, _, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(inv),
+            "-d",
+            "2",
+            "-m",
+            "16",
+            "-s",
+            "dim_greedy",
+            "--verify",
+            "2",
+            "-o",
+            str(tmp_path / "x.json"),
+        ]
+    )
     assert code == 2 and "--verify needs --sharder dreamshard" in err and not (tmp_path / "x.json").exists()
 
 
 def test_cli_warns_of_a_simulated_model_and_of_an_explain_without_search(model_dir, tmp_path):
     inv = save_inventory(synth_inventory(8, seed=3, name="w"), tmp_path / "inv.yaml")
-    code, _, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "--model", str(model_dir), "-o",
-                           str(tmp_path / "p.json")])
+    code, _, err = invoke(
+        ["plan", "-i", str(inv), "-d", "2", "-m", "16", "--model", str(model_dir), "-o", str(tmp_path / "p.json")]
+    )
     assert code == 0 and "warning: predicted costs are SIMULATED: model" in err and "the toy backend" in err
-    code, _, err = invoke(["plan", "-i", str(inv), "-d", "2", "-m", "16", "-s", "dim_greedy", "--explain", "-o",
-                           str(tmp_path / "q.json")])
+    code, _, err = invoke(
+        ["plan", "-i", str(inv), "-d", "2", "-m", "16", "-s", "dim_greedy", "--explain", "-o", str(tmp_path / "q.json")]
+    )
     assert code == 0 and "warning: --explain ignored: 'dim_greedy' does not search" in err
     assert "SIMULATED" not in err
 
@@ -194,15 +275,31 @@ def test_criteo_terabyte_plans_with_column_splits_and_table_wise_names_the_table
     inv = tmp_path / "tb.yaml"
     code, _, err = invoke(["inventory", "preset", "criteo-terabyte", "--dim", "128", "-o", str(inv)])
     assert code == 0, err
-    code, out, err = invoke(["plan", "-i", str(inv), "-d", "8", "-m", "16", "--model", str(model_dir), "--explain",
-                             "-o", str(tmp_path / "p.json")])
+    code, out, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(inv),
+            "-d",
+            "8",
+            "-m",
+            "16",
+            "--model",
+            str(model_dir),
+            "--explain",
+            "-o",
+            str(tmp_path / "p.json"),
+        ]
+    )
     assert code == 0, err
     # every candidate source places the split units, TorchRec's planner included (it places them whole)
     assert "torchrec" in out and "no plan" not in out
     plan = load_plan(tmp_path / "p.json")
     assert plan.column_shards and plan.fits_memory() and len(plan.table_names) == 26
     assert all(sh.width % 4 == 0 for shards in plan.column_shards.values() for sh in shards)
-    code, _, err = invoke(["plan", "-i", str(inv), "-d", "8", "-m", "16", "-s", "dim_greedy", "-o", str(tmp_path / "q.json")])
+    code, _, err = invoke(
+        ["plan", "-i", str(inv), "-d", "8", "-m", "16", "-s", "dim_greedy", "-o", str(tmp_path / "q.json")]
+    )
     assert code == 2 and "t_cat_" in err and "fits on no device" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "q.json").exists()
 
@@ -213,18 +310,57 @@ def test_a_column_shard_plan_round_trips_through_gate_store_and_torchrec_export(
     inv = save_inventory(base, tmp_path / "inv.yaml")
     mem = str(big.size_gb * 0.6)  # the biggest table must be split
     plan_file, cmp_file, store = tmp_path / "plan.json", tmp_path / "cmp.json", tmp_path / "store"
-    assert invoke(["plan", "-i", str(inv), "-d", "4", "-m", mem, "--model", str(model_dir), "-o", str(plan_file)])[0] == 0
+    assert (
+        invoke(["plan", "-i", str(inv), "-d", "4", "-m", mem, "--model", str(model_dir), "-o", str(plan_file)])[0] == 0
+    )
     plan = load_plan(plan_file)
     assert big.name in plan.column_shards
     # The table-wise heuristics cannot place the split table: TorchRec's planner (it splits too) is the baseline.
     params = tmp_path / "params.yaml"
     params.write_text("publish: {baselines: [torchrec], allow_simulated: true}\n")
-    code, _, err = invoke(["compare", "-i", str(inv), "-d", "4", "-m", mem, "--sharders", "torchrec",
-                           "--model", str(model_dir), "--plan", str(plan_file), "--backend", "simulator", "--rounds", "5",
-                           "--warmup", "0", "--repeats", "1", "--out", str(cmp_file)])
+    code, _, err = invoke(
+        [
+            "compare",
+            "-i",
+            str(inv),
+            "-d",
+            "4",
+            "-m",
+            mem,
+            "--sharders",
+            "torchrec",
+            "--model",
+            str(model_dir),
+            "--plan",
+            str(plan_file),
+            "--backend",
+            "simulator",
+            "--rounds",
+            "5",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--out",
+            str(cmp_file),
+        ]
+    )
     assert code == 0, err
-    code, out, err = invoke(["plans", "publish", str(plan_file), "-i", str(inv), "--comparison", str(cmp_file),
-                             "--params", str(params), "--store", str(store)])
+    code, out, err = invoke(
+        [
+            "plans",
+            "publish",
+            str(plan_file),
+            "-i",
+            str(inv),
+            "--comparison",
+            str(cmp_file),
+            "--params",
+            str(params),
+            "--store",
+            str(store),
+        ]
+    )
     assert code in (0, 1), err  # approved, or kept as rejected: either way stored and verified
     code, out, err = invoke(["plans", "show", plan.plan_id, "--store", str(store)])
     assert code == 0, err
@@ -258,8 +394,16 @@ class ScriptedOracle:
         from dreamshard.values import BackendInfo
 
         self.script = {k: list(v) for k, v in script.items()}
-        self.info = BackendInfo(name="fake", operator="scripted", device="cpu", num_threads=1, batch_size=0,
-                                warmup=0, repeats=1, is_simulated=True)
+        self.info = BackendInfo(
+            name="fake",
+            operator="scripted",
+            device="cpu",
+            num_threads=1,
+            batch_size=0,
+            warmup=0,
+            repeats=1,
+            is_simulated=True,
+        )
         self.calls: list[str] = []
 
     def measure(self, inventory, placement, topology, *, kind="placement", task=""):  # type: ignore[no-untyped-def]
@@ -268,9 +412,16 @@ class ScriptedOracle:
         self.calls.append(task)
         v = self.script[task].pop(0)
         per = [DeviceCost.from_list([v, 0, 0, 0])] + [DeviceCost.from_list([0, 0, 0, 0])] * (topology.num_devices - 1)
-        return Measurement(kind=kind, task=task, inventory_name=inventory.name,
-                           inventory_fingerprint=inventory.fingerprint(), topology=topology,
-                           placement=dict(placement), costs=Costs.from_devices(per), backend=self.info)
+        return Measurement(
+            kind=kind,
+            task=task,
+            inventory_name=inventory.name,
+            inventory_fingerprint=inventory.fingerprint(),
+            topology=topology,
+            placement=dict(placement),
+            costs=Costs.from_devices(per),
+            backend=self.info,
+        )
 
 
 def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
@@ -283,8 +434,10 @@ def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     topo = Topology(num_devices=2, memory_per_device_gb=4.0)
     names = ["dim_greedy", "size_greedy", "lookup_greedy"]
     plans = [get_sharder(n).shard(inv, topo) for n in names]
-    cands = [Candidate(source=n, placement=dict(p.placement), predicted_ms=1.0 + i)
-             for i, (n, p) in enumerate(zip(names, plans))]
+    cands = [
+        Candidate(source=n, placement=dict(p.placement), predicted_ms=1.0 + i)
+        for i, (n, p) in enumerate(zip(names, plans))
+    ]
 
     def run(script: dict[str, list[float]]) -> tuple[str, list[str], dict[str, int | None]]:
         oracle = ScriptedOracle(script)
@@ -296,8 +449,9 @@ def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     assert chosen == "dim_greedy" and len(calls) == 3
     assert rounds == {"dim_greedy": 1, "size_greedy": 1, "lookup_greedy": 1}
     # size_greedy wins every round (kept); lookup_greedy wins round 1, loses round 2 (dropped)
-    chosen, calls, rounds = run({"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 9.0],
-                                 "lookup_greedy": [9.9, 10.5]})
+    chosen, calls, rounds = run(
+        {"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 9.0], "lookup_greedy": [9.9, 10.5]}
+    )
     assert chosen == "size_greedy" and rounds == {"dim_greedy": 3, "size_greedy": 3, "lookup_greedy": 2}
     assert len(calls) == 8
     # a challenger that loses the last round is not kept
@@ -315,55 +469,144 @@ def test_the_current_plan_adapted_to_a_new_version_is_a_candidate_and_search_fro
 
     v1 = synth_inventory(24, seed=31, name="inc")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
-    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
-                          column_splits="never")
+    sharder = get_sharder(
+        "dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP), column_splits="never"
+    )
     current = sharder.shard(v1, topo)
     new = Table(name="launch", num_embeddings=50_000, embedding_dim=64, pooling_factor=12.0)
     v2 = Inventory(name="inc", tables=(*v1.tables[1:], new))  # one table gone, one added
-    with_current = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
-                               column_splits="never", incumbent=current)
+    with_current = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        search=SearchConfig(candidates=CHEAP),
+        column_splits="never",
+        incumbent=current,
+    )
     report = with_current.shard_with_report(v2, topo)
     assert report.search is not None
     (seed,) = [c for c in report.search.candidates if c.source == "current"]
     assert all(seed.placement[t.name] == current.placement[t.name] for t in v1.tables[1:])
     cost = with_current.planning_cost(topo)
-    assert seed.placement["launch"] == insert(list(v1.tables[1:]), {t.name: current.placement[t.name]
-                                                                    for t in v1.tables[1:]}, new, topo, cost)
+    assert seed.placement["launch"] == insert(
+        list(v1.tables[1:]), {t.name: current.placement[t.name] for t in v1.tables[1:]}, new, topo, cost
+    )
     assert report.plan.placement == report.search.best.placement  # the best predicted, wherever it came from
     if report.search.best.source.startswith("current"):
         assert len(plan_diff(current, report.plan, v2).moved) < len(v1.tables) // 2
     # nothing in common, or another device count: no seed, and the search says why
     other = Inventory(name="inc", tables=(new,))
     assert adapted_placement(current.units(), other, topo, cost) is None
-    two = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP), column_splits="never",
-                      incumbent=current).shard_with_report(v2, Topology(num_devices=2, memory_per_device_gb=16))
+    two = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        search=SearchConfig(candidates=CHEAP),
+        column_splits="never",
+        incumbent=current,
+    ).shard_with_report(v2, Topology(num_devices=2, memory_per_device_gb=16))
     assert two.search is not None and "4 devices, this topology 2" in two.search.failed["current"]
 
 
 def test_cli_plan_with_an_incumbent_shows_its_moves_and_refuses_misuse(model_dir, tmp_path):
     inv = synth_inventory(16, seed=32, name="cli")
     save_inventory(inv, tmp_path / "v1.yaml")
-    code, _, err = invoke(["plan", "-i", str(tmp_path / "v1.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
-                           "-o", str(tmp_path / "v1.json")])
+    code, _, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(tmp_path / "v1.yaml"),
+            "-d",
+            "2",
+            "-m",
+            "16",
+            "--model",
+            str(model_dir),
+            "-o",
+            str(tmp_path / "v1.json"),
+        ]
+    )
     assert code == 0, err
     save_inventory(inv.model_copy(update={"tables": inv.tables[:-1]}), tmp_path / "v2.yaml")
-    code, out, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
-                             "--incumbent", str(tmp_path / "v1.json"), "--explain", "-o", str(tmp_path / "v2.json")])
+    code, out, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(tmp_path / "v2.yaml"),
+            "-d",
+            "2",
+            "-m",
+            "16",
+            "--model",
+            str(model_dir),
+            "--incumbent",
+            str(tmp_path / "v1.json"),
+            "--explain",
+            "-o",
+            str(tmp_path / "v2.json"),
+        ]
+    )
     assert code == 0, err
     assert "against --incumbent: " in out and "tables move" in out and "1 removed" in out and "current" in out
-    for argv, needle in ((["-s", "dim_greedy"], "--incumbent needs --sharder dreamshard"),
-                         (["-o", str(tmp_path / "v1.json")], "same file as --incumbent")):
-        code, _, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model",
-                               str(model_dir), "--incumbent", str(tmp_path / "v1.json"), "-o", str(tmp_path / "x.json"),
-                               *argv])
+    for argv, needle in (
+        (["-s", "dim_greedy"], "--incumbent needs --sharder dreamshard"),
+        (["-o", str(tmp_path / "v1.json")], "same file as --incumbent"),
+    ):
+        code, _, err = invoke(
+            [
+                "plan",
+                "-i",
+                str(tmp_path / "v2.yaml"),
+                "-d",
+                "2",
+                "-m",
+                "16",
+                "--model",
+                str(model_dir),
+                "--incumbent",
+                str(tmp_path / "v1.json"),
+                "-o",
+                str(tmp_path / "x.json"),
+                *argv,
+            ]
+        )
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     (tmp_path / "cut.json").write_text((tmp_path / "v1.json").read_text()[:200])
-    code, _, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
-                           "--incumbent", str(tmp_path / "cut.json"), "-o", str(tmp_path / "y.json")])
+    code, _, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(tmp_path / "v2.yaml"),
+            "-d",
+            "2",
+            "-m",
+            "16",
+            "--model",
+            str(model_dir),
+            "--incumbent",
+            str(tmp_path / "cut.json"),
+            "-o",
+            str(tmp_path / "y.json"),
+        ]
+    )
     assert code == 2 and "cut.json" in err and not (tmp_path / "y.json").exists()
     (tmp_path / "none.json").write_text('{"incumbent": null, "reason": "no plan was current"}')  # `plans incumbent`
-    code, out, err = invoke(["plan", "-i", str(tmp_path / "v2.yaml"), "-d", "2", "-m", "16", "--model", str(model_dir),
-                             "--incumbent", str(tmp_path / "none.json"), "--explain", "-o", str(tmp_path / "z.json")])
+    code, out, err = invoke(
+        [
+            "plan",
+            "-i",
+            str(tmp_path / "v2.yaml"),
+            "-d",
+            "2",
+            "-m",
+            "16",
+            "--model",
+            str(model_dir),
+            "--incumbent",
+            str(tmp_path / "none.json"),
+            "--explain",
+            "-o",
+            str(tmp_path / "z.json"),
+        ]
+    )
     assert code == 0 and "against --incumbent" not in out and "current" not in out, err
 
 
@@ -375,8 +618,13 @@ def test_local_search_always_starts_from_the_current_plan_even_when_it_ranks_low
     inv = synth_inventory(12, seed=33, name="low")
     topo = Topology(num_devices=3, memory_per_device_gb=16)
     crowded = make_plan(inv, topo, {t.name: 0 for t in inv.tables}, "hand")
-    report = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP, refine_top=1),
-                         column_splits="never", incumbent=crowded).shard_with_report(inv, topo)
+    report = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        search=SearchConfig(candidates=CHEAP, refine_top=1),
+        column_splits="never",
+        incumbent=crowded,
+    ).shard_with_report(inv, topo)
     assert report.search is not None
     by_source = {c.source: c for c in report.search.candidates}
     assert by_source["current"].predicted_ms == max(c.predicted_ms for c in report.search.candidates)
@@ -390,8 +638,13 @@ def test_a_current_plan_equal_to_another_candidate_keeps_the_name_current(model_
     inv = synth_inventory(12, seed=35, name="same")
     topo = Topology(num_devices=3, memory_per_device_gb=16)
     current = get_sharder("size_greedy").shard(inv, topo)
-    report = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=["size_greedy", "lpt"]),
-                         column_splits="never", incumbent=current).shard_with_report(inv, topo)
+    report = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        search=SearchConfig(candidates=["size_greedy", "lpt"]),
+        column_splits="never",
+        incumbent=current,
+    ).shard_with_report(inv, topo)
     assert report.search is not None
     sources = [c.source for c in report.search.candidates]
     assert "current" in sources and "size_greedy" not in sources, sources
@@ -403,9 +656,16 @@ def test_verify_keeps_the_current_plans_candidate_unless_another_is_faster_in_ev
     inv = synth_inventory(16, seed=34, name="keep")
     topo = Topology(num_devices=2, memory_per_device_gb=16)
     current = get_sharder("size_greedy").shard(inv, topo)
-    sharder = get_sharder("dreamshard", model_dir=model_dir, search=SearchConfig(candidates=CHEAP),
-                          column_splits="never", incumbent=current, verify=2, verify_rounds=2,
-                          oracle=make_oracle("simulator"))
+    sharder = get_sharder(
+        "dreamshard",
+        model_dir=model_dir,
+        search=SearchConfig(candidates=CHEAP),
+        column_splits="never",
+        incumbent=current,
+        verify=2,
+        verify_rounds=2,
+        oracle=make_oracle("simulator"),
+    )
     plan = sharder.shard(inv, topo)
     v = plan.verification
     assert v is not None and v.candidates[0].source.startswith("current")

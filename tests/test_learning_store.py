@@ -49,7 +49,9 @@ def test_save_load_same_plan(model_dir, tmp_path):
 def test_trained_on_4_devices_plans_3_and_8(model_dir):
     inv = synth_inventory(40, seed=12, name="unseen")
     for d in (3, 8):
-        plan = get_sharder("dreamshard", model_dir=model_dir, samples=4, seed=1).shard(inv, Topology(num_devices=d, memory_per_device_gb=8))
+        plan = get_sharder("dreamshard", model_dir=model_dir, samples=4, seed=1).shard(
+            inv, Topology(num_devices=d, memory_per_device_gb=8)
+        )
         assert plan.fits_memory() and len(plan.placement) == 40
         assert plan.predicted is not None and len(plan.predicted.per_device) == d
 
@@ -166,7 +168,9 @@ def _cpu_model(model_dir: Path, directory: Path, batch_sizes: tuple[int, ...] = 
 
     pool = synth_inventory(30, seed=4)
     records = []
-    for i, m in enumerate(toy_measurements(pool, ToyCost(), num_placements=12, num_devices=4, tables_per_task=(5, 12), seed=1)):
+    for i, m in enumerate(
+        toy_measurements(pool, ToyCost(), num_placements=12, num_devices=4, tables_per_task=(5, 12), seed=1)
+    ):
         topo = m.topology.model_copy(update={"batch_size": batch_sizes[i % len(batch_sizes)]})
         records.append(m.model_copy(update={"topology": topo, "backend": m.backend.model_copy(update={"name": "cpu"})}))
     ranges = ranges_from(records, pool.by_name())
@@ -184,8 +188,9 @@ def test_a_cpu_trained_card_warns_for_cuda_and_records_it(model_dir, tmp_path):
     assert cpu.plan.out_of_range == () and cpu.warnings == ()
     cuda = sharder.shard_with_report(inv, Topology(num_devices=4, memory_per_device_gb=8, device_type="cuda"))
     assert cuda.plan.out_of_range == ("device_type cuda: the model learned from cpu measurements",)
-    assert cuda.warnings == ("outside the model's training ranges: device_type cuda: the model learned from cpu "
-                             "measurements",)
+    assert cuda.warnings == (
+        "outside the model's training ranges: device_type cuda: the model learned from cpu measurements",
+    )
 
 
 def test_a_batch_size_outside_the_cards_span_warns_with_the_span(model_dir, tmp_path):
@@ -211,7 +216,9 @@ def test_a_card_without_device_types_loads_and_reads_its_backend(model_dir, tmp_
     (d / "model.json").write_text(json.dumps(card))
     old = load_model(d)
     assert old.card.feature_ranges is not None and old.card.feature_ranges.device_types == ()
-    assert old.card.device_types == ("cpu",) and old.card.ranges is not None and old.card.ranges.device_types == ("cpu",)
+    assert (
+        old.card.device_types == ("cpu",) and old.card.ranges is not None and old.card.ranges.device_types == ("cpu",)
+    )
     cuda = Topology(num_devices=4, memory_per_device_gb=8, device_type="cuda")
     assert old.card.out_of_range([], cuda)[-1] == "device_type cuda: the model learned from cpu measurements"
     packaged = model_store.load_card(model_store.PACKAGED_DIR)

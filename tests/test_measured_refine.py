@@ -31,14 +31,17 @@ class SumBackend(ComputeBackend):
         return DeviceTiming((v,) * repeats, (0.0,) * repeats)
 
     def comm_model(self, world_size: int, collective: str = "all_to_all") -> CommModel:  # as the simulator's
-        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size,
-                         collective=collective)  # type: ignore[arg-type]
+        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size, collective=collective)  # type: ignore[arg-type]
 
 
 def inventory() -> Inventory:
     weights = [9, 7, 6, 5, 4, 3, 2, 2, 1, 1]
-    return Inventory(name="w", tables=tuple(Table(name=f"t{i}", num_embeddings=1000, embedding_dim=8,
-                                                  pooling_factor=w) for i, w in enumerate(weights)))
+    return Inventory(
+        name="w",
+        tables=tuple(
+            Table(name=f"t{i}", num_embeddings=1000, embedding_dim=8, pooling_factor=w) for i, w in enumerate(weights)
+        ),
+    )
 
 
 def true_max(inv: Inventory, placement: dict[str, int]) -> float:
@@ -105,11 +108,16 @@ def test_the_corpus_gains_every_refinement_timing(tmp_path: Path) -> None:
 
 
 def test_plan_refine_seconds_records_the_trace_and_refuses_other_sharders(tmp_path: Path) -> None:
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
-                                                          "plan": {"num_devices": 3, "samples": 0}}))
+    (tmp_path / "params.yaml").write_text(
+        yaml.safe_dump(
+            {"profile": {"backend": "simulator", "warmup": 0, "repeats": 1}, "plan": {"num_devices": 3, "samples": 0}}
+        )
+    )
     save_inventory(inventory(), tmp_path / "inv.yaml")
     args = ["plan", "-i", str(tmp_path / "inv.yaml"), "--params", str(tmp_path / "params.yaml"), "-m", "4"]
-    code, out, err = invoke([*args, "--refine-seconds", "3", "--corpus", str(tmp_path / "c"), "-o", str(tmp_path / "p.json")])
+    code, out, err = invoke(
+        [*args, "--refine-seconds", "3", "--corpus", str(tmp_path / "c"), "-o", str(tmp_path / "p.json")]
+    )
     assert code == 0, err
     trace = json.loads((tmp_path / "p.json").read_text())["refinement"]
     assert trace["budget_s"] == 3 and trace["tried"] >= 1 and "refinement:" in out
@@ -154,8 +162,11 @@ class NoisyBackend(SumBackend):
         self.rng, self.jitter, self.gaussian = random.Random(seed), jitter, gaussian
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
-        f = (max(0.5, self.rng.gauss(1.0, self.jitter)) if self.gaussian
-             else 1.0 + self.rng.uniform(-self.jitter, self.jitter))
+        f = (
+            max(0.5, self.rng.gauss(1.0, self.jitter))
+            if self.gaussian
+            else 1.0 + self.rng.uniform(-self.jitter, self.jitter)
+        )
         v = float(sum(t.pooling_factor for t in tables)) * f
         return DeviceTiming((v,) * repeats, (0.0,) * repeats)
 
@@ -168,9 +179,16 @@ def test_a_proposal_that_loses_a_round_stops_there_and_the_decisions_stay_the_ke
     oracle = Oracle(NoisyBackend(0.05), warmup=0, repeats=1)
     start = {t.name: i % 3 for i, t in enumerate(inv.tables)}
     # a wrong model: most of its proposals lose on the hardware
-    placed, trace = refine_measured(inv, start, TOPO, oracle, lambda names: float(sum(10 - by[n].pooling_factor
-                                                                                     for n in names)),
-                                    400.0, rounds=4, clock=Ticks())
+    placed, trace = refine_measured(
+        inv,
+        start,
+        TOPO,
+        oracle,
+        lambda names: float(sum(10 - by[n].pooling_factor for n in names)),
+        400.0,
+        rounds=4,
+        clock=Ticks(),
+    )
     dropped = [s for s in trace.steps if not s.kept]
     assert dropped and any(s.rounds == 1 for s in dropped)
     assert all(s.rounds == 4 + trace.confirm_rounds for s in trace.steps if s.kept) and trace.confirm_rounds == 3
@@ -231,12 +249,15 @@ def test_one_noisy_first_reading_does_not_pick_the_bottleneck_for_the_whole_budg
     and can go to 12; the first reading of device 0 says 30. The incumbent's devices are re-timed in every round,
     so after a few refused proposals device 0 reads 10 again and the refinement turns to device 2."""
     costs = {"A": 10, "B": 4, "C": 4, "D": 6, "E": 4, "F": 4}
-    inv = Inventory(name="s", tables=tuple(Table(name=n, num_embeddings=1000, embedding_dim=8, pooling_factor=w)
-                                           for n, w in costs.items()))
+    inv = Inventory(
+        name="s",
+        tables=tuple(Table(name=n, num_embeddings=1000, embedding_dim=8, pooling_factor=w) for n, w in costs.items()),
+    )
     start = {"A": 0, "B": 1, "C": 1, "D": 2, "E": 2, "F": 2}  # 10 / 8 / 14
     oracle = Oracle(FirstReadingSpike(frozenset({"A"})), warmup=0, repeats=1)
-    placed, trace = refine_measured(inv, start, TOPO, oracle, lambda names: float(sum(costs[n] for n in names)),
-                                    200.0, rounds=2, clock=Ticks())
+    placed, trace = refine_measured(
+        inv, start, TOPO, oracle, lambda names: float(sum(costs[n] for n in names)), 200.0, rounds=2, clock=Ticks()
+    )
     assert trace.initial_ms == 14  # the start's bottleneck from all its timings: the spike outvoted
     assert any(s.devices[0] == 2 for s in trace.steps) and trace.kept >= 1
     assert true_max(inv, placed) == 12 and trace.final_ms == 12
@@ -267,9 +288,18 @@ def test_a_second_block_of_rounds_keeps_noise_from_piling_up_over_a_long_refinem
     import random
 
     r = random.Random(3)
-    inv = Inventory(name="n", tables=tuple(Table(name=f"t{i:02d}", num_embeddings=1000, embedding_dim=8,
-                                                 pooling_factor=round(r.lognormvariate(0, 0.8), 2) + 0.1)
-                                           for i in range(48)))
+    inv = Inventory(
+        name="n",
+        tables=tuple(
+            Table(
+                name=f"t{i:02d}",
+                num_embeddings=1000,
+                embedding_dim=8,
+                pooling_factor=round(r.lognormvariate(0, 0.8), 2) + 0.1,
+            )
+            for i in range(48)
+        ),
+    )
     topo = Topology(num_devices=4, memory_per_device_gb=64.0, batch_size=512)
     loads, start = [0.0] * 4, {}
     for t in sorted(inv.tables, key=lambda t: -t.pooling_factor):
@@ -280,8 +310,9 @@ def test_a_second_block_of_rounds_keeps_noise_from_piling_up_over_a_long_refinem
     worse = {}
     for confirm in (0, 3):
         oracle = Oracle(NoisyBackend(0.05, seed=11, gaussian=True), warmup=0, repeats=1)
-        placed, trace = refine_measured(inv, start, topo, oracle, exact, 800.0, rounds=3, clock=Ticks(),
-                                        confirm=confirm)
+        placed, trace = refine_measured(
+            inv, start, topo, oracle, exact, 800.0, rounds=3, clock=Ticks(), confirm=confirm
+        )
         assert trace.tried > 200 and trace.confirm_rounds == confirm
         worse[confirm] = _worse_keeps(inv, start, trace)
     assert worse[0] >= 5 and worse[3] <= 1, worse

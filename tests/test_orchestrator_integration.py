@@ -64,14 +64,26 @@ class GpuWorkers:
     run at a time each, 2 s heartbeats); their PIDs come from the scripts' PID files."""
 
     def __init__(self, api: str, env: dict[str, str], run_dir: Path) -> None:
-        self.env = {**os.environ, **env, "PREFECT_API_URL": api, "PREFECT_WORKER_HEARTBEAT_SECONDS": "2",
-                    "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_HOME": str(run_dir / "prefect-home"),
-                    "PREFECT_RUN_DIR": str(run_dir), "VENV_BIN": str(BIN)}
+        self.env = {
+            **os.environ,
+            **env,
+            "PREFECT_API_URL": api,
+            "PREFECT_WORKER_HEARTBEAT_SECONDS": "2",
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+            "PREFECT_HOME": str(run_dir / "prefect-home"),
+            "PREFECT_RUN_DIR": str(run_dir),
+            "VENV_BIN": str(BIN),
+        }
         self.run_dir = run_dir
 
     def start(self, name: str) -> None:
-        subprocess.run([str(ROOT / "infra" / "start-worker.sh"), "gpu", name], env=self.env, check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [str(ROOT / "infra" / "start-worker.sh"), "gpu", name],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
 
     def pids(self) -> dict[str, int]:
         out = {}
@@ -95,8 +107,12 @@ class GpuWorkers:
 
     def stop_all(self) -> None:
         """stop-prefect.sh, with 2 s for a worker to stop on SIGTERM before SIGKILL (a worker here took 10 s)."""
-        subprocess.run([str(ROOT / "infra" / "stop-prefect.sh")], env={**self.env, "PREFECT_STOP_GRACE_S": "2"},
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [str(ROOT / "infra" / "stop-prefect.sh")],
+            env={**self.env, "PREFECT_STOP_GRACE_S": "2"},
+            capture_output=True,
+            timeout=120,
+        )
 
 
 def _wait_online(names: tuple[str, ...], timeout_s: float = 120) -> None:
@@ -142,8 +158,13 @@ def gpu_workers(prefect_api: str, seaweed, tmp_path_factory: pytest.TempPathFact
 def _params(path: Path, prefix: str, seaweed, items_per_batch: int = 6, **overrides: dict[str, Any]) -> Path:
     return write_params(
         path,
-        pipeline={"dvc_remote": f"s3://{seaweed.bucket}/{prefix}/dvc", "dvc_remote_endpoint": seaweed.endpoint_url,
-                  "items_per_batch": items_per_batch, "batch_attempts": 3, "batch_timeout_s": 300},
+        pipeline={
+            "dvc_remote": f"s3://{seaweed.bucket}/{prefix}/dvc",
+            "dvc_remote_endpoint": seaweed.endpoint_url,
+            "items_per_batch": items_per_batch,
+            "batch_attempts": 3,
+            "batch_timeout_s": 300,
+        },
         publish={"store_uri": f"s3://{seaweed.bucket}/{prefix}/plans"},
         **overrides,
     )
@@ -203,8 +224,11 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     store = open_store(store_uri)
 
     def run(inventory: Path, dispatch: str) -> Any:
-        return retrain_on_inventory_change(OrchestratorRequest(
-            workspace=str(ws_dir), params_path=str(params), inventory_path=str(inventory), dispatch=dispatch))
+        return retrain_on_inventory_change(
+            OrchestratorRequest(
+                workspace=str(ws_dir), params_path=str(params), inventory_path=str(inventory), dispatch=dispatch
+            )
+        )
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     first = run(tmp_path / "inv.yaml", "local")
@@ -245,26 +269,52 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     for md5 in (lineage.model_md5, lineage.measurements_md5):
         assert remote.exists(f"files/md5/{md5[:2]}/{md5[2:]}"), md5  # dvc push reached SeaweedFS
 
-    shown = _run([str(BIN / "dreamshard"), "plans", "show", current.plan_id, "--store", store_uri, "--lineage"], tmp_path)
-    assert f"model_md5              {lineage.model_md5}" in shown and f"flow_run_id            {second.campaign}" in shown
+    shown = _run(
+        [str(BIN / "dreamshard"), "plans", "show", current.plan_id, "--store", store_uri, "--lineage"], tmp_path
+    )
+    assert (
+        f"model_md5              {lineage.model_md5}" in shown and f"flow_run_id            {second.campaign}" in shown
+    )
 
     # A fresh directory gets exactly that data and model from the remote.
-    out = _run([str(BIN / "dreamshard"), "plans", "reproduce", current.plan_id, "--store", store_uri,
-                "--into", str(tmp_path / "repro")], tmp_path)
+    out = _run(
+        [
+            str(BIN / "dreamshard"),
+            "plans",
+            "reproduce",
+            current.plan_id,
+            "--store",
+            store_uri,
+            "--into",
+            str(tmp_path / "repro"),
+        ],
+        tmp_path,
+    )
     assert f"md5 {lineage.model_md5} (lineage: {lineage.model_md5}) - match" in out
     assert dvc_md5(tmp_path / "repro" / MODEL_DIR) == lineage.model_md5
     assert (tmp_path / "repro" / INPUT_INCUMBENT).read_bytes() == ws.path(INPUT_INCUMBENT).read_bytes()  # restored
 
     # The run's artifacts, as the UI lists them.
-    keys = ["plan-devices-tiny", "sharder-comparison-tiny", "publish-decision-tiny", "plan-lineage-tiny",
-            "profile-batches-tiny", "train-metrics-tiny"]
+    keys = [
+        "plan-devices-tiny",
+        "sharder-comparison-tiny",
+        "publish-decision-tiny",
+        "plan-lineage-tiny",
+        "profile-batches-tiny",
+        "train-metrics-tiny",
+    ]
     with get_client(sync_client=True) as client:
         arts = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
     found = {a.key: a for a in arts}
     assert set(found) == set(keys), sorted(found)
-    assert current.plan_id in str(found["plan-lineage-tiny"].data) and lineage.model_md5 in str(found["plan-lineage-tiny"].data)
-    batch_rows = json.loads(found["profile-batches-tiny"].data) if isinstance(found["profile-batches-tiny"].data, str) \
+    assert current.plan_id in str(found["plan-lineage-tiny"].data) and lineage.model_md5 in str(
+        found["plan-lineage-tiny"].data
+    )
+    batch_rows = (
+        json.loads(found["profile-batches-tiny"].data)
+        if isinstance(found["profile-batches-tiny"].data, str)
         else found["profile-batches-tiny"].data
+    )
     assert {r["worker"] for r in batch_rows} == by_worker
 
     # Nothing changed: no stage, no push, no publish, no batch; `current` stays.
@@ -302,16 +352,29 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
     from dreamshard.usecases import taskset as tasks_uc
 
     # Every device timing takes 400 ms of wall time: a batch lasts seconds, long enough to kill its worker.
-    params = _params(tmp_path / "params.yaml", s3_prefix, s3_env, items_per_batch=5,
-                     profile={"simulator_latency_ms": 400.0, "num_placements": 2})
+    params = _params(
+        tmp_path / "params.yaml",
+        s3_prefix,
+        s3_env,
+        items_per_batch=5,
+        profile={"simulator_latency_ms": 400.0, "num_placements": 2},
+    )
     tiny_inventory(tmp_path / "inv.yaml")
-    tasks_uc.run(tasks_uc.TasksRequest(settings=resolve(params), inventory=tmp_path / "inv.yaml", out=tmp_path / "tasks.json"))
+    tasks_uc.run(
+        tasks_uc.TasksRequest(settings=resolve(params), inventory=tmp_path / "inv.yaml", out=tmp_path / "tasks.json")
+    )
     store_uri = f"s3://{s3_env.bucket}/{s3_prefix}/shards"
     store = open_store(store_uri)
     campaign = f"kill-{s3_prefix}"
     request = profile_uc.BatchedProfileRequest(
-        settings=resolve(params), inventory=tmp_path / "inv.yaml", tasks=tmp_path / "tasks.json",
-        out=tmp_path / "m.jsonl", store_uri=store_uri, campaign=campaign, dispatch="workers")
+        settings=resolve(params),
+        inventory=tmp_path / "inv.yaml",
+        tasks=tmp_path / "tasks.json",
+        out=tmp_path / "m.jsonl",
+        store_uri=store_uri,
+        campaign=campaign,
+        dispatch="workers",
+    )
     specs = profile_uc.plan_stage_batches(request, campaign)
     t, result = _in_background(lambda: profile_uc.run_batched(request, log=lambda _m: None))
     victim = None
@@ -342,8 +405,10 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
         crashed = client.read_flow_run(killed_run.id)
     assert crashed.state is not None and crashed.state.is_crashed()
     assert f"worker {killed_worker} stopped heartbeating" in (crashed.state.message or "")
-    retried = sorted((r for r in runs if r.name.rsplit("-try", 1)[0] == killed_run.name.rsplit("-try", 1)[0]),
-                     key=lambda r: int(r.name.rsplit("-try", 1)[1]))
+    retried = sorted(
+        (r for r in runs if r.name.rsplit("-try", 1)[0] == killed_run.name.rsplit("-try", 1)[0]),
+        key=lambda r: int(r.name.rsplit("-try", 1)[1]),
+    )
     assert retried[-1].id != killed_run.id and retried[-1].state.name == "Completed"  # submitted again, and ran
     assert {r.state.name for r in retried} <= {"Crashed", "Completed"}
     spec = next(s for s in specs if killed_run.name.startswith(s.batch_id))
@@ -354,8 +419,9 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
     assert len([k for k in store.list_keys(f"profiling/{campaign}/") if k.endswith(".shard.json")]) == len(specs)
 
 
-def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(gpu_workers: GpuWorkers, s3_env,
-                                                                      tmp_path: Path) -> None:
+def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
+    gpu_workers: GpuWorkers, s3_env, tmp_path: Path
+) -> None:
     from dreamshard_flows.drift import drift_check_flow
     from dreamshard_flows.requests import DriftRequest
     from prefect.client.orchestration import get_client
@@ -370,13 +436,18 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(gpu_workers
         pytest.fail("the orchestrator test did not publish a plan")
 
     def check(**profile: Any) -> Any:
-        params = write_params(tmp_path / f"p{len(profile)}.yaml", publish={"store_uri": STATE["store_uri"]},
-                              profile=profile)
-        return drift_check_flow(DriftRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"])))
+        params = write_params(
+            tmp_path / f"p{len(profile)}.yaml", publish={"store_uri": STATE["store_uri"]}, profile=profile
+        )
+        return drift_check_flow(
+            DriftRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"]))
+        )
 
     def drift_runs() -> list[Any]:
         with get_client(sync_client=True) as client:
-            return client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["retrain-on-drift"])))
+            return client.read_flow_runs(
+                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["retrain-on-drift"]))
+            )
 
     steady = check()
     assert steady.plan_id == STATE["plan_id"] and not steady.drifted and steady.drift == pytest.approx(0.0)
@@ -392,12 +463,14 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(gpu_workers
     with get_client(sync_client=True) as client:
         client.delete_flow_run(runs[0].id)  # nothing serves the default pool here; the run is the evidence
         (report,) = client.read_latest_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["drift-report-tiny"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["drift-report-tiny"]))
+        )
     assert "+100.0%" in str(report.data) and "+0.0%" in str(report.data)  # the trend: both checks
 
 
 def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_makes_a_retrain_due(
-        gpu_workers: GpuWorkers, s3_env, tmp_path: Path) -> None:
+    gpu_workers: GpuWorkers, s3_env, tmp_path: Path
+) -> None:
     from dreamshard_flows.replan import replan_on_inventory_change
     from dreamshard_flows.requests import ReplanRequest
     from prefect.client.orchestration import get_client
@@ -416,14 +489,26 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     store = open_store(STATE["store_uri"])
     # The packaged model in the world it learned (batch 2048, 2-16 devices; the tiny workspace model saw 2-3 tables
     # per device only), the heuristics among the verified candidates (a deterministic simulator: ties pass).
-    params = write_params(tmp_path / "p.yaml", publish={"store_uri": STATE["store_uri"], "allow_simulated": True,
-                                                        "min_rounds": 2},
-                          topology={"batch_size": 2048}, evaluate={"rounds": 2},
-                          plan={"num_devices": 2, "verify": 4, "verify_rounds": 1, "samples": 0,
-                                "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]})
-    request = ReplanRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"]),
-                            model=str(Path(__file__).resolve().parents[1] / "dreamshard" / "pretrained"),
-                            reason="test: a new version")
+    params = write_params(
+        tmp_path / "p.yaml",
+        publish={"store_uri": STATE["store_uri"], "allow_simulated": True, "min_rounds": 2},
+        topology={"batch_size": 2048},
+        evaluate={"rounds": 2},
+        plan={
+            "num_devices": 2,
+            "verify": 4,
+            "verify_rounds": 1,
+            "samples": 0,
+            "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
+        },
+    )
+    request = ReplanRequest(
+        inventory_name="tiny",
+        params_path=str(params),
+        workspace=str(STATE["ws"]),
+        model=str(Path(__file__).resolve().parents[1] / "dreamshard" / "pretrained"),
+        reason="test: a new version",
+    )
     current = get_current(store, "tiny")
     inv = load_inventory(STATE["ws"] / "data" / "inventory.yaml")
     since = datetime.now(timezone.utc)
@@ -439,28 +524,37 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     assert "replan" in names and not names & {"dvc-stage", "profile", "train"}, names  # no stage ran
 
     t0 = min(inv.tables, key=lambda t: t.num_embeddings)  # small enough to fit at dim 1024
-    wide = Inventory(name="tiny", tables=tuple(t.model_copy(update={"embedding_dim": 1024}) if t is t0 else t
-                                               for t in inv.tables))
+    wide = Inventory(
+        name="tiny", tables=tuple(t.model_copy(update={"embedding_dim": 1024}) if t is t0 else t for t in inv.tables)
+    )
     push_inventory(store, wide)  # a dim the model never saw (it learned 4-512): a retrain is due
     due = replan_on_inventory_change(request.model_copy(update={"reason": "test: out of range"}))
     assert due.outcome == "retrain-due" and any("embedding_dim" in r for r in due.retrain_reasons), due.retrain_reasons
-    assert get_current(store, "tiny").plan_id == (result.ref.plan_id if result.outcome == "published"
-                                                   else current.plan_id)  # nothing published for it
+    assert get_current(store, "tiny").plan_id == (
+        result.ref.plan_id if result.outcome == "published" else current.plan_id
+    )  # nothing published for it
 
     def due_runs() -> list[Any]:
         with get_client(sync_client=True) as client:
             return client.read_flow_runs(
-                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["nightly-and-when-due"])))
+                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["nightly-and-when-due"]))
+            )
 
     deadline = time.monotonic() + 60
     while not (runs := due_runs()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert len(runs) == 1, "dreamshard.retrain.due did not start the retrain deployment"
     why = runs[0].parameters["request"]
-    assert why["inventory_name"] == "tiny" and why["reason"].startswith("retrain due:") and "embedding_dim" in why["reason"]
+    assert (
+        why["inventory_name"] == "tiny"
+        and why["reason"].startswith("retrain due:")
+        and "embedding_dim" in why["reason"]
+    )
     with get_client(sync_client=True) as client:
         client.delete_flow_run(runs[0].id)  # nothing serves the default pool here; the run is the evidence
-        (report,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["replan-tiny"])))
+        (report,) = client.read_latest_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["replan-tiny"]))
+        )
     assert "retrain-due" in str(report.data) and "test: out of range" in str(report.data)
 
 
@@ -479,14 +573,18 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     ws.repro("evaluate")
     store = open_store(STATE["store_uri"])
     current = get_pointer(store, "tiny").plan_id
-    t, result = _in_background(lambda: publish_workspace_plan(PublishRequest(workspace=str(STATE["ws"]),
-                                                                            require_human=True)))
+    t, result = _in_background(
+        lambda: publish_workspace_plan(PublishRequest(workspace=str(STATE["ws"]), require_human=True))
+    )
     paused = None
     deadline = time.monotonic() + 90
     with get_client(sync_client=True) as client:
         while paused is None and time.monotonic() < deadline:
-            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))))
+            runs = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+                )
+            )
             paused = next((r.id for r in runs if client.read_flow(r.flow_id).name == "publish-plan"), None)
             time.sleep(0.5)
     assert paused is not None, "publish-plan did not pause for a reviewer"

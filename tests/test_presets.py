@@ -14,10 +14,62 @@ from dreamshard.inventory.presets import PRESETS, preset_inventory
 from dreamshard.sharders import get_sharder
 from dreamshard.values import GB, Topology
 
-TERABYTE = [45833188, 36746, 17245, 7413, 20243, 3, 7114, 1441, 62, 29275261, 1572176, 345138, 10, 2209, 11267, 128,
-            4, 974, 14, 48937457, 11316796, 40094537, 452104, 12606, 104, 35]
-KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992, 5461306, 10,
-          5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]
+TERABYTE = [
+    45833188,
+    36746,
+    17245,
+    7413,
+    20243,
+    3,
+    7114,
+    1441,
+    62,
+    29275261,
+    1572176,
+    345138,
+    10,
+    2209,
+    11267,
+    128,
+    4,
+    974,
+    14,
+    48937457,
+    11316796,
+    40094537,
+    452104,
+    12606,
+    104,
+    35,
+]
+KAGGLE = [
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+]
 #: Fingerprints of the default presets. A change here changes every stored plan and measurement of a preset
 #: inventory (they no longer match it): only on purpose, with a note in the changelog.
 FINGERPRINTS = {
@@ -46,7 +98,11 @@ def test_fingerprints_stable_and_arguments_respected() -> None:
         assert preset_inventory(preset).fingerprint() == FINGERPRINTS[preset]
     a = preset_inventory("criteo-kaggle", dim=64, pooling=3.0, name="k64")
     assert a == preset_inventory("criteo-kaggle", dim=64, pooling=3.0, name="k64")
-    assert a.name == "k64" and {t.embedding_dim for t in a.tables} == {64} and {t.pooling_factor for t in a.tables} == {3.0}
+    assert (
+        a.name == "k64"
+        and {t.embedding_dim for t in a.tables} == {64}
+        and {t.pooling_factor for t in a.tables} == {3.0}
+    )
     assert a.fingerprint() != FINGERPRINTS["criteo-kaggle"]
     skewed = preset_inventory("criteo-kaggle", zipf_exponent=1.5)
     flat = preset_inventory("criteo-kaggle", zipf_exponent=0.5)
@@ -91,7 +147,9 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 def test_cli_writes_a_valid_inventory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "kaggle.yaml"
-    code, out, err = _cli(["inventory", "preset", "criteo-kaggle", "--dim", "32", "--pooling", "2", "-o", str(out_file)], capsys)
+    code, out, err = _cli(
+        ["inventory", "preset", "criteo-kaggle", "--dim", "32", "--pooling", "2", "-o", str(out_file)], capsys
+    )
     assert code == 0 and err == ""
     inv = load_inventory(out_file)
     assert inv == preset_inventory("criteo-kaggle", dim=32, pooling=2.0)
@@ -108,7 +166,9 @@ def test_cli_writes_a_valid_inventory(tmp_path: Path, capsys: pytest.CaptureFixt
         (["criteo-1tb"], "ConfigError: unknown preset 'criteo-1tb'"),
     ],
 )
-def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+def test_cli_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     out_file = tmp_path / "inv.yaml"
     code, _, err = _cli(["inventory", "preset", *args, "-o", str(out_file)], capsys)
     assert code == 2 and message in err and err.count("\n") == 1

@@ -32,10 +32,15 @@ PROFILE = ProfileConfig(backend="simulator", num_placements=3, warmup=0, repeats
 
 def _job(tmp_path: Path) -> ProfileJob:
     inv = tiny_inventory(tmp_path / "inv.yaml", num_tables=20)
-    tasks = make_taskset(inv, TasksConfig(train_num_tasks=3, train_tables=(4, 5), train_devices=2, test_tables=(4,),
-                                          test_devices=(2,)))
-    return ProfileJob(inventory=inv, tasks=tasks, topology=Topology(num_devices=2, memory_per_device_gb=1.0,
-                                                                     batch_size=256), profile=PROFILE)
+    tasks = make_taskset(
+        inv, TasksConfig(train_num_tasks=3, train_tables=(4, 5), train_devices=2, test_tables=(4,), test_devices=(2,))
+    )
+    return ProfileJob(
+        inventory=inv,
+        tasks=tasks,
+        topology=Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256),
+        profile=PROFILE,
+    )
 
 
 def test_batches_are_consecutive_planned_items_with_deterministic_keys(tmp_path: Path) -> None:
@@ -61,13 +66,24 @@ def test_merged_shards_equal_the_one_process_profiler(tmp_path: Path) -> None:
     oracle = PROFILE.oracle()
     for spec in reversed(specs):  # completion order does not matter
         write_spec(store, spec)
-        write_shard(store, run_batch(spec, oracle, WorkerInfo(host="h", pid=spec.index + 100, ppid=1, worker="w")), spec)
+        write_shard(
+            store, run_batch(spec, oracle, WorkerInfo(host="h", pid=spec.index + 100, ppid=1, worker="w")), spec
+        )
     summary = merge_shards(store, specs, tmp_path / "merged.jsonl")
     assert summary.batches == len(specs) and summary.records == sum(len(s.items) for s in specs)
     assert summary.workers[specs[0].batch_id] == "w@h pid 100"
     direct = tmp_path / "direct.jsonl"
-    profile_inventory(job.inventory, job.topology, PROFILE.num_placements, direct, oracle, seed=PROFILE.seed,
-                      tasks=job.tasks, progress=False, kinds=PROFILE.kinds)
+    profile_inventory(
+        job.inventory,
+        job.topology,
+        PROFILE.num_placements,
+        direct,
+        oracle,
+        seed=PROFILE.seed,
+        tasks=job.tasks,
+        progress=False,
+        kinds=PROFILE.kinds,
+    )
     merged, alone = load_measurements(tmp_path / "merged.jsonl"), load_measurements(direct)
     assert [m.measurement_id for m in merged] == [m.measurement_id for m in alone]
     assert [m.costs for m in merged] == [m.costs for m in alone]  # the simulator is deterministic
@@ -102,7 +118,9 @@ def test_missing_or_foreign_shards_fail_the_merge_and_write_nothing(tmp_path: Pa
     other = run_batch(specs[1], oracle)
     with pytest.raises(ProfilingError, match=f"shard of batch {specs[0].batch_id} holds"):
         write_shard(store, other, specs[0])  # batch 1's records under batch 0's key
-    store.put_bytes(specs[1].shard_key, other.model_copy(update={"records": other.records[:-1]}).model_dump_json().encode())
+    store.put_bytes(
+        specs[1].shard_key, other.model_copy(update={"records": other.records[:-1]}).model_dump_json().encode()
+    )
     with pytest.raises(ProfilingError, match="not exactly its"):
         read_shard(store, specs[1])  # a shard that lost a record is refused, not merged short
 

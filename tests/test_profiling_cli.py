@@ -26,9 +26,13 @@ def inv_path(tmp_path: Path) -> Path:
     return save_inventory(inv, tmp_path / "inv.yaml")
 
 
-def test_profile_cli_params_flags_and_resume(tmp_path: Path, inv_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_profile_cli_params_flags_and_resume(
+    tmp_path: Path, inv_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     params = tmp_path / "params.yaml"
-    params.write_text("profile:\n  backend: simulator\n  num_placements: 4\n  warmup: 1\n  repeats: 2\n  seed: 3\n  kinds: []\n")
+    params.write_text(
+        "profile:\n  backend: simulator\n  num_placements: 4\n  warmup: 1\n  repeats: 2\n  seed: 3\n  kinds: []\n"
+    )
     out = tmp_path / "m.jsonl"
     base = ["profile", "-i", str(inv_path), "-d", "2", "-m", "1", "-o", str(out), "--params", str(params)]
     assert _run(base) == 0
@@ -45,14 +49,33 @@ def test_profile_cli_params_flags_and_resume(tmp_path: Path, inv_path: Path, cap
     assert len(load_measurements(out)) == 11
 
 
-def test_profile_cli_infeasible_is_one_line_exit_2(tmp_path: Path, inv_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = _run(["profile", "-i", str(inv_path), "-d", "2", "-m", "0.0001", "-k", "1", "-o", str(tmp_path / "m.jsonl"),
-                 "--backend", "simulator"])
+def test_profile_cli_infeasible_is_one_line_exit_2(
+    tmp_path: Path, inv_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(
+        [
+            "profile",
+            "-i",
+            str(inv_path),
+            "-d",
+            "2",
+            "-m",
+            "0.0001",
+            "-k",
+            "1",
+            "-o",
+            str(tmp_path / "m.jsonl"),
+            "--backend",
+            "simulator",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "table 't" in err and "fits on no device" in err
 
 
 def test_profile_cli_unknown_backend(tmp_path: Path, inv_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = _run(["profile", "-i", str(inv_path), "-d", "2", "-m", "1", "-o", str(tmp_path / "m.jsonl"), "--backend", "tpu"])
+    code = _run(
+        ["profile", "-i", str(inv_path), "-d", "2", "-m", "1", "-o", str(tmp_path / "m.jsonl"), "--backend", "tpu"]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "backend" in err

@@ -144,7 +144,10 @@ def test_fused_operator_computes_pooled_sums(monkeypatch: pytest.MonkeyPatch, di
     fused = [fuse_batches(per_table, 0)]
     op = o.backend.build(tables, rows, fused)
     # Known weights: row r of table k = r + 1000 k in every column.
-    weights = [np.tile((np.arange(r) + 1000.0 * k)[:, None], (1, t.embedding_dim)) for k, (t, r) in enumerate(zip(tables, rows))]
+    weights = [
+        np.tile((np.arange(r) + 1000.0 * k)[:, None], (1, t.embedding_dim))
+        for k, (t, r) in enumerate(zip(tables, rows))
+    ]
     with torch.no_grad():
         if o.info.operator == "fbgemm_tbe":
             for w_op, w in zip(op.module.split_embedding_weights(), weights):
@@ -233,9 +236,15 @@ def test_timed_backward_passes_share_one_seeded_gradient_buffer_and_never_write_
     assert torch.equal(grown.flatten()[:32], first.flatten())  # growing redraws the same seeded values
     assert pool.get((2, 8), torch.device("cpu")).data_ptr() == grown.data_ptr()  # a smaller one is a view
 
-    tables = [Table(name="a", num_embeddings=5_000, embedding_dim=32, pooling_factor=4),
-              Table(name="b", num_embeddings=3_000, embedding_dim=16,
-                    features=({"name": "b1", "pooling_factor": 1}, {"name": "b2", "pooling_factor": 2}))]
+    tables = [
+        Table(name="a", num_embeddings=5_000, embedding_dim=32, pooling_factor=4),
+        Table(
+            name="b",
+            num_embeddings=3_000,
+            embedding_dim=16,
+            features=({"name": "b1", "pooling_factor": 1}, {"name": "b2", "pooling_factor": 2}),
+        ),
+    ]
     backends = [EmbeddingBagBackend("cpu", "cpu", CPU_RULE)]
     if fbgemm_available():
         backends.append(FbgemmBackend("cpu", "cpu", CPU_RULE))

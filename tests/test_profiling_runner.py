@@ -68,10 +68,14 @@ def test_rerun_resumes_after_a_truncated_line(tmp_path: Path) -> None:
 def test_tasks_profile_each_train_task_on_its_devices(tmp_path: Path) -> None:
     inv = _inventory(10)
     tasks = TaskSet(
-        pool_name="pool", pool_fingerprint=inv.fingerprint(), train_tables=tuple(inv.table_names[:6]),
+        pool_name="pool",
+        pool_fingerprint=inv.fingerprint(),
+        train_tables=tuple(inv.table_names[:6]),
         test_tables=tuple(inv.table_names[6:]),
-        train=(Task(name="a", tables=("t0", "t1", "t2", "t3"), num_devices=2),
-               Task(name="b", tables=("t2", "t3", "t4", "t5"), num_devices=3)),
+        train=(
+            Task(name="a", tables=("t0", "t1", "t2", "t3"), num_devices=2),
+            Task(name="b", tables=("t2", "t3", "t4", "t5"), num_devices=3),
+        ),
         test=(Task(name="x", tables=("t6", "t7"), num_devices=2),),
     )
     out = tmp_path / "m.jsonl"
@@ -165,8 +169,13 @@ def test_profile_refuses_a_file_of_another_inventory(tmp_path) -> None:
     from dreamshard.values import Inventory, Table, Topology
 
     def inv(name: str, dim: int) -> Inventory:
-        return Inventory(name=name, tables=(Table(name="a", num_embeddings=100, embedding_dim=dim, pooling_factor=1.0),
-                                            Table(name="b", num_embeddings=200, embedding_dim=8, pooling_factor=2.0)))
+        return Inventory(
+            name=name,
+            tables=(
+                Table(name="a", num_embeddings=100, embedding_dim=dim, pooling_factor=1.0),
+                Table(name="b", num_embeddings=200, embedding_dim=8, pooling_factor=2.0),
+            ),
+        )
 
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=64)
     oracle = make_oracle("simulator")
@@ -188,10 +197,19 @@ def test_a_cost_model_never_trains_on_mixed_backends(tmp_path: Path) -> None:
 
     inv = _inventory(4)
     out = tmp_path / "m.jsonl"
-    profile_inventory(inv, Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=64), 2, out,
-                      make_oracle("simulator"), progress=False)
+    profile_inventory(
+        inv,
+        Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=64),
+        2,
+        out,
+        make_oracle("simulator"),
+        progress=False,
+    )
     records = load_measurements(out)
-    mixed = [*records, records[-1].model_copy(update={"backend": records[-1].backend.model_copy(update={"name": "cpu"})})]
+    mixed = [
+        *records,
+        records[-1].model_copy(update={"backend": records[-1].backend.model_copy(update={"name": "cpu"})}),
+    ]
     with pytest.raises(ModelError, match=r"mix backends \(1 from 'cpu', \d+ from 'simulator'\)"):
         train_cost_model(inv, mixed, CostTrainConfig(steps=1), progress=False)
 
@@ -232,4 +250,6 @@ def test_no_feasible_random_placement_is_the_typed_error_of_the_table_that_did_n
 
     tables = tuple(Table(name=f"t{i}", num_embeddings=2_500_000, embedding_dim=64, pooling_factor=1) for i in range(3))
     with pytest.raises(InfeasiblePlacementError, match="fits on no device"):
-        _random_placements(Inventory(name="tight", tables=tables), Topology(num_devices=2, memory_per_device_gb=1.0), 2, 0)
+        _random_placements(
+            Inventory(name="tight", tables=tables), Topology(num_devices=2, memory_per_device_gb=1.0), 2, 0
+        )

@@ -38,8 +38,9 @@ def test_simulator_is_not_additive() -> None:
 
 def test_simulator_empty_device_and_monotone_costs() -> None:
     o = make_oracle("simulator")
-    a, b = Table(name="a", num_embeddings=10_000, embedding_dim=16, pooling_factor=2), Table(
-        name="b", num_embeddings=10_000, embedding_dim=128, pooling_factor=40
+    a, b = (
+        Table(name="a", num_embeddings=10_000, embedding_dim=16, pooling_factor=2),
+        Table(name="b", num_embeddings=10_000, embedding_dim=128, pooling_factor=40),
     )
     m = o.measure(Inventory(name="s", tables=(a, b)), {"a": 0, "b": 0}, Topology(num_devices=2, memory_per_device_gb=1))
     assert m.costs.per_device[1].total == 0.0

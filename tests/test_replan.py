@@ -23,10 +23,17 @@ from dreamshard.usecases import replan as replan_uc
 PARAMS = {
     "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},  # the packaged model's batch size
     "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
-    "plan": {"num_devices": 2, "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
-             "verify": 8, "verify_rounds": 1, "samples": 0},
-    "evaluate": {"sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
-                              "torchrec"], "rounds": 5},
+    "plan": {
+        "num_devices": 2,
+        "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
+        "verify": 8,
+        "verify_rounds": 1,
+        "samples": 0,
+    },
+    "evaluate": {
+        "sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"],
+        "rounds": 5,
+    },
     "publish": {"store_uri": "store", "allow_simulated": True},
 }
 
@@ -66,8 +73,11 @@ def test_a_new_version_is_planned_gated_and_published_without_profiling_or_train
     diff = second.diff  # what the training job reshards: the tables the new plan places differently
     assert diff is not None and diff.old_plan_id == first.plan.plan_id  # type: ignore[union-attr]
     assert diff.new_plan_id == second.plan.plan_id and diff.kept + len(diff.moved) == len(v2.tables)  # type: ignore[union-attr]
-    assert set(diff.moved) == {t for t in v2.table_names  # type: ignore[union-attr]
-                               if first.plan.units().get(t) != second.plan.units().get(t)}  # type: ignore[union-attr]
+    assert set(diff.moved) == {
+        t
+        for t in v2.table_names  # type: ignore[union-attr]
+        if first.plan.units().get(t) != second.plan.units().get(t)
+    }  # type: ignore[union-attr]
     assert first.diff is None  # no plan was current before the first
 
 
@@ -94,8 +104,10 @@ def test_a_decided_version_is_not_replanned_unless_forced(work: Path) -> None:
     assert first.outcome == "fallback" and first.ref is not None and first.fallback_ref is not None
     again = _replan(work, inventory=work / "v1.yaml")
     assert again.outcome == "current" and again.plan.plan_id == first.fallback_ref.plan_id  # type: ignore[union-attr]
-    assert [r.outcome for r in list_plans(open_store("store"), "tiny")] in (["rejected", "fallback"],
-                                                                            ["fallback", "rejected"])
+    assert [r.outcome for r in list_plans(open_store("store"), "tiny")] in (
+        ["rejected", "fallback"],
+        ["fallback", "rejected"],
+    )
     forced = _replan(work, inventory=work / "v1.yaml", force=True)
     # the fallback is current and serves this version: a rejection now keeps it
     assert forced.outcome == "not-published" and forced.ref is not None and forced.ref.plan_id != first.ref.plan_id
@@ -138,14 +150,21 @@ def test_an_inconclusive_plan_becomes_the_first_plan_but_never_replaces_a_curren
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
     plan = get_sharder("dim_greedy").shard(inv, topo)
     store = open_store(str(tmp_path / "store"))
-    unsure = GateDecision(approved=False, outcome="inconclusive", plan_id=plan.plan_id,
-                          reason="inconclusive: ... within the noise, the current plan stays (measure more rounds)")
+    unsure = GateDecision(
+        approved=False,
+        outcome="inconclusive",
+        plan_id=plan.plan_id,
+        reason="inconclusive: ... within the noise, the current plan stays (measure more rounds)",
+    )
     first = first_plan(store, plan, unsure)
     assert first.approved and first.outcome == "approved" and "no plan is current for 'tiny'" in first.reason
     rejected = unsure.model_copy(update={"outcome": "rejected"})
     assert first_plan(store, plan, rejected) == rejected  # clearly slower: never
-    published = publish_or_reject(store, plan.model_copy(update={"measured": plan.predicted}),
-                                  first.model_copy(update={"inventory_fingerprint": inv.fingerprint()}))
+    published = publish_or_reject(
+        store,
+        plan.model_copy(update={"measured": plan.predicted}),
+        first.model_copy(update={"inventory_fingerprint": inv.fingerprint()}),
+    )
     assert published.is_current
     other = get_sharder("size_greedy").shard(inv, topo)
     assert first_plan(store, other, unsure.model_copy(update={"plan_id": other.plan_id})).outcome == "inconclusive"
@@ -165,13 +184,22 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
     store = open_store(str(tmp_path / "store"))
     current = get_sharder("dim_greedy").shard(v1, topo)
-    approved = GateDecision(approved=True, outcome="approved", plan_id=current.plan_id, reason="approved",
-                            inventory_fingerprint=v1.fingerprint())
+    approved = GateDecision(
+        approved=True,
+        outcome="approved",
+        plan_id=current.plan_id,
+        reason="approved",
+        inventory_fingerprint=v1.fingerprint(),
+    )
     assert publish_or_reject(store, current.model_copy(update={"measured": current.predicted}), approved).is_current
 
     def unsure(plan_id: str) -> GateDecision:
-        return GateDecision(approved=False, outcome="inconclusive", plan_id=plan_id,
-                            reason="inconclusive: ... within the noise, the current plan stays (measure more rounds)")
+        return GateDecision(
+            approved=False,
+            outcome="inconclusive",
+            plan_id=plan_id,
+            reason="inconclusive: ... within the noise, the current plan stays (measure more rounds)",
+        )
 
     stats_only = change_one_table(v1, tmp_path / "v2.yaml")
     assert stats_only.schema_fingerprint() == v1.schema_fingerprint()
@@ -231,11 +259,15 @@ def test_a_plan_diff_names_what_moves_and_its_bytes() -> None:
     from dreamshard.values.units import row_shards_for
 
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
-    t = {n: Table(name=n, num_embeddings=1000 * (i + 1), embedding_dim=16, pooling_factor=2.0)
-         for i, n in enumerate("abcdef")}
+    t = {
+        n: Table(name=n, num_embeddings=1000 * (i + 1), embedding_dim=16, pooling_factor=2.0)
+        for i, n in enumerate("abcdef")
+    }
     old_inv = Inventory(name="x", tables=tuple(t[n] for n in "abcde"))
     new_inv = Inventory(name="x", tables=tuple(t[n] for n in "abcdf"))
-    old = make_plan(old_inv, topo, {"a": 0, "b": 1, "c": 0, "e": 1}, "hand", row_shards={"d": row_shards_for(4000, [0, 1])})
+    old = make_plan(
+        old_inv, topo, {"a": 0, "b": 1, "c": 0, "e": 1}, "hand", row_shards={"d": row_shards_for(4000, [0, 1])}
+    )
     new = make_plan(new_inv, topo, {"a": 0, "b": 0, "d": 1, "f": 1}, "hand", data_parallel=("c",))
     diff = plan_diff(old, new, new_inv)
     assert set(diff.moved) == {"b", "c", "d"} and diff.kept == 1  # b: device; c: table-wise -> replicated; d: rows

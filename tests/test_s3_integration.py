@@ -62,8 +62,11 @@ def test_publish_read_back_current_rollback(s3_env: SeaweedS3, s3_prefix: str) -
     publish(store, p2, approve(p2))
     assert get_current(store, "inv") == p2
     keys = _keys(s3_env, s3_prefix)
-    assert {f"{s3_prefix}/{r1.key}", f"{s3_prefix}/{sibling(r1.key, 'checksum')}",
-            f"{s3_prefix}/{sibling(r1.key, 'record')}"} <= set(keys)
+    assert {
+        f"{s3_prefix}/{r1.key}",
+        f"{s3_prefix}/{sibling(r1.key, 'checksum')}",
+        f"{s3_prefix}/{sibling(r1.key, 'record')}",
+    } <= set(keys)
     assert f"{s3_prefix}/plans/inv/current.json" in keys
     assert [r.is_current for r in list_plans(store, "inv")] == [False, True]
     assert rollback(store, "inv").plan_id == p1.plan_id
@@ -151,7 +154,16 @@ def test_cli_publish_to_s3_exit_codes(
     files = w.write(tmp_path)
     uri = f"s3://{s3_env.bucket}/{s3_prefix}"
     store = open_store(uri)
-    args = ["plans", "publish", "--store", uri, "--comparison", str(files["comparison"]), "--params", str(files["params"])]
+    args = [
+        "plans",
+        "publish",
+        "--store",
+        uri,
+        "--comparison",
+        str(files["comparison"]),
+        "--params",
+        str(files["params"]),
+    ]
     with pytest.raises(SystemExit) as e:
         main([*args[:2], str(files["good"]), *args[2:]])
     assert e.value.code == 2 and "push it first" in capsys.readouterr().err  # no inventory: nothing trusted
@@ -170,8 +182,13 @@ def test_cli_publish_to_s3_exit_codes(
 
 
 def _git(args: list[str], cwd: Path) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
@@ -187,7 +204,9 @@ def test_dvc_remote_round_trip_through_seaweedfs(s3_env: SeaweedS3, s3_prefix: s
     _dvc(["init", "-q"], repo)
     url = f"s3://{s3_env.bucket}/{s3_prefix}/dvc"
     with pytest.raises(SystemExit) as e:
-        main(["remote", "s3", "--name", "seaweed", "--url", url, "--endpoint", s3_env.endpoint_url, "--repo", str(repo)])
+        main(
+            ["remote", "s3", "--name", "seaweed", "--url", url, "--endpoint", s3_env.endpoint_url, "--repo", str(repo)]
+        )
     assert e.value.code == 0
     config = (repo / ".dvc" / "config").read_text()
     assert url in config and s3_env.endpoint_url in config

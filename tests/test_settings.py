@@ -26,6 +26,7 @@ def _params(tmp_path: Path, data: dict) -> Path:
 
 # -- the rule itself ---------------------------------------------------------------------------------------------
 
+
 def test_defaults_then_params_then_overrides(tmp_path: Path) -> None:
     p = _params(tmp_path, {"topology": {"batch_size": 4096}, "plan": {"verify": 2}})
     assert resolve(None).topology.batch_size == 2048 and resolve(None).plan.verify == 0  # defaults
@@ -92,6 +93,7 @@ def test_params_text_keeps_the_file_or_sets_the_overrides(tmp_path: Path) -> Non
 
 # -- the CLI door -------------------------------------------------------------------------------------------------
 
+
 def _plan(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "plan.json"
     code, _, err = invoke(["plan", "-i", str(tmp_path / "inv.yaml"), "-s", "dim_greedy", "-o", str(out), *args])
@@ -112,6 +114,7 @@ def test_cli_precedence(tmp_path: Path) -> None:
 
 # -- the DVC stage door: dvc.yaml's own command lines -----------------------------------------------------------
 
+
 def _stage_argv(stage: str) -> list[str]:
     cmd = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"][stage]["cmd"]
     argv = shlex.split(cmd)
@@ -123,7 +126,7 @@ def test_dvc_stage_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.chdir(tmp_path)
     tiny_inventory(tmp_path / "data" / "inventory.yaml")
     argv = _stage_argv("tasks")
-    code, _, err = invoke(argv[:argv.index("--params")] + ["-o", "data/tasks.json"])  # the stage without params
+    code, _, err = invoke(argv[: argv.index("--params")] + ["-o", "data/tasks.json"])  # the stage without params
     assert code == 0, err
     assert len(json.loads((tmp_path / "data/tasks.json").read_text())["train"]) == 16  # tasks.train_num_tasks default
     write_params(tmp_path / "params.yaml")
@@ -141,13 +144,16 @@ def test_dvc_stage_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     code, _, err = invoke(plan_argv)
     assert code == 0, err
     plan = json.loads((tmp_path / "data/plan.json").read_text())
-    assert plan["topology"]["num_devices"] == 3 and plan["topology"]["batch_size"] == TINY_PARAMS["topology"]["batch_size"]
+    assert (
+        plan["topology"]["num_devices"] == 3 and plan["topology"]["batch_size"] == TINY_PARAMS["topology"]["batch_size"]
+    )
     code, _, err = invoke([*plan_argv, "--devices", "2"])
     assert code == 0, err
     assert json.loads((tmp_path / "data/plan.json").read_text())["topology"]["num_devices"] == 2
 
 
 # -- the Prefect door: a flow request's fields are the overrides ----------------------------------------------
+
 
 def test_prefect_task_precedence(tmp_path: Path) -> None:
     from dreamshard_flows.drift import library_request

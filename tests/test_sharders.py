@@ -29,7 +29,11 @@ MB = 1024**2
 
 def _table(name: str, rows: int, dim: int, pf: float, dtype: str = "fp32") -> Table:
     return Table(
-        name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pf, dtype=dtype  # type: ignore[arg-type]
+        name=name,
+        num_embeddings=rows,
+        embedding_dim=dim,
+        pooling_factor=pf,
+        dtype=dtype,  # type: ignore[arg-type]
     )
 
 
@@ -242,8 +246,12 @@ class _TwoShards(Sharder):
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         first, *rest = inventory.tables
         half = first.embedding_dim // 2
-        shards = {first.name: (ColumnShard(start=0, end=half, device=0),
-                               ColumnShard(start=half, end=first.embedding_dim, device=self.device))}
+        shards = {
+            first.name: (
+                ColumnShard(start=0, end=half, device=0),
+                ColumnShard(start=half, end=first.embedding_dim, device=self.device),
+            )
+        }
         return make_plan(inventory, topology, {t.name: 0 for t in rest}, self.name, column_shards=shards)
 
 

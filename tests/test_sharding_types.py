@@ -22,28 +22,44 @@ from dreamshard.store import LocalPlanStore, get_current, publish
 from dreamshard.values import Feature, Inventory, Plan, RowShard, Table, Topology
 from dreamshard.values.units import parse_unit, row_blocks, row_shards_for
 
-INV = Inventory(name="inv", tables=(
-    Table(name="huge", num_embeddings=100_000, embedding_dim=64, pooling_factor=8.0),
-    Table(name="shared", num_embeddings=10_000, embedding_dim=32, pooling_factor=6.0,
-          features=(Feature(name="clicked", pooling_factor=2.0), Feature(name="viewed", pooling_factor=4.0))),
-    Table(name="hot", num_embeddings=100, embedding_dim=16, pooling_factor=20.0),
-    Table(name="plain", num_embeddings=5_000, embedding_dim=32, pooling_factor=3.0),
-))
+INV = Inventory(
+    name="inv",
+    tables=(
+        Table(name="huge", num_embeddings=100_000, embedding_dim=64, pooling_factor=8.0),
+        Table(
+            name="shared",
+            num_embeddings=10_000,
+            embedding_dim=32,
+            pooling_factor=6.0,
+            features=(Feature(name="clicked", pooling_factor=2.0), Feature(name="viewed", pooling_factor=4.0)),
+        ),
+        Table(name="hot", num_embeddings=100, embedding_dim=16, pooling_factor=20.0),
+        Table(name="plain", num_embeddings=5_000, embedding_dim=32, pooling_factor=3.0),
+    ),
+)
 FLAT = Topology(num_devices=4, memory_per_device_gb=1.0, batch_size=256)
 HOSTS = FLAT.model_copy(update={"devices_per_host": 2})
 
 
 def mixed(topology: Topology = HOSTS) -> Plan:
-    return make_plan(INV, topology, {"plain": 1}, "hand",
-                     row_shards={"huge": row_shards_for(100_000, [0, 1, 2, 3]),
-                                 "shared": row_shards_for(10_000, [2, 3])},
-                     data_parallel=("hot",))
+    return make_plan(
+        INV,
+        topology,
+        {"plain": 1},
+        "hand",
+        row_shards={"huge": row_shards_for(100_000, [0, 1, 2, 3]), "shared": row_shards_for(10_000, [2, 3])},
+        data_parallel=("hot",),
+    )
 
 
 def test_each_type_validates_and_says_which_it_is() -> None:
     plan = mixed()
     assert [plan.sharding_type(t) for t in ("huge", "shared", "hot", "plain")] == [
-        "row_wise", "table_row_wise", "data_parallel", "table_wise"]
+        "row_wise",
+        "table_row_wise",
+        "data_parallel",
+        "table_wise",
+    ]
     assert plan.sharding_types() == {"row_wise": 1, "table_row_wise": 1, "data_parallel": 1, "table_wise": 1}
     assert check_plan(INV, plan) == pytest.approx(list(plan.memory_per_device_gb))
     tr = plan.to_torchrec()
@@ -72,21 +88,48 @@ def test_units_carry_their_share_of_rows_and_lookups_and_fold_back() -> None:
     assert list(plan.memory_per_device_gb) == pytest.approx(per_device)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda p: {"row_shards": {**p.row_shards, "huge": (RowShard(start=0, end=50_000, device=1),
-                                                        RowShard(start=50_000, end=100_000, device=2))}},
-     "row shards of table 'huge' are on devices \\[1, 2\\]; row-wise sharding needs devices 0..3 in order, or "
-     "the 2 devices of one host in order"),
-    (lambda p: {"row_shards": {**p.row_shards, "huge": tuple(
-        RowShard(start=a, end=b, device=3 - i) for i, (a, b) in enumerate(row_blocks(100_000, 4)))}},
-     "row shards of table 'huge' are on devices \\[3, 2, 1, 0\\]"),
-    (lambda p: {"row_shards": {**p.row_shards, "huge": (
-        RowShard(start=0, end=30_000, device=0), RowShard(start=30_000, end=60_000, device=1),
-        RowShard(start=60_000, end=90_000, device=2), RowShard(start=90_000, end=100_000, device=3))}},
-     "as TorchRec cuts them"),
-    (lambda p: {"data_parallel": ("hot", "plain")}, "table 'plain' is both placed whole and data-parallel"),
-    (lambda p: {"data_parallel": ("ghost",)}, "'ghost', which is not in inventory"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda p: {
+                "row_shards": {
+                    **p.row_shards,
+                    "huge": (RowShard(start=0, end=50_000, device=1), RowShard(start=50_000, end=100_000, device=2)),
+                }
+            },
+            "row shards of table 'huge' are on devices \\[1, 2\\]; row-wise sharding needs devices 0..3 in order, or "
+            "the 2 devices of one host in order",
+        ),
+        (
+            lambda p: {
+                "row_shards": {
+                    **p.row_shards,
+                    "huge": tuple(
+                        RowShard(start=a, end=b, device=3 - i) for i, (a, b) in enumerate(row_blocks(100_000, 4))
+                    ),
+                }
+            },
+            "row shards of table 'huge' are on devices \\[3, 2, 1, 0\\]",
+        ),
+        (
+            lambda p: {
+                "row_shards": {
+                    **p.row_shards,
+                    "huge": (
+                        RowShard(start=0, end=30_000, device=0),
+                        RowShard(start=30_000, end=60_000, device=1),
+                        RowShard(start=60_000, end=90_000, device=2),
+                        RowShard(start=90_000, end=100_000, device=3),
+                    ),
+                }
+            },
+            "as TorchRec cuts them",
+        ),
+        (lambda p: {"data_parallel": ("hot", "plain")}, "table 'plain' is both placed whole and data-parallel"),
+        (lambda p: {"data_parallel": ("ghost",)}, "'ghost', which is not in inventory"),
+    ],
+)
 def test_an_edited_layout_is_refused_in_one_line_naming_the_table(edit, message) -> None:
     plan = mixed()
     data = {**plan.model_dump(), **edit(plan)}
@@ -107,8 +150,13 @@ def test_round_trips_through_json_the_store_and_the_gates_checks(tmp_path: Path)
     assert again == plan and again.units() == plan.units()
     store = LocalPlanStore(tmp_path / "store")
     oracle = make_oracle("simulator", warmup=0, repeats=1)
-    judged, decision, cmp = measure_and_gate(plan, INV, oracle, PublishConfig(
-        baselines=("round_robin", "torchrec"), min_rounds=2, allow_simulated=True), rounds=2)
+    judged, decision, cmp = measure_and_gate(
+        plan,
+        INV,
+        oracle,
+        PublishConfig(baselines=("round_robin", "torchrec"), min_rounds=2, allow_simulated=True),
+        rounds=2,
+    )
     assert cmp.result("hand").plan.row_shards == plan.row_shards  # measured as itself, units and all
     assert decision.outcome in ("approved", "rejected", "inconclusive")
     publish(store, judged, approve(judged))
@@ -141,8 +189,13 @@ def test_the_oracle_times_replicas_at_the_local_batch_and_costs_each_collective(
 
     oracle.backend.time_device = spy  # type: ignore[method-assign]
     plan = make_plan(
-        INV, FLAT, {"plain": 1, "shared": 2}, "hand", row_shards={"huge": row_shards_for(100_000, [0, 1, 2, 3])},
-        data_parallel=("hot",))
+        INV,
+        FLAT,
+        {"plain": 1, "shared": 2},
+        "hand",
+        row_shards={"huge": row_shards_for(100_000, [0, 1, 2, 3])},
+        data_parallel=("hot",),
+    )
     units, placed = expand_plan(INV, plan)
     m = oracle.measure(units, placed, FLAT)
     assert sorted(batches) == [64] * 4 + [256] * 4  # replicas at 256 / 4 on every device, the rest at 256
@@ -155,12 +208,17 @@ def test_the_oracle_times_replicas_at_the_local_batch_and_costs_each_collective(
 #: histograms declared "no reuse" (bin 0): the tables the type choice is tested on stay as costly as they were
 #: written for (without one, the planner now assumes Zipf-like reuse, which makes them cheap)
 _FLAT = (1.0,) + (0.0,) * 16
-HOT = Inventory(name="hot", tables=(
-    Table(name="hot", num_embeddings=64, embedding_dim=64, pooling_factor=400.0, access_histogram=_FLAT),
-    Table(name="huge", num_embeddings=2_000_000, embedding_dim=64, pooling_factor=120.0, access_histogram=_FLAT),
-    *(Table(name=f"t{i}", num_embeddings=20_000, embedding_dim=32, pooling_factor=5.0, access_histogram=_FLAT)
-      for i in range(6)),
-))
+HOT = Inventory(
+    name="hot",
+    tables=(
+        Table(name="hot", num_embeddings=64, embedding_dim=64, pooling_factor=400.0, access_histogram=_FLAT),
+        Table(name="huge", num_embeddings=2_000_000, embedding_dim=64, pooling_factor=120.0, access_histogram=_FLAT),
+        *(
+            Table(name=f"t{i}", num_embeddings=20_000, embedding_dim=32, pooling_factor=5.0, access_histogram=_FLAT)
+            for i in range(6)
+        ),
+    ),
+)
 ALL_TYPES = ("row_wise", "table_row_wise", "data_parallel")
 
 
@@ -204,6 +262,7 @@ def test_types_are_validated_and_refinement_keeps_fixed_units_in_place() -> None
     movable = [t.name.startswith("t") for t in tables]
     with torch.no_grad():
         states = cost.encode(tables)
-    moved = refine_placement(cost, states, [footprint(t, topo) for t in tables], crowded, topo, min_gain=0.0,
-                             movable=movable)
+    moved = refine_placement(
+        cost, states, [footprint(t, topo) for t in tables], crowded, topo, min_gain=0.0, movable=movable
+    )
     assert [d for d, m in zip(moved, movable) if not m] == [0, 0] and any(moved)

@@ -34,8 +34,7 @@ class Bursty(ComputeBackend):
         return DeviceTiming((1.0, 3.0, 3.1, 2.9, 1.1), (2.0, 6.0, 6.2, 2.1, 5.9))
 
     def comm_model(self, world_size: int, collective: str = "all_to_all") -> CommModel:
-        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size,
-                         collective=collective)  # type: ignore[arg-type]
+        return CommModel(alpha_ms=0.0, beta_ms_per_mb=0.0, backend="none", world_size=world_size, collective=collective)  # type: ignore[arg-type]
 
 
 def test_the_minimum_is_the_default_and_the_median_stays_available(tmp_path: Path) -> None:

@@ -26,16 +26,28 @@ OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
 #: Tables for the TorchRec comparison: two features with pooling above and below 1, rows that do not divide by
 #: the world size, fp16, and a wide one.
 TABLES = (
-    Table(name="shared", num_embeddings=1000, embedding_dim=64, pooling_factor=3.5,
-          features=(Feature(name="a", pooling_factor=3.0), Feature(name="b", pooling_factor=0.5))),
+    Table(
+        name="shared",
+        num_embeddings=1000,
+        embedding_dim=64,
+        pooling_factor=3.5,
+        features=(Feature(name="a", pooling_factor=3.0), Feature(name="b", pooling_factor=0.5)),
+    ),
     Table(name="half", num_embeddings=1001, embedding_dim=32, pooling_factor=20.0, dtype="fp16"),
     Table(name="wide", num_embeddings=5000, embedding_dim=256, pooling_factor=0.25),
 )
 
 
 def topo(optimizer: str = "sgd", model: str = "torchrec", **kw: Any) -> Topology:
-    return Topology(num_devices=WORLD, devices_per_host=LOCAL, memory_per_device_gb=16.0,
-                    batch_size=RANK_BATCH * WORLD, optimizer=optimizer, memory_model=model, **kw)
+    return Topology(
+        num_devices=WORLD,
+        devices_per_host=LOCAL,
+        memory_per_device_gb=16.0,
+        batch_size=RANK_BATCH * WORLD,
+        optimizer=optimizer,
+        memory_model=model,
+        **kw,
+    )
 
 
 def cut(table: Table, rows: int, cols: int) -> Table:
@@ -73,8 +85,10 @@ def test_each_optimizer() -> None:
     # a row shard's state is its rows'; a column shard's is its width's share of the table's one element per row
     assert unit_memory(cut(t, 250, 64), topo("rowwise_adagrad", "weights"), "row_wise", 4).optimizer == 250 * 4
     assert unit_memory(cut(t, 1000, 16), topo("rowwise_adagrad", "weights"), "column_wise", 4).optimizer == 1000
-    assert unit_memory(cut(t, 1000, 16), topo("rowwise_adagrad", "weights"), "column_wise", 1,
-                       table_dim=64).optimizer == 1000
+    assert (
+        unit_memory(cut(t, 1000, 16), topo("rowwise_adagrad", "weights"), "column_wise", 1, table_dim=64).optimizer
+        == 1000
+    )
     # data parallel: each replica holds the whole table and its whole state; no gradient counted (as TorchRec)
     assert unit_memory(t, topo("adam", "weights"), "data_parallel", WORLD).total == 3 * w
 
@@ -127,8 +141,10 @@ def test_row_shard_and_replica_units_of_a_plan() -> None:
     full = {"shared": TABLES[0], "half": TABLES[1]}
     for d in range(WORLD):
         want = unit_memory(TABLES[2], tp, "data_parallel", WORLD)  # the replica of "wide"
-        for (a, b), table, sharding, k in (((250 * d, 250 * d + 250), "shared", "row_wise", WORLD),
-                                           ((501 * (d - 2), min(1001, 501 * (d - 1))), "half", "table_row_wise", 2)):
+        for (a, b), table, sharding, k in (
+            ((250 * d, 250 * d + 250), "shared", "row_wise", WORLD),
+            ((501 * (d - 2), min(1001, 501 * (d - 1))), "half", "table_row_wise", 2),
+        ):
             if a >= 0:
                 assert f"{table}@r{a}:{b}" in by
                 want = want + unit_memory(full[table].model_copy(update={"num_embeddings": b - a}), tp, sharding, k)
@@ -139,8 +155,12 @@ def test_row_shard_and_replica_units_of_a_plan() -> None:
 
 def test_bad_input_is_a_one_line_plan_error_naming_the_unit() -> None:
     t = TABLES[0]
-    for sharding, k, match in (("diagonal", 1, "unknown sharding type 'diagonal'"), ("row_wise", 0, "num_shards"),
-                               ("row_wise", -2, "num_shards"), ("column_wise", True, "num_shards")):
+    for sharding, k, match in (
+        ("diagonal", 1, "unknown sharding type 'diagonal'"),
+        ("row_wise", 0, "num_shards"),
+        ("row_wise", -2, "num_shards"),
+        ("column_wise", True, "num_shards"),
+    ):
         with pytest.raises(PlanError, match=match) as err:
             unit_memory(t, topo(), sharding, k)
         assert "'shared'" in str(err.value) and "\n" not in str(err.value)
@@ -159,8 +179,9 @@ def test_bad_input_is_a_one_line_plan_error_naming_the_unit() -> None:
 # ----------------------------------------------------------------------------------- against TorchRec's estimator
 
 
-def _torchrec_shards(table: Table, sharding: str, optimizer: str | None, device: str = "cuda",
-                     fused_params: dict[str, Any] | None = None) -> list[tuple[list[int], int]]:
+def _torchrec_shards(
+    table: Table, sharding: str, optimizer: str | None, device: str = "cuda", fused_params: dict[str, Any] | None = None
+) -> list[tuple[list[int], int]]:
     """[(shard size [rows, cols], hbm + ddr bytes)] of `table` as TorchRec 1.9.2's EmbeddingStorageEstimator
     counts it for one sharding type on a WORLD-rank topology of LOCAL-rank hosts, batch RANK_BATCH per rank."""
     torch = pytest.importorskip("torch")
@@ -176,24 +197,36 @@ def _torchrec_shards(table: Table, sharding: str, optimizer: str | None, device:
     from torchrec.optim import RowWiseAdagrad
 
     classes = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "rowwise_adagrad": RowWiseAdagrad}
-    config = EmbeddingBagConfig(num_embeddings=table.num_embeddings, embedding_dim=table.embedding_dim, name="t0",
-                                feature_names=list(table.feature_names),
-                                data_type=DataType.FP16 if table.dtype == "fp16" else DataType.FP32)
+    config = EmbeddingBagConfig(
+        num_embeddings=table.num_embeddings,
+        embedding_dim=table.embedding_dim,
+        name="t0",
+        feature_names=list(table.feature_names),
+        data_type=DataType.FP16 if table.dtype == "fp16" else DataType.FP32,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ebc = EmbeddingBagCollection(tables=[config], device=torch.device("meta"))
         if optimizer is not None:  # what TorchRec's estimator reads: the parameter's `_optimizer_classes`
             _apply_optimizer_in_backward(classes[optimizer], ebc.parameters(), {"lr": 0.1})
-        constraints = {"t0": ParameterConstraints(
-            sharding_types=[sharding], compute_kernels=["dense" if sharding == "data_parallel" else "fused"],
-            pooling_factors=[f.pooling_factor for f in table.feature_list],
-            min_partition=table.embedding_dim // 4)}  # column_wise: 4 shards
-        trainer = TrainerConfig(world_size=WORLD, local_world_size=LOCAL, hbm_cap_bytes=1 << 40,
-                                ddr_cap_bytes=1 << 40)
-        topology = TopologyFactory.create_topology(trainer_config=trainer,
-                                                   kernel_config=KernelConfig(compute_device=device))
-        enumerator = EmbeddingEnumerator(topology=topology, batch_size=RANK_BATCH, constraints=constraints,
-                                         estimator=[EmbeddingStorageEstimator(topology, constraints)])
+        constraints = {
+            "t0": ParameterConstraints(
+                sharding_types=[sharding],
+                compute_kernels=["dense" if sharding == "data_parallel" else "fused"],
+                pooling_factors=[f.pooling_factor for f in table.feature_list],
+                min_partition=table.embedding_dim // 4,
+            )
+        }  # column_wise: 4 shards
+        trainer = TrainerConfig(world_size=WORLD, local_world_size=LOCAL, hbm_cap_bytes=1 << 40, ddr_cap_bytes=1 << 40)
+        topology = TopologyFactory.create_topology(
+            trainer_config=trainer, kernel_config=KernelConfig(compute_device=device)
+        )
+        enumerator = EmbeddingEnumerator(
+            topology=topology,
+            batch_size=RANK_BATCH,
+            constraints=constraints,
+            estimator=[EmbeddingStorageEstimator(topology, constraints)],
+        )
         options = enumerator.enumerate(ebc, [EmbeddingBagCollectionSharder(fused_params=fused_params)])
     (option,) = options
     assert option.sharding_type == sharding
@@ -217,8 +250,13 @@ def test_matches_torchrec_storage_estimator_within_5_percent(sharding: str, opti
         devices = ("cuda",) if sharding in ("row_wise", "table_row_wise") else ("cuda", "cpu")
         for device in devices:
             theirs = _torchrec_shards(table, sharding, optimizer, device)
-            expected_shards = {"table_wise": 1, "column_wise": 4, "row_wise": WORLD, "table_row_wise": LOCAL,
-                               "data_parallel": WORLD}[sharding]
+            expected_shards = {
+                "table_wise": 1,
+                "column_wise": 4,
+                "row_wise": WORLD,
+                "table_row_wise": LOCAL,
+                "data_parallel": WORLD,
+            }[sharding]
             assert len(theirs) == expected_shards
             for ours, (_, tr) in zip(_ours(table, sharding, optimizer, theirs), theirs):
                 err = abs(ours - tr) / tr
@@ -233,8 +271,12 @@ def _plan_units(table: Table, sharding: str, tp: Topology) -> tuple[Inventory, d
     w = table.embedding_dim // 4
     layouts: dict[str, tuple[Any, ...]] = {
         "table_wise": ({table.name: 0}, {}, {}, ()),
-        "column_wise": ({}, {table.name: tuple(ColumnShard(start=i * w, end=(i + 1) * w, device=i) for i in range(4))},
-                        {}, ()),
+        "column_wise": (
+            {},
+            {table.name: tuple(ColumnShard(start=i * w, end=(i + 1) * w, device=i) for i in range(4))},
+            {},
+            (),
+        ),
         "row_wise": ({}, {}, {table.name: row_shards_for(table.num_embeddings, list(range(WORLD)))}, ()),
         "table_row_wise": ({}, {}, {table.name: row_shards_for(table.num_embeddings, list(range(LOCAL)))}, ()),
         "data_parallel": ({}, {}, {}, (table.name,)),
@@ -298,8 +340,16 @@ def _report_plan(tp: Topology) -> tuple[Inventory, Any]:
     weights = [0.0] * WORLD
     for name, d in placed.items():
         weights[d] += units.by_name()[name].size_gb
-    plan = Plan(inventory_name=inv.name, inventory_fingerprint=inv.fingerprint(), topology=tp, sharder="test",
-                placement={"shared": 0}, column_shards=columns, row_shards=rows, memory_per_device_gb=tuple(weights))
+    plan = Plan(
+        inventory_name=inv.name,
+        inventory_fingerprint=inv.fingerprint(),
+        topology=tp,
+        sharder="test",
+        placement={"shared": 0},
+        column_shards=columns,
+        row_shards=rows,
+        memory_per_device_gb=tuple(weights),
+    )
     return inv, plan
 
 
@@ -322,7 +372,14 @@ def test_device_report_breaks_memory_down_recomputed_from_the_inventory() -> Non
     assert "| memory GB | mem % | weights GB | optimizer GB | io GB |" in md
     assert "as TorchRec counts it" in md and "optimizer adam" in md
     assert [c.header for c in device_table(plan, inv).columns][:7] == [
-        "dev", "tables", "memory GB", "mem %", "weights GB", "optimizer GB", "io GB"]
+        "dev",
+        "tables",
+        "memory GB",
+        "mem %",
+        "weights GB",
+        "optimizer GB",
+        "io GB",
+    ]
 
 
 def test_stats_report_breaks_memory_down_per_device() -> None:
@@ -334,6 +391,7 @@ def test_stats_report_breaks_memory_down_per_device() -> None:
     stats = plan_stats(inv, plan, planning_cost_for(None, plan.topology))
     for d, m in zip(stats.devices, memory):
         assert (d.weights_gb, d.optimizer_gb, d.io_gb) == pytest.approx(
-            (m.weights / 2**30, m.optimizer / 2**30, m.io / 2**30))
+            (m.weights / 2**30, m.optimizer / 2**30, m.io / 2**30)
+        )
         assert d.memory_gb == pytest.approx(m.total_gb) and d.optimizer_gb > 0 and d.io_gb > 0
     assert "| memory GB | weights GB | optimizer GB | io GB |" in stats_markdown(stats)

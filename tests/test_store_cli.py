@@ -26,8 +26,16 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 def _gate_args(files: dict[str, Path]) -> list[str]:
-    return ["--store", str(files["store"]), "--comparison", str(files["comparison"]), "-i", str(files["inventory"]),
-            "--params", str(files["params"])]
+    return [
+        "--store",
+        str(files["store"]),
+        "--comparison",
+        str(files["comparison"]),
+        "-i",
+        str(files["inventory"]),
+        "--params",
+        str(files["params"]),
+    ]
 
 
 def test_publish_exit_codes_and_reasons(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,22 +54,50 @@ def test_publish_exit_codes_and_reasons(files: dict[str, Path], capsys: pytest.C
 
 
 def test_publish_usage_errors_exit_2(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["plans", "publish", str(files["good"]), "--store", str(files["store"]), "-i", str(files["inventory"])]) == 2
+    assert (
+        run(["plans", "publish", str(files["good"]), "--store", str(files["store"]), "-i", str(files["inventory"])])
+        == 2
+    )
     assert "--comparison FILE" in capsys.readouterr().err
     assert run(["plans", "publish", str(files["dir"] / "nope.json"), *_gate_args(files)]) == 2
     assert "file not found" in capsys.readouterr().err
     flat = files["dir"] / "flat.json"
     flat.write_text(json.dumps({"size_greedy": 10.0, "random": 20.0}))  # figures without provenance
-    assert run(["plans", "publish", str(files["good"]), "--store", str(files["store"]), "-i", str(files["inventory"]),
-                "--baselines", str(flat)]) == 2
+    assert (
+        run(
+            [
+                "plans",
+                "publish",
+                str(files["good"]),
+                "--store",
+                str(files["store"]),
+                "-i",
+                str(files["inventory"]),
+                "--baselines",
+                str(flat),
+            ]
+        )
+        == 2
+    )
     assert "comparison" in capsys.readouterr().err
     assert not files["store"].exists()
 
 
-def test_publish_without_inventory_needs_it_in_the_store(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_publish_without_inventory_needs_it_in_the_store(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 9 #1: without -i the gate used to approve anything; now it fetches the inventory by fingerprint."""
-    args = ["plans", "publish", str(files["good"]), "--store", str(files["store"]), "--comparison", str(files["comparison"]),
-            "--params", str(files["params"])]
+    args = [
+        "plans",
+        "publish",
+        str(files["good"]),
+        "--store",
+        str(files["store"]),
+        "--comparison",
+        str(files["comparison"]),
+        "--params",
+        str(files["params"]),
+    ]
     assert run(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass -i INVENTORY, or push it first" in err[0]
@@ -74,7 +110,9 @@ def test_publish_without_inventory_needs_it_in_the_store(files: dict[str, Path],
     assert get_current(open_store(str(files["store"])), "inv").plan_id == world().good.plan_id
 
 
-def test_publish_refuses_forged_plans_and_stores_nothing(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_publish_refuses_forged_plans_and_stores_nothing(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     good = json.loads(files["good"].read_text())
     forgeries = {
         "empty placement": {"placement": {}, "memory_per_device_gb": [0.0, 0.0]},
@@ -93,15 +131,38 @@ def test_publish_refuses_forged_plans_and_stores_nothing(files: dict[str, Path],
 
 def test_publish_measure_trusts_no_file(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     good = json.loads(files["worse"].read_text())
-    good["measured"] = {"per_device": [{"fwd_compute": 0.001, "fwd_comm": 0.0, "bwd_comm": 0.0, "bwd_compute": 0.0}] * 2,
-                        "overall_ms": 0.001}
+    good["measured"] = {
+        "per_device": [{"fwd_compute": 0.001, "fwd_comm": 0.0, "bwd_comm": 0.0, "bwd_compute": 0.0}] * 2,
+        "overall_ms": 0.001,
+    }
     path = files["dir"] / "forged.json"
     path.write_text(json.dumps(good))
-    assert run(["plans", "publish", str(path), "--store", str(files["store"]), "-i", str(files["inventory"]),
-                "--measure", "--backend", "simulator", "--rounds", "1", "--params", str(files["params"])]) == 1
+    assert (
+        run(
+            [
+                "plans",
+                "publish",
+                str(path),
+                "--store",
+                str(files["store"]),
+                "-i",
+                str(files["inventory"]),
+                "--measure",
+                "--backend",
+                "simulator",
+                "--rounds",
+                "1",
+                "--params",
+                str(files["params"]),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("rejected ") and "does not beat" in err
-    rec, fallback = sorted(list_plans(open_store(str(files["store"])), "inv"), key=lambda r: r.plan_id != good["plan_id"])
+    rec, fallback = sorted(
+        list_plans(open_store(str(files["store"])), "inv"), key=lambda r: r.plan_id != good["plan_id"]
+    )
     assert rec.plan_id == good["plan_id"]
     assert rec.status == "rejected" and rec.overall_ms is not None and rec.overall_ms > 0.5 and rec.basis == "simulated"
     # nothing was current: the best baseline the gate measured became current instead, never the forged figures
@@ -118,7 +179,10 @@ def test_store_and_margin_default_from_params(
     assert run(["plans", "publish", str(files["bad"]), *gate]) == 1  # rejected by the 5% margin; nothing current:
     assert run(["plans", "publish", str(files["good"]), *gate]) == 0  # the best baseline became current (fallback)
     assert sorted(r.outcome for r in list_plans(open_store(str(files["dir"] / "from-params")))) == [
-        "approved", "fallback", "rejected"]
+        "approved",
+        "fallback",
+        "rejected",
+    ]
 
 
 def test_list_show_rollback(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,7 +199,11 @@ def test_list_show_rollback(files: dict[str, Path], capsys: pytest.CaptureFixtur
     assert run(["plans", "show", "current", *store, "--inventory", "inv", "--torchrec"]) == 0
     tr = json.loads(capsys.readouterr().out)
     first = world().inventory.tables[0].name
-    assert tr[first] == {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [world().good.placement[first]]}
+    assert tr[first] == {
+        "sharding_type": "table_wise",
+        "compute_kernel": "fused",
+        "ranks": [world().good.placement[first]],
+    }
     assert run(["plans", "rollback", *store, "--inventory", "inv"]) == 0
     assert bad_id in capsys.readouterr().out
     assert run(["plans", "show", "current", *store, "--inventory", "inv"]) == 0

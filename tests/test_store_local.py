@@ -187,8 +187,19 @@ def test_open_store_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 # -- the key layout (dreamshard.store.keys) ------------------------------------------------------------------
-HOSTILE_IDS = ["p", "p.record", "p.json", "p.json.record", "p.sha256", "p.json.sha256", "p.record.json", "rejected",
-               "current", "current.json", "records"]
+HOSTILE_IDS = [
+    "p",
+    "p.record",
+    "p.json",
+    "p.json.record",
+    "p.sha256",
+    "p.json.sha256",
+    "p.record.json",
+    "rejected",
+    "current",
+    "current.json",
+    "records",
+]
 
 
 def test_keys_of_every_kind_are_distinct_and_parse_back() -> None:
@@ -205,9 +216,17 @@ def test_keys_of_every_kind_are_distinct_and_parse_back() -> None:
                     assert plan_key("inv", fp, plan_id, kind, status) == pk.key  # type: ignore[arg-type]
                     seen[pk.key] = pk
     assert current_key("inv") not in seen and parse_key(current_key("inv")) is None
-    for junk in ("plans/inv/x.json", f"plans/inv/{FP}/x.txt", f"plans/inv/{FP}/other/x.json", f"plans/inv/{FP}/.x.json",
-                 f"elsewhere/inv/{FP}/x.json", f"plans/inv/{FP}/rejected/a/x.json", f"plans/inv/{FP}/x..y.json",
-                 f"plans/inv/{FP}/.json", "inventories/inv/current.json"):
+    for junk in (
+        "plans/inv/x.json",
+        f"plans/inv/{FP}/x.txt",
+        f"plans/inv/{FP}/other/x.json",
+        f"plans/inv/{FP}/.x.json",
+        f"elsewhere/inv/{FP}/x.json",
+        f"plans/inv/{FP}/rejected/a/x.json",
+        f"plans/inv/{FP}/x..y.json",
+        f"plans/inv/{FP}/.json",
+        "inventories/inv/current.json",
+    ):
         assert parse_key(junk) is None, junk
     with pytest.raises(StoreError, match="plan id"):
         plan_key("inv", FP, "../x")
@@ -240,8 +259,9 @@ def test_hostile_plan_ids_each_keep_their_own_objects(store: LocalPlanStore) -> 
     files = store.list_keys("plans/")
     assert len(files) == 3 * (len(plans) + 1) + 1  # plan + checksum + record each, and the pointer
     assert [show(store, p.plan_id, "inv") for p in plans] == plans
-    assert {(r.plan_id, r.status) for r in list_plans(store) if not r.problem} == \
-        {(p.plan_id, "approved") for p in plans} | {("rejected.json", "rejected")}
+    assert {(r.plan_id, r.status) for r in list_plans(store) if not r.problem} == {
+        (p.plan_id, "approved") for p in plans
+    } | {("rejected.json", "rejected")}
     assert fsck(store) == []
     assert rollback(store, "inv", to_plan_id="p").plan_id == "p" and get_current(store, "inv") == plans[0]
 

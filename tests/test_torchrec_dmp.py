@@ -25,8 +25,12 @@ INV = Inventory(
     tables=tuple(
         Table(name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pooling)
         for name, rows, dim, pooling in [
-            ("user.id", 3000, 16, 1.0), ("item", 2000, 32, 4.0), ("ctx", 50, 8, 0.6), ("hist", 800, 24, 12.0),
-            ("geo", 120, 8, 1.0), ("ad", 1500, 48, 2.0),
+            ("user.id", 3000, 16, 1.0),
+            ("item", 2000, 32, 4.0),
+            ("ctx", 50, 8, 0.6),
+            ("hist", 800, 24, 12.0),
+            ("geo", 120, 8, 1.0),
+            ("ad", 1500, 48, 2.0),
         ]
     ),
 )
@@ -54,8 +58,11 @@ def _table_wise() -> Plan:
 #: shards on one rank.
 COLUMN_SHARDS = {
     "item": (ColumnShard(start=0, end=16, device=1), ColumnShard(start=16, end=32, device=0)),
-    "ad": (ColumnShard(start=0, end=8, device=0), ColumnShard(start=8, end=32, device=1),
-           ColumnShard(start=32, end=48, device=0)),
+    "ad": (
+        ColumnShard(start=0, end=8, device=0),
+        ColumnShard(start=8, end=32, device=1),
+        ColumnShard(start=32, end=48, device=0),
+    ),
     "hist": (ColumnShard(start=0, end=12, device=1), ColumnShard(start=12, end=24, device=1)),
 }
 
@@ -66,9 +73,14 @@ def _column_wise() -> Plan:
 
 def _row_wise() -> Plan:
     """Row blocks over both ranks, a replica on every rank."""
-    plan = make_plan(INV, TOPO, {"user.id": 0, "geo": 0, "ad": 1}, "hand",
-                     row_shards={"item": row_shards_for(2000, [0, 1]), "hist": row_shards_for(800, [0, 1])},
-                     data_parallel=["ctx"])
+    plan = make_plan(
+        INV,
+        TOPO,
+        {"user.id": 0, "geo": 0, "ad": 1},
+        "hand",
+        row_shards={"item": row_shards_for(2000, [0, 1]), "hist": row_shards_for(800, [0, 1])},
+        data_parallel=["ctx"],
+    )
     assert plan.sharding_types() == {"table_wise": 3, "row_wise": 2, "data_parallel": 1}
     return plan
 
@@ -99,8 +111,11 @@ def test_dmp_trains_column_shards_and_they_round_trip(trained) -> None:
     for name in ("column-fused", "column-dense"):
         _check(result, name, docs[name])
     units = {
-        (table if (c0, c1) == (0, INV.by_name()[table].embedding_dim) and table not in COLUMN_SHARDS
-         else shard_name(table, c0, c1)): rank
+        (
+            table
+            if (c0, c1) == (0, INV.by_name()[table].embedding_dim) and table not in COLUMN_SHARDS
+            else shard_name(table, c0, c1)
+        ): rank
         for table, by_rank in result.holders("column-fused").items()
         for rank, boxes in by_rank.items()
         for (_, _, c0, c1) in boxes
@@ -117,20 +132,32 @@ def test_dmp_trains_row_wise_and_data_parallel_tables_and_they_round_trip(traine
     what the plan says and the file reads back into the same plan."""
     plans, docs, result = trained
     plan, fused = plans["row"], docs["row-fused"]
-    assert fused.tables["ctx"].compute_kernel == "dense" and fused.tables["item"].row_ranges == ((0, 1000), (1000, 2000))
+    assert fused.tables["ctx"].compute_kernel == "dense" and fused.tables["item"].row_ranges == (
+        (0, 1000),
+        (1000, 2000),
+    )
     _check(result, "row-fused", fused, kernels={"fused", "dense"})
     _check(result, "row-dense", docs["row-dense"], kernels={"dense"})
     assert result.holders("row-fused")["item"] == {0: ((0, 1000, 0, 32),), 1: ((1000, 2000, 0, 32),)}
     assert result.holders("row-fused")["ctx"] == {0: ((0, 50, 0, 8),), 1: ((0, 50, 0, 8),)}
     again = plan_from_document(fused, INV, TOPO)
-    assert (again.placement, again.row_shards, again.data_parallel) == (plan.placement, plan.row_shards, plan.data_parallel)
+    assert (again.placement, again.row_shards, again.data_parallel) == (
+        plan.placement,
+        plan.row_shards,
+        plan.data_parallel,
+    )
 
 
 def test_dmp_trains_a_table_row_wise_plan_on_two_hosts_of_one_rank() -> None:
     """table_row_wise on CPU/gloo: 2 hosts x 1 rank (LOCAL_WORLD_SIZE=1), the table's row blocks on host 1."""
     topo = TOPO.model_copy(update={"devices_per_host": 1})
-    plan = make_plan(INV, topo, {"user.id": 0, "geo": 0, "ad": 1, "hist": 0, "ctx": 1}, "hand",
-                     row_shards={"item": row_shards_for(2000, [1])})
+    plan = make_plan(
+        INV,
+        topo,
+        {"user.id": 0, "geo": 0, "ad": 1, "hist": 0, "ctx": 1},
+        "hand",
+        row_shards={"item": row_shards_for(2000, [1])},
+    )
     assert plan.sharding_type("item") == "table_row_wise"
     doc = torchrec_document(plan, INV)
     assert doc.local_world_size == 1

@@ -269,11 +269,14 @@ def test_torchrec_splits_criteo_terabyte_on_8_devices_of_16_gb() -> None:
 
 def _needy(dim: int) -> Inventory:
     """One table bigger than a 1 GB device (1.43 GB) and six tiny hot tables, beside four middling ones."""
-    return Inventory(name="needy", tables=(
-        Table(name="huge", num_embeddings=6_000_000 * 64 // dim, embedding_dim=dim, pooling_factor=2.0),
-        *(Table(name=f"hot{i}", num_embeddings=200, embedding_dim=16, pooling_factor=50.0) for i in range(6)),
-        *(Table(name=f"mid{i}", num_embeddings=100_000, embedding_dim=32, pooling_factor=5.0) for i in range(4)),
-    ))
+    return Inventory(
+        name="needy",
+        tables=(
+            Table(name="huge", num_embeddings=6_000_000 * 64 // dim, embedding_dim=dim, pooling_factor=2.0),
+            *(Table(name=f"hot{i}", num_embeddings=200, embedding_dim=16, pooling_factor=50.0) for i in range(6)),
+            *(Table(name=f"mid{i}", num_embeddings=100_000, embedding_dim=32, pooling_factor=5.0) for i in range(4)),
+        ),
+    )
 
 
 def _round_trips(plan: Plan, inv: Inventory, tmp_path: Path) -> None:
@@ -281,7 +284,11 @@ def _round_trips(plan: Plan, inv: Inventory, tmp_path: Path) -> None:
     path = save_torchrec_plan(torchrec_document(plan, inv), tmp_path / f"{plan.plan_id}.json")
     again = plan_from_document(read_torchrec_plan(path), inv, plan.topology)
     assert (again.placement, again.column_shards, again.row_shards, again.data_parallel) == (
-        plan.placement, plan.column_shards, plan.row_shards, plan.data_parallel)
+        plan.placement,
+        plan.column_shards,
+        plan.row_shards,
+        plan.data_parallel,
+    )
 
 
 def test_unrestricted_planner_on_cpu_replicates_hot_tables_and_splits_the_huge_one(tmp_path: Path) -> None:
@@ -303,8 +310,9 @@ def test_unrestricted_planner_on_cuda_row_shards_as_torchrec_cuts_them(per_host:
     """On CUDA TorchRec also offers row_wise and table_row_wise (its planner runs on the CPU on meta tensors):
     the huge table becomes row blocks over every device (flat) or over one host's devices (2 hosts x 2)."""
     inv = _needy(64)
-    topo = Topology(num_devices=4, memory_per_device_gb=1.0, batch_size=512, device_type="cuda",
-                    devices_per_host=per_host)
+    topo = Topology(
+        num_devices=4, memory_per_device_gb=1.0, batch_size=512, device_type="cuda", devices_per_host=per_host
+    )
     plan = get_sharder("torchrec").shard(inv, topo)
     kind = "row_wise" if per_host is None else "table_row_wise"
     assert plan.sharding_type("huge") == kind
@@ -342,8 +350,9 @@ def test_planner_answers_are_kept_per_version(monkeypatch: pytest.MonkeyPatch) -
     assert get_sharder("torchrec").shard(inv, topo).placement == again.placement
     assert len(calls) == 1
     # a statistics change, another topology, other options or another table order: planned afresh
-    hotter = inv.model_copy(update={"tables": (inv.tables[0].model_copy(update={"pooling_factor": 99.0}),
-                                               *inv.tables[1:])})
+    hotter = inv.model_copy(
+        update={"tables": (inv.tables[0].model_copy(update={"pooling_factor": 99.0}), *inv.tables[1:])}
+    )
     get_sharder("torchrec").shard(hotter, topo)
     get_sharder("torchrec").shard(inv, topo.model_copy(update={"num_devices": 4}))
     get_sharder("torchrec", column_wise="never").shard(inv, topo)
@@ -352,13 +361,22 @@ def test_planner_answers_are_kept_per_version(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_its_data_parallel_tables_log_nothing_but_a_root_warning_of_our_own_still_shows(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """TorchRec's planner logs "Sharding spec not found" on the root logger for every data-parallel table it picks
     (every `compare` and `replan` printed a column of them); planning is quiet now, and only about TorchRec."""
     import logging
 
-    inv = Inventory(name="dp", tables=(*(Table(name=f"small{i}", num_embeddings=500 + 100 * i, embedding_dim=16,
-                                                pooling_factor=5.0 + 10 * i) for i in range(4)), *_inventory(12).tables))
+    inv = Inventory(
+        name="dp",
+        tables=(
+            *(
+                Table(name=f"small{i}", num_embeddings=500 + 100 * i, embedding_dim=16, pooling_factor=5.0 + 10 * i)
+                for i in range(4)
+            ),
+            *_inventory(12).tables,
+        ),
+    )
     with caplog.at_level(logging.WARNING):
         plan = get_sharder("torchrec").shard(inv, Topology(num_devices=4, memory_per_device_gb=4.0, batch_size=2048))
         logging.warning("ours")

@@ -50,8 +50,21 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     noisy = compare_sharders(w.inventory, w.topology, w.baselines, NoisyOracle(0, 0.05), rounds=5, extra_plans=[w.bad])
     files["noisy"] = files["dir"] / "noisy.json"
     files["noisy"].write_text(noisy.model_dump_json())
-    r = invoke(["plans", "publish", str(files["good"]), "--store", str(files["store"]), "-i", str(files["inventory"]),
-                "--comparison", str(files["comparison"]), "--params", str(files["params"])])
+    r = invoke(
+        [
+            "plans",
+            "publish",
+            str(files["good"]),
+            "--store",
+            str(files["store"]),
+            "-i",
+            str(files["inventory"]),
+            "--comparison",
+            str(files["comparison"]),
+            "--params",
+            str(files["params"]),
+        ]
+    )
     assert r[0] == 0 and "published" in r[1], r
     return files
 
@@ -74,8 +87,21 @@ CASES = {"worse": "comparison", "bad": "noisy"}
 
 
 def _publish(files: dict[str, Path], plan: Path, comparison: str) -> tuple[int, str, str]:
-    return invoke(["plans", "publish", str(plan), "--store", str(files["store"]), "-i", str(files["inventory"]),
-                   "--comparison", str(files[comparison]), "--params", str(files["params"])])
+    return invoke(
+        [
+            "plans",
+            "publish",
+            str(plan),
+            "--store",
+            str(files["store"]),
+            "-i",
+            str(files["inventory"]),
+            "--comparison",
+            str(files[comparison]),
+            "--params",
+            str(files["params"]),
+        ]
+    )
 
 
 def test_every_plan_field_has_an_authority() -> None:
@@ -108,14 +134,32 @@ def test_a_forged_schema_and_date_cannot_hide_a_models_plan(files: dict[str, Pat
     assert current_plan_for_schema(store, schema).plan.plan_id == w.good.plan_id  # type: ignore[union-attr]
 
     other = synth_inventory(6, 3, name="other")
-    plan = w.good.__class__.model_validate({
-        **json.loads(save_plan(_other_plan(other), files["dir"] / "o.json").read_text()),
-        "schema_fingerprint": schema, "created_at": "2099-01-01T00:00:00Z"})
+    plan = w.good.__class__.model_validate(
+        {
+            **json.loads(save_plan(_other_plan(other), files["dir"] / "o.json").read_text()),
+            "schema_fingerprint": schema,
+            "created_at": "2099-01-01T00:00:00Z",
+        }
+    )
     forged = save_plan(plan, files["dir"] / "other-forged.json")
     from dreamshard.documents import save_inventory
+
     inv_file = save_inventory(other, files["dir"] / "other.yaml")
-    r = invoke(["plans", "publish", str(forged), "--store", str(files["store"]), "-i", str(inv_file), "--measure",
-                "--params", str(files["params"]), "--allow-simulated"])
+    r = invoke(
+        [
+            "plans",
+            "publish",
+            str(forged),
+            "--store",
+            str(files["store"]),
+            "-i",
+            str(inv_file),
+            "--measure",
+            "--params",
+            str(files["params"]),
+            "--allow-simulated",
+        ]
+    )
     assert "schema_fingerprint" in one_line_2(r)
 
     # Around the gate (a store written by hand, or before this check existed): the forgery is in the store.
@@ -135,8 +179,9 @@ def test_the_store_orders_by_its_own_writes(files: dict[str, Path]) -> None:
     """`plans list` and the lookup order by the store's write, never by a plan file's `created_at`."""
     w = world()
     store = open_store(str(files["store"]))
-    early = w.good.model_copy(update={"plan_id": "plan-dated-1999", "created_at": datetime(1999, 1, 1,
-                                                                                           tzinfo=timezone.utc)})
+    early = w.good.model_copy(
+        update={"plan_id": "plan-dated-1999", "created_at": datetime(1999, 1, 1, tzinfo=timezone.utc)}
+    )
     publish(store, early, GateDecision(approved=True, outcome="approved", reason="r", plan_id=early.plan_id))
     assert current_plan_for_schema(store, w.inventory.schema_fingerprint()).plan.plan_id == early.plan_id  # type: ignore[union-attr]
     r = invoke(["plans", "list", "--store", str(files["store"]), "--json"])
@@ -176,9 +221,15 @@ def _filled(plan: Plan) -> dict[str, Any]:
     w = world()
     entry = next(r for r in w.comparison.results if r.plan.plan_id == plan.plan_id)  # any measured figures do
     data = json.loads(plan.model_dump_json())
-    extra = json.loads(entry.plan.model_copy(update={
-        "predicted": entry.plan.measured, "model_version": "v-1",
-        "schema_fingerprint": w.inventory.schema_fingerprint()}).model_dump_json())
+    extra = json.loads(
+        entry.plan.model_copy(
+            update={
+                "predicted": entry.plan.measured,
+                "model_version": "v-1",
+                "schema_fingerprint": w.inventory.schema_fingerprint(),
+            }
+        ).model_dump_json()
+    )
     for key in ("predicted", "measured", "measured_by", "model_version", "schema_fingerprint"):
         data[key] = extra[key]
     return data
@@ -189,8 +240,9 @@ def _outcome(files: dict[str, Path], data: dict[str, Any], name: str, comparison
     path = files["dir"] / f"{name}.json"
     path.write_text(json.dumps(data))
     store = open_store(str(files["store"]))
-    request = PublishRequest(plan=path, comparison=files[comparison], inventory=files["inventory"],
-                             settings=resolve(files["params"]))
+    request = PublishRequest(
+        plan=path, comparison=files[comparison], inventory=files["inventory"], settings=resolve(files["params"])
+    )
     try:
         gated = gate(request, store)
     except (DreamshardError, ValueError):
@@ -198,8 +250,16 @@ def _outcome(files: dict[str, Path], data: dict[str, Any], name: str, comparison
     store_gated(store, gated)
     d = gated.decision
     found = current_plan_for_schema(store, world().inventory.schema_fingerprint()).plan
-    return (d.outcome, d.approved, d.best_baseline, round(d.improvement or 0.0, 9), gated.fallback is None,
-            gated.plan.schema_fingerprint, gated.plan.inventory_fingerprint, found and found.plan_id)
+    return (
+        d.outcome,
+        d.approved,
+        d.best_baseline,
+        round(d.improvement or 0.0, 9),
+        gated.fallback is None,
+        gated.plan.schema_fingerprint,
+        gated.plan.inventory_fingerprint,
+        found and found.plan_id,
+    )
 
 
 _PATHS: dict[str, list[tuple[Any, ...]]] = {}
@@ -216,11 +276,16 @@ def _paths(name: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("name", ["worse", "bad"])
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
-def test_no_field_but_the_placement_steers_the_gate_or_the_lookup(name: str, files: dict[str, Path],
-                                                                  data: st.DataObject) -> None:
+def test_no_field_but_the_placement_steers_the_gate_or_the_lookup(
+    name: str, files: dict[str, Path], data: st.DataObject
+) -> None:
     """For any one field changed (nested ones too), the gate's decision, the fallback and the job's lookup are the
     unchanged plan's, or the file is refused. Each example runs on a fresh copy of the store."""
     base_data = _filled(getattr(world(), name))

@@ -12,10 +12,12 @@ from dreamshard.config.learning import CostTrainConfig
 from dreamshard.config.profile import ProfileConfig
 from dreamshard.documents import load_measurements
 from dreamshard.errors import PlanError, TrainingDataError
+from dreamshard.learning.cost_eval import evaluate_cost_net
+from dreamshard.learning.cost_samples import to_samples as _to_samples
 from dreamshard.learning.features import tables_features
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.records import check_training_records
-from dreamshard.learning.train_cost import _to_samples, evaluate_cost_net, train_cost_model
+from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.placement.expand import replica_table, row_shard_table, unit_table, with_units
 from dreamshard.placement.validate import check_placement
 from dreamshard.profiling import make_oracle, profile_inventory
@@ -29,9 +31,13 @@ TOPO = Topology(num_devices=3, memory_per_device_gb=1.0, batch_size=256)
 
 
 def _inventory(n: int = 8) -> Inventory:
-    return Inventory(name="pool", tables=tuple(
-        Table(name=f"t{i}", num_embeddings=1_000 * (i + 1), embedding_dim=(16, 32, 64)[i % 3], pooling_factor=1 + i)
-        for i in range(n)))
+    return Inventory(
+        name="pool",
+        tables=tuple(
+            Table(name=f"t{i}", num_embeddings=1_000 * (i + 1), embedding_dim=(16, 32, 64)[i % 3], pooling_factor=1 + i)
+            for i in range(n)
+        ),
+    )
 
 
 def _kinds_of(placement: dict[str, int]) -> set[str]:
@@ -49,7 +55,8 @@ def test_typed_kinds_place_one_table_as_its_type_and_the_rest_whole(kind: str) -
     t = inv.by_name()[table]
     if kind == "row_wise":  # TorchRec's row blocks, block i on device i; one of the 3 largest tables
         assert sorted((parse_unit(u).start, parse_unit(u).end, d) for u, d in typed.items()) == [
-            (a, b, i) for i, (a, b) in enumerate(row_blocks(t.num_embeddings, 3))]
+            (a, b, i) for i, (a, b) in enumerate(row_blocks(t.num_embeddings, 3))
+        ]
         assert table in {"t5", "t6", "t7"} or t.size_bytes >= sorted(x.size_bytes for x in inv.tables)[-3]
     else:  # a replica on every device; one of the smallest third
         assert sorted(typed.values()) == [0, 1, 2] and _kinds_of(typed) == {"replica"}
@@ -60,8 +67,12 @@ def test_typed_kinds_place_one_table_as_its_type_and_the_rest_whole(kind: str) -
 
 
 def test_a_typed_kind_that_does_not_fit_is_skipped() -> None:
-    inv = Inventory(name="big", tables=tuple(Table(name=f"b{i}", num_embeddings=2_000_000, embedding_dim=64, pooling_factor=1.0)
-                                             for i in range(3)))  # 0.48 GB each
+    inv = Inventory(
+        name="big",
+        tables=tuple(
+            Table(name=f"b{i}", num_embeddings=2_000_000, embedding_dim=64, pooling_factor=1.0) for i in range(3)
+        ),
+    )  # 0.48 GB each
     tight = Topology(num_devices=3, memory_per_device_gb=0.7, batch_size=256)
     assert kind_placement("data_parallel", inv, tight, seed=0) is None  # a replica on every device: no room
     assert kind_placement("row_wise", inv, tight, seed=0) is not None  # a third of one table per device fits
@@ -75,7 +86,9 @@ def test_profile_measures_units_and_records_keep_the_inventory(tmp_path: Path) -
     assert s.placements == 3 and len(recs) == 11
     typed = [r for r in recs if _kinds_of(r.placement) != {"table"}]
     assert len(typed) == 2 and {frozenset(_kinds_of(r.placement)) for r in typed} == {
-        frozenset({"table", "row"}), frozenset({"table", "replica"})}
+        frozenset({"table", "row"}),
+        frozenset({"table", "replica"}),
+    }
     for r in typed:
         assert r.inventory_fingerprint == inv.fingerprint() and r.inventory_name == "pool"
     rows = next(r for r in typed if "row" in _kinds_of(r.placement))
@@ -89,8 +102,9 @@ def test_the_oracle_times_a_replica_at_its_share_of_the_batch() -> None:
     oracle = make_oracle("simulator")
     alone = {"t0@dp0": 0, "t0@dp1": 1, "t0@dp2": 2, "t1": 0, "t2": 1, "t3": 2}
     m = oracle.measure(inv, alone, TOPO)
-    share = oracle.measure(inv.subset(["t0"]), {"t0": 0}, TOPO.model_copy(update={"batch_size": 256 // 3}),
-                           kind="single")
+    share = oracle.measure(
+        inv.subset(["t0"]), {"t0": 0}, TOPO.model_copy(update={"batch_size": 256 // 3}), kind="single"
+    )
     whole = oracle.measure(inv.subset(["t1"]), {"t1": 0}, TOPO, kind="single")
     d0 = m.costs.per_device[0]
     expect = share.costs.per_device[0].fwd_compute + whole.costs.per_device[0].fwd_compute
@@ -135,13 +149,16 @@ def _unit_record(tmp_path: Path) -> tuple[Inventory, list[dict[str, object]]]:
     return inv, [json.loads(x) for x in out.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("bad, needle", [
-    ("nope@r0:10", "table 'nope@r0:10', which is not in inventory 'pool'"),
-    ("t1@r0:999999", "'t1@r0:999999' is not a unit of table 't1' (2000 rows)"),
-    ("t1@0:3", "column shard 't1@0:3' is 3 columns wide"),
-    ("t0@r0:500", "places table 't0' whole and as unit 't0@r0:500'"),
-    ("t1@dp2", "placement['t1@dp2'] = device 0; a replica sits on the device its name says (2)"),
-])
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        ("nope@r0:10", "table 'nope@r0:10', which is not in inventory 'pool'"),
+        ("t1@r0:999999", "'t1@r0:999999' is not a unit of table 't1' (2000 rows)"),
+        ("t1@0:3", "column shard 't1@0:3' is 3 columns wide"),
+        ("t0@r0:500", "places table 't0' whole and as unit 't0@r0:500'"),
+        ("t1@dp2", "placement['t1@dp2'] = device 0; a replica sits on the device its name says (2)"),
+    ],
+)
 def test_a_record_of_impossible_units_is_refused_naming_the_unit(tmp_path: Path, bad: str, needle: str) -> None:
     inv, raw = _unit_record(tmp_path)
     rec = raw[-1]
@@ -168,8 +185,17 @@ def test_a_worker_timing_of_units_joins_the_corpus_and_a_forged_one_does_not() -
     info = make_oracle("simulator").backend_info(256)
     units = [unit_table(inv.by_name(), "t5@r0:2000"), inv.by_name()["t1"]]
     key = device_key(info, 0, units, "hw")
-    e = CorpusEntry(key=key, hardware="hw", backend=info.name, batch_size=256, tables=("t5@r0:2000", "t1"),
-                    fwd_ms=(1.0,), bwd_ms=(2.0,), info=info, seed=0)
+    e = CorpusEntry(
+        key=key,
+        hardware="hw",
+        backend=info.name,
+        batch_size=256,
+        tables=("t5@r0:2000", "t1"),
+        fwd_ms=(1.0,),
+        bwd_ms=(2.0,),
+        info=info,
+        seed=0,
+    )
     assert entry_problem(e, inv.by_name()) is None
     forged = e.model_copy(update={"tables": ("t5@r0:2001", "t1")})
     assert "its key is not the key of its tables" in str(entry_problem(forged, inv.by_name()))  # other rows
@@ -181,14 +207,19 @@ def test_the_unrestricted_torchrec_kind_is_measured_as_it_plans() -> None:
     """A sharder whose plan replicates or splits tables used to be refused as a profile kind (PlanError from
     place()); its plan is measured as its units."""
     hot = [Table(name=f"hot{i}", num_embeddings=100, embedding_dim=16, pooling_factor=40.0) for i in range(6)]
-    inv = Inventory(name="needy", tables=tuple(hot + [Table(name=f"w{i}", num_embeddings=50_000, embedding_dim=64,
-                                                            pooling_factor=2.0) for i in range(6)]))
+    inv = Inventory(
+        name="needy",
+        tables=tuple(
+            hot + [Table(name=f"w{i}", num_embeddings=50_000, embedding_dim=64, pooling_factor=2.0) for i in range(6)]
+        ),
+    )
     topo = Topology(num_devices=4, memory_per_device_gb=1.0, batch_size=512)
     p = kind_placement("torchrec", inv, topo, seed=0)
     assert p is not None
     plan = get_sharder("torchrec").shard(inv, topo)
-    want_kinds = {"table"} | ({"replica"} if plan.data_parallel else set()) | (
-        {"column"} if plan.column_shards else set())
+    want_kinds = (
+        {"table"} | ({"replica"} if plan.data_parallel else set()) | ({"column"} if plan.column_shards else set())
+    )
     assert _kinds_of(p) == want_kinds
     check_placement(with_units(inv, p), p, topo)
 
@@ -210,7 +241,10 @@ def test_profile_cli_takes_the_kinds_and_refuses_an_unknown_one(tmp_path: Path) 
     assert invoke([*base, "--kinds", "row_wise,data_parallel", "-o", str(tmp_path / "a.jsonl")])[0] == 0
     recs = load_measurements(tmp_path / "a.jsonl")
     assert [sorted(_kinds_of(r.placement)) for r in recs if r.kind == "placement"] == [
-        ["table"], ["row", "table"], ["replica", "table"]]
+        ["table"],
+        ["row", "table"],
+        ["replica", "table"],
+    ]
     assert invoke([*base, "--kinds", "", "-o", str(tmp_path / "b.jsonl")])[0] == 0  # none: random placements only
     assert sum(r.kind == "placement" for r in load_measurements(tmp_path / "b.jsonl")) == 1
     code, _, err = invoke([*base, "--kinds", "row_wise,bogus", "-o", str(tmp_path / "c.jsonl")])

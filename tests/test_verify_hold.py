@@ -20,7 +20,7 @@ def _candidates(plans: list[Plan]) -> list[Candidate]:
 def test_rounds_to_replace_bounds_the_chance_of_a_lucky_run() -> None:
     for k in (1, 2, 4, 5, 8):
         n = rounds_to_replace(k, 0.95)
-        assert k * 2.0 ** -n <= 0.05 < k * 2.0 ** -(n - 1)  # the fewest rounds that bound it
+        assert k * 2.0**-n <= 0.05 < k * 2.0 ** -(n - 1)  # the fewest rounds that bound it
     assert rounds_to_replace(4, 0.95) == 7 and rounds_to_replace(1, 0.5) == 1
 
 
@@ -33,8 +33,16 @@ def test_equal_plans_on_a_noisy_machine_keep_the_current_plan() -> None:
     replaced = {False: 0, True: 0}
     for hold in (False, True):
         for t in range(trials):
-            _, v = verify_candidates(INVENTORY, TOPOLOGY, _candidates(plans), plans, NoisyOracle(seed=t, sd=0.1),
-                                     rounds=3, seed=t, hold=0.95 if hold else None)
+            _, v = verify_candidates(
+                INVENTORY,
+                TOPOLOGY,
+                _candidates(plans),
+                plans,
+                NoisyOracle(seed=t, sd=0.1),
+                rounds=3,
+                seed=t,
+                hold=0.95 if hold else None,
+            )
             replaced[hold] += v.chosen != "c0"
     assert replaced[False] >= 8, replaced  # the old rule: noise alone moves the job's tables often
     assert replaced[True] <= 4, replaced  # the duel: about 2 of 40 expected
@@ -46,8 +54,9 @@ def test_a_really_faster_plan_replaces_the_current_one_after_the_duel() -> None:
     slow = get_sharder("round_robin").shard(INVENTORY, TOPOLOGY)
     fast = get_sharder("lookup_greedy").shard(INVENTORY, TOPOLOGY)
     oracle = NoisyOracle(seed=3, sd=0.002)
-    kept, v = verify_candidates(INVENTORY, TOPOLOGY, _candidates([slow, fast]), [slow, fast], oracle, rounds=3,
-                                hold=0.95)
+    kept, v = verify_candidates(
+        INVENTORY, TOPOLOGY, _candidates([slow, fast]), [slow, fast], oracle, rounds=3, hold=0.95
+    )
     need = rounds_to_replace(1, 0.95)
     assert v.chosen == "c1" and kept.placement == fast.placement
     assert [c.rounds for c in v.candidates] == [need, need]

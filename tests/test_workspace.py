@@ -25,22 +25,36 @@ pytestmark = pytest.mark.integration
 
 # A stage graph with the workspace's file names whose commands are plain shell (no training): what is under test is
 # the repository around the stages, not the stages.
-DVC_YAML = yaml.safe_dump({"stages": {
-    "inventory": {"cmd": "mkdir -p data && cp inputs/inventory.yaml data/inventory.yaml",
-                  "deps": ["inputs/inventory.yaml"], "outs": ["data/inventory.yaml"]},
-    "train": {"cmd": "mkdir -p models/dreamshard/checkpoints && cp data/inventory.yaml models/dreamshard/model.bin"
-                     " && echo '{\"version\": \"v1\"}' > models/dreamshard/model.json && echo 1 > models/dreamshard/checkpoints/a"
-                     " && wc -c data/inventory.yaml > data/measurements.jsonl",
-              "deps": ["data/inventory.yaml", "dreamshard/sharders"], "params": ["train"],
-              "outs": ["models/dreamshard", "data/measurements.jsonl"]},
-}}, sort_keys=False)
+DVC_YAML = yaml.safe_dump(
+    {
+        "stages": {
+            "inventory": {
+                "cmd": "mkdir -p data && cp inputs/inventory.yaml data/inventory.yaml",
+                "deps": ["inputs/inventory.yaml"],
+                "outs": ["data/inventory.yaml"],
+            },
+            "train": {
+                "cmd": "mkdir -p models/dreamshard/checkpoints && cp data/inventory.yaml models/dreamshard/model.bin"
+                ' && echo \'{"version": "v1"}\' > models/dreamshard/model.json && echo 1 > models/dreamshard/checkpoints/a'
+                " && wc -c data/inventory.yaml > data/measurements.jsonl",
+                "deps": ["data/inventory.yaml", "dreamshard/sharders"],
+                "params": ["train"],
+                "outs": ["models/dreamshard", "data/measurements.jsonl"],
+            },
+        }
+    },
+    sort_keys=False,
+)
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> PipelineWorkspace:
     code = tmp_path / "code"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "dreamshard" / "sharders", code / "sharders",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(__file__).resolve().parents[1] / "dreamshard" / "sharders",
+        code / "sharders",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     w = PipelineWorkspace(tmp_path / "ws")
     assert w.init(DVC_YAML, "train: {seed: 0}\n", RemoteSpec(url=str(tmp_path / "remote")))
     w.link_code(code)
@@ -112,8 +126,17 @@ def test_pipeline_init_and_status_cli(tmp_path: Path, monkeypatch: pytest.Monkey
     tiny_inventory(tmp_path / "inv.yaml")
     ws = tmp_path / "ws"
     monkeypatch.chdir(tmp_path)
-    code, _, err = invoke(["pipeline", "init", str(ws), "--inventory", str(tmp_path / "inv.yaml"), "--dvc-remote",
-                           str(tmp_path / "remote")])
+    code, _, err = invoke(
+        [
+            "pipeline",
+            "init",
+            str(ws),
+            "--inventory",
+            str(tmp_path / "inv.yaml"),
+            "--dvc-remote",
+            str(tmp_path / "remote"),
+        ]
+    )
     assert code == 0, err
     w = PipelineWorkspace(ws)
     assert w.exists() and w.remote() == RemoteSpec(url=str((tmp_path / "remote").resolve()))
@@ -126,8 +149,9 @@ def test_pipeline_init_and_status_cli(tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 2 and "is not a pipeline workspace" in err and len(err.splitlines()) == 1
 
 
-def test_status_is_dvcs_own_answer_named_by_stage_wherever_the_caller_is(ws: PipelineWorkspace, tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_is_dvcs_own_answer_named_by_stage_wherever_the_caller_is(
+    ws: PipelineWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`status` reads DVC's API in this process: the stages under their own names (not `<path>/dvc.yaml:<stage>`
     as DVC names them from another directory), what `dvc status --json` prints; a broken dvc.yaml is one line."""
     import json
@@ -135,8 +159,14 @@ def test_status_is_dvcs_own_answer_named_by_stage_wherever_the_caller_is(ws: Pip
     import sys
 
     monkeypatch.chdir(tmp_path)  # not the workspace
-    cli = subprocess.run([str(Path(sys.executable).parent / "dvc"), "status", "--json"], cwd=ws.root,
-                         capture_output=True, text=True, timeout=120, check=True)
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "dvc"), "status", "--json"],
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert ws.status() == json.loads(cli.stdout) and set(ws.status()) == {"inventory", "train"}
     ws.path("dvc.yaml").write_text("stages:\n  train: {deps: [x]}\n")  # no cmd
     with pytest.raises(PipelineError, match=r"^`dvc status` failed in .*ws: .*cmd") as e:

@@ -19,8 +19,14 @@ class ToyCost:
 
     state_dim = 4
 
-    def __init__(self, overhead_ms: float = 0.5, linear: float = 1.0, superlinear: float = 0.3,
-                 comm_per_dim: float = 0.2, cost_scale: float = 5.0) -> None:
+    def __init__(
+        self,
+        overhead_ms: float = 0.5,
+        linear: float = 1.0,
+        superlinear: float = 0.3,
+        comm_per_dim: float = 0.2,
+        cost_scale: float = 5.0,
+    ) -> None:
         self.overhead_ms = overhead_ms
         self.linear = linear
         self.superlinear = superlinear
@@ -29,8 +35,15 @@ class ToyCost:
 
     def encode(self, tables: Sequence[Table]) -> torch.Tensor:
         return torch.tensor(
-            [[1.0, t.embedding_dim * t.pooling_factor / 1000.0, t.embedding_dim / 100.0,
-              t.num_embeddings * t.embedding_dim / 1e7] for t in tables],
+            [
+                [
+                    1.0,
+                    t.embedding_dim * t.pooling_factor / 1000.0,
+                    t.embedding_dim / 100.0,
+                    t.num_embeddings * t.embedding_dim / 1e7,
+                ]
+                for t in tables
+            ],
             dtype=torch.float32,
         ).reshape(len(tables), 4)
 
@@ -55,8 +68,14 @@ class ToyCost:
 
 
 def toy_measurements(
-    pool: Inventory, toy: ToyCost, num_placements: int, num_devices: int | Sequence[int], tables_per_task: tuple[int, int],
-    seed: int = 0, singles: bool = True, memory_gb: float = 1024.0,
+    pool: Inventory,
+    toy: ToyCost,
+    num_placements: int,
+    num_devices: int | Sequence[int],
+    tables_per_task: tuple[int, int],
+    seed: int = 0,
+    singles: bool = True,
+    memory_gb: float = 1024.0,
 ) -> list[Measurement]:
     """Records shaped like profile output, with costs from the toy function (backend "toy", simulated)."""
     import numpy as np
@@ -64,16 +83,31 @@ def toy_measurements(
     from dreamshard.values import BackendInfo, Topology
 
     rng = np.random.default_rng(seed)
-    info = BackendInfo(name="toy", operator="analytic", device="cpu", num_threads=1, batch_size=2048,
-                       warmup=0, repeats=1, is_simulated=True)
+    info = BackendInfo(
+        name="toy",
+        operator="analytic",
+        device="cpu",
+        num_threads=1,
+        batch_size=2048,
+        warmup=0,
+        repeats=1,
+        is_simulated=True,
+    )
     devs = [num_devices] if isinstance(num_devices, int) else list(num_devices)
     fp = pool.fingerprint()
     out: list[Measurement] = []
 
     def record(kind: str, tables: list[Table], placement: dict[str, int], d: int) -> Measurement:
         topo = Topology(num_devices=d, memory_per_device_gb=memory_gb)
-        return Measurement(kind=kind, inventory_name=pool.name, inventory_fingerprint=fp, topology=topo,  # type: ignore[arg-type]
-                           placement=placement, costs=toy.costs(tables, placement, d), backend=info)
+        return Measurement(
+            kind=kind,
+            inventory_name=pool.name,
+            inventory_fingerprint=fp,
+            topology=topo,  # type: ignore[arg-type]
+            placement=placement,
+            costs=toy.costs(tables, placement, d),
+            backend=info,
+        )
 
     if singles:
         for t in pool.tables:
@@ -109,8 +143,21 @@ def toy_model(directory: object, seed: int = 0) -> object:
     records = toy_measurements(pool, ToyCost(), num_placements=40, num_devices=4, tables_per_task=(5, 12), seed=1)
     net, metrics = train_cost_model(pool, records, CostTrainConfig(steps=60, lr=3e-3), progress=False)
     tasks = [Task(name=f"t{i}", tables=tuple(pool.table_names[i : i + 8]), num_devices=4) for i in range(4)]
-    policy, _ = train_policy(pool, tasks, cost_factory(net, (), 1.0), PolicyTrainConfig(episodes=20), progress=False,
-                             topology=TopologyConfig())
-    return save_model(Path(str(directory)), net, policy, inventory_name=pool.name,
-                      inventory_fingerprint=pool.fingerprint(), backend="toy",
-                      feature_ranges=ranges_from(records, pool.by_name()), cost_metrics=metrics.model_dump(mode="json"))
+    policy, _ = train_policy(
+        pool,
+        tasks,
+        cost_factory(net, (), 1.0),
+        PolicyTrainConfig(episodes=20),
+        progress=False,
+        topology=TopologyConfig(),
+    )
+    return save_model(
+        Path(str(directory)),
+        net,
+        policy,
+        inventory_name=pool.name,
+        inventory_fingerprint=pool.fingerprint(),
+        backend="toy",
+        feature_ranges=ranges_from(records, pool.by_name()),
+        cost_metrics=metrics.model_dump(mode="json"),
+    )

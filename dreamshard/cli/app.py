@@ -16,6 +16,7 @@ from typer._click import exceptions as tclick
 from typer._click.core import Command
 
 from dreamshard.cli import (
+    compare_cmd,
     explain_cmd,
     inventory_cmd,
     learn_cmd,
@@ -23,6 +24,7 @@ from dreamshard.cli import (
     plans_cmd,
     preset_cmd,
     profile_cmd,
+    remote_cmd,
     replan_cmd,
     torchrec_cmd,
 )
@@ -39,7 +41,18 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-for _module in (inventory_cmd, profile_cmd, plan_cmd, learn_cmd, plans_cmd, replan_cmd, torchrec_cmd, explain_cmd):
+for _module in (
+    inventory_cmd,
+    profile_cmd,
+    plan_cmd,
+    compare_cmd,
+    learn_cmd,
+    plans_cmd,
+    remote_cmd,
+    replan_cmd,
+    torchrec_cmd,
+    explain_cmd,
+):
     _module.register(app)
 preset_cmd.register(inventory_cmd.inventory_app)
 #: Entry point group of command groups that live outside the library (the pipeline, with the Prefect flows).
@@ -62,8 +75,10 @@ def register_plugins(argv: list[str]) -> None:
             register = ep.load()
         except ImportError as e:
             if command == ep.name:
-                raise PluginMissing(f"'dreamshard {ep.name}' needs {e.name or 'a missing package'}: "
-                                    f"install dreamshard with its flows (pip install -e '.[dev]')") from None
+                raise PluginMissing(
+                    f"'dreamshard {ep.name}' needs {e.name or 'a missing package'}: "
+                    f"install dreamshard with its flows (pip install -e '.[dev]')"
+                ) from None
             continue
         register(app)
 

@@ -59,9 +59,28 @@ def write_inventory(inv: Inventory, output: Path) -> None:
 @inventory_app.command("synth")
 def synth_cmd(
     output: OutputOpt,
-    num_tables: Annotated[int | None, typer.Option("--num-tables", "-n", min=1, max=MAX_TABLES, help="Number of tables (inventory.num_tables; default 120).")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", "-s", min=0, max=MAX_SEED, help="Random seed, same seed same inventory (inventory.seed; default 0).")] = None,
-    dims: Annotated[str | None, typer.Option("--dims", help="Comma-separated embedding dims, multiples of 4 (inventory.dims; default 16,32,64,128).")] = None,
+    num_tables: Annotated[
+        int | None,
+        typer.Option(
+            "--num-tables", "-n", min=1, max=MAX_TABLES, help="Number of tables (inventory.num_tables; default 120)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            "-s",
+            min=0,
+            max=MAX_SEED,
+            help="Random seed, same seed same inventory (inventory.seed; default 0).",
+        ),
+    ] = None,
+    dims: Annotated[
+        str | None,
+        typer.Option(
+            "--dims", help="Comma-separated embedding dims, multiples of 4 (inventory.dims; default 16,32,64,128)."
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (inventory.name; default pool).")] = None,
     params: ParamsOpt = None,
 ) -> None:
@@ -71,8 +90,15 @@ def synth_cmd(
         raise ConfigError("--num-tables is required (or --params: the pipeline's pool, its `inventory` section)")
     if name is not None:
         check_name(name, "--name")
-    settings = resolve(params, {"inventory.num_tables": num_tables, "inventory.seed": seed,
-                                "inventory.dims": parse_dims(dims) if dims is not None else None, "inventory.name": name})
+    settings = resolve(
+        params,
+        {
+            "inventory.num_tables": num_tables,
+            "inventory.seed": seed,
+            "inventory.dims": parse_dims(dims) if dims is not None else None,
+            "inventory.name": name,
+        },
+    )
     write_inventory(inventory_uc.run(inventory_uc.InventoryRequest(settings=settings)).inventory, output)
 
 
@@ -81,9 +107,14 @@ def from_trace_cmd(
     trace: Annotated[Path, typer.Argument(help="DLRM trace: torch file with (indices, offsets, lengths).")],
     output: OutputOpt,
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: file stem).")] = None,
-    max_tables: Annotated[int | None, typer.Option("--max-tables", min=1, max=MAX_TABLES, help="Keep the first K tables.")] = None,
+    max_tables: Annotated[
+        int | None, typer.Option("--max-tables", min=1, max=MAX_TABLES, help="Keep the first K tables.")
+    ] = None,
     batch_size: Annotated[
-        int | None, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch for reuse histograms (default: all).")
+        int | None,
+        typer.Option(
+            "--batch-size", min=1, max=MAX_BATCH, help="Samples per batch for reuse histograms (default: all)."
+        ),
     ] = None,
     dim: Annotated[int, typer.Option("--dim", min=1, max=MAX_DIM, help="Embedding dim given to every table.")] = 64,
 ) -> None:
@@ -97,21 +128,51 @@ def from_trace_cmd(
 
 @inventory_app.command("from-torchrec")
 def from_torchrec_cmd(
-    model: Annotated[str, typer.Option("--model", help="pkg.mod:build or path/to/file.py:build, a callable returning the TorchRec model.")],
-    batches: Annotated[Path, typer.Option("--batches", help="torch.save'd list of batches: dicts {keys, values, lengths[, weights]} or KeyedJaggedTensors (--allow-pickle).")],
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch in the file.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="pkg.mod:build or path/to/file.py:build, a callable returning the TorchRec model."
+        ),
+    ],
+    batches: Annotated[
+        Path,
+        typer.Option(
+            "--batches",
+            help="torch.save'd list of batches: dicts {keys, values, lengths[, weights]} or KeyedJaggedTensors (--allow-pickle).",
+        ),
+    ],
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch in the file.")
+    ],
     output: OutputOpt,
-    planned_batch_size: Annotated[int, typer.Option("--planned-batch-size", min=1, max=MAX_BATCH, help="Batch the reuse histograms are rescaled to.")] = 2048,
+    planned_batch_size: Annotated[
+        int,
+        typer.Option("--planned-batch-size", min=1, max=MAX_BATCH, help="Batch the reuse histograms are rescaled to."),
+    ] = 2048,
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: torchrec).")] = None,
-    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Read pickled KeyedJaggedTensors (torch.load weights_only=False; trusted files only).")] = False,
+    allow_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--allow-pickle",
+            help="Read pickled KeyedJaggedTensors (torch.load weights_only=False; trusted files only).",
+        ),
+    ] = False,
 ) -> None:
     """Build an inventory from a TorchRec model (its EmbeddingBagCollections: tables, dims, dtypes, features)
     and its KeyedJaggedTensor batches (pooling per feature, reuse histograms at the planned batch)."""
     if name is not None:
         check_name(name, "--name")
-    result = inventory_uc.from_torchrec(inventory_uc.FromTorchrecRequest(
-        model=model, batches=batches, batch_size=batch_size, planned_batch_size=planned_batch_size, name=name,
-        out=output, allow_pickle=allow_pickle))
+    result = inventory_uc.from_torchrec(
+        inventory_uc.FromTorchrecRequest(
+            model=model,
+            batches=batches,
+            batch_size=batch_size,
+            planned_batch_size=planned_batch_size,
+            name=name,
+            out=output,
+            allow_pickle=allow_pickle,
+        )
+    )
     for line in result.warnings:
         typer.echo(f"warning: {line}", err=True)
     typer.echo(f"wrote {output}: {_summary(result.inventory)}, schema {result.inventory.schema_fingerprint()[:12]}")
@@ -144,14 +205,19 @@ def fingerprint_cmd(inventory: Annotated[Path, typer.Argument(help="Inventory fi
 def push_cmd(
     inventory: Annotated[Path, typer.Argument(help="Inventory file (YAML or JSON).")],
     store: Annotated[str, typer.Option("--store", help="Plan store: directory or s3://bucket/prefix.")],
-    endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")] = None,
-    no_event: Annotated[bool, typer.Option("--no-event", help="Store only; do not emit the inventory-changed event.")] = False,
+    endpoint_url: Annotated[
+        str | None, typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")
+    ] = None,
+    no_event: Annotated[
+        bool, typer.Option("--no-event", help="Store only; do not emit the inventory-changed event.")
+    ] = False,
 ) -> None:
     """Store a new inventory version (inventories/<name>/<fingerprint>.yaml + current) and emit
     `dreamshard.inventory.changed` (through the installed notifiers: the Prefect flows' starts the orchestrator
     deployment when PREFECT_API_URL is set)."""
-    result = inventory_uc.push(inventory_uc.PushRequest(source=inventory, store=store, endpoint_url=endpoint_url,
-                                                        notify=not no_event))
+    result = inventory_uc.push(
+        inventory_uc.PushRequest(source=inventory, store=store, endpoint_url=endpoint_url, notify=not no_event)
+    )
     ref = result.ref
     typer.echo(f"{'stored' if ref.changed else 'unchanged'} {ref.name} {ref.fingerprint[:12]} at {ref.uri}")
     for line in result.notes:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,7 +26,7 @@ console = Console(highlight=False)
 ModelDirOpt = Annotated[Path, typer.Option("--model-dir", help="Model directory (cost_net.pt, policy.pt, model.json).")]
 TasksOpt = Annotated[Path, typer.Option("--tasks", help="TaskSet file from `dreamshard tasks`.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")]
-MetricsOpt = Annotated[Optional[Path], typer.Option("--metrics-out", help="Write the metrics as JSON here.")]
+MetricsOpt = Annotated[Path | None, typer.Option("--metrics-out", help="Write the metrics as JSON here.")]
 
 
 def _fmt(v: object) -> str:
@@ -42,7 +42,8 @@ def tasks(
     ts = tasks_uc.run(tasks_uc.TasksRequest(settings=resolve(params), inventory=inventory, out=output)).taskset
     console.print(
         f"{len(ts.train)} train tasks ({len(ts.train_tables)} tables), {len(ts.test)} held-out tasks "
-        f"({len(ts.test_tables)} tables) -> {output}", markup=False,
+        f"({len(ts.test_tables)} tables) -> {output}",
+        markup=False,
     )
 
 
@@ -55,14 +56,22 @@ def train_cost(
     progress: ProgressOpt = True,
 ) -> None:
     """Fit the cost network on measurements and save it in the model directory."""
-    card = train_uc.run_cost(train_uc.CostRequest(
-        settings=resolve(params), inventory=inventory, measurements=measurements, model_dir=model_dir,
-        metrics_out=metrics_out, progress=progress and console.is_terminal)).card
+    card = train_uc.run_cost(
+        train_uc.CostRequest(
+            settings=resolve(params),
+            inventory=inventory,
+            measurements=measurements,
+            model_dir=model_dir,
+            metrics_out=metrics_out,
+            progress=progress and console.is_terminal,
+        )
+    ).card
     m = card.cost_metrics
     console.print(
         f"cost net {card.version} -> {model_dir}: train {m.get('n_train')}, held-out {m.get('n_test')}, "
         f"MAPE overall {_fmt(m.get('mape_overall'))}, per device {_fmt(m.get('mape_device_total'))}, "
-        f"Spearman {_fmt(m.get('spearman_overall'))}", markup=False,
+        f"Spearman {_fmt(m.get('spearman_overall'))}",
+        markup=False,
     )
 
 
@@ -75,9 +84,16 @@ def train_policy(
     progress: ProgressOpt = True,
 ) -> None:
     """Train the placement policy on the estimated MDP using the cost net in the model directory."""
-    card = train_uc.run_policy(train_uc.PolicyRequest(
-        settings=resolve(params), inventory=inventory, tasks=tasks_path, model_dir=model_dir,
-        metrics_out=metrics_out, progress=progress and console.is_terminal)).card
+    card = train_uc.run_policy(
+        train_uc.PolicyRequest(
+            settings=resolve(params),
+            inventory=inventory,
+            tasks=tasks_path,
+            model_dir=model_dir,
+            metrics_out=metrics_out,
+            progress=progress and console.is_terminal,
+        )
+    ).card
     p = card.policy_metrics
     console.print(
         f"policy {card.version} -> {model_dir}: {p.get('episodes')} episodes, estimated cost "
@@ -94,22 +110,39 @@ def train(
     backend: BackendOverride = None,
     memory_gb: MemoryOverride = None,
     measurements: Annotated[
-        Optional[Path], typer.Option("--measurements", help="Start from these profile records (the profile stage's).")
+        Path | None, typer.Option("--measurements", help="Start from these profile records (the profile stage's).")
     ] = None,
     state_dir: Annotated[
-        Optional[Path], typer.Option("--state-dir", help="Checkpoints and the loop's measurements (default: <model-dir>/train-state).")
+        Path | None,
+        typer.Option("--state-dir", help="Checkpoints and the loop's measurements (default: <model-dir>/train-state)."),
     ] = None,
     metrics_out: MetricsOpt = None,
-    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint (--no-resume also forgets the loop's measurements).")] = True,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume/--no-resume",
+            help="Continue from the last checkpoint (--no-resume also forgets the loop's measurements).",
+        ),
+    ] = True,
     progress: ProgressOpt = True,
     corpus: CorpusOpt = None,
 ) -> None:
     """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
     settings = resolve(params, {"profile.backend": backend, "topology.memory_per_device_gb": memory_gb})
-    result = train_uc.run(train_uc.TrainRequest(
-        settings=settings, inventory=inventory, tasks=tasks_path, model_dir=model_dir, measurements=measurements,
-        state_dir=state_dir, metrics_out=metrics_out, resume=resume, progress=progress and console.is_terminal,
-        corpus=corpus))
+    result = train_uc.run(
+        train_uc.TrainRequest(
+            settings=settings,
+            inventory=inventory,
+            tasks=tasks_path,
+            model_dir=model_dir,
+            measurements=measurements,
+            state_dir=state_dir,
+            metrics_out=metrics_out,
+            resume=resume,
+            progress=progress and console.is_terminal,
+            corpus=corpus,
+        )
+    )
     if not result.iterations:
         console.print(f"nothing to do: {model_dir} already holds the final iteration (use --no-resume to restart)")
     for r in result.iterations:
@@ -117,37 +150,58 @@ def train(
             f"iter {r.iteration}: {r.n_new} placements ({r.n_measured} measured, {r.n_new - r.n_measured} from the "
             f"cache), {r.n_measurements} records, measured mean {_fmt(r.measured_mean_ms)} ms, cost MAPE "
             f"{_fmt(r.cost.mape_device_total_planning)} per device (compute {_fmt(r.cost.mape_device_compute)}), est. cost "
-            f"{_fmt(r.policy_mean_cost_ms)} ms", markup=False,
+            f"{_fmt(r.policy_mean_cost_ms)} ms",
+            markup=False,
         )
     summary = result.summary
     if summary.incremental:
-        console.print(f"incremental: warm-started from the previous version's model, measured on "
-                      f"{summary.tasks_measured} changed or refresh task(s)", markup=False)
+        console.print(
+            f"incremental: warm-started from the previous version's model, measured on "
+            f"{summary.tasks_measured} changed or refresh task(s)",
+            markup=False,
+        )
     if summary.device_timings_measured is not None:
-        console.print(f"corpus: {summary.device_timings_measured} device timings measured, "
-                      f"{summary.device_timings_reused} reused", markup=False)
-    console.print(f"model {summary.model_version} -> {model_dir}"
-                  + (f" (warm-started from {summary.init})" if summary.init else ""), markup=False)
+        console.print(
+            f"corpus: {summary.device_timings_measured} device timings measured, "
+            f"{summary.device_timings_reused} reused",
+            markup=False,
+        )
+    console.print(
+        f"model {summary.model_version} -> {model_dir}"
+        + (f" (warm-started from {summary.init})" if summary.init else ""),
+        markup=False,
+    )
     if result.simulated:
         console.print("[SIMULATED backend: analytic model, not a measurement]", markup=False)
 
 
 def pretrain(
     params: ParamsOpt = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where the pre-trained model goes.")] = Path("models/pretrained"),
-    state_dir: Annotated[Path, typer.Option("--state-dir", help="Measurements and checkpoints (resumable).")] = Path("runs/pretrain"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the pre-trained model goes.")] = Path(
+        "models/pretrained"
+    ),
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="Measurements and checkpoints (resumable).")] = Path(
+        "runs/pretrain"
+    ),
     backend: BackendOverride = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue where a killed run stopped.")] = True,
     progress: ProgressOpt = True,
 ) -> None:
     """Pre-train a model on tasks from the wide table generator (params `pretrain`); `make pretrain` ships it."""
-    summary = train_uc.run_pretrain(train_uc.PretrainRequest(
-        settings=resolve(params, {"profile.backend": backend}), out=out, state_dir=state_dir, resume=resume,
-        progress=progress and console.is_terminal)).summary
+    summary = train_uc.run_pretrain(
+        train_uc.PretrainRequest(
+            settings=resolve(params, {"profile.backend": backend}),
+            out=out,
+            state_dir=state_dir,
+            resume=resume,
+            progress=progress and console.is_terminal,
+        )
+    ).summary
     console.print(
         f"pre-trained {summary['version']} -> {out}: {summary['tasks']} tasks, {summary['tables']} tables, "
         f"{summary['profile_records']} profile + {summary['loop_records']} loop records; profiling "
-        f"{summary['profile_wall_s']} s, training {summary['train_wall_s']} s", markup=False,
+        f"{summary['profile_wall_s']} s, training {summary['train_wall_s']} s",
+        markup=False,
     )
 
 

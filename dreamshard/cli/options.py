@@ -7,7 +7,7 @@ reaches arithmetic that could overflow or allocate without limit (docs/architect
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -25,39 +25,154 @@ MAX_ROUNDS = 100
 MAX_SEED = 2**32 - 1
 
 DevicesOpt = Annotated[int, typer.Option("--devices", "-d", min=1, max=MAX_DEVICES, help="Number of devices.")]
-MemoryOpt = Annotated[float, typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB.")]
+MemoryOpt = Annotated[
+    float, typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB.")
+]
 BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size.")]
 SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed.")]
 # Options that override a params.yaml key (None = not given: the params file, else the section default;
 # dreamshard.config.settings.resolve applies them). The key each sets is in its help.
-ParamsOpt = Annotated[Optional[Path], typer.Option("--params", help="params.yaml: defaults for the options below (CLI > params > defaults).")]
-DevicesOverride = Annotated[Optional[int], typer.Option("--devices", "-d", min=1, max=MAX_DEVICES, help="Number of devices (plan.num_devices; default tasks.train_devices = 4).")]
-MemoryOverride = Annotated[Optional[float], typer.Option("--memory-gb", "-m", min=0.0, max=MAX_DEVICE_GB, help="Memory per device in GB (topology.memory_per_device_gb; default 4).")]
-BatchOverride = Annotated[Optional[int], typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size (topology.batch_size; default 2048).")]
-DeviceTypeOverride = Annotated[Optional[str], typer.Option("--device-type", help="cpu or cuda (topology.device_type; default cpu).")]
-InterconnectOverride = Annotated[Optional[str], typer.Option("--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile) (topology.interconnect; default measured).")]
-OptimizerOverride = Annotated[Optional[str], typer.Option("--optimizer", help="The training job's fused optimizer: sgd, rowwise_adagrad or adam; its state counts in each device's memory (topology.optimizer; default sgd).")]
-MemoryModelOverride = Annotated[Optional[str], typer.Option("--memory-model", help="weights (table weights + optimizer state) or torchrec (also input/output buffers and --memory-reserve, as TorchRec's storage estimator counts) (topology.memory_model; default weights).")]
-MemoryReserveOverride = Annotated[Optional[float], typer.Option("--memory-reserve", min=0.0, max=0.99, help="Fraction of each device's memory kept free (topology.memory_reserve; default 0).")]
-HostsOverride = Annotated[Optional[int], typer.Option("--hosts", min=1, max=MAX_DEVICES, help="Hosts of --devices-per-host devices each: the plan's devices are hosts x devices-per-host.")]
-DevicesPerHostOverride = Annotated[Optional[int], typer.Option("--devices-per-host", min=1, max=MAX_DEVICES, help="Local devices per host; links between hosts run at topology.inter_host_gbps (topology.devices_per_host; default: one flat host).")]
-BackendOverride = Annotated[Optional[str], typer.Option("--backend", help="Measuring backend: cpu, cuda or simulator (profile.backend; default cpu).")]
-WarmupOverride = Annotated[Optional[int], typer.Option("--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per measurement (profile.warmup; default 3).")]
-RepeatsOverride = Annotated[Optional[int], typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Timed repeats per measurement, median (profile.repeats; default 7).")]
-ThreadsOverride = Annotated[Optional[int], typer.Option("--threads", min=1, max=MAX_THREADS, help="Intra-op threads for CPU timing, pinned (profile.num_threads; default 1).")]
-SeedOverride = Annotated[Optional[int], typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed (profile.seed; default 0).")]
-RoundsOverride = Annotated[Optional[int], typer.Option("--rounds", min=1, max=MAX_ROUNDS, help="Interleaved measurement rounds (evaluate.rounds; default 3).")]
-ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="Model dir of the learned sharders (default: ./models, ./models/dreamshard, else the packaged model).")]
-CorpusOpt = Annotated[Optional[Path], typer.Option("--corpus", help="Measurement corpus directory: device timings of the same tables on the same hardware and settings are reused from it, new ones added (docs/architecture.md, 'The measurement corpus').")]
+ParamsOpt = Annotated[
+    Path | None,
+    typer.Option("--params", help="params.yaml: defaults for the options below (CLI > params > defaults)."),
+]
+DevicesOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--devices",
+        "-d",
+        min=1,
+        max=MAX_DEVICES,
+        help="Number of devices (plan.num_devices; default tasks.train_devices = 4).",
+    ),
+]
+MemoryOverride = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-gb",
+        "-m",
+        min=0.0,
+        max=MAX_DEVICE_GB,
+        help="Memory per device in GB (topology.memory_per_device_gb; default 4).",
+    ),
+]
+BatchOverride = Annotated[
+    int | None,
+    typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Global batch size (topology.batch_size; default 2048)."),
+]
+DeviceTypeOverride = Annotated[
+    str | None, typer.Option("--device-type", help="cpu or cuda (topology.device_type; default cpu).")
+]
+InterconnectOverride = Annotated[
+    str | None,
+    typer.Option(
+        "--interconnect",
+        help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile) (topology.interconnect; default measured).",
+    ),
+]
+OptimizerOverride = Annotated[
+    str | None,
+    typer.Option(
+        "--optimizer",
+        help="The training job's fused optimizer: sgd, rowwise_adagrad or adam; its state counts in each device's memory (topology.optimizer; default sgd).",
+    ),
+]
+MemoryModelOverride = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-model",
+        help="weights (table weights + optimizer state) or torchrec (also input/output buffers and --memory-reserve, as TorchRec's storage estimator counts) (topology.memory_model; default weights).",
+    ),
+]
+MemoryReserveOverride = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-reserve",
+        min=0.0,
+        max=0.99,
+        help="Fraction of each device's memory kept free (topology.memory_reserve; default 0).",
+    ),
+]
+HostsOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--hosts",
+        min=1,
+        max=MAX_DEVICES,
+        help="Hosts of --devices-per-host devices each: the plan's devices are hosts x devices-per-host.",
+    ),
+]
+DevicesPerHostOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--devices-per-host",
+        min=1,
+        max=MAX_DEVICES,
+        help="Local devices per host; links between hosts run at topology.inter_host_gbps (topology.devices_per_host; default: one flat host).",
+    ),
+]
+BackendOverride = Annotated[
+    str | None,
+    typer.Option("--backend", help="Measuring backend: cpu, cuda or simulator (profile.backend; default cpu)."),
+]
+WarmupOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--warmup", min=0, max=MAX_REPEATS, help="Warm-up iterations per measurement (profile.warmup; default 3)."
+    ),
+]
+RepeatsOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--repeats", min=1, max=MAX_REPEATS, help="Timed repeats per measurement, median (profile.repeats; default 7)."
+    ),
+]
+ThreadsOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        min=1,
+        max=MAX_THREADS,
+        help="Intra-op threads for CPU timing, pinned (profile.num_threads; default 1).",
+    ),
+]
+SeedOverride = Annotated[
+    int | None, typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed (profile.seed; default 0).")
+]
+RoundsOverride = Annotated[
+    int | None,
+    typer.Option(
+        "--rounds", min=1, max=MAX_ROUNDS, help="Interleaved measurement rounds (evaluate.rounds; default 3)."
+    ),
+]
+ModelOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--model",
+        help="Model dir of the learned sharders (default: ./models, ./models/dreamshard, else the packaged model).",
+    ),
+]
+CorpusOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--corpus",
+        help="Measurement corpus directory: device timings of the same tables on the same hardware and settings are reused from it, new ones added (docs/architecture.md, 'The measurement corpus').",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-InterconnectOpt = Annotated[str, typer.Option(
-    "--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile).")]
+InterconnectOpt = Annotated[
+    str,
+    typer.Option(
+        "--interconnect", help="How the all-to-all is costed: measured (this machine's fit) or fast (~10 GB/s profile)."
+    ),
+]
 
 
-def make_topology(devices: int, memory_gb: float, batch_size: int, device_type: str,
-                  interconnect: str = "measured") -> Topology:
+def make_topology(
+    devices: int, memory_gb: float, batch_size: int, device_type: str, interconnect: str = "measured"
+) -> Topology:
     try:
         return Topology(
             num_devices=devices,
@@ -78,9 +193,13 @@ def host_overrides(devices: int | None, hosts: int | None, devices_per_host: int
     if hosts is not None and devices_per_host is not None:
         n = hosts * devices_per_host
         if n > MAX_DEVICES:
-            raise TopologyError(f"--hosts {hosts} x --devices-per-host {devices_per_host} = {n} devices; at most {MAX_DEVICES}")
+            raise TopologyError(
+                f"--hosts {hosts} x --devices-per-host {devices_per_host} = {n} devices; at most {MAX_DEVICES}"
+            )
         if devices is not None and devices != n:
-            raise TopologyError(f"--devices {devices} is not --hosts {hosts} x --devices-per-host {devices_per_host} = {n}")
+            raise TopologyError(
+                f"--devices {devices} is not --hosts {hosts} x --devices-per-host {devices_per_host} = {n}"
+            )
         devices = n
     return {"plan.num_devices": devices, "topology.devices_per_host": devices_per_host}
 

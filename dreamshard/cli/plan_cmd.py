@@ -1,17 +1,14 @@
-"""`dreamshard plan`, `dreamshard evaluate`, `dreamshard compare`, `dreamshard sharders`: parse the options into a
-use-case request (dreamshard.usecases.plan / evaluate), run it, render the result."""
+"""`dreamshard plan`: parse the options into a use-case request (dreamshard.usecases.plan), run it, render the
+result."""
 
 from __future__ import annotations
 
-import json
-import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -26,7 +23,6 @@ from dreamshard.cli.options import (
     HostsOverride,
     InterconnectOverride,
     InventoryOpt,
-    JsonOpt,
     MemoryModelOverride,
     MemoryOverride,
     MemoryReserveOverride,
@@ -34,9 +30,7 @@ from dreamshard.cli.options import (
     OptimizerOverride,
     ParamsOpt,
     RepeatsOverride,
-    RoundsOverride,
     SeedOpt,
-    SeedOverride,
     ThreadsOverride,
     WarmupOverride,
     host_overrides,
@@ -44,11 +38,10 @@ from dreamshard.cli.options import (
 )
 from dreamshard.config.settings import resolve
 from dreamshard.documents import check_outputs, load_inventory
-from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
+from dreamshard.evaluation import device_table, validate_sharders
 from dreamshard.lazy import lazy_module
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import plan_diff
-from dreamshard.sharders import HEURISTICS, contender_names, sharder_names
 from dreamshard.values import Verification
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
@@ -72,9 +65,11 @@ def warn(lines: Any, what: str | None = None) -> None:
 
 
 def _search_table(result: SearchResult) -> Any:
-    t = RichTable(title=f"candidates under the learned cost ({result.wall_s:.2f} s)", title_style="bold",
-                  caption="pessimistic = ensemble mean + risk x spread (what search minimises); the plan records "
-                          "the mean")
+    t = RichTable(
+        title=f"candidates under the learned cost ({result.wall_s:.2f} s)",
+        title_style="bold",
+        caption="pessimistic = ensemble mean + risk x spread (what search minimises); the plan records the mean",
+    )
     t.add_column("#", justify="right")
     t.add_column("source")
     t.add_column("predicted ms (pessimistic)", justify="right")
@@ -88,14 +83,22 @@ def _search_table(result: SearchResult) -> Any:
 
 
 def verification_table(v: Verification) -> RichTable:
-    t = RichTable(title=f"verified on {v.backend.name} (up to {v.rounds} interleaved rounds; a challenger that "
-                        f"loses a round to the best predicted is measured no more)", title_style="bold")
+    t = RichTable(
+        title=f"verified on {v.backend.name} (up to {v.rounds} interleaved rounds; a challenger that "
+        f"loses a round to the best predicted is measured no more)",
+        title_style="bold",
+    )
     for col in ("source", "predicted ms", "measured ms", "spread", "rounds"):
         t.add_column(col, justify="left" if col == "source" else "right")
     for c in v.candidates:
         mark = " (kept)" if c.source == v.chosen else ""
-        t.add_row(c.source + mark, f"{c.predicted_ms:.3f}", f"{c.measured_ms:.3f}", f"{c.spread:.1%}",
-                  str(c.rounds or v.rounds))
+        t.add_row(
+            c.source + mark,
+            f"{c.predicted_ms:.3f}",
+            f"{c.measured_ms:.3f}",
+            f"{c.spread:.1%}",
+            str(c.rounds or v.rounds),
+        )
     return t
 
 
@@ -103,15 +106,65 @@ def plan(
     inventory: InventoryOpt,
     devices: DevicesOverride = None,
     memory_gb: MemoryOverride = None,
-    sharder: Annotated[str, typer.Option("--sharder", "-s", help="Sharder name (see `dreamshard sharders`).")] = "dreamshard",
+    sharder: Annotated[
+        str, typer.Option("--sharder", "-s", help="Sharder name (see `dreamshard sharders`).")
+    ] = "dreamshard",
     out: Annotated[Path, typer.Option("--out", "-o", help="Plan JSON to write.")] = Path("plan.json"),
     model: ModelOpt = None,
-    samples: Annotated[Optional[int], typer.Option("--samples", min=0, max=4096, help="Learned sharders: sampled policy rollouts besides the argmax (plan.samples; default 4).")] = None,
-    risk: Annotated[Optional[float], typer.Option("--risk", min=0.0, max=10.0, help="Learned sharders: plan on ensemble mean + RISK x spread (plan.risk; default 1).")] = None,
-    verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="dreamshard: measure the K best candidates on --backend, keep the best predicted unless another is faster in every round (plan.verify; default 0).")] = None,
-    verify_rounds: Annotated[Optional[int], typer.Option("--verify-rounds", min=1, max=100, help="Interleaved rounds per verified candidate (plan.verify_rounds; default 3).")] = None,
-    verify_anchors: Annotated[Optional[int], typer.Option("--verify-anchors", min=0, max=16, help="With --verify: also measure this many of the baselines' own plans (best predicted first) when none of the K is one (plan.verify_anchors; default 2).")] = None,
-    verify_confidence: Annotated[Optional[float], typer.Option("--verify-confidence", min=0.5, max=0.9999, help="With --verify and --incumbent: another candidate replaces the current plan's only after enough straight paired wins that chance alone would explain them less often than 1 - this (plan.verify_confidence; default 0.95: 6-7 rounds).")] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            min=0,
+            max=4096,
+            help="Learned sharders: sampled policy rollouts besides the argmax (plan.samples; default 4).",
+        ),
+    ] = None,
+    risk: Annotated[
+        float | None,
+        typer.Option(
+            "--risk",
+            min=0.0,
+            max=10.0,
+            help="Learned sharders: plan on ensemble mean + RISK x spread (plan.risk; default 1).",
+        ),
+    ] = None,
+    verify: Annotated[
+        int | None,
+        typer.Option(
+            "--verify",
+            min=0,
+            max=64,
+            help="dreamshard: measure the K best candidates on --backend, keep the best predicted unless another is faster in every round (plan.verify; default 0).",
+        ),
+    ] = None,
+    verify_rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--verify-rounds",
+            min=1,
+            max=100,
+            help="Interleaved rounds per verified candidate (plan.verify_rounds; default 3).",
+        ),
+    ] = None,
+    verify_anchors: Annotated[
+        int | None,
+        typer.Option(
+            "--verify-anchors",
+            min=0,
+            max=16,
+            help="With --verify: also measure this many of the baselines' own plans (best predicted first) when none of the K is one (plan.verify_anchors; default 2).",
+        ),
+    ] = None,
+    verify_confidence: Annotated[
+        float | None,
+        typer.Option(
+            "--verify-confidence",
+            min=0.5,
+            max=0.9999,
+            help="With --verify and --incumbent: another candidate replaces the current plan's only after enough straight paired wins that chance alone would explain them less often than 1 - this (plan.verify_confidence; default 0.95: 6-7 rounds).",
+        ),
+    ] = None,
     backend: BackendOverride = None,
     warmup: WarmupOverride = None,
     repeats: RepeatsOverride = None,
@@ -121,19 +174,63 @@ def plan(
     batch_size: BatchOverride = None,
     device_type: DeviceTypeOverride = None,
     interconnect: InterconnectOverride = None,
-    explain: Annotated[bool, typer.Option("--explain", help="dreamshard: print the scored candidates of the search, and for each device why its units are there (fixed by their sharding type, held by memory, or the predicted cost of moving them).")] = False,
-    stats: Annotated[bool, typer.Option("--stats", help="Print the stats report: each unit's share of its device, the units that set the maximum, imbalance, input/output MB per device (predicted; measured beside where measured).")] = False,
-    refine_seconds: Annotated[Optional[float], typer.Option("--refine-seconds", min=0.0, max=86_400.0, help="dreamshard: measured refinement of the kept plan on --backend for this long: moves and swaps off the bottleneck, ranked by predicted gain, each measured on the two devices it changes against the incumbent's; kept only when confirmed beyond the noise (plan.refine_seconds; default 0 = off).")] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="dreamshard: print the scored candidates of the search, and for each device why its units are there (fixed by their sharding type, held by memory, or the predicted cost of moving them).",
+        ),
+    ] = False,
+    stats: Annotated[
+        bool,
+        typer.Option(
+            "--stats",
+            help="Print the stats report: each unit's share of its device, the units that set the maximum, imbalance, input/output MB per device (predicted; measured beside where measured).",
+        ),
+    ] = False,
+    refine_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--refine-seconds",
+            min=0.0,
+            max=86_400.0,
+            help="dreamshard: measured refinement of the kept plan on --backend for this long: moves and swaps off the bottleneck, ranked by predicted gain, each measured on the two devices it changes against the incumbent's; kept only when confirmed beyond the noise (plan.refine_seconds; default 0 = off).",
+        ),
+    ] = None,
     corpus: CorpusOpt = None,
-    torchrec_out: Annotated[Optional[Path], typer.Option("--torchrec-out", help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.")] = None,
-    torchrec_kernel: Annotated[str, typer.Option("--torchrec-kernel", help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
+    torchrec_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--torchrec-out",
+            help="Also write the TorchRec plan file: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model) turns it into TorchRec's ShardingPlan.",
+        ),
+    ] = None,
+    torchrec_kernel: Annotated[
+        str,
+        typer.Option(
+            "--torchrec-kernel",
+            help="Compute kernel in the TorchRec file: fused or dense (cuda also: fused_uvm, fused_uvm_caching).",
+        ),
+    ] = "fused",
     hosts: HostsOverride = None,
     devices_per_host: DevicesPerHostOverride = None,
     optimizer: OptimizerOverride = None,
     memory_model: MemoryModelOverride = None,
     memory_reserve: MemoryReserveOverride = None,
-    types: Annotated[Optional[str], typer.Option("--types", help="dreamshard: sharding types the search may give a whole table besides table-wise and column-wise, comma-separated: row_wise, table_row_wise, data_parallel; converted where the learned cost says it pays (plan.types; default none).")] = None,
-    incumbent: Annotated[Optional[Path], typer.Option("--incumbent", help="dreamshard: the plan the job runs now (e.g. the last version's): adapted to this inventory (its units keep their devices, new tables inserted where predicted lowest) it is a search candidate, `current`; the new plan's moves against it are shown. An incumbent file (`plans incumbent`) that says no plan was current means none.")] = None,
+    types: Annotated[
+        str | None,
+        typer.Option(
+            "--types",
+            help="dreamshard: sharding types the search may give a whole table besides table-wise and column-wise, comma-separated: row_wise, table_row_wise, data_parallel; converted where the learned cost says it pays (plan.types; default none).",
+        ),
+    ] = None,
+    incumbent: Annotated[
+        Path | None,
+        typer.Option(
+            "--incumbent",
+            help="dreamshard: the plan the job runs now (e.g. the last version's): adapted to this inventory (its units keep their devices, new tables inserted where predicted lowest) it is a search candidate, `current`; the new plan's moves against it are shown. An incumbent file (`plans incumbent`) that says no plan was current means none.",
+        ),
+    ] = None,
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
     (name,) = validate_sharders([sharder])
@@ -146,26 +243,52 @@ def plan(
         plan_uc.require_searching(name, "--refine-seconds")
     if types:
         plan_uc.require_searching(name, "--types")
-    settings = resolve(params, {
-        "plan.refine_seconds": refine_seconds, **host_overrides(devices, hosts, devices_per_host),
-        "plan.types": [t.strip() for t in types.split(",") if t.strip()] if types is not None else None,
-        **memory_overrides(optimizer, memory_model, memory_reserve),
-        "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
-        "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
-        "plan.risk": risk, "plan.verify": verify, "plan.verify_rounds": verify_rounds, "plan.verify_anchors": verify_anchors,
-        "plan.verify_confidence": verify_confidence, "profile.backend": backend,
-        "profile.warmup": warmup, "profile.repeats": repeats, "profile.num_threads": threads,
-    })
-    request = plan_uc.PlanRequest(settings=settings, inventory=inventory, out=out, sharder=name, model=model,
-                                  seed=seed, torchrec_out=torchrec_out, torchrec_kernel=torchrec_kernel, corpus=corpus,
-                                  incumbent=load_incumbent(incumbent) if incumbent is not None else None)
+    settings = resolve(
+        params,
+        {
+            "plan.refine_seconds": refine_seconds,
+            **host_overrides(devices, hosts, devices_per_host),
+            "plan.types": [t.strip() for t in types.split(",") if t.strip()] if types is not None else None,
+            **memory_overrides(optimizer, memory_model, memory_reserve),
+            "topology.memory_per_device_gb": memory_gb,
+            "topology.batch_size": batch_size,
+            "topology.device_type": device_type,
+            "topology.interconnect": interconnect,
+            "plan.samples": samples,
+            "plan.risk": risk,
+            "plan.verify": verify,
+            "plan.verify_rounds": verify_rounds,
+            "plan.verify_anchors": verify_anchors,
+            "plan.verify_confidence": verify_confidence,
+            "profile.backend": backend,
+            "profile.warmup": warmup,
+            "profile.repeats": repeats,
+            "profile.num_threads": threads,
+        },
+    )
+    request = plan_uc.PlanRequest(
+        settings=settings,
+        inventory=inventory,
+        out=out,
+        sharder=name,
+        model=model,
+        seed=seed,
+        torchrec_out=torchrec_out,
+        torchrec_kernel=torchrec_kernel,
+        corpus=corpus,
+        incumbent=load_incumbent(incumbent) if incumbent is not None else None,
+    )
     searching = name == plan_uc.SEARCHING_SHARDER
     n_verify = settings.plan.verify if searching else 0
     n_refine = settings.plan.refine_seconds if searching else 0.0
-    doing = ([f"measuring the {n_verify} best candidates"] if n_verify else []) + \
-        ([f"refining for {n_refine:g} s"] if n_refine else [])
-    status = (console.status(f"{' then '.join(doing)} on {settings.profile.backend}", spinner="dots")
-              if doing else nullcontext())
+    doing = ([f"measuring the {n_verify} best candidates"] if n_verify else []) + (
+        [f"refining for {n_refine:g} s"] if n_refine else []
+    )
+    status = (
+        console.status(f"{' then '.join(doing)} on {settings.profile.backend}", spinner="dots")
+        if doing
+        else nullcontext()
+    )
     with status:
         result = plan_uc.run(request)
     warn(result.warnings)
@@ -177,9 +300,12 @@ def plan(
     if result.plan.verification is not None:
         console.print(verification_table(result.plan.verification))
     if (r := result.plan.refinement) is not None:
-        console.print(f"refinement: {r.tried} proposal(s) measured in {r.seconds:.1f} s ({r.device_timings} device "
-                      f"timings, {r.tried / r.seconds if r.seconds else 0:.2f} proposals/s), {r.kept} kept; bottleneck "
-                      f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})", markup=False)
+        console.print(
+            f"refinement: {r.tried} proposal(s) measured in {r.seconds:.1f} s ({r.device_timings} device "
+            f"timings, {r.tried / r.seconds if r.seconds else 0:.2f} proposals/s), {r.kept} kept; bottleneck "
+            f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})",
+            markup=False,
+        )
     inv = load_inventory(inventory)  # memory recomputed and broken down (weights / optimizer / io)
     console.print(device_table(result.plan, inv))
     if request.incumbent is not None:
@@ -189,132 +315,5 @@ def plan(
     console.print(f"wrote {out}")
 
 
-def evaluate(
-    inventory: InventoryOpt,
-    plan_file: Annotated[Path, typer.Option("--plan", "-p", help="Plan JSON to measure.")],
-    backend: BackendOverride = None,
-    warmup: WarmupOverride = None,
-    repeats: RepeatsOverride = None,
-    threads: ThreadsOverride = None,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, max=100, help="Repeat the whole measurement and take medians.")] = 1,
-    params: ParamsOpt = None,
-    as_json: JsonOpt = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the plan with measured costs here.")] = None,
-    stats: Annotated[bool, typer.Option("--stats", help="Print the stats report (measured shares beside the learned model's predicted ones).")] = False,
-    model: ModelOpt = None,
-) -> None:
-    """Measure a plan: per-device fwd compute / fwd comm / bwd comm / bwd compute / memory and overall ms."""
-    settings = resolve(params, {"profile.backend": backend, "profile.warmup": warmup, "profile.repeats": repeats,
-                                "profile.num_threads": threads, "evaluate.rounds": rounds})
-    request = evaluate_uc.MeasureRequest(settings=settings, inventory=inventory, plan=plan_file, out=out)
-    with console.status(f"measuring {plan_file} on {settings.profile.backend}", spinner="dots") if not as_json else nullcontext():
-        result = evaluate_uc.measure(request)
-    measured, b = result.plan, result.backend
-    inv = load_inventory(inventory)
-    if as_json:
-        assert measured.measured is not None
-        typer.echo(json.dumps({"plan_id": measured.plan_id, "sharder": measured.sharder,
-                               "backend": b.model_dump(mode="json"), "overall_ms": measured.measured.overall_ms,
-                               "per_device": device_rows(measured, inv)}, indent=2))
-        return
-    console.print(device_table(measured, inv))
-    console.print(f"backend {b.name} ({b.operator}, {b.num_threads} thread(s), warm-up {b.warmup}, repeats {b.repeats})"
-                  + (" — SIMULATED, not a measurement" if b.is_simulated else ""))
-    if stats:
-        print_stats(explain_uc.stats_of(inv, measured, model))
-
-
-def compare(
-    inventory: InventoryOpt,
-    devices: DevicesOverride = None,
-    memory_gb: MemoryOverride = None,
-    sharders: Annotated[Optional[str], typer.Option("--sharders", help="Comma-separated sharder names, or 'heuristics' / 'all' (default: evaluate.sharders of --params less the --plan's sharder, else 'heuristics').")] = None,
-    rounds: RoundsOverride = None,
-    backend: BackendOverride = None,
-    warmup: WarmupOverride = None,
-    repeats: RepeatsOverride = None,
-    threads: ThreadsOverride = None,
-    batch_size: BatchOverride = None,
-    device_type: DeviceTypeOverride = None,
-    interconnect: InterconnectOverride = None,
-    model: ModelOpt = None,
-    samples: Annotated[Optional[int], typer.Option("--samples", min=0, max=4096, help="Learned contenders: sampled policy rollouts (plan.samples; default 4).")] = None,
-    seed: SeedOverride = None,
-    params: ParamsOpt = None,
-    as_json: JsonOpt = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the full comparison JSON here.")] = None,
-    markdown_out: Annotated[Optional[Path], typer.Option("--markdown-out", help="Write a markdown table here.")] = None,
-    plot_out: Annotated[Optional[Path], typer.Option("--plot-out", help="Write a PNG of per-device costs here.")] = None,
-    summary_out: Annotated[Optional[Path], typer.Option("--summary-out", help="Small metrics JSON (DVC metrics).")] = None,
-    plot_data_out: Annotated[Optional[Path], typer.Option("--plot-data-out", help="Rows {sharder, overall_ms} (DVC plots).")] = None,
-    plans_dir: Annotated[Optional[Path], typer.Option("--plans-dir", help="Save every contender's plan here.")] = None,
-    plan_files: Annotated[Optional[list[Path]], typer.Option("--plan", "-p", help="Also measure this plan (repeatable; its topology when --devices is not given); `plans publish --comparison` needs its plan in the comparison.")] = None,
-    corpus: CorpusOpt = None,
-    hosts: HostsOverride = None,
-    devices_per_host: DevicesPerHostOverride = None,
-    optimizer: OptimizerOverride = None,
-    memory_model: MemoryModelOverride = None,
-    memory_reserve: MemoryReserveOverride = None,
-    all_rounds: Annotated[bool, typer.Option("--all-rounds", help="With one --plan: measure every round even when the publish gate's early look has decided on it (evaluate.stop_early: false).")] = False,
-) -> None:
-    """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB.
-    The pipeline's `evaluate` stage is `compare --plan data/plan.json --params params.yaml`."""
-    names = expand_sharders(sharders) if sharders is not None else (None if params is not None else list(HEURISTICS))
-    settings = resolve(params, {
-        **host_overrides(devices, hosts, devices_per_host), **memory_overrides(optimizer, memory_model, memory_reserve),
-        "topology.memory_per_device_gb": memory_gb, "topology.batch_size": batch_size,
-        "topology.device_type": device_type, "topology.interconnect": interconnect, "plan.samples": samples,
-        "evaluate.rounds": rounds, "profile.backend": backend, "profile.warmup": warmup, "profile.repeats": repeats,
-        "profile.num_threads": threads, "profile.seed": seed, "evaluate.stop_early": False if all_rounds else None,
-    })
-    outputs = evaluate_uc.CompareOutputs(comparison=out, markdown=markdown_out, plot=plot_out, plans_dir=plans_dir,
-                                         summary=summary_out, plot_data=plot_data_out)
-    request = evaluate_uc.CompareRequest(settings=settings, inventory=inventory,
-                                         sharders=tuple(names) if names is not None else None,
-                                         plans=tuple(plan_files or ()), num_devices=devices, model=model,
-                                         outputs=outputs, corpus=corpus)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), disable=as_json or not sys.stderr.isatty(), transient=True,
-    ) as bar:
-        task = bar.add_task("comparing", total=None)
-        result = evaluate_uc.run(request, progress=lambda msg: bar.update(task, description=msg, advance=1))
-    cmp = result.comparison
-    if as_json:
-        summary = cmp.summary()
-        summary["results"] = [
-            {"sharder": r.sharder, "plan_id": r.plan.plan_id, "overall_ms": r.overall_ms, "spread": r.spread,
-             "ratio_to_best": r.ratio_to_best, "ratio_to_lower_bound": r.ratio_to_lower_bound,
-             "samples_ms": r.samples_ms, "per_device": device_rows(r.plan)}
-            for r in cmp.results
-        ]
-        typer.echo(json.dumps(summary, indent=2))
-    else:
-        console.print(comparison_table(cmp))
-
-
-def expand_sharders(spec: str) -> list[str]:
-    """'heuristics' -> the six heuristics; 'all' -> every sharder; else a comma list."""
-    parts: list[str] = []
-    for item in spec.split(","):
-        item = item.strip()
-        if item == "heuristics":
-            parts += list(HEURISTICS)
-        elif item == "all":
-            parts += list(contender_names())
-        elif item:
-            parts.append(item)
-    return validate_sharders(parts)
-
-
-def sharders_list() -> None:
-    """List the available sharders."""
-    for n in sharder_names():
-        typer.echo(n)
-
-
 def register(app: typer.Typer) -> None:
     app.command("plan")(plan)
-    app.command("evaluate")(evaluate)
-    app.command("compare")(compare)
-    app.command("sharders")(sharders_list)

@@ -14,9 +14,19 @@ from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT,
 def preset_cmd(
     preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(PRESETS)}.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Inventory file to write (.yaml/.yml or .json).")],
-    dim: Annotated[int | None, typer.Option("--dim", help="Embedding dim of every table, a multiple of 4 (default: 16 for criteo-kaggle, 128 for criteo-terabyte).")] = None,
-    pooling: Annotated[float, typer.Option("--pooling", help="Lookups per sample of every table (Criteo's features are one-hot: 1).")] = DEFAULT_POOLING,
-    zipf_exponent: Annotated[float, typer.Option("--zipf-exponent", help="Assumed Zipf exponent of row popularity (reuse histograms).")] = DEFAULT_ZIPF_EXPONENT,
+    dim: Annotated[
+        int | None,
+        typer.Option(
+            "--dim",
+            help="Embedding dim of every table, a multiple of 4 (default: 16 for criteo-kaggle, 128 for criteo-terabyte).",
+        ),
+    ] = None,
+    pooling: Annotated[
+        float, typer.Option("--pooling", help="Lookups per sample of every table (Criteo's features are one-hot: 1).")
+    ] = DEFAULT_POOLING,
+    zipf_exponent: Annotated[
+        float, typer.Option("--zipf-exponent", help="Assumed Zipf exponent of row popularity (reuse histograms).")
+    ] = DEFAULT_ZIPF_EXPONENT,
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: the preset's).")] = None,
 ) -> None:
     """Write the 26 categorical tables of a Criteo dataset (public cardinalities; tables t_cat_0..t_cat_25)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,15 +25,40 @@ console = Console(highlight=False, soft_wrap=True)
 
 
 def replan(
-    inventory: Annotated[Optional[Path], typer.Option("--inventory", "-i", help="The new inventory version (default: the store's current version of --inventory-name).")] = None,
-    inventory_name: Annotated[Optional[str], typer.Option("--inventory-name", help="Inventory in the store (when -i is not given).")] = None,
-    store: Annotated[Optional[str], typer.Option("--store", help="Plan store: directory or s3://bucket/prefix (default: publish.store_uri).")] = None,
-    endpoint: Annotated[Optional[str], typer.Option("--endpoint", "--endpoint-url", help="S3 endpoint of the plan store.")] = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="The new inventory version (default: the store's current version of --inventory-name).",
+        ),
+    ] = None,
+    inventory_name: Annotated[
+        str | None, typer.Option("--inventory-name", help="Inventory in the store (when -i is not given).")
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Plan store: directory or s3://bucket/prefix (default: publish.store_uri)."),
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option("--endpoint", "--endpoint-url", help="S3 endpoint of the plan store.")
+    ] = None,
     model: ModelOpt = None,
     params: ParamsOpt = None,
     backend: BackendOverride = None,
-    verify: Annotated[Optional[int], typer.Option("--verify", min=0, max=64, help="Measure the K best candidates before the gate (plan.verify).")] = None,
-    refine_seconds: Annotated[Optional[float], typer.Option("--refine-seconds", min=0.0, max=86_400.0, help="Measured refinement of the kept plan before the gate (plan.replan_refine_seconds; default 0 = off).")] = None,
+    verify: Annotated[
+        int | None,
+        typer.Option("--verify", min=0, max=64, help="Measure the K best candidates before the gate (plan.verify)."),
+    ] = None,
+    refine_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--refine-seconds",
+            min=0.0,
+            max=86_400.0,
+            help="Measured refinement of the kept plan before the gate (plan.replan_refine_seconds; default 0 = off).",
+        ),
+    ] = None,
     rounds: RoundsOverride = None,
     seed: SeedOpt = 0,
     force: Annotated[bool, typer.Option("--force", help="Re-plan a version the gate already decided on.")] = False,
@@ -44,22 +69,45 @@ def replan(
     (--force re-plans); 1: not published (the gate kept the current plan, or, when the current plan cannot serve
     the new version, made the best measured baseline current: `fallback`) or a retrain is due (the version is
     outside the model's training ranges)."""
-    settings = resolve(params, {"profile.backend": backend, "plan.verify": verify, "evaluate.rounds": rounds,
-                                 "plan.replan_refine_seconds": refine_seconds},
-                       lookup="local")
-    result = replan_uc.run(replan_uc.ReplanRequest(settings=settings, inventory=inventory, inventory_name=inventory_name,
-                                                   store=store, endpoint_url=endpoint, model=model, seed=seed, force=force))
+    settings = resolve(
+        params,
+        {
+            "profile.backend": backend,
+            "plan.verify": verify,
+            "evaluate.rounds": rounds,
+            "plan.replan_refine_seconds": refine_seconds,
+        },
+        lookup="local",
+    )
+    result = replan_uc.run(
+        replan_uc.ReplanRequest(
+            settings=settings,
+            inventory=inventory,
+            inventory_name=inventory_name,
+            store=store,
+            endpoint_url=endpoint,
+            model=model,
+            seed=seed,
+            force=force,
+        )
+    )
     if as_json:
-        typer.echo(json.dumps(result.model_dump(mode="json", exclude={"plan"}) |
-                              {"plan_id": result.plan.plan_id if result.plan else None}, indent=2))
+        typer.echo(
+            json.dumps(
+                result.model_dump(mode="json", exclude={"plan"})
+                | {"plan_id": result.plan.plan_id if result.plan else None},
+                indent=2,
+            )
+        )
     else:
         warn(result.warnings)
         if result.verification is not None:
             console.print(verification_table(result.verification))
         if result.plan is not None and result.outcome != "current":
             console.print(device_table(result.plan))
-        console.print(f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}",
-                      markup=False)
+        console.print(
+            f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}", markup=False
+        )
         if result.diff is not None:
             console.print(f"against the plan that was current: {result.diff.summary}", markup=False)
         if result.fallback_ref is not None:

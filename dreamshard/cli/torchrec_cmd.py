@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -30,7 +30,9 @@ def export_cmd(
     plan_file: Annotated[Path, typer.Argument(help="dreamshard plan JSON.")],
     inventory: InventoryOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="TorchRec plan file to write (JSON).")],
-    kernel: Annotated[str, typer.Option("--kernel", help="Compute kernel: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")] = "fused",
+    kernel: Annotated[
+        str, typer.Option("--kernel", help="Compute kernel: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")
+    ] = "fused",
 ) -> None:
     """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model).
 
@@ -46,13 +48,19 @@ def export_cmd(
 
 @torchrec_app.command("import")
 def import_cmd(
-    torchrec_file: Annotated[Path, typer.Argument(help="TorchRec plan file (from --torchrec-out, or a bare {table: {...}} map).")],
+    torchrec_file: Annotated[
+        Path, typer.Argument(help="TorchRec plan file (from --torchrec-out, or a bare {table: {...}} map).")
+    ],
     inventory: InventoryOpt,
     memory_gb: MemoryOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="dreamshard plan JSON to write.")],
-    devices: Annotated[Optional[int], typer.Option("--devices", "-d", min=1, help="Ranks (needed for a bare map; else the file's).")] = None,
+    devices: Annotated[
+        int | None, typer.Option("--devices", "-d", min=1, help="Ranks (needed for a bare map; else the file's).")
+    ] = None,
     batch_size: BatchOpt = 2048,
-    sharder: Annotated[Optional[str], typer.Option("--sharder", help="Label of the plan (default: the file's, else torchrec).")] = None,
+    sharder: Annotated[
+        str | None, typer.Option("--sharder", help="Label of the plan (default: the file's, else torchrec).")
+    ] = None,
 ) -> None:
     """Turn a TorchRec plan file into a dreamshard plan (memory checked) to evaluate or compare it."""
 

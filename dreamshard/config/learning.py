@@ -127,7 +127,14 @@ class PolicyTrainConfig(_Config):
 
 #: candidate sources of the plan-time search: the policy, LPT on predicted costs, heuristics, TorchRec
 DEFAULT_CANDIDATES: tuple[str, ...] = (
-    "policy", "lpt", "dim_greedy", "lookup_greedy", "size_lookup_greedy", "size_greedy", "round_robin", "torchrec",
+    "policy",
+    "lpt",
+    "dim_greedy",
+    "lookup_greedy",
+    "size_lookup_greedy",
+    "size_greedy",
+    "round_robin",
+    "torchrec",
 )
 
 
@@ -197,8 +204,11 @@ class LoopConfig(_Config):
     def incremental(self) -> LoopConfig:
         """This config as an incremental retrain runs it: `incremental_iterations` iterations, and the cost
         ensemble fine-tuned for `incremental_cost_steps` steps per member when set."""
-        cost = (self.cost if self.incremental_cost_steps is None
-                else self.cost.model_copy(update={"steps": self.incremental_cost_steps}))
+        cost = (
+            self.cost
+            if self.incremental_cost_steps is None
+            else self.cost.model_copy(update={"steps": self.incremental_cost_steps})
+        )
         return self.model_copy(update={"iterations": self.incremental_iterations, "cost": cost})
 
     def lr_factor(self, iteration: int) -> float:
@@ -226,7 +236,10 @@ class PretrainConfig(_Config):
     max_tables_per_device: Annotated[int, Field(ge=1)] = 60  # device counts are drawn to keep under this
     memory_per_device_gb: Annotated[float, Field(gt=0, le=1e6)] = 1024.0  # profiling scales tables down anyway
     # per task, log-uniform: each task is profiled and trained at its own batch size (the card records the span)
-    batch_sizes: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH)], Annotated[int, Field(ge=1, le=MAX_BATCH)]] = (2048, 2048)
+    batch_sizes: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH)], Annotated[int, Field(ge=1, le=MAX_BATCH)]] = (
+        2048,
+        2048,
+    )
     num_placements: Annotated[int, Field(ge=0)] = 1
     kinds: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded")
     loop: LoopConfig = LoopConfig(init="none")

@@ -14,7 +14,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
 
 #: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
-DEFAULT_KINDS: tuple[str, ...] = ("dim_greedy", "lookup_greedy", "size_lookup_greedy", "crowded", "row_wise", "data_parallel")
+DEFAULT_KINDS: tuple[str, ...] = (
+    "dim_greedy",
+    "lookup_greedy",
+    "size_lookup_greedy",
+    "crowded",
+    "row_wise",
+    "data_parallel",
+)
 
 
 class ProfileConfig(BaseModel):
@@ -56,8 +63,9 @@ class ProfileConfig(BaseModel):
         known = {"crowded", *TYPE_KINDS, *sharder_names()}
         for k in v:
             if k not in known:
-                raise ValueError(f"unknown placement kind '{k}'; choose from crowded, {', '.join(TYPE_KINDS)} or a "
-                                 "sharder name")
+                raise ValueError(
+                    f"unknown placement kind '{k}'; choose from crowded, {', '.join(TYPE_KINDS)} or a sharder name"
+                )
         return v
 
     def oracle(self) -> Oracle:
@@ -67,7 +75,13 @@ class ProfileConfig(BaseModel):
         from dreamshard.profiling.oracle import make_oracle
         from dreamshard.profiling.simulator import SimulatorParams
 
-        return make_oracle(self.backend, warmup=self.warmup, repeats=self.repeats, num_threads=self.num_threads,
-                           seed=self.seed, row_cap=self.row_cap, statistic=self.statistic,
-                           simulator=SimulatorParams(slowdown=self.simulator_slowdown,
-                                                     latency_ms=self.simulator_latency_ms))
+        return make_oracle(
+            self.backend,
+            warmup=self.warmup,
+            repeats=self.repeats,
+            num_threads=self.num_threads,
+            seed=self.seed,
+            row_cap=self.row_cap,
+            statistic=self.statistic,
+            simulator=SimulatorParams(slowdown=self.simulator_slowdown, latency_ms=self.simulator_latency_ms),
+        )

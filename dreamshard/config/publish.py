@@ -62,8 +62,10 @@ class PublishConfig(BaseModel):
     def _early_looks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         for r in v:
             if r < 2:
-                raise ValueError(f"an early look at {r} round(s) cannot bound the noise (fewer than 2 rounds have "
-                                 f"no spread): use 0 (no early look) or rounds of at least 2")
+                raise ValueError(
+                    f"an early look at {r} round(s) cannot bound the noise (fewer than 2 rounds have "
+                    f"no spread): use 0 (no early look) or rounds of at least 2"
+                )
             if r > 99:
                 raise ValueError(f"an early look at {r} rounds: at most 99")
         if any(b <= a for a, b in zip(v, v[1:])):
@@ -76,8 +78,10 @@ class PublishConfig(BaseModel):
         """Every early look spends early_share of the error rate: they must leave the final look a share."""
         below = [r for r in info.data.get("early_rounds", ()) if r < info.data.get("min_rounds", 5)]
         if len(below) * v >= 1.0:
-            raise ValueError(f"{len(below)} early looks x early_share {v:g} spend the whole error budget: the final "
-                             f"look needs a share (fewer early_rounds, or a smaller early_share)")
+            raise ValueError(
+                f"{len(below)} early looks x early_share {v:g} spend the whole error budget: the final "
+                f"look needs a share (fewer early_rounds, or a smaller early_share)"
+            )
         return v
 
     @property

@@ -91,12 +91,16 @@ class Settings(BaseModel):
         """Rules across sections the pipeline needs (checked before it starts): the evaluate stage's comparison
         is what the publish gate decides on, so it must measure every required baseline, often enough."""
         if self.evaluate.rounds < self.publish.min_rounds:
-            raise ConfigError(f"evaluate.rounds {self.evaluate.rounds} is below publish.min_rounds "
-                              f"{self.publish.min_rounds}: the gate could not decide on the evaluate stage's comparison")
+            raise ConfigError(
+                f"evaluate.rounds {self.evaluate.rounds} is below publish.min_rounds "
+                f"{self.publish.min_rounds}: the gate could not decide on the evaluate stage's comparison"
+            )
         missing = [b for b in self.publish.baselines if b not in self.evaluate.sharders]
         if missing:
-            raise ConfigError(f"evaluate.sharders lacks the required baseline(s) {', '.join(missing)} "
-                              f"(publish.baselines): the gate could not decide on the evaluate stage's comparison")
+            raise ConfigError(
+                f"evaluate.sharders lacks the required baseline(s) {', '.join(missing)} "
+                f"(publish.baselines): the gate could not decide on the evaluate stage's comparison"
+            )
 
 
 SECTIONS: tuple[str, ...] = tuple(name for name in Settings.model_fields if name != "source")
@@ -178,15 +182,17 @@ def settings_from(data: Mapping[str, Any], source: Path | str | None = None) -> 
     return Settings(**sections, source=Path(source) if source is not None else None)
 
 
-def resolve(params_path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
-            lookup: Lookup = "given") -> Settings:
+def resolve(
+    params_path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, lookup: Lookup = "given"
+) -> Settings:
     """THE settings of a command: overrides > the params file (found per `lookup`) > section defaults."""
     path = params_file(params_path, lookup)
     return settings_from(apply_overrides(_raw(path), overrides), path)
 
 
-def params_text(params_path: str | Path | None, overrides: Mapping[str, Any] | None = None,
-                lookup: Lookup = "installed") -> str:
+def params_text(
+    params_path: str | Path | None, overrides: Mapping[str, Any] | None = None, lookup: Lookup = "installed"
+) -> str:
     """The params.yaml text a pipeline workspace runs with: the file as it is (comments kept) or, with
     overrides, the file with those keys set. Validated first, so a bad override fails in one line."""
     path = params_file(params_path, lookup)

@@ -84,8 +84,9 @@ class PlanConfig(Section):
         return SearchConfig(types=v).types  # names the unknown type
 
     def search(self, seed: int = 0) -> SearchConfig:
-        return SearchConfig(risk=self.risk, samples=self.samples, candidates=self.candidates, types=self.types,
-                            seed=seed)
+        return SearchConfig(
+            risk=self.risk, samples=self.samples, candidates=self.candidates, types=self.types, seed=seed
+        )
 
 
 class EvaluateConfig(Section):

@@ -105,8 +105,14 @@ def comm_bound(tables: Sequence[Table], topology: Topology, models: Mapping[Coll
     return latency + total / d
 
 
-def _least_alone(tables: Mapping[str, Table], name: str, single: Measurement, share: Measurement,
-                 topology: Topology, exchange: Mapping[Collective, CommModel]) -> float:
+def _least_alone(
+    tables: Mapping[str, Table],
+    name: str,
+    single: Measurement,
+    share: Measurement,
+    topology: Topology,
+    exchange: Mapping[Collective, CommModel],
+) -> float:
     """The least a device that holds any of table `name` (of `tables`, by name) pays for it: its smallest column
     share alone, comm included; with row shards and replicas in the plan space (`exchange` holds more than the
     all-to-all) also an even 1/D of its compute (D row shards, or D replicas at 1/D of the batch, split its
@@ -119,9 +125,14 @@ def _least_alone(tables: Mapping[str, Table], name: str, single: Measurement, sh
     return min(alone, split)
 
 
-def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topology: Topology,
-                floor: ComputeFloor | None = None, shares: Mapping[str, Measurement] | None = None,
-                collectives: Mapping[Collective, CommModel] | None = None) -> LowerBound:
+def lower_bound(
+    inventory: Inventory,
+    singles: Mapping[str, Measurement],
+    topology: Topology,
+    floor: ComputeFloor | None = None,
+    shares: Mapping[str, Measurement] | None = None,
+    collectives: Mapping[Collective, CommModel] | None = None,
+) -> LowerBound:
     """The LowerBound of `inventory` on `topology` from each table's single-table measurement (kind="single"),
     the backend's `floor` when it has one, the single measurements of the tables' smallest shares
     (`smallest_share`, by table name; a table missing there counts with its whole-table single), and the
@@ -137,23 +148,37 @@ def lower_bound(inventory: Inventory, singles: Mapping[str, Measurement], topolo
     if d > 1 and exchange and inventory.tables:
         comm_ms = comm_bound(inventory.tables, topology, exchange)
     if floor is not None and inventory.tables:
-        compute_ms = floor.shared_compute_ms() + sum(floor.table_floor_ms(t, topology.batch_size)
-                                                     for t in inventory.tables) / d
+        compute_ms = (
+            floor.shared_compute_ms() + sum(floor.table_floor_ms(t, topology.batch_size) for t in inventory.tables) / d
+        )
     else:
         compute_ms = sum(compute) / d
     tables = inventory.by_name()
-    mx = max((_least_alone(tables, name, m, (shares or {}).get(name, m), topology, exchange)
-              for name, m in singles.items()), default=0.0)
-    return LowerBound(max_single_ms=mx, sum_single_ms=sum(totals), compute_ms=compute_ms, comm_ms=comm_ms,
-                      total_ms=max(mx, compute_ms + comm_ms))
+    mx = max(
+        (_least_alone(tables, name, m, (shares or {}).get(name, m), topology, exchange) for name, m in singles.items()),
+        default=0.0,
+    )
+    return LowerBound(
+        max_single_ms=mx,
+        sum_single_ms=sum(totals),
+        compute_ms=compute_ms,
+        comm_ms=comm_ms,
+        total_ms=max(mx, compute_ms + comm_ms),
+    )
 
 
 def measure_lower_bound(inventory: Inventory, topology: Topology, oracle: Oracle) -> LowerBound:
     """Measure every table alone, and its smallest share alone where that is less, then `lower_bound`.
 
     Memory is not the question here: a table too big for one device is measured as it is (plans split it)."""
-    roomy = topology.model_copy(update={"memory_per_device_gb": min(MAX_DEVICE_GB, max(
-        topology.memory_per_device_gb, max((t.size_gb for t in inventory.tables), default=0.0) * 1.01))})
+    roomy = topology.model_copy(
+        update={
+            "memory_per_device_gb": min(
+                MAX_DEVICE_GB,
+                max(topology.memory_per_device_gb, max((t.size_gb for t in inventory.tables), default=0.0) * 1.01),
+            )
+        }
+    )
     singles = {t.name: oracle.measure(inventory, {t.name: 0}, roomy, kind="single") for t in inventory.tables}
     shares: dict[str, Measurement] = {}
     for t in inventory.tables:

@@ -96,8 +96,13 @@ class Comparison(BaseModel):
 
     @property
     def reference(self) -> LowerBound:
-        return LowerBound(max_single_ms=self.max_single_ms, sum_single_ms=self.sum_single_ms,
-                          compute_ms=self.lb_compute_ms, comm_ms=self.lb_comm_ms, total_ms=self.lower_bound_ms)
+        return LowerBound(
+            max_single_ms=self.max_single_ms,
+            sum_single_ms=self.sum_single_ms,
+            compute_ms=self.lb_compute_ms,
+            comm_ms=self.lb_comm_ms,
+            total_ms=self.lower_bound_ms,
+        )
 
     def label(self, r: SharderResult, short: bool = False) -> str:
         """How a contender is named (plan files, plots) or shown (`short`, tables): the sharder, with its plan id
@@ -277,8 +282,10 @@ def compare_sharders(
     for p in extra_plans:
         check_plan_for(inventory, p, topology)
         if any(p.plan_id == q.plan_id for q, _ in plans):
-            raise PlanError(f"plan {p.plan_id} is given twice; measure each plan once (a comparison listing a plan "
-                            f"twice is refused by the publish gate)")
+            raise PlanError(
+                f"plan {p.plan_id} is given twice; measure each plan once (a comparison listing a plan "
+                f"twice is refused by the publish gate)"
+            )
         plans.append((p, 0.0))
 
     if with_lower_bound:
@@ -290,10 +297,17 @@ def compare_sharders(
 
     with oracle.corpus_as(None):  # fresh timings, whatever corpus the caller's oracle holds
         every = range(len(plans))
-        narrow = None if stop is None else (  # all or none: every contender keeps as many rounds as the others
-            lambda ms: [] if stop([(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms)]) else every)
-        samples = measure_interleaved(inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say,
-                                      narrow=narrow)
+        narrow = (
+            None
+            if stop is None
+            # all or none: every contender keeps as many rounds as the others
+            else (
+                lambda ms: [] if stop([(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms)]) else every
+            )
+        )
+        samples = measure_interleaved(
+            inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say, narrow=narrow
+        )
 
     results: list[SharderResult] = []
     for (plan, secs), ms in zip(plans, samples):

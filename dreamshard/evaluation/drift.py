@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from dreamshard.errors import ConfigError, StoreError, first_line
 from dreamshard.evaluation import evaluate_plan
 from dreamshard.store.base import PlanStore, cas_update
-from dreamshard.values.names import check_key_part
 from dreamshard.values import Inventory, Plan, utcnow
+from dreamshard.values.names import check_key_part
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -72,7 +72,8 @@ def require_comparable(plan: Plan, backend: str, statistic: str | None = None) -
     if plan.measured is not None and recorded is not None and statistic is not None and recorded != statistic:
         raise ConfigError(
             f"plan {plan.plan_id} was measured with the {recorded} of each device's repeats, the monitor would take "
-            f"the {statistic}: set profile.statistic: {recorded} so the costs are comparable")
+            f"the {statistic}: set profile.statistic: {recorded} so the costs are comparable"
+        )
 
 
 def check_drift(plan: Plan, inventory: Inventory, oracle: Oracle, rounds: int, threshold: float) -> DriftCheck:
@@ -91,9 +92,18 @@ def check_drift(plan: Plan, inventory: Inventory, oracle: Oracle, rounds: int, t
     drift = _relative(now_ms, measured if basis == "measured" else predicted)
     assert drift is not None
     return DriftCheck(
-        plan_id=plan.plan_id, inventory_name=plan.inventory_name, inventory_fingerprint=plan.inventory_fingerprint,
-        backend=oracle.info.name, rounds=rounds, now_ms=now_ms, measured_ms=measured, predicted_ms=predicted,
-        basis=basis, drift=drift, drift_vs_predicted=_relative(now_ms, predicted), threshold=threshold,
+        plan_id=plan.plan_id,
+        inventory_name=plan.inventory_name,
+        inventory_fingerprint=plan.inventory_fingerprint,
+        backend=oracle.info.name,
+        rounds=rounds,
+        now_ms=now_ms,
+        measured_ms=measured,
+        predicted_ms=predicted,
+        basis=basis,
+        drift=drift,
+        drift_vs_predicted=_relative(now_ms, predicted),
+        threshold=threshold,
         drifted=abs(drift) > threshold,
     )
 

@@ -36,8 +36,11 @@ def reference_line(cmp: Comparison) -> str:
     cannot = f"; cannot place this inventory: {', '.join(cmp.infeasible)}" if cmp.infeasible else ""
     if not cmp.has_lower_bound:
         return f"LB not measured (the gate's comparison: it decides on the plans, not on the tables alone){cannot}"
-    how = ("the simulator's cost terms: no plan costs less" if cmp.backend.name == "simulator"
-           else "assumes compute adds up across tables; fused kernels can beat it slightly")
+    how = (
+        "the simulator's cost terms: no plan costs less"
+        if cmp.backend.name == "simulator"
+        else "assumes compute adds up across tables; fused kernels can beat it slightly"
+    )
     return (
         f"LB = max(costliest table's smallest share alone {lb.max_single_ms:.3f}, even 1/{d} share: compute "
         f"{lb.compute_ms:.3f} + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms ({how}){cannot}"
@@ -109,8 +112,13 @@ def device_table(plan: Plan, inventory: Inventory | None = None) -> RichTable:
         for col in ("fwd compute", "fwd comm", "bwd comm", "bwd compute", "total"):
             t.add_column(col, justify="right")
     for row in device_rows(plan, inventory):
-        cells = [str(row["device"]), str(row["tables"]), f"{row['memory_gb']:.3f}", f"{row['memory_pct']:.1f}",
-                 *(f"{row[f'{p}_gb']:.3f}" for p in parts)]
+        cells = [
+            str(row["device"]),
+            str(row["tables"]),
+            f"{row['memory_gb']:.3f}",
+            f"{row['memory_pct']:.1f}",
+            *(f"{row[f'{p}_gb']:.3f}" for p in parts),
+        ]
         if costs:
             cells += [f"{row[k]:.3f}" for k in COST_COMPONENTS]
             mark = " *" if row["bottleneck"] else ""
@@ -230,7 +238,9 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
     axes.flat[0].set_ylabel("ms")
     axes.flat[0].legend(fontsize=7, loc="upper right")
     sim = " (SIMULATED)" if cmp.backend.is_simulated else ""
-    fig.suptitle(f"{cmp.inventory_name}: per-device cost by sharder, backend {cmp.backend.name}{sim}; dashed = LB", fontsize=10)
+    fig.suptitle(
+        f"{cmp.inventory_name}: per-device cost by sharder, backend {cmp.backend.name}{sim}; dashed = LB", fontsize=10
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

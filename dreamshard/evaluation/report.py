@@ -13,7 +13,9 @@ from dreamshard.evaluation.render import comparison_markdown, plot_comparison_pn
 
 def plot_rows(cmp: Comparison) -> list[dict[str, float | str]]:
     """Rows {sharder, overall_ms, ratio_to_best} for `dvc plots`."""
-    return [{"sharder": cmp.label(r), "overall_ms": r.overall_ms, "ratio_to_best": r.ratio_to_best} for r in cmp.results]
+    return [
+        {"sharder": cmp.label(r), "overall_ms": r.overall_ms, "ratio_to_best": r.ratio_to_best} for r in cmp.results
+    ]
 
 
 def write_comparison_outputs(

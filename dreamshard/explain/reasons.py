@@ -56,13 +56,25 @@ def placement_reasons(inventory: Inventory, plan: Plan, cost: PlanningCost) -> l
             ref = parse_unit(t.name)
             if not ref.movable:
                 what = "a row block" if ref.kind == "row" else "a data-parallel replica"
-                out[d].append(UnitReason(unit=t.name, device=d, kind="fixed",
-                                         text=f"{what} of '{ref.table}': its sharding type puts it on device {d}"))
+                out[d].append(
+                    UnitReason(
+                        unit=t.name,
+                        device=d,
+                        kind="fixed",
+                        text=f"{what} of '{ref.table}': its sharding type puts it on device {d}",
+                    )
+                )
                 continue
             room = [k for k in range(n) if k != d and used[k] + need[i] <= cap]
             if not room:
-                out[d].append(UnitReason(unit=t.name, device=d, kind="memory",
-                                         text=f"no other device has room for its {need[i] / 2**30:.3f} GB"))
+                out[d].append(
+                    UnitReason(
+                        unit=t.name,
+                        device=d,
+                        kind="memory",
+                        text=f"no other device has room for its {need[i] / 2**30:.3f} GB",
+                    )
+                )
                 continue
             moved = dev[room].clone() + states[i]  # each alternative device with the unit
             after_alt = cost.mean_device_costs(moved).sum(-1)
@@ -74,10 +86,12 @@ def placement_reasons(inventory: Inventory, plan: Plan, cost: PlanningCost) -> l
                 if peak < best_max:
                     best_k, best_max = k, peak
             delta = best_max - now
-            text = (f"moving it to device {best_k} would raise the predicted maximum by {delta:.3f} ms"
-                    if delta > 0 else f"a tie: moving it to device {best_k} would not lower the predicted maximum")
-            out[d].append(UnitReason(unit=t.name, device=d, kind="gain", alternative=best_k, delta_ms=delta,
-                                     text=text))
+            text = (
+                f"moving it to device {best_k} would raise the predicted maximum by {delta:.3f} ms"
+                if delta > 0
+                else f"a tie: moving it to device {best_k} would not lower the predicted maximum"
+            )
+            out[d].append(UnitReason(unit=t.name, device=d, kind="gain", alternative=best_k, delta_ms=delta, text=text))
     for reasons in out:
         reasons.sort(key=lambda r: (r.kind != "fixed", r.kind != "memory", -r.delta_ms))
     return out

@@ -70,8 +70,11 @@ def _shares(device: DeviceCost, units: Sequence[Table], alone: Mapping[str, floa
     comm = device.fwd_comm + device.bwd_comm
     weight = sum(alone[t.name] for t in units)
     width = sum(t.output_dim for t in units)
-    return {t.name: compute * (alone[t.name] / weight if weight > 0 else 1 / len(units))
-            + comm * (t.output_dim / width if width > 0 else 1 / len(units)) for t in units}
+    return {
+        t.name: compute * (alone[t.name] / weight if weight > 0 else 1 / len(units))
+        + comm * (t.output_dim / width if width > 0 else 1 / len(units))
+        for t in units
+    }
 
 
 def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStats:
@@ -93,27 +96,53 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
     basis_share = meas_share if measured is not None else pred_share
     order = sorted(basis_share, key=lambda u: -basis_share[u])
     rank = {u: i + 1 for i, u in enumerate(order)}
-    tables = tuple(TableStat(unit=t.name, type=plan.sharding_type(parse_unit(t.name).table), device=placed[t.name],
-                             size_gb=t.size_gb, dim=t.embedding_dim, pooling=t.pooling_factor, outputs=t.num_outputs, predicted_ms=pred_share[t.name],
-                             measured_ms=meas_share.get(t.name), rank=rank[t.name])
-                   for t in sorted(units.tables, key=lambda t: rank[t.name]))
+    tables = tuple(
+        TableStat(
+            unit=t.name,
+            type=plan.sharding_type(parse_unit(t.name).table),
+            device=placed[t.name],
+            size_gb=t.size_gb,
+            dim=t.embedding_dim,
+            pooling=t.pooling_factor,
+            outputs=t.num_outputs,
+            predicted_ms=pred_share[t.name],
+            measured_ms=meas_share.get(t.name),
+            rank=rank[t.name],
+        )
+        for t in sorted(units.tables, key=lambda t: rank[t.name])
+    )
     basis_costs = measured if measured is not None else predicted
     totals = [d.total for d in basis_costs.per_device]
     b = max(range(n), key=lambda d: totals[d])
     memory = device_memory(units, placed, plan.topology)
-    devices = tuple(DeviceStat(
-        device=d, units=len(on[d]), memory_gb=memory[d].total / GB, weights_gb=memory[d].weights / GB,
-        optimizer_gb=memory[d].optimizer / GB, io_gb=memory[d].io / GB,
-        input_mb=sum(batch * t.pooling_factor * INDEX_BYTES + (batch + 1) * t.num_outputs * INDEX_BYTES
-                     for t in on[d]) / 1e6,
-        output_mb=sum(batch * t.output_dim * OUTPUT_BYTES for t in on[d]) / 1e6,
-        predicted_ms=predicted.per_device[d].total,
-        measured_ms=measured.per_device[d].total if measured is not None else None, bottleneck=d == b)
-        for d in range(n))
+    devices = tuple(
+        DeviceStat(
+            device=d,
+            units=len(on[d]),
+            memory_gb=memory[d].total / GB,
+            weights_gb=memory[d].weights / GB,
+            optimizer_gb=memory[d].optimizer / GB,
+            io_gb=memory[d].io / GB,
+            input_mb=sum(
+                batch * t.pooling_factor * INDEX_BYTES + (batch + 1) * t.num_outputs * INDEX_BYTES for t in on[d]
+            )
+            / 1e6,
+            output_mb=sum(batch * t.output_dim * OUTPUT_BYTES for t in on[d]) / 1e6,
+            predicted_ms=predicted.per_device[d].total,
+            measured_ms=measured.per_device[d].total if measured is not None else None,
+            bottleneck=d == b,
+        )
+        for d in range(n)
+    )
     mean = sum(totals) / n
-    return PlanStats(plan_id=plan.plan_id, basis="measured" if measured is not None else "predicted",
-                     tables=tables, devices=devices, imbalance=max(totals) / mean if mean > 0 else 1.0,
-                     critical=tuple(u for u in order if placed[u] == b))
+    return PlanStats(
+        plan_id=plan.plan_id,
+        basis="measured" if measured is not None else "predicted",
+        tables=tables,
+        devices=devices,
+        imbalance=max(totals) / mean if mean > 0 else 1.0,
+        critical=tuple(u for u in order if placed[u] == b),
+    )
 
 
 def _compute(d: DeviceCost) -> float:
@@ -130,20 +159,30 @@ def planning_cost_for(model_dir: Path | None, topology: Topology) -> PlanningCos
 def stats_markdown(stats: PlanStats, top: int = 15) -> str:
     """The stats report as markdown (the Prefect artifact of a published plan)."""
     measured = stats.basis == "measured"
-    lines = [f"Plan `{stats.plan_id}`: the {min(top, len(stats.tables))} costliest of {len(stats.tables)} units "
-             f"({stats.basis}; a unit's share of its device). Imbalance max/mean **{stats.imbalance:.3f}**; the "
-             f"maximum is set by {', '.join(f'`{u}`' for u in stats.critical[:5])}.", "",
-             "| rank | unit | type | device | GB | dim | pooling | predicted ms |" + (" measured ms |" if measured else ""),
-             "|---:|---|---|---:|---:|---:|---:|---:|" + ("---:|" if measured else "")]
+    lines = [
+        f"Plan `{stats.plan_id}`: the {min(top, len(stats.tables))} costliest of {len(stats.tables)} units "
+        f"({stats.basis}; a unit's share of its device). Imbalance max/mean **{stats.imbalance:.3f}**; the "
+        f"maximum is set by {', '.join(f'`{u}`' for u in stats.critical[:5])}.",
+        "",
+        "| rank | unit | type | device | GB | dim | pooling | predicted ms |" + (" measured ms |" if measured else ""),
+        "|---:|---|---|---:|---:|---:|---:|---:|" + ("---:|" if measured else ""),
+    ]
     for t in stats.tables[:top]:
-        lines.append(f"| {t.rank} | `{t.unit}` | {t.type} | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
-                     f"{t.predicted_ms:.3f} |" + (f" {t.measured_ms:.3f} |" if t.measured_ms is not None else ""))
-    lines += ["", "| device | units | memory GB | weights GB | optimizer GB | io GB | input MB | output MB | "
-              "predicted ms |" + (" measured ms |" if measured else ""),
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if measured else "")]
+        lines.append(
+            f"| {t.rank} | `{t.unit}` | {t.type} | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
+            f"{t.predicted_ms:.3f} |" + (f" {t.measured_ms:.3f} |" if t.measured_ms is not None else "")
+        )
+    lines += [
+        "",
+        "| device | units | memory GB | weights GB | optimizer GB | io GB | input MB | output MB | "
+        "predicted ms |" + (" measured ms |" if measured else ""),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if measured else ""),
+    ]
     for d in stats.devices:
         mark = " (max)" if d.bottleneck else ""
-        lines.append(f"| {d.device}{mark} | {d.units} | {d.memory_gb:.3f} | {d.weights_gb:.3f} | "
-                     f"{d.optimizer_gb:.3f} | {d.io_gb:.3f} | {d.input_mb:.2f} | {d.output_mb:.2f} | "
-                     f"{d.predicted_ms:.3f} |" + (f" {d.measured_ms:.3f} |" if d.measured_ms is not None else ""))
+        lines.append(
+            f"| {d.device}{mark} | {d.units} | {d.memory_gb:.3f} | {d.weights_gb:.3f} | "
+            f"{d.optimizer_gb:.3f} | {d.io_gb:.3f} | {d.input_mb:.2f} | {d.output_mb:.2f} | "
+            f"{d.predicted_ms:.3f} |" + (f" {d.measured_ms:.3f} |" if d.measured_ms is not None else "")
+        )
     return "\n".join(lines) + "\n"

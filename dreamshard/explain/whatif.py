@@ -71,8 +71,10 @@ def _spec_fields(spec: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
-            raise PlanError(f"--add-table '{spec}': expected KEY=VALUE pairs separated by ',' "
-                            f"({', '.join(SPEC_KEYS)}), or an inventory file of the tables to add")
+            raise PlanError(
+                f"--add-table '{spec}': expected KEY=VALUE pairs separated by ',' "
+                f"({', '.join(SPEC_KEYS)}), or an inventory file of the tables to add"
+            )
         if key not in SPEC_KEYS:
             raise PlanError(f"--add-table '{spec}': unknown key '{key}'; use {', '.join(SPEC_KEYS)}")
         if key in fields:
@@ -107,8 +109,9 @@ def parse_added(inventory: Inventory, specs: Sequence[str]) -> list[AddedTable]:
         if is_file_spec(spec):
             path = Path(spec)
             if not path.is_file():
-                raise PlanError(f"--add-table '{spec}': neither a KEY=VALUE spec ({', '.join(SPEC_KEYS)}) nor an "
-                                f"inventory file")
+                raise PlanError(
+                    f"--add-table '{spec}': neither a KEY=VALUE spec ({', '.join(SPEC_KEYS)}) nor an inventory file"
+                )
             out.extend(AddedTable(table=t) for t in load_inventory(path).tables)
             continue
         fields = _spec_fields(spec)
@@ -120,8 +123,9 @@ def parse_added(inventory: Inventory, specs: Sequence[str]) -> list[AddedTable]:
         data.update({_FIELD[k]: _value(spec, k, v) for k, v in fields.items() if k in _FIELD})
         missing = [k for k in ("rows", "dim", "pooling") if _FIELD[k] not in data]
         if missing:
-            raise PlanError(f"--add-table '{spec}': {', '.join(repr(k) for k in missing)} required (or like=TABLE "
-                            f"to copy them)")
+            raise PlanError(
+                f"--add-table '{spec}': {', '.join(repr(k) for k in missing)} required (or like=TABLE to copy them)"
+            )
         if "pooling" in fields:
             data.pop("features", None)  # a new pooling for the table replaces the copied features' split of it
         try:
@@ -165,22 +169,30 @@ def _movable(flag: str, unit: str, names: set[str]) -> None:
     ref = parse_unit(unit)
     if unit not in names and not ref.movable:
         what = "a row shard" if ref.kind == "row" else "a data-parallel replica"
-        raise PlanError(f"{flag}: '{unit}' is {what} of table '{ref.table}', which cannot move on its "
-                        f"own; move or swap whole tables or column shards")
+        raise PlanError(
+            f"{flag}: '{unit}' is {what} of table '{ref.table}', which cannot move on its "
+            f"own; move or swap whole tables or column shards"
+        )
 
 
 def _with_tables(inventory: Inventory, tables: Sequence[Table]) -> Inventory:
     try:
         return Inventory(name=inventory.name, tables=tuple(tables))
     except ValidationError as e:
-        raise PlanError(f"the changed inventory '{inventory.name}' is not valid: {describe_validation_error(e)}") \
-            from None
+        raise PlanError(
+            f"the changed inventory '{inventory.name}' is not valid: {describe_validation_error(e)}"
+        ) from None
 
 
 def _plan(inventory: Inventory, plan: Plan, cost: PlanningCost, units: Mapping[str, int]) -> Plan:
     """The legal plan of `inventory` placing `units`, with its prediction (a one-line PlanError otherwise)."""
-    folded = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, units).plan_fields(),
-                       model_version=plan.model_version)
+    folded = make_plan(
+        inventory,
+        plan.topology,
+        sharder=plan.sharder,
+        **fold_units(inventory, units).plan_fields(),
+        model_version=plan.model_version,
+    )
     expanded, placed = expand_plan(inventory, folded)
     return folded.model_copy(update={"predicted": cost.predict(list(expanded.tables), placed)})
 
@@ -199,8 +211,14 @@ def _remove(inventory: Inventory, placed: dict[str, int], removed: Sequence[str]
     return inventory
 
 
-def _add(inventory: Inventory, plan: Plan, cost: PlanningCost, placed: dict[str, int], added: Sequence[AddedTable],
-         changes: list[str]) -> Inventory:
+def _add(
+    inventory: Inventory,
+    plan: Plan,
+    cost: PlanningCost,
+    placed: dict[str, int],
+    added: Sequence[AddedTable],
+    changes: list[str],
+) -> Inventory:
     n = plan.topology.num_devices
     for a in added:
         name = a.table.name
@@ -209,18 +227,27 @@ def _add(inventory: Inventory, plan: Plan, cost: PlanningCost, placed: dict[str,
         if a.device is not None and not 0 <= a.device < n:
             raise PlanError(f"--add-table {name}: device {a.device} is out of range (the plan has {n} devices)")
         units = with_units(inventory, placed)
-        placed[name] = insert(list(units.tables), placed, a.table, plan.topology, cost, a.device,
-                              what=f"--add-table {name}")
+        placed[name] = insert(
+            list(units.tables), placed, a.table, plan.topology, cost, a.device, what=f"--add-table {name}"
+        )
         inventory = _with_tables(inventory, [*inventory.tables, a.table])
         how = "as asked" if a.device is not None else "lowest predicted maximum"
-        changes.append(f"add {name} ({a.table.num_embeddings} x {a.table.embedding_dim}, pooling "
-                       f"{a.table.pooling_factor:g}) ->{placed[name]} ({how})")
+        changes.append(
+            f"add {name} ({a.table.num_embeddings} x {a.table.embedding_dim}, pooling "
+            f"{a.table.pooling_factor:g}) ->{placed[name]} ({how})"
+        )
     return inventory
 
 
-def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping[str, int],
-            swaps: Sequence[tuple[str, str]], added: Sequence[AddedTable] = (),
-            removed: Sequence[str] = ()) -> WhatIf:
+def what_if(
+    inventory: Inventory,
+    plan: Plan,
+    cost: PlanningCost,
+    moves: Mapping[str, int],
+    swaps: Sequence[tuple[str, str]],
+    added: Sequence[AddedTable] = (),
+    removed: Sequence[str] = (),
+) -> WhatIf:
     """`plan` with `removed` tables dropped, `added` tables placed, then `moves` ({unit: device}) and `swaps`
     applied, all predicted by `cost`; the changed plan is a legal plan of the changed inventory (memory and devices
     checked: a one-line PlanError / InfeasiblePlacementError otherwise)."""
@@ -234,8 +261,10 @@ def what_if(inventory: Inventory, plan: Plan, cost: PlanningCost, moves: Mapping
     names = set(changed.table_names)
     for unit, dev in moves.items():
         if unit not in new:
-            raise PlanError(f"--move: '{unit}' is not a unit of plan {plan.plan_id} (its tables, or column shards as "
-                            f"table@start:end)")
+            raise PlanError(
+                f"--move: '{unit}' is not a unit of plan {plan.plan_id} (its tables, or column shards as "
+                f"table@start:end)"
+            )
         _movable("--move", unit, names)
         if not 0 <= dev < n:
             raise PlanError(f"--move {unit}:{dev}: device {dev} is out of range (the plan has {n} devices)")

@@ -12,16 +12,30 @@ beyond the measurement noise (docs/architecture.md, "The publish gate").
 from dreamshard.lazy import lazy_exports
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
-__getattr__, __dir__, _LAZY = lazy_exports(__name__, {
-    "dreamshard.config.publish": ("ALWAYS_REQUIRED", "GATE_BASELINES", "PublishConfig", "check_baselines",
-                                  "check_margin"),
-    ".decision": ("Basis", "CURRENT_OUTCOMES", "GateDecision", "Outcome"),
-    ".decide": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
-    ".fallback": ("fallback_plan",),
-    ".rule": ("MAX_MS", "evaluate_gate"),
-    ".stats": ("RatioBound", "ratio_bound"),
-    ".trust": ("PLAN_FIELD_AUTHORITY", "UNTRUSTED_FIELDS", "bound_to_inventory", "check_trust_table", "trusted_plan"),
-    ".checks": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
-})
+__getattr__, __dir__, _LAZY = lazy_exports(
+    __name__,
+    {
+        "dreamshard.config.publish": (
+            "ALWAYS_REQUIRED",
+            "GATE_BASELINES",
+            "PublishConfig",
+            "check_baselines",
+            "check_margin",
+        ),
+        ".decision": ("Basis", "CURRENT_OUTCOMES", "GateDecision", "Outcome"),
+        ".decide": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
+        ".fallback": ("fallback_plan",),
+        ".rule": ("MAX_MS", "evaluate_gate"),
+        ".stats": ("RatioBound", "ratio_bound"),
+        ".trust": (
+            "PLAN_FIELD_AUTHORITY",
+            "UNTRUSTED_FIELDS",
+            "bound_to_inventory",
+            "check_trust_table",
+            "trusted_plan",
+        ),
+        ".checks": ("Verified", "baseline_plan", "verify_comparison", "verify_plan"),
+    },
+)
 
 __all__ = [*_LAZY]

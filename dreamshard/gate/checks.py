@@ -89,12 +89,16 @@ def _check_result(r: SharderResult, cmp: Comparison, inventory: Inventory, where
 def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str) -> None:
     b = cmp.backend
     if (b.name == "simulator") != b.is_simulated:
-        raise PlanError(f"{source} says backend '{b.name}' with is_simulated={b.is_simulated}: the simulator is "
-                        f"always simulated and a device never is")
+        raise PlanError(
+            f"{source} says backend '{b.name}' with is_simulated={b.is_simulated}: the simulator is "
+            f"always simulated and a device never is"
+        )
     if backend is not None and b.name != backend:
         raise PlanError(f"{source} was measured on backend '{b.name}', not '{backend}'")
     if b.name not in (plan.topology.device_type, "simulator"):
-        raise PlanError(f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices")
+        raise PlanError(
+            f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices"
+        )
 
 
 def verify_comparison(
@@ -137,8 +141,10 @@ def verify_comparison(
     if cmp.rounds < min_rounds:
         full = full_rounds or min_rounds
         fewer = f"; {min_rounds} when the early look decides on them" if full != min_rounds else ""
-        raise PlanError(f"{source} has {cmp.rounds} round(s); the gate needs at least {full} paired rounds "
-                        f"(publish.min_rounds{fewer}) to tell a faster plan from noise: compare with --rounds {full}")
+        raise PlanError(
+            f"{source} has {cmp.rounds} round(s); the gate needs at least {full} paired rounds "
+            f"(publish.min_rounds{fewer}) to tell a faster plan from noise: compare with --rounds {full}"
+        )
     own = [r for r in cmp.results if r.plan.plan_id == plan.plan_id]
     if not own:
         raise PlanError(
@@ -155,13 +161,16 @@ def verify_comparison(
         if r is entry or r.sharder not in BASELINE_SHARDERS:
             continue
         if r.sharder in baselines:
-            raise PlanError(f"{source} has two contenders labelled '{r.sharder}' besides the plan: a baseline label "
-                            f"names one plan")
+            raise PlanError(
+                f"{source} has two contenders labelled '{r.sharder}' besides the plan: a baseline label names one plan"
+            )
         real = baseline_plan(r.sharder, inventory, cmp.topology, seed)
         if real.units() != r.plan.units():
             extra = f" with seed {seed} (params profile.seed)" if r.sharder == "random" else ""
-            raise PlanError(f"{source}: contender '{r.sharder}' is not the plan {r.sharder}{extra} makes for this "
-                            f"inventory and topology (recomputed); baselines are verified, not trusted")
+            raise PlanError(
+                f"{source}: contender '{r.sharder}' is not the plan {r.sharder}{extra} makes for this "
+                f"inventory and topology (recomputed); baselines are verified, not trusted"
+            )
         baselines[r.sharder] = r
     infeasible: dict[str, str] = {}
     for name in (n for n in required if n not in baselines):
@@ -170,6 +179,8 @@ def verify_comparison(
         except InfeasiblePlacementError as e:
             infeasible[name] = str(e)
             continue
-        raise PlanError(f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
-                        f"(publish.baselines, plus --sharders): compare with all of them, or use --measure")
+        raise PlanError(
+            f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
+            f"(publish.baselines, plus --sharders): compare with all of them, or use --measure"
+        )
     return Verified(entry=entry, baselines=baselines, infeasible=infeasible)

@@ -32,8 +32,10 @@ def required_baselines(rules: PublishConfig, extra: Sequence[str] = ()) -> tuple
 
 def _check_simulated(simulated: bool, rules: PublishConfig, source: str) -> None:
     if simulated and not rules.allow_simulated:
-        raise ConfigError(f"{source} is simulated (backend simulator): a plan whose only basis is the simulator "
-                          f"becomes current only when asked (plans publish --allow-simulated, publish.allow_simulated)")
+        raise ConfigError(
+            f"{source} is simulated (backend simulator): a plan whose only basis is the simulator "
+            f"becomes current only when asked (plans publish --allow-simulated, publish.allow_simulated)"
+        )
 
 
 def gate_plan(
@@ -61,25 +63,51 @@ def gate_plan(
     verify_plan(plan, inventory)
     plan = bound_to_inventory(plan, inventory)
     early = early_looks(rules)
-    v = verify_comparison(plan, inventory, comparison, required=required, seed=seed,
-                          min_rounds=early[0].rounds if early else rules.min_rounds, full_rounds=rules.min_rounds,
-                          backend=backend, source=source)
+    v = verify_comparison(
+        plan,
+        inventory,
+        comparison,
+        required=required,
+        seed=seed,
+        min_rounds=early[0].rounds if early else rules.min_rounds,
+        full_rounds=rules.min_rounds,
+        backend=backend,
+        source=source,
+    )
     if comparison.rounds < rules.min_rounds and not decides_early(
-            rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}):
-        raise PlanError(f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
-                        f"decide nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
-                        f"tell a faster plan from noise: compare with --rounds {rules.min_rounds}")
+        rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}
+    ):
+        raise PlanError(
+            f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
+            f"decide nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
+            f"tell a faster plan from noise: compare with --rounds {rules.min_rounds}"
+        )
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)
     judged = plan.model_copy(update={"measured": v.entry.plan.measured, "measured_by": b})
-    evidence = (f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
-                + (" (SIMULATED)" if b.is_simulated else "") + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}")
-    decision = evaluate_gate(judged, {n: r.samples_ms for n, r in v.baselines.items()}, margin,
-                             plan_samples=v.entry.samples_ms, confidence=rules.confidence,
-                             infeasible=tuple(v.infeasible), looks=looks(rules, comparison.rounds))
+    evidence = (
+        f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
+        + (" (SIMULATED)" if b.is_simulated else "")
+        + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}"
+    )
+    decision = evaluate_gate(
+        judged,
+        {n: r.samples_ms for n, r in v.baselines.items()},
+        margin,
+        plan_samples=v.entry.samples_ms,
+        confidence=rules.confidence,
+        infeasible=tuple(v.infeasible),
+        looks=looks(rules, comparison.rounds),
+    )
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
-    decision = GateDecision.model_validate({**decision.model_dump(), "inventory_fingerprint": inventory.fingerprint(),
-                                            "evidence": evidence, "reason": decision.reason + extra})
+    decision = GateDecision.model_validate(
+        {
+            **decision.model_dump(),
+            "inventory_fingerprint": inventory.fingerprint(),
+            "evidence": evidence,
+            "reason": decision.reason + extra,
+        }
+    )
     return judged, decision
 
 
@@ -92,8 +120,9 @@ def gate_comparison_file(
     path = Path(comparison_file)
     comparison = load_comparison(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    judged, decision = gate_plan(plan, inventory, comparison, rules,
-                                 source=f"comparison {path} (sha256 {digest[:16]})", **kw)
+    judged, decision = gate_plan(
+        plan, inventory, comparison, rules, source=f"comparison {path} (sha256 {digest[:16]})", **kw
+    )
     return judged, decision, comparison
 
 
@@ -119,9 +148,19 @@ def measure_and_gate(
     plan = bound_to_inventory(plan, inventory)
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
-    cmp = compare_sharders(inventory, plan.topology, list(names), oracle, rounds=max(rounds, rules.min_rounds),
-                           sharder_options=options, seed=seed, extra_plans=(plan,), with_lower_bound=False,
-                           stop=stop_rule(rules, plan.plan_id))
-    judged, decision = gate_plan(plan, inventory, cmp, rules, extra_baselines=extra_baselines, seed=seed,
-                                 source="measured by the gate")
+    cmp = compare_sharders(
+        inventory,
+        plan.topology,
+        list(names),
+        oracle,
+        rounds=max(rounds, rules.min_rounds),
+        sharder_options=options,
+        seed=seed,
+        extra_plans=(plan,),
+        with_lower_bound=False,
+        stop=stop_rule(rules, plan.plan_id),
+    )
+    judged, decision = gate_plan(
+        plan, inventory, cmp, rules, extra_baselines=extra_baselines, seed=seed, source="measured by the gate"
+    )
     return judged, decision, cmp

@@ -65,5 +65,6 @@ class GateDecision(BaseModel):
 
     def overruled(self, reason: str) -> GateDecision:
         """The same decision turned into a rejection (a reviewer said no, or nobody answered)."""
-        return GateDecision.model_validate({**self.model_dump(), "approved": False, "outcome": "rejected",
-                                            "reason": reason})
+        return GateDecision.model_validate(
+            {**self.model_dump(), "approved": False, "outcome": "rejected", "reason": reason}
+        )

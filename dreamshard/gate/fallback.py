@@ -16,8 +16,9 @@ from dreamshard.gate.trust import bound_to_inventory, trusted_plan
 from dreamshard.values import Inventory, Plan, new_id, utcnow
 
 
-def fallback_plan(rejected: GateDecision, comparison: Comparison, why: str,
-                  inventory: Inventory) -> tuple[Plan, GateDecision] | None:
+def fallback_plan(
+    rejected: GateDecision, comparison: Comparison, why: str, inventory: Inventory
+) -> tuple[Plan, GateDecision] | None:
     """The best baseline's plan from the verified `comparison` the gate decided `rejected` on, with its decision
     (outcome `fallback`, becomes current); None when the decision is not a rejection or names no baseline.
     `why` says why nothing current can serve the version (usecases.publish.cannot_serve); the plan's
@@ -29,16 +30,35 @@ def fallback_plan(rejected: GateDecision, comparison: Comparison, why: str,
     if len(entries) != 1 or entries[0].plan.measured is None:
         return None  # gate_plan verified exactly one entry per baseline; anything else is not ours to publish
     entry = entries[0]
-    plan = bound_to_inventory(trusted_plan(entry.plan), inventory).model_copy(update={
-        "plan_id": new_id("plan-"), "created_at": utcnow(), "measured": entry.plan.measured,
-        "measured_by": comparison.backend})
-    reason = (f"fallback: plan {rejected.plan_id} was rejected and {why}: the best measured baseline {name} "
-              f"({entry.overall_ms:.4g} ms, measured with it over {comparison.rounds} interleaved round(s)) becomes "
-              f"current for this version")
+    plan = bound_to_inventory(trusted_plan(entry.plan), inventory).model_copy(
+        update={
+            "plan_id": new_id("plan-"),
+            "created_at": utcnow(),
+            "measured": entry.plan.measured,
+            "measured_by": comparison.backend,
+        }
+    )
+    reason = (
+        f"fallback: plan {rejected.plan_id} was rejected and {why}: the best measured baseline {name} "
+        f"({entry.overall_ms:.4g} ms, measured with it over {comparison.rounds} interleaved round(s)) becomes "
+        f"current for this version"
+    )
     decision = GateDecision(
-        approved=True, outcome="fallback", reason=reason, plan_id=plan.plan_id, plan_cost_ms=entry.overall_ms,
-        best_baseline=name, best_baseline_ms=rejected.best_baseline_ms, improvement=0.0,
-        min_improvement=rejected.min_improvement, basis=rejected.basis,
-        inventory_fingerprint=rejected.inventory_fingerprint, evidence=rejected.evidence, baselines=rejected.baselines,
-        infeasible=rejected.infeasible, rounds=rejected.rounds, confidence=rejected.confidence)
+        approved=True,
+        outcome="fallback",
+        reason=reason,
+        plan_id=plan.plan_id,
+        plan_cost_ms=entry.overall_ms,
+        best_baseline=name,
+        best_baseline_ms=rejected.best_baseline_ms,
+        improvement=0.0,
+        min_improvement=rejected.min_improvement,
+        basis=rejected.basis,
+        inventory_fingerprint=rejected.inventory_fingerprint,
+        evidence=rejected.evidence,
+        baselines=rejected.baselines,
+        infeasible=rejected.infeasible,
+        rounds=rejected.rounds,
+        confidence=rejected.confidence,
+    )
     return plan, decision

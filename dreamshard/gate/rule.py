@@ -33,8 +33,12 @@ _EPS = 1e-12
 
 def check_ms(value: float, what: str) -> float:
     """A cost figure the gate can compute with: a finite, positive number below MAX_MS."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not (0.0 < value < MAX_MS):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not (0.0 < value < MAX_MS)
+    ):
         raise ConfigError(f"{what} has cost {value} ms; costs must be positive numbers below {MAX_MS:g} ms")
     return float(value)
 
@@ -88,18 +92,25 @@ def evaluate_gate(
     if mine and base:
         for name, v in base.items():
             if len(v) != len(mine):
-                raise ConfigError(f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired "
-                                  f"by round")
+                raise ConfigError(
+                    f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired by round"
+                )
         for look in looks or (look,):
             if not 0 < look.rounds <= len(mine):
                 raise ConfigError(f"a look at {look.rounds} round(s) on {len(mine)} paired round(s)")
-            verdict = bound_outcome(mine[:look.rounds], {n: v[:look.rounds] for n, v in base.items()},
-                                    look.confidence, threshold)
+            verdict = bound_outcome(
+                mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}, look.confidence, threshold
+            )
             if verdict[0] != "inconclusive":
                 break
-        mine, base = mine[:look.rounds], {n: v[:look.rounds] for n, v in base.items()}
-    common: dict[str, Any] = {"plan_id": plan.plan_id, "min_improvement": min_improvement,
-                              "baselines": tuple(base), "confidence": look.confidence, "infeasible": tuple(infeasible)}
+        mine, base = mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}
+    common: dict[str, Any] = {
+        "plan_id": plan.plan_id,
+        "min_improvement": min_improvement,
+        "baselines": tuple(base),
+        "confidence": look.confidence,
+        "infeasible": tuple(infeasible),
+    }
     if costs is not None:
         common.update(plan_cost_ms=statistics.median(mine), basis=basis, rounds=len(mine))
     medians = {name: statistics.median(v) for name, v in base.items()}
@@ -117,39 +128,67 @@ def evaluate_gate(
     if costs is None:
         return no("plan has neither measured nor predicted costs; evaluate it first")
     if plan.out_of_range and basis == "predicted":
-        return no(f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
-                  f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)")
+        return no(
+            f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
+            f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)"
+        )
     if not base and infeasible:  # the plan is the only one that runs: nothing faster exists to keep
-        return GateDecision(approved=True, outcome="approved", reason=(
-            f"approved: no baseline can place this inventory ({', '.join(infeasible)}: infeasible, recomputed); "
-            f"{basis} {common['plan_cost_ms']:.4g} ms, fits memory on all {plan.topology.num_devices} devices"), **common)
+        return GateDecision(
+            approved=True,
+            outcome="approved",
+            reason=(
+                f"approved: no baseline can place this inventory ({', '.join(infeasible)}: infeasible, recomputed); "
+                f"{basis} {common['plan_cost_ms']:.4g} ms, fits memory on all {plan.topology.num_devices} devices"
+            ),
+            **common,
+        )
     if not base or verdict is None:
         return no("no baseline costs to compare against; measure the baselines with the plan")
     outcome, decider, bounds = verdict
     b = bounds[decider]
-    common.update(ratio=bounds[common["best_baseline"]].ratio, ratio_low=b.low, ratio_high=b.high, decided_by=decider,
-                  stopped_early=look.early)
-    return GateDecision(approved=outcome == "approved", outcome=outcome,
-                        reason=_reason(outcome, plan, basis, common, b, decider, threshold), **common)
+    common.update(
+        ratio=bounds[common["best_baseline"]].ratio,
+        ratio_low=b.low,
+        ratio_high=b.high,
+        decided_by=decider,
+        stopped_early=look.early,
+    )
+    return GateDecision(
+        approved=outcome == "approved",
+        outcome=outcome,
+        reason=_reason(outcome, plan, basis, common, b, decider, threshold),
+        **common,
+    )
 
 
-def _reason(outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: RatioBound, decider: str,
-            threshold: float) -> str:
-    plan_ms, best, best_ms, margin = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"], f"{c['min_improvement']:.1%}"
+def _reason(
+    outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: RatioBound, decider: str, threshold: float
+) -> str:
+    plan_ms, best, best_ms, margin = (
+        c["plan_cost_ms"],
+        c["best_baseline"],
+        c["best_baseline_ms"],
+        f"{c['min_improvement']:.1%}",
+    )
     early = " (an early look of the sequential rule)" if c.get("stopped_early") else ""
-    stat = (f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} "
-            f"round(s){early}")
+    stat = f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s){early}"
     if outcome == "approved":
         cannot = f"; {', '.join(c['infeasible'])} cannot place it" if c["infeasible"] else ""
-        return (f"approved: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
-                f"({c['improvement']:+.1%}, required {margin}; {stat}); fits memory on all "
-                f"{plan.topology.num_devices} devices{cannot}")
+        return (
+            f"approved: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
+            f"({c['improvement']:+.1%}, required {margin}; {stat}); fits memory on all "
+            f"{plan.topology.num_devices} devices{cannot}"
+        )
     if outcome == "rejected":
-        return (f"{basis} cost {plan_ms:.4g} ms does not beat best baseline {best} {best_ms:.4g} ms by {margin} "
-                f"(needs <= {best_ms * threshold:.4g} ms; improvement {c['improvement']:+.1%}; {stat})")
-    return (f"inconclusive: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
-            f"({c['improvement']:+.1%}, required {margin}), but {stat} straddles {threshold:.4g}: within the noise, "
-            f"the current plan stays (measure more rounds)")
+        return (
+            f"{basis} cost {plan_ms:.4g} ms does not beat best baseline {best} {best_ms:.4g} ms by {margin} "
+            f"(needs <= {best_ms * threshold:.4g} ms; improvement {c['improvement']:+.1%}; {stat})"
+        )
+    return (
+        f"inconclusive: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
+        f"({c['improvement']:+.1%}, required {margin}), but {stat} straddles {threshold:.4g}: within the noise, "
+        f"the current plan stays (measure more rounds)"
+    )
 
 
 def _overflow(plan: Plan) -> str:

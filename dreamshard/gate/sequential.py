@@ -43,11 +43,13 @@ def looks(rules: PublishConfig, rounds: int) -> tuple[Look, ...]:
     return tuple(out)
 
 
-def _decides(rules: PublishConfig, look: Look, plan_ms: Sequence[float],
-             baselines: Mapping[str, Sequence[float]]) -> bool:
+def _decides(
+    rules: PublishConfig, look: Look, plan_ms: Sequence[float], baselines: Mapping[str, Sequence[float]]
+) -> bool:
     n = look.rounds
-    outcome, _, _ = bound_outcome(plan_ms[:n], {k: v[:n] for k, v in baselines.items()}, look.confidence,
-                                  1.0 - rules.min_improvement)
+    outcome, _, _ = bound_outcome(
+        plan_ms[:n], {k: v[:n] for k, v in baselines.items()}, look.confidence, 1.0 - rules.min_improvement
+    )
     return outcome != "inconclusive"
 
 

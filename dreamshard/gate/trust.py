@@ -60,8 +60,10 @@ def check_trust_table(fields: Sequence[str] | None = None) -> None:
     missing = sorted(names - set(PLAN_FIELD_AUTHORITY))
     stale = sorted(set(PLAN_FIELD_AUTHORITY) - names)
     if missing or stale:
-        raise TypeError(f"Plan fields without a trust decision: {missing}; rows for no field: {stale} "
-                        f"(dreamshard/gate/trust.py, docs/architecture.md 'Trust boundary')")
+        raise TypeError(
+            f"Plan fields without a trust decision: {missing}; rows for no field: {stale} "
+            f"(dreamshard/gate/trust.py, docs/architecture.md 'Trust boundary')"
+        )
 
 
 def trusted_plan(plan: Plan, out_of_range: Callable[[Plan], Sequence[str]] | None = None) -> Plan:
@@ -76,11 +78,16 @@ def bound_to_inventory(plan: Plan, inventory: Inventory) -> Plan:
     """`plan` with its inventory-owned fields taken from `inventory`: name and fingerprints recomputed. A file value
     that differs is refused (PlanError naming the field); a plan written before a field existed gets it filled in.
     The memory figures are checked against the inventory by `memory.check_plan` (`verify_plan`)."""
-    truth = {"inventory_name": inventory.name, "inventory_fingerprint": inventory.fingerprint(),
-             "schema_fingerprint": inventory.schema_fingerprint()}
+    truth = {
+        "inventory_name": inventory.name,
+        "inventory_fingerprint": inventory.fingerprint(),
+        "schema_fingerprint": inventory.schema_fingerprint(),
+    }
     for field, value in truth.items():
         said = getattr(plan, field)
         if said is not None and said != value:
-            raise PlanError(f"plan {plan.plan_id}: {field} {str(said)[:16]!r} is not the inventory's "
-                            f"({value[:16]!r}); the gate recomputes it from the inventory: re-plan for this inventory")
+            raise PlanError(
+                f"plan {plan.plan_id}: {field} {str(said)[:16]!r} is not the inventory's "
+                f"({value[:16]!r}); the gate recomputes it from the inventory: re-plan for this inventory"
+            )
     return plan.model_copy(update=truth)

@@ -108,7 +108,9 @@ def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -
     ]
 
 
-def build_ebc(inventory: Inventory, device: str = "meta", rows: Mapping[str, int] | None = None) -> EmbeddingBagCollection:
+def build_ebc(
+    inventory: Inventory, device: str = "meta", rows: Mapping[str, int] | None = None
+) -> EmbeddingBagCollection:
     """An ``EmbeddingBagCollection`` of the inventory's tables (on the meta device by default: DMP allocates only
     each rank's shards)."""
     from torchrec.modules.embedding_modules import EmbeddingBagCollection  # optional dependency: torchrec
@@ -124,7 +126,9 @@ def _sharder_map(sharders: Sequence[ModuleSharder[Any]] | None) -> dict[type, Mo
     return out
 
 
-def _embedding_modules(module_or_tables: Any, sharders: Sequence[ModuleSharder[Any]] | None) -> list[tuple[str, Any, Any]]:
+def _embedding_modules(
+    module_or_tables: Any, sharders: Sequence[ModuleSharder[Any]] | None
+) -> list[tuple[str, Any, Any]]:
     """[(module path, module, its sharder)]: the shardable embedding modules of a model, outermost only."""
     from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # optional dependency: torchrec
     from torchrec.modules.embedding_modules import (  # optional dependency: torchrec
@@ -207,8 +211,11 @@ def _column_ranges_generator(spec: TableSharding) -> Any:
     def generate(param: Any, local_size: int, world_size: int, device_type: str, sharder: Any) -> Any:
         rows = int(param.shape[0])
         shards = [
-            ShardMetadata(shard_offsets=[0, start], shard_sizes=[rows, end - start],
-                          placement=placement(device_type, rank, local_size))
+            ShardMetadata(
+                shard_offsets=[0, start],
+                shard_sizes=[rows, end - start],
+                placement=placement(device_type, rank, local_size),
+            )
             for (start, end), rank in zip(ranges, ranks)
         ]
         return ParameterSharding(
@@ -229,8 +236,15 @@ def _document(source: PlanSource, world_size: int | None, inventory: Inventory |
     return read_torchrec_plan(source, world_size)
 
 
-def check_table_shape(table: str, spec: TableSharding, rows: int, dim: int, where: str,
-                      world_size: int | None = None, local_size: int | None = None) -> None:
+def check_table_shape(
+    table: str,
+    spec: TableSharding,
+    rows: int,
+    dim: int,
+    where: str,
+    world_size: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """THE shape check of a planned table against the module's parameter (every route: a plan file, a Plan with its
     inventory, the store's current plan): rows and dim equal where the plan states them, column ranges tiling
     the dim in multiples of 4, row ranges TorchRec's row blocks of the rows (`world_size` ranks, `local_size` per
@@ -285,8 +299,10 @@ def sharding_plan(
         raise PlanError(f"local_size {local} does not divide the plan's {doc.world_size} ranks into hosts")
     twrw = [t for t, spec in doc.tables.items() if spec.sharding_type == "table_row_wise"]
     if twrw and local != (doc.local_world_size or doc.world_size):
-        raise PlanError(f"table '{twrw[0]}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
-                        f"ranks, but local_size is {local}")
+        raise PlanError(
+            f"table '{twrw[0]}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
+            f"ranks, but local_size is {local}"
+        )
     mapped = _module_names(list(doc.tables), names)
     wanted = {theirs: ours for ours, theirs in mapped.items()}
     plans: dict[str, Any] = {}
@@ -307,12 +323,18 @@ def sharding_plan(
             per_param[theirs] = _generator(ours, spec, rows, dim, doc.world_size, local)
             placed[ours] = path
         plans[path] = construct_module_sharding_plan(
-            module, per_param_sharding=per_param, sharder=sharder, local_size=local,
-            world_size=doc.world_size, device_type=doc.device_type,
+            module,
+            per_param_sharding=per_param,
+            sharder=sharder,
+            local_size=local,
+            world_size=doc.world_size,
+            device_type=doc.device_type,
         )
     missing = [t for t in doc.tables if t not in placed]
     if missing:
-        raise PlanError(f"the plan shards table '{missing[0]}', which the module does not have ({len(missing)} missing)")
+        raise PlanError(
+            f"the plan shards table '{missing[0]}', which the module does not have ({len(missing)} missing)"
+        )
     if isinstance(source, Plan) and inventory is None:
         _check_schema(source, module_or_tables, mapped)
     return ShardingPlan(plan=plans)
@@ -343,6 +365,7 @@ def plan_from_torchrec(
         doc = _document(source, topology.num_devices)
     else:
         mapped = _module_names(inventory.table_names, names)
-        doc = document_from_sharding_plan(source, topology.num_devices, topology.device_type, mapped,
-                                          topology.local_world_size)
+        doc = document_from_sharding_plan(
+            source, topology.num_devices, topology.device_type, mapped, topology.local_world_size
+        )
     return plan_from_document(doc, inventory, topology, sharder)

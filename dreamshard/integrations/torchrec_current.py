@@ -84,15 +84,21 @@ def load_current_sharding_plan(
         if found.plan is None:
             return _none(f"no current plan in {st.location} is for this model's tables (schema {schema[:12]}){skipped}")
         plan = found.plan
-        how = f"found by schema {schema[:12]}" + (f"; also current for {', '.join(found.matches[:-1])}" if len(found.matches) > 1 else "")
+        how = f"found by schema {schema[:12]}" + (
+            f"; also current for {', '.join(found.matches[:-1])}" if len(found.matches) > 1 else ""
+        )
     else:
         if get_pointer(st, inventory) is None:
             return _none(f"inventory '{inventory}' has no current plan in {st.location}", inventory=inventory)
         plan = get_current(st, inventory)
         how = f"current plan of inventory '{inventory}'"
     if plan.topology.num_devices != world_size:
-        return _none(f"plan {plan.plan_id} of inventory '{plan.inventory_name}' is for {plan.topology.num_devices} "
-                     f"ranks, this job has {world_size}; re-plan with --devices {world_size}", plan.plan_id, plan.inventory_name)
+        return _none(
+            f"plan {plan.plan_id} of inventory '{plan.inventory_name}' is for {plan.topology.num_devices} "
+            f"ranks, this job has {world_size}; re-plan with --devices {world_size}",
+            plan.plan_id,
+            plan.inventory_name,
+        )
     try:
         inv = get_inventory_version(st, plan.inventory_name, plan.inventory_fingerprint)
     except StoreError:
@@ -100,5 +106,9 @@ def load_current_sharding_plan(
     # Shapes from the plan's pushed inventory; never pushed: the plan's schema fingerprint is checked against the
     # model's instead (sharding_plan), and column shards against the module's dims either way.
     sp = sharding_plan(plan, model, world_size, local_size=local_size, sharders=sharders, names=names, inventory=inv)
-    return CurrentShardingPlan(sp, plan.plan_id, plan.inventory_name,
-                               f"loaded plan {plan.plan_id} of inventory '{plan.inventory_name}' ({how}; {world_size} ranks)")
+    return CurrentShardingPlan(
+        sp,
+        plan.plan_id,
+        plan.inventory_name,
+        f"loaded plan {plan.plan_id} of inventory '{plan.inventory_name}' ({how}; {world_size} ranks)",
+    )

@@ -85,9 +85,13 @@ _Range = tuple[Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge
 def check_kernel(kernel: str, device_type: str) -> ComputeKernel:
     """`kernel` if TorchRec can run it on `device_type`; ConfigError naming the choices otherwise."""
     if kernel not in get_args(ComputeKernel):
-        raise ConfigError(f"unknown TorchRec compute kernel '{kernel}'; choose from {', '.join(get_args(ComputeKernel))}")
+        raise ConfigError(
+            f"unknown TorchRec compute kernel '{kernel}'; choose from {', '.join(get_args(ComputeKernel))}"
+        )
     if kernel not in CPU_KERNELS and device_type != "cuda":
-        raise ConfigError(f"compute kernel '{kernel}' needs device type cuda; on {device_type} use {' or '.join(CPU_KERNELS)}")
+        raise ConfigError(
+            f"compute kernel '{kernel}' needs device type cuda; on {device_type} use {' or '.join(CPU_KERNELS)}"
+        )
     return cast(ComputeKernel, kernel)
 
 
@@ -160,8 +164,9 @@ class TableSharding(_Frozen):
     def check_columns(self, table: str, dim: int) -> None:
         """PlanError naming `table` unless the column ranges tile `dim` columns in multiples of 4."""
         if self.sharding_type == "column_wise":
-            check_column_shards(Table(name=table, num_embeddings=1, embedding_dim=dim, pooling_factor=0.0),
-                                self.column_shards())
+            check_column_shards(
+                Table(name=table, num_embeddings=1, embedding_dim=dim, pooling_factor=0.0), self.column_shards()
+            )
 
     def check_rows(self, table: str, rows: int, world_size: int, local_world_size: int | None = None) -> None:
         """PlanError naming `table` unless its row ranges are TorchRec's row blocks of `rows` rows on the
@@ -172,13 +177,16 @@ class TableSharding(_Frozen):
         local = local_world_size or world_size
         if world_size % local:
             raise PlanError(f"table '{table}': {world_size} ranks do not make hosts of {local} ranks")
-        topo = Topology(num_devices=world_size, memory_per_device_gb=1.0,
-                        devices_per_host=local if local != world_size else None)
+        topo = Topology(
+            num_devices=world_size, memory_per_device_gb=1.0, devices_per_host=local if local != world_size else None
+        )
         t = Table(name=table, num_embeddings=rows, embedding_dim=DIM_PLACEHOLDER, pooling_factor=0.0)
         kind = check_row_shards(t, self.row_shards(), topo)
         if kind != self.sharding_type:
-            raise PlanError(f"table '{table}' is {self.sharding_type} in the plan, but its row ranges on ranks "
-                            f"{brief(self.ranks)} are {kind} ({world_size} ranks, {local} per host)")
+            raise PlanError(
+                f"table '{table}' is {self.sharding_type} in the plan, but its row ranges on ranks "
+                f"{brief(self.ranks)} are {kind} ({world_size} ranks, {local} per host)"
+            )
 
     def check_shape(self, table: str, rows: int, dim: int, world_size: int, local_world_size: int | None) -> None:
         """`check_columns` and `check_rows` for a table of `rows` x `dim`."""
@@ -208,8 +216,10 @@ class TorchRecPlanFile(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> TorchRecPlanFile:
         if self.local_world_size is not None and self.world_size % self.local_world_size:
-            raise ValueError(f"world_size {self.world_size} is not a whole number of hosts of "
-                             f"local_world_size {self.local_world_size}")
+            raise ValueError(
+                f"world_size {self.world_size} is not a whole number of hosts of "
+                f"local_world_size {self.local_world_size}"
+            )
         for name, spec in self.tables.items():
             bad = [r for r in spec.ranks if r >= self.world_size]
             if bad:
@@ -217,8 +227,10 @@ class TorchRecPlanFile(_Frozen):
             if spec.compute_kernel not in CPU_KERNELS and self.device_type != "cuda":
                 raise ValueError(f"table '{name}': compute kernel '{spec.compute_kernel}' needs device_type cuda")
             if spec.sharding_type == "data_parallel" and list(spec.ranks) != list(range(self.world_size)):
-                raise ValueError(f"data_parallel table '{name}' is on ranks {brief(spec.ranks)}; it lists every rank "
-                                 f"0..{self.world_size - 1} in order")
+                raise ValueError(
+                    f"data_parallel table '{name}' is on ranks {brief(spec.ranks)}; it lists every rank "
+                    f"0..{self.world_size - 1} in order"
+                )
             dim = spec.embedding_dim or max((e for _, e in spec.column_ranges or ()), default=DIM_PLACEHOLDER)
             rows = spec.num_embeddings or max((e for _, e in spec.row_ranges or ()), default=1)
             try:
@@ -243,7 +255,9 @@ class TorchRecPlanFile(_Frozen):
         return out
 
 
-def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel = "fused") -> TorchRecPlanFile:
+def torchrec_document(
+    plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel = "fused"
+) -> TorchRecPlanFile:
     """The TorchRec plan file of `plan` (shapes added from `inventory`, which must be the plan's: the plan is
     checked against it with THE placement rule, `memory.check_plan`: every table once, whole or as tiling
     column shards, none unknown, devices in range, memory recomputed within the limit and equal to the plan's)."""
@@ -255,11 +269,16 @@ def torchrec_document(plan: Plan, inventory: Inventory | None = None, compute_ke
                 "(fingerprints differ); re-plan this inventory"
             )
         check_plan(inventory, plan)
-        shapes = {t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables}
+        shapes = {
+            t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables
+        }
     check_kernel(compute_kernel, plan.topology.device_type)
     tables = {  # data-parallel tables keep the dense kernel (TorchRec's only one for them)
-        name: {**spec, **({} if spec["sharding_type"] == "data_parallel" else {"compute_kernel": compute_kernel}),
-               **shapes.get(name, {})}
+        name: {
+            **spec,
+            **({} if spec["sharding_type"] == "data_parallel" else {"compute_kernel": compute_kernel}),
+            **shapes.get(name, {}),
+        }
         for name, spec in plan.to_torchrec().items()
     }
     return validate_mapping(
@@ -320,7 +339,9 @@ def plan_from_document(
     Raises PlanError if the file was planned for other tables (fingerprint or shapes) or another device count.
     """
     if topology.num_devices != doc.world_size:
-        raise PlanError(f"the TorchRec plan has {doc.world_size} ranks but the topology has {topology.num_devices} devices")
+        raise PlanError(
+            f"the TorchRec plan has {doc.world_size} ranks but the topology has {topology.num_devices} devices"
+        )
     if doc.inventory_fingerprint is not None and doc.inventory_fingerprint != inventory.fingerprint():
         raise PlanError(
             f"the TorchRec plan was made for other tables than inventory '{inventory.name}' (fingerprints differ); "
@@ -331,16 +352,30 @@ def plan_from_document(
         t = tables.get(name)
         if t is None:
             raise PlanError(f"the TorchRec plan shards table '{name}', which is not in inventory '{inventory.name}'")
-        if (spec.num_embeddings or t.num_embeddings, spec.embedding_dim or t.embedding_dim) != (t.num_embeddings, t.embedding_dim):
+        if (spec.num_embeddings or t.num_embeddings, spec.embedding_dim or t.embedding_dim) != (
+            t.num_embeddings,
+            t.embedding_dim,
+        ):
             raise PlanError(
                 f"table '{name}' is {spec.num_embeddings}x{spec.embedding_dim} in the TorchRec plan but "
                 f"{t.num_embeddings}x{t.embedding_dim} in inventory '{inventory.name}'"
             )
-        if spec.sharding_type == "table_row_wise" and (doc.local_world_size or doc.world_size) != topology.local_world_size:
-            raise PlanError(f"table '{name}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
-                            f"ranks, but the topology has {topology.local_world_size} devices per host")
+        if (
+            spec.sharding_type == "table_row_wise"
+            and (doc.local_world_size or doc.world_size) != topology.local_world_size
+        ):
+            raise PlanError(
+                f"table '{name}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
+                f"ranks, but the topology has {topology.local_world_size} devices per host"
+            )
         spec.check_shape(name, t.num_embeddings, t.embedding_dim, doc.world_size, doc.local_world_size)
     folded = fold_units(inventory, doc.units())
-    return make_plan(inventory, topology, folded.placement, sharder or doc.sharder or "torchrec",
-                     column_shards=folded.column_shards, row_shards=folded.row_shards,
-                     data_parallel=folded.data_parallel)
+    return make_plan(
+        inventory,
+        topology,
+        folded.placement,
+        sharder or doc.sharder or "torchrec",
+        column_shards=folded.column_shards,
+        row_shards=folded.row_shards,
+        data_parallel=folded.data_parallel,
+    )

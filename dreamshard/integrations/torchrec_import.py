@@ -80,7 +80,13 @@ def document_from_sharding_plan(
             tables[ours] = _entry(ours, ps, f" (module '{path}')" if path else "")
     local = local_world_size if local_world_size not in (None, world_size) else None
     return document_from_data(
-        {"world_size": world_size, "device_type": device_type, "sharder": "torchrec", "tables": tables,
-         **({"local_world_size": local} if local is not None else {})},
-        world_size, "TorchRec sharding plan",
+        {
+            "world_size": world_size,
+            "device_type": device_type,
+            "sharder": "torchrec",
+            "tables": tables,
+            **({"local_world_size": local} if local is not None else {}),
+        },
+        world_size,
+        "TorchRec sharding plan",
     )

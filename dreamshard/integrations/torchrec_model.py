@@ -81,13 +81,21 @@ def _table(config: Any, where: str, pooling: dict[str, float] | None = None) -> 
     """The Table of one EmbeddingBagConfig (pooling per feature from `pooling`, 0 without it)."""
     dtype = {"FP32": "fp32", "FP16": "fp16"}.get(getattr(config.data_type, "name", str(config.data_type)))
     if dtype is None:
-        raise InventoryError(f"table '{config.name}' of {where} has data type {config.data_type}; dreamshard plans fp32 and fp16 tables")
+        raise InventoryError(
+            f"table '{config.name}' of {where} has data type {config.data_type}; dreamshard plans fp32 and fp16 tables"
+        )
     names = list(config.feature_names)
     pool = pooling or {}
     features = () if names == [config.name] else tuple(Feature(name=f, pooling_factor=pool.get(f, 0.0)) for f in names)
     try:
-        return Table(name=config.name, num_embeddings=int(config.num_embeddings), embedding_dim=int(config.embedding_dim),
-                     pooling_factor=sum(pool.get(f, 0.0) for f in names), dtype=dtype, features=features)
+        return Table(
+            name=config.name,
+            num_embeddings=int(config.num_embeddings),
+            embedding_dim=int(config.embedding_dim),
+            pooling_factor=sum(pool.get(f, 0.0) for f in names),
+            dtype=dtype,
+            features=features,
+        )
     except ValidationError as e:  # a dim FBGEMM cannot run, rows out of bounds, ...
         raise InventoryError(f"table '{config.name}' of {where}: {_reason(e)}") from None
 
@@ -100,7 +108,9 @@ def module_tables(model: nn.Module, pooling: dict[str, float] | None = None) -> 
         for config in ebc.embedding_bag_configs():
             t = _table(config, where, pooling)
             if t.name in tables:
-                raise InventoryError(f"table '{t.name}' is in both {tables[t.name][0]} and {where}; give them distinct names")
+                raise InventoryError(
+                    f"table '{t.name}' is in both {tables[t.name][0]} and {where}; give them distinct names"
+                )
             tables[t.name] = (where, t)
     return [t for _, t in tables.values()]
 
@@ -150,7 +160,9 @@ def _batch(item: Any, i: int, batch_size: int) -> Batch:
         keys = list(item.keys())
         values, lengths = _np(item.values(), f"{where} values"), _np(item.lengths(), f"{where} lengths")
     else:
-        raise InputFileError(f"{where} is a {type(item).__name__}; expected a KeyedJaggedTensor or a dict with keys/values/lengths")
+        raise InputFileError(
+            f"{where} is a {type(item).__name__}; expected a KeyedJaggedTensor or a dict with keys/values/lengths"
+        )
     if lengths.size != len(keys) * batch_size:
         raise InputFileError(
             f"{where} has {lengths.size} lengths for {len(keys)} keys, not {batch_size} per key; give --batch-size "
@@ -161,11 +173,11 @@ def _batch(item: Any, i: int, batch_size: int) -> Batch:
     out: Batch = {}
     pos = 0
     for k, key in enumerate(keys):
-        ln = lengths[k * batch_size:(k + 1) * batch_size]
+        ln = lengths[k * batch_size : (k + 1) * batch_size]
         n = int(ln.sum())
         if key in out:
             raise InputFileError(f"{where} lists key '{key}' twice")
-        out[key] = (values[pos:pos + n], ln)
+        out[key] = (values[pos : pos + n], ln)
         pos += n
     return out
 
@@ -221,7 +233,7 @@ def _histogram(per_batch: list[np.ndarray], batch_size: int, planned: int) -> tu
     """The table's averaged reuse histogram at the planned batch from its per-batch lookups."""
     m = planned // batch_size
     if planned % batch_size == 0 and 1 < m <= len(per_batch):
-        per_batch = [np.concatenate(per_batch[i:i + m]) for i in range(0, len(per_batch) - m + 1, m)]
+        per_batch = [np.concatenate(per_batch[i : i + m]) for i in range(0, len(per_batch) - m + 1, m)]
         ratio = 1.0
     else:
         ratio = planned / batch_size
@@ -266,13 +278,25 @@ def measure_module(
     tables = []
     for t in schema:
         if not any(f in seen for f in t.feature_names):
-            raise InventoryError(f"table '{t.name}' has no batch data: none of its features ({', '.join(t.feature_names)}) is in any batch")
+            raise InventoryError(
+                f"table '{t.name}' has no batch data: none of its features ({', '.join(t.feature_names)}) is in any batch"
+            )
         pooling = {f: lookups[f] / (len(data) * batch_size) for f in t.feature_names}
-        notes += [f"feature '{f}' of table '{t.name}' has no lookups in the batches: pooling 0"
-                  for f in t.feature_names if pooling[f] == 0]
+        notes += [
+            f"feature '{f}' of table '{t.name}' has no lookups in the batches: pooling 0"
+            for f in t.feature_names
+            if pooling[f] == 0
+        ]
         features = tuple(Feature(name=f.name, pooling_factor=pooling[f.name]) for f in t.features)
-        tables.append(t.model_copy(update={"pooling_factor": math.fsum(pooling.values()), "features": features,
-                                           "access_histogram": _histogram(per_table[t.name], batch_size, planned_batch_size)}))
+        tables.append(
+            t.model_copy(
+                update={
+                    "pooling_factor": math.fsum(pooling.values()),
+                    "features": features,
+                    "access_histogram": _histogram(per_table[t.name], batch_size, planned_batch_size),
+                }
+            )
+        )
     try:
         inv = Inventory.model_validate({"name": name or "torchrec", "tables": [x.model_dump() for x in tables]})
     except ValidationError as e:

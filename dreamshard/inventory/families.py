@@ -49,8 +49,9 @@ def wide_table(name: str, rng: np.random.Generator) -> Table:
     exponent = float(rng.uniform(0.3, 1.6)) if rng.random() < 0.8 else float(rng.uniform(0.0, 0.1))
     hist = zipf_histogram(rows, pooling, exponent, rng)
     dtype = "fp16" if rng.random() < 0.25 else "fp32"
-    return Table(name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pooling,
-                 access_histogram=hist, dtype=dtype)
+    return Table(
+        name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pooling, access_histogram=hist, dtype=dtype
+    )
 
 
 def _mandelbrot_histogram(num_rows: int, pooling: float, rng: np.random.Generator) -> tuple[float, ...] | None:
@@ -76,8 +77,13 @@ def mixed_table(name: str, rng: np.random.Generator) -> Table:
     dim = int(rng.choice(MIXED_DIMS))
     rows = int(round(_log_uniform(rng, 1e3, 2e6)))
     pooling = round(float(min(200.0, rng.pareto(1.2) + 1.0)), 3)
-    return Table(name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pooling,
-                 access_histogram=_mandelbrot_histogram(rows, pooling, rng))
+    return Table(
+        name=name,
+        num_embeddings=rows,
+        embedding_dim=dim,
+        pooling_factor=pooling,
+        access_histogram=_mandelbrot_histogram(rows, pooling, rng),
+    )
 
 
 def _family(make: Callable[[str, np.random.Generator], Table], prefix: str) -> Callable[..., Inventory]:

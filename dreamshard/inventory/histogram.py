@@ -92,7 +92,7 @@ def assumed_histogram(num_rows: int, pooling_factor: float) -> tuple[float, ...]
     edges = np.unique(np.round(np.geomspace(1.0, num_rows + 1.0, _GRID + 1)).astype(np.int64))
     width = np.diff(edges).astype(np.float64)  # rows per group
     rank = np.sqrt(edges[:-1] * (edges[1:] - 1.0).clip(min=edges[:-1]))  # a group's middle rank
-    weight = rank ** -ASSUMED_ZIPF_EXPONENT
+    weight = rank**-ASSUMED_ZIPF_EXPONENT
     expected = lookups * weight / float((width * weight).sum())  # expected count of one row of the group
     mass = np.zeros(NUM_REUSE_BINS, dtype=np.float64)
     big = expected >= _EXACT_BELOW

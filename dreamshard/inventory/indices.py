@@ -60,9 +60,16 @@ from dreamshard.inventory.histogram import BIN_HI, BIN_LO, effective_histogram, 
 from dreamshard.values import GB, Table
 
 __all__ = [
-    "MAX_INDEX_BYTES", "IndexBudgetError", "batches_within_budget", "check_index_budget", "check_lookup_budget",
+    "MAX_INDEX_BYTES",
+    "IndexBudgetError",
+    "batches_within_budget",
+    "check_index_budget",
+    "check_lookup_budget",
     "index_bytes",
-    "reuse_histogram", "synthesize_bag_lengths", "synthesize_indices", "synthesize_row_counts",
+    "reuse_histogram",
+    "synthesize_bag_lengths",
+    "synthesize_indices",
+    "synthesize_row_counts",
 ]
 
 #: The most bytes of int64 indices and offsets one generation may hold (module docstring, "The index budget").
@@ -127,6 +134,7 @@ def check_lookup_budget(name: str, pooling_factor: float, batch_size: int, what:
     """The index budget for one batch of one table given by its name and pooling factor (a simulated batch)."""
     return _check([(name, (float(pooling_factor),))], batch_size, 1, what)
 
+
 _DISPERSION_SHAPE = 2.0  # gamma shape of the gamma-Poisson extra lookups (smaller = heavier tail)
 
 
@@ -180,9 +188,7 @@ def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
     return base
 
 
-def synthesize_row_counts(
-    histogram: np.ndarray, total: int, max_rows: int, rng: np.random.Generator
-) -> np.ndarray:
+def synthesize_row_counts(histogram: np.ndarray, total: int, max_rows: int, rng: np.random.Generator) -> np.ndarray:
     """Access counts of the unique rows of one batch: ``total`` lookups, binned like ``histogram``."""
     if total <= 0:
         return np.zeros(0, dtype=np.int64)

@@ -40,12 +40,60 @@ PRESETS: tuple[str, ...] = get_args(PresetName)
 
 CARDINALITIES: dict[str, tuple[int, ...]] = {
     "criteo-kaggle": (
-        1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992, 5461306,
-        10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+        1460,
+        583,
+        10131227,
+        2202608,
+        305,
+        24,
+        12517,
+        633,
+        3,
+        93145,
+        5683,
+        8351593,
+        3194,
+        27,
+        14992,
+        5461306,
+        10,
+        5652,
+        2173,
+        4,
+        7046547,
+        18,
+        15,
+        286181,
+        105,
+        142572,
     ),
     "criteo-terabyte": (
-        45833188, 36746, 17245, 7413, 20243, 3, 7114, 1441, 62, 29275261, 1572176, 345138, 10, 2209, 11267, 128,
-        4, 974, 14, 48937457, 11316796, 40094537, 452104, 12606, 104, 35,
+        45833188,
+        36746,
+        17245,
+        7413,
+        20243,
+        3,
+        7114,
+        1441,
+        62,
+        29275261,
+        1572176,
+        345138,
+        10,
+        2209,
+        11267,
+        128,
+        4,
+        974,
+        14,
+        48937457,
+        11316796,
+        40094537,
+        452104,
+        12606,
+        104,
+        35,
     ),
 }
 DEFAULT_DIM: dict[str, int] = {"criteo-kaggle": 16, "criteo-terabyte": 128}
@@ -82,6 +130,13 @@ def preset_inventory(
     tables = []
     for table, n in zip(table_names(len(rows)), rows):
         rng = np.random.default_rng(zlib.crc32(f"{preset}/{table}".encode()))
-        tables.append(Table(name=table, num_embeddings=n, embedding_dim=width, pooling_factor=float(pooling),
-                            access_histogram=zipf_histogram(n, pooling, zipf_exponent, rng, name=table)))
+        tables.append(
+            Table(
+                name=table,
+                num_embeddings=n,
+                embedding_dim=width,
+                pooling_factor=float(pooling),
+                access_histogram=zipf_histogram(n, pooling, zipf_exponent, rng, name=table),
+            )
+        )
     return Inventory(name=name or preset, tables=tuple(tables))

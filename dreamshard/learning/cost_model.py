@@ -86,7 +86,11 @@ class CostNet(nn.Module):
 
     def device_costs_ms(self, dev_repr: torch.Tensor, nonempty: torch.Tensor) -> torch.Tensor:
         """(..., latent) summed latents and (...) non-empty mask -> (..., 4) costs in ms (0 for empty devices)."""
-        return self.heads_scaled(dev_repr) * nonempty.unsqueeze(-1).to(dev_repr.dtype) * self.target_scale[:NUM_DEVICE_COSTS]
+        return (
+            self.heads_scaled(dev_repr)
+            * nonempty.unsqueeze(-1).to(dev_repr.dtype)
+            * self.target_scale[:NUM_DEVICE_COSTS]
+        )
 
     def _fused_heads(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The four heads' weights stacked for one batched evaluation (cached while weights are unchanged
@@ -126,7 +130,9 @@ class CostNet(nn.Module):
         """
         z = self.table_latents(feats)
         dev = torch.zeros(num_devices_total, z.shape[1], dtype=z.dtype).index_add_(0, table_device, z)
-        count = torch.zeros(num_devices_total, dtype=z.dtype).index_add_(0, table_device, torch.ones_like(table_device, dtype=z.dtype))
+        count = torch.zeros(num_devices_total, dtype=z.dtype).index_add_(
+            0, table_device, torch.ones_like(table_device, dtype=z.dtype)
+        )
         nonempty = count > 0
         dev_pred = self.heads_scaled(dev) * nonempty.unsqueeze(-1)
         pooled = torch.zeros(num_placements, z.shape[1], dtype=z.dtype)
@@ -183,6 +189,7 @@ class CostEnsemble(nn.Module):
             return cache[1]
         parts = [m._fused_heads() for m in self.members]
         stacked = tuple(torch.stack([p[i] for p in parts]) for i in range(4)) + (
-            torch.stack([m.target_scale[:NUM_DEVICE_COSTS] for m in self.members]),)
+            torch.stack([m.target_scale[:NUM_DEVICE_COSTS] for m in self.members]),
+        )
         self._stack_cache = (key, stacked)
         return stacked

@@ -47,9 +47,11 @@ NUM_LINEAR_FEATURES = 4
 REFERENCE_BATCH = 2048
 NUM_LOG_FEATURES = 5
 NUM_FEATURES = NUM_LOG_FEATURES + NUM_REUSE_BINS + NUM_LINEAR_FEATURES
-FEATURE_NAMES: tuple[str, ...] = ("dim", "rows", "pooling_factor", "size", "batch_size") + tuple(
-    f"reuse_bin_{i}" for i in range(NUM_REUSE_BINS)
-) + ("lookups_linear", "dim_linear", "working_set_mb", "half_precision")
+FEATURE_NAMES: tuple[str, ...] = (
+    ("dim", "rows", "pooling_factor", "size", "batch_size")
+    + tuple(f"reuse_bin_{i}" for i in range(NUM_REUSE_BINS))
+    + ("lookups_linear", "dim_linear", "working_set_mb", "half_precision")
+)
 
 # (center, scale) applied after log1p. Chosen to map typical recommender ranges to about [-1, 1]:
 # dim 4..1024, rows 10..1e9, pooling 0..1000, size 1e2..1e11, batch 256..65536. Values outside stay finite and
@@ -115,7 +117,9 @@ def tables_features(tables: Sequence[Table], batch_size: float | Sequence[float]
     or one per table)."""
     if not tables:
         return np.zeros((0, NUM_FEATURES), dtype=np.float32)
-    batches = [float(batch_size)] * len(tables) if isinstance(batch_size, (int, float)) else [float(b) for b in batch_size]
+    batches = (
+        [float(batch_size)] * len(tables) if isinstance(batch_size, (int, float)) else [float(b) for b in batch_size]
+    )
     if len(batches) != len(tables):
         raise ValueError(f"{len(batches)} batch sizes for {len(tables)} tables")
     return np.stack([table_features(t, b) for t, b in zip(tables, batches, strict=True)])

@@ -70,9 +70,19 @@ def previous_model(state_dir: Path, pool: Inventory) -> WarmStart | None:
     try:
         for name in (COST_FILE, POLICY_FILE, CARD_FILE):
             shutil.copyfile(src / name, tmp / name)
-        atomic_write_text(tmp / MARKER_FILE, json.dumps({"for_pool": pool.fingerprint(), "from_pool": state.pool,
-                                                         "model_version": state.model_version,
-                                                         "tasks": state.tasks}, indent=2) + "\n")
+        atomic_write_text(
+            tmp / MARKER_FILE,
+            json.dumps(
+                {
+                    "for_pool": pool.fingerprint(),
+                    "from_pool": state.pool,
+                    "model_version": state.model_version,
+                    "tasks": state.tasks,
+                },
+                indent=2,
+            )
+            + "\n",
+        )
         if init_dir.exists():
             shutil.rmtree(init_dir)
         tmp.rename(init_dir)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.config.learning import LoopConfig, TopologyConfig
 from dreamshard.documents import append_measurement, atomic_write_text, iter_measurements
 from dreamshard.errors import ConfigError
+from dreamshard.learning.cost_eval import CostMetrics
 from dreamshard.learning.cost_model import CostEnsemble
 from dreamshard.learning.loop_planner import Planner
 from dreamshard.learning.model_store import (
@@ -46,7 +47,7 @@ from dreamshard.learning.planning_cost import comm_models_of
 from dreamshard.learning.policy import Policy
 from dreamshard.learning.ranges import ranges_from
 from dreamshard.learning.records import check_training_records
-from dreamshard.learning.train_cost import CostMetrics, train_cost_model
+from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.learning.train_policy import train_policy
 from dreamshard.profiling.runner import item_key
 from dreamshard.values import Inventory, Measurement, Task, TaskSet, Topology
@@ -62,8 +63,16 @@ DEFAULT_STATE_DIR = "train-state"
 class OracleLike(Protocol):
     info: Any
 
-    def measure(self, inventory: Inventory, placement: dict[str, int], topology: Topology, *, kind: str = ...,
-                task: str = ..., measurement_id: str | None = ...) -> Measurement: ...
+    def measure(
+        self,
+        inventory: Inventory,
+        placement: dict[str, int],
+        topology: Topology,
+        *,
+        kind: str = ...,
+        task: str = ...,
+        measurement_id: str | None = ...,
+    ) -> Measurement: ...
 
 
 class IterationMetrics(BaseModel):
@@ -116,13 +125,23 @@ def last_checkpoint(state_dir: Path) -> tuple[int, Path] | None:
     return max(done) if done else None
 
 
-def inputs_fingerprint(pool: Inventory, taskset: TaskSet, seed_ids: Sequence[str], config: LoopConfig,
-                       backend: str, init: LoadedModel | None, batch_sizes: Mapping[str, int] | None = None) -> str:
+def inputs_fingerprint(
+    pool: Inventory,
+    taskset: TaskSet,
+    seed_ids: Sequence[str],
+    config: LoopConfig,
+    backend: str,
+    init: LoadedModel | None,
+    batch_sizes: Mapping[str, int] | None = None,
+) -> str:
     """What a checkpoint must have been made from to be resumed. `iterations` is left out: iteration i trains
     with the same learning rate whatever the total (lr_factor(0) = 1), so a run can be extended."""
     inputs: dict[str, Any] = {
-        "pool": pool.fingerprint(), "tasks": taskset.model_dump(mode="json"), "seed": list(seed_ids),
-        "config": config.model_dump(mode="json", exclude={"iterations"}), "backend": backend,
+        "pool": pool.fingerprint(),
+        "tasks": taskset.model_dump(mode="json"),
+        "seed": list(seed_ids),
+        "config": config.model_dump(mode="json", exclude={"iterations"}),
+        "backend": backend,
         "init": init.card.version if init else None,
     }
     if batch_sizes:  # only when given, so a run without per-task batch sizes keeps its fingerprint
@@ -190,15 +209,20 @@ def train(
     if not tasks:
         raise ConfigError("task set has no training tasks")
     if taskset.pool_fingerprint != pool.fingerprint():
-        raise ConfigError(f"task set was made from pool '{taskset.pool_name}' with another fingerprint; rerun `dreamshard tasks`")
-    template = topology_template if isinstance(topology_template, TopologyConfig) else TopologyConfig.of(topology_template)
+        raise ConfigError(
+            f"task set was made from pool '{taskset.pool_name}' with another fingerprint; rerun `dreamshard tasks`"
+        )
+    template = (
+        topology_template if isinstance(topology_template, TopologyConfig) else TopologyConfig.of(topology_template)
+    )
     backend = backend_name or str(getattr(oracle.info, "name", ""))
     fp = pool.fingerprint()
     seed_records = check_training_records(measurements, pool)  # training data is checked like input
     check_model_dir(model_dir)
     check_model_dir(state_dir, "state directory")
-    inputs = inputs_fingerprint(pool, taskset, [m.measurement_id for m in seed_records], config, backend, init,
-                                batch_sizes)
+    inputs = inputs_fingerprint(
+        pool, taskset, [m.measurement_id for m in seed_records], config, backend, init, batch_sizes
+    )
     meas_path = state_dir / MEASUREMENTS_FILE
     if not resume and state_dir.exists():
         shutil.rmtree(state_dir)
@@ -224,8 +248,9 @@ def train(
     comm_models = comm_models_of(seed_records, init.card.comm_models if init is not None else ())
     comm_models = comm_models_of(cache.values(), comm_models)
     signatures = {t.name: task_signature(pool, t) for t in tasks}
-    planner = Planner(pool, _measured_tasks(tasks, signatures, previous_tasks, config), template, config,
-                       comm_models, batch_sizes)
+    planner = Planner(
+        pool, _measured_tasks(tasks, signatures, previous_tasks, config), template, config, comm_models, batch_sizes
+    )
     results: list[IterationMetrics] = []
     for it in range(start, config.iterations):
         lr = config.lr_factor(it)
@@ -249,11 +274,21 @@ def train(
         records = seed_records + [cache[x] for x in loop_ids]
         planner.comm_models = comm_models_of(new, planner.comm_models)
         cost_cfg = config.cost.model_copy(update={"seed": config.cost.seed + it})
-        ensemble, cost_metrics = train_cost_model(pool, records, cost_cfg, init=ensemble, progress=progress, lr_factor=lr)
+        ensemble, cost_metrics = train_cost_model(
+            pool, records, cost_cfg, init=ensemble, progress=progress, lr_factor=lr
+        )
         pol_cfg = config.policy.model_copy(update={"seed": config.policy.seed + it})
-        policy, pol_metrics = train_policy(pool, tasks, planner.cost_factory(ensemble), pol_cfg, init=policy,
-                                           progress=progress, topology=template, lr_factor=lr,
-                                           batch_sizes=planner.batch_sizes)
+        policy, pol_metrics = train_policy(
+            pool,
+            tasks,
+            planner.cost_factory(ensemble),
+            pol_cfg,
+            init=policy,
+            progress=progress,
+            topology=template,
+            lr_factor=lr,
+            batch_sizes=planner.batch_sizes,
+        )
         ranges = ranges_from(records, pool.by_name())
         init_ranges = init.card.ranges if init is not None else None  # an old card: device type = its backend
         if init_ranges is not None:
@@ -267,20 +302,32 @@ def train(
             feature_ranges=ranges,
             cost_metrics=cost_metrics.model_dump(mode="json"),
             policy_metrics={"mean_cost_ms": pol_metrics.mean_cost_ms, "entropy": pol_metrics.entropy},
-            provenance={"command": "train", "iteration": it, "iterations": config.iterations,
-                        "n_measurements": len(records), "init": init.card.version if init is not None else None},
+            provenance={
+                "command": "train",
+                "iteration": it,
+                "iterations": config.iterations,
+                "n_measurements": len(records),
+                "init": init.card.version if init is not None else None,
+            },
         )
         ck = _checkpoint_dir(state_dir, it)
         card = save_model(ck, ensemble, policy, **card_fields)
-        state = LoopState(iteration=it, inputs=inputs, loop_ids=loop_ids, model_version=card.version, pool=fp,
-                          tasks=signatures)
+        state = LoopState(
+            iteration=it, inputs=inputs, loop_ids=loop_ids, model_version=card.version, pool=fp, tasks=signatures
+        )
         atomic_write_text(ck / STATE_FILE, state.model_dump_json() + "\n")
         save_model(model_dir, ensemble, policy, **card_fields)
         m_it = IterationMetrics(
-            iteration=it, lr_factor=lr, n_measurements=len(records), n_new=len(planned), n_measured=measured_now,
+            iteration=it,
+            lr_factor=lr,
+            n_measurements=len(records),
+            n_new=len(planned),
+            n_measured=measured_now,
             n_tasks=len(planner.tasks),
             measured_mean_ms=float(np.mean([m.overall_ms for m in new])) if new else None,
-            cost=cost_metrics, policy_mean_cost_ms=pol_metrics.mean_cost_ms, policy_entropy=pol_metrics.entropy,
+            cost=cost_metrics,
+            policy_mean_cost_ms=pol_metrics.mean_cost_ms,
+            policy_entropy=pol_metrics.entropy,
         )
         _append_metrics(state_dir, m_it)
         results.append(m_it)
@@ -289,8 +336,9 @@ def train(
     return results
 
 
-def _measured_tasks(tasks: Sequence[Task], signatures: Mapping[str, str], previous: Mapping[str, str] | None,
-                    config: LoopConfig) -> list[Task]:
+def _measured_tasks(
+    tasks: Sequence[Task], signatures: Mapping[str, str], previous: Mapping[str, str] | None, config: LoopConfig
+) -> list[Task]:
     """Every task; or, incremental, the changed ones and `refresh_tasks` unchanged ones (seeded)."""
     if previous is None:
         return list(tasks)
@@ -303,7 +351,9 @@ def _measured_tasks(tasks: Sequence[Task], signatures: Mapping[str, str], previo
 
 def _restore(checkpoint: Path, model_dir: Path) -> None:
     """Put the checkpoint's model (byte for byte) into `model_dir` if that does not hold it already."""
-    if (model_dir / CARD_FILE).is_file() and (model_dir / CARD_FILE).read_bytes() == (checkpoint / CARD_FILE).read_bytes():
+    if (model_dir / CARD_FILE).is_file() and (model_dir / CARD_FILE).read_bytes() == (
+        checkpoint / CARD_FILE
+    ).read_bytes():
         return
     for name in (COST_FILE, POLICY_FILE):
         if (checkpoint / name).is_file():

@@ -21,8 +21,9 @@ from dreamshard.sharders.heuristics import RandomSharder
 from dreamshard.values import Inventory, Measurement, Task, Topology
 
 
-def _perturb(placement: dict[str, int], tables: Sequence[Any], topology: Topology, rng: np.random.Generator,
-             moves: int) -> dict[str, int] | None:
+def _perturb(
+    placement: dict[str, int], tables: Sequence[Any], topology: Topology, rng: np.random.Generator, moves: int
+) -> dict[str, int] | None:
     """`placement` with `moves` random tables moved to random other devices that have room (None if stuck)."""
     cap = topology.usable_memory_bytes
     out = dict(placement)
@@ -45,8 +46,15 @@ def _perturb(placement: dict[str, int], tables: Sequence[Any], topology: Topolog
 class Planner:
     """What one iteration measures: (task, topology, placement) triples, deterministic given the state."""
 
-    def __init__(self, pool: Inventory, tasks: Sequence[Task], template: TopologyConfig, config: LoopConfig,
-                 comm_models: Sequence[Any], batch_sizes: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        pool: Inventory,
+        tasks: Sequence[Task],
+        template: TopologyConfig,
+        config: LoopConfig,
+        comm_models: Sequence[Any],
+        batch_sizes: Mapping[str, int] | None = None,
+    ) -> None:
         self.pool, self.tasks, self.template, self.config = pool, list(tasks), template, config
         self.batch_sizes = dict(batch_sizes or {})
         self.comm_models = comm_models
@@ -58,8 +66,9 @@ class Planner:
             task = task.model_copy(update={"num_devices": int(rng.choice(list(self.config.measure_devices)))})
         return task
 
-    def plan(self, iteration: int, ensemble: CostEnsemble | None, policy: Policy | None,
-             records: Sequence[Measurement]) -> list[tuple[Task, dict[str, int]]]:
+    def plan(
+        self, iteration: int, ensemble: CostEnsemble | None, policy: Policy | None, records: Sequence[Measurement]
+    ) -> list[tuple[Task, dict[str, int]]]:
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, iteration])
         gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
@@ -69,14 +78,21 @@ class Planner:
         chosen = [self._task(rng) for _ in range(cfg.placements_per_iteration)]
         if policy is not None and cost_for is not None:
             mdps = make_mdps(self.pool, chosen, cost_for, self.template, self.batch_sizes)
-            out += [(t, rollout(policy, mdp_clone(m), "sample", gen).placement) for t, m in zip(chosen, mdps, strict=True)]
+            out += [
+                (t, rollout(policy, mdp_clone(m), "sample", gen).placement) for t, m in zip(chosen, mdps, strict=True)
+            ]
         else:
             for t in chosen:
                 out.append((t, RandomSharder(seed=int(rng.integers(2**31))).place(self._inv(t), self.topology(t))))
         # (2) where the search planner goes
         if cost_for is not None:
-            scfg = SearchConfig(seed=cfg.seed + iteration, samples=2, candidates=("policy", "lpt", "dim_greedy",
-                                "lookup_greedy", "size_lookup_greedy"), refine_top=1, refine_rounds=32)
+            scfg = SearchConfig(
+                seed=cfg.seed + iteration,
+                samples=2,
+                candidates=("policy", "lpt", "dim_greedy", "lookup_greedy", "size_lookup_greedy"),
+                refine_top=1,
+                refine_rounds=32,
+            )
             for _ in range(cfg.search_per_iteration):
                 t = self._task(rng)
                 res = search(self._inv(t), self.topology(t), cost_for(self.topology(t)), policy, scfg)
@@ -103,8 +119,10 @@ class Planner:
             key = (m.task, m.topology.num_devices)
             if key not in by_task or m.overall_ms < by_task[key].overall_ms:
                 by_task[key] = m
-        return [(names[k[0]].model_copy(update={"num_devices": k[1]}), dict(m.placement))
-                for k, m in sorted(by_task.items())]
+        return [
+            (names[k[0]].model_copy(update={"num_devices": k[1]}), dict(m.placement))
+            for k, m in sorted(by_task.items())
+        ]
 
     def _inv(self, task: Task) -> Inventory:
         return self.pool.subset(list(task.tables), name=task.name)

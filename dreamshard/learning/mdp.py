@@ -76,8 +76,9 @@ class EstimatedMDP:
         mask = np.asarray(self.memory.used, dtype=np.int64) + size <= self.memory.capacity
         if not mask.any():
             t = self.tables[self.t]
-            raise InfeasiblePlacementError(t.name, self.sizes[self.t] / GB, self.memory.largest_free_gb(),
-                                           "sharder dreamshard")
+            raise InfeasiblePlacementError(
+                t.name, self.sizes[self.t] / GB, self.memory.largest_free_gb(), "sharder dreamshard"
+            )
         return mask
 
     def after_cost_features(self) -> torch.Tensor:
@@ -91,7 +92,9 @@ class EstimatedMDP:
         """Place the current table on `device`; returns the reward (non-zero only at the end)."""
         if not self.memory.fits(device, self.sizes[self.t]):
             raise InfeasiblePlacementError(
-                self.tables[self.t].name, self.tables[self.t].size_gb, self.memory.largest_free_gb(),
+                self.tables[self.t].name,
+                self.tables[self.t].size_gb,
+                self.memory.largest_free_gb(),
                 f"device {device} is full",
             )
         self.memory.add(device, self.sizes[self.t])

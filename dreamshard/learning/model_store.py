@@ -126,8 +126,9 @@ def check_model_dir(directory: Path, what: str = "model directory") -> None:
         if q.is_dir():
             return
         if q.exists() or q.is_symlink():
-            raise InputFileError(f"cannot write the {what} {p}: " + ("it is not a directory" if q == p else
-                                                                        f"{q} is not a directory"))
+            raise InputFileError(
+                f"cannot write the {what} {p}: " + ("it is not a directory" if q == p else f"{q} is not a directory")
+            )
 
 
 def _regular_file(path: Path) -> bool:
@@ -155,8 +156,10 @@ def save_model(
     for file, module in ((COST_FILE, cost_net), (POLICY_FILE, policy)):
         bad = first_non_finite(module) if module is not None else None
         if bad is not None:
-            raise ModelError(f"refusing to save {directory / file}: weight '{bad}' is not finite (training diverged: "
-                             "check the measurements, or lower the learning rate); nothing written")
+            raise ModelError(
+                f"refusing to save {directory / file}: weight '{bad}' is not finite (training diverged: "
+                "check the measurements, or lower the learning rate); nothing written"
+            )
     check_model_dir(directory)
     directory.mkdir(parents=True, exist_ok=True)
     blobs = {COST_FILE: _state_bytes(cost_net)}
@@ -205,7 +208,9 @@ def load_card(directory: Path) -> ModelCard:
     if path.exists() and not _regular_file(path):
         raise ModelError(f"{path}: not a regular file; a model card is a JSON file")
     if not path.is_file():
-        raise ModelError(f"no dreamshard model in {directory} (missing {CARD_FILE}): run `dreamshard train` or pass --model")
+        raise ModelError(
+            f"no dreamshard model in {directory} (missing {CARD_FILE}): run `dreamshard train` or pass --model"
+        )
     try:
         text = path.read_text()
         _check_format(path, json.loads(text))

@@ -49,8 +49,9 @@ OUTPUT_BYTES = 4
 class PlanningCost:
     """A CostEstimator for one topology: ensemble mean + risk x spread for compute, measured comm."""
 
-    def __init__(self, ensemble: CostEnsemble, topology: Topology, comm: CommModel | None = None,
-                 risk: float = 1.0) -> None:
+    def __init__(
+        self, ensemble: CostEnsemble, topology: Topology, comm: CommModel | None = None, risk: float = 1.0
+    ) -> None:
         if risk < 0:
             raise ValueError(f"risk must be >= 0, got {risk}")
         self.ensemble = ensemble
@@ -86,14 +87,22 @@ class PlanningCost:
         kinds = [parse_unit(t.name).kind for t in tables]
         batch = self.topology.batch_size
         # a replica runs its share of the batch; every other unit the whole batch
-        feats = torch.from_numpy(tables_features(
-            tables, [batch / self.topology.num_devices if k == "replica" else batch for k in kinds]))
+        feats = torch.from_numpy(
+            tables_features(tables, [batch / self.topology.num_devices if k == "replica" else batch for k in kinds])
+        )
         with torch.no_grad():
             z = self.ensemble.table_latents(feats)  # (K, N, L)
         n = z.shape[1]
         flat = z.permute(1, 0, 2).reshape(n, self.k * self.latent)
-        cols = [[1.0, float(t.output_dim) if k in ("table", "column") else 0.0, float(t.output_dim) if k == "row" else 0.0,
-                 float(t.num_embeddings * t.embedding_dim) if k == "replica" else 0.0] for t, k in zip(tables, kinds)]
+        cols = [
+            [
+                1.0,
+                float(t.output_dim) if k in ("table", "column") else 0.0,
+                float(t.output_dim) if k == "row" else 0.0,
+                float(t.num_embeddings * t.embedding_dim) if k == "replica" else 0.0,
+            ]
+            for t, k in zip(tables, kinds)
+        ]
         for kind, collective in (("row", "reduce_scatter"), ("replica", "all_reduce")):
             if kind in kinds:
                 self._collective(collective)
@@ -137,7 +146,9 @@ class PlanningCost:
         if self.device_comm is None or n <= 1:
             return fwd
         ar = states[..., self.base + 3]
-        return fwd + self._alpha_beta(self.collectives.get("all_reduce"), ar * OUTPUT_BYTES * 2 * (n - 1) / n / 1e6, ar > 0)
+        return fwd + self._alpha_beta(
+            self.collectives.get("all_reduce"), ar * OUTPUT_BYTES * 2 * (n - 1) / n / 1e6, ar > 0
+        )
 
     def device_costs(self, states: torch.Tensor) -> torch.Tensor:
         """(..., S) -> (..., 4): member mean + risk x member spread per component (comm exact when known)."""
@@ -200,7 +211,9 @@ def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -
     return tuple(by_ws[k] for k in sorted(by_ws))
 
 
-def cost_factory(ensemble: CostEnsemble, comm_models: Sequence[CommModel], risk: float) -> Callable[[Topology], PlanningCost]:
+def cost_factory(
+    ensemble: CostEnsemble, comm_models: Sequence[CommModel], risk: float
+) -> Callable[[Topology], PlanningCost]:
     """topology -> the PlanningCost of `ensemble` on it (comm from `comm_models` or the topology's profile)."""
     return lambda topo: PlanningCost(ensemble, topo, comm_for(topo, comm_models), risk)
 

@@ -36,7 +36,9 @@ class PolicySpec(BaseModel):
     hidden: int = Field(default=128, ge=1, le=4096, strict=True)
     latent: int = Field(default=32, ge=1, le=4096, strict=True)
     head_hidden: int = Field(default=64, ge=1, le=4096, strict=True)
-    prior_weight: float = Field(default=10.0, allow_inf_nan=False)  # initial weight of the cost-greedy prior (learnable)
+    prior_weight: float = Field(
+        default=10.0, allow_inf_nan=False
+    )  # initial weight of the cost-greedy prior (learnable)
 
 
 class Policy(nn.Module):
@@ -44,7 +46,9 @@ class Policy(nn.Module):
         super().__init__()
         self.spec = spec or PolicySpec()
         s = self.spec
-        self.table_mlp = nn.Sequential(nn.Linear(s.in_features, s.hidden), nn.ReLU(), nn.Linear(s.hidden, s.latent), nn.ReLU())
+        self.table_mlp = nn.Sequential(
+            nn.Linear(s.in_features, s.hidden), nn.ReLU(), nn.Linear(s.hidden, s.latent), nn.ReLU()
+        )
         self.cost_emb = nn.Sequential(nn.Linear(NUM_POLICY_COSTS, s.latent), nn.ReLU())
         self.head = nn.Sequential(nn.Linear(2 * s.latent, s.head_hidden), nn.ReLU(), nn.Linear(s.head_hidden, 1))
         # Residual cost-greedy prior: logit = head(...) - w * (predicted total of the device with the table).
@@ -82,7 +86,9 @@ class Episode:
     costs: Costs
 
 
-def rollout(policy: Policy, mdp: EstimatedMDP, mode: str = "greedy", generator: torch.Generator | None = None) -> Episode:
+def rollout(
+    policy: Policy, mdp: EstimatedMDP, mode: str = "greedy", generator: torch.Generator | None = None
+) -> Episode:
     """Play one episode. mode "greedy" takes the argmax, "sample" samples from the masked softmax."""
     mdp.reset()
     T, D = mdp.num_steps, mdp.num_devices

@@ -55,8 +55,14 @@ def pretraining_tasks(cfg: PretrainConfig) -> tuple[Inventory, TaskSet]:
             names.append(t.name)
         tasks.append(Task(name=f"pre-{i:04d}", tables=tuple(names), num_devices=d))
     pool = Inventory(name=f"pretrain-s{cfg.seed}", tables=tuple(tables))
-    taskset = TaskSet(pool_name=pool.name, pool_fingerprint=pool.fingerprint(),
-                      train_tables=tuple(pool.table_names), test_tables=(), train=tuple(tasks), test=())
+    taskset = TaskSet(
+        pool_name=pool.name,
+        pool_fingerprint=pool.fingerprint(),
+        train_tables=tuple(pool.table_names),
+        test_tables=(),
+        train=tuple(tasks),
+        test=(),
+    )
     return pool, taskset
 
 
@@ -71,8 +77,16 @@ def pretraining_batch_sizes(cfg: PretrainConfig, taskset: TaskSet) -> dict[str, 
     return out
 
 
-def _profile(pool: Inventory, taskset: TaskSet, template: TopologyConfig, batch_sizes: dict[str, int],
-             cfg: PretrainConfig, path: Path, oracle: object, progress: bool) -> BackendInfo:
+def _profile(
+    pool: Inventory,
+    taskset: TaskSet,
+    template: TopologyConfig,
+    batch_sizes: dict[str, int],
+    cfg: PretrainConfig,
+    path: Path,
+    oracle: object,
+    progress: bool,
+) -> BackendInfo:
     """Measure every task at its own batch size into `path` (one profiling run per batch size; already
     measured items are skipped); returns the backend (at the smallest batch size)."""
     by_batch: dict[int, list[Task]] = {}
@@ -82,21 +96,39 @@ def _profile(pool: Inventory, taskset: TaskSet, template: TopologyConfig, batch_
     for batch, tasks in sorted(by_batch.items()):
         group = taskset.model_copy(update={"train": tuple(tasks)})
         topo = template.topology(1).model_copy(update={"batch_size": batch})
-        prof = profile_inventory(pool, topo, cfg.num_placements, path, oracle, seed=cfg.seed,  # type: ignore[arg-type]
-                                 tasks=group, progress=progress, kinds=cfg.kinds, singles=False)
+        prof = profile_inventory(
+            pool,
+            topo,
+            cfg.num_placements,
+            path,
+            oracle,
+            seed=cfg.seed,  # type: ignore[arg-type]
+            tasks=group,
+            progress=progress,
+            kinds=cfg.kinds,
+            singles=False,
+        )
         backends.append(prof.backend)
     return backends[0]
 
 
 def _batch_data(records: list[Measurement], batch_sizes: dict[str, int]) -> dict[str, object]:
     drawn = list(batch_sizes.values())
-    return {"batch_sizes": [min(drawn), max(drawn)], "distinct_batch_sizes": len(set(drawn)),
-            "profiled_batch_sizes": [min(m.topology.batch_size for m in records),
-                                     max(m.topology.batch_size for m in records)] if records else []}
+    return {
+        "batch_sizes": [min(drawn), max(drawn)],
+        "distinct_batch_sizes": len(set(drawn)),
+        "profiled_batch_sizes": [
+            min(m.topology.batch_size for m in records),
+            max(m.topology.batch_size for m in records),
+        ]
+        if records
+        else [],
+    }
 
 
-def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object, progress: bool = True,
-             resume: bool = True) -> dict[str, object]:
+def pretrain(
+    cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object, progress: bool = True, resume: bool = True
+) -> dict[str, object]:
     """Measure the pretraining tasks into `state_dir` (each at its own batch size), train from scratch, save the
     model in `out_dir`. Resumable: a rerun measures nothing twice and continues from the last completed loop
     iteration."""
@@ -105,37 +137,68 @@ def pretrain(cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object
     pool, taskset = pretraining_tasks(cfg)
     batch_sizes = pretraining_batch_sizes(cfg, taskset)
     name = str(getattr(getattr(oracle, "info", None), "name", ""))
-    template = TopologyConfig(device_type="cuda" if name == "cuda" else "cpu",  # the devices that measure
-                              memory_per_device_gb=cfg.memory_per_device_gb, batch_size=cfg.batch_sizes[0])
+    template = TopologyConfig(
+        device_type="cuda" if name == "cuda" else "cpu",  # the devices that measure
+        memory_per_device_gb=cfg.memory_per_device_gb,
+        batch_size=cfg.batch_sizes[0],
+    )
     t0 = time.perf_counter()
     backend = _profile(pool, taskset, template, batch_sizes, cfg, state_dir / MEASUREMENTS_FILE, oracle, progress)
     t_profile = time.perf_counter() - t0
     records = load_measurements(state_dir / MEASUREMENTS_FILE)
     work = Path(state_dir) / "model"
     t1 = time.perf_counter()
-    results = train(pool, taskset, template, oracle, cfg.loop, work, state_dir=state_dir / "loop",  # type: ignore[arg-type]
-                    resume=resume, progress=progress, measurements=records, backend_name=backend.name,
-                    batch_sizes=batch_sizes)
+    results = train(
+        pool,
+        taskset,
+        template,
+        oracle,
+        cfg.loop,
+        work,
+        state_dir=state_dir / "loop",  # type: ignore[arg-type]
+        resume=resume,
+        progress=progress,
+        measurements=records,
+        backend_name=backend.name,
+        batch_sizes=batch_sizes,
+    )
     t_train = time.perf_counter() - t1
     model = load_model(work, require_policy=True)
     card = load_card(work)
     per_task = [len(t.tables) / t.num_devices for t in taskset.train]
     data = {
         "generator": "dreamshard.inventory.families.wide_table",
-        "seed": cfg.seed, "tasks": len(taskset.train), "tables": pool.num_tables,
+        "seed": cfg.seed,
+        "tasks": len(taskset.train),
+        "tables": pool.num_tables,
         "tables_per_task": [min(len(t.tables) for t in taskset.train), max(len(t.tables) for t in taskset.train)],
         "devices": [min(t.num_devices for t in taskset.train), max(t.num_devices for t in taskset.train)],
         "mean_tables_per_device": [round(min(per_task), 2), round(max(per_task), 2)],
         **_batch_data(records, batch_sizes),
-        "profile_records": len(records), "loop_records": int(card.provenance.get("n_measurements", 0)) - len(records),
+        "profile_records": len(records),
+        "loop_records": int(card.provenance.get("n_measurements", 0)) - len(records),
         "backend": backend.model_dump(mode="json"),
     }
-    provenance = {**card.provenance, "command": "pretrain", "data": data,
-                  "profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1),
-                  "iterations_run_now": [r.iteration for r in results]}
-    final = save_model(out_dir, model.cost_net, model.policy,
-                       configs={"pretrain": cfg.model_dump(mode="json")}, inventory_name="",
-                       inventory_fingerprint="", backend=card.backend, comm_models=card.comm_models,
-                       feature_ranges=card.feature_ranges, cost_metrics=card.cost_metrics,
-                       policy_metrics=card.policy_metrics, provenance=provenance)
+    provenance = {
+        **card.provenance,
+        "command": "pretrain",
+        "data": data,
+        "profile_wall_s": round(t_profile, 1),
+        "train_wall_s": round(t_train, 1),
+        "iterations_run_now": [r.iteration for r in results],
+    }
+    final = save_model(
+        out_dir,
+        model.cost_net,
+        model.policy,
+        configs={"pretrain": cfg.model_dump(mode="json")},
+        inventory_name="",
+        inventory_fingerprint="",
+        backend=card.backend,
+        comm_models=card.comm_models,
+        feature_ranges=card.feature_ranges,
+        cost_metrics=card.cost_metrics,
+        policy_metrics=card.policy_metrics,
+        provenance=provenance,
+    )
     return {"version": final.version, **data, "profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1)}

@@ -82,18 +82,24 @@ class FeatureRanges(BaseModel):
             hits = [(t.name, float(getattr(t, field))) for t in tables if span.outside(float(getattr(t, field)))]
             if hits:
                 name, v = hits[0]
-                out.append(f"{len(hits)} table(s) with {field} outside the trained range {span.lo:g}..{span.hi:g} "
-                           f"(first: '{name}' {v:g})")
+                out.append(
+                    f"{len(hits)} table(s) with {field} outside the trained range {span.lo:g}..{span.hi:g} "
+                    f"(first: '{name}' {v:g})"
+                )
         dtypes = sorted({t.dtype for t in tables} - set(self.dtypes))
         if dtypes:
             out.append(f"dtype {', '.join(dtypes)} never seen in training (trained: {', '.join(self.dtypes)})")
         if self.num_devices.outside(topology.num_devices):
-            out.append(f"{topology.num_devices} devices, outside the trained range "
-                       f"{self.num_devices.lo:g}..{self.num_devices.hi:g}")
+            out.append(
+                f"{topology.num_devices} devices, outside the trained range "
+                f"{self.num_devices.lo:g}..{self.num_devices.hi:g}"
+            )
         per_device = len(tables) / max(1, topology.num_devices)
         if self.tables_per_device.outside(per_device):
-            out.append(f"{per_device:.1f} tables per device on average, outside the trained range "
-                       f"{self.tables_per_device.lo:g}..{self.tables_per_device.hi:g}")
+            out.append(
+                f"{per_device:.1f} tables per device on average, outside the trained range "
+                f"{self.tables_per_device.lo:g}..{self.tables_per_device.hi:g}"
+            )
         batch = self.batch_span
         if batch is not None and batch.outside(topology.batch_size):
             out.append(f"batch size {topology.batch_size}, outside the trained range {batch.lo:g}..{batch.hi:g}")

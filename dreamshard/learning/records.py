@@ -56,13 +56,16 @@ def check_record(m: Measurement, index: int | None = None, source: str = "") -> 
     label = _label(m, index, source)
     n = m.topology.num_devices
     if len(m.costs.per_device) != n:
-        raise TrainingDataError(f"{label}: costs.per_device has {len(m.costs.per_device)} devices, its topology "
-                                f"has num_devices {n}")
+        raise TrainingDataError(
+            f"{label}: costs.per_device has {len(m.costs.per_device)} devices, its topology has num_devices {n}"
+        )
     for table, device in m.placement.items():
         if device >= n:
             shown = table if len(table) <= _ID_SHOWN else table[:_ID_SHOWN] + "..."
-            raise TrainingDataError(f"{label}: placement['{shown}'] = device {device}, but its topology has "
-                                    f"num_devices {n} (devices 0..{n - 1})")
+            raise TrainingDataError(
+                f"{label}: placement['{shown}'] = device {device}, but its topology has "
+                f"num_devices {n} (devices 0..{n - 1})"
+            )
     for d, cost in enumerate(m.costs.per_device):
         for name, value in zip(COST_COMPONENTS, cost.as_list(), strict=True):
             _bounded(label, f"costs.per_device[{d}].{name}", value)
@@ -88,8 +91,17 @@ def check_record(m: Measurement, index: int | None = None, source: str = "") -> 
 
 def _content(m: Measurement) -> tuple[object, ...]:
     """What one measurement id stands for (its time of writing aside)."""
-    return (m.kind, m.task, m.inventory_fingerprint, m.topology, tuple(sorted(m.placement.items())), m.costs,
-            m.backend, m.spread, m.comm_model)
+    return (
+        m.kind,
+        m.task,
+        m.inventory_fingerprint,
+        m.topology,
+        tuple(sorted(m.placement.items())),
+        m.costs,
+        m.backend,
+        m.spread,
+        m.comm_model,
+    )
 
 
 def _differs(a: Measurement, b: Measurement) -> str:
@@ -110,15 +122,20 @@ def _check_units(m: Measurement, tables: Mapping[str, Table], label: str) -> Non
             raise TrainingDataError(f"{label}: placement: {e}") from None
         ref = parse_unit(t)
         if t not in tables and ref.table in whole:
-            raise TrainingDataError(f"{label}: placement places table '{ref.table[:_ID_SHOWN]}' whole and as unit "
-                                    f"'{t[:_ID_SHOWN]}'; a table is placed once")
+            raise TrainingDataError(
+                f"{label}: placement places table '{ref.table[:_ID_SHOWN]}' whole and as unit "
+                f"'{t[:_ID_SHOWN]}'; a table is placed once"
+            )
         if ref.kind == "replica" and ref.device != d:
-            raise TrainingDataError(f"{label}: placement['{t[:_ID_SHOWN]}'] = device {d}; a replica sits on the "
-                                    f"device its name says ({ref.device})")
+            raise TrainingDataError(
+                f"{label}: placement['{t[:_ID_SHOWN]}'] = device {d}; a replica sits on the "
+                f"device its name says ({ref.device})"
+            )
 
 
-def check_training_records(records: Sequence[Measurement], inventory: Inventory | None = None,
-                           source: str = "") -> list[Measurement]:
+def check_training_records(
+    records: Sequence[Measurement], inventory: Inventory | None = None, source: str = ""
+) -> list[Measurement]:
     """The records a training entry was handed, checked (`check_record` each, one content per measurement id,
     one inventory: `inventory`'s if given, else the first record's); returns them with exact repeats of a record
     dropped. TrainingDataError (one line) on the first violation; `source` names the file in messages."""
@@ -130,8 +147,11 @@ def check_training_records(records: Sequence[Measurement], inventory: Inventory 
     for i, m in enumerate(records, start=1):
         label = _label(m, i, source)
         if m.inventory_fingerprint != want:
-            of = (f"inventory '{inv_name}' ({want[:12]}) given" if inventory is not None
-                  else f"inventory ({want[:12]}) of record 1")
+            of = (
+                f"inventory '{inv_name}' ({want[:12]}) given"
+                if inventory is not None
+                else f"inventory ({want[:12]}) of record 1"
+            )
             raise TrainingDataError(
                 f"{label}: inventory_fingerprint is {m.inventory_fingerprint[:12]} (inventory "
                 f"'{m.inventory_name[:_ID_SHOWN]}'), not the {of}; train on one inventory's records, with that inventory"
@@ -139,8 +159,9 @@ def check_training_records(records: Sequence[Measurement], inventory: Inventory 
         if tables is not None:  # a unit (a shard or replica of one of the tables) must be one of a table's units
             missing = next((t for t in m.placement if t not in tables and parse_unit(t).table not in tables), None)
             if missing is not None:
-                raise TrainingDataError(f"{label}: placement names table '{missing[:_ID_SHOWN]}', which is not in "
-                                        f"inventory '{inv_name}'")
+                raise TrainingDataError(
+                    f"{label}: placement names table '{missing[:_ID_SHOWN]}', which is not in inventory '{inv_name}'"
+                )
             _check_units(m, tables, label)
         check_record(m, i, source)
         first = seen.get(m.measurement_id)

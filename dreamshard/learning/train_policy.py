@@ -78,7 +78,10 @@ def task_topology(template: TopologyConfig, task: Task, batch_sizes: Mapping[str
 
 
 def make_mdps(
-    pool: Inventory, tasks: Sequence[Task], estimator: EstimatorFor, topology: Topology | TopologyConfig,
+    pool: Inventory,
+    tasks: Sequence[Task],
+    estimator: EstimatorFor,
+    topology: Topology | TopologyConfig,
     batch_sizes: Mapping[str, int] | None = None,
 ) -> list[EstimatedMDP]:
     template = topology if isinstance(topology, TopologyConfig) else TopologyConfig.of(topology)
@@ -110,7 +113,9 @@ def train_policy(
     if not tasks:
         raise ConfigError("no training tasks: run `dreamshard tasks` to make some")
     torch.manual_seed(config.seed)
-    spec = PolicySpec(hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden, prior_weight=config.prior_weight)
+    spec = PolicySpec(
+        hidden=config.hidden, latent=config.latent, head_hidden=config.head_hidden, prior_weight=config.prior_weight
+    )
     policy = warm_start(init, spec, Policy, "policy")
     mdps = make_mdps(pool, tasks, cost_net, topology or TopologyConfig(), batch_sizes)
     rng = np.random.default_rng(config.seed)
@@ -145,9 +150,13 @@ def train_policy(
             loss.backward()
             opt.step()
             updates.append(
-                PolicyUpdate(mean_cost_ms=float(np.mean([ep.overall_ms for ep in episodes])), entropy=float(entropy.detach()))
+                PolicyUpdate(
+                    mean_cost_ms=float(np.mean([ep.overall_ms for ep in episodes])), entropy=float(entropy.detach())
+                )
             )
             advance(1)
     policy.eval()
     greedy = {t.name: rollout(policy, mdp_clone(m), "greedy").overall_ms for t, m in zip(tasks, mdps, strict=True)}
-    return policy, PolicyMetrics(episodes=n_updates * config.episodes_per_update, updates=tuple(updates), greedy_cost_ms=greedy)
+    return policy, PolicyMetrics(
+        episodes=n_updates * config.episodes_per_update, updates=tuple(updates), greedy_cost_ms=greedy
+    )

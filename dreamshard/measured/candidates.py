@@ -76,15 +76,28 @@ def rounds_to_replace(challengers: int, confidence: float) -> int:
     return max(1, math.ceil(math.log2(max(1, challengers) / (1.0 - confidence)) - 1e-9))
 
 
-def _duel(inventory: Inventory, plans: Sequence[Plan], measured: list[list[Measurement]], best: int, need: int,
-          oracle: object, seed: int) -> int:
+def _duel(
+    inventory: Inventory,
+    plans: Sequence[Plan],
+    measured: list[list[Measurement]],
+    best: int,
+    need: int,
+    oracle: object,
+    seed: int,
+) -> int:
     """More paired rounds of the default (0) and the confirmed challenger `best` until it has won `need` in all or
     lost one (then the default stays); the rounds join `measured`. Returns the index kept."""
     more = need - len(measured[best])
     if more <= 0:
         return best
-    duel = measure_interleaved(inventory, [plans[0], plans[best]], oracle, more, seed=seed + 1,  # type: ignore[arg-type]
-                               narrow=challengers)
+    duel = measure_interleaved(
+        inventory,
+        [plans[0], plans[best]],
+        oracle,
+        more,
+        seed=seed + 1,  # type: ignore[arg-type]
+        narrow=challengers,
+    )
     measured[0] += duel[0]
     measured[best] += duel[1]
     won = _won_every_round([m.overall_ms for m in measured[best]], [m.overall_ms for m in measured[0]])
@@ -110,10 +123,18 @@ def verify_candidates(
         raise ValueError("verify_candidates needs one plan per candidate")
     for plan in plans:
         check_plan_for(inventory, plan)
-    measured = measure_interleaved(inventory, plans, oracle, max(1, rounds), seed=seed,  # type: ignore[arg-type]
-                                   narrow=challengers)
-    best = kept_index([[m.overall_ms for m in ms] for ms in measured],
-                      [statistics.median(m.overall_ms for m in ms) for ms in measured])
+    measured = measure_interleaved(
+        inventory,
+        plans,
+        oracle,
+        max(1, rounds),
+        seed=seed,  # type: ignore[arg-type]
+        narrow=challengers,
+    )
+    best = kept_index(
+        [[m.overall_ms for m in ms] for ms in measured],
+        [statistics.median(m.overall_ms for m in ms) for ms in measured],
+    )
     if hold is not None and best != 0:
         best = _duel(inventory, plans, measured, best, rounds_to_replace(len(plans) - 1, hold), oracle, seed)
     rows: list[VerifiedCandidate] = []
@@ -122,13 +143,18 @@ def verify_candidates(
         overall = [m.overall_ms for m in ms]
         med = statistics.median(overall)
         medians.append(med)
-        rows.append(VerifiedCandidate(source=cand.source, predicted_ms=cand.predicted_ms, measured_ms=med,
-                                      spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
-                                      rounds=len(overall)))
+        rows.append(
+            VerifiedCandidate(
+                source=cand.source,
+                predicted_ms=cand.predicted_ms,
+                measured_ms=med,
+                spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
+                rounds=len(overall),
+            )
+        )
     # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
     at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
     info = oracle.info  # type: ignore[attr-defined]
     kept = plans[best].model_copy(update={"measured": median_costs([at_median]), "measured_by": info})
-    record = Verification(backend=info, rounds=max(1, rounds), candidates=tuple(rows),
-                          chosen=candidates[best].source)
+    record = Verification(backend=info, rounds=max(1, rounds), candidates=tuple(rows), chosen=candidates[best].source)
     return kept.model_copy(update={"verification": record}), record

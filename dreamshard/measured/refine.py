@@ -50,8 +50,14 @@ WINDOW = 7
 Predict = Callable[[Sequence[str]], float]  # predicted total ms of one device holding these units
 
 
-def _pair_ms(oracle: Oracle, units: Inventory, placement: dict[str, int], devices: tuple[int, int],
-             topology: Topology, stop_at: float = math.inf) -> tuple[list[float], int]:
+def _pair_ms(
+    oracle: Oracle,
+    units: Inventory,
+    placement: dict[str, int],
+    devices: tuple[int, int],
+    topology: Topology,
+    stop_at: float = math.inf,
+) -> tuple[list[float], int]:
     """Measured totals of `devices` under `placement`, one device at a time in that order (a device's cost is its
     own units' fused operator and all-to-all share, so only its units are timed), and how many device timings that
     took (an empty device costs 0 without one). A device at or above `stop_at` ends it: the pair's maximum is then
@@ -77,8 +83,14 @@ def _key(change: dict[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(change.items()))
 
 
-def _proposals(current: dict[str, int], dev_ms: list[float], need: dict[str, int], cap: int,
-               predict: Predict, tried: set[tuple[tuple[str, int], ...]]) -> list[Proposal]:
+def _proposals(
+    current: dict[str, int],
+    dev_ms: list[float],
+    need: dict[str, int],
+    cap: int,
+    predict: Predict,
+    tried: set[tuple[tuple[str, int], ...]],
+) -> list[Proposal]:
     """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
     ranked by the predicted overall: the measured costs of the two devices changed by their predicted deltas."""
     n = len(dev_ms)
@@ -154,14 +166,23 @@ class _Block:
         return len(self.new) == self.rounds and max(self.new) < min(self.old)
 
 
-def _duel(oracle: Oracle, units: Inventory, current: dict[str, int], new: dict[str, int], bd: tuple[int, int],
-          topology: Topology, rounds: int, rng: np.random.Generator, seen: _Incumbent,
-          out_of_time: Callable[[], bool]) -> _Block:
+def _duel(
+    oracle: Oracle,
+    units: Inventory,
+    current: dict[str, int],
+    new: dict[str, int],
+    bd: tuple[int, int],
+    topology: Topology,
+    rounds: int,
+    rng: np.random.Generator,
+    seen: _Incumbent,
+    out_of_time: Callable[[], bool],
+) -> _Block:
     """Up to `rounds` interleaved rounds (random order within each); a lost round ends the block."""
     b, d = bd
     out = _Block(rounds=max(1, rounds))
     for r in range(out.rounds):
-        for which in ([0, 1] if rng.random() < 0.5 else [1, 0]):
+        for which in [0, 1] if rng.random() < 0.5 else [1, 0]:
             if which == 0:
                 pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
                 out.old.append(max(pair))
@@ -169,8 +190,9 @@ def _duel(oracle: Oracle, units: Inventory, current: dict[str, int], new: dict[s
                 seen.add(d, pair[1])
             else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
                 # above the incumbent's fastest round, the round is lost whatever the other device measures
-                pair, timed = _pair_ms(oracle, units, new, (d, b), topology,
-                                       stop_at=min(out.old) if out.old else math.inf)
+                pair, timed = _pair_ms(
+                    oracle, units, new, (d, b), topology, stop_at=min(out.old) if out.old else math.inf
+                )
                 out.new.append(max(pair))
                 out.pairs.append(pair[::-1])  # (b, d) when both were timed
             out.timings += timed
@@ -229,12 +251,22 @@ def refine_measured(
         timings += sum(bl.timings for bl in blocks)
         old_rounds = [x for bl in blocks for x in bl.old]
         new_rounds = [x for bl in blocks for x in bl.new]
-        kept = (len(blocks) == 1 + (confirm > 0) and all(bl.passed for bl in blocks)
-                and statistics.median(new_rounds) < seen.costs()[b])
-        steps.append(RefineStep(proposal=label, devices=(b, d), predicted_ms=round(est, 6),
-                                incumbent_ms=round(statistics.median(old_rounds), 6),
-                                measured_ms=round(statistics.median(new_rounds), 6), kept=kept,
-                                rounds=len(new_rounds)))
+        kept = (
+            len(blocks) == 1 + (confirm > 0)
+            and all(bl.passed for bl in blocks)
+            and statistics.median(new_rounds) < seen.costs()[b]
+        )
+        steps.append(
+            RefineStep(
+                proposal=label,
+                devices=(b, d),
+                predicted_ms=round(est, 6),
+                incumbent_ms=round(statistics.median(old_rounds), 6),
+                measured_ms=round(statistics.median(new_rounds), 6),
+                kept=kept,
+                rounds=len(new_rounds),
+            )
+        )
         if kept:
             initial = seen.bottleneck_ms() if initial is None else initial
             queues.clear()
@@ -247,16 +279,32 @@ def refine_measured(
                 timings += len(set(current.values()))
     final = seen.bottleneck_ms()
     initial = final if initial is None else initial
-    trace = RefineTrace(seconds=round(clock() - start, 3), budget_s=seconds, rounds=rounds, confirm_rounds=confirm,
-                        tried=len(steps), kept=sum(s.kept for s in steps), device_timings=timings,
-                        initial_ms=round(initial, 6), final_ms=round(final, 6),
-                        measured_gain=round((initial - final) / initial, 6) if initial > 0 else 0.0,
-                        steps=tuple(steps))
+    trace = RefineTrace(
+        seconds=round(clock() - start, 3),
+        budget_s=seconds,
+        rounds=rounds,
+        confirm_rounds=confirm,
+        tried=len(steps),
+        kept=sum(s.kept for s in steps),
+        device_timings=timings,
+        initial_ms=round(initial, 6),
+        final_ms=round(final, 6),
+        measured_gain=round((initial - final) / initial, 6) if initial > 0 else 0.0,
+        steps=tuple(steps),
+    )
     return current, trace
 
 
-def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Oracle, seconds: float,
-                rounds: int = 3, seed: int = 0, confirm: int = 3) -> Plan:
+def refine_plan(
+    inventory: Inventory,
+    plan: Plan,
+    cost: PlanningCost,
+    oracle: Oracle,
+    seconds: float,
+    rounds: int = 3,
+    seed: int = 0,
+    confirm: int = 3,
+) -> Plan:
     """`plan` refined on `oracle` for `seconds` (its units: whole tables and column shards), predicted by `cost`.
     With a kept proposal the refined plan is measured whole once (its `measured` costs); the trace is recorded
     either way."""
@@ -273,12 +321,26 @@ def refine_plan(inventory: Inventory, plan: Plan, cost: PlanningCost, oracle: Or
                 cache[key] = float(cost.mean_device_costs(torch.stack([states[n] for n in key]).sum(0)).sum())
         return cache[key]
 
-    refined, trace = refine_measured(units, placed, plan.topology, oracle, predict, seconds, rounds, seed,
-                                     confirm=confirm)
+    refined, trace = refine_measured(
+        units, placed, plan.topology, oracle, predict, seconds, rounds, seed, confirm=confirm
+    )
     if not trace.kept:
         return plan.model_copy(update={"refinement": trace})
-    new = make_plan(inventory, plan.topology, sharder=plan.sharder, **fold_units(inventory, refined).plan_fields(),
-                    predicted=cost.predict(list(units.tables), refined), model_version=plan.model_version)
+    new = make_plan(
+        inventory,
+        plan.topology,
+        sharder=plan.sharder,
+        **fold_units(inventory, refined).plan_fields(),
+        predicted=cost.predict(list(units.tables), refined),
+        model_version=plan.model_version,
+    )
     whole = oracle.measure(units, refined, plan.topology, kind="placement", task="refine")
-    return new.model_copy(update={"out_of_range": plan.out_of_range, "verification": plan.verification,
-                                  "refinement": trace, "measured": whole.costs, "measured_by": oracle.info})
+    return new.model_copy(
+        update={
+            "out_of_range": plan.out_of_range,
+            "verification": plan.verification,
+            "refinement": trace,
+            "measured": whole.costs,
+            "measured_by": oracle.info,
+        }
+    )

@@ -39,7 +39,12 @@ def run_dvc(
     full_env = {**os.environ, **(env or {}), "DVC_NO_ANALYTICS": "1"}
     try:
         proc = subprocess.run(
-            [find_dvc(), *args], cwd=repo_dir, env=full_env, capture_output=True, text=True, timeout=timeout_s,
+            [find_dvc(), *args],
+            cwd=repo_dir,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -104,7 +109,9 @@ def configure_s3_remote(
     return cmds
 
 
-def configure_local_remote(name: str, path: str | Path, repo_dir: str | Path = ".", default: bool = True) -> list[list[str]]:
+def configure_local_remote(
+    name: str, path: str | Path, repo_dir: str | Path = ".", default: bool = True
+) -> list[list[str]]:
     """`dvc remote add -f [-d] NAME DIR` (the directory is created)."""
     repo = _check_repo(repo_dir)
     target = Path(path).expanduser()

@@ -44,7 +44,9 @@ DVC_YAML = "dvc.yaml"
 PARAMS = "params.yaml"
 LOCK = "dvc.lock"
 INPUT_INVENTORY = "inputs/inventory.yaml"
-INPUT_INCUMBENT = "inputs/incumbent.json"  # the plan current when the input inventory arrived (dreamshard.pipeline.incumbent)
+INPUT_INCUMBENT = (
+    "inputs/incumbent.json"  # the plan current when the input inventory arrived (dreamshard.pipeline.incumbent)
+)
 INCUMBENT = "data/incumbent.json"  # its validated copy, a DVC output (what the plan stage reads)
 INVENTORY = "data/inventory.yaml"
 TASKS = "data/tasks.json"
@@ -97,8 +99,9 @@ def installed_package_dir() -> Path:
 def run_git(args: list[str], repo: str | Path) -> str:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     try:
-        proc = subprocess.run(["git", *_GIT_IDENTITY, *args], cwd=repo, env=env, capture_output=True, text=True,
-                              timeout=120, check=False)
+        proc = subprocess.run(
+            ["git", *_GIT_IDENTITY, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise PipelineError(f"`git {args[0]}` could not run in {repo}: {first_line(e)}") from None
     if proc.returncode != 0:
@@ -314,8 +317,9 @@ def check_directory_path(path: Path, option: str) -> None:
     for p in (path, *path.parents):
         if p.exists() or p.is_symlink():
             if not p.is_dir():
-                raise PipelineError(f"{option} {path}: {p} is {'a file' if p.exists() else 'a link to nowhere'}; "
-                                    f"give a directory")
+                raise PipelineError(
+                    f"{option} {path}: {p} is {'a file' if p.exists() else 'a link to nowhere'}; give a directory"
+                )
             return
 
 
@@ -353,8 +357,11 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
         raise ConfigError(f"--into {target} already exists and is not empty; choose a new directory")
     ws = PipelineWorkspace(target)
     with undo_on_failure(target):  # nothing half-made or unverified is left behind; the user's directory stays
-        ws.init(lineage.dvc_yaml, lineage.params, RemoteSpec(url=lineage.dvc_remote,
-                                                             endpoint_url=lineage.dvc_remote_endpoint))
+        ws.init(
+            lineage.dvc_yaml,
+            lineage.params,
+            RemoteSpec(url=lineage.dvc_remote, endpoint_url=lineage.dvc_remote_endpoint),
+        )
         atomic_write_text(ws.path(LOCK), lineage.dvc_lock)
         ws.pull()
         for validated, given in ((INVENTORY, INPUT_INVENTORY), (INCUMBENT, INPUT_INCUMBENT)):
@@ -362,8 +369,10 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
                 ws.path(given).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(ws.path(validated), ws.path(given))
         rev = ws.commit(f"reproduce plan {plan_id} (workspace revision {lineage.git_revision or 'unknown'})") or ""
-        got = {name: dvc_md5(ws.path(rel)) if ws.path(rel).exists() else "missing"
-               for name, rel in (("model", MODEL_DIR), ("measurements", MEASUREMENTS))}
+        got = {
+            name: dvc_md5(ws.path(rel)) if ws.path(rel).exists() else "missing"
+            for name, rel in (("model", MODEL_DIR), ("measurements", MEASUREMENTS))
+        }
         want = {"model": lineage.model_md5, "measurements": lineage.measurements_md5}
         for name in ("model", "measurements"):
             if got[name] != want[name]:
@@ -371,5 +380,10 @@ def reproduce(lineage: Lineage, into: str | Path, plan_id: str) -> ReproduceResu
                     f"{name} pulled into {target} has md5 {got[name]}, the plan's lineage says {want[name]}: "
                     f"the remote {lineage.dvc_remote} does not hold what produced plan {plan_id}"
                 )
-    return ReproduceResult(directory=str(target), plan_id=plan_id, model_md5=got["model"],
-                           measurements_md5=got["measurements"], git_revision=rev)
+    return ReproduceResult(
+        directory=str(target),
+        plan_id=plan_id,
+        model_md5=got["model"],
+        measurements_md5=got["measurements"],
+        git_revision=rev,
+    )

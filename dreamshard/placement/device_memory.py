@@ -54,16 +54,27 @@ from dataclasses import dataclass
 from dreamshard.errors import PlanError
 from dreamshard.values import GB, SHARDING_TYPES, Inventory, ShardingType, Table, Topology, parse_unit
 
-__all__ = ["SHARDING_TYPES", "MemoryBreakdown", "ShardingType", "device_memory", "io_bytes", "optimizer_bytes",
-           "unit_memory"]
+__all__ = [
+    "SHARDING_TYPES",
+    "MemoryBreakdown",
+    "ShardingType",
+    "device_memory",
+    "io_bytes",
+    "optimizer_bytes",
+    "unit_memory",
+]
 
 #: Bytes of one input index (TorchRec's BIGINT_DTYPE: TBE converts int32 indices to int64).
 INDEX_BYTES = 8
 #: Optimizer state per weight element (TorchRec's `_get_optimizer_multipler`); row-wise Adagrad is per row.
 ADAM_STATES = 2
 #: The sharding type of each kind of unit name (dreamshard.values.units); row units are row_wise or table_row_wise.
-_KIND_SHARDING: dict[str, str] = {"table": "table_wise", "column": "column_wise", "row": "row_wise",
-                                  "replica": "data_parallel"}
+_KIND_SHARDING: dict[str, str] = {
+    "table": "table_wise",
+    "column": "column_wise",
+    "row": "row_wise",
+    "replica": "data_parallel",
+}
 
 
 @dataclass(frozen=True)
@@ -84,8 +95,12 @@ class MemoryBreakdown:
 
     def gb(self) -> dict[str, float]:
         """{weights, optimizer, io, total} in GB (1 GB = 2^30 bytes, as `memory_per_device_gb`)."""
-        return {"weights": self.weights / GB, "optimizer": self.optimizer / GB, "io": self.io / GB,
-                "total": self.total / GB}
+        return {
+            "weights": self.weights / GB,
+            "optimizer": self.optimizer / GB,
+            "io": self.io / GB,
+            "total": self.total / GB,
+        }
 
     def __add__(self, other: MemoryBreakdown) -> MemoryBreakdown:
         return MemoryBreakdown(self.weights + other.weights, self.optimizer + other.optimizer, self.io + other.io)
@@ -98,20 +113,24 @@ def _count(value: object) -> bool:
 
 def _check(unit: Table, sharding: str, num_shards: int, table_dim: int | None, table_rows: int | None) -> None:
     if sharding not in SHARDING_TYPES:
-        raise PlanError(f"unit '{unit.name}': unknown sharding type '{sharding}'; expected one of "
-                        f"{', '.join(SHARDING_TYPES)}")
+        raise PlanError(
+            f"unit '{unit.name}': unknown sharding type '{sharding}'; expected one of {', '.join(SHARDING_TYPES)}"
+        )
     if not _count(num_shards):
         raise PlanError(f"unit '{unit.name}': num_shards must be an integer >= 1, got {num_shards!r}")
     if table_dim is not None and not (_count(table_dim) and table_dim >= unit.embedding_dim):
-        raise PlanError(f"unit '{unit.name}': table_dim {table_dim!r} is narrower than the unit's "
-                        f"{unit.embedding_dim} columns")
+        raise PlanError(
+            f"unit '{unit.name}': table_dim {table_dim!r} is narrower than the unit's {unit.embedding_dim} columns"
+        )
     if table_rows is not None and not (_count(table_rows) and table_rows >= unit.num_embeddings):
-        raise PlanError(f"unit '{unit.name}': table_rows {table_rows!r} is fewer than the unit's "
-                        f"{unit.num_embeddings} rows")
+        raise PlanError(
+            f"unit '{unit.name}': table_rows {table_rows!r} is fewer than the unit's {unit.num_embeddings} rows"
+        )
 
 
-def optimizer_bytes(unit: Table, optimizer: str, sharding: str = "table_wise", num_shards: int = 1,
-                    table_dim: int | None = None) -> int:
+def optimizer_bytes(
+    unit: Table, optimizer: str, sharding: str = "table_wise", num_shards: int = 1, table_dim: int | None = None
+) -> int:
     """Optimizer state of `unit` (TorchRec `_calculate_optimizer_sizes`: ceil(weights x multiplier)).
 
     Row-wise Adagrad's multiplier is 1 / the whole table's dim: for a column shard that is `table_dim`, by
@@ -129,8 +148,9 @@ def optimizer_bytes(unit: Table, optimizer: str, sharding: str = "table_wise", n
     raise PlanError(f"unit '{unit.name}': unknown optimizer '{optimizer}'; expected sgd, rowwise_adagrad or adam")
 
 
-def io_bytes(unit: Table, topology: Topology, sharding: str = "table_wise", num_shards: int = 1,
-             table_rows: int | None = None) -> tuple[int, int]:
+def io_bytes(
+    unit: Table, topology: Topology, sharding: str = "table_wise", num_shards: int = 1, table_rows: int | None = None
+) -> tuple[int, int]:
     """(input, output) buffer bytes of `unit` for one batch, as TorchRec's `_calculate_shard_io_sizes` (module
     docstring); `topology.batch_size` is the global batch."""
     world = topology.num_devices
@@ -149,8 +169,15 @@ def io_bytes(unit: Table, topology: Topology, sharding: str = "table_wise", num_
     return math.ceil(inputs * world * INDEX_BYTES), math.ceil(outputs * world * out_row)
 
 
-def unit_memory(unit: Table, topology: Topology, sharding: str = "table_wise", num_shards: int = 1, *,
-                table_dim: int | None = None, table_rows: int | None = None) -> MemoryBreakdown:
+def unit_memory(
+    unit: Table,
+    topology: Topology,
+    sharding: str = "table_wise",
+    num_shards: int = 1,
+    *,
+    table_dim: int | None = None,
+    table_rows: int | None = None,
+) -> MemoryBreakdown:
     """What `unit` needs on its device under `topology`'s optimizer and memory model (module docstring).
 
     `num_shards`: how many shards the table is cut into (row shards: for the indices each receives; column
@@ -236,6 +263,5 @@ def device_memory(
             sharding, k = given[name]
         table_dim = group.width if ref.kind == "column" and sharding == "column_wise" and k == group.count else None
         table_rows = group.rows if ref.kind == "row" and sharding in ("row_wise", "table_row_wise") else None
-        used[dev] = used[dev] + unit_memory(table, topology, sharding, k, table_dim=table_dim,
-                                            table_rows=table_rows)
+        used[dev] = used[dev] + unit_memory(table, topology, sharding, k, table_dim=table_dim, table_rows=table_rows)
     return used

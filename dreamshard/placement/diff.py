@@ -30,8 +30,7 @@ class PlanDiff(BaseModel):
     def summary(self) -> str:
         total = len(self.moved) + self.kept
         extra = "".join(f", {len(x)} {what}" for x, what in ((self.added, "added"), (self.removed, "removed")) if x)
-        return (f"{len(self.moved)} of {total} tables move ({self.moved_gb:.3f} GB) from plan {self.old_plan_id}"
-                f"{extra}")
+        return f"{len(self.moved)} of {total} tables move ({self.moved_gb:.3f} GB) from plan {self.old_plan_id}{extra}"
 
 
 def _where(plan: Plan) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
@@ -48,6 +47,12 @@ def plan_diff(old: Plan, new: Plan, inventory: Inventory) -> PlanDiff:
     sizes: Mapping[str, float] = {t.name: t.size_bytes / GB for t in inventory.tables}
     both = [t for t in after if t in before]
     moved = tuple(t for t in both if before[t] != after[t])
-    return PlanDiff(old_plan_id=old.plan_id, new_plan_id=new.plan_id, moved=moved,
-                    added=tuple(t for t in after if t not in before), removed=tuple(t for t in before if t not in after),
-                    kept=len(both) - len(moved), moved_gb=sum(sizes.get(t, 0.0) for t in moved))
+    return PlanDiff(
+        old_plan_id=old.plan_id,
+        new_plan_id=new.plan_id,
+        moved=moved,
+        added=tuple(t for t in after if t not in before),
+        removed=tuple(t for t in before if t not in after),
+        kept=len(both) - len(moved),
+        moved_gb=sum(sizes.get(t, 0.0) for t in moved),
+    )

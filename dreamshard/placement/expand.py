@@ -79,17 +79,21 @@ def check_column_shards(table: Table, shards: Sequence[ColumnShard]) -> None:
             )
         pos = sh.end
     if pos != table.embedding_dim:
-        raise PlanError(
-            f"column shards of table '{table.name}' cover {pos} of its {table.embedding_dim} columns"
-        )
+        raise PlanError(f"column shards of table '{table.name}' cover {pos} of its {table.embedding_dim} columns")
 
 
 def row_shard_table(table: Table, start: int, end: int) -> Table:
     """The unit for rows [start, end) of `table`: its share of the rows and of the lookups."""
     share = (end - start) / table.num_embeddings
     features = tuple(f.model_copy(update={"pooling_factor": f.pooling_factor * share}) for f in table.features)
-    return table.model_copy(update={"name": row_shard_name(table.name, start, end), "num_embeddings": end - start,
-                                    "pooling_factor": table.pooling_factor * share, "features": features})
+    return table.model_copy(
+        update={
+            "name": row_shard_name(table.name, start, end),
+            "num_embeddings": end - start,
+            "pooling_factor": table.pooling_factor * share,
+            "features": features,
+        }
+    )
 
 
 def replica_table(table: Table, device: int) -> Table:
@@ -114,8 +118,10 @@ def unit_table(tables: Mapping[str, Table], unit: str) -> Table:
         raise PlanError(f"unit '{unit[:80]}' is not a unit of table '{table.name}' ({size} {what})")
     if ref.kind == "column":
         if dim_problem(ref.end - ref.start):
-            raise PlanError(f"column shard '{unit[:80]}' is {ref.end - ref.start} columns wide; shards must be "
-                            f"multiples of {DIM_ALIGN}")
+            raise PlanError(
+                f"column shard '{unit[:80]}' is {ref.end - ref.start} columns wide; shards must be "
+                f"multiples of {DIM_ALIGN}"
+            )
         return shard_table(table, ref.start, ref.end)
     return row_shard_table(table, ref.start, ref.end)
 
@@ -152,9 +158,12 @@ def row_sharding_devices(table: Table, devices: Sequence[int], topology: Topolog
     host = topology.host_of(devices[0]) if devices else 0
     if topology.hosts > 1 and list(devices) == list(range(host * local, (host + 1) * local)):
         return "table_row_wise"
-    where = f"devices 0..{n - 1} in order" + (f", or the {local} devices of one host in order" if topology.hosts > 1 else "")
-    raise PlanError(f"row shards of table '{table.name}' are on devices {brief(list(devices))}; row-wise sharding needs "
-                    f"{where}")
+    where = f"devices 0..{n - 1} in order" + (
+        f", or the {local} devices of one host in order" if topology.hosts > 1 else ""
+    )
+    raise PlanError(
+        f"row shards of table '{table.name}' are on devices {brief(list(devices))}; row-wise sharding needs {where}"
+    )
 
 
 def check_row_shards(table: Table, shards: Sequence[RowShard], topology: Topology) -> str:
@@ -167,8 +176,10 @@ def check_row_shards(table: Table, shards: Sequence[RowShard], topology: Topolog
         raise PlanError(f"table '{table.name}' has {table.num_embeddings} rows: too few for {len(ordered)} row shards")
     got = [(rs.start, rs.end) for rs in ordered]
     if got != want:
-        raise PlanError(f"row shards of table '{table.name}' are {brief(got)}; {len(ordered)} row shards of its "
-                        f"{table.num_embeddings} rows are {brief(want)} (ceil(rows / shards) rows each, as TorchRec cuts them)")
+        raise PlanError(
+            f"row shards of table '{table.name}' are {brief(got)}; {len(ordered)} row shards of its "
+            f"{table.num_embeddings} rows are {brief(want)} (ceil(rows / shards) rows each, as TorchRec cuts them)"
+        )
     return kind
 
 
@@ -239,8 +250,12 @@ class Folded:
     data_parallel: tuple[str, ...]
 
     def plan_fields(self) -> dict[str, object]:
-        return {"placement": self.placement, "column_shards": self.column_shards, "row_shards": self.row_shards,
-                "data_parallel": self.data_parallel}
+        return {
+            "placement": self.placement,
+            "column_shards": self.column_shards,
+            "row_shards": self.row_shards,
+            "data_parallel": self.data_parallel,
+        }
 
 
 def fold_units(inventory: Inventory, unit_placement: Mapping[str, int]) -> Folded:
@@ -260,8 +275,12 @@ def fold_units(inventory: Inventory, unit_placement: Mapping[str, int]) -> Folde
             rows.setdefault(ref.table, []).append(RowShard(start=ref.start, end=ref.end, device=int(d)))
         elif ref.table not in replicated:
             replicated.append(ref.table)
-    return Folded(placement, {t: tuple(sorted(v, key=lambda sh: sh.start)) for t, v in shards.items()},
-                  {t: tuple(sorted(v, key=lambda rs: rs.start)) for t, v in rows.items()}, tuple(replicated))
+    return Folded(
+        placement,
+        {t: tuple(sorted(v, key=lambda sh: sh.start)) for t, v in shards.items()},
+        {t: tuple(sorted(v, key=lambda rs: rs.start)) for t, v in rows.items()},
+        tuple(replicated),
+    )
 
 
 def split_inventory(inventory: Inventory, splits: Mapping[str, int]) -> Inventory:

@@ -27,8 +27,9 @@ def footprint(unit: Table, topology: Topology) -> int:
     return unit_memory(unit, topology).total
 
 
-def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_devices: int,
-                        topology: Topology | None = None) -> list[int]:
+def device_memory_bytes(
+    inventory: Inventory, placement: Mapping[str, int], num_devices: int, topology: Topology | None = None
+) -> list[int]:
     """Bytes on each device: `placement` is over units of `inventory` (whole tables, or the units of an expanded
     inventory). With `topology`: weights, optimizer state and io as its memory model counts them
     (dreamshard.placement.device_memory.device_memory); without: table weights only."""
@@ -41,8 +42,9 @@ def device_memory_bytes(inventory: Inventory, placement: Mapping[str, int], num_
     return used
 
 
-def device_memory_gb(inventory: Inventory, placement: Mapping[str, int], num_devices: int,
-                     topology: Topology | None = None) -> list[float]:
+def device_memory_gb(
+    inventory: Inventory, placement: Mapping[str, int], num_devices: int, topology: Topology | None = None
+) -> list[float]:
     return [b / GB for b in device_memory_bytes(inventory, placement, num_devices, topology)]
 
 
@@ -66,8 +68,12 @@ def check_placement(
     shards = column_shards or {}
     rows = row_shards or {}
     seen: dict[str, str] = {}
-    for label, group in (("placed whole", placement), ("split into column shards", shards),
-                         ("split into row shards", rows), ("data-parallel", data_parallel)):
+    for label, group in (
+        ("placed whole", placement),
+        ("split into column shards", shards),
+        ("split into row shards", rows),
+        ("data-parallel", data_parallel),
+    ):
         for t in group:
             if t in seen:
                 raise PlanError(f"table '{t}' is both {seen[t]} and {label}; keep one")
@@ -100,8 +106,10 @@ def check_placement(
             raise PlanError(f"table '{name}' has an empty list of row shards")
         for rs in table_rows:
             if not 0 <= rs.device < n:
-                raise PlanError(f"row shard {rs.start}:{rs.end} of table '{name}' placed on device {rs.device}; "
-                                f"topology has {n} devices")
+                raise PlanError(
+                    f"row shard {rs.start}:{rs.end} of table '{name}' placed on device {rs.device}; "
+                    f"topology has {n} devices"
+                )
     # checks that shards tile their table (row shards: TorchRec's blocks on every device or one host's)
     units, unit_placement = expand(inventory, placement, shards, rows, data_parallel, topology)
     used = device_memory_bytes(units, unit_placement, n, topology)
@@ -119,8 +127,14 @@ def check_placement(
 def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
     """`check_placement` for a plan (every sharding type), plus its stated memory figures checked
     against the recomputed ones. Returns the recomputed GB per device."""
-    used = check_placement(inventory, plan.placement, plan.topology, plan.column_shards,
-                           row_shards=plan.row_shards, data_parallel=plan.data_parallel)
+    used = check_placement(
+        inventory,
+        plan.placement,
+        plan.topology,
+        plan.column_shards,
+        row_shards=plan.row_shards,
+        data_parallel=plan.data_parallel,
+    )
     gb = [u / GB for u in used]
     for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb)):
         if abs(stated - real) > MEMORY_TOLERANCE_GB * max(1.0, real):
@@ -136,8 +150,11 @@ def check_each_table_fits(inventory: Inventory, topology: Topology) -> None:
     cap = topology.usable_memory_bytes
     for t in inventory.tables:
         if (need := footprint(t, topology)) > cap:
-            reserve = f"; {topology.memory_reserve:.0%} of each device is reserved (--memory-reserve)" \
-                if topology.memory_reserve else ""
+            reserve = (
+                f"; {topology.memory_reserve:.0%} of each device is reserved (--memory-reserve)"
+                if topology.memory_reserve
+                else ""
+            )
             raise InfeasiblePlacementError(t.name, need / GB, cap / GB, "larger than one device" + reserve)
 
 

@@ -11,10 +11,13 @@ from dreamshard.lazy import lazy_exports
 from dreamshard.values import BackendInfo, CommModel, Measurement
 
 # each submodule is imported when one of its names is first used (dreamshard/lazy.py)
-__getattr__, __dir__, _LAZY = lazy_exports(__name__, {
-    "dreamshard.config.profile": ("ProfileConfig",),
-    ".oracle": ("BACKENDS", "Oracle", "make_oracle"),
-    ".runner": ("ProfileSummary", "profile_inventory", "single_table_costs_from"),
-})
+__getattr__, __dir__, _LAZY = lazy_exports(
+    __name__,
+    {
+        "dreamshard.config.profile": ("ProfileConfig",),
+        ".oracle": ("BACKENDS", "Oracle", "make_oracle"),
+        ".runner": ("ProfileSummary", "profile_inventory", "single_table_costs_from"),
+    },
+)
 
 __all__ = [*_LAZY, "BackendInfo", "CommModel", "Measurement"]

@@ -80,8 +80,15 @@ class IndexBank:
         feature: the plain per-table batch). Batches are drawn in sequence from one seeded stream, so the first k
         are the same whatever `count` is."""
         count = self.num_batches if count is None else count
-        key = (table.name, table.num_embeddings, table.pooling_factor, table.access_histogram, table.features,
-               rows, batch_size)
+        key = (
+            table.name,
+            table.num_embeddings,
+            table.pooling_factor,
+            table.access_histogram,
+            table.features,
+            rows,
+            batch_size,
+        )
         hit = self._cache.get(key)
         if hit is not None and len(hit) >= count:
             self._cache.move_to_end(key)
@@ -103,14 +110,20 @@ class IndexBank:
         self._bytes = 0
 
 
-def feature_indices(table: Table, batch_size: int, rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray]:
+def feature_indices(
+    table: Table, batch_size: int, rng: np.random.Generator, rows: int
+) -> tuple[np.ndarray, np.ndarray]:
     """One batch of a table's lookups, per feature: a shared table (`Table.features`) is k lookups into the same
     rows, each feature's bags drawn to its own pooling factor and the table's reuse histogram, concatenated
     feature-major (k x batch_size bags). A table without features: `synthesize_indices` of the table."""
     if not table.features:
         return synthesize_indices(table, batch_size, rng, num_rows=rows)
-    parts = [synthesize_indices(table.model_copy(update={"pooling_factor": f.pooling_factor}), batch_size, rng, num_rows=rows)
-             for f in table.features]
+    parts = [
+        synthesize_indices(
+            table.model_copy(update={"pooling_factor": f.pooling_factor}), batch_size, rng, num_rows=rows
+        )
+        for f in table.features
+    ]
     return fuse_batches([[p] for p in parts], 0)
 
 
@@ -238,7 +251,9 @@ class TorchBackend(ComputeBackend):
         clear_all()  # the reused weights and gradient buffers go with the last oracle that timed on them
 
     @abc.abstractmethod
-    def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
+    def build(
+        self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
+    ) -> FusedOp:
         """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:

@@ -36,8 +36,8 @@ from dreamshard.profiling.corpus import CorpusEntry, TimingRecorder
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import PlannedItem, plan_items
 from dreamshard.store.base import KeyNotFoundError, PlanStore
-from dreamshard.values.names import check_key_part
 from dreamshard.values import Inventory, Measurement, TaskSet, Topology, utcnow
+from dreamshard.values.names import check_key_part
 
 SHARD_PREFIX = "profiling"
 
@@ -71,8 +71,9 @@ class ProfileJob(_Frozen):
 
     def items(self) -> list[PlannedItem]:
         p = self.profile
-        return plan_items(self.inventory, self.topology, p.num_placements, p.backend, seed=p.seed, tasks=self.tasks,
-                          kinds=p.kinds)
+        return plan_items(
+            self.inventory, self.topology, p.num_placements, p.backend, seed=p.seed, tasks=self.tasks, kinds=p.kinds
+        )
 
 
 class BatchSpec(_Frozen):
@@ -109,8 +110,13 @@ class WorkerInfo(_Frozen):
 
     @classmethod
     def here(cls, flow_run_id: str = "") -> WorkerInfo:
-        return cls(host=socket.gethostname(), pid=os.getpid(), ppid=os.getppid(),
-                   worker=os.environ.get("PREFECT__WORKER_NAME", ""), flow_run_id=flow_run_id)
+        return cls(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            ppid=os.getppid(),
+            worker=os.environ.get("PREFECT__WORKER_NAME", ""),
+            flow_run_id=flow_run_id,
+        )
 
 
 class ProfileShard(_Frozen):
@@ -155,8 +161,16 @@ def plan_batches(job: ProfileJob, items_per_batch: int, campaign: str) -> list[B
     specs = []
     for index, start in enumerate(range(0, len(items), items_per_batch)):
         chunk = tuple(items[start : start + items_per_batch])
-        specs.append(BatchSpec(campaign=campaign, index=index, batch_id=batch_id(index, [it.key for it in chunk]),
-                               inventory=job.inventory, profile=job.profile, items=chunk))
+        specs.append(
+            BatchSpec(
+                campaign=campaign,
+                index=index,
+                batch_id=batch_id(index, [it.key for it in chunk]),
+                inventory=job.inventory,
+                profile=job.profile,
+                items=chunk,
+            )
+        )
     return specs
 
 
@@ -175,9 +189,17 @@ def run_batch(spec: BatchSpec, oracle: Oracle, worker: WorkerInfo | None = None)
     finally:
         if recorder is not None:
             oracle.corpus = None
-    return ProfileShard(campaign=spec.campaign, batch_id=spec.batch_id, index=spec.index, item_ids=spec.item_ids,
-                        records=records, worker=worker or WorkerInfo.here(), started_at=started, finished_at=utcnow(),
-                        timings=tuple(recorder.recorded) if recorder is not None else ())
+    return ProfileShard(
+        campaign=spec.campaign,
+        batch_id=spec.batch_id,
+        index=spec.index,
+        item_ids=spec.item_ids,
+        records=records,
+        worker=worker or WorkerInfo.here(),
+        started_at=started,
+        finished_at=utcnow(),
+        timings=tuple(recorder.recorded) if recorder is not None else (),
+    )
 
 
 def write_spec(store: PlanStore, spec: BatchSpec) -> str:
@@ -271,6 +293,8 @@ def merge_shards(store: PlanStore, specs: Sequence[BatchSpec], out_path: str | P
             lines.append(m.model_dump_json() + "\n")
     atomic_write_text(out_path, "".join(lines))
     return MergeSummary(
-        out_path=str(out_path), batches=len(shards), records=len(lines),
+        out_path=str(out_path),
+        batches=len(shards),
+        records=len(lines),
         workers={s.batch_id: f"{s.worker.worker or 'local'}@{s.worker.host} pid {s.worker.pid}" for s in shards},
     )

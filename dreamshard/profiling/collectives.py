@@ -93,8 +93,17 @@ def _pick_op(collective: str, rank: int, world: int, dev: torch.device) -> tuple
     raise RuntimeError(f"no way to run {collective}: {last}")
 
 
-def _worker(rank: int, world: int, port: int, backend: str, collective: str, sizes: Sequence[int], warmup: int,
-            repeats: int, out: str) -> None:
+def _worker(
+    rank: int,
+    world: int,
+    port: int,
+    backend: str,
+    collective: str,
+    sizes: Sequence[int],
+    warmup: int,
+    repeats: int,
+    out: str,
+) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     if os.path.exists("/sys/class/net/lo"):
@@ -135,5 +144,14 @@ def _worker(rank: int, world: int, port: int, backend: str, collective: str, siz
 def _worker_main(argv: Sequence[str]) -> None:
     """Entry of one benchmark rank started as ``python -c`` (see ``comm.benchmark_collective``)."""
     rank, world, port, backend, collective, sizes, warmup, repeats, out = argv
-    _worker(int(rank), int(world), int(port), backend, collective, [int(s) for s in sizes.split(",")],
-            int(warmup), int(repeats), out)
+    _worker(
+        int(rank),
+        int(world),
+        int(port),
+        backend,
+        collective,
+        [int(s) for s in sizes.split(",")],
+        int(warmup),
+        int(repeats),
+        out,
+    )

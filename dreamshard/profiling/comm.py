@@ -1,58 +1,6 @@
-"""Collective costs: real ``torch.distributed`` micro-benchmarks fitted to alpha-beta models, and a device's
-traffic costed on a topology with hosts (docs/architecture.md, "Measuring").
-
-**Benchmarks.** ``benchmark_collective(world_size, backend, collective)`` starts ``world_size`` processes on
-127.0.0.1 (a free port, gloo on CPU; NCCL on GPUs when at least two are present) that run one collective for
-several message sizes (the rank side is ``dreamshard.profiling.collectives``) and returns (megabytes leaving one
-rank, ms) points: the slowest rank of each repeat, median over repeats. ``benchmark_all_to_all`` is the
-all-to-all's (its points only). ``fit_alpha_beta`` fits ``t = alpha + beta * MB`` by least squares with alpha,
-beta >= 0. What gloo runs in torch 2.13 on CPU: ``all_to_all_single``, ``all_reduce`` and the reduce-scatter
-(``reduce_scatter_single``, the list form too); a process group without a reduce-scatter is measured as
-all-reduce + local slice and its model labelled ``<backend>:all_reduce+slice``.
-
-**Models.** ``comm_model_for(world_size, backend, collective=...)`` returns the fitted ``CommModel`` of one
-collective (``CommModel.collective`` says which), cached per process and on disk (``$DREAMSHARD_CACHE_DIR`` or
-``~/.cache/dreamshard``, one JSON per collective / backend / world size / torch version; the all-to-all keeps its
-original file name ``comm-<backend>-w<N>-torch<v>.json``, the others are ``comm-<collective>-<backend>-...``);
-``refit=True`` forces a new benchmark. ``CommModel.world_size`` is the number of processes that really ran. One
-device needs no communication (a zero model, backend ``none``). If the benchmark cannot run (no loopback, spawn
-forbidden) the documented ``DEFAULT_ALPHA_MS`` / ``DEFAULT_BETA_MS_PER_MB`` are used, labelled
-``backend="default"`` with a warning, never silently and never cached.
-
-**Bytes leaving one device** (what ``CommModel.cost_ms`` takes; B = the global batch, 4 bytes per fp32 element):
-
-* all-to-all (table- and column-wise outputs, ``device_comm_bytes``): ``B x sum(output dims on the device) x 4
-  x (n-1)/n``: its pooled outputs for the whole batch, less the share its own samples keep.
-* reduce-scatter (row-wise tables, ``reduce_scatter_bytes``): each of the n devices holding rows of a table has
-  partial pooled sums for the whole batch, ``B x output_dim x 4``, and sends the (n-1)/n other devices own:
-  ``B x sum(output dims) x 4 x (n-1)/n``.
-* all-reduce (data-parallel tables' gradients, ``all_reduce_bytes``): a dense gradient of ``rows x dim x 4``
-  bytes; a ring all-reduce (reduce-scatter + all-gather) sends ``2 (n-1)/n`` of it.
-
-**Hosts** (``device_comm_ms``, ``host_comm_model``). On a flat topology (``devices_per_host`` None or one host)
-a device's traffic costs ``model.cost_ms(bytes)``, exactly. With H hosts of L devices (N = H x L) a share of its
-bytes crosses hosts (``inter_host_fraction``):
-
-* all-to-all: the bytes go evenly to the N-1 peers, ``(N-L)/(N-1)`` of them on other hosts;
-* reduce-scatter and all-reduce run as a ring (NCCL's flat-group algorithm, what TorchRec's row-wise
-  reduce-scatter and DDP's all-reduce get): every step waits for the ring's slowest hop, so with H > 1 every
-  byte pays the inter-host link (fraction 1).
-
-Every byte costs the measured model's ``beta`` (the device's own rate: getting the bytes out of it, as on a
-flat host); a byte to another host then also crosses the network at ``Topology.inter_host_gbps``, i.e.
-``1 / inter_host_gbps`` ms/MB more, in sequence (store and forward through the host's network card, no overlap
-assumed: a conservative bound, like planning's pessimism elsewhere). That bandwidth is a topology *parameter*
-(one machine cannot measure an inter-host link; default ``DEFAULT_INTER_HOST_GBPS`` = 12.5 GB/s, a 100 Gb/s
-network), assumed available to EACH device (one network card per device, as on GPU training hosts; devices
-sharing one card would each see ``inter_host_gbps / L``: give that as the parameter). A collective pays one
-latency: the larger of the measured ``alpha`` and ``INTER_HOST_LATENCY_MS`` (an assumed network latency, also
-a parameter) when any byte crosses hosts. So per device, with f = ``inter_host_fraction``:
-
-    t = max(alpha, INTER_HOST_LATENCY_MS) + (beta + f / inter_host_gbps) x MB      (MB > 0, hosts > 1)
-
-Hosts never make traffic cheaper than flat, cost strictly more at any finite bandwidth, and an unbounded
-inter-host bandwidth gives the flat figure back (exactly when ``alpha >= INTER_HOST_LATENCY_MS``, as the default
-and profile models have; else within ``INTER_HOST_LATENCY_MS - alpha`` <= 0.02 ms: a fit may put alpha at 0).
+"""Collective costs: ``torch.distributed`` micro-benchmarks fitted to alpha-beta models (cached per machine and
+world size), the bytes each collective moves off one device, and a device's traffic costed on a topology with
+hosts. The model and its assumptions: docs/architecture.md, "Communication costs".
 """
 
 from __future__ import annotations
@@ -86,7 +34,9 @@ REDUCE_SCATTER_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 
 #: ... per all-reduce: 2(n-1)/n of the dense gradients of small replicated tables (KBs to tens of MB).
 ALL_REDUCE_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20)
 COLLECTIVE_BYTES: dict[str, tuple[int, ...]] = {
-    "all_to_all": MESSAGE_BYTES, "reduce_scatter": REDUCE_SCATTER_BYTES, "all_reduce": ALL_REDUCE_BYTES,
+    "all_to_all": MESSAGE_BYTES,
+    "reduce_scatter": REDUCE_SCATTER_BYTES,
+    "all_reduce": ALL_REDUCE_BYTES,
 }
 COLLECTIVES: tuple[str, ...] = get_args(Collective)
 MAX_PROCS = int(os.environ.get("DREAMSHARD_COMM_MAX_PROCS", "4"))
@@ -116,8 +66,13 @@ def profile_model(interconnect: str, world_size: int, collective: Collective = "
         raise ValueError(f"no fixed comm profile '{interconnect}'")
     if world_size <= 1:
         return zero_model(collective)
-    return CommModel(alpha_ms=FAST_ALPHA_MS, beta_ms_per_mb=FAST_BETA_MS_PER_MB, backend="profile:fast",
-                     world_size=world_size, collective=collective)
+    return CommModel(
+        alpha_ms=FAST_ALPHA_MS,
+        beta_ms_per_mb=FAST_BETA_MS_PER_MB,
+        backend="profile:fast",
+        world_size=world_size,
+        collective=collective,
+    )
 
 
 def cache_dir() -> Path:
@@ -169,13 +124,23 @@ def benchmark_collective(
     with tempfile.TemporaryDirectory(prefix="dreamshard-comm-") as tmp:
         out = os.path.join(tmp, "points.json")
         port = _free_port()
-        args = [str(world_size), str(port), backend, collective, ",".join(str(s) for s in sizes), str(warmup),
-                str(repeats), out]
+        args = [
+            str(world_size),
+            str(port),
+            backend,
+            collective,
+            ",".join(str(s) for s in sizes),
+            str(warmup),
+            str(repeats),
+            out,
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", code, str(rank), *args],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
             )
             for rank in range(world_size)
         ]
@@ -241,12 +206,22 @@ def zero_model(collective: Collective = "all_to_all") -> CommModel:
 
 
 def default_model(world_size: int, collective: Collective = "all_to_all") -> CommModel:
-    return CommModel(alpha_ms=DEFAULT_ALPHA_MS, beta_ms_per_mb=DEFAULT_BETA_MS_PER_MB, backend="default",
-                     world_size=world_size, collective=collective)
+    return CommModel(
+        alpha_ms=DEFAULT_ALPHA_MS,
+        beta_ms_per_mb=DEFAULT_BETA_MS_PER_MB,
+        backend="default",
+        world_size=world_size,
+        collective=collective,
+    )
 
 
-def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, max_procs: int | None = None,
-                   collective: Collective = "all_to_all") -> CommModel:
+def comm_model_for(
+    world_size: int,
+    backend: str = "gloo",
+    refit: bool = False,
+    max_procs: int | None = None,
+    collective: Collective = "all_to_all",
+) -> CommModel:
     """The fitted alpha-beta model of `collective` for ``world_size`` devices (memo -> disk cache -> benchmark)."""
     _check_collective(collective)
     if world_size <= 1:
@@ -276,13 +251,23 @@ def comm_model_for(world_size: int, backend: str = "gloo", refit: bool = False, 
             points, method = benchmark_collective(procs, backend, collective)
             label = f"{backend}:{method}" if method == _FALLBACK_METHOD else backend
     except Exception as e:  # noqa: BLE001 - any failure to start processes
-        log.warning("%s benchmark (%s, %d procs) failed (%s); using the labelled default model",
-                    collective, backend, procs, first_line(e))
+        log.warning(
+            "%s benchmark (%s, %d procs) failed (%s); using the labelled default model",
+            collective,
+            backend,
+            procs,
+            first_line(e),
+        )
         return default_model(procs, collective)
     alpha, beta, r2 = fit_alpha_beta(points)
     model = CommModel(
-        alpha_ms=alpha, beta_ms_per_mb=beta, backend=label, world_size=procs, collective=collective,
-        points=tuple((round(a, 6), round(b, 6)) for a, b in points), r2=round(r2, 6),
+        alpha_ms=alpha,
+        beta_ms_per_mb=beta,
+        backend=label,
+        world_size=procs,
+        collective=collective,
+        points=tuple((round(a, 6), round(b, 6)) for a, b in points),
+        r2=round(r2, 6),
     )
     _MEMO[key] = model
     try:
@@ -360,7 +345,8 @@ def host_comm_model(topology: Topology, model: CommModel, collective: Collective
         alpha_ms=max(model.alpha_ms, INTER_HOST_LATENCY_MS),
         beta_ms_per_mb=model.beta_ms_per_mb + f * inter_host_beta_ms_per_mb(topology),
         backend=f"{model.backend}+inter-host {topology.inter_host_gbps:g} GB/s (parameter)",
-        world_size=model.world_size, collective=route,
+        world_size=model.world_size,
+        collective=route,
     )
 
 

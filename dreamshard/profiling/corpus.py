@@ -174,14 +174,32 @@ class DeviceCorpus:
         e = self.entries.get(key)
         return e is not None and e.inventory != inventory
 
-    def add(self, key: str, info: BackendInfo, tables: Sequence[Table], timing: DeviceTiming,
-            inventory: str = "", seed: int | None = None) -> None:
+    def add(
+        self,
+        key: str,
+        info: BackendInfo,
+        tables: Sequence[Table],
+        timing: DeviceTiming,
+        inventory: str = "",
+        seed: int | None = None,
+    ) -> None:
         if key in self.entries and self.reuse:
             return
-        self.add_entry(CorpusEntry(
-            key=key, hardware=hardware_id(info.device), backend=info.name, batch_size=info.batch_size,
-            tables=tuple(t.name for t in tables), fwd_ms=tuple(timing.fwd_ms), bwd_ms=tuple(timing.bwd_ms),
-            rows_used=tuple(timing.rows_used), inventory=inventory, info=info, seed=seed))
+        self.add_entry(
+            CorpusEntry(
+                key=key,
+                hardware=hardware_id(info.device),
+                backend=info.name,
+                batch_size=info.batch_size,
+                tables=tuple(t.name for t in tables),
+                fwd_ms=tuple(timing.fwd_ms),
+                bwd_ms=tuple(timing.bwd_ms),
+                rows_used=tuple(timing.rows_used),
+                inventory=inventory,
+                info=info,
+                seed=seed,
+            )
+        )
 
     def add_entry(self, e: CorpusEntry) -> bool:
         """Append one entry (made here or by a worker); False when the corpus already holds its key."""

@@ -48,7 +48,9 @@ class EmbeddingBagBackend(TorchBackend):
 
     operator = "embedding_bag"
 
-    def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
+    def build(
+        self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
+    ) -> FusedOp:
         tdev = torch.device(self.device)
         n_bags = sum(t.num_outputs for t in tables)  # a shared table: one bag per feature and sample
         batch_size = (len(batches[0][1]) - 1) // n_bags
@@ -66,7 +68,11 @@ class EmbeddingBagBackend(TorchBackend):
             for k in members:
                 row_base[k] = base
                 base += int(rows[k])
-            dtype = torch.float16 if all(tables[k].dtype == "fp16" for k in members) and tdev.type == "cuda" else torch.float32
+            dtype = (
+                torch.float16
+                if all(tables[k].dtype == "fp16" for k in members) and tdev.type == "cuda"
+                else torch.float32
+            )
             w = torch.empty(base, dim, device=tdev, dtype=dtype).uniform_(-0.01, 0.01).requires_grad_(True)
             weights.append(w)
             bags = sum(tables[k].num_outputs for k in members)
@@ -86,7 +92,10 @@ class EmbeddingBagBackend(TorchBackend):
                     shift += int(hi - lo)
                 o_parts.append(np.array([shift], dtype=np.int64))
                 per_group.append(
-                    (torch.from_numpy(np.concatenate(i_parts)).to(tdev), torch.from_numpy(np.concatenate(o_parts)).to(tdev))
+                    (
+                        torch.from_numpy(np.concatenate(i_parts)).to(tdev),
+                        torch.from_numpy(np.concatenate(o_parts)).to(tdev),
+                    )
                 )
             inputs.append(per_group)
         return _BagOp(weights, inputs, grads)

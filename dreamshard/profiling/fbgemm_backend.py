@@ -101,7 +101,9 @@ class FbgemmBackend(TorchBackend):
 
     operator = "fbgemm_tbe"
 
-    def build(self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]) -> FusedOp:
+    def build(
+        self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
+    ) -> FusedOp:
         m = _import_tbe()
         assert m is not None, "FBGEMM unavailable"
         cuda = self.device.startswith("cuda")
@@ -115,7 +117,9 @@ class FbgemmBackend(TorchBackend):
         kwargs: dict[str, Any] = {}
         if not cuda:  # HOST weights: one flat buffer of sum(rows x dim) elements, reused across builds
             dtype = torch.float16 if precision == m["SparseType"].FP16 else torch.float32
-            kwargs["preallocated_host_buffers"] = {"weights": HOST_ARENA.view(sum(r * d for r, d, _, _ in specs), dtype)}
+            kwargs["preallocated_host_buffers"] = {
+                "weights": HOST_ARENA.view(sum(r * d for r, d, _, _ in specs), dtype)
+            }
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = m["TBE"](
@@ -128,9 +132,7 @@ class FbgemmBackend(TorchBackend):
                 feature_table_map=feature_map,
                 **kwargs,
             )
-        prepared = [
-            (torch.from_numpy(i).to(tdev), torch.from_numpy(o).to(tdev)) for i, o in batches
-        ]
+        prepared = [(torch.from_numpy(i).to(tdev), torch.from_numpy(o).to(tdev)) for i, o in batches]
         batch_size = (len(batches[0][1]) - 1) // len(feature_map)
         out_dim = sum(specs[k][1] for k in feature_map)
         grad = GRADS.get((batch_size, out_dim), tdev)

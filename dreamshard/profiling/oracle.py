@@ -134,8 +134,9 @@ class Oracle:
                 self._comm[key] = comm_mod.comm_model_for(n, self.comm_backend, refit=refit, collective=collective)
         return self._comm[key]
 
-    def _device_cost(self, tables: list[Table], topology: Topology, comm: CommModel,
-                     fingerprint: str) -> tuple[DeviceCost, float]:
+    def _device_cost(
+        self, tables: list[Table], topology: Topology, comm: CommModel, fingerprint: str
+    ) -> tuple[DeviceCost, float]:
         """One device's four costs and its spread. Table-wise and column-wise units and row shards run in one fused
         operator at the global batch (row shards: their share of the lookups); data-parallel replicas in a second
         one at this device's share of the batch. Outputs: all-to-all (whole tables, column shards), reduce-scatter
@@ -151,19 +152,26 @@ class Oracle:
         out_ms = grad_ms = 0.0
         if n > 1:
             if a2a:  # dim x outputs (shared tables)
-                out_ms = comm_mod.device_comm_ms(topology, comm, comm_mod.device_comm_bytes(
-                    batch, [t.output_dim for t in a2a], n))
+                out_ms = comm_mod.device_comm_ms(
+                    topology, comm, comm_mod.device_comm_bytes(batch, [t.output_dim for t in a2a], n)
+                )
             if rows:
                 rs = self.collective_model(topology, "reduce_scatter")
-                out_ms += comm_mod.device_comm_ms(topology, rs, comm_mod.reduce_scatter_bytes(
-                    batch, [t.output_dim for t in rows], n))
+                out_ms += comm_mod.device_comm_ms(
+                    topology, rs, comm_mod.reduce_scatter_bytes(batch, [t.output_dim for t in rows], n)
+                )
             grad_ms = out_ms
             if replicas:
                 ar = self.collective_model(topology, "all_reduce")
-                grad_ms += comm_mod.device_comm_ms(topology, ar, comm_mod.all_reduce_bytes(
-                    [(t.num_embeddings, t.embedding_dim) for t in replicas], n))
-        cost = DeviceCost(fwd_compute=summarize(fwd, self.statistic), fwd_comm=out_ms, bwd_comm=grad_ms,
-                          bwd_compute=summarize(bwd, self.statistic))
+                grad_ms += comm_mod.device_comm_ms(
+                    topology, ar, comm_mod.all_reduce_bytes([(t.num_embeddings, t.embedding_dim) for t in replicas], n)
+                )
+        cost = DeviceCost(
+            fwd_compute=summarize(fwd, self.statistic),
+            fwd_comm=out_ms,
+            bwd_comm=grad_ms,
+            bwd_compute=summarize(bwd, self.statistic),
+        )
         return cost, relative_iqr([f + b + out_ms + grad_ms for f, b in zip(fwd, bwd)])
 
     def set_comm_model(self, world_size: int, model: CommModel) -> None:
@@ -246,7 +254,9 @@ class Oracle:
             self.corpus.add(key, info, tables, timing, inventory, seed=self.seed)
         return timing
 
-    def measure_single(self, inventory: Inventory, table: str, topology: Topology, measurement_id: str | None = None) -> Measurement:
+    def measure_single(
+        self, inventory: Inventory, table: str, topology: Topology, measurement_id: str | None = None
+    ) -> Measurement:
         """One table alone on device 0 of ``topology`` (its comm included), kind="single"."""
         return self.measure(inventory, {table: 0}, topology, kind="single", measurement_id=measurement_id)
 
@@ -283,8 +293,14 @@ def make_oracle(
     """
     if row_cap is not None and row_cap < 1:
         raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
-    kw = {"warmup": warmup, "repeats": repeats, "num_threads": num_threads, "row_cap": row_cap, "seed": seed,
-          "statistic": statistic}
+    kw = {
+        "warmup": warmup,
+        "repeats": repeats,
+        "num_threads": num_threads,
+        "row_cap": row_cap,
+        "seed": seed,
+        "statistic": statistic,
+    }
     if backend == "simulator":
         return Oracle(SimulatorBackend(simulator), **kw)  # type: ignore[arg-type]
     if backend == "cpu":

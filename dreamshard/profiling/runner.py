@@ -77,7 +77,9 @@ class PlannedItem:
     topology: Topology
 
 
-def item_key(kind: str, task: str, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str) -> str:
+def item_key(
+    kind: str, task: str, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str
+) -> str:
     """Deterministic id of a planned measurement (stable across runs and processes)."""
     payload = json.dumps(
         {
@@ -107,8 +109,9 @@ def _device_for(table: Table, need: int, used: list[int], cap: int, u: float) ->
     raise InfeasiblePlacementError(table.name, need / GB, (cap - min(used)) / GB)
 
 
-def _drawn_placement(inventory: Inventory, topology: Topology, pick: Callable[[Table], float],
-                     used: list[int] | None = None) -> dict[str, int]:
+def _drawn_placement(
+    inventory: Inventory, topology: Topology, pick: Callable[[Table], float], used: list[int] | None = None
+) -> dict[str, int]:
     """Tables (largest first) on the device their own draw picks, or the next with room (InfeasiblePlacementError
     when one fits nowhere). A table's device depends on its draw and on memory only, so where memory does not
     bind, a new or changed table moves no other table (their devices come from the measurement corpus). `used`:
@@ -173,7 +176,9 @@ def _typed_table(kind: str, inventory: Inventory, topology: Topology, seed: int)
     `data_parallel` kind replicates (one of the smallest third), by a per-task draw; None if there is none."""
     n = topology.num_devices
     if kind == "row_wise":
-        pool = sorted((t for t in inventory.tables if t.num_embeddings >= 2 * n), key=lambda t: (-t.size_bytes, t.name))[:3]
+        pool = sorted(
+            (t for t in inventory.tables if t.num_embeddings >= 2 * n), key=lambda t: (-t.size_bytes, t.name)
+        )[:3]
     else:
         pool = sorted(inventory.tables, key=lambda t: (t.size_bytes, t.name))[: max(1, inventory.num_tables // 3)]
     if not pool:
@@ -190,8 +195,11 @@ def typed_placement(kind: str, inventory: Inventory, topology: Topology, seed: i
     if table is None:
         return None
     # unit d goes on device d: row block d, or the replica of device d
-    on = ([row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, n)] if kind == "row_wise"
-          else [replica_table(table, d) for d in range(n)])
+    on = (
+        [row_shard_table(table, a, b) for a, b in row_blocks(table.num_embeddings, n)]
+        if kind == "row_wise"
+        else [replica_table(table, d) for d in range(n)]
+    )
     units = {u.name: d for d, u in enumerate(on)}
     rest = inventory.subset([t.name for t in inventory.tables if t.name != table.name])
     try:
@@ -220,8 +228,14 @@ def kind_placement(kind: str, inventory: Inventory, topology: Topology, seed: in
 
 
 def plan_items(
-    inventory: Inventory, topology: Topology, num_placements: int, backend: str, seed: int = 0,
-    tasks: TaskSet | None = None, kinds: Sequence[str] = (), singles: bool = True,
+    inventory: Inventory,
+    topology: Topology,
+    num_placements: int,
+    backend: str,
+    seed: int = 0,
+    tasks: TaskSet | None = None,
+    kinds: Sequence[str] = (),
+    singles: bool = True,
 ) -> list[PlannedItem]:
     """Every measurement a profiling run makes, in order (singles first, unless `singles` is False)."""
     fp = inventory.fingerprint()
@@ -240,13 +254,19 @@ def plan_items(
                     )
         single_names = list(dict.fromkeys(n for task in tasks.train for n in task.tables))
         groups = [
-            (task.name, inventory.subset(list(task.tables)), topology.model_copy(update={"num_devices": task.num_devices}))
+            (
+                task.name,
+                inventory.subset(list(task.tables)),
+                topology.model_copy(update={"num_devices": task.num_devices}),
+            )
             for task in tasks.train
         ]
         check_each_table_fits(inventory.subset(single_names), topology)
     for name in single_names if singles else ():
         placement = {name: 0}
-        items.append(PlannedItem(item_key("single", "", fp, topology, placement, backend), "single", "", placement, topology))
+        items.append(
+            PlannedItem(item_key("single", "", fp, topology, placement, backend), "single", "", placement, topology)
+        )
     for task, inv, topo in groups:
         task_seed = seed + 7919 * zlib.crc32(task.encode())  # by name: the same task, the same placements
         placements = _random_placements(inv, topo, num_placements, task_seed)
@@ -299,8 +319,9 @@ def profile_inventory(
     """Measure singles then random placements into ``out_path`` (JSONL), skipping what is already there."""
     out_path = Path(out_path)
     t0 = time.perf_counter()
-    items = plan_items(inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks, kinds=kinds,
-                       singles=singles)
+    items = plan_items(
+        inventory, topology, num_placements, oracle.info.name, seed=seed, tasks=tasks, kinds=kinds, singles=singles
+    )
     done = _done_ids(out_path, inventory, oracle.info.name)
     todo = [it for it in items if it.key not in done]
     comm_models: dict[int, CommModel] = {}

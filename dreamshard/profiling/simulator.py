@@ -123,8 +123,11 @@ class SimulatorBackend(ComputeBackend):
         if world_size <= 1:
             return zero_model(collective)
         return CommModel(
-            alpha_ms=self.p.alpha_ms * self.p.slowdown, beta_ms_per_mb=self.p.beta_ms_per_mb * self.p.slowdown,
-            backend="simulated", world_size=world_size, collective=collective,
+            alpha_ms=self.p.alpha_ms * self.p.slowdown,
+            beta_ms_per_mb=self.p.beta_ms_per_mb * self.p.slowdown,
+            backend="simulated",
+            world_size=world_size,
+            collective=collective,
         )
 
     def device_comm_ms(self, topology: Topology, nbytes: float, collective: Collective = "all_to_all") -> float:

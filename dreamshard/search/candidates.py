@@ -120,8 +120,10 @@ def search(
                 ep = plan_with_policy(policy, cost, inventory.tables, topology, samples=samples, seed=config.seed)
                 add(source, ep.placement)
             elif source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
-                failed[source] = (f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
-                                  f"{config.torchrec_max_tables} (planning-time budget)")
+                failed[source] = (
+                    f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
+                    f"{config.torchrec_max_tables} (planning-time budget)"
+                )
             elif source == LPT:
                 add(source, lpt_placement(inventory, topology, cost))
             else:
@@ -143,21 +145,26 @@ def search(
     if not found:
         if last_error is not None:
             raise last_error
-        raise InfeasiblePlacementError(inventory.tables[0].name, inventory.tables[0].size_gb,
-                                       topology.memory_per_device_gb, "no candidate source placed the inventory")
+        raise InfeasiblePlacementError(
+            inventory.tables[0].name,
+            inventory.tables[0].size_gb,
+            topology.memory_per_device_gb,
+            "no candidate source placed the inventory",
+        )
 
     found.sort(key=lambda c: c.predicted_ms)
     refined: list[Candidate] = []
     if config.refine_rounds > 0:
         seen: set[tuple[int, ...]] = set()
-        seeded = [c for c in found[config.refine_top:] if c.source in seeds]  # always searched from
+        seeded = [c for c in found[config.refine_top :] if c.source in seeds]  # always searched from
         for cand in [*found[: config.refine_top], *seeded]:
             start = scorer.actions(cand.placement)
             if tuple(start) in seen:
                 continue
             seen.add(tuple(start))
-            new = refine_placement(cost, scorer.states, scorer.sizes, start, topology,
-                                   max_rounds=config.refine_rounds, min_gain=0.0)
+            new = refine_placement(
+                cost, scorer.states, scorer.sizes, start, topology, max_rounds=config.refine_rounds, min_gain=0.0
+            )
             if new != start:
                 refined.append(Candidate(f"{cand.source}{SEARCHED}", scorer.placement(new), scorer.score(new)))
     everything: list[Candidate] = []
@@ -170,4 +177,3 @@ def search(
             seen_placements.add(key)
             everything.append(c)
     return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
-

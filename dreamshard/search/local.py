@@ -102,7 +102,9 @@ def refine_placement(
                 delta = states[torch.from_numpy(jj)] - states[torch.from_numpy(ii)]  # what b gains
                 b_sw = _totals(est, dstate[b].unsqueeze(0) + delta)
                 d_sw = _totals(est, dstate[torch.from_numpy(di)] - delta)
-                rest_d = torch.tensor([rest_max((b, int(d))) for d in range(d_count)], dtype=tot.dtype)[torch.from_numpy(di)]
+                rest_d = torch.tensor([rest_max((b, int(d))) for d in range(d_count)], dtype=tot.dtype)[
+                    torch.from_numpy(di)
+                ]
                 val_sw = torch.maximum(torch.maximum(b_sw, d_sw), rest_d)
                 ok = (used[b] - size[ii] + size[jj] <= cap) & (used[di] - size[jj] + size[ii] <= cap)
                 val_sw = val_sw.masked_fill(~torch.from_numpy(ok), float("inf"))

@@ -65,8 +65,9 @@ class ShardReport:
         """One line per thing the user should know: each out-of-range input, and simulated predictions."""
         lines = [f"outside the model's training ranges: {item}" for item in self.out_of_range]
         if self.learned_from_simulation:
-            lines.append(f"predicted costs are SIMULATED: model {self.card.version} learned from the "
-                         f"{self.card.backend} backend")
+            lines.append(
+                f"predicted costs are SIMULATED: model {self.card.version} learned from the {self.card.backend} backend"
+            )
         return tuple(lines)
 
 
@@ -76,8 +77,15 @@ class ModelSharder(Sharder):
     family = "learned"
     options = frozenset({"model_dir", "samples", "seed", "risk", "search", "column_splits"})
 
-    def __init__(self, model_dir: Path | None = None, samples: int | None = None, seed: int = 0,
-                 risk: float | None = None, search: SearchConfig | None = None, column_splits: str = "auto") -> None:
+    def __init__(
+        self,
+        model_dir: Path | None = None,
+        samples: int | None = None,
+        seed: int = 0,
+        risk: float | None = None,
+        search: SearchConfig | None = None,
+        column_splits: str = "auto",
+    ) -> None:
         if column_splits not in ("auto", "never"):
             raise ConfigError(f"column_splits must be 'auto' or 'never', got '{column_splits}'")
         self.column_splits = column_splits
@@ -112,12 +120,23 @@ class ModelSharder(Sharder):
             return inventory
         return split_inventory(inventory, choose_splits(inventory, topology, cost))
 
-    def plan_from(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
-                  cost: PlanningCost) -> Plan:
+    def plan_from(
+        self,
+        inventory: Inventory,
+        units: Inventory,
+        topology: Topology,
+        unit_placement: dict[str, int],
+        cost: PlanningCost,
+    ) -> Plan:
         """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
-        plan = make_plan(inventory, topology, sharder=self.name, **fold_units(inventory, unit_placement).plan_fields(),
-                         predicted=cost.predict(list(units.tables), unit_placement),
-                         model_version=self.model.card.version)
+        plan = make_plan(
+            inventory,
+            topology,
+            sharder=self.name,
+            **fold_units(inventory, unit_placement).plan_fields(),
+            predicted=cost.predict(list(units.tables), unit_placement),
+            model_version=self.model.card.version,
+        )
         return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
@@ -129,11 +148,18 @@ class ModelSharder(Sharder):
         with self._named_infeasible():
             units = self.units(inventory, topology, cost)
             placement, searched = self._place(units, topology, cost)
-        typed = (choose_types(inventory, units, placement, topology, cost, self.config.types) if searched is not None
-                 else None)
+        typed = (
+            choose_types(inventory, units, placement, topology, cost, self.config.types)
+            if searched is not None
+            else None
+        )
         if typed is not None and searched is not None:  # tables converted to other sharding types
-            best = Candidate(source=f"{searched.best.source}+types ({'; '.join(typed.changes)})",
-                             placement=typed.placement, predicted_ms=typed.predicted_ms, units=typed.units)
+            best = Candidate(
+                source=f"{searched.best.source}+types ({'; '.join(typed.changes)})",
+                placement=typed.placement,
+                predicted_ms=typed.predicted_ms,
+                units=typed.units,
+            )
             searched.candidates.insert(0, best)
             searched.best = best
             units, placement = typed.units, typed.placement
@@ -151,8 +177,15 @@ class ModelSharder(Sharder):
             hint = f"sharder {self.name}" + ("" if inner else f": {e.hint}")
             raise InfeasiblePlacementError(e.table, e.table_gb, e.largest_free_gb, hint) from None
 
-    def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
-                searched: SearchResult | None, cost: PlanningCost) -> Plan:
+    def _finish(
+        self,
+        inventory: Inventory,
+        units: Inventory,
+        topology: Topology,
+        unit_placement: dict[str, int],
+        searched: SearchResult | None,
+        cost: PlanningCost,
+    ) -> Plan:
         """The plan of the placement `_place` chose (a subclass may check it further)."""
         return self.plan_from(inventory, units, topology, unit_placement, cost)
 
@@ -163,8 +196,9 @@ class ModelSharder(Sharder):
         return placement
 
     @abc.abstractmethod
-    def _place(self, inventory: Inventory, topology: Topology,
-               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+    def _place(
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+    ) -> tuple[dict[str, int], SearchResult | None]:
         """The placement under `cost` (the planning cost for `topology`), and the search that found it if any."""
 
 
@@ -181,12 +215,25 @@ class DreamShardSharder(ModelSharder):
     """
 
     name = "dreamshard"
-    options = ModelSharder.options | {"verify", "verify_rounds", "verify_anchors", "verify_confidence", "oracle",
-                                      "incumbent"}
+    options = ModelSharder.options | {
+        "verify",
+        "verify_rounds",
+        "verify_anchors",
+        "verify_confidence",
+        "oracle",
+        "incumbent",
+    }
 
-    def __init__(self, verify: int = 0, verify_rounds: int | None = None, oracle: Any = None,
-                 verify_anchors: int = VERIFY_ANCHORS, incumbent: Plan | None = None,
-                 verify_confidence: float = 0.95, **kw: Any) -> None:
+    def __init__(
+        self,
+        verify: int = 0,
+        verify_rounds: int | None = None,
+        oracle: Any = None,
+        verify_anchors: int = VERIFY_ANCHORS,
+        incumbent: Plan | None = None,
+        verify_confidence: float = 0.95,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         if not 0.5 <= verify_confidence < 1.0:
             raise ConfigError(f"verify_confidence must be in [0.5, 1), got {verify_confidence}")
@@ -201,12 +248,21 @@ class DreamShardSharder(ModelSharder):
         self.verify_anchors = int(verify_anchors)
         self.oracle = oracle
 
-    def _finish(self, inventory: Inventory, units: Inventory, topology: Topology, unit_placement: dict[str, int],
-                searched: SearchResult | None, cost: PlanningCost) -> Plan:
+    def _finish(
+        self,
+        inventory: Inventory,
+        units: Inventory,
+        topology: Topology,
+        unit_placement: dict[str, int],
+        searched: SearchResult | None,
+        cost: PlanningCost,
+    ) -> Plan:
         if self.verify <= 0 or self.oracle is None or searched is None:
             return super()._finish(inventory, units, topology, unit_placement, searched, cost)
-        top = [*searched.candidates[: self.verify],
-               *anchor_candidates(searched.candidates, self.verify, self.verify_anchors)]
+        top = [
+            *searched.candidates[: self.verify],
+            *anchor_candidates(searched.candidates, self.verify, self.verify_anchors),
+        ]
         # the current plan's candidate is the default when there is one: kept unless another is faster in every
         # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
         # (and a challenger replaces it only after a duel long enough that chance could not explain its wins)
@@ -214,19 +270,29 @@ class DreamShardSharder(ModelSharder):
         if mine is not None:
             top = [mine, *(c for c in top if c is not mine)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
-        kept, _ = verify_candidates(inventory, topology, top, plans, self.oracle,
-                                    rounds=self.verify_rounds or VERIFY_ROUNDS, seed=self.config.seed,
-                                    hold=self.verify_confidence if mine is not None else None)
+        kept, _ = verify_candidates(
+            inventory,
+            topology,
+            top,
+            plans,
+            self.oracle,
+            rounds=self.verify_rounds or VERIFY_ROUNDS,
+            seed=self.config.seed,
+            hold=self.verify_confidence if mine is not None else None,
+        )
         return kept
 
-    def _place(self, inventory: Inventory, topology: Topology,
-               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+    def _place(
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+    ) -> tuple[dict[str, int], SearchResult | None]:
         seeds: dict[str, dict[str, int]] = {}
         why = ""
         if self.incumbent is not None:
             if self.incumbent.topology.num_devices != topology.num_devices:
-                why = (f"plan {self.incumbent.plan_id} has {self.incumbent.topology.num_devices} devices, this "
-                       f"topology {topology.num_devices}")
+                why = (
+                    f"plan {self.incumbent.plan_id} has {self.incumbent.topology.num_devices} devices, this "
+                    f"topology {topology.num_devices}"
+                )
             elif (adapted := adapted_placement(self.incumbent.units(), inventory, topology, cost)) is None:
                 why = f"plan {self.incumbent.plan_id} shares no unit with this inventory, or a unit finds no room"
             else:
@@ -242,12 +308,14 @@ class PolicySharder(ModelSharder):
 
     name = "dreamshard_rl"
 
-    def _place(self, inventory: Inventory, topology: Topology,
-               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+    def _place(
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+    ) -> tuple[dict[str, int], SearchResult | None]:
         if self.model.policy is None:
             raise ModelError(f"model {self.model.card.version} has no policy: train one with `dreamshard train`")
-        return plan_with_policy(self.model.policy, cost, inventory.tables, topology,
-                                samples=self.config.samples, seed=self.config.seed).placement, None
+        return plan_with_policy(
+            self.model.policy, cost, inventory.tables, topology, samples=self.config.samples, seed=self.config.seed
+        ).placement, None
 
 
 class LearnedGreedySharder(ModelSharder):
@@ -255,6 +323,7 @@ class LearnedGreedySharder(ModelSharder):
 
     name = "dreamshard_lpt"
 
-    def _place(self, inventory: Inventory, topology: Topology,
-               cost: PlanningCost) -> tuple[dict[str, int], SearchResult | None]:
+    def _place(
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+    ) -> tuple[dict[str, int], SearchResult | None]:
         return lpt_placement(inventory, topology, cost), None

@@ -58,7 +58,9 @@ class Typed:
 def check_types(types: Sequence[str]) -> tuple[str, ...]:
     unknown = [t for t in types if t not in CHOOSABLE_TYPES]
     if unknown:
-        raise ValueError(f"unknown sharding type '{unknown[0]}' for the search; choose from {', '.join(CHOOSABLE_TYPES)}")
+        raise ValueError(
+            f"unknown sharding type '{unknown[0]}' for the search; choose from {', '.join(CHOOSABLE_TYPES)}"
+        )
     return tuple(dict.fromkeys(types))
 
 
@@ -68,8 +70,9 @@ def _score(cost: PlanningCost, units: Inventory, placement: dict[str, int]) -> f
         return float(cost.overall(cost.placement_states(list(units.tables), placement)))
 
 
-def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: str,
-             devices: list[int]) -> tuple[Inventory, dict[str, int]]:
+def _convert(
+    units: Inventory, placement: dict[str, int], table: Table, kind: str, devices: list[int]
+) -> tuple[Inventory, dict[str, int]]:
     """`units` with `table`'s units (whole or column shards) replaced by its row blocks on `devices` or its replicas
     on every device."""
     if kind == "data_parallel":
@@ -83,8 +86,14 @@ def _convert(units: Inventory, placement: dict[str, int], table: Table, kind: st
     return Inventory(name=units.name, tables=(*out, *new)), place
 
 
-def _options(inventory: Inventory, units: Inventory, placement: dict[str, int], topology: Topology,
-             cost: PlanningCost, types: Sequence[str]) -> list[tuple[str, Table, str, list[int]]]:
+def _options(
+    inventory: Inventory,
+    units: Inventory,
+    placement: dict[str, int],
+    topology: Topology,
+    cost: PlanningCost,
+    types: Sequence[str],
+) -> list[tuple[str, Table, str, list[int]]]:
     kinds: dict[str, set[str]] = {}
     for u in units.tables:
         ref = parse_unit(u.name)
@@ -105,8 +114,11 @@ def _options(inventory: Inventory, units: Inventory, placement: dict[str, int], 
             load[topology.host_of(d)] += single.get(name, 0.0)  # column shards and fixed units: not counted
         h = min(range(topology.hosts), key=lambda i: (load[i], i))
         devs = list(range(h * local, (h + 1) * local))
-        out += [(f"{t.name}: table_row_wise (host {h})", t, "table_row_wise", devs)
-                for t in big if t.num_embeddings >= local][:ROW_CANDIDATES]
+        out += [
+            (f"{t.name}: table_row_wise (host {h})", t, "table_row_wise", devs)
+            for t in big
+            if t.num_embeddings >= local
+        ][:ROW_CANDIDATES]
     if "data_parallel" in types:
         small = sorted((t for t in whole if t.size_bytes <= DP_MAX_BYTES), key=lambda t: (-single[t.name], t.name))
         out += [(f"{t.name}: data_parallel", t, "data_parallel", list(range(n))) for t in small[:DP_CANDIDATES]]
@@ -121,8 +133,14 @@ def _fits(sizes: Sequence[int], devices: Sequence[int], topology: Topology) -> b
     return max(used) <= topology.usable_memory_bytes
 
 
-def choose_types(inventory: Inventory, units: Inventory, placement: dict[str, int], topology: Topology,
-                 cost: PlanningCost, types: Sequence[str]) -> Typed | None:
+def choose_types(
+    inventory: Inventory,
+    units: Inventory,
+    placement: dict[str, int],
+    topology: Topology,
+    cost: PlanningCost,
+    types: Sequence[str],
+) -> Typed | None:
     """The search's placement of `units` (of `inventory`'s tables) with some tables converted to the `types` where
     the predicted maximum drops by MIN_GAIN each (None when no conversion pays)."""
     types = check_types(types)
@@ -139,8 +157,15 @@ def choose_types(inventory: Inventory, units: Inventory, placement: dict[str, in
             with torch.no_grad():
                 states = cost.encode(tables)
             sizes = [footprint(t, topology) for t in tables]
-            acts = refine_placement(cost, states, sizes, [p2[t.name] for t in tables], topology, min_gain=0.0,
-                                    movable=[movable(t.name) for t in tables])
+            acts = refine_placement(
+                cost,
+                states,
+                sizes,
+                [p2[t.name] for t in tables],
+                topology,
+                min_gain=0.0,
+                movable=[movable(t.name) for t in tables],
+            )
             if not _fits(sizes, acts, topology):
                 continue
             p2 = {t.name: int(a) for t, a in zip(tables, acts)}

@@ -37,12 +37,17 @@ def mandatory_splits(inventory: Inventory, topology: Topology) -> dict[str, int]
     for t in inventory.tables:
         if footprint(t, topology) <= cap:
             continue
-        ks = [k for k in split_counts(t.embedding_dim)
-              if footprint(t.model_copy(update={"embedding_dim": t.embedding_dim // k}), topology) <= cap]
+        ks = [
+            k
+            for k in split_counts(t.embedding_dim)
+            if footprint(t.model_copy(update={"embedding_dim": t.embedding_dim // k}), topology) <= cap
+        ]
         if not ks:
             finest = max(split_counts(t.embedding_dim), default=1)
             raise InfeasiblePlacementError(
-                t.name, t.size_gb, topology.memory_per_device_gb,
+                t.name,
+                t.size_gb,
+                topology.memory_per_device_gb,
                 f"larger than one device even split into {finest} column shards of "
                 f"{t.embedding_dim // finest} columns ({t.size_gb / finest:.3f} GB each); add memory per device "
                 f"or shrink the table",
@@ -57,18 +62,26 @@ def _lpt_cost(units: Inventory, topology: Topology, cost: PlanningCost) -> float
         return float(cost.overall(cost.placement_states(list(units.tables), placement)))
 
 
-def choose_splits(inventory: Inventory, topology: Topology, cost: PlanningCost, beam: int = SPLIT_BEAM,
-                  min_gain: float = MIN_GAIN) -> dict[str, int]:
+def choose_splits(
+    inventory: Inventory, topology: Topology, cost: PlanningCost, beam: int = SPLIT_BEAM, min_gain: float = MIN_GAIN
+) -> dict[str, int]:
     """Mandatory splits, plus optional ones for dominant tables that lower the predicted cost (see module doc)."""
     splits = mandatory_splits(inventory, topology)
     if beam <= 0 or topology.num_devices < 2:
         return splits
     single = single_table_costs(cost, cost.encode(list(inventory.tables)))
     share = float(single.sum()) / topology.num_devices
-    dominant = [t for c, t in sorted(
-        ((float(c), t) for t, c in zip(inventory.tables, single, strict=True) if c > share and t.name not in splits),
-        key=lambda ct: -ct[0],
-    )][:beam]
+    dominant = [
+        t
+        for c, t in sorted(
+            (
+                (float(c), t)
+                for t, c in zip(inventory.tables, single, strict=True)
+                if c > share and t.name not in splits
+            ),
+            key=lambda ct: -ct[0],
+        )
+    ][:beam]
     if not dominant:
         return splits
     try:

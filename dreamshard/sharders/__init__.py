@@ -34,7 +34,24 @@ def __getattr__(name: str) -> tuple[str, ...]:
 
 
 __all__ = [
-    "ALL_SHARDERS", "BASELINE_SHARDERS", "ENTRY_POINT_GROUP", "FAMILIES", "HEURISTICS", "LEARNED", "Registration", "Sharder",
-    "SharderFactory", "TableWiseSharder", "accepted_options", "contender_names", "get_sharder", "learned_names",
-    "learned_options", "make_plan", "options_for", "register_sharder", "sharder_family", "sharder_names",
+    "ALL_SHARDERS",
+    "BASELINE_SHARDERS",
+    "ENTRY_POINT_GROUP",
+    "FAMILIES",
+    "HEURISTICS",
+    "LEARNED",
+    "Registration",
+    "Sharder",
+    "SharderFactory",
+    "TableWiseSharder",
+    "accepted_options",
+    "contender_names",
+    "get_sharder",
+    "learned_names",
+    "learned_options",
+    "make_plan",
+    "options_for",
+    "register_sharder",
+    "sharder_family",
+    "sharder_names",
 ]

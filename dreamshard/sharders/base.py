@@ -79,8 +79,14 @@ def make_plan(
     shards = _in_inventory_order(inventory, column_shards or {})
     rows = _in_inventory_order(inventory, row_shards or {})
     names = set(inventory.table_names)
-    replicated = tuple(dict.fromkeys([*(t.name for t in inventory.tables if t.name in set(data_parallel)),
-                                      *(t for t in data_parallel if t not in names)]))
+    replicated = tuple(
+        dict.fromkeys(
+            [
+                *(t.name for t in inventory.tables if t.name in set(data_parallel)),
+                *(t for t in data_parallel if t not in names),
+            ]
+        )
+    )
     used = check_placement(inventory, ordered, topology, shards, row_shards=rows, data_parallel=replicated)
     return Plan(
         inventory_name=inventory.name,

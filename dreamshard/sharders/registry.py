@@ -40,7 +40,9 @@ class Registration:
     options: frozenset[str]
 
     @classmethod
-    def of(cls, factory: SharderFactory, family: str | None = None, options: Iterable[str] | None = None) -> Registration:
+    def of(
+        cls, factory: SharderFactory, family: str | None = None, options: Iterable[str] | None = None
+    ) -> Registration:
         """A Sharder subclass brings its own `family` and `options`; a plain callable defaults to other / none."""
         fam = family if family is not None else getattr(factory, "family", "other")
         if fam not in FAMILIES:
@@ -51,8 +53,9 @@ class Registration:
 #: Sharders this package names as entry points of its own (loaded on demand like any entry point, so torchrec
 #: stays optional): TorchRec's restricted planner, beside ``torchrec`` (pyproject.toml).
 _BUILTIN_ENTRY_POINTS: tuple[EntryPoint, ...] = (
-    EntryPoint(name="torchrec_tw_cw", value="dreamshard.sharders.torchrec_sharder:TorchRecTwCwSharder",
-               group=ENTRY_POINT_GROUP),
+    EntryPoint(
+        name="torchrec_tw_cw", value="dreamshard.sharders.torchrec_sharder:TorchRecTwCwSharder", group=ENTRY_POINT_GROUP
+    ),
 )
 
 #: Registered variants that are not contenders of their own (`contender_names` leaves them out): the restricted
@@ -62,7 +65,10 @@ VARIANTS: frozenset[str] = frozenset({"torchrec_tw_cw"})
 _BUILTIN: dict[str, Registration] = {
     "random": Registration.of(RandomSharder),
     "round_robin": Registration.of(RoundRobinSharder),
-    **{name: Registration.of(partial(GreedySharder, name, cost), "heuristic", ()) for name, cost in GREEDY_COSTS.items()},
+    **{
+        name: Registration.of(partial(GreedySharder, name, cost), "heuristic", ())
+        for name, cost in GREEDY_COSTS.items()
+    },
 }
 _REGISTERED: dict[str, Registration] = {}
 
@@ -73,8 +79,9 @@ HEURISTICS: tuple[str, ...] = tuple(n for n, r in _BUILTIN.items() if r.family =
 BASELINE_SHARDERS: tuple[str, ...] = (*HEURISTICS, "torchrec")
 
 
-def register_sharder(name: str, factory: SharderFactory, *, family: str | None = None,
-                     options: Iterable[str] | None = None) -> None:
+def register_sharder(
+    name: str, factory: SharderFactory, *, family: str | None = None, options: Iterable[str] | None = None
+) -> None:
     """Make `factory(**options)` available as sharder `name` (overrides an entry point of that name).
 
     A Sharder subclass brings its `family` and `options`; for another callable say them here (default: family
@@ -112,8 +119,9 @@ def learned_names() -> tuple[str, ...]:
 def contender_names() -> tuple[str, ...]:
     """Every contender: the heuristics, TorchRec's planner and the learned sharders, in that order (`VARIANTS`
     left out)."""
-    return tuple(n for family in ("heuristic", "torchrec", "learned") for n in sharder_names(kind=family)
-                 if n not in VARIANTS)
+    return tuple(
+        n for family in ("heuristic", "torchrec", "learned") for n in sharder_names(kind=family) if n not in VARIANTS
+    )
 
 
 def _registration(name: str) -> Registration:
@@ -151,8 +159,10 @@ def learned_options(**options: Any) -> dict[str, dict[str, Any]]:
     taken = frozenset().union(*(accepted_options(n) for n in names))
     unknown = sorted(set(options) - taken)
     if unknown:
-        raise ConfigError(f"no learned sharder ({', '.join(names)}) has option '{unknown[0]}'; "
-                          f"their options: {', '.join(sorted(taken))}")
+        raise ConfigError(
+            f"no learned sharder ({', '.join(names)}) has option '{unknown[0]}'; "
+            f"their options: {', '.join(sorted(taken))}"
+        )
     return {name: options_for(name, options) for name in names}
 
 

@@ -82,8 +82,11 @@ PLANNABLE_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "ta
 def split_width(table: Table, capacity_bytes: int) -> int | None:
     """Column-shard width for a table larger than a device: the widest multiple-of-4 divisor of its dim whose
     shard takes at most half a device, else at most a whole device; None if even 4 columns do not fit."""
-    widths = [w for w in range(table.embedding_dim, 0, -1)
-              if table.embedding_dim % w == 0 and w % COLUMN_ALIGN == 0 and w < table.embedding_dim]
+    widths = [
+        w
+        for w in range(table.embedding_dim, 0, -1)
+        if table.embedding_dim % w == 0 and w % COLUMN_ALIGN == 0 and w < table.embedding_dim
+    ]
     per_column = table.num_embeddings * table.bytes_per_element
     for budget in (capacity_bytes // 2, capacity_bytes):
         fitting = [w for w in widths if w * per_column <= budget]
@@ -143,8 +146,15 @@ class TorchRecTwCwSharder(Sharder):
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         folded = self._answer(inventory, topology)
-        return make_plan(inventory, topology, folded.placement, self.name, column_shards=folded.column_shards,
-                         row_shards=folded.row_shards, data_parallel=folded.data_parallel)
+        return make_plan(
+            inventory,
+            topology,
+            folded.placement,
+            self.name,
+            column_shards=folded.column_shards,
+            row_shards=folded.row_shards,
+            data_parallel=folded.data_parallel,
+        )
 
     def _answer(self, inventory: Inventory, topology: Topology) -> Folded:
         """`_plan`'s answer, from `_ANSWERS` when this sharder (class and options) already planned this inventory
@@ -153,8 +163,15 @@ class TorchRecTwCwSharder(Sharder):
         afresh from it (`make_plan`), and its shards are frozen."""
         if self.verbose:  # the planner's own stats table is printed by planning: plan again
             return self._plan(inventory, topology)
-        key = (type(self).__name__, self.reserve_fraction, self.memory_model, self.column_wise,
-               tuple(t.name for t in inventory.tables), inventory.fingerprint(), topology.model_dump_json())
+        key = (
+            type(self).__name__,
+            self.reserve_fraction,
+            self.memory_model,
+            self.column_wise,
+            tuple(t.name for t in inventory.tables),
+            inventory.fingerprint(),
+            topology.model_dump_json(),
+        )
         folded = _ANSWERS.get(key)
         if folded is None:
             folded = self._plan(inventory, topology)
@@ -201,7 +218,9 @@ class TorchRecTwCwSharder(Sharder):
             if w is None:
                 narrowest = t.num_embeddings * t.bytes_per_element * COLUMN_ALIGN / GB
                 raise InfeasiblePlacementError(
-                    t.name, t.size_gb, topology.memory_per_device_gb,
+                    t.name,
+                    t.size_gb,
+                    topology.memory_per_device_gb,
                     f"larger than one device, and even a {COLUMN_ALIGN}-column shard needs {narrowest:.3f} GB",
                 )
             widths[t.name] = w
@@ -223,8 +242,13 @@ class TorchRecTwCwSharder(Sharder):
         constraints = self._constraints(inventory, topology)
         dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
         configs = [
-            EmbeddingBagConfig(num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=_internal_name(i),
-                               feature_names=[f"f{i}"], data_type=dtypes[t.dtype])
+            EmbeddingBagConfig(
+                num_embeddings=t.num_embeddings,
+                embedding_dim=t.embedding_dim,
+                name=_internal_name(i),
+                feature_names=[f"f{i}"],
+                data_type=dtypes[t.dtype],
+            )
             for i, t in enumerate(inventory.tables)
         ]
         with _quiet(self.verbose):
@@ -242,7 +266,9 @@ class TorchRecTwCwSharder(Sharder):
             try:
                 sharding_plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
             except PlannerError as e:
-                raise translate(e, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec") from None
+                raise translate(
+                    e, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec"
+                ) from None
         return self._read_plan(sharding_plan, inventory, topology)
 
     def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:
@@ -283,8 +309,9 @@ class TorchRecTwCwSharder(Sharder):
 
     def _read_plan(self, sharding_plan: Any, inventory: Inventory, topology: Topology) -> Folded:
         names = {t.name: _internal_name(i) for i, t in enumerate(inventory.tables)}
-        doc = document_from_sharding_plan(sharding_plan, topology.num_devices, topology.device_type, names,
-                                          topology.local_world_size)
+        doc = document_from_sharding_plan(
+            sharding_plan, topology.num_devices, topology.device_type, names, topology.local_world_size
+        )
         missing = [t for t in inventory.table_names if t not in doc.tables]
         if missing:
             raise PlanError(f"torchrec planner returned no placement for table '{missing[0]}'")
@@ -305,8 +332,13 @@ class TorchRecSharder(TorchRecTwCwSharder):
 
     name = "torchrec"
 
-    def __init__(self, reserve_fraction: float = 0.0, memory_model: MemoryModel = "torchrec", verbose: bool = False,
-                 column_wise: ColumnWise = "auto") -> None:
+    def __init__(
+        self,
+        reserve_fraction: float = 0.0,
+        memory_model: MemoryModel = "torchrec",
+        verbose: bool = False,
+        column_wise: ColumnWise = "auto",
+    ) -> None:
         super().__init__(reserve_fraction, memory_model, verbose, column_wise)
 
     def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
@@ -315,7 +347,8 @@ class TorchRecSharder(TorchRecTwCwSharder):
 
         types = [t for t in PLANNABLE_TYPES if not (t == "column_wise" and self.column_wise == "never")]
         return {
-            _internal_name(i): ParameterConstraints(sharding_types=list(types), pooling_factors=[float(t.pooling_factor)])
+            _internal_name(i): ParameterConstraints(
+                sharding_types=list(types), pooling_factors=[float(t.pooling_factor)]
+            )
             for i, t in enumerate(inventory.tables)
         }
-

@@ -22,7 +22,6 @@ _GLOBAL_NEED = re.compile(r"Global storage requirement for model parallel: Stora
 _GLOBAL_HAVE = re.compile(r"Global storage available for model parallel: Storage\((?P<storage>[^)]*)\)")
 
 
-
 def internal_name(i: int) -> str:
     """The name table i of an inventory has in TorchRec's planner (any inventory name works)."""
     return f"t{i}"
@@ -74,9 +73,9 @@ def _from_torchrec_below_error(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR or f"{os.sep}torchrec{os.sep}" not in record.pathname
 
 
-
-def translate(err: Exception, inventory: Inventory, topology: Topology, reserve_fraction: float,
-              torchrec_memory: bool) -> Exception:
+def translate(
+    err: Exception, inventory: Inventory, topology: Topology, reserve_fraction: float, torchrec_memory: bool
+) -> Exception:
     """TorchRec's PlannerError (a multi-line box) -> our one-line typed error naming the limit/table."""
     text = str(err)
     kind = "hbm" if topology.device_type == "cuda" else "ddr"

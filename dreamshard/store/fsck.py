@@ -51,8 +51,11 @@ def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
     if inventory is None:
         found += _guarded(lambda: check_inventory_store(store))
     seen = {i.key for i in found}  # a key-level finding says more than the path's
-    structure = [FsckIssue(key=p.key, problem=p.problem, fix=p.fix)
-                 for p in store.path_problems("" if inventory is None else prefix) if p.key not in seen]
+    structure = [
+        FsckIssue(key=p.key, problem=p.problem, fix=p.fix)
+        for p in store.path_problems("" if inventory is None else prefix)
+        if p.key not in seen
+    ]
     return structure + _unique(found)
 
 
@@ -66,9 +69,16 @@ def _unique(issues: list[FsckIssue]) -> list[FsckIssue]:
 
 def _unexpected(store: PlanStore, prefix: str) -> list[FsckIssue]:
     """Objects under plans/ that are no plan, checksum, record or pointer of the layout (dreamshard.store.keys)."""
-    return [FsckIssue(key=k, problem="not an object of the plan store's layout (a plan, its checksum or record, or "
-                      "an inventory's current.json)", fix="move it out of the store")
-            for k in store.list_keys(prefix) if parse_key(k) is None and pointer_of(k) is None]
+    return [
+        FsckIssue(
+            key=k,
+            problem="not an object of the plan store's layout (a plan, its checksum or record, or "
+            "an inventory's current.json)",
+            fix="move it out of the store",
+        )
+        for k in store.list_keys(prefix)
+        if parse_key(k) is None and pointer_of(k) is None
+    ]
 
 
 def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
@@ -79,21 +89,35 @@ def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
         pointer, problem = None, str(e)
         out.append(_path_issue(e))
     if problem and not out:
-        out.append(FsckIssue(key=current_key(inv), problem=problem,
-                             fix=f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"))
+        out.append(
+            FsckIssue(
+                key=current_key(inv), problem=problem, fix=f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"
+            )
+        )
     elif pointer is not None:
         try:
             load_verified(store, entry_key(pointer.entry()), pointer.sha256)
         except (StoreError, PlanError) as e:
-            out.append(FsckIssue(key=current_key(inv), problem=f"current plan {pointer.plan_id}: {e}",
-                                 fix=f"dreamshard plans rollback --inventory {inv}"))
+            out.append(
+                FsckIssue(
+                    key=current_key(inv),
+                    problem=f"current plan {pointer.plan_id}: {e}",
+                    fix=f"dreamshard plans rollback --inventory {inv}",
+                )
+            )
     entries = ((pointer.entry(),) + pointer.history) if pointer else ()
     referenced = {e.key for e in pointer.entries()} if pointer else set()
     for e in entries[1:]:
         found = store.get_versioned(e.key)
         if found is not None and sha256_hex(found[0]) != e.sha256:
-            out.append(FsckIssue(key=e.key, problem=f"plan {e.plan_id} was modified since it was current "
-                                 f"(pointer history says sha256 {e.sha256[:16]})", fix="never roll back to it"))
+            out.append(
+                FsckIssue(
+                    key=e.key,
+                    problem=f"plan {e.plan_id} was modified since it was current "
+                    f"(pointer history says sha256 {e.sha256[:16]})",
+                    fix="never roll back to it",
+                )
+            )
     plans = plan_keys(store, inv)
     for pk in sorted(plans, key=lambda p: p.key):
         problems = _plan_problems(store, pk, inv)
@@ -105,22 +129,34 @@ def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
             and not problem
             and (pointer is None or len(pointer.history) < HISTORY_LIMIT)
         ):
-            out.append(FsckIssue(
-                key=pk.key, problem="approved plan that never became current (an interrupted publish?)",
-                fix=f"re-publish it, or `dreamshard plans rollback --inventory {inv} --to {pk.plan_id}`",
-            ))
+            out.append(
+                FsckIssue(
+                    key=pk.key,
+                    problem="approved plan that never became current (an interrupted publish?)",
+                    fix=f"re-publish it, or `dreamshard plans rollback --inventory {inv} --to {pk.plan_id}`",
+                )
+            )
         record = read_record(store, pk)
         if record is not None and record.status != pk.status:
-            out.append(FsckIssue(key=pk.of("record").key, problem=f"record says '{record.status}' but the plan "
-                                 "is stored elsewhere", fix="re-publish the plan"))
+            out.append(
+                FsckIssue(
+                    key=pk.of("record").key,
+                    problem=f"record says '{record.status}' but the plan is stored elsewhere",
+                    fix="re-publish the plan",
+                )
+            )
     decided: dict[tuple[str, str], set[str]] = {}
     for pk in plans:
         decided.setdefault((pk.fingerprint, pk.plan_id), set()).add(pk.status)
     for (fp, plan_id), statuses in sorted(decided.items()):
         if len(statuses) > 1:  # one plan id gets one decision per inventory version (store.plans.already_decided)
-            out.append(FsckIssue(key=PlanKey(inv, fp, plan_id, "plan", "rejected").key,
-                                 problem=f"plan {plan_id} is stored both approved and rejected for one inventory version",
-                                 fix="the approved one stands; never publish a plan id twice"))
+            out.append(
+                FsckIssue(
+                    key=PlanKey(inv, fp, plan_id, "plan", "rejected").key,
+                    problem=f"plan {plan_id} is stored both approved and rejected for one inventory version",
+                    fix="the approved one stands; never publish a plan id twice",
+                )
+            )
     stored = {pk.key for pk in plans}
     for key in store.list_keys(inventory_prefix(inv)):
         parsed = parse_key(key)
@@ -142,6 +178,11 @@ def _plan_problems(store: PlanStore, pk: PlanKey, inventory: str) -> list[FsckIs
     if record is None:
         return [FsckIssue(key=pk.of("record").key, problem="missing or unreadable record", fix="re-publish the plan")]
     if record.sha256 != got:
-        return [FsckIssue(key=pk.key, problem=f"record says sha256 {record.sha256[:16]}, object has {got[:16]}",
-                          fix=f"the plan was modified: roll back if it is current ({inventory}); re-publish it")]
+        return [
+            FsckIssue(
+                key=pk.key,
+                problem=f"record says sha256 {record.sha256[:16]}, object has {got[:16]}",
+                fix=f"the plan was modified: roll back if it is current ({inventory}); re-publish it",
+            )
+        ]
     return []

@@ -130,8 +130,10 @@ def get_current_inventory(store: PlanStore, name: str) -> tuple[Inventory, Inven
         )
     inv = get_inventory_version(store, name, ref.fingerprint)
     if inv is None:
-        raise StoreError(f"{current_inventory_key(name)} in {store.location} points at {ref.key}, which is missing; "
-                         f"push the inventory again")
+        raise StoreError(
+            f"{current_inventory_key(name)} in {store.location} points at {ref.key}, which is missing; "
+            f"push the inventory again"
+        )
     return inv, ref
 
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from dreamshard.values.names import check_key_part
-from dreamshard.values.names import name_problem
+from dreamshard.values.names import check_key_part, name_problem
 
 ROOT = "plans"
 INVENTORIES = "inventories"

@@ -181,8 +181,9 @@ class LocalPlanStore(PlanStore):
         out: list[PathProblem | None] = [self._link_problem(lock)] if start == self.root and lock.is_symlink() else []
         for here, dirnames, filenames in self._walk(start) if start.is_dir() else ():
             if here != self.root and not os.listdir(here):
-                out.append(PathProblem(self._key(here), "an empty folder (no object of the store is in it)",
-                                       "remove it"))
+                out.append(
+                    PathProblem(self._key(here), "an empty folder (no object of the store is in it)", "remove it")
+                )
             out += [self._link_problem(here / d) for d in dirnames if (here / d).is_symlink()]
             for name in filenames:
                 p = here / name
@@ -197,8 +198,11 @@ class LocalPlanStore(PlanStore):
         if leaving is not None:
             return PathProblem(self._key(link), _LINK_OUT.format(leaving[1]), _UNLINK)
         if link.is_dir():
-            return PathProblem(self._key(link), f"a link to the folder {self._key(link.resolve())} inside the store; "
-                               "its objects are not listed", "replace the link with the folder itself")
+            return PathProblem(
+                self._key(link),
+                f"a link to the folder {self._key(link.resolve())} inside the store; its objects are not listed",
+                "replace the link with the folder itself",
+            )
         return None
 
     def exists(self, key: str) -> bool:

@@ -52,5 +52,6 @@ def current_plan_for_schema(store: PlanStore, schema_fingerprint: str | Sequence
         current.append((pointer.published_at, schema_of(store, plan), plan))
     found = next(([c for c in current if c[1] == fp] for fp in wanted if any(c[1] == fp for c in current)), [])
     found.sort(key=lambda c: (c[0], c[2].inventory_name))
-    return SchemaMatch(plan=found[-1][2] if found else None, matches=tuple(c[2].inventory_name for c in found),
-                       skipped=tuple(skipped))
+    return SchemaMatch(
+        plan=found[-1][2] if found else None, matches=tuple(c[2].inventory_name for c in found), skipped=tuple(skipped)
+    )

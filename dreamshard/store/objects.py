@@ -11,10 +11,10 @@ from dreamshard.documents import describe_validation_error
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import GateDecision
 from dreamshard.store.base import KeyNotFoundError, PlanStore
-from dreamshard.values.names import check_key_part
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, Status, inventory_of, inventory_prefix, parse_key
 from dreamshard.store.schemas import CurrentPointer, PlanRecordFile
 from dreamshard.values import Plan
+from dreamshard.values.names import check_key_part
 
 
 def sha256_hex(data: bytes) -> str:
@@ -105,9 +105,7 @@ def upload_verified(store: PlanStore, plan: Plan, decision: GateDecision, status
     digest = sha256_hex(data)
     existing = store.get_versioned(pk.key)
     if existing is not None and sha256_hex(existing[0]) != digest:
-        raise StoreError(
-            f"{pk.key} already exists in {store.location} with different content; plan ids must be unique"
-        )
+        raise StoreError(f"{pk.key} already exists in {store.location} with different content; plan ids must be unique")
     store.put_bytes(pk.key, data)
     store.put_bytes(pk.of("checksum").key, f"{digest}  {pk.leaf}\n".encode())
     record = PlanRecordFile(plan_id=plan.plan_id, status=status, sha256=digest, gate=decision)

@@ -74,23 +74,43 @@ def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str 
             is_current = pointer is not None and pointer.key == pk.key
             record = read_record(store, pk)
             common: dict[str, Any] = {
-                "inventory": inv, "status": pk.status, "key": pk.key, "is_current": is_current,
-                "reason": record.gate.reason if record else "", "outcome": record.gate.outcome if record else "",
+                "inventory": inv,
+                "status": pk.status,
+                "key": pk.key,
+                "is_current": is_current,
+                "reason": record.gate.reason if record else "",
+                "outcome": record.gate.outcome if record else "",
             }
             try:
                 plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
             except StorePathError:
                 raise
             except (StoreError, PlanError) as e:
-                out.append(PlanRecord(plan_id=pk.plan_id, fingerprint=pk.fingerprint, sharder="", stored_at=record.stored_at if record else None,
-                                      overall_ms=None, basis=None, problem=str(e), **common))
+                out.append(
+                    PlanRecord(
+                        plan_id=pk.plan_id,
+                        fingerprint=pk.fingerprint,
+                        sharder="",
+                        stored_at=record.stored_at if record else None,
+                        overall_ms=None,
+                        basis=None,
+                        problem=str(e),
+                        **common,
+                    )
+                )
                 continue
             costs = plan.best_costs
-            out.append(PlanRecord(
-                plan_id=plan.plan_id, fingerprint=plan.inventory_fingerprint, sharder=plan.sharder,
-                stored_at=record.stored_at if record else None, overall_ms=costs.overall_ms if costs else None, basis=plan.cost_basis,
-                **common,
-            ))
+            out.append(
+                PlanRecord(
+                    plan_id=plan.plan_id,
+                    fingerprint=plan.inventory_fingerprint,
+                    sharder=plan.sharder,
+                    stored_at=record.stored_at if record else None,
+                    overall_ms=costs.overall_ms if costs else None,
+                    basis=plan.cost_basis,
+                    **common,
+                )
+            )
     return sorted(out, key=lambda r: (r.inventory, r.stored_at or _EPOCH, r.plan_id))
 
 
@@ -117,11 +137,20 @@ def already_decided(store: PlanStore, plan: Plan) -> tuple[PublishedRef, Plan, G
     pk, record = found
     stored = load_verified(store, pk)
     if stored.units() != plan.units() or stored.topology != plan.topology:
-        raise StoreError(f"plan id {plan.plan_id} was already decided ({record.gate.outcome}) for another placement "
-                         f"of inventory '{plan.inventory_name}'; a plan id names one placement: re-plan for a new id")
+        raise StoreError(
+            f"plan id {plan.plan_id} was already decided ({record.gate.outcome}) for another placement "
+            f"of inventory '{plan.inventory_name}'; a plan id names one placement: re-plan for a new id"
+        )
     pointer, _ = pointer_or_problem(store, plan.inventory_name)
-    ref = _ref(store, stored, pk, record.sha256, record.gate, already=True,
-               is_current=pointer is not None and pointer.key == pk.key)
+    ref = _ref(
+        store,
+        stored,
+        pk,
+        record.sha256,
+        record.gate,
+        already=True,
+        is_current=pointer is not None and pointer.key == pk.key,
+    )
     return ref, stored, record.gate
 
 
@@ -129,8 +158,10 @@ def already_decided(store: PlanStore, plan: Plan) -> tuple[PublishedRef, Plan, G
 def _no_other_decision(store: PlanStore, plan: Plan, status: Status) -> None:
     found = recorded_decision(store, plan)
     if found is not None and found[0].status != status:
-        raise PlanError(f"plan {plan.plan_id} was already decided ({found[1].gate.outcome}) for this version of "
-                        f"inventory '{plan.inventory_name}'; one plan id gets one decision")
+        raise PlanError(
+            f"plan {plan.plan_id} was already decided ({found[1].gate.outcome}) for this version of "
+            f"inventory '{plan.inventory_name}'; one plan id gets one decision"
+        )
 
 
 def _check_decision(plan: Plan, decision: GateDecision) -> None:
@@ -138,8 +169,15 @@ def _check_decision(plan: Plan, decision: GateDecision) -> None:
         raise PlanError(f"gate decision is for plan '{decision.plan_id}', not '{plan.plan_id}'")
 
 
-def _ref(store: PlanStore, plan: Plan, pk: PlanKey, digest: str, decision: GateDecision, already: bool = False,
-         is_current: bool | None = None) -> PublishedRef:
+def _ref(
+    store: PlanStore,
+    plan: Plan,
+    pk: PlanKey,
+    digest: str,
+    decision: GateDecision,
+    already: bool = False,
+    is_current: bool | None = None,
+) -> PublishedRef:
     return PublishedRef(
         plan_id=plan.plan_id,
         inventory=plan.inventory_name,
@@ -167,8 +205,14 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
     get_pointer(store, plan.inventory_name)  # fail before uploading if the pointer cannot be updated
     _no_other_decision(store, plan, "approved")
     pk, digest = upload_verified(store, plan, approval, "approved")
-    target = PointerEntry(plan_id=plan.plan_id, key=pk.key, sha256=digest, fingerprint=plan.inventory_fingerprint,
-                          sharder=plan.sharder, published_at=utcnow())
+    target = PointerEntry(
+        plan_id=plan.plan_id,
+        key=pk.key,
+        sha256=digest,
+        fingerprint=plan.inventory_fingerprint,
+        sharder=plan.sharder,
+        published_at=utcnow(),
+    )
 
     def make(old: CurrentPointer | None) -> CurrentPointer | None:
         if old is not None and old.key == target.key and old.sha256 == digest:
@@ -228,8 +272,12 @@ def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) ->
             if old is not None and old.plan_id == plan.plan_id:
                 raise StoreError(f"plan '{plan.plan_id}' is already current for inventory '{inventory}'")
             target = PointerEntry(
-                plan_id=plan.plan_id, key=pk.key, sha256=original_sha(store, pk, old),
-                fingerprint=plan.inventory_fingerprint, sharder=plan.sharder, published_at=published_at,
+                plan_id=plan.plan_id,
+                key=pk.key,
+                sha256=original_sha(store, pk, old),
+                fingerprint=plan.inventory_fingerprint,
+                sharder=plan.sharder,
+                published_at=published_at,
             )
             return advanced(inventory, target, old, "rollback")
         if old is None:

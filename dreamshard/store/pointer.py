@@ -30,7 +30,10 @@ Action = Literal["publish", "rollback"]
 
 
 def _pointer(
-    inventory: str, target: PointerEntry, action: Action, history: tuple[PointerEntry, ...],
+    inventory: str,
+    target: PointerEntry,
+    action: Action,
+    history: tuple[PointerEntry, ...],
     rolled_back: tuple[PointerEntry, ...],
 ) -> CurrentPointer:
     return CurrentPointer(
@@ -82,8 +85,10 @@ def entry_key(e: PointerEntry) -> PlanKey:
 
 def parse_pointer(store: PlanStore, inventory: str, data: bytes) -> CurrentPointer:
     """The pointer in `data`; StoreError (naming the repair) when it is not a valid pointer of `inventory`."""
-    repair = (f"repair it with `dreamshard plans rollback --inventory {inventory} --to PLAN_ID` "
-              f"(ids: `dreamshard plans list --inventory {inventory}`)")
+    repair = (
+        f"repair it with `dreamshard plans rollback --inventory {inventory} --to PLAN_ID` "
+        f"(ids: `dreamshard plans list --inventory {inventory}`)"
+    )
     try:
         pointer = CurrentPointer.model_validate_json(data)
     except ValidationError as e:

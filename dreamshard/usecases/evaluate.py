@@ -84,14 +84,23 @@ def contenders(settings: Settings, plans: list[Plan]) -> list[str]:
 
 def _output_paths(request: CompareRequest, names: list[str], extra: list[Plan]) -> dict[str, Path | None]:
     o = request.outputs
-    outputs: dict[str, Path | None] = {"--out": o.comparison, "--markdown-out": o.markdown, "--plot-out": o.plot,
-                                       "--summary-out": o.summary, "--plot-data-out": o.plot_data}
+    outputs: dict[str, Path | None] = {
+        "--out": o.comparison,
+        "--markdown-out": o.markdown,
+        "--plot-out": o.plot,
+        "--summary-out": o.summary,
+        "--plot-data-out": o.plot_data,
+    }
     if o.plans_dir is not None:  # the names Comparison.label will give (a new plan's id is not known yet: fresh)
         made_by = [*names, *(p.sharder for p in extra)]
         outputs.update({f"--plans-dir ({n})": o.plans_dir / f"{n}.json" for n in names if made_by.count(n) == 1})
-        outputs.update({f"--plans-dir ({p.plan_id})":
-                        o.plans_dir / f"{contender_name(p.sharder, p.plan_id, made_by.count(p.sharder) > 1)}.json"
-                        for p in extra})
+        outputs.update(
+            {
+                f"--plans-dir ({p.plan_id})": o.plans_dir
+                / f"{contender_name(p.sharder, p.plan_id, made_by.count(p.sharder) > 1)}.json"
+                for p in extra
+            }
+        )
     return outputs
 
 
@@ -107,15 +116,17 @@ def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = N
     for i, path in enumerate(paths):
         for j in range(i):
             if same_file(path, paths[j]):
-                raise ConfigError(f"{_plan_option(i, paths)} is the same file as {_plan_option(j, paths)}; "
-                                  f"give each plan once")
+                raise ConfigError(
+                    f"{_plan_option(i, paths)} is the same file as {_plan_option(j, paths)}; give each plan once"
+                )
         try:
             data = path.read_bytes() if path.is_file() else None
         except OSError:
             data = None  # load_plan says why
         if data is not None and (j := contents.setdefault(data, i)) != i:
-            raise ConfigError(f"{_plan_option(i, paths)} has the same content as {_plan_option(j, paths)}; "
-                              f"give each plan once")
+            raise ConfigError(
+                f"{_plan_option(i, paths)} has the same content as {_plan_option(j, paths)}; give each plan once"
+            )
     if plans is None:
         return
     ids: dict[str, int] = {}
@@ -124,8 +135,10 @@ def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = N
         j = ids.setdefault(plan.plan_id, i)
         j = j if j != i else labels.setdefault(contender_name(plan.sharder, plan.plan_id, True), i)
         if j != i:
-            raise ConfigError(f"{_plan_option(i, paths)} and {_plan_option(j, paths)} both hold plan "
-                              f"{plan.plan_id} ({plan.sharder}); give each plan once")
+            raise ConfigError(
+                f"{_plan_option(i, paths)} and {_plan_option(j, paths)} both hold plan "
+                f"{plan.plan_id} ({plan.sharder}); give each plan once"
+            )
 
 
 def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
@@ -134,8 +147,12 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
     extra = [load_plan(p) for p in request.plans]
     check_distinct_plans(request.plans, extra)
     names = validate_sharders(list(request.sharders) if request.sharders is not None else contenders(s, extra))
-    inputs = {"--inventory": request.inventory, "--model": request.model, "--params": s.source,
-              **{"--plan" + (f" #{i + 1}" if len(request.plans) > 1 else ""): p for i, p in enumerate(request.plans)}}
+    inputs = {
+        "--inventory": request.inventory,
+        "--model": request.model,
+        "--params": s.source,
+        **{"--plan" + (f" #{i + 1}" if len(request.plans) > 1 else ""): p for i, p in enumerate(request.plans)},
+    }
     check_outputs(inputs, _output_paths(request, names, extra))
     inv = load_inventory(request.inventory)
     topo = extra[0].topology if extra and request.num_devices is None else s.topology_for(request.num_devices)
@@ -146,11 +163,29 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
     # one plan to judge: measuring ends where the publish gate's sequential rule decides on it
     stop = stop_rule(s.publish, extra[0].plan_id) if s.evaluate.stop_early and len(extra) == 1 else None
     try:
-        cmp = compare_sharders(inv, topo, names, oracle, rounds=s.evaluate.rounds, sharder_options=options,
-                               progress=progress, seed=seed, extra_plans=extra, corpus=corpus, stop=stop)
+        cmp = compare_sharders(
+            inv,
+            topo,
+            names,
+            oracle,
+            rounds=s.evaluate.rounds,
+            sharder_options=options,
+            progress=progress,
+            seed=seed,
+            extra_plans=extra,
+            corpus=corpus,
+            stop=stop,
+        )
     finally:
         oracle.close()
     o = request.outputs
-    write_comparison_outputs(cmp, json_path=o.comparison, markdown_path=o.markdown, plot_path=o.plot,
-                             plans_dir=o.plans_dir, summary_path=o.summary, plot_data_path=o.plot_data)
+    write_comparison_outputs(
+        cmp,
+        json_path=o.comparison,
+        markdown_path=o.markdown,
+        plot_path=o.plot,
+        plans_dir=o.plans_dir,
+        summary_path=o.summary,
+        plot_data_path=o.plot_data,
+    )
     return CompareResult(comparison=cmp)

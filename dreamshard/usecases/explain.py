@@ -52,13 +52,21 @@ class WhatIfResult(Result):
 def run_whatif(request: WhatIfRequest, progress: Callable[[str], None] | None = None) -> WhatIfResult:
     s = request.settings
     files = [p for p in request.add_tables if is_file_spec(p)]
-    check_outputs({"--inventory": request.inventory, "--plan": request.plan, "--model": request.model,
-                   **{f"--add-table {p}": p for p in files}},
-                  {"--out": request.out, "--inventory-out": request.inventory_out})
+    check_outputs(
+        {
+            "--inventory": request.inventory,
+            "--plan": request.plan,
+            "--model": request.model,
+            **{f"--add-table {p}": p for p in files},
+        },
+        {"--out": request.out, "--inventory-out": request.inventory_out},
+    )
     tables_change = bool(request.add_tables or request.remove_tables)
     if request.out is not None and tables_change and request.inventory_out is None:
-        raise InputFileError("--out with --add-table/--remove-table needs --inventory-out too: the changed plan is a "
-                             "plan of the changed inventory; nothing was written")
+        raise InputFileError(
+            "--out with --add-table/--remove-table needs --inventory-out too: the changed plan is a "
+            "plan of the changed inventory; nothing was written"
+        )
     if request.inventory_out is not None and request.inventory_out.suffix.lower() not in INVENTORY_SUFFIXES:
         raise InputFileError(f"--inventory-out {request.inventory_out}: name it .yaml, .yml or .json")
     inv = load_inventory(request.inventory)
@@ -73,8 +81,15 @@ def run_whatif(request: WhatIfRequest, progress: Callable[[str], None] | None = 
     if request.measure:
         oracle = s.oracle()
         try:
-            both = measure_interleaved(inv, [plan, changed], oracle, s.evaluate.rounds, seed=s.profile.seed,
-                                       progress=progress, inventories=[inv, result.inventory])
+            both = measure_interleaved(
+                inv,
+                [plan, changed],
+                oracle,
+                s.evaluate.rounds,
+                seed=s.profile.seed,
+                progress=progress,
+                inventories=[inv, result.inventory],
+            )
             before, after = median_costs(both[0]), median_costs(both[1])
             changed = changed.model_copy(update={"measured": after, "measured_by": oracle.info})
         finally:

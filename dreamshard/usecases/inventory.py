@@ -59,8 +59,14 @@ def from_torchrec(request: FromTorchrecRequest) -> InventoryResult:
     from dreamshard.integrations.torchrec_model import load_model, measure_module  # loads torch: this use case only
 
     check_outputs({"--batches": request.batches}, {"--output": request.out})
-    inv, notes = measure_module(load_model(request.model), request.batches, request.batch_size,
-                                request.planned_batch_size, request.name, request.allow_pickle)
+    inv, notes = measure_module(
+        load_model(request.model),
+        request.batches,
+        request.batch_size,
+        request.planned_batch_size,
+        request.name,
+        request.allow_pickle,
+    )
     save_inventory(inv, request.out)
     return InventoryResult(inventory=inv, out=request.out, warnings=notes)
 
@@ -98,7 +104,10 @@ def push(request: PushRequest) -> PushResult:
             notes.append("no notifier installed (the Prefect flows provide one): no event emitted")
         for name, notify in found.items():
             event_id = notify(ref)
-            notes.append(f"{name}: emitted dreamshard.inventory.changed ({event_id})" if event_id else
-                         f"{name}: no event emitted (no Prefect API configured: set PREFECT_API_URL to trigger "
-                         f"the deployment)")
+            notes.append(
+                f"{name}: emitted dreamshard.inventory.changed ({event_id})"
+                if event_id
+                else f"{name}: no event emitted (no Prefect API configured: set PREFECT_API_URL to trigger "
+                f"the deployment)"
+            )
     return PushResult(ref=ref, notes=notes)

@@ -48,8 +48,12 @@ class PlanResult(Result):
 def sharder_options(name: str, settings: Settings, model: Path | None, seed: int) -> dict[str, Any]:
     """The options sharder `name` is built with from the settings: the seed, and for the learned sharders the
     model, the search and its samples and risk (each sharder gets those it takes: `options_for`)."""
-    shared: dict[str, Any] = {"seed": seed, "samples": settings.plan.samples, "risk": settings.plan.risk,
-                              "search": settings.plan.search(seed)}
+    shared: dict[str, Any] = {
+        "seed": seed,
+        "samples": settings.plan.samples,
+        "risk": settings.plan.risk,
+        "search": settings.plan.search(seed),
+    }
     if "model_dir" in accepted_options(name) and (found := model_dir(model)) is not None:
         shared["model_dir"] = found
     return options_for(name, shared)
@@ -59,8 +63,10 @@ def run(request: PlanRequest) -> PlanResult:
     s = request.settings
     (name,) = validate_sharders([request.sharder])
     kernel = check_kernel(request.torchrec_kernel, s.topology.device_type)
-    check_outputs({"--inventory": request.inventory, "--model": request.model, "--params": s.source},
-                  {"--out": request.out, "--torchrec-out": request.torchrec_out})
+    check_outputs(
+        {"--inventory": request.inventory, "--model": request.model, "--params": s.source},
+        {"--out": request.out, "--torchrec-out": request.torchrec_out},
+    )
     if request.torchrec_out is not None and request.torchrec_out.is_dir():
         raise InputFileError(f"cannot write {request.torchrec_out}: it is a directory")
     inv = load_inventory(request.inventory)
@@ -71,9 +77,17 @@ def run(request: PlanRequest) -> PlanResult:
     oracle = s.oracle() if verify or refine else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra: dict[str, Any] = {"verify": verify, "verify_rounds": s.plan.verify_rounds, "oracle": oracle,
-                             "verify_anchors": s.plan.verify_anchors,
-                             "verify_confidence": s.plan.verify_confidence} if verify else {}
+    extra: dict[str, Any] = (
+        {
+            "verify": verify,
+            "verify_rounds": s.plan.verify_rounds,
+            "oracle": oracle,
+            "verify_anchors": s.plan.verify_anchors,
+            "verify_confidence": s.plan.verify_confidence,
+        }
+        if verify
+        else {}
+    )
     if request.incumbent is not None:
         require_searching(name, "--incumbent")
         extra["incumbent"] = request.incumbent
@@ -85,16 +99,25 @@ def run(request: PlanRequest) -> PlanResult:
             report = sharder.shard_with_report(inv, topo)
             plan, searched, warnings = report.plan, report.search, list(report.warnings)
             if refine and oracle is not None:
-                plan = refine_plan(inv, plan, sharder.planning_cost(topo), oracle, refine, s.plan.refine_rounds,
-                                   request.seed, confirm=s.plan.refine_confirm_rounds)
+                plan = refine_plan(
+                    inv,
+                    plan,
+                    sharder.planning_cost(topo),
+                    oracle,
+                    refine,
+                    s.plan.refine_rounds,
+                    request.seed,
+                    confirm=s.plan.refine_confirm_rounds,
+                )
         else:
             plan = sharder.shard(inv, topo)
     finally:
         if oracle is not None:
             oracle.close()
     if plan.out_of_range:
-        warnings.append(f"plan {plan.plan_id} records its out-of-range inputs: the publish gate will want a measured "
-                        f"comparison")
+        warnings.append(
+            f"plan {plan.plan_id} records its out-of-range inputs: the publish gate will want a measured comparison"
+        )
     torchrec_doc = torchrec_document(plan, inv, kernel) if request.torchrec_out is not None else None
     if request.out is not None:
         save_plan(plan, request.out)
@@ -106,4 +129,6 @@ def run(request: PlanRequest) -> PlanResult:
 def require_searching(name: str, what: str) -> None:
     """`--verify` / `--explain` given for a sharder that does not search: an error naming both."""
     if name != SEARCHING_SHARDER:
-        raise ConfigError(f"{what} needs --sharder {SEARCHING_SHARDER} (it acts on the search's candidates), not '{name}'")
+        raise ConfigError(
+            f"{what} needs --sharder {SEARCHING_SHARDER} (it acts on the search's candidates), not '{name}'"
+        )

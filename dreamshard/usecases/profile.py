@@ -69,8 +69,9 @@ class ProfileResult(Result):
 
 def run(request: ProfileRequest) -> ProfileResult:
     s = request.settings
-    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": s.source},
-                  {"--output": request.out})
+    check_outputs(
+        {"--inventory": request.inventory, "--tasks": request.tasks, "--params": s.source}, {"--output": request.out}
+    )
     inv = load_inventory(request.inventory)
     topology = s.topology_for(request.num_devices)
     topology = topology.model_copy(update={"device_type": "cuda" if s.profile.backend == "cuda" else "cpu"})
@@ -81,9 +82,20 @@ def run(request: ProfileRequest) -> ProfileResult:
     try:
         if request.refit_comm:
             sizes = {topology.num_devices} | ({t.num_devices for t in taskset.train} if taskset else set())
-            refit = [oracle.comm_model(topology.model_copy(update={"num_devices": n}), refit=True) for n in sorted(sizes)]
-        summary = profile_inventory(inv, topology, s.profile.num_placements, request.out, oracle, seed=s.profile.seed,
-                                    tasks=taskset, progress=request.progress, kinds=s.profile.kinds)
+            refit = [
+                oracle.comm_model(topology.model_copy(update={"num_devices": n}), refit=True) for n in sorted(sizes)
+            ]
+        summary = profile_inventory(
+            inv,
+            topology,
+            s.profile.num_placements,
+            request.out,
+            oracle,
+            seed=s.profile.seed,
+            tasks=taskset,
+            progress=request.progress,
+            kinds=s.profile.kinds,
+        )
     finally:
         oracle.close()
     return ProfileResult(summary=summary, refit=refit, corpus=oracle.corpus.stats() if oracle.corpus else {})
@@ -111,8 +123,9 @@ class BatchedProfileResult(Result):
     corpus: dict[str, int] = {}
 
 
-def _missing_devices(job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[int], BackendInfo], seed: int,
-                     hardware: str | None) -> dict[str, int]:
+def _missing_devices(
+    job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[int], BackendInfo], seed: int, hardware: str | None
+) -> dict[str, int]:
     """Per train task, how many of its placements' devices the corpus held no timing of before this version."""
     missing: dict[str, int] = {}
     by_name = job.inventory.by_name()
@@ -123,8 +136,10 @@ def _missing_devices(job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[i
         for d in range(it.topology.num_devices):
             tables = [unit_table(by_name, n) for n, dev in it.placement.items() if dev == d]
             # keyed as the oracle records them: one entry per fused operator (replicas apart, at their batch share)
-            if any(not corpus.known_before(device_key(info_at(batch), seed, group, hardware), fp)
-                   for group, batch in fused_operators(tables, it.topology)):
+            if any(
+                not corpus.known_before(device_key(info_at(batch), seed, group, hardware), fp)
+                for group, batch in fused_operators(tables, it.topology)
+            ):
                 missing[it.task] = missing.get(it.task, 0) + 1
     return missing
 
@@ -143,8 +158,9 @@ def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print, wor
             return job  # the workers sent nothing back for this backend yet: every task is new
         hardware, worker = corpus.worker_backend[job.profile.backend]
         pr = job.profile  # the workers' device and operator, this run's settings
-        base = worker.model_copy(update={"warmup": pr.warmup, "repeats": pr.repeats, "num_threads": pr.num_threads,
-                                         "row_cap": pr.row_cap})
+        base = worker.model_copy(
+            update={"warmup": pr.warmup, "repeats": pr.repeats, "num_threads": pr.num_threads, "row_cap": pr.row_cap}
+        )
         missing = _missing_devices(job, corpus, lambda b: base.model_copy(update={"batch_size": b}), pr.seed, hardware)
     else:
         oracle = job.profile.oracle()
@@ -157,17 +173,24 @@ def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print, wor
         return job
     keep = set(sorted((t.name for t in new), key=lambda n: draw(job.profile.seed, "incremental", n))[:limit])
     train = tuple(t for t in job.tasks.train if t.name in keep or not missing.get(t.name))
-    log(f"corpus: {len(new)} of {len(job.tasks.train)} train tasks need new device timings; measuring "
-        f"{limit} of them (profile.incremental_tasks)")
+    log(
+        f"corpus: {len(new)} of {len(job.tasks.train)} train tasks need new device timings; measuring "
+        f"{limit} of them (profile.incremental_tasks)"
+    )
     return job.model_copy(update={"tasks": job.tasks.model_copy(update={"train": train})})
 
 
-def plan_stage_batches(request: BatchedProfileRequest, campaign: str, corpus: DeviceCorpus | None = None,
-                       log: Log = print) -> list[BatchSpec]:
+def plan_stage_batches(
+    request: BatchedProfileRequest, campaign: str, corpus: DeviceCorpus | None = None, log: Log = print
+) -> list[BatchSpec]:
     """The stage's batches (same files, settings and corpus -> same batches and shard keys)."""
     s = request.settings
-    job = ProfileJob(inventory=load_inventory(request.inventory), tasks=load_taskset(request.tasks),
-                     topology=s.topology_for(s.tasks.train_devices), profile=s.profile)
+    job = ProfileJob(
+        inventory=load_inventory(request.inventory),
+        tasks=load_taskset(request.tasks),
+        topology=s.topology_for(s.tasks.train_devices),
+        profile=s.profile,
+    )
     if corpus is not None:
         job = limit_new_tasks(job, corpus, log, workers=request.dispatch == "workers")
     return plan_batches(job, s.pipeline.items_per_batch, campaign)
@@ -189,8 +212,9 @@ def collect_worker_timings(store: PlanStore, specs: Sequence[BatchSpec], root: P
     return added, rejected
 
 
-def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print,
-                corpus: DeviceCorpus | None = None) -> int:
+def run_locally(
+    store: PlanStore, specs: Sequence[BatchSpec], log: Log = print, corpus: DeviceCorpus | None = None
+) -> int:
     """Measure every batch without a shard in this process (one oracle for all; device timings from `corpus` when
     it holds them); returns how many ran."""
     todo = [spec for spec in specs if read_shard(store, spec) is None]
@@ -208,8 +232,9 @@ def run_locally(store: PlanStore, specs: Sequence[BatchSpec], log: Log = print,
     return len(todo)
 
 
-def measure_stored_batch(store: PlanStore, spec_key: str,
-                         worker: WorkerInfo | None = None) -> tuple[BatchSpec, ProfileShard]:
+def measure_stored_batch(
+    store: PlanStore, spec_key: str, worker: WorkerInfo | None = None
+) -> tuple[BatchSpec, ProfileShard]:
     """One batch whose spec is in the store, measured into its shard (kept if already written): what a worker
     runs. Returns the spec and its shard."""
     spec = read_spec(store, spec_key)
@@ -231,8 +256,10 @@ def dispatcher(name: str) -> Dispatcher:
     """The registered batch dispatcher `name` (entry point group `dreamshard.dispatchers`)."""
     found = {ep.name: ep for ep in entry_points(group=DISPATCHER_GROUP)}
     if name not in found:
-        raise ConfigError(f"no batch dispatcher '{name}' is installed (the Prefect flows provide 'workers'; "
-                          f"install dreamshard with its flows), or use --dispatch local")
+        raise ConfigError(
+            f"no batch dispatcher '{name}' is installed (the Prefect flows provide 'workers'; "
+            f"install dreamshard with its flows), or use --dispatch local"
+        )
     loaded = found[name].load()
     if not callable(loaded):
         raise ConfigError(f"batch dispatcher '{name}' is not callable")
@@ -242,8 +269,10 @@ def dispatcher(name: str) -> Dispatcher:
 def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProfileResult:
     if request.dispatch == "workers" and not request.store_uri:
         raise ConfigError("--dispatch workers needs --store (object storage every worker can reach)")
-    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
-                  {"--output": request.out})
+    check_outputs(
+        {"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
+        {"--output": request.out},
+    )
     campaign = request.campaign or f"c-{uuid.uuid4().hex[:12]}"
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     specs = plan_stage_batches(request, campaign, corpus, log)
@@ -257,14 +286,26 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
         store = open_store(store_uri, endpoint_url=request.endpoint_url)
         if request.dispatch == "workers":
             settings: PipelineSettings = request.settings.pipeline
-            runs = dispatcher("workers")(store, store_uri, request.endpoint_url, specs, settings,
-                                         parent_task_run_id=request.parent_task_run, log=log)
+            runs = dispatcher("workers")(
+                store,
+                store_uri,
+                request.endpoint_url,
+                specs,
+                settings,
+                parent_task_run_id=request.parent_task_run,
+                log=log,
+            )
             ran = len(runs) if isinstance(runs, dict) else 0
             if request.corpus is not None:
                 added, rejected = collect_worker_timings(store, specs, request.corpus)
-                log(f"corpus: {added} device timings from the workers" + (
-                    f"; {rejected} left out (not timings of the batches' tables: see corpus.entry_problem)"
-                    if rejected else ""))
+                log(
+                    f"corpus: {added} device timings from the workers"
+                    + (
+                        f"; {rejected} left out (not timings of the batches' tables: see corpus.entry_problem)"
+                        if rejected
+                        else ""
+                    )
+                )
         else:
             ran = run_locally(store, specs, log=log, corpus=corpus)
         merge = merge_shards(store, specs, request.out)
@@ -274,7 +315,10 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
     for bid, who in merge.workers.items():
         log(f"  {bid}: {who}")
     if corpus is not None:
-        log("corpus: {device_timings_measured} device timings measured, {device_timings_reused} reused "
-            "({corpus_size} in the corpus)".format(**corpus.stats()))
-    return BatchedProfileResult(merge=merge, batches=len(specs), ran=ran, campaign=campaign,
-                                corpus=corpus.stats() if corpus else {})
+        log(
+            "corpus: {device_timings_measured} device timings measured, {device_timings_reused} reused "
+            "({corpus_size} in the corpus)".format(**corpus.stats())
+        )
+    return BatchedProfileResult(
+        merge=merge, batches=len(specs), ran=ran, campaign=campaign, corpus=corpus.stats() if corpus else {}
+    )

@@ -89,13 +89,15 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
         plan = trusted_plan(plan, lambda p: card.out_of_range(inv.tables, p.topology))
     seed = s.profile.seed
     if request.comparison is not None:
-        judged, decision, cmp = gate_comparison_file(plan, inv, request.comparison, s.publish, extra_baselines=extra,
-                                                     seed=seed, backend=request.backend)
+        judged, decision, cmp = gate_comparison_file(
+            plan, inv, request.comparison, s.publish, extra_baselines=extra, seed=seed, backend=request.backend
+        )
     else:
         oracle = s.oracle()
         try:
-            judged, decision, cmp = measure_and_gate(plan, inv, oracle, s.publish, extra_baselines=extra,
-                                                     rounds=s.evaluate.rounds, seed=seed)
+            judged, decision, cmp = measure_and_gate(
+                plan, inv, oracle, s.publish, extra_baselines=extra, rounds=s.evaluate.rounds, seed=seed
+            )
         finally:
             oracle.close()
     store = store or open_plan_store(s, request.store, request.endpoint_url, existing=False)
@@ -105,9 +107,13 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
     if found is None:
         return GateResult(plan=judged, decision=decision)
     fallback, fallback_decision = found
-    decision = decision.model_copy(update={"reason": f"{decision.reason}; the best measured baseline "
-                                                     f"{fallback_decision.best_baseline} becomes current instead "
-                                                     f"(plan {fallback.plan_id}: {why})"})
+    decision = decision.model_copy(
+        update={
+            "reason": f"{decision.reason}; the best measured baseline "
+            f"{fallback_decision.best_baseline} becomes current instead "
+            f"(plan {fallback.plan_id}: {why})"
+        }
+    )
     return GateResult(plan=judged, decision=decision, fallback=fallback, fallback_decision=fallback_decision)
 
 
@@ -134,9 +140,15 @@ def first_plan(store: PlanStore, plan: Plan, decision: GateDecision, why: str | 
     why = nothing_to_keep(store, plan) if why is None else why
     if not why:
         return _same_as_current(store, plan, decision)
-    return decision.model_copy(update={
-        "approved": True, "outcome": "approved",
-        "reason": decision.reason.replace("the current plan stays (measure more rounds)", f"{why}: it becomes current")})
+    return decision.model_copy(
+        update={
+            "approved": True,
+            "outcome": "approved",
+            "reason": decision.reason.replace(
+                "the current plan stays (measure more rounds)", f"{why}: it becomes current"
+            ),
+        }
+    )
 
 
 def _same_as_current(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
@@ -148,10 +160,15 @@ def _same_as_current(store: PlanStore, plan: Plan, decision: GateDecision) -> Ga
         return decision
     if current.units() != plan.units():  # every unit (table, shard, replica) on the same device
         return decision
-    return decision.model_copy(update={"reason": decision.reason.replace(
-        "the current plan stays (measure more rounds)",
-        f"the current plan {current.plan_id} stays (this plan places every table as it does: the job keeps its "
-        f"state, and no number of rounds could tell the two apart)")})
+    return decision.model_copy(
+        update={
+            "reason": decision.reason.replace(
+                "the current plan stays (measure more rounds)",
+                f"the current plan {current.plan_id} stays (this plan places every table as it does: the job keeps its "
+                f"state, and no number of rounds could tell the two apart)",
+            )
+        }
+    )
 
 
 def cannot_serve(current: Plan, plan: Plan, current_schema: str | None = None) -> str:
@@ -160,14 +177,18 @@ def cannot_serve(current: Plan, plan: Plan, current_schema: str | None = None) -
     `current_schema`, the store's for the current plan (`store.inventories.schema_of`), else the plan's own."""
     schema = current_schema or current.schema_fingerprint
     if schema is not None and plan.schema_fingerprint is not None and schema != plan.schema_fingerprint:
-        return (f"the current plan {current.plan_id} places another table schema "
-                f"({schema[:12]}, this version's is {plan.schema_fingerprint[:12]}) and cannot serve it")
+        return (
+            f"the current plan {current.plan_id} places another table schema "
+            f"({schema[:12]}, this version's is {plan.schema_fingerprint[:12]}) and cannot serve it"
+        )
     if schema is None and set(current.table_names) != set(plan.table_names):
         return f"the current plan {current.plan_id} places other tables and cannot serve this version"
     if current.topology != plan.topology:
         t = current.topology
-        return (f"the current plan {current.plan_id} is for {t.num_devices} x {t.device_type} (batch {t.batch_size}) "
-                f"and cannot serve this topology")
+        return (
+            f"the current plan {current.plan_id} is for {t.num_devices} x {t.device_type} (batch {t.batch_size}) "
+            f"and cannot serve this topology"
+        )
     return ""
 
 
@@ -205,5 +226,11 @@ def store_gated(store: PlanStore, gated: GateResult) -> PublishResult:
     if gated.fallback is not None and gated.fallback_decision is not None:
         fallback_ref = store_decision(store, gated.fallback, gated.fallback_decision)
     ref = store_decision(store, gated.plan, gated.decision)
-    return PublishResult(plan=gated.plan, decision=gated.decision, ref=ref, fallback=gated.fallback,
-                         fallback_decision=gated.fallback_decision, fallback_ref=fallback_ref)
+    return PublishResult(
+        plan=gated.plan,
+        decision=gated.decision,
+        ref=ref,
+        fallback=gated.fallback,
+        fallback_decision=gated.fallback_decision,
+        fallback_ref=fallback_ref,
+    )

@@ -71,8 +71,10 @@ def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
         raise ConfigError("replan needs an inventory: -i FILE, or --inventory-name NAME of one pushed to the store")
     found = get_current_inventory(store, request.inventory_name)
     if found is None:
-        raise StoreError(f"no inventory '{request.inventory_name}' in {store.location}: push one with "
-                         f"`dreamshard inventory push INV --store URI`")
+        raise StoreError(
+            f"no inventory '{request.inventory_name}' in {store.location}: push one with "
+            f"`dreamshard inventory push INV --store URI`"
+        )
     return found[0]
 
 
@@ -91,37 +93,81 @@ def run(request: ReplanRequest) -> ReplanResult:
     current = current_or_none(store, inv.name)  # None: this replan makes the first
     previous = current.plan_id if current is not None else None
     if current is not None and current.inventory_fingerprint == ref.fingerprint and not request.force:
-        return ReplanResult(outcome="current", previous_plan_id=previous, plan=current, **base,
-                            reason=f"plan {current.plan_id} is already current for version {ref.fingerprint[:12]}")
+        return ReplanResult(
+            outcome="current",
+            previous_plan_id=previous,
+            plan=current,
+            **base,
+            reason=f"plan {current.plan_id} is already current for version {ref.fingerprint[:12]}",
+        )
     last = decided(store, inv.name, ref.fingerprint) if not request.force else None
     if last is not None:
-        return ReplanResult(outcome="already-decided", previous_plan_id=previous, **base,
-                            reason=f"version {ref.fingerprint[:12]} was decided: plan {last.plan_id} {last.status} "
-                                   f"({last.reason}); --force re-plans it")
+        return ReplanResult(
+            outcome="already-decided",
+            previous_plan_id=previous,
+            **base,
+            reason=f"version {ref.fingerprint[:12]} was decided: plan {last.plan_id} {last.status} "
+            f"({last.reason}); --force re-plans it",
+        )
     with tempfile.TemporaryDirectory(prefix="dreamshard-replan-") as tmp:
         work = request.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         inv_file, plan_file = work / "inventory.yaml", work / "plan.json"
         save_inventory(inv, inv_file)
         fast = s.model_copy(update={"plan": s.plan.model_copy(update={"refine_seconds": s.plan.replan_refine_seconds})})
-        planned = plan_uc.run(plan_uc.PlanRequest(settings=fast, inventory=inv_file, out=plan_file,
-                                                  sharder=plan_uc.SEARCHING_SHARDER, model=model_dir(request.model),
-                                                  seed=request.seed, incumbent=current))
+        planned = plan_uc.run(
+            plan_uc.PlanRequest(
+                settings=fast,
+                inventory=inv_file,
+                out=plan_file,
+                sharder=plan_uc.SEARCHING_SHARDER,
+                model=model_dir(request.model),
+                seed=request.seed,
+                incumbent=current,
+            )
+        )
         plan = planned.plan
         if plan.out_of_range:
-            return ReplanResult(outcome="retrain-due", plan=plan, previous_plan_id=previous,
-                                verification=plan.verification,
-                                retrain_reasons=list(plan.out_of_range), warnings=planned.warnings, **base,
-                                reason=f"version {ref.fingerprint[:12]} is outside the production model's training "
-                                       f"ranges ({'; '.join(plan.out_of_range)}): retrain before publishing")
-        published = publish_uc.run(publish_uc.PublishRequest(
-            settings=s, plan=plan_file, measure=True, inventory=inv_file,  # baselines: publish.baselines
-            store=request.store, endpoint_url=request.endpoint_url))
+            return ReplanResult(
+                outcome="retrain-due",
+                plan=plan,
+                previous_plan_id=previous,
+                verification=plan.verification,
+                retrain_reasons=list(plan.out_of_range),
+                warnings=planned.warnings,
+                **base,
+                reason=f"version {ref.fingerprint[:12]} is outside the production model's training "
+                f"ranges ({'; '.join(plan.out_of_range)}): retrain before publishing",
+            )
+        published = publish_uc.run(
+            publish_uc.PublishRequest(
+                settings=s,
+                plan=plan_file,
+                measure=True,
+                inventory=inv_file,  # baselines: publish.baselines
+                store=request.store,
+                endpoint_url=request.endpoint_url,
+            )
+        )
     decision = published.decision
     fallback = published.fallback_ref
-    outcome: Outcome = ("published" if published.ref.is_current
-                        else "fallback" if fallback is not None and fallback.is_current else "not-published")
+    outcome: Outcome = (
+        "published"
+        if published.ref.is_current
+        else "fallback"
+        if fallback is not None and fallback.is_current
+        else "not-published"
+    )
     diff = plan_diff(current, published.plan, inv) if current is not None and outcome == "published" else None
-    return ReplanResult(outcome=outcome, plan=published.plan, ref=published.ref, fallback_ref=fallback,
-                        previous_plan_id=previous, warnings=planned.warnings, reason=decision.reason,
-                        verification=plan.verification, diff=diff, **base)
+    return ReplanResult(
+        outcome=outcome,
+        plan=published.plan,
+        ref=published.ref,
+        fallback_ref=fallback,
+        previous_plan_id=previous,
+        warnings=planned.warnings,
+        reason=decision.reason,
+        verification=plan.verification,
+        diff=diff,
+        **base,
+    )

@@ -60,16 +60,20 @@ def check_lineage(lineage: Lineage, plan_id: str) -> None:
     installed pipeline file's (`dreamshard ...` commands; params may differ), so no stored text runs a command."""
     missing = [n for n, v in (("model", lineage.model_md5), ("measurements", lineage.measurements_md5)) if not v]
     if missing:
-        raise PipelineError(f"plan {plan_id}'s lineage has no md5 for the {' and the '.join(missing)}: a reproduction "
-                            f"could not be checked; refusing")
+        raise PipelineError(
+            f"plan {plan_id}'s lineage has no md5 for the {' and the '.join(missing)}: a reproduction "
+            f"could not be checked; refusing"
+        )
     mine = _stage_table(installed_pipeline_file("dvc.yaml").read_text(), "the installed dvc.yaml")
     if lineage.dvc_yaml is None:
         return  # `reproduce` says the lineage is incomplete
     theirs = _stage_table(lineage.dvc_yaml, f"plan {plan_id}'s dvc.yaml")
     for name, (cmd, outs) in theirs.items():
         if not cmd.startswith("dreamshard ") or name not in mine or mine[name] != (cmd, outs):
-            raise PipelineError(f"plan {plan_id}'s dvc.yaml stage '{name}' is not the installed pipeline's "
-                                f"(`{cmd[:60]}`); refusing to write it")
+            raise PipelineError(
+                f"plan {plan_id}'s dvc.yaml stage '{name}' is not the installed pipeline's "
+                f"(`{cmd[:60]}`); refusing to write it"
+            )
 
 
 def run(request: ReproduceRequest) -> ReproduceOutcome:

@@ -13,7 +13,9 @@ from dreamshard.store.local import LocalPlanStore
 from dreamshard.values import Plan
 
 
-def open_plan_store(settings: Settings, store: str | None, endpoint_url: str | None, existing: bool = True) -> PlanStore:
+def open_plan_store(
+    settings: Settings, store: str | None, endpoint_url: str | None, existing: bool = True
+) -> PlanStore:
     """The plan store; a local one must already exist unless `existing` is False (publish creates it), so a
     mistyped --store is an error rather than an empty listing."""
     s = open_store(store or settings.publish.store_uri, endpoint_url=endpoint_url)

@@ -50,19 +50,25 @@ class CardResult(Result):
 
 def run_cost(request: CostRequest) -> CardResult:
     """Fit the cost ensemble on a profile file and save it (no policy) in model_dir."""
-    check_outputs({"--inventory": request.inventory, "--measurements": request.measurements,
-                   "--params": request.settings.source}, {"--metrics-out": request.metrics_out})
+    check_outputs(
+        {"--inventory": request.inventory, "--measurements": request.measurements, "--params": request.settings.source},
+        {"--metrics-out": request.metrics_out},
+    )
     check_model_dir(request.model_dir)
     pool = load_inventory(request.inventory)
     cfg = request.settings.train_cost
     records = check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
     net, metrics = train_cost_model(pool, records, cfg, progress=request.progress)
     card = save_model(
-        request.model_dir, net, None,
+        request.model_dir,
+        net,
+        None,
         configs={"train_cost": cfg.model_dump(mode="json")},
-        inventory_name=pool.name, inventory_fingerprint=pool.fingerprint(),
+        inventory_name=pool.name,
+        inventory_fingerprint=pool.fingerprint(),
         backend=records[-1].backend.name if records else "",
-        comm_models=comm_models_of(records), feature_ranges=ranges_from(records, pool.by_name()),
+        comm_models=comm_models_of(records),
+        feature_ranges=ranges_from(records, pool.by_name()),
         cost_metrics=metrics.model_dump(mode="json"),
         provenance={"command": "train-cost", "n_records": len(records)},
     )
@@ -80,8 +86,10 @@ class PolicyRequest(Request):
 
 def run_policy(request: PolicyRequest) -> CardResult:
     """Train the policy on the cost ensemble already in model_dir and save both there."""
-    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
-                  {"--metrics-out": request.metrics_out})
+    check_outputs(
+        {"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
+        {"--metrics-out": request.metrics_out},
+    )
     s = request.settings
     pool = load_inventory(request.inventory)
     taskset = load_taskset(request.tasks)
@@ -90,17 +98,26 @@ def run_policy(request: PolicyRequest) -> CardResult:
     costs = cost_factory(loaded.cost_net, loaded.card.comm_models, cfg.risk)
     policy, metrics = train_policy(pool, list(taskset.train), costs, cfg, progress=request.progress, topology=topo)
     summary = {
-        "episodes": metrics.episodes, "updates": len(metrics.updates), "mean_cost_ms": metrics.mean_cost_ms,
-        "entropy": metrics.entropy, "first_mean_cost_ms": metrics.updates[0].mean_cost_ms if metrics.updates else None,
+        "episodes": metrics.episodes,
+        "updates": len(metrics.updates),
+        "mean_cost_ms": metrics.mean_cost_ms,
+        "entropy": metrics.entropy,
+        "first_mean_cost_ms": metrics.updates[0].mean_cost_ms if metrics.updates else None,
         "greedy_cost_ms": dict(metrics.greedy_cost_ms),
     }
     card = loaded.card
     new = save_model(
-        request.model_dir, loaded.cost_net, policy,
+        request.model_dir,
+        loaded.cost_net,
+        policy,
         configs={**card.configs, "train_policy": cfg.model_dump(mode="json"), "topology": topo.model_dump(mode="json")},
-        inventory_name=card.inventory_name, inventory_fingerprint=card.inventory_fingerprint, backend=card.backend,
-        comm_models=card.comm_models, feature_ranges=card.feature_ranges,
-        cost_metrics=card.cost_metrics, policy_metrics=summary,
+        inventory_name=card.inventory_name,
+        inventory_fingerprint=card.inventory_fingerprint,
+        backend=card.backend,
+        comm_models=card.comm_models,
+        feature_ranges=card.feature_ranges,
+        cost_metrics=card.cost_metrics,
+        policy_metrics=summary,
         provenance={**card.provenance, "policy_command": "train-policy"},
     )
     _write_json(request.metrics_out, summary)
@@ -119,9 +136,15 @@ def _check_architecture(model: LoadedModel, cfg: LoopConfig, what: str) -> None:
         )
     assert model.policy is not None
     pspec = model.policy.spec
-    if (pspec.hidden, pspec.latent, pspec.head_hidden) != (cfg.policy.hidden, cfg.policy.latent, cfg.policy.head_hidden):
-        raise ConfigError(f"{what}: its policy ({pspec.hidden}/{pspec.latent}/{pspec.head_hidden}) differs from "
-                          f"train_policy; match it or set train.init: none")
+    if (pspec.hidden, pspec.latent, pspec.head_hidden) != (
+        cfg.policy.hidden,
+        cfg.policy.latent,
+        cfg.policy.head_hidden,
+    ):
+        raise ConfigError(
+            f"{what}: its policy ({pspec.hidden}/{pspec.latent}/{pspec.head_hidden}) differs from "
+            f"train_policy; match it or set train.init: none"
+        )
 
 
 def initial_model(cfg: LoopConfig) -> LoadedModel | None:
@@ -186,13 +209,23 @@ class TrainResult(Result):
 def run(request: TrainRequest) -> TrainResult:
     """The outer loop on the backend of the profile section (see dreamshard.learning.loop.train)."""
     s = request.settings
-    check_outputs({"--inventory": request.inventory, "--tasks": request.tasks, "--measurements": request.measurements,
-                   "--params": s.source}, {"--metrics-out": request.metrics_out})
+    check_outputs(
+        {
+            "--inventory": request.inventory,
+            "--tasks": request.tasks,
+            "--measurements": request.measurements,
+            "--params": s.source,
+        },
+        {"--metrics-out": request.metrics_out},
+    )
     pool = load_inventory(request.inventory)
     taskset = load_taskset(request.tasks)
     check_model_dir(request.model_dir)
-    seed = (check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
-            if request.measurements is not None else [])
+    seed = (
+        check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
+        if request.measurements is not None
+        else []
+    )
     topo_cfg = s.topology
     if s.profile.backend == "cuda":  # measured on GPUs: the devices planned for are GPUs
         topo_cfg = topo_cfg.model_copy(update={"device_type": "cuda"})
@@ -203,26 +236,43 @@ def run(request: TrainRequest) -> TrainResult:
     oracle = s.oracle()
     oracle.corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     try:
-        results = train(pool, taskset, topo_cfg, oracle, config, request.model_dir, state_dir=state_dir,
-                        resume=request.resume, progress=request.progress, measurements=seed, init=init,
-                        backend_name=s.profile.backend, previous_tasks=prev.tasks if prev else None)
+        results = train(
+            pool,
+            taskset,
+            topo_cfg,
+            oracle,
+            config,
+            request.model_dir,
+            state_dir=state_dir,
+            resume=request.resume,
+            progress=request.progress,
+            measurements=seed,
+            init=init,
+            backend_name=s.profile.backend,
+            previous_tasks=prev.tasks if prev else None,
+        )
     finally:
         oracle.close()
     card = load_model(request.model_dir, require_policy=True).card
     corpus = oracle.corpus.stats() if oracle.corpus is not None else {}
     summary = TrainSummary(
-        model_version=card.version, init=init.card.version if init is not None else None,
-        incremental=prev is not None, tasks_measured=results[0].n_tasks if results else None,
+        model_version=card.version,
+        init=init.card.version if init is not None else None,
+        incremental=prev is not None,
+        tasks_measured=results[0].n_tasks if results else None,
         device_timings_measured=corpus.get("device_timings_measured"),
         device_timings_reused=corpus.get("device_timings_reused"),
-        iterations_run=[r.iteration for r in results], measured_now=sum(r.n_measured for r in results),
+        iterations_run=[r.iteration for r in results],
+        measured_now=sum(r.n_measured for r in results),
         from_cache=sum(r.n_new - r.n_measured for r in results),
-        n_measurements=int(card.provenance.get("n_measurements", 0)), cost=dict(card.cost_metrics),
+        n_measurements=int(card.provenance.get("n_measurements", 0)),
+        cost=dict(card.cost_metrics),
         policy_mean_cost_ms=card.policy_metrics.get("mean_cost_ms"),
     )
     _write_json(request.metrics_out, summary.model_dump(mode="json"))
-    return TrainResult(iterations=list(results), summary=summary,
-                       simulated=load_card(request.model_dir).backend == "simulator")
+    return TrainResult(
+        iterations=list(results), summary=summary, simulated=load_card(request.model_dir).backend == "simulator"
+    )
 
 
 class PretrainRequest(Request):
@@ -240,8 +290,14 @@ def run_pretrain(request: PretrainRequest) -> PretrainResult:
     """Pre-train on tasks from the wide table generator (the `pretrain` section), measured on the profile backend."""
     oracle = request.settings.oracle()
     try:
-        summary = pretrain(request.settings.pretrain, request.out, request.state_dir, oracle,
-                           progress=request.progress, resume=request.resume)
+        summary = pretrain(
+            request.settings.pretrain,
+            request.out,
+            request.state_dir,
+            oracle,
+            progress=request.progress,
+            resume=request.resume,
+        )
     finally:
         oracle.close()
     return PretrainResult(summary=summary)

@@ -51,8 +51,11 @@ class Lineage(BaseModel):
         skip = {"dvc_lock", "dvc_yaml", "params", "extra"}
         rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in skip and v is not None]
         rows += [(k, v) for k, v in sorted(self.extra.items())]
-        rows += [(f"{k} (text)", f"{len(v.splitlines())} lines") for k, v in
-                 (("dvc_lock", self.dvc_lock), ("dvc_yaml", self.dvc_yaml), ("params", self.params)) if v]
+        rows += [
+            (f"{k} (text)", f"{len(v.splitlines())} lines")
+            for k, v in (("dvc_lock", self.dvc_lock), ("dvc_yaml", self.dvc_yaml), ("params", self.params))
+            if v
+        ]
         return rows
 
     def markdown(self) -> str:

@@ -49,6 +49,7 @@ class RefineStep(StrictModel):
 
 class RefineTrace(StrictModel):
     """What measured refinement did (dreamshard.measured.refine)."""
+
     seconds: Annotated[float, Field(ge=0)]
     budget_s: Annotated[float, Field(ge=0)]
     rounds: Annotated[int, Field(ge=1)]
@@ -115,9 +116,11 @@ class Plan(StrictModel):
                         f"but topology has {n} devices"
                     )
         kinds: dict[str, str] = {t: "placed whole" for t in self.placement}
-        for label, names in (("split into column shards", self.column_shards), ("split into row shards",
-                                                                                self.row_shards),
-                             ("data-parallel", self.data_parallel)):
+        for label, names in (
+            ("split into column shards", self.column_shards),
+            ("split into row shards", self.row_shards),
+            ("data-parallel", self.data_parallel),
+        ):
             for table in names:
                 if table in kinds and kinds[table] == label:  # only data_parallel is a list that can repeat
                     raise ValueError(f"table '{table}' is listed twice in data_parallel")
@@ -129,8 +132,10 @@ class Plan(StrictModel):
                 raise ValueError(f"table '{table}' has an empty list of row shards")
             for rs in rshards:
                 if rs.device >= n:
-                    raise ValueError(f"row shard {rs.start}:{rs.end} of table '{table}' placed on device "
-                                     f"{rs.device} but topology has {n} devices")
+                    raise ValueError(
+                        f"row shard {rs.start}:{rs.end} of table '{table}' placed on device "
+                        f"{rs.device} but topology has {n} devices"
+                    )
         if len(self.memory_per_device_gb) != n:
             raise ValueError(f"memory_per_device_gb has {len(self.memory_per_device_gb)} entries, expected {n}")
         for label, costs in (("predicted", self.predicted), ("measured", self.measured)):
@@ -208,15 +213,26 @@ class Plan(StrictModel):
         }
         for t, shards in self.column_shards.items():
             ordered = sorted(shards, key=lambda sh: sh.start)
-            out[t] = {"sharding_type": "column_wise", "compute_kernel": "fused", "ranks": [sh.device for sh in ordered],
-                      "column_ranges": [[sh.start, sh.end] for sh in ordered]}
+            out[t] = {
+                "sharding_type": "column_wise",
+                "compute_kernel": "fused",
+                "ranks": [sh.device for sh in ordered],
+                "column_ranges": [[sh.start, sh.end] for sh in ordered],
+            }
         for t, rshards in self.row_shards.items():
             rows = sorted(rshards, key=lambda rs: rs.start)
-            out[t] = {"sharding_type": self.sharding_type(t), "compute_kernel": "fused",
-                      "ranks": [rs.device for rs in rows], "row_ranges": [[rs.start, rs.end] for rs in rows]}
+            out[t] = {
+                "sharding_type": self.sharding_type(t),
+                "compute_kernel": "fused",
+                "ranks": [rs.device for rs in rows],
+                "row_ranges": [[rs.start, rs.end] for rs in rows],
+            }
         for t in self.data_parallel:
-            out[t] = {"sharding_type": "data_parallel", "compute_kernel": "dense",
-                      "ranks": list(range(self.topology.num_devices))}
+            out[t] = {
+                "sharding_type": "data_parallel",
+                "compute_kernel": "dense",
+                "ranks": list(range(self.topology.num_devices)),
+            }
         return dict(sorted(out.items()))
 
 

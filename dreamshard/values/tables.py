@@ -116,8 +116,10 @@ class Table(StrictModel):
         """Features without a table pooling factor: the table's is their sum."""
         if isinstance(data, dict) and "pooling_factor" not in data and data.get("features"):
             try:
-                total = sum(float(_number_only(f["pooling_factor"] if isinstance(f, dict) else f.pooling_factor))
-                            for f in data["features"])
+                total = sum(
+                    float(_number_only(f["pooling_factor"] if isinstance(f, dict) else f.pooling_factor))
+                    for f in data["features"]
+                )
             except (KeyError, TypeError, ValueError, AttributeError):
                 return data  # the field validators say what is wrong
             return {**data, "pooling_factor": total}
@@ -221,7 +223,9 @@ class Table(StrictModel):
         if d["access_histogram"] is not None:
             d["access_histogram"] = [round(float(x), 9) for x in d["access_histogram"]]
         if self.features:
-            d["features"] = [{"name": f.name, "pooling_factor": round(float(f.pooling_factor), 9)} for f in self.features]
+            d["features"] = [
+                {"name": f.name, "pooling_factor": round(float(f.pooling_factor), 9)} for f in self.features
+            ]
         return d
 
     def canonical_json(self) -> str:

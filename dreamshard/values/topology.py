@@ -51,8 +51,10 @@ class Topology(StrictModel):
     def _hosts_divide(self) -> Topology:
         L = self.devices_per_host
         if L is not None and self.num_devices % L:
-            raise ValueError(f"{self.num_devices} devices do not make whole hosts of {L} devices each "
-                             f"(devices_per_host must divide num_devices)")
+            raise ValueError(
+                f"{self.num_devices} devices do not make whole hosts of {L} devices each "
+                f"(devices_per_host must divide num_devices)"
+            )
         return self
 
     @property

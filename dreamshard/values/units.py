@@ -25,8 +25,7 @@ from pydantic import Field, model_validator
 from dreamshard.values.tables import Number, StrictModel
 
 ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
-SHARDING_TYPES: tuple[ShardingType, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise",
-                                            "data_parallel")
+SHARDING_TYPES: tuple[ShardingType, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
 UnitKind = Literal["table", "column", "row", "replica"]
 
 SHARD_SEP = "@"
@@ -110,10 +109,10 @@ def parse_unit(unit: str) -> UnitRef:
     """The table and kind of any unit name (a name without a shard suffix is a whole table)."""
     table, sep, rest = unit.rpartition(SHARD_SEP)
     if sep:
-        if rest.startswith(ROW_TAG) and (r := _range(rest[len(ROW_TAG):])) is not None:
+        if rest.startswith(ROW_TAG) and (r := _range(rest[len(ROW_TAG) :])) is not None:
             return UnitRef(table, "row", *r)
-        if rest.startswith(REPLICA_TAG) and rest[len(REPLICA_TAG):].isdigit():
-            return UnitRef(table, "replica", device=int(rest[len(REPLICA_TAG):]))
+        if rest.startswith(REPLICA_TAG) and rest[len(REPLICA_TAG) :].isdigit():
+            return UnitRef(table, "replica", device=int(rest[len(REPLICA_TAG) :]))
         if (r := _range(rest)) is not None:
             return UnitRef(table, "column", *r)
     return UnitRef(unit, "table")
@@ -139,5 +138,6 @@ def row_blocks(rows: int, k: int) -> list[tuple[int, int]]:
 
 def row_shards_for(rows: int, devices: list[int]) -> tuple[RowShard, ...]:
     """Row shards of a table over `devices` in order (block i on devices[i]); empty blocks are left out."""
-    return tuple(RowShard(start=a, end=b, device=d) for (a, b), d in zip(row_blocks(rows, len(devices)), devices)
-                 if b > a)
+    return tuple(
+        RowShard(start=a, end=b, device=d) for (a, b), d in zip(row_blocks(rows, len(devices)), devices) if b > a
+    )

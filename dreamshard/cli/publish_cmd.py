@@ -1,0 +1,155 @@
+"""`dreamshard plans publish`: the gate decides on a plan file, and the store records the decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from dreamshard.cli.compare_cmd import expand_sharders
+from dreamshard.cli.plans_common import EndpointOpt, ParamsOpt, StoreOpt, plans_settings
+from dreamshard.lazy import lazy_module
+
+# the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import publish as publish_uc
+else:
+    publish_uc = lazy_module("dreamshard.usecases.publish")
+
+
+def publish_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="Plan JSON/YAML to gate and publish.")],
+    store: StoreOpt = None,
+    comparison: Annotated[
+        Path | None,
+        typer.Option(
+            "--comparison",
+            "--baselines",
+            help="Comparison holding this plan and the baselines, measured interleaved "
+            "(`dreamshard compare --plan PLAN --out FILE`, or the pipeline's data/comparison.json).",
+        ),
+    ] = None,
+    measure: Annotated[
+        bool, typer.Option("--measure", help="The gate measures the plan and the baselines itself (trusts no file).")
+    ] = False,
+    min_improvement: Annotated[
+        float | None,
+        typer.Option(
+            "--min-improvement",
+            min=0.0,
+            max=0.999999,
+            help="Fraction the plan must beat the best baseline by (default: params).",
+        ),
+    ] = None,
+    params: ParamsOpt = None,
+    endpoint: EndpointOpt = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="The plan's inventory (default: the version pushed to the store with this fingerprint).",
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="--measure: cpu, cuda or simulator (default: params profile.backend); "
+            "--comparison: the backend it must have been measured on.",
+        ),
+    ] = None,
+    sharders: Annotated[
+        str | None,
+        typer.Option(
+            "--sharders",
+            help="Baselines to add to params publish.baselines (a comma list, "
+            "'heuristics' or 'all'); the required ones are never removed.",
+        ),
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds",
+            min=1,
+            max=100,
+            help="--measure: interleaved rounds (default: params evaluate.rounds; at least publish.min_rounds).",
+        ),
+    ] = None,
+    allow_simulated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-simulated",
+            help="Let a plan whose costs come from the simulator become current (params publish.allow_simulated).",
+        ),
+    ] = False,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="The model that made the plan: its out-of-range check is added to the plan's (never cleared).",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of the `random` baseline (params profile.seed)."),
+    ] = None,
+) -> None:
+    """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
+    it as rejected or inconclusive (exit 1: the current plan stays; when no current plan can serve this version, a
+    rejected plan's best measured baseline becomes current: the fallback). A plan or comparison that does not check
+    out is an error (exit 2), nothing stored. A plan id already decided for this inventory version keeps its
+    decision."""
+    settings = plans_settings(
+        params,
+        {
+            "publish.min_improvement": min_improvement,
+            "evaluate.rounds": rounds,
+            "profile.backend": backend if measure else None,
+            "profile.seed": seed,
+            "publish.allow_simulated": True if allow_simulated else None,
+        },
+    )
+    result = publish_uc.run(
+        publish_uc.PublishRequest(
+            settings=settings,
+            plan=plan_file,
+            comparison=comparison,
+            measure=measure,
+            baselines=tuple(expand_sharders(sharders)) if sharders else (),
+            inventory=inventory,
+            model=model,
+            backend=None if measure else backend,
+            store=store,
+            endpoint_url=endpoint,
+        )
+    )
+    ref, decision = result.ref, result.decision
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if ref.already_decided:
+        line = (
+            f"already decided: {decision.outcome} {ref.plan_id} for this inventory version ({decision.reason}); "
+            f"kept at {ref.key}, nothing re-measured" + ("" if ref.is_current else "; it is not current now")
+        )
+        if decision.approved:
+            typer.echo(line)
+            return
+        err.print(line, markup=False)
+        raise typer.Exit(1)
+    if ref.status == "approved":
+        typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
+        typer.echo(decision.reason)
+        return
+    if decision.outcome == "inconclusive":
+        err.print(
+            f"inconclusive {ref.plan_id}: {decision.reason}; the current plan stays (kept at {ref.key})", markup=False
+        )
+        raise typer.Exit(1)
+    err.print(f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False)
+    if result.fallback_ref is not None:
+        f = result.fallback_ref
+        typer.echo(f"fallback: published {f.plan_id} -> {f.key} (sha256 {f.sha256[:16]}) in {f.store}; now current")
+        typer.echo(f.reason)
+    raise typer.Exit(1)
