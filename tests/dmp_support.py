@@ -5,8 +5,8 @@ A test and benchmark harness, not part of the library: tests/test_torchrec_dmp.p
 (optional dependencies) are imported inside the functions that need them.
 
 ``run_dmp(inventory, plans, settings)`` starts ``world_size`` fresh interpreters (never re-importing the
-caller's ``__main__``; each imports this file from tests/) that join one gloo process group through a TCP store the caller serves on 127.0.0.1
-(the OS picks a free port). Each rank, for every plan:
+caller's ``__main__``; each imports this file from tests/) that join one gloo process group through a TCP store
+the caller serves on 127.0.0.1 (the OS picks a free port). Each rank, for every plan:
 
 1. builds the inventory's ``EmbeddingBagCollection`` on the meta device (rows optionally scaled down:
    ``rows[name]``) and wraps it in DMP with the plan (``dreamshard.integrations.torchrec.sharding_plan``);
@@ -99,7 +99,7 @@ class DmpResult(_Model):
         per_rank = [r.step_ms[plan] for r in self.ranks]
         out = []
         for rnd in range(len(per_rank[0])):
-            steps = zip(*(pr[rnd] for pr in per_rank))
+            steps = zip(*(pr[rnd] for pr in per_rank), strict=True)
             out.append(statistics.median(max(s) for s in steps))
         return out
 
@@ -337,7 +337,7 @@ class _Contender:
             out = self.model(kjt)
             pooled = out.wait() if hasattr(out, "wait") else out
             error = 0.0
-            for key, dim in zip(pooled.keys(), pooled.length_per_key()):
+            for key, dim in zip(pooled.keys(), pooled.length_per_key(), strict=True):
                 jt = kjt[key]
                 lengths = jt.lengths().long()
                 rows = _known(jt.values().long().unsqueeze(1), torch.arange(dim))

@@ -102,7 +102,7 @@ def test_planning_cost_of_a_plan_is_higher_on_two_hosts(model: CommModel) -> Non
     assert c_flat.device_comm is model  # flat: the measured model itself, today's figures
     p_flat, p_two = c_flat.predict(tables, placement), c_two.predict(tables, placement)
     assert p_two.overall_ms > p_flat.overall_ms
-    for d, (a, b) in enumerate(zip(p_flat.per_device, p_two.per_device)):
+    for d, (a, b) in enumerate(zip(p_flat.per_device, p_two.per_device, strict=True)):
         assert a.fwd_compute == pytest.approx(b.fwd_compute)  # only the comm differs
         dims = [t.output_dim for t in tables if placement[t.name] == d]
         nbytes = comm.device_comm_bytes(2048, dims, 4)

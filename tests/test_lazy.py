@@ -24,7 +24,7 @@ def test_every_name_a_lazy_package_exports_resolves_to_its_submodules_object(pac
         assert value is not None and not isinstance(value, ModuleType), name
         assert name in dir(pkg)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        pkg.nope
+        _ = pkg.nope
 
 
 def test_a_name_is_imported_once_and_kept_and_a_single_string_is_refused() -> None:

@@ -153,7 +153,7 @@ def test_worker_timings_join_the_corpus_only_when_they_are_timings_of_the_batch_
     assert [entry_problem(e, tables) is not None for e in forged] == [True] * 5
     assert entry_problem(good.model_copy(update={"bwd_ms": (math.nan,) * len(good.bwd_ms)}), tables) is not None
     shards[0] = shards[0].model_copy(update={"timings": (*shards[0].timings, *forged)})
-    for spec, shard in zip(specs, shards):
+    for spec, shard in zip(specs, shards, strict=True):
         write_spec(store, spec)
         write_shard(store, shard, spec)
     added, rejected = collect_worker_timings(store, specs, tmp_path / "corpus")

@@ -140,23 +140,23 @@ def test_fused_operator_computes_pooled_sums(monkeypatch: pytest.MonkeyPatch, di
     ]
     rows = [50, 30, 40]
     B = 6
-    per_table = [o.backend.bank.batches(t, r, B) for t, r in zip(tables, rows)]
+    per_table = [o.backend.bank.batches(t, r, B) for t, r in zip(tables, rows, strict=True)]
     fused = [fuse_batches(per_table, 0)]
     op = o.backend.build(tables, rows, fused)
     # Known weights: row r of table k = r + 1000 k in every column.
     weights = [
         np.tile((np.arange(r) + 1000.0 * k)[:, None], (1, t.embedding_dim))
-        for k, (t, r) in enumerate(zip(tables, rows))
+        for k, (t, r) in enumerate(zip(tables, rows, strict=True))
     ]
     with torch.no_grad():
         if o.info.operator == "fbgemm_tbe":
-            for w_op, w in zip(op.module.split_embedding_weights(), weights):
+            for w_op, w in zip(op.module.split_embedding_weights(), weights, strict=True):
                 w_op.copy_(torch.from_numpy(w))
         else:
             by_dim: dict[int, list[np.ndarray]] = {}
-            for t, w in zip(tables, weights):
+            for t, w in zip(tables, weights, strict=True):
                 by_dim.setdefault(t.embedding_dim, []).append(w)
-            for w_op, parts in zip(op.weights, by_dim.values()):
+            for w_op, parts in zip(op.weights, by_dim.values(), strict=True):
                 w_op.copy_(torch.from_numpy(np.concatenate(parts)))
     out = op.forward(0)
     if isinstance(out, list):  # embedding_bag: one output per dim group, tables grouped in order
@@ -164,7 +164,7 @@ def test_fused_operator_computes_pooled_sums(monkeypatch: pytest.MonkeyPatch, di
         groups: dict[int, list[int]] = {}
         for k, t in enumerate(tables):
             groups.setdefault(t.embedding_dim, []).append(k)
-        for o_g, members in zip(out, groups.values()):
+        for o_g, members in zip(out, groups.values(), strict=True):
             for j, k in enumerate(members):
                 got[k] = o_g[j * B : (j + 1) * B].detach().numpy()
     else:

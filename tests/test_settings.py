@@ -1,5 +1,5 @@
-"""Settings resolved once (dreamshard.config.settings): CLI > params > defaults, the section fill-ins and the default-file
-lookup, and the same precedence through each door: the CLI, a DVC stage's command, a Prefect task."""
+"""Settings resolved once (dreamshard.config.settings): CLI > params > defaults, the section fill-ins and the
+default-file lookup, and the same precedence through each door: the CLI, a DVC stage's command, a Prefect task."""
 
 from __future__ import annotations
 

@@ -265,4 +265,4 @@ def test_types_are_validated_and_refinement_keeps_fixed_units_in_place() -> None
     moved = refine_placement(
         cost, states, [footprint(t, topo) for t in tables], crowded, topo, min_gain=0.0, movable=movable
     )
-    assert [d for d, m in zip(moved, movable) if not m] == [0, 0] and any(moved)
+    assert [d for d, m in zip(moved, movable, strict=True) if not m] == [0, 0] and any(moved)

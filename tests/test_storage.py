@@ -258,7 +258,7 @@ def test_matches_torchrec_storage_estimator_within_5_percent(sharding: str, opti
                 "data_parallel": WORLD,
             }[sharding]
             assert len(theirs) == expected_shards
-            for ours, (_, tr) in zip(_ours(table, sharding, optimizer, theirs), theirs):
+            for ours, (_, tr) in zip(_ours(table, sharding, optimizer, theirs), theirs, strict=True):
                 err = abs(ours - tr) / tr
                 worst = max(worst, err)
                 assert err <= 0.05, f"{table.name} {sharding} {optimizer} {device}: ours {ours}, torchrec {tr}"
@@ -357,14 +357,14 @@ def test_device_report_breaks_memory_down_recomputed_from_the_inventory() -> Non
     from dreamshard.evaluation.render import device_rows, device_table, device_table_markdown, plan_memory
 
     plain_inv, plain = _report_plan(topo("sgd", "weights"))
-    for row, stated in zip(device_rows(plain, plain_inv), plain.memory_per_device_gb):
+    for row, stated in zip(device_rows(plain, plain_inv), plain.memory_per_device_gb, strict=True):
         assert row["memory_gb"] == round(stated, 4) == row["weights_gb"]  # defaults: the plan's own figure
         assert row["optimizer_gb"] == row["io_gb"] == 0.0
     assert "weights_gb" not in device_rows(plain)[0]  # without the inventory: no breakdown, as before
     inv, plan = _report_plan(topo("adam"))
     memory = plan_memory(plan, inv)
     rows = device_rows(plan, inv)
-    for row, m in zip(rows, memory):
+    for row, m in zip(rows, memory, strict=True):
         assert row["memory_gb"] == round(m.total_gb, 4) and row["optimizer_gb"] == round(m.optimizer / 2**30, 4)
         assert m.optimizer == 2 * m.weights and m.io > 0
     assert rows[0]["memory_gb"] > plan.memory_per_device_gb[0]  # recomputed, never the plan's stated figure
@@ -389,7 +389,7 @@ def test_stats_report_breaks_memory_down_per_device() -> None:
     units, placed = expand(inv, plan.placement, plan.column_shards, plan.row_shards, (), plan.topology)
     memory = device_memory(units, placed, plan.topology)
     stats = plan_stats(inv, plan, planning_cost_for(None, plan.topology))
-    for d, m in zip(stats.devices, memory):
+    for d, m in zip(stats.devices, memory, strict=True):
         assert (d.weights_gb, d.optimizer_gb, d.io_gb) == pytest.approx(
             (m.weights / 2**30, m.optimizer / 2**30, m.io / 2**30)
         )

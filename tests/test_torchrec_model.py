@@ -74,7 +74,7 @@ def _batches(n: int = 6, weighted: bool = False, seed: int = 0, kjt: bool = True
     out: list[object] = []
     for _ in range(n):
         lengths = [torch.poisson(torch.full((B,), POOL[k]), generator=g).long() for k in POOL]
-        values = [torch.randint(0, ROWS[k], (int(ln.sum()),), generator=g) for k, ln in zip(POOL, lengths)]
+        values = [torch.randint(0, ROWS[k], (int(ln.sum()),), generator=g) for k, ln in zip(POOL, lengths, strict=True)]
         d = {"keys": list(POOL), "values": torch.cat(values), "lengths": torch.cat(lengths)}
         if weighted:
             d["weights"] = torch.rand(d["values"].numel(), generator=g)

@@ -121,8 +121,8 @@ def test_training_features_units_as_planning_does(tmp_path: Path) -> None:
     names = [t.name for t in tables]
     assert names[:8] == list(inv.table_names) and len(names) == len(set(names))
     by = {t.name: t for t in tables}
-    for r, s in zip(recs, samples):
-        for name, row in zip(r.placement, s.feat_idx):
+    for r, s in zip(recs, samples, strict=True):
+        for name, row in zip(r.placement, s.feat_idx, strict=True):
             ref = parse_unit(name)
             want = {"table": inv.by_name().get(name), "row": None, "replica": None}[ref.kind]
             if ref.kind == "row":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -68,7 +69,7 @@ class PublishConfig(BaseModel):
                 )
             if r > 99:
                 raise ValueError(f"an early look at {r} rounds: at most 99")
-        if any(b <= a for a, b in zip(v, v[1:])):
+        if any(b <= a for a, b in pairwise(v)):
             raise ValueError(f"early_rounds {list(v)}: each look needs more rounds than the one before")
         return v
 

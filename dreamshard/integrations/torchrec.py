@@ -216,7 +216,7 @@ def _column_ranges_generator(spec: TableSharding) -> Any:
                 shard_sizes=[rows, end - start],
                 placement=placement(device_type, rank, local_size),
             )
-            for (start, end), rank in zip(ranges, ranks)
+            for (start, end), rank in zip(ranges, ranks, strict=True)
         ]
         return ParameterSharding(
             sharding_type=ShardingType.COLUMN_WISE.value,
@@ -284,10 +284,10 @@ def sharding_plan(
     """TorchRec's ``ShardingPlan`` for `module_or_tables` from a plan file, its parsed form or a Plan.
 
     `world_size` defaults to the plan's (a different one is refused), `local_size` (ranks per host) to the file's
-    ``local_world_size``, else the world size; `sharders` are the ones given to DMP (their module types decide which modules are sharded);
-    `names` maps dreamshard table names to the module's where they differ. Every table's shape is checked
-    against the module (`check_table_shape`): a plan file states its shapes; a Plan gets them from `inventory`
-    (its inventory), and without one its `schema_fingerprint` must be the module's.
+    ``local_world_size``, else the world size; `sharders` are the ones given to DMP (their module types decide
+    which modules are sharded); `names` maps dreamshard table names to the module's where they differ. Every
+    table's shape is checked against the module (`check_table_shape`): a plan file states its shapes; a Plan gets
+    them from `inventory` (its inventory), and without one its `schema_fingerprint` must be the module's.
     """
     require_torchrec()
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan  # optional dependency: torchrec

@@ -153,12 +153,18 @@ class TableSharding(_Frozen):
     def column_shards(self) -> tuple[ColumnShard, ...]:
         """THE parser of the file's column shards: range i paired with rank i as the file lists them, returned
         in column order (by start; empty for a table_wise table). Gaps and overlaps are `check_columns`'s."""
-        paired = (ColumnShard(start=s, end=e, device=r) for (s, e), r in zip(self.column_ranges or (), self.ranks))
+        if self.column_ranges is None:
+            return ()
+        paired = (
+            ColumnShard(start=s, end=e, device=r) for (s, e), r in zip(self.column_ranges, self.ranks, strict=True)
+        )
         return tuple(sorted(paired, key=lambda sh: (sh.start, sh.end)))
 
     def row_shards(self) -> tuple[RowShard, ...]:
         """THE parser of the file's row shards (range i on rank i), in row order; empty unless a row type."""
-        paired = (RowShard(start=s, end=e, device=r) for (s, e), r in zip(self.row_ranges or (), self.ranks))
+        if self.row_ranges is None:
+            return ()
+        paired = (RowShard(start=s, end=e, device=r) for (s, e), r in zip(self.row_ranges, self.ranks, strict=True))
         return tuple(sorted(paired, key=lambda rs: (rs.start, rs.end)))
 
     def check_columns(self, table: str, dim: int) -> None:

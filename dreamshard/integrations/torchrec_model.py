@@ -267,7 +267,8 @@ def measure_module(
             if values.size and (int(values.min()) < 0 or int(values.max()) >= t.num_embeddings):
                 bad = int(values.max()) if int(values.max()) >= t.num_embeddings else int(values.min())
                 raise InventoryError(
-                    f"batch {i}: feature '{key}' looks up row {bad} of table '{t.name}', which has {t.num_embeddings} rows"
+                    f"batch {i}: feature '{key}' looks up row {bad} of table '{t.name}', "
+                    f"which has {t.num_embeddings} rows"
                 )
             seen.add(key)
             lookups[key] += values.size
@@ -279,7 +280,8 @@ def measure_module(
     for t in schema:
         if not any(f in seen for f in t.feature_names):
             raise InventoryError(
-                f"table '{t.name}' has no batch data: none of its features ({', '.join(t.feature_names)}) is in any batch"
+                f"table '{t.name}' has no batch data: "
+                f"none of its features ({', '.join(t.feature_names)}) is in any batch"
             )
         pooling = {f: lookups[f] / (len(data) * batch_size) for f in t.feature_names}
         notes += [

@@ -128,7 +128,7 @@ def preset_inventory(
         raise ConfigError(f"zipf exponent must be in (0, 4], got {zipf_exponent}")
     rows = CARDINALITIES[preset]
     tables = []
-    for table, n in zip(table_names(len(rows)), rows):
+    for table, n in zip(table_names(len(rows)), rows, strict=True):
         rng = np.random.default_rng(zlib.crc32(f"{preset}/{table}".encode()))
         tables.append(
             Table(

@@ -36,7 +36,8 @@ _MIN_SIM_LOOKUPS = 4096
 
 
 def check_dims(dims: Sequence[int]) -> tuple[int, ...]:
-    """Validate an embedding-dim list: non-empty, each a legal embedding dim (`dreamshard.values.tables.dim_problem`)."""
+    """Validate an embedding-dim list: non-empty, each a legal embedding dim
+    (`dreamshard.values.tables.dim_problem`)."""
     out = tuple(int(d) for d in dims)
     if not out:
         raise ConfigError("dims: give at least one embedding dim (e.g. 16,32,64,128)")

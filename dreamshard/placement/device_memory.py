@@ -5,8 +5,8 @@ way TorchRec's storage estimator counts them (torchrec 1.9.2, `torchrec/distribu
 A *unit* is a plan unit already cut to its size: a whole table, a column shard (the table with `embedding_dim` =
 its width), a row shard (the table with `num_embeddings` = its rows) or a data-parallel replica (the whole table).
 A row shard keeps the table's pooling unless `table_rows` is given: then its pooling is its share of the table's
-lookups (what `dreamshard.placement.expand.row_shard_table` makes, units `table@r<start>:<end>`) and the table's pooling is
-recovered from it (x table_rows / rows). Per unit (`unit_memory`):
+lookups (what `dreamshard.placement.expand.row_shard_table` makes, units `table@r<start>:<end>`) and the table's
+pooling is recovered from it (x table_rows / rows). Per unit (`unit_memory`):
 
 * weights = rows x dim x dtype bytes (`Table.size_bytes`; TorchRec `_calculate_tensor_sizes`: the shard's share of
   `compute_storage_usage`, the whole tensor for data-parallel).
@@ -183,8 +183,8 @@ def unit_memory(
     `num_shards`: how many shards the table is cut into (row shards: for the indices each receives; column
     shards: for row-wise Adagrad's share); `table_dim`: a column shard's whole table width when the shards are
     not equal; `table_rows`: a row shard's whole table rows when its pooling is its share of the lookups
-    (`dreamshard.placement.expand.row_shard_table`). A PlanError naming the unit for an unknown sharding type, num_shards
-    < 1, or a table_dim / table_rows smaller than the unit."""
+    (`dreamshard.placement.expand.row_shard_table`). A PlanError naming the unit for an unknown sharding type,
+    num_shards < 1, or a table_dim / table_rows smaller than the unit."""
     _check(unit, sharding, num_shards, table_dim, table_rows)
     opt = optimizer_bytes(unit, topology.optimizer, sharding, num_shards, table_dim)
     io = 0

@@ -21,9 +21,9 @@ MEMORY_TOLERANCE_GB = 1e-9
 
 
 def footprint(unit: Table, topology: Topology) -> int:
-    """Bytes one unit needs on its device under the topology's memory model and optimizer (dreamshard.placement.device_memory;
-    the unit counted as placed whole: what sharders and search check a device's room with). The defaults (sgd,
-    weights) give `Table.size_bytes`."""
+    """Bytes one unit needs on its device under the topology's memory model and optimizer
+    (dreamshard.placement.device_memory; the unit counted as placed whole: what sharders and search check a
+    device's room with). The defaults (sgd, weights) give `Table.size_bytes`."""
     return unit_memory(unit, topology).total
 
 
@@ -136,7 +136,7 @@ def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
         data_parallel=plan.data_parallel,
     )
     gb = [u / GB for u in used]
-    for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb)):
+    for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb, strict=True)):
         if abs(stated - real) > MEMORY_TOLERANCE_GB * max(1.0, real):
             raise PlanError(
                 f"plan {plan.plan_id} states {stated:.6g} GB on device {d}, but its tables need {real:.6g} GB; "

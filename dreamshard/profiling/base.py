@@ -263,7 +263,7 @@ class TorchBackend(ComputeBackend):
         what = "measuring it (one batch)" if n == 1 else f"measuring its device ({n} tables, one batch)"
         k = batches_within_budget(tables, batch_size, self.bank.num_batches, what)
         rows = self.rule.device_rows(list(tables))
-        per_table = [self.bank.batches(t, r, batch_size, k) for t, r in zip(tables, rows)]
+        per_table = [self.bank.batches(t, r, batch_size, k) for t, r in zip(tables, rows, strict=True)]
         fused = [fuse_batches(per_table, b) for b in range(k)]
         op = self.build(tables, rows, fused)
         try:

@@ -32,7 +32,7 @@ class _BagOp(FusedOp):
         groups = self.inputs[batch_no % len(self.inputs)]
         return [
             F.embedding_bag(i, w, o, mode="sum", sparse=True, include_last_offset=True)
-            for w, (i, o) in zip(self.weights, groups)
+            for w, (i, o) in zip(self.weights, groups, strict=True)
         ]
 
     def backward(self, out: list[Any]) -> None:

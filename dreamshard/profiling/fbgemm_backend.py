@@ -2,8 +2,9 @@
 
 One ``SplitTableBatchedEmbeddingBagsCodegen`` per device over all its tables, pooling SUM, fused EXACT_SGD
 update in backward. A table serving k features (``Table.features``) is k lookups into one table
-(``feature_table_map``), as TorchRec runs a shared table. On CPU: ``EmbeddingLocation.HOST`` / ``ComputeDevice.CPU``; on CUDA:
-``EmbeddingLocation.DEVICE`` / ``ComputeDevice.CUDA`` (needs the CUDA build of fbgemm-gpu).
+(``feature_table_map``), as TorchRec runs a shared table. On CPU: ``EmbeddingLocation.HOST`` /
+``ComputeDevice.CPU``; on CUDA: ``EmbeddingLocation.DEVICE`` / ``ComputeDevice.CUDA`` (needs the CUDA build of
+fbgemm-gpu).
 Set ``DREAMSHARD_DISABLE_FBGEMM=1`` to force the ``embedding_bag`` fallback.
 """
 
@@ -109,7 +110,7 @@ class FbgemmBackend(TorchBackend):
         cuda = self.device.startswith("cuda")
         loc = m["EmbeddingLocation"].DEVICE if cuda else m["EmbeddingLocation"].HOST
         dev = m["ComputeDevice"].CUDA if cuda else m["ComputeDevice"].CPU
-        specs = [(int(r), padded_dim(t.embedding_dim), loc, dev) for t, r in zip(tables, rows)]
+        specs = [(int(r), padded_dim(t.embedding_dim), loc, dev) for t, r in zip(tables, rows, strict=True)]
         # A shared table (k features) is k lookups into one table: TBE's feature_table_map lists it k times.
         feature_map = [k for k, t in enumerate(tables) for _ in range(t.num_outputs)]
         precision = m["SparseType"].FP16 if all(t.dtype == "fp16" for t in tables) else m["SparseType"].FP32

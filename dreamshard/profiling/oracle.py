@@ -111,7 +111,8 @@ class Oracle:
     def describe(self) -> str:
         i = self.info
         label = " [SIMULATED]" if i.is_simulated else ""
-        return f"{i.name}/{i.operator} on {i.device}, {i.num_threads} thread(s), warmup {i.warmup}, repeats {i.repeats}{label}"
+        threads = f"{i.num_threads} thread(s)"
+        return f"{i.name}/{i.operator} on {i.device}, {threads}, warmup {i.warmup}, repeats {i.repeats}{label}"
 
     # ------------------------------------------------------------------------------------ comm
 
@@ -143,12 +144,12 @@ class Oracle:
         forward and its all-gather backward (row shards); data-parallel gradients all-reduced (backward)."""
         batch, n = topology.batch_size, topology.num_devices
         kinds = [parse_unit(t.name).kind for t in tables]
-        replicas = [t for t, k in zip(tables, kinds) if k == "replica"]
-        rows = [t for t, k in zip(tables, kinds) if k == "row"]
-        a2a = [t for t, k in zip(tables, kinds) if k in ("table", "column")]
+        replicas = [t for t, k in zip(tables, kinds, strict=True) if k == "replica"]
+        rows = [t for t, k in zip(tables, kinds, strict=True) if k == "row"]
+        a2a = [t for t, k in zip(tables, kinds, strict=True) if k in ("table", "column")]
         timings = [self._time_device(group, b, fingerprint) for group, b in fused_operators(tables, topology)]
-        fwd = [sum(x) for x in zip(*(t.fwd_ms for t in timings))]
-        bwd = [sum(x) for x in zip(*(t.bwd_ms for t in timings))]
+        fwd = [sum(x) for x in zip(*(t.fwd_ms for t in timings), strict=True)]
+        bwd = [sum(x) for x in zip(*(t.bwd_ms for t in timings), strict=True)]
         out_ms = grad_ms = 0.0
         if n > 1:
             if a2a:  # dim x outputs (shared tables)
@@ -172,7 +173,7 @@ class Oracle:
             bwd_comm=grad_ms,
             bwd_compute=summarize(bwd, self.statistic),
         )
-        return cost, relative_iqr([f + b + out_ms + grad_ms for f, b in zip(fwd, bwd)])
+        return cost, relative_iqr([f + b + out_ms + grad_ms for f, b in zip(fwd, bwd, strict=True)])
 
     def set_comm_model(self, world_size: int, model: CommModel) -> None:
         """Pin the comm model used for ``world_size`` devices (e.g. one fitted elsewhere) for its collective."""

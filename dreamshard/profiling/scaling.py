@@ -62,7 +62,7 @@ class ScalingRule:
         rows = [self.table_rows(t) for t in tables]
         if self.max_device_bytes is None or not tables:
             return rows
-        total = sum(r * padded_dim(t.embedding_dim) * 4 for r, t in zip(rows, tables))
+        total = sum(r * padded_dim(t.embedding_dim) * 4 for r, t in zip(rows, tables, strict=True))
         if total <= self.max_device_bytes:
             return rows
         factor = self.max_device_bytes / total
@@ -71,7 +71,7 @@ class ScalingRule:
     def device_bytes(self, tables: list[Table]) -> int:
         """Bytes of weights profiling allocates for these tables on one device."""
         rows = self.device_rows(tables)
-        return sum(r * padded_dim(t.embedding_dim) * 4 for r, t in zip(rows, tables))
+        return sum(r * padded_dim(t.embedding_dim) * 4 for r, t in zip(rows, tables, strict=True))
 
 
 CPU_RULE = ScalingRule()

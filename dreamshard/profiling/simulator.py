@@ -63,7 +63,7 @@ def _mean_reuse(table: Table) -> float:
         return 1.0
     n = len(REUSE_BIN_EDGES)
     mids = [1.0] + [(2 ** (k - 1) + 1 + 2**k) / 2 for k in range(1, n - 1)] + [1.5 * 2 ** (n - 2)]
-    return max(1.0, sum(h * m for h, m in zip(hist, mids)))
+    return max(1.0, sum(h * m for h, m in zip(hist, mids, strict=True)))
 
 
 class SimulatorBackend(ComputeBackend):

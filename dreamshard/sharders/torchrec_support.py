@@ -1,4 +1,7 @@
-"""TorchRec's planner output made quiet and its failures one-line typed errors (dreamshard.sharders.torchrec_sharder)."""
+"""TorchRec's planner made quiet, and its failures turned into one-line typed errors.
+
+Support for `dreamshard.sharders.torchrec_sharder`; the design is in docs/architecture.md ("Integrations").
+"""
 
 from __future__ import annotations
 
@@ -64,7 +67,7 @@ def quiet(verbose: bool) -> Iterator[None]:
             yield
     finally:
         root.removeFilter(_from_torchrec_below_error)
-        for lg, level in zip(loggers, old):
+        for lg, level in zip(loggers, old, strict=True):
             lg.setLevel(level)
 
 

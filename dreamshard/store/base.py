@@ -64,7 +64,11 @@ class PlanStore(ABC):
         """
 
     def check(self) -> None:
-        """Raise StoreError if the store is not usable (unreachable, bad credentials, missing bucket)."""
+        """Raise StoreError if the store is not usable (unreachable, bad credentials, missing bucket).
+
+        A hook, not a primitive: by default there is nothing to check; a store that can be unreachable overrides it.
+        """
+        return None
 
     def path_problems(self, prefix: str = "") -> list[PathProblem]:
         """What is wrong with the store's own structure under `prefix` that no key shows (`plans fsck`). An object

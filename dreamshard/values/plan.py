@@ -144,7 +144,8 @@ class Plan(StrictModel):
         return self
 
     def units(self) -> dict[str, int]:
-        """{unit name: device}: whole tables by name, shards and replicas by their unit names (dreamshard.values.units)."""
+        """{unit name: device}: whole tables by name, shards and replicas by their unit names
+        (dreamshard.values.units)."""
         out = dict(self.placement)
         for table, shards in self.column_shards.items():
             out.update({shard_name(table, sh.start, sh.end): sh.device for sh in shards})
@@ -186,7 +187,8 @@ class Plan(StrictModel):
         return out
 
     def fits_memory(self) -> bool:
-        """Whether the plan's own memory figures fit (the gate recomputes them: dreamshard.placement.validate.check_plan)."""
+        """Whether the plan's own memory figures fit (the gate recomputes them:
+        dreamshard.placement.validate.check_plan)."""
         return all(m <= self.topology.memory_per_device_gb + 1e-12 for m in self.memory_per_device_gb)
 
     @property

@@ -275,8 +275,9 @@ class Inventory(StrictModel):
         return {f: t.name for t in self.tables for f in t.feature_names}
 
     def schema_fingerprint(self) -> str:
-        """sha256 over the tables' schema (Table.schema: name, rows, dim, dtype, feature names): identifies the inventory for a model's code, whatever its
-        statistics; independent of table order and of the inventory's name."""
+        """sha256 over the tables' schema (Table.schema: name, rows, dim, dtype, feature names): identifies the
+        inventory for a model's code, whatever its statistics; independent of table order and of the inventory's
+        name."""
         rows = sorted(json.dumps(t.schema(), sort_keys=True, separators=(",", ":")) for t in self.tables)
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 

@@ -139,5 +139,7 @@ def row_blocks(rows: int, k: int) -> list[tuple[int, int]]:
 def row_shards_for(rows: int, devices: list[int]) -> tuple[RowShard, ...]:
     """Row shards of a table over `devices` in order (block i on devices[i]); empty blocks are left out."""
     return tuple(
-        RowShard(start=a, end=b, device=d) for (a, b), d in zip(row_blocks(rows, len(devices)), devices) if b > a
+        RowShard(start=a, end=b, device=d)
+        for (a, b), d in zip(row_blocks(rows, len(devices)), devices, strict=True)
+        if b > a
     )
