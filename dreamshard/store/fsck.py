@@ -11,7 +11,7 @@ from dreamshard.store.inventories import check_inventory_store
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, current_key, inventory_prefix, parse_key, pointer_of
 from dreamshard.store.objects import list_inventories, load_verified, plan_keys, read_record, sha256_hex
 from dreamshard.store.pointer import HISTORY_LIMIT, entry_key, pointer_or_problem
-from dreamshard.store.schemas import FsckIssue
+from dreamshard.store.schemas import CurrentPointer, FsckIssue
 
 _ORPHAN = {"checksum": "checksum file without its plan (orphan)", "record": "record without its plan (orphan)"}
 
@@ -82,43 +82,62 @@ def _unexpected(store: PlanStore, prefix: str) -> list[FsckIssue]:
 
 
 def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
-    out: list[FsckIssue] = []
+    """Everything inconsistent under one inventory: its pointer and the plans it names, each stored plan, a plan
+    decided twice, and checksum or record files without their plan."""
+    pointer, problem, out = _pointer_issues(store, inv)
+    if pointer is not None:
+        out += _history_issues(store, pointer)
+    plans = plan_keys(store, inv)
+    out += _stored_plan_issues(store, inv, plans, pointer, pointer_readable=not problem)
+    out += _decided_twice_issues(inv, plans)
+    out += _orphan_issues(store, inv, plans)
+    return out
+
+
+def _pointer_issues(store: PlanStore, inv: str) -> tuple[CurrentPointer | None, str, list[FsckIssue]]:
+    """The inventory's pointer (None if absent or unreadable), why it cannot be read ("" if it can), and the
+    findings: an unreadable pointer, or a current plan that does not load or verify."""
     try:
         pointer, problem = pointer_or_problem(store, inv)
     except StorePathError as e:
-        pointer, problem = None, str(e)
-        out.append(_path_issue(e))
-    if problem and not out:
-        out.append(
-            FsckIssue(
-                key=current_key(inv), problem=problem, fix=f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"
-            )
-        )
-    elif pointer is not None:
-        try:
-            load_verified(store, entry_key(pointer.entry()), pointer.sha256)
-        except (StoreError, PlanError) as e:
+        return None, str(e), [_path_issue(e)]
+    if problem:
+        fix = f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"
+        return None, problem, [FsckIssue(key=current_key(inv), problem=problem, fix=fix)]
+    if pointer is None:
+        return None, "", []
+    try:
+        load_verified(store, entry_key(pointer.entry()), pointer.sha256)
+    except (StoreError, PlanError) as e:
+        fix = f"dreamshard plans rollback --inventory {inv}"
+        return pointer, "", [FsckIssue(key=current_key(inv), problem=f"current plan {pointer.plan_id}: {e}", fix=fix)]
+    return pointer, "", []
+
+
+def _history_issues(store: PlanStore, pointer: CurrentPointer) -> list[FsckIssue]:
+    """Earlier current plans whose bytes changed since (a rollback to one would not restore what was current)."""
+    out: list[FsckIssue] = []
+    for entry in pointer.history:
+        found = store.get_versioned(entry.key)
+        if found is not None and sha256_hex(found[0]) != entry.sha256:
             out.append(
                 FsckIssue(
-                    key=current_key(inv),
-                    problem=f"current plan {pointer.plan_id}: {e}",
-                    fix=f"dreamshard plans rollback --inventory {inv}",
-                )
-            )
-    entries = ((pointer.entry(),) + pointer.history) if pointer else ()
-    referenced = {e.key for e in pointer.entries()} if pointer else set()
-    for e in entries[1:]:
-        found = store.get_versioned(e.key)
-        if found is not None and sha256_hex(found[0]) != e.sha256:
-            out.append(
-                FsckIssue(
-                    key=e.key,
-                    problem=f"plan {e.plan_id} was modified since it was current "
-                    f"(pointer history says sha256 {e.sha256[:16]})",
+                    key=entry.key,
+                    problem=f"plan {entry.plan_id} was modified since it was current "
+                    f"(pointer history says sha256 {entry.sha256[:16]})",
                     fix="never roll back to it",
                 )
             )
-    plans = plan_keys(store, inv)
+    return out
+
+
+def _stored_plan_issues(
+    store: PlanStore, inv: str, plans: list[PlanKey], pointer: CurrentPointer | None, pointer_readable: bool
+) -> list[FsckIssue]:
+    """Per stored plan: its own problems (`_plan_problems`), an approved plan that never became current (an
+    interrupted publish), a record whose status disagrees with where the plan is stored."""
+    referenced = {entry.key for entry in pointer.entries()} if pointer else set()
+    out: list[FsckIssue] = []
     for pk in sorted(plans, key=lambda p: p.key):
         problems = _plan_problems(store, pk, inv)
         out.extend(problems)
@@ -126,7 +145,7 @@ def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
             not problems  # a corrupt plan is never offered as a rollback target
             and pk.status == "approved"
             and pk.key not in referenced
-            and not problem
+            and pointer_readable
             and (pointer is None or len(pointer.history) < HISTORY_LIMIT)
         ):
             out.append(
@@ -145,19 +164,30 @@ def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
                     fix="re-publish the plan",
                 )
             )
+    return out
+
+
+def _decided_twice_issues(inv: str, plans: list[PlanKey]) -> list[FsckIssue]:
+    """Plan ids stored both approved and rejected for one inventory version (one plan id gets one decision per
+    inventory version: `dreamshard.store.plans.already_decided`)."""
     decided: dict[tuple[str, str], set[str]] = {}
     for pk in plans:
         decided.setdefault((pk.fingerprint, pk.plan_id), set()).add(pk.status)
-    for (fp, plan_id), statuses in sorted(decided.items()):
-        if len(statuses) > 1:  # one plan id gets one decision per inventory version (store.plans.already_decided)
-            out.append(
-                FsckIssue(
-                    key=PlanKey(inv, fp, plan_id, "plan", "rejected").key,
-                    problem=f"plan {plan_id} is stored both approved and rejected for one inventory version",
-                    fix="the approved one stands; never publish a plan id twice",
-                )
-            )
+    return [
+        FsckIssue(
+            key=PlanKey(inv, fp, plan_id, "plan", "rejected").key,
+            problem=f"plan {plan_id} is stored both approved and rejected for one inventory version",
+            fix="the approved one stands; never publish a plan id twice",
+        )
+        for (fp, plan_id), statuses in sorted(decided.items())
+        if len(statuses) > 1
+    ]
+
+
+def _orphan_issues(store: PlanStore, inv: str, plans: list[PlanKey]) -> list[FsckIssue]:
+    """Checksum and record files under the inventory whose plan is not stored."""
     stored = {pk.key for pk in plans}
+    out: list[FsckIssue] = []
     for key in store.list_keys(inventory_prefix(inv)):
         parsed = parse_key(key)
         if parsed is not None and parsed.kind != "plan" and parsed.of("plan").key not in stored:
