@@ -72,6 +72,16 @@ def test_topology_section_has_the_topology_bounds(tmp_path: Path) -> None:
         resolve(_params(tmp_path, {"topology": {"memory_per_device_gb": 2.0**30}}))
 
 
+def test_the_pipeline_check_needs_every_baseline_in_the_evaluate_comparison(tmp_path: Path) -> None:
+    rounds = {"rounds": 5}
+    named = resolve(_params(tmp_path, {"evaluate": {**rounds, "sharders": ["dreamshard", "torchrec"]}}))
+    with pytest.raises(ConfigError, match="lacks the required baseline"):
+        named.check_pipeline()
+    every = resolve(_params(tmp_path, {"evaluate": rounds}))
+    assert every.evaluate.sharders is None
+    every.check_pipeline()  # unset: every contender is measured, the baselines among them
+
+
 def test_default_file_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert params_file(None, "given") is None

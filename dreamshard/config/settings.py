@@ -95,7 +95,10 @@ class Settings(BaseModel):
                 f"evaluate.rounds {self.evaluate.rounds} is below publish.min_rounds "
                 f"{self.publish.min_rounds}: the gate could not decide on the evaluate stage's comparison"
             )
-        missing = [b for b in self.publish.baselines if b not in self.evaluate.sharders]
+        measured = self.evaluate.sharders
+        if measured is None:
+            return  # every contender is measured, and every baseline is a contender
+        missing = [b for b in self.publish.baselines if b not in measured]
         if missing:
             raise ConfigError(
                 f"evaluate.sharders lacks the required baseline(s) {', '.join(missing)} "

@@ -72,7 +72,7 @@ from dreamshard.values import (
     shard_name,
 )
 
-FORMAT = "dreamshard-torchrec-plan"
+FORMAT: Literal["dreamshard-torchrec-plan"] = "dreamshard-torchrec-plan"
 #: TorchRec compute kernels a file may name. "fused" (FBGEMM's table-batched kernel, optimizer fused into the
 #: backward) and "dense" (plain parameters, a torch optimizer) run on CPU; the UVM kernels need CUDA.
 ComputeKernel = Literal["fused", "dense", "fused_uvm", "fused_uvm_caching"]

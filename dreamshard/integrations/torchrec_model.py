@@ -48,7 +48,7 @@ from pydantic import ValidationError
 from dreamshard.errors import ConfigError, InputFileError, InventoryError, first_line
 from dreamshard.integrations import require_torchrec
 from dreamshard.inventory.histogram import count_bins, histogram_from_counts, normalise_histogram
-from dreamshard.values import NUM_REUSE_BINS, Feature, Inventory, Table
+from dreamshard.values import NUM_REUSE_BINS, DType, Feature, Inventory, Table
 from dreamshard.values.names import check_inventory_names
 
 #: One batch as numpy: {feature: (values int64, lengths int64)}
@@ -77,9 +77,13 @@ def _reason(e: ValidationError) -> str:
     return f"{field}: {err['msg']}" if field else str(err["msg"])
 
 
+#: TorchRec's data types dreamshard plans, by their enum name.
+_DTYPES: dict[str, DType] = {"FP32": "fp32", "FP16": "fp16"}
+
+
 def _table(config: Any, where: str, pooling: dict[str, float] | None = None) -> Table:
     """The Table of one EmbeddingBagConfig (pooling per feature from `pooling`, 0 without it)."""
-    dtype = {"FP32": "fp32", "FP16": "fp16"}.get(getattr(config.data_type, "name", str(config.data_type)))
+    dtype = _DTYPES.get(getattr(config.data_type, "name", str(config.data_type)))
     if dtype is None:
         raise InventoryError(
             f"table '{config.name}' of {where} has data type {config.data_type}; dreamshard plans fp32 and fp16 tables"

@@ -22,7 +22,7 @@ import numpy as np
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import histogram_from_counts, normalise_histogram
 from dreamshard.inventory.synth import REFERENCE_BATCH_SIZE, synth_inventory, zipf_histogram
-from dreamshard.values import Inventory, Table
+from dreamshard.values import DType, Inventory, Table
 
 WIDE_DIMS: tuple[int, int] = (4, 512)
 WIDE_ROWS: tuple[float, float] = (10.0, 1e8)
@@ -48,7 +48,7 @@ def wide_table(name: str, rng: np.random.Generator) -> Table:
         pooling = round(float(min(WIDE_MAX_POOLING, max(1.0, rng.lognormal(np.log(8.0), 1.4)))), 3)
     exponent = float(rng.uniform(0.3, 1.6)) if rng.random() < 0.8 else float(rng.uniform(0.0, 0.1))
     hist = zipf_histogram(rows, pooling, exponent, rng)
-    dtype = "fp16" if rng.random() < 0.25 else "fp32"
+    dtype: DType = "fp16" if rng.random() < 0.25 else "fp32"
     return Table(
         name=name, num_embeddings=rows, embedding_dim=dim, pooling_factor=pooling, access_histogram=hist, dtype=dtype
     )

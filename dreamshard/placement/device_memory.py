@@ -50,6 +50,7 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import SupportsIndex
 
 from dreamshard.errors import PlanError
 from dreamshard.values import GB, SHARDING_TYPES, Inventory, ShardingType, Table, Topology, parse_unit
@@ -195,10 +196,10 @@ def unit_memory(
 
 def _device(d: object) -> int:
     """A device number (ints, numpy ints), or -1 for anything else (a bool, a float, a string)."""
-    if isinstance(d, bool):
+    if isinstance(d, bool) or not isinstance(d, SupportsIndex):
         return -1
     try:
-        return operator.index(d)  # type: ignore[call-overload]
+        return operator.index(d)
     except TypeError:
         return -1
 

@@ -15,6 +15,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -148,21 +149,25 @@ def fuse_batches(
 # --------------------------------------------------------------------------------------------- timing
 
 
-class FusedOp(abc.ABC):
+#: What a fused operator's forward returns and its backward takes.
+Output = TypeVar("Output")
+
+
+class FusedOp(abc.ABC, Generic[Output]):
     """One device's fused operator with its inputs prepared: forward(batch) and backward(output)."""
 
     @abc.abstractmethod
-    def forward(self, batch_no: int) -> object: ...
+    def forward(self, batch_no: int) -> Output: ...
 
     @abc.abstractmethod
-    def backward(self, out: object) -> None: ...
+    def backward(self, out: Output) -> None: ...
 
 
 def _cuda_sync() -> None:
     torch.cuda.synchronize()
 
 
-def time_op(op: FusedOp, warmup: int, repeats: int, cuda: bool = False) -> tuple[list[float], list[float]]:
+def time_op(op: FusedOp[Any], warmup: int, repeats: int, cuda: bool = False) -> tuple[list[float], list[float]]:
     """Warm up, then time ``repeats`` forward/backward iterations (ms). CUDA uses events + synchronize."""
     for i in range(warmup):
         op.backward(op.forward(i))
@@ -253,7 +258,7 @@ class TorchBackend(ComputeBackend):
     @abc.abstractmethod
     def build(
         self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
-    ) -> FusedOp:
+    ) -> FusedOp[Any]:
         """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:

@@ -36,7 +36,7 @@ from dreamshard.profiling.corpus import CorpusEntry, TimingRecorder
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import PlannedItem, plan_items
 from dreamshard.store.base import KeyNotFoundError, PlanStore
-from dreamshard.values import Inventory, Measurement, TaskSet, Topology, utcnow
+from dreamshard.values import Inventory, Measurement, MeasurementKind, TaskSet, Topology, utcnow
 from dreamshard.values.names import check_key_part
 
 SHARD_PREFIX = "profiling"
@@ -50,7 +50,7 @@ class PlannedMeasurement(_Frozen):
     """A planned item (`runner.PlannedItem`) in a form that travels to a worker as JSON."""
 
     key: str
-    kind: str
+    kind: MeasurementKind
     task: str
     placement: dict[str, int]
     topology: Topology

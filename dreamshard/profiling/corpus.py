@@ -139,8 +139,8 @@ class DeviceCorpus:
         self.path.touch()  # the writer's file exists even when everything came from the corpus (a DVC output)
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):  # a killed writer's partial last entry: cut before appending
-            with open(self.path, "rb+") as f:
-                f.truncate(data.rfind(b"\n") + 1)
+            with open(self.path, "rb+") as partial:
+                partial.truncate(data.rfind(b"\n") + 1)
 
     def _read(self, path: Path) -> None:
         lines = path.read_text().splitlines()

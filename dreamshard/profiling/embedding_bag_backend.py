@@ -22,7 +22,7 @@ from dreamshard.profiling.fbgemm_backend import LEARNING_RATE
 from dreamshard.values import Table
 
 
-class _BagOp(FusedOp):
+class _BagOp(FusedOp[list[Any]]):
     def __init__(self, weights: list[Any], inputs: list[list[tuple[Any, Any]]], grads: list[Any]) -> None:
         self.weights = weights  # one per dim group
         self.inputs = inputs  # [batch][group] -> (indices, offsets)
@@ -50,7 +50,7 @@ class EmbeddingBagBackend(TorchBackend):
 
     def build(
         self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
-    ) -> FusedOp:
+    ) -> FusedOp[list[Any]]:
         tdev = torch.device(self.device)
         n_bags = sum(t.num_outputs for t in tables)  # a shared table: one bag per feature and sample
         batch_size = (len(batches[0][1]) - 1) // n_bags

@@ -83,7 +83,7 @@ def fbgemm_available(cuda: bool = False) -> bool:
     return _CUDA_OK
 
 
-class _TBEOp(FusedOp):
+class _TBEOp(FusedOp[Any]):
     def __init__(self, module: Any, batches: list[tuple[Any, Any]], grad: Any) -> None:
         self.module = module
         self.batches = batches
@@ -104,7 +104,7 @@ class FbgemmBackend(TorchBackend):
 
     def build(
         self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
-    ) -> FusedOp:
+    ) -> FusedOp[Any]:
         m = _import_tbe()
         assert m is not None, "FBGEMM unavailable"
         cuda = self.device.startswith("cuda")

@@ -28,7 +28,18 @@ from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
-from dreamshard.values import BackendInfo, CommModel, Costs, DeviceCost, Inventory, Measurement, Table, Topology
+from dreamshard.values import (
+    BackendInfo,
+    CommModel,
+    Costs,
+    DeviceCost,
+    Inventory,
+    Measurement,
+    MeasurementKind,
+    Table,
+    Topology,
+    new_measurement_id,
+)
 from dreamshard.values.costs import Collective, Statistic
 from dreamshard.values.units import parse_unit
 
@@ -187,7 +198,7 @@ class Oracle:
         placement: Mapping[str, int],
         topology: Topology,
         *,
-        kind: str = "placement",
+        kind: MeasurementKind = "placement",
         task: str = "",
         measurement_id: str | None = None,
     ) -> Measurement:
@@ -218,9 +229,9 @@ class Oracle:
                 cost, spread = self._device_cost(tables, topology, comm, fingerprint)
                 per_device.append(cost)
                 spreads.append(spread)
-        extra = {"measurement_id": measurement_id} if measurement_id else {}
         return Measurement(
-            kind=kind,  # type: ignore[arg-type]
+            measurement_id=measurement_id or new_measurement_id(),
+            kind=kind,
             task=task,
             inventory_name=inventory.name,
             inventory_fingerprint=fingerprint,
@@ -230,7 +241,6 @@ class Oracle:
             spread=tuple(round(s, 6) for s in spreads),
             backend=self.backend_info(batch),
             comm_model=comm,
-            **extra,
         )
 
     @contextlib.contextmanager

@@ -44,7 +44,17 @@ from dreamshard.placement.validate import check_each_table_fits, check_placement
 from dreamshard.profiling.names import TYPE_KINDS
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder, options_for
-from dreamshard.values import GB, BackendInfo, CommModel, Inventory, Measurement, Table, TaskSet, Topology
+from dreamshard.values import (
+    GB,
+    BackendInfo,
+    CommModel,
+    Inventory,
+    Measurement,
+    MeasurementKind,
+    Table,
+    TaskSet,
+    Topology,
+)
 from dreamshard.values.units import row_blocks
 
 #: Draws in a row that may give a duplicate (or infeasible) placement before a task is taken to have no more
@@ -71,14 +81,14 @@ class ProfileSummary(BaseModel):
 @dataclass(frozen=True)
 class PlannedItem:
     key: str
-    kind: str
+    kind: MeasurementKind
     task: str
     placement: dict[str, int]
     topology: Topology
 
 
 def item_key(
-    kind: str, task: str, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str
+    kind: MeasurementKind, task: str, fingerprint: str, topology: Topology, placement: dict[str, int], backend: str
 ) -> str:
     """Deterministic id of a planned measurement (stable across runs and processes)."""
     payload = json.dumps(
@@ -267,16 +277,16 @@ def plan_items(
         items.append(
             PlannedItem(item_key("single", "", fp, topology, placement, backend), "single", "", placement, topology)
         )
-    for task, inv, topo in groups:
-        task_seed = seed + 7919 * zlib.crc32(task.encode())  # by name: the same task, the same placements
+    for task_name, inv, topo in groups:
+        task_seed = seed + 7919 * zlib.crc32(task_name.encode())  # by name: the same task, the same placements
         placements = _random_placements(inv, topo, num_placements, task_seed)
         for kind in kinds:
             extra = kind_placement(kind, inv, topo, task_seed)
             if extra is not None:
                 placements.append(extra)
         for placement in placements:
-            key = item_key("placement", task, fp, topo, placement, backend)
-            items.append(PlannedItem(key, "placement", task, placement, topo))
+            key = item_key("placement", task_name, fp, topo, placement, backend)
+            items.append(PlannedItem(key, "placement", task_name, placement, topo))
     # Duplicates (identical random placements) are measured once.
     return list({it.key: it for it in items}.values())
 

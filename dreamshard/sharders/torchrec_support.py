@@ -97,11 +97,11 @@ def translate(
             if need is not None and torchrec_memory:
                 counted = f"; it counts this table as {need:.3f} GB"
             return InfeasiblePlacementError(table.name, table.size_gb, free, hint + counted)
-    need = _GLOBAL_NEED.search(text)
-    have = _GLOBAL_HAVE.search(text)
-    if need is not None and have is not None:
-        need_gb = storage_field(need.group("storage"), kind)
-        have_gb = storage_field(have.group("storage"), kind)
+    need_match = _GLOBAL_NEED.search(text)
+    have_match = _GLOBAL_HAVE.search(text)
+    if need_match is not None and have_match is not None:
+        need_gb = storage_field(need_match.group("storage"), kind)
+        have_gb = storage_field(have_match.group("storage"), kind)
         if need_gb is not None and have_gb is not None:
             return NoPlacementError(
                 f"torchrec planner found no plan: it needs {need_gb:.3f} GB, {have_gb:.3f} GB available over "

@@ -118,7 +118,7 @@ def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecord
     """The decision the store already holds for `plan`'s id under its inventory version (fingerprint), approved
     or rejected, or None. One plan id gets one decision per inventory version: publishing it again returns this."""
     for status in ("approved", "rejected"):
-        pk = PlanKey(plan.inventory_name, plan.inventory_fingerprint, plan.plan_id, "plan", status)  # type: ignore[arg-type]
+        pk = PlanKey(plan.inventory_name, plan.inventory_fingerprint, plan.plan_id, "plan", status)
         if store.exists(pk.key) or store.exists(pk.of("record").key):
             record = read_record(store, pk)
             if record is None:

@@ -101,8 +101,8 @@ def parse_pointer(store: PlanStore, inventory: str, data: bytes) -> CurrentPoint
             f"{current_key(inventory)} in {store.location} points into inventory '{pointer.inventory}'; repair it "
             f"with `dreamshard plans rollback --inventory {inventory} --to PLAN_ID`"
         )
-    for e in pointer.entries():
-        problem = _entry_problem(inventory, e)
+    for entry in pointer.entries():
+        problem = _entry_problem(inventory, entry)
         if problem:
             raise StoreError(
                 f"{current_key(inventory)} in {store.location} is not a valid pointer ({problem}); {repair}"

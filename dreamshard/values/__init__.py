@@ -28,8 +28,10 @@ from dreamshard.values.lineage import (
 )
 from dreamshard.values.measurement import (
     Measurement,
+    MeasurementKind,
     Task,
     TaskSet,
+    new_measurement_id,
 )
 from dreamshard.values.plan import (
     Plan,
@@ -116,6 +118,7 @@ __all__ = [
     "MAX_POOLING",
     "MAX_ROWS",
     "Measurement",
+    "MeasurementKind",
     "MemoryModel",
     "NUM_REUSE_BINS",
     "Number",
@@ -149,6 +152,7 @@ __all__ = [
     "lock_outs",
     "movable",
     "new_id",
+    "new_measurement_id",
     "parse_shard_name",
     "parse_unit",
     "renamed_fields",

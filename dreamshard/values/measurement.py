@@ -12,12 +12,20 @@ from dreamshard.values.ids import new_id, utcnow
 from dreamshard.values.tables import Number, StrictModel
 from dreamshard.values.topology import Topology
 
+#: What a measurement covers: one table alone on a device ("single") or a placement of many ("placement").
+MeasurementKind = Literal["single", "placement"]
+
+
+def new_measurement_id() -> str:
+    """A fresh measurement id (`m-` and the UTC time)."""
+    return new_id("m-")
+
 
 class Measurement(StrictModel):
     """One placement on one topology with its per-device costs (docs/architecture.md, data flow)."""
 
-    measurement_id: str = Field(default_factory=lambda: new_id("m-"))
-    kind: Literal["single", "placement"] = "placement"
+    measurement_id: str = Field(default_factory=new_measurement_id)
+    kind: MeasurementKind = "placement"
     task: str = ""
     inventory_name: str
     inventory_fingerprint: str

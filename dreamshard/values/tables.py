@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -36,8 +36,10 @@ GB = float(1024**3)
 
 DType = Literal["fp32", "fp16"]
 
+_V = TypeVar("_V")
 
-def _number_only(v: object) -> object:
+
+def _number_only(v: _V) -> _V:
     """Reject bools and strings where a number is expected (pydantic's lax mode reads `true` as 1, "3" as 3)."""
     if isinstance(v, (bool, str, bytes)):
         raise ValueError(f"must be a number, got {type(v).__name__} {v!r}")
@@ -69,7 +71,7 @@ def aligned_dim(dim: int) -> int:
     return max(DIM_ALIGN, (dim + DIM_ALIGN - 1) // DIM_ALIGN * DIM_ALIGN)
 
 
-#: The fields of a table that are its schema (Table.schema); the others are statistics. Of `features`, the schema
+#: The fields of a table that are its schema (Table.schema_fields); the others are statistics. Of `features`, the schema
 #: holds the names only (a feature's pooling is a statistic).
 SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype", "features")
 #: Separator of column-shard unit names (`table@start:end`, dreamshard.values.shard_name): units of one table
@@ -207,7 +209,7 @@ class Table(StrictModel):
     def size_gb(self) -> float:
         return self.size_bytes / GB
 
-    def schema(self) -> dict[str, object]:
+    def schema_fields(self) -> dict[str, object]:
         """What the model's code fixes (name, rows, dim, dtype): a change here is a new inventory; a change of
         the statistics only (pooling, reuse) is a new version of the same one."""
         out = {k: v for k, v in self.model_dump().items() if k in SCHEMA_FIELDS and k != "features"}
@@ -275,10 +277,10 @@ class Inventory(StrictModel):
         return {f: t.name for t in self.tables for f in t.feature_names}
 
     def schema_fingerprint(self) -> str:
-        """sha256 over the tables' schema (Table.schema: name, rows, dim, dtype, feature names): identifies the
+        """sha256 over the tables' schema (Table.schema_fields: name, rows, dim, dtype, feature names): identifies the
         inventory for a model's code, whatever its statistics; independent of table order and of the inventory's
         name."""
-        rows = sorted(json.dumps(t.schema(), sort_keys=True, separators=(",", ":")) for t in self.tables)
+        rows = sorted(json.dumps(t.schema_fields(), sort_keys=True, separators=(",", ":")) for t in self.tables)
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
     def fingerprint(self) -> str:
