@@ -6,6 +6,7 @@ beyond the measurement noise (docs/architecture.md, "The publish gate").
 * `decide`: `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
 * `checks`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
 * `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
+* `policy`: what a decision means given what the store's current plan can serve (`publish_verdict`);
 * `fallback`: a rejected plan for a version nothing current can serve: the best measured baseline instead.
 """
 
@@ -25,6 +26,14 @@ __getattr__, __dir__, _LAZY = lazy_exports(
         ".decision": ("Basis", "CURRENT_OUTCOMES", "GateDecision", "Outcome"),
         ".decide": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
         ".fallback": ("fallback_plan",),
+        ".policy": (
+            "CurrentPlan",
+            "PolicyOutcome",
+            "PublishVerdict",
+            "cannot_serve",
+            "current_plan",
+            "publish_verdict",
+        ),
         ".rule": ("MAX_MS", "evaluate_gate"),
         ".stats": ("RatioBound", "ratio_bound"),
         ".trust": (

@@ -106,6 +106,7 @@ def gate_plan(
             "inventory_fingerprint": inventory.fingerprint(),
             "evidence": evidence,
             "reason": decision.reason + extra,
+            "finding": decision.finding + extra,
         }
     )
     return judged, decision

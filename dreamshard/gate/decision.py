@@ -27,7 +27,10 @@ class GateDecision(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     approved: bool
-    reason: str
+    reason: str  # the whole sentence: what the measurements show, then what follows from it
+    # what the measurements show, without what follows (`rule.finding`); the publish policy (`policy.py`) adds its
+    # own consequence to it. Empty in records written before it, and for refusals that need no figures.
+    finding: str = ""
     outcome: Outcome = "rejected"  # filled in from `approved` for records written before it
     plan_id: str = ""
     plan_cost_ms: float | None = None

@@ -21,7 +21,7 @@ def fallback_plan(
 ) -> tuple[Plan, GateDecision] | None:
     """The best baseline's plan from the verified `comparison` the gate decided `rejected` on, with its decision
     (outcome `fallback`, becomes current); None when the decision is not a rejection or names no baseline.
-    `why` says why nothing current can serve the version (usecases.publish.cannot_serve); the plan's
+    `why` says why nothing current can serve the version (`policy.CurrentPlan.nothing_to_keep`); the plan's
     inventory-owned fields come from `inventory` (gate.trust), never from the comparison file."""
     name = rejected.best_baseline
     if rejected.outcome != "rejected" or not name:

@@ -1,4 +1,4 @@
-"""The decision rule alone, on figures already verified (`verify.py`): plan vs every baseline, paired by round.
+"""The decision rule alone, on figures already verified (`checks.py`): plan vs every baseline, paired by round.
 
 With n paired rounds, each baseline b gets a `confidence` interval [low_b, high_b] on plan / b (`stats.py`);
 the threshold is 1 - min_improvement:
@@ -6,7 +6,7 @@ the threshold is 1 - min_improvement:
 * approved      iff high_b <= threshold for every baseline (the plan is faster by the margin, beyond the noise);
 * rejected      iff low_b > threshold for some baseline (clearly not faster by the margin);
 * inconclusive  otherwise: the measurements cannot tell; the current plan stays (stored as rejected, outcome
-  "inconclusive").
+  "inconclusive"; what the store's current plan can serve may change that: `policy.py`).
 
 Single figures (no samples) are taken as exact: a zero-width interval. With the sequential rule's looks
 (`sequential.py`), this is judged at each look in turn on the first rounds, and the first look that approves or
@@ -22,13 +22,18 @@ from typing import Any
 
 from dreamshard.config.publish import check_margin
 from dreamshard.errors import ConfigError
-from dreamshard.gate.decision import GateDecision
+from dreamshard.gate.decision import GateDecision, Outcome
 from dreamshard.gate.stats import Look, RatioBound, ratio_bound
 from dreamshard.values import Plan
 
 #: The largest figure (ms) the gate does arithmetic on; anything above is an invalid input, not a cost.
 MAX_MS = 1e12
 _EPS = 1e-12
+#: What follows from an inconclusive finding when nothing else is known (the publish policy may say otherwise).
+CURRENT_STAYS = "the current plan stays (measure more rounds)"
+
+#: The bounds' verdict: the outcome, the baseline that decided it, every baseline's bound.
+Verdict = tuple[Outcome, str, dict[str, RatioBound]]
 
 
 def check_ms(value: float, what: str) -> float:
@@ -52,7 +57,7 @@ def _samples(name: str, value: float | Sequence[float]) -> list[float]:
 
 def bound_outcome(
     mine: Sequence[float], base: Mapping[str, Sequence[float]], confidence: float, threshold: float
-) -> tuple[str, str, dict[str, RatioBound]]:
+) -> Verdict:
     """The bounds' verdict on paired samples (no other check): approved / rejected / inconclusive, the baseline
     that decided it, and every baseline's bound (`base` must not be empty, every list as long as `mine`)."""
     bounds = {name: ratio_bound(mine, v, confidence) for name, v in base.items()}
@@ -63,6 +68,68 @@ def bound_outcome(
     if bounds[hardest].high <= threshold + _EPS:
         return "approved", hardest, bounds
     return "inconclusive", hardest, bounds
+
+
+def _judged(
+    mine: list[float], base: dict[str, list[float]], looks: Sequence[Look], confidence: float, threshold: float
+) -> tuple[Verdict, Look]:
+    """The first look whose bounds decide (else the last one), with its verdict; `looks` empty: one look at all
+    the rounds with `confidence`."""
+    for name, v in base.items():
+        if len(v) != len(mine):
+            raise ConfigError(
+                f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired by round"
+            )
+    verdict: Verdict | None = None
+    taken = Look(len(mine), confidence)
+    for look in looks or (taken,):
+        if not 0 < look.rounds <= len(mine):
+            raise ConfigError(f"a look at {look.rounds} round(s) on {len(mine)} paired round(s)")
+        taken = look
+        verdict = bound_outcome(
+            mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}, look.confidence, threshold
+        )
+        if verdict[0] != "inconclusive":
+            break
+    assert verdict is not None  # at least one look was taken
+    return verdict, taken
+
+
+def _figures(
+    plan: Plan, mine: list[float], base: dict[str, list[float]], min_improvement: float, confidence: float
+) -> dict[str, Any]:
+    """The decision's figures: the plan's and the best baseline's medians, the improvement, what was compared."""
+    common: dict[str, Any] = {
+        "plan_id": plan.plan_id,
+        "min_improvement": min_improvement,
+        "baselines": tuple(base),
+        "confidence": confidence,
+    }
+    if plan.best_costs is not None:
+        common.update(plan_cost_ms=statistics.median(mine), basis=plan.cost_basis, rounds=len(mine))
+    medians = {name: statistics.median(v) for name, v in base.items()}
+    if base:
+        best = min(medians, key=medians.__getitem__)
+        common.update(best_baseline=best, best_baseline_ms=medians[best])
+        if plan.best_costs is not None:
+            common["improvement"] = (medians[best] - common["plan_cost_ms"]) / medians[best]
+    return common
+
+
+def _refusal(plan: Plan, base: dict[str, list[float]], infeasible: Sequence[str]) -> str:
+    """Why the plan is rejected before any bound is looked at ("" when the bounds decide)."""
+    if not plan.fits_memory():
+        return "plan does not fit memory: " + _overflow(plan)
+    if plan.best_costs is None:
+        return "plan has neither measured nor predicted costs; evaluate it first"
+    if plan.out_of_range and plan.cost_basis == "predicted":
+        return (
+            f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
+            f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)"
+        )
+    if not base and not infeasible:
+        return "no baseline costs to compare against; measure the baselines with the plan"
+    return ""
 
 
 def evaluate_gate(
@@ -82,68 +149,24 @@ def evaluate_gate(
     inputs first and is what the doors call."""
     check_margin(min_improvement)
     base = {name: _samples(name, v) for name, v in baselines.items()}
-    costs, basis = plan.best_costs, plan.cost_basis
     threshold = 1.0 - min_improvement
     mine: list[float] = []
-    if costs is not None:
-        mine = [check_ms(v, f"plan {plan.plan_id}") for v in (plan_samples or [costs.overall_ms])]
-    verdict: tuple[str, str, dict[str, RatioBound]] | None = None
+    if plan.best_costs is not None:
+        mine = [check_ms(v, f"plan {plan.plan_id}") for v in (plan_samples or [plan.best_costs.overall_ms])]
+    verdict: Verdict | None = None
     look = Look(len(mine), confidence)
     if mine and base:
-        for name, v in base.items():
-            if len(v) != len(mine):
-                raise ConfigError(
-                    f"baseline '{name}' has {len(v)} rounds, the plan {len(mine)}: samples are paired by round"
-                )
-        for look in looks or (look,):
-            if not 0 < look.rounds <= len(mine):
-                raise ConfigError(f"a look at {look.rounds} round(s) on {len(mine)} paired round(s)")
-            verdict = bound_outcome(
-                mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}, look.confidence, threshold
-            )
-            if verdict[0] != "inconclusive":
-                break
+        verdict, look = _judged(mine, base, looks, confidence, threshold)
         mine, base = mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}
-    common: dict[str, Any] = {
-        "plan_id": plan.plan_id,
-        "min_improvement": min_improvement,
-        "baselines": tuple(base),
-        "confidence": look.confidence,
-        "infeasible": tuple(infeasible),
-    }
-    if costs is not None:
-        common.update(plan_cost_ms=statistics.median(mine), basis=basis, rounds=len(mine))
-    medians = {name: statistics.median(v) for name, v in base.items()}
-    if base:
-        best = min(medians, key=medians.__getitem__)
-        common.update(best_baseline=best, best_baseline_ms=medians[best])
-        if costs is not None:
-            common["improvement"] = (medians[best] - common["plan_cost_ms"]) / medians[best]
-
-    def no(reason: str) -> GateDecision:
-        return GateDecision(approved=False, outcome="rejected", reason=reason, **common)
-
-    if not plan.fits_memory():
-        return no("plan does not fit memory: " + _overflow(plan))
-    if costs is None:
-        return no("plan has neither measured nor predicted costs; evaluate it first")
-    if plan.out_of_range and basis == "predicted":
-        return no(
-            f"plan has {len(plan.out_of_range)} input(s) outside the model's training ranges "
-            f"({plan.out_of_range[0]}); predicted costs are not enough: measure it (plans publish --measure)"
+    common = {**_figures(plan, mine, base, min_improvement, look.confidence), "infeasible": tuple(infeasible)}
+    if refusal := _refusal(plan, base, infeasible):
+        return GateDecision(approved=False, outcome="rejected", reason=refusal, **common)
+    if verdict is None:  # no baseline can place the inventory: nothing faster exists to keep
+        reason = (
+            f"approved: no baseline can place this inventory ({', '.join(infeasible)}: infeasible, recomputed); "
+            f"{plan.cost_basis} {common['plan_cost_ms']:.4g} ms, fits memory on all {plan.topology.num_devices} devices"
         )
-    if not base and infeasible:  # the plan is the only one that runs: nothing faster exists to keep
-        return GateDecision(
-            approved=True,
-            outcome="approved",
-            reason=(
-                f"approved: no baseline can place this inventory ({', '.join(infeasible)}: infeasible, recomputed); "
-                f"{basis} {common['plan_cost_ms']:.4g} ms, fits memory on all {plan.topology.num_devices} devices"
-            ),
-            **common,
-        )
-    if not base or verdict is None:
-        return no("no baseline costs to compare against; measure the baselines with the plan")
+        return GateDecision(approved=True, outcome="approved", reason=reason, finding=reason, **common)
     outcome, decider, bounds = verdict
     b = bounds[decider]
     common.update(
@@ -153,23 +176,16 @@ def evaluate_gate(
         decided_by=decider,
         stopped_early=look.early,
     )
-    return GateDecision(
-        approved=outcome == "approved",
-        outcome=outcome,
-        reason=_reason(outcome, plan, basis, common, b, decider, threshold),
-        **common,
-    )
+    found = finding(outcome, plan, common, b, decider, threshold)
+    reason = f"{found}, {CURRENT_STAYS}" if outcome == "inconclusive" else found
+    return GateDecision(approved=outcome == "approved", outcome=outcome, reason=reason, finding=found, **common)
 
 
-def _reason(
-    outcome: str, plan: Plan, basis: str | None, c: dict[str, Any], b: RatioBound, decider: str, threshold: float
-) -> str:
-    plan_ms, best, best_ms, margin = (
-        c["plan_cost_ms"],
-        c["best_baseline"],
-        c["best_baseline_ms"],
-        f"{c['min_improvement']:.1%}",
-    )
+def finding(outcome: str, plan: Plan, c: dict[str, Any], b: RatioBound, decider: str, threshold: float) -> str:
+    """What the bounds show, in words: the reason of an approval or a rejection, and the first part of an
+    inconclusive one (what follows from it, the current plan staying or not, is said apart)."""
+    plan_ms, best, best_ms = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"]
+    margin, basis = f"{c['min_improvement']:.1%}", c.get("basis")
     early = " (an early look of the sequential rule)" if c.get("stopped_early") else ""
     stat = f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s){early}"
     if outcome == "approved":
@@ -186,8 +202,7 @@ def _reason(
         )
     return (
         f"inconclusive: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
-        f"({c['improvement']:+.1%}, required {margin}), but {stat} straddles {threshold:.4g}: within the noise, "
-        f"the current plan stays (measure more rounds)"
+        f"({c['improvement']:+.1%}, required {margin}), but {stat} straddles {threshold:.4g}: within the noise"
     )
 
 

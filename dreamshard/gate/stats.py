@@ -3,9 +3,8 @@
 Each round measures every contender once (shuffled order), so round i's plan and baseline samples saw the same
 machine state: the per-round log ratio log(plan_i / base_i) cancels drift common to both. The interval is the
 Student t interval of the mean log ratio, exponentiated: a geometric-mean ratio with bounds. A noisy machine
-widens it (two identical placements measured 10.4 and 18.7 ms give a bound far on both sides of 1), so the
-gate cannot approve or reject on one lucky or unlucky round. Samples that agree exactly (the simulator) give a
-zero-width interval: the exact ratio.
+widens it, so the gate cannot approve or reject on one lucky or unlucky round. Samples that agree exactly (the
+simulator) give a zero-width interval: the exact ratio.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def ratio_bound(plan_ms: Sequence[float], base_ms: Sequence[float], confidence: 
     One round (exact figures) gives a zero-width interval; callers require enough rounds first."""
     if len(plan_ms) != len(base_ms) or not plan_ms:
         raise ValueError("paired samples need the same, non-zero number of rounds")
-    logs = [math.log(p) - math.log(b) for p, b in zip(plan_ms, base_ms)]
+    logs = [math.log(p) - math.log(b) for p, b in zip(plan_ms, base_ms, strict=True)]
     n = len(logs)
     mean = statistics.fmean(logs)
     sd = statistics.stdev(logs) if n > 1 else 0.0

@@ -5,11 +5,15 @@ baselines by the gate itself), decided, then published (current) or kept as reje
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from pydantic import model_validator
 
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.evaluation import validate_sharders
-from dreamshard.gate import GateDecision, fallback_plan, gate_comparison_file, measure_and_gate, trusted_plan
+from dreamshard.evaluation import Comparison, validate_sharders
+from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
+from dreamshard.gate.policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (
     PublishedRef,
@@ -41,9 +45,17 @@ class PublishRequest(Request):
 class GateResult(Result):
     plan: Plan  # the plan to store (carrying the verified costs)
     decision: GateDecision
+    outcome: PolicyOutcome = "rejected"  # what the publish policy made of the decision (default: the decision's)
     # rejected, for a version nothing current can serve: the best measured baseline becomes current instead
     fallback: Plan | None = None
     fallback_decision: GateDecision | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outcome(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "outcome" not in data and isinstance(data.get("decision"), GateDecision):
+            data = {**data, "outcome": data["decision"].outcome}
+        return data
 
 
 class PublishResult(GateResult):
@@ -73,10 +85,9 @@ def _check_request(request: PublishRequest) -> None:
         )
 
 
-def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
-    """Verify and decide, storing nothing. The plan file is taken through `gate.trusted_plan`: its costs,
-    lineage, model version and verification are never taken from it."""
-    _check_request(request)
+def _judge(request: PublishRequest, store: PlanStore | None) -> tuple[Plan, GateDecision, Comparison, Inventory]:
+    """The gate's decision on the request's plan, with the verified comparison it was decided on and the inventory
+    (storing nothing)."""
     s = request.settings
     extra = tuple(validate_sharders(list(request.baselines))) if request.baselines else ()
     plan = trusted_plan(load_plan(request.plan))
@@ -92,104 +103,57 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
         judged, decision, cmp = gate_comparison_file(
             plan, inv, request.comparison, s.publish, extra_baselines=extra, seed=seed, backend=request.backend
         )
-    else:
-        oracle = s.oracle()
-        try:
-            judged, decision, cmp = measure_and_gate(
-                plan, inv, oracle, s.publish, extra_baselines=extra, rounds=s.evaluate.rounds, seed=seed
-            )
-        finally:
-            oracle.close()
-    store = store or open_plan_store(s, request.store, request.endpoint_url, existing=False)
-    why = nothing_to_keep(store, judged) if decision.outcome in ("inconclusive", "rejected") else ""
-    decision = first_plan(store, judged, decision, why)
-    found = fallback_plan(decision, cmp, why, inv) if why and decision.outcome == "rejected" else None
-    if found is None:
-        return GateResult(plan=judged, decision=decision)
-    fallback, fallback_decision = found
-    decision = decision.model_copy(
-        update={
-            "reason": f"{decision.reason}; the best measured baseline "
-            f"{fallback_decision.best_baseline} becomes current instead "
-            f"(plan {fallback.plan_id}: {why})"
-        }
-    )
-    return GateResult(plan=judged, decision=decision, fallback=fallback, fallback_decision=fallback_decision)
-
-
-def nothing_to_keep(store: PlanStore, plan: Plan) -> str:
-    """Why no current plan can serve the training job `plan` is for ("" when one can): none is current, or the
-    current one places another table schema or topology. An unreadable current plan (`plans fsck` reports it)
-    counts as one that can: nothing replaces it by noise or by fallback."""
-    if get_pointer(store, plan.inventory_name) is None:
-        return f"no plan is current for '{plan.inventory_name}'"
+        return judged, decision, cmp, inv
+    oracle = s.oracle()
     try:
-        current = get_current(store, plan.inventory_name)
-        return cannot_serve(current, plan, schema_of(store, current))
+        judged, decision, cmp = measure_and_gate(
+            plan, inv, oracle, s.publish, extra_baselines=extra, rounds=s.evaluate.rounds, seed=seed
+        )
+    finally:
+        oracle.close()
+    return judged, decision, cmp, inv
+
+
+def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
+    """Verify and decide, storing nothing. The plan file is taken through `gate.trusted_plan`: its costs,
+    lineage, model version and verification are never taken from it. What the decision means for the store's
+    current plan is the gate's publish policy (`gate.policy.publish_verdict`)."""
+    _check_request(request)
+    judged, decision, cmp, inv = _judge(request, store)
+    store = store or open_plan_store(request.settings, request.store, request.endpoint_url, existing=False)
+    current = read_current(store, judged) if decision.outcome in ("inconclusive", "rejected") else None
+    if current is None:
+        return GateResult(plan=judged, decision=decision, outcome=decision.outcome)
+    verdict = publish_verdict(decision, current, cmp, inv)
+    return GateResult(
+        plan=judged,
+        decision=verdict.decision,
+        outcome=verdict.outcome,
+        fallback=verdict.fallback,
+        fallback_decision=verdict.fallback_decision,
+    )
+
+
+def read_current(store: PlanStore, plan: Plan) -> CurrentPlan:
+    """What the store's current plan of `plan`'s inventory can serve of the job `plan` is for. An unreadable
+    current plan (`plans fsck` reports it) counts as one that can: nothing replaces it by noise or by fallback."""
+    name = plan.inventory_name
+    pointer = get_pointer(store, name)
+    if pointer is None:
+        return current_plan(name, None, plan, None)
+    try:
+        current = get_current(store, name)
+        return current_plan(name, current, plan, schema_of(store, current))
     except StoreError:
-        return ""
+        return CurrentPlan(inventory_name=name, plan_id=pointer.plan_id)
 
 
-def first_plan(store: PlanStore, plan: Plan, decision: GateDecision, why: str | None = None) -> GateDecision:
-    """Inside the noise the current plan stays, when it can: with no current plan, or one that cannot serve the
-    training job this plan is for (another table schema: a table added, removed or reshaped; another topology),
-    there is nothing to keep, and a plan the measurements cannot tell from the best baseline (inconclusive, never
-    clearly slower) becomes current. `why`: `nothing_to_keep(store, plan)` when the caller has it already."""
+def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
+    """The decision the store records for `plan` by the publish policy, without a fallback (no comparison): a plan
+    inside the noise becomes current when nothing current can serve its job (`gate.policy`)."""
     if decision.outcome != "inconclusive":
         return decision
-    why = nothing_to_keep(store, plan) if why is None else why
-    if not why:
-        return _same_as_current(store, plan, decision)
-    return decision.model_copy(
-        update={
-            "approved": True,
-            "outcome": "approved",
-            "reason": decision.reason.replace(
-                "the current plan stays (measure more rounds)", f"{why}: it becomes current"
-            ),
-        }
-    )
-
-
-def _same_as_current(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
-    """An inconclusive plan that places every unit as the current plan does (a re-plan that kept the current plan's
-    candidate): more rounds could not tell the two apart, so the reason says that instead of "measure more"."""
-    try:
-        current = get_current(store, plan.inventory_name)
-    except StoreError:
-        return decision
-    if current.units() != plan.units():  # every unit (table, shard, replica) on the same device
-        return decision
-    return decision.model_copy(
-        update={
-            "reason": decision.reason.replace(
-                "the current plan stays (measure more rounds)",
-                f"the current plan {current.plan_id} stays (this plan places every table as it does: the job keeps its "
-                f"state, and no number of rounds could tell the two apart)",
-            )
-        }
-    )
-
-
-def cannot_serve(current: Plan, plan: Plan, current_schema: str | None = None) -> str:
-    """Why the current plan cannot serve the job `plan` is for ("" when it can: same table schema, same topology;
-    a statistics-only change keeps the schema). `plan`'s schema is the gate's (recomputed from its inventory);
-    `current_schema`, the store's for the current plan (`store.inventories.schema_of`), else the plan's own."""
-    schema = current_schema or current.schema_fingerprint
-    if schema is not None and plan.schema_fingerprint is not None and schema != plan.schema_fingerprint:
-        return (
-            f"the current plan {current.plan_id} places another table schema "
-            f"({schema[:12]}, this version's is {plan.schema_fingerprint[:12]}) and cannot serve it"
-        )
-    if schema is None and set(current.table_names) != set(plan.table_names):
-        return f"the current plan {current.plan_id} places other tables and cannot serve this version"
-    if current.topology != plan.topology:
-        t = current.topology
-        return (
-            f"the current plan {current.plan_id} is for {t.num_devices} x {t.device_type} (batch {t.batch_size}) "
-            f"and cannot serve this topology"
-        )
-    return ""
+    return publish_verdict(decision, read_current(store, plan)).decision
 
 
 def recorded(store: PlanStore, plan_file: Path) -> PublishResult | None:
@@ -233,4 +197,5 @@ def store_gated(store: PlanStore, gated: GateResult) -> PublishResult:
         fallback=gated.fallback,
         fallback_decision=gated.fallback_decision,
         fallback_ref=fallback_ref,
+        outcome=gated.outcome,
     )
