@@ -10,23 +10,15 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from dreamshard.profiling.batches import WorkerInfo
-from dreamshard.store import open_store
-from dreamshard.usecases.profile import measure_stored_batch
+from dreamshard.usecases import profile as profile_uc
 
 
 @task(name="measure-batch", cache_policy=NO_CACHE, tags=["gpu"])
 def measure_batch_task(request: BatchRequest, flow_run_id: str) -> dict[str, Any]:
     """Measure the batch's planned items on the backend of its spec and write its shard
-    (dreamshard.usecases.profile.measure_stored_batch). A shard already written is kept as it is."""
-    store = open_store(request.store_uri, endpoint_url=request.endpoint_url)
-    spec, done = measure_stored_batch(store, request.spec_key, WorkerInfo.here(flow_run_id))
-    return {
-        "batch_id": spec.batch_id,
-        "records": len(done.records),
-        "shard": spec.shard_key,
-        "worker": done.worker.model_dump(),
-    }
+    (dreamshard.usecases.profile.measure_batch). A shard already written is kept as it is."""
+    done = profile_uc.measure_batch(request.store_uri, request.endpoint_url, request.spec_key, flow_run_id)
+    return done.model_dump(mode="json", exclude={"warnings"})
 
 
 @flow(name="profile-batch", retries=1, retry_delay_seconds=2, log_prints=True)

@@ -1,7 +1,7 @@
 """The profile stage's `workers` dispatcher: each batch as a run of the profile-batch deployment on the `gpu` work
 pool (docs/architecture.md, "Profiling fan-out").
 
-The library plans, measures and merges the batches (dreamshard.usecases.profile, dreamshard.profiling.batches) and
+The library plans, measures and merges the batches (dreamshard.usecases.profile, dreamshard.profiling.dispatch) and
 calls this through the `dreamshard.dispatchers` entry point; this module only watches the deployment runs:
 
 * every batch is one flow run of the deployment; its shard key is deterministic, so a retry overwrites;
@@ -24,8 +24,8 @@ from dreamshard_flows.requests import BatchRequest
 
 from dreamshard.config.stages import PipelineSettings
 from dreamshard.errors import PipelineError
-from dreamshard.profiling.batches import BatchSpec, read_shard, write_spec
-from dreamshard.store.base import PlanStore
+from dreamshard.usecases import profile as profile_uc
+from dreamshard.usecases.profile import BatchSpec, PlanStore
 
 #: Prefect's rule for an offline worker: no heartbeat for this many heartbeat intervals.
 INACTIVITY_HEARTBEAT_MULTIPLE = 3
@@ -53,6 +53,70 @@ def worker_dead(worker: Any, now: datetime) -> bool:
     return (now - last).total_seconds() > INACTIVITY_HEARTBEAT_MULTIPLE * interval
 
 
+class _Watch:
+    """The deployment runs of one profile stage: which run each batch is on, and submitting a batch (again)."""
+
+    def __init__(
+        self,
+        client: Any,
+        store: PlanStore,
+        where: tuple[str, str | None],
+        deployment: Any,
+        parent_task_run_id: str | None,
+    ) -> None:
+        self.client, self.store, self.deployment = client, store, deployment
+        self.store_uri, self.endpoint_url = where  # how a worker reaches the store
+        self.parent = UUID(parent_task_run_id) if parent_task_run_id else None
+        self.runs: dict[str, list[str]] = {}
+
+    def submit(self, spec: BatchSpec) -> None:
+        """One flow run of the deployment for `spec` (its spec written first; the name counts the attempts)."""
+        request = BatchRequest(
+            store_uri=self.store_uri, endpoint_url=self.endpoint_url, spec_key=profile_uc.submit(self.store, spec)
+        )
+        attempt = len(self.runs.setdefault(spec.batch_id, [])) + 1
+        fr = self.client.create_flow_run_from_deployment(
+            self.deployment.id,
+            parameters={"request": request.model_dump(mode="json")},
+            name=f"{spec.batch_id}-try{attempt}",
+            tags=["dreamshard", "profile-batch", spec.campaign],
+            parent_task_run_id=self.parent,
+        )
+        self.runs[spec.batch_id].append(str(fr.id))
+
+    def latest_runs(self, pending: set[str]) -> list[Any]:
+        """The latest flow run of every pending batch, read a page at a time."""
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        ids = [UUID(self.runs[b][-1]) for b in pending]
+        return [
+            fr
+            for start in range(0, len(ids), PAGE)
+            for fr in self.client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids[start : start + PAGE])), limit=PAGE
+            )
+        ]
+
+    def retry_reason(self, fr: Any, spec: BatchSpec, workers: Callable[[], dict[str, Any]], now: datetime) -> str:
+        """Why the batch's run must be submitted again ("" when it is fine: done, or still going on a live
+        worker); a run whose worker stopped heartbeating is marked Crashed first."""
+        from prefect.states import Crashed
+
+        state = fr.state
+        if state is not None and state.is_completed():
+            return "" if profile_uc.shard_written(self.store, spec) else "completed without writing its shard"
+        if state is not None and state.is_final():
+            return f"ended {_final_name(state)}: {state.message or ''}".strip()
+        name = (fr.labels or {}).get(WORKER_LABEL)
+        if state is None or not (state.is_running() or state.is_pending()) or not name:
+            return ""
+        if not worker_dead(workers().get(name), now):
+            return ""
+        message = f"worker {name} stopped heartbeating while running batch {spec.batch_id}"
+        self.client.set_flow_run_state(fr.id, Crashed(message=message), force=True)
+        return message
+
+
 def run_on_workers(
     store: PlanStore,
     store_uri: str,
@@ -67,90 +131,69 @@ def run_on_workers(
 ) -> dict[str, list[str]]:
     """Run every batch without a shard as a run of `deployment_name`; returns {batch id: [flow run ids]}."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.exceptions import ObjectNotFound
-    from prefect.states import Crashed
 
-    todo = {s.batch_id: s for s in specs if read_shard(store, s) is None}
-    runs: dict[str, list[str]] = {bid: [] for bid in todo}
+    todo = {s.batch_id: s for s in profile_uc.pending(store, specs)}
     if not todo:
-        return runs
+        return {}
     with get_client(sync_client=True) as client:
-        try:
-            deployment = client.read_deployment_by_name(deployment_name)
-        except ObjectNotFound:
-            raise PipelineError(
-                f"no Prefect deployment '{deployment_name}': register it (python -m dreamshard_flows.deploy "
-                f"--work-pools) and start a worker (infra/start-worker.sh gpu), or run the batches locally"
-            ) from None
+        deployment = _deployment(client, deployment_name)
         pool = deployment.work_pool_name
-
-        def submit(spec: BatchSpec) -> None:
-            request = BatchRequest(store_uri=store_uri, endpoint_url=endpoint_url, spec_key=write_spec(store, spec))
-            attempt = len(runs[spec.batch_id]) + 1
-            fr = client.create_flow_run_from_deployment(
-                deployment.id,
-                parameters={"request": request.model_dump(mode="json")},
-                name=f"{spec.batch_id}-try{attempt}",
-                tags=["dreamshard", "profile-batch", spec.campaign],
-                parent_task_run_id=UUID(parent_task_run_id) if parent_task_run_id else None,
-            )
-            runs[spec.batch_id].append(str(fr.id))
-
+        watch = _Watch(client, store, (store_uri, endpoint_url), deployment, parent_task_run_id)
         for spec in todo.values():
-            submit(spec)
+            watch.submit(spec)
         log(f"submitted {len(todo)} batches to deployment {deployment_name} (pool {pool})")
         deadline = time.monotonic() + timeout_s
         pending = set(todo)
         while pending:
             if time.monotonic() > deadline:
                 raise PipelineError(
-                    f"{len(pending)} profiling batches not finished after {timeout_s:.0f} s (pipeline.batch_timeout_s); "
-                    f"are workers polling pool '{pool}'? (infra/start-worker.sh {pool})"
+                    f"{len(pending)} profiling batches not finished after {timeout_s:.0f} s "
+                    f"(pipeline.batch_timeout_s); are workers polling pool '{pool}'? (infra/start-worker.sh {pool})"
                 )
-            current = {runs[b][-1]: b for b in pending}
-            ids = [UUID(i) for i in current]
-            flow_runs = [
-                fr
-                for start in range(0, len(ids), PAGE)
-                for fr in client.read_flow_runs(
-                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids[start : start + PAGE])), limit=PAGE
-                )
-            ]
-            workers = None
-            now = datetime.now(timezone.utc)
-            for fr in flow_runs:
-                bid = current[str(fr.id)]
-                spec = todo[bid]
-                state = fr.state
-                retry_reason = None
-                if state is not None and state.is_completed():
-                    if read_shard(store, spec) is not None:
-                        pending.discard(bid)
-                        continue
-                    retry_reason = "completed without writing its shard"
-                elif state is not None and state.is_final():
-                    retry_reason = f"ended {_final_name(state)}: {state.message or ''}".strip()
-                elif state is not None and (state.is_running() or state.is_pending()):
-                    name = (fr.labels or {}).get(WORKER_LABEL)
-                    if name:
-                        if workers is None:
-                            workers = {w.name: w for w in client.read_workers_for_work_pool(pool)}
-                        if worker_dead(workers.get(name), now):
-                            message = f"worker {name} stopped heartbeating while running batch {bid}"
-                            client.set_flow_run_state(fr.id, Crashed(message=message), force=True)
-                            retry_reason = message
-                if retry_reason is None:
-                    continue
-                if len(runs[bid]) >= attempts:
-                    raise PipelineError(
-                        f"profiling batch {bid} failed {attempts} times (pipeline.batch_attempts); last: {retry_reason}"
-                    )
-                log(f"batch {bid}: {retry_reason}; submitting it again")
-                submit(spec)
+            _poll(watch, todo, pending, pool, attempts, log)
             if pending:
                 time.sleep(poll_s)
-    return runs
+    return watch.runs
+
+
+def _deployment(client: Any, deployment_name: str) -> Any:
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        return client.read_deployment_by_name(deployment_name)
+    except ObjectNotFound:
+        raise PipelineError(
+            f"no Prefect deployment '{deployment_name}': register it (python -m dreamshard_flows.deploy "
+            f"--work-pools) and start a worker (infra/start-worker.sh gpu), or run the batches locally"
+        ) from None
+
+
+def _poll(watch: _Watch, todo: dict[str, BatchSpec], pending: set[str], pool: str, attempts: int, log: Log) -> None:
+    """One look at the pending batches' runs: a finished batch leaves `pending`, a failed one is submitted again
+    (PipelineError after `attempts` runs)."""
+    current = {watch.runs[b][-1]: b for b in pending}
+    found: list[dict[str, Any]] = []
+
+    def workers() -> dict[str, Any]:  # read once per look, and only when a run is on a worker
+        if not found:
+            found.append({w.name: w for w in watch.client.read_workers_for_work_pool(pool)})
+        return found[0]
+
+    now = datetime.now(timezone.utc)
+    for fr in watch.latest_runs(pending):
+        bid = current[str(fr.id)]
+        spec = todo[bid]
+        reason = watch.retry_reason(fr, spec, workers, now)
+        if not reason:
+            if fr.state is not None and fr.state.is_completed():
+                pending.discard(bid)
+            continue
+        if len(watch.runs[bid]) >= attempts:
+            raise PipelineError(
+                f"profiling batch {bid} failed {attempts} times (pipeline.batch_attempts); last: {reason}"
+            )
+        log(f"batch {bid}: {reason}; submitting it again")
+        watch.submit(spec)
 
 
 def dispatch_to_workers(

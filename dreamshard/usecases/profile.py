@@ -2,8 +2,8 @@
 profile stage (`dreamshard profile-stage`: batches -> one shard each -> merged in planned order).
 
 Batches run in this process, or on workers: `dispatch="workers"` hands them to the dispatcher registered under
-the `dreamshard.dispatchers` entry point group (the Prefect flows register `workers`: one run of the
-profile-batch deployment per batch), so this library never imports Prefect.
+the `dreamshard.dispatchers` entry point group (`profiling/dispatch.py`; the Prefect flows register `workers`),
+so this library never imports Prefect. Which train tasks a new version re-measures is `profiling/task_choice.py`.
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Literal
 
 from dreamshard.config.stages import PipelineSettings
 from dreamshard.documents import check_outputs, load_inventory
 from dreamshard.errors import ConfigError
-from dreamshard.inventory.draws import draw
 from dreamshard.learning.taskset import load_taskset
-from dreamshard.placement.expand import unit_table
 from dreamshard.profiling import ProfileSummary, profile_inventory
 from dreamshard.profiling.batches import (
     BatchSpec,
@@ -37,14 +34,18 @@ from dreamshard.profiling.batches import (
     write_shard,
     write_spec,
 )
-from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, device_key, entry_problem
-from dreamshard.profiling.oracle import fused_operators
+from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, entry_problem
+from dreamshard.profiling.dispatch import DISPATCHER_GROUP as DISPATCHER_GROUP
+from dreamshard.profiling.dispatch import dispatcher
+from dreamshard.profiling.dispatch import pending as pending  # what a dispatcher works with (the flows' `workers`)
+from dreamshard.profiling.dispatch import shard_written as shard_written
+from dreamshard.profiling.dispatch import submit as submit
+from dreamshard.profiling.task_choice import limit_new_tasks
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
 from dreamshard.usecases.base import Request, Result
-from dreamshard.values import BackendInfo, CommModel
+from dreamshard.values import CommModel
 
-DISPATCHER_GROUP = "dreamshard.dispatchers"
 CORPUS_WRITER = "profile"  # this use case's file in the corpus directory
 Log = Callable[[str], None]
 
@@ -123,63 +124,6 @@ class BatchedProfileResult(Result):
     corpus: dict[str, int] = {}
 
 
-def _missing_devices(
-    job: ProfileJob, corpus: DeviceCorpus, info_at: Callable[[int], BackendInfo], seed: int, hardware: str | None
-) -> dict[str, int]:
-    """Per train task, how many of its placements' devices the corpus held no timing of before this version."""
-    missing: dict[str, int] = {}
-    by_name = job.inventory.by_name()
-    fp = job.inventory.fingerprint()
-    for it in job.items():
-        if it.kind != "placement":
-            continue
-        for d in range(it.topology.num_devices):
-            tables = [unit_table(by_name, n) for n, dev in it.placement.items() if dev == d]
-            # keyed as the oracle records them: one entry per fused operator (replicas apart, at their batch share)
-            if any(
-                not corpus.known_before(device_key(info_at(batch), seed, group, hardware), fp)
-                for group, batch in fused_operators(tables, it.topology)
-            ):
-                missing[it.task] = missing.get(it.task, 0) + 1
-    return missing
-
-
-def limit_new_tasks(job: ProfileJob, corpus: DeviceCorpus, log: Log = print, workers: bool = False) -> ProfileJob:
-    """`job` with at most `profile.incremental_tasks` of the train tasks whose placements need device timings
-    the corpus lacks, once the corpus serves at least one task entirely (a new version of a known inventory;
-    with nothing served, a first run, every task is kept). The kept ones are chosen by per-task draws, so the
-    same change keeps the same tasks. `workers`: the timings count when the profiling workers made them (the
-    hardware of the last timings they sent back for this backend; none yet: every task is new)."""
-    limit = job.profile.incremental_tasks  # decided on what the corpus held before this version: reruns agree
-    if limit is None or job.tasks is None:
-        return job
-    if workers:
-        if job.profile.backend not in corpus.worker_backend:
-            return job  # the workers sent nothing back for this backend yet: every task is new
-        hardware, worker = corpus.worker_backend[job.profile.backend]
-        pr = job.profile  # the workers' device and operator, this run's settings
-        base = worker.model_copy(
-            update={"warmup": pr.warmup, "repeats": pr.repeats, "num_threads": pr.num_threads, "row_cap": pr.row_cap}
-        )
-        missing = _missing_devices(job, corpus, lambda b: base.model_copy(update={"batch_size": b}), pr.seed, hardware)
-    else:
-        oracle = job.profile.oracle()
-        try:
-            missing = _missing_devices(job, corpus, oracle.backend_info, oracle.seed, None)
-        finally:
-            oracle.close()
-    new = [t for t in job.tasks.train if missing.get(t.name)]
-    if len(new) <= limit or len(new) == len(job.tasks.train):
-        return job
-    keep = set(sorted((t.name for t in new), key=lambda n: draw(job.profile.seed, "incremental", n))[:limit])
-    train = tuple(t for t in job.tasks.train if t.name in keep or not missing.get(t.name))
-    log(
-        f"corpus: {len(new)} of {len(job.tasks.train)} train tasks need new device timings; measuring "
-        f"{limit} of them (profile.incremental_tasks)"
-    )
-    return job.model_copy(update={"tasks": job.tasks.model_copy(update={"train": train})})
-
-
 def plan_stage_batches(
     request: BatchedProfileRequest, campaign: str, corpus: DeviceCorpus | None = None, log: Log = print
 ) -> list[BatchSpec]:
@@ -232,6 +176,23 @@ def run_locally(
     return len(todo)
 
 
+class BatchDone(Result):
+    """One batch a worker measured (or found measured): what the profile-batch flow reports."""
+
+    batch_id: str
+    records: int
+    shard: str  # the shard's store key
+    worker: WorkerInfo
+
+
+def measure_batch(store_uri: str, endpoint_url: str | None, spec_key: str, flow_run_id: str) -> BatchDone:
+    """What a worker of the profile-batch deployment runs: `measure_stored_batch` in the store at `store_uri`,
+    recorded as measured by this host under `flow_run_id`."""
+    store = open_store(store_uri, endpoint_url=endpoint_url)
+    spec, done = measure_stored_batch(store, spec_key, WorkerInfo.here(flow_run_id))
+    return BatchDone(batch_id=spec.batch_id, records=len(done.records), shard=spec.shard_key, worker=done.worker)
+
+
 def measure_stored_batch(
     store: PlanStore, spec_key: str, worker: WorkerInfo | None = None
 ) -> tuple[BatchSpec, ProfileShard]:
@@ -249,21 +210,20 @@ def measure_stored_batch(
     return spec, done
 
 
-Dispatcher = Callable[..., object]
-
-
-def dispatcher(name: str) -> Dispatcher:
-    """The registered batch dispatcher `name` (entry point group `dreamshard.dispatchers`)."""
-    found = {ep.name: ep for ep in entry_points(group=DISPATCHER_GROUP)}
-    if name not in found:
-        raise ConfigError(
-            f"no batch dispatcher '{name}' is installed (the Prefect flows provide 'workers'; "
-            f"install dreamshard with its flows), or use --dispatch local"
-        )
-    loaded = found[name].load()
-    if not callable(loaded):
-        raise ConfigError(f"batch dispatcher '{name}' is not callable")
-    return loaded
+def _run_on_workers(
+    request: BatchedProfileRequest, store: PlanStore, store_uri: str, specs: Sequence[BatchSpec], log: Log
+) -> int:
+    """Hand the batches to the `workers` dispatcher, then add the device timings they sent back to the corpus;
+    returns how many batches it ran."""
+    settings: PipelineSettings = request.settings.pipeline
+    runs = dispatcher("workers")(
+        store, store_uri, request.endpoint_url, specs, settings, parent_task_run_id=request.parent_task_run, log=log
+    )
+    if request.corpus is not None:
+        added, rejected = collect_worker_timings(store, specs, request.corpus)
+        left_out = f"; {rejected} left out (not timings of the batches' tables: see corpus.entry_problem)"
+        log(f"corpus: {added} device timings from the workers" + (left_out if rejected else ""))
+    return len(runs) if isinstance(runs, dict) else 0
 
 
 def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProfileResult:
@@ -285,27 +245,7 @@ def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProf
     try:
         store = open_store(store_uri, endpoint_url=request.endpoint_url)
         if request.dispatch == "workers":
-            settings: PipelineSettings = request.settings.pipeline
-            runs = dispatcher("workers")(
-                store,
-                store_uri,
-                request.endpoint_url,
-                specs,
-                settings,
-                parent_task_run_id=request.parent_task_run,
-                log=log,
-            )
-            ran = len(runs) if isinstance(runs, dict) else 0
-            if request.corpus is not None:
-                added, rejected = collect_worker_timings(store, specs, request.corpus)
-                log(
-                    f"corpus: {added} device timings from the workers"
-                    + (
-                        f"; {rejected} left out (not timings of the batches' tables: see corpus.entry_problem)"
-                        if rejected
-                        else ""
-                    )
-                )
+            ran = _run_on_workers(request, store, store_uri, specs, log)
         else:
             ran = run_locally(store, specs, log=log, corpus=corpus)
         merge = merge_shards(store, specs, request.out)
