@@ -262,21 +262,8 @@ def compare_sharders(
     afresh, interleaved (docs/architecture.md, "The measurement corpus"). `stop(contenders)`, asked after each
     round with every plan and its overall samples so far, ends the measuring early (`gate.sequential.stop_rule`);
     the comparison's `rounds` are the rounds measured."""
-    names = validate_sharders(sharders)
-    options = sharder_options or {}
     say = progress or (lambda _msg: None)
-    plans: list[tuple[Plan, float]] = []
-    infeasible: dict[str, InfeasiblePlacementError] = {}
-    for name in names:
-        say(f"planning with {name}")
-        t0 = time.perf_counter()
-        try:
-            plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
-        except InfeasiblePlacementError as e:
-            infeasible[name] = e
-            say(f"{name} cannot place this inventory: {e}")
-            continue
-        plans.append((plan, time.perf_counter() - t0))
+    plans, infeasible = _plan_contenders(inventory, topology, validate_sharders(sharders), sharder_options or {}, say)
     if not plans and not extra_plans:  # nothing to measure: the first sharder's own error says why
         raise next(iter(infeasible.values()))
     for p in extra_plans:
@@ -287,44 +274,17 @@ def compare_sharders(
                 f"twice is refused by the publish gate)"
             )
         plans.append((p, 0.0))
-
     if with_lower_bound:
         say("measuring single-table costs")
         with oracle.corpus_as(corpus):
             lb = measure_lower_bound(inventory, topology, oracle)
     else:
         lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
-
     with oracle.corpus_as(None):  # fresh timings, whatever corpus the caller's oracle holds
-        every = range(len(plans))
-        narrow = (
-            None
-            if stop is None
-            # all or none: every contender keeps as many rounds as the others
-            else (
-                lambda ms: [] if stop([(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms)]) else every
-            )
-        )
         samples = measure_interleaved(
-            inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say, narrow=narrow
+            inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say, narrow=_narrow(plans, stop)
         )
-
-    results: list[SharderResult] = []
-    for (plan, secs), ms in zip(plans, samples):
-        costs = median_costs(ms)
-        overalls = [m.overall_ms for m in ms]
-        med = costs.overall_ms
-        spread = (max(overalls) - min(overalls)) / med if med > 0 else 0.0
-        results.append(
-            SharderResult(
-                sharder=plan.sharder,
-                plan=plan.model_copy(update={"measured": costs, "measured_by": oracle.info}),
-                overall_ms=med,
-                samples_ms=overalls,
-                spread=spread,
-                plan_seconds=secs,
-            )
-        )
+    results = [_result(plan, secs, ms, oracle.info) for (plan, secs), ms in zip(plans, samples, strict=True)]
     best = min(results, key=lambda r: r.overall_ms)
     baseline_results = [r for r in results if r.sharder in BASELINE_SHARDERS]
     best_b = min(baseline_results, key=lambda r: r.overall_ms) if baseline_results else best
@@ -346,6 +306,60 @@ def compare_sharders(
         best=best.sharder,
         best_baseline=best_b.sharder,
         infeasible={name: str(e) for name, e in infeasible.items()},
+    )
+
+
+def _plan_contenders(
+    inventory: Inventory,
+    topology: Topology,
+    names: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]],
+    say: Progress,
+) -> tuple[list[tuple[Plan, float]], dict[str, InfeasiblePlacementError]]:
+    """Each sharder's plan with its planning seconds, and the sharders that cannot place the inventory."""
+    plans: list[tuple[Plan, float]] = []
+    infeasible: dict[str, InfeasiblePlacementError] = {}
+    for name in names:
+        say(f"planning with {name}")
+        t0 = time.perf_counter()
+        try:
+            plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
+        except InfeasiblePlacementError as e:
+            infeasible[name] = e
+            say(f"{name} cannot place this inventory: {e}")
+            continue
+        plans.append((plan, time.perf_counter() - t0))
+    return plans, infeasible
+
+
+def _narrow(
+    plans: Sequence[tuple[Plan, float]], stop: Callable[[Sequence[tuple[Plan, Sequence[float]]]], bool] | None
+) -> Callable[[list[list[Measurement]]], Sequence[int]] | None:
+    """`measure_interleaved`'s narrow for `stop`: all or none, so every contender keeps as many rounds as the
+    others."""
+    if stop is None:
+        return None
+    every = range(len(plans))
+
+    def narrow(ms: list[list[Measurement]]) -> Sequence[int]:
+        contenders = [(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms, strict=True)]
+        return [] if stop(contenders) else every
+
+    return narrow
+
+
+def _result(plan: Plan, plan_seconds: float, ms: Sequence[Measurement], info: BackendInfo) -> SharderResult:
+    """One contender's result: its plan with the median measured costs, its samples and their spread."""
+    costs = median_costs(ms)
+    overalls = [m.overall_ms for m in ms]
+    med = costs.overall_ms
+    return SharderResult(
+        sharder=plan.sharder,
+        plan=plan.model_copy(update={"measured": costs, "measured_by": info}),
+        overall_ms=med,
+        samples_ms=overalls,
+        spread=(max(overalls) - min(overalls)) / med if med > 0 else 0.0,
+        plan_seconds=plan_seconds,
     )
 
 

@@ -84,15 +84,10 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
     predicted = cost.predict(list(units.tables), placed)
     measured: Costs | None = plan.measured
     alone = {t.name: _compute(cost.predict([t], {t.name: 0}).per_device[0]) for t in units.tables}
-    batch = plan.topology.batch_size
     n = plan.topology.num_devices
     on = [[by_name[u] for u, d in placed.items() if d == dev] for dev in range(n)]
-    pred_share: dict[str, float] = {}
-    meas_share: dict[str, float] = {}
-    for dev in range(n):
-        pred_share.update(_shares(predicted.per_device[dev], on[dev], alone))
-        if measured is not None:
-            meas_share.update(_shares(measured.per_device[dev], on[dev], alone))
+    pred_share = _unit_shares(predicted, on, alone)
+    meas_share = _unit_shares(measured, on, alone) if measured is not None else {}
     basis_share = meas_share if measured is not None else pred_share
     order = sorted(basis_share, key=lambda u: -basis_share[u])
     rank = {u: i + 1 for i, u in enumerate(order)}
@@ -114,8 +109,38 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
     basis_costs = measured if measured is not None else predicted
     totals = [d.total for d in basis_costs.per_device]
     b = max(range(n), key=lambda d: totals[d])
-    memory = device_memory(units, placed, plan.topology)
-    devices = tuple(
+    mean = sum(totals) / n
+    return PlanStats(
+        plan_id=plan.plan_id,
+        basis="measured" if measured is not None else "predicted",
+        tables=tables,
+        devices=_device_stats(units, placed, plan.topology, on, predicted, measured, b),
+        imbalance=max(totals) / mean if mean > 0 else 1.0,
+        critical=tuple(u for u in order if placed[u] == b),
+    )
+
+
+def _unit_shares(costs: Costs, on: Sequence[Sequence[Table]], alone: Mapping[str, float]) -> dict[str, float]:
+    """Every unit's share of its device's total in `costs` (`on`: each device's units)."""
+    out: dict[str, float] = {}
+    for dev, units in enumerate(on):
+        out.update(_shares(costs.per_device[dev], units, alone))
+    return out
+
+
+def _device_stats(
+    units: Inventory,
+    placed: Mapping[str, int],
+    topology: Topology,
+    on: Sequence[Sequence[Table]],
+    predicted: Costs,
+    measured: Costs | None,
+    bottleneck: int,
+) -> tuple[DeviceStat, ...]:
+    """Each device's memory, batch input and output sizes and costs."""
+    batch = topology.batch_size
+    memory = device_memory(units, placed, topology)
+    return tuple(
         DeviceStat(
             device=d,
             units=len(on[d]),
@@ -130,18 +155,9 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
             output_mb=sum(batch * t.output_dim * OUTPUT_BYTES for t in on[d]) / 1e6,
             predicted_ms=predicted.per_device[d].total,
             measured_ms=measured.per_device[d].total if measured is not None else None,
-            bottleneck=d == b,
+            bottleneck=d == bottleneck,
         )
-        for d in range(n)
-    )
-    mean = sum(totals) / n
-    return PlanStats(
-        plan_id=plan.plan_id,
-        basis="measured" if measured is not None else "predicted",
-        tables=tables,
-        devices=devices,
-        imbalance=max(totals) / mean if mean > 0 else 1.0,
-        critical=tuple(u for u in order if placed[u] == b),
+        for d in range(topology.num_devices)
     )
 
 

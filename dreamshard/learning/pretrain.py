@@ -25,7 +25,8 @@ from dreamshard.config.learning import PretrainConfig, TopologyConfig
 from dreamshard.documents import load_measurements
 from dreamshard.inventory.families import wide_table
 from dreamshard.learning.loop import train
-from dreamshard.learning.model_store import load_card, load_model, save_model
+from dreamshard.learning.model_store import ModelCard, load_card, load_model, save_model
+from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import profile_inventory
 from dreamshard.values import BackendInfo, Inventory, Measurement, Task, TaskSet
 
@@ -84,7 +85,7 @@ def _profile(
     batch_sizes: dict[str, int],
     cfg: PretrainConfig,
     path: Path,
-    oracle: object,
+    oracle: Oracle,
     progress: bool,
 ) -> BackendInfo:
     """Measure every task at its own batch size into `path` (one profiling run per batch size; already
@@ -102,7 +103,7 @@ def _profile(
             cfg.num_placements,
             path,
             oracle,
-            seed=cfg.seed,  # type: ignore[arg-type]
+            seed=cfg.seed,
             tasks=group,
             progress=progress,
             kinds=cfg.kinds,
@@ -127,7 +128,7 @@ def _batch_data(records: list[Measurement], batch_sizes: dict[str, int]) -> dict
 
 
 def pretrain(
-    cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: object, progress: bool = True, resume: bool = True
+    cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: Oracle, progress: bool = True, resume: bool = True
 ) -> dict[str, object]:
     """Measure the pretraining tasks into `state_dir` (each at its own batch size), train from scratch, save the
     model in `out_dir`. Resumable: a rerun measures nothing twice and continues from the last completed loop
@@ -136,9 +137,8 @@ def pretrain(
     state_dir.mkdir(parents=True, exist_ok=True)
     pool, taskset = pretraining_tasks(cfg)
     batch_sizes = pretraining_batch_sizes(cfg, taskset)
-    name = str(getattr(getattr(oracle, "info", None), "name", ""))
     template = TopologyConfig(
-        device_type="cuda" if name == "cuda" else "cpu",  # the devices that measure
+        device_type="cuda" if oracle.info.name == "cuda" else "cpu",  # the devices that measure
         memory_per_device_gb=cfg.memory_per_device_gb,
         batch_size=cfg.batch_sizes[0],
     )
@@ -146,7 +146,7 @@ def pretrain(
     backend = _profile(pool, taskset, template, batch_sizes, cfg, state_dir / MEASUREMENTS_FILE, oracle, progress)
     t_profile = time.perf_counter() - t0
     records = load_measurements(state_dir / MEASUREMENTS_FILE)
-    work = Path(state_dir) / "model"
+    work = state_dir / "model"
     t1 = time.perf_counter()
     results = train(
         pool,
@@ -155,7 +155,7 @@ def pretrain(
         oracle,
         cfg.loop,
         work,
-        state_dir=state_dir / "loop",  # type: ignore[arg-type]
+        state_dir=state_dir / "loop",
         resume=resume,
         progress=progress,
         measurements=records,
@@ -163,30 +163,17 @@ def pretrain(
         batch_sizes=batch_sizes,
     )
     t_train = time.perf_counter() - t1
-    model = load_model(work, require_policy=True)
     card = load_card(work)
-    per_task = [len(t.tables) / t.num_devices for t in taskset.train]
-    data = {
-        "generator": "dreamshard.inventory.families.wide_table",
-        "seed": cfg.seed,
-        "tasks": len(taskset.train),
-        "tables": pool.num_tables,
-        "tables_per_task": [min(len(t.tables) for t in taskset.train), max(len(t.tables) for t in taskset.train)],
-        "devices": [min(t.num_devices for t in taskset.train), max(t.num_devices for t in taskset.train)],
-        "mean_tables_per_device": [round(min(per_task), 2), round(max(per_task), 2)],
-        **_batch_data(records, batch_sizes),
-        "profile_records": len(records),
-        "loop_records": int(card.provenance.get("n_measurements", 0)) - len(records),
-        "backend": backend.model_dump(mode="json"),
-    }
+    data = _data_summary(cfg, pool, taskset, records, batch_sizes, card, backend)
+    walls = {"profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1)}
     provenance = {
         **card.provenance,
         "command": "pretrain",
         "data": data,
-        "profile_wall_s": round(t_profile, 1),
-        "train_wall_s": round(t_train, 1),
+        **walls,
         "iterations_run_now": [r.iteration for r in results],
     }
+    model = load_model(work, require_policy=True)
     final = save_model(
         out_dir,
         model.cost_net,
@@ -201,4 +188,30 @@ def pretrain(
         policy_metrics=card.policy_metrics,
         provenance=provenance,
     )
-    return {"version": final.version, **data, "profile_wall_s": round(t_profile, 1), "train_wall_s": round(t_train, 1)}
+    return {"version": final.version, **data, **walls}
+
+
+def _data_summary(
+    cfg: PretrainConfig,
+    pool: Inventory,
+    taskset: TaskSet,
+    records: list[Measurement],
+    batch_sizes: dict[str, int],
+    card: ModelCard,
+    backend: BackendInfo,
+) -> dict[str, object]:
+    """What the model card says about the data the model was pre-trained on."""
+    per_task = [len(t.tables) / t.num_devices for t in taskset.train]
+    return {
+        "generator": "dreamshard.inventory.families.wide_table",
+        "seed": cfg.seed,
+        "tasks": len(taskset.train),
+        "tables": pool.num_tables,
+        "tables_per_task": [min(len(t.tables) for t in taskset.train), max(len(t.tables) for t in taskset.train)],
+        "devices": [min(t.num_devices for t in taskset.train), max(t.num_devices for t in taskset.train)],
+        "mean_tables_per_device": [round(min(per_task), 2), round(max(per_task), 2)],
+        **_batch_data(records, batch_sizes),
+        "profile_records": len(records),
+        "loop_records": int(card.provenance.get("n_measurements", 0)) - len(records),
+        "backend": backend.model_dump(mode="json"),
+    }

@@ -24,17 +24,15 @@ one, as training data. The plan records the trace: proposals tried and kept, the
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.measured.duel import Block, IncumbentCosts, duel
 from dreamshard.placement.expand import expand_plan, fold_units
 from dreamshard.placement.validate import footprint
 from dreamshard.profiling.oracle import Oracle
@@ -44,41 +42,18 @@ from dreamshard.values.units import movable
 
 #: proposals ranked per bottleneck before measuring (the best untried one is measured next)
 MAX_PROPOSALS = 256
-#: timings per device behind the incumbent's measured cost (their median); older ones age out
-WINDOW = 7
 
 Predict = Callable[[Sequence[str]], float]  # predicted total ms of one device holding these units
-
-
-def _pair_ms(
-    oracle: Oracle,
-    units: Inventory,
-    placement: dict[str, int],
-    devices: tuple[int, int],
-    topology: Topology,
-    stop_at: float = math.inf,
-) -> tuple[list[float], int]:
-    """Measured totals of `devices` under `placement`, one device at a time in that order (a device's cost is its
-    own units' fused operator and all-to-all share, so only its units are timed), and how many device timings that
-    took (an empty device costs 0 without one). A device at or above `stop_at` ends it: the pair's maximum is then
-    at least that, and the other device is not timed (the list is shorter)."""
-    out: list[float] = []
-    timed = 0
-    for device in devices:
-        sub = {n: d for n, d in placement.items() if d == device}
-        if sub:
-            m = oracle.measure(units.subset(list(sub)), sub, topology, kind="placement", task="refine")
-            timed += 1
-        out.append(m.costs.per_device[device].total if sub else 0.0)
-        if out[-1] >= stop_at:
-            break
-    return out, timed
 
 
 Proposal = tuple[float, str, int, dict[str, int]]  # (predicted overall, label, other device, change)
 
 
-def _key(change: dict[str, int]) -> tuple[tuple[str, int], ...]:
+#: a proposal's identity in the tried set
+ChangeKey = tuple[tuple[str, int], ...]
+
+
+def _key(change: dict[str, int]) -> ChangeKey:
     """A proposal's identity in the tried set: a swap ranked from either of its devices is the same change."""
     return tuple(sorted(change.items()))
 
@@ -89,7 +64,7 @@ def _proposals(
     need: dict[str, int],
     cap: int,
     predict: Predict,
-    tried: set[tuple[tuple[str, int], ...]],
+    tried: set[ChangeKey],
 ) -> list[Proposal]:
     """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
     ranked by the predicted overall: the measured costs of the two devices changed by their predicted deltas."""
@@ -122,87 +97,6 @@ def _proposals(
     return out[:MAX_PROPOSALS]
 
 
-class _Incumbent:
-    """The incumbent's measured cost per device: the median of that device's last `WINDOW` timings under the
-    current placement (every interleaved incumbent round adds one; a kept proposal starts the two devices it
-    changed afresh from its own rounds). One timing per device, taken once and never again, let a single noisy
-    reading pick the bottleneck for the whole budget, and a machine that drifts by 10% over minutes left every
-    device it did not touch at a stale cost."""
-
-    def __init__(self, n: int) -> None:
-        self._seen: list[deque[float]] = [deque(maxlen=WINDOW) for _ in range(n)]
-
-    def add(self, device: int, ms: float) -> None:
-        self._seen[device].append(ms)
-
-    def add_all(self, measured: Measurement) -> None:
-        for device, c in enumerate(measured.costs.per_device):
-            self.add(device, c.total)
-
-    def replace(self, device: int, ms: Sequence[float]) -> None:
-        self._seen[device].clear()
-        self._seen[device].extend(ms)
-
-    def costs(self) -> list[float]:
-        return [statistics.median(s) if s else 0.0 for s in self._seen]
-
-    def bottleneck_ms(self) -> float:
-        return max(self.costs())
-
-
-@dataclass
-class _Block:
-    """One block of interleaved rounds of a proposal against the incumbent, on the two devices it changes."""
-
-    rounds: int  # the rounds it needs to pass
-    old: list[float] = field(default_factory=list)  # the incumbent pair's maximum, per round
-    new: list[float] = field(default_factory=list)  # the proposal pair's, per round
-    pairs: list[list[float]] = field(default_factory=list)  # the proposal's (b, d) costs per round
-    timings: int = 0
-
-    @property
-    def passed(self) -> bool:
-        """Every round of the proposal faster than every round of the incumbent, for all its rounds."""
-        return len(self.new) == self.rounds and max(self.new) < min(self.old)
-
-
-def _duel(
-    oracle: Oracle,
-    units: Inventory,
-    current: dict[str, int],
-    new: dict[str, int],
-    bd: tuple[int, int],
-    topology: Topology,
-    rounds: int,
-    rng: np.random.Generator,
-    seen: _Incumbent,
-    out_of_time: Callable[[], bool],
-) -> _Block:
-    """Up to `rounds` interleaved rounds (random order within each); a lost round ends the block."""
-    b, d = bd
-    out = _Block(rounds=max(1, rounds))
-    for r in range(out.rounds):
-        for which in [0, 1] if rng.random() < 0.5 else [1, 0]:
-            if which == 0:
-                pair, timed = _pair_ms(oracle, units, current, (b, d), topology)
-                out.old.append(max(pair))
-                seen.add(b, pair[0])  # the incumbent's own devices, measured again: fresh costs
-                seen.add(d, pair[1])
-            else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
-                # above the incumbent's fastest round, the round is lost whatever the other device measures
-                pair, timed = _pair_ms(
-                    oracle, units, new, (d, b), topology, stop_at=min(out.old) if out.old else math.inf
-                )
-                out.new.append(max(pair))
-                out.pairs.append(pair[::-1])  # (b, d) when both were timed
-            out.timings += timed
-        if max(out.new) >= min(out.old):
-            break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
-        if out_of_time() and r + 1 < out.rounds:
-            break
-    return out
-
-
 def refine_measured(
     units: Inventory,
     placement: dict[str, int],
@@ -217,46 +111,88 @@ def refine_measured(
 ) -> tuple[dict[str, int], RefineTrace]:
     """The refined unit placement and its trace (see the module docstring)."""
     start = clock()
-    n = topology.num_devices
-    cap = topology.usable_memory_bytes
-    need = {t.name: footprint(t, topology) for t in units.tables}  # bytes each unit takes on a device
-    rng = np.random.default_rng(seed)
-    current = dict(placement)
-    seen = _Incumbent(n)
-    seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
-    initial: float | None = None  # the start's bottleneck from every timing of it (taken at the first keep)
-    timings = len(set(current.values()))  # the devices that hold units
-    steps: list[RefineStep] = []
-    tried: set[tuple[tuple[str, int], ...]] = set()
+    run = _Refinement(
+        units,
+        placement,
+        topology,
+        oracle,
+        predict,
+        rounds=rounds,
+        confirm=confirm,
+        rng=np.random.default_rng(seed),
+        out_of_time=lambda: clock() - start >= seconds,
+    )
+    while not run.out_of_time() and topology.num_devices > 1:
+        picked = run.next_proposal()
+        if picked is None:
+            break
+        run.try_proposal(*picked)
+    return run.current, run.trace(round(clock() - start, 3), seconds)
 
-    queues: dict[int, list[Proposal]] = {}  # per bottleneck device, ranked once per incumbent (1-3 s each on the
-    # pool): a measured bottleneck that alternates between two close devices picks up its queue where it left it
-    out_of_time = lambda: clock() - start >= seconds  # noqa: E731
-    while not out_of_time() and n > 1:
-        dev_ms = seen.costs()
+
+class _Refinement:
+    """One measured refinement: the incumbent placement, its measured costs, and the proposals tried so far."""
+
+    def __init__(
+        self,
+        units: Inventory,
+        placement: dict[str, int],
+        topology: Topology,
+        oracle: Oracle,
+        predict: Predict,
+        rounds: int,
+        confirm: int,
+        rng: np.random.Generator,
+        out_of_time: Callable[[], bool],
+    ) -> None:
+        self.units, self.topology, self.oracle, self.predict = units, topology, oracle, predict
+        self.rounds, self.confirm, self.rng, self.out_of_time = rounds, confirm, rng, out_of_time
+        self.cap = topology.usable_memory_bytes
+        self.need = {t.name: footprint(t, topology) for t in units.tables}  # bytes each unit takes on a device
+        self.current = dict(placement)
+        self.seen = IncumbentCosts(topology.num_devices)
+        self.seen.add_all(self._measure_whole())
+        self.initial: float | None = None  # the start's bottleneck from every timing of it (taken at the first keep)
+        self.timings = len(set(self.current.values()))  # the devices that hold units
+        self.steps: list[RefineStep] = []
+        self.tried: set[ChangeKey] = set()
+        # Per bottleneck device, ranked once per incumbent: a measured bottleneck that alternates between two close
+        # devices picks up its queue where it left it.
+        self.queues: dict[int, list[Proposal]] = {}
+
+    def _measure_whole(self) -> Measurement:
+        return self.oracle.measure(self.units, self.current, self.topology, kind="placement", task="refine")
+
+    def next_proposal(self) -> tuple[int, Proposal] | None:
+        """The measured bottleneck device and its best untried proposal; None when it has none left."""
+        dev_ms = self.seen.costs()
         b = int(np.argmax(dev_ms))
-        queue = queues.get(b)
-        while queue and _key(queue[0][3]) in tried:  # measured from the other device's queue
+        queue = self.queues.get(b)
+        while queue and _key(queue[0][3]) in self.tried:  # measured from the other device's queue
             queue.pop(0)
         if not queue:  # a refused proposal moves on to the next one; an exhausted queue is ranked again
-            queue = queues[b] = _proposals(current, dev_ms, need, cap, predict, tried)
+            queue = self.queues[b] = _proposals(self.current, dev_ms, self.need, self.cap, self.predict, self.tried)
             if not queue:
-                break
-        est, label, d, change = queue.pop(0)
-        tried.add(_key(change))
-        new = {**current, **change}
-        blocks = [_duel(oracle, units, current, new, (b, d), topology, rounds, rng, seen, out_of_time)]
-        if confirm and blocks[0].passed and not out_of_time():  # the same rule again, on fresh rounds
-            blocks.append(_duel(oracle, units, current, new, (b, d), topology, confirm, rng, seen, out_of_time))
-        timings += sum(bl.timings for bl in blocks)
+                return None
+        return b, queue.pop(0)
+
+    def try_proposal(self, b: int, proposal: Proposal) -> None:
+        """Measure `proposal` against the incumbent on the two devices it changes; keep it if the rule holds."""
+        est, label, d, change = proposal
+        self.tried.add(_key(change))
+        new = {**self.current, **change}
+        blocks = [self._duel(new, (b, d), self.rounds)]
+        if self.confirm and blocks[0].passed and not self.out_of_time():  # the same rule again, on fresh rounds
+            blocks.append(self._duel(new, (b, d), self.confirm))
+        self.timings += sum(bl.timings for bl in blocks)
         old_rounds = [x for bl in blocks for x in bl.old]
         new_rounds = [x for bl in blocks for x in bl.new]
         kept = (
-            len(blocks) == 1 + (confirm > 0)
+            len(blocks) == 1 + (self.confirm > 0)
             and all(bl.passed for bl in blocks)
-            and statistics.median(new_rounds) < seen.costs()[b]
+            and statistics.median(new_rounds) < self.seen.costs()[b]
         )
-        steps.append(
+        self.steps.append(
             RefineStep(
                 proposal=label,
                 devices=(b, d),
@@ -268,31 +204,42 @@ def refine_measured(
             )
         )
         if kept:
-            initial = seen.bottleneck_ms() if initial is None else initial
-            queues.clear()
-            current = new
-            pair_new = [pr for bl in blocks for pr in bl.pairs]  # both devices timed in every round of a kept one
-            seen.replace(b, [pr[0] for pr in pair_new])
-            seen.replace(d, [pr[1] for pr in pair_new])
-            if not out_of_time():  # the whole new incumbent once: no device's cost older than a keep
-                seen.add_all(oracle.measure(units, current, topology, kind="placement", task="refine"))
-                timings += len(set(current.values()))
-    final = seen.bottleneck_ms()
-    initial = final if initial is None else initial
-    trace = RefineTrace(
-        seconds=round(clock() - start, 3),
-        budget_s=seconds,
-        rounds=rounds,
-        confirm_rounds=confirm,
-        tried=len(steps),
-        kept=sum(s.kept for s in steps),
-        device_timings=timings,
-        initial_ms=round(initial, 6),
-        final_ms=round(final, 6),
-        measured_gain=round((initial - final) / initial, 6) if initial > 0 else 0.0,
-        steps=tuple(steps),
-    )
-    return current, trace
+            self._keep(new, (b, d), blocks)
+
+    def _duel(self, new: dict[str, int], bd: tuple[int, int], rounds: int) -> Block:
+        return duel(
+            self.oracle, self.units, self.current, new, bd, self.topology, rounds, self.rng, self.seen, self.out_of_time
+        )
+
+    def _keep(self, new: dict[str, int], bd: tuple[int, int], blocks: list[Block]) -> None:
+        """`new` becomes the incumbent; its two changed devices restart from the proposal's own rounds."""
+        b, d = bd
+        self.initial = self.seen.bottleneck_ms() if self.initial is None else self.initial
+        self.queues.clear()
+        self.current = new
+        pair_new = [pr for bl in blocks for pr in bl.pairs]  # both devices timed in every round of a kept one
+        self.seen.replace(b, [pr[0] for pr in pair_new])
+        self.seen.replace(d, [pr[1] for pr in pair_new])
+        if not self.out_of_time():  # the whole new incumbent once: no device's cost older than a keep
+            self.seen.add_all(self._measure_whole())
+            self.timings += len(set(self.current.values()))
+
+    def trace(self, seconds: float, budget_s: float) -> RefineTrace:
+        final = self.seen.bottleneck_ms()
+        initial = final if self.initial is None else self.initial
+        return RefineTrace(
+            seconds=seconds,
+            budget_s=budget_s,
+            rounds=self.rounds,
+            confirm_rounds=self.confirm,
+            tried=len(self.steps),
+            kept=sum(s.kept for s in self.steps),
+            device_timings=self.timings,
+            initial_ms=round(initial, 6),
+            final_ms=round(final, 6),
+            measured_gain=round((initial - final) / initial, 6) if initial > 0 else 0.0,
+            steps=tuple(self.steps),
+        )
 
 
 def refine_plan(

@@ -80,6 +80,9 @@ class _Scorer:
     def placement(self, actions: Sequence[int]) -> dict[str, int]:
         return {t.name: int(a) for t, a in zip(self.tables, actions, strict=True)}
 
+    def candidate(self, source: str, placement: dict[str, int]) -> Candidate:
+        return Candidate(source, placement, self.score(self.actions(placement)))
+
 
 def lpt_placement(inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
     """Memory-aware longest-first greedy on the cost net's predicted single-table costs."""
@@ -105,43 +108,21 @@ def search(
     scorer = _Scorer(inventory, cost)
     found: list[Candidate] = []
     failed: dict[str, str] = {}
-
-    def add(source: str, placement: dict[str, int]) -> None:
-        found.append(Candidate(source, placement, scorer.score(scorer.actions(placement))))
-
     last_error: InfeasiblePlacementError | None = None
     for source in config.candidates:
         try:
-            if source == POLICY:
-                if policy is None:
-                    failed[source] = "the model has no policy"
-                    continue
-                samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
-                ep = plan_with_policy(policy, cost, inventory.tables, topology, samples=samples, seed=config.seed)
-                add(source, ep.placement)
-            elif source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
-                failed[source] = (
-                    f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
-                    f"{config.torchrec_max_tables} (planning-time budget)"
-                )
-            elif source == LPT:
-                add(source, lpt_placement(inventory, topology, cost))
+            placement = _source_placement(source, inventory, topology, cost, policy, config)
+            if isinstance(placement, str):
+                failed[source] = placement
             else:
-                # The units are already split (learning/splits.py): TorchRec places them whole. The options are
-                # shared by every candidate sharder; each takes its own (random the seed, torchrec column_wise).
-                # TorchRec's candidate is its planner restricted to table-wise (a search candidate places whole
-                # units; the unrestricted `torchrec` would also replicate or row-shard tables).
-                shared = {"seed": config.seed, "column_wise": "never"}
-                name = "torchrec_tw_cw" if source == "torchrec" else source
-                add(source, get_sharder(name, **options_for(name, shared)).place(inventory, topology))
+                found.append(scorer.candidate(source, placement))
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner
                 last_error = e
         except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
             failed[source] = str(e)
-    for source, placement in seeds.items():
-        add(source, dict(placement))
+    found += [scorer.candidate(source, dict(placement)) for source, placement in seeds.items()]
     if not found:
         if last_error is not None:
             raise last_error
@@ -151,29 +132,77 @@ def search(
             topology.memory_per_device_gb,
             "no candidate source placed the inventory",
         )
-
     found.sort(key=lambda c: c.predicted_ms)
-    refined: list[Candidate] = []
-    if config.refine_rounds > 0:
-        seen: set[tuple[int, ...]] = set()
-        seeded = [c for c in found[config.refine_top :] if c.source in seeds]  # always searched from
-        for cand in [*found[: config.refine_top], *seeded]:
-            start = scorer.actions(cand.placement)
-            if tuple(start) in seen:
-                continue
-            seen.add(tuple(start))
-            new = refine_placement(
-                cost, scorer.states, scorer.sizes, start, topology, max_rounds=config.refine_rounds, min_gain=0.0
-            )
-            if new != start:
-                refined.append(Candidate(f"{cand.source}{SEARCHED}", scorer.placement(new), scorer.score(new)))
-    everything: list[Candidate] = []
-    seen_placements: set[tuple[int, ...]] = set()
-    # One entry per distinct placement; a seed's name wins a tie (the same placement as another source's is still
-    # the current plan: verify keeps it by default and it moves nothing).
-    for c in sorted(found + refined, key=lambda c: (c.predicted_ms, origin(c.source) not in seeds)):
-        key = tuple(scorer.actions(c.placement))
-        if key not in seen_placements:
-            seen_placements.add(key)
-            everything.append(c)
+    refined = _refined(found, seeds, scorer, cost, topology, config)
+    everything = _distinct(found + refined, seeds, scorer)
     return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
+
+
+def _source_placement(
+    source: str,
+    inventory: Inventory,
+    topology: Topology,
+    cost: PlanningCost,
+    policy: Policy | None,
+    config: SearchConfig,
+) -> dict[str, int] | str:
+    """The placement `source` proposes, or why it proposes none."""
+    if source == POLICY:
+        if policy is None:
+            return "the model has no policy"
+        samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
+        return plan_with_policy(policy, cost, inventory.tables, topology, samples=samples, seed=config.seed).placement
+    if source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
+        return (
+            f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
+            f"{config.torchrec_max_tables} (planning-time budget)"
+        )
+    if source == LPT:
+        return lpt_placement(inventory, topology, cost)
+    # The units are already split (dreamshard.search.splits): TorchRec places them whole. The options are shared by
+    # every candidate sharder; each takes its own (random the seed, torchrec column_wise). TorchRec's candidate is
+    # its planner restricted to table-wise (a search candidate places whole units; the unrestricted `torchrec`
+    # would also replicate or row-shard tables).
+    shared = {"seed": config.seed, "column_wise": "never"}
+    name = "torchrec_tw_cw" if source == "torchrec" else source
+    return get_sharder(name, **options_for(name, shared)).place(inventory, topology)
+
+
+def _refined(
+    found: list[Candidate],
+    seeds: Mapping[str, Mapping[str, int]],
+    scorer: _Scorer,
+    cost: PlanningCost,
+    topology: Topology,
+    config: SearchConfig,
+) -> list[Candidate]:
+    """Local search from the `refine_top` best candidates and from every seed: the placements it improved."""
+    refined: list[Candidate] = []
+    if config.refine_rounds <= 0:
+        return refined
+    seen: set[tuple[int, ...]] = set()
+    seeded = [c for c in found[config.refine_top :] if c.source in seeds]  # always searched from
+    for cand in [*found[: config.refine_top], *seeded]:
+        start = scorer.actions(cand.placement)
+        if tuple(start) in seen:
+            continue
+        seen.add(tuple(start))
+        new = refine_placement(
+            cost, scorer.states, scorer.sizes, start, topology, max_rounds=config.refine_rounds, min_gain=0.0
+        )
+        if new != start:
+            refined.append(Candidate(f"{cand.source}{SEARCHED}", scorer.placement(new), scorer.score(new)))
+    return refined
+
+
+def _distinct(candidates: list[Candidate], seeds: Mapping[str, Mapping[str, int]], scorer: _Scorer) -> list[Candidate]:
+    """One entry per distinct placement, best predicted first. A seed's name wins a tie (the same placement as
+    another source's is still the current plan: verify keeps it by default and it moves nothing)."""
+    out: list[Candidate] = []
+    seen: set[tuple[int, ...]] = set()
+    for c in sorted(candidates, key=lambda c: (c.predicted_ms, origin(c.source) not in seeds)):
+        key = tuple(scorer.actions(c.placement))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out

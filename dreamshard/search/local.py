@@ -29,6 +29,10 @@ def _totals(est: CostEstimator, states: torch.Tensor) -> torch.Tensor:
     return est.device_costs(states).sum(-1).clamp_min(0.0)
 
 
+#: a candidate change: ("move", unit, device) or ("swap", unit on the bottleneck, unit of another device)
+Change = tuple[str, int, int]
+
+
 def refine_placement(
     est: CostEstimator,
     states: torch.Tensor,
@@ -44,91 +48,131 @@ def refine_placement(
     """Improved device of each table (same order as `states` / `sizes` / `actions`). A move is taken only
     if it lowers the predicted maximum by more than `tol` (relative), and the refined plan is kept only if
     it lowers the predicted maximum by at least `min_gain` in total: gains smaller than the cost net's
-    typical held-out error are not trusted (measured: tiny predicted gains on few-table tasks were
-    measured losses). `movable` False: the unit stays where it is (row shards and replicas: their sharding
-    type fixes their devices); it still counts in its device's cost and memory."""
-    n, d_count = len(actions), topology.num_devices
-    if n == 0 or d_count < 2 or max_rounds <= 0:
+    typical held-out error are not trusted (tiny predicted gains on few-table tasks were measured losses).
+    `movable` False: the unit stays where it is (row shards and replicas: their sharding type fixes their
+    devices); it still counts in its device's cost and memory."""
+    if len(actions) == 0 or topology.num_devices < 2 or max_rounds <= 0:
         return list(actions)
-    dev = np.asarray(actions, dtype=np.int64).copy()
-    size = np.asarray(sizes, dtype=np.int64)
-    free = np.ones(n, dtype=bool) if movable is None else np.asarray(movable, dtype=bool)
-    cap = topology.usable_memory_bytes
-    start = list(actions)
     with torch.no_grad():
-        dstate = device_states(states, torch.from_numpy(dev), d_count)
-        used = np.bincount(dev, weights=size, minlength=d_count).astype(np.int64)
-        initial = float(_totals(est, dstate).max())
+        search = _LocalSearch(est, states, sizes, actions, topology, movable)
+        initial = search.bottleneck_ms()
         for _ in range(max_rounds):
-            tot = _totals(est, dstate)
-            b = int(torch.argmax(tot))
-            cur = float(tot[b])
-            if cur <= 0:
+            if not search.improve(tol, max_swaps):
                 break
-            on_b = np.flatnonzero((dev == b) & free)
-            if len(on_b) == 0:
-                break
-            others = [d for d in range(d_count) if d != b]
-            order = torch.argsort(tot, descending=True).tolist()
-
-            def rest_max(exclude: tuple[int, ...]) -> float:
-                for d in order:
-                    if d not in exclude:
-                        return float(tot[d])
-                return 0.0
-
-            sb = states[torch.from_numpy(on_b)]  # (k, S)
-            best_val, best = cur * (1.0 - tol), None
-            # (a) moves: table i of b -> device d
-            od = torch.tensor(others, dtype=torch.long)
-            b_after = _totals(est, dstate[b].unsqueeze(0) - sb)  # (k,)
-            d_after = _totals(est, dstate[od].unsqueeze(0) + sb.unsqueeze(1))  # (k, D-1)
-            rest = torch.tensor([rest_max((b, d)) for d in others], dtype=tot.dtype)
-            val = torch.maximum(torch.maximum(b_after.unsqueeze(1), d_after), rest.unsqueeze(0))
-            fits = torch.from_numpy(used[others][None, :] + size[on_b][:, None] <= cap)
-            val = val.masked_fill(~fits, float("inf"))
-            k = int(torch.argmin(val))
-            if float(val.flatten()[k]) < best_val:
-                best_val, best = float(val.flatten()[k]), ("move", int(on_b[k // len(others)]), others[k % len(others)])
-            # (b) swaps: table i of b <-> table j of another device
-            off_b = np.flatnonzero((dev != b) & free)
-            if len(off_b) and max_swaps > 0:
-                ii = np.repeat(on_b, len(off_b))
-                jj = np.tile(off_b, len(on_b))
-                if len(ii) > max_swaps:  # bound the work: the largest-state pairs are not special, take a seeded slice
-                    pick = np.random.default_rng(len(ii)).choice(len(ii), size=max_swaps, replace=False)
-                    ii, jj = ii[pick], jj[pick]
-                di = dev[jj]
-                delta = states[torch.from_numpy(jj)] - states[torch.from_numpy(ii)]  # what b gains
-                b_sw = _totals(est, dstate[b].unsqueeze(0) + delta)
-                d_sw = _totals(est, dstate[torch.from_numpy(di)] - delta)
-                rest_d = torch.tensor([rest_max((b, int(d))) for d in range(d_count)], dtype=tot.dtype)[
-                    torch.from_numpy(di)
-                ]
-                val_sw = torch.maximum(torch.maximum(b_sw, d_sw), rest_d)
-                ok = (used[b] - size[ii] + size[jj] <= cap) & (used[di] - size[jj] + size[ii] <= cap)
-                val_sw = val_sw.masked_fill(~torch.from_numpy(ok), float("inf"))
-                k = int(torch.argmin(val_sw))
-                if float(val_sw[k]) < best_val:
-                    best_val, best = float(val_sw[k]), ("swap", int(ii[k]), int(jj[k]))
-            if best is None:
-                break
-            if best[0] == "move":
-                _, i, d = best
-                dstate[b] -= states[i]
-                dstate[d] += states[i]
-                used[b] -= size[i]
-                used[d] += size[i]
-                dev[i] = d
-            else:
-                _, i, j = best
-                d = int(dev[j])
-                dstate[b] += states[j] - states[i]
-                dstate[d] += states[i] - states[j]
-                used[b] += size[j] - size[i]
-                used[d] += size[i] - size[j]
-                dev[i], dev[j] = d, b
-        final = float(_totals(est, dstate).max())
+        final = search.bottleneck_ms()
     if final > (1.0 - min_gain) * initial:
-        return start
-    return dev.tolist()
+        return list(actions)
+    return search.dev.tolist()
+
+
+def _rest_max(tot: torch.Tensor, order: Sequence[int], exclude: tuple[int, ...]) -> float:
+    """The largest device total outside `exclude` (`order`: devices by total, largest first)."""
+    for d in order:
+        if d not in exclude:
+            return float(tot[d])
+    return 0.0
+
+
+class _LocalSearch:
+    """The placement being refined: each unit's device, each device's state and used memory."""
+
+    def __init__(
+        self,
+        est: CostEstimator,
+        states: torch.Tensor,
+        sizes: Sequence[int],
+        actions: Sequence[int],
+        topology: Topology,
+        movable: Sequence[bool] | None,
+    ) -> None:
+        self.est, self.states, self.d_count = est, states, topology.num_devices
+        self.dev = np.asarray(actions, dtype=np.int64).copy()
+        self.size = np.asarray(sizes, dtype=np.int64)
+        self.free = np.ones(len(actions), dtype=bool) if movable is None else np.asarray(movable, dtype=bool)
+        self.cap = topology.usable_memory_bytes
+        self.dstate = device_states(states, torch.from_numpy(self.dev), self.d_count)
+        self.used = np.bincount(self.dev, weights=self.size, minlength=self.d_count).astype(np.int64)
+
+    def bottleneck_ms(self) -> float:
+        return float(_totals(self.est, self.dstate).max())
+
+    def improve(self, tol: float, max_swaps: int) -> bool:
+        """Apply the best move or swap off the predicted bottleneck device if it lowers the predicted maximum
+        by more than `tol` (relative); False when there is none."""
+        tot = _totals(self.est, self.dstate)
+        b = int(torch.argmax(tot))
+        cur = float(tot[b])
+        if cur <= 0:
+            return False
+        on_b = np.flatnonzero((self.dev == b) & self.free)
+        if len(on_b) == 0:
+            return False
+        order = torch.argsort(tot, descending=True).tolist()
+        best_val, best = cur * (1.0 - tol), None
+        move_val, move = self._best_move(b, on_b, tot, order)
+        if move_val < best_val:  # a swap must beat the best move strictly
+            best_val, best = move_val, move
+        swap = self._best_swap(b, on_b, tot, order, max_swaps)
+        if swap is not None and swap[0] < best_val:
+            best_val, best = swap
+        if best is None:
+            return False
+        self._apply(b, best)
+        return True
+
+    def _best_move(self, b: int, on_b: np.ndarray, tot: torch.Tensor, order: Sequence[int]) -> tuple[float, Change]:
+        """The lowest predicted maximum after moving one unit of `b` to a device with room, and that move."""
+        others = [d for d in range(self.d_count) if d != b]
+        sb = self.states[torch.from_numpy(on_b)]  # (k, S)
+        od = torch.tensor(others, dtype=torch.long)
+        b_after = _totals(self.est, self.dstate[b].unsqueeze(0) - sb)  # (k,)
+        d_after = _totals(self.est, self.dstate[od].unsqueeze(0) + sb.unsqueeze(1))  # (k, D-1)
+        rest = torch.tensor([_rest_max(tot, order, (b, d)) for d in others], dtype=tot.dtype)
+        val = torch.maximum(torch.maximum(b_after.unsqueeze(1), d_after), rest.unsqueeze(0))
+        fits = torch.from_numpy(self.used[others][None, :] + self.size[on_b][:, None] <= self.cap)
+        val = val.masked_fill(~fits, float("inf"))
+        k = int(torch.argmin(val))
+        return float(val.flatten()[k]), ("move", int(on_b[k // len(others)]), others[k % len(others)])
+
+    def _best_swap(
+        self, b: int, on_b: np.ndarray, tot: torch.Tensor, order: Sequence[int], max_swaps: int
+    ) -> tuple[float, Change] | None:
+        """The lowest predicted maximum after swapping a unit of `b` with one of another device (memory kept), and
+        that swap; None when no unit can swap. More than `max_swaps` pairs: a seeded sample of them."""
+        off_b = np.flatnonzero((self.dev != b) & self.free)
+        if not len(off_b) or max_swaps <= 0:
+            return None
+        ii = np.repeat(on_b, len(off_b))
+        jj = np.tile(off_b, len(on_b))
+        if len(ii) > max_swaps:  # bound the work: the largest-state pairs are not special, take a seeded slice
+            pick = np.random.default_rng(len(ii)).choice(len(ii), size=max_swaps, replace=False)
+            ii, jj = ii[pick], jj[pick]
+        di = self.dev[jj]
+        delta = self.states[torch.from_numpy(jj)] - self.states[torch.from_numpy(ii)]  # what b gains
+        b_sw = _totals(self.est, self.dstate[b].unsqueeze(0) + delta)
+        d_sw = _totals(self.est, self.dstate[torch.from_numpy(di)] - delta)
+        rest_by_device = torch.tensor([_rest_max(tot, order, (b, d)) for d in range(self.d_count)], dtype=tot.dtype)
+        val_sw = torch.maximum(torch.maximum(b_sw, d_sw), rest_by_device[torch.from_numpy(di)])
+        size, used, cap = self.size, self.used, self.cap
+        ok = (used[b] - size[ii] + size[jj] <= cap) & (used[di] - size[jj] + size[ii] <= cap)
+        val_sw = val_sw.masked_fill(~torch.from_numpy(ok), float("inf"))
+        k = int(torch.argmin(val_sw))
+        return float(val_sw[k]), ("swap", int(ii[k]), int(jj[k]))
+
+    def _apply(self, b: int, change: Change) -> None:
+        kind, i, other = change
+        if kind == "move":
+            d = other
+            self.dstate[b] -= self.states[i]
+            self.dstate[d] += self.states[i]
+            self.used[b] -= self.size[i]
+            self.used[d] += self.size[i]
+            self.dev[i] = d
+        else:
+            j = other
+            d = int(self.dev[j])
+            self.dstate[b] += self.states[j] - self.states[i]
+            self.dstate[d] += self.states[i] - self.states[j]
+            self.used[b] += self.size[j] - self.size[i]
+            self.used[d] += self.size[i] - self.size[j]
+            self.dev[i], self.dev[j] = d, b

@@ -1,0 +1,126 @@
+"""A proposal measured against the incumbent on the two devices it changes: interleaved rounds, in blocks, and the
+incumbent's running cost per device (docs/architecture.md, "Learning", measured refinement). Used by
+dreamshard.measured.refine.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dreamshard.profiling.oracle import Oracle
+from dreamshard.values import Inventory, Measurement, Topology
+
+#: timings per device behind the incumbent's measured cost (their median); older ones age out
+WINDOW = 7
+
+
+def pair_ms(
+    oracle: Oracle,
+    units: Inventory,
+    placement: dict[str, int],
+    devices: tuple[int, int],
+    topology: Topology,
+    stop_at: float = math.inf,
+) -> tuple[list[float], int]:
+    """Measured totals of `devices` under `placement`, one device at a time in that order (a device's cost is its
+    own units' fused operator and all-to-all share, so only its units are timed), and how many device timings that
+    took (an empty device costs 0 without one). A device at or above `stop_at` ends it: the pair's maximum is then
+    at least that, and the other device is not timed (the list is shorter)."""
+    out: list[float] = []
+    timed = 0
+    for device in devices:
+        sub = {n: d for n, d in placement.items() if d == device}
+        if sub:
+            m = oracle.measure(units.subset(list(sub)), sub, topology, kind="placement", task="refine")
+            timed += 1
+        out.append(m.costs.per_device[device].total if sub else 0.0)
+        if out[-1] >= stop_at:
+            break
+    return out, timed
+
+
+class IncumbentCosts:
+    """The incumbent's measured cost per device: the median of that device's last `WINDOW` timings under the
+    current placement (every interleaved incumbent round adds one; a kept proposal starts the two devices it
+    changed afresh from its own rounds). One timing per device, taken once and never again, let a single noisy
+    reading pick the bottleneck for the whole budget, and a machine that drifts by 10% over minutes left every
+    device it did not touch at a stale cost."""
+
+    def __init__(self, n: int) -> None:
+        self._seen: list[deque[float]] = [deque(maxlen=WINDOW) for _ in range(n)]
+
+    def add(self, device: int, ms: float) -> None:
+        self._seen[device].append(ms)
+
+    def add_all(self, measured: Measurement) -> None:
+        for device, c in enumerate(measured.costs.per_device):
+            self.add(device, c.total)
+
+    def replace(self, device: int, ms: Sequence[float]) -> None:
+        self._seen[device].clear()
+        self._seen[device].extend(ms)
+
+    def costs(self) -> list[float]:
+        return [statistics.median(s) if s else 0.0 for s in self._seen]
+
+    def bottleneck_ms(self) -> float:
+        return max(self.costs())
+
+
+@dataclass
+class Block:
+    """One block of interleaved rounds of a proposal against the incumbent, on the two devices it changes."""
+
+    rounds: int  # the rounds it needs to pass
+    old: list[float] = field(default_factory=list)  # the incumbent pair's maximum, per round
+    new: list[float] = field(default_factory=list)  # the proposal pair's, per round
+    pairs: list[list[float]] = field(default_factory=list)  # the proposal's (b, d) costs per round
+    timings: int = 0
+
+    @property
+    def passed(self) -> bool:
+        """Every round of the proposal faster than every round of the incumbent, for all its rounds."""
+        return len(self.new) == self.rounds and max(self.new) < min(self.old)
+
+
+def duel(
+    oracle: Oracle,
+    units: Inventory,
+    current: dict[str, int],
+    new: dict[str, int],
+    bd: tuple[int, int],
+    topology: Topology,
+    rounds: int,
+    rng: np.random.Generator,
+    seen: IncumbentCosts,
+    out_of_time: Callable[[], bool],
+) -> Block:
+    """Up to `rounds` interleaved rounds (random order within each); a lost round ends the block."""
+    b, d = bd
+    out = Block(rounds=max(1, rounds))
+    for r in range(out.rounds):
+        for which in [0, 1] if rng.random() < 0.5 else [1, 0]:
+            if which == 0:
+                pair, timed = pair_ms(oracle, units, current, (b, d), topology)
+                out.old.append(max(pair))
+                seen.add(b, pair[0])  # the incumbent's own devices, measured again: fresh costs
+                seen.add(d, pair[1])
+            else:  # the receiving device first (it gained a unit: the likelier to fail); once it is at or
+                # above the incumbent's fastest round, the round is lost whatever the other device measures
+                pair, timed = pair_ms(
+                    oracle, units, new, (d, b), topology, stop_at=min(out.old) if out.old else math.inf
+                )
+                out.new.append(max(pair))
+                out.pairs.append(pair[::-1])  # (b, d) when both were timed
+            out.timings += timed
+        if max(out.new) >= min(out.old):
+            break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
+        if out_of_time() and r + 1 < out.rounds:
+            break
+    return out
