@@ -169,7 +169,9 @@ def test_a_one_table_change_measures_only_the_devices_it_touches_and_a_few_tasks
     # every device measured for v2 is one of a task the change touched (it holds the changed or the new table, or
     # lost the table the new one displaced) or a changed/new table alone
     tasks = [(json.loads((tmp_path / f"{v}-tasks.json").read_text())["train"]) for v in ("v1", "v2")]
-    touched = [set(b["tables"]) for a, b in zip(*tasks) if a["tables"] != b["tables"] or "t0000" in b["tables"]]
+    touched = [
+        set(b["tables"]) for a, b in zip(*tasks, strict=True) if a["tables"] != b["tables"] or "t0000" in b["tables"]
+    ]
     new_entries = [json.loads(x) for x in (tmp_path / "corpus" / "profile.jsonl").read_text().splitlines()[before:]]
     assert len(new_entries) == second.corpus["device_timings_measured"]
     for e in new_entries:
@@ -218,7 +220,7 @@ def test_the_retrain_after_a_change_warm_starts_from_the_previous_model_on_the_c
     # a fine-tune: train.incremental_cost_steps per member, recorded in the card (the fresh fit took cost.steps)
     assert card_train(tmp_path)["cost"]["steps"] == 7 and card_train(tmp_path)["iterations"] == 1
     tasks = [(json.loads((tmp_path / f"{v}-tasks.json").read_text())["train"]) for v in ("v1", "v2")]
-    touched = sum(a["tables"] != b["tables"] or "t0000" in b["tables"] for a, b in zip(*tasks))
+    touched = sum(a["tables"] != b["tables"] or "t0000" in b["tables"] for a, b in zip(*tasks, strict=True))
     assert 0 < touched < 8 and inc.summary.tasks_measured == touched + 1  # + train.refresh_tasks
     assert inc.summary.measured_now <= fresh.summary.measured_now // 2
     marker = json.loads((tmp_path / "state" / INIT_DIR / "warm-start.json").read_text())

@@ -1,5 +1,5 @@
-"""The incumbent a new inventory version is planned from (dreamshard.pipeline.incumbent): its file (a plan, or a note that
-none was current), `dreamshard plans incumbent`, and the workspace's rule for when it is rewritten."""
+"""The incumbent a new inventory version is planned from (dreamshard.pipeline.incumbent): its file (a plan, or a
+note that none was current), `dreamshard plans incumbent`, and the workspace's rule for when it is rewritten."""
 
 from __future__ import annotations
 

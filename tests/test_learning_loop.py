@@ -77,7 +77,7 @@ def test_taskset_is_stable_under_a_table_change_and_an_addition():
     assert set(b.train_tables) - set(a.train_tables) <= {"brand_new"}  # no old table changes pool
     assert set(a.train_tables) <= set(b.train_tables)
     changed = 0
-    for old, new in zip(a.train, b.train):
+    for old, new in zip(a.train, b.train, strict=True):
         gone, came = set(old.tables) - set(new.tables), set(new.tables) - set(old.tables)
         assert came <= {"brand_new"} and len(gone) == len(came) <= 1  # one in, one displaced, or nothing
         changed += bool(came)

@@ -43,7 +43,7 @@ def test_refine_never_worsens_and_respects_memory():
     acts = [ep.placement[t.name] for t in tables]
     out = refine_placement(toy, states, [t.size_bytes for t in tables], acts, topo, max_rounds=50, min_gain=0.0)
     assert _max_total(toy, states, out, 3) <= _max_total(toy, states, acts, 3) + 1e-6
-    check_placement(inv, {t.name: d for t, d in zip(tables, out)}, topo)
+    check_placement(inv, {t.name: d for t, d in zip(tables, out, strict=True)}, topo)
 
 
 def test_refine_zero_rounds_is_identity():

@@ -436,7 +436,7 @@ def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     plans = [get_sharder(n).shard(inv, topo) for n in names]
     cands = [
         Candidate(source=n, placement=dict(p.placement), predicted_ms=1.0 + i)
-        for i, (n, p) in enumerate(zip(names, plans))
+        for i, (n, p) in enumerate(zip(names, plans, strict=True))
     ]
 
     def run(script: dict[str, list[float]]) -> tuple[str, list[str], dict[str, int | None]]:

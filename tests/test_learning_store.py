@@ -153,7 +153,7 @@ def test_learned_greedy_orders_by_predicted_single_costs(model_dir):
     from dreamshard.learning.planning_cost import PlanningCost
 
     cost = PlanningCost(load_model(model_dir).cost_net, topo)
-    pred = dict(zip(inv.table_names, single_table_costs(cost, cost.encode(list(inv.tables)))))
+    pred = dict(zip(inv.table_names, single_table_costs(cost, cost.encode(list(inv.tables))), strict=True))
     assert plan.placement == GreedySharder("x", lambda t: float(pred[t.name])).place(inv, topo)
     assert plan.sharder == "dreamshard_lpt" and plan.model_version == load_model(model_dir).card.version
     assert plan.predicted is not None and len(plan.predicted.per_device) == 4 and plan.fits_memory()

@@ -154,7 +154,7 @@ def median_costs(measurements: Sequence[Measurement]) -> Costs:
     n_dev = len(measurements[0].costs.per_device)
     per_device = []
     for d in range(n_dev):
-        comps = zip(*(m.costs.per_device[d].as_list() for m in measurements))
+        comps = zip(*(m.costs.per_device[d].as_list() for m in measurements), strict=True)
         per_device.append(DeviceCost.from_list([statistics.median(c) for c in comps]))
     return Costs(per_device=tuple(per_device), overall_ms=statistics.median(m.overall_ms for m in measurements))
 
@@ -165,7 +165,8 @@ def check_plan_for(inventory: Inventory, plan: Plan, topology: Topology | None =
     if plan.inventory_fingerprint != inventory.fingerprint():
         raise PlanError(
             f"plan {plan.plan_id} was made for inventory '{plan.inventory_name}' with a different fingerprint "
-            f"({plan.inventory_fingerprint[:12]}, this one is {inventory.fingerprint()[:12]}); re-plan for this inventory"
+            f"({plan.inventory_fingerprint[:12]}, this one is {inventory.fingerprint()[:12]}); "
+            "re-plan for this inventory"
         )
     if topology is not None and plan.topology != topology:
         raise PlanError(

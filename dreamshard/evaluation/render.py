@@ -56,9 +56,9 @@ def plan_memory(plan: Plan, inventory: Inventory) -> list[MemoryBreakdown]:
 
 def device_rows(plan: Plan, inventory: Inventory | None = None) -> list[dict[str, object]]:
     """One row per device: tables, memory, four costs, total, bottleneck flag. With the plan's `inventory`,
-    memory is recomputed from it (dreamshard.placement.device_memory) and broken down into `weights_gb`, `optimizer_gb` and
-    `io_gb` (`memory_gb` is their sum); without it, `memory_gb` is the plan's own figure and there is no
-    breakdown."""
+    memory is recomputed from it (dreamshard.placement.device_memory) and broken down into `weights_gb`,
+    `optimizer_gb` and `io_gb` (`memory_gb` is their sum); without it, `memory_gb` is the plan's own figure and
+    there is no breakdown."""
     costs, _ = _plan_costs(plan)
     tables = plan.device_tables()
     cap = plan.topology.memory_per_device_gb
@@ -78,7 +78,7 @@ def device_rows(plan: Plan, inventory: Inventory | None = None) -> list[dict[str
             row.update({f"{part}_gb": round(gb[part], 4) for part in MEMORY_PARTS})
         if costs is not None:
             dc = costs.per_device[d]
-            row.update({k: round(v, 4) for k, v in zip(COST_COMPONENTS, dc.as_list())})
+            row.update({k: round(v, 4) for k, v in zip(COST_COMPONENTS, dc.as_list(), strict=True)})
             row["total_ms"] = round(dc.total, 4)
             row["bottleneck"] = d == bottleneck
         rows.append(row)
@@ -218,15 +218,15 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), sharey=True, squeeze=False)
     colors = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
     ymax = max((dc.total for r in results for dc in r.plan.measured.per_device), default=1.0) if results else 1.0
-    for ax, r in zip(axes.flat, results):
+    for ax, r in zip(axes.flat, results, strict=False):  # the grid may have spare axes
         costs = r.plan.measured
         assert costs is not None
         bottom = [0.0] * len(costs.per_device)
         xs = list(range(len(costs.per_device)))
-        for k, (comp, color) in enumerate(zip(COST_COMPONENTS, colors)):
+        for k, (comp, color) in enumerate(zip(COST_COMPONENTS, colors, strict=True)):
             vals = [dc.as_list()[k] for dc in costs.per_device]
             ax.bar(xs, vals, bottom=bottom, color=color, label=comp.replace("_", " "))
-            bottom = [b + v for b, v in zip(bottom, vals)]
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         if cmp.has_lower_bound:
             ax.axhline(cmp.lower_bound_ms, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(f"{cmp.label(r, short=True)}: {r.overall_ms:.2f} ms (x{r.ratio_to_best:.2f})", fontsize=9)

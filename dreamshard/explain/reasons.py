@@ -42,7 +42,7 @@ def placement_reasons(inventory: Inventory, plan: Plan, cost: PlanningCost) -> l
     n = plan.topology.num_devices
     need = [footprint(t, plan.topology) for t in tables]
     used = [0] * n
-    for t, b in zip(tables, need):
+    for t, b in zip(tables, need, strict=True):
         used[placed[t.name]] += b
     cap = plan.topology.usable_memory_bytes
     with torch.no_grad():

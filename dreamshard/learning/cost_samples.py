@@ -76,7 +76,9 @@ def to_samples(pool: Inventory, records: Sequence[Measurement]) -> tuple[torch.T
         out.append(
             Sample(
                 table_idx=np.array(idx, dtype=np.int64),
-                feat_idx=np.array([rows.setdefault((i, b), len(rows)) for i, b in zip(idx, at)], dtype=np.int64),
+                feat_idx=np.array(
+                    [rows.setdefault((i, b), len(rows)) for i, b in zip(idx, at, strict=True)], dtype=np.int64
+                ),
                 device=np.array([m.placement[n] for n in names], dtype=np.int64),
                 num_devices=D,
                 dev_targets=np.array([d.as_list() for d in m.costs.per_device], dtype=np.float32),

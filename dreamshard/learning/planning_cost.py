@@ -101,7 +101,7 @@ class PlanningCost:
                 float(t.output_dim) if k == "row" else 0.0,
                 float(t.num_embeddings * t.embedding_dim) if k == "replica" else 0.0,
             ]
-            for t, k in zip(tables, kinds)
+            for t, k in zip(tables, kinds, strict=True)
         ]
         for kind, collective in (("row", "reduce_scatter"), ("replica", "all_reduce")):
             if kind in kinds:

@@ -154,7 +154,8 @@ def check_training_records(
             )
             raise TrainingDataError(
                 f"{label}: inventory_fingerprint is {m.inventory_fingerprint[:12]} (inventory "
-                f"'{m.inventory_name[:_ID_SHOWN]}'), not the {of}; train on one inventory's records, with that inventory"
+                f"'{m.inventory_name[:_ID_SHOWN]}'), not the {of}; "
+                "train on one inventory's records, with that inventory"
             )
         if tables is not None:  # a unit (a shard or replica of one of the tables) must be one of a table's units
             missing = next((t for t in m.placement if t not in tables and parse_unit(t).table not in tables), None)

@@ -55,7 +55,9 @@ def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -
 
 def _won_every_round(challenger: Sequence[float], best_predicted: Sequence[float]) -> bool:
     """Measured in every round the best predicted was, and faster than it in each (paired by round)."""
-    return len(challenger) == len(best_predicted) and all(c < b for c, b in zip(challenger, best_predicted))
+    return len(challenger) == len(best_predicted) and all(
+        c < b for c, b in zip(challenger, best_predicted, strict=True)
+    )
 
 
 def challengers(samples: Sequence[Sequence[Measurement]]) -> list[int]:

@@ -82,7 +82,7 @@ def _convert(
     old = {u.name for u in units.tables if parse_unit(u.name).table == table.name}
     out = [u for u in units.tables if u.name not in old]
     place = {k: v for k, v in placement.items() if k not in old}
-    place.update({u.name: d for u, d in zip(new, devices)})
+    place.update({u.name: d for u, d in zip(new, devices, strict=True)})
     return Inventory(name=units.name, tables=(*out, *new)), place
 
 
@@ -102,7 +102,7 @@ def _options(
     if not whole:
         return []
     with torch.no_grad():
-        single = dict(zip((t.name for t in whole), single_table_costs(cost, cost.encode(whole)).tolist()))
+        single = dict(zip((t.name for t in whole), single_table_costs(cost, cost.encode(whole)).tolist(), strict=True))
     n, local = topology.num_devices, topology.local_world_size
     out: list[tuple[str, Table, str, list[int]]] = []
     big = sorted((t for t in whole if t.num_embeddings >= n), key=lambda t: (-single[t.name], t.name))
@@ -128,7 +128,7 @@ def _options(
 def _fits(sizes: Sequence[int], devices: Sequence[int], topology: Topology) -> bool:
     """Every device within its usable memory with units of `sizes` bytes on `devices`."""
     used = [0] * topology.num_devices
-    for b, d in zip(sizes, devices):
+    for b, d in zip(sizes, devices, strict=True):
         used[d] += b
     return max(used) <= topology.usable_memory_bytes
 
@@ -168,7 +168,7 @@ def choose_types(
             )
             if not _fits(sizes, acts, topology):
                 continue
-            p2 = {t.name: int(a) for t, a in zip(tables, acts)}
+            p2 = {t.name: int(a) for t, a in zip(tables, acts, strict=True)}
             with torch.no_grad():  # the units are encoded above: their device states, not a second encoding
                 s = float(cost.overall(device_states(states, acts, topology.num_devices)))
             if best is None or s < best[0]:
