@@ -68,7 +68,7 @@ class NoPlacementError(InfeasiblePlacementError):
     """A planner found no placement of the inventory as a whole (its tables fit one by one, not all together):
     an infeasible placement with no single table to name."""
 
-    def __init__(self, message: str) -> None:  # noqa: D107 - the message says it all
+    def __init__(self, message: str) -> None:
         DreamshardError.__init__(self, message)
         self.table, self.table_gb, self.largest_free_gb, self.hint = "", 0.0, 0.0, ""
 

@@ -172,8 +172,8 @@ class SearchConfig(_Config):
 class LoopConfig(_Config):
     """Section `train`: the outer loop {measure placements -> fit cost net -> RL on the estimated MDP}.
 
-    `cost` and `policy` are the `train_cost` / `train_policy` sections unless set here (dreamshard.config.settings fills
-    them in).
+    `cost` and `policy` are the `train_cost` / `train_policy` sections unless set here (dreamshard.config.settings
+    fills them in).
     """
 
     iterations: Annotated[int, Field(ge=1)] = 3
@@ -188,9 +188,7 @@ class LoopConfig(_Config):
     init: Literal["pretrained", "none", "previous"] = "pretrained"
     incremental_iterations: Annotated[int, Field(ge=1)] = 1
     # an incremental retrain fine-tunes a model already fit to most of its data: its cost ensemble takes this
-    # many steps per member (None: cost.steps, as a fresh fit). Measured on the 120-table pool's one-table change
-    # (docs/architecture.md, "The production loop"): 500 steps instead of 1500 left the held-out error of the
-    # device totals planning reads unchanged and took the train command from 43 s to 20 s.
+    # many steps per member (None: cost.steps, as a fresh fit); docs/architecture.md, "The production loop"
     incremental_cost_steps: Annotated[int, Field(ge=1)] | None = None
     refresh_tasks: Annotated[int, Field(ge=0)] = 1
     final_lr_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1  # linear LR decay from 1 to this

@@ -1,4 +1,5 @@
-"""The `profile` section of params.yaml."""
+"""The `profile` section of params.yaml (`ProfileConfig`): how measurements are made, and `oracle()`, the
+measuring backend it describes (docs/architecture.md, "Measuring")."""
 
 from __future__ import annotations
 

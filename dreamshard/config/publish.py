@@ -1,4 +1,5 @@
-"""The `publish` section of params.yaml (`PublishConfig`): the gate's rules, its baselines and where plans go."""
+"""The `publish` section of params.yaml (`PublishConfig`): the gate's rules, its baselines and where plans go
+(docs/architecture.md, "The publish gate")."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from dreamshard.sharders import BASELINE_SHARDERS
 ALWAYS_REQUIRED = "torchrec"
 #: The baselines the gate measures by default: what a team would deploy without dreamshard (TorchRec's planner and
 #: the greedy heuristics). `random` and `round_robin` stay report references (compare, the evaluate stage; a
-#: comparison holding them still counts them, `--sharders` adds them): no team deploys either, each extra baseline
-#: is one more bound that noise can make straddle (a gate on the 120-table pool once found random "best" by noise),
-#: and they were 2 of the gate's 8 measured plans, a quarter of its time.
+#: comparison holding them still counts them, `--sharders` adds them): no team deploys either, and each extra
+#: baseline is one more plan the gate measures and one more bound that noise can make straddle.
 GATE_BASELINES: tuple[str, ...] = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", ALWAYS_REQUIRED)
 
 
@@ -32,7 +32,7 @@ class PublishConfig(BaseModel):
     baselines: tuple[str, ...] = GATE_BASELINES
     confidence: float = Field(default=0.95, ge=0.5, lt=1.0)  # of the bound on plan / best baseline
     min_rounds: int = Field(default=5, ge=2, le=100)  # paired rounds the bound needs (--measure measures as many)
-    # The sequential rule (gate/sequential.py): an early look after each early_rounds entry (rounds, increasing;
+    # The sequential rule (dreamshard.gate.sequential): an early look after each early_rounds entry (rounds, increasing;
     # 0 or []: none) spends early_share of the error rate 1 - confidence; the first that approves or rejects is the
     # decision, and measuring stops there. Otherwise the final look (min_rounds or more) decides with the rest: at
     # confidence 0.95, 99% at rounds 3 and 4 and 97% final (Bonferroni: no decision is wrong more often than 5%,

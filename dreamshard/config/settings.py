@@ -1,18 +1,9 @@
-"""Settings: params.yaml resolved once, the one reader of it (docs/architecture.md, "Settings and use cases").
+"""Settings: params.yaml resolved once (docs/architecture.md, "Settings and use cases").
 
-`resolve(params_path, overrides)` is what every door calls (the CLI, the DVC stages through the CLI, the Prefect
-tasks, the benchmarks). It owns:
-
-* the default-file lookup (`lookup`: only the given file; or ./params.yaml; or ./params.yaml, else the one
-  installed with the package);
-* precedence: overrides (what a user typed: CLI options, a flow request) > the params file > the section
-  defaults. Overrides are dotted keys (`profile.backend`, `plan.verify`); a None value means "not given";
-* the section fill-ins: `train.cost` / `train.policy` are the `train_cost` / `train_policy` sections unless the
-  `train` section sets them itself (so the loaded settings say the steps the loop runs);
-* validation of the whole file (every section, unknown sections and keys rejected) before any stage runs;
-* the measuring backend's construction (`Settings.oracle()`), the topology template and the search config.
-
-Nothing else in the package reads params.yaml.
+`resolve(params_path, overrides, lookup)` is what every door calls (the CLI, the DVC stages through it, the
+Prefect tasks): it finds the file (`Lookup`), applies overrides > the file > the section defaults (dotted keys;
+None = not given), fills `train.cost` / `train.policy` in from their sections and validates the whole file
+before anything runs. It is the one parser of params.yaml; other code at most copies its text (a workspace).
 """
 
 from __future__ import annotations
@@ -34,15 +25,15 @@ from dreamshard.config.learning import (
     TasksConfig,
     TopologyConfig,
 )
+from dreamshard.config.profile import ProfileConfig
+from dreamshard.config.publish import PublishConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
 from dreamshard.documents import describe_validation_error, read_structured
 from dreamshard.errors import ConfigError
-from dreamshard.gate import PublishConfig
-from dreamshard.profiling import ProfileConfig
 from dreamshard.values import Topology
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.profiling import Oracle
+    from dreamshard.profiling.oracle import Oracle
 
 #: Where a params file is looked for when none is given: `given` (none: the defaults), `local` (./params.yaml
 #: if it exists) or `installed` (./params.yaml, else the params.yaml installed with the package).

@@ -1,6 +1,7 @@
-"""The params.yaml sections no library module owns: the input pool, the published plan, the comparison, the
-pipeline's plumbing and the drift monitor. Sections owned by a library module live with it (`profile` in
-dreamshard.profiling, `publish` in dreamshard.gate, the learning ones in dreamshard.config.learning);
+"""The params.yaml sections of the pipeline's stages: the input pool (`inventory`), the published plan (`plan`),
+the comparison (`evaluate`), the pipeline's plumbing (`pipeline`) and the drift monitor (`drift`).
+
+The other sections live beside them in dreamshard.config (`profile`, `publish`, the learning ones);
 dreamshard.config.settings puts them all together (docs/architecture.md, "Settings and use cases").
 """
 

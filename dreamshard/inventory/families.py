@@ -86,8 +86,12 @@ def mixed_table(name: str, rng: np.random.Generator) -> Table:
     )
 
 
-def _family(make: Callable[[str, np.random.Generator], Table], prefix: str) -> Callable[..., Inventory]:
-    def build(num_tables: int, seed: int, name: str | None = None, **_: object) -> Inventory:
+#: A generator family: (number of tables, seed, inventory name or None) -> the inventory.
+Family = Callable[[int, int, str | None], Inventory]
+
+
+def _family(make: Callable[[str, np.random.Generator], Table], prefix: str) -> Family:
+    def build(num_tables: int, seed: int, name: str | None = None) -> Inventory:
         if num_tables < 1:
             raise ConfigError(f"num_tables must be >= 1, got {num_tables}")
         width = max(4, len(str(num_tables - 1)))
@@ -102,12 +106,12 @@ wide_inventory = _family(wide_table, "wide")
 mixed_inventory = _family(mixed_table, "mixed")
 
 
-def _dlrm(num_tables: int, seed: int, name: str | None = None, **kw: object) -> Inventory:
-    return synth_inventory(num_tables, seed, name=name, **kw)  # type: ignore[arg-type]
+def _dlrm(num_tables: int, seed: int, name: str | None = None) -> Inventory:
+    return synth_inventory(num_tables, seed, name=name)
 
 
 #: generator families by name (`dreamshard inventory synth --family`)
-FAMILIES: dict[str, Callable[..., Inventory]] = {"dlrm": _dlrm, "wide": wide_inventory, "mixed": mixed_inventory}
+FAMILIES: dict[str, Family] = {"dlrm": _dlrm, "wide": wide_inventory, "mixed": mixed_inventory}
 
 
 def family_inventory(family: str, num_tables: int, seed: int, name: str | None = None) -> Inventory:
@@ -115,4 +119,4 @@ def family_inventory(family: str, num_tables: int, seed: int, name: str | None =
         build = FAMILIES[family]
     except KeyError:
         raise ConfigError(f"unknown table generator '{family}'; choose from {', '.join(FAMILIES)}") from None
-    return build(num_tables, seed, name=name)
+    return build(num_tables, seed, name)

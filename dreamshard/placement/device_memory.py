@@ -1,47 +1,10 @@
-"""Device memory as a training job needs it (docs/architecture.md, "Where each rule lives"): table weights, the
-fused optimizer's state and, under `memory_model: torchrec`, the input/output buffers of one batch, counted the
-way TorchRec's storage estimator counts them (torchrec 1.9.2, `torchrec/distributed/planner/shard_estimators.py`).
+"""Device memory as a training job needs it, counted the way TorchRec's storage estimator counts it (torchrec
+1.9.2, `torchrec/distributed/planner/shard_estimators.py`), so that both planners agree on what fits.
 
-A *unit* is a plan unit already cut to its size: a whole table, a column shard (the table with `embedding_dim` =
-its width), a row shard (the table with `num_embeddings` = its rows) or a data-parallel replica (the whole table).
-A row shard keeps the table's pooling unless `table_rows` is given: then its pooling is its share of the table's
-lookups (what `dreamshard.placement.expand.row_shard_table` makes, units `table@r<start>:<end>`) and the table's
-pooling is recovered from it (x table_rows / rows). Per unit (`unit_memory`):
-
-* weights = rows x dim x dtype bytes (`Table.size_bytes`; TorchRec `_calculate_tensor_sizes`: the shard's share of
-  `compute_storage_usage`, the whole tensor for data-parallel).
-* optimizer = weights x multiplier (TorchRec `_calculate_optimizer_sizes` / `_get_optimizer_multipler`): sgd 0,
-  adam 2, rowwise_adagrad 1 / dim of the WHOLE table (`shape[-1]` is the unsharded tensor's), i.e. one element of
-  the table's dtype per row, a column shard carrying its width's share of it. FBGEMM itself keeps that state in
-  fp32 and a whole row's for each column shard, so for fp16 tables and column shards TorchRec (and this module)
-  counts less than the kernel allocates; we follow TorchRec so that both planners agree on what fits.
-* io (`memory_model: torchrec` only; 0 under "weights"), TorchRec `_calculate_shard_io_sizes` with its default
-  `PipelineType.NONE` (`calculate_pipeline_io_cost`: input + output; on a cpu device `ddr = input + output +
-  state`, on cuda the same sum in hbm). With B = the batch per rank (`Topology.batch_size` is the global batch:
-  B = batch_size / num_devices), W = num_devices, per feature f of pooling L_f (one input per feature,
-  TorchRec's `num_poolings` 1), inputs = sum_f L_f x B indices of 8 bytes (`BIGINT_DTYPE`) and pooled outputs =
-  sum_f min(1, L_f) x B rows of `dim` elements of the table's dtype (TorchRec's `output_dtype` unset):
-
-  ============== ================================== =========================== =============================
-  sharding       input bytes                        output bytes                TorchRec
-  ============== ================================== =========================== =============================
-  table_wise     inputs x W x 8                     outputs x W x dim x b       `_calculate_tw_shard_io_sizes`
-  column_wise    inputs x W x 8 (every shard)       outputs x W x width x b     `_calculate_cw_shard_io_sizes`
-  row_wise       inputs x W / num_shards x 8        outputs x W x dim x b       `_calculate_rw_shard_io_sizes`
-  table_row_wise inputs x W / num_shards x 8        outputs x W x dim x b       `_calculate_twrw_shard_io_sizes`
-  data_parallel  inputs x 8                         outputs x dim x b           `_calculate_dp_shard_io_sizes`
-  ============== ================================== =========================== =============================
-
-  TorchRec row-shards over every rank (row_wise: num_shards = W) or over one host (table_row_wise: num_shards =
-  local_world_size); with those counts the row formulas are TorchRec's exactly (its `batch_inputs / world_size x
-  world_size`), and a table cut into fewer shards sends each one more indices.
-* data-parallel gradients: TorchRec's storage estimator counts none (a replica is weights + optimizer state +
-  io); its storage reservation (`storage_reservations.py`) sets aside dense parameters x 6 for the non-embedding
-  modules only. We count none either; the `memory_reserve` fraction of each device is where headroom is kept.
-
-With the defaults (sgd, memory_model "weights") a unit is exactly its weights, so plans made before this model
-keep their memory figures. Nothing here imports torchrec: the formulas are re-stated, and
-tests/test_storage.py checks them against TorchRec's estimator.
+A unit (a whole table, a column shard, a row shard or a replica, cut to its size) takes its weights, its
+optimizer's state and, under `memory_model: torchrec`, the input/output buffers of one batch (`unit_memory`);
+`device_memory` sums the units of each device. The formulas per sharding type: docs/architecture.md, "Device
+memory"; tests/test_storage.py checks them against TorchRec's estimator.
 """
 
 from __future__ import annotations
@@ -152,8 +115,10 @@ def optimizer_bytes(
 def io_bytes(
     unit: Table, topology: Topology, sharding: str = "table_wise", num_shards: int = 1, table_rows: int | None = None
 ) -> tuple[int, int]:
-    """(input, output) buffer bytes of `unit` for one batch, as TorchRec's `_calculate_shard_io_sizes` (module
-    docstring); `topology.batch_size` is the global batch."""
+    """(input, output) buffer bytes of `unit` for one batch, as TorchRec's `_calculate_shard_io_sizes` counts them
+    (its default `PipelineType.NONE`): 8-byte indices in, pooled rows out, per rank's share of the batch
+    (`topology.batch_size` is the global one), times the world for the sharded types; a row shard gets
+    1 / num_shards of the indices. docs/architecture.md, "Device memory"."""
     world = topology.num_devices
     per_rank = topology.batch_size / world
     poolings = [f.pooling_factor for f in unit.feature_list]
@@ -179,7 +144,7 @@ def unit_memory(
     table_dim: int | None = None,
     table_rows: int | None = None,
 ) -> MemoryBreakdown:
-    """What `unit` needs on its device under `topology`'s optimizer and memory model (module docstring).
+    """What `unit` needs on its device under `topology`'s optimizer and memory model.
 
     `num_shards`: how many shards the table is cut into (row shards: for the indices each receives; column
     shards: for row-wise Adagrad's share); `table_dim`: a column shard's whole table width when the shards are
@@ -237,8 +202,8 @@ def device_memory(
 ) -> list[MemoryBreakdown]:
     """The memory of each device: the sum of `unit_memory` over the units `placement` ({unit name: device}) puts
     there. `sharding_of` gives (sharding, num_shards) per unit; by default each unit's comes from its name
-    (dreamshard.values.units) and the other units of its table in `units`: a whole table is ("table_wise", 1), a column
-    shard `t@a:b` ("column_wise", its table's column shards; their widths sum to the table's), a row shard
+    (dreamshard.values.units) and the other units of its table in `units`: a whole table is ("table_wise", 1), a
+    column shard `t@a:b` ("column_wise", its table's column shards; their widths sum to the table's), a row shard
     `t@ra:b` ("row_wise", its table's row shards; "table_row_wise" when they sit on one host of several; its
     pooling read as its share of the lookups, the table's rows the last shard's end), a replica `t@dp<d>`
     ("data_parallel", its table's replicas). A PlanError naming the unit when it is not in `units`, its device is

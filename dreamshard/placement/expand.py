@@ -1,16 +1,9 @@
-"""Plan units: a table split into column ranges or row ranges, or replicated (dreamshard.values.units names them).
+"""Plan units: a plan's whole tables, column shards, row shards and replicas, each a Table of its own for memory,
+profiling and the cost model (docs/architecture.md, "Sharding types"; dreamshard.values.units names them).
 
-A plan's *units* are its whole tables, the column shards of its column-wise tables, the row shards of its
-row-wise and table-row-wise tables and the replicas of its data-parallel tables. A unit is a table of its own for
-every purpose that matters to placement (memory, profiling, the cost model):
-
-* a column shard keeps the table's rows, pooling factor, reuse histogram and dtype, with `embedding_dim` = its
-  width (a positive multiple of 4: `dreamshard.values.tables.dim_problem`, as FBGEMM's TBE and TorchRec want);
-* a row shard keeps the dim, with `num_embeddings` = its rows and the pooling factor (and each feature's) scaled
-  by its share of the rows: ids are hashed to rows, so a block of rows sees that share of the lookups, for the
-  whole global batch (its partial sums are then reduce-scattered);
-* a replica is the whole table on one device; it serves that device's share of the batch (the oracle times it
-  at batch / devices) and its gradient is all-reduced.
+A column shard keeps the table's rows and statistics with `embedding_dim` = its width; a row shard keeps the dim,
+with its rows and their share of the lookups; a replica is the whole table. `expand` turns a plan into its units,
+`fold_units` folds a {unit: device} map back, and the checks here say whether shards tile their table.
 """
 
 from __future__ import annotations
@@ -208,8 +201,11 @@ def expand(
         raise PlanError("row-wise and data-parallel tables need the plan's topology to expand")
     for name, shards in column_shards.items():
         check_column_shards(tables[name], shards)
-    for name, rshards in rows.items():
-        check_row_shards(tables[name], rshards, topology)  # type: ignore[arg-type]
+    devices = range(0)  # where replicas go: every device of the topology (there is one when any table has them)
+    if topology is not None:
+        for name, rshards in rows.items():
+            check_row_shards(tables[name], rshards, topology)
+        devices = range(topology.num_devices)
     replicated = set(data_parallel)
     units: list[Table] = []
     unit_placement: dict[str, int] = {}
@@ -225,7 +221,7 @@ def expand(
                 units.append(u)
                 unit_placement[u.name] = rs.device
         elif t.name in replicated:
-            for d in range(topology.num_devices):  # type: ignore[union-attr]
+            for d in devices:
                 u = replica_table(t, d)
                 units.append(u)
                 unit_placement[u.name] = d

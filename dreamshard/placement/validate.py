@@ -1,10 +1,10 @@
-"""Memory accounting and THE placement validator (docs/architecture.md, "where each rule lives").
+"""THE placement validator and the memory accounting the sharders share (docs/architecture.md, "Where each rule
+lives").
 
-`check_placement` is the one check that a placement is legal for an inventory on a topology: every table
-placed exactly once in one sharding type (whole, column shards that tile it, TorchRec's row blocks on every device or
-one host's, or a replica on every device: dreamshard.placement.expand), no unknown table, every
-device in range, every device within its memory. The sharders, the oracle, evaluation and the publish gate
-all call it; memory is always recomputed from the inventory, never read from a plan.
+`check_placement` is the one check that a placement is legal for an inventory on a topology: every table placed
+exactly once in one sharding type (dreamshard.placement.expand checks the shards), no unknown table, every device
+in range and within its memory. The sharders, the oracle, evaluation and the gate call it; memory is always
+recomputed from the inventory, never read from a plan.
 """
 
 from __future__ import annotations

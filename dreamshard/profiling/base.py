@@ -52,8 +52,9 @@ class ComputeBackend(abc.ABC):
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
         """Time the fused operator over ``tables`` (non-empty) on one device."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release cached resources."""
+    def close(self) -> None:
+        """Release cached resources: a hook, by default there are none."""
+        return None
 
 
 # --------------------------------------------------------------------------------------------- indices
@@ -277,5 +278,5 @@ class TorchBackend(ComputeBackend):
         finally:
             del op
             gc.collect(1)  # the young generations only: the operator is freed by refcount, and a full collection
-            # walks every object the process holds (0.1-0.2 s a call with torch loaded: over half a gate's time)
+            # walks every object the process holds (with torch loaded, longer than many timings)
         return DeviceTiming(tuple(fwd), tuple(bwd), tuple(rows))

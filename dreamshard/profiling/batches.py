@@ -1,21 +1,10 @@
-"""Profiling fanned out: one profiling run split into batches, each measured by whoever runs it (a GPU worker
-or this process) into ONE shard object in object storage, then merged back in planned order
-(docs/architecture.md, "Profiling fan-out").
+"""Profiling fanned out: a profiling run split into batches, each measured by whoever runs it (a worker or this
+process) into ONE shard object in the store, then merged back in planned order (docs/architecture.md, "One stage
+graph").
 
-    specs = plan_batches(job, items_per_batch, campaign)     # deterministic: same job -> same batches and keys
-    for spec in specs: write_spec(store, spec)               # what a worker needs, self-contained
-    shard = run_batch(spec, oracle); write_shard(store, shard)   # anywhere; a retry overwrites the same key
-    merge_shards(store, specs, "measurements.jsonl")         # every planned item exactly once, planned order
-
-Keys (the plan store's backends: a local directory or S3):
-
-    profiling/<campaign>/<inventory fingerprint[:16]>/<batch id>.spec.json
-    profiling/<campaign>/<inventory fingerprint[:16]>/<batch id>.shard.json
-
-A batch id is ``b<index>-<sha256 of its item ids[:16]>``: a retried batch writes the same key (never a second
-copy), a different set of items is a different key. The campaign names one measuring effort (the orchestrator
-uses its flow-run id, so a retried orchestrator run resumes its own shards and a new run measures afresh).
-What gets measured (the planned items) is `runner.plan_items`; this module does not care which kinds exist.
+`plan_batches` is deterministic (the same job gives the same batches and keys), `write_spec` stores what a worker
+needs, `run_batch` + `write_shard` measure anywhere (a retry overwrites the same key), `merge_shards` writes every
+planned item exactly once. What gets measured is `runner.plan_items`; this module does not care which kinds exist.
 """
 
 from __future__ import annotations
@@ -143,11 +132,16 @@ class MergeSummary(_Frozen):
 
 
 def batch_id(index: int, item_ids: Sequence[str]) -> str:
+    """``b<index>-<sha256 of its item ids>[:16]``: a retried batch writes the same key (never a second copy), a
+    different set of items is a different key."""
     digest = hashlib.sha256("\n".join(item_ids).encode()).hexdigest()[:16]
     return f"b{index:04d}-{digest}"
 
 
 def _key(campaign: str, fingerprint: str, bid: str, kind: str) -> str:
+    """``profiling/<campaign>/<inventory fingerprint[:16]>/<batch id>.<spec|shard>.json``. The campaign names one
+    measuring effort (the orchestrator's flow-run id: a retried run resumes its own shards, a new run measures
+    afresh)."""
     check_key_part(campaign, "profiling campaign")
     return f"{SHARD_PREFIX}/{campaign}/{fingerprint[:16]}/{bid}.{kind}.json"
 

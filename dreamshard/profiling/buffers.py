@@ -2,7 +2,7 @@
 
 A device timing builds its fused operator afresh (the tables differ from one timing to the next), but two of
 its inputs need not be fresh: neither the weights' values nor the upstream gradient's values change what the
-timed iterations cost (finite SGD updates of finite gradients). Allocating and filling them per build was a
+timed iterations cost (finite SGD updates of finite gradients). Allocating and filling them per build would be a
 measurable share of every timing, so each comes from one buffer that grows to the largest device timed and is
 kept until the oracle closes (`clear_all`).
 """

@@ -1,23 +1,10 @@
-"""One rank of the collective micro-benchmarks (dreamshard.profiling.comm starts the ranks and fits the points).
+"""One rank of the collective micro-benchmarks (docs/architecture.md, "Communication costs").
 
-Each benchmark rank is a fresh interpreter started by ``comm.benchmark_collective``; it runs ``_worker_main``.
-A message size is always *the bytes leaving one rank* in one call of the collective (what ``CommModel.cost_ms``
-takes), and the tensors are sized from it:
-
-* ``all_to_all`` (``all_to_all_single``): ``world`` chunks of ``c`` floats, ``c = bytes / (world-1) / 4``; each
-  rank sends its ``world-1`` chunks for the peers.
-* ``reduce_scatter``: an input of ``world`` chunks of ``c`` floats (a rank's partial sums), the output one chunk;
-  each rank sends the ``world-1`` chunks the peers own (``c = bytes / (world-1) / 4``). The op is
-  ``reduce_scatter_single`` (torch >= 2.13; ``reduce_scatter_tensor`` before), which gloo implements on CPU
-  tensors; if the process group refuses it, the list form ``reduce_scatter``, and if that is refused too,
-  ``all_reduce`` of the whole input and a local slice (twice the traffic: the model's backend is then labelled
-  ``<backend>:all_reduce+slice``, never passed off as a reduce-scatter).
-* ``all_reduce``: ``world x c`` floats, ``c = bytes / (2 (world-1)) / 4``: a ring all-reduce sends
-  ``2 (world-1) / world`` of the tensor from each rank (reduce-scatter then all-gather).
-
-Per size: ``warmup`` untimed calls, then ``repeats`` timed ones, each after a barrier; a call's time is the
-slowest rank's (a collective finishes when its slowest rank does), the point is the median over repeats.
-Rank 0 writes ``{"points": [[MB sent, ms], ...], "method": <the op used>}``.
+Each rank is a fresh interpreter started by `comm.benchmark_collective` (`_worker_main`). A message size is the
+bytes leaving one rank in one call (what `CommModel.cost_ms` takes); `chunk_elements` sizes the tensors from it.
+Per size: `warmup` untimed calls, then `repeats` timed ones after a barrier; a call takes its slowest rank's time
+and the point is the median over repeats. A process group without a reduce-scatter runs all-reduce and a local
+slice instead, and rank 0's result says which op ran (`method`).
 """
 
 from __future__ import annotations
@@ -40,7 +27,10 @@ _RS_SINGLE = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "redu
 
 
 def chunk_elements(collective: str, nbytes: int, world: int) -> int:
-    """Floats per chunk (a rank's tensor is ``world`` chunks) so that one call sends ``nbytes`` from a rank."""
+    """Floats per chunk (a rank's tensor is ``world`` chunks) so that one call sends ``nbytes`` from a rank.
+
+    All-to-all and reduce-scatter send the ``world - 1`` chunks the peers own; a ring all-reduce (reduce-scatter
+    then all-gather) sends twice that, so its chunks are half as big."""
     per_peer = nbytes / (world - 1) / 4
     if collective == "all_reduce":
         per_peer /= 2  # ring: reduce-scatter then all-gather, each (world-1) chunks

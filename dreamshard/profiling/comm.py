@@ -26,7 +26,7 @@ from dreamshard.values.costs import Collective
 log = logging.getLogger(__name__)
 
 #: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 4 MB: a device's pooled outputs for
-#: batch 2048 range from 128 KB (dim 16) to tens of MB; a few seconds in total on a laptop).
+#: batch 2048 range from 128 KB (dim 16) to tens of MB).
 MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: ... per reduce-scatter: a device's partial pooled sums of its row-wise tables for the whole batch
 #: (batch 2048 x dim 64 x 4 = 512 KB per table; several tables: MBs).
@@ -250,7 +250,7 @@ def comm_model_for(
         else:
             points, method = benchmark_collective(procs, backend, collective)
             label = f"{backend}:{method}" if method == _FALLBACK_METHOD else backend
-    except Exception as e:  # noqa: BLE001 - any failure to start processes
+    except Exception as e:  # any failure to start or run the processes: the labelled default instead
         log.warning(
             "%s benchmark (%s, %d procs) failed (%s); using the labelled default model",
             collective,

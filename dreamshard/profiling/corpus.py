@@ -1,21 +1,11 @@
 """The measurement corpus: every device timing ever made, keyed by what it measured (docs/architecture.md,
 "The measurement corpus").
 
-A device's fused-operator timing depends on the hardware, the backend and its settings, the batch size and the
-CONTENT of the tables on that device (name, rows, dim, dtype, pooling, reuse histogram, features), never on the
-inventory version, the task or the other devices of the placement. So a timing is stored once under
-
-    key = sha256(hardware, backend settings, index seed, batch size, sorted canonical table contents)
-
-and any later placement that puts the same tables on one device reuses it: a one-table change re-measures only
-the devices that hold the changed or new table. Communication is not stored (it is recomputed from the comm
-model of the placement's world size).
-
-The corpus is a directory of JSONL files (one per writer: the profile stage's, the training loop's, the timings
-profiling workers sent back in their batches' shards -- `WORKERS_WRITER`), read together and appended to by one
-writer each; a DVC-versioned dataset (`persist: true` outputs) that every
-inventory version adds to. Only the profile stage and the training loop use it: plan-time verification, the
-evaluate stage and the gate always measure afresh (they decide from interleaved repeats).
+A device's timing depends on the hardware, the backend and its settings, the batch size and the content of its
+tables, never on the inventory version, the task or the other devices: it is stored once under the sha256 of
+exactly that (`device_key`) and reused by any placement that puts the same tables on one device. The corpus is a
+directory of JSONL files, one per writer (`WORKERS_WRITER`: the timings profiling workers sent back), read
+together. Communication is not stored: it is recomputed from the world size's comm model.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The profiler's vocabulary, read by the `profile` settings (profiling/config.py) without loading the profiler."""
+"""The profiler's vocabulary (backends, typed placement kinds), read by the `profile` settings
+(dreamshard.config.profile) without loading the profiler."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
-"""The Oracle: measures a placement's per-device costs, the ground truth of the product (docs/architecture.md).
+"""The Oracle: measures a placement's per-device costs, the ground truth of the product (docs/architecture.md,
+"Measuring").
 
-Per device d of a placement:
-  fwd_compute, bwd_compute  = the minimum (``statistic``; or the median) over ``repeats`` (after ``warmup``) of ONE
-                              fused operator over d's tables
-  fwd_comm = bwd_comm       = comm.cost_ms(bytes leaving d) of the alpha-beta model fitted for the world size,
-                              bytes = batch * sum(true dims on d) * 4 * (N-1)/N (pooled outputs fwd, grads bwd)
-  spread[d]                 = relative IQR (IQR / median) of d's per-repeat totals
-overall = max over devices of the totals. An empty device costs exactly 0 (no operator runs).
+Per device: the compute of the fused operators over its units (the `statistic` of `repeats` timed runs after
+`warmup`) and the communication of its outputs and gradients, costed by the collective models fitted for the world
+size (`Oracle._device_cost`); its spread is the relative IQR of its per-repeat totals. A placement's overall cost
+is its bottleneck device's total; an empty device costs exactly 0. `make_oracle` is the one construction.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -304,16 +303,11 @@ def make_oracle(
     """
     if row_cap is not None and row_cap < 1:
         raise ProfilingError(f"row_cap must be >= 1, got {row_cap}")
-    kw = {
-        "warmup": warmup,
-        "repeats": repeats,
-        "num_threads": num_threads,
-        "row_cap": row_cap,
-        "seed": seed,
-        "statistic": statistic,
-    }
+    settings = partial(
+        Oracle, warmup=warmup, repeats=repeats, num_threads=num_threads, row_cap=row_cap, seed=seed, statistic=statistic
+    )
     if backend == "simulator":
-        return Oracle(SimulatorBackend(simulator), **kw)  # type: ignore[arg-type]
+        return settings(SimulatorBackend(simulator))
     if backend == "cpu":
         rule = _with_cap(CPU_RULE, row_cap)
         impl: ComputeBackend
@@ -321,7 +315,7 @@ def make_oracle(
             impl = FbgemmBackend("cpu", "cpu", rule, seed=seed)
         else:
             impl = EmbeddingBagBackend("cpu", "cpu", rule, seed=seed)
-        return Oracle(impl, comm_backend="gloo", **kw)  # type: ignore[arg-type]
+        return settings(impl, comm_backend="gloo")
     if backend == "cuda":
         if not _cuda_available():
             raise ProfilingError("backend 'cuda' needs a CUDA GPU, and torch sees none here; use --backend cpu")
@@ -333,7 +327,7 @@ def make_oracle(
             else EmbeddingBagBackend("cuda", "cuda:0", rule, seed=seed)
         )
         comm_backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
-        return Oracle(impl, comm_backend=comm_backend, **kw)  # type: ignore[arg-type]
+        return settings(impl, comm_backend=comm_backend)
     raise ProfilingError(f"unknown profiling backend '{backend}'; choose from {', '.join(BACKENDS)}")
 
 

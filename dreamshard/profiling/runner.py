@@ -1,25 +1,11 @@
-"""Profiling runs: single-table costs and random feasible placements, appended to a JSONL file, resumable.
+"""Profiling runs: single-table costs and feasible placements, appended to a JSONL file, resumable
+(docs/architecture.md, "Measuring").
 
-Every planned item has a deterministic ``measurement_id`` (kind, task, inventory fingerprint, topology,
-placement and backend name hashed; not warm-up/repeats/threads, so a rerun with other timing settings still
-resumes), so a rerun with the same output file measures only what is missing.
-A killed run leaves at most a truncated last line, which ``io.iter_measurements`` ignores and
-``io.append_measurement`` repairs.
-
-Without tasks: singles for every table (each alone on device 0 of ``topology``), then the placements of the
-whole inventory. With a TaskSet: singles for every table of the train tasks (on ``topology``), then, per train
-task, the placements of its tables on ``task.num_devices`` devices (records keep the pool's name and
-fingerprint and carry ``task``).
-
-Which placements: K random feasible ones, then one per extra *kind*: a heuristic's plan (any built-in sharder
-name, e.g. ``dim_greedy``), TorchRec's plan (``torchrec``), or ``crowded`` (one device gets about half the
-tables, the rest spread at random), ``row_wise`` / ``data_parallel`` (a random placement with one large table
-row-sharded over every device, or one small table replicated on every device: measured as units, so the cost model
-learns those sharding types from measurements; a sharder's plan that splits or replicates is measured as units
-too). A cost model learns best where planners will look, so the pipeline's
-default (params `profile.kinds`, dreamshard.config.profile.DEFAULT_KINDS) measures the plans of the heuristics
-users run today and a crowded device beside random placements (docs/architecture.md, "Learning"). A kind that
-cannot place a task (memory) is skipped for that task.
+`plan_items` is what a run measures: singles (each table alone on device 0), then, for the whole inventory or per
+train task, K random feasible placements and one per extra kind (`profile.kinds`: a sharder's plan, `crowded`,
+`row_wise`, `data_parallel`; `kind_placement`). Every item has a deterministic `measurement_id` (kind, task,
+fingerprint, topology, placement and backend name hashed), so a rerun into the same file measures only what is
+missing; a killed run's partial last line is dreamshard.documents' to handle (`append_measurement`).
 """
 
 from __future__ import annotations
@@ -31,6 +17,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -119,6 +106,11 @@ def _device_for(table: Table, need: int, used: list[int], cap: int, u: float) ->
     raise InfeasiblePlacementError(table.name, need / GB, (cap - min(used)) / GB)
 
 
+def _table_draw(seed: int, tag: str, table: Table) -> float:
+    """The draw of `table` under `tag`: the same table, seed and tag always draw the same number."""
+    return draw(seed, tag, table.name)
+
+
 def _drawn_placement(
     inventory: Inventory, topology: Topology, pick: Callable[[Table], float], used: list[int] | None = None
 ) -> dict[str, int]:
@@ -147,7 +139,7 @@ def _random_placements(inventory: Inventory, topology: Topology, k: int, seed: i
         tag = f"random-{j}"
         j += 1
         try:
-            p = _drawn_placement(inventory, topology, lambda t, tag=tag: draw(seed, tag, t.name))  # type: ignore[misc]
+            p = _drawn_placement(inventory, topology, partial(_table_draw, seed, tag))
         except InfeasiblePlacementError as e:  # tight memory: this draw painted itself into a corner
             last_error, misses = e, misses + 1
             continue

@@ -1,26 +1,11 @@
-"""A deterministic analytic cost model: SIMULATED, for fast tests and scale studies, never a measurement.
+"""A deterministic analytic cost model: SIMULATED, for fast tests and scale studies, never a measurement
+(docs/architecture.md, "Measuring").
 
-Every record it produces says ``BackendInfo(name="simulator", operator="analytic", is_simulated=True)`` and its
-comm model is labelled ``backend="simulated"``. Its shape mimics what fused TBE does on real hardware so the
-learning code faces the same non-additivity:
-
-* a **shared kernel overhead** per device (``launch_ms`` fwd, ``2 * launch_ms`` bwd) paid once however many
-  tables the device holds (fusing two small tables costs less than the two alone), plus a small per-table term;
-* **lookup work** proportional to ``batch * pooling * dim`` (reads in fwd; gradient + update in bwd, ``bwd_factor``);
-* a **working-set penalty**: the device's combined hot bytes (the rows a batch touches, summed over its tables,
-  times dim * 4) relative to a cache size multiply the lookup work by ``1 + (ws / cache_bytes) ** ws_exponent``,
-  super-linear in the combined working set, so many tables together cost more than their sum.
-
-Communication is the oracle's (alpha + beta x the device's pooled-output bytes, ``Table.output_dim``: a table
-serving k features sends k outputs); lookup work already counts every feature (the table's pooling factor is
-the sum of its features'). ``comm_model(n, collective)`` gives the same simulated alpha-beta for each
-collective (all-to-all, reduce-scatter, all-reduce; labelled with it), and ``device_comm_ms`` costs a device's
-bytes on a topology with hosts as ``dreamshard.profiling.comm.device_comm_ms`` does: the bytes that cross hosts
-go at ``Topology.inter_host_gbps`` (a parameter) when that is slower than the simulated rate.
-
-Two knobs exist for tests of the pipeline around it, never for studies of plans: ``slowdown`` multiplies every
-cost (a backend that got slower: what the drift monitor must notice) and ``latency_ms`` makes each device
-timing take that much wall-clock time (a measurement that takes a while: what a killed worker interrupts).
+Every record it makes says so (`BackendInfo(name="simulator", operator="analytic", is_simulated=True)`, comm
+labelled "simulated"). Its shape mimics fused TBE so the learning code faces the same non-additivity: a kernel
+overhead paid once per device, lookup work proportional to batch x pooling x dim, and a penalty super-linear in
+the device's combined working set. Communication is costed as the oracle does. `slowdown` and `latency_ms` exist
+only for tests of the pipeline around it (a backend that got slower; a timing that takes wall-clock time).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def check_endpoint(endpoint: str) -> str:
     """An S3 endpoint URL: http(s)://host[:port][/path], without credentials (user:password@ or a query)."""
     try:
         ep = urlparse(endpoint)
-        ep.port  # noqa: B018 - raises ValueError on a bad port
+        _ = ep.port  # raises ValueError on a bad port
     except ValueError:
         raise StoreError(f"invalid S3 endpoint URL '{redact_url(endpoint)}'") from None
     if ep.username or ep.password or "@" in ep.netloc or ep.query:

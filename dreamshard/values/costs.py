@@ -99,9 +99,9 @@ class CommModel(StrictModel):
         return self.alpha_ms + self.beta_ms_per_mb * nbytes / 1e6
 
 
-#: How a device's `repeats` timed iterations become one figure (forward and backward apart): `min` (the default
-#: since 2026-12: interference only ever adds time, and on a shared CPU it comes in bursts that can hold 3 of 5
-#: repeats, which a median takes in) or `median` (what every record before it used).
+#: How a device's `repeats` timed iterations become one figure (forward and backward apart): `min` (interference
+#: only ever adds time, and on a shared CPU it comes in bursts that can hold most repeats, which a median takes
+#: in) or `median`.
 Statistic = Literal["median", "min"]
 
 
@@ -117,5 +117,5 @@ class BackendInfo(StrictModel):
     repeats: int
     row_cap: int | None = None  # rows scaled down above this (CPU profiling rule)
     is_simulated: bool = False
-    # how a device's timed repeats became its figure (profile.statistic); records written before it: the median
+    # how a device's timed repeats became its figure (profile.statistic); a record that does not say took the median
     statistic: Statistic = "median"

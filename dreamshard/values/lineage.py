@@ -1,13 +1,9 @@
-"""Lineage of a published plan: which data, model, params and code produced it.
+"""Lineage of a published plan: which data, model, params and code produced it (docs/architecture.md, "One
+stage graph").
 
-A plan that reaches the store from the pipeline carries one; `dreamshard plans show` prints it and
-`dreamshard plans reproduce` uses it to fetch exactly that data and model from the DVC remote into a fresh
-workspace (docs/architecture.md, "Lineage"). This module imports nothing else of dreamshard so the value
-objects in `dreamshard.values` can refer to it.
-
-Hashes are DVC's own (`dvc_md5`): the md5 of a file, or for a directory the md5 of the sorted JSON list of
-its files' {md5, relpath} with a ".dir" suffix, exactly what dvc.lock records, so a pulled model can be
-checked against the lock without DVC.
+A plan the pipeline publishes carries one: `plans show` prints it, `plans reproduce` fetches that data and model
+into a fresh workspace. `dvc_md5` and `lock_outs` compute DVC's own hashes (what dvc.lock records), so a pulled
+model is checked against the lock without DVC.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Names users give inventories and tables: a safe character set, checked where an inventory enters.
 
-Letters, digits, '_', '-' and '.', starting with a letter or digit, without '..', at most 200 characters
-(the same rule as a storage key segment: `check_key_part`, which the store and the gate use). So an inventory
-name is always usable as a storage key (plans/<inventory>/..., inventories/<inventory>/...) and a table name
-never contains '@' or '/', which column-shard unit names (`table@start:end`, dreamshard.placement.expand) and keys use.
-The check runs when an inventory is loaded, validated, synthesised, read from a trace or pushed, not in the
-Table model itself: shard units built internally are Tables named `table@start:end`.
+Letters, digits, '_', '-' and '.', starting with a letter or digit, without '..', at most 200 characters: the
+rule of a storage key segment too (`check_key_part`), so an inventory name is always a usable key and a table
+name never holds the '@' or '/' of unit names (dreamshard.values.units) and keys. The check runs where an
+inventory enters (load, validate, synth, trace, push), not in `Table`: internal units are Tables named
+`table@start:end` (docs/architecture.md, "Trust boundary").
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class Plan(StrictModel):
     inventory_name: str
     inventory_fingerprint: str
     # Inventory.schema_fingerprint of the inventory (tables' names, rows, dims, dtypes, features): how a training
-    # job finds the plan for its model (integrations.torchrec_current). None in plans made before it existed.
+    # job finds the plan for its model (integrations.torchrec_current). None in a plan that does not record it.
     schema_fingerprint: str | None = None
     topology: Topology
     sharder: str

@@ -2,8 +2,8 @@
 
 The strict base every value object derives from (`StrictModel`: pydantic v2, unknown fields forbidden, frozen),
 the strict number type (`Number`: a bool or a string is not read as a number), the bounds of a table's fields,
-THE embedding-dim rule (`DIM_ALIGN`, `dim_problem`), and the `Table` and `Inventory` models. Nothing here
-imports another dreamshard module; `dreamshard.values` re-exports all of it.
+THE embedding-dim rule (`DIM_ALIGN`, `dim_problem`), and the `Table` and `Inventory` models. It imports no
+other dreamshard module; `dreamshard.values` re-exports all of it.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def aligned_dim(dim: int) -> int:
     return max(DIM_ALIGN, (dim + DIM_ALIGN - 1) // DIM_ALIGN * DIM_ALIGN)
 
 
-#: The fields of a table that are its schema (Table.schema_fields); the others are statistics. Of `features`, the schema
-#: holds the names only (a feature's pooling is a statistic).
+#: The fields of a table that are its schema (Table.schema_fields); the others are statistics. Of `features`, the
+#: schema holds the names only (a feature's pooling is a statistic).
 SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype", "features")
 #: Separator of column-shard unit names (`table@start:end`, dreamshard.values.shard_name): units of one table
 #: serve its features.

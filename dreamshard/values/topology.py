@@ -23,11 +23,11 @@ Interconnect = Literal["measured", "fast"]
 
 
 #: The optimizer a training job fuses into its embedding kernels: what optimizer state each table carries
-#: (dreamshard.placement.validate: sgd none, row-wise Adagrad one float per row, Adam two per weight).
+#: (dreamshard.placement.device_memory: sgd none, row-wise Adagrad one float per row, Adam two per weight).
 Optimizer = Literal["sgd", "rowwise_adagrad", "adam"]
-#: How a device's memory is counted: "weights" = table weights and optimizer state only (plans made before the
-#: TorchRec-style model); "torchrec" = as TorchRec's storage estimator counts it: weights, optimizer state, the
-#: input/output buffers of the batch, and `memory_reserve` of the device kept free (dreamshard.placement.validate).
+#: How a device's memory is counted: "weights" = table weights and optimizer state only (the default);
+#: "torchrec" = as TorchRec's storage estimator counts it: weights, optimizer state, the input/output buffers of
+#: the batch (dreamshard.placement.device_memory). Either way `memory_reserve` of the device is kept free.
 MemoryModel = Literal["weights", "torchrec"]
 #: Bandwidth between hosts when nothing measured it (one machine cannot): a 100 Gb/s network, a topology
 #: parameter and labelled so wherever it is used (dreamshard.profiling.comm).
