@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.table import Table as RichTable
 
 from dreamshard.documents import atomic_write_bytes
+from dreamshard.errors import PlanError
 from dreamshard.evaluation.compare import Comparison, SharderResult
 from dreamshard.placement.device_memory import MemoryBreakdown, device_memory
 from dreamshard.placement.expand import expand_plan
@@ -204,6 +205,13 @@ def comparison_markdown(cmp: Comparison) -> str:
     return "\n".join(lines)
 
 
+def _measured(r: SharderResult) -> Costs:
+    """A contender's measured costs (every contender of a comparison is measured)."""
+    if r.plan.measured is None:
+        raise PlanError(f"contender {r.sharder} of the comparison has no measured costs; measure it with compare")
+    return r.plan.measured
+
+
 def plot_comparison_png(cmp: Comparison) -> bytes:
     """PNG bytes: one panel per sharder, per-device stacked bars of the four cost components."""
     import matplotlib  # optional dependency: matplotlib
@@ -217,10 +225,9 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), sharey=True, squeeze=False)
     colors = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
-    ymax = max((dc.total for r in results for dc in r.plan.measured.per_device), default=1.0) if results else 1.0
-    for ax, r in zip(axes.flat, results, strict=False):  # the grid may have spare axes
-        costs = r.plan.measured
-        assert costs is not None
+    measured = [_measured(r) for r in results]
+    ymax = max((dc.total for costs in measured for dc in costs.per_device), default=1.0) if results else 1.0
+    for ax, r, costs in zip(axes.flat, results, measured, strict=False):  # the grid may have spare axes
         bottom = [0.0] * len(costs.per_device)
         xs = list(range(len(costs.per_device)))
         for k, (comp, color) in enumerate(zip(COST_COMPONENTS, colors, strict=True)):

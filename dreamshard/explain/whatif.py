@@ -186,15 +186,19 @@ def _with_tables(inventory: Inventory, tables: Sequence[Table]) -> Inventory:
 
 def _plan(inventory: Inventory, plan: Plan, cost: PlanningCost, units: Mapping[str, int]) -> Plan:
     """The legal plan of `inventory` placing `units`, with its prediction (a one-line PlanError otherwise)."""
-    folded = make_plan(
+    folded = fold_units(inventory, units)
+    changed = make_plan(
         inventory,
         plan.topology,
         sharder=plan.sharder,
-        **fold_units(inventory, units).plan_fields(),
+        placement=folded.placement,
+        column_shards=folded.column_shards,
+        row_shards=folded.row_shards,
+        data_parallel=folded.data_parallel,
         model_version=plan.model_version,
     )
-    expanded, placed = expand_plan(inventory, folded)
-    return folded.model_copy(update={"predicted": cost.predict(list(expanded.tables), placed)})
+    expanded, placed = expand_plan(inventory, changed)
+    return changed.model_copy(update={"predicted": cost.predict(list(expanded.tables), placed)})
 
 
 def _remove(inventory: Inventory, placed: dict[str, int], removed: Sequence[str], changes: list[str]) -> Inventory:

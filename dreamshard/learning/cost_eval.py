@@ -68,7 +68,7 @@ def _member_predictions(ens: CostEnsemble, b: Batch) -> tuple[np.ndarray, np.nda
     """(K, Ndev, 4) device costs ms, (K, B) overall ms from the overall heads, (Ndev,) non-empty mask."""
     devs, overalls = [], []
     nonempty = None
-    for net in ens.members:
+    for net in ens.nets:
         dev_pred, overall_pred, nonempty = net.forward_flat(
             b.feats, b.table_device, b.num_devices_total, b.device_placement, b.num_placements
         )

@@ -19,7 +19,7 @@ mean error -9%), so the spread marks crowded devices as uncertain and planning c
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,8 +58,18 @@ def _mlp(i: int, h: int, o: int, final_relu: bool) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def _head_layers(head: nn.Module) -> tuple[nn.Linear, nn.Linear]:
+    """The hidden and output layers of a head built by `_mlp` (an nn.Sequential indexes as plain modules)."""
+    assert isinstance(head, nn.Sequential)
+    hidden, out = head[0], head[2]
+    assert isinstance(hidden, nn.Linear) and isinstance(out, nn.Linear)
+    return hidden, out
+
+
 class CostNet(nn.Module):
     """Predicts per-device fused costs and the overall cost of a placement from table features."""
+
+    target_scale: torch.Tensor  # a registered buffer
 
     def __init__(self, spec: CostNetSpec | None = None, activation: str = "relu") -> None:
         super().__init__()
@@ -70,7 +80,10 @@ class CostNet(nn.Module):
         self.table_mlp = _mlp(s.in_features, s.hidden, s.latent, final_relu=True)
         self.device_heads = nn.ModuleList(_mlp(s.latent, s.head_hidden, 1, False) for _ in range(NUM_DEVICE_COSTS))
         self.overall_head = _mlp(s.latent, s.head_hidden, 1, False)
-        self._head_params = [p for h in self.device_heads for p in (h[0].weight, h[0].bias, h[2].weight, h[2].bias)]
+        self._heads = [_head_layers(h) for h in self.device_heads]
+        self._head_params = [
+            p for hidden, out in self._heads for p in (hidden.weight, hidden.bias, out.weight, out.bias)
+        ]
         # target scales in ms: 4 device costs then overall
         self.register_buffer("target_scale", torch.ones(NUM_DEVICE_COSTS + 1))
 
@@ -102,10 +115,10 @@ class CostNet(nn.Module):
         if not grad and cache is not None and cache[0] == key:
             return cache[1]
         fused = (
-            torch.cat([h[0].weight for h in self.device_heads]),  # (4*H, L)
-            torch.cat([h[0].bias for h in self.device_heads]),
-            torch.stack([h[2].weight[0] for h in self.device_heads]),  # (4, H)
-            torch.cat([h[2].bias for h in self.device_heads]),
+            torch.cat([hidden.weight for hidden, _ in self._heads]),  # (4*H, L)
+            torch.cat([hidden.bias for hidden, _ in self._heads]),
+            torch.stack([out.weight[0] for _, out in self._heads]),  # (4, H)
+            torch.cat([out.bias for _, out in self._heads]),
         )
         if not grad:
             self._head_cache = (key, fused)
@@ -157,25 +170,30 @@ class CostEnsemble(nn.Module):
         return len(self.members)
 
     @property
+    def nets(self) -> list[CostNet]:
+        """The members, typed (an nn.ModuleList yields them as plain modules)."""
+        return cast(list[CostNet], list(self.members))
+
+    @property
     def cost_scale(self) -> float:
         """A typical overall cost (ms): the members' mean overall target scale."""
-        return float(torch.stack([m.target_scale[-1] for m in self.members]).mean())
+        return float(torch.stack([m.target_scale[-1] for m in self.nets]).mean())
 
     def table_latents(self, feats: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (K, N, latent)."""
-        return torch.stack([m.table_latents(feats) for m in self.members])
+        return torch.stack([m.table_latents(feats) for m in self.nets])
 
     def member_device_costs(self, dev_repr: torch.Tensor, nonempty: torch.Tensor) -> torch.Tensor:
         """(K, ..., latent) per-member summed latents, (...) mask -> (K, ..., 4) costs in ms.
 
         Without gradients (planning) all members' heads run as one batched matmul per layer."""
         if torch.is_grad_enabled():
-            return torch.stack([m.device_costs_ms(dev_repr[k], nonempty) for k, m in enumerate(self.members)])
+            return torch.stack([m.device_costs_ms(dev_repr[k], nonempty) for k, m in enumerate(self.nets)])
         w1, b1, w2, b2, scale = self._stacked_heads()
         k, lead = dev_repr.shape[0], dev_repr.shape[1:-1]
         x = dev_repr.reshape(k, -1, dev_repr.shape[-1])
         hid = torch.baddbmm(b1.unsqueeze(1), x, w1.transpose(1, 2))  # (K, M, 4*H)
-        hid = torch.stack([_ACTIVATIONS[m.activation](hid[i]) for i, m in enumerate(self.members)])
+        hid = torch.stack([_ACTIVATIONS[m.activation](hid[i]) for i, m in enumerate(self.nets)])
         hid = hid.unflatten(-1, (NUM_DEVICE_COSTS, w2.shape[-1]))  # (K, M, 4, H)
         out = ((hid * w2.unsqueeze(1)).sum(-1) + b2.unsqueeze(1)) * scale.unsqueeze(1)
         out = out.reshape(k, *lead, NUM_DEVICE_COSTS)
@@ -183,13 +201,13 @@ class CostEnsemble(nn.Module):
 
     def _stacked_heads(self) -> tuple[torch.Tensor, ...]:
         """Every member's fused head weights stacked on a leading member axis (cached while unchanged)."""
-        key = tuple(p._version for m in self.members for p in (*m._head_params, m.target_scale))
+        key = tuple(p._version for m in self.nets for p in (*m._head_params, m.target_scale))
         cache = getattr(self, "_stack_cache", None)
         if cache is not None and cache[0] == key:
             return cache[1]
-        parts = [m._fused_heads() for m in self.members]
+        parts = [m._fused_heads() for m in self.nets]
         stacked = tuple(torch.stack([p[i] for p in parts]) for i in range(4)) + (
-            torch.stack([m.target_scale[:NUM_DEVICE_COSTS] for m in self.members]),
+            torch.stack([m.target_scale[:NUM_DEVICE_COSTS] for m in self.nets]),
         )
         self._stack_cache = (key, stacked)
         return stacked

@@ -50,13 +50,14 @@ class Policy(nn.Module):
             nn.Linear(s.in_features, s.hidden), nn.ReLU(), nn.Linear(s.hidden, s.latent), nn.ReLU()
         )
         self.cost_emb = nn.Sequential(nn.Linear(NUM_POLICY_COSTS, s.latent), nn.ReLU())
-        self.head = nn.Sequential(nn.Linear(2 * s.latent, s.head_hidden), nn.ReLU(), nn.Linear(s.head_hidden, 1))
+        hidden, out = nn.Linear(2 * s.latent, s.head_hidden), nn.Linear(s.head_hidden, 1)
+        self.head = nn.Sequential(hidden, nn.ReLU(), out)
         # Residual cost-greedy prior: logit = head(...) - w * (predicted total of the device with the table).
         # With the head's last layer zeroed, an untrained policy is the greedy rule "put the table where
         # the cost net predicts the cheapest resulting device" (LPT on fused, predicted costs), instead of
         # an arbitrary argmax; REINFORCE learns the corrections (and w) from there.
-        nn.init.zeros_(self.head[-1].weight)
-        nn.init.zeros_(self.head[-1].bias)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
         self.prior_weight = nn.Parameter(torch.tensor(float(s.prior_weight)))
 
     def encode(self, tables: Sequence[Table], batch_size: float) -> torch.Tensor:

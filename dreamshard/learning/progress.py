@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
     """Yield `advance(n)`. Shows a rich bar on stderr when enabled (rich hides it when not a TTY)."""
     if not enabled or total <= 0:
-        yield lambda n=1: None
+        yield _ignore
         return
     with Progress(
         TextColumn("{task.description}"),
@@ -24,4 +24,12 @@ def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Calla
         transient=True,
     ) as prog:
         task = prog.add_task(label, total=total)
-        yield lambda n=1: prog.advance(task, n)
+
+        def advance(n: int = 1) -> None:
+            prog.advance(task, n)
+
+        yield advance
+
+
+def _ignore(n: int = 1) -> None:
+    """`advance` when no bar is shown."""

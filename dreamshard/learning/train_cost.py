@@ -154,7 +154,7 @@ def train_cost_model(
     feats, samples, _ = to_samples(pool, train_recs)
     losses = []
     with progress_bar("train cost ensemble", config.steps * ens.size, progress) as advance:
-        for k, net in enumerate(ens.members):
+        for k, net in enumerate(ens.nets):
             if init is None:  # a warm-started net keeps the scale its outputs were trained in
                 net.target_scale.copy_(_target_scale(samples))
             torch.manual_seed(config.seed * 1009 + k)
@@ -172,11 +172,13 @@ def train_cost_model(
         )
     ev = {k: clean_metric(v) for k, v in evaluate_cost_net(ens, pool, test_recs).items()}
     last = float(np.mean(losses))
-    metrics = CostMetrics(
-        n_train=len(train_recs),
-        n_test=len(test_recs),
-        ensemble_size=ens.size,
-        train_loss=last if math.isfinite(last) else None,
-        **ev,
+    metrics = CostMetrics.model_validate(  # the held-out figures are validated as the model's fields
+        {
+            "n_train": len(train_recs),
+            "n_test": len(test_recs),
+            "ensemble_size": ens.size,
+            "train_loss": last if math.isfinite(last) else None,
+            **ev,
+        }
     )
     return ens, metrics

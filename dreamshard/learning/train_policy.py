@@ -66,7 +66,7 @@ EstimatorFor = CostEstimator | Callable[[Topology], CostEstimator]
 
 
 def estimator_for(estimator: EstimatorFor, topology: Topology) -> CostEstimator:
-    return estimator if isinstance(estimator, CostEstimator) else estimator(topology)  # type: ignore[operator]
+    return estimator if isinstance(estimator, CostEstimator) else estimator(topology)
 
 
 def task_topology(template: TopologyConfig, task: Task, batch_sizes: Mapping[str, int] | None = None) -> Topology:

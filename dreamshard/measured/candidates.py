@@ -18,10 +18,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
 from dreamshard.search.candidates import Candidate
 from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling import Oracle
 
 #: interleaved rounds per verified candidate by default
 VERIFY_ROUNDS = 3
@@ -84,7 +88,7 @@ def _duel(
     measured: list[list[Measurement]],
     best: int,
     need: int,
-    oracle: object,
+    oracle: Oracle,
     seed: int,
 ) -> int:
     """More paired rounds of the default (0) and the confirmed challenger `best` until it has won `need` in all or
@@ -97,7 +101,7 @@ def _duel(
         [plans[0], plans[best]],
         oracle,
         more,
-        seed=seed + 1,  # type: ignore[arg-type]
+        seed=seed + 1,
         narrow=challengers,
     )
     measured[0] += duel[0]
@@ -111,7 +115,7 @@ def verify_candidates(
     topology: Topology,
     candidates: Sequence[Candidate],
     plans: Sequence[Plan],
-    oracle: object,
+    oracle: Oracle,
     rounds: int = VERIFY_ROUNDS,
     seed: int = 0,
     hold: float | None = None,
@@ -130,7 +134,7 @@ def verify_candidates(
         plans,
         oracle,
         max(1, rounds),
-        seed=seed,  # type: ignore[arg-type]
+        seed=seed,
         narrow=challengers,
     )
     best = kept_index(
@@ -156,7 +160,7 @@ def verify_candidates(
         )
     # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
     at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
-    info = oracle.info  # type: ignore[attr-defined]
+    info = oracle.info
     kept = plans[best].model_copy(update={"measured": median_costs([at_median]), "measured_by": info})
     record = Verification(backend=info, rounds=max(1, rounds), candidates=tuple(rows), chosen=candidates[best].source)
     return kept.model_copy(update={"verification": record}), record

@@ -273,11 +273,15 @@ def refine_plan(
     )
     if not trace.kept:
         return plan.model_copy(update={"refinement": trace})
+    folded = fold_units(inventory, refined)
     new = make_plan(
         inventory,
         plan.topology,
         sharder=plan.sharder,
-        **fold_units(inventory, refined).plan_fields(),
+        placement=folded.placement,
+        column_shards=folded.column_shards,
+        row_shards=folded.row_shards,
+        data_parallel=folded.data_parallel,
         predicted=cost.predict(list(units.tables), refined),
         model_version=plan.model_version,
     )

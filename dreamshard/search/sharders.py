@@ -129,11 +129,15 @@ class ModelSharder(Sharder):
         cost: PlanningCost,
     ) -> Plan:
         """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
+        folded = fold_units(inventory, unit_placement)
         plan = make_plan(
             inventory,
             topology,
             sharder=self.name,
-            **fold_units(inventory, unit_placement).plan_fields(),
+            placement=folded.placement,
+            column_shards=folded.column_shards,
+            row_shards=folded.row_shards,
+            data_parallel=folded.data_parallel,
             predicted=cost.predict(list(units.tables), unit_placement),
             model_version=self.model.card.version,
         )
