@@ -108,7 +108,7 @@ def installed_pipeline_file(name: Literal["dvc.yaml", "params.yaml"]) -> Path:
 
 
 def params_file(params_path: str | Path | None, lookup: Lookup = "given") -> Path | None:
-    """The params file a command reads: the given one, else per `lookup` (module docstring)."""
+    """The params file a command reads: the given one, else per `lookup` (`Lookup`)."""
     if params_path is not None:
         return Path(params_path)
     if lookup in ("local", "installed") and LOCAL_PARAMS.is_file():

@@ -1,12 +1,9 @@
-"""Integrations with the frameworks that run a plan.
+"""Integrations with the frameworks that run a plan (docs/architecture.md, "Integrations"; docs/torchrec.md).
 
-``dreamshard.integrations.torchrec_file`` is the plan file TorchRec users receive (no torch needed);
-``dreamshard.integrations.torchrec`` turns it (or a Plan) into TorchRec's ``ShardingPlan`` and back;
-``torchrec_model`` reads a TorchRec model and its KeyedJaggedTensor batches into an inventory
-(``inventory_from_module``); ``torchrec_current`` is the training job's call, the store's current plan for its
-model (``load_current_sharding_plan``). The harness
-that runs real ``DistributedModelParallel`` training steps on CPU ranks serves only the tests and
-``bench/dmp_step.py``, so it lives with them (``tests/dmp_support.py``).
+`torchrec_file`: the plan file TorchRec users receive (no torch needed); `torchrec`: that file (or a Plan) as
+TorchRec's ``ShardingPlan`` and back; `torchrec_model`: a TorchRec model and its batches as an inventory;
+`torchrec_current`: the training job's call, the store's current plan for its model. The harness that runs real
+``DistributedModelParallel`` steps serves only the tests and bench, so it lives with them (tests/dmp_support.py).
 """
 
 from __future__ import annotations

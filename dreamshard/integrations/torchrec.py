@@ -1,4 +1,5 @@
-"""Plans in TorchRec: a dreamshard plan as TorchRec's ``ShardingPlan``, and a TorchRec plan as a dreamshard Plan.
+"""Plans in TorchRec: a dreamshard plan as TorchRec's ``ShardingPlan``, and a TorchRec plan as a dreamshard Plan
+(docs/torchrec.md; docs/architecture.md, "Integrations").
 
 Using a plan (the one documented call)::
 
@@ -6,31 +7,9 @@ Using a plan (the one documented call)::
     plan = load_sharding_plan("tr.json", ebc, world_size=dist.get_world_size())
     model = DistributedModelParallel(ebc, device=device, plan=plan, sharders=sharders)
 
-``tr.json`` is what ``dreamshard plan --torchrec-out tr.json`` writes (``dreamshard.integrations.torchrec_file``).
-``ebc`` is the model (or any module holding ``EmbeddingBagCollection`` / ``EmbeddingCollection`` modules, each
-sharded under its own path) or a list of its ``EmbeddingBagConfig``. Every table of the module needs an entry
-in the plan and the other way round. Per table the plan becomes TorchRec's own generator, assembled with
-``construct_module_sharding_plan``: ``table_wise(rank=r)``, ``column_wise(ranks=[...])`` for equal column
-shards, and for unequal ones the same ``ParameterSharding`` built from ``ShardMetadata`` (the column-wise
-rules are in ``dreamshard.integrations.torchrec_file``); ``row_wise()``, ``table_row_wise(host_index=h)`` (h =
-the host of the table's ranks, ``local_size`` ranks per host: the file's ``local_world_size``) and
-``data_parallel()`` (the dense kernel). Row ranges are checked to be TorchRec's own row blocks of the module's
-rows, so the file and DMP agree on where every row lives. A TorchRec ``ShardingPlan`` is read back by
-``document_from_sharding_plan`` (``dreamshard.integrations.torchrec_import``).
-
-Table names: a table is found in the module under its own name, else under ``torchrec_table_name(name)``
-(TorchRec's module dicts reject '.', so ``build_ebc`` uses that form), or under ``names[name]`` when a mapping
-is given.
-
-Kernels: the file names one compute kernel per table. "fused" (FBGEMM's table-batched operator with the
-optimizer applied in the backward) is the default and runs on CPU with fbgemm-gpu-cpu; pass the optimizer to
-DMP's sharder (``EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD,
-"learning_rate": lr})``) or it trains with FBGEMM's default. "dense" keeps plain parameters for a torch
-optimizer. Both run forward and backward in ``DistributedModelParallel`` on CPU ranks over gloo.
-
-torch is imported at module level; torchrec (an optional dependency) only inside the functions: without it,
-everything else in dreamshard works and these calls raise a one-line MissingDependencyError with the install
-command.
+Per table the plan becomes TorchRec's own generator (`construct_module_sharding_plan`), with every table's shape
+checked against the module (`check_table_shape`). torchrec is an optional dependency, imported inside the
+functions: without it these calls raise a one-line MissingDependencyError with the install command.
 """
 
 from __future__ import annotations

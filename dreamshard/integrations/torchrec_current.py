@@ -1,4 +1,5 @@
-"""The training job's side: the store's current plan for this model, as TorchRec's ``ShardingPlan``.
+"""The training job's side: the store's current plan for this model, as TorchRec's ``ShardingPlan``
+(docs/torchrec.md, "The training job loads its plan").
 
 Usage (the training job knows its model and the store, not an inventory name)::
 
@@ -7,14 +8,9 @@ Usage (the training job knows its model and the store, not an inventory name)::
     print(current.reason)  # what was loaded, or what it fell back to and why
     model = DistributedModelParallel(model, plan=current.sharding_plan, ...)  # None: TorchRec's own planner
 
-How the plan is found: the model's schema fingerprint (its EBC tables' names, rows, dims, dtypes and features,
-`dreamshard.integrations.torchrec_model.schema_fingerprints`; no statistics needed) is looked up among the current
-plans of the store's inventories (`dreamshard.store.lookup`, read-only). Given `inventory=NAME`, that inventory's
-current plan is used instead. Then the same checks as every route (`torchrec.sharding_plan`): world size,
-every table's rows and dim against the module, column shards tiling the dim. A shape mismatch is an error (one
-line naming the table and both shapes); "no plan" (none for this schema, another world size, an empty store) is
-a result with ``sharding_plan=None`` and a one-line `reason`, so the job decides, and says, what it falls back
-to; ``require()`` turns it into an error.
+The plan is the current one whose schema fingerprint is the model's (dreamshard.store.lookup, read-only), or the
+current plan of `inventory=NAME`; then every check `torchrec.sharding_plan` makes. A shape mismatch is an error;
+"no plan" is a result with ``sharding_plan=None`` and a one-line `reason` (``require()`` raises instead).
 """
 
 from __future__ import annotations

@@ -1,49 +1,11 @@
-"""The TorchRec plan file: what ``dreamshard plan --torchrec-out FILE`` writes (no torch needed to read it).
+"""The TorchRec plan file: what ``dreamshard plan --torchrec-out FILE`` writes (no torch needed to read it;
+docs/torchrec.md).
 
-One JSON document::
-
-    {"format": "dreamshard-torchrec-plan", "version": 1,
-     "plan_id": ..., "sharder": ..., "inventory_name": ..., "inventory_fingerprint": ...,
-     "world_size": 4, "device_type": "cpu",
-     "tables": {"users": {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [2],
-                          "num_embeddings": 1000, "embedding_dim": 64},
-                "items": {"sharding_type": "column_wise", "compute_kernel": "fused", "ranks": [0, 3],
-                          "column_ranges": [[0, 64], [64, 128]], "num_embeddings": 50000, "embedding_dim": 128}}}
-
-``tables`` is ``Plan.to_torchrec()`` (the stable TorchRec form of a plan) with each table's shape added when the
-inventory is known; a bare ``{table: {...}}`` map (``dreamshard plans show --torchrec``) is read as well, with
-the world size given by the caller. ``dreamshard.integrations.torchrec.load_sharding_plan`` turns the file into
-TorchRec's ``ShardingPlan``; ``plan_from_document`` turns it (or an imported TorchRec plan) back into a Plan.
-
-A column_wise table's ``column_ranges[i]`` lives on ``ranks[i]``; the ranges may be listed in any order, and
-every reader takes them through ``TableSharding.column_shards`` (paired as listed, in column order), so
-``torchrec import`` and ``load_sharding_plan`` place the same columns on the same ranks.
-
-Column-wise rules (TorchRec 1.9.2, checked in its source and by tests/test_torchrec_dmp.py):
-
-* ``column_wise(ranks=[r0, ..., rk-1])`` cuts a table into k equal shards, shard i on rank ri; a rank may appear
-  more than once (that rank then holds several shards of the table). If dim / k is not a multiple of 4 it
-  silently widens the shard to the next multiple of 4 that divides dim and drops ranks (dim 24 on 4 ranks
-  gives 3 shards of 8).
-* ``column_wise(size_per_rank=[...])`` allows unequal widths but ignores ``ranks``: shard i always goes to rank i.
-* TorchRec's planner only proposes equal shards (blocks of ``ParameterConstraints.min_partition`` columns,
-  default 128; a dim the block does not divide is not split).
-* A ``ParameterSharding`` itself is a list of ``ShardMetadata`` (column offset, width, rank), and
-  ``DistributedModelParallel`` runs unequal widths on any ranks, repeats included (fused and dense kernels,
-  CPU/gloo: the DMP test checks every pooled output against the weights).
-
-So a dreamshard column split is any tiling of the table's columns into shards whose widths are multiples of 4
-(``dreamshard.placement.expand``; also FBGEMM's rule for fused-kernel dims), on any devices. The export uses
-``column_wise(ranks=...)`` when the widths are equal and the same ``ParameterSharding`` built from TorchRec's
-public types (``ShardMetadata``, ``EnumerableShardingSpec``) when they are not; a width that is not a multiple
-of 4 is refused (typed one-line error) before TorchRec could mis-place it.
-
-Row types (version 1 still; files without them load unchanged): a ``row_wise`` table lists every rank in order
-with ``row_ranges[i]`` (``[start, end]``) on ``ranks[i]``; a ``table_row_wise`` one the ranks of one host
-(``local_world_size`` ranks per host, a field of the file, default: all ranks on one host). The ranges must be
-TorchRec's row blocks (``dreamshard.placement.expand.check_row_shards``: ceil(rows / k) rows each), the only layout its
-row-wise kernels bucketise ids by. A ``data_parallel`` table lists every rank and uses the ``dense`` kernel
-(TorchRec's only data-parallel kernel on CPU and CUDA alike).
+One JSON document, ``{"format": "dreamshard-torchrec-plan", "version": 1, "world_size", "device_type", ...,
+"tables": {name: TableSharding}}``: per table its sharding type, compute kernel, ranks and, by type, its column or
+row ranges (``ranges[i]`` on ``ranks[i]``) and shape. A bare ``{table: {...}}`` map is read too, with the world size
+given by the caller. Column shards are any tiling of the columns in multiples of 4, on any ranks; row ranges must
+be TorchRec's row blocks; a data_parallel table lists every rank with the ``dense`` kernel.
 """
 
 from __future__ import annotations

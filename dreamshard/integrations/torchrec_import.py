@@ -1,11 +1,9 @@
-"""TorchRec's ``ShardingPlan`` read back as a dreamshard TorchRec plan file (no torch or torchrec import needed:
-it reads the plan's ``ParameterSharding`` attributes).
+"""TorchRec's ``ShardingPlan`` read back as a dreamshard TorchRec plan file (docs/torchrec.md). No torch or
+torchrec import is needed: it reads the plan's ``ParameterSharding`` attributes.
 
-Every sharding type a dreamshard plan holds is read: ``table_wise`` (one rank), ``column_wise`` (one column range
-per shard), ``row_wise`` and ``table_row_wise`` (one row range per shard, which must be TorchRec's row blocks and
-non-empty: TorchRec's generators emit an empty block on the last ranks when a table has fewer rows than
-ceil(rows / k) x k needs, e.g. 5 rows on 4 ranks is 2, 2, 1, 0; such a table is refused, naming it and the rank
-holding nothing) and ``data_parallel`` (every rank, no sharding spec). Any other type (grid_shard) is a PlanError.
+Every sharding type a dreamshard plan holds is read (table-, column-, row-, table-row-wise, data-parallel); any
+other type is a PlanError, and so is a row-sharded table with an empty block (TorchRec's generators emit one on
+the last ranks when a table has too few rows, e.g. 5 rows on 4 ranks: 2, 2, 1, 0), naming the table and the rank.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
-"""An inventory from a TorchRec model and its data: `inventory_from_module(model, batches, batch_size)`.
+"""An inventory from a TorchRec model and its data: `inventory_from_module(model, batches, batch_size)`
+(docs/torchrec.md; docs/architecture.md, "Integrations").
 
-The tables are the model's: every ``EmbeddingBagCollection`` in it (the module itself or a submodule, weighted
-ones too: ``is_weighted()``), each table named as TorchRec names it (``EmbeddingBagConfig.name``), with its rows,
-dim and dtype (fp32 / fp16) from the config and its features from ``feature_names``. A table whose only feature
-is named like the table has no `features` (one output, `Table.features` empty); any other table lists its
-features (a shared table: several). `module_inventory(model)` is that schema alone (pooling 0): what
-`load_current_sharding_plan` fingerprints.
-
-The statistics are measured from the model's own batches (``KeyedJaggedTensor``s of ``batch_size`` samples):
-
-* pooling per feature = lookups of the feature / (batches x batch_size); a table's pooling is their sum (the
-  mean lookups per sample do not depend on the batch size, so no rescaling);
-* the 17-bin reuse histogram per table (dreamshard.inventory.histogram) over all its features' lookups of one
-  batch, at ``planned_batch_size``: when it is a multiple m of ``batch_size`` and there are at least m batches,
-  m consecutive batches are merged into one (the real counts of a planned batch); otherwise every unique row's
-  count c is rescaled to the planned batch (r = planned / observed): r >= 1 keeps the row with count c x r (rows
-  the observed batch never saw are not invented: the histogram leans to more reuse), r < 1 keeps it with
-  probability 1 - (1 - r)^c and, when kept, the expected count c x r / (1 - (1 - r)^c); rescaled counts are
-  re-binned (count <= 1 in bin 0). Per-batch histograms are averaged over the batches with lookups.
-
-Batches file: ``torch.save`` of a list of dicts ``{"keys": [...], "values": tensor, "lengths": tensor,
-("weights": tensor)}`` (lengths key-major: ``batch_size`` per key), read with ``torch.load(weights_only=True)``;
-or a list of ``KeyedJaggedTensor``s, which is a pickle of torchrec objects: torch refuses it under
-``weights_only=True``, so it is read only with ``allow_pickle=True`` (CLI ``--allow-pickle``; trusted files only).
-
-Errors (one line, typed): a batch key no table serves, a table none of whose features is in any batch, an index
-outside ``[0, num_embeddings)``, a batch of another size; a feature present with no lookups (pooling 0) is legal
-and warned about.
+The tables are the model's `EmbeddingBagCollection`s' (weighted ones too), named as TorchRec names them, with
+their rows, dims, dtypes and features; `module_inventory` is that schema alone (what `load_current_sharding_plan`
+fingerprints). The statistics come from the model's own batches: pooling per feature (lookups per sample) and each
+table's reuse histogram at the planned batch size. Bad batches are one-line typed errors naming the batch, feature
+or table.
 """
 
 from __future__ import annotations
@@ -188,7 +167,9 @@ def _batch(item: Any, i: int, batch_size: int) -> Batch:
 
 def load_batches(source: str | Path | Sequence[Any], batch_size: int, allow_pickle: bool = False) -> list[Batch]:
     """The batches of a file written by ``torch.save`` (or an in-memory list), each as {feature: (values,
-    lengths)}: the dict form under ``weights_only=True``; KeyedJaggedTensors only with `allow_pickle`."""
+    lengths)}. The file holds dicts ``{"keys", "values", "lengths"[, "weights"]}`` (lengths key-major:
+    ``batch_size`` per key), read under ``weights_only=True``; a list of KeyedJaggedTensors is a pickle of torchrec
+    objects, read only with `allow_pickle` (trusted files only)."""
     if isinstance(source, (str, Path)):
         p = Path(source)
         if not p.is_file():
@@ -218,7 +199,11 @@ def load_batches(source: str | Path | Sequence[Any], batch_size: int, allow_pick
 
 
 def rescaled_histogram(counts: np.ndarray, ratio: float) -> np.ndarray:
-    """The reuse histogram of one batch's unique-row access `counts` at `ratio` x the batch (module docstring)."""
+    """The reuse histogram of one batch's unique-row access `counts` at `ratio` x the batch.
+
+    Each count c is rescaled to the planned batch: r >= 1 keeps the row with count c x r (rows the observed batch
+    never saw are not invented: the histogram leans to more reuse); r < 1 keeps it with probability
+    1 - (1 - r)^c and, when kept, the expected count c x r / (1 - (1 - r)^c). Counts are then re-binned."""
     c = np.asarray(counts, dtype=np.float64)
     if ratio == 1.0:
         return histogram_from_counts(c.astype(np.int64))
@@ -234,7 +219,9 @@ def rescaled_histogram(counts: np.ndarray, ratio: float) -> np.ndarray:
 
 
 def _histogram(per_batch: list[np.ndarray], batch_size: int, planned: int) -> tuple[float, ...] | None:
-    """The table's averaged reuse histogram at the planned batch from its per-batch lookups."""
+    """The table's averaged reuse histogram at the planned batch from its per-batch lookups: when `planned` is a
+    multiple m of `batch_size` and there are at least m batches, m consecutive batches are merged (the real counts
+    of a planned batch); otherwise each batch's counts are rescaled (`rescaled_histogram`)."""
     m = planned // batch_size
     if planned % batch_size == 0 and 1 < m <= len(per_batch):
         per_batch = [np.concatenate(per_batch[i : i + m]) for i in range(0, len(per_batch) - m + 1, m)]
@@ -318,8 +305,9 @@ def inventory_from_module(
     name: str | None = None,
     allow_pickle: bool = False,
 ) -> Inventory:
-    """The inventory of a TorchRec model measured from its batches (module docstring); a feature with no lookups
-    is warned about (``UserWarning``)."""
+    """The inventory of a TorchRec model measured from its batches; a feature with no lookups is warned about
+    (``UserWarning``). A batch key no table serves, a table none of whose features is in any batch, an index
+    outside ``[0, num_embeddings)`` or a batch of another size is an InventoryError."""
     inv, notes = measure_module(model, batches, batch_size, planned_batch_size, name, allow_pickle)
     for note in notes:
         warnings.warn(note, stacklevel=2)

@@ -28,9 +28,6 @@ from dreamshard.values import (
 )
 from dreamshard.values.units import row_blocks
 
-#: DIM_ALIGN under the name dreamshard.sharders.torchrec_sharder imports; the rule itself is dim_problem.
-COLUMN_ALIGN = DIM_ALIGN
-
 
 def even_bounds(dim: int, k: int) -> list[tuple[int, int]]:
     """`k` equal column ranges of a `dim`-wide table; PlanError unless dim / k is a legal width (`dim_problem`)."""

@@ -322,7 +322,9 @@ def inter_host_beta_ms_per_mb(topology: Topology) -> float:
 
 
 def inter_host_fraction(topology: Topology, collective: Collective = "all_to_all") -> float:
-    """The share of a device's bytes that crosses hosts (0 on a flat topology; see the module docstring)."""
+    """The share of a device's bytes that crosses hosts: 0 on a flat topology; an all-to-all's bytes go evenly to
+    the other devices, (N - L) / (N - 1) of them on other hosts; a ring collective's every byte waits for the hop
+    between hosts (docs/architecture.md, "Communication costs")."""
     _check_collective(collective)
     n, local = topology.num_devices, topology.local_world_size
     if topology.hosts <= 1 or n <= 1:
@@ -335,8 +337,8 @@ def inter_host_fraction(topology: Topology, collective: Collective = "all_to_all
 def host_comm_model(topology: Topology, model: CommModel, collective: Collective | None = None) -> CommModel:
     """`model` (one device's measured, intra-host rate) as one device's cost on `topology`: on a flat topology
     `model` itself; with hosts ``alpha' = max(alpha, INTER_HOST_LATENCY_MS)`` and ``beta' = beta + f /
-    inter_host_gbps`` (f = ``inter_host_fraction``; module docstring), labelled with the inter-host bandwidth
-    parameter. ``collective`` (None: ``model.collective``) says how the bytes route."""
+    inter_host_gbps`` (f = ``inter_host_fraction``; docs/architecture.md, "Communication costs"), labelled with the
+    inter-host bandwidth parameter. ``collective`` (None: ``model.collective``) says how the bytes route."""
     route = collective or model.collective
     f = inter_host_fraction(topology, route)
     if f <= 0.0:
@@ -353,5 +355,5 @@ def host_comm_model(topology: Topology, model: CommModel, collective: Collective
 def device_comm_ms(topology: Topology, model: CommModel, nbytes: float, collective: Collective | None = None) -> float:
     """One device's cost (ms) of sending `nbytes` in one `collective` (None: ``model.collective``) on
     `topology`: ``model.cost_ms(nbytes)`` exactly on a flat topology; with hosts the bytes that cross hosts also
-    pay the inter-host link, ``Topology.inter_host_gbps`` (a parameter; module docstring). 0 for no bytes."""
+    pay the inter-host link, ``Topology.inter_host_gbps`` (a parameter; `host_comm_model`). 0 for no bytes."""
     return host_comm_model(topology, model, collective).cost_ms(nbytes)

@@ -1,17 +1,10 @@
-"""Sharders by name: the heuristics built in, everything else registered.
+"""Sharders by name: the heuristics built in, every other sharder registered (docs/architecture.md, "Where each
+rule lives").
 
-The registry knows the heuristics itself and finds the other sharders through the ``dreamshard.sharders``
-entry-point group (pyproject.toml: TorchRec's planner and the learned sharders of dreamshard.learning), or
-through `register_sharder` for code that builds its own. It never imports those modules by name: a sharder's
-module is loaded when that sharder is asked for, or when its family is (`sharder_names(kind=...)`,
-`learned_names()`), so this package has no dependency on the learning code and no list of learned names.
-
-Each sharder class says its `family` (heuristic / torchrec / learned / other) and the `options` its constructor
-accepts (dreamshard.sharders.base.Sharder). `get_sharder(name, **options)` rejects an option the sharder does not
-take (ConfigError naming both). A caller that holds ONE options dict for many sharders (the CLI's `--seed`,
-`--model`, `--samples`; a profiling seed for every placement kind) passes each its share with
-`options_for(name, shared)`, which drops what that sharder does not take; `learned_options` does the same for
-the learned sharders.
+TorchRec's planner and the learned sharders come through the `dreamshard.sharders` entry-point group
+(pyproject.toml) or `register_sharder`, never imported by name: a sharder's module loads when it, or its family,
+is asked for. Each sharder class says its `family` and the `options` it takes; `get_sharder(name, **options)`
+rejects an option it does not take, and `options_for(name, shared)` hands a sharder its share of a shared dict.
 """
 
 from __future__ import annotations

@@ -1,48 +1,11 @@
-"""TorchRec's own planner as a contender: ``torchrec`` unrestricted, ``torchrec_tw_cw`` table/column-wise only.
+"""TorchRec's own planner as a contender: `torchrec` (`TorchRecSharder`, the baseline) unrestricted, and
+`torchrec_tw_cw` (`TorchRecTwCwSharder`) table- and column-wise only (docs/architecture.md, "Integrations").
 
-``torchrec`` (`TorchRecSharder`, the baseline) lets ``EmbeddingShardingPlanner`` choose any sharding type a
-dreamshard plan holds (table_wise, column_wise, row_wise, table_row_wise, data_parallel; not its
-table_column_wise or grid_shard) and any kernel it enumerates for the device, with its own storage estimator
-(``memory_model="torchrec"``) and ``local_world_size`` = ``Topology.local_world_size``. Its plan is read back by
-``integrations.torchrec_import.document_from_sharding_plan`` and folded (``shards.fold_units``): row blocks
-become row shards, replicated tables data-parallel ones. A row layout dreamshard cannot hold (an empty row block:
-fewer rows than the ranks need) is a PlanError naming the table.
-
-``torchrec_tw_cw`` (`TorchRecTwCwSharder`, the former ``torchrec``) is described below: it restricts the same
-planner to table-wise sharding with the fused kernel, column-wise only for big tables.
-
-How our topology maps onto TorchRec's:
-
-* ``world_size`` = ``num_devices``; ``compute_device`` = our ``device_type`` (TorchRec's planner runs on a
-  CPU-only machine for both: it works on meta tensors and analytic estimates, no process group needed).
-* Our ``memory_per_device_gb`` is TorchRec's per-rank capacity for that device kind: ``hbm_cap`` on cuda,
-  ``ddr_cap`` on cpu (the fused kernel keeps its weights there).
-* Memory model (``memory_model``): by default ``"dreamshard"``, TorchRec's storage estimator is replaced by
-  one that charges each table its weights only (rows x dim x bytes), our model, so TorchRec competes under
-  exactly the memory constraint every other sharder obeys; its perf estimator, proposers and greedy
-  partitioner are untouched. ``"torchrec"`` keeps TorchRec's own ``EmbeddingStorageEstimator``, which adds
-  each table's input/output buffers (and optimizer state, none for fused SGD): stricter, so every plan it
-  accepts also fits ours, but it refuses placements that fit ours with modest slack (e.g. 20 tables on
-  4 devices with 10 % spare memory; 1,000 small tables on 16 devices with 50 % spare).
-* Storage reservation (``reserve_fraction``): TorchRec's default ``HeuristicalStorageReservation`` keeps
-  back 15 % of HBM plus an estimate of dense parameters. Our memory model counts table weights only, so
-  by default we reserve nothing; pass ``reserve_fraction=0.15`` to reproduce TorchRec's margin. We apply
-  the fraction to the capacity we hand TorchRec (its own percentage reservation only shrinks HBM, so it
-  would be silently ignored on cpu) and give it a zero ``FixedPercentageStorageReservation``.
-* ``Sharder.shard`` checks the result against ``dreamshard.placement.validate.check_placement`` in any case.
-* ``batch_size`` = our topology's batch size; each table's ``pooling_factor`` is its TorchRec
-  ``ParameterConstraints.pooling_factors``; only ``compute_kernels=["fused"]`` is allowed.
-* Sharding types (``column_wise``): ``"auto"`` (default) keeps a table that takes at most half a device
-  ``table_wise``; for a bigger one TorchRec may also choose ``column_wise``, and must for a table larger than a
-  device. Its shards are the widest multiple-of-4 divisor of the dim whose shard takes at most half a device (at
-  most a whole device if none does; TorchRec's ``min_partition``). So an inventory of small tables gets exactly
-  the table-wise plan, while Criteo Terabyte at dim 128 plans on 8 x 16 GB (its 23 GB tables in 32-column
-  shards; table-wise alone TorchRec's greedy partitioner also fails on the 14 GB table). ``"never"`` is
-  table-wise only: a table larger than a device is then an InfeasiblePlacementError naming it.
-  The result is read back through ``dreamshard.integrations.torchrec`` (the same import as any TorchRec plan).
-
-Table names go to TorchRec as ``t0, t1, ...`` (an EmbeddingBagCollection rejects names with dots), so any
-inventory name works; the ranks are mapped back to our names.
+Both run `EmbeddingShardingPlanner` on meta tensors with our topology (world size, hosts, memory per device as its
+hbm or ddr cap, batch size, each table's pooling), storage counted by our weights-only estimator or TorchRec's own
+(`memory_model`), and `reserve_fraction` taken off the capacity we hand it. Its plan is read back through
+dreamshard.integrations.torchrec_import and checked by the placement validator; its failures become one-line typed
+errors (dreamshard.sharders.torchrec_support). Tables go to TorchRec as `t0, t1, ...` (it rejects dots in names).
 """
 
 from __future__ import annotations
@@ -56,15 +19,17 @@ import torch
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.integrations.torchrec_import import document_from_sharding_plan
-from dreamshard.placement.expand import COLUMN_ALIGN, Folded, fold_units
+from dreamshard.placement.expand import Folded, fold_units
 from dreamshard.placement.validate import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.sharders.torchrec_support import internal_name as _internal_name
 from dreamshard.sharders.torchrec_support import quiet as _quiet
 from dreamshard.sharders.torchrec_support import translate
-from dreamshard.values import GB, Inventory, Plan, Table, Topology
+from dreamshard.values import DIM_ALIGN, GB, Inventory, Plan, Table, Topology
 
-MemoryModel = Literal["dreamshard", "torchrec"]
+#: Whose storage estimate TorchRec's planner plans with: ours (each shard its weights) or its own estimator's.
+StorageEstimate = Literal["dreamshard", "torchrec"]
+#: Whether TorchRec may split the tables that take more than half a device into column shards.
 ColumnWise = Literal["auto", "never"]
 
 #: TorchRec's planner is deterministic for one (sharder options, inventory version, topology) and takes seconds on a
@@ -85,7 +50,7 @@ def split_width(table: Table, capacity_bytes: int) -> int | None:
     widths = [
         w
         for w in range(table.embedding_dim, 0, -1)
-        if table.embedding_dim % w == 0 and w % COLUMN_ALIGN == 0 and w < table.embedding_dim
+        if table.embedding_dim % w == 0 and w % DIM_ALIGN == 0 and w < table.embedding_dim
     ]
     per_column = table.num_embeddings * table.bytes_per_element
     for budget in (capacity_bytes // 2, capacity_bytes):
@@ -129,7 +94,7 @@ class TorchRecTwCwSharder(Sharder):
     def __init__(
         self,
         reserve_fraction: float = 0.0,
-        memory_model: MemoryModel = "dreamshard",
+        memory_model: StorageEstimate = "dreamshard",
         verbose: bool = False,
         column_wise: ColumnWise = "auto",
     ) -> None:
@@ -205,7 +170,8 @@ class TorchRecTwCwSharder(Sharder):
         }
 
     def _split_widths(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        """{table: column-shard width} for the tables TorchRec may split: more than half a device (module docstring)."""
+        """{table: column-shard width} for the tables TorchRec may split (`column_wise="auto"`): those that take
+        more than half a device, cut as `split_width` says; `"never"`: none, and every table must fit whole."""
         if self.column_wise == "never":
             check_each_table_fits(inventory, topology)
             return {}
@@ -216,12 +182,12 @@ class TorchRecTwCwSharder(Sharder):
                 continue
             w = split_width(t, cap)
             if w is None:
-                narrowest = t.num_embeddings * t.bytes_per_element * COLUMN_ALIGN / GB
+                narrowest = t.num_embeddings * t.bytes_per_element * DIM_ALIGN / GB
                 raise InfeasiblePlacementError(
                     t.name,
                     t.size_gb,
                     topology.memory_per_device_gb,
-                    f"larger than one device, and even a {COLUMN_ALIGN}-column shard needs {narrowest:.3f} GB",
+                    f"larger than one device, and even a {DIM_ALIGN}-column shard needs {narrowest:.3f} GB",
                 )
             widths[t.name] = w
         return widths
@@ -335,7 +301,7 @@ class TorchRecSharder(TorchRecTwCwSharder):
     def __init__(
         self,
         reserve_fraction: float = 0.0,
-        memory_model: MemoryModel = "torchrec",
+        memory_model: StorageEstimate = "torchrec",
         verbose: bool = False,
         column_wise: ColumnWise = "auto",
     ) -> None:
