@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test bench pretrain clean
+.PHONY: install run test docs bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -m timing
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder
+	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d "$$d"; s=$$?; rm -rf "$$d"; exit $$s
+
+# The documentation site (mkdocs.yml, pages under docs/) into site/; --strict: a broken link fails it
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Plan quality on inventories the model never saw (quiet machine; see bench/generalisation.py)
 bench: $(STAMP)
