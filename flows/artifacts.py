@@ -41,7 +41,7 @@ def publish_plan_artifacts(
     stats report, markdown comparison with the baselines, the decision, the lineage, a link."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-    from dreamshard.evaluation import comparison_markdown, device_rows
+    from dreamshard.evaluation.render import comparison_markdown, device_rows
 
     inv = plan.inventory_name
     create_table_artifact(

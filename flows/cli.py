@@ -1,7 +1,8 @@
 """`dreamshard pipeline ...`: the commands that need Prefect. dreamshard/cli/app.py adds them through the
 `dreamshard.cli` entry point group when the console script starts (the library never imports this package; the
-DVC stages are library commands and run without Prefect). Module import stays cheap: Prefect loads inside the
-commands (optional dependency of the library CLI: prefect).
+DVC stages are library commands and run without Prefect). Importing this module imports Prefect, so the library
+CLI loads it only for `dreamshard pipeline ...` and the top-level help. Each command parses its options, calls one
+use case (dreamshard.usecases.pipeline; `run` hands it the orchestrator flow) and renders the result.
 
     pipeline run        the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set)
     pipeline init       create a workspace repository (git + DVC) from the installed dvc.yaml and params.yaml
@@ -11,8 +12,8 @@ commands (optional dependency of the library CLI: prefect).
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -20,28 +21,15 @@ import prefect  # noqa: F401  the commands here run flows; without Prefect the l
 import typer
 from rich.console import Console
 
-from dreamshard.config.settings import installed_pipeline_file, params_file, resolve
-from dreamshard.documents import load_inventory, save_inventory
-from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line
-from dreamshard.evaluation import comparison_table, load_comparison
-from dreamshard.pipeline.incumbent import NoIncumbent, read_incumbent
-from dreamshard.pipeline.workspace import (
-    COMPARISON,
-    INPUT_INCUMBENT,
-    INPUT_INVENTORY,
-    MODEL_DIR,
-    PARAMS,
-    PipelineWorkspace,
-    RemoteSpec,
-    check_directory_path,
-)
-from dreamshard.store import open_store
+from dreamshard.config.settings import params_file, resolve
+from dreamshard.evaluation.render import comparison_table
+from dreamshard.usecases import pipeline as pipeline_uc
+from dreamshard.usecases.pipeline_steps import RunSummary
 
 pipeline_app = typer.Typer(
     help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.", no_args_is_help=True
 )
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml with one section per stage.")]
 WorkspaceOpt = Annotated[Path, typer.Option("--workspace", "-w", help="The workspace repository (git + DVC).")]
 StoreOpt = Annotated[
     str | None,
@@ -64,21 +52,6 @@ def _echo_ui_hint(flow_name: str) -> None:
             "ran against an ephemeral Prefect API; for the UI start infra/start-prefect.sh and "
             "export PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
-
-
-def describe_status(entries: object) -> str:
-    """One stage's `dvc status` entries as `path (modified), ...` (what changed, not Python's repr)."""
-    parts: list[str] = []
-    for entry in entries if isinstance(entries, list) else [entries]:
-        if isinstance(entry, dict):
-            for kind, what in entry.items():
-                if isinstance(what, dict):
-                    parts += [f"{path} ({how})" for path, how in what.items()]
-                else:
-                    parts.append(f"{kind}: {what}")
-        else:
-            parts.append(str(entry))
-    return ", ".join(parts) or "changed"
 
 
 @pipeline_app.command("run")
@@ -124,48 +97,27 @@ def run_cmd(
     ] = None,
 ) -> None:
     """Run the orchestrator once: the changed stages of dvc.yaml in the workspace, dvc push, gate, publish."""
-    # Pre-flight: bad input fails here in one line, before Prefect starts and before anything is written.
-    if dispatch not in ("auto", "local", "workers"):
-        raise ConfigError(f"--dispatch must be auto, local or workers, got '{dispatch}'")
-    if dispatch == "workers" and not os.environ.get("PREFECT_API_URL"):
-        raise ConfigError(
-            "--dispatch workers needs a Prefect server the workers poll: start infra/start-prefect.sh "
-            "and export PREFECT_API_URL=http://127.0.0.1:4200/api"
-        )
     params = params_file(params, lookup="installed")
-    cfg = resolve(params, {"profile.backend": backend})
-    cfg.check_pipeline()
-    if inventory is None and (workspace / INPUT_INVENTORY).is_file():
-        inventory = workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise
-    inv = load_inventory(inventory) if inventory is not None else cfg.inventory.synthesize()
-    open_store(store or cfg.publish.store_uri, endpoint_url=endpoint_url).check()
-    if export_model is not None and export_model.exists() and not export_model.is_dir():
-        raise ConfigError(f"--export-model {export_model} is a file; give a directory")
-    if inventory is None:  # a new workspace starts from the synthetic pool of params.inventory
-        inventory = workspace / INPUT_INVENTORY
-        save_inventory(inv, inventory)
-
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
-    from dreamshard_flows.orchestrator import retrain_on_inventory_change
-    from dreamshard_flows.requests import OrchestratorRequest
-
-    req = OrchestratorRequest(
-        workspace=str(workspace),
-        params_path=str(params),
-        inventory_path=str(inventory),
-        store_uri=store,
+    request = pipeline_uc.RunRequest(
+        settings=resolve(params, {"profile.backend": backend}),
+        workspace=workspace,
+        params=params,
+        inventory=inventory,
+        store=store,
         endpoint_url=endpoint_url,
         dvc_remote=dvc_remote,
         dvc_remote_endpoint=dvc_remote_endpoint,
         backend=backend,
-        dispatch=dispatch,  # type: ignore[arg-type]
+        dispatch=dispatch,
         force=force,
         reprofile=reprofile,
+        export_model=export_model,
+        api_url=os.environ.get("PREFECT_API_URL"),
     )
-    summary = retrain_on_inventory_change(req)
-    ws = PipelineWorkspace(workspace)
-    if summary.outcome is not None and ws.path(COMPARISON).is_file():
-        Console().print(comparison_table(load_comparison(ws.path(COMPARISON))))
+    result = pipeline_uc.run(request, _orchestrate)
+    summary = result.summary
+    if result.comparison is not None:
+        Console().print(comparison_table(result.comparison))
     typer.echo(summary.reason)
     if summary.outcome is not None:
         o = summary.outcome
@@ -173,12 +125,33 @@ def run_cmd(
             f"plan {o.plan_id}: {'current' if o.is_current else 'not current'} at {o.store.rstrip('/')}/{o.key}"
             f" (model md5 {o.model_md5}, workspace revision {(o.git_revision or '')[:12]})"
         )
-    if export_model is not None and ws.path(MODEL_DIR).is_dir():
-        shutil.rmtree(export_model, ignore_errors=True)
-        shutil.copytree(ws.path(MODEL_DIR), export_model)
-        typer.echo(f"model copied to {export_model}/")
+    if result.exported_model is not None:
+        typer.echo(f"model copied to {result.exported_model}/")
     typer.echo(f"workspace: {workspace}/ (git + DVC: dvc.lock, data/, models/dreamshard/, reports/, metrics/)")
     _echo_ui_hint("retrain-on-inventory-change")
+
+
+def _orchestrate(prepared: pipeline_uc.PreparedRun) -> RunSummary:
+    """The retrain-on-inventory-change flow on a prepared run (Prefect starts here)."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
+    from dreamshard_flows.orchestrator import retrain_on_inventory_change
+    from dreamshard_flows.requests import OrchestratorRequest
+
+    return retrain_on_inventory_change(
+        OrchestratorRequest(
+            workspace=str(prepared.workspace),
+            params_path=str(prepared.params) if prepared.params is not None else None,
+            inventory_path=str(prepared.inventory),
+            store_uri=prepared.store,
+            endpoint_url=prepared.endpoint_url,
+            dvc_remote=prepared.dvc_remote,
+            dvc_remote_endpoint=prepared.dvc_remote_endpoint,
+            backend=prepared.backend,
+            dispatch=prepared.dispatch,
+            force=prepared.force,
+            reprofile=prepared.reprofile,
+        )
+    )
 
 
 @pipeline_app.command("init")
@@ -201,62 +174,38 @@ def init_cmd(
 ) -> None:
     """Create a workspace repository: git + DVC, dvc.yaml and params.yaml, the input inventory, the DVC remote,
     and the code link. On a clone of a workspace it only adds what is missing (the code link, the remote)."""
-    check_directory_path(directory, "workspace")  # a file at (or above) it: one line, nothing created
-    ws = PipelineWorkspace(directory)
-    source = params or (ws.path(PARAMS) if ws.path(PARAMS).is_file() else installed_pipeline_file("params.yaml"))
-    cfg = resolve(source)  # one-line errors before anything is created
-    params_text = Path(source).read_text()
-    inv = load_inventory(inventory) if inventory is not None else None
-    existing = ws.remote() if ws.exists() else None
-    remote = (
-        RemoteSpec(url=dvc_remote, endpoint_url=dvc_remote_endpoint)
-        if dvc_remote
-        else existing or RemoteSpec(url=cfg.pipeline.dvc_remote, endpoint_url=cfg.pipeline.dvc_remote_endpoint)
+    result = pipeline_uc.init(
+        pipeline_uc.InitRequest(
+            directory=directory,
+            inventory=inventory,
+            params=params,
+            dvc_remote=dvc_remote,
+            dvc_remote_endpoint=dvc_remote_endpoint,
+        )
     )
-    created = ws.init(installed_pipeline_file("dvc.yaml").read_text(), params_text, remote)
-    if inv is not None or not ws.path(INPUT_INVENTORY).is_file():
-        ws.write_inventory(inv if inv is not None else cfg.inventory.synthesize())
-    name = load_inventory(ws.path(INPUT_INVENTORY)).name
-    ws.write_incumbent(None, name, replace=False)  # `plans incumbent --inventory NAME -o inputs/incumbent.json`
-    ws.commit("workspace: input inventory")
     typer.echo(
-        f"{'created' if created else 'completed'} workspace {directory}/ (DVC remote {remote.resolved().url}); "
+        f"{'created' if result.created else 'completed'} workspace {directory}/ (DVC remote {result.remote}); "
         f"run it with `dreamshard pipeline run --workspace {directory}` or `dvc repro` inside it"
     )
 
 
-def describe_incumbent(path: Path) -> str:
-    """What the plan stage starts from (inputs/incumbent.json), in one line; a file that does not check says why."""
-    if not path.is_file():
-        return f"none yet ({path.name} is written with the next inventory)"
-    try:
-        doc = read_incumbent(path)
-    except DreamshardError as e:
-        return f"unreadable: {first_line(e)}"
-    if isinstance(doc, NoIncumbent):
-        return f"none: {doc.reason}"
-    return (
-        f"plan {doc.plan_id} ({doc.inventory_name} {doc.inventory_fingerprint[:12]}, "
-        f"{doc.topology.num_devices} devices): the plan stage searches from it"
-    )
-
-
 @pipeline_app.command("status")
-def status_cmd(workspace: WorkspaceOpt = Path("runs/pipeline")) -> None:
+def status_cmd(
+    workspace: WorkspaceOpt = Path("runs/pipeline"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines.")] = False,
+) -> None:
     """What would run (`dvc status`) and the decision recorded for the workspace's last commit."""
-    from dreamshard_flows.publish import plan_decision  # optional dependency: prefect
-
-    ws = PipelineWorkspace(workspace)
-    if not ws.exists():
-        raise PipelineError(
-            f"{workspace} is not a pipeline workspace: create it with `dreamshard pipeline init {workspace}`"
-        )
-    status = ws.status()
-    for stage in ws.stages():
-        typer.echo(f"{stage:10s} {'changed: ' + describe_status(status[stage]) if stage in status else 'up to date'}")
-    typer.echo(f"{INPUT_INCUMBENT}: {describe_incumbent(ws.path(INPUT_INCUMBENT))}")
-    plan_id, tag = plan_decision(ws)
-    typer.echo(f"revision {(ws.head() or '-')[:12]}: plan {plan_id or '-'}: {tag or 'no plan decided yet'}")
+    result = pipeline_uc.status(workspace)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json", exclude={"warnings"}), indent=2))
+        return
+    for s in result.stages:
+        typer.echo(f"{s.stage:10s} {'changed: ' + ', '.join(s.changes) if s.changes else 'up to date'}")
+    typer.echo(f"{result.incumbent_file}: {result.incumbent}")
+    typer.echo(
+        f"revision {(result.revision or '-')[:12]}: plan {result.plan_id or '-'}: "
+        f"{result.decision or 'no plan decided yet'}"
+    )
 
 
 @pipeline_app.command("drift")

@@ -1,13 +1,19 @@
 """Deployments, declared in one place (mirrored for `prefect deploy --all` in infra/prefect.yaml):
 
-    replan-on-inventory-change/on-inventory-change      trigger on dreamshard.inventory.changed: the fast path (plan with the
-                                                        production model, gate, publish; no profiling, no training) (gpu pool)
-    retrain-on-inventory-change/nightly-and-when-due    cron 03:00 + trigger on dreamshard.retrain.due (a version outside the
-                                                        model's ranges): profile, train, plan, publish (default pool)
-    retrain-on-inventory-change/retrain-on-drift        trigger on dreamshard.plan.drifted: re-profile, retrain (default pool)
-    profile-batch/profile-batch                         one profiling batch; the orchestrator submits one run per batch (gpu pool)
-    drift-check/drift-monitor                           hourly: re-measure the current plan (gpu pool)
-    publish-plan/publish-plan                           gate + lineage + publish a workspace's plan by hand (default pool)
+    replan-on-inventory-change/on-inventory-change
+        trigger on dreamshard.inventory.changed: the fast path (plan with the production model, gate, publish; no
+        profiling, no training) (gpu pool)
+    retrain-on-inventory-change/nightly-and-when-due
+        cron 03:00 + trigger on dreamshard.retrain.due (a version outside the model's ranges): profile, train,
+        plan, publish (default pool)
+    retrain-on-inventory-change/retrain-on-drift
+        trigger on dreamshard.plan.drifted: re-profile, retrain (default pool)
+    profile-batch/profile-batch
+        one profiling batch; the orchestrator submits one run per batch (gpu pool)
+    drift-check/drift-monitor
+        hourly: re-measure the current plan (gpu pool)
+    publish-plan/publish-plan
+        gate + lineage + publish a workspace's plan by hand (default pool)
 
     python -m dreamshard_flows.deploy                 # serve them all from this process (local runner; PID file)
     python -m dreamshard_flows.deploy --work-pools    # register them on work pools `default` and `gpu` (process
@@ -27,7 +33,7 @@ from typing import Any
 from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 from dreamshard_flows.replan import RETRAIN_DUE_EVENT
 
-from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT
+from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -106,6 +112,81 @@ def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None
     )
 
 
+def _pool(work_pools: bool, name: str) -> dict[str, Any]:
+    """Where a deployment runs: module-path entrypoints, on work pool `name` when registering on pools."""
+    from prefect.deployments.runner import EntrypointType
+
+    common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
+    return {**common, "work_pool_name": name} if work_pools else common
+
+
+def _named_request(inventory_name: str, params_path: str, workspace: str, store_uri: str | None) -> dict[str, Any]:
+    """The parameters of a flow that works on one inventory's current plan (drift monitor, fast path)."""
+    store = {"store_uri": store_uri} if store_uri else {}
+    return {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace, **store}}
+
+
+def _retrain_deployments(params_path: str, workspace: str, store_uri: str | None, work_pools: bool) -> list[Any]:
+    """The orchestrator's two deployments: nightly and when a retrain is due; on drift (re-profiling)."""
+    from dreamshard_flows.orchestrator import retrain_on_inventory_change
+
+    orchestrator = _orchestrator_request(params_path, workspace, store_uri)["request"]
+    return [
+        retrain_on_inventory_change.to_deployment(
+            name="nightly-and-when-due",
+            cron=NIGHTLY_CRON,
+            triggers=[retrain_due_trigger(params_path, workspace, store_uri)],
+            parameters={"request": {**orchestrator, "reason": "nightly schedule"}},
+            concurrency_limit=1,  # one pipeline per workspace at a time (plus the workspace file lock)
+            tags=["dreamshard", "orchestrator"],
+            description="Run the dvc.yaml stages DVC says changed, push, gate and publish with lineage",
+            **_pool(work_pools, DEFAULT_POOL),
+        ),
+        retrain_on_inventory_change.to_deployment(
+            name="retrain-on-drift",
+            triggers=[plan_drifted_trigger(params_path, workspace, store_uri)],
+            parameters={"request": {**orchestrator, "reprofile": True}},
+            concurrency_limit=1,
+            tags=["dreamshard", "orchestrator", "drift"],
+            description="The published plan drifted: measure afresh, retrain, re-plan, publish",
+            **_pool(work_pools, DEFAULT_POOL),
+        ),
+    ]
+
+
+def _other_deployments(
+    params_path: str, workspace: str, store_uri: str | None, work_pools: bool, inventory_name: str
+) -> list[Any]:
+    """The profile-batch, drift-monitor and publish-plan deployments."""
+    from dreamshard_flows.batch_flow import profile_batch_flow
+    from dreamshard_flows.drift import drift_check_flow
+    from dreamshard_flows.publish import publish_workspace_plan
+
+    return [
+        profile_batch_flow.to_deployment(
+            name="profile-batch",
+            tags=["dreamshard", "gpu"],
+            description="One profiling batch -> one shard in object storage (submitted by the profile stage)",
+            **_pool(work_pools, GPU_POOL),
+        ),
+        drift_check_flow.to_deployment(
+            name="drift-monitor",
+            cron=DRIFT_CRON,
+            parameters=_named_request(inventory_name, params_path, workspace, store_uri),
+            tags=["dreamshard", "gpu", "drift"],
+            description="Re-measure the current plan; emit dreamshard.plan.drifted past drift.threshold",
+            **_pool(work_pools, GPU_POOL),
+        ),
+        publish_workspace_plan.to_deployment(
+            name="publish-plan",
+            parameters={"request": {"workspace": workspace}},
+            tags=["dreamshard"],
+            description="Gate, attach lineage and publish the workspace's current plan",
+            **_pool(work_pools, DEFAULT_POOL),
+        ),
+    ]
+
+
 def build_deployments(
     params_path: str = "params.yaml",
     workspace: str = "runs/pipeline",
@@ -114,85 +195,22 @@ def build_deployments(
     inventory_name: str = "pool",
 ) -> list[Any]:
     """RunnerDeployments for serve() (work_pools=False) or for work pools (work_pool_name set)."""
-    from dreamshard_flows.batch_flow import profile_batch_flow
-    from dreamshard_flows.drift import drift_check_flow
-    from dreamshard_flows.orchestrator import retrain_on_inventory_change
-    from dreamshard_flows.publish import publish_workspace_plan
     from dreamshard_flows.replan import replan_on_inventory_change
-    from prefect.deployments.runner import EntrypointType
 
-    def pool(name: str) -> dict[str, Any]:
-        common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
-        return {**common, "work_pool_name": name} if work_pools else common
-
-    orchestrator = _orchestrator_request(params_path, workspace, store_uri)
-    drift_request = {
-        "request": {
-            "inventory_name": inventory_name,
-            "params_path": params_path,
-            "workspace": workspace,
-            **({"store_uri": store_uri} if store_uri else {}),
-        }
-    }
-    replan = {
-        "request": {
-            "inventory_name": inventory_name,
-            "params_path": params_path,
-            "workspace": workspace,
-            **({"store_uri": store_uri} if store_uri else {}),
-        }
-    }
+    replan = replan_on_inventory_change.to_deployment(
+        name="on-inventory-change",
+        triggers=[inventory_changed_trigger(params_path, workspace, store_uri)],
+        parameters=_named_request(inventory_name, params_path, workspace, store_uri),
+        concurrency_limit=1,
+        tags=["dreamshard", "replan", "gpu"],
+        description="A new inventory version: plan with the production model, gate, publish (no profiling, no "
+        "training); out of the model's ranges: emit dreamshard.retrain.due",
+        **_pool(work_pools, GPU_POOL),
+    )
     return [
-        replan_on_inventory_change.to_deployment(
-            name="on-inventory-change",
-            triggers=[inventory_changed_trigger(params_path, workspace, store_uri)],
-            parameters=replan,
-            concurrency_limit=1,
-            tags=["dreamshard", "replan", "gpu"],
-            description="A new inventory version: plan with the production model, gate, publish (no profiling, no "
-            "training); out of the model's ranges: emit dreamshard.retrain.due",
-            **pool(GPU_POOL),
-        ),
-        retrain_on_inventory_change.to_deployment(
-            name="nightly-and-when-due",
-            cron=NIGHTLY_CRON,
-            triggers=[retrain_due_trigger(params_path, workspace, store_uri)],
-            parameters={"request": {**orchestrator["request"], "reason": "nightly schedule"}},
-            concurrency_limit=1,  # one pipeline per workspace at a time (plus the workspace file lock)
-            tags=["dreamshard", "orchestrator"],
-            description="Run the dvc.yaml stages DVC says changed, push, gate and publish with lineage",
-            **pool(DEFAULT_POOL),
-        ),
-        retrain_on_inventory_change.to_deployment(
-            name="retrain-on-drift",
-            triggers=[plan_drifted_trigger(params_path, workspace, store_uri)],
-            parameters={"request": {**orchestrator["request"], "reprofile": True}},
-            concurrency_limit=1,
-            tags=["dreamshard", "orchestrator", "drift"],
-            description="The published plan drifted: measure afresh, retrain, re-plan, publish",
-            **pool(DEFAULT_POOL),
-        ),
-        profile_batch_flow.to_deployment(
-            name="profile-batch",
-            tags=["dreamshard", "gpu"],
-            description="One profiling batch -> one shard in object storage (submitted by the profile stage)",
-            **pool(GPU_POOL),
-        ),
-        drift_check_flow.to_deployment(
-            name="drift-monitor",
-            cron=DRIFT_CRON,
-            parameters=drift_request,
-            tags=["dreamshard", "gpu", "drift"],
-            description="Re-measure the current plan; emit dreamshard.plan.drifted past drift.threshold",
-            **pool(GPU_POOL),
-        ),
-        publish_workspace_plan.to_deployment(
-            name="publish-plan",
-            parameters={"request": {"workspace": workspace}},
-            tags=["dreamshard"],
-            description="Gate, attach lineage and publish the workspace's current plan",
-            **pool(DEFAULT_POOL),
-        ),
+        replan,
+        *_retrain_deployments(params_path, workspace, store_uri, work_pools),
+        *_other_deployments(params_path, workspace, store_uri, work_pools, inventory_name),
     ]
 
 

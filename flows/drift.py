@@ -5,16 +5,18 @@ drift-report artifact shows the trend."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dreamshard_flows.artifacts import drift_artifact
 from dreamshard_flows.requests import DriftRequest
-from dreamshard_flows.stage_tasks import absolute_uri
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
 from dreamshard.config.settings import resolve
-from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
 from dreamshard.usecases import drift as drift_uc
+from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
+from dreamshard.usecases.pipeline_steps import absolute_uri
 
 
 def library_request(request: DriftRequest) -> drift_uc.DriftRequest:
@@ -25,8 +27,8 @@ def library_request(request: DriftRequest) -> drift_uc.DriftRequest:
         inventory_name=request.inventory_name,
         store=absolute_uri(request.store_uri or settings.publish.store_uri),
         endpoint_url=request.endpoint_url,
-        workspace=request.workspace,
-    )  # type: ignore[arg-type]
+        workspace=Path(request.workspace) if request.workspace else None,
+    )
 
 
 def prepare(request: DriftRequest) -> tuple[drift_uc.DriftRequest, drift_uc.DriftTarget]:

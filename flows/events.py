@@ -8,7 +8,7 @@ import os
 
 from prefect.events import emit_event
 
-from dreamshard.store.inventories import InventoryRef
+from dreamshard.usecases.inventory import InventoryRef
 
 #: Event name the orchestrator's deployment trigger matches.
 INVENTORY_CHANGED_EVENT = "dreamshard.inventory.changed"

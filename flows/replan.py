@@ -10,29 +10,19 @@ from pathlib import Path
 
 from dreamshard_flows.artifacts import replan_artifact
 from dreamshard_flows.requests import ReplanRequest
-from dreamshard_flows.stage_tasks import absolute_uri
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
 from dreamshard.config.settings import resolve
-from dreamshard.learning.model_store import has_model
-from dreamshard.pipeline.workspace import MODEL_DIR
 from dreamshard.usecases import replan as replan_uc
+from dreamshard.usecases.pipeline_steps import absolute_uri
 
 RETRAIN_DUE_EVENT = "dreamshard.retrain.due"
 
 
 def retrain_resource_id(inventory_name: str) -> str:
     return f"dreamshard.retrain.{inventory_name}"
-
-
-def production_model(request: ReplanRequest) -> Path | None:
-    """--model, else the pipeline workspace's trained model, else None (the packaged one)."""
-    if request.model:
-        return Path(request.model)
-    candidate = Path(request.workspace) / MODEL_DIR
-    return candidate if has_model(candidate) else None
 
 
 def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
@@ -42,7 +32,8 @@ def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
         inventory_name=request.inventory_name,
         store=absolute_uri(request.store_uri or settings.publish.store_uri),
         endpoint_url=request.endpoint_url,
-        model=production_model(request),
+        model=Path(request.model) if request.model else None,
+        workspace=Path(request.workspace),
     )
 
 

@@ -74,7 +74,7 @@ def test_params_text_overrides_only_the_backend(tmp_path: Path) -> None:
 
 
 def test_stage_env_says_where_shards_go() -> None:
-    from dreamshard_flows.orchestrator import stage_env
+    from dreamshard.usecases.pipeline_steps import stage_env
 
     env = stage_env("/abs/store", "http://127.0.0.1:1", "run-1", "local")
     assert env == {
@@ -83,6 +83,27 @@ def test_stage_env_says_where_shards_go() -> None:
         "DREAMSHARD_PROFILE_DISPATCH": "local",
         "DREAMSHARD_PROFILE_ENDPOINT": "http://127.0.0.1:1",
     }
+    workers = stage_env("/abs/store", None, "run-1", "workers", "http://127.0.0.1:4200/api")
+    assert workers["PREFECT_API_URL"] == "http://127.0.0.1:4200/api" and "DREAMSHARD_PROFILE_ENDPOINT" not in workers
+
+
+def test_where_batches_run_and_which_stages_run() -> None:
+    from dreamshard.errors import ConfigError
+    from dreamshard.usecases.pipeline_steps import dispatch_for, runs
+
+    def never() -> bool:
+        raise AssertionError("no worker is asked about without a Prefect API")
+
+    assert dispatch_for("auto", None, never) == "local"  # an ephemeral API: no worker can reach it
+    assert dispatch_for("auto", "http://api", lambda: True) == "workers"
+    assert dispatch_for("auto", "http://api", lambda: False) == "local"
+    assert dispatch_for("local", "http://api", never) == "local"
+    with pytest.raises(ConfigError, match="needs a Prefect server"):
+        dispatch_for("workers", None, never)
+    stale = {"train": ["changed"]}
+    assert [s for s in ("profile", "train", "plan") if runs(s, stale, False, False)] == ["train"]
+    assert [s for s in ("profile", "train", "plan") if runs(s, stale, False, True)] == ["profile", "train"]
+    assert [s for s in ("profile", "train", "plan") if runs(s, {}, True, False)] == ["profile", "train", "plan"]
 
 
 def test_push_inventory_versions_and_current_pointer(tmp_path: Path) -> None:
@@ -194,7 +215,7 @@ def test_artifact_keys_are_lowercase_dash() -> None:
 
 
 def test_workspace_lock_is_exclusive(tmp_path: Path) -> None:
-    from dreamshard_flows.stage_tasks import workspace_lock
+    from dreamshard.usecases.pipeline_steps import workspace_lock
 
     lock = tmp_path / "ws" / ".pipeline.lock"
     with workspace_lock(lock):
@@ -301,6 +322,8 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     from dreamshard.gate import GateDecision, fallback_plan
     from dreamshard.profiling.oracle import make_oracle
     from dreamshard.store import get_current, list_plans
+    from dreamshard.config.settings import Settings
+    from dreamshard.usecases.pipeline_publish import PublishSetup
     from dreamshard.usecases.publish import GateResult
     from dreamshard.values import Topology
 
@@ -331,7 +354,8 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
         "pause_flow_run",
         lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"),
     )
-    ref = _publish_fallback(gated, None, store_uri, None, True, 10)
+    setup = PublishSetup(root=str(tmp_path), settings=Settings(), store_uri=store_uri, require_human=True)
+    ref = _publish_fallback(gated, None, setup)
     assert not ref.is_current and ref.status == "rejected" and "not today" in ref.reason
     ref = _publish_fallback(
         gated.model_copy(
@@ -341,10 +365,7 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
             }
         ),
         None,
-        store_uri,
-        None,
-        False,
-        10,
+        setup.model_copy(update={"require_human": False}),
     )
     assert ref.is_current and get_current(open_store(store_uri), "tiny").plan_id == "fb-2"
     assert {r.plan_id: r.outcome for r in list_plans(open_store(store_uri), "tiny")} == {

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from dreamshard.documents import load_inventory
 from dreamshard.errors import StoreError
+from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT as PLAN_DRIFTED_EVENT  # what the flows emit
 from dreamshard.evaluation.drift import DriftCheck, check_drift, record_check, require_comparable
+from dreamshard.evaluation.drift import plan_resource_id as plan_resource_id
+from dreamshard.evaluation.drift import trend_rows as trend_rows
 from dreamshard.pipeline.workspace import INVENTORY
 from dreamshard.store import get_current, get_inventory_version
 from dreamshard.store.base import PlanStore
@@ -47,8 +50,8 @@ def inventory_for(plan: Plan, store: PlanStore, workspace: Path | None) -> Inven
         if inv.fingerprint() == plan.inventory_fingerprint:
             return inv
     raise StoreError(
-        f"inventory '{plan.inventory_name}' version {plan.inventory_fingerprint[:12]} of plan {plan.plan_id} is neither "
-        f"in {store.location} nor in the workspace: push it (`dreamshard inventory push`) or pass the workspace"
+        f"inventory '{plan.inventory_name}' version {plan.inventory_fingerprint[:12]} of plan {plan.plan_id} is "
+        f"neither in {store.location} nor in the workspace: push it (`dreamshard inventory push`) or pass the workspace"
     )
 
 

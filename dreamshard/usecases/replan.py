@@ -18,6 +18,8 @@ from pydantic import Field
 from dreamshard.config.settings import model_dir
 from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.errors import ConfigError, StoreError
+from dreamshard.learning.model_store import has_model
+from dreamshard.pipeline.workspace import MODEL_DIR
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.store import PlanRecord, PublishedRef, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
@@ -37,7 +39,8 @@ class ReplanRequest(Request):
     inventory_name: str | None = None
     store: str | None = None  # None: publish.store_uri
     endpoint_url: str | None = None
-    model: Path | None = None  # the production model (default: settings.model_dir's lookup)
+    model: Path | None = None  # the production model (default: the workspace's, else settings.model_dir's lookup)
+    workspace: Path | None = None  # a pipeline workspace: its trained model is the production model
     work_dir: Path | None = None  # where the plan file is written (default: a temporary directory)
     seed: int = 0
     force: bool = False  # re-plan a version the gate already decided on (or whose current plan is a fallback)
@@ -76,6 +79,15 @@ def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
             f"`dreamshard inventory push INV --store URI`"
         )
     return found[0]
+
+
+def production_model(model: Path | None, workspace: Path | None) -> Path | None:
+    """The model the fast path plans with: `model`, else the pipeline workspace's trained model, else None (the
+    packaged one)."""
+    if model is not None:
+        return model
+    candidate = workspace / MODEL_DIR if workspace is not None else None
+    return candidate if candidate is not None and has_model(candidate) else None
 
 
 def decided(store: PlanStore, name: str, fingerprint: str) -> PlanRecord | None:
@@ -121,7 +133,7 @@ def run(request: ReplanRequest) -> ReplanResult:
                 inventory=inv_file,
                 out=plan_file,
                 sharder=plan_uc.SEARCHING_SHARDER,
-                model=model_dir(request.model),
+                model=model_dir(production_model(request.model, request.workspace)),
                 seed=request.seed,
                 incumbent=current,
             )

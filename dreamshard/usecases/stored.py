@@ -35,8 +35,8 @@ def stored_plan(store: PlanStore, plan_id: str, inventory: str | None, command: 
 
 def current_or_none(store: PlanStore, inventory: str) -> Plan | None:
     """The current plan of `inventory`, or None when there is none yet (or its pointer is broken, which
-    `plans fsck` reports): what a new version is planned from (dreamshard.pipeline.incumbent). A name no store key can hold
-    is a StoreError, not "none"."""
+    `plans fsck` reports): what a new version is planned from (dreamshard.pipeline.incumbent). A name no store key
+    can hold is a StoreError, not "none"."""
     current_key(inventory)
     try:
         return get_current(store, inventory)

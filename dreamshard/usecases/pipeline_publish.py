@@ -1,0 +1,156 @@
+"""The pipeline's publish step, after the DVC stages and outside DVC (docs/architecture.md, "One stage graph"): the
+workspace's data/plan.json gated against data/comparison.json with the workspace's publish params
+(`usecases.publish.gate`), the run's lineage attached (the only door that attaches lineage), the decision stored
+and the workspace commit tagged with it (`published/<plan id>` or `rejected/<plan id>`). A plan id the store
+already decided for this inventory version keeps that decision. Each function is one step a Prefect task or
+the publish-plan flow calls; a reviewer's answer is `gate.policy.reviewed`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from dreamshard.config.publish import PublishConfig
+from dreamshard.config.settings import Settings, resolve
+from dreamshard.documents import load_inventory
+from dreamshard.evaluation import Comparison, load_comparison
+from dreamshard.explain.stats import stats_markdown
+from dreamshard.gate import GateDecision
+from dreamshard.gate.policy import reviewed as reviewed  # a reviewer's answer (publish.require_human)
+from dreamshard.pipeline.decisions import tag_decision
+from dreamshard.pipeline.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
+from dreamshard.store import PublishedRef, open_store
+from dreamshard.usecases import publish as publish_uc
+from dreamshard.usecases.explain import stats_of
+from dreamshard.usecases.pipeline_steps import PublishOutcome, absolute_uri
+from dreamshard.values import Inventory, Plan
+from dreamshard.values.lineage import Lineage
+
+
+class PublishSetup(BaseModel):
+    """The publish step's settings (the workspace's params.yaml), its store, and whether a reviewer decides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    root: str
+    settings: Settings
+    store_uri: str  # absolute
+    endpoint_url: str | None = None
+    require_human: bool
+
+    @property
+    def rules(self) -> PublishConfig:
+        return self.settings.publish
+
+
+def publish_setup(
+    workspace: str, store_uri: str | None, endpoint_url: str | None, require_human: bool | None
+) -> PublishSetup:
+    """The workspace's publish params, the store (`store_uri`, else publish.store_uri), and the reviewer rule
+    (`require_human`, else publish.require_human)."""
+    ws = PipelineWorkspace(workspace)
+    settings = resolve(ws.path(PARAMS))
+    pub = settings.publish
+    return PublishSetup(
+        root=str(ws.root),
+        settings=settings,
+        store_uri=absolute_uri(store_uri or pub.store_uri),
+        endpoint_url=endpoint_url,
+        require_human=pub.require_human if require_human is None else require_human,
+    )
+
+
+def gate_workspace_plan(setup: PublishSetup) -> tuple[publish_uc.GateResult, bool]:
+    """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
+    (`usecases.publish.gate`): the plan to store carries the comparison's measured costs; a rejected plan for a
+    version no current plan can serve carries the fallback. When the store already holds a decision for this plan
+    id and inventory version, that one is returned instead (second element True): one decision per plan."""
+    ws = PipelineWorkspace(setup.root)
+    store = open_store(setup.store_uri, endpoint_url=setup.endpoint_url)
+    done = publish_uc.recorded(store, ws.path(PLAN))
+    if done is not None:
+        return done, True
+    request = publish_uc.PublishRequest(
+        settings=setup.settings, plan=ws.path(PLAN), comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)
+    )
+    return publish_uc.gate(request, store), False
+
+
+def recorded_outcome(gated: publish_uc.GateResult, store_uri: str) -> PublishOutcome:
+    """The outcome of a plan the store had decided already: nothing re-measured, reviewed or stored."""
+    judged, decision = gated.plan, gated.decision
+    lin = judged.lineage
+    return PublishOutcome(
+        plan_id=judged.plan_id,
+        approved=decision.approved,
+        reason=f"already decided: {decision.reason}",
+        outcome=decision.outcome,
+        already_decided=True,
+        store=store_uri,
+        overall_ms=decision.plan_cost_ms,
+        best_baseline=decision.best_baseline,
+        best_baseline_ms=decision.best_baseline_ms,
+        model_md5=lin.model_md5 if lin else None,
+        git_revision=lin.git_revision if lin else None,
+    )
+
+
+def lineage(root: str, flow_run_id: str | None) -> Lineage:
+    """What produced the workspace's current outputs (read after the run's commit)."""
+    return PipelineWorkspace(root).lineage(flow_run_id)
+
+
+def store_decision(
+    store_uri: str, endpoint_url: str | None, plan: Plan, decision: GateDecision, lineage: Lineage | None
+) -> PublishedRef:
+    """The plan with the run's `lineage`, stored: approved, versioned upload, verify, move `current`; rejected /
+    inconclusive, kept under rejected/ with the reason. A plan id the store already decided for this inventory
+    version keeps that decision."""
+    store = open_store(store_uri, endpoint_url=endpoint_url)
+    return publish_uc.store_decision(store, plan.model_copy(update={"lineage": lineage}), decision)
+
+
+def tag_decisions(root: str, plan_id: str, decision: GateDecision, fallback: PublishedRef | None) -> None:
+    """Tag the workspace commit with the plan's decision (and the fallback's, when it became current)."""
+    tag_decision(root, plan_id, decision.approved, decision.reason)
+    if fallback is not None and fallback.is_current:
+        tag_decision(root, fallback.plan_id, True, fallback.reason)
+
+
+class PublishReport(BaseModel):
+    """What the publish step's artifacts show beside the decision: the comparison, the inventory, the stats."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    comparison: Comparison
+    inventory: Inventory
+    stats_markdown: str
+
+
+def publish_report(root: str, plan: Plan) -> PublishReport:
+    ws = PipelineWorkspace(root)
+    inventory = load_inventory(ws.path(INVENTORY))
+    stats = stats_of(inventory, plan, ws.path(MODEL_DIR))
+    return PublishReport(
+        comparison=load_comparison(ws.path(COMPARISON)), inventory=inventory, stats_markdown=stats_markdown(stats)
+    )
+
+
+def published_outcome(
+    ref: PublishedRef, decision: GateDecision, store_uri: str, lineage: Lineage, fallback: PublishedRef | None
+) -> PublishOutcome:
+    """The outcome of a plan the publish step decided now."""
+    return PublishOutcome(
+        plan_id=ref.plan_id,
+        approved=decision.approved,
+        reason=decision.reason,
+        outcome=decision.outcome,
+        key=ref.key,
+        store=store_uri,
+        is_current=ref.is_current,
+        overall_ms=decision.plan_cost_ms,
+        best_baseline=decision.best_baseline,
+        best_baseline_ms=decision.best_baseline_ms,
+        model_md5=lineage.model_md5,
+        git_revision=lineage.git_revision,
+        fallback_plan_id=fallback.plan_id if fallback is not None and fallback.is_current else None,
+    )
