@@ -1,1 +1,2 @@
-"""Embedding-table inventories: synthetic (DLRM-like), from open DLRM traces, and synthetic lookups."""
+"""Embedding-table inventories and their lookups: generators (synth, families, presets), DLRM traces, the reuse
+histogram, synthetic lookup indices and the index budget (docs/architecture.md, "Data model")."""

@@ -1,16 +1,7 @@
-"""Table generators besides the DLRM-like pool of dreamshard.inventory.synth (deterministic per seed).
-
-- ``wide``: the pretraining distribution, as wide as real inventories get: dims 4-512 (multiples of 4,
-  log-uniform), rows 10-1e8 (log-uniform), pooling a mixture of exactly 1.0 (one-hot features, Criteo-like,
-  30%), sparse 0-1 (10%, zero included) and a heavy tail (60%: log-normal, median 8, sigma 1.4, capped at 500);
-  row popularity Zipf with exponent 0.3-1.6 (80%) or near-uniform (20%, exponent 0-0.1); 25% of the tables in
-  fp16. The cost model is pre-trained on tables drawn from it (dreamshard.learning.pretrain).
-- ``mixed``: a generator that is *not* the training one, for judging generalisation: dims from
-  {8, 12, 16, 24, 32, 48, 64, 96, 128}, Pareto pooling (alpha 1.2, scale 1) capped at 200, rows
-  log-uniform 1e3-2e6, popularity from a Zipf-Mandelbrot-like model (a shifted power law), all fp32.
-
-The 17-bin reuse histogram of every table is simulated at the reference batch size, as in the DLRM generator,
-so profiling reproduces it.
+"""Table generators besides the DLRM-like pool of dreamshard.inventory.synth, deterministic per seed: `wide`, the
+pretraining distribution (as wide as real inventories get; dreamshard.learning.pretrain), and `mixed`, one that is
+not the training one, for judging generalisation. Each table's reuse histogram is simulated at the reference batch
+size, so profiling reproduces it.
 """
 
 from __future__ import annotations
@@ -35,7 +26,9 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
 
 
 def wide_table(name: str, rng: np.random.Generator) -> Table:
-    """One table of the pretraining distribution (see the module docstring)."""
+    """One table of the pretraining distribution: dims 4-512 (multiples of 4, log-uniform), rows 10-1e8
+    (log-uniform), pooling exactly 1.0 (30%: one-hot), sparse in 0-1 (10%) or a heavy tail (60%: log-normal, median
+    8, sigma 1.4, capped at 500); Zipf popularity with exponent 0.3-1.6 (80%) or near-uniform (0-0.1); 25% fp16."""
     dim = int(round(_log_uniform(rng, WIDE_DIMS[0], WIDE_DIMS[1]) / 4.0)) * 4
     dim = min(max(dim, WIDE_DIMS[0]), WIDE_DIMS[1])
     rows = max(10, int(round(_log_uniform(rng, *WIDE_ROWS))))
@@ -73,7 +66,8 @@ def _mandelbrot_histogram(num_rows: int, pooling: float, rng: np.random.Generato
 
 
 def mixed_table(name: str, rng: np.random.Generator) -> Table:
-    """One table of the `mixed` evaluation generator (see the module docstring)."""
+    """One table of the `mixed` evaluation generator: dims from `MIXED_DIMS`, Pareto pooling (alpha 1.2, scale 1)
+    capped at 200, rows log-uniform 1e3-2e6, popularity from a shifted power law (Zipf-Mandelbrot-like), fp32."""
     dim = int(rng.choice(MIXED_DIMS))
     rows = int(round(_log_uniform(rng, 1e3, 2e6)))
     pooling = round(float(min(200.0, rng.pareto(1.2) + 1.0)), 3)

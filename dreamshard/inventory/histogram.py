@@ -72,8 +72,8 @@ def l1_distance(a: np.ndarray | tuple[float, ...], b: np.ndarray | tuple[float, 
 
 #: What a table that declares no access histogram is assumed to look like (planning, profiling, the simulator):
 #: Zipf-like row popularity with this exponent (the classic heavy tail the Criteo presets also assume), one batch at
-#: the reference batch size. Production embedding tables are skewed; "every row touched once" (no reuse, the
-#: assumption before) is the rare, cache-hostile case.
+#: the reference batch size. Production embedding tables are skewed; "every row touched once" (no reuse) is the
+#: rare, cache-hostile case.
 ASSUMED_ZIPF_EXPONENT = 1.05
 _REFERENCE_BATCH = 2048
 _GRID = 1500  # rank groups of the analytic histogram

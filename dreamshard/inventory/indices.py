@@ -1,64 +1,29 @@
-"""Synthetic lookup indices for one table that match its pooling factor and reuse histogram.
+"""Synthetic lookup indices for one table that match its pooling factor and reuse histogram
+(docs/architecture.md, "Measuring").
 
-Profiling backends feed FBGEMM's table-batched embedding with a batch of (indices, offsets) per table.
-``synthesize_indices`` draws such a batch so that the table's two access statistics hold *for that batch*:
-
-1. **Bag lengths** (pooling). The target total is ``L = round(pooling_factor * batch_size)``.
-   Per-sample lengths are drawn around the pooling factor -- Bernoulli(p) for p <= 1 (one-hot and
-   sparse features), ``1 + gamma-Poisson`` (mean p - 1, shape 2: over-dispersed, heavy right tail like
-   multi-hot DLRM features) for p > 1 -- and then corrected one lookup at a time on random samples
-   until they sum to exactly ``L``. The realised mean is therefore ``round(p * B) / B``: within
-   ``0.5 / B`` of p. ``pooling_factor == 0`` gives empty bags.
-
-2. **Row counts** (reuse). Without a histogram, the ``L`` rows are uniform in ``[0, num_rows)``.
-   With histogram h, the batch's unique rows are given access counts whose bins follow h:
-   a. Bin k covers integer counts ``[lo_k, hi_k]`` (1, 2, 3-4, 5-8, ..., 16385-32768, and 32769-65536
-      for the open last bin). With bin-midpoint counts the number of unique rows is
-      ``U = L / sum_k h_k (lo_k + hi_k) / 2``, capped at ``num_rows``.
-   b. ``n_k`` = largest-remainder rounding of ``U * h_k`` (exact integer counts per bin).
-   c. Within each bin, counts are drawn log-uniformly (a Zipf-like density inside a power-of-two
-      range), then the total is corrected to exactly ``L`` by moving counts inside their own bins
-      (raising counts that have room below ``hi_k`` or lowering those above ``lo_k``, in random order),
-      so the histogram is untouched. Only if that is impossible (U was capped by ``num_rows``, or a
-      tiny batch) are counts pushed outside their bins -- the histogram then shifts towards heavier
-      reuse, which is the only honest way to put L lookups on fewer rows.
-   d. The U unique rows are distinct random rows of ``[0, num_rows)``; each is repeated by its count,
-      the ``L`` lookups are shuffled and cut into bags by the offsets.
-   The realised histogram differs from h only by the rounding in (b): L1 <= (#non-empty bins) / U,
-   i.e. below 0.1 once a batch touches a few hundred unique rows (see tests/test_indices.py).
-
-``num_rows`` (default ``table.num_embeddings``) lets the profiler scale big tables down: indices stay in
-``[0, num_rows)`` and, as long as ``num_rows >= U``, pooling and reuse are unchanged. Everything is
-vectorised numpy: 2048 samples x pooling 100 takes a few milliseconds.
-
-**The index budget** (THE bound on generated lookups; docs/architecture.md, "Where each rule lives"). Lookups
-cannot be scaled down the way rows are (the lookups ARE the work measured), so what one generation would hold is
-sized before anything is drawn: ``index_bytes`` = 8 bytes (int64) per lookup (``round(p x B)`` per feature) and
-per offset (``num_outputs x B + 1`` per table), for every batch of every table generated together. At most
-``MAX_INDEX_BYTES`` (2 GiB; generating them takes a few times that transiently):
-
-- a measurement (``profiling.base.TorchBackend.time_device``) draws up to ``NUM_BATCHES`` batches of each table of
-  its device and cycles through them; a device whose batches do not fit draws fewer (``batches_within_budget``:
-  the first k of the same seeded batches, so a batch never depends on the other tables; such batches are far
-  larger than any cache, so one distinct batch measures the same), and one batch that does not fit is refused;
-- one batch of one table (``synthesize_indices``, and a reuse histogram's simulated batch,
-  ``inventory.synth.zipf_histogram``: synth, presets) is refused above it.
-
-A refusal is ``IndexBudgetError`` naming the table (the one with the most lookups), its ``pooling_factor``, the
-batch size and the limit. The weights beside them are bounded by the profiling scaling rule
-(``profiling/scaling.py``).
+``synthesize_indices`` draws one batch of (indices, offsets) so that the table's two access statistics hold *for
+that batch*: the bag lengths sum to exactly ``round(pooling_factor x batch_size)`` (`synthesize_bag_lengths`), and
+the unique rows get access counts whose bins follow the reuse histogram (`synthesize_row_counts`). Indices lie in
+``[0, num_rows)``, so the profiler can scale big tables down without changing either statistic. Every generation
+is sized first (dreamshard.inventory.index_budget).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from dreamshard.errors import InventoryError, format_gb
 from dreamshard.inventory.histogram import BIN_HI, BIN_LO, effective_histogram, reuse_histogram
-from dreamshard.values import GB, Table
+from dreamshard.inventory.index_budget import (
+    MAX_INDEX_BYTES,
+    IndexBudgetError,
+    batches_within_budget,
+    check_index_budget,
+    check_lookup_budget,
+    index_bytes,
+)
+from dreamshard.values import Table
 
+# The index budget's names are re-exported: dreamshard.inventory.indices was their home.
 __all__ = [
     "MAX_INDEX_BYTES",
     "IndexBudgetError",
@@ -71,69 +36,6 @@ __all__ = [
     "synthesize_indices",
     "synthesize_row_counts",
 ]
-
-#: The most bytes of int64 indices and offsets one generation may hold (module docstring, "The index budget").
-MAX_INDEX_BYTES = 2 * 1024**3
-#: Bytes per index and per offset (int64).
-INDEX_ITEM_BYTES = 8
-
-#: What the budget sees of a table: its name and its features' pooling factors (one entry without features).
-LookupSpec = tuple[str, tuple[float, ...]]
-
-
-class IndexBudgetError(InventoryError):
-    """A table's lookups at a batch size would take more index memory than MAX_INDEX_BYTES."""
-
-
-def lookup_spec(table: Table) -> LookupSpec:
-    return table.name, tuple(f.pooling_factor for f in table.feature_list)
-
-
-def _lookups(spec: LookupSpec, batch_size: int) -> int:
-    return sum(int(round(float(p) * batch_size)) for p in spec[1])
-
-
-def _spec_bytes(spec: LookupSpec, batch_size: int, num_batches: int) -> int:
-    return num_batches * INDEX_ITEM_BYTES * (_lookups(spec, batch_size) + len(spec[1]) * batch_size + 1)
-
-
-def index_bytes(tables: Sequence[Table], batch_size: int, num_batches: int = 1) -> int:
-    """Bytes of the int64 indices and offsets of `num_batches` batches of each of `tables` (nothing is drawn)."""
-    return sum(_spec_bytes(lookup_spec(t), batch_size, num_batches) for t in tables)
-
-
-def _check(specs: Sequence[LookupSpec], batch_size: int, num_batches: int, what: str) -> int:
-    total = sum(_spec_bytes(s, batch_size, num_batches) for s in specs)
-    if total <= MAX_INDEX_BYTES or not specs:
-        return total
-    worst = max(specs, key=lambda s: _lookups(s, batch_size))
-    raise IndexBudgetError(
-        f"table '{worst[0]}': pooling_factor {sum(worst[1]):g} at batch size {batch_size} is "
-        f"{_lookups(worst, batch_size):,} lookups per batch; {what} would take {format_gb(total / GB)} of int64 "
-        f"indices and offsets, above the limit of {format_gb(MAX_INDEX_BYTES / GB)} (MAX_INDEX_BYTES, "
-        f"dreamshard.inventory.indices); nothing was generated: lower pooling_factor or the batch size"
-    )
-
-
-def check_index_budget(tables: Sequence[Table], batch_size: int, num_batches: int = 1, what: str = "") -> int:
-    """THE index budget: the bytes `index_bytes` gives, or IndexBudgetError above MAX_INDEX_BYTES (call it before
-    generating anything)."""
-    if not what:
-        what = f"{num_batches} batch(es) of {'it' if len(tables) == 1 else f'the {len(tables)} tables'}"
-    return _check([lookup_spec(t) for t in tables], batch_size, num_batches, what)
-
-
-def batches_within_budget(tables: Sequence[Table], batch_size: int, num_batches: int, what: str) -> int:
-    """How many of `num_batches` batches of each of `tables` fit MAX_INDEX_BYTES (at least one: IndexBudgetError
-    when even one batch does not fit)."""
-    one = check_index_budget(tables, batch_size, 1, what)
-    return max(1, min(num_batches, MAX_INDEX_BYTES // max(1, one)))
-
-
-def check_lookup_budget(name: str, pooling_factor: float, batch_size: int, what: str) -> int:
-    """The index budget for one batch of one table given by its name and pooling factor (a simulated batch)."""
-    return _check([(name, (float(pooling_factor),))], batch_size, 1, what)
-
 
 _DISPERSION_SHAPE = 2.0  # gamma shape of the gamma-Poisson extra lookups (smaller = heavier tail)
 
@@ -161,7 +63,10 @@ def _fix_total(values: np.ndarray, target: int, lo: np.ndarray, hi: np.ndarray, 
 
 
 def synthesize_bag_lengths(pooling_factor: float, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-    """Per-sample bag lengths (int64, ``batch_size`` of them) summing to ``round(pooling_factor * batch_size)``."""
+    """Per-sample bag lengths (int64, ``batch_size`` of them) summing to ``round(pooling_factor * batch_size)``.
+
+    Drawn around the pooling factor p (Bernoulli(p) for p <= 1; 1 + gamma-Poisson with mean p - 1 above it, an
+    over-dispersed tail like multi-hot features), then corrected one lookup at a time on random samples."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     p = float(pooling_factor)
@@ -189,7 +94,12 @@ def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
 
 
 def synthesize_row_counts(histogram: np.ndarray, total: int, max_rows: int, rng: np.random.Generator) -> np.ndarray:
-    """Access counts of the unique rows of one batch: ``total`` lookups, binned like ``histogram``."""
+    """Access counts of the unique rows of one batch: ``total`` lookups, binned like ``histogram``.
+
+    The number of unique rows comes from the bins' midpoints (at most `max_rows`), each bin's share by largest
+    remainder; counts are log-uniform inside their bin, then moved inside their own bins until they sum to
+    `total`. Only when that cannot work (rows capped, a tiny batch) do counts leave their bins, towards more
+    reuse: the only honest way to put `total` lookups on fewer rows."""
     if total <= 0:
         return np.zeros(0, dtype=np.int64)
     h = np.asarray(histogram, dtype=np.float64)
@@ -222,7 +132,8 @@ def synthesize_indices(
 ) -> tuple[np.ndarray, np.ndarray]:
     """One batch of lookups for ``table``: (indices int64, offsets int64 of length batch_size + 1).
 
-    Indices lie in ``[0, num_rows)`` (default ``table.num_embeddings``); see the module docstring.
+    Indices lie in ``[0, num_rows)`` (default ``table.num_embeddings``): distinct random rows, each repeated by its
+    count, shuffled and cut into bags; uniform rows when the table has no histogram (`effective_histogram`).
     """
     rows = int(table.num_embeddings if num_rows is None else num_rows)
     if rows < 1:

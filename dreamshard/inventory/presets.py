@@ -1,26 +1,9 @@
-"""Real-world inventories from public cardinalities: the 26 categorical features of the Criteo datasets.
+"""Real-world inventories from public cardinalities: the 26 categorical features of the Criteo datasets
+(`criteo-kaggle`, as DLRM's reference implementation reports them, default dim 16; `criteo-terabyte`, as TorchRec's
+DLRM example and MLPerf DLRM use them, default dim 128).
 
-* ``criteo-kaggle``: Criteo Display Advertising Challenge (Kaggle), the per-feature cardinalities DLRM's
-  reference implementation reports for it (33.8 M rows in all; 2.0 GB at dim 16 in fp32); default dim 16, as in
-  DLRM's Kaggle configuration.
-* ``criteo-terabyte``: Criteo 1TB Click Logs, the cardinalities of TorchRec's DLRM example and MLPerf DLRM
-  (no hashing; 177.9 M rows, the largest feature 48,937,457 rows); default dim 128, as in MLPerf DLRM. At dim 128
-  in fp32 it is 84.9 GB (GB = 2^30 bytes, as everywhere in dreamshard), its largest table 23.3 GB: no 16 GB
-  device holds that table whole, so only column splits place it.
-
-Tables are named ``t_cat_0`` ... ``t_cat_25``, the names TorchRec's DLRM example gives them (feature
-``cat_i``), so a plan of a preset loads into that model as it is
-(``dreamshard.integrations.torchrec.load_sharding_plan``).
-
-What the public data does not say is ASSUMED, the same for every feature:
-
-* pooling factor 1 by default: Criteo's categorical features are one-hot (one id per sample); ``pooling``
-  overrides it (e.g. to model multi-hot variants);
-* row popularity Zipf-like with exponent ``zipf_exponent`` (default 1.05, a classic heavy-tailed Zipf;
-  Criteo's categorical values are known to be heavily skewed, but their per-feature exponents are not
-  published); the 17-bin reuse histogram is that of one batch at the reference batch size, simulated by
-  ``dreamshard.inventory.synth.zipf_histogram`` with a generator seeded from the preset and table names, so
-  the same arguments always give the same inventory (and fingerprint).
+Tables are named ``t_cat_0`` ... ``t_cat_25`` as in TorchRec's DLRM example, so a plan of a preset loads into that
+model as it is. What the public data does not say is assumed, the same for every feature (`preset_inventory`).
 """
 
 from __future__ import annotations
@@ -113,11 +96,16 @@ def preset_inventory(
     zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
     name: str | None = None,
 ) -> Inventory:
-    """The inventory of `preset` (module docstring); ConfigError naming the bad argument otherwise."""
+    """The inventory of `preset`; ConfigError naming the bad argument otherwise.
+
+    Assumed, as the public data does not say: pooling factor `pooling` (default 1: Criteo's features are one-hot),
+    and Zipf-like popularity with exponent `zipf_exponent` (default 1.05: the values are known to be skewed, their
+    exponents are not published), its reuse histogram simulated at the reference batch size with a generator
+    seeded from the preset and table names, so the same arguments always give the same inventory."""
     if preset not in CARDINALITIES:
         raise ConfigError(f"unknown preset '{preset}'; choose from {', '.join(PRESETS)}")
     if name is not None:
-        check_name(name, "--name")  # the inventory-name rule (inventory.validation), before anything is built
+        check_name(name, "--name")  # the inventory-name rule (values.names), before anything is built
     width = DEFAULT_DIM[preset] if dim is None else dim
     problem = dim_problem(width)
     if problem:

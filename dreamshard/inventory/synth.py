@@ -1,21 +1,8 @@
-"""Synthetic DLRM-like inventories (deterministic per seed).
+"""Synthetic DLRM-like inventories, deterministic per seed: many small tables and a few huge ones, mostly one-hot
+features with a heavy multi-hot tail, Zipf-like row popularity, as the open DLRM embedding traces show.
 
-Statistics follow what the open DLRM embedding traces show (many small tables and a few huge ones,
-mostly one-hot features with a heavy multi-hot tail, Zipf-like row popularity):
-
-- rows: log-uniform in [100, 5,000,000];
-- pooling factor: a mixture -- 10% sparse features with p in [0.05, 1), 35% near one-hot with p in
-  [1, 1.3], 55% multi-hot with log-normal p (median 6, sigma 1) clipped to [1, 100];
-- embedding dim: uniform over ``dims`` (each a positive multiple of 4, as FBGEMM wants);
-- row popularity: Zipf with exponent s uniform in [0.3, 1.5] (flat to strongly skewed);
-- access histogram: the 17-bin reuse histogram of ONE batch at the reference batch size 2048,
-  obtained by simulating that batch from the Zipf model: ``round(p * 2048)`` draws of row ranks from a
-  continuous power law on [1, rows + 1) by inverse CDF (O(lookups), independent of the row count),
-  floored to integer ranks and binned with :func:`reuse_histogram`. Batches with fewer than 4096
-  lookups are averaged over several simulated batches so the histogram is not dominated by noise.
-
-Because the histogram is simulated at the same batch size and pooling factor the profiler uses,
-:func:`dreamshard.inventory.indices.synthesize_indices` can reproduce it exactly.
+Each table's reuse histogram is simulated for one batch at the batch size and pooling factor the profiler uses
+(`zipf_histogram`), so dreamshard.inventory.indices.synthesize_indices reproduces it.
 """
 
 from __future__ import annotations
@@ -26,7 +13,7 @@ import numpy as np
 
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import histogram_from_counts, normalise_histogram
-from dreamshard.inventory.indices import check_lookup_budget
+from dreamshard.inventory.index_budget import check_lookup_budget
 from dreamshard.values import Inventory, Table, dim_problem
 
 REFERENCE_BATCH_SIZE = 2048
@@ -69,8 +56,10 @@ def zipf_histogram(
     name: str = "table",
 ) -> tuple[float, ...] | None:
     """Reuse histogram of a Zipf(exponent) table at ``batch_size``; None when a batch has no lookups.
-    The simulated batch is sized first (the index budget, `inventory.indices.check_lookup_budget`: IndexBudgetError
-    naming table `name`)."""
+
+    ``round(p x batch_size)`` row ranks are drawn from a continuous power law on [1, rows + 1) by inverse CDF
+    (independent of the row count), floored and binned; a batch with few lookups is averaged over several. The
+    simulated batch is sized first (`index_budget.check_lookup_budget`: IndexBudgetError naming table `name`)."""
     check_lookup_budget(name, pooling_factor, batch_size, "simulating its reuse histogram (one batch)")
     lookups = int(round(pooling_factor * batch_size))
     if lookups <= 0:
@@ -95,7 +84,9 @@ def _pooling_factor(rng: np.random.Generator) -> float:
 
 
 def synth_table(name: str, rng: np.random.Generator, dims: Sequence[int] = DEFAULT_DIMS) -> Table:
-    """One DLRM-like table drawn from ``rng`` (see the module docstring)."""
+    """One DLRM-like table drawn from ``rng``: rows log-uniform in [100, 5e6]; pooling 10% sparse in [0.05, 1),
+    35% near one-hot in [1, 1.3], 55% multi-hot (log-normal, median 6, sigma 1, clipped to [1, 100]); dim uniform
+    over ``dims``; Zipf popularity with exponent uniform in [0.3, 1.5]."""
     dims = check_dims(dims)
     rows = int(round(np.exp(rng.uniform(np.log(MIN_ROWS), np.log(MAX_ROWS)))))
     dim = int(dims[int(rng.integers(len(dims)))])

@@ -1,16 +1,6 @@
-"""Inventories from the open DLRM embedding-lookup traces (facebookresearch/dlrm_datasets).
-
-A trace file is a torch file holding ``(indices, offsets, lengths)``:
-
-- ``lengths``: shape ``[tables, batch]``, lookups of each sample into each table;
-- ``offsets``: flat, length ``tables * batch + 1``; the bag of sample b of table t is
-  ``indices[offsets[t * batch + b] : offsets[t * batch + b + 1]]``;
-- ``indices``: flat row ids, int.
-
-Per table: ``num_embeddings = max index + 1`` (1 when the table has no lookups), ``pooling_factor`` =
-mean lookups per sample over the whole file, ``access_histogram`` = the 17-bin reuse histogram of each
-batch of ``batch_size`` samples (default: the file's whole batch as one batch), averaged over the batches
-that have lookups (None when none has). Embedding dims are not in the trace: every table gets ``dim``.
+"""Inventories from the open DLRM embedding-lookup traces (facebookresearch/dlrm_datasets): one table per trace
+table, its rows, pooling and reuse histogram measured from the file (`inventory_from_trace`); embedding dims are
+not in a trace, so every table gets the same `dim`.
 """
 
 from __future__ import annotations
@@ -41,7 +31,11 @@ def _as_numpy(obj: object, what: str, path: Path) -> np.ndarray:
 
 
 def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Read and check a trace file; returns (indices, offsets, lengths) as int64 numpy arrays."""
+    """Read and check a trace file; returns (indices, offsets, lengths) as int64 numpy arrays.
+
+    A trace is a torch file holding ``(indices, offsets, lengths)``: ``lengths`` of shape ``[tables, batch]`` (the
+    lookups of each sample into each table), ``offsets`` flat of length ``tables x batch + 1`` (the bag of sample b
+    of table t is ``indices[offsets[t x batch + b] : offsets[t x batch + b + 1]]``), ``indices`` flat row ids."""
     p = Path(path)
     if p.is_dir():
         raise InputFileError(f"trace {p} is a directory; give the torch file itself")
@@ -102,7 +96,11 @@ def inventory_from_trace(
     max_tables: int | None = None,
     dim: int = DEFAULT_TRACE_DIM,
 ) -> Inventory:
-    """An inventory with one table per trace table (the first ``max_tables`` if given); see the module docstring."""
+    """An inventory with one table per trace table (the first ``max_tables`` if given).
+
+    Per table: ``num_embeddings`` = max index + 1 (1 without lookups), ``pooling_factor`` = mean lookups per sample
+    over the file, ``access_histogram`` = the reuse histogram of each batch of ``batch_size`` samples (default: the
+    file's whole batch), averaged over the batches with lookups (None when none has)."""
     p = Path(path)
     inv_name = check_name(name, "inventory name") if name is not None else p.stem
     if name is None and name_problem(inv_name):

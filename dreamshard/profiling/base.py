@@ -20,7 +20,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from dreamshard.inventory.indices import batches_within_budget, synthesize_indices
+from dreamshard.inventory.index_budget import batches_within_budget
+from dreamshard.inventory.indices import synthesize_indices
 from dreamshard.profiling.buffers import clear_all
 from dreamshard.profiling.scaling import ScalingRule
 from dreamshard.values import Table
@@ -263,7 +264,7 @@ class TorchBackend(ComputeBackend):
         """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
-        # The index budget (inventory.indices): the device's batches are sized before anything is allocated; a
+        # The index budget (inventory.index_budget): the device's batches are sized before anything is allocated; a
         # device whose NUM_BATCHES batches do not fit cycles through fewer, one that does not fit is refused.
         n = len(tables)
         what = "measuring it (one batch)" if n == 1 else f"measuring its device ({n} tables, one batch)"
