@@ -1,4 +1,5 @@
-"""Typed errors. Every user-facing failure is a DreamshardError: one line, exit code 2, no traceback."""
+"""Typed errors. Every user-facing failure is a DreamshardError: one line naming what is wrong, exit code 2, no
+traceback, credentials redacted (docs/architecture.md, "Trust boundary")."""
 
 from __future__ import annotations
 

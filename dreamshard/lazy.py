@@ -1,10 +1,9 @@
-"""A package's re-exports, each imported when first asked for (PEP 562 module `__getattr__`).
+"""A package's re-exports, each imported when first asked for (PEP 562 module `__getattr__`; docs/architecture.md,
+"Layers": light commands start without torch).
 
-Importing `dreamshard.config.publish` runs `dreamshard/gate/__init__.py` first; when that file imported every
-submodule, asking for the publish settings imported the gate's measuring code, the evaluation, the profiler and
-torch (2.6 s of every command's start, and of every DVC stage: docs/architecture.md, "Layers"). A package built
-with `lazy_exports` imports a submodule only when one of its names is used, so `from dreamshard.gate import
-PublishConfig` loads the config module alone, and `from dreamshard.gate import measure_and_gate` still works.
+Importing a submodule runs its package's `__init__.py` first; an `__init__` that imported every submodule would load
+the package's measuring code, and torch, for any one of its names. A package built with `lazy_exports` imports a
+submodule only when one of its names is used, so `from dreamshard.gate import X` loads X's module alone.
 """
 
 from __future__ import annotations

@@ -3,17 +3,18 @@
     from dreamshard.store import open_store, publish, get_current
 
 `publish` uploads a plan under a versioned key with a checksum, verifies it, and only then moves the
-`current` pointer with a compare-and-swap, so readers never see a partial plan (docs/architecture.md).
+`current` pointer with a compare-and-swap, so readers never see a partial plan (docs/architecture.md, "Stores").
 
-    base         the five-primitive store interface, compare-and-swap, safe key segments
+    base         the five-primitive store interface, compare-and-swap
     local, s3    the two backends; uri: open_store
-    keys         THE key layout: building and parsing every key
+    keys         THE key layout: building and parsing every key (segments: dreamshard.values.names)
     schemas      pointer, record, listing and fsck models
     objects      a plan's objects: verified upload, checksum-verified reads
     pointer      current.json: the advance rule and the rollback rule
     plans        publish / reject / rollback / list / show / current
     fsck         consistency checks
     inventories  inventory versions and their pointer
+    lookup       read-only: the current plan whose schema fingerprint is a model's
 """
 
 from __future__ import annotations
