@@ -1,4 +1,5 @@
-"""Evaluation: measure plans and compare sharders; rendering lives in dreamshard.evaluation.render."""
+"""Evaluation: measure plans and compare sharders (docs/architecture.md, "Measuring"); rendering lives in
+dreamshard.evaluation.render."""
 
 from dreamshard.lazy import lazy_exports
 

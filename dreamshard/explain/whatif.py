@@ -1,11 +1,11 @@
-"""What-if (`dreamshard whatif`, docs/architecture.md "Plan stats and what-if"): a plan changed by removing tables,
+"""What-if (`dreamshard whatif`, docs/architecture.md, "Plan stats and what-if"): a plan changed by removing tables,
 adding tables, moving and swapping units, each change predicted with the learned cost the stats report uses.
 
-Changes apply in that order: removals, additions, moves, swaps. An added table goes to the device its spec names, or
-else to the device with room where the predicted maximum after adding it is lowest (`insertion.py`): the greedy
-insertion a planner would make for one new table without re-planning the others. The changed plan is a
-legal plan of the changed inventory (same name, a new fingerprint), so the before and after predictions are exactly
-the plans' own predictions.
+Changes apply in that order: removals, additions, moves, swaps. An added table goes to the device its spec names,
+or else to the device with room where the predicted maximum after adding it is lowest (dreamshard.search.insertion):
+the insertion a planner would make for one new table without re-planning the others. The changed plan is a legal
+plan of the changed inventory (same name, a new fingerprint), so the before and after predictions are exactly the
+plans' own predictions.
 """
 
 from __future__ import annotations

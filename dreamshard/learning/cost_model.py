@@ -1,20 +1,13 @@
 """The cost network and its bootstrap ensemble (docs/architecture.md, "Learning").
 
-One CostNet: a shared table MLP (features -> hidden -> latent, ReLU); a device's representation is the SUM of
-its tables' latents (empty device = zeros); four per-device heads (latent -> head_hidden -> 1) predict forward
-compute, forward communication, backward communication and backward compute; an overall head predicts the
-placement cost from the element-wise MAX of the device representations. Outputs are in units of a stored
-per-target scale (set from the training data), so the loss is a plain sum of MSEs and predictions come back
-in milliseconds. Works for any number of tables and devices.
+A CostNet embeds each table with a shared MLP; a device is the SUM of its tables' latents (an empty device is
+zeros); four device heads predict forward compute, forward comm, backward comm and backward compute, and an
+overall head predicts the placement's cost from the element-wise MAX over devices. Outputs are in units of a stored
+per-target scale, so predictions come back in milliseconds; any number of tables and devices works.
 
-A CostEnsemble holds K such nets, each fit on its own bootstrap resample of the measurements, and with its
-own activation in the device heads (cycling through ReLU, tanh and squared ReLU). Bootstrap alone does not make
-members disagree outside the data: summed latents grow with a device's table count and ReLU heads all
-extrapolate linearly from the same fit (measured on a known cost: 5% spread on 4-table devices and 5% on
-60-table ones, all members 45% low there). Heads that saturate (tanh), stay linear (ReLU) or grow (squared
-ReLU) agree where training devices were and diverge beyond them (same test: 8% spread at 4 tables, 83% at 60,
-mean error -9%), so the spread marks crowded devices as uncertain and planning can be pessimistic there
-(dreamshard.learning.planning_cost). Figures: tests/test_learning_cost.py and docs/architecture.md.
+A CostEnsemble holds K nets, each fit on its own bootstrap resample and with its own device-head activation
+(ReLU, tanh, squared ReLU), so the members agree where training devices were and diverge beyond them: their
+spread marks crowded devices as uncertain (dreamshard.learning.planning_cost plans pessimistically there).
 """
 
 from __future__ import annotations

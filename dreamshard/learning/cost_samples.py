@@ -1,5 +1,7 @@
-"""Measurement records as the cost network's training samples: the feature matrix (one row per table and batch size
-measured), one sample per record, and batches of samples collated for a forward pass."""
+"""Measurement records as the cost network's training samples (docs/architecture.md, "Learning"): the feature matrix
+(one row per table and batch size measured), one sample per record, and batches of samples collated for a
+forward pass.
+"""
 
 from __future__ import annotations
 

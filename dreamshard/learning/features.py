@@ -1,33 +1,12 @@
-"""The table features: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins), the batch
-size the table is looked up at, and 4 LINEAR-scale ones (lookup volume dim x pooling x batch / reference batch /
-1000, output width dim x features x batch / reference batch / 100, the per-batch working set in MB, and a
-half-precision flag).
+"""The table features the cost model and the policy read (docs/architecture.md, "Learning").
 
-Batch size is an input (spec 4): one model plans every batch size it was trained over (the model card records
-the span; planning outside it warns). The linear volumes are per batch, so summed over a device they stay the
-quantities fused cost grows with at any batch; the log batch feature lets the heads learn what does not scale
-linearly (per-bag overheads, cache effects). A data-parallel replica is a table looked up at its share of the
-batch (dreamshard.learning.planning_cost), which is what it runs.
-
-Why the two linear features: a device's representation is the SUM of its tables' latents, and fused
-costs on a device grow roughly with the summed lookup volume (compute) and summed output width (the
-all-to-all bytes). With only log-scaled inputs the table MLP has to learn exp() to make such sums, which
-it does poorly from a few dozen profiled tables, and the cost heads then extrapolate badly to devices
-holding more tables than training showed. A non-negative linear feature passes a ReLU layer unchanged,
-so these sums are available exactly (measured: held-out device-cost error drops, see
-bench/results/learning.md). The working set (unique rows a batch touches x row bytes) is what decides
-whether a device's combined tables still fit in cache: fused cost grows super-linearly past that point, so
-its SUM over a device is the input the heads need to model fusion's non-additivity.
-
-Normalisation is FIXED (log1p, then a constant affine map), not a z-score over the tables of a task:
-a trained model must plan inventories it never saw, and a per-task z-score makes one table's features
-depend on which other tables happen to share its task (the same table would look "large" in a task of
-small tables and "small" in a task of large ones), so the same device contents would get different cost
-predictions in different tasks. With fixed scaling a table's features are a function of the table alone.
-
-A table without an access histogram is planned with the assumed one (dreamshard.inventory.histogram.
-effective_histogram: Zipf-like popularity, the same assumption the profiler and the simulator make for it); only a
-table without lookups keeps all mass in bin 0.
+Per table: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins, log-scaled), the log
+batch size it is looked up at, and 4 linear ones: lookup volume and output width per batch, the per-batch working
+set in MB, and a half-precision flag. A device is the SUM of its tables' latents, so the linear features let the
+network form the summed volumes fused cost grows with; the working set lets it see when a device's tables stop
+fitting in cache. Scaling is fixed (log1p, then a constant affine map), so a table's features never depend on
+which other tables share its task. A table without an access histogram gets the assumed one
+(dreamshard.inventory.histogram.effective_histogram).
 """
 
 from __future__ import annotations

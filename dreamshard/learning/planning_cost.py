@@ -1,29 +1,11 @@
-"""The cost that planning minimises: a CostEnsemble bound to one topology, pessimistic where it is unsure.
+"""The cost planning minimises: a CostEnsemble bound to one topology, pessimistic where it is unsure
+(docs/architecture.md, "Learning").
 
-Per device, the members' predicted compute costs give a mean and a spread (standard deviation over members);
-planning uses ``mean + risk * spread`` for the compute components, so a placement the members disagree on
-(typically a device crowded beyond what training showed) looks as expensive as it might be, and the search
-and the policy stay away from the cost net's blind spots instead of exploiting them.
-
-Communication is not left to the network when the measured all-to-all model is known: the oracle costs a
-device's forward and backward exchange as ``alpha + beta * bytes`` with ``bytes = batch x (sum of the
-device's output dims: dim x features per table) x 4 x (N-1)/N`` (dreamshard.profiling.comm), so planning uses exactly that, for the topology's
-device count and interconnect. On a topology with hosts (``Topology.devices_per_host``) a device's all-to-all is
-costed host-aware (``comm.host_comm_model``, what ``comm.device_comm_ms`` computes): the bytes to peers on other
-hosts also cross the link between hosts at ``Topology.inter_host_gbps`` (a topology parameter, not a
-measurement), so a plan on 2 hosts costs more than the same plan on one flat host; flat topologies cost exactly
-as before. Without a comm model (a model trained on records that carry none) the
-ensemble's learned comm heads are used, with the same pessimism.
-
-Units of every sharding type (dreamshard.values.units) are costed as they run: whole tables and column shards send
-their pooled outputs by all-to-all (forward and backward); row shards reduce-scatter their partial sums forward
-and all-gather the gradients back (costed as the reduce-scatter); a data-parallel replica sends nothing forward
-and all-reduces its gradient (rows x dim) backward, and its compute is predicted at its share of the batch (batch
-size is a feature: dreamshard.learning.features). Reduce-scatter and all-reduce use
-the fitted models of those collectives (dreamshard.profiling.comm, cached per world size), loaded only when a
-placement has such units.
-
-As a CostEstimator (dreamshard.learning.estimator) a unit's state is
+Compute is the members' mean + `risk` x their spread, so the search and the policy stay away from the cost net's
+blind spots. Communication uses the alpha-beta model of the collective each unit runs (dreamshard.profiling.comm:
+all-to-all for whole tables and column shards, reduce-scatter for row shards, all-reduce for replicas), measured
+or the topology's fixed interconnect profile, host-aware on a topology with hosts; without a comm model, the
+ensemble's comm heads. As a CostEstimator (dreamshard.learning.estimator) a unit's state is
 ``[member latents (K x latent) | 1 | all-to-all output dim | reduce-scatter output dim | all-reduce elements]``
 (output dim = dim x the table's features); a device's state is the sum of its units' states.
 """
@@ -31,6 +13,7 @@ As a CostEstimator (dreamshard.learning.estimator) a unit's state is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -39,11 +22,16 @@ from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
 from dreamshard.placement.expand import expand_plan
 from dreamshard.profiling.comm import comm_model_for, host_comm_model, profile_model
-from dreamshard.values import CommModel, Costs, DeviceCost, Table, Topology
+from dreamshard.values import Collective, CommModel, Costs, DeviceCost, Inventory, Plan, Table, Topology
 from dreamshard.values.units import parse_unit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.learning.model_store import LoadedModel
 
 #: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
 OUTPUT_BYTES = 4
+#: the collective each unit kind other than whole tables and column shards runs (they run the all-to-all)
+UNIT_COLLECTIVES: tuple[tuple[str, Collective], ...] = (("row", "reduce_scatter"), ("replica", "all_reduce"))
 
 
 class PlanningCost:
@@ -67,19 +55,19 @@ class PlanningCost:
         self.cost_scale = ensemble.cost_scale or 1.0
         self.collectives: dict[str, CommModel] = {}  # reduce_scatter / all_reduce, host-aware, when needed
 
-    def _collective(self, collective: str) -> CommModel | None:
+    def _collective(self, collective: Collective) -> CommModel | None:
         """One device's model of `collective` on this topology (None without a comm model)."""
         if self.comm is None or self.topology.num_devices <= 1:
             return None
         if collective not in self.collectives:
             n = self.topology.num_devices
             if self.topology.interconnect != "measured":
-                model = profile_model(self.topology.interconnect, n, collective)  # type: ignore[arg-type]
+                model = profile_model(self.topology.interconnect, n, collective)
             elif self.comm.backend.startswith(("simulated", "default")):  # no benchmark behind the all-to-all either
                 model = self.comm.model_copy(update={"collective": collective})
             else:
-                model = comm_model_for(n, collective=collective)  # type: ignore[arg-type]
-            self.collectives[collective] = host_comm_model(self.topology, model, collective)  # type: ignore[arg-type]
+                model = comm_model_for(n, collective=collective)
+            self.collectives[collective] = host_comm_model(self.topology, model, collective)
         return self.collectives[collective]
 
     # -- CostEstimator ---------------------------------------------------------------------------------
@@ -103,7 +91,7 @@ class PlanningCost:
             ]
             for t, k in zip(tables, kinds, strict=True)
         ]
-        for kind, collective in (("row", "reduce_scatter"), ("replica", "all_reduce")):
+        for kind, collective in UNIT_COLLECTIVES:
             if kind in kinds:
                 self._collective(collective)
         return torch.cat([flat, torch.tensor(cols, dtype=flat.dtype).reshape(n, 4)], dim=1)
@@ -218,11 +206,10 @@ def cost_factory(
     return lambda topo: PlanningCost(ensemble, topo, comm_for(topo, comm_models), risk)
 
 
-def predict_plan(model: object, inventory: object, plan: object, risk: float = 0.0) -> Costs:
+def predict_plan(model: LoadedModel, inventory: Inventory, plan: Plan, risk: float = 0.0) -> Costs:
     """A model's predicted costs of any plan of `inventory` (column shards included): the ensemble mean
     (risk 0) or the pessimistic planning cost, with the comm model planning would use."""
-    units, placement = expand_plan(inventory, plan)  # type: ignore[arg-type]
-    topo = plan.topology  # type: ignore[attr-defined]
-    card = model.card  # type: ignore[attr-defined]
-    cost = PlanningCost(model.cost_net, topo, comm_for(topo, card.comm_models), risk)  # type: ignore[attr-defined]
+    units, placement = expand_plan(inventory, plan)
+    topo = plan.topology
+    cost = PlanningCost(model.cost_net, topo, comm_for(topo, model.card.comm_models), risk)
     return cost.predict(list(units.tables), placement, pessimistic=risk > 0)

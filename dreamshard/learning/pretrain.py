@@ -1,16 +1,11 @@
-"""Pre-training the packaged model on a wide, generated table distribution ("pre-train, then search").
+"""Pre-training the packaged model on a wide, generated table distribution (docs/architecture.md, "Learning").
 
-`pretraining_tasks` draws `num_tasks` tasks, each with its own tables from the wide generator
-(dreamshard.inventory.families) and its own device count, so tables per device span 1..max_tables_per_device;
-`pretraining_batch_sizes` draws each task's batch size, log-uniform in `batch_sizes` (from its own seeded
-stream, so the tasks themselves do not depend on the span). `pretrain` measures every task at its batch size on
-the backend (random placements, the heuristics' plans, crowded devices: where planners go), then runs the outer
-loop (dreamshard.learning.loop) from scratch with the same per-task batch sizes and writes the model with its
-card: the data it saw, the feature ranges it covers (batch sizes and device type included) and the held-out
-error per regime.
-
-`make pretrain` runs it into dreamshard/pretrained/ (about 20-30 minutes on 2 cores with the default params);
-production retrains start from that model (train.init: pretrained).
+`pretraining_tasks` draws tasks with their own tables (dreamshard.inventory.families.wide_table) and device
+counts, so tables per device span 1..max_tables_per_device; `pretraining_batch_sizes` draws each task's batch size
+log-uniform in `batch_sizes` from its own seeded stream. `pretrain` measures every task at its batch size, runs the
+outer loop (dreamshard.learning.loop) from scratch and writes the model with its card (the data it saw, the
+ranges it covers, the held-out error per regime). `make pretrain` writes dreamshard/pretrained/; production
+retrains start from it (`train.init: pretrained`).
 """
 
 from __future__ import annotations

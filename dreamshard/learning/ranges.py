@@ -1,16 +1,11 @@
-"""The ranges of inputs a model was trained on, and the check that an inventory to plan stays inside them.
+"""The ranges of inputs a model was trained on, and the check that an inventory to plan stays inside them
+(docs/architecture.md, "Learning").
 
-Recorded in the model card at training time from the measured records (the tables that were profiled, the
-devices they formed, the batch sizes they ran at and the device type of the backend that measured them).
+The model card records them from the measured records: table dims, rows and pooling, tables per device, device
+counts, the batch-size span and the device types of the backends that measured (simulated records add none).
 Planning outside them still works, but the cost net extrapolates there: the plan lists each excursion in
-`Plan.out_of_range` (one line per kind), the CLI warns, and the publish gate then asks for a measured
-comparison instead of trusting predictions.
-
-Batch sizes are checked as a span (min..max of the batch sizes profiled, with the usual margin): pre-training
-draws a batch size per task, so the recorded set is a sample of a span. Device types are those of the
-backends that measured the records (cpu / cuda); simulated records add none (their plans are flagged as
-simulated instead). A card written before device types were recorded has none: `ModelCard.out_of_range` reads
-its `backend` instead.
+`Plan.out_of_range`, the CLI warns and the publish gate asks for a measured comparison. A card without device
+types is read through its `backend` (`ModelCard.out_of_range`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Training data is checked like input (docs/architecture.md, "Where each rule lives").
 
-A measurement record the cost model learns from must be:
-
-- **in range**: every device its placement names exists on its topology, and it has one cost per device;
-- **finite and bounded**: every cost figure (each component, each device total, the overall) is finite, >= 0 and
-  at most `MAX_RECORD_MS` milliseconds. The bound is generous: no measurement of one training step takes 11
-  days, and the simulator's most crowded synthetic placements (every table of a pretraining task on one device at
-  batch 65536) stay below 4e8 ms. It keeps a forged 1e308 from overflowing the float32 targets into NaN weights;
-  its comm model's figures are bounded the same way (planning costs communication with them);
-- **consistent**: its overall cost is the bottleneck device's total (the oracle writes exactly that; anything
-  outside `OVERALL_LOW`..`OVERALL_HIGH` x that total is an edited figure, the gate's tolerance), one measurement
-  id has one content (an exact repeat, e.g. a file concatenated twice, is kept once), and every record is of one
-  inventory: the one given, else the first record's.
-
-`check_record` is the per-record part (what the cost trainer checks on every record it sees, the loop's own
-included); `check_training_records` adds the cross-record rules and is what every training entry calls on the
-records it was handed (`train-cost`, the outer loop's seed records). Failures are one-line TrainingDataErrors
-naming the source, the record (number and id), the field and the limit.
+A measurement record the cost model learns from must be in range (every device its placement names exists, one
+cost per device), finite and bounded (every cost figure, its comm model's included, >= 0 and at most
+`MAX_RECORD_MS`: a forged 1e308 would overflow the float32 targets into NaN weights) and consistent (the overall
+is the bottleneck device's total within `OVERALL_LOW`..`OVERALL_HIGH`, one content per measurement id, one
+inventory for all records). `check_record` is the per-record part, what the cost trainer checks on every record;
+`check_training_records` adds the cross-record rules and is what every training entry calls. Failures are
+one-line TrainingDataErrors naming the source, the record, the field and the limit.
 """
 
 from __future__ import annotations

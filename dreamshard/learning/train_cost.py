@@ -1,4 +1,4 @@
-"""Fit the cost ensemble on measurement records (profile singles + placements).
+"""Fit the cost ensemble on measurement records (profile singles + placements; docs/architecture.md, "Learning").
 
 Every record contributes all its devices (per-device four costs; empty devices are skipped in the
 device loss because the network predicts exactly 0 for them) and its overall cost. A seeded share of
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -86,7 +86,7 @@ def _fit_member(
     config: CostTrainConfig,
     seed: int,
     lr_factor: float,
-    advance: object,
+    advance: Callable[[int], None],
 ) -> float:
     """`config.steps` Adam steps on minibatches drawn from `samples` (already the member's resample)."""
     rng = np.random.default_rng(seed)
@@ -109,7 +109,7 @@ def _fit_member(
         if sched is not None:
             sched.step()
         last = loss.item()
-        advance(1)  # type: ignore[operator]
+        advance(1)
     net.eval()
     return last
 

@@ -1,2 +1,2 @@
 """Measurement on hardware at plan time: the best predicted candidates measured interleaved (`candidates`) and
-measured refinement of the kept plan (`refine`) (docs/architecture.md, "Learning")."""
+measured refinement of the kept plan (`refine`, its rounds in `duel`) (docs/architecture.md, "Learning")."""

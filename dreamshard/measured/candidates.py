@@ -1,16 +1,12 @@
-"""`plan --verify K`: measure the K best predicted candidates on the backend (and the best predicted baselines'
-or LPT's plans, `plan.verify_anchors`, when the K hold none); keep the best predicted unless the hardware
-confirms another.
+"""Verify (`plan --verify K`): the K best predicted candidates measured on the backend, interleaved, and the best
+predicted kept unless the hardware confirms another (docs/architecture.md, "Learning").
 
-The search ranks candidates by the learned cost; measuring the top few, interleaved (each round visits them in
-a shuffled order, so drift on a shared machine hits all alike), turns a prediction into a measured choice at
-the price of at most K x rounds measurements: another candidate replaces the best predicted only when it was faster
-in every round (`kept_index`), so a candidate that loses a round is measured no more (`challengers`: the same
-decision for fewer measurements; when every challenger has lost, the measuring ends). When the first candidate is
-the current plan's (a re-plan: replacing it reshards the job), a challenger that won every round must go on winning
-in a duel with it until chance alone would explain its run less often than `plan.verify_confidence` allows
-(`rounds_to_replace`). The plan keeps the kept candidate's measured costs and a `Verification` record of everything
-measured (each candidate's rounds).
+Anchors (`plan.verify_anchors`: the best predicted baselines' or LPT's plans) join when the K hold none. Another
+candidate replaces the best predicted only when it was faster in every round (`kept_index`); one that loses a round
+is measured no more (`challengers`). When the first candidate is the current plan's (a re-plan), a confirmed
+challenger must go on winning a duel with it until chance alone would explain its run less often than
+`plan.verify_confidence` allows (`rounds_to_replace`). The plan keeps the kept candidate's measured costs and a
+`Verification` record of every candidate's rounds.
 """
 
 from __future__ import annotations
@@ -38,11 +34,9 @@ ANCHOR_SOURCES = frozenset((*BASELINE_SHARDERS, "lpt"))
 
 def anchor_candidates(candidates: Sequence[Candidate], k: int, anchors: int) -> list[Candidate]:
     """The `anchors` best predicted of the anchor candidates (ANCHOR_SOURCES, not improved by search), when none
-    is among the `k` best predicted. Off its training distribution the learned cost can rank the search's plans
-    above one that measures faster: measured on held-out inventories, `dreamshard_lpt` 0.953x the best baseline
-    while the search over candidates including that LPT plan kept 0.982x, and a model trained on one inventory
-    version predicted its plan for the next 15% faster than lookup_greedy's where a gate measured it 3% slower.
-    Only what is measured can be kept. [] when one of the top k already is an anchor."""
+    is among the `k` best predicted: off its training distribution the learned cost can rank the search's plans
+    above one that measures faster, and only what is measured can be kept. [] when one of the top k already is an
+    anchor."""
     if anchors <= 0 or any(c.source in ANCHOR_SOURCES for c in candidates[:k]):
         return []
     return [c for c in candidates[k:] if c.source in ANCHOR_SOURCES][:anchors]
@@ -51,8 +45,7 @@ def anchor_candidates(candidates: Sequence[Candidate], k: int, anchors: int) -> 
 def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -> int:
     """Which measured candidate to keep: the best predicted (index 0) unless another one was faster than it in
     every interleaved round (paired by round, as refinement keeps a move), then the fastest median of those.
-    A lower median alone is not enough: 3 noisy rounds on a shared machine rank near-equal plans at random (a
-    verified plan 2.6% ahead by medians, its rounds 4-16% apart, measured 10% behind in a 5-round comparison)."""
+    A lower median alone is not enough: a few noisy rounds on a shared machine rank near-equal plans at random."""
     confirmed = [i for i in range(1, len(per_round)) if _won_every_round(per_round[i], per_round[0])]
     return min(confirmed, key=lambda i: (medians[i], i)) if confirmed else 0
 

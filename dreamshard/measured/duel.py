@@ -1,6 +1,10 @@
-"""A proposal measured against the incumbent on the two devices it changes: interleaved rounds, in blocks, and the
-incumbent's running cost per device (docs/architecture.md, "Learning", measured refinement). Used by
-dreamshard.measured.refine.
+"""A proposal measured against the incumbent on the two devices it changes, and the incumbent's running cost per
+device (docs/architecture.md, "Measured refinement"; used by dreamshard.measured.refine).
+
+A block is up to `rounds` interleaved rounds in random order. A round in which the proposal is not faster than the
+incumbent's fastest round so far ends the block (no later round could make it pass: the same decision, sooner);
+within a round the proposal's receiving device is timed first, and when it alone is at or above that round the
+other device is not timed (the round is lost either way).
 """
 
 from __future__ import annotations
@@ -48,9 +52,8 @@ def pair_ms(
 class IncumbentCosts:
     """The incumbent's measured cost per device: the median of that device's last `WINDOW` timings under the
     current placement (every interleaved incumbent round adds one; a kept proposal starts the two devices it
-    changed afresh from its own rounds). One timing per device, taken once and never again, let a single noisy
-    reading pick the bottleneck for the whole budget, and a machine that drifts by 10% over minutes left every
-    device it did not touch at a stale cost."""
+    changed afresh from its own rounds), so neither one noisy reading nor a machine drifting over minutes decides
+    the bottleneck."""
 
     def __init__(self, n: int) -> None:
         self._seen: list[deque[float]] = [deque(maxlen=WINDOW) for _ in range(n)]

@@ -1,25 +1,13 @@
 """Measured refinement (`plan --refine-seconds S`): the hardware corrects the model at plan time
 (docs/architecture.md, "Measured refinement").
 
-Starting from the search's best plan, every device is measured once. The incumbent's cost per device is the median
-of that device's recent timings: every interleaved round below times two of the incumbent's devices again, and
-each kept proposal is followed by one timing of the whole new incumbent, so neither one noisy first reading nor a
-machine drifting over minutes decides the bottleneck. Then, while the time budget lasts: take the measured
-bottleneck device (each device keeps its ranking until a proposal is kept), rank moves of its units to other
-devices and swaps with other devices' units by the learned cost's predicted gain (the predicted change of the two
-devices involved, applied to their measured costs), and measure the best untried proposal on only the two devices it
-changes, interleaved with the incumbent's same two devices for `rounds` rounds (in predicted order, also where the
-model predicts no gain: the model may be wrong there). A proposal is kept only when
-the hardware confirms it beyond the noise: the slowest round of the new pair is faster than the fastest round of
-the incumbent pair, the new pair's median is below the bottleneck's measured cost, and (with `confirm` rounds) a
-second block of that many fresh rounds passes the same rule: noise passes both one time in 400 (3 + 3 rounds).
-A round in which the new pair is not faster than the incumbent's fastest round so far ends the block at once: no
-later round could make it pass, so it is dropped after one round instead of `rounds` (most proposals are; same
-decisions, several times the proposals per second). Within a round the new pair's receiving device is timed first, and when it alone
-is at or above the incumbent's fastest round so far the other device is not timed: the round is lost either way
-(again the same decisions, one device timing instead of two). Everything measured is
-fresh (never read from the corpus), and every device timing goes into the measurement corpus when the oracle has
-one, as training data. The plan records the trace: proposals tried and kept, the measured gain, device timings.
+While the time budget lasts: take the measured bottleneck device of the incumbent, rank moves of its units to other
+devices and swaps with their units by the learned cost's predicted change of the two devices involved, and measure
+the best untried proposal on only those two devices, interleaved with the incumbent's same two
+(dreamshard.measured.duel). A proposal is kept only when the hardware confirms it beyond the noise: every round
+of it faster than every round of the incumbent, its median below the bottleneck's measured cost, and (with
+`confirm` rounds) a second block of fresh rounds passing the same rule. Timings are always fresh and go into the
+oracle's measurement corpus as training data; the plan records the trace (`Plan.refinement`).
 """
 
 from __future__ import annotations

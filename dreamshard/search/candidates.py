@@ -1,15 +1,11 @@
-"""Search on the learned cost at plan time ("pre-train, then search").
+"""Search on the learned cost at plan time (docs/architecture.md, "Learning").
 
-Candidates come from every source we have -- the RL policy (greedy argmax and sampled rollouts), LPT on the
-cost net's predicted single-table costs, every heuristic and TorchRec's planner -- and are scored by the
-pessimistic planning cost (dreamshard.learning.planning_cost: ensemble mean + risk x spread, measured comm).
-The best few are then improved by local search that moves / swaps tables off the predicted bottleneck device
-(dreamshard.search.local). `seeds` adds placements the caller has: the current plan adapted to a new inventory
-version (`insertion.adapted_placement`) is one, so a re-plan also considers keeping most tables where they are; local
-search always starts from every seed too (besides the best few), and from one it moves few tables. The result is never predicted worse than any candidate: local search only
-accepts improvements, and the final pick is the minimum over everything scored.
-
-No hardware is used; `dreamshard.measured.candidates` measures the best candidates when asked to.
+Candidates come from every source we have -- the RL policy (greedy argmax and sampled rollouts), LPT on the cost
+net's predicted single-table costs, every heuristic and TorchRec's planner -- and from the caller's `seeds` (a
+re-plan's current plan adapted to the new inventory, `insertion.adapted_placement`). All are scored by the
+pessimistic planning cost (dreamshard.learning.planning_cost); the best few and every seed are improved by local
+search (dreamshard.search.local). The result is never predicted worse than any candidate. No hardware is used;
+dreamshard.measured.candidates measures the best candidates when asked to.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Bounded local search over a finished placement, under the cost estimator (no hardware).
+"""Bounded local search over a finished placement, under the cost estimator (docs/architecture.md, "Learning").
 
-The measured overall cost of a placement is the largest device total, so the search works on the
-estimator's predicted device totals: repeatedly take the predicted bottleneck device and try (a) moving
-one of its tables to any other device with memory room and (b) swapping one of its tables with a table
-of another device; apply the candidate with the lowest resulting predicted maximum if it lowers that
-maximum by more than a relative `tol`, else stop; keep the result only if the total predicted gain is
-at least `min_gain`. Every candidate of one round is scored in a single
-batched call of the estimator's device heads, and the number of rounds is capped (`max_rounds`), so the
-cost is bounded: a round scores k*D moves and k*min(N, max_swaps) swaps for k tables on the bottleneck.
-
-This is a refinement of the policy's plan, not a replacement: it can only lower the predicted maximum,
-and it trusts the cost net's per-device predictions (docs/architecture.md, "Learning": the policy and
-this search both act on the estimated MDP). Memory limits are kept.
+The overall cost is the largest device total, so each round takes the predicted bottleneck device and applies the
+best of (a) moving one of its units to another device with memory room and (b) swapping one of its units with one
+of another device, if that lowers the predicted maximum by more than a relative `tol`; the result is kept only if
+the total predicted gain is at least `min_gain`. A round scores all its candidates in one batched call of the
+estimator's device heads (k*D moves and at most `max_swaps` swaps for k units on the bottleneck), and rounds are
+capped (`max_rounds`). It can only lower the predicted maximum, and memory limits are kept.
 """
 
 from __future__ import annotations

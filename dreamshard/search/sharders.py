@@ -1,21 +1,16 @@
-"""The learned sharders behind the common Sharder interface (registered through the `dreamshard.sharders`
-entry-point group, see pyproject.toml):
+"""The learned sharders behind the common Sharder interface (docs/architecture.md, "Learning"; registered through
+the `dreamshard.sharders` entry-point group, see pyproject.toml):
 
-- `dreamshard`: search on the learned cost (dreamshard.search.candidates): candidates from the policy, LPT on
-  predicted costs, every heuristic and TorchRec, scored by the pessimistic planning cost and refined by local
-  search; the best predicted plan wins. This is the default.
-- `dreamshard_lpt`: LPT on the cost net's predicted single-table costs (no hardware, no policy).
+- `dreamshard` (the default): search on the learned cost (dreamshard.search.candidates), optionally verified on
+  hardware (dreamshard.measured.candidates);
+- `dreamshard_lpt`: LPT on the cost net's predicted single-table costs;
 - `dreamshard_rl`: the RL policy alone (greedy argmax, or the best of `samples` sampled rollouts).
 
-All three load the model given as `model_dir` (None: the model shipped in the package), record the model
-version and the cost net's *mean* predicted costs in the plan, and list in `Plan.out_of_range` every input
-outside the ranges the model was trained on. With `column_splits="auto"` (the default) a table that fits on no
-device is split into column shards, and a dominant table may be split when that lowers the predicted cost
-(dreamshard.search.splits); the shards are planned as tables. `column_splits="never"` plans table-wise only.
-
-`shard()` returns the Plan; `shard_with_report()` returns a `ShardReport`: the plan, the card of the model that
-planned it, the search's scored candidates (`dreamshard` only) and the warnings to show. Nothing about a call is
-kept on the sharder.
+All three load the model in `model_dir` (None: the packaged one), record its version and the mean predicted costs
+in the plan, list every input outside the model's training ranges in `Plan.out_of_range`, and split tables into
+column shards where needed or predicted cheaper (dreamshard.search.splits; `column_splits="never"`: table-wise
+only). `shard_with_report()` returns a `ShardReport` (the plan, the model card, the search's scored candidates,
+the warnings); nothing about a call is kept on the sharder.
 """
 
 from __future__ import annotations
@@ -210,12 +205,12 @@ class DreamShardSharder(ModelSharder):
     """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
 
     With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
-    `verify_rounds` rounds), beside the `verify_anchors` best predicted of the baselines' or LPT's own plans when
-    none of the K is one (`verify.anchor_candidates`); the best predicted is kept unless another was faster in
-    every round (`verify.kept_index`), with its measured costs and the record. With an `incumbent`, the best
-    predicted of its candidates (`current`, `current+search`) is measured too and takes the best predicted's
-    place as the default: a re-plan moves the job's tables only when the hardware confirms the gain, in a duel of
-    `verify.rounds_to_replace(challengers, verify_confidence)` straight paired wins.
+    `verify_rounds` rounds; dreamshard.measured.candidates), beside the `verify_anchors` best predicted of the
+    baselines' or LPT's own plans when none of the K is one; the best predicted is kept unless another was faster
+    in every round, with its measured costs and the record. With an `incumbent`, the best predicted of its
+    candidates (`current`, `current+search`) is measured too and takes the best predicted's place as the default:
+    a re-plan moves the job's tables only when the hardware confirms the gain, in a duel of
+    `rounds_to_replace(challengers, verify_confidence)` straight paired wins.
     """
 
     name = "dreamshard"

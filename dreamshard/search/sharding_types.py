@@ -1,23 +1,13 @@
 """Choosing each table's sharding type on the learned cost (docs/architecture.md, "Sharding types").
 
-Enumerate, then search (NeuroShard's lesson): the search places whole tables and column shards; then, for the
-types the plan may use (`SearchConfig.types`: row_wise, table_row_wise, data_parallel), each table the search placed
-whole or column-wise gets its candidate shardings and the planning cost decides, greedily:
-
-* row-wise: the tables with the largest predicted single-table cost (a table that alone loads a device is the
-  one row blocks help: every device takes its share of the lookups, the partial sums are reduce-scattered);
-* table-row-wise (topologies with hosts): the same tables, over the devices of the least-loaded host;
-* data-parallel: the small tables (weights up to DP_MAX_BYTES) with the largest predicted cost (a replica trades
-  the all-to-all of its outputs for an all-reduce of its gradient).
-
-A conversion replaces the table's units (the whole table, or all its column shards) by its fixed units (row blocks,
-replicas), the other units are re-balanced
-around them by the bounded local search (`refine.refine_placement` with the fixed units unmovable); each round takes
-the best conversion, MAX_CHANGES rounds, and the best point of that path is kept when it lowers the predicted
-maximum by MIN_GAIN (so a conversion that pays only together with the next one is found). The cost
-model learned whole tables and column shards at many batch sizes: a row shard is costed as a table of its rows and
-lookups, a replica as the table at its share of the batch (dreamshard.learning.features); `--verify` measures the
-typed candidate beside the others and keeps what the hardware says.
+Enumerate, then search: the search places whole tables and column shards; then, for the types the plan may use
+(`SearchConfig.types`), each table placed whole or column-wise gets its candidate shardings -- row-wise for the
+tables with the largest predicted single-table cost, table-row-wise over the least-loaded host (topologies with
+hosts), data-parallel for small tables (weights up to DP_MAX_BYTES) -- and the planning cost decides, greedily.
+A conversion replaces the table's units by its fixed ones (row blocks, replicas) and re-balances the others
+around them (dreamshard.search.local.refine_placement, the fixed units unmovable); each round takes the best
+conversion, up to MAX_CHANGES rounds, and the best point of that path is kept when it lowers the predicted maximum
+by MIN_GAIN. `--verify` measures the typed candidate beside the others and keeps what the hardware says.
 """
 
 from __future__ import annotations

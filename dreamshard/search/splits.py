@@ -1,4 +1,5 @@
-"""Column splits for the learned sharders: which tables to cut into column shards, and into how many.
+"""Column splits for the learned sharders: which tables to cut into column shards, and into how many
+(docs/architecture.md, "Learning").
 
 A table that fits on no device *must* be split: into the fewest equal shards (multiples of 4 columns,
 dreamshard.placement.expand.split_counts) that each fit one device; if even the finest split does not fit, planning
