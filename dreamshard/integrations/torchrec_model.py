@@ -84,7 +84,9 @@ def _table(config: Any, where: str, pooling: dict[str, float] | None = None) -> 
 
 
 def module_tables(model: nn.Module, pooling: dict[str, float] | None = None) -> list[Table]:
-    """The tables of every EBC in `model` (module docstring); InventoryError if two share a name or a feature."""
+    """The tables of every EBC in `model`, named as TorchRec names them; a table whose only feature is named like
+    it has no `features` (one output), any other lists its features. InventoryError if two share a name or a
+    feature."""
     tables: dict[str, tuple[str, Table]] = {}
     for path, ebc in embedding_bag_collections(model):
         where = f"module '{path}'" if path else "the module"

@@ -5,7 +5,7 @@ Both run `EmbeddingShardingPlanner` on meta tensors with our topology (world siz
 hbm or ddr cap, batch size, each table's pooling), storage counted by our weights-only estimator or TorchRec's own
 (`memory_model`), and `reserve_fraction` taken off the capacity we hand it. Its plan is read back through
 dreamshard.integrations.torchrec_import and checked by the placement validator; its failures become one-line typed
-errors (dreamshard.sharders.torchrec_support). Tables go to TorchRec as `t0, t1, ...` (it rejects dots in names).
+errors (dreamshard.sharders.torchrec_messages). Tables go to TorchRec as `t0, t1, ...` (it rejects dots in names).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dreamshard.integrations.torchrec_import import document_from_sharding_plan
 from dreamshard.placement.expand import Folded, fold_units
 from dreamshard.placement.validate import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
-from dreamshard.sharders.torchrec_support import internal_name as _internal_name
-from dreamshard.sharders.torchrec_support import quiet as _quiet
-from dreamshard.sharders.torchrec_support import translate
+from dreamshard.sharders.torchrec_messages import internal_name as _internal_name
+from dreamshard.sharders.torchrec_messages import quiet as _quiet
+from dreamshard.sharders.torchrec_messages import translate
 from dreamshard.values import DIM_ALIGN, GB, Inventory, Plan, Table, Topology
 
 #: Whose storage estimate TorchRec's planner plans with: ours (each shard its weights) or its own estimator's.
@@ -284,7 +284,7 @@ class TorchRecTwCwSharder(Sharder):
         return fold_units(inventory, doc.units())
 
     def _translate(self, err: Exception, inventory: Inventory, topology: Topology) -> Exception:
-        """TorchRec's PlannerError -> our one-line typed error (`torchrec_support.translate`)."""
+        """TorchRec's PlannerError -> our one-line typed error (`torchrec_messages.translate`)."""
         return translate(err, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec")
 
 
