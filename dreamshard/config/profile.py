@@ -44,7 +44,7 @@ class ProfileConfig(BaseModel):
     # With a measurement corpus that already serves some train task entirely (a new version of an inventory it
     # has seen), at most this many of the tasks needing new device timings are measured (None: all of them);
     # the others are left out of this version's records (the warm-started model knows them). See
-    # dreamshard.usecases.profile.limit_new_tasks.
+    # dreamshard.profiling.task_choice.limit_new_tasks.
     incremental_tasks: Annotated[int, Field(ge=1)] | None = 4
     # Only for backend `simulator` (tests of the pipeline around it): every cost times this, and the wall time
     # one device timing takes. See dreamshard.profiling.simulator.

@@ -49,7 +49,7 @@ def fused_operators(tables: list[Table], topology: Topology) -> list[tuple[list[
     """How one device's units run, as (units, batch) per fused operator: whole tables, column shards and row shards
     in one at the global batch; data-parallel replicas in a second at the device's share of the batch. Each is one
     device timing (and one corpus entry): `_device_cost` measures these, the profile stage's corpus check
-    (`usecases.profile`) looks these up."""
+    (dreamshard.profiling.task_choice) looks these up."""
     replicas = [t for t in tables if parse_unit(t.name).kind == "replica"]
     rest = [t for t in tables if parse_unit(t.name).kind != "replica"]
     groups = [(rest, topology.batch_size)] if rest else []
