@@ -153,7 +153,7 @@ def _load(path: str | Path, cls: type[M], error: type[DreamshardError], what: st
 
 
 def load_inventory(path: str | Path) -> Inventory:
-    """An inventory file, validated: fields, types, bounds, and names in the safe set (inventory.validation)."""
+    """An inventory file, validated: fields, types, bounds, and names in the safe set (values.names)."""
     return check_inventory_names(_load(path, Inventory, InventoryError, "inventory"), f"inventory {path}")
 
 

@@ -227,7 +227,7 @@ def torchrec_document(
     plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel = "fused"
 ) -> TorchRecPlanFile:
     """The TorchRec plan file of `plan` (shapes added from `inventory`, which must be the plan's: the plan is
-    checked against it with THE placement rule, `memory.check_plan`: every table once, whole or as tiling
+    checked against it with THE placement rule, `placement.validate.check_plan`: every table once, whole or as tiling
     column shards, none unknown, devices in range, memory recomputed within the limit and equal to the plan's)."""
     shapes: dict[str, dict[str, int]] = {}
     if inventory is not None:

@@ -59,7 +59,8 @@ def zipf_histogram(
 
     ``round(p x batch_size)`` row ranks are drawn from a continuous power law on [1, rows + 1) by inverse CDF
     (independent of the row count), floored and binned; a batch with few lookups is averaged over several. The
-    simulated batch is sized first (`index_budget.check_lookup_budget`: IndexBudgetError naming table `name`)."""
+    simulated batch is sized first (`inventory.index_budget.check_lookup_budget`: IndexBudgetError naming table
+    `name`)."""
     check_lookup_budget(name, pooling_factor, batch_size, "simulating its reuse histogram (one batch)")
     lookups = int(round(pooling_factor * batch_size))
     if lookups <= 0:
