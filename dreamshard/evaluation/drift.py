@@ -129,12 +129,12 @@ def read_history(store: PlanStore, inventory_name: str) -> list[DriftCheck]:
 def record_check(store: PlanStore, check: DriftCheck, keep: int = 200) -> list[DriftCheck]:
     """Append `check` to its inventory's history (compare-and-swap; the last `keep` checks stay)."""
 
-    def step(raw: bytes | None) -> bytes:
+    def appended(raw: bytes | None) -> bytes:
         rows = _HISTORY.validate_json(raw) if raw else []
         rows = [*rows, check][-keep:]
         return json.dumps(_HISTORY.dump_python(rows, mode="json"), indent=1).encode()
 
-    return _HISTORY.validate_json(cas_update(store, history_key(check.inventory_name), step))
+    return _HISTORY.validate_json(cas_update(store, history_key(check.inventory_name), appended))
 
 
 def trend_rows(history: list[DriftCheck]) -> list[dict[str, object]]:

@@ -83,7 +83,7 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
     by_name = units.by_name()
     predicted = cost.predict(list(units.tables), placed)
     measured: Costs | None = plan.measured
-    alone = {t.name: _compute(cost.predict([t], {t.name: 0}).per_device[0]) for t in units.tables}
+    alone = {t.name: _compute_ms(cost.predict([t], {t.name: 0}).per_device[0]) for t in units.tables}
     n = plan.topology.num_devices
     on = [[by_name[u] for u, d in placed.items() if d == dev] for dev in range(n)]
     pred_share = _unit_shares(predicted, on, alone)
@@ -161,7 +161,7 @@ def _device_stats(
     )
 
 
-def _compute(d: DeviceCost) -> float:
+def _compute_ms(d: DeviceCost) -> float:
     return d.fwd_compute + d.bwd_compute
 
 

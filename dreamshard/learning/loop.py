@@ -28,7 +28,7 @@ from dreamshard.documents import append_measurement, atomic_write_text
 from dreamshard.errors import ConfigError
 from dreamshard.learning.cost_eval import CostMetrics
 from dreamshard.learning.cost_model import CostEnsemble
-from dreamshard.learning.loop_planner import Planner
+from dreamshard.learning.loop_planner import IterationPlanner
 from dreamshard.learning.loop_state import (
     DEFAULT_STATE_DIR,
     MEASUREMENTS_FILE,
@@ -137,7 +137,7 @@ def train(
         signatures=signatures,
         init=init,
         progress=progress,
-        planner=Planner(pool, measured_tasks, template, config, comm_models, batch_sizes),
+        planner=IterationPlanner(pool, measured_tasks, template, config, comm_models, batch_sizes),
     )
     start = run.resume()
     results = [run.iteration(it) for it in range(start, config.iterations)]
@@ -199,7 +199,7 @@ class _LoopRun:
     signatures: dict[str, str]  # task_signature of each train task
     init: LoadedModel | None
     progress: bool
-    planner: Planner
+    planner: IterationPlanner
     ensemble: CostEnsemble | None = None
     policy: Policy | None = None
     loop_ids: list[str] = field(default_factory=list)  # the loop records used so far, in order

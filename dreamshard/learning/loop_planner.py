@@ -43,7 +43,7 @@ def _perturb(
     return out if out != placement else None
 
 
-class Planner:
+class IterationPlanner:
     """What one iteration measures: (task, topology, placement) triples, deterministic given the state."""
 
     def __init__(

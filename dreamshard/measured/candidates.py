@@ -75,7 +75,7 @@ def rounds_to_replace(challengers: int, confidence: float) -> int:
     return max(1, math.ceil(math.log2(max(1, challengers) / (1.0 - confidence)) - 1e-9))
 
 
-def _duel(
+def _duel_with_default(
     inventory: Inventory,
     plans: Sequence[Plan],
     measured: list[list[Measurement]],
@@ -135,7 +135,9 @@ def verify_candidates(
         [statistics.median(m.overall_ms for m in ms) for ms in measured],
     )
     if hold is not None and best != 0:
-        best = _duel(inventory, plans, measured, best, rounds_to_replace(len(plans) - 1, hold), oracle, seed)
+        best = _duel_with_default(
+            inventory, plans, measured, best, rounds_to_replace(len(plans) - 1, hold), oracle, seed
+        )
     rows: list[VerifiedCandidate] = []
     medians: list[float] = []
     for cand, ms in zip(candidates, measured, strict=True):

@@ -92,7 +92,7 @@ class Block:
         return len(self.new) == self.rounds and max(self.new) < min(self.old)
 
 
-def duel(
+def measure_block(
     oracle: Oracle,
     units: Inventory,
     current: dict[str, int],

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from dreamshard.learning.planning_cost import PlanningCost
-from dreamshard.measured.duel import Block, IncumbentCosts, duel
+from dreamshard.measured.duel import Block, IncumbentCosts, measure_block
 from dreamshard.placement.expand import expand_plan, fold_units
 from dreamshard.placement.validate import footprint
 from dreamshard.profiling.oracle import Oracle
@@ -169,9 +169,9 @@ class _Refinement:
         est, label, d, change = proposal
         self.tried.add(_key(change))
         new = {**self.current, **change}
-        blocks = [self._duel(new, (b, d), self.rounds)]
+        blocks = [self._measure_block(new, (b, d), self.rounds)]
         if self.confirm and blocks[0].passed and not self.out_of_time():  # the same rule again, on fresh rounds
-            blocks.append(self._duel(new, (b, d), self.confirm))
+            blocks.append(self._measure_block(new, (b, d), self.confirm))
         self.timings += sum(bl.timings for bl in blocks)
         old_rounds = [x for bl in blocks for x in bl.old]
         new_rounds = [x for bl in blocks for x in bl.new]
@@ -194,8 +194,8 @@ class _Refinement:
         if kept:
             self._keep(new, (b, d), blocks)
 
-    def _duel(self, new: dict[str, int], bd: tuple[int, int], rounds: int) -> Block:
-        return duel(
+    def _measure_block(self, new: dict[str, int], bd: tuple[int, int], rounds: int) -> Block:
+        return measure_block(
             self.oracle, self.units, self.current, new, bd, self.topology, rounds, self.rng, self.seen, self.out_of_time
         )
 

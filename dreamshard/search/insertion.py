@@ -14,7 +14,7 @@ from dreamshard.placement.validate import device_memory_bytes, footprint
 from dreamshard.values import GB, Inventory, Table, Topology
 
 
-def room(
+def devices_with_room(
     units: Sequence[Table], placement: Mapping[str, int], topology: Topology, need: int
 ) -> tuple[list[int], list[int]]:
     """The devices with room for `need` more bytes next to `units` placed as `placement`, and every device's use
@@ -41,7 +41,7 @@ def insert(
     with room and the lowest predicted maximum. PlanError naming `what` (or the unit) when there is no room."""
     label = what or new.name
     need = footprint(new, topology)
-    free, used = room(units, placement, topology, need)
+    free, used = devices_with_room(units, placement, topology, need)
     usable = topology.usable_memory_bytes / GB
     if device is not None:
         if device not in free:
@@ -78,5 +78,5 @@ def adapted_placement(
         except PlanError:
             return None
         placed.append(unit)
-    free, _ = room(list(units.tables), placement, topology, 0)
+    free, _ = devices_with_room(list(units.tables), placement, topology, 0)
     return placement if len(free) == topology.num_devices else None  # the kept units alone may overflow a device

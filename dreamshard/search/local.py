@@ -19,7 +19,7 @@ from dreamshard.learning.estimator import CostEstimator, device_states
 from dreamshard.values import Topology
 
 
-def _totals(est: CostEstimator, states: torch.Tensor) -> torch.Tensor:
+def _device_totals(est: CostEstimator, states: torch.Tensor) -> torch.Tensor:
     return est.device_costs(states).sum(-1).clamp_min(0.0)
 
 
@@ -88,12 +88,12 @@ class _LocalSearch:
         self.used = np.bincount(self.dev, weights=self.size, minlength=self.d_count).astype(np.int64)
 
     def bottleneck_ms(self) -> float:
-        return float(_totals(self.est, self.dstate).max())
+        return float(_device_totals(self.est, self.dstate).max())
 
     def improve(self, tol: float, max_swaps: int) -> bool:
         """Apply the best move or swap off the predicted bottleneck device if it lowers the predicted maximum
         by more than `tol` (relative); False when there is none."""
-        tot = _totals(self.est, self.dstate)
+        tot = _device_totals(self.est, self.dstate)
         b = int(torch.argmax(tot))
         cur = float(tot[b])
         if cur <= 0:
@@ -119,8 +119,8 @@ class _LocalSearch:
         others = [d for d in range(self.d_count) if d != b]
         sb = self.states[torch.from_numpy(on_b)]  # (k, S)
         od = torch.tensor(others, dtype=torch.long)
-        b_after = _totals(self.est, self.dstate[b].unsqueeze(0) - sb)  # (k,)
-        d_after = _totals(self.est, self.dstate[od].unsqueeze(0) + sb.unsqueeze(1))  # (k, D-1)
+        b_after = _device_totals(self.est, self.dstate[b].unsqueeze(0) - sb)  # (k,)
+        d_after = _device_totals(self.est, self.dstate[od].unsqueeze(0) + sb.unsqueeze(1))  # (k, D-1)
         rest = torch.tensor([_rest_max(tot, order, (b, d)) for d in others], dtype=tot.dtype)
         val = torch.maximum(torch.maximum(b_after.unsqueeze(1), d_after), rest.unsqueeze(0))
         fits = torch.from_numpy(self.used[others][None, :] + self.size[on_b][:, None] <= self.cap)
@@ -143,8 +143,8 @@ class _LocalSearch:
             ii, jj = ii[pick], jj[pick]
         di = self.dev[jj]
         delta = self.states[torch.from_numpy(jj)] - self.states[torch.from_numpy(ii)]  # what b gains
-        b_sw = _totals(self.est, self.dstate[b].unsqueeze(0) + delta)
-        d_sw = _totals(self.est, self.dstate[torch.from_numpy(di)] - delta)
+        b_sw = _device_totals(self.est, self.dstate[b].unsqueeze(0) + delta)
+        d_sw = _device_totals(self.est, self.dstate[torch.from_numpy(di)] - delta)
         rest_by_device = torch.tensor([_rest_max(tot, order, (b, d)) for d in range(self.d_count)], dtype=tot.dtype)
         val_sw = torch.maximum(torch.maximum(b_sw, d_sw), rest_by_device[torch.from_numpy(di)])
         size, used, cap = self.size, self.used, self.cap
