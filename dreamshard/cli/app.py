@@ -28,8 +28,9 @@ from dreamshard.cli import (
     replan_cmd,
     torchrec_cmd,
 )
-from dreamshard.documents import describe_validation_error
+from dreamshard.cli.console import rich_help_fits, set_help_style
 from dreamshard.errors import DreamshardError, redact_urls
+from dreamshard.usecases.base import describe_validation_error
 
 app = typer.Typer(
     name="dreamshard",
@@ -113,7 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         register_plugins(args)
-        rc = click_app(tuple(_plugins_loaded))(args=argv, standalone_mode=False)
+        command = click_app(tuple(_plugins_loaded))
+        set_help_style(command, rich_help_fits())
+        rc = command(args=argv, standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:
             sys.exit(rc)  # typer.Exit(code) comes back as a return value when standalone_mode=False
     except DreamshardError as e:
@@ -140,13 +143,13 @@ def invoke(argv: list[str]) -> tuple[int, str, str]:
     """Run the CLI in-process with `argv`: (exit code, stdout, stderr). For tests and scripts that drive many
     commands without a subprocess each."""
     out, err = io.StringIO(), io.StringIO()
-    code: object = 0
+    code: str | int | None = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             main(argv)
         except SystemExit as e:
             code = e.code
-    return int(code or 0) if not isinstance(code, str) else 1, out.getvalue(), err.getvalue()
+    return 1 if isinstance(code, str) else int(code or 0), out.getvalue(), err.getvalue()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dreamshard.cli.explain_cmd import print_stats
+from dreamshard.cli.console import show
+from dreamshard.cli.explain_cmd import print_stats, stats_json
 from dreamshard.cli.options import (
     BackendOverride,
     BatchOverride,
@@ -37,23 +38,20 @@ from dreamshard.cli.options import (
     ThreadsOverride,
     WarmupOverride,
     host_overrides,
+    measuring_overrides,
     memory_overrides,
 )
 from dreamshard.config.settings import resolve
-from dreamshard.documents import load_inventory
-from dreamshard.evaluation import comparison_table, device_rows, device_table, validate_sharders
+from dreamshard.evaluation.render import comparison_table, device_rows, device_table
 from dreamshard.lazy import lazy_module
-from dreamshard.sharders import HEURISTICS, contender_names, sharder_names
+from dreamshard.usecases import sharders as sharders_uc
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.usecases import evaluate as evaluate_uc
-    from dreamshard.usecases import explain as explain_uc
-    from dreamshard.usecases import plan as plan_uc
+    from dreamshard.usecases.evaluate import CompareResult, MeasureResult
 else:
     evaluate_uc = lazy_module("dreamshard.usecases.evaluate")
-    explain_uc = lazy_module("dreamshard.usecases.explain")
-    plan_uc = lazy_module("dreamshard.usecases.plan")
 
 console = Console()
 err_console = Console(stderr=True, highlight=False)
@@ -81,47 +79,38 @@ def evaluate(
     model: ModelOpt = None,
 ) -> None:
     """Measure a plan: per-device fwd compute / fwd comm / bwd comm / bwd compute / memory and overall ms."""
-    settings = resolve(
-        params,
-        {
-            "profile.backend": backend,
-            "profile.warmup": warmup,
-            "profile.repeats": repeats,
-            "profile.num_threads": threads,
-            "evaluate.rounds": rounds,
-        },
+    settings = resolve(params, {**measuring_overrides(backend, warmup, repeats, threads), "evaluate.rounds": rounds})
+    request = evaluate_uc.MeasureRequest(
+        settings=settings, inventory=inventory, plan=plan_file, out=out, stats=stats, model=model
     )
-    request = evaluate_uc.MeasureRequest(settings=settings, inventory=inventory, plan=plan_file, out=out)
-    with (
-        console.status(f"measuring {plan_file} on {settings.profile.backend}", spinner="dots")
-        if not as_json
-        else nullcontext()
-    ):
+    doing = f"measuring {plan_file} on {settings.profile.backend}"
+    with console.status(doing, spinner="dots") if not as_json else nullcontext():
         result = evaluate_uc.measure(request)
-    measured, b = result.plan, result.backend
-    inv = load_inventory(inventory)
     if as_json:
-        assert measured.measured is not None
-        typer.echo(
-            json.dumps(
-                {
-                    "plan_id": measured.plan_id,
-                    "sharder": measured.sharder,
-                    "backend": b.model_dump(mode="json"),
-                    "overall_ms": measured.measured.overall_ms,
-                    "per_device": device_rows(measured, inv),
-                },
-                indent=2,
-            )
-        )
+        typer.echo(json.dumps(measure_json(result), indent=2))
         return
-    console.print(device_table(measured, inv))
+    b = result.backend
+    show(console, device_table(result.plan, result.inventory))
     console.print(
         f"backend {b.name} ({b.operator}, {b.num_threads} thread(s), warm-up {b.warmup}, repeats {b.repeats})"
         + (" — SIMULATED, not a measurement" if b.is_simulated else "")
     )
-    if stats:
-        print_stats(explain_uc.stats_of(inv, measured, model))
+    if result.stats is not None:
+        print_stats(result.stats)
+
+
+def measure_json(result: MeasureResult) -> dict[str, object]:
+    """`evaluate --json`: the measured plan's devices (and its stats report with --stats)."""
+    measured = result.plan
+    assert measured.measured is not None
+    return {
+        "plan_id": measured.plan_id,
+        "sharder": measured.sharder,
+        "backend": result.backend.model_dump(mode="json"),
+        "overall_ms": measured.measured.overall_ms,
+        "per_device": device_rows(measured, result.inventory),
+        **({"stats": stats_json(result.stats)} if result.stats is not None else {}),
+    }
 
 
 def compare(
@@ -132,7 +121,8 @@ def compare(
         str | None,
         typer.Option(
             "--sharders",
-            help="Comma-separated sharder names, or 'heuristics' / 'all' (default: evaluate.sharders of --params less the --plan's sharder, else 'heuristics').",
+            help="Comma-separated sharder names, or 'heuristics' / 'all' (default: evaluate.sharders of --params "
+            "less the --plan's sharder, else 'heuristics').",
         ),
     ] = None,
     rounds: RoundsOverride = None,
@@ -166,7 +156,8 @@ def compare(
         typer.Option(
             "--plan",
             "-p",
-            help="Also measure this plan (repeatable; its topology when --devices is not given); `plans publish --comparison` needs its plan in the comparison.",
+            help="Also measure this plan (repeatable; its topology when --devices is not given); `plans publish "
+            "--comparison` needs its plan in the comparison.",
         ),
     ] = None,
     corpus: CorpusOpt = None,
@@ -179,28 +170,25 @@ def compare(
         bool,
         typer.Option(
             "--all-rounds",
-            help="With one --plan: measure every round even when the publish gate's early look has decided on it (evaluate.stop_early: false).",
+            help="With one --plan: measure every round even when the publish gate's early look has decided on it "
+            "(evaluate.stop_early: false).",
         ),
     ] = False,
 ) -> None:
     """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB.
     The pipeline's `evaluate` stage is `compare --plan data/plan.json --params params.yaml`."""
-    names = expand_sharders(sharders) if sharders is not None else (None if params is not None else list(HEURISTICS))
     settings = resolve(
         params,
         {
             **host_overrides(devices, hosts, devices_per_host),
             **memory_overrides(optimizer, memory_model, memory_reserve),
+            **measuring_overrides(backend, warmup, repeats, threads),
             "topology.memory_per_device_gb": memory_gb,
             "topology.batch_size": batch_size,
             "topology.device_type": device_type,
             "topology.interconnect": interconnect,
             "plan.samples": samples,
             "evaluate.rounds": rounds,
-            "profile.backend": backend,
-            "profile.warmup": warmup,
-            "profile.repeats": repeats,
-            "profile.num_threads": threads,
             "profile.seed": seed,
             "evaluate.stop_early": False if all_rounds else None,
         },
@@ -216,7 +204,8 @@ def compare(
     request = evaluate_uc.CompareRequest(
         settings=settings,
         inventory=inventory,
-        sharders=tuple(names) if names is not None else None,
+        sharder_spec=sharders,
+        heuristics_by_default=True,
         plans=tuple(plan_files or ()),
         num_devices=devices,
         model=model,
@@ -234,44 +223,35 @@ def compare(
     ) as bar:
         task = bar.add_task("comparing", total=None)
         result = evaluate_uc.run(request, progress=lambda msg: bar.update(task, description=msg, advance=1))
-    cmp = result.comparison
     if as_json:
-        summary = cmp.summary()
-        summary["results"] = [
-            {
-                "sharder": r.sharder,
-                "plan_id": r.plan.plan_id,
-                "overall_ms": r.overall_ms,
-                "spread": r.spread,
-                "ratio_to_best": r.ratio_to_best,
-                "ratio_to_lower_bound": r.ratio_to_lower_bound,
-                "samples_ms": r.samples_ms,
-                "per_device": device_rows(r.plan),
-            }
-            for r in cmp.results
-        ]
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(json.dumps(comparison_json(result), indent=2))
     else:
-        console.print(comparison_table(cmp))
+        show(console, comparison_table(result.comparison))
 
 
-def expand_sharders(spec: str) -> list[str]:
-    """'heuristics' -> the six heuristics; 'all' -> every sharder; else a comma list."""
-    parts: list[str] = []
-    for item in spec.split(","):
-        item = item.strip()
-        if item == "heuristics":
-            parts += list(HEURISTICS)
-        elif item == "all":
-            parts += list(contender_names())
-        elif item:
-            parts.append(item)
-    return validate_sharders(parts)
+def comparison_json(result: CompareResult) -> dict[str, object]:
+    """`compare --json`: the comparison's summary and every contender's figures."""
+    cmp = result.comparison
+    summary = cmp.summary()
+    summary["results"] = [
+        {
+            "sharder": r.sharder,
+            "plan_id": r.plan.plan_id,
+            "overall_ms": r.overall_ms,
+            "spread": r.spread,
+            "ratio_to_best": r.ratio_to_best,
+            "ratio_to_lower_bound": r.ratio_to_lower_bound,
+            "samples_ms": r.samples_ms,
+            "per_device": device_rows(r.plan),
+        }
+        for r in cmp.results
+    ]
+    return summary
 
 
 def sharders_list() -> None:
     """List the available sharders."""
-    for n in sharder_names():
+    for n in sharders_uc.names():
         typer.echo(n)
 
 

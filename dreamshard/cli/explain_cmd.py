@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from dreamshard.cli.console import show
 from dreamshard.cli.options import BackendOverride, InventoryOpt, ModelOpt, ParamsOpt
 from dreamshard.config.settings import resolve
 from dreamshard.lazy import lazy_module
@@ -18,9 +19,8 @@ from dreamshard.values import Costs
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.explain.reasons import UnitReason
-    from dreamshard.explain.stats import PlanStats
     from dreamshard.usecases import explain as explain_uc
+    from dreamshard.usecases.explain import PlanStats, UnitReason
 else:
     explain_uc = lazy_module("dreamshard.usecases.explain")
 
@@ -112,32 +112,33 @@ def print_reasons(reasons: list[list[UnitReason]], top: int = 5) -> None:
             t.add_row(str(d), r.unit, r.text)
         if len(rs) > top:
             t.add_row(str(d), f"... {len(rs) - top} more", "smaller predicted cost of moving them")
-    console.print(t)
+    show(console, t)
+
+
+def stats_json(stats: PlanStats) -> dict[str, object]:
+    """The stats report as JSON (`--json` with `--stats`): every unit's and every device's figures."""
+    return stats.model_dump(mode="json")
 
 
 def print_stats(stats: PlanStats, top: int = 15) -> None:
-    for t in stats_tables(stats, top):
-        console.print(t)
+    show(console, *stats_tables(stats, top))
 
 
 def _changes_table(before: Costs, after: Costs, label: str) -> RichTable:
     t = RichTable(title=f"{label}: per-device total ms, before -> after")
     for col in ("dev", "before", "after", "change"):
         t.add_column(col, justify="right")
-    for d, (a, b) in enumerate(zip(before.per_device, after.per_device)):
+    for d, (a, b) in enumerate(zip(before.per_device, after.per_device, strict=True)):
         t.add_row(str(d), f"{a.total:.3f}", f"{b.total:.3f}", f"{b.total - a.total:+.3f}")
-    t.caption = (
-        f"overall {before.overall_ms:.3f} -> {after.overall_ms:.3f} ms ({after.overall_ms / before.overall_ms - 1:+.1%})"
-        if before.overall_ms > 0
-        else ""
-    )
+    change = f" ({after.overall_ms / before.overall_ms - 1:+.1%})" if before.overall_ms > 0 else ""
+    t.caption = f"overall {before.overall_ms:.3f} -> {after.overall_ms:.3f} ms{change}" if change else ""
     return t
 
 
 def _totals(before: Costs, after: Costs) -> dict[str, object]:
     return {
         "overall_ms": [before.overall_ms, after.overall_ms],
-        "per_device_ms": [[a.total, b.total] for a, b in zip(before.per_device, after.per_device)],
+        "per_device_ms": [[a.total, b.total] for a, b in zip(before.per_device, after.per_device, strict=True)],
     }
 
 
@@ -175,7 +176,9 @@ def whatif(
         list[str] | None,
         typer.Option(
             "--add-table",
-            help="A table to add: name=N,rows=R,dim=D,pooling=P[,dtype=T][,like=TABLE][,device=K] (like= copies that table's statistics; without device= it goes where the predicted maximum is lowest), or an inventory file of tables to add; repeatable.",
+            help="A table to add, name=N,rows=R,dim=D,pooling=P[,dtype=T][,like=TABLE][,device=K], or an inventory "
+            "file of tables; like= copies a table's statistics, no device= goes where the predicted maximum is lowest; "
+            "repeatable.",
         ),
     ] = None,
     remove_table: Annotated[
@@ -193,7 +196,8 @@ def whatif(
         bool,
         typer.Option(
             "--explain",
-            help="For each device of the changed plan, why its units are there (their sharding type, memory, or the predicted cost of moving them).",
+            help="For each device of the changed plan, why its units are there (sharding type, memory, or the "
+            "predicted cost of moving them).",
         ),
     ] = False,
     backend: BackendOverride = None,
@@ -210,7 +214,8 @@ def whatif(
         bool,
         typer.Option(
             "--json",
-            help="Print the changes, the per-device totals before and after (predicted, measured) and the reasons as JSON.",
+            help="Print the changes, the per-device totals before and after (predicted, measured) and the reasons "
+            "as JSON.",
         ),
     ] = False,
 ) -> None:
@@ -242,11 +247,10 @@ def whatif(
         typer.echo(json.dumps(whatif_json(result)))
         return
     console.print("; ".join(w.changes) or "no change", markup=False)
-    console.print(_changes_table(w.before, w.after, "predicted"))
+    show(console, _changes_table(w.before, w.after, "predicted"))
     if result.measured_before is not None and result.measured_after is not None:
-        console.print(
-            _changes_table(result.measured_before, result.measured_after, f"measured on {settings.profile.backend}")
-        )
+        measured_on = f"measured on {settings.profile.backend}"
+        show(console, _changes_table(result.measured_before, result.measured_after, measured_on))
     if result.reasons is not None:
         print_reasons(result.reasons)
     for path in (inventory_out, out):

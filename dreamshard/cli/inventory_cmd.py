@@ -9,9 +9,7 @@ import typer
 
 from dreamshard.cli.options import MAX_SEED, ParamsOpt
 from dreamshard.config.settings import resolve
-from dreamshard.documents import check_outputs, load_inventory, save_inventory
 from dreamshard.errors import ConfigError
-from dreamshard.inventory.synth import check_dims
 from dreamshard.lazy import lazy_module
 from dreamshard.values import MAX_BATCH, MAX_DIM, Inventory
 from dreamshard.values.names import check_name
@@ -34,7 +32,8 @@ OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Inventory file 
 
 
 def parse_dims(text: str) -> tuple[int, ...]:
-    """'16,32,64' -> (16, 32, 64); ConfigError naming the bad item otherwise."""
+    """'16,32,64' -> (16, 32, 64); ConfigError naming the item that is not an integer (the settings check the
+    dims themselves: inventory.dims)."""
     items = [s.strip() for s in text.split(",") if s.strip()]
     dims: list[int] = []
     for s in items:
@@ -42,7 +41,7 @@ def parse_dims(text: str) -> tuple[int, ...]:
             dims.append(int(s))
         except ValueError:
             raise ConfigError(f"--dims: '{s}' is not an integer (expected e.g. 16,32,64,128)") from None
-    return check_dims(dims)
+    return tuple(dims)
 
 
 def _summary(inv: Inventory) -> str:
@@ -50,9 +49,8 @@ def _summary(inv: Inventory) -> str:
     return f"{inv.num_tables} tables, {total_gb:.3f} GB, fingerprint {inv.fingerprint()}"
 
 
-def write_inventory(inv: Inventory, output: Path) -> None:
-    """Save an inventory and say what was written (synth, from-trace, preset)."""
-    save_inventory(inv, output)
+def said_written(inv: Inventory, output: Path) -> None:
+    """Say what was written (synth, from-trace, preset)."""
     typer.echo(f"wrote {output}: {_summary(inv)}")
 
 
@@ -99,7 +97,7 @@ def synth_cmd(
             "inventory.name": name,
         },
     )
-    write_inventory(inventory_uc.run(inventory_uc.InventoryRequest(settings=settings)).inventory, output)
+    said_written(inventory_uc.run(inventory_uc.InventoryRequest(settings=settings, out=output)).inventory, output)
 
 
 @inventory_app.command("from-trace")
@@ -119,11 +117,10 @@ def from_trace_cmd(
     dim: Annotated[int, typer.Option("--dim", min=1, max=MAX_DIM, help="Embedding dim given to every table.")] = 64,
 ) -> None:
     """Build an inventory from an open DLRM embedding trace (facebookresearch/dlrm_datasets)."""
-    from dreamshard.inventory.trace import inventory_from_trace  # loads torch: this command only
-
-    check_outputs({"TRACE": trace}, {"--output": output})
-    inv = inventory_from_trace(trace, name=name, batch_size=batch_size, max_tables=max_tables, dim=dim)
-    write_inventory(inv, output)
+    request = inventory_uc.FromTraceRequest(
+        trace=trace, out=output, name=name, max_tables=max_tables, batch_size=batch_size, dim=dim
+    )
+    said_written(inventory_uc.from_trace(request).inventory, output)
 
 
 @inventory_app.command("from-torchrec")
@@ -138,7 +135,8 @@ def from_torchrec_cmd(
         Path,
         typer.Option(
             "--batches",
-            help="torch.save'd list of batches: dicts {keys, values, lengths[, weights]} or KeyedJaggedTensors (--allow-pickle).",
+            help="torch.save'd list of batches: dicts {keys, values, lengths[, weights]} or KeyedJaggedTensors "
+            "(--allow-pickle).",
         ),
     ],
     batch_size: Annotated[
@@ -198,7 +196,7 @@ def validate_cmd(
 @inventory_app.command("fingerprint")
 def fingerprint_cmd(inventory: Annotated[Path, typer.Argument(help="Inventory file (JSON or YAML).")]) -> None:
     """Print the inventory's sha256 fingerprint (independent of key and table order)."""
-    typer.echo(load_inventory(inventory).fingerprint())
+    typer.echo(inventory_uc.run(inventory_uc.InventoryRequest(source=inventory)).inventory.fingerprint())
 
 
 @inventory_app.command("push")

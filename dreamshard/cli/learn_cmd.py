@@ -149,8 +149,8 @@ def train(
         console.print(
             f"iter {r.iteration}: {r.n_new} placements ({r.n_measured} measured, {r.n_new - r.n_measured} from the "
             f"cache), {r.n_measurements} records, measured mean {_fmt(r.measured_mean_ms)} ms, cost MAPE "
-            f"{_fmt(r.cost.mape_device_total_planning)} per device (compute {_fmt(r.cost.mape_device_compute)}), est. cost "
-            f"{_fmt(r.policy_mean_cost_ms)} ms",
+            f"{_fmt(r.cost.mape_device_total_planning)} per device (compute {_fmt(r.cost.mape_device_compute)}), "
+            f"est. cost {_fmt(r.policy_mean_cost_ms)} ms",
             markup=False,
         )
     summary = result.summary

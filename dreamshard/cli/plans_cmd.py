@@ -10,34 +10,19 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from dreamshard.cli.explain_cmd import print_stats
+from dreamshard.cli.console import show
+from dreamshard.cli.explain_cmd import print_stats, stats_json
 from dreamshard.cli.options import ModelOpt
-from dreamshard.cli.plans_common import (
-    EndpointOpt,
-    InventoryNameOpt,
-    ParamsOpt,
-    StoreOpt,
-    open_store_of,
-    plans_settings,
-)
+from dreamshard.cli.plans_common import EndpointOpt, InventoryNameOpt, ParamsOpt, StoreOpt, plans_settings
 from dreamshard.cli.publish_cmd import publish_cmd
-from dreamshard.documents import check_outputs
-from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
-from dreamshard.pipeline.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
-from dreamshard.store import fsck, list_plans, rollback
-from dreamshard.store.inventories import get_inventory_version
-from dreamshard.usecases.stored import current_or_none, stored_plan
-from dreamshard.values import Plan
+from dreamshard.usecases import plans as plans_uc
+from dreamshard.usecases.plans import ListResult
 
-# the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
+# the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.usecases import explain as explain_uc
-    from dreamshard.usecases import publish as publish_uc
     from dreamshard.usecases import reproduce as reproduce_uc
 else:
-    explain_uc = lazy_module("dreamshard.usecases.explain")
-    publish_uc = lazy_module("dreamshard.usecases.publish")
     reproduce_uc = lazy_module("dreamshard.usecases.reproduce")
 
 plans_app = typer.Typer(
@@ -55,17 +40,22 @@ def list_cmd(
 ) -> None:
     """List stored plans (approved and rejected), checksum-verified, marking the current one of each inventory.
     A plan that fails verification is listed as CORRUPT with the reason (exit 1); the others still list."""
-    records = list_plans(open_store_of(store, endpoint, params), inventory)
-    broken = [r for r in records if r.problem]
+    result = plans_uc.list_stored(
+        plans_uc.ListRequest(settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory)
+    )
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
-        if broken:
-            raise typer.Exit(1)
-        return
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in result.records], indent=2))
+    else:
+        _print_list(result, inventory)
+    if result.corrupt:
+        raise typer.Exit(1)
+
+
+def _print_list(result: ListResult, inventory: str | None) -> None:
     table = RichTable(title="plans" + (f" of {inventory}" if inventory else ""))
     for col in ("", "plan_id", "inventory", "sharder", "stored", "overall ms", "basis", "status"):
-        table.add_column(col, justify="right" if col == "overall ms" else "left", no_wrap=col != "inventory")
-    for r in records:
+        table.add_column(col, justify="right" if col == "overall ms" else "left")
+    for r in result.records:
         table.add_row(
             "*" if r.is_current else "",
             r.plan_id,
@@ -76,17 +66,12 @@ def list_cmd(
             r.basis or "-",
             "CORRUPT" if r.problem else (r.outcome if r.outcome in ("inconclusive", "fallback") else r.status),
         )
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=200)  # pipes and logs: never wrap ids
-    console.print(table)
-    if not records:
+    show(Console(highlight=False), table)  # a pipe gets the table's full width: ids are never cut
+    if not result.records:
         typer.echo("no plans stored yet")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    for r in broken:
+    for r in result.corrupt:
         err.print(f"CORRUPT {r.key}: {r.problem}", markup=False)
-    if broken:
-        raise typer.Exit(1)
 
 
 @plans_app.command("fsck")
@@ -99,22 +84,18 @@ def fsck_cmd(
 ) -> None:
     """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes,
     stored inventory versions. Prints one line per problem with its fix; exit 0 when clean, 1 otherwise."""
-    s = open_store_of(store, endpoint, params)
-    issues = fsck(s, inventory)
+    result = plans_uc.fsck(
+        plans_uc.ListRequest(settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory)
+    )
+    issues = result.issues
     if as_json:
         typer.echo(json.dumps([i.model_dump(mode="json") for i in issues], indent=2))
     else:
         for i in issues:
             typer.echo(f"{i.key}: {i.problem} (fix: {i.fix})")
-        typer.echo(f"{len(issues)} problem(s) in {s.location}" if issues else f"{s.location}: clean")
+        typer.echo(f"{len(issues)} problem(s) in {result.location}" if issues else f"{result.location}: clean")
     if issues:
         raise typer.Exit(1)
-
-
-def _stored_plan(
-    command: str, plan_id: str, store: str | None, inventory: str | None, endpoint: str | None, params: Path | None
-) -> Plan:
-    return stored_plan(open_store_of(store, endpoint, params), plan_id, inventory, command)
 
 
 @plans_app.command("show")
@@ -130,29 +111,41 @@ def show_cmd(
         bool,
         typer.Option(
             "--stats",
-            help="Print the stats report instead (the inventory version stored under the plan's fingerprint; predicted by --model's learned cost, measured beside).",
+            help="Print the stats report instead (of the inventory version stored under the plan's fingerprint; "
+            "predicted by --model's learned cost, measured beside).",
         ),
     ] = False,
     model: ModelOpt = None,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --stats or --lineage: print JSON instead of tables or lines.")
+    ] = False,
 ) -> None:
     """Print a stored plan as JSON (checksum-verified; a pipeline plan's JSON includes its lineage)."""
-    plan = _stored_plan("show", plan_id, store, inventory, endpoint, params)
-    if stats:
-        inv = get_inventory_version(
-            open_store_of(store, endpoint, params), plan.inventory_name, plan.inventory_fingerprint
+    result = plans_uc.show(
+        plans_uc.ShowRequest(
+            settings=plans_settings(params),
+            store=store,
+            endpoint_url=endpoint,
+            plan_id=plan_id,
+            inventory=inventory,
+            stats=stats,
+            lineage=lineage,
+            model=model,
         )
-        if inv is None:
-            raise ConfigError(
-                f"the store holds no inventory version {plan.inventory_fingerprint[:12]} of "
-                f"'{plan.inventory_name}' (push it: dreamshard inventory push)"
-            )
-        print_stats(explain_uc.stats_of(inv, plan, model))
+    )
+    plan = result.plan
+    if result.stats is not None:
+        if as_json:
+            typer.echo(json.dumps(stats_json(result.stats), indent=2))
+        else:
+            print_stats(result.stats)
         return
-    if lineage:
-        if plan.lineage is None:
-            raise ConfigError(f"plan {plan.plan_id} has no lineage (it was not published by the pipeline)")
+    if lineage and plan.lineage is not None:
+        if as_json:
+            typer.echo(json.dumps(plan.lineage.model_dump(mode="json"), indent=2))
+            return
         for field, value in plan.lineage.summary():
             typer.echo(f"{field:22s} {value}")
         return
@@ -171,7 +164,8 @@ def incumbent_cmd(
         Path | None,
         typer.Option(
             "--from",
-            help="Check this incumbent file instead (a plan, or a note that none was current) and write its canonical form: the DVC `incumbent` stage.",
+            help="Check this incumbent file instead (a plan, or a note that none was current) and write its "
+            "canonical form: the DVC `incumbent` stage.",
         ),
     ] = None,
     store: StoreOpt = None,
@@ -181,25 +175,23 @@ def incumbent_cmd(
     """Write the incumbent a new inventory version is planned from (`plan --incumbent`; in a pipeline workspace
     inputs/incumbent.json, which the orchestrator writes when the inventory changes): the plan the job runs now,
     so the new plan moves only what the change calls for."""
-    if (inventory is None) == (source is None):
-        raise ConfigError("give one of --inventory NAME (the store's current plan) and --from FILE")
-    check_outputs({"--from": source}, {"--out": out})
-    if source is not None:
-        doc: Plan | NoIncumbent = read_incumbent(source)
-    else:
-        assert inventory is not None
-        plan = current_or_none(open_store_of(store, endpoint, params), inventory)
-        doc = plan if plan is not None else no_incumbent(inventory)
-    save_incumbent(doc, out)
-    typer.echo(
-        f"{out}: "
-        + (
-            f"plan {doc.plan_id} ({doc.inventory_name} {doc.inventory_fingerprint[:12]}, "
-            f"{doc.topology.num_devices} devices)"
-            if isinstance(doc, Plan)
-            else doc.reason
+    result = plans_uc.incumbent(
+        plans_uc.IncumbentRequest(
+            settings=plans_settings(params),
+            store=store,
+            endpoint_url=endpoint,
+            out=out,
+            inventory=inventory,
+            source=source,
         )
     )
+    p = result.plan
+    said = (
+        f"plan {p.plan_id} ({p.inventory_name} {p.inventory_fingerprint[:12]}, {p.topology.num_devices} devices)"
+        if p is not None
+        else result.reason
+    )
+    typer.echo(f"{out}: {said}")
 
 
 @plans_app.command("rollback")
@@ -214,7 +206,12 @@ def rollback_cmd(
 ) -> None:
     """Move `current` back to the previous version (or to --to PLAN_ID, which also repairs a corrupt pointer).
     No version is deleted."""
-    pointer = rollback(open_store_of(store, endpoint, params), inventory, to)
+    result = plans_uc.rollback(
+        plans_uc.RollbackRequest(
+            settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory, to=to
+        )
+    )
+    pointer = result.pointer
     typer.echo(f"current of '{inventory}' is now {pointer.plan_id} ({pointer.key})")
 
 

@@ -1,4 +1,4 @@
-"""What the `plans` commands share: their options and how they find the settings and the store."""
+"""What the `plans` commands share: their options and where they read the settings from."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Annotated
 import typer
 
 from dreamshard.config.settings import Settings, resolve
-from dreamshard.store.base import PlanStore
-from dreamshard.usecases.stored import open_plan_store
 
 StoreOpt = Annotated[
     str | None,
@@ -32,9 +30,3 @@ InventoryNameOpt = Annotated[str, typer.Option("--inventory", help="Inventory na
 def plans_settings(params: Path | None, overrides: dict[str, object] | None = None) -> Settings:
     """The plans commands read ./params.yaml when --params is not given (publish.store_uri, the gate's margin)."""
     return resolve(params, overrides, lookup="local")
-
-
-def open_store_of(
-    store: str | None, endpoint: str | None, params: Path | None = None, existing: bool = True
-) -> PlanStore:
-    return open_plan_store(plans_settings(params), store, endpoint, existing=existing)

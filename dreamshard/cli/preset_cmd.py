@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from dreamshard.cli.inventory_cmd import write_inventory
-from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS, preset_inventory
+from dreamshard.cli.inventory_cmd import said_written
+from dreamshard.usecases import inventory as inventory_uc
+from dreamshard.usecases.inventory import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS
 
 
 def preset_cmd(
@@ -18,7 +19,8 @@ def preset_cmd(
         int | None,
         typer.Option(
             "--dim",
-            help="Embedding dim of every table, a multiple of 4 (default: 16 for criteo-kaggle, 128 for criteo-terabyte).",
+            help="Embedding dim of every table, a multiple of 4 (default: 16 for criteo-kaggle, 128 for "
+            "criteo-terabyte).",
         ),
     ] = None,
     pooling: Annotated[
@@ -30,7 +32,10 @@ def preset_cmd(
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: the preset's).")] = None,
 ) -> None:
     """Write the 26 categorical tables of a Criteo dataset (public cardinalities; tables t_cat_0..t_cat_25)."""
-    write_inventory(preset_inventory(preset, dim=dim, pooling=pooling, zipf_exponent=zipf_exponent, name=name), output)
+    request = inventory_uc.PresetRequest(
+        preset=preset, out=output, dim=dim, pooling=pooling, zipf_exponent=zipf_exponent, name=name
+    )
+    said_written(inventory_uc.preset(request).inventory, output)
 
 
 def register(inventory_app: typer.Typer) -> None:

@@ -82,7 +82,8 @@ def profile(
         str | None,
         typer.Option(
             "--kinds",
-            help="Extra placements per task, comma-separated: sharder names (heuristics, torchrec), crowded, row_wise, data_parallel; '' for none (profile.kinds).",
+            help="Extra placements per task, comma-separated: sharder names (heuristics, torchrec), crowded, "
+            "row_wise, data_parallel; '' for none (profile.kinds).",
         ),
     ] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="TaskSet file: profile each train task.")] = None,
@@ -163,7 +164,8 @@ def profile_stage(
         typer.Option(
             "--store",
             envvar="DREAMSHARD_PROFILE_STORE",
-            help="Where batch specs and shards go: directory or s3://bucket/prefix (default: a temporary directory, removed after the merge).",
+            help="Where batch specs and shards go: directory or s3://bucket/prefix (default: a temporary "
+            "directory, removed after the merge).",
         ),
     ] = None,
     endpoint_url: Annotated[

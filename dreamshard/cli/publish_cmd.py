@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from dreamshard.cli.compare_cmd import expand_sharders
 from dreamshard.cli.plans_common import EndpointOpt, ParamsOpt, StoreOpt, plans_settings
 from dreamshard.lazy import lazy_module
 
@@ -118,7 +117,7 @@ def publish_cmd(
             plan=plan_file,
             comparison=comparison,
             measure=measure,
-            baselines=tuple(expand_sharders(sharders)) if sharders else (),
+            baseline_spec=sharders,
             inventory=inventory,
             model=model,
             backend=None if measure else backend,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dreamshard.pipeline.dvc import configure_local_remote, configure_s3_remote
+from dreamshard.usecases import remote as remote_uc
 
 remote_app = typer.Typer(help="Configure the DVC remote (local directory or S3-compatible).", no_args_is_help=True)
 
@@ -21,7 +21,8 @@ def remote_s3_cmd(
     default: Annotated[bool, typer.Option("--default/--no-default", help="Make it the default remote.")] = True,
 ) -> None:
     """Point DVC at an S3-compatible remote. Credentials stay in AWS_* env / boto3 chain, never in .dvc/config."""
-    for cmd in configure_s3_remote(name, url, endpoint, repo, default):
+    request = remote_uc.RemoteRequest(kind="s3", name=name, url=url, endpoint_url=endpoint, repo=repo, default=default)
+    for cmd in remote_uc.configure(request).commands:
         typer.echo("dvc " + " ".join(cmd))
 
 
@@ -35,7 +36,8 @@ def remote_local_cmd(
     default: Annotated[bool, typer.Option("--default/--no-default", help="Make it the default remote.")] = True,
 ) -> None:
     """Point DVC at a local directory remote (the default setup)."""
-    for cmd in configure_local_remote(name, path, repo, default):
+    request = remote_uc.RemoteRequest(kind="local", name=name, url=str(path), repo=repo, default=default)
+    for cmd in remote_uc.configure(request).commands:
         typer.echo("dvc " + " ".join(cmd))
 
 

@@ -8,16 +8,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt, make_topology
-from dreamshard.documents import check_outputs, load_inventory, load_plan, save_plan
-from dreamshard.evaluation import device_table
-from dreamshard.integrations.torchrec_file import (
-    check_kernel,
-    plan_from_document,
-    read_torchrec_plan,
-    save_torchrec_plan,
-    torchrec_document,
-)
+from dreamshard.cli.console import show
+from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt
+from dreamshard.evaluation.render import device_table
+from dreamshard.usecases import torchrec as torchrec_uc
 
 torchrec_app = typer.Typer(
     help="Plans in TorchRec: export a plan as the file load_sharding_plan reads; import a TorchRec plan file.",
@@ -36,14 +30,9 @@ def export_cmd(
 ) -> None:
     """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model).
 
-    The plan is checked against the inventory first (every table once, devices, memory: memory.check_plan)."""
-
-    check_outputs({"PLAN": plan_file, "--inventory": inventory}, {"--out": out})
-    plan = load_plan(plan_file)
-    doc = torchrec_document(plan, load_inventory(inventory), check_kernel(kernel, plan.topology.device_type))
-    save_torchrec_plan(doc, out)
-    split = sum(1 for t in doc.tables.values() if t.sharding_type == "column_wise")
-    typer.echo(f"wrote {out}: {len(doc.tables)} tables ({split} column-wise) on {doc.world_size} ranks")
+    The plan is checked against the inventory first (every table once, devices, memory)."""
+    result = torchrec_uc.export(torchrec_uc.ExportRequest(plan=plan_file, inventory=inventory, out=out, kernel=kernel))
+    typer.echo(f"wrote {out}: {result.tables} tables ({result.column_wise} column-wise) on {result.world_size} ranks")
 
 
 @torchrec_app.command("import")
@@ -63,14 +52,18 @@ def import_cmd(
     ] = None,
 ) -> None:
     """Turn a TorchRec plan file into a dreamshard plan (memory checked) to evaluate or compare it."""
-
-    check_outputs({"TORCHREC_FILE": torchrec_file, "--inventory": inventory}, {"--out": out})
-    doc = read_torchrec_plan(torchrec_file, devices)
-    topo = make_topology(doc.world_size, memory_gb, batch_size, doc.device_type)
-    inv = load_inventory(inventory)
-    plan = plan_from_document(doc, inv, topo, sharder)
-    save_plan(plan, out)
-    Console().print(device_table(plan, inv))
+    result = torchrec_uc.import_plan(
+        torchrec_uc.ImportRequest(
+            source=torchrec_file,
+            inventory=inventory,
+            out=out,
+            memory_gb=memory_gb,
+            devices=devices,
+            batch_size=batch_size,
+            sharder=sharder,
+        )
+    )
+    show(Console(), device_table(result.plan, result.inventory))
     typer.echo(f"wrote {out}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.config.settings import Settings
+from dreamshard.documents import describe_validation_error as describe_validation_error  # a bad request, one line
 
 
 class Request(BaseModel):

@@ -18,8 +18,10 @@ from dreamshard.evaluation.compare import Comparison, contender_name
 from dreamshard.gate.sequential import stop_rule
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.explain import PlanStats, stats_of
 from dreamshard.usecases.plan import sharder_options
-from dreamshard.values import BackendInfo, Plan
+from dreamshard.usecases.sharders import expand, heuristics
+from dreamshard.values import BackendInfo, Inventory, Plan
 
 CORPUS_WRITER = "evaluate"  # this use case's file in the measurement corpus (the lower bound's singles)
 
@@ -28,11 +30,15 @@ class MeasureRequest(Request):
     inventory: Path
     plan: Path
     out: Path | None = None  # the plan with its measured costs
+    stats: bool = False  # the stats report (measured shares beside the learned model's predicted ones)
+    model: Path | None = None  # the model whose learned cost predicts the stats (default: settings.model_dir's)
 
 
 class MeasureResult(Result):
     plan: Plan
     backend: BackendInfo
+    inventory: Inventory | None = None  # the plan's inventory (its memory breakdown is the door's to show)
+    stats: PlanStats | None = None
 
 
 def measure(request: MeasureRequest) -> MeasureResult:
@@ -48,7 +54,8 @@ def measure(request: MeasureRequest) -> MeasureResult:
         oracle.close()
     if request.out is not None:
         save_plan(measured, request.out)
-    return MeasureResult(plan=measured, backend=info)
+    stats = stats_of(inv, measured, request.model) if request.stats else None
+    return MeasureResult(plan=measured, backend=info, inventory=inv, stats=stats)
 
 
 class CompareOutputs(BaseModel):
@@ -65,6 +72,8 @@ class CompareOutputs(BaseModel):
 class CompareRequest(Request):
     inventory: Path
     sharders: tuple[str, ...] | None = None  # None: evaluate.sharders less the sharders of `plans`
+    sharder_spec: str | None = None  # `--sharders`: a comma list, 'heuristics' or 'all' (wins over `sharders`)
+    heuristics_by_default: bool = False  # no spec and no params file read: the heuristics
     plans: tuple[Path, ...] = ()  # plans measured beside the sharders' (the evaluate stage: data/plan.json)
     num_devices: int | None = None  # None with plans: the first plan's topology; else settings.plan_devices
     model: Path | None = None
@@ -141,12 +150,24 @@ def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = N
             )
 
 
+def _names(request: CompareRequest, extra: list[Plan]) -> list[str]:
+    """The sharders whose plans are measured: the spec, else the names given, else the heuristics (without a params
+    file, when asked) or the evaluate section's contenders."""
+    if request.sharder_spec is not None:
+        return expand(request.sharder_spec)
+    if request.sharders is not None:
+        return validate_sharders(list(request.sharders))
+    if request.heuristics_by_default and request.settings.source is None:
+        return validate_sharders(heuristics())
+    return validate_sharders(contenders(request.settings, extra))
+
+
 def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
     s = request.settings
     check_distinct_plans(request.plans)  # one line before anything is loaded, planned or measured
     extra = [load_plan(p) for p in request.plans]
     check_distinct_plans(request.plans, extra)
-    names = validate_sharders(list(request.sharders) if request.sharders is not None else contenders(s, extra))
+    names = _names(request, extra)
     inputs = {
         "--inventory": request.inventory,
         "--model": request.model,

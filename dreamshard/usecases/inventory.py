@@ -1,5 +1,6 @@
-"""An inventory file from a file (validated, normalised) or the synthetic pool of the `inventory` section: the
-`inventory` stage, `dreamshard inventory validate` and `dreamshard inventory synth`."""
+"""Inventories: from a file (validated, normalised) or the synthetic pool of the `inventory` section (the `inventory`
+stage, `dreamshard inventory validate | synth | fingerprint`), from a TorchRec model, a DLRM trace or a public
+dataset's preset, and pushed to the store as a new version (`inventory push`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from pathlib import Path
 from pydantic import Field
 
 from dreamshard.documents import check_outputs, load_inventory, save_inventory
+from dreamshard.inventory.presets import DEFAULT_POOLING as DEFAULT_POOLING  # the preset command's defaults
+from dreamshard.inventory.presets import DEFAULT_ZIPF_EXPONENT as DEFAULT_ZIPF_EXPONENT
+from dreamshard.inventory.presets import PRESETS as PRESETS
+from dreamshard.inventory.presets import preset_inventory
 from dreamshard.store import InventoryRef, open_store, push_inventory
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values import Inventory
@@ -39,6 +44,47 @@ def run(request: InventoryRequest) -> InventoryResult:
         inv = check_inventory_names(request.settings.inventory.synthesize())
     if request.out is not None:
         save_inventory(inv, request.out)
+    return InventoryResult(inventory=inv, out=request.out)
+
+
+class PresetRequest(Request):
+    """`inventory preset`: the categorical tables of a public dataset (presets.PRESETS) from its cardinalities."""
+
+    preset: str
+    out: Path
+    dim: int | None = None  # default: the preset's
+    pooling: float = DEFAULT_POOLING
+    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT
+    name: str | None = None
+
+
+def preset(request: PresetRequest) -> InventoryResult:
+    inv = preset_inventory(
+        request.preset, dim=request.dim, pooling=request.pooling, zipf_exponent=request.zipf_exponent, name=request.name
+    )
+    save_inventory(inv, request.out)
+    return InventoryResult(inventory=inv, out=request.out)
+
+
+class FromTraceRequest(Request):
+    """`inventory from-trace`: an open DLRM embedding trace (a torch file of indices, offsets, lengths)."""
+
+    trace: Path
+    out: Path
+    name: str | None = None  # default: the file's stem
+    max_tables: int | None = None
+    batch_size: int | None = None  # samples per batch of the reuse histograms (default: all)
+    dim: int = 64
+
+
+def from_trace(request: FromTraceRequest) -> InventoryResult:
+    from dreamshard.inventory.trace import inventory_from_trace  # loads torch: this use case only
+
+    check_outputs({"TRACE": request.trace}, {"--output": request.out})
+    inv = inventory_from_trace(
+        request.trace, name=request.name, batch_size=request.batch_size, max_tables=request.max_tables, dim=request.dim
+    )
+    save_inventory(inv, request.out)
     return InventoryResult(inventory=inv, out=request.out)
 
 

@@ -14,14 +14,18 @@ from dreamshard.config.settings import Settings, model_dir
 from dreamshard.documents import check_outputs, load_inventory, save_plan
 from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation import validate_sharders
-from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
+from dreamshard.integrations.torchrec_file import ComputeKernel, check_kernel, save_torchrec_plan, torchrec_document
 from dreamshard.measured.refine import refine_plan
+from dreamshard.pipeline.incumbent import load_incumbent
+from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.profiling.corpus import DeviceCorpus
+from dreamshard.profiling.oracle import Oracle
 from dreamshard.search.candidates import SearchResult
 from dreamshard.search.sharders import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
-from dreamshard.values import Plan
+from dreamshard.usecases.explain import PlanStats, UnitReason, reasons_of, stats_of
+from dreamshard.values import Inventory, Plan
 
 #: The sharder that searches (and can verify its best candidates by measuring them).
 SEARCHING_SHARDER = "dreamshard"
@@ -38,11 +42,30 @@ class PlanRequest(Request):
     torchrec_kernel: str = "fused"
     corpus: Path | None = None  # refinement's device timings are added to this measurement corpus
     incumbent: Plan | None = None  # the plan now current: adapted to this inventory, a search candidate (`current`)
+    incumbent_file: Path | None = None  # an incumbent file (`plans incumbent`) to read `incumbent` from
+    searching_options: tuple[str, ...] = ()  # options given that act on the search (`--verify`): the sharder must
+    explain: bool = False  # why each unit is on its device (sharders that search)
+    stats: bool = False  # the stats report of the plan
+
+    def measuring(self) -> str:
+        """What planning measures on the backend, in words ("" when it measures nothing): the door's progress."""
+        if self.sharder != SEARCHING_SHARDER:
+            return ""
+        p = self.settings.plan
+        doing = ([f"measuring the {p.verify} best candidates"] if p.verify else []) + (
+            [f"refining for {p.refine_seconds:g} s"] if p.refine_seconds else []
+        )
+        return f"{' then '.join(doing)} on {self.settings.profile.backend}" if doing else ""
 
 
 class PlanResult(Result):
     plan: Plan
     search: SearchResult | None = None  # the scored candidates, for sharders that search
+    inventory: Inventory | None = None  # the inventory planned (its memory breakdown is the door's to show)
+    incumbent: Plan | None = None  # the incumbent the search started from
+    diff: PlanDiff | None = None  # the plan against the incumbent: what a training job would reshard
+    reasons: list[list[UnitReason]] | None = None  # `explain`: per device, why each unit is there
+    stats: PlanStats | None = None  # `stats`: the stats report
 
 
 def sharder_options(name: str, settings: Settings, model: Path | None, seed: int) -> dict[str, Any]:
@@ -59,17 +82,46 @@ def sharder_options(name: str, settings: Settings, model: Path | None, seed: int
     return options_for(name, shared)
 
 
-def run(request: PlanRequest) -> PlanResult:
+def _checked(request: PlanRequest, name: str) -> ComputeKernel:
+    """Every option checked before anything is loaded or measured; returns the TorchRec kernel."""
     s = request.settings
-    (name,) = validate_sharders([request.sharder])
+    for option in request.searching_options:
+        require_searching(name, option)
+    if request.incumbent is not None or request.incumbent_file is not None:
+        require_searching(name, "--incumbent")
     kernel = check_kernel(request.torchrec_kernel, s.topology.device_type)
     check_outputs(
-        {"--inventory": request.inventory, "--model": request.model, "--params": s.source},
+        {
+            "--inventory": request.inventory,
+            "--model": request.model,
+            "--params": s.source,
+            "--incumbent": request.incumbent_file,
+        },
         {"--out": request.out, "--torchrec-out": request.torchrec_out},
     )
     if request.torchrec_out is not None and request.torchrec_out.is_dir():
         raise InputFileError(f"cannot write {request.torchrec_out}: it is a directory")
-    inv = load_inventory(request.inventory)
+    return kernel
+
+
+def _verify_options(request: PlanRequest, verify: int, oracle: Oracle | None) -> dict[str, Any]:
+    p = request.settings.plan
+    if not verify:
+        return {}
+    return {
+        "verify": verify,
+        "verify_rounds": p.verify_rounds,
+        "oracle": oracle,
+        "verify_anchors": p.verify_anchors,
+        "verify_confidence": p.verify_confidence,
+    }
+
+
+def _shard(
+    request: PlanRequest, name: str, inv: Inventory, incumbent: Plan | None
+) -> tuple[Plan, SearchResult | None, list[str]]:
+    """The plan of sharder `name`: for the learned ones with their search, verification and refinement."""
+    s = request.settings
     topo = s.topology_for()
     verify = s.plan.verify if name == SEARCHING_SHARDER else 0
     refine = s.plan.refine_seconds if name == SEARCHING_SHARDER else 0.0
@@ -77,53 +129,54 @@ def run(request: PlanRequest) -> PlanResult:
     oracle = s.oracle() if verify or refine else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra: dict[str, Any] = (
-        {
-            "verify": verify,
-            "verify_rounds": s.plan.verify_rounds,
-            "oracle": oracle,
-            "verify_anchors": s.plan.verify_anchors,
-            "verify_confidence": s.plan.verify_confidence,
-        }
-        if verify
-        else {}
-    )
-    if request.incumbent is not None:
-        require_searching(name, "--incumbent")
-        extra["incumbent"] = request.incumbent
+    extra = _verify_options(request, verify, oracle) | ({"incumbent": incumbent} if incumbent is not None else {})
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
-    searched: SearchResult | None = None
-    warnings: list[str] = []
     try:
-        if isinstance(sharder, ModelSharder):  # the learned sharders report their model, search and warnings
-            report = sharder.shard_with_report(inv, topo)
-            plan, searched, warnings = report.plan, report.search, list(report.warnings)
-            if refine and oracle is not None:
-                plan = refine_plan(
-                    inv,
-                    plan,
-                    sharder.planning_cost(topo),
-                    oracle,
-                    refine,
-                    s.plan.refine_rounds,
-                    request.seed,
-                    confirm=s.plan.refine_confirm_rounds,
-                )
-        else:
-            plan = sharder.shard(inv, topo)
+        if not isinstance(sharder, ModelSharder):
+            return sharder.shard(inv, topo), None, []
+        report = sharder.shard_with_report(inv, topo)  # the learned sharders report their search and warnings
+        plan = report.plan
+        if refine and oracle is not None:
+            p = s.plan
+            cost = sharder.planning_cost(topo)
+            plan = refine_plan(
+                inv, plan, cost, oracle, refine, p.refine_rounds, request.seed, confirm=p.refine_confirm_rounds
+            )
+        return plan, report.search, list(report.warnings)
     finally:
         if oracle is not None:
             oracle.close()
+
+
+def run(request: PlanRequest) -> PlanResult:
+    (name,) = validate_sharders([request.sharder])
+    kernel = _checked(request, name)
+    incumbent = request.incumbent
+    if incumbent is None and request.incumbent_file is not None:
+        incumbent = load_incumbent(request.incumbent_file)  # None: the file says no plan was current
+    inv = load_inventory(request.inventory)
+    plan, searched, warnings = _shard(request, name, inv, incumbent)
     if plan.out_of_range:
         warnings.append(
             f"plan {plan.plan_id} records its out-of-range inputs: the publish gate will want a measured comparison"
         )
+    if request.explain and searched is None:
+        warnings.append(f"--explain ignored: '{name}' does not search (--sharder {SEARCHING_SHARDER} does)")
     torchrec_doc = torchrec_document(plan, inv, kernel) if request.torchrec_out is not None else None
     if request.out is not None:
         save_plan(plan, request.out)
     if request.torchrec_out is not None and torchrec_doc is not None:
         save_torchrec_plan(torchrec_doc, request.torchrec_out)
-    return PlanResult(plan=plan, search=searched, warnings=warnings)
+    return PlanResult(
+        plan=plan,
+        search=searched,
+        warnings=warnings,
+        inventory=inv,
+        incumbent=incumbent,
+        diff=plan_diff(incumbent, plan, inv) if incumbent is not None else None,
+        reasons=reasons_of(inv, plan, request.model) if request.explain and searched is not None else None,
+        stats=stats_of(inv, plan, request.model) if request.stats else None,
+    )
 
 
 def require_searching(name: str, what: str) -> None:

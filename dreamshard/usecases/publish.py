@@ -26,6 +26,7 @@ from dreamshard.store import (
 from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import schema_of
 from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.sharders import expand
 from dreamshard.usecases.stored import open_plan_store
 from dreamshard.values import Inventory, Plan
 
@@ -34,7 +35,8 @@ class PublishRequest(Request):
     plan: Path
     comparison: Path | None = None  # a comparison holding this plan and the baselines
     measure: bool = False  # the gate measures the plan and the baselines itself
-    baselines: tuple[str, ...] = ()  # baselines added to publish.baselines (--sharders); never fewer
+    baselines: tuple[str, ...] = ()  # baselines added to publish.baselines; never fewer
+    baseline_spec: str | None = None  # `--sharders`: more baselines, a comma list, 'heuristics' or 'all'
     inventory: Path | None = None  # None: the version pushed to the store with the plan's fingerprint
     model: Path | None = None  # the model that made the plan: its out-of-range check is added to the plan's
     backend: str | None = None  # --comparison: the backend it must have been measured on
@@ -76,6 +78,8 @@ def stored_inventory(store: PlanStore, plan: Plan) -> Inventory:
 
 
 def _check_request(request: PublishRequest) -> None:
+    if request.baseline_spec:
+        expand(request.baseline_spec)  # a bad name is one line before the store is opened
     if request.measure and request.comparison is not None:
         raise ConfigError("--comparison and --measure are two ways to get the costs: choose one")
     if not request.measure and request.comparison is None:
@@ -90,6 +94,8 @@ def _judge(request: PublishRequest, store: PlanStore | None) -> tuple[Plan, Gate
     (storing nothing)."""
     s = request.settings
     extra = tuple(validate_sharders(list(request.baselines))) if request.baselines else ()
+    if request.baseline_spec:
+        extra = tuple(dict.fromkeys((*extra, *expand(request.baseline_spec))))
     plan = trusted_plan(load_plan(request.plan))
     if request.inventory is not None:
         inv = load_inventory(request.inventory)

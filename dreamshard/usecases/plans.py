@@ -1,0 +1,150 @@
+"""The plan store's read and repair use cases: `plans list`, `plans show`, `plans incumbent`, `plans rollback`,
+`plans fsck` (docs/architecture.md, "Stores"). Gating and publishing are `publish.py`, reproducing a plan's
+workspace `reproduce.py`. Nothing here loads torch, except a stats report (`show` with `stats`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dreamshard.documents import check_outputs
+from dreamshard.errors import ConfigError
+from dreamshard.lazy import lazy_module
+from dreamshard.pipeline.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
+from dreamshard.store import fsck as store_fsck
+from dreamshard.store import list_plans
+from dreamshard.store import rollback as store_rollback
+from dreamshard.store.inventories import get_inventory_version
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord
+from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
+from dreamshard.values import Plan
+
+# the stats report imports torch: it loads when `show` is asked for one (dreamshard/lazy.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import explain as explain_uc
+    from dreamshard.usecases.explain import PlanStats
+else:
+    explain_uc = lazy_module("dreamshard.usecases.explain")
+
+
+class StoreRequest(Request):
+    """A request on the plan store: `store` (None: publish.store_uri of the settings) and its S3 endpoint."""
+
+    store: str | None = None
+    endpoint_url: str | None = None
+
+
+class ListRequest(StoreRequest):
+    inventory: str | None = None  # None: every inventory's plans
+
+
+class ListResult(Result):
+    records: list[PlanRecord]
+
+    @property
+    def corrupt(self) -> list[PlanRecord]:
+        """The plans that failed verification (`problem` says why)."""
+        return [r for r in self.records if r.problem]
+
+
+def list_stored(request: ListRequest) -> ListResult:
+    """Every stored plan (approved and rejected), checksum-verified, the current one of each inventory marked."""
+    store = open_plan_store(request.settings, request.store, request.endpoint_url)
+    return ListResult(records=list_plans(store, request.inventory))
+
+
+class FsckResult(Result):
+    location: str  # the store checked
+    issues: list[FsckIssue]
+
+
+def fsck(request: ListRequest) -> FsckResult:
+    """The whole store checked, nothing changed: pointers, checksums, records, orphans of interrupted publishes,
+    stored inventory versions (one issue per problem, with its fix)."""
+    store = open_plan_store(request.settings, request.store, request.endpoint_url)
+    return FsckResult(location=store.location, issues=store_fsck(store, request.inventory))
+
+
+class ShowRequest(StoreRequest):
+    plan_id: str = "current"  # or a plan id
+    inventory: str | None = None  # needed for 'current'
+    stats: bool = False  # the stats report of the plan (its inventory version from the store)
+    lineage: bool = False  # only the plan's lineage (PlanError-free: ConfigError when it has none)
+    model: Path | None = None  # the model whose learned cost predicts the stats (default: settings.model_dir's)
+
+
+@dataclass(frozen=True)
+class ShowResult:
+    """A stored plan, and its stats report when asked (a dataclass, not a pydantic Result: the stats' type
+    lives in a module that loads torch, which listing and showing plans never import)."""
+
+    plan: Plan
+    stats: PlanStats | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def show(request: ShowRequest) -> ShowResult:
+    """A stored plan (checksum-verified), with its stats report when asked; with `lineage` the plan must have one."""
+    store = open_plan_store(request.settings, request.store, request.endpoint_url)
+    plan = stored_plan(store, request.plan_id, request.inventory, "show")
+    if request.lineage and plan.lineage is None:
+        raise ConfigError(f"plan {plan.plan_id} has no lineage (it was not published by the pipeline)")
+    if not request.stats:
+        return ShowResult(plan=plan)
+    inv = get_inventory_version(store, plan.inventory_name, plan.inventory_fingerprint)
+    if inv is None:
+        raise ConfigError(
+            f"the store holds no inventory version {plan.inventory_fingerprint[:12]} of "
+            f"'{plan.inventory_name}' (push it: dreamshard inventory push)"
+        )
+    return ShowResult(plan=plan, stats=explain_uc.stats_of(inv, plan, request.model))
+
+
+class IncumbentRequest(StoreRequest):
+    out: Path
+    inventory: str | None = None  # the store's current plan of this inventory (or a note that none is)
+    source: Path | None = None  # an incumbent file to check and write in canonical form instead
+
+
+class IncumbentResult(Result):
+    out: Path
+    plan: Plan | None  # None: the file says no plan was current
+    reason: str = ""  # why none was (with `plan` None)
+
+
+def incumbent(request: IncumbentRequest) -> IncumbentResult:
+    """Write the incumbent a new inventory version is planned from (`plan --incumbent`; a pipeline workspace's
+    inputs/incumbent.json): the store's current plan of `inventory`, or the checked `source` file."""
+    if (request.inventory is None) == (request.source is None):
+        raise ConfigError("give one of --inventory NAME (the store's current plan) and --from FILE")
+    check_outputs({"--from": request.source}, {"--out": request.out})
+    if request.source is not None:
+        doc: Plan | NoIncumbent = read_incumbent(request.source)
+    else:
+        assert request.inventory is not None
+        store = open_plan_store(request.settings, request.store, request.endpoint_url)
+        plan = current_or_none(store, request.inventory)
+        doc = plan if plan is not None else no_incumbent(request.inventory)
+    save_incumbent(doc, request.out)
+    if isinstance(doc, Plan):
+        return IncumbentResult(out=request.out, plan=doc)
+    return IncumbentResult(out=request.out, plan=None, reason=doc.reason)
+
+
+class RollbackRequest(StoreRequest):
+    inventory: str
+    to: str | None = None  # an approved plan id (default: the previous current one)
+
+
+class RollbackResult(Result):
+    inventory: str
+    pointer: CurrentPointer
+
+
+def rollback(request: RollbackRequest) -> RollbackResult:
+    """Move `current` back to the previous version (or to `to`, which also repairs a corrupt pointer); no version
+    is deleted."""
+    store = open_plan_store(request.settings, request.store, request.endpoint_url)
+    return RollbackResult(inventory=request.inventory, pointer=store_rollback(store, request.inventory, request.to))
