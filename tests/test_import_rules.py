@@ -1,6 +1,7 @@
 """The package's import rules (docs/architecture.md, "Layers"): no import cycle in dreamshard/ (counting imports
 inside functions too), no module over 400 lines, function-level imports only for optional heavy dependencies
-(each with a comment saying which), the library CLI imports neither Prefect nor the flows package, and the CLI
+(each with a comment saying which), the doors (`cli/`, `flows/`) import only use cases, settings, errors, value
+types, rendering and the integrations, the library CLI imports neither Prefect nor the flows package, and the CLI
 works in an environment without Prefect."""
 
 from __future__ import annotations
@@ -14,6 +15,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dreamshard"
+#: The doors: they parse, call a use case and render (docs/architecture.md, "Layers").
+DOORS = (PACKAGE / "cli", ROOT / "flows")
+#: What a door may import from the library, and why.
+DOOR_ALLOWED = {
+    "dreamshard.usecases": "the use cases",
+    "dreamshard.config": "the settings (params.yaml, resolve)",
+    "dreamshard.errors": "the typed errors",
+    "dreamshard.values": "the value types",
+    "dreamshard.evaluation.render": "rendering plans and comparisons",
+    "dreamshard.cli.console": "rendering tables where they are read",
+    "dreamshard.integrations": "the documented integrations (TorchRec)",
+    "dreamshard.lazy": "lazy_module: a use case loaded when a command runs",
+}
+#: What a module of the CLI may import besides: the CLI's own modules.
+CLI_OWN = "dreamshard.cli"
 MAX_LINES = 400
 #: Optional heavy dependencies a library function may import late (each line says which, in a comment).
 OPTIONAL = ("torchrec", "fbgemm_gpu", "matplotlib", "boto3", "botocore", "prefect")
@@ -171,6 +187,78 @@ def _loads_torch() -> set[str]:
     return found
 
 
+def named_modules(source: str) -> list[tuple[int, str]]:
+    """Every module a source names for import, with its line: `import` and `from ... import` statements (at module
+    level, in `if TYPE_CHECKING:` blocks, in functions) and the string arguments of `lazy_module(...)` and
+    `importlib.import_module(...)`. `from dreamshard import x` names dreamshard.x; relative imports name no
+    library module."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module == "dreamshard":
+                found += [(node.lineno, f"dreamshard.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in ("lazy_module", "import_module") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found.append((node.lineno, arg.value))
+    return found
+
+
+def door_violations(source: str, where: str, cli: bool) -> list[str]:
+    """The library modules a door's source imports that are not in DOOR_ALLOWED (a CLI module may also import
+    the CLI's own modules)."""
+    allowed = (*DOOR_ALLOWED, CLI_OWN) if cli else tuple(DOOR_ALLOWED)
+    return [
+        f"{where}:{line} imports {module}"
+        for line, module in named_modules(source)
+        if module.split(".")[0] == "dreamshard" and not any(module == a or module.startswith(f"{a}.") for a in allowed)
+    ]
+
+
+def test_the_doors_import_only_use_cases_settings_errors_values_rendering_and_integrations() -> None:
+    """A command parses, calls one use case and renders; a Prefect task is one use-case call: a door importing the
+    store, the gate or the workspace would be deciding something itself."""
+    bad = []
+    for door in DOORS:
+        for path in sorted(door.rglob("*.py")):
+            bad += door_violations(path.read_text(), str(path.relative_to(ROOT)), cli=door.name == "cli")
+    assert bad == []
+
+
+def test_the_door_rule_catches_a_planted_violation(tmp_path: Path) -> None:
+    planted = {
+        "import dreamshard.store\n": "dreamshard.store",
+        "from dreamshard.gate.policy import publish_verdict\n": "dreamshard.gate.policy",
+        "from dreamshard import documents\n": "dreamshard.documents",
+        "def f():\n    from dreamshard.pipeline.workspace import PipelineWorkspace\n": "dreamshard.pipeline.workspace",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dreamshard.store import x\n": "dreamshard.store",
+        "x = lazy_module('dreamshard.store.plans')\n": "dreamshard.store.plans",
+        "import importlib\ny = importlib.import_module('dreamshard.profiling.oracle')\n": "dreamshard.profiling.oracle",
+    }
+    for source, module in planted.items():
+        assert door_violations(source, "m.py", cli=False) == [f"m.py:{source.count(chr(10))} imports {module}"]
+    fine = (
+        "from dreamshard.usecases import plan\nfrom dreamshard.values import Plan\nimport dreamshard.errors\n"
+        "from dreamshard.evaluation.render import device_table\nz = lazy_module('dreamshard.usecases.plan')\n"
+        "from dreamshard.integrations.torchrec import sharding_plan\nfrom dreamshard.config.settings import resolve\n"
+    )
+    assert door_violations(fine, "m.py", cli=False) == []
+    assert door_violations("from dreamshard.cli.options import JsonOpt\n", "m.py", cli=False) != []  # flows: no
+    assert door_violations("from dreamshard.cli.options import JsonOpt\n", "m.py", cli=True) == []
+    door = tmp_path / "flows" / "planted.py"  # a door file on disk, read like the real ones
+    door.parent.mkdir()
+    door.write_text("from dreamshard.usecases import replan\nfrom dreamshard.store import open_store\n")
+    assert door_violations(door.read_text(), "flows/planted.py", cli=False) == [
+        "flows/planted.py:2 imports dreamshard.store"
+    ]
+
+
 def test_function_level_imports_are_optional_dependencies_or_torch_with_a_comment() -> None:
     """A late import is an optional dependency (its comment says which), or torch or a module whose import loads
     torch, commented `loads torch`: the light commands (and the DVC stages that are light commands) start without
@@ -300,7 +388,7 @@ def test_light_commands_run_without_torch(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     answers = [tuple(a) for a in json.loads(res.stdout.splitlines()[-1])]
-    for argv, (code, err) in zip(commands[:-2], answers):
+    for argv, (code, err) in zip(commands[:-2], answers, strict=False):  # the last two answers are checked below
         assert code == 0, (argv, err)
     assert tasks.is_file() and (tmp_path / "v.yaml").is_file() and (tmp_path / "i.json").is_file()
     code, err = answers[-2]

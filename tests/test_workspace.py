@@ -3,6 +3,7 @@ data and code, commit, push, lineage from dvc.lock, and `reproduce` pulling exac
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -35,7 +36,8 @@ DVC_YAML = yaml.safe_dump(
             },
             "train": {
                 "cmd": "mkdir -p models/dreamshard/checkpoints && cp data/inventory.yaml models/dreamshard/model.bin"
-                ' && echo \'{"version": "v1"}\' > models/dreamshard/model.json && echo 1 > models/dreamshard/checkpoints/a'
+                ' && echo \'{"version": "v1"}\' > models/dreamshard/model.json'
+                " && echo 1 > models/dreamshard/checkpoints/a"
                 " && wc -c data/inventory.yaml > data/measurements.jsonl",
                 "deps": ["data/inventory.yaml", "dreamshard/sharders"],
                 "params": ["train"],
@@ -145,6 +147,12 @@ def test_pipeline_init_and_status_cli(tmp_path: Path, monkeypatch: pytest.Monkey
     code, out, err = invoke(["pipeline", "status", "-w", str(ws)])
     assert code == 0, err
     assert out.splitlines()[0].startswith("inventory  changed") and "no plan decided yet" in out
+    code, out, err = invoke(["pipeline", "status", "-w", str(ws), "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [s["stage"] for s in doc["stages"]] == w.stages() and doc["stages"][0]["changes"]
+    assert doc["plan_id"] is None and doc["decision"] is None and doc["revision"] == w.head()
+    assert doc["incumbent_file"] == "inputs/incumbent.json" and doc["incumbent"].startswith("none: ")
     code, _, err = invoke(["pipeline", "status", "-w", str(tmp_path / "nope")])
     assert code == 2 and "is not a pipeline workspace" in err and len(err.splitlines()) == 1
 
