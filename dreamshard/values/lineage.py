@@ -1,5 +1,5 @@
-"""Lineage of a published plan: which data, model, params and code produced it (docs/architecture.md, "One
-stage graph").
+"""Lineage of a published plan: which data, model, params and code produced it (docs/architecture.md,
+"Lineage").
 
 A plan the pipeline publishes carries one: `plans show` prints it, `plans reproduce` fetches that data and model
 into a fresh workspace. `dvc_md5` and `lock_outs` compute DVC's own hashes (what dvc.lock records), so a pulled
