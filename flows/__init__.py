@@ -1,14 +1,18 @@
 """dreamshard_flows: the Prefect orchestration of dreamshard, installed as `dreamshard_flows` from the top-level
-flows/ folder. Thin wiring over library functions (one task = one library call); the library never imports it.
+flows/ folder. Wiring only: a task is one use-case call (dreamshard.usecases), a flow wires tasks, and the rules
+between them live in the use cases; the library never imports this package.
 
     orchestrator.retrain_on_inventory_change   the stages of dvc.yaml in a workspace repo (DVC change detection),
                                                dvc push, then publish-plan
     publish.publish_workspace_plan             gate data/plan.json vs data/comparison.json, lineage, publish
+    replan.replan_on_inventory_change          the fast path: a new inventory version planned, gated, published
     batch_flow.profile_batch_flow              one profiling batch -> one shard (the `gpu` work pool)
-    fanout                                     the profile stage: where batches run, watching worker runs
+    fanout                                     the `workers` batch dispatcher: deployment runs, watched
     drift.drift_check_flow                     re-measure the current plan; emit dreamshard.plan.drifted
     deploy                                     every deployment, schedule and trigger
-    cli                                        `dreamshard pipeline ...`, `inventory push`, `plans reproduce`
+    stage_tasks                                the Prefect tasks: one use-case call each
+    events, requests, artifacts                the events emitted, the flows' parameters, the UI's artifacts
+    cli                                        `dreamshard pipeline ...` (the `dreamshard.cli` entry point)
 
 Import the flows from their modules; this package import stays cheap.
 """

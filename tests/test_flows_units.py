@@ -261,8 +261,10 @@ def test_library_never_imports_the_flows() -> None:
     import sys
 
     code = (
-        "import sys, dreamshard.cli.app, dreamshard.pipeline.workspace, dreamshard.evaluation.drift, dreamshard.profiling.batches; "
-        "print(sorted(m for m in sys.modules if m.startswith(('flows', 'dreamshard_flows.orchestrator', 'prefect.flows'))))"
+        "import sys, dreamshard.cli.app, dreamshard.pipeline.workspace, dreamshard.evaluation.drift, "
+        "dreamshard.profiling.batches; "
+        "print(sorted(m for m in sys.modules "
+        "if m.startswith(('flows', 'dreamshard_flows.orchestrator', 'prefect.flows'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     assert out.strip() == "[]"  # the CLI's entry point loads only dreamshard_flows.cli, which imports no Prefect
@@ -318,11 +320,11 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     from dreamshard_flows import publish as publish_flow
     from dreamshard_flows.publish import ApprovalInput, _publish_fallback
 
+    from dreamshard.config.settings import Settings
     from dreamshard.evaluation import compare_sharders
     from dreamshard.gate import GateDecision, fallback_plan
     from dreamshard.profiling.oracle import make_oracle
     from dreamshard.store import get_current, list_plans
-    from dreamshard.config.settings import Settings
     from dreamshard.usecases.pipeline_publish import PublishSetup
     from dreamshard.usecases.publish import GateResult
     from dreamshard.values import Topology

@@ -61,7 +61,8 @@ def test_the_looks_split_one_error_budget() -> None:
 BASE = [100.0, 101.0, 99.5, 100.4, 100.8]
 
 
-def _gate(plan_ms: list[float], rules: PublishConfig = PublishConfig()) -> Any:
+def _gate(plan_ms: list[float], rules: PublishConfig | None = None) -> Any:
+    rules = rules or PublishConfig()
     return evaluate_gate(
         make_plan(overall=plan_ms[0]),
         {"torchrec": BASE},
@@ -83,11 +84,11 @@ def test_a_clear_win_is_decided_at_the_early_look() -> None:
 
 
 def test_a_close_call_goes_to_the_final_look_at_the_rest_of_the_budget() -> None:
-    close = [b * r for b, r in zip(BASE, (0.985, 0.975, 0.99, 0.985, 0.98))]
+    close = [b * r for b, r in zip(BASE, (0.985, 0.975, 0.99, 0.985, 0.98), strict=True)]
     assert not decides_early(PublishConfig(), close, {"torchrec": BASE})
     d = _gate(close)
     assert d.approved and d.rounds == 5 and not d.stopped_early and d.confidence == pytest.approx(0.97)
-    noise = [b * r for b, r in zip(BASE, (0.97, 1.03, 0.99, 1.02, 0.995))]
+    noise = [b * r for b, r in zip(BASE, (0.97, 1.03, 0.99, 1.02, 0.995), strict=True)]
     d = _gate(noise)
     assert d.outcome == "inconclusive" and d.rounds == 5 and not d.stopped_early
 
@@ -95,7 +96,7 @@ def test_a_close_call_goes_to_the_final_look_at_the_rest_of_the_budget() -> None
 def test_a_win_the_third_round_cannot_bound_is_decided_at_the_fourth() -> None:
     """Three rounds at 99% (Student's t with 2 degrees of freedom) need a wide margin; the fourth round's look
     decides a plan 4-8% ahead, and the gate's measuring stops there."""
-    ahead = [b * r for b, r in zip(BASE, (0.92, 0.96, 0.94, 0.94, 0.95))]
+    ahead = [b * r for b, r in zip(BASE, (0.92, 0.96, 0.94, 0.94, 0.95), strict=True)]
     d = _gate(ahead)
     assert d.approved and d.rounds == 4 and d.stopped_early and d.confidence == pytest.approx(0.99)
     assert "over 4 round(s)" in d.reason

@@ -117,20 +117,8 @@ def verify_comparison(
     `plan` itself (same id, same units, same sharder), holds every `required` baseline once, each baseline's
     placement is what its sharder places (recomputed), it has `min_rounds` rounds, and its figures agree.
     `full_rounds`: the rounds to ask for in the error when `min_rounds` is the sequential rule's early look."""
-    fp = inventory.fingerprint()
     cmp = comparison
-    if cmp.inventory_fingerprint != fp:
-        raise PlanError(
-            f"{source} was made for another inventory (fingerprint {cmp.inventory_fingerprint[:12]}, "
-            f"'{cmp.inventory_name}'), not '{inventory.name}' ({fp[:12]}); compare this plan's own inventory"
-        )
-    if cmp.topology != plan.topology:
-        t, c = plan.topology, cmp.topology
-        raise PlanError(
-            f"{source} was measured on {c.num_devices} x {c.device_type} ({c.memory_per_device_gb:g} GB, batch "
-            f"{c.batch_size}), the plan is for {t.num_devices} x {t.device_type} ({t.memory_per_device_gb:g} GB, "
-            f"batch {t.batch_size}); compare on the plan's topology"
-        )
+    _check_made_for(cmp, plan, inventory, source)
     _check_backend(cmp, plan, backend, source)
     seen: set[str] = set()
     for r in cmp.results:
@@ -145,6 +133,41 @@ def verify_comparison(
             f"{source} has {cmp.rounds} round(s); the gate needs at least {full} paired rounds "
             f"(publish.min_rounds{fewer}) to tell a faster plan from noise: compare with --rounds {full}"
         )
+    entry = _own_entry(cmp, plan, source)
+    baselines = _verified_baselines(cmp, entry, inventory, seed, source)
+    infeasible: dict[str, str] = {}
+    for name in (n for n in required if n not in baselines):
+        try:  # absent is accepted only for a baseline that cannot place this inventory: recomputed, not trusted
+            baseline_plan(name, inventory, cmp.topology, seed)
+        except InfeasiblePlacementError as e:
+            infeasible[name] = str(e)
+            continue
+        raise PlanError(
+            f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
+            f"(publish.baselines, plus --sharders): compare with all of them, or use --measure"
+        )
+    return Verified(entry=entry, baselines=baselines, infeasible=infeasible)
+
+
+def _check_made_for(cmp: Comparison, plan: Plan, inventory: Inventory, source: str) -> None:
+    """PlanError unless the comparison was made for this inventory version and the plan's topology."""
+    fp = inventory.fingerprint()
+    if cmp.inventory_fingerprint != fp:
+        raise PlanError(
+            f"{source} was made for another inventory (fingerprint {cmp.inventory_fingerprint[:12]}, "
+            f"'{cmp.inventory_name}'), not '{inventory.name}' ({fp[:12]}); compare this plan's own inventory"
+        )
+    if cmp.topology != plan.topology:
+        t, c = plan.topology, cmp.topology
+        raise PlanError(
+            f"{source} was measured on {c.num_devices} x {c.device_type} ({c.memory_per_device_gb:g} GB, batch "
+            f"{c.batch_size}), the plan is for {t.num_devices} x {t.device_type} ({t.memory_per_device_gb:g} GB, "
+            f"batch {t.batch_size}); compare on the plan's topology"
+        )
+
+
+def _own_entry(cmp: Comparison, plan: Plan, source: str) -> SharderResult:
+    """The comparison's entry of `plan` itself: same id, same units, same sharder."""
     own = [r for r in cmp.results if r.plan.plan_id == plan.plan_id]
     if not own:
         raise PlanError(
@@ -156,6 +179,13 @@ def verify_comparison(
         raise PlanError(
             f"{source} holds a plan {plan.plan_id} with another placement or sharder than this file; re-measure it"
         )
+    return entry
+
+
+def _verified_baselines(
+    cmp: Comparison, entry: SharderResult, inventory: Inventory, seed: int, source: str
+) -> dict[str, SharderResult]:
+    """Each baseline entry by its sharder's name, once, its placement recomputed from its sharder."""
     baselines: dict[str, SharderResult] = {}
     for r in cmp.results:
         if r is entry or r.sharder not in BASELINE_SHARDERS:
@@ -172,15 +202,4 @@ def verify_comparison(
                 f"inventory and topology (recomputed); baselines are verified, not trusted"
             )
         baselines[r.sharder] = r
-    infeasible: dict[str, str] = {}
-    for name in (n for n in required if n not in baselines):
-        try:  # absent is accepted only for a baseline that cannot place this inventory: recomputed, not trusted
-            baseline_plan(name, inventory, cmp.topology, seed)
-        except InfeasiblePlacementError as e:
-            infeasible[name] = str(e)
-            continue
-        raise PlanError(
-            f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
-            f"(publish.baselines, plus --sharders): compare with all of them, or use --measure"
-        )
-    return Verified(entry=entry, baselines=baselines, infeasible=infeasible)
+    return baselines

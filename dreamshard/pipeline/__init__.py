@@ -1,3 +1,4 @@
-"""The pipeline's workspace: a git + DVC repository running dvc.yaml's stages, its remotes and the incumbent file
-(docs/architecture.md, "One stage graph"). `params.yaml` and `dvc.yaml` here are the installed copies of the
-repository's own."""
+"""The pipeline's workspace: a git + DVC repository running dvc.yaml's stages (`workspace`), its DVC remotes (`dvc`),
+the incumbent file (`incumbent`) and the decision tags on its commits (`decisions`) (docs/architecture.md, "One
+stage graph"). `params.yaml` and `dvc.yaml` here are the installed copies of the repository's own; the
+orchestrator's steps and rules over them are `dreamshard.usecases.pipeline_steps`."""

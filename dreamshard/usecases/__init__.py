@@ -1,16 +1,26 @@
-"""The use cases: one module each, `run(Request) -> Result` (docs/architecture.md, "Settings and use cases").
+"""The use cases: one module each, a Request in and a Result out (docs/architecture.md, "Settings and use cases").
 
 The doors only translate: a CLI command parses its options into a Request (settings from
-`dreamshard.config.settings.resolve`) and renders the Result; a DVC stage is a CLI command; a Prefect task wraps one
-`run`. Results carry their warnings and what the work did, so no caller reads a library object's internals.
+`dreamshard.config.settings.resolve`), calls one use case and renders the Result; a DVC stage is a CLI command; a
+Prefect task is one use-case call. Results carry their warnings and what the work did, so no door reads a library
+object's internals (tests/test_import_rules.py checks what the doors import).
 
-    inventory   an inventory file from a file, or the synthetic pool of the `inventory` section
-    tasks       planning tasks from a table pool
-    profile     measurements of an inventory's placements (one process), or the batched profile stage
-    train       the cost ensemble, the policy, the outer loop, pre-training
-    plan        a plan from a sharder (search, verification, TorchRec file)
-    evaluate    one plan measured; plans of several sharders measured interleaved (the evaluate stage)
-    publish     the gate and the plan store
-    drift       the current plan re-measured against its recorded cost
-    reproduce   the workspace a published plan came from
+    inventory        an inventory from a file, the synthetic pool, a preset, a trace or a TorchRec model; push
+    taskset          planning tasks from a table pool
+    profile          measurements in one process, or the batched profile stage (dispatch: profiling/dispatch.py)
+    train            the cost ensemble, the policy, the outer loop, pre-training
+    plan             a plan from a sharder (search, verification, refinement, TorchRec file, stats, reasons)
+    evaluate         one plan measured; plans of several sharders measured interleaved (the evaluate stage)
+    explain          the stats report and what-if changes
+    publish          the gate and the plan store (the publish policy itself: gate/policy.py)
+    replan           the production loop's fast path
+    drift            the current plan re-measured against its recorded cost
+    plans            the plan store's list, show, incumbent, rollback, fsck
+    reproduce        the workspace a published plan came from
+    torchrec         TorchRec plan files: export and import
+    sharders         sharder names as the doors take them
+    remote           the DVC remote of a repository
+    pipeline         a pipeline workspace: init, status, one orchestrator run
+    pipeline_steps   the orchestrator's steps and rules (workspace lock, params, stages, decide once)
+    pipeline_publish the orchestrator's publish step
 """

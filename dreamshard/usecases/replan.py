@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -96,60 +96,102 @@ def decided(store: PlanStore, name: str, fingerprint: str) -> PlanRecord | None:
     return records[-1] if records else None
 
 
+def _result(inv: Inventory, current: Plan | None, **fields: Any) -> ReplanResult:
+    """A result about version `inv`, with the plan that was current before it (`current`)."""
+    previous = current.plan_id if current is not None else None
+    return ReplanResult(inventory_name=inv.name, fingerprint=inv.fingerprint(), previous_plan_id=previous, **fields)
+
+
+def _settled(store: PlanStore, inv: Inventory, current: Plan | None, force: bool) -> ReplanResult | None:
+    """The version needs no new plan (None: it does): its plan is current already, or the gate decided on it."""
+    fingerprint = inv.fingerprint()
+    if force:
+        return None
+    if current is not None and current.inventory_fingerprint == fingerprint:
+        reason = f"plan {current.plan_id} is already current for version {fingerprint[:12]}"
+        return _result(inv, current, outcome="current", plan=current, reason=reason)
+    last = decided(store, inv.name, fingerprint)
+    if last is None:
+        return None
+    reason = (
+        f"version {fingerprint[:12]} was decided: plan {last.plan_id} {last.status} ({last.reason}); "
+        f"--force re-plans it"
+    )
+    return _result(inv, current, outcome="already-decided", reason=reason)
+
+
+def _planned(request: ReplanRequest, inv_file: Path, plan_file: Path, current: Plan | None) -> plan_uc.PlanResult:
+    """The version planned with the production model from the current plan (refined for replan_refine_seconds)."""
+    s = request.settings
+    fast = s.model_copy(update={"plan": s.plan.model_copy(update={"refine_seconds": s.plan.replan_refine_seconds})})
+    return plan_uc.run(
+        plan_uc.PlanRequest(
+            settings=fast,
+            inventory=inv_file,
+            out=plan_file,
+            sharder=plan_uc.SEARCHING_SHARDER,
+            model=model_dir(production_model(request.model, request.workspace)),
+            seed=request.seed,
+            incumbent=current,
+        )
+    )
+
+
+def _published(
+    inv: Inventory, current: Plan | None, planned: plan_uc.PlanResult, published: publish_uc.PublishResult
+) -> ReplanResult:
+    """What the gate made of the new plan: published, the fallback made current, or not published."""
+    fallback = published.fallback_ref
+    outcome: Outcome = "not-published"
+    if published.ref.is_current:
+        outcome = "published"
+    elif fallback is not None and fallback.is_current:
+        outcome = "fallback"
+    diff = plan_diff(current, published.plan, inv) if current is not None and outcome == "published" else None
+    return _result(
+        inv,
+        current,
+        outcome=outcome,
+        plan=published.plan,
+        ref=published.ref,
+        fallback_ref=fallback,
+        warnings=planned.warnings,
+        reason=published.decision.reason,
+        verification=planned.plan.verification,
+        diff=diff,
+    )
+
+
 def run(request: ReplanRequest) -> ReplanResult:
     s = request.settings
     store = open_plan_store(s, request.store, request.endpoint_url, existing=False)
     inv = _inventory(request, store)
-    ref = push_inventory(store, inv, store_uri=request.store or s.publish.store_uri)  # the version a plan is for
-    base = {"inventory_name": inv.name, "fingerprint": inv.fingerprint()}
+    push_inventory(store, inv, store_uri=request.store or s.publish.store_uri)  # the version a plan is for
     current = current_or_none(store, inv.name)  # None: this replan makes the first
-    previous = current.plan_id if current is not None else None
-    if current is not None and current.inventory_fingerprint == ref.fingerprint and not request.force:
-        return ReplanResult(
-            outcome="current",
-            previous_plan_id=previous,
-            plan=current,
-            **base,
-            reason=f"plan {current.plan_id} is already current for version {ref.fingerprint[:12]}",
-        )
-    last = decided(store, inv.name, ref.fingerprint) if not request.force else None
-    if last is not None:
-        return ReplanResult(
-            outcome="already-decided",
-            previous_plan_id=previous,
-            **base,
-            reason=f"version {ref.fingerprint[:12]} was decided: plan {last.plan_id} {last.status} "
-            f"({last.reason}); --force re-plans it",
-        )
+    settled = _settled(store, inv, current, request.force)
+    if settled is not None:
+        return settled
     with tempfile.TemporaryDirectory(prefix="dreamshard-replan-") as tmp:
         work = request.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         inv_file, plan_file = work / "inventory.yaml", work / "plan.json"
         save_inventory(inv, inv_file)
-        fast = s.model_copy(update={"plan": s.plan.model_copy(update={"refine_seconds": s.plan.replan_refine_seconds})})
-        planned = plan_uc.run(
-            plan_uc.PlanRequest(
-                settings=fast,
-                inventory=inv_file,
-                out=plan_file,
-                sharder=plan_uc.SEARCHING_SHARDER,
-                model=model_dir(production_model(request.model, request.workspace)),
-                seed=request.seed,
-                incumbent=current,
-            )
-        )
+        planned = _planned(request, inv_file, plan_file, current)
         plan = planned.plan
         if plan.out_of_range:
-            return ReplanResult(
+            reason = (
+                f"version {inv.fingerprint()[:12]} is outside the production model's training ranges "
+                f"({'; '.join(plan.out_of_range)}): retrain before publishing"
+            )
+            return _result(
+                inv,
+                current,
                 outcome="retrain-due",
                 plan=plan,
-                previous_plan_id=previous,
                 verification=plan.verification,
                 retrain_reasons=list(plan.out_of_range),
                 warnings=planned.warnings,
-                **base,
-                reason=f"version {ref.fingerprint[:12]} is outside the production model's training "
-                f"ranges ({'; '.join(plan.out_of_range)}): retrain before publishing",
+                reason=reason,
             )
         published = publish_uc.run(
             publish_uc.PublishRequest(
@@ -161,25 +203,4 @@ def run(request: ReplanRequest) -> ReplanResult:
                 endpoint_url=request.endpoint_url,
             )
         )
-    decision = published.decision
-    fallback = published.fallback_ref
-    outcome: Outcome = (
-        "published"
-        if published.ref.is_current
-        else "fallback"
-        if fallback is not None and fallback.is_current
-        else "not-published"
-    )
-    diff = plan_diff(current, published.plan, inv) if current is not None and outcome == "published" else None
-    return ReplanResult(
-        outcome=outcome,
-        plan=published.plan,
-        ref=published.ref,
-        fallback_ref=fallback,
-        previous_plan_id=previous,
-        warnings=planned.warnings,
-        reason=decision.reason,
-        verification=plan.verification,
-        diff=diff,
-        **base,
-    )
+    return _published(inv, current, planned, published)

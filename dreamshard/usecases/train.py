@@ -206,6 +206,28 @@ class TrainResult(Result):
     simulated: bool = False
 
 
+def _summary(
+    model_dir: Path, results: list[IterationMetrics], init: str | None, prev: WarmStart | None, corpus: dict[str, int]
+) -> TrainSummary:
+    """What the loop did and the model it left in `model_dir` (`init`: the version it was warm-started from;
+    `prev`: the previous version's model when the run was incremental)."""
+    card = load_model(model_dir, require_policy=True).card
+    return TrainSummary(
+        model_version=card.version,
+        init=init,
+        incremental=prev is not None,
+        tasks_measured=results[0].n_tasks if results else None,
+        device_timings_measured=corpus.get("device_timings_measured"),
+        device_timings_reused=corpus.get("device_timings_reused"),
+        iterations_run=[r.iteration for r in results],
+        measured_now=sum(r.n_measured for r in results),
+        from_cache=sum(r.n_new - r.n_measured for r in results),
+        n_measurements=int(card.provenance.get("n_measurements", 0)),
+        cost=dict(card.cost_metrics),
+        policy_mean_cost_ms=card.policy_metrics.get("mean_cost_ms"),
+    )
+
+
 def run(request: TrainRequest) -> TrainResult:
     """The outer loop on the backend of the profile section (see dreamshard.learning.loop.train)."""
     s = request.settings
@@ -253,22 +275,8 @@ def run(request: TrainRequest) -> TrainResult:
         )
     finally:
         oracle.close()
-    card = load_model(request.model_dir, require_policy=True).card
     corpus = oracle.corpus.stats() if oracle.corpus is not None else {}
-    summary = TrainSummary(
-        model_version=card.version,
-        init=init.card.version if init is not None else None,
-        incremental=prev is not None,
-        tasks_measured=results[0].n_tasks if results else None,
-        device_timings_measured=corpus.get("device_timings_measured"),
-        device_timings_reused=corpus.get("device_timings_reused"),
-        iterations_run=[r.iteration for r in results],
-        measured_now=sum(r.n_measured for r in results),
-        from_cache=sum(r.n_new - r.n_measured for r in results),
-        n_measurements=int(card.provenance.get("n_measurements", 0)),
-        cost=dict(card.cost_metrics),
-        policy_mean_cost_ms=card.policy_metrics.get("mean_cost_ms"),
-    )
+    summary = _summary(request.model_dir, results, init.card.version if init is not None else None, prev, corpus)
     _write_json(request.metrics_out, summary.model_dump(mode="json"))
     return TrainResult(
         iterations=list(results), summary=summary, simulated=load_card(request.model_dir).backend == "simulator"
