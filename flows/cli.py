@@ -21,6 +21,7 @@ import prefect  # noqa: F401  the commands here run flows; without Prefect the l
 import typer
 from rich.console import Console
 
+from dreamshard.cli.console import show
 from dreamshard.config.settings import params_file, resolve
 from dreamshard.evaluation.render import comparison_table
 from dreamshard.usecases import pipeline as pipeline_uc
@@ -117,7 +118,7 @@ def run_cmd(
     result = pipeline_uc.run(request, _orchestrate)
     summary = result.summary
     if result.comparison is not None:
-        Console().print(comparison_table(result.comparison))
+        show(Console(), comparison_table(result.comparison))
     typer.echo(summary.reason)
     if summary.outcome is not None:
         o = summary.outcome

@@ -79,7 +79,7 @@ def _run_stages(root: str, request: OrchestratorRequest, env: dict[str, str]) ->
     stale = status_task(root)
     for stage in steps.stages(root):
         if steps.runs(stage, stale, request.force, request.reprofile):
-            stage_task(root, stage, request.force or (request.reprofile and stage == "profile"), env)
+            stage_task(root, stage, steps.forced(stage, request.force, request.reprofile), env)
             ran.append(stage)
             stale = steps.stale_stages(root)  # what this stage's new outputs made stale downstream
     return ran

@@ -50,7 +50,7 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
         log.info("already decided: %s plan %s: %s", gated.decision.outcome, gated.plan.plan_id, gated.decision.reason)
         return publish_uc.recorded_outcome(gated, setup.store_uri)
     decision = gated.decision
-    if decision.approved and setup.require_human:
+    if setup.reviews(decision):
         decision = _human_review(decision, timeout_s=setup.rules.approval_timeout_s)
     lineage = lineage_task(setup.root, request.flow_run_id or str(flow_run.id or "") or None)
     fallback = _publish_fallback(gated, lineage, setup) if gated.fallback is not None else None
@@ -73,6 +73,6 @@ def _publish_fallback(gated: GateResult, lineage: Lineage | None, setup: Publish
     required, decides on it like on any plan that would become current."""
     assert gated.fallback is not None and gated.fallback_decision is not None
     decision = gated.fallback_decision
-    if setup.require_human:
+    if setup.reviews(decision):
         decision = _human_review(decision, timeout_s=setup.rules.approval_timeout_s)
     return publish_task(setup.store_uri, setup.endpoint_url, gated.fallback, decision, lineage)

@@ -176,9 +176,8 @@ def whatif(
         list[str] | None,
         typer.Option(
             "--add-table",
-            help="A table to add, name=N,rows=R,dim=D,pooling=P[,dtype=T][,like=TABLE][,device=K], or an inventory "
-            "file of tables; like= copies a table's statistics, no device= goes where the predicted maximum is lowest; "
-            "repeatable.",
+            help="A table to add (repeatable): name=N,rows=R,dim=D,pooling=P[,dtype=T][,like=TABLE][,device=K] "
+            "(like= copies a table's statistics; default device: the lowest predicted maximum), or an inventory file.",
         ),
     ] = None,
     remove_table: Annotated[

@@ -92,8 +92,8 @@ VerifyConfidenceOpt = Annotated[
         min=0.5,
         max=0.9999,
         rich_help_panel=MEASURING,
-        help="With --verify and --incumbent: how unlikely by chance a challenger's straight wins must be before it "
-        "replaces the current plan's candidate (plan.verify_confidence; default 0.95).",
+        help="With --verify and --incumbent: the confidence a challenger's straight wins must give before it "
+        "replaces the current plan (plan.verify_confidence; default 0.95).",
     ),
 ]
 RefineSecondsOpt = Annotated[

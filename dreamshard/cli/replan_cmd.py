@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from dreamshard.cli.console import show
 from dreamshard.cli.options import BackendOverride, ModelOpt, ParamsOpt, RoundsOverride, SeedOpt
-from dreamshard.cli.plan_cmd import device_table, verification_table, warn
+from dreamshard.cli.plan_cmd import verification_table, warn
 from dreamshard.config.settings import resolve
+from dreamshard.evaluation.render import device_table
 from dreamshard.lazy import lazy_module
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
@@ -102,9 +104,9 @@ def replan(
     else:
         warn(result.warnings)
         if result.verification is not None:
-            console.print(verification_table(result.verification))
+            show(console, verification_table(result.verification))
         if result.plan is not None and result.outcome != "current":
-            console.print(device_table(result.plan))
+            show(console, device_table(result.plan))
         console.print(
             f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}", markup=False
         )

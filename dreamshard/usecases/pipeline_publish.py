@@ -41,6 +41,10 @@ class PublishSetup(BaseModel):
     def rules(self) -> PublishConfig:
         return self.settings.publish
 
+    def reviews(self, decision: GateDecision) -> bool:
+        """Whether a reviewer decides on `decision`: one that would make a plan current, when one is required."""
+        return self.require_human and decision.approved
+
 
 def publish_setup(
     workspace: str, store_uri: str | None, endpoint_url: str | None, require_human: bool | None

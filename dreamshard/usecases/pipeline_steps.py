@@ -194,10 +194,15 @@ def stale_stages(root: str) -> dict[str, Any]:
     return PipelineWorkspace(root).status()
 
 
+def forced(stage: str, force: bool, reprofile: bool) -> bool:
+    """Whether a stage runs whatever DVC says: every stage is forced, or the run re-measures (`reprofile`: profile
+    is forced, and what follows runs because its input changed)."""
+    return force or (reprofile and stage == "profile")
+
+
 def runs(stage: str, stale: dict[str, Any], force: bool, reprofile: bool) -> bool:
-    """Whether a stage runs: DVC says it changed, or every stage is forced, or the run re-measures (`reprofile`:
-    profile is forced, and what follows runs because its input changed)."""
-    return force or (reprofile and stage == "profile") or stage in stale
+    """Whether a stage runs: DVC says it changed, or it is forced."""
+    return forced(stage, force, reprofile) or stage in stale
 
 
 def run_stage(root: str, stage: str, force: bool, env: dict[str, str]) -> str:
