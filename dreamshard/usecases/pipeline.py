@@ -186,15 +186,20 @@ class RunResult(Result):
     exported_model: Path | None = None  # where the trained model was copied (--export-model)
 
 
+#: The dispatch choices a run takes, by name.
+DISPATCHES: dict[str, Dispatch] = {"auto": "auto", "local": "local", "workers": "workers"}
+
+
 def _dispatch(request: RunRequest) -> Dispatch:
-    if request.dispatch not in ("auto", "local", "workers"):
+    dispatch = DISPATCHES.get(request.dispatch)
+    if dispatch is None:
         raise ConfigError(f"--dispatch must be auto, local or workers, got '{request.dispatch}'")
-    if request.dispatch == "workers" and not request.api_url:
+    if dispatch == "workers" and not request.api_url:
         raise ConfigError(
             "--dispatch workers needs a Prefect server the workers poll: start infra/start-prefect.sh "
             "and export PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
-    return "workers" if request.dispatch == "workers" else "local" if request.dispatch == "local" else "auto"
+    return dispatch
 
 
 def prepare(request: RunRequest) -> PreparedRun:
