@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test docs bench pretrain clean
+.PHONY: install run test lint docs bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,16 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --export-model models
 
-# Timing tests first and alone (no server, no second worker loading the cores), then the rest on 2 workers
-# (a test file stays on one worker: the orchestrator tests share one Prefect server per module).
-test: $(STAMP)
+# Style and types (configured in pyproject.toml): ruff's lint and format check, mypy on the library
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dreamshard flows tests bench
+	$(VENV)/bin/ruff format --check dreamshard flows tests bench
+	$(VENV)/bin/mypy
+
+# Lint first; then the timing tests alone (no server, no second worker loading the cores), then the rest on 2
+# workers (a test file stays on one worker: the orchestrator tests share one Prefect server per module), then the
+# docs build.
+test: lint
 	$(VENV)/bin/python -m pytest -m timing
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder
 	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d "$$d"; s=$$?; rm -rf "$$d"; exit $$s
