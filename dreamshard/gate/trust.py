@@ -24,6 +24,8 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "column_shards": "placement",
     "row_shards": "placement",
     "data_parallel": "placement",
+    "kernels": "placement",
+    "cache_load_factors": "placement",
     # the plan's name: a store key part, checked as data (dreamshard.values.names.check_key_part)
     "plan_id": "identity",
     # recomputed from the inventory given to publish; a file value that differs is refused

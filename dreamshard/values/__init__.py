@@ -5,6 +5,16 @@ This package imports no domain module: it is the bottom layer. Callers import va
 
 from __future__ import annotations
 
+from dreamshard.values.constraints import (
+    COMPUTE_KERNELS,
+    CONSTRAINT_KIND,
+    DEFAULT_CACHE_LOAD_FACTOR,
+    HOST_KERNELS,
+    TORCHREC_SHARDING_TYPES,
+    CacheParams,
+    Kernel,
+    TableConstraints,
+)
 from dreamshard.values.costs import (
     COST_COMPONENTS,
     BackendInfo,
@@ -19,6 +29,7 @@ from dreamshard.values.ids import (
     new_id,
     utcnow,
 )
+from dreamshard.values.job import JobTopology
 from dreamshard.values.lineage import (
     IGNORED_NAMES,
     Lineage,
@@ -63,6 +74,7 @@ from dreamshard.values.tables import (
     renamed_fields,
 )
 from dreamshard.values.topology import (
+    DEFAULT_HOST_MEMORY_GB,
     DEFAULT_INTER_HOST_GBPS,
     MAX_BATCH,
     MAX_DEVICE_GB,
@@ -94,12 +106,17 @@ from dreamshard.values.units import (
 
 __all__ = [
     "BackendInfo",
+    "COMPUTE_KERNELS",
+    "CONSTRAINT_KIND",
     "COST_COMPONENTS",
+    "CacheParams",
     "Collective",
     "ColumnShard",
     "CommModel",
     "CostBasis",
     "Costs",
+    "DEFAULT_CACHE_LOAD_FACTOR",
+    "DEFAULT_HOST_MEMORY_GB",
     "DEFAULT_INTER_HOST_GBPS",
     "DIM_ALIGN",
     "DTYPE_BYTES",
@@ -108,9 +125,12 @@ __all__ = [
     "DeviceType",
     "Feature",
     "GB",
+    "HOST_KERNELS",
     "IGNORED_NAMES",
     "Interconnect",
     "Inventory",
+    "JobTopology",
+    "Kernel",
     "Lineage",
     "MAX_BATCH",
     "MAX_DEVICE_GB",
@@ -138,7 +158,9 @@ __all__ = [
     "ShardingType",
     "Statistic",
     "StrictModel",
+    "TORCHREC_SHARDING_TYPES",
     "Table",
+    "TableConstraints",
     "Task",
     "TaskSet",
     "Topology",

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from dreamshard.values.constraints import Kernel
 from dreamshard.values.costs import BackendInfo, CostBasis, Costs
 from dreamshard.values.ids import new_id, utcnow
 from dreamshard.values.lineage import Lineage
@@ -85,6 +86,10 @@ class Plan(StrictModel):
     column_shards: dict[str, tuple[ColumnShard, ...]] = Field(default_factory=dict)
     row_shards: dict[str, tuple[RowShard, ...]] = Field(default_factory=dict)
     data_parallel: tuple[str, ...] = ()
+    # a table's compute kernel when it is not the default (`fused`; `dense` for data-parallel), and the cache load
+    # factor of a `fused_uvm_caching` table (TorchRec's default when left out): both part of the placement
+    kernels: dict[str, Kernel] = Field(default_factory=dict)
+    cache_load_factors: dict[str, Annotated[float, Number, Field(gt=0.0, le=1.0)]] = Field(default_factory=dict)
     memory_per_device_gb: tuple[float, ...]
     predicted: Costs | None = None
     measured: Costs | None = None
@@ -141,7 +146,25 @@ class Plan(StrictModel):
         for label, costs in (("predicted", self.predicted), ("measured", self.measured)):
             if costs is not None and len(costs.per_device) != n:
                 raise ValueError(f"{label} has {len(costs.per_device)} devices, expected {n}")
+        self._check_kernels(set(kinds))
         return self
+
+    def _check_kernels(self, tables: set[str]) -> None:
+        for table, kernel in self.kernels.items():
+            if table not in tables:
+                raise ValueError(f"kernels names table '{table}', which the plan does not place")
+            if (kernel == "dense") != (table in self.data_parallel):
+                raise ValueError(
+                    f"table '{table}' has kernel '{kernel}': data-parallel tables run the dense kernel, sharded "
+                    f"tables a fused one"
+                )
+        for table in self.cache_load_factors:
+            if self.kernels.get(table) != "fused_uvm_caching":
+                raise ValueError(f"table '{table}' has a cache load factor but not the fused_uvm_caching kernel")
+
+    def kernel(self, table: str) -> str:
+        """The table's compute kernel: as set in `kernels`, else `dense` for data-parallel and `fused` otherwise."""
+        return self.kernels.get(table, "dense" if table in self.data_parallel else "fused")
 
     def units(self) -> dict[str, int]:
         """{unit name: device}: whole tables by name, shards and replicas by their unit names
@@ -210,14 +233,14 @@ class Plan(StrictModel):
         """TorchRec form: {table: {sharding_type, compute_kernel, ranks}} (column-wise tables list one rank per
         shard, in column order)."""
         out: dict[str, dict[str, object]] = {
-            t: {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [d]}
+            t: {"sharding_type": "table_wise", "compute_kernel": self.kernel(t), "ranks": [d]}
             for t, d in self.placement.items()
         }
         for t, shards in self.column_shards.items():
             ordered = sorted(shards, key=lambda sh: sh.start)
             out[t] = {
                 "sharding_type": "column_wise",
-                "compute_kernel": "fused",
+                "compute_kernel": self.kernel(t),
                 "ranks": [sh.device for sh in ordered],
                 "column_ranges": [[sh.start, sh.end] for sh in ordered],
             }
@@ -225,7 +248,7 @@ class Plan(StrictModel):
             rows = sorted(rshards, key=lambda rs: rs.start)
             out[t] = {
                 "sharding_type": self.sharding_type(t),
-                "compute_kernel": "fused",
+                "compute_kernel": self.kernel(t),
                 "ranks": [rs.device for rs in rows],
                 "row_ranges": [[rs.start, rs.end] for rs in rows],
             }
@@ -235,6 +258,8 @@ class Plan(StrictModel):
                 "compute_kernel": "dense",
                 "ranks": list(range(self.topology.num_devices)),
             }
+        for t, factor in self.cache_load_factors.items():
+            out[t]["cache_load_factor"] = factor
         return dict(sorted(out.items()))
 
 

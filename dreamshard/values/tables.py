@@ -1,9 +1,8 @@
 """Tables and inventories: the lowest layer of the data model (docs/architecture.md, "Data model").
 
-The strict base every value object derives from (`StrictModel`: pydantic v2, unknown fields forbidden, frozen),
-the strict number type (`Number`: a bool or a string is not read as a number), the bounds of a table's fields,
-THE embedding-dim rule (`DIM_ALIGN`, `dim_problem`), and the `Table` and `Inventory` models. It imports no
-other dreamshard module; `dreamshard.values` re-exports all of it.
+The bounds of a table's fields, THE embedding-dim rule (`DIM_ALIGN`, `dim_problem`), and the `Table` and
+`Inventory` models (a table may be a sequence table, `pooled: false`, and carry `constraints`; an inventory may
+record its training `job`). The strict base and number type are in `values/base.py`.
 """
 
 from __future__ import annotations
@@ -12,18 +11,19 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
     model_validator,
 )
+
+from dreamshard.values.base import GB, Number, StrictModel, number_only
+from dreamshard.values.constraints import TableConstraints
+from dreamshard.values.job import JobTopology
 
 #: Number of access-histogram bins: unique rows whose access count in one batch falls in
 #: (0,1], (1,2], (2,4], ..., (16384,32768], (32768, inf).
@@ -32,22 +32,9 @@ NUM_REUSE_BINS = 17
 REUSE_BIN_EDGES: tuple[float, ...] = tuple(float(2**i) for i in range(NUM_REUSE_BINS - 1)) + (math.inf,)
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2}
-GB = float(1024**3)
 
 DType = Literal["fp32", "fp16"]
 
-_V = TypeVar("_V")
-
-
-def _number_only(v: _V) -> _V:
-    """Reject bools and strings where a number is expected (pydantic's lax mode reads `true` as 1, "3" as 3)."""
-    if isinstance(v, (bool, str, bytes)):
-        raise ValueError(f"must be a number, got {type(v).__name__} {v!r}")
-    return v
-
-
-#: Numbers as users write them in inventories, plans and params: int/float only, never bool or string.
-Number = BeforeValidator(_number_only)
 #: Upper bounds that keep table sizes finite in float arithmetic (1 TiB-row tables, 64k-wide rows).
 MAX_ROWS = 2**40
 MAX_DIM = 2**16
@@ -73,18 +60,12 @@ def aligned_dim(dim: int) -> int:
 
 #: The fields of a table that are its schema (Table.schema_fields); the others are statistics. Of `features`, the
 #: schema holds the names only (a feature's pooling is a statistic).
-SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype", "features")
+SCHEMA_FIELDS: tuple[str, ...] = ("name", "num_embeddings", "embedding_dim", "dtype", "features", "pooled")
 #: Separator of column-shard unit names (`table@start:end`, dreamshard.values.shard_name): units of one table
 #: serve its features.
 SHARD_MARK = "@"
 #: Relative tolerance of "pooling_factor is the sum of the features' pooling" (rounding in stored files).
 POOLING_SUM_RTOL = 1e-6
-
-
-class StrictModel(BaseModel):
-    """Base of the value objects: unknown fields are errors, values are frozen, no inf/nan."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 class Feature(StrictModel):
@@ -111,6 +92,10 @@ class Table(StrictModel):
     access_histogram: tuple[float, ...] | None = None
     dtype: DType = "fp32"
     features: tuple[Feature, ...] = ()
+    # False: a sequence table (TorchRec's EmbeddingCollection): no pooling, one output row per looked-up id, so
+    # `pooling_factor` is the ids per sample and the output grows with it (`output_elements_per_sample`)
+    pooled: bool = True
+    constraints: TableConstraints | None = None  # what the team requires of the table (values/constraints.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -119,7 +104,7 @@ class Table(StrictModel):
         if isinstance(data, dict) and "pooling_factor" not in data and data.get("features"):
             try:
                 total = sum(
-                    float(_number_only(f["pooling_factor"] if isinstance(f, dict) else f.pooling_factor))
+                    float(number_only(f["pooling_factor"] if isinstance(f, dict) else f.pooling_factor))
                     for f in data["features"]
                 )
             except (KeyError, TypeError, ValueError, AttributeError):
@@ -129,10 +114,17 @@ class Table(StrictModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """`features` only when given: files written for tables without them stay byte for byte as before."""
+        """`features`, `pooled` and `constraints` only when they say something: files written for tables without
+        them stay byte for byte as before."""
         out = handler(self)
         if not self.features:
             out.pop("features", None)
+        if self.pooled:
+            out.pop("pooled", None)
+        if self.constraints is None:
+            out.pop("constraints", None)
+        else:
+            out["constraints"] = self.constraints.given()
         return out
 
     @model_validator(mode="after")
@@ -193,8 +185,14 @@ class Table(StrictModel):
 
     @property
     def output_dim(self) -> int:
-        """Pooled output elements per sample (dim x num_outputs): what the all-to-all carries for this table."""
+        """Pooled output elements per sample (dim x num_outputs): what the all-to-all carries for a pooled table."""
         return self.embedding_dim * self.num_outputs
+
+    @property
+    def output_elements_per_sample(self) -> float:
+        """Output elements per sample: dim x num_outputs for a pooled table; for a sequence table one row of dim
+        per looked-up id, dim x pooling_factor (the output follows the lookups, not the bags)."""
+        return float(self.output_dim) if self.pooled else self.embedding_dim * self.pooling_factor
 
     @property
     def size_elements(self) -> int:
@@ -212,9 +210,11 @@ class Table(StrictModel):
     def schema_fields(self) -> dict[str, object]:
         """What the model's code fixes (name, rows, dim, dtype): a change here is a new inventory; a change of
         the statistics only (pooling, reuse) is a new version of the same one."""
-        out = {k: v for k, v in self.model_dump().items() if k in SCHEMA_FIELDS and k != "features"}
+        out = {k: v for k, v in self.model_dump().items() if k in SCHEMA_FIELDS and k not in ("features", "pooled")}
         if self.features:  # left out when empty: inventories without features keep their fingerprints
             out["features"] = [f.name for f in self.features]
+        if not self.pooled:  # the module kind is the model's code; pooled tables hash as before
+            out["pooled"] = False
         return out
 
     def canonical(self) -> dict[str, object]:
@@ -228,6 +228,8 @@ class Table(StrictModel):
             d["features"] = [
                 {"name": f.name, "pooling_factor": round(float(f.pooling_factor), 9)} for f in self.features
             ]
+        else:
+            d.pop("features", None)
         return d
 
     def canonical_json(self) -> str:
@@ -240,6 +242,18 @@ class Inventory(StrictModel):
 
     name: Annotated[str, Field(min_length=1)]
     tables: Annotated[tuple[Table, ...], Field(min_length=1)]
+    # the training job the tables are planned for (values/job.py); None: the planning run's topology decides
+    job: JobTopology | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """`job` only when given, as written: inventories without it stay byte for byte as before."""
+        out = handler(self)
+        if self.job is None:
+            out.pop("job", None)
+        else:
+            out["job"] = self.job.given()
+        return out
 
     @model_validator(mode="after")
     def _unique_names(self) -> Inventory:
@@ -284,12 +298,15 @@ class Inventory(StrictModel):
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
     def fingerprint(self) -> str:
-        """sha256 over canonical table content (schema and statistics): one version of an inventory;
+        """sha256 over canonical table content (schema and statistics) and the job when one is recorded: one
+        version of an inventory;
         independent of key order and table order.
 
         The inventory name is deliberately not part of it: the same tables are the same workload.
         """
         rows = sorted(t.canonical_json() for t in self.tables)
+        if self.job is not None:  # another job is another version; inventories without one hash as before
+            rows.append("job:" + json.dumps(self.job.given(), sort_keys=True, separators=(",", ":")))
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dreamshard.values.tables import GB, Number, StrictModel
+from dreamshard.values.base import GB, Number, StrictModel
 
 DeviceType = Literal["cpu", "cuda"]
 
@@ -32,6 +32,8 @@ MemoryModel = Literal["weights", "torchrec"]
 #: Bandwidth between hosts when nothing measured it (one machine cannot): a 100 Gb/s network, a topology
 #: parameter and labelled so wherever it is used (dreamshard.profiling.comm).
 DEFAULT_INTER_HOST_GBPS = 12.5
+#: Host memory per device when the topology does not say (TorchRec's planner constant DDR_CAP, 128 GB).
+DEFAULT_HOST_MEMORY_GB = 128.0
 
 
 class Topology(StrictModel):
@@ -46,6 +48,9 @@ class Topology(StrictModel):
     optimizer: Optimizer = "sgd"
     memory_model: MemoryModel = "weights"
     memory_reserve: Annotated[float, Number, Field(ge=0.0, lt=1.0)] = 0.0  # fraction of each device kept free
+    # host memory (DDR) each device may use: where `fused_uvm` / `fused_uvm_caching` tables keep their weights on a
+    # cuda device (TorchRec's DDR_CAP default); on a cpu device every table lives in `memory_per_device_gb`
+    host_memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = DEFAULT_HOST_MEMORY_GB
 
     @model_validator(mode="after")
     def _hosts_divide(self) -> Topology:
