@@ -2,7 +2,7 @@
 target): does each planner find a plan that fits, which sharding types does it use, and does TorchRec turn every
 plan into its ShardingPlan for 8 ranks (the types it uses all run in DMP: tests/test_torchrec_dmp.py)?
 
-    python bench/criteo_terabyte.py        # writes bench/results/criteo_terabyte.{json,md}; about a minute, planning only
+    python bench/criteo_terabyte.py        # writes bench/results/criteo_terabyte.{json,md}; ~1 min, planning only
 
 Contenders: `dreamshard` (the packaged model, search + column splits), `dreamshard` with `--types row_wise,
 table_row_wise,data_parallel` on the fast interconnect profile, and TorchRec's unrestricted planner on a cuda

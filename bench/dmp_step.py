@@ -251,7 +251,8 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         "# End-to-end: TorchRec DistributedModelParallel training steps per plan",
         "",
-        f"{res['date']}, {res['machine']}; {res['settings']['world_size']} CPU ranks (gloo, 1 thread each), global batch "
+        f"{res['date']}, {res['machine']}; {res['settings']['world_size']} CPU ranks (gloo, 1 thread each), "
+        "global batch "
         f"{res['settings']['batch_size']}, fused exact SGD; {res['settings']['rounds']} interleaved rounds x "
         f"{res['settings']['steps']} steps (warm-up {res['settings']['warmup']}). Oracle: {res['oracle']} "
         f"({res['oracle_rounds']} round(s)). Tables scaled to at most 16 MB for the CPU run.",
@@ -263,7 +264,8 @@ def markdown(res: dict[str, Any]) -> str:
         f"- dreamshard / TorchRec, geomean: DMP {_fmt(s['dreamshard_vs_torchrec_dmp_geomean'], 4)}, oracle "
         f"{_fmt(s['dreamshard_vs_torchrec_oracle_geomean'], 4)}",
         f"- dreamshard / best heuristic (each under its own measure), geomean: DMP "
-        f"{_fmt(s['dreamshard_vs_best_heuristic_dmp_geomean'], 4)}, oracle {_fmt(s['dreamshard_vs_best_heuristic_oracle_geomean'], 4)}",
+        f"{_fmt(s['dreamshard_vs_best_heuristic_dmp_geomean'], 4)}, oracle "
+        f"{_fmt(s['dreamshard_vs_best_heuristic_oracle_geomean'], 4)}",
         f"- same plan twice (noise): largest spread {_fmt(s['same_plan_spread_max'], 4)}; DMP and oracle pick the same "
         f"winner in {s['winners_agree']} of {s['inventories']} inventories",
         "",
@@ -274,7 +276,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"## {r['inventory']} ({r['tables']} tables, {r['total_gb']} GB; {r['scaled_gb']} GB as run; "
             f"{topo['num_devices']} x {topo['memory_per_device_gb']} GB)",
             "",
-            "| sharder | DMP ms | DMP per round | x TorchRec | x best | oracle ms | x TorchRec | x best | predicted ms |",
+            "| sharder | DMP ms | DMP per round | x TorchRec | x best | oracle ms | x TorchRec | x best | "
+            "predicted ms |",
             "|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for c in sorted(r["contenders"], key=lambda c: c["dmp_ms"]):
@@ -282,7 +285,8 @@ def markdown(res: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {_fmt(c['dmp_ms'])} | {' '.join(_fmt(x, 1) for x in c['dmp_round_ms'])} | "
                 f"{_fmt(c['dmp_ratio_to_torchrec'])} | {_fmt(c['dmp_ratio_to_best'])} | {_fmt(c['oracle_ms'])} | "
-                f"{_fmt(c['oracle_ratio_to_torchrec'])} | {_fmt(c['oracle_ratio_to_best'])} | {_fmt(c['predicted_ms'])} |"
+                f"{_fmt(c['oracle_ratio_to_torchrec'])} | {_fmt(c['oracle_ratio_to_best'])} | "
+                f"{_fmt(c['predicted_ms'])} |"
             )
         lines += [
             "",
@@ -301,7 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--inventories",
         default=DEFAULT_INVENTORIES,
-        help=f"comma-separated specs: synth:N[:SEED], criteo-kaggle[:DIM], criteo-terabyte[:DIM], or a file (default {DEFAULT_INVENTORIES})",
+        help="comma-separated specs: synth:N[:SEED], criteo-kaggle[:DIM], criteo-terabyte[:DIM], or a file "
+             f"(default {DEFAULT_INVENTORIES})",
     )
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5 for a report; default 5)")
     ap.add_argument("--steps", type=int, default=5, help="timed DMP steps per contender per round (default 5)")
@@ -340,8 +345,10 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(bench_inventory(spec, args, base, oracle))
             ds = next((c for c in rows[-1]["contenders"] if c["sharder"] == "dreamshard"), {})
             print(
-                f"{spec}: {time.perf_counter() - t0:.0f} s; dreamshard DMP x torchrec {ds.get('dmp_ratio_to_torchrec')}, "
-                f"oracle x torchrec {ds.get('oracle_ratio_to_torchrec')}; same-plan spread {rows[-1]['same_plan_spread']}",
+                f"{spec}: {time.perf_counter() - t0:.0f} s; dreamshard DMP x torchrec "
+                f"{ds.get('dmp_ratio_to_torchrec')}, "
+                f"oracle x torchrec {ds.get('oracle_ratio_to_torchrec')}; same-plan spread "
+                f"{rows[-1]['same_plan_spread']}",
                 flush=True,
             )
     except DreamshardError as e:

@@ -16,7 +16,8 @@ heuristic, TorchRec's planner, `dreamshard` (search on the learned cost, no hard
 same, then its 3 best candidates measured, with the anchors -- the 2 best predicted baselines' or LPT's plans --
 when none of the 3 is one, and the best kept: what the publish flow does), `dreamshard_lpt`,
 `dreamshard+types` (the search may also convert tables to row-wise, table-row-wise or data-parallel where the
-learned cost says it pays), `dreamshard_rl` (the policy alone), and `dim_greedy (again)`: the dim_greedy plan measured a second time, the
+learned cost says it pays), `dreamshard_rl` (the policy alone), and `dim_greedy (again)`: the dim_greedy plan
+measured a second time, the
 noise row. `torchrec` is TorchRec's own planner unrestricted (every sharding type it offers on the device type:
 data-parallel, table-wise, column-wise on cpu), `torchrec_tw_cw` the same planner restricted to table- and
 column-wise (what runs before issue 16 called `torchrec`). Ratios: to the per-task best baseline (heuristics +
@@ -285,7 +286,8 @@ def render(results: dict[str, Any]) -> str:
             lines.append(
                 f"- `{PROD}` measured refinement (proposals kept / tried, seconds): "
                 + ", ".join(
-                    f"{r['task']} {r['refinement']['kept']}/{r['refinement']['tried']} in {r['refinement']['seconds']:.0f} s"
+                    f"{r['task']} {r['refinement']['kept']}/{r['refinement']['tried']} in "
+                    f"{r['refinement']['seconds']:.0f} s"
                     for r in rows
                 )
             )
@@ -296,7 +298,8 @@ def render(results: dict[str, Any]) -> str:
             )
         oor = [r["task"] for r in rows if r["out_of_range"]]
         lines.append(
-            f"- inventories outside the model's training ranges (warned, recorded in the plan): {', '.join(oor) or 'none'}"
+            "- inventories outside the model's training ranges (warned, recorded in the plan): "
+            f"{', '.join(oor) or 'none'}"
         )
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -351,7 +354,8 @@ def main(argv: list[str] | None = None) -> None:
         chosen = [t for t in TASKS if not args.tasks or t[0] in args.tasks.split(",")]
         t0 = time.perf_counter()
         rows = [run_task(*t, args=args, oracle=oracle) for t in chosen]
-        key = f"part {args.part} ({'no retraining' if args.part == 'a' else 'retrained per inventory'}), interconnect {args.interconnect}"
+        kind = "no retraining" if args.part == "a" else "retrained per inventory"
+        key = f"part {args.part} ({kind}), interconnect {args.interconnect}"
         prod = (
             (
                 f"; `{PROD}`: --verify 3 then {args.refine_seconds:g} s of measured refinement (the plan stage on "

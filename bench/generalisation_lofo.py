@@ -19,7 +19,8 @@ Families (the last two exist only here, so neither the pre-training generator no
 
 - `mixed`, `dlrm`: dreamshard.inventory.families (written beside `wide`, inside its ranges);
 - `ctr`: Criteo-like one-hot features: cardinalities from the public Criteo Kaggle and Terabyte lists jittered by
-  x0.5-2 (capped at 20M rows, so that heuristics without column splits can place every table), dims 16/32/64/128, pooling exactly 1 (80%) or 2-5 (20%), Zipf 0.8-1.3;
+  x0.5-2 (capped at 20M rows, so that heuristics without column splits can place every table), dims 16/32/64/128,
+  pooling exactly 1 (80%) or 2-5 (20%), Zipf 0.8-1.3;
 - `seq`: sequence (history) features: pooling 10-120, dims 32-256, rows 1e4-1e7, Zipf 0.4-1.2, 30% fp16.
 """
 
@@ -352,8 +353,10 @@ def run_lofo(args: Any, baselines: tuple[str, ...], noise_label: str, with_lofo:
         "families": families,
         "rows": rows,
         "meta": (
-            f"{len(rows)} tasks ({len(LOFO_FAMILIES)} held-out families x {len(EVAL_TASKS)}), {args.rounds} interleaved "
-            f"rounds, warm-up {args.warmup}, repeats {args.repeats}, batch {BATCH}, {MEMORY_GB:g} GB per device, measured "
+            f"{len(rows)} tasks ({len(LOFO_FAMILIES)} held-out families x {len(EVAL_TASKS)}), {args.rounds} "
+            "interleaved "
+            f"rounds, warm-up {args.warmup}, repeats {args.repeats}, batch {BATCH}, {MEMORY_GB:g} GB per "
+            "device, measured "
             f"interconnect; corpora of {CORPUS_TASKS} tasks per family"
             + (
                 f"; `,prod`: --verify 3 then {refine_s:g} s of measured refinement, as the plan stage plans"
@@ -380,7 +383,8 @@ def render_lofo(
         "",
         "Cost-net error on each held-out family's corpus (device compute / device total with the comm model, MAPE):",
         "",
-        "| family | records | packaged, hist | packaged, no hist | without family, hist | without family, no hist | retrain s |",
+        "| family | records | packaged, hist | packaged, no hist | without family, hist | without family, no "
+        "hist | retrain s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for fam, f in run["families"].items():

@@ -113,7 +113,7 @@ def cases(d: Path, case: Case) -> None:  # noqa: C901 - one flat list of cases r
                 return False, r[2].strip()[:80]
             imported = sorted((sh.start, sh.end, sh.device) for sh in load_plan(out).column_shards["t"])
             loaded = _loaded(tr)
-            expected = sorted((s, e, rank) for (s, e), rank in zip(ranges, [0, 1]))
+            expected = sorted((s, e, rank) for (s, e), rank in zip(ranges, [0, 1], strict=True))
             return imported == loaded == expected, f"import {imported}, load_sharding_plan {loaded}"
 
     for what, ranges in (("overlapping", [[8, 16], [0, 12]]), ("gapped", [[12, 16], [0, 8]])):

@@ -8,7 +8,8 @@
    `data_parallel`: one small table replicated on every device; dreamshard.profiling.runner).
 2. **Held-out corpus**: `EVAL_TASKS` tasks of the `ctr` and `seq` families (bench-only generators nobody tuned on),
    each measured as one random placement and the two typed kinds.
-3. **Models** (3 train_cost seeds each), each the packaged model warm-started with params.yaml `train_cost` on the training corpus:
+3. **Models** (3 train_cost seeds each), each the packaged model warm-started with params.yaml `train_cost` on the
+   training corpus:
    `table-wise records` (what training saw before the typed kinds: every record without units) and `with typed
    records` (every record); and the packaged model as it ships.
 4. **Error** on the held-out corpus, per kind of record: device-compute MAPE and device-total MAPE as planning sees

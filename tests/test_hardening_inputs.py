@@ -226,7 +226,7 @@ def test_fewer_batches_are_the_first_of_the_same_seeded_stream() -> None:
     one = [tuple(a.copy() for a in b) for b in bank.batches(t, 1000, 64, 1)]
     three = base.IndexBank(seed=3).batches(t, 1000, 64)
     assert len(one) == 1 and len(three) == 3
-    assert all(np.array_equal(x, y) for x, y in zip(one[0], three[0]))
+    assert all(np.array_equal(x, y) for x, y in zip(one[0], three[0], strict=True))
     assert (
         len(bank.batches(t, 1000, 64)) == 3 and len(bank.batches(t, 1000, 64, 2)) == 2
     )  # the cache grows, then serves

@@ -217,7 +217,7 @@ def test_a_hint_that_is_not_a_sharder_name_is_kept() -> None:
 def _table_wise_costs(inv: Inventory, topo: Topology, oracle: object) -> list[float]:
     names = [t.name for t in inv.tables]
     return [
-        oracle.measure(inv, dict(zip(names, devs)), topo).overall_ms  # type: ignore[attr-defined]
+        oracle.measure(inv, dict(zip(names, devs, strict=True)), topo).overall_ms  # type: ignore[attr-defined]
         for devs in itertools.product(range(topo.num_devices), repeat=len(names))
     ]
 
