@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         "--inventories",
         default=DEFAULT_INVENTORIES,
         help="comma-separated specs: synth:N[:SEED], criteo-kaggle[:DIM], criteo-terabyte[:DIM], or a file "
-             f"(default {DEFAULT_INVENTORIES})",
+        f"(default {DEFAULT_INVENTORIES})",
     )
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5 for a report; default 5)")
     ap.add_argument("--steps", type=int, default=5, help="timed DMP steps per contender per round (default 5)")
