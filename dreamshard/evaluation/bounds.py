@@ -80,10 +80,11 @@ def comm_bound(tables: Sequence[Table], topology: Topology, models: Mapping[Coll
     every table (`models`: the all-to-all's, and the reduce-scatter's and all-reduce's when row shards and
     replicas are in the plan space; each collective's cost per device on `topology`, hosts included).
 
-    Summed over the devices, a table costs at least the least of: table- or column-wise, its pooled outputs'
-    all-to-all forward and back (``2 beta B``, B = `device_comm_bytes` of its output width); row-wise over a
-    group of g devices (g = the devices of a host, or all), every one of them reduce-scattering and all-gathering
-    B (``2 g beta B``, g >= 1); data-parallel, every device all-reducing its gradient (``D beta G``, G =
+    Summed over the devices, a table costs at least the least of: table- or column-wise, its outputs' all-to-all
+    forward and back (``2 beta B``, B = `device_comm_bytes` of `Table.output_elements_per_sample`: a sequence
+    table's grow with its lookups, and its row shards send the same B by the all-to-all); a pooled table row-wise
+    over a group of g devices (g = the devices of a host, or all), every one of them reduce-scattering and
+    all-gathering B (``2 g beta B``, g >= 1); data-parallel, every device all-reducing its gradient (``D beta G``, G =
     `all_reduce_bytes`). The average over D devices is that sum / D, plus the least latency any device that
     communicates pays (``2 alpha`` for an all-to-all or a reduce-scatter, ``alpha`` for an all-reduce)."""
     d, batch = topology.num_devices, topology.batch_size
@@ -94,9 +95,9 @@ def comm_bound(tables: Sequence[Table], topology: Topology, models: Mapping[Coll
     group = topology.local_world_size if topology.hosts > 1 else d  # row-wise: all devices; table-row-wise: a host's
     total = 0.0
     for t in tables:
-        b = device_comm_bytes(batch, [t.output_dim], d)  # a shared table: dim x its features
-        options = [2.0 * beta["all_to_all"] * b]
-        if "reduce_scatter" in beta:
+        b = device_comm_bytes(batch, [t.output_elements_per_sample], d)  # dim x features, or x lookups (sequence)
+        options = [2.0 * beta["all_to_all"] * b]  # a sequence table's row shards send its rows by the all-to-all too
+        if "reduce_scatter" in beta and t.pooled:
             options.append(2.0 * group * beta["reduce_scatter"] * b)
         if "all_reduce" in beta:
             options.append(d * beta["all_reduce"] * all_reduce_bytes([(t.num_embeddings, t.embedding_dim)], d))

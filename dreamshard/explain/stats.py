@@ -3,7 +3,8 @@ dreamshard.explain.whatif) -- docs/architecture.md, "Plan stats and what-if".
 
 Per device, a fused operator's compute is not the sum of its tables' costs, so a table's cost is its share of
 its device: the device's compute (fwd + bwd) split in proportion to each unit's predicted compute alone, plus the
-device's all-to-all (fwd + bwd) split in proportion to each unit's pooled output bytes. The shares of a device
+device's all-to-all (fwd + bwd) split in proportion to each unit's output bytes (`Table.output_elements_per_sample`:
+a sequence table's follow its lookups). The shares of a device
 add up to its total exactly, for the predicted costs and (where the plan was measured) for the measured ones.
 """
 
@@ -21,7 +22,7 @@ from dreamshard.placement.expand import expand_plan
 from dreamshard.values import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology, parse_unit
 
 INDEX_BYTES = 8  # int64 indices
-OUTPUT_BYTES = 4  # fp32 pooled outputs
+OUTPUT_BYTES = 4  # fp32 outputs
 
 
 class TableStat(BaseModel):
@@ -32,7 +33,8 @@ class TableStat(BaseModel):
     size_gb: float
     dim: int
     pooling: float
-    outputs: int  # pooled outputs per sample (features)
+    outputs: int  # outputs per sample: one per feature (a sequence table's: one row per lookup of each)
+    pooled: bool = True  # False: a sequence table (TorchRec's EmbeddingCollection), outputs follow its lookups
     predicted_ms: float  # its share of its device's predicted total
     measured_ms: float | None  # its share of its device's measured total (measured plans)
     rank: int  # 1 = the costliest unit (by measured share where measured, else predicted)
@@ -47,7 +49,7 @@ class DeviceStat(BaseModel):
     optimizer_gb: float  # the topology's fused optimizer's state
     io_gb: float  # input/output buffers as TorchRec counts them (memory_model "torchrec"; else 0)
     input_mb: float  # indices + offsets of one batch
-    output_mb: float  # pooled outputs of one batch (what its all-to-all sends)
+    output_mb: float  # outputs of one batch (what its all-to-all sends)
     predicted_ms: float
     measured_ms: float | None
     bottleneck: bool
@@ -69,10 +71,10 @@ def _shares(device: DeviceCost, units: Sequence[Table], alone: Mapping[str, floa
     compute = device.fwd_compute + device.bwd_compute
     comm = device.fwd_comm + device.bwd_comm
     weight = sum(alone[t.name] for t in units)
-    width = sum(t.output_dim for t in units)
+    width = sum(t.output_elements_per_sample for t in units)
     return {
         t.name: compute * (alone[t.name] / weight if weight > 0 else 1 / len(units))
-        + comm * (t.output_dim / width if width > 0 else 1 / len(units))
+        + comm * (t.output_elements_per_sample / width if width > 0 else 1 / len(units))
         for t in units
     }
 
@@ -100,6 +102,7 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
             dim=t.embedding_dim,
             pooling=t.pooling_factor,
             outputs=t.num_outputs,
+            pooled=t.pooled,
             predicted_ms=pred_share[t.name],
             measured_ms=meas_share.get(t.name),
             rank=rank[t.name],
@@ -152,7 +155,7 @@ def _device_stats(
                 batch * t.pooling_factor * INDEX_BYTES + (batch + 1) * t.num_outputs * INDEX_BYTES for t in on[d]
             )
             / 1e6,
-            output_mb=sum(batch * t.output_dim * OUTPUT_BYTES for t in on[d]) / 1e6,
+            output_mb=sum(batch * t.output_elements_per_sample * OUTPUT_BYTES for t in on[d]) / 1e6,
             predicted_ms=predicted.per_device[d].total,
             measured_ms=measured.per_device[d].total if measured is not None else None,
             bottleneck=d == bottleneck,
@@ -184,8 +187,9 @@ def stats_markdown(stats: PlanStats, top: int = 15) -> str:
         "|---:|---|---|---:|---:|---:|---:|---:|" + ("---:|" if measured else ""),
     ]
     for t in stats.tables[:top]:
+        kind = t.type if t.pooled else f"{t.type} (sequence)"
         lines.append(
-            f"| {t.rank} | `{t.unit}` | {t.type} | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
+            f"| {t.rank} | `{t.unit}` | {kind} | {t.device} | {t.size_gb:.3f} | {t.dim} | {t.pooling:g} | "
             f"{t.predicted_ms:.3f} |" + (f" {t.measured_ms:.3f} |" if t.measured_ms is not None else "")
         )
     lines += [

@@ -1,12 +1,12 @@
 """The table features the cost model and the policy read (docs/architecture.md, "Learning").
 
 Per table: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins, log-scaled), the log
-batch size it is looked up at, and 4 linear ones: lookup volume and output width per batch, the per-batch working
-set in MB, and a half-precision flag. A device is the SUM of its tables' latents, so the linear features let the
-network form the summed volumes fused cost grows with; the working set lets it see when a device's tables stop
-fitting in cache. Scaling is fixed (log1p, then a constant affine map), so a table's features never depend on
-which other tables share its task. A table without an access histogram gets the assumed one
-(dreamshard.inventory.histogram.effective_histogram).
+batch size it is looked up at, and 4 linear ones: lookup volume and output width per batch (its output elements
+per sample: a sequence table's grow with its lookups), the per-batch working set in MB, and a half-precision flag.
+A device is the SUM of its tables' latents, so the linear features let the network form the summed volumes fused
+cost grows with; the working set lets it see when a device's tables stop fitting in cache. Scaling is fixed (log1p,
+then a constant affine map), so a table's features never depend on which other tables share its task. A table
+without an access histogram gets the assumed one (dreamshard.inventory.histogram.effective_histogram).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def table_features(table: Table, batch_size: float = REFERENCE_BATCH) -> np.ndar
     scale = float(batch_size) / REFERENCE_BATCH
     out[NUM_LOG_FEATURES:b] = np.asarray(hist, dtype=np.float32)
     out[b] = float(table.embedding_dim) * float(table.pooling_factor) * scale / 1000.0
-    out[b + 1] = float(table.output_dim) * scale / 100.0  # dim x features: a shared table's outputs
+    # output width: dim x features (a shared table's outputs), dim x lookups for a sequence table
+    out[b + 1] = table.output_elements_per_sample * scale / 100.0
     out[b + 2] = unique_rows(table, batch_size) * table.embedding_dim * table.bytes_per_element / 2**20
     out[b + 3] = 1.0 if table.dtype == "fp16" else 0.0
     return out

@@ -7,7 +7,8 @@ all-to-all for whole tables and column shards, reduce-scatter for row shards, al
 or the topology's fixed interconnect profile, host-aware on a topology with hosts; without a comm model, the
 ensemble's comm heads. As a CostEstimator (dreamshard.learning.estimator) a unit's state is
 ``[member latents (K x latent) | 1 | all-to-all output dim | reduce-scatter output dim | all-reduce elements]``
-(output dim = dim x the table's features); a device's state is the sum of its units' states.
+(output dim = `Table.output_elements_per_sample`: dim x the table's features, dim x its lookups for a sequence
+table; `unit_exchange`); a device's state is the sum of its units' states.
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ if TYPE_CHECKING:  # pragma: no cover
 OUTPUT_BYTES = 4
 #: the collective each unit kind other than whole tables and column shards runs (they run the all-to-all)
 UNIT_COLLECTIVES: tuple[tuple[str, Collective], ...] = (("row", "reduce_scatter"), ("replica", "all_reduce"))
+
+
+def unit_exchange(table: Table, kind: str) -> list[float]:
+    """A unit's comm columns of the state: [1, all-to-all output elements, reduce-scatter output elements,
+    all-reduce elements] per sample (`Table.output_elements_per_sample`). Whole tables, column shards and a
+    sequence table's row shards (the rows their lookups found) go by the all-to-all, a pooled table's row shards
+    (partial sums of the whole batch) by the reduce-scatter, replicas' gradients by the all-reduce."""
+    out = table.output_elements_per_sample
+    a2a = kind in ("table", "column") or (kind == "row" and not table.pooled)
+    return [
+        1.0,
+        out if a2a else 0.0,
+        out if kind == "row" and table.pooled else 0.0,
+        float(table.num_embeddings * table.embedding_dim) if kind == "replica" else 0.0,
+    ]
 
 
 class PlanningCost:
@@ -82,17 +98,9 @@ class PlanningCost:
             z = self.ensemble.table_latents(feats)  # (K, N, L)
         n = z.shape[1]
         flat = z.permute(1, 0, 2).reshape(n, self.k * self.latent)
-        cols = [
-            [
-                1.0,
-                float(t.output_dim) if k in ("table", "column") else 0.0,
-                float(t.output_dim) if k == "row" else 0.0,
-                float(t.num_embeddings * t.embedding_dim) if k == "replica" else 0.0,
-            ]
-            for t, k in zip(tables, kinds, strict=True)
-        ]
+        cols = [unit_exchange(t, k) for t, k in zip(tables, kinds, strict=True)]
         for kind, collective in UNIT_COLLECTIVES:
-            if kind in kinds:
+            if any(k == kind and (t.pooled or kind != "row") for t, k in zip(tables, kinds, strict=True)):
                 self._collective(collective)
         return torch.cat([flat, torch.tensor(cols, dtype=flat.dtype).reshape(n, 4)], dim=1)
 

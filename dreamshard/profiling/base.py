@@ -1,8 +1,10 @@
 """The compute-backend interface and what the real (torch) backends share: inputs, timing, thread pinning.
 
-A compute backend times ONE device's fused embedding operator over the tables it holds: forward (the
-operator call) and backward (gradient of the pooled output, which runs the fused SGD update), ``warmup``
-untimed iterations, then ``repeats`` timed ones. Communication is not its business (see ``comm.py``).
+A compute backend times ONE device's fused embedding operators over the tables it holds: forward (the
+operator calls) and backward (gradient of the outputs, which runs the fused SGD update), ``warmup`` untimed
+iterations, then ``repeats`` timed ones. Pooled tables run in one operator; sequence tables (``Table.pooled``
+false: TorchRec's EmbeddingCollection) in one without pooling per width (`operator_groups`), all timed together, as
+TorchRec runs one kernel per module kind. Communication is not its business (see ``comm.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from dreamshard.inventory.index_budget import batches_within_budget
 from dreamshard.inventory.indices import synthesize_indices
 from dreamshard.profiling.buffers import clear_all
-from dreamshard.profiling.scaling import ScalingRule
+from dreamshard.profiling.scaling import ScalingRule, padded_dim
 from dreamshard.values import Table
 
 #: Distinct index batches generated per table; timed iterations cycle through them (cache effects of a
@@ -245,6 +247,32 @@ def relative_iqr(xs: Sequence[float]) -> float:
     return float((q75 - q25) / med)
 
 
+def operator_groups(tables: Sequence[Table]) -> list[list[int]]:
+    """Indices of `tables` per fused operator, in table order: the pooled tables in one (one output per bag), the
+    sequence tables in one per profiled width (one output row per lookup: FBGEMM's TBE without pooling takes one
+    dim, as TorchRec groups an EmbeddingCollection's tables)."""
+    pooled = [i for i, t in enumerate(tables) if t.pooled]
+    by_width: dict[int, list[int]] = {}
+    for i, t in enumerate(tables):
+        if not t.pooled:
+            by_width.setdefault(padded_dim(t.embedding_dim), []).append(i)
+    return ([pooled] if pooled else []) + list(by_width.values())
+
+
+class ChainedOp(FusedOp[list[Any]]):
+    """Several fused operators of one device run one after the other: one forward (and backward) of the device."""
+
+    def __init__(self, ops: Sequence[FusedOp[Any]]) -> None:
+        self.ops = list(ops)
+
+    def forward(self, batch_no: int) -> list[Any]:
+        return [op.forward(batch_no) for op in self.ops]
+
+    def backward(self, out: list[Any]) -> None:
+        for op, o in zip(self.ops, out, strict=True):
+            op.backward(o)
+
+
 class TorchBackend(ComputeBackend):
     """A real backend: builds the device's fused operator on ``device`` and times it (cpu or cuda)."""
 
@@ -259,9 +287,28 @@ class TorchBackend(ComputeBackend):
 
     @abc.abstractmethod
     def build(
-        self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
+        self,
+        tables: Sequence[Table],
+        rows: Sequence[int],
+        batches: list[tuple[np.ndarray, np.ndarray]],
+        *,
+        arena_offset: int = 0,
     ) -> FusedOp[Any]:
-        """The fused operator over ``tables`` (``rows`` each) with fused inputs ``batches`` prepared."""
+        """The fused operator over ``tables`` (``rows`` each; all pooled, or all sequence tables of one width)
+        with fused inputs ``batches`` prepared; a backend that keeps weights in a reused buffer places them
+        `arena_offset` elements in (the device's earlier operators hold the ones before)."""
+
+    def build_device(
+        self, tables: Sequence[Table], rows: Sequence[int], per_table: Sequence[list[tuple[np.ndarray, np.ndarray]]]
+    ) -> FusedOp[Any]:
+        """The device's operators (`operator_groups`) over its tables' batches `per_table`, as one."""
+        ops: list[FusedOp[Any]] = []
+        offset = 0
+        for group in operator_groups(tables):
+            fused = [fuse_batches([per_table[i] for i in group], b) for b in range(len(per_table[0]))]
+            ops.append(self.build([tables[i] for i in group], [rows[i] for i in group], fused, arena_offset=offset))
+            offset += sum(rows[i] * padded_dim(tables[i].embedding_dim) for i in group)
+        return ops[0] if len(ops) == 1 else ChainedOp(ops)
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
         # The index budget (inventory.index_budget): the device's batches are sized before anything is allocated; a
@@ -271,8 +318,7 @@ class TorchBackend(ComputeBackend):
         k = batches_within_budget(tables, batch_size, self.bank.num_batches, what)
         rows = self.rule.device_rows(list(tables))
         per_table = [self.bank.batches(t, r, batch_size, k) for t, r in zip(tables, rows, strict=True)]
-        fused = [fuse_batches(per_table, b) for b in range(k)]
-        op = self.build(tables, rows, fused)
+        op = self.build_device(tables, rows, per_table)
         try:
             with gc_paused():
                 fwd, bwd = time_op(op, warmup, repeats, cuda=self.device.startswith("cuda"))

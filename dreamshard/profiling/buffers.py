@@ -27,13 +27,15 @@ class HostArena:
     def __init__(self) -> None:
         self._buffers: dict[torch.dtype, torch.Tensor] = {}
 
-    def view(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    def view(self, numel: int, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
+        """`numel` elements of the `dtype` buffer from `offset` (a device's second operator takes the elements
+        after its first one's, so their weights never share memory)."""
         buf = self._buffers.get(dtype)
-        if buf is None or buf.numel() < numel:
+        if buf is None or buf.numel() < offset + numel:
             self._buffers.pop(dtype, None)  # free the smaller one first: peak memory is one buffer
-            buf = torch.zeros(numel, dtype=dtype)
+            buf = torch.zeros(offset + numel, dtype=dtype)
             self._buffers[dtype] = buf
-        return buf[:numel]
+        return buf[offset : offset + numel]
 
     def clear(self) -> None:
         self._buffers.clear()

@@ -280,20 +280,22 @@ def comm_model_for(
 # ----------------------------------------------------------------------------- bytes leaving one device
 
 
-def device_comm_bytes(batch_size: int, dims: Sequence[int], world_size: int, bytes_per_element: int = 4) -> float:
-    """Bytes leaving one device in the forward all-to-all: its pooled outputs, the (N-1)/N share sent away.
+def device_comm_bytes(batch_size: int, dims: Sequence[float], world_size: int, bytes_per_element: int = 4) -> float:
+    """Bytes leaving one device in the forward all-to-all: its outputs, the (N-1)/N share sent away.
 
-    `dims` are the output widths of the device's tables (``Table.output_dim``: dim x the table's features, so a
-    table serving k features sends k pooled outputs per sample)."""
+    `dims` are the output elements per sample of the device's units (``Table.output_elements_per_sample``: a
+    pooled table's dim x its features, so a table serving k features sends k pooled outputs per sample; a sequence
+    table's dim x its lookups per sample, one row per looked-up id)."""
     if world_size <= 1 or not dims:
         return 0.0
     return batch_size * sum(dims) * bytes_per_element * (world_size - 1) / world_size
 
 
-def reduce_scatter_bytes(batch_size: int, dims: Sequence[int], world_size: int, bytes_per_element: int = 4) -> float:
-    """Bytes leaving one device in the reduce-scatter of row-wise tables' pooled outputs.
+def reduce_scatter_bytes(batch_size: int, dims: Sequence[float], world_size: int, bytes_per_element: int = 4) -> float:
+    """Bytes leaving one device in the reduce-scatter of row-wise tables' pooled outputs (a sequence table's row
+    shards send their looked-up rows by the all-to-all instead: `device_comm_bytes`).
 
-    `dims`: the output widths (``Table.output_dim``) of the row-wise tables the device holds rows of;
+    `dims`: the output widths (``Table.output_dim``) of the pooled row-wise tables the device holds rows of;
     `world_size`: the devices sharing those tables' rows (the reduce-scatter's group). Each device has partial
     sums for the whole global batch, ``batch x output_dim x 4`` bytes per table, and sends the (n-1)/n that
     the other devices own."""

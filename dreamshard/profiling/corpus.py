@@ -20,12 +20,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator
 
+from dreamshard.documents import describe_validation_error, read_text
 from dreamshard.errors import InputFileError, PlanError
 from dreamshard.placement.expand import unit_table
 from dreamshard.profiling.base import DeviceTiming
 from dreamshard.values import BackendInfo, Table
+from dreamshard.values.costs import MAX_RECORD_MS
 from dreamshard.values.tables import StrictModel
 
 #: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching.
@@ -49,6 +51,16 @@ class CorpusEntry(StrictModel):
     inventory: str = ""  # fingerprint of the inventory being measured when this timing was made
     info: BackendInfo | None = None  # the measuring backend's settings and index seed (the key's other parts)
     seed: int | None = None
+
+    @field_validator("fwd_ms", "bwd_ms")
+    @classmethod
+    def _bounded(cls, times: tuple[float, ...]) -> tuple[float, ...]:
+        """The bound every file of timings has (values.costs.MAX_RECORD_MS): what the measurement file would
+        refuse never enters the corpus, to be reused and written there."""
+        for x in times:
+            if not 0.0 <= x <= MAX_RECORD_MS:
+                raise ValueError(f"timing {x:g} ms is outside 0..{MAX_RECORD_MS:g} (MAX_RECORD_MS)")
+        return times
 
 
 @lru_cache(maxsize=4)
@@ -133,16 +145,16 @@ class DeviceCorpus:
                 partial.truncate(data.rfind(b"\n") + 1)
 
     def _read(self, path: Path) -> None:
-        lines = path.read_text().splitlines()
+        lines = read_text(path).splitlines()  # a regular UTF-8 file, else one line naming it
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
                 e = CorpusEntry.model_validate_json(line)
-            except ValidationError:
+            except ValidationError as err:
                 if i == len(lines) - 1:
                     continue  # a killed writer's last line: that timing is simply measured again
-                raise InputFileError(f"{path}:{i + 1}: not a corpus entry") from None
+                raise InputFileError(f"{path}:{i + 1}: not a corpus entry ({describe_validation_error(err)})") from None
             self.entries.setdefault(e.key, e)
             if path.stem == WORKERS_WRITER and e.info is not None:
                 self.worker_backend[e.backend] = (e.hardware, e.info)

@@ -1,7 +1,8 @@
 """FBGEMM's table-batched embedding (TBE) as the fused operator: the same operator family TorchRec runs.
 
-One ``SplitTableBatchedEmbeddingBagsCodegen`` per device over all its tables, pooling SUM, fused EXACT_SGD
-update in backward. A table serving k features (``Table.features``) is k lookups into one table
+One ``SplitTableBatchedEmbeddingBagsCodegen`` per device over all its pooled tables, pooling SUM, fused EXACT_SGD
+update in backward; its sequence tables (``Table.pooled`` false) in one without pooling (``PoolingMode.NONE``: one
+output row per lookup) per width. A table serving k features (``Table.features``) is k lookups into one table
 (``feature_table_map``), as TorchRec runs a shared table. On CPU: ``EmbeddingLocation.HOST`` /
 ``ComputeDevice.CPU``; on CUDA: ``EmbeddingLocation.DEVICE`` / ``ComputeDevice.CUDA`` (needs the CUDA build of
 fbgemm-gpu).
@@ -97,13 +98,25 @@ class _TBEOp(FusedOp[Any]):
         out.backward(self.grad)
 
 
+class _SequenceTBEOp(_TBEOp):
+    """A TBE without pooling: its output has one row per lookup, so the upstream gradient takes its shape."""
+
+    def backward(self, out: Any) -> None:
+        out.backward(GRADS.get(tuple(out.shape), out.device))
+
+
 class FbgemmBackend(TorchBackend):
     """Times a device's tables with one TBE operator."""
 
     operator = "fbgemm_tbe"
 
     def build(
-        self, tables: Sequence[Table], rows: Sequence[int], batches: list[tuple[np.ndarray, np.ndarray]]
+        self,
+        tables: Sequence[Table],
+        rows: Sequence[int],
+        batches: list[tuple[np.ndarray, np.ndarray]],
+        *,
+        arena_offset: int = 0,
     ) -> FusedOp[Any]:
         m = _import_tbe()
         assert m is not None, "FBGEMM unavailable"
@@ -119,14 +132,15 @@ class FbgemmBackend(TorchBackend):
         if not cuda:  # HOST weights: one flat buffer of sum(rows x dim) elements, reused across builds
             dtype = torch.float16 if precision == m["SparseType"].FP16 else torch.float32
             kwargs["preallocated_host_buffers"] = {
-                "weights": HOST_ARENA.view(sum(r * d for r, d, _, _ in specs), dtype)
+                "weights": HOST_ARENA.view(sum(r * d for r, d, _, _ in specs), dtype, arena_offset)
             }
+        pooled = tables[0].pooled  # a group is all pooled or all sequence tables (base.operator_groups)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = m["TBE"](
                 specs,
                 optimizer=m["OptimType"].EXACT_SGD,
-                pooling_mode=m["PoolingMode"].SUM,
+                pooling_mode=m["PoolingMode"].SUM if pooled else m["PoolingMode"].NONE,
                 learning_rate=LEARNING_RATE,
                 weights_precision=precision,
                 device=tdev,
@@ -134,6 +148,8 @@ class FbgemmBackend(TorchBackend):
                 **kwargs,
             )
         prepared = [(torch.from_numpy(i).to(tdev), torch.from_numpy(o).to(tdev)) for i, o in batches]
+        if not pooled:  # one output row of the width per lookup
+            return _SequenceTBEOp(module, prepared, None)
         batch_size = (len(batches[0][1]) - 1) // len(feature_map)
         out_dim = sum(specs[k][1] for k in feature_map)
         grad = GRADS.get((batch_size, out_dim), tdev)

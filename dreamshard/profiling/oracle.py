@@ -148,23 +148,27 @@ class Oracle:
     def _device_cost(
         self, tables: list[Table], topology: Topology, comm: CommModel, fingerprint: str
     ) -> tuple[DeviceCost, float]:
-        """One device's four costs and its spread. Table-wise and column-wise units and row shards run in one fused
-        operator at the global batch (row shards: their share of the lookups); data-parallel replicas in a second
-        one at this device's share of the batch. Outputs: all-to-all (whole tables, column shards), reduce-scatter
-        forward and its all-gather backward (row shards); data-parallel gradients all-reduced (backward)."""
+        """One device's four costs and its spread. Table-wise and column-wise units and row shards run at the global
+        batch (row shards: their share of the lookups); data-parallel replicas at this device's share of the batch
+        (`fused_operators`). Outputs (`Table.output_elements_per_sample`): all-to-all (whole tables, column shards,
+        and a sequence table's row shards: the rows its lookups found), reduce-scatter forward and its all-gather
+        backward (a pooled table's row shards: partial sums of the whole batch); data-parallel gradients all-reduced
+        (backward)."""
         batch, n = topology.batch_size, topology.num_devices
         kinds = [parse_unit(t.name).kind for t in tables]
         replicas = [t for t, k in zip(tables, kinds, strict=True) if k == "replica"]
-        rows = [t for t, k in zip(tables, kinds, strict=True) if k == "row"]
-        a2a = [t for t, k in zip(tables, kinds, strict=True) if k in ("table", "column")]
+        rows = [t for t, k in zip(tables, kinds, strict=True) if k == "row" and t.pooled]
+        a2a = [
+            t for t, k in zip(tables, kinds, strict=True) if k in ("table", "column") or (k == "row" and not t.pooled)
+        ]
         timings = [self._time_device(group, b, fingerprint) for group, b in fused_operators(tables, topology)]
         fwd = [sum(x) for x in zip(*(t.fwd_ms for t in timings), strict=True)]
         bwd = [sum(x) for x in zip(*(t.bwd_ms for t in timings), strict=True)]
         out_ms = grad_ms = 0.0
         if n > 1:
-            if a2a:  # dim x outputs (shared tables)
+            if a2a:  # dim x outputs (shared tables), dim x lookups (sequence tables)
                 out_ms = comm_mod.device_comm_ms(
-                    topology, comm, comm_mod.device_comm_bytes(batch, [t.output_dim for t in a2a], n)
+                    topology, comm, comm_mod.device_comm_bytes(batch, [t.output_elements_per_sample for t in a2a], n)
                 )
             if rows:
                 rs = self.collective_model(topology, "reduce_scatter")
