@@ -271,7 +271,7 @@ def test_cli_warns_of_a_simulated_model_and_of_an_explain_without_search(model_d
     assert "SIMULATED" not in err
 
 
-def test_criteo_terabyte_plans_with_column_splits_and_table_wise_names_the_table(model_dir, tmp_path):
+def test_criteo_terabyte_plans_with_column_splits_and_an_unfittable_table_is_named(model_dir, tmp_path):
     inv = tmp_path / "tb.yaml"
     code, _, err = invoke(["inventory", "preset", "criteo-terabyte", "--dim", "128", "-o", str(inv)])
     assert code == 0, err
@@ -297,11 +297,19 @@ def test_criteo_terabyte_plans_with_column_splits_and_table_wise_names_the_table
     plan = load_plan(tmp_path / "p.json")
     assert plan.column_shards and plan.fits_memory() and len(plan.table_names) == 26
     assert all(sh.width % 4 == 0 for shards in plan.column_shards.values() for sh in shards)
+    # a heuristic splits the tables larger than a device too (issue 38)
     code, _, err = invoke(
         ["plan", "-i", str(inv), "-d", "8", "-m", "16", "-s", "dim_greedy", "-o", str(tmp_path / "q.json")]
     )
+    assert code == 0, err
+    greedy = load_plan(tmp_path / "q.json")
+    assert (greedy.column_shards or greedy.row_shards) and greedy.fits_memory() and len(greedy.table_names) == 26
+    # a table that no sharding fits is named in one line
+    code, _, err = invoke(
+        ["plan", "-i", str(inv), "-d", "2", "-m", "0.5", "-s", "dim_greedy", "-o", str(tmp_path / "r.json")]
+    )
     assert code == 2 and "t_cat_" in err and "fits on no device" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "q.json").exists()
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_a_column_shard_plan_round_trips_through_gate_store_and_torchrec_export(model_dir, tmp_path):

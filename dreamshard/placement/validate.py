@@ -3,8 +3,9 @@ lives").
 
 `check_placement` is the one check that a placement is legal for an inventory on a topology: every table placed
 exactly once in one sharding type (dreamshard.placement.expand checks the shards), no unknown table, every device
-in range and within its memory. The sharders, the oracle, evaluation and the gate call it; memory is always
-recomputed from the inventory, never read from a plan.
+in range and within its memory (device and host tiers), every table's constraints honoured
+(dreamshard.placement.constraint_check). The sharders, the oracle, evaluation, the gate and the export call it;
+memory is always recomputed from the inventory, never read from a plan.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError
-from dreamshard.placement.device_memory import device_memory, unit_memory
+from dreamshard.placement.constraint_check import check_constraints_honoured
+from dreamshard.placement.device_memory import MemoryBreakdown, device_memory, unit_memory
 from dreamshard.placement.expand import expand
 from dreamshard.values import GB, ColumnShard, Inventory, Plan, RowShard, Table, Topology
 
@@ -57,16 +59,38 @@ def check_placement(
     partial: bool = False,
     row_shards: Mapping[str, Sequence[RowShard]] | None = None,
     data_parallel: Sequence[str] = (),
+    kernels: Mapping[str, str] | None = None,
+    cache_load_factors: Mapping[str, float] | None = None,
 ) -> list[int]:
-    """Raise a one-line PlanError unless the placement is legal; return the bytes on each device.
+    """Raise a one-line PlanError unless the placement is legal; return the device bytes on each device.
 
     Legal: every table of `inventory` is placed exactly once, whole in `placement` or split into
     `column_shards` that tile its columns (`partial=True` allows tables to be left out: single-table
     measurements and tasks over a subset); no table outside the inventory; devices in [0, num_devices);
-    no device over `topology.memory_per_device_gb`.
+    no device over `topology.memory_per_device_gb` (nor its host memory); every table's constraints honoured.
+    `kernels` / `cache_load_factors`: the plan's (dreamshard.values.Plan), for memory and the kernel constraints.
     """
     shards = column_shards or {}
     rows = row_shards or {}
+    _check_once(inventory, placement, shards, rows, data_parallel, partial)
+    _check_devices(placement, shards, rows, topology.num_devices)
+    # checks that shards tile their table (row shards: TorchRec's blocks on every device or one host's)
+    units, unit_placement = expand(inventory, placement, shards, rows, data_parallel, topology)
+    check_constraints_honoured(inventory, topology, placement, shards, rows, data_parallel, kernels, cache_load_factors)
+    used = device_memory(units, unit_placement, topology, kernels=kernels, load_factors=cache_load_factors)
+    _check_memory(used, topology)
+    return [m.total for m in used]
+
+
+def _check_once(
+    inventory: Inventory,
+    placement: Mapping[str, int],
+    shards: Mapping[str, Sequence[ColumnShard]],
+    rows: Mapping[str, Sequence[RowShard]],
+    data_parallel: Sequence[str],
+    partial: bool,
+) -> None:
+    """Every table placed once in one sharding type, none unknown (and, unless `partial`, none missing)."""
     seen: dict[str, str] = {}
     for label, group in (
         ("placed whole", placement),
@@ -88,40 +112,46 @@ def check_placement(
             raise PlanError(
                 f"table '{missing[0]}' has no device in the plan ({len(missing)} unplaced); re-plan the inventory"
             )
-    n = topology.num_devices
+
+
+def _check_devices(
+    placement: Mapping[str, int],
+    shards: Mapping[str, Sequence[ColumnShard]],
+    rows: Mapping[str, Sequence[RowShard]],
+    n: int,
+) -> None:
+    """Every device in [0, n); no empty list of shards."""
     for name, d in placement.items():
         if isinstance(d, bool) or not 0 <= d < n:
             raise PlanError(f"table '{name}' placed on device {d}; topology has {n} devices")
-    for name, table_shards in shards.items():
-        if not table_shards:
-            raise PlanError(f"table '{name}' has an empty list of column shards")
-        for sh in table_shards:
-            if not 0 <= sh.device < n:
-                raise PlanError(
-                    f"column shard {sh.start}:{sh.end} of table '{name}' placed on device {sh.device}; "
-                    f"topology has {n} devices"
-                )
-    for name, table_rows in rows.items():
-        if not table_rows:
-            raise PlanError(f"table '{name}' has an empty list of row shards")
-        for rs in table_rows:
-            if not 0 <= rs.device < n:
-                raise PlanError(
-                    f"row shard {rs.start}:{rs.end} of table '{name}' placed on device {rs.device}; "
-                    f"topology has {n} devices"
-                )
-    # checks that shards tile their table (row shards: TorchRec's blocks on every device or one host's)
-    units, unit_placement = expand(inventory, placement, shards, rows, data_parallel, topology)
-    used = device_memory_bytes(units, unit_placement, n, topology)
+    for what, group in (("column", shards), ("row", rows)):
+        for name, table_shards in group.items():
+            if not table_shards:
+                raise PlanError(f"table '{name}' has an empty list of {what} shards")
+            for sh in table_shards:
+                if not 0 <= sh.device < n:
+                    raise PlanError(
+                        f"{what} shard {sh.start}:{sh.end} of table '{name}' placed on device {sh.device}; "
+                        f"topology has {n} devices"
+                    )
+
+
+def _check_memory(used: Sequence[MemoryBreakdown], topology: Topology) -> None:
+    """Every device within its usable memory and its host memory."""
     cap = topology.usable_memory_bytes
-    for d, u in enumerate(used):
-        if u > cap:
+    host_cap = topology.host_memory_per_device_gb * GB
+    for d, m in enumerate(used):
+        if m.total > cap:
             reserve = f" less its {topology.memory_reserve:.0%} reserve" if topology.memory_reserve else ""
             raise PlanError(
-                f"device {d} holds {u / GB:.3f} GB, over its {topology.memory_per_device_gb:g} GB memory "
+                f"device {d} holds {m.total / GB:.3f} GB, over its {topology.memory_per_device_gb:g} GB memory "
                 f"limit{reserve}; add devices, raise --memory-gb or re-plan"
             )
-    return used
+        if m.host > host_cap:
+            raise PlanError(
+                f"device {d} keeps {m.host / GB:.3f} GB in host memory, over its "
+                f"{topology.host_memory_per_device_gb:g} GB; add devices or re-plan"
+            )
 
 
 def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
@@ -134,6 +164,8 @@ def check_plan(inventory: Inventory, plan: Plan) -> list[float]:
         plan.column_shards,
         row_shards=plan.row_shards,
         data_parallel=plan.data_parallel,
+        kernels=plan.kernels,
+        cache_load_factors=plan.cache_load_factors,
     )
     gb = [u / GB for u in used]
     for d, (stated, real) in enumerate(zip(plan.memory_per_device_gb, gb, strict=True)):

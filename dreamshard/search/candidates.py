@@ -6,6 +6,10 @@ re-plan's current plan adapted to the new inventory, `insertion.adapted_placemen
 pessimistic planning cost (dreamshard.learning.planning_cost); the best few and every seed are improved by local
 search (dreamshard.search.local). The result is never predicted worse than any candidate. No hardware is used;
 dreamshard.measured.candidates measures the best candidates when asked to.
+
+Every source places the free units around the `fixed` ones (row blocks and replicas of the tables cut so,
+dreamshard.placement.layout) and within each unit's `devices` constraint; TorchRec's planner, which cannot place
+around fixed units nor pin a table, proposes nothing then.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from dreamshard.config.learning import SearchConfig
@@ -21,11 +26,14 @@ from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
-from dreamshard.learning.policy import Policy, plan_with_policy
+from dreamshard.learning.policy import Policy
 from dreamshard.learning.threads import single_threaded
-from dreamshard.placement.validate import footprint
+from dreamshard.placement.device_memory import unit_needs
+from dreamshard.placement.options import allowed_devices
+from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.local import refine_placement
 from dreamshard.sharders import get_sharder, options_for
+from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.values import Inventory, Topology
 
@@ -57,14 +65,23 @@ class SearchResult:
 
 
 class _Scorer:
-    """Scores placements of one inventory under one PlanningCost (tables encoded once)."""
+    """Scores placements of one inventory's units under one PlanningCost (units encoded once); knows each unit's
+    memory (device and host), whether it may move (not `fixed`) and where it may go."""
 
-    def __init__(self, inventory: Inventory, cost: PlanningCost) -> None:
+    def __init__(self, inventory: Inventory, cost: PlanningCost, fixed: Mapping[str, int] | None = None) -> None:
         self.tables = list(inventory.tables)
         self.cost = cost
         with torch.no_grad():
             self.states = cost.encode(self.tables)
-        self.sizes = [footprint(t, cost.topology) for t in self.tables]
+        topology = cost.topology
+        needs = unit_needs(inventory, topology)
+        self.sizes = [needs[t.name].total for t in self.tables]
+        self.host_sizes = [needs[t.name].host for t in self.tables]
+        fixed = fixed or {}
+        self.movable = [t.name not in fixed for t in self.tables]
+        self.allowed = np.zeros((len(self.tables), topology.num_devices), dtype=bool)
+        for i, t in enumerate(self.tables):
+            self.allowed[i, [fixed[t.name]] if t.name in fixed else list(allowed_devices(t, topology))] = True
 
     def actions(self, placement: dict[str, int]) -> list[int]:
         return [int(placement[t.name]) for t in self.tables]
@@ -80,11 +97,13 @@ class _Scorer:
         return Candidate(source, placement, self.score(self.actions(placement)))
 
 
-def lpt_placement(inventory: Inventory, topology: Topology, cost: PlanningCost) -> dict[str, int]:
-    """Memory-aware longest-first greedy on the cost net's predicted single-table costs."""
+def lpt_placement(
+    inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Memory-aware longest-first greedy on the cost net's predicted single-table costs (around `fixed` units)."""
     single = single_table_costs(cost, cost.encode(list(inventory.tables)))
     predicted = {t.name: float(c) for t, c in zip(inventory.tables, single, strict=True)}
-    return GreedySharder(LPT, lambda t: predicted[t.name]).place(inventory, topology)
+    return GreedySharder(LPT, lambda t: predicted[t.name]).place_units(inventory, topology, fixed or {})
 
 
 @single_threaded
@@ -95,19 +114,21 @@ def search(
     policy: Policy | None,
     config: SearchConfig,
     seeds: Mapping[str, Mapping[str, int]] | None = None,
+    fixed: Mapping[str, int] | None = None,
 ) -> SearchResult:
     """The best placement found under `cost` (see the module docstring), among the sources' candidates and
-    `seeds` ({source: placement of every unit}, legal placements the caller vouches for). Raises
-    InfeasiblePlacementError only when no source could place the inventory."""
+    `seeds` ({source: placement of every unit}, legal placements the caller vouches for); `fixed`: the units whose
+    device is decided. Raises InfeasiblePlacementError only when no source could place the inventory."""
     t0 = time.perf_counter()
     seeds = seeds or {}
-    scorer = _Scorer(inventory, cost)
+    fixed = fixed or {}
+    scorer = _Scorer(inventory, cost, fixed)
     found: list[Candidate] = []
     failed: dict[str, str] = {}
     last_error: InfeasiblePlacementError | None = None
     for source in config.candidates:
         try:
-            placement = _source_placement(source, inventory, topology, cost, policy, config)
+            placement = _source_placement(source, inventory, topology, cost, policy, config, fixed)
             if isinstance(placement, str):
                 failed[source] = placement
             else:
@@ -141,27 +162,33 @@ def _source_placement(
     cost: PlanningCost,
     policy: Policy | None,
     config: SearchConfig,
+    fixed: Mapping[str, int],
 ) -> dict[str, int] | str:
     """The placement `source` proposes, or why it proposes none."""
     if source == POLICY:
         if policy is None:
             return "the model has no policy"
         samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
-        return plan_with_policy(policy, cost, inventory.tables, topology, samples=samples, seed=config.seed).placement
+        return constrained_plan(policy, cost, inventory.tables, topology, fixed, samples=samples, seed=config.seed)
     if source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
         return (
             f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
             f"{config.torchrec_max_tables} (planning-time budget)"
         )
     if source == LPT:
-        return lpt_placement(inventory, topology, cost)
+        return lpt_placement(inventory, topology, cost, fixed)
+    if source == "torchrec" and (fixed or any(t.constraints is not None for t in inventory.tables)):
+        return "skipped: TorchRec's planner places no unit around fixed units nor within constraints"
     # The units are already split (dreamshard.search.splits): TorchRec places them whole. The options are shared by
     # every candidate sharder; each takes its own (random the seed, torchrec column_wise). TorchRec's candidate is
     # its planner restricted to table-wise (a search candidate places whole units; the unrestricted `torchrec`
     # would also replicate or row-shard tables).
     shared = {"seed": config.seed, "column_wise": "never"}
     name = "torchrec_tw_cw" if source == "torchrec" else source
-    return get_sharder(name, **options_for(name, shared)).place(inventory, topology)
+    sharder = get_sharder(name, **options_for(name, shared))
+    if isinstance(sharder, TableWiseSharder):
+        return sharder.place_units(inventory, topology, fixed)
+    return sharder.place(inventory, topology)
 
 
 def _refined(
@@ -184,7 +211,16 @@ def _refined(
             continue
         seen.add(tuple(start))
         new = refine_placement(
-            cost, scorer.states, scorer.sizes, start, topology, max_rounds=config.refine_rounds, min_gain=0.0
+            cost,
+            scorer.states,
+            scorer.sizes,
+            start,
+            topology,
+            max_rounds=config.refine_rounds,
+            min_gain=0.0,
+            movable=scorer.movable,
+            allowed=scorer.allowed,
+            host_sizes=scorer.host_sizes,
         )
         if new != start:
             refined.append(Candidate(f"{cand.source}{SEARCHED}", scorer.placement(new), scorer.score(new)))

@@ -5,7 +5,8 @@ best of (a) moving one of its units to another device with memory room and (b) s
 of another device, if that lowers the predicted maximum by more than a relative `tol`; the result is kept only if
 the total predicted gain is at least `min_gain`. A round scores all its candidates in one batched call of the
 estimator's device heads (k*D moves and at most `max_swaps` swaps for k units on the bottleneck), and rounds are
-capped (`max_rounds`). It can only lower the predicted maximum, and memory limits are kept.
+capped (`max_rounds`). It can only lower the predicted maximum, and memory limits (device and host) are kept, as
+are the devices each unit may use (its table's `devices` constraint; fixed units do not move).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from dreamshard.learning.estimator import CostEstimator, device_states
-from dreamshard.values import Topology
+from dreamshard.values import GB, Topology
 
 
 def _device_totals(est: CostEstimator, states: torch.Tensor) -> torch.Tensor:
@@ -38,17 +39,20 @@ def refine_placement(
     tol: float = 5e-3,
     min_gain: float = 0.03,
     movable: Sequence[bool] | None = None,
+    allowed: np.ndarray | None = None,
+    host_sizes: Sequence[int] | None = None,
 ) -> list[int]:
     """Improved device of each table (same order as `states` / `sizes` / `actions`). A move is taken only
     if it lowers the predicted maximum by more than `tol` (relative), and the refined plan is kept only if
     it lowers the predicted maximum by at least `min_gain` in total: gains smaller than the cost net's
     typical held-out error are not trusted (tiny predicted gains on few-table tasks were measured losses).
     `movable` False: the unit stays where it is (row shards and replicas: their sharding type fixes their
-    devices); it still counts in its device's cost and memory."""
+    devices); it still counts in its device's cost and memory. `allowed` (units x devices, bool): where each unit
+    may go (None: anywhere); `host_sizes`: each unit's host memory (DDR) bytes (None: none)."""
     if len(actions) == 0 or topology.num_devices < 2 or max_rounds <= 0:
         return list(actions)
     with torch.no_grad():
-        search = _LocalSearch(est, states, sizes, actions, topology, movable)
+        search = _LocalSearch(est, states, sizes, actions, topology, movable, allowed, host_sizes)
         initial = search.bottleneck_ms()
         for _ in range(max_rounds):
             if not search.improve(tol, max_swaps):
@@ -78,14 +82,21 @@ class _LocalSearch:
         actions: Sequence[int],
         topology: Topology,
         movable: Sequence[bool] | None,
+        allowed: np.ndarray | None = None,
+        host_sizes: Sequence[int] | None = None,
     ) -> None:
         self.est, self.states, self.d_count = est, states, topology.num_devices
+        n = len(actions)
         self.dev = np.asarray(actions, dtype=np.int64).copy()
         self.size = np.asarray(sizes, dtype=np.int64)
-        self.free = np.ones(len(actions), dtype=bool) if movable is None else np.asarray(movable, dtype=bool)
+        self.hsize = np.zeros(n, dtype=np.int64) if host_sizes is None else np.asarray(host_sizes, dtype=np.int64)
+        self.free = np.ones(n, dtype=bool) if movable is None else np.asarray(movable, dtype=bool)
+        self.allowed = np.ones((n, self.d_count), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
         self.cap = topology.usable_memory_bytes
+        self.hcap = int(topology.host_memory_per_device_gb * GB)
         self.dstate = device_states(states, torch.from_numpy(self.dev), self.d_count)
         self.used = np.bincount(self.dev, weights=self.size, minlength=self.d_count).astype(np.int64)
+        self.hused = np.bincount(self.dev, weights=self.hsize, minlength=self.d_count).astype(np.int64)
 
     def bottleneck_ms(self) -> float:
         return float(_device_totals(self.est, self.dstate).max())
@@ -123,7 +134,11 @@ class _LocalSearch:
         d_after = _device_totals(self.est, self.dstate[od].unsqueeze(0) + sb.unsqueeze(1))  # (k, D-1)
         rest = torch.tensor([_rest_max(tot, order, (b, d)) for d in others], dtype=tot.dtype)
         val = torch.maximum(torch.maximum(b_after.unsqueeze(1), d_after), rest.unsqueeze(0))
-        fits = torch.from_numpy(self.used[others][None, :] + self.size[on_b][:, None] <= self.cap)
+        fits = torch.from_numpy(
+            (self.used[others][None, :] + self.size[on_b][:, None] <= self.cap)
+            & (self.hused[others][None, :] + self.hsize[on_b][:, None] <= self.hcap)
+            & self.allowed[on_b][:, others]
+        )
         val = val.masked_fill(~fits, float("inf"))
         k = int(torch.argmin(val))
         return float(val.flatten()[k]), ("move", int(on_b[k // len(others)]), others[k % len(others)])
@@ -147,11 +162,18 @@ class _LocalSearch:
         d_sw = _device_totals(self.est, self.dstate[torch.from_numpy(di)] - delta)
         rest_by_device = torch.tensor([_rest_max(tot, order, (b, d)) for d in range(self.d_count)], dtype=tot.dtype)
         val_sw = torch.maximum(torch.maximum(b_sw, d_sw), rest_by_device[torch.from_numpy(di)])
-        size, used, cap = self.size, self.used, self.cap
-        ok = (used[b] - size[ii] + size[jj] <= cap) & (used[di] - size[jj] + size[ii] <= cap)
+        ok = self._swap_fits(b, ii, jj, di)
         val_sw = val_sw.masked_fill(~torch.from_numpy(ok), float("inf"))
         k = int(torch.argmin(val_sw))
         return float(val_sw[k]), ("swap", int(ii[k]), int(jj[k]))
+
+    def _swap_fits(self, b: int, ii: np.ndarray, jj: np.ndarray, di: np.ndarray) -> np.ndarray:
+        """Which swaps of unit ii (on b) with unit jj (on di) keep both devices within memory and both units on
+        devices they may use."""
+        ok = self.allowed[ii, di] & self.allowed[jj, b]
+        for size, used, cap in ((self.size, self.used, self.cap), (self.hsize, self.hused, self.hcap)):
+            ok &= (used[b] - size[ii] + size[jj] <= cap) & (used[di] - size[jj] + size[ii] <= cap)
+        return ok
 
     def _apply(self, b: int, change: Change) -> None:
         kind, i, other = change
@@ -159,14 +181,16 @@ class _LocalSearch:
             d = other
             self.dstate[b] -= self.states[i]
             self.dstate[d] += self.states[i]
-            self.used[b] -= self.size[i]
-            self.used[d] += self.size[i]
+            for size, used in ((self.size, self.used), (self.hsize, self.hused)):
+                used[b] -= size[i]
+                used[d] += size[i]
             self.dev[i] = d
         else:
             j = other
             d = int(self.dev[j])
             self.dstate[b] += self.states[j] - self.states[i]
             self.dstate[d] += self.states[i] - self.states[j]
-            self.used[b] += self.size[j] - self.size[i]
-            self.used[d] += self.size[i] - self.size[j]
+            for size, used in ((self.size, self.used), (self.hsize, self.hused)):
+                used[b] += size[j] - size[i]
+                used[d] += size[i] - size[j]
             self.dev[i], self.dev[j] = d, b

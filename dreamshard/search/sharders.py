@@ -28,11 +28,11 @@ from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
 from dreamshard.learning.policy import plan_with_policy
 from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
-from dreamshard.placement.expand import fold_units, split_inventory
+from dreamshard.placement.expand import fold_units
 from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, lpt_placement, origin, search
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
-from dreamshard.search.splits import choose_splits
+from dreamshard.search.splits import learned_layout
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import Inventory, Plan, Topology
 
@@ -113,7 +113,7 @@ class ModelSharder(Sharder):
         """What gets placed: the inventory's tables, split into column shards where that is needed or pays."""
         if self.column_splits == "never":
             return inventory
-        return split_inventory(inventory, choose_splits(inventory, topology, cost))
+        return learned_layout(inventory, topology, cost).units  # TODO(S2): fixed units (row blocks) to _place
 
     def plan_from(
         self,

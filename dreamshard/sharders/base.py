@@ -1,8 +1,10 @@
 """The Sharder interface and the shared way of turning a placement into a Plan.
 
 `Sharder.shard(inventory, topology) -> Plan` is the one interface every sharder implements (the heuristics,
-TorchRec's planner, the learned sharders, a plugin's). `TableWiseSharder` is the base of those that place every
-table whole on one device: they implement `place()` and get `shard()` from it through `make_plan`.
+TorchRec's planner, the learned sharders, a plugin's). `TableWiseSharder` is the base of those that place units one
+by one (the heuristics): they implement `place_units()` (every unit on a device it may use, around the fixed ones)
+and get `shard()` from it: the tables that cannot stay whole are cut as dreamshard.placement.layout chooses, the
+rest placed whole, the result wrapped by `make_plan`, which records each table's kernel from its constraints.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from dreamshard.errors import PlanError
-from dreamshard.placement.validate import check_placement
-from dreamshard.values import GB, ColumnShard, Costs, Inventory, Plan, RowShard, Topology
+from dreamshard.placement.constraint_check import placed_type
+from dreamshard.placement.expand import fold_units
+from dreamshard.placement.kernels import plan_kernels
+from dreamshard.placement.layout import Layout, choose_layout
+from dreamshard.placement.options import TableOption
+from dreamshard.placement.validate import check_each_table_fits, check_placement
+from dreamshard.values import GB, ColumnShard, Costs, Inventory, Kernel, Plan, RowShard, Table, Topology
 
 #: The families the registry (dreamshard.sharders) lists sharders under; `Sharder.family` says which one a
 #: sharder belongs to ("other": a plugin that is none of the three).
@@ -50,15 +57,58 @@ class Sharder(abc.ABC):
 
 
 class TableWiseSharder(Sharder):
-    """A sharder that places every table whole on one device: implement `place()`; `shard()` validates the
-    placement (every table once, memory) and wraps it as a Plan."""
+    """A sharder that places units one by one: implement `place_units()`; `shard()` lays the inventory out (the
+    tables that cannot stay whole cut as dreamshard.placement.layout chooses, ranked by `rank_options`), places
+    the units and wraps them as a Plan; `place()` is the placement of whole tables."""
 
     @abc.abstractmethod
+    def place_units(self, units: Inventory, topology: Topology, fixed: Mapping[str, int]) -> dict[str, int]:
+        """{unit: device} for every unit of `units`: the `fixed` ones on their devices, the others each on a device
+        its constraints allow with room for it; InfeasiblePlacementError naming a unit that fits nowhere."""
+
+    def rank_options(
+        self, table: Table, options: list[TableOption], layout: Layout, topology: Topology
+    ) -> list[TableOption]:
+        """The order in which a table that cannot stay whole tries its options (default: fewest units first);
+        `layout`: the inventory with the other such tables at their first option."""
+        return options
+
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        """Return {table name: device index}; raise InfeasiblePlacementError if a table fits nowhere."""
+        """{table: device}: every table whole (an error naming a table larger than a device)."""
+        check_each_table_fits(inventory, topology)
+        return self.place_units(inventory, topology, {})
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        return make_plan(inventory, topology, self.place(inventory, topology), self.name)
+        layout, placement = choose_layout(
+            inventory,
+            topology,
+            lambda lay: self.place_units(lay.units, topology, lay.fixed),
+            lambda t, options, lay: self.rank_options(t, options, lay, topology),
+        )
+        return plan_of_units(inventory, topology, placement, self.name)
+
+
+def plan_of_units(
+    inventory: Inventory,
+    topology: Topology,
+    unit_placement: Mapping[str, int],
+    sharder: str,
+    predicted: Costs | None = None,
+    model_version: str | None = None,
+) -> Plan:
+    """`make_plan` of a {unit: device} map (dreamshard.placement.expand.fold_units folds it back)."""
+    folded = fold_units(inventory, unit_placement)
+    return make_plan(
+        inventory,
+        topology,
+        folded.placement,
+        sharder,
+        predicted=predicted,
+        model_version=model_version,
+        column_shards=folded.column_shards,
+        row_shards=folded.row_shards,
+        data_parallel=folded.data_parallel,
+    )
 
 
 def make_plan(
@@ -71,9 +121,12 @@ def make_plan(
     column_shards: Mapping[str, Sequence[ColumnShard]] | None = None,
     row_shards: Mapping[str, Sequence[RowShard]] | None = None,
     data_parallel: Sequence[str] = (),
+    kernels: Mapping[str, Kernel] | None = None,
+    cache_load_factors: Mapping[str, float] | None = None,
 ) -> Plan:
     """Validate a placement (every table once in one sharding type: whole, `column_shards`, `row_shards` or
-    `data_parallel`; memory) and wrap it as a Plan."""
+    `data_parallel`; memory; constraints) and wrap it as a Plan. `kernels` / `cache_load_factors` (TorchRec's
+    answer): as given; by default each table's from its constraints (dreamshard.placement.kernels)."""
     ordered = {t.name: int(placement[t.name]) for t in inventory.tables if t.name in placement}
     ordered.update({k: int(v) for k, v in placement.items() if k not in ordered})
     shards = _in_inventory_order(inventory, column_shards or {})
@@ -87,7 +140,18 @@ def make_plan(
             ]
         )
     )
-    used = check_placement(inventory, ordered, topology, shards, row_shards=rows, data_parallel=replicated)
+    if kernels is None:
+        kernels, cache_load_factors = _kernels(inventory, topology, ordered, shards, rows, replicated)
+    used = check_placement(
+        inventory,
+        ordered,
+        topology,
+        shards,
+        row_shards=rows,
+        data_parallel=replicated,
+        kernels=kernels,
+        cache_load_factors=cache_load_factors,
+    )
     return Plan(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
@@ -98,6 +162,8 @@ def make_plan(
         column_shards=shards,
         row_shards=rows,
         data_parallel=replicated,
+        kernels=dict(kernels),
+        cache_load_factors=dict(cache_load_factors or {}),
         memory_per_device_gb=tuple(u / GB for u in used),
         predicted=predicted,
         model_version=model_version,
@@ -111,3 +177,22 @@ def _in_inventory_order(inventory: Inventory, split: Mapping[str, Sequence[Any]]
     out = {t.name: tuple(sorted(rest.pop(t.name), key=lambda sh: sh.start)) for t in inventory.tables if t.name in rest}
     out.update({k: tuple(v) for k, v in rest.items()})
     return out
+
+
+def _kernels(
+    inventory: Inventory,
+    topology: Topology,
+    placement: Mapping[str, int],
+    shards: Mapping[str, Sequence[ColumnShard]],
+    rows: Mapping[str, Sequence[RowShard]],
+    replicated: Sequence[str],
+) -> tuple[dict[str, Kernel], dict[str, float]]:
+    """The kernels and load factors of the constrained tables, by their sharding type."""
+    constrained = {t.name: t for t in inventory.tables if t.constraints is not None}
+    if not constrained:
+        return {}, {}
+    types = {t: "table_wise" for t in placement}
+    types.update({t: "column_wise" for t in shards})
+    types.update({t: placed_type(t, [rs.device for rs in r], "row", topology) for t, r in rows.items()})
+    types.update({t: "data_parallel" for t in replicated})
+    return plan_kernels(constrained, types)

@@ -1,31 +1,30 @@
 """Baselines users run today: random, round-robin and the LPT greedy family (docs/architecture.md, "Learning").
 
-Every heuristic is memory-aware: a table goes only to a device with room for it, and a table that fits
-nowhere raises InfeasiblePlacementError naming it (never silently the last device).
+Every heuristic is memory-aware and honours constraints: a unit goes only to a device its table may use with room
+for it, and a unit that fits nowhere raises InfeasiblePlacementError naming it (never silently the last device).
+A table that cannot stay whole (larger than a device, or constrained) is cut as dreamshard.placement.layout
+chooses, and the other units are placed around its fixed ones (`TableWiseSharder.shard`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from dreamshard.errors import InfeasiblePlacementError
-from dreamshard.placement.validate import MemoryTracker, check_each_table_fits, footprint
+from dreamshard.placement.layout import Layout
+from dreamshard.placement.options import TableOption
+from dreamshard.placement.room import Room
 from dreamshard.sharders.base import TableWiseSharder
-from dreamshard.values import GB, Inventory, Table, Topology
+from dreamshard.values import Inventory, Table, Topology
 
 TableCost = Callable[[Table], float]
 
 
-def _no_room(table: Table, need: int, mem: MemoryTracker, name: str) -> InfeasiblePlacementError:
-    """`table` needs `need` bytes (its footprint: weights, optimizer state, io) and no device has them."""
-    return InfeasiblePlacementError(table.name, need / GB, mem.largest_free_gb(), f"sharder {name}")
-
-
 class RandomSharder(TableWiseSharder):
-    """Each table on a uniformly random device among those with room (seeded)."""
+    """Each unit on a uniformly random device among those it may use with room (seeded)."""
 
     name = "random"
     family = "heuristic"
@@ -34,53 +33,49 @@ class RandomSharder(TableWiseSharder):
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 
-    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        check_each_table_fits(inventory, topology)
+    def place_units(self, units: Inventory, topology: Topology, fixed: Mapping[str, int]) -> dict[str, int]:
         rng = np.random.default_rng(self.seed)
-        mem = MemoryTracker(topology)
-        out: dict[str, int] = {}
-        # Largest tables first so that random choices rarely paint themselves into a corner.
-        for t in sorted(inventory.tables, key=lambda t: -t.size_bytes):
-            need = footprint(t, topology)
-            legal = mem.legal_devices(need)
+        room = Room(units, topology, fixed)
+        out = room.place_fixed(fixed, self.name)
+        # Largest units first so that random choices rarely paint themselves into a corner.
+        for t in sorted(_free(units, fixed), key=lambda t: -t.size_bytes):
+            legal = room.legal(t.name)
             if not legal:
-                raise _no_room(t, need, mem, self.name)
+                raise room.no_room(t.name, self.name)
             d = int(rng.choice(legal))
-            mem.add(d, need)
+            room.add(d, t.name)
             out[t.name] = d
         return out
 
 
 class RoundRobinSharder(TableWiseSharder):
-    """Tables in inventory order on devices 0, 1, 2, ...; skips a device that is full."""
+    """Units in inventory order on devices 0, 1, 2, ...; skips a device that is full or that a unit may not use."""
 
     name = "round_robin"
     family = "heuristic"
 
-    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        check_each_table_fits(inventory, topology)
-        mem = MemoryTracker(topology)
-        out: dict[str, int] = {}
+    def place_units(self, units: Inventory, topology: Topology, fixed: Mapping[str, int]) -> dict[str, int]:
+        room = Room(units, topology, fixed)
+        out = room.place_fixed(fixed, self.name)
         n = topology.num_devices
         nxt = 0
-        for t in inventory.tables:
-            need = footprint(t, topology)
-            for k in range(n):
-                d = (nxt + k) % n
-                if mem.fits(d, need):
-                    break
-            else:
-                raise _no_room(t, need, mem, self.name)
-            mem.add(d, need)
+        for t in _free(units, fixed):
+            legal = set(room.legal(t.name))
+            d = next(((nxt + k) % n for k in range(n) if (nxt + k) % n in legal), None)
+            if d is None:
+                raise room.no_room(t.name, self.name)
+            room.add(d, t.name)
             out[t.name] = d
             nxt = (d + 1) % n
         return out
 
 
 class GreedySharder(TableWiseSharder):
-    """Longest-processing-time greedy: sort tables by a per-table cost, largest first, and place each
-    on the least-loaded device (by that cost) that still has memory for it. The registry's greedy heuristics
-    (`GREEDY_COSTS`) take no options; `name` and `cost` say which one it is."""
+    """Longest-processing-time greedy: sort units by a per-table cost, largest first, and place each on the
+    least-loaded device (by that cost) it may use that still has memory for it, around the fixed units (their cost
+    counted on their devices). A table that cannot stay whole tries its options cheapest by that proxy first (the
+    bottleneck device's load after placing). The registry's greedy heuristics (`GREEDY_COSTS`) take no options;
+    `name` and `cost` say which one it is."""
 
     family = "heuristic"
 
@@ -88,21 +83,41 @@ class GreedySharder(TableWiseSharder):
         self.name = name
         self.cost = cost
 
-    def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
-        check_each_table_fits(inventory, topology)
-        mem = MemoryTracker(topology)
+    def place_units(self, units: Inventory, topology: Topology, fixed: Mapping[str, int]) -> dict[str, int]:
+        return self._greedy(units, topology, fixed)[0]
+
+    def _greedy(
+        self, units: Inventory, topology: Topology, fixed: Mapping[str, int]
+    ) -> tuple[dict[str, int], list[float]]:
+        room = Room(units, topology, fixed)
+        out = room.place_fixed(fixed, self.name)
         load = [0.0] * topology.num_devices
-        out: dict[str, int] = {}
-        for t in sorted(inventory.tables, key=lambda t: (-self.cost(t), t.name)):
-            need = footprint(t, topology)
-            legal = mem.legal_devices(need)
+        by = units.by_name()
+        for name, d in out.items():
+            load[d] += self.cost(by[name])
+        for t in sorted(_free(units, fixed), key=lambda t: (-self.cost(t), t.name)):
+            legal = room.legal(t.name)
             if not legal:
-                raise _no_room(t, need, mem, self.name)
+                raise room.no_room(t.name, self.name)
             d = min(legal, key=lambda i: (load[i], i))
             load[d] += self.cost(t)
-            mem.add(d, need)
+            room.add(d, t.name)
             out[t.name] = d
-        return out
+        return out, load
+
+    def rank_options(
+        self, table: Table, options: list[TableOption], layout: Layout, topology: Topology
+    ) -> list[TableOption]:
+        """Options by the proxy's bottleneck load once placed (options that do not pack last), then fewest units."""
+
+        def makespan(option: TableOption) -> float:
+            lay = layout.with_option(option)
+            try:
+                return max(self._greedy(lay.units, topology, lay.fixed)[1])
+            except InfeasiblePlacementError:
+                return math.inf
+
+        return [o for _, _, o in sorted((makespan(o), i, o) for i, o in enumerate(options))]
 
 
 def dim_cost(t: Table) -> float:
@@ -127,3 +142,8 @@ GREEDY_COSTS: dict[str, TableCost] = {
     "lookup_greedy": lookup_cost,
     "size_lookup_greedy": size_lookup_cost,
 }
+
+
+def _free(units: Inventory, fixed: Mapping[str, int]) -> list[Table]:
+    """The units a heuristic places (in inventory order): every unit that is not fixed."""
+    return [t for t in units.tables if t.name not in fixed]

@@ -1,0 +1,127 @@
+"""Which sharding each table that cannot stay whole gets, so that the whole inventory packs (docs/architecture.md,
+"Tables larger than a device").
+
+A table is *forced* when its options (dreamshard.placement.options) hold no table-wise one: it is larger than a
+device, or its constraints ask for a split, another type or a kernel only another type runs. `choose_layout` gives
+each forced table its first option in the order a sharder ranks them (the heuristics: fewest units first or their
+proxy; the learned sharders: the planning cost), lays the inventory out as units (`Layout`) and packs it with the
+sharder's own placement. When packing fails it tries more shards or another type before giving up: one forced
+table at a time moves to its next option (the one with the largest unit first), and the first layout that packs
+is kept; the last packing error is raised when every forced table has run out of options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from dreamshard.errors import InfeasiblePlacementError
+from dreamshard.placement.options import TableOption, check_constraints, options_or_error
+from dreamshard.placement.validate import footprint
+from dreamshard.values import Inventory, Table, Topology
+
+T = TypeVar("T")
+#: A sharder's packing of a layout: its placement of every unit (fixed ones on their devices), or
+#: InfeasiblePlacementError.
+Pack = Callable[["Layout"], T]
+#: A sharder's order of one forced table's options, given the layout of the others at their current choice.
+Rank = Callable[[Table, list[TableOption], "Layout"], list[TableOption]]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An inventory laid out as units: tables whole unless `choices` cuts them; `fixed` the units whose device
+    their type decides (row blocks, replicas)."""
+
+    inventory: Inventory
+    units: Inventory
+    fixed: dict[str, int] = field(default_factory=dict)
+    choices: dict[str, TableOption] = field(default_factory=dict)
+
+    @property
+    def free(self) -> list[Table]:
+        """The units a sharder places (every unit that is not fixed)."""
+        return [u for u in self.units.tables if u.name not in self.fixed]
+
+    def with_option(self, option: TableOption) -> Layout:
+        """This layout with `option` for its table instead."""
+        return layout_of(self.inventory, {**self.choices, option.table.name: option})
+
+
+def layout_of(inventory: Inventory, choices: Mapping[str, TableOption]) -> Layout:
+    """`inventory` with each table in `choices` replaced, in its place, by that option's units."""
+    if not choices:
+        return Layout(inventory, inventory)
+    units: list[Table] = []
+    fixed: dict[str, int] = {}
+    for t in inventory.tables:
+        option = choices.get(t.name)
+        if option is None or option.kind == "table_wise":
+            units.append(t)
+            continue
+        units.extend(option.units())
+        fixed.update(option.fixed())
+    return Layout(inventory, Inventory(name=inventory.name, tables=tuple(units)), fixed, dict(choices))
+
+
+def _plainly_whole(table: Table, topology: Topology) -> bool:
+    """No constraints and small enough for one device: table-wise is an option (the quick test)."""
+    return table.constraints is None and footprint(table, topology) <= topology.usable_memory_bytes
+
+
+def forced_options(inventory: Inventory, topology: Topology) -> dict[str, list[TableOption]]:
+    """{table: its options} for every forced table (module docstring). A one-line error for a table whose
+    constraints contradict the topology or that no option fits."""
+    check_constraints(inventory, topology)
+    out: dict[str, list[TableOption]] = {}
+    for t in inventory.tables:
+        if _plainly_whole(t, topology):
+            continue
+        options = options_or_error(t, topology)
+        if not any(o.kind == "table_wise" for o in options):
+            out[t.name] = options
+    return out
+
+
+def _largest_unit(option: TableOption) -> int:
+    return max(u.size_bytes for u in option.units())
+
+
+def choose_layout(
+    inventory: Inventory,
+    topology: Topology,
+    pack: Pack[T],
+    rank: Rank | None = None,
+    extra: Mapping[str, TableOption] | None = None,
+) -> tuple[Layout, T]:
+    """The first layout that packs (module docstring) and its packing. `extra`: options chosen beforehand for
+    tables that are not forced (a learned sharder's beneficial splits)."""
+    forced = forced_options(inventory, topology)
+    chosen = {k: v for k, v in (extra or {}).items() if k not in forced}
+    if rank is not None and forced:
+        base = layout_of(inventory, {**chosen, **{n: opts[0] for n, opts in forced.items()}})
+        by = inventory.by_name()
+        forced = {n: rank(by[n], opts, base) for n, opts in forced.items()}
+    at = dict.fromkeys(forced, 0)
+
+    def attempt(where: Mapping[str, int]) -> tuple[Layout, T]:
+        lay = layout_of(inventory, {**chosen, **{n: forced[n][i] for n, i in where.items()}})
+        return lay, pack(lay)
+
+    try:
+        return attempt(at)
+    except InfeasiblePlacementError as e:
+        last = e
+    while True:
+        left = sorted(
+            (n for n in at if at[n] + 1 < len(forced[n])), key=lambda n: (-_largest_unit(forced[n][at[n]]), n)
+        )
+        if not left:
+            raise last
+        for n in left:
+            try:
+                return attempt({**at, n: at[n] + 1})
+            except InfeasiblePlacementError as e:
+                last = e
+        at[left[0]] += 1

@@ -1,0 +1,73 @@
+"""Room for units while a sharder places them one by one: each device's free memory (its own and its host's) and the
+devices each unit may use (its table's `devices` constraint; a fixed unit's own device). The heuristics, the learned
+sharders' candidates and insertion place units through it (docs/architecture.md, "Constraints").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dreamshard.errors import InfeasiblePlacementError
+from dreamshard.placement.device_memory import MemoryBreakdown, unit_needs
+from dreamshard.placement.options import allowed_devices
+from dreamshard.values import GB, Inventory, Topology
+
+
+class Room:
+    """Free memory per device (device and host tiers) while units of `units` are placed; what each may use."""
+
+    def __init__(self, units: Inventory, topology: Topology, fixed: Mapping[str, int] | None = None) -> None:
+        self.topology = topology
+        self.needs: dict[str, MemoryBreakdown] = unit_needs(units, topology)
+        self.capacity = topology.usable_memory_bytes
+        self.host_capacity = int(topology.host_memory_per_device_gb * GB)
+        n = topology.num_devices
+        self.used = [0] * n
+        self.host_used = [0] * n
+        self.allowed = {t.name: allowed_devices(t, topology) for t in units.tables}
+        for name, d in (fixed or {}).items():
+            self.allowed[name] = (int(d),)
+
+    def need(self, unit: str) -> int:
+        """Device bytes of `unit`."""
+        return self.needs[unit].total
+
+    def fits(self, device: int, unit: str) -> bool:
+        m = self.needs[unit]
+        return self.used[device] + m.total <= self.capacity and self.host_used[device] + m.host <= self.host_capacity
+
+    def legal(self, unit: str) -> list[int]:
+        """The devices `unit` may use that have room for it."""
+        return [d for d in self.allowed[unit] if self.fits(d, unit)]
+
+    def add(self, device: int, unit: str) -> None:
+        m = self.needs[unit]
+        self.used[device] += m.total
+        self.host_used[device] += m.host
+
+    def largest_free_gb(self, unit: str | None = None) -> float:
+        """The most device memory free on one device (of those `unit` may use)."""
+        devices = self.allowed[unit] if unit is not None else range(len(self.used))
+        return max((self.capacity - self.used[d] for d in devices), default=0) / GB
+
+    def no_room(self, unit: str, sharder: str) -> InfeasiblePlacementError:
+        """`unit` fits on none of the devices it may use: names it, its need and the freest of them."""
+        pin = allowed_devices_hint(self.allowed[unit], self.topology)
+        return InfeasiblePlacementError(
+            unit, self.need(unit) / GB, self.largest_free_gb(unit), f"sharder {sharder}{pin}"
+        )
+
+    def place_fixed(self, fixed: Mapping[str, int], sharder: str) -> dict[str, int]:
+        """Add the fixed units on their devices (an error naming the first that does not fit)."""
+        for name, d in fixed.items():
+            if not self.fits(d, name):
+                raise self.no_room(name, sharder)
+            self.add(d, name)
+        return {name: int(d) for name, d in fixed.items()}
+
+
+def allowed_devices_hint(allowed: tuple[int, ...], topology: Topology) -> str:
+    """`; it may use devices [..]` when a unit may not use every device, else empty."""
+    if len(allowed) == topology.num_devices:
+        return ""
+    return f"; it may use device{'s' if len(allowed) > 1 else ''} {list(allowed)} only"
