@@ -30,34 +30,51 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-#: The longest test files (seconds of one `make test` on 2 cores), handed to the xdist workers first: `--dist
-#: loadfile` gives each file to one worker, and a 335 s file started late leaves the other worker idle for minutes
-#: (the Makefile turns off xdist's own reorder, which puts files with the most tests first, not the longest).
-LONGEST_FILES = (
-    "test_orchestrator_integration.py",  # 335 s
-    "test_dvc_pipeline.py",  # 60
-    "test_workspace.py",  # 35
-    "test_hardening_types.py",  # 31
-    "test_fuzz_cli.py",  # 28
-    "test_import_rules.py",  # 24
-    "test_torchrec_dmp.py",  # 22
-    "test_torchrec_model.py",  # 21
-    "test_s3_integration.py",
-)  # 21
+#: Where the suite keeps each test file's measured seconds (pytest's cache: .pytest_cache/v/dreamshard/...).
+DURATIONS_KEY = "dreamshard/file_seconds"
 
 
-def _order(item: pytest.Item) -> tuple[bool, int]:
-    name = item.path.name
-    return item.get_closest_marker("timing") is None, LONGEST_FILES.index(name) if name in LONGEST_FILES else len(
-        LONGEST_FILES
-    )
+def _file_seconds(config: pytest.Config) -> dict[str, float]:
+    """Each test file's seconds in the runs so far; empty without pytest's cache (a clean clone, no cacheprovider)."""
+    cache = getattr(config, "cache", None)
+    stored = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
+    return {k: float(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run `timing` tests first: the session-scoped SeaweedFS and Prefect servers keep working in the
-    background once started, and on 2 cores that load skews wall-clock comparisons. Then the longest files
-    (`LONGEST_FILES`), so the two workers finish together; the order within a file is kept (stable sort)."""
-    items.sort(key=_order)
+    background once started, and on 2 cores that load skews wall-clock comparisons. Then the files by their
+    measured seconds, longest first, so the two xdist workers (`--dist loadfile` gives each file to one worker)
+    finish together; a file never measured keeps its place. The sort is stable: without measurements (a clean
+    clone) the order is the collection order, and the order within a file is always kept."""
+    seconds = _file_seconds(config)
+    items.sort(key=lambda item: (item.get_closest_marker("timing") is None, -seconds.get(item.path.name, 0.0)))
+
+
+class _Durations:
+    """Adds up the seconds of each test file's setup, call and teardown; writes them to pytest's cache at the end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = Path(report.location[0]).name
+        self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        cache = getattr(session.config, "cache", None)
+        if cache is None or not self.seconds:
+            return
+        merged = _file_seconds(session.config)
+        merged.update({name: round(s, 2) for name, s in self.seconds.items()})
+        cache.set(DURATIONS_KEY, merged)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Measure the files' seconds in the process that sees every report (the xdist controller, or the only one);
+    a run narrowed by -k measures parts of files, so it records nothing."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.keyword:
+        config.pluginmanager.register(_Durations(), "dreamshard-file-durations")
 
 
 def load_infra_module(name: str) -> ModuleType:
