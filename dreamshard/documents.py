@@ -57,7 +57,10 @@ def describe_validation_error(err: ValidationError, data: Any = None) -> str:
 
 
 def read_text(p: Path) -> str:
-    """A file's text, with unreadable / non-UTF-8 files as one-line InputFileErrors."""
+    """A regular file's text, with unreadable / non-UTF-8 files and anything that is not a regular file (a
+    directory, a FIFO that would block the reader, a device) as one-line InputFileErrors."""
+    if p.exists() and not p.is_file():
+        raise InputFileError(f"{p}: not a regular file")
     try:
         return p.read_text()
     except OSError as e:
@@ -71,9 +74,44 @@ def read_text(p: Path) -> str:
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class DuplicateKeyError(ValueError):
+    """A mapping in a document names one key twice (a YAML/JSON parser would silently keep the last)."""
+
+
+class _UniqueKeyLoader(_SAFE_LOADER):  # libyaml's loader or PyYAML's, chosen at import time
+    """The safe loader, refusing a mapping that repeats a key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key: the base constructor reports it
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise DuplicateKeyError(f"duplicate key '{str(key)[:64]}' (line {line})")
+            seen.add(key)
+        return dict(super().construct_mapping(node, deep=deep))
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object hook refusing a repeated key."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(f"duplicate key '{k[:64]}'")
+        out[k] = v
+    return out
+
+
 def load_yaml(text: str) -> Any:
-    """`yaml.safe_load(text)`, with libyaml's loader when there is one (`_SAFE_LOADER`)."""
-    return yaml.load(text, Loader=_SAFE_LOADER)  # a safe loader either way
+    """`yaml.safe_load(text)` (libyaml's loader when there is one, `_SAFE_LOADER`), refusing repeated keys."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader either way
+
+
+def load_json(text: str) -> Any:
+    """`json.loads(text)`, refusing repeated keys."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
 
 
 def read_structured(path: str | Path) -> Any:
@@ -86,8 +124,10 @@ def read_structured(path: str | Path) -> Any:
     text = read_text(p)
     try:
         if p.suffix.lower() == ".json":
-            return json.loads(text)
+            return load_json(text)
         return load_yaml(text)
+    except DuplicateKeyError as e:
+        raise InputFileError(f"{p}: {e}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         first = first_line(e)
         raise InputFileError(f"{p}: not valid JSON/YAML ({first})") from None

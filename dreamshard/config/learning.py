@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from dreamshard.sharders import HEURISTICS
 from dreamshard.values import (
@@ -21,13 +21,14 @@ from dreamshard.values import (
     Optimizer,
     Topology,
 )
+from dreamshard.values.base import StrictNumbers
 
 #: With --verify: how many of the baselines' or LPT's plans are measured beside the K best predicted when none of
 #: them is one (dreamshard.measured.candidates.anchor_candidates; params plan.verify_anchors)
 VERIFY_ANCHORS = 2
 
 
-class _Config(BaseModel):
+class _Config(StrictNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from dreamshard.profiling.names import BACKENDS, TYPE_KINDS
 from dreamshard.sharders import sharder_names
+from dreamshard.values.base import StrictNumbers
 from dreamshard.values.costs import Statistic
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +26,7 @@ DEFAULT_KINDS: tuple[str, ...] = (
 )
 
 
-class ProfileConfig(BaseModel):
+class ProfileConfig(StrictNumbers):
     """Profiling settings (params.yaml `profile:`); CLI flags override them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -7,10 +7,11 @@ import math
 from itertools import pairwise
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from dreamshard.errors import ConfigError
 from dreamshard.sharders import BASELINE_SHARDERS
+from dreamshard.values.base import StrictNumbers
 
 #: TorchRec's planner: always a required baseline (what users would run without dreamshard).
 ALWAYS_REQUIRED = "torchrec"
@@ -21,7 +22,7 @@ ALWAYS_REQUIRED = "torchrec"
 GATE_BASELINES: tuple[str, ...] = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", ALWAYS_REQUIRED)
 
 
-class PublishConfig(BaseModel):
+class PublishConfig(StrictNumbers):
     """The `publish` section of params.yaml: the gate's rules and where plans are stored."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

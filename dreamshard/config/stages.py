@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from dreamshard.config.learning import DEFAULT_CANDIDATES, VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims, synth_inventory
 from dreamshard.sharders import contender_names, sharder_names
 from dreamshard.values import Inventory
+from dreamshard.values.base import StrictNumbers
 
 
-class Section(BaseModel):
+class Section(StrictNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

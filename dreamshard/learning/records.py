@@ -17,11 +17,8 @@ from collections.abc import Mapping, Sequence
 from dreamshard.errors import PlanError, TrainingDataError
 from dreamshard.placement.expand import unit_table
 from dreamshard.values import Inventory, Measurement, Table, parse_unit
-from dreamshard.values.costs import COST_COMPONENTS, OVERALL_HIGH, OVERALL_LOW
+from dreamshard.values.costs import COST_COMPONENTS, MAX_RECORD_MS, OVERALL_HIGH, OVERALL_LOW
 
-#: Largest cost figure (ms: a component, a device total, an overall, a comm model's alpha / beta) a training
-#: record may hold.
-MAX_RECORD_MS = 1e9
 #: An id longer than this is cut in messages (a message stays one readable line).
 _ID_SHOWN = 80
 

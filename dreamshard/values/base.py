@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 #: Bytes in a gigabyte as every memory figure counts it (GiB).
 GB = float(1024**3)
@@ -27,3 +29,55 @@ class StrictModel(BaseModel):
     """Base of the value objects: unknown fields are errors, values are frozen, no inf/nan."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's type is a number (int / float, optionally None or Annotated): no bool, no str."""
+    if get_origin(annotation) is Annotated:
+        return _numeric(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(args) and all(_numeric(a) for a in args)
+    return annotation in (int, float)
+
+
+def _numeric_items(annotation: Any) -> bool:
+    """Whether a field's type is a list / tuple of numbers."""
+    if get_origin(annotation) is Annotated:
+        return _numeric_items(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(args) and all(_numeric_items(a) for a in args)
+    if get_origin(annotation) not in (list, tuple):
+        return False
+    items = [a for a in get_args(annotation) if a is not Ellipsis]
+    return bool(items) and all(_numeric(a) for a in items)
+
+
+class StrictNumbers(BaseModel):
+    """A settings section whose number fields take numbers only: pydantic's lax mode would read `true` as 1 and
+    '3' as 3 (a params.yaml typo then changes a run silently)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_only(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            field = cls.model_fields.get(name) if isinstance(name, str) else None
+            if field is None:
+                continue
+            bad = [value] if _numeric(field.annotation) else []
+            if _numeric_items(field.annotation) and isinstance(value, (list, tuple)):
+                bad = list(value)
+            for item in bad:
+                if isinstance(item, (bool, str, bytes)):
+                    raise _not_a_number(cls.__name__, name, item)
+        return data
+
+
+def _not_a_number(title: str, field: str, value: object) -> ValidationError:
+    """The ValidationError of a bool or string in a number field, located at the field."""
+    message = f"must be a number, got {type(value).__name__} {value!r}"
+    error = InitErrorDetails(type=PydanticCustomError("number_type", message), loc=(field,), input=value)
+    return ValidationError.from_exception_data(title, [error])

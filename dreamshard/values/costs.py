@@ -49,6 +49,9 @@ class DeviceCost(StrictModel):
 #: component-wise medians. On a noisy machine the two differ a little, never by this much: an overall below
 #: (1 - OVERALL_LOW) x or above OVERALL_HIGH x the largest per-device total is an edited figure.
 OVERALL_LOW, OVERALL_HIGH = 0.05, 1.5
+#: Largest cost figure (ms) a measurement, a corpus timing or a training record may hold: a forged 1e308 would
+#: overflow the float32 training targets into NaN weights (one bound for every file that carries timings).
+MAX_RECORD_MS = 1e9
 
 
 class Costs(StrictModel):
