@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from dreamshard.cli.console import show
-from dreamshard.cli.explain_cmd import print_stats, stats_json
+from dreamshard.cli.explain_cmd import TYPE_CODES, print_stats, stats_json
 from dreamshard.cli.options import ModelOpt
 from dreamshard.cli.plans_common import EndpointOpt, InventoryNameOpt, ParamsOpt, StoreOpt, plans_settings
 from dreamshard.cli.publish_cmd import publish_cmd
@@ -51,15 +51,40 @@ def list_cmd(
         raise typer.Exit(1)
 
 
+#: `plans list`'s columns: the current mark, the plan, what it is for (world size, schema, sharding types), the gate's.
+LIST_COLUMNS = (
+    "",
+    "plan_id",
+    "inventory",
+    "ranks",
+    "schema",
+    "types",
+    "sharder",
+    "stored",
+    "overall ms",
+    "basis",
+    "status",
+)
+
+
+def _types(mix: dict[str, int]) -> str:
+    """A plan's mix of sharding types, as TorchRec's stats table abbreviates them: "TW 5, RW 1"."""
+    return ", ".join(f"{TYPE_CODES.get(kind, kind)} {n}" for kind, n in sorted(mix.items())) or "-"
+
+
 def _print_list(result: ListResult, inventory: str | None) -> None:
+    """The stored plans as a table: what each is for (ranks, schema, types) and what the gate made of it."""
     table = RichTable(title="plans" + (f" of {inventory}" if inventory else ""))
-    for col in ("", "plan_id", "inventory", "sharder", "stored", "overall ms", "basis", "status"):
-        table.add_column(col, justify="right" if col == "overall ms" else "left")
+    for col in LIST_COLUMNS:
+        table.add_column(col, justify="right" if col in ("overall ms", "ranks") else "left")
     for r in result.records:
         table.add_row(
             "*" if r.is_current else "",
             r.plan_id,
             r.inventory,
+            str(r.world_size) if r.world_size is not None else "-",
+            r.schema_fingerprint[:12] if r.schema_fingerprint else "-",
+            _types(r.sharding_types),
             r.sharder,
             r.stored_at.strftime("%Y-%m-%d %H:%M:%S") if r.stored_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",

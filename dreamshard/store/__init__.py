@@ -11,10 +11,11 @@
     schemas      pointer, record, listing and fsck models
     objects      a plan's objects: verified upload, checksum-verified reads
     pointer      current.json: the advance rule and the rollback rule
-    plans        publish / reject / rollback / list / show / current
+    plans        publish / reject / rollback / show / current
+    listing      list: every stored plan, verified, with its world size, schema and sharding types
     fsck         consistency checks
     inventories  inventory versions and their pointer
-    lookup       read-only: the current plan whose schema fingerprint is a model's
+    lookup       read-only: the latest approved plan for a model's schema and a job's world size
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from dreamshard.store.inventories import (
     inventory_key,
     push_inventory,
 )
+from dreamshard.store.listing import list_plans
 from dreamshard.store.local import LocalPlanStore
 from dreamshard.store.objects import list_inventories
 from dreamshard.store.plans import (
     already_decided,
     get_current,
-    list_plans,
     publish,
     publish_or_reject,
     reject,

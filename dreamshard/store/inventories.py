@@ -21,6 +21,7 @@ from dreamshard.values.names import InventoryNameError, check_inventory_names
 
 __all__ = [
     "InventoryRef",
+    "VersionSchemas",
     "check_inventory_store",
     "current_inventory_key",
     "get_current_inventory",
@@ -105,16 +106,36 @@ def get_inventory_version(store: PlanStore, name: str, fingerprint: str) -> Inve
     return inv
 
 
+class VersionSchemas:
+    """The schema fingerprints of stored inventory versions, each version read and recomputed once: what the store's
+    listing and lookups say a stored plan's schema is (the trust table: the inventory is the authority, never the
+    plan file). A version not stored, or corrupt (`plans fsck` reports it), has none here."""
+
+    def __init__(self, store: PlanStore) -> None:
+        self.store = store
+        self._known: dict[tuple[str, str], str | None] = {}
+
+    def version(self, name: str, fingerprint: str) -> str | None:
+        """The schema of stored version `fingerprint` of inventory `name` (None: not stored, or corrupt)."""
+        key = (name, fingerprint)
+        if key not in self._known:
+            try:
+                inv = get_inventory_version(self.store, name, fingerprint)
+            except StoreError:
+                inv = None
+            self._known[key] = inv.schema_fingerprint() if inv is not None else None
+        return self._known[key]
+
+    def of(self, plan: Plan) -> str | None:
+        """A stored plan's schema: its inventory version's, else the plan's own (verified against the inventory at
+        publish); None for a plan older than schemas."""
+        return self.version(plan.inventory_name, plan.inventory_fingerprint) or plan.schema_fingerprint
+
+
 def schema_of(store: PlanStore, plan: Plan) -> str | None:
     """The schema fingerprint of the inventory version a stored plan was published for, recomputed from that
-    version when the store holds it (the trust table: the inventory is the authority, never the plan file), else
-    the plan's own (verified against the inventory at publish). None for a plan older than schemas. A corrupt
-    stored version counts as absent here: `plans fsck` reports it."""
-    try:
-        inv = get_inventory_version(store, plan.inventory_name, plan.inventory_fingerprint)
-    except StoreError:
-        inv = None
-    return inv.schema_fingerprint() if inv is not None else plan.schema_fingerprint
+    version when the store holds it, else the plan's own (`VersionSchemas.of`)."""
+    return VersionSchemas(store).of(plan)
 
 
 def get_current_inventory(store: PlanStore, name: str) -> tuple[Inventory, InventoryRef] | None:

@@ -1,4 +1,5 @@
-"""Publishing plans to a PlanStore and reading them back: publish / reject, rollback, list, show, current.
+"""Publishing plans to a PlanStore and reading them back: publish / reject, rollback, show, current (the listing
+is dreamshard.store.listing).
 
 The pointer moves only after the uploaded plan was read back and its checksum verified, with a compare-and-swap
 (dreamshard.store.pointer), so readers never see a partial plan and concurrent publishers never lose an update.
@@ -7,19 +8,16 @@ Nothing is ever deleted: old versions stay for rollback. Key layout: dreamshard.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime
 
-from dreamshard.errors import PlanError, StoreError, StorePathError
+from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import CURRENT_OUTCOMES, GateDecision
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import PlanKey, Status
 from dreamshard.store.objects import (
     find_plan,
-    list_inventories,
     load_verified,
     original_sha,
-    plan_keys,
     read_record,
     upload_verified,
 )
@@ -31,10 +29,8 @@ from dreamshard.store.pointer import (
     stepped_back,
     update_pointer,
 )
-from dreamshard.store.schemas import CurrentPointer, PlanRecord, PlanRecordFile, PointerEntry, PublishedRef
+from dreamshard.store.schemas import CurrentPointer, PlanRecordFile, PointerEntry, PublishedRef
 from dreamshard.values import Plan, utcnow
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 # -- reading --------------------------------------------------------------------------------------------
@@ -53,65 +49,6 @@ def show(store: PlanStore, plan_id: str, inventory: str | None = None) -> Plan:
         where = f" for inventory '{inventory}'" if inventory else ""
         raise StoreError(f"no plan '{plan_id}'{where} in {store.location}; see `dreamshard plans list`")
     return load_verified(store, pk)
-
-
-def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> list[PlanRecord]:
-    """Every stored plan of `inventory` (all inventories if None; of its version `fingerprint` only, if given),
-    oldest first by the store's own write (the record's `stored_at`), each checksum-verified.
-
-    A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
-    instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
-    current. A store whose structure is broken (StorePathError: a link out of a local store, a file where a
-    folder belongs, a folder where an object belongs) fails the listing: `plans fsck` says what to move.
-    """
-    inventories = [inventory] if inventory else list_inventories(store)
-    out: list[PlanRecord] = []
-    for inv in inventories:
-        pointer, _ = pointer_or_problem(store, inv)
-        for pk in plan_keys(store, inv):
-            if fingerprint is not None and pk.fingerprint != fingerprint:
-                continue
-            is_current = pointer is not None and pointer.key == pk.key
-            record = read_record(store, pk)
-            common: dict[str, Any] = {
-                "inventory": inv,
-                "status": pk.status,
-                "key": pk.key,
-                "is_current": is_current,
-                "reason": record.gate.reason if record else "",
-                "outcome": record.gate.outcome if record else "",
-            }
-            try:
-                plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
-            except StorePathError:
-                raise
-            except (StoreError, PlanError) as e:
-                out.append(
-                    PlanRecord(
-                        plan_id=pk.plan_id,
-                        fingerprint=pk.fingerprint,
-                        sharder="",
-                        stored_at=record.stored_at if record else None,
-                        overall_ms=None,
-                        basis=None,
-                        problem=str(e),
-                        **common,
-                    )
-                )
-                continue
-            costs = plan.best_costs
-            out.append(
-                PlanRecord(
-                    plan_id=plan.plan_id,
-                    fingerprint=plan.inventory_fingerprint,
-                    sharder=plan.sharder,
-                    stored_at=record.stored_at if record else None,
-                    overall_ms=costs.overall_ms if costs else None,
-                    basis=plan.cost_basis,
-                    **common,
-                )
-            )
-    return sorted(out, key=lambda r: (r.inventory, r.stored_at or _EPOCH, r.plan_id))
 
 
 def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecordFile] | None:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.gate import GateDecision
 from dreamshard.store.keys import Status
-from dreamshard.values import utcnow
+from dreamshard.values import Topology, utcnow
 
 
 class PointerEntry(BaseModel):
@@ -106,6 +106,12 @@ class PlanRecord(BaseModel):
     reason: str
     outcome: str = ""  # the gate's outcome as recorded (approved / rejected / inconclusive)
     problem: str = ""  # why the stored plan cannot be used (checksum mismatch, unreadable); "" when it is fine
+    # what the plan is for (None / empty when it is corrupt): the job's topology and world size, the table schema
+    # (recomputed from the stored inventory version: `inventories.VersionSchemas`), tables per sharding type
+    topology: Topology | None = None
+    world_size: int | None = None
+    schema_fingerprint: str | None = None
+    sharding_types: dict[str, int] = Field(default_factory=dict)
 
 
 class FsckIssue(BaseModel):
