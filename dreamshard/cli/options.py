@@ -14,7 +14,8 @@ from typing import Annotated
 
 import typer
 
-from dreamshard.errors import TopologyError
+from dreamshard.config.job import MAX_DEVICES
+from dreamshard.config.job import host_overrides as host_overrides  # the --devices/--hosts rule (flows use it too)
 from dreamshard.values import MAX_BATCH, MAX_DEVICE_GB
 
 #: The `--help` groups.
@@ -23,7 +24,6 @@ MEASURING = "Measuring"
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file (YAML or JSON).")]
 #: Bounds of the counts users type (seeds fit numpy's 32-bit generators).
-MAX_DEVICES = 4096
 MAX_REPEATS = 1000
 MAX_THREADS = 1024
 MAX_ROUNDS = 100
@@ -65,7 +65,8 @@ DevicesOverride = Annotated[
         min=1,
         max=MAX_DEVICES,
         rich_help_panel=TOPOLOGY,
-        help="Number of devices (plan.num_devices; default tasks.train_devices = 4).",
+        help="Number of devices (plan.num_devices; default: the job the inventory records, else "
+        "tasks.train_devices = 4).",
     ),
 ]
 MemoryOverride = Annotated[
@@ -76,7 +77,7 @@ MemoryOverride = Annotated[
         min=0.0,
         max=MAX_DEVICE_GB,
         rich_help_panel=TOPOLOGY,
-        help="Memory per device in GB (topology.memory_per_device_gb; default 4).",
+        help="Memory per device in GB (topology.memory_per_device_gb; default: the job's, else 4).",
     ),
 ]
 BatchOverride = Annotated[
@@ -207,25 +208,6 @@ RoundsOverride = Annotated[
         help="Interleaved measurement rounds (evaluate.rounds; default 3).",
     ),
 ]
-
-
-def host_overrides(devices: int | None, hosts: int | None, devices_per_host: int | None) -> dict[str, object]:
-    """The params keys --devices/--hosts/--devices-per-host set: the device count is hosts x devices-per-host when
-    --hosts is given (and must agree with --devices when both are). TopologyError otherwise."""
-    if hosts is not None and devices_per_host is None:
-        raise TopologyError("--hosts needs --devices-per-host (the devices on each host)")
-    if hosts is not None and devices_per_host is not None:
-        n = hosts * devices_per_host
-        if n > MAX_DEVICES:
-            raise TopologyError(
-                f"--hosts {hosts} x --devices-per-host {devices_per_host} = {n} devices; at most {MAX_DEVICES}"
-            )
-        if devices is not None and devices != n:
-            raise TopologyError(
-                f"--devices {devices} is not --hosts {hosts} x --devices-per-host {devices_per_host} = {n}"
-            )
-        devices = n
-    return {"plan.num_devices": devices, "topology.devices_per_host": devices_per_host}
 
 
 def memory_overrides(optimizer: str | None, memory_model: str | None, reserve: float | None) -> dict[str, object]:

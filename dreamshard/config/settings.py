@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dreamshard.config.job import job_topology
 from dreamshard.config.learning import (
     CostTrainConfig,
     LoopConfig,
@@ -30,7 +31,7 @@ from dreamshard.config.publish import PublishConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
 from dreamshard.documents import describe_validation_error, read_structured
 from dreamshard.errors import ConfigError
-from dreamshard.values import Topology
+from dreamshard.values import JobTopology, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
@@ -61,6 +62,9 @@ class Settings(BaseModel):
     pipeline: PipelineSettings = PipelineSettings()
     drift: DriftConfig = DriftConfig()
     source: Path | None = Field(default=None, exclude=True)
+    # the override keys the caller gave (CLI options, a flow request's fields): what it said otherwise than the
+    # params and the inventory's recorded job (`topology_for_job`)
+    told: frozenset[str] = Field(default=frozenset(), exclude=True)
 
     @property
     def plan_devices(self) -> int:
@@ -73,6 +77,11 @@ class Settings(BaseModel):
             return self.topology.topology(num_devices or self.plan_devices)
         except ValidationError as e:
             raise ConfigError(f"topology {describe_validation_error(e)}") from None
+
+    def topology_for_job(self, job: JobTopology | None) -> Topology:
+        """The topology a run plans for: the inventory's recorded `job` over the template, except what the caller
+        was told (`told`); without a job, `topology_for()` (dreamshard.config.job)."""
+        return job_topology(self.topology, self.plan_devices, job, self.told)
 
     def oracle(self) -> Oracle:
         """The measuring backend of the `profile` section: the one construction every door uses."""
@@ -97,7 +106,7 @@ class Settings(BaseModel):
             )
 
 
-SECTIONS: tuple[str, ...] = tuple(name for name in Settings.model_fields if name != "source")
+SECTIONS: tuple[str, ...] = tuple(name for name in Settings.model_fields if name not in ("source", "told"))
 #: Section fill-ins: (section, key) taken from another section when the file does not set it.
 FILL_INS: tuple[tuple[str, str, str], ...] = (("train", "cost", "train_cost"), ("train", "policy", "train_policy"))
 
@@ -181,7 +190,8 @@ def resolve(
 ) -> Settings:
     """THE settings of a command: overrides > the params file (found per `lookup`) > section defaults."""
     path = params_file(params_path, lookup)
-    return settings_from(apply_overrides(_raw(path), overrides), path)
+    told = frozenset(k for k, v in (overrides or {}).items() if v is not None)
+    return settings_from(apply_overrides(_raw(path), overrides), path).model_copy(update={"told": told})
 
 
 def params_text(

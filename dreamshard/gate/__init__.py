@@ -2,7 +2,7 @@
 beyond the measurement noise (docs/architecture.md, "The publish gate").
 
 * `decision`: what the gate decides (`GateDecision`); its rules are the `publish` section (`dreamshard.config.publish`);
-* `trust`: who decides each field of a plan file (`trusted_plan`, `bound_to_inventory`);
+* `trust`: who decides each field of a plan file (`trusted_plan`, `bound_to_inventory`, `check_topology`);
 * `decide`: `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
 * `checks`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
 * `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
@@ -40,6 +40,7 @@ __getattr__, __dir__, _LAZY = lazy_exports(
             "PLAN_FIELD_AUTHORITY",
             "UNTRUSTED_FIELDS",
             "bound_to_inventory",
+            "check_topology",
             "check_trust_table",
             "trusted_plan",
         ),

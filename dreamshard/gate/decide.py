@@ -15,8 +15,8 @@ from dreamshard.gate.checks import verify_comparison, verify_plan
 from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
-from dreamshard.gate.trust import bound_to_inventory, trusted_plan
-from dreamshard.values import Inventory, Plan
+from dreamshard.gate.trust import bound_to_inventory, check_topology, trusted_plan
+from dreamshard.values import Inventory, Plan, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -48,6 +48,7 @@ def gate_plan(
     seed: int = 0,
     backend: str | None = None,
     source: str = "comparison",
+    topology: Topology | None = None,
 ) -> tuple[Plan, GateDecision]:
     """Verify `plan` against `inventory` and `comparison`, then decide on the comparison's per-round samples.
 
@@ -55,13 +56,15 @@ def gate_plan(
     decision. Raises PlanError / ConfigError (nothing to store: the input is wrong) when verification fails; a
     verified plan that is too slow is a rejection, one inside the noise is inconclusive (approved=False both).
     The decision is the sequential rule's (`gate.sequential`): fewer than publish.min_rounds rounds are enough
-    only when its early look decides on them.
+    only when its early look decides on them. `topology`: the one the request plans for (default: the job the
+    inventory records, `gate.trust.check_topology`).
     """
     margin = check_margin(rules.min_improvement)
     required = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
     verify_plan(plan, inventory)
     plan = bound_to_inventory(plan, inventory)
+    check_topology(plan, inventory, topology)
     early = early_looks(rules)
     v = verify_comparison(
         plan,
@@ -137,16 +140,18 @@ def measure_and_gate(
     rounds: int = 5,
     seed: int = 0,
     sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
+    topology: Topology | None = None,
 ) -> tuple[Plan, GateDecision, Comparison]:
     """The gate measures for itself: `plan` and every required baseline's plan, interleaved on `oracle`'s
     backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides), then
     `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user; the plan's sharder
-    label removes no baseline."""
+    label removes no baseline. `topology` as in `gate_plan`."""
     check_margin(rules.min_improvement)
     names = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
     verify_plan(plan, inventory)  # before any measuring
     plan = bound_to_inventory(plan, inventory)
+    check_topology(plan, inventory, topology)
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
     cmp = compare_sharders(
@@ -162,6 +167,13 @@ def measure_and_gate(
         stop=stop_rule(rules, plan.plan_id),
     )
     judged, decision = gate_plan(
-        plan, inventory, cmp, rules, extra_baselines=extra_baselines, seed=seed, source="measured by the gate"
+        plan,
+        inventory,
+        cmp,
+        rules,
+        extra_baselines=extra_baselines,
+        seed=seed,
+        source="measured by the gate",
+        topology=topology,
     )
     return judged, decision, cmp

@@ -2,7 +2,8 @@
 
 A plan file is data. What the gate judges is its placement; every other field the gate, the store index or a
 lookup reads comes from its authority: the inventory given to publish (names and fingerprints, recomputed), the
-gate's own measurement (costs), the store's own write (dates and order). `PLAN_FIELD_AUTHORITY` names the
+request or the job the inventory records (the topology, checked), the gate's own measurement (costs), the store's
+own write (dates and order). `PLAN_FIELD_AUTHORITY` names the
 authority of every `Plan` field; a field without an entry is refused by `check_trust_table` (tests run it), so a
 field added later cannot be read by anything that decides before it gets a row here.
 """
@@ -12,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
+from dreamshard.config.job import describe_topology
 from dreamshard.errors import PlanError
-from dreamshard.values import Inventory, Plan
+from dreamshard.values import Inventory, Plan, Topology
 
 Authority = Literal["placement", "identity", "inventory", "request", "gate", "store", "label", "informational"]
 
@@ -33,7 +35,8 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "inventory_fingerprint": "inventory",
     "schema_fingerprint": "inventory",
     "memory_per_device_gb": "inventory",
-    # the topology measured on: checked against the comparison's (or measured as the plan states it)
+    # the request's topology, else the job's the inventory records (`check_topology`): a mismatch is refused; then
+    # checked against the comparison's (or measured as the plan states it)
     "topology": "request",
     # the gate's own measurement and the pipeline's own workspace: stripped from a file, recomputed
     "predicted": "gate",
@@ -93,3 +96,28 @@ def bound_to_inventory(plan: Plan, inventory: Inventory) -> Plan:
                 f"({value[:16]!r}); the gate recomputes it from the inventory: re-plan for this inventory"
             )
     return plan.model_copy(update=truth)
+
+
+def check_topology(plan: Plan, inventory: Inventory, requested: Topology | None = None) -> None:
+    """PlanError (one line naming both) unless `plan` is for the topology the request names (`requested`: a
+    replan told `--devices`), else for the training job `inventory` records (`Inventory.job`: its world size,
+    hosts and device type, and its memory, optimizer and batch where it records them). Without either, the
+    comparison's check (`gate.checks.verify_comparison`) is the only one."""
+    t = plan.topology
+    if requested is not None:
+        if t != requested:
+            fields = ", ".join(f for f in Topology.model_fields if getattr(t, f) != getattr(requested, f))
+            raise PlanError(
+                f"plan {plan.plan_id} is for {describe_topology(t)}, the request is for "
+                f"{describe_topology(requested)} ({fields} differ); re-plan for the requested topology"
+            )
+        return
+    if inventory.job is None:
+        return
+    job = inventory.job.topology(t)  # the plan's topology with what the job fixes
+    if job != t:
+        raise PlanError(
+            f"plan {plan.plan_id} is for {describe_topology(t)}, the job inventory '{inventory.name}' records is "
+            f"{describe_topology(job)}; re-plan for the job (`dreamshard plan` and `replan` plan for it unless "
+            f"--devices/--memory-gb say otherwise)"
+        )

@@ -21,7 +21,7 @@ from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import PlanStats, stats_of
 from dreamshard.usecases.plan import sharder_options
 from dreamshard.usecases.sharders import expand, heuristics
-from dreamshard.values import BackendInfo, Inventory, Plan
+from dreamshard.values import BackendInfo, Inventory, Plan, Topology
 
 CORPUS_WRITER = "evaluate"  # this use case's file in the measurement corpus (the lower bound's singles)
 
@@ -75,7 +75,7 @@ class CompareRequest(Request):
     sharder_spec: str | None = None  # `--sharders`: a comma list, 'heuristics' or 'all' (wins over `sharders`)
     heuristics_by_default: bool = False  # no spec and no params file read: the heuristics
     plans: tuple[Path, ...] = ()  # plans measured beside the sharders' (the evaluate stage: data/plan.json)
-    num_devices: int | None = None  # None with plans: the first plan's topology; else settings.plan_devices
+    num_devices: int | None = None  # None with plans: the first plan's topology; else the job's (or the params')
     model: Path | None = None
     outputs: CompareOutputs = CompareOutputs()
     corpus: Path | None = None  # the lower bound's single-table timings from/to this corpus (contenders: always fresh)
@@ -162,6 +162,18 @@ def _names(request: CompareRequest, extra: list[Plan]) -> list[str]:
     return validate_sharders(contenders(request.settings, extra))
 
 
+def _topology(request: CompareRequest, inv: Inventory, plans: list[Plan]) -> Topology:
+    """What the contenders are measured on: the first plan's topology, else `num_devices`, else the job the inventory
+    records (unless the caller said otherwise: dreamshard.config.job)."""
+    s = request.settings
+    if plans and request.num_devices is None:
+        return plans[0].topology
+    if request.num_devices is not None:  # told: as --devices
+        plan = s.plan.model_copy(update={"num_devices": request.num_devices})
+        s = s.model_copy(update={"plan": plan, "told": s.told | {"plan.num_devices"}})
+    return s.topology_for_job(inv.job)
+
+
 def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
     s = request.settings
     check_distinct_plans(request.plans)  # one line before anything is loaded, planned or measured
@@ -176,7 +188,7 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
     }
     check_outputs(inputs, _output_paths(request, names, extra))
     inv = load_inventory(request.inventory)
-    topo = extra[0].topology if extra and request.num_devices is None else s.topology_for(request.num_devices)
+    topo = _topology(request, inv, extra)
     seed = s.profile.seed
     options = {name: sharder_options(name, s, request.model, seed) for name in names}
     oracle = s.oracle()

@@ -14,7 +14,7 @@ from dreamshard.config.settings import Settings, model_dir
 from dreamshard.documents import check_outputs, load_inventory, save_plan
 from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation import validate_sharders
-from dreamshard.integrations.torchrec_file import ComputeKernel, check_kernel, save_torchrec_plan, torchrec_document
+from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
 from dreamshard.measured.refine import refine_plan
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import PlanDiff, plan_diff
@@ -82,14 +82,13 @@ def sharder_options(name: str, settings: Settings, model: Path | None, seed: int
     return options_for(name, shared)
 
 
-def _checked(request: PlanRequest, name: str) -> ComputeKernel:
-    """Every option checked before anything is loaded or measured; returns the TorchRec kernel."""
+def _checked(request: PlanRequest, name: str) -> None:
+    """Every option checked before anything is loaded or measured."""
     s = request.settings
     for option in request.searching_options:
         require_searching(name, option)
     if request.incumbent is not None or request.incumbent_file is not None:
         require_searching(name, "--incumbent")
-    kernel = check_kernel(request.torchrec_kernel, s.topology.device_type)
     check_outputs(
         {
             "--inventory": request.inventory,
@@ -101,7 +100,6 @@ def _checked(request: PlanRequest, name: str) -> ComputeKernel:
     )
     if request.torchrec_out is not None and request.torchrec_out.is_dir():
         raise InputFileError(f"cannot write {request.torchrec_out}: it is a directory")
-    return kernel
 
 
 def _verify_options(request: PlanRequest, verify: int, oracle: Oracle | None) -> dict[str, Any]:
@@ -122,7 +120,7 @@ def _shard(
 ) -> tuple[Plan, SearchResult | None, list[str]]:
     """The plan of sharder `name`: for the learned ones with their search, verification and refinement."""
     s = request.settings
-    topo = s.topology_for()
+    topo = s.topology_for_job(inv.job)  # the job the inventory records, unless the caller said otherwise
     verify = s.plan.verify if name == SEARCHING_SHARDER else 0
     refine = s.plan.refine_seconds if name == SEARCHING_SHARDER else 0.0
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER, reuse=False) if request.corpus is not None else None
@@ -150,11 +148,12 @@ def _shard(
 
 def run(request: PlanRequest) -> PlanResult:
     (name,) = validate_sharders([request.sharder])
-    kernel = _checked(request, name)
+    _checked(request, name)
     incumbent = request.incumbent
     if incumbent is None and request.incumbent_file is not None:
         incumbent = load_incumbent(request.incumbent_file)  # None: the file says no plan was current
     inv = load_inventory(request.inventory)
+    kernel = check_kernel(request.torchrec_kernel, request.settings.topology_for_job(inv.job).device_type)
     plan, searched, warnings = _shard(request, name, inv, incumbent)
     if plan.out_of_range:
         warnings.append(

@@ -28,7 +28,7 @@ from dreamshard.store.inventories import schema_of
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.sharders import expand
 from dreamshard.usecases.stored import open_plan_store
-from dreamshard.values import Inventory, Plan
+from dreamshard.values import Inventory, Plan, Topology
 
 
 class PublishRequest(Request):
@@ -42,6 +42,8 @@ class PublishRequest(Request):
     backend: str | None = None  # --comparison: the backend it must have been measured on
     store: str | None = None  # None: publish.store_uri
     endpoint_url: str | None = None
+    # the topology the caller plans for (a replan told --devices); None: the job the inventory records, if any
+    topology: Topology | None = None
 
 
 class GateResult(Result):
@@ -107,13 +109,27 @@ def _judge(request: PublishRequest, store: PlanStore | None) -> tuple[Plan, Gate
     seed = s.profile.seed
     if request.comparison is not None:
         judged, decision, cmp = gate_comparison_file(
-            plan, inv, request.comparison, s.publish, extra_baselines=extra, seed=seed, backend=request.backend
+            plan,
+            inv,
+            request.comparison,
+            s.publish,
+            extra_baselines=extra,
+            seed=seed,
+            backend=request.backend,
+            topology=request.topology,
         )
         return judged, decision, cmp, inv
     oracle = s.oracle()
     try:
         judged, decision, cmp = measure_and_gate(
-            plan, inv, oracle, s.publish, extra_baselines=extra, rounds=s.evaluate.rounds, seed=seed
+            plan,
+            inv,
+            oracle,
+            s.publish,
+            extra_baselines=extra,
+            rounds=s.evaluate.rounds,
+            seed=seed,
+            topology=request.topology,
         )
     finally:
         oracle.close()

@@ -1,0 +1,77 @@
+"""The topology a run plans for (docs/architecture.md, "The production loop"): the training job's, as the inventory
+records it (`Inventory.job`, `values/job.py`), over the params `topology` template, except where the caller said
+otherwise (a CLI option, a flow request's field: an override of `resolve`).
+
+`plan`, `replan`, `compare`, the pipeline's plan stage and the gate all take it from here, so a 2-rank job's
+inventory is planned, gated and published for 2 ranks without anyone repeating `--devices 2`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pydantic import ValidationError
+
+from dreamshard.config.learning import TopologyConfig
+from dreamshard.documents import describe_validation_error
+from dreamshard.errors import ConfigError, TopologyError
+from dreamshard.values import JobTopology, Topology
+
+#: The overrides (dotted params keys) that set a field a job records, and that field of `Topology`.
+JOB_KEYS: Mapping[str, str] = {
+    "plan.num_devices": "num_devices",
+    "topology.devices_per_host": "devices_per_host",
+    "topology.device_type": "device_type",
+    "topology.memory_per_device_gb": "memory_per_device_gb",
+    "topology.optimizer": "optimizer",
+    "topology.batch_size": "batch_size",
+}
+
+#: The most devices a topology may have (as `Topology.num_devices`).
+MAX_DEVICES = 4096
+
+
+def job_topology(section: TopologyConfig, devices: int, job: JobTopology | None, told: Iterable[str]) -> Topology:
+    """The topology to plan for: `section` (params `topology`) on `devices` (params `plan.num_devices`) without a
+    job; with one, the job's world size, hosts, device type and what else it records, then every field the
+    caller was `told` (override keys, `JOB_KEYS`) from the params again. A device count told without a host
+    layout takes the params' layout (`devices_per_host`) rather than the job's. ConfigError when the result is
+    no topology (hosts that do not divide the devices), naming why."""
+    said = {JOB_KEYS[k] for k in told if k in JOB_KEYS}
+    try:
+        if job is None:
+            return section.topology(devices)
+        n = devices if "num_devices" in said else job.world_size
+        template = section.topology(n)  # the params' host rule applied to the device count planned for
+        if "num_devices" in said:
+            said.add("devices_per_host")
+        update = {f: getattr(template, f) for f in said}
+        return Topology.model_validate({**job.topology(template).model_dump(), **update})
+    except ValidationError as e:
+        raise ConfigError(f"topology: {describe_validation_error(e).removeprefix('input: ')}") from None
+
+
+def describe_topology(topology: Topology) -> str:
+    """A topology in a few words: "2 x cpu (1 GB, batch 2048, sgd)", with hosts when there are several."""
+    t = topology
+    devices = f"{t.hosts} hosts x {t.local_world_size}" if t.hosts > 1 else f"{t.num_devices}"
+    return f"{devices} x {t.device_type} ({t.memory_per_device_gb:g} GB, batch {t.batch_size}, {t.optimizer})"
+
+
+def host_overrides(devices: int | None, hosts: int | None, devices_per_host: int | None) -> dict[str, object]:
+    """The params keys --devices/--hosts/--devices-per-host set: the device count is hosts x devices-per-host when
+    --hosts is given (and must agree with --devices when both are). TopologyError otherwise."""
+    if hosts is not None and devices_per_host is None:
+        raise TopologyError("--hosts needs --devices-per-host (the devices on each host)")
+    if hosts is not None and devices_per_host is not None:
+        n = hosts * devices_per_host
+        if n > MAX_DEVICES:
+            raise TopologyError(
+                f"--hosts {hosts} x --devices-per-host {devices_per_host} = {n} devices; at most {MAX_DEVICES}"
+            )
+        if devices is not None and devices != n:
+            raise TopologyError(
+                f"--devices {devices} is not --hosts {hosts} x --devices-per-host {devices_per_host} = {n}"
+            )
+        devices = n
+    return {"plan.num_devices": devices, "topology.devices_per_host": devices_per_host}
