@@ -405,3 +405,41 @@ def test_the_late_import_check_reads_comments(tmp_path: Path) -> None:
     )
     found = [(n.lineno, "optional dependency" in said) for n, said in _late_imports(src)]
     assert found == [(2, False), (7, True), (8, True), (10, False)]
+
+
+MAX_BODY = 60
+
+
+def long_functions(source: str, where: str) -> list[str]:
+    """The functions of `source` whose body runs over MAX_BODY lines: from the first statement after the docstring
+    to the last line (the signature, decorators and docstring not counted; a nested function counts in its outer
+    one's body and on its own)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1:
+            body = body[1:]
+        first = body[0]
+        start = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", []))])
+        lines = (node.end_lineno or node.lineno) - start + 1
+        if lines > MAX_BODY:
+            found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_body_over_60_lines() -> None:
+    files = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "flows").rglob("*.py")])
+    found = [f for p in files for f in long_functions(p.read_text(), str(p.relative_to(ROOT)))]
+    assert found == []
+
+
+def test_the_body_measure_catches_a_planted_long_function() -> None:
+    statements = "".join(f"    x{i} = {i}\n" for i in range(MAX_BODY))
+    doc = '    """A docstring\n    of three\n    lines."""\n'
+    at_limit = f"def f(\n    a: int,\n) -> None:\n{doc}{statements}"
+    assert long_functions(at_limit, "m.py") == []
+    over = f"class C:\n    @staticmethod\n    def g() -> None:\n{doc.replace('    ', '        ')}"
+    over += statements.replace("    ", "        ") + "        return None\n"
+    assert long_functions(over, "m.py") == [f"m.py:3 g ({MAX_BODY + 1} lines)"]
