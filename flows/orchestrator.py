@@ -90,7 +90,8 @@ def _start(root: str, request: OrchestratorRequest, setup: RunSetup) -> tuple[Ru
     log = get_run_logger()
     name = request.inventory_name or setup.settings.inventory.name
     inventory = current_inventory_task(request.inventory_path, setup.store_uri, request.endpoint_url, name)
-    incumbent = current_plan_task(setup.store_uri, request.endpoint_url, inventory.name)
+    job = setup.settings.topology_for_job(inventory.job)  # what the plan stage plans for
+    incumbent = current_plan_task(setup.store_uri, request.endpoint_url, inventory.name, job)
     changed = prepare_workspace_task(root, setup.params_text, inventory, setup.remote, incumbent)
     campaign = str(flow_run.id or "local")
     dispatch = resolve_dispatch(request.dispatch, setup.settings.pipeline.profile_deployment)

@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
+from dreamshard.config.job import host_overrides
 from dreamshard.config.settings import resolve
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.usecases.pipeline_steps import absolute_uri
@@ -26,7 +27,11 @@ def retrain_resource_id(inventory_name: str) -> str:
 
 
 def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
-    settings = resolve(request.params_path, {"profile.backend": request.backend})
+    told = {
+        **host_overrides(request.devices, request.hosts, request.devices_per_host),
+        "topology.memory_per_device_gb": request.memory_gb,
+    }
+    settings = resolve(request.params_path, {**told, "profile.backend": request.backend})
     return replan_uc.ReplanRequest(
         settings=settings,
         inventory_name=request.inventory_name,

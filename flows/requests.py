@@ -107,4 +107,9 @@ class ReplanRequest(_Request):
         default=None, description="Model directory (default: the workspace's, else the packaged model)."
     )
     backend: str | None = Field(default=None, description="Override profile.backend.")
+    # the topology to plan for, when not the job the inventory records (`dreamshard replan --devices ...`)
+    devices: int | None = Field(default=None, ge=1, le=4096, description="Devices (default: the job's).")
+    hosts: int | None = Field(default=None, ge=1, le=4096, description="Hosts of devices_per_host devices each.")
+    devices_per_host: int | None = Field(default=None, ge=1, le=4096, description="Devices per host.")
+    memory_gb: float | None = Field(default=None, gt=0, description="Memory per device in GB (default: the job's).")
     reason: str = Field(default="manual run", description="Why this run started (shown in the UI).")

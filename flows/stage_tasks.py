@@ -14,7 +14,7 @@ from dreamshard.usecases import pipeline_publish as publish_uc
 from dreamshard.usecases import pipeline_steps as steps
 from dreamshard.usecases.pipeline_steps import RemoteSpec
 from dreamshard.usecases.publish import GateDecision, GateResult, PublishedRef
-from dreamshard.values import Inventory, Plan
+from dreamshard.values import Inventory, Plan, Topology
 from dreamshard.values.lineage import Lineage
 
 
@@ -60,9 +60,12 @@ def current_inventory_task(
 
 
 @task(name="current-plan", cache_policy=NO_CACHE)
-def current_plan_task(store_uri: str, endpoint_url: str | None, inventory_name: str) -> Plan | None:
-    """The plan current for the inventory now (None: none yet): the incumbent a new version is planned from."""
-    return steps.current_plan(store_uri, endpoint_url, inventory_name)
+def current_plan_task(
+    store_uri: str, endpoint_url: str | None, inventory_name: str, topology: Topology | None = None
+) -> Plan | None:
+    """The incumbent a new version is planned from (None: none yet): the plan the job of `topology` runs now (the
+    current plan when no topology is given)."""
+    return steps.current_plan(store_uri, endpoint_url, inventory_name, topology)
 
 
 @task(name="push-inventory", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)

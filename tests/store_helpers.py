@@ -1,8 +1,11 @@
-"""Small plan builders for the store / gate tests."""
+"""Small plan builders for the store / gate tests, the World (a tiny inventory, candidate plans and one simulator
+comparison of them) and a noisy oracle."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
+from typing import Any
 
 from dreamshard.gate import GateDecision, PublishConfig, evaluate_gate
 from dreamshard.store.keys import Kind, parse_key
@@ -43,6 +46,8 @@ def approve(plan: Plan) -> GateDecision:
     return d
 
 
+#: The World's devices: two of 1 GB, batch 512.
+WORLD_TOPOLOGY = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
 #: The World's required baselines (publish.baselines; TorchRec's planner is always one).
 WORLD_BASELINES = ("round_robin", "size_greedy", "dim_greedy", "torchrec")
 
@@ -63,7 +68,7 @@ class World:
         from dreamshard.sharders import get_sharder
 
         self.inventory = world_inventory()
-        self.topology = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
+        self.topology = WORLD_TOPOLOGY
 
         def candidate(sharder: str, **opts: object) -> Plan:
             return (
@@ -128,3 +133,31 @@ def sibling(key: str, kind: Kind) -> str:
     parsed = parse_key(key)
     assert parsed is not None, key
     return parsed.of(kind).key
+
+
+class NoisyOracle:
+    """The simulator on a busy machine: every measurement scaled by its own random factor (lognormal, sd 0.3 by
+    default), so two identical placements measure 10.4 and 18.7 ms alike."""
+
+    def __init__(self, seed: int = 0, sd: float = 0.3) -> None:
+        from dreamshard.profiling import make_oracle
+
+        self.inner = make_oracle("simulator")
+        self.rng = random.Random(seed)
+        self.sd = sd
+
+    @property
+    def info(self) -> Any:
+        return self.inner.info
+
+    def corpus_as(self, corpus: Any) -> Any:
+        return self.inner.corpus_as(corpus)
+
+    def measure(self, *a: Any, **k: Any) -> Any:
+        m = self.inner.measure(*a, **k)
+        f = self.rng.lognormvariate(0.0, self.sd)
+        per = [DeviceCost.from_list([x * f for x in d.as_list()]) for d in m.costs.per_device]
+        return m.model_copy(update={"costs": Costs.from_devices(per, overall_ms=m.costs.overall_ms * f)})
+
+    def close(self) -> None:
+        self.inner.close()

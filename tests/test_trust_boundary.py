@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from store_helpers import world
+from store_helpers import NoisyOracle, world
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
@@ -40,8 +40,6 @@ def one_line_2(r: tuple[int, str, str]) -> str:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The World's files and a store whose current plan is the World's good plan (approved)."""
-    from gate_hostile import NoisyOracle
-
     from dreamshard.evaluation import compare_sharders
 
     w = world()

@@ -5,12 +5,15 @@ a plan that is really faster still replaces it."""
 
 from __future__ import annotations
 
-from gate_hostile import INVENTORY, TOPOLOGY, NoisyOracle
+from store_helpers import WORLD_TOPOLOGY as TOPOLOGY
+from store_helpers import NoisyOracle, world_inventory
 
 from dreamshard.measured.candidates import rounds_to_replace, verify_candidates
 from dreamshard.search.candidates import Candidate
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Plan
+
+INVENTORY = world_inventory()
 
 
 def _candidates(plans: list[Plan]) -> list[Candidate]:

@@ -11,8 +11,20 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.console import show
-from dreamshard.cli.options import BackendOverride, ModelOpt, ParamsOpt, RoundsOverride, SeedOpt
+from dreamshard.cli.options import (
+    BackendOverride,
+    DevicesOverride,
+    DevicesPerHostOverride,
+    HostsOverride,
+    MemoryOverride,
+    ModelOpt,
+    ParamsOpt,
+    RoundsOverride,
+    SeedOpt,
+    host_overrides,
+)
 from dreamshard.cli.plan_cmd import verification_table, warn
+from dreamshard.config.job import describe_topology
 from dreamshard.config.settings import resolve
 from dreamshard.evaluation.render import device_table
 from dreamshard.lazy import lazy_module
@@ -47,6 +59,10 @@ def replan(
     ] = None,
     model: ModelOpt = None,
     params: ParamsOpt = None,
+    devices: DevicesOverride = None,
+    hosts: HostsOverride = None,
+    devices_per_host: DevicesPerHostOverride = None,
+    memory_gb: MemoryOverride = None,
     backend: BackendOverride = None,
     verify: Annotated[
         int | None,
@@ -70,10 +86,13 @@ def replan(
     against the baselines measured interleaved, publish. Exit 0: published, already current, or already decided
     (--force re-plans); 1: not published (the gate kept the current plan, or, when the current plan cannot serve
     the new version, made the best measured baseline current: `fallback`) or a retrain is due (the version is
-    outside the model's training ranges)."""
+    outside the model's training ranges). The version is planned for the job its inventory records (`inventory
+    from-torchrec --world-size ...`), unless --devices/--hosts/--devices-per-host/--memory-gb say otherwise."""
     settings = resolve(
         params,
         {
+            **host_overrides(devices, hosts, devices_per_host),
+            "topology.memory_per_device_gb": memory_gb,
             "profile.backend": backend,
             "plan.verify": verify,
             "evaluate.rounds": rounds,
@@ -107,6 +126,8 @@ def replan(
             show(console, verification_table(result.verification))
         if result.plan is not None and result.outcome != "current":
             show(console, device_table(result.plan))
+        if result.topology is not None:
+            console.print(f"planned for {describe_topology(result.topology)}", markup=False)
         console.print(
             f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}", markup=False
         )

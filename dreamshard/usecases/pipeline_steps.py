@@ -21,8 +21,8 @@ from dreamshard.pipeline.decisions import plan_decision
 from dreamshard.pipeline.workspace import PARAMS, PipelineWorkspace, RemoteSpec
 from dreamshard.profiling.batches import ProfileShard, list_shards
 from dreamshard.store import InventoryRef, get_current_inventory, open_store, push_inventory
-from dreamshard.usecases.stored import current_or_none
-from dreamshard.values import Inventory, Plan
+from dreamshard.usecases.stored import current_or_none, job_incumbent
+from dreamshard.values import Inventory, Plan, Topology
 
 #: Where the workspace lock lives inside a workspace (git-ignored).
 LOCK_FILE = ".pipeline.lock"
@@ -150,9 +150,15 @@ def run_inventory(inventory_path: str | None, store_uri: str, endpoint_url: str 
     return found[0]
 
 
-def current_plan(store_uri: str, endpoint_url: str | None, inventory_name: str) -> Plan | None:
-    """The plan current for the inventory now (None: none yet): the incumbent a new version is planned from."""
-    return current_or_none(open_store(store_uri, endpoint_url=endpoint_url), inventory_name)
+def current_plan(
+    store_uri: str, endpoint_url: str | None, inventory_name: str, topology: Topology | None = None
+) -> Plan | None:
+    """The incumbent a new version is planned from (None: none yet): the plan current for the inventory now; given
+    the `topology` the run plans for (its job's), the plan that job runs now (`stored.job_incumbent`)."""
+    store = open_store(store_uri, endpoint_url=endpoint_url)
+    if topology is None:
+        return current_or_none(store, inventory_name)
+    return job_incumbent(store, inventory_name, topology)
 
 
 def store_inventory(store_uri: str, endpoint_url: str | None, inventory: Inventory) -> InventoryRef:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from dreamshard.config.job import JOB_KEYS
 from dreamshard.config.settings import model_dir
 from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.errors import ConfigError, StoreError
@@ -26,8 +27,8 @@ from dreamshard.store.base import PlanStore
 from dreamshard.usecases import plan as plan_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
-from dreamshard.usecases.stored import current_or_none, open_plan_store
-from dreamshard.values import Inventory, Plan, Verification
+from dreamshard.usecases.stored import current_or_none, job_incumbent, open_plan_store
+from dreamshard.values import Inventory, Plan, Topology, Verification
 
 #: `fallback`: the plan was rejected and the current plan cannot serve the version (a table added, removed or
 #: reshaped): the best baseline the gate measured with it became current instead (`fallback_ref`).
@@ -35,6 +36,9 @@ Outcome = Literal["published", "not-published", "fallback", "retrain-due", "curr
 
 
 class ReplanRequest(Request):
+    """A new version to plan; the topology is the job's the inventory records, unless the settings were told
+    otherwise (`--devices/--hosts/--devices-per-host/--memory-gb`: dreamshard.config.job)."""
+
     inventory: Path | None = None  # a file; None: the store's current version of `inventory_name`
     inventory_name: str | None = None
     store: str | None = None  # None: publish.store_uri
@@ -51,6 +55,7 @@ class ReplanResult(Result):
     reason: str
     inventory_name: str
     fingerprint: str
+    topology: Topology | None = None  # what the version was planned for (the job's, unless told otherwise)
     plan: Plan | None = None
     ref: PublishedRef | None = None
     fallback_ref: PublishedRef | None = None  # outcome `fallback`: the baseline plan that became current
@@ -59,8 +64,9 @@ class ReplanResult(Result):
     # what the plan step measured (`--verify`: candidates, their rounds, the kept one); the gate stores the plan
     # without it (a plan file's verification is never trusted), so the use case reports it here
     verification: Verification | None = None
-    # `published`: the new plan against the plan that was current, the tables it moves (what the training job
-    # reshards); None when nothing was current before, or the new plan did not become current
+    # `published`: the new plan against the plan the job of this topology ran (the latest approved plan of the
+    # inventory for its world size: what the search started from), the tables it moves (what the training job
+    # reshards); None when there was none, or the new plan did not become current
     diff: PlanDiff | None = None
 
 
@@ -90,9 +96,12 @@ def production_model(model: Path | None, workspace: Path | None) -> Path | None:
     return candidate if candidate is not None and has_model(candidate) else None
 
 
-def decided(store: PlanStore, name: str, fingerprint: str) -> PlanRecord | None:
-    """The last plan the gate decided on for this inventory version (approved or not), if any."""
+def decided(store: PlanStore, name: str, fingerprint: str, topology: Topology | None = None) -> PlanRecord | None:
+    """The last plan the gate decided on for this inventory version (approved or not), if any; given `topology`,
+    only a plan for it counts (a decision for 4 ranks decides nothing for 2)."""
     records = [r for r in list_plans(store, name, fingerprint) if not r.problem]
+    if topology is not None:
+        records = [r for r in records if r.topology == topology]
     return records[-1] if records else None
 
 
@@ -102,22 +111,25 @@ def _result(inv: Inventory, current: Plan | None, **fields: Any) -> ReplanResult
     return ReplanResult(inventory_name=inv.name, fingerprint=inv.fingerprint(), previous_plan_id=previous, **fields)
 
 
-def _settled(store: PlanStore, inv: Inventory, current: Plan | None, force: bool) -> ReplanResult | None:
-    """The version needs no new plan (None: it does): its plan is current already, or the gate decided on it."""
+def _settled(
+    store: PlanStore, inv: Inventory, current: Plan | None, topology: Topology, force: bool
+) -> ReplanResult | None:
+    """The version needs no new plan for `topology` (None: it does): its plan for it is current already, or the
+    gate decided on one for it."""
     fingerprint = inv.fingerprint()
     if force:
         return None
-    if current is not None and current.inventory_fingerprint == fingerprint:
+    if current is not None and current.inventory_fingerprint == fingerprint and current.topology == topology:
         reason = f"plan {current.plan_id} is already current for version {fingerprint[:12]}"
-        return _result(inv, current, outcome="current", plan=current, reason=reason)
-    last = decided(store, inv.name, fingerprint)
+        return _result(inv, current, outcome="current", plan=current, reason=reason, topology=topology)
+    last = decided(store, inv.name, fingerprint, topology)
     if last is None:
         return None
     reason = (
-        f"version {fingerprint[:12]} was decided: plan {last.plan_id} {last.status} ({last.reason}); "
-        f"--force re-plans it"
+        f"version {fingerprint[:12]} was decided for this topology: plan {last.plan_id} {last.status} "
+        f"({last.reason}); --force re-plans it"
     )
-    return _result(inv, current, outcome="already-decided", reason=reason)
+    return _result(inv, current, outcome="already-decided", reason=reason, topology=topology)
 
 
 def _planned(request: ReplanRequest, inv_file: Path, plan_file: Path, current: Plan | None) -> plan_uc.PlanResult:
@@ -138,7 +150,11 @@ def _planned(request: ReplanRequest, inv_file: Path, plan_file: Path, current: P
 
 
 def _published(
-    inv: Inventory, current: Plan | None, planned: plan_uc.PlanResult, published: publish_uc.PublishResult
+    inv: Inventory,
+    current: Plan | None,
+    incumbent: Plan | None,
+    planned: plan_uc.PlanResult,
+    published: publish_uc.PublishResult,
 ) -> ReplanResult:
     """What the gate made of the new plan: published, the fallback made current, or not published."""
     fallback = published.fallback_ref
@@ -147,12 +163,13 @@ def _published(
         outcome = "published"
     elif fallback is not None and fallback.is_current:
         outcome = "fallback"
-    diff = plan_diff(current, published.plan, inv) if current is not None and outcome == "published" else None
+    diff = plan_diff(incumbent, published.plan, inv) if incumbent is not None and outcome == "published" else None
     return _result(
         inv,
         current,
         outcome=outcome,
         plan=published.plan,
+        topology=published.plan.topology,
         ref=published.ref,
         fallback_ref=fallback,
         warnings=planned.warnings,
@@ -162,45 +179,79 @@ def _published(
     )
 
 
+def _retrain_due(inv: Inventory, current: Plan | None, planned: plan_uc.PlanResult) -> ReplanResult:
+    plan = planned.plan
+    reason = (
+        f"version {inv.fingerprint()[:12]} is outside the production model's training ranges "
+        f"({'; '.join(plan.out_of_range)}): retrain before publishing"
+    )
+    return _result(
+        inv,
+        current,
+        outcome="retrain-due",
+        plan=plan,
+        topology=plan.topology,
+        verification=plan.verification,
+        retrain_reasons=list(plan.out_of_range),
+        warnings=planned.warnings,
+        reason=reason,
+    )
+
+
+def _push(request: ReplanRequest, store: PlanStore, inv: Inventory) -> None:
+    """The version becomes the store's current one: only once a decision about it is recorded (issue 39, defect
+    11: a version that fails to plan leaves the store as it was)."""
+    push_inventory(store, inv, store_uri=request.store or request.settings.publish.store_uri)
+
+
+def _told(request: ReplanRequest, topology: Topology) -> Topology | None:
+    """The topology the gate checks the plan against: the one planned for when the caller said otherwise than the
+    job the inventory records (None: the gate checks against the job, `gate.trust.check_topology`)."""
+    return topology if any(k in JOB_KEYS for k in request.settings.told) else None
+
+
+def _decide(
+    request: ReplanRequest, store: PlanStore, inv: Inventory, work: Path, topology: Topology
+) -> publish_uc.PublishResult:
+    """The gate's decision on the planned `work/plan.json`, stored; the version becomes the store's current one just
+    before it (`_push`). A plan id the store already decided for this version keeps its recorded decision (one
+    decision per plan id per inventory version), without measuring again."""
+    plan_file = work / "plan.json"
+    done = publish_uc.recorded(store, plan_file)
+    if done is not None:
+        _push(request, store, inv)
+        return done
+    gate_request = publish_uc.PublishRequest(
+        settings=request.settings,
+        plan=plan_file,
+        measure=True,
+        inventory=work / "inventory.yaml",  # baselines: publish.baselines
+        store=request.store,
+        endpoint_url=request.endpoint_url,
+        topology=_told(request, topology),
+    )
+    gated = publish_uc.gate(gate_request, store)
+    _push(request, store, inv)  # the version a decision is recorded for
+    return publish_uc.store_gated(store, gated)
+
+
 def run(request: ReplanRequest) -> ReplanResult:
     s = request.settings
     store = open_plan_store(s, request.store, request.endpoint_url, existing=False)
     inv = _inventory(request, store)
-    push_inventory(store, inv, store_uri=request.store or s.publish.store_uri)  # the version a plan is for
+    topology = s.topology_for_job(inv.job)  # the job's, unless told otherwise
     current = current_or_none(store, inv.name)  # None: this replan makes the first
-    settled = _settled(store, inv, current, request.force)
+    settled = _settled(store, inv, current, topology, request.force)
     if settled is not None:
         return settled
+    start = job_incumbent(store, inv.name, topology, current)  # what the job of this topology runs now
     with tempfile.TemporaryDirectory(prefix="dreamshard-replan-") as tmp:
         work = request.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        inv_file, plan_file = work / "inventory.yaml", work / "plan.json"
-        save_inventory(inv, inv_file)
-        planned = _planned(request, inv_file, plan_file, current)
-        plan = planned.plan
-        if plan.out_of_range:
-            reason = (
-                f"version {inv.fingerprint()[:12]} is outside the production model's training ranges "
-                f"({'; '.join(plan.out_of_range)}): retrain before publishing"
-            )
-            return _result(
-                inv,
-                current,
-                outcome="retrain-due",
-                plan=plan,
-                verification=plan.verification,
-                retrain_reasons=list(plan.out_of_range),
-                warnings=planned.warnings,
-                reason=reason,
-            )
-        published = publish_uc.run(
-            publish_uc.PublishRequest(
-                settings=s,
-                plan=plan_file,
-                measure=True,
-                inventory=inv_file,  # baselines: publish.baselines
-                store=request.store,
-                endpoint_url=request.endpoint_url,
-            )
-        )
-    return _published(inv, current, planned, published)
+        save_inventory(inv, work / "inventory.yaml")
+        planned = _planned(request, work / "inventory.yaml", work / "plan.json", start)
+        if planned.plan.out_of_range:
+            _push(request, store, inv)  # the retrain that is due plans the store's current version
+            return _retrain_due(inv, current, planned)
+        published = _decide(request, store, inv, work, topology)
+    return _published(inv, current, start, planned, published)

@@ -1,4 +1,5 @@
-"""The plan store a command works on (--store, else publish.store_uri of the settings) and plans in it."""
+"""The plan store a command works on (--store, else publish.store_uri of the settings) and plans in it: by id, the
+current one, and the one a job of a given topology runs now."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dreamshard.store import get_current, open_store, show
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import current_key
 from dreamshard.store.local import LocalPlanStore
-from dreamshard.values import Plan
+from dreamshard.store.lookup import approved_plan_for
+from dreamshard.values import Plan, Topology
 
 
 def open_plan_store(
@@ -42,3 +44,13 @@ def current_or_none(store: PlanStore, inventory: str) -> Plan | None:
         return get_current(store, inventory)
     except StoreError:
         return None
+
+
+def job_incumbent(store: PlanStore, inventory: str, topology: Topology, current: Plan | None = None) -> Plan | None:
+    """The plan the job of `topology` runs now, which a new version's search starts from: the current plan of
+    `inventory` (`current`, when the caller read it) when it is for that world size, else the latest approved plan
+    of the inventory that is (dreamshard.store.lookup; None: none is)."""
+    current = current if current is not None else current_or_none(store, inventory)
+    if current is not None and current.topology.num_devices == topology.num_devices:
+        return current
+    return approved_plan_for(store, None, topology.num_devices, inventory=inventory).plan
