@@ -26,6 +26,7 @@ its working directory.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,10 @@ from typing import Any
 from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 from dreamshard_flows.replan import RETRAIN_DUE_EVENT
 
+from dreamshard.config.settings import resolve
+from dreamshard.errors import DreamshardError, InputFileError
 from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT
+from dreamshard.usecases.pipeline_steps import absolute_uri
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -46,6 +50,11 @@ def _orchestrator_request(params_path: str, workspace: str, store_uri: str | Non
     if store_uri:
         req["store_uri"] = store_uri
     return {"request": {**req, **extra}}
+
+
+def _jinja_string(text: str) -> str:
+    """`text` as a Jinja string literal (a path is data: quotes, braces and backslashes stay inside the literal)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _trigger(name: str, description: str, event: str, resources: str, parameters: dict[str, Any]) -> Any:
@@ -61,19 +70,22 @@ def _trigger(name: str, description: str, event: str, resources: str, parameters
 
 
 def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
-    """Re-plan the inventory named in the event (its current version in the store) with the production model."""
+    """Re-plan the inventory named in the event (its current version in the store it was pushed to, which the
+    event carries) with the production model."""
     return _trigger(
         "inventory-changed",
         "A new inventory version was pushed (`dreamshard inventory push`)",
         INVENTORY_CHANGED_EVENT,
         "dreamshard.inventory.*",
-        _orchestrator_request(
-            params_path,
-            workspace,
-            store_uri,
-            inventory_name="{{ event.payload.inventory_name }}",
-            reason="inventory {{ event.payload.inventory_name }} changed to version {{ event.payload.fingerprint }}",
-        ),
+        {
+            "request": {
+                **_named_request("{{ event.payload.inventory_name }}", params_path, workspace, store_uri)["request"],
+                # the store the version was pushed to (dreamshard_flows.events), else the registered one
+                "store_uri": "{{ event.payload.store_uri or " + _jinja_string(store_uri or "") + " }}",
+                "reason": "inventory {{ event.payload.inventory_name }} changed to version "
+                "{{ event.payload.fingerprint }}",
+            }
+        },
     )
 
 
@@ -179,12 +191,24 @@ def _other_deployments(
         ),
         publish_workspace_plan.to_deployment(
             name="publish-plan",
-            parameters={"request": {"workspace": workspace}},
+            parameters={"request": {"workspace": workspace, **({"store_uri": store_uri} if store_uri else {})}},
             tags=["dreamshard"],
             description="Gate, attach lineage and publish the workspace's current plan",
             **_pool(work_pools, DEFAULT_POOL),
         ),
     ]
+
+
+def registered_paths(params_path: str, workspace: str, store_uri: str | None) -> tuple[str, str, str]:
+    """The params file, the workspace and the plan store as a deployment records them: absolute, taken from this
+    process's working directory (a worker runs each flow in a temporary directory, where a relative path names
+    nothing). The store defaults to the params' `publish.store_uri`. A missing or invalid params file is refused
+    here, at registration, not by the first run."""
+    params = Path(params_path).expanduser().resolve()
+    if not params.is_file():
+        raise InputFileError(f"params file not found: {params}")
+    store = store_uri or resolve(params).publish.store_uri
+    return str(params), str(Path(workspace).expanduser().resolve()), absolute_uri(store)
 
 
 def build_deployments(
@@ -194,8 +218,11 @@ def build_deployments(
     work_pools: bool = False,
     inventory_name: str = "pool",
 ) -> list[Any]:
-    """RunnerDeployments for serve() (work_pools=False) or for work pools (work_pool_name set)."""
+    """RunnerDeployments for serve() (work_pools=False) or for work pools (work_pool_name set), every path in
+    their parameters absolute (`registered_paths`)."""
     from dreamshard_flows.replan import replan_on_inventory_change
+
+    params_path, workspace, store_uri = registered_paths(params_path, workspace, store_uri)
 
     replan = replan_on_inventory_change.to_deployment(
         name="on-inventory-change",
@@ -224,7 +251,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    deployments = build_deployments(args.params, args.workspace, args.store, args.work_pools, args.inventory_name)
+    try:
+        deployments = build_deployments(args.params, args.workspace, args.store, args.work_pools, args.inventory_name)
+    except DreamshardError as e:
+        raise SystemExit(f"error: {e}") from None
     if args.work_pools:
         for d in deployments:
             print(f"registered {d.flow_name}/{d.name} -> pool {d.work_pool_name}: {d.apply()}")

@@ -9,6 +9,7 @@ import os
 from prefect.events import emit_event
 
 from dreamshard.usecases.inventory import InventoryRef
+from dreamshard.usecases.pipeline_steps import absolute_uri
 
 #: Event name the orchestrator's deployment trigger matches.
 INVENTORY_CHANGED_EVENT = "dreamshard.inventory.changed"
@@ -19,6 +20,14 @@ def inventory_resource_id(name: str) -> str:
     return f"dreamshard.inventory.{name}"
 
 
+def store_of(ref: InventoryRef) -> str:
+    """The store a version was pushed to, absolute (a local path from this process's working directory), or ""
+    when its URI does not say (pushed without a store URI)."""
+    if ref.uri == ref.key or not ref.uri.endswith("/" + ref.key):
+        return ""
+    return absolute_uri(ref.uri[: -len(ref.key) - 1])
+
+
 def emit_inventory_changed(ref: InventoryRef) -> str | None:
     """Emit `dreamshard.inventory.changed` for `ref`; returns the event id, or None if not emitted (no API)."""
     event = emit_event(
@@ -27,7 +36,13 @@ def emit_inventory_changed(ref: InventoryRef) -> str | None:
             "prefect.resource.id": inventory_resource_id(ref.name),
             "prefect.resource.name": ref.name,
         },
-        payload={"fingerprint": ref.fingerprint, "uri": ref.uri, "key": ref.key, "inventory_name": ref.name},
+        payload={
+            "fingerprint": ref.fingerprint,
+            "uri": ref.uri,
+            "key": ref.key,
+            "inventory_name": ref.name,
+            "store_uri": store_of(ref),
+        },
     )
     return None if event is None else str(event.id)
 

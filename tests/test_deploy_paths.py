@@ -1,0 +1,89 @@
+"""Deployments record absolute paths (a worker runs each flow in a temporary directory) and the
+`inventory.changed` event carries the store the version was pushed to, which the triggered replan uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2.sandbox
+import pytest
+from flows_support import tiny_inventory, write_params
+
+from dreamshard.errors import InputFileError
+from dreamshard.store import open_store, push_inventory
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def _requests(deployments: list[Any]) -> list[dict[str, Any]]:
+    out = [d.parameters.get("request", {}) for d in deployments]
+    out += [t.parameters.get("request", {}) for d in deployments for t in (d.triggers or [])]
+    return [r for r in out if r]
+
+
+def test_every_registered_path_is_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dreamshard_flows.deploy import build_deployments
+
+    project = tmp_path / "project"
+    project.mkdir()
+    write_params(project / "params.yaml", publish={"store_uri": "plans"})
+    monkeypatch.chdir(project)
+    deployments = build_deployments("params.yaml", "runs/pipeline", None, work_pools=True, inventory_name="tiny")
+    requests = _requests(deployments)
+    assert len(requests) >= 6  # the deployments' own requests and their triggers'
+    for r in requests:
+        for key in ("params_path", "workspace"):
+            if key in r:
+                assert Path(r[key]).is_absolute(), (key, r[key])
+        store = r.get("store_uri", "")
+        assert str(project / "plans") in store, r  # the params' relative store, from the registering directory
+    assert {r["params_path"] for r in requests if "params_path" in r} == {str(project / "params.yaml")}
+
+
+def test_a_missing_params_file_is_refused_at_registration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dreamshard_flows.deploy import build_deployments, main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputFileError, match="params file not found"):
+        build_deployments("params.yaml", "runs/pipeline", work_pools=True)
+    with pytest.raises(SystemExit, match="error: params file not found"):
+        main(["--work-pools"])
+
+
+def _render(template: str, payload: dict[str, Any]) -> str:
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment()
+    return env.from_string(template).render(event={"payload": payload})
+
+
+@pytest.mark.parametrize("registered", ["/srv/plans", "/tmp/odd 'quote' }} {{ and \\ back\"slash"])
+def test_the_event_store_wins_else_the_registered_one(tmp_path: Path, registered: str) -> None:
+    from dreamshard_flows.deploy import inventory_changed_trigger
+
+    trigger = inventory_changed_trigger(str(tmp_path / "params.yaml"), str(tmp_path / "ws"), registered)
+    template = trigger.parameters["request"]["store_uri"]
+    assert _render(template, {"store_uri": "s3://bucket/pushed"}) == "s3://bucket/pushed"
+    assert _render(template, {}) == registered  # an event without a store: the one registered
+    assert _render(trigger.parameters["request"]["inventory_name"], {"inventory_name": "tiny"}) == "tiny"
+
+
+def test_the_event_carries_the_absolute_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dreamshard_flows.events as events
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "emit_event", lambda **kw: sent.append(kw))
+    monkeypatch.chdir(tmp_path)
+    ref = push_inventory(open_store("plans"), tiny_inventory(tmp_path / "inv.yaml"), store_uri="plans")
+    events.emit_inventory_changed(ref)
+    (event,) = sent
+    assert event["payload"]["store_uri"] == str(tmp_path / "plans")
+    assert json.loads(json.dumps(event["payload"]))["inventory_name"] == "tiny"
+    bare = push_inventory(open_store("plans"), tiny_inventory(tmp_path / "inv.yaml"))  # pushed without a URI
+    assert events.store_of(bare) == ""
