@@ -11,7 +11,7 @@ from dreamshard.cli.options import MAX_SEED, ParamsOpt
 from dreamshard.config.settings import resolve
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
-from dreamshard.values import MAX_BATCH, MAX_DIM, Inventory
+from dreamshard.values import MAX_BATCH, MAX_DEVICE_GB, MAX_DIM, Inventory
 from dreamshard.values.names import check_name
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
@@ -131,21 +131,26 @@ def from_torchrec_cmd(
             "--model", help="pkg.mod:build or path/to/file.py:build, a callable returning the TorchRec model."
         ),
     ],
+    output: OutputOpt,
     batches: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--batches",
             help="torch.save'd list of batches: dicts {keys, values, lengths[, weights]} or KeyedJaggedTensors "
-            "(--allow-pickle).",
+            "(--allow-pickle). Without it, every table's pooling comes from --constraints (pooling_factors).",
         ),
-    ],
+    ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch in the file.")
-    ],
-    output: OutputOpt,
+        int | None, typer.Option("--batch-size", min=1, max=MAX_BATCH, help="Samples per batch in the file.")
+    ] = None,
     planned_batch_size: Annotated[
         int,
-        typer.Option("--planned-batch-size", min=1, max=MAX_BATCH, help="Batch the reuse histograms are rescaled to."),
+        typer.Option(
+            "--planned-batch-size",
+            min=1,
+            max=MAX_BATCH,
+            help="Batch the reuse histograms are rescaled to (the job's global batch when --world-size is given).",
+        ),
     ] = 2048,
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: torchrec).")] = None,
     allow_pickle: Annotated[
@@ -155,9 +160,34 @@ def from_torchrec_cmd(
             help="Read pickled KeyedJaggedTensors (torch.load weights_only=False; trusted files only).",
         ),
     ] = False,
+    constraints: Annotated[
+        Path | None,
+        typer.Option(
+            "--constraints",
+            help="Per-table constraints: a .py file defining constraints = {table: ParameterConstraints(...)} "
+            "(imported: trusted files only), or a YAML/JSON mapping of the same fields.",
+        ),
+    ] = None,
+    world_size: Annotated[
+        int | None,
+        typer.Option("--world-size", min=1, help="The training job's ranks (recorded as its job)."),
+    ] = None,
+    devices_per_host: Annotated[
+        int | None,
+        typer.Option("--devices-per-host", min=1, help="The job's ranks per host (needs --world-size)."),
+    ] = None,
+    memory_gb: Annotated[
+        float | None,
+        typer.Option("--memory-gb", min=0.0, max=MAX_DEVICE_GB, help="The job's memory per device in GB."),
+    ] = None,
+    optimizer: Annotated[
+        str | None, typer.Option("--optimizer", help="The job's fused optimizer: sgd, rowwise_adagrad or adam.")
+    ] = None,
+    device_type: Annotated[str | None, typer.Option("--device-type", help="The job's devices: cpu or cuda.")] = None,
 ) -> None:
-    """Build an inventory from a TorchRec model (its EmbeddingBagCollections: tables, dims, dtypes, features)
-    and its KeyedJaggedTensor batches (pooling per feature, reuse histograms at the planned batch)."""
+    """Build an inventory from a TorchRec model (its EmbeddingBagCollections and EmbeddingCollections: tables,
+    dims, dtypes, features), its KeyedJaggedTensor batches (lookups per feature, reuse histograms at the planned
+    batch), the team's constraints and the training job's topology."""
     if name is not None:
         check_name(name, "--name")
     result = inventory_uc.from_torchrec(
@@ -169,11 +199,21 @@ def from_torchrec_cmd(
             name=name,
             out=output,
             allow_pickle=allow_pickle,
+            constraints=constraints,
+            world_size=world_size,
+            devices_per_host=devices_per_host,
+            memory_gb=memory_gb,
+            optimizer=optimizer,
+            device_type=device_type,
         )
     )
     for line in result.warnings:
         typer.echo(f"warning: {line}", err=True)
-    typer.echo(f"wrote {output}: {_summary(result.inventory)}, schema {result.inventory.schema_fingerprint()[:12]}")
+    inv = result.inventory
+    sequence = sum(1 for t in inv.tables if not t.pooled)
+    kinds = f" ({sequence} sequence)" if sequence else ""
+    job = f", job {inv.job.world_size} ranks" if inv.job is not None else ""
+    typer.echo(f"wrote {output}: {_summary(inv)}{kinds}, schema {inv.schema_fingerprint()[:12]}{job}")
 
 
 @inventory_app.command("validate")

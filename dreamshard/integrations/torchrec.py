@@ -7,9 +7,13 @@ Using a plan (the one documented call)::
     plan = load_sharding_plan("tr.json", ebc, world_size=dist.get_world_size())
     model = DistributedModelParallel(ebc, device=device, plan=plan, sharders=sharders)
 
+Every shardable module of the model is planned under its own path: an ``EmbeddingBagCollection``'s tables with
+its sharder's parameter shardings, an ``EmbeddingCollection``'s (sequence tables) with its own (which has no
+table_row_wise: a plan that asks it is refused, naming the table); each table is found in the model by its name.
 Per table the plan becomes TorchRec's own generator (`construct_module_sharding_plan`), with every table's shape
-checked against the module (`check_table_shape`). torchrec is an optional dependency, imported inside the
-functions: without it these calls raise a one-line MissingDependencyError with the install command.
+checked against the module (`check_table_shape`) and the file's kernel and carried constraints set in its
+``ParameterSharding`` (dreamshard.integrations.torchrec_carried). torchrec is an optional dependency, imported
+inside the functions: without it these calls raise a one-line MissingDependencyError with the install command.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ import torch.nn as nn
 
 from dreamshard.errors import PlanError
 from dreamshard.integrations import require_torchrec
+from dreamshard.integrations.torchrec_build import build_ebc as build_ebc  # the modules' builders lived here
+from dreamshard.integrations.torchrec_build import build_model as build_model
+from dreamshard.integrations.torchrec_build import module_names
+from dreamshard.integrations.torchrec_build import table_configs as table_configs
+from dreamshard.integrations.torchrec_build import torchrec_table_name as torchrec_table_name
+from dreamshard.integrations.torchrec_carried import parameter_sharding_fields
 from dreamshard.integrations.torchrec_file import (
     TableSharding,
     TorchRecPlanFile,
@@ -37,64 +47,8 @@ from dreamshard.values import Inventory, Plan, Topology
 
 if TYPE_CHECKING:  # optional dependency: torchrec (annotations only)
     from torchrec.distributed.types import ModuleSharder, ShardingPlan  # optional dependency: torchrec
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection  # optional dependency: torchrec
 
 PlanSource = TorchRecPlanFile | Plan | str | Path
-
-
-def torchrec_table_name(name: str) -> str:
-    """The name a dreamshard table gets in a TorchRec module: '.' (refused by TorchRec's module dicts) as '_',
-    and a trailing '_table' where the name is an attribute of ``nn.ModuleDict`` (e.g. 'keys')."""
-    safe = name.replace(".", "_")
-    return f"{safe}_table" if hasattr(nn.ModuleDict(), safe) else safe
-
-
-def _module_names(inventory_names: Sequence[str], names: Mapping[str, str] | None) -> dict[str, str]:
-    """{dreamshard table: TorchRec table}; PlanError if two tables would share a TorchRec name."""
-    out = {n: (names or {}).get(n) or torchrec_table_name(n) for n in inventory_names}
-    seen: dict[str, str] = {}
-    for ours, theirs in out.items():
-        if theirs in seen:
-            raise PlanError(
-                f"tables '{seen[theirs]}' and '{ours}' both map to TorchRec table '{theirs}'; pass names={{...}}"
-            )
-        seen[theirs] = ours
-    return out
-
-
-def table_configs(inventory: Inventory, rows: Mapping[str, int] | None = None) -> list[Any]:
-    """One ``EmbeddingBagConfig`` per table (sum pooling, its dtype; feature names = the table's `features`, else
-    its TorchRec name), optionally with fewer rows (``rows[name]``: a scaled-down copy for CPU runs)."""
-    require_torchrec()
-    from torchrec.modules.embedding_configs import (  # optional dependency: torchrec
-        DataType,
-        EmbeddingBagConfig,
-        PoolingType,
-    )
-
-    dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
-    mapped = _module_names(inventory.table_names, None)
-    return [
-        EmbeddingBagConfig(
-            name=mapped[t.name],
-            num_embeddings=int((rows or {}).get(t.name, t.num_embeddings)),
-            embedding_dim=t.embedding_dim,
-            feature_names=[f.name for f in t.features] or [mapped[t.name]],
-            data_type=dtypes[t.dtype],
-            pooling=PoolingType.SUM,
-        )
-        for t in inventory.tables
-    ]
-
-
-def build_ebc(
-    inventory: Inventory, device: str = "meta", rows: Mapping[str, int] | None = None
-) -> EmbeddingBagCollection:
-    """An ``EmbeddingBagCollection`` of the inventory's tables (on the meta device by default: DMP allocates only
-    each rank's shards)."""
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection  # optional dependency: torchrec
-
-    return EmbeddingBagCollection(tables=table_configs(inventory, rows), device=torch.device(device))
 
 
 def _sharder_map(sharders: Sequence[ModuleSharder[Any]] | None) -> dict[type, ModuleSharder[Any]]:
@@ -141,7 +95,8 @@ def _embedding_modules(
 
 
 def _generator(table: str, spec: TableSharding, rows: int, dim: int, world_size: int, local_size: int) -> Any:
-    """TorchRec's per-parameter sharding generator for one table of the plan (shape checked first)."""
+    """TorchRec's per-parameter sharding generator for one table of the plan (shape checked first), its
+    ParameterSharding carrying the file's kernel and constraints (`_with_fields`)."""
     # optional dependency: torchrec
     from torchrec.distributed.sharding_plan import column_wise, data_parallel, row_wise, table_row_wise, table_wise
 
@@ -149,28 +104,45 @@ def _generator(table: str, spec: TableSharding, rows: int, dim: int, world_size:
     kernel = spec.compute_kernel
     kind = spec.sharding_type
     if kind == "table_wise":
-        return table_wise(rank=spec.ranks[0], compute_kernel=kernel)
-    if kind == "data_parallel":
-        return data_parallel()  # TorchRec picks the dense kernel, the file's (checked) kernel
-    if kind == "row_wise":
-        return row_wise(compute_kernel=kernel)
-    if kind == "table_row_wise":
-        return _with_kernel(table_row_wise(host_index=spec.ranks[0] // local_size), kernel)
-    shards = spec.column_shards()  # THE reader of the file's shards (column order), as the import reads them
-    if len({sh.width for sh in shards}) == 1:  # column_wise: shard i (in column order) on ranks[i]
-        return column_wise(ranks=[sh.device for sh in shards], compute_kernel=kernel)
-    return _column_ranges_generator(spec)
+        generator = table_wise(rank=spec.ranks[0], compute_kernel=kernel)
+    elif kind == "data_parallel":
+        generator = data_parallel()  # TorchRec picks the dense kernel, the file's (checked) kernel
+    elif kind == "row_wise":
+        generator = row_wise(compute_kernel=kernel)
+    elif kind == "table_row_wise":
+        generator = table_row_wise(host_index=spec.ranks[0] // local_size)  # takes no kernel: `_with_fields` sets it
+    elif len({sh.width for sh in spec.column_shards()}) == 1:  # column_wise: shard i (in column order) on ranks[i]
+        generator = column_wise(ranks=[sh.device for sh in spec.column_shards()], compute_kernel=kernel)
+    else:
+        generator = _column_ranges_generator(spec)
+    return _with_fields(generator, spec)
 
 
-def _with_kernel(generator: Any, kernel: str) -> Any:
-    """`generator` with its ParameterSharding's compute kernel set (``table_row_wise`` takes none)."""
+def _with_fields(generator: Any, spec: TableSharding) -> Any:
+    """`generator` with its ParameterSharding's compute kernel set (``table_row_wise`` takes none) and the fields
+    the file carries (`torchrec_carried.parameter_sharding_fields`: cache params, enforce_hbm, ...)."""
+    fields = parameter_sharding_fields(spec)
 
     def generate(*args: Any) -> Any:
         ps = generator(*args)
-        ps.compute_kernel = kernel
+        ps.compute_kernel = spec.compute_kernel
+        for name, value in fields.items():
+            setattr(ps, name, value)
         return ps
 
     return generate
+
+
+def _check_type(table: str, spec: TableSharding, sharder: Any, where: str, device_type: str) -> None:
+    """PlanError naming the table when the module's sharder shards its tables in no such type on any device (an
+    EmbeddingCollection's sequence tables have no table_row_wise). A sharder's cpu list is narrower than what runs
+    on cpu (row-wise bag tables train there), so the types of both device types count."""
+    allowed = list(dict.fromkeys([*sharder.sharding_types(device_type), *sharder.sharding_types("cuda")]))
+    if spec.sharding_type not in allowed:
+        raise PlanError(
+            f"table '{table}' of {where} is {spec.sharding_type} in the plan, but {type(sharder).__name__} shards "
+            f"its tables {', '.join(allowed)}; re-plan"
+        )
 
 
 def _column_ranges_generator(spec: TableSharding) -> Any:
@@ -282,7 +254,7 @@ def sharding_plan(
             f"table '{twrw[0]}' is table_row_wise over hosts of {doc.local_world_size or doc.world_size} "
             f"ranks, but local_size is {local}"
         )
-    mapped = _module_names(list(doc.tables), names)
+    mapped = module_names(list(doc.tables), names)
     wanted = {theirs: ours for ours, theirs in mapped.items()}
     plans: dict[str, Any] = {}
     placed: dict[str, str] = {}
@@ -299,6 +271,7 @@ def sharding_plan(
             spec = doc.tables[ours]
             rows, dim = (int(x) for x in param.shape)
             check_table_shape(ours, spec, rows, dim, where, doc.world_size, local)
+            _check_type(ours, spec, sharder, where, doc.device_type)
             per_param[theirs] = _generator(ours, spec, rows, dim, doc.world_size, local)
             placed[ours] = path
         plans[path] = construct_module_sharding_plan(
@@ -343,7 +316,7 @@ def plan_from_torchrec(
     if isinstance(source, (TorchRecPlanFile, Plan, str, Path)):
         doc = _document(source, topology.num_devices)
     else:
-        mapped = _module_names(inventory.table_names, names)
+        mapped = module_names(inventory.table_names, names)
         doc = document_from_sharding_plan(
             source, topology.num_devices, topology.device_type, mapped, topology.local_world_size
         )

@@ -8,9 +8,12 @@ Usage (the training job knows its model and the store, not an inventory name)::
     print(current.reason)  # what was loaded, or what it fell back to and why
     model = DistributedModelParallel(model, plan=current.sharding_plan, ...)  # None: TorchRec's own planner
 
-The plan is the current one whose schema fingerprint is the model's (dreamshard.store.lookup, read-only), or the
-current plan of `inventory=NAME`; then every check `torchrec.sharding_plan` makes. A shape mismatch is an error;
-"no plan" is a result with ``sharding_plan=None`` and a one-line `reason` (``require()`` raises instead).
+The plan is the latest approved one whose schema fingerprint is the model's and whose world size is the job's
+(dreamshard.store.lookup, read-only: the current plans first, then the plans that were current before, so a job
+still on an older model version finds its own plan after a newer one is published), or the same among the plans of
+`inventory=NAME`; then every check `torchrec.sharding_plan` makes. A shape mismatch is an error; "no plan" is a
+result with ``sharding_plan=None`` and a one-line `reason` naming the nearest plan refused and why
+(``require()`` raises instead).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from dreamshard.errors import PlanError, StoreError
 from dreamshard.integrations.torchrec import sharding_plan
 from dreamshard.integrations.torchrec_model import schema_fingerprints
 from dreamshard.store import PlanStore, get_current, get_inventory_version, open_store
-from dreamshard.store.lookup import current_plan_for_schema
+from dreamshard.store.lookup import approved_plan_for
 from dreamshard.store.pointer import get_pointer
+from dreamshard.values import Plan
 
 if TYPE_CHECKING:  # optional dependency: torchrec (annotations only)
     from torchrec.distributed.types import ModuleSharder, ShardingPlan  # optional dependency: torchrec
@@ -55,6 +59,54 @@ def _none(reason: str, plan_id: str | None = None, inventory: str | None = None)
     return CurrentShardingPlan(None, plan_id, inventory, f"{reason}; {FALLBACK}")
 
 
+def _refused(plan: Plan, world_size: int, why: str = "") -> CurrentShardingPlan:
+    """No plan for this world size: the nearest one refused, and why."""
+    return _none(
+        f"plan {plan.plan_id} of inventory '{plan.inventory_name}' is for {plan.topology.num_devices} ranks, "
+        f"this job has {world_size}{why}; re-plan with --devices {world_size}",
+        plan.plan_id,
+        plan.inventory_name,
+    )
+
+
+def _found(st: PlanStore, schemas: Sequence[str], world_size: int) -> tuple[Plan, str] | CurrentShardingPlan:
+    """The latest approved plan of the model's schema for `world_size` ranks over every inventory (the plan and how
+    it was found), or why there is none."""
+    schema = schemas[0]
+    found = approved_plan_for(st, schemas, world_size)
+    skipped = f" (unreadable: {'; '.join(found.skipped)})" if found.skipped else ""
+    if found.plan is None:
+        if found.refused is not None:
+            return _refused(found.refused, world_size, f" (schema {schema[:12]}){skipped}")
+        return _none(
+            f"no current plan in {st.location} (nor an earlier approved one) is for this model's tables "
+            f"(schema {schema[:12]}){skipped}"
+        )
+    how = f"found by schema {schema[:12]}" + ("" if found.tier == "current" else ", an earlier approved plan")
+    if len(found.matches) > 1:
+        how += f"; also for {', '.join(found.matches[:-1])}"
+    return found.plan, how
+
+
+def _named(
+    st: PlanStore, schemas: Sequence[str], world_size: int, inventory: str
+) -> tuple[Plan, str] | CurrentShardingPlan:
+    """The latest approved plan of `inventory` for the model's schema and `world_size`; else its current plan (whose
+    shapes `sharding_plan` then checks against the model), or why there is none."""
+    found = approved_plan_for(st, schemas, world_size, inventory=inventory)
+    if found.plan is not None:
+        tier = "current plan" if found.tier == "current" else "an earlier approved plan"
+        return found.plan, f"{tier} of inventory '{inventory}'"
+    if found.refused is not None:
+        return _refused(found.refused, world_size)
+    if get_pointer(st, inventory) is None:
+        return _none(f"inventory '{inventory}' has no current plan in {st.location}", inventory=inventory)
+    plan = get_current(st, inventory)
+    if plan.topology.num_devices != world_size:
+        return _refused(plan, world_size)
+    return plan, f"current plan of inventory '{inventory}'"
+
+
 def load_current_sharding_plan(
     store: PlanStore | str,
     model: nn.Module,
@@ -66,35 +118,18 @@ def load_current_sharding_plan(
     names: Mapping[str, str] | None = None,
     endpoint_url: str | None = None,
 ) -> CurrentShardingPlan:
-    """The current plan for `model` on `world_size` ranks from `store` (a PlanStore or its URI; module docstring).
+    """The latest approved plan for `model` on `world_size` ranks from `store` (a PlanStore or its URI; module
+    docstring).
 
     `inventory` names the inventory (default: found by the model's schema fingerprint); `local_size`,
     `sharders` and `names` as in `dreamshard.integrations.torchrec.sharding_plan`.
     """
     st = open_store(store, endpoint_url=endpoint_url) if isinstance(store, str) else store
     schemas = schema_fingerprints(model, {theirs: ours for ours, theirs in (names or {}).items()})
-    schema = schemas[0]
-    if inventory is None:
-        found = current_plan_for_schema(st, schemas)
-        skipped = f" (unreadable: {'; '.join(found.skipped)})" if found.skipped else ""
-        if found.plan is None:
-            return _none(f"no current plan in {st.location} is for this model's tables (schema {schema[:12]}){skipped}")
-        plan = found.plan
-        how = f"found by schema {schema[:12]}" + (
-            f"; also current for {', '.join(found.matches[:-1])}" if len(found.matches) > 1 else ""
-        )
-    else:
-        if get_pointer(st, inventory) is None:
-            return _none(f"inventory '{inventory}' has no current plan in {st.location}", inventory=inventory)
-        plan = get_current(st, inventory)
-        how = f"current plan of inventory '{inventory}'"
-    if plan.topology.num_devices != world_size:
-        return _none(
-            f"plan {plan.plan_id} of inventory '{plan.inventory_name}' is for {plan.topology.num_devices} "
-            f"ranks, this job has {world_size}; re-plan with --devices {world_size}",
-            plan.plan_id,
-            plan.inventory_name,
-        )
+    got = _found(st, schemas, world_size) if inventory is None else _named(st, schemas, world_size, inventory)
+    if isinstance(got, CurrentShardingPlan):
+        return got
+    plan, how = got
     try:
         inv = get_inventory_version(st, plan.inventory_name, plan.inventory_fingerprint)
     except StoreError:

@@ -18,10 +18,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.documents import atomic_write_text, read_structured, validate_mapping
 from dreamshard.errors import ConfigError, InputFileError, PlanError
+from dreamshard.integrations.torchrec_carried import (
+    BoundsCheckMode,
+    DataTypeName,
+    carried_fields,
+    document_kernels,
+    table_kernels,
+)
 from dreamshard.placement.expand import brief, check_column_shards, check_row_shards, fold_units
 from dreamshard.placement.validate import check_plan
 from dreamshard.sharders.base import make_plan
 from dreamshard.values import (
+    CacheParams,
     ColumnShard,
     DeviceType,
     Inventory,
@@ -36,8 +44,8 @@ from dreamshard.values import (
 
 FORMAT: Literal["dreamshard-torchrec-plan"] = "dreamshard-torchrec-plan"
 #: TorchRec compute kernels a file may name. "fused" (FBGEMM's table-batched kernel, optimizer fused into the
-#: backward) and "dense" (plain parameters, a torch optimizer) run on CPU; the UVM kernels need CUDA.
-ComputeKernel = Literal["fused", "dense", "fused_uvm", "fused_uvm_caching"]
+#: backward) and "dense" (plain parameters, a torch optimizer) run on CPU; the UVM and key-value kernels need CUDA.
+ComputeKernel = Literal["fused", "dense", "fused_uvm", "fused_uvm_caching", "key_value"]
 CPU_KERNELS: tuple[str, ...] = ("fused", "dense")
 SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
 ROW_TYPES: tuple[str, ...] = ("row_wise", "table_row_wise")
@@ -68,6 +76,10 @@ class TableSharding(_Frozen):
     The column ranges may be listed in any order; `column_shards` is THE reader of them (every consumer of a file's
     column shards goes through it: `units`, the import, the ShardingPlan export), so one file means one placement.
     `row_shards` is the same for row ranges (checked against TorchRec's row blocks by the file).
+
+    The rest are TorchRec's ``ParameterSharding`` fields the export sets (dreamshard.integrations.torchrec_carried):
+    a caching table's `cache_load_factor` (the plan's), and what the table's constraints carry (`cache_params`,
+    `enforce_hbm`, `stochastic_rounding`, `bounds_check_mode`, `output_dtype`, `key_value_params`).
     """
 
     sharding_type: Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
@@ -77,6 +89,13 @@ class TableSharding(_Frozen):
     row_ranges: tuple[_Range, ...] | None = None
     num_embeddings: Annotated[int, Field(ge=1, strict=True)] | None = None
     embedding_dim: Annotated[int, Field(ge=1, strict=True)] | None = None
+    cache_load_factor: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    cache_params: CacheParams | None = None
+    enforce_hbm: bool | None = None
+    stochastic_rounding: bool | None = None
+    bounds_check_mode: BoundsCheckMode | None = None
+    output_dtype: DataTypeName | None = None
+    key_value_params: dict[str, int | float | str | bool | None] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -88,6 +107,8 @@ class TableSharding(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> TableSharding:
+        if self.cache_load_factor is not None and self.compute_kernel != "fused_uvm_caching":
+            raise ValueError(f"a cache_load_factor needs compute kernel fused_uvm_caching, not '{self.compute_kernel}'")
         kind = self.sharding_type
         if kind != "column_wise" and self.column_ranges is not None:
             raise ValueError(f"a {kind} table has no column_ranges")
@@ -224,12 +245,16 @@ class TorchRecPlanFile(_Frozen):
 
 
 def torchrec_document(
-    plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel = "fused"
+    plan: Plan, inventory: Inventory | None = None, compute_kernel: ComputeKernel | None = None
 ) -> TorchRecPlanFile:
     """The TorchRec plan file of `plan` (shapes added from `inventory`, which must be the plan's: the plan is
     checked against it with THE placement rule, `placement.validate.check_plan`: every table once, whole or as tiling
-    column shards, none unknown, devices in range, memory recomputed within the limit and equal to the plan's)."""
-    shapes: dict[str, dict[str, int]] = {}
+    column shards, none unknown, devices in range, memory recomputed within the limit and equal to the plan's).
+
+    Each table's kernel is the plan's (`Plan.kernel`); `compute_kernel` replaces the default `fused` of the
+    sharded tables the plan gives no other (a table's `compute_kernels` constraint must allow it). The constraints
+    of the inventory's tables that TorchRec takes in its ``ParameterSharding`` are carried (`carried_fields`)."""
+    shapes: dict[str, dict[str, object]] = {}
     if inventory is not None:
         if inventory.fingerprint() != plan.inventory_fingerprint:
             raise PlanError(
@@ -238,15 +263,14 @@ def torchrec_document(
             )
         check_plan(inventory, plan)
         shapes = {
-            t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim} for t in inventory.tables
+            t.name: {"num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim, **carried_fields(t)}
+            for t in inventory.tables
         }
-    check_kernel(compute_kernel, plan.topology.device_type)
-    tables = {  # data-parallel tables keep the dense kernel (TorchRec's only one for them)
-        name: {
-            **spec,
-            **({} if spec["sharding_type"] == "data_parallel" else {"compute_kernel": compute_kernel}),
-            **shapes.get(name, {}),
-        }
+    if compute_kernel is not None:
+        check_kernel(compute_kernel, plan.topology.device_type)
+    kernels = table_kernels(plan, inventory, compute_kernel)
+    tables = {
+        name: {**spec, "compute_kernel": kernels[name], **shapes.get(name, {})}
         for name, spec in plan.to_torchrec().items()
     }
     return validate_mapping(
@@ -338,7 +362,7 @@ def plan_from_document(
             )
         spec.check_shape(name, t.num_embeddings, t.embedding_dim, doc.world_size, doc.local_world_size)
     folded = fold_units(inventory, doc.units())
-    return make_plan(
+    plan = make_plan(
         inventory,
         topology,
         folded.placement,
@@ -347,3 +371,8 @@ def plan_from_document(
         row_shards=folded.row_shards,
         data_parallel=folded.data_parallel,
     )
+    kernels, factors = document_kernels(doc.tables)
+    if not kernels:
+        return plan
+    update = {"kernels": {**plan.kernels, **kernels}, "cache_load_factors": {**plan.cache_load_factors, **factors}}
+    return validate_mapping({**plan.model_dump(), **update}, Plan, PlanError, "the TorchRec plan's kernels")

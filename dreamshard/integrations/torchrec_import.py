@@ -21,6 +21,9 @@ def _entry(table: str, ps: Any, where: str) -> dict[str, Any]:
     """One table's file entry from its ParameterSharding."""
     kind = str(ps.sharding_type)
     entry: dict[str, Any] = {"sharding_type": kind, "compute_kernel": ps.compute_kernel}
+    factor = getattr(getattr(ps, "cache_params", None), "load_factor", None)
+    if ps.compute_kernel == "fused_uvm_caching" and factor is not None:
+        entry["cache_load_factor"] = float(factor)
     spec_shards = list(ps.sharding_spec.shards) if ps.sharding_spec is not None else []
     if kind == "table_wise":
         entry["ranks"] = [int(ps.ranks[0])] if ps.ranks else []

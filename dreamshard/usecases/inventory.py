@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field
 
 from dreamshard.documents import check_outputs, load_inventory, save_inventory
+from dreamshard.errors import ConfigError
 from dreamshard.inventory.presets import DEFAULT_POOLING as DEFAULT_POOLING  # the preset command's defaults
 from dreamshard.inventory.presets import DEFAULT_ZIPF_EXPONENT as DEFAULT_ZIPF_EXPONENT
 from dreamshard.inventory.presets import PRESETS as PRESETS
@@ -89,32 +90,48 @@ def from_trace(request: FromTraceRequest) -> InventoryResult:
 
 
 class FromTorchrecRequest(Request):
-    """`inventory from-torchrec`: the model (`pkg.mod:build` or `file.py:build`) and its KJT batches file."""
+    """`inventory from-torchrec`: the model (`pkg.mod:build` or `file.py:build`), its KJT batches file, the team's
+    constraints file (`.py` defining `constraints`, or YAML/JSON) and the training job (`world_size` and the
+    options that need it)."""
 
     model: str
-    batches: Path
-    batch_size: int
+    batches: Path | None = None
+    batch_size: int | None = None
     planned_batch_size: int = 2048
     name: str | None = None
     out: Path
     allow_pickle: bool = False
+    constraints: Path | None = None
+    world_size: int | None = None
+    devices_per_host: int | None = None
+    memory_gb: float | None = None
+    optimizer: str | None = None
+    device_type: str | None = None
 
 
 def from_torchrec(request: FromTorchrecRequest) -> InventoryResult:
-    """The inventory of a TorchRec model measured from its batches (integrations.torchrec_model), written to `out`."""
-    from dreamshard.integrations.torchrec_model import load_model, measure_module  # loads torch: this use case only
+    """The inventory of a TorchRec model measured from its batches, with its constraints and job
+    (integrations.torchrec_model), written to `out`."""
+    # loads torch: this use case only
+    from dreamshard.integrations.torchrec_model import job_topology, load_model, measure_module
 
-    check_outputs({"--batches": request.batches}, {"--output": request.out})
+    check_outputs({"--batches": request.batches, "--constraints": request.constraints}, {"--output": request.out})
+    if request.batches is not None and request.batch_size is None:
+        raise ConfigError("--batches needs --batch-size (the samples per batch in the file)")
+    r = request
+    job = job_topology(r.world_size, r.devices_per_host, r.memory_gb, r.optimizer, r.device_type, r.planned_batch_size)
     inv, notes = measure_module(
-        load_model(request.model),
-        request.batches,
-        request.batch_size,
-        request.planned_batch_size,
-        request.name,
-        request.allow_pickle,
+        load_model(r.model),
+        r.batches,
+        r.batch_size,
+        r.planned_batch_size,
+        r.name,
+        r.allow_pickle,
+        constraints=r.constraints,
+        job=job,
     )
-    save_inventory(inv, request.out)
-    return InventoryResult(inventory=inv, out=request.out, warnings=notes)
+    save_inventory(inv, r.out)
+    return InventoryResult(inventory=inv, out=r.out, warnings=notes)
 
 
 #: Entry point group of the functions told about a new inventory version: `notifier(ref) -> str | None` (an

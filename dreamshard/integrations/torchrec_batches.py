@@ -1,0 +1,131 @@
+"""A TorchRec model's batches: the KeyedJaggedTensors (or their dict form) a team saved, read as numpy per feature,
+and the reuse histogram of a table's lookups at the planned batch (docs/torchrec.md, "The model and its batches").
+
+Bad batches are one-line typed errors naming the batch or the key. `dreamshard.integrations.torchrec_model` turns
+them into a model's statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dreamshard.errors import InputFileError
+from dreamshard.integrations import require_torchrec
+from dreamshard.inventory.histogram import count_bins, histogram_from_counts, normalise_histogram
+from dreamshard.values import NUM_REUSE_BINS
+
+#: One batch as numpy: {feature: (values int64, lengths int64)}
+Batch = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _np(x: Any, what: str) -> np.ndarray:
+    if not isinstance(x, torch.Tensor):
+        raise InputFileError(f"{what} must be a tensor, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex():
+        raise InputFileError(f"{what} must hold integers, got {x.dtype}")
+    return x.detach().cpu().numpy().astype(np.int64, copy=False).ravel()
+
+
+def _batch(item: Any, i: int, batch_size: int) -> Batch:
+    """One batch (a KeyedJaggedTensor or the dict form) as {feature: (values, lengths)}."""
+    where = f"batch {i}"
+    if isinstance(item, dict):
+        keys = item.get("keys")
+        if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys) or not keys:
+            raise InputFileError(f"{where}: 'keys' must be a non-empty list of feature names")
+        if "values" not in item or "lengths" not in item:
+            raise InputFileError(f"{where}: a batch dict holds 'keys', 'values', 'lengths' (and optional 'weights')")
+        values, lengths = _np(item["values"], f"{where} values"), _np(item["lengths"], f"{where} lengths")
+    elif hasattr(item, "keys") and hasattr(item, "lengths") and hasattr(item, "values"):  # a KeyedJaggedTensor
+        keys = list(item.keys())
+        values, lengths = _np(item.values(), f"{where} values"), _np(item.lengths(), f"{where} lengths")
+    else:
+        raise InputFileError(
+            f"{where} is a {type(item).__name__}; expected a KeyedJaggedTensor or a dict with keys/values/lengths"
+        )
+    if lengths.size != len(keys) * batch_size:
+        raise InputFileError(
+            f"{where} has {lengths.size} lengths for {len(keys)} keys, not {batch_size} per key; give --batch-size "
+            f"{lengths.size // max(1, len(keys))} (the samples per batch)"
+        )
+    if (lengths < 0).any() or int(lengths.sum()) != values.size:
+        raise InputFileError(f"{where}: lengths must be >= 0 and sum to the {values.size} values")
+    out: Batch = {}
+    pos = 0
+    for k, key in enumerate(keys):
+        ln = lengths[k * batch_size : (k + 1) * batch_size]
+        n = int(ln.sum())
+        if key in out:
+            raise InputFileError(f"{where} lists key '{key}' twice")
+        out[key] = (values[pos : pos + n], ln)
+        pos += n
+    return out
+
+
+def load_batches(source: str | Path | Sequence[Any], batch_size: int, allow_pickle: bool = False) -> list[Batch]:
+    """The batches of a file written by ``torch.save`` (or an in-memory list), each as {feature: (values,
+    lengths)}. The file holds dicts ``{"keys", "values", "lengths"[, "weights"]}`` (lengths key-major:
+    ``batch_size`` per key), read under ``weights_only=True``; a list of KeyedJaggedTensors is a pickle of torchrec
+    objects, read only with `allow_pickle` (trusted files only)."""
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.is_file():
+            raise InputFileError(f"batches file not found: {p}")
+        if allow_pickle:
+            require_torchrec()
+            import torchrec  # noqa: F401  # optional dependency: torchrec (the pickled KeyedJaggedTensor class)
+        try:
+            items = torch.load(p, map_location="cpu", weights_only=not allow_pickle)
+        except Exception as e:  # torch's unpicklers raise many types on foreign bytes
+            if "weights_only" in str(e) or "Unsupported global" in str(e):
+                raise InputFileError(
+                    f"{p} holds objects other than tensors (a pickled KeyedJaggedTensor?), which "
+                    "torch.load(weights_only=True) refuses: save dicts {keys, values, lengths} instead, or load it "
+                    "with weights_only=False (--allow-pickle; only for files you trust)"
+                ) from None
+            raise InputFileError(f"{p}: not a torch file of batches ({type(e).__name__})") from None
+        where = str(p)
+    else:
+        items, where = source, "batches"
+    if not isinstance(items, (list, tuple)) or not items:
+        raise InputFileError(f"{where}: expected a non-empty list of batches, got {type(items).__name__}")
+    return [_batch(item, i, batch_size) for i, item in enumerate(items)]
+
+
+def rescaled_histogram(counts: np.ndarray, ratio: float) -> np.ndarray:
+    """The reuse histogram of one batch's unique-row access `counts` at `ratio` x the batch.
+
+    Each count c is rescaled to the planned batch: r >= 1 keeps the row with count c x r (rows the observed batch
+    never saw are not invented: the histogram leans to more reuse); r < 1 keeps it with probability
+    1 - (1 - r)^c and, when kept, the expected count c x r / (1 - (1 - r)^c). Counts are then re-binned."""
+    c = np.asarray(counts, dtype=np.float64)
+    if ratio == 1.0:
+        return histogram_from_counts(c.astype(np.int64))
+    if ratio > 1.0:
+        kept, scaled = np.ones_like(c), c * ratio
+    else:
+        kept = 1.0 - (1.0 - ratio) ** c
+        scaled = c * ratio / np.maximum(kept, 1e-12)
+    bins = count_bins(np.maximum(1, np.ceil(scaled - 1e-9)).astype(np.int64))
+    out = np.zeros(NUM_REUSE_BINS, dtype=np.float64)
+    np.add.at(out, bins, kept)
+    return out / out.sum() if out.sum() > 0 else out
+
+
+def table_histogram(per_batch: list[np.ndarray], batch_size: int, planned: int) -> tuple[float, ...] | None:
+    """The table's averaged reuse histogram at the planned batch from its per-batch lookups: when `planned` is a
+    multiple m of `batch_size` and there are at least m batches, m consecutive batches are merged (the real counts
+    of a planned batch); otherwise each batch's counts are rescaled (`rescaled_histogram`)."""
+    m = planned // batch_size
+    if planned % batch_size == 0 and 1 < m <= len(per_batch):
+        per_batch = [np.concatenate(per_batch[i : i + m]) for i in range(0, len(per_batch) - m + 1, m)]
+        ratio = 1.0
+    else:
+        ratio = planned / batch_size
+    hists = [rescaled_histogram(np.unique(ix, return_counts=True)[1], ratio) for ix in per_batch if ix.size]
+    return normalise_histogram(np.mean(hists, axis=0)) if hists else None
