@@ -554,19 +554,14 @@ def main_cases(d: Path) -> None:  # noqa: C901 - one flat list of cases reads be
         return r[0] == 0 and wall < 30.0 and sum(1 for _ in (d / "two.jsonl").open()) <= 2 + 4 + 2, f"{wall:.2f} s"
 
 
-# Case tables of one area each (issue 18, second round): module, function(directory, case).
+# Case tables of one area each not yet in tests/attacks/: module, function(directory, case).
 EXTRA_CASES: tuple[tuple[str, str], ...] = (
-    ("hostile_gate_cases", "gate_cases"),
     ("hostile_training_cases", "cases"),
-    ("hostile_torchrec_cases", "cases"),
-    ("hostile_store_cases", "cases"),
     ("hostile_input_cases", "cases"),
     ("hostile_small_cases", "cases"),
-    ("hostile_types_cases", "cases"),
     ("hostile_loop_cases", "cases"),
     ("hostile_whatif_cases", "cases"),
     ("hostile_whatif_cases", "incumbent_cases"),
-    ("hostile_incumbent_cases", "cases"),
 )
 
 

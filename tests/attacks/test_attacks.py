@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cases_forged_plans
 import cases_gate
+import cases_incumbent
 import cases_plan_files
 import cases_store_damage
 import cases_store_layout
@@ -24,6 +25,7 @@ TABLES: tuple[Table, ...] = (
     cases_store_layout.TABLE,
     cases_store_damage.TABLE,
     cases_torchrec_files.TABLE,
+    cases_incumbent.TABLE,
 )
 
 

@@ -1,4 +1,4 @@
-"""Issue 18 items 5, 7 (index generation sized before it runs) and 16 (preset names): hostile inputs.
+"""Hostile inputs of measurement files, index generation (sized before it runs) and preset names.
 
 Each bad input is one line on stderr, exit 2, no traceback, nothing written or changed. The allocation cases
 guard the generators (a guard raises if a batch beyond the budget is ever drawn), so a regression fails fast
@@ -40,7 +40,7 @@ def small_inventory() -> Inventory:
     return synth.synth_inventory(6, 0, name="inv")
 
 
-# -- 18.5: a one-line file without newline that is not a measurements file -------------------------------------
+# -- a one-line file without newline that is not a measurements file -------------------------------------
 @pytest.mark.parametrize("content", ["minified-plan", '{"a": 1}', "hello"])
 def test_profile_refuses_a_one_line_file_that_is_not_measurements(tmp_path: Path, content: str) -> None:
     inv = small_inventory()
@@ -104,7 +104,7 @@ def test_a_killed_writers_partial_record_is_still_recovered(tmp_path: Path) -> N
     assert [m.measurement_id for m in iter_measurements(p)] == [m1.measurement_id, m2.measurement_id]
 
 
-# -- 18.7: index generation is sized before it runs --------------------------------------------------------------
+# -- index generation is sized before it runs --------------------------------------------------------------
 @pytest.fixture
 def guarded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail (instead of allocating) if a batch beyond the budget is ever drawn."""
@@ -232,7 +232,7 @@ def test_fewer_batches_are_the_first_of_the_same_seeded_stream() -> None:
     )  # the cache grows, then serves
 
 
-# -- 18.16: preset names follow the inventory-name rule -----------------------------------------------------------
+# -- preset names follow the inventory-name rule -----------------------------------------------------------
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", "", "x" * 201])
 def test_preset_refuses_an_unsafe_name_up_front(tmp_path: Path, name: str) -> None:
     line = one_line_2(invoke(["inventory", "preset", "criteo-kaggle", "--name", name, "-o", str(tmp_path / "x.yaml")]))

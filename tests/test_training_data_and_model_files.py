@@ -1,5 +1,5 @@
-"""Issue 18 (items 6, 14, 7 and 16, the training part): training data is checked like input, non-finite
-weights are never saved, and a hostile model directory is one line (dreamshard.learning.records, model_store).
+"""Training data is checked like input, non-finite weights are never saved, and a hostile model directory is one
+line (dreamshard.learning.records, model_store).
 
 Each test drives the defect's command where it was user-visible: exit 2 with exactly one line, no traceback,
 nothing written."""
@@ -153,7 +153,7 @@ HOSTILE = {
 @pytest.mark.parametrize("cmd", ["train-cost", "train"])
 @pytest.mark.parametrize("what", list(HOSTILE))
 def test_hostile_training_records_are_one_line_and_write_nothing(world: dict[str, Path], cmd: str, what: str) -> None:
-    """18.6, 18.14, 18.7: 1e308 ms, a device past the topology, one id with two costs, another inventory's record,
+    """1e308 ms, a device past the topology, one id with two costs, another inventory's record,
     an overall contradicting the per-device costs: exit 2, one line naming the record and the field."""
     edit, needles = HOSTILE[what]
     recs = _records(world)
@@ -169,7 +169,7 @@ def test_hostile_training_records_are_one_line_and_write_nothing(world: dict[str
 
 
 def test_records_of_two_inventories_are_refused_without_an_inventory(world: dict[str, Path]) -> None:
-    """18.14: the library check alone (no inventory given) holds the records to the first record's inventory."""
+    """the library check alone (no inventory given) holds the records to the first record's inventory."""
     recs = load_measurements(world["measurements"])
     other = recs[-1].model_copy(update={"inventory_fingerprint": "cd" * 32, "measurement_id": "x"})
     with pytest.raises(TrainingDataError, match=rf"record {len(recs) + 1} .*cdcdcdcdcdcd.*record 1"):
@@ -200,7 +200,7 @@ def test_the_cost_trainer_checks_every_record_it_sees(world: dict[str, Path]) ->
 
 
 def test_a_diverging_fit_is_a_typed_error(world: dict[str, Path]) -> None:
-    """18.6: non-finite weights never leave the trainer (nor reach planning or the policy)."""
+    """non-finite weights never leave the trainer (nor reach planning or the policy)."""
     recs = load_measurements(world["measurements"])
     with pytest.raises(ModelError, match="diverged"):
         train_cost_model(
@@ -218,7 +218,7 @@ def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
 
 
 def test_a_model_with_nan_weights_is_refused_at_load(world: dict[str, Path], tmp_path: Path) -> None:
-    """18.6: `plan` with a NaN model put every table on device 0 at 0.000 ms; now a one-line ModelError."""
+    """`plan` with a NaN model put every table on device 0 at 0.000 ms; now a one-line ModelError."""
     state = torch.load(PACKAGED_DIR / COST_FILE, weights_only=True)
     buf = io.BytesIO()
     torch.save({k: v * float("nan") if v.is_floating_point() else v for k, v in state.items()}, buf)
@@ -232,7 +232,7 @@ def test_a_model_with_nan_weights_is_refused_at_load(world: dict[str, Path], tmp
 
 @pytest.mark.parametrize("cmd", ["train-cost", "train"])
 def test_model_dir_that_is_a_file_is_one_line(world: dict[str, Path], tmp_path: Path, cmd: str) -> None:
-    """18.7: `--model-dir FILE` was a FileExistsError / NotADirectoryError traceback."""
+    """`--model-dir FILE` was a FileExistsError / NotADirectoryError traceback."""
     f = tmp_path / "afile"
     f.write_text("keep me")
     _one_line_2(invoke(_argv(cmd, world, world["measurements"], f)), "InputFileError", "not a directory")
@@ -241,7 +241,7 @@ def test_model_dir_that_is_a_file_is_one_line(world: dict[str, Path], tmp_path: 
 
 @pytest.mark.parametrize("name", [COST_FILE, CARD_FILE])
 def test_a_fifo_in_a_model_directory_does_not_hang(tmp_path: Path, name: str) -> None:
-    """18.7: a FIFO as model file blocked `plan --model` forever; now a ModelError at once."""
+    """a FIFO as model file blocked `plan --model` forever; now a ModelError at once."""
     m = tmp_path / "fifo"
     shutil.copytree(PACKAGED_DIR, m)
     (m / name).unlink()
@@ -265,7 +265,7 @@ def test_a_fifo_in_a_model_directory_does_not_hang(tmp_path: Path, name: str) ->
 
 
 def test_model_load_errors_come_without_torch_warnings(tmp_path: Path) -> None:
-    """18.16: a TorchScript archive as cost_net.pt made torch print a two-line UserWarning before the error;
+    """a TorchScript archive as cost_net.pt made torch print a two-line UserWarning before the error;
     torch's own terminal escapes never reach the message either."""
 
     class M(torch.nn.Module):

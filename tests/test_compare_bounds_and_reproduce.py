@@ -1,10 +1,11 @@
-"""Hostile-user report, issue 18 items 16 and 7 (part): small defects, each with the behaviour it must have.
+"""Small defects of `plans reproduce`, `compare`, infeasible plans, the lower bound and `pipeline init`, each with the
+behaviour it must have.
 
-- 18.16a: a failed `plans reproduce --into DIR` removes only what it created (a user's empty DIR stays).
-- 18.16b: `compare -p X -p X` (same file, same content, same plan) is refused up front in one line.
-- 18.16c: an infeasible `plan -s dreamshard` names the sharder asked for, not a candidate it tried.
-- 18.16d: the LB of a comparison is a true lower bound under the simulator: no plan costs less.
-- 18.7: `pipeline init PATH` where PATH (or a parent) is a file: one line, nothing created.
+- a failed `plans reproduce --into DIR` removes only what it created (a user's empty DIR stays).
+- `compare -p X -p X` (same file, same content, same plan) is refused up front in one line.
+- an infeasible `plan -s dreamshard` names the sharder asked for, not a candidate it tried.
+- the LB of a comparison is a true lower bound under the simulator: no plan costs less.
+- `pipeline init PATH` where PATH (or a parent) is a file: one line, nothing created.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def snap(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-# -- 18.16a ------------------------------------------------------------------------------------------------------
+# -- plans reproduce --into --------------------------------------------------------------------------------------------
 def stored_with_lineage(tmp_path: Path) -> tuple[str, str]:
     """A published plan whose lineage passes every check but whose DVC remote is empty: reproducing it fails
     after the workspace was started (git, DVC, dvc.lock written). Returns (store, plan id)."""
@@ -95,7 +96,7 @@ def test_reproduce_into_a_file_is_one_line_and_touches_nothing(tmp_path: Path) -
     assert f.read_text() == "keep me\n"
 
 
-# -- 18.16b ------------------------------------------------------------------------------------------------------
+# -- compare: a plan given twice ---------------------------------------------------------------------------------------
 @pytest.fixture
 def compare_files(tmp_path: Path) -> dict[str, Path]:
     inv = synth_inventory(8, 0, name="inv")
@@ -193,7 +194,7 @@ def test_compare_of_distinct_plans_still_works(compare_files: dict[str, Path], t
     assert r[0] == 0, r[2]
 
 
-# -- 18.16c ------------------------------------------------------------------------------------------------------
+# -- an infeasible plan names the sharder asked for --------------------------------------------------------------------
 @pytest.mark.parametrize("sharder", ["dreamshard", "dreamshard_lpt", "dreamshard_rl"])
 def test_infeasible_learned_plan_names_the_sharder_asked_for(sharder: str, tmp_path: Path) -> None:
     inv = save_inventory(synth_inventory(6, 0, name="tiny"), tmp_path / "inv.yaml")  # each table fits, not all
@@ -213,7 +214,7 @@ def test_a_hint_that_is_not_a_sharder_name_is_kept() -> None:
     assert e.value.hint.startswith("sharder dreamshard_lpt")
 
 
-# -- 18.16d ------------------------------------------------------------------------------------------------------
+# -- the lower bound ---------------------------------------------------------------------------------------------------
 def _table_wise_costs(inv: Inventory, topo: Topology, oracle: object) -> list[float]:
     names = [t.name for t in inv.tables]
     return [
@@ -294,7 +295,7 @@ def test_the_report_says_the_simulator_bound_is_exact() -> None:
     assert "no plan costs less" in reference_line(cmp)
 
 
-# -- 18.7 --------------------------------------------------------------------------------------------------------
+# -- pipeline init on a file -------------------------------------------------------------------------------------------
 def test_pipeline_init_on_a_file_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     f = tmp_path / "existing.txt"
     f.write_text("mine\n")
