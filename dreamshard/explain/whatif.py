@@ -196,6 +196,8 @@ def _plan(inventory: Inventory, plan: Plan, cost: PlanningCost, units: Mapping[s
         row_shards=folded.row_shards,
         data_parallel=folded.data_parallel,
         model_version=plan.model_version,
+        kernels={t: k for t, k in plan.kernels.items() if t in inventory.table_names},
+        cache_load_factors={t: f for t, f in plan.cache_load_factors.items() if t in inventory.table_names},
     )
     expanded, placed = expand_plan(inventory, changed)
     return changed.model_copy(update={"predicted": cost.predict(list(expanded.tables), placed)})

@@ -15,17 +15,19 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.measured.duel import Block, IncumbentCosts, measure_block
+from dreamshard.placement.device_memory import unit_needs
 from dreamshard.placement.expand import expand_plan, fold_units
-from dreamshard.placement.validate import footprint
+from dreamshard.placement.options import allowed_devices
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders.base import make_plan
-from dreamshard.values import Inventory, Measurement, Plan, RefineStep, RefineTrace, Topology
+from dreamshard.values import GB, Inventory, Measurement, Plan, RefineStep, RefineTrace, Topology
 from dreamshard.values.units import movable
 
 #: proposals ranked per bottleneck before measuring (the best untried one is measured next)
@@ -46,20 +48,53 @@ def _key(change: dict[str, int]) -> ChangeKey:
     return tuple(sorted(change.items()))
 
 
+@dataclass(frozen=True)
+class _Room:
+    """What a proposal must keep: each unit's device and host bytes, the two capacities, the devices each unit may
+    use (its table's `devices` constraint)."""
+
+    need: dict[str, int]
+    host: dict[str, int]
+    cap: int
+    host_cap: float
+    allowed: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, units: Inventory, topology: Topology) -> _Room:
+        needs = unit_needs(units, topology)
+        return cls(
+            need={n: m.total for n, m in needs.items()},
+            host={n: m.host for n, m in needs.items()},
+            cap=topology.usable_memory_bytes,
+            host_cap=topology.host_memory_per_device_gb * GB,
+            allowed={t.name: allowed_devices(t, topology) for t in units.tables},
+        )
+
+    def keeps(self, on: dict[int, list[str]], b: int, d: int, u: str, w: str | None) -> bool:
+        """Whether moving `u` from b to d (and `w` from d to b) keeps both devices within memory and both units on
+        devices they may use."""
+        if d not in self.allowed[u] or (w is not None and b not in self.allowed[w]):
+            return False
+        for need, cap in ((self.need, self.cap), (self.host, self.host_cap)):
+            moved = need[u] - (need[w] if w else 0)
+            if sum(need[x] for x in on[d]) + moved > cap or sum(need[x] for x in on[b]) - moved > cap:
+                return False
+        return True
+
+
 def _proposals(
     current: dict[str, int],
     dev_ms: list[float],
-    need: dict[str, int],
-    cap: int,
+    room: _Room,
     predict: Predict,
     tried: set[ChangeKey],
 ) -> list[Proposal]:
-    """Moves of the measured bottleneck's units to other devices and swaps with their units (memory kept),
-    ranked by the predicted overall: the measured costs of the two devices changed by their predicted deltas."""
+    """Moves of the measured bottleneck's units to other devices and swaps with their units (memory and each
+    unit's allowed devices kept), ranked by the predicted overall: the measured costs of the two devices changed
+    by their predicted deltas."""
     n = len(dev_ms)
     b = int(np.argmax(dev_ms))
     on = {d: [u for u, v in current.items() if v == d] for d in range(n)}
-    size = {d: sum(need[u] for u in on[d]) for d in range(n)}
     base = {d: predict(on[d]) for d in range(n)}
     out: list[Proposal] = []
     for u in filter(movable, on[b]):
@@ -72,8 +107,7 @@ def _proposals(
             for label, change, w in options:
                 if _key(change) in tried:
                     continue
-                moved = need[u] - (need[w] if w else 0)
-                if size[d] + moved > cap or size[b] - moved > cap:
+                if not room.keeps(on, b, d, u, w):
                     continue
                 new_b = [x for x in on[b] if x != u] + ([w] if w else [])
                 new_d = [x for x in on[d] if x != w] + [u]
@@ -135,8 +169,7 @@ class _Refinement:
     ) -> None:
         self.units, self.topology, self.oracle, self.predict = units, topology, oracle, predict
         self.rounds, self.confirm, self.rng, self.out_of_time = rounds, confirm, rng, out_of_time
-        self.cap = topology.usable_memory_bytes
-        self.need = {t.name: footprint(t, topology) for t in units.tables}  # bytes each unit takes on a device
+        self.room = _Room.of(units, topology)
         self.current = dict(placement)
         self.seen = IncumbentCosts(topology.num_devices)
         self.seen.add_all(self._measure_whole())
@@ -159,7 +192,7 @@ class _Refinement:
         while queue and _key(queue[0][3]) in self.tried:  # measured from the other device's queue
             queue.pop(0)
         if not queue:  # a refused proposal moves on to the next one; an exhausted queue is ranked again
-            queue = self.queues[b] = _proposals(self.current, dev_ms, self.need, self.cap, self.predict, self.tried)
+            queue = self.queues[b] = _proposals(self.current, dev_ms, self.room, self.predict, self.tried)
             if not queue:
                 return None
         return b, queue.pop(0)
@@ -272,6 +305,8 @@ def refine_plan(
         data_parallel=folded.data_parallel,
         predicted=cost.predict(list(units.tables), refined),
         model_version=plan.model_version,
+        kernels=plan.kernels,
+        cache_load_factors=plan.cache_load_factors,
     )
     whole = oracle.measure(units, refined, plan.topology, kind="placement", task="refine")
     return new.model_copy(

@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from dreamshard.config.learning import SearchConfig
@@ -28,10 +27,8 @@ from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.policy import Policy
 from dreamshard.learning.threads import single_threaded
-from dreamshard.placement.device_memory import unit_needs
-from dreamshard.placement.options import allowed_devices
 from dreamshard.search.constrained_policy import constrained_plan
-from dreamshard.search.local import refine_placement
+from dreamshard.search.local import refine_placement, unit_limits
 from dreamshard.sharders import get_sharder, options_for
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.sharders.heuristics import GreedySharder
@@ -73,15 +70,9 @@ class _Scorer:
         self.cost = cost
         with torch.no_grad():
             self.states = cost.encode(self.tables)
-        topology = cost.topology
-        needs = unit_needs(inventory, topology)
-        self.sizes = [needs[t.name].total for t in self.tables]
-        self.host_sizes = [needs[t.name].host for t in self.tables]
-        fixed = fixed or {}
-        self.movable = [t.name not in fixed for t in self.tables]
-        self.allowed = np.zeros((len(self.tables), topology.num_devices), dtype=bool)
-        for i, t in enumerate(self.tables):
-            self.allowed[i, [fixed[t.name]] if t.name in fixed else list(allowed_devices(t, topology))] = True
+        limits = unit_limits(inventory, cost.topology, fixed or {})
+        self.sizes, self.host_sizes = limits.sizes, limits.host_sizes
+        self.movable, self.allowed = limits.movable, limits.allowed
 
     def actions(self, placement: dict[str, int]) -> list[int]:
         return [int(placement[t.name]) for t in self.tables]

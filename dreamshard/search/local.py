@@ -11,13 +11,43 @@ are the devices each unit may use (its table's `devices` constraint; fixed units
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from dreamshard.learning.estimator import CostEstimator, device_states
-from dreamshard.values import GB, Topology
+from dreamshard.placement.device_memory import unit_needs
+from dreamshard.placement.options import allowed_devices
+from dreamshard.values import GB, Inventory, Topology
+
+
+@dataclass(frozen=True)
+class UnitLimits:
+    """What local search keeps for each unit of a placement (in the units' order): its device and host memory
+    bytes, whether it may move (not fixed), and the devices it may use (units x devices, bool)."""
+
+    sizes: list[int]
+    host_sizes: list[int]
+    movable: list[bool]
+    allowed: np.ndarray
+
+
+def unit_limits(units: Inventory, topology: Topology, fixed: Mapping[str, int]) -> UnitLimits:
+    """The limits of `units`: a `fixed` unit ({unit: device}) stays on its device, the others may use the devices
+    their tables' `devices` constraint allows."""
+    needs = unit_needs(units, topology)
+    tables = list(units.tables)
+    allowed = np.zeros((len(tables), topology.num_devices), dtype=bool)
+    for i, t in enumerate(tables):
+        allowed[i, [fixed[t.name]] if t.name in fixed else list(allowed_devices(t, topology))] = True
+    return UnitLimits(
+        sizes=[needs[t.name].total for t in tables],
+        host_sizes=[needs[t.name].host for t in tables],
+        movable=[t.name not in fixed for t in tables],
+        allowed=allowed,
+    )
 
 
 def _device_totals(est: CostEstimator, states: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,14 @@ from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
-from dreamshard.learning.policy import plan_with_policy
 from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
 from dreamshard.placement.expand import fold_units
+from dreamshard.placement.layout import Layout
 from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, lpt_placement, origin, search
+from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
-from dreamshard.search.splits import learned_layout
+from dreamshard.search.splits import SPLIT_BEAM, learned_layout
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import Inventory, Plan, Topology
 
@@ -109,11 +110,11 @@ class ModelSharder(Sharder):
         """Inputs outside the card's training ranges: table features, devices, batch size, device type."""
         return self.model.card.out_of_range(list(inventory.tables), topology)
 
-    def units(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Inventory:
-        """What gets placed: the inventory's tables, split into column shards where that is needed or pays."""
-        if self.column_splits == "never":
-            return inventory
-        return learned_layout(inventory, topology, cost).units  # TODO(S2): fixed units (row blocks) to _place
+    def layout(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Layout:
+        """What gets placed: the inventory's tables, cut where they cannot stay whole (larger than a device, or
+        constrained: dreamshard.search.splits), and split into column shards where that pays (not with
+        `column_splits="never"`); its fixed units (row blocks, replicas) have their devices."""
+        return learned_layout(inventory, topology, cost, beam=0 if self.column_splits == "never" else SPLIT_BEAM)
 
     def plan_from(
         self,
@@ -145,8 +146,9 @@ class ModelSharder(Sharder):
         """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
         cost = self.planning_cost(topology)
         with self._named_infeasible():
-            units = self.units(inventory, topology, cost)
-            placement, searched = self._place(units, topology, cost)
+            layout = self.layout(inventory, topology, cost)
+            units = layout.units
+            placement, searched = self._place(units, topology, cost, layout.fixed)
         typed = (
             choose_types(inventory, units, placement, topology, cost, self.config.types)
             if searched is not None
@@ -191,14 +193,16 @@ class ModelSharder(Sharder):
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """Table-wise placement: every table whole, no column splits (shard() may split)."""
         with self._named_infeasible():
-            placement, _ = self._place(inventory, topology, self.planning_cost(topology))
+            placement, _ = self._place(inventory, topology, self.planning_cost(topology), {})
         return placement
 
     @abc.abstractmethod
     def _place(
-        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]
     ) -> tuple[dict[str, int], SearchResult | None]:
-        """The placement under `cost` (the planning cost for `topology`), and the search that found it if any."""
+        """The placement of the units of `inventory` under `cost` (the planning cost for `topology`), the `fixed`
+        ones on their devices and the others on devices their constraints allow, and the search that found it if
+        any."""
 
 
 class DreamShardSharder(ModelSharder):
@@ -282,7 +286,7 @@ class DreamShardSharder(ModelSharder):
         return kept
 
     def _place(
-        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]
     ) -> tuple[dict[str, int], SearchResult | None]:
         seeds: dict[str, dict[str, int]] = {}
         why = ""
@@ -292,11 +296,11 @@ class DreamShardSharder(ModelSharder):
                     f"plan {self.incumbent.plan_id} has {self.incumbent.topology.num_devices} devices, this "
                     f"topology {topology.num_devices}"
                 )
-            elif (adapted := adapted_placement(self.incumbent.units(), inventory, topology, cost)) is None:
+            elif (adapted := adapted_placement(self.incumbent.units(), inventory, topology, cost, fixed)) is None:
                 why = f"plan {self.incumbent.plan_id} shares no unit with this inventory, or a unit finds no room"
             else:
                 seeds[CURRENT] = adapted
-        result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds)
+        result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds, fixed=fixed)
         if why:
             result.failed[CURRENT] = why
         return result.best.placement, result
@@ -308,13 +312,15 @@ class PolicySharder(ModelSharder):
     name = "dreamshard_rl"
 
     def _place(
-        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]
     ) -> tuple[dict[str, int], SearchResult | None]:
         if self.model.policy is None:
             raise ModelError(f"model {self.model.card.version} has no policy: train one with `dreamshard train`")
-        return plan_with_policy(
-            self.model.policy, cost, inventory.tables, topology, samples=self.config.samples, seed=self.config.seed
-        ).placement, None
+        policy, config = self.model.policy, self.config
+        placement = constrained_plan(
+            policy, cost, inventory.tables, topology, fixed, samples=config.samples, seed=config.seed
+        )
+        return placement, None
 
 
 class LearnedGreedySharder(ModelSharder):
@@ -323,6 +329,6 @@ class LearnedGreedySharder(ModelSharder):
     name = "dreamshard_lpt"
 
     def _place(
-        self, inventory: Inventory, topology: Topology, cost: PlanningCost
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]
     ) -> tuple[dict[str, int], SearchResult | None]:
-        return lpt_placement(inventory, topology, cost), None
+        return lpt_placement(inventory, topology, cost, fixed), None

@@ -21,9 +21,9 @@ from dreamshard.learning.estimator import device_states
 from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.placement.expand import replica_table, row_shard_table
-from dreamshard.placement.validate import footprint
-from dreamshard.search.local import refine_placement
-from dreamshard.values import Inventory, Table, Topology
+from dreamshard.placement.options import table_options
+from dreamshard.search.local import UnitLimits, refine_placement, unit_limits
+from dreamshard.values import GB, Inventory, Table, Topology
 from dreamshard.values.units import movable, parse_unit, row_blocks
 
 #: Sharding types the search can add to table-wise and column-wise.
@@ -97,7 +97,8 @@ def _options(
     out: list[tuple[str, Table, str, list[int]]] = []
     big = sorted((t for t in whole if t.num_embeddings >= n), key=lambda t: (-single[t.name], t.name))
     if "row_wise" in types:
-        out += [(f"{t.name}: row_wise", t, "row_wise", list(range(n))) for t in big[:ROW_CANDIDATES]]
+        rows = [t for t in big if _allows(t, topology, "row_wise", tuple(range(n)))]
+        out += [(f"{t.name}: row_wise", t, "row_wise", list(range(n))) for t in rows[:ROW_CANDIDATES]]
     if "table_row_wise" in types and topology.hosts > 1:
         load = [0.0] * topology.hosts
         for name, d in placement.items():
@@ -107,20 +108,34 @@ def _options(
         out += [
             (f"{t.name}: table_row_wise (host {h})", t, "table_row_wise", devs)
             for t in big
-            if t.num_embeddings >= local
+            if t.num_embeddings >= local and _allows(t, topology, "table_row_wise", tuple(devs))
         ][:ROW_CANDIDATES]
     if "data_parallel" in types:
         small = sorted((t for t in whole if t.size_bytes <= DP_MAX_BYTES), key=lambda t: (-single[t.name], t.name))
+        small = [t for t in small if _allows(t, topology, "data_parallel", tuple(range(n)))]
         out += [(f"{t.name}: data_parallel", t, "data_parallel", list(range(n))) for t in small[:DP_CANDIDATES]]
     return out
 
 
-def _fits(sizes: Sequence[int], devices: Sequence[int], topology: Topology) -> bool:
-    """Every device within its usable memory with units of `sizes` bytes on `devices`."""
+def _allows(table: Table, topology: Topology, kind: str, devices: tuple[int, ...]) -> bool:
+    """Whether `table` may be converted to `kind` on `devices`: an option of it (its constraints, its module kind,
+    one device's memory: dreamshard.placement.options)."""
+    if table.constraints is None and kind != "table_row_wise":
+        return True  # the quick path: unconstrained row blocks and replicas are checked by memory after refining
+    return any(o.kind == kind and o.devices == devices for o in table_options(table, topology))
+
+
+def _fits(limits: UnitLimits, devices: Sequence[int], topology: Topology) -> bool:
+    """Every device within its usable memory and its host memory, and every unit on a device it may use, with
+    the units on `devices`."""
     used = [0] * topology.num_devices
-    for b, d in zip(sizes, devices, strict=True):
-        used[d] += b
-    return max(used) <= topology.usable_memory_bytes
+    host = [0] * topology.num_devices
+    for i, d in enumerate(devices):
+        used[d] += limits.sizes[i]
+        host[d] += limits.host_sizes[i]
+        if not limits.allowed[i, d]:
+            return False
+    return max(used) <= topology.usable_memory_bytes and max(host) <= topology.host_memory_per_device_gb * GB
 
 
 def choose_types(
@@ -146,17 +161,19 @@ def choose_types(
             tables = list(u2.tables)
             with torch.no_grad():
                 states = cost.encode(tables)
-            sizes = [footprint(t, topology) for t in tables]
+            limits = unit_limits(u2, topology, {t.name: p2[t.name] for t in tables if not movable(t.name)})
             acts = refine_placement(
                 cost,
                 states,
-                sizes,
+                limits.sizes,
                 [p2[t.name] for t in tables],
                 topology,
                 min_gain=0.0,
-                movable=[movable(t.name) for t in tables],
+                movable=limits.movable,
+                allowed=limits.allowed,
+                host_sizes=limits.host_sizes,
             )
-            if not _fits(sizes, acts, topology):
+            if not _fits(limits, acts, topology):
                 continue
             p2 = {t.name: int(a) for t, a in zip(tables, acts, strict=True)}
             with torch.no_grad():  # the units are encoded above: their device states, not a second encoding

@@ -125,8 +125,9 @@ def make_plan(
     cache_load_factors: Mapping[str, float] | None = None,
 ) -> Plan:
     """Validate a placement (every table once in one sharding type: whole, `column_shards`, `row_shards` or
-    `data_parallel`; memory; constraints) and wrap it as a Plan. `kernels` / `cache_load_factors` (TorchRec's
-    answer): as given; by default each table's from its constraints (dreamshard.placement.kernels)."""
+    `data_parallel`; memory; constraints) and wrap it as a Plan. Each table's kernel and cache load factor come
+    from its constraints (dreamshard.placement.kernels) unless `kernels` / `cache_load_factors` give them (TorchRec's
+    answer, or the plan a what-if or refinement changes)."""
     ordered = {t.name: int(placement[t.name]) for t in inventory.tables if t.name in placement}
     ordered.update({k: int(v) for k, v in placement.items() if k not in ordered})
     shards = _in_inventory_order(inventory, column_shards or {})
@@ -140,8 +141,9 @@ def make_plan(
             ]
         )
     )
-    if kernels is None:
-        kernels, cache_load_factors = _kernels(inventory, topology, ordered, shards, rows, replicated)
+    default_kernels, default_factors = _kernels(inventory, topology, ordered, shards, rows, replicated)
+    kernels = {**default_kernels, **(kernels or {})}
+    cache_load_factors = {**default_factors, **(cache_load_factors or {})}
     used = check_placement(
         inventory,
         ordered,

@@ -13,19 +13,34 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
+from dreamshard.integrations.torchrec_carried import document_kernels
 from dreamshard.integrations.torchrec_import import document_from_sharding_plan
 from dreamshard.placement.expand import Folded, fold_units
+from dreamshard.placement.kernels import SHARDED_KERNELS
 from dreamshard.placement.validate import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.sharders.torchrec_messages import internal_name as _internal_name
 from dreamshard.sharders.torchrec_messages import quiet as _quiet
 from dreamshard.sharders.torchrec_messages import translate
-from dreamshard.values import DIM_ALIGN, GB, Inventory, Plan, Table, Topology
+from dreamshard.sharders.torchrec_parameters import parameter_constraints, unexpressible
+from dreamshard.values import DIM_ALIGN, GB, Inventory, Kernel, Plan, Table, Topology
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """TorchRec's plan as dreamshard reads it: the placement, and the kernels and cache load factors it chose
+    besides the defaults."""
+
+    folded: Folded
+    kernels: dict[str, Kernel]
+    cache_load_factors: dict[str, float]
+
 
 #: Whose storage estimate TorchRec's planner plans with: ours (each shard its weights) or its own estimator's.
 StorageEstimate = Literal["dreamshard", "torchrec"]
@@ -35,7 +50,7 @@ ColumnWise = Literal["auto", "never"]
 #: TorchRec's planner is deterministic for one (sharder options, inventory version, topology) and takes seconds on a
 #: 100-table inventory; a process asks it several times for the same plan (the plan stage's candidates, the gate's
 #: baselines, the fallback's recomputation), so its answers are kept, a few at a time (`_answer`).
-_ANSWERS: OrderedDict[tuple[Any, ...], Folded] = OrderedDict()
+_ANSWERS: OrderedDict[tuple[Any, ...], _Answer] = OrderedDict()
 _ANSWERS_KEPT = 16
 
 INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu-cpu (or fbgemm-gpu on CUDA)"
@@ -110,18 +125,29 @@ class TorchRecTwCwSharder(Sharder):
         self.column_wise = column_wise
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
-        folded = self._answer(inventory, topology)
-        return make_plan(
-            inventory,
-            topology,
-            folded.placement,
-            self.name,
-            column_shards=folded.column_shards,
-            row_shards=folded.row_shards,
-            data_parallel=folded.data_parallel,
-        )
+        answer = self._answer(inventory, topology)
+        folded = answer.folded
+        try:
+            return make_plan(
+                inventory,
+                topology,
+                folded.placement,
+                self.name,
+                column_shards=folded.column_shards,
+                row_shards=folded.row_shards,
+                data_parallel=folded.data_parallel,
+                kernels=answer.kernels,
+                cache_load_factors=answer.cache_load_factors,
+            )
+        except PlanError as e:
+            cannot = sorted({name for t in inventory.tables for name in unexpressible(t)})
+            if not cannot:
+                raise
+            raise PlanError(
+                f"torchrec planner's plan: {e} (TorchRec's ParameterConstraints cannot express {', '.join(cannot)})"
+            ) from None
 
-    def _answer(self, inventory: Inventory, topology: Topology) -> Folded:
+    def _answer(self, inventory: Inventory, topology: Topology) -> _Answer:
         """`_plan`'s answer, from `_ANSWERS` when this sharder (class and options) already planned this inventory
         version (its fingerprint: every table field; and the tables' order, which the planner's tie-breaks see) on
         this topology in this process. The kept answer is never handed out: `shard` builds each plan's containers
@@ -137,37 +163,29 @@ class TorchRecTwCwSharder(Sharder):
             inventory.fingerprint(),
             topology.model_dump_json(),
         )
-        folded = _ANSWERS.get(key)
-        if folded is None:
-            folded = self._plan(inventory, topology)
-            _ANSWERS[key] = folded
+        answer = _ANSWERS.get(key)
+        if answer is None:
+            answer = self._plan(inventory, topology)
+            _ANSWERS[key] = answer
             while len(_ANSWERS) > _ANSWERS_KEPT:
                 _ANSWERS.popitem(last=False)
         else:
             _ANSWERS.move_to_end(key)
-        return folded
+        return answer
 
     def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
-        """TorchRec ParameterConstraints per internal table name: table-wise, column-wise where allowed, fused."""
-        # optional dependency: torchrec
-        from torchrec.distributed.embedding_types import EmbeddingComputeKernel
-        from torchrec.distributed.planner import ParameterConstraints
-        from torchrec.distributed.types import ShardingType
-
+        """TorchRec ParameterConstraints per internal table name: table-wise, column-wise where allowed, fused, within
+        each table's own constraints (dreamshard.sharders.torchrec_parameters)."""
         widths = self._split_widths(inventory, topology)
         cap = topology.memory_per_device_bytes
-        return {
-            _internal_name(i): ParameterConstraints(
-                sharding_types=[
-                    *([ShardingType.TABLE_WISE.value] if t.size_bytes <= cap else []),
-                    *([ShardingType.COLUMN_WISE.value] if t.name in widths else []),
-                ],
-                compute_kernels=[EmbeddingComputeKernel.FUSED.value],
-                pooling_factors=[float(t.pooling_factor)],
-                min_partition=widths.get(t.name),
-            )
-            for i, t in enumerate(inventory.tables)
-        }
+        out: dict[str, Any] = {}
+        for i, t in enumerate(inventory.tables):
+            types = [*(["table_wise"] if t.size_bytes <= cap else []), *(["column_wise"] if t.name in widths else [])]
+            asked = parameter_constraints(t, types, kernels=["fused"])
+            if t.name in widths:
+                asked.min_partition = max(widths[t.name], asked.min_partition or 0)
+            out[_internal_name(i)] = asked
+        return out
 
     def _split_widths(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """{table: column-shard width} for the tables TorchRec may split (`column_wise="auto"`): those that take
@@ -192,7 +210,7 @@ class TorchRecTwCwSharder(Sharder):
             widths[t.name] = w
         return widths
 
-    def _plan(self, inventory: Inventory, topology: Topology) -> Folded:
+    def _plan(self, inventory: Inventory, topology: Topology) -> _Answer:
         """The plan's fields from TorchRec's planner."""
         try:  # optional dependency: torchrec
             from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -273,7 +291,7 @@ class TorchRecTwCwSharder(Sharder):
             trainer_config=trainer, kernel_config=KernelConfig(compute_device=topology.device_type)
         )
 
-    def _read_plan(self, sharding_plan: Any, inventory: Inventory, topology: Topology) -> Folded:
+    def _read_plan(self, sharding_plan: Any, inventory: Inventory, topology: Topology) -> _Answer:
         names = {t.name: _internal_name(i) for i, t in enumerate(inventory.tables)}
         doc = document_from_sharding_plan(
             sharding_plan, topology.num_devices, topology.device_type, names, topology.local_world_size
@@ -281,7 +299,9 @@ class TorchRecTwCwSharder(Sharder):
         missing = [t for t in inventory.table_names if t not in doc.tables]
         if missing:
             raise PlanError(f"torchrec planner returned no placement for table '{missing[0]}'")
-        return fold_units(inventory, doc.units())
+        kernels, factors = document_kernels(doc.tables)
+        typed = {name: SHARDED_KERNELS[k] for name, k in kernels.items()}  # PLANNED_KERNELS: sharded ones
+        return _Answer(fold_units(inventory, doc.units()), typed, factors)
 
     def _translate(self, err: Exception, inventory: Inventory, topology: Topology) -> Exception:
         """TorchRec's PlannerError -> our one-line typed error (`torchrec_messages.translate`)."""
@@ -293,8 +313,10 @@ class TorchRecSharder(TorchRecTwCwSharder):
     (`PLANNABLE_TYPES`) and every compute kernel TorchRec enumerates for the device (dense and fused on CPU; the
     UVM ones on CUDA), TorchRec's own storage estimator by default (``memory_model="torchrec"``), our topology
     (world size, ``local_world_size``, memory per device, batch size). What it chooses comes back as a Plan with
-    row shards and data-parallel tables where TorchRec chose them (kernels are TorchRec's concern: the plan
-    records placement only). ``column_wise="never"`` leaves column-wise out of its choices."""
+    row shards and data-parallel tables where TorchRec chose them, and the kernels (and cache load factors) it
+    chose besides the defaults. ``column_wise="never"`` leaves column-wise out of its choices. Each table's
+    constraints narrow what it may choose; those TorchRec cannot express (a device pin, a shard count) are checked on
+    its plan, which is refused in one line when it breaks one (dreamshard.sharders.torchrec_parameters)."""
 
     name = "torchrec"
 
@@ -308,13 +330,5 @@ class TorchRecSharder(TorchRecTwCwSharder):
         super().__init__(reserve_fraction, memory_model, verbose, column_wise)
 
     def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
-        # optional dependency: torchrec
-        from torchrec.distributed.planner import ParameterConstraints
-
         types = [t for t in PLANNABLE_TYPES if not (t == "column_wise" and self.column_wise == "never")]
-        return {
-            _internal_name(i): ParameterConstraints(
-                sharding_types=list(types), pooling_factors=[float(t.pooling_factor)]
-            )
-            for i, t in enumerate(inventory.tables)
-        }
+        return {_internal_name(i): parameter_constraints(t, types) for i, t in enumerate(inventory.tables)}
