@@ -25,8 +25,13 @@ def export_cmd(
     inventory: InventoryOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="TorchRec plan file to write (JSON).")],
     kernel: Annotated[
-        str, typer.Option("--kernel", help="Compute kernel: fused or dense (cuda also: fused_uvm, fused_uvm_caching).")
-    ] = "fused",
+        str | None,
+        typer.Option(
+            "--kernel",
+            help="Compute kernel of the tables the plan gives the default (fused): fused or dense (cuda also: "
+            "fused_uvm, fused_uvm_caching). Default: the plan's kernels.",
+        ),
+    ] = None,
 ) -> None:
     """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model).
 

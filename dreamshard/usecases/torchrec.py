@@ -25,7 +25,7 @@ class ExportRequest(Request):
     plan: Path
     inventory: Path
     out: Path
-    kernel: str = "fused"  # fused or dense (cuda also: fused_uvm, fused_uvm_caching)
+    kernel: str | None = None  # the tables at the default kernel: fused or dense (cuda also: the UVM kernels)
 
 
 class ExportResult(Result):
@@ -37,10 +37,10 @@ class ExportResult(Result):
 
 def export(request: ExportRequest) -> ExportResult:
     """Write the TorchRec plan file of a plan, checked against its inventory first (every table once, devices,
-    memory)."""
+    memory); each table's kernel is the plan's, `kernel` replacing the default `fused` where given."""
     check_outputs({"PLAN": request.plan, "--inventory": request.inventory}, {"--out": request.out})
     plan = load_plan(request.plan)
-    kernel = check_kernel(request.kernel, plan.topology.device_type)
+    kernel = check_kernel(request.kernel, plan.topology.device_type) if request.kernel is not None else None
     doc = torchrec_document(plan, load_inventory(request.inventory), kernel)
     save_torchrec_plan(doc, request.out)
     split = sum(1 for t in doc.tables.values() if t.sharding_type == "column_wise")
