@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dreamshard.config.job import MAX_DEVICES
+from dreamshard.values import MAX_DEVICE_GB
+
 #: How the profile stage runs its batches: `workers` = one run of the profile-batch deployment per batch (a
 #: work pool's workers pull them), `local` = in the stage's own process, `auto` = workers when a Prefect server
 #: is configured and the deployment exists, else local.
@@ -108,8 +111,10 @@ class ReplanRequest(_Request):
     )
     backend: str | None = Field(default=None, description="Override profile.backend.")
     # the topology to plan for, when not the job the inventory records (`dreamshard replan --devices ...`)
-    devices: int | None = Field(default=None, ge=1, le=4096, description="Devices (default: the job's).")
-    hosts: int | None = Field(default=None, ge=1, le=4096, description="Hosts of devices_per_host devices each.")
-    devices_per_host: int | None = Field(default=None, ge=1, le=4096, description="Devices per host.")
-    memory_gb: float | None = Field(default=None, gt=0, description="Memory per device in GB (default: the job's).")
+    devices: int | None = Field(default=None, ge=1, le=MAX_DEVICES, description="Devices (default: the job's).")
+    hosts: int | None = Field(default=None, ge=1, le=MAX_DEVICES, description="Hosts of devices_per_host devices each.")
+    devices_per_host: int | None = Field(default=None, ge=1, le=MAX_DEVICES, description="Devices per host.")
+    memory_gb: float | None = Field(
+        default=None, gt=0, le=MAX_DEVICE_GB, description="Memory per device in GB (default: the job's)."
+    )
     reason: str = Field(default="manual run", description="Why this run started (shown in the UI).")

@@ -250,3 +250,15 @@ def test_plans_list_shows_world_size_schema_and_the_types(work: Path) -> None:
     assert code == 0, err
     assert "ranks" in out and "schema" in out and "types" in out
     assert inv.schema_fingerprint()[:12] in out and "TW" in out
+
+
+def test_the_replan_flow_request_carries_the_topology_options(work: Path) -> None:
+    from dreamshard_flows.replan import library_request
+    from dreamshard_flows.requests import ReplanRequest as FlowReplanRequest
+
+    told = library_request(FlowReplanRequest(inventory_name="tiny", hosts=2, devices_per_host=2, memory_gb=2.0))
+    topology = told.settings.topology_for_job(JOB)
+    assert (topology.num_devices, topology.devices_per_host, topology.memory_per_device_gb) == (4, 2, 2.0)
+    plain = library_request(FlowReplanRequest(inventory_name="tiny"))
+    assert plain.settings.told == frozenset()  # nothing said: the job decides
+    assert plain.settings.topology_for_job(JOB).num_devices == 2  # the job's, as the CLI
