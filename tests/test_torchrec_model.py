@@ -444,15 +444,16 @@ def test_sharding_plan_of_an_in_memory_plan_checks_shapes() -> None:
 
 @pytest.mark.slow
 def test_readme_example_runs(tmp_path: Path) -> None:
-    """docs/examples/torchrec_to_dmp.py: from-torchrec, plan, plans publish --measure, then DMP on 2 CPU ranks
-    with load_current_sharding_plan (simulator measuring and a heuristic sharder keep it short)."""
+    """docs/examples/torchrec_to_dmp.py: from-torchrec (bags and sequences, constraints, the job), plan, plans
+    publish --measure, then DMP on 2 CPU ranks with load_current_sharding_plan (simulator measuring keeps it short;
+    the learned sharder's plan passes the gate where a heuristic's may lose to the TorchRec baseline)."""
     r = subprocess.run(
         [
             sys.executable,
             str(ROOT / "docs/examples/torchrec_to_dmp.py"),
             str(tmp_path),
             "--sharder",
-            "size_greedy",
+            "dreamshard",
             "--backend",
             "simulator",
         ],
