@@ -40,6 +40,7 @@ from dreamshard.cli.options import (
     memory_overrides,
 )
 from dreamshard.cli.plan_options import (
+    CalibrateSecondsOpt,
     ExplainOpt,
     IncumbentOpt,
     OutOpt,
@@ -143,6 +144,7 @@ def plan(
     explain: ExplainOpt = False,
     stats: StatsOpt = False,
     refine_seconds: RefineSecondsOpt = None,
+    calibrate_seconds: CalibrateSecondsOpt = None,
     corpus: CorpusOpt = None,
     torchrec_out: TorchrecOutOpt = None,
     torchrec_kernel: TorchrecKernelOpt = "fused",
@@ -167,6 +169,7 @@ def plan(
             "topology.device_type": device_type,
             "topology.interconnect": interconnect,
             "plan.refine_seconds": refine_seconds,
+            "plan.calibrate_seconds": calibrate_seconds,
             "plan.types": types_override(types),
             "plan.samples": samples,
             "plan.risk": risk,
@@ -188,7 +191,11 @@ def plan(
         corpus=corpus,
         incumbent_file=incumbent,
         searching_options=searching_options(
-            incumbent=incumbent, verify=verify, refine_seconds=refine_seconds, types=types
+            incumbent=incumbent,
+            verify=verify,
+            refine_seconds=refine_seconds,
+            calibrate_seconds=calibrate_seconds,
+            types=types,
         ),
         explain=explain,
         stats=stats,

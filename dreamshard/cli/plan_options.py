@@ -96,6 +96,17 @@ VerifyConfidenceOpt = Annotated[
         "replaces the current plan (plan.verify_confidence; default 0.95).",
     ),
 ]
+CalibrateSecondsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--calibrate-seconds",
+        min=0.0,
+        max=600.0,
+        rich_help_panel=MEASURING,
+        help="dreamshard: before searching, measure groups of the inventory's tables on --backend for this long and "
+        "correct the cost model for them (plan.calibrate_seconds; default 0 = off).",
+    ),
+]
 RefineSecondsOpt = Annotated[
     float | None,
     typer.Option(

@@ -60,6 +60,9 @@ class PlanConfig(Section):
     # wins that chance alone, over all challengers, would explain them less often than 1 - this
     # (dreamshard.measured.candidates.rounds_to_replace: 6-7 rounds at 0.95)
     verify_confidence: Annotated[float, Field(ge=0.5, le=0.9999)] = 0.95
+    # calibration before the search (dreamshard.measured.calibrate): seconds of probe timings on the profile
+    # backend, fitted into a per-inventory correction of the cost model that search, verify and refinement use
+    calibrate_seconds: Annotated[float, Field(ge=0, le=600)] = 0.0
     # measured refinement of the kept plan (dreamshard.measured.refine): seconds of proposals measured
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0

@@ -44,6 +44,7 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "measured_by": "gate",
     "verification": "gate",
     "refinement": "gate",
+    "calibration": "gate",
     "lineage": "gate",
     "model_version": "gate",
     # dates and every ordering come from the store's own write (record `stored_at`, pointer `published_at`)

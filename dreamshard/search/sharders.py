@@ -26,6 +26,7 @@ from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import PlanningCost, comm_for
+from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
 from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
@@ -35,7 +36,7 @@ from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import SPLIT_BEAM, learned_layout
 from dreamshard.sharders.base import Sharder, make_plan
-from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ShardReport:
     plan: Plan
     card: ModelCard  # the model that planned: version, training backend, training ranges
     search: SearchResult | None = None  # `dreamshard`: every scored candidate, best first, and the failed sources
+    cost: PlanningCost | None = None  # the planning cost the plan was searched on (calibrated, when asked)
 
     @property
     def learned_from_simulation(self) -> bool:
@@ -106,6 +108,10 @@ class ModelSharder(Sharder):
         comm = comm_for(topology, self.model.card.comm_models)
         return PlanningCost(self.model.cost_net, topology, comm, self.config.risk)
 
+    def cost_for(self, inventory: Inventory, topology: Topology) -> tuple[PlanningCost, CalibrationReport | None]:
+        """The planning cost `inventory` is searched on (`DreamShardSharder` may calibrate it first)."""
+        return self.planning_cost(topology), None
+
     def out_of_range(self, inventory: Inventory, topology: Topology) -> list[str]:
         """Inputs outside the card's training ranges: table features, devices, batch size, device type."""
         return self.model.card.out_of_range(list(inventory.tables), topology)
@@ -144,7 +150,7 @@ class ModelSharder(Sharder):
 
     def shard_with_report(self, inventory: Inventory, topology: Topology) -> ShardReport:
         """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
-        cost = self.planning_cost(topology)
+        cost, calibration = self.cost_for(inventory, topology)
         with self._named_infeasible():
             layout = self.layout(inventory, topology, cost)
             units = layout.units
@@ -165,7 +171,9 @@ class ModelSharder(Sharder):
             searched.best = best
             units, placement = typed.units, typed.placement
         plan = self._finish(inventory, units, topology, placement, searched, cost)
-        return ShardReport(plan=plan, card=self.model.card, search=searched)
+        if calibration is not None:
+            plan = plan.model_copy(update={"calibration": calibration})
+        return ShardReport(plan=plan, card=self.model.card, search=searched, cost=cost)
 
     @contextlib.contextmanager
     def _named_infeasible(self) -> Iterator[None]:
@@ -208,12 +216,14 @@ class ModelSharder(Sharder):
 class DreamShardSharder(ModelSharder):
     """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
 
-    With `verify=K` and an `oracle`, the K best predicted candidates are measured on it (interleaved,
-    `verify_rounds` rounds; dreamshard.measured.candidates), beside the `verify_anchors` best predicted of the
-    baselines' or LPT's own plans when none of the K is one; the best predicted is kept unless another was faster
-    in every round, with its measured costs and the record. With an `incumbent`, the best predicted of its
-    candidates (`current`, `current+search`) is measured too and takes the best predicted's place as the default:
-    a re-plan moves the job's tables only when the hardware confirms the gain, in a duel of
+    With `calibrate_seconds` and an `oracle`, the cost model is first calibrated for the inventory on the oracle's
+    backend (dreamshard.measured.calibrate). With `verify=K` and an `oracle`, the K best predicted candidates are
+    measured on it (interleaved, `verify_rounds` rounds; dreamshard.measured.candidates), beside the
+    `verify_anchors` best predicted of the baselines' or LPT's own plans when none of the K is one; the best
+    predicted is kept unless another was faster in every round, with its measured costs and the record. With an
+    `incumbent`, the best predicted of its candidates (`current`, `current+search`) is measured too and takes the
+    best predicted's place as the default: a re-plan moves the job's tables only when the hardware confirms the
+    gain, in a duel of
     `rounds_to_replace(challengers, verify_confidence)` straight paired wins.
     """
 
@@ -224,6 +234,7 @@ class DreamShardSharder(ModelSharder):
         "verify_anchors",
         "verify_confidence",
         "oracle",
+        "calibrate_seconds",
         "incumbent",
     }
 
@@ -235,9 +246,13 @@ class DreamShardSharder(ModelSharder):
         verify_anchors: int = VERIFY_ANCHORS,
         incumbent: Plan | None = None,
         verify_confidence: float = 0.95,
+        calibrate_seconds: float = 0.0,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        if not 0.0 <= calibrate_seconds <= MAX_CALIBRATE_SECONDS:
+            raise ConfigError(f"calibrate_seconds must be in [0, {MAX_CALIBRATE_SECONDS:g}], got {calibrate_seconds}")
+        self.calibrate_seconds = float(calibrate_seconds)
         if not 0.5 <= verify_confidence < 1.0:
             raise ConfigError(f"verify_confidence must be in [0.5, 1), got {verify_confidence}")
         self.verify_confidence = float(verify_confidence)
@@ -250,6 +265,15 @@ class DreamShardSharder(ModelSharder):
         self.verify_rounds = verify_rounds
         self.verify_anchors = int(verify_anchors)
         self.oracle = oracle
+
+    def cost_for(self, inventory: Inventory, topology: Topology) -> tuple[PlanningCost, CalibrationReport | None]:
+        """With `calibrate_seconds` and an `oracle`: the planning cost calibrated on the oracle's backend for this
+        inventory (dreamshard.measured.calibrate), which search, verification and refinement then use."""
+        cost = self.planning_cost(topology)
+        if self.calibrate_seconds <= 0 or self.oracle is None:
+            return cost, None
+        calibrated, report = calibrate(inventory, topology, cost, self.oracle, self.calibrate_seconds, self.config.seed)
+        return calibrated, report
 
     def _finish(
         self,

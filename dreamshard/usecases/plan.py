@@ -102,11 +102,12 @@ def _checked(request: PlanRequest, name: str) -> None:
         raise InputFileError(f"cannot write {request.torchrec_out}: it is a directory")
 
 
-def _verify_options(request: PlanRequest, verify: int, oracle: Oracle | None) -> dict[str, Any]:
+def _verify_options(request: PlanRequest, verify: int, calibrate: float, oracle: Oracle | None) -> dict[str, Any]:
     p = request.settings.plan
+    calibrating = {"oracle": oracle, "calibrate_seconds": calibrate} if calibrate else {}
     if not verify:
-        return {}
-    return {
+        return calibrating
+    return calibrating | {
         "verify": verify,
         "verify_rounds": p.verify_rounds,
         "oracle": oracle,
@@ -123,11 +124,13 @@ def _shard(
     topo = s.topology_for_job(inv.job)  # the job the inventory records, unless the caller said otherwise
     verify = s.plan.verify if name == SEARCHING_SHARDER else 0
     refine = s.plan.refine_seconds if name == SEARCHING_SHARDER else 0.0
+    calibrate = s.plan.calibrate_seconds if name == SEARCHING_SHARDER else 0.0
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER, reuse=False) if request.corpus is not None else None
-    oracle = s.oracle() if verify or refine else None
+    oracle = s.oracle() if verify or refine or calibrate else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra = _verify_options(request, verify, oracle) | ({"incumbent": incumbent} if incumbent is not None else {})
+    extra = _verify_options(request, verify, calibrate, oracle)
+    extra |= {"incumbent": incumbent} if incumbent is not None else {}
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
     try:
         if not isinstance(sharder, ModelSharder):
@@ -136,7 +139,7 @@ def _shard(
         plan = report.plan
         if refine and oracle is not None:
             p = s.plan
-            cost = sharder.planning_cost(topo)
+            cost = report.cost or sharder.planning_cost(topo)  # the calibrated cost, when calibrated
             plan = refine_plan(
                 inv, plan, cost, oracle, refine, p.refine_rounds, request.seed, confirm=p.refine_confirm_rounds
             )

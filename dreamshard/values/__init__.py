@@ -5,6 +5,7 @@ This package imports no domain module: it is the bottom layer. Callers import va
 
 from __future__ import annotations
 
+from dreamshard.values.calibration import CalibrationReport
 from dreamshard.values.constraints import (
     COMPUTE_KERNELS,
     CONSTRAINT_KIND,
@@ -105,6 +106,7 @@ from dreamshard.values.units import (
 )
 
 __all__ = [
+    "CalibrationReport",
     "BackendInfo",
     "COMPUTE_KERNELS",
     "CONSTRAINT_KIND",

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from dreamshard.values.calibration import CalibrationReport
 from dreamshard.values.constraints import Kernel
 from dreamshard.values.costs import BackendInfo, CostBasis, Costs
 from dreamshard.values.ids import new_id, utcnow
@@ -101,6 +102,7 @@ class Plan(StrictModel):
     lineage: Lineage | None = None  # what data, model, params and code produced a published plan
     verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
     refinement: RefineTrace | None = None  # proposals measured by `plan --refine-seconds`, when asked
+    calibration: CalibrationReport | None = None  # the cost model's correction for this inventory, when asked
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")
