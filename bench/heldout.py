@@ -10,6 +10,7 @@ hardware) in variants that isolate what it optimises:
 - `dreamshard[card comm]`: all-to-all costed by the model card's comm fits (the pretraining machine's);
 - `dreamshard[backend comm]`: all-to-all costed by the measuring backend's own fit (what verification, the gate
   and the oracle use: one objective);
+- `dreamshard+calibrate`: calibrated for the inventory first (`plan --calibrate-seconds 20`), then searched;
 - `dim_greedy (again)`: the dim_greedy plan measured a second time (the noise row).
 For each learned plan the prediction's error per component (forward compute, forward all-to-all; max device) is
 reported against the oracle's own measurement of that plan.
@@ -43,7 +44,10 @@ MEMORY_GB = 16.0
 BASELINES = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec")
 NOISE = "dim_greedy (again)"
 CARD, BACKEND = "dreamshard[card comm]", "dreamshard[backend comm]"
-LEARNED = ("dreamshard", CARD, BACKEND)
+CALIBRATED = "dreamshard+calibrate"
+LEARNED = ("dreamshard", CARD, BACKEND, CALIBRATED)
+#: plan.calibrate_seconds of the calibrated variant
+CALIBRATE_SECONDS = 20.0
 
 
 def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None) -> tuple[list[Any], dict[str, float]]:
@@ -54,7 +58,8 @@ def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None) -> tuple
 
     plans, secs = [], {}
     for label in LEARNED:
-        sharder = get_sharder("dreamshard", model_dir=model)
+        options = {"oracle": oracle, "calibrate_seconds": CALIBRATE_SECONDS} if label == CALIBRATED else {}
+        sharder = get_sharder("dreamshard", model_dir=model, **options)
         assert isinstance(sharder, ModelSharder)
         if label == CARD:
             card = sharder.model.card.comm_models
@@ -117,6 +122,7 @@ def run_task(task: tuple[str, str, int, int, int, bool], oracle: Any, rounds: in
         "noise": abs(ms[NOISE] - ms["dim_greedy"]) / ms["dim_greedy"],
         "plan_s": plan_s,
         "prediction_error": errors,
+        "calibration": next((p.calibration.model_dump() for p in plans if p.calibration), None),
         "infeasible": dict(cmp.infeasible),
     }
     print(
@@ -167,6 +173,16 @@ def render(res: dict[str, Any]) -> str:
             + " | ".join(f"{statistics.median(x[k] for x in e):+.0%}" for k in ("fwd_compute", "fwd_comm", "overall"))
             + " |"
         )
+    cal = [(r, r["calibration"]) for r in rows if r.get("calibration")]
+    if cal:
+        lines += [
+            "",
+            "Calibration (held-out probe partition, MAPE of device compute before -> after; probes; seconds): "
+            + "; ".join(
+                f"{r['task']} {c['mape_before']:.0%} -> {c['mape_after']:.0%}, {c['probes']}, {c['seconds']:.0f} s"
+                for r, c in cal
+            ),
+        ]
     lines += ["", f"Same plan measured twice: median {statistics.median(r['noise'] for r in rows):.1%}, max "
               f"{max(r['noise'] for r in rows):.1%}."]  # fmt: skip
     return "\n".join(lines) + "\n"
