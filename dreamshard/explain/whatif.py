@@ -53,7 +53,7 @@ def parse_changes(moves: Sequence[str], swaps: Sequence[str]) -> tuple[dict[str,
     out: dict[str, int] = {}
     for m in moves:
         unit, sep, dev = m.rpartition(":")
-        if not sep or not unit or not dev.isdigit():
+        if not sep or not unit or not (dev.isascii() and dev.isdigit()):
             raise PlanError(f"--move '{m}': expected UNIT:DEVICE (a table or column shard, then a device number)")
         out[unit] = int(dev)
     pairs = []
@@ -133,7 +133,7 @@ def parse_added(inventory: Inventory, specs: Sequence[str]) -> list[AddedTable]:
         except ValidationError as e:
             raise PlanError(f"--add-table '{spec}': {_spec_error(e)}") from None
         device = fields.get("device")
-        if device is not None and not device.isdigit():
+        if device is not None and not (device.isascii() and device.isdigit()):
             raise PlanError(f"--add-table '{spec}': device '{device}' is not a device number")
         out.append(AddedTable(table=table, device=None if device is None else int(device)))
     return out

@@ -124,6 +124,8 @@ def load_current_sharding_plan(
     `inventory` names the inventory (default: found by the model's schema fingerprint); `local_size`,
     `sharders` and `names` as in `dreamshard.integrations.torchrec.sharding_plan`.
     """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise PlanError(f"world_size must be a whole number of ranks >= 1, got {world_size!r}")
     st = open_store(store, endpoint_url=endpoint_url) if isinstance(store, str) else store
     schemas = schema_fingerprints(model, {theirs: ours for ours, theirs in (names or {}).items()})
     got = _found(st, schemas, world_size) if inventory is None else _named(st, schemas, world_size, inventory)

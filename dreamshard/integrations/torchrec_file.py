@@ -302,6 +302,8 @@ def document_from_data(data: Any, world_size: int | None = None, where: str = "t
     """
     if not isinstance(data, Mapping):
         raise PlanError(f"{where}: expected a mapping")
+    if world_size is not None and (isinstance(world_size, bool) or world_size < 1):
+        raise PlanError(f"{where}: world_size must be a whole number of ranks >= 1, got {world_size!r}")
     if "format" in data or "tables" in data:
         doc = validate_mapping(dict(data), TorchRecPlanFile, PlanError, where)
         if world_size is not None and world_size != doc.world_size:

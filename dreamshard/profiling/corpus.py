@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from pydantic import ValidationError, field_validator
+from pydantic import ValidationError
 
 from dreamshard.documents import describe_validation_error, read_text
 from dreamshard.errors import InputFileError, PlanError
@@ -51,16 +51,6 @@ class CorpusEntry(StrictModel):
     inventory: str = ""  # fingerprint of the inventory being measured when this timing was made
     info: BackendInfo | None = None  # the measuring backend's settings and index seed (the key's other parts)
     seed: int | None = None
-
-    @field_validator("fwd_ms", "bwd_ms")
-    @classmethod
-    def _bounded(cls, times: tuple[float, ...]) -> tuple[float, ...]:
-        """The bound every file of timings has (values.costs.MAX_RECORD_MS): what the measurement file would
-        refuse never enters the corpus, to be reused and written there."""
-        for x in times:
-            if not 0.0 <= x <= MAX_RECORD_MS:
-                raise ValueError(f"timing {x:g} ms is outside 0..{MAX_RECORD_MS:g} (MAX_RECORD_MS)")
-        return times
 
 
 @lru_cache(maxsize=4)
@@ -94,6 +84,19 @@ def device_key(info: BackendInfo, seed: int, tables: Sequence[Table], hardware: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def timing_problem(e: CorpusEntry) -> str | None:
+    """Why an entry's timings are no timings: not finite, negative, above the bound every file of timings has
+    (values.costs.MAX_RECORD_MS: what the measurement file would refuse never enters the corpus, to be reused and
+    written there), or not forward/backward pairs."""
+    times = (*e.fwd_ms, *e.bwd_ms)
+    if not e.fwd_ms or len(e.fwd_ms) != len(e.bwd_ms):
+        return "its timings are not forward/backward pairs"
+    bad = next((x for x in times if not (math.isfinite(x) and 0.0 <= x <= MAX_RECORD_MS)), None)
+    if bad is not None:
+        return f"timing {bad:g} ms is outside 0..{MAX_RECORD_MS:g} (MAX_RECORD_MS)"
+    return None
+
+
 def entry_problem(e: CorpusEntry, tables: Mapping[str, Table]) -> str | None:
     """Why a timing someone else made (a profiling worker) cannot join the corpus, or None: it must name tables
     of `tables` (the batch's inventory), carry its backend settings, hold finite non-negative timings, and its key
@@ -110,9 +113,8 @@ def entry_problem(e: CorpusEntry, tables: Mapping[str, Table]) -> str | None:
             measured.append(unit_table(tables, n))
         except PlanError:
             return f"table '{str(n)[:64]}' is not in the batch's inventory"
-    times = (*e.fwd_ms, *e.bwd_ms)
-    if not e.fwd_ms or len(e.fwd_ms) != len(e.bwd_ms) or not all(math.isfinite(x) and x >= 0 for x in times):
-        return "its timings are not finite, non-negative forward/backward pairs"
+    if (why := timing_problem(e)) is not None:
+        return why
     if e.key != device_key(e.info, e.seed, measured, e.hardware):
         return "its key is not the key of its tables, settings and hardware"
     return None
@@ -155,6 +157,8 @@ class DeviceCorpus:
                 if i == len(lines) - 1:
                     continue  # a killed writer's last line: that timing is simply measured again
                 raise InputFileError(f"{path}:{i + 1}: not a corpus entry ({describe_validation_error(err)})") from None
+            if (why := timing_problem(e)) is not None:
+                raise InputFileError(f"{path}:{i + 1}: not a corpus entry ({why})")
             self.entries.setdefault(e.key, e)
             if path.stem == WORKERS_WRITER and e.info is not None:
                 self.worker_backend[e.backend] = (e.hardware, e.info)
