@@ -33,3 +33,24 @@ def test_a_world_size_below_one_is_refused_not_suggested(tmp_path: Path, world_s
     doc = {"format": "dreamshard-torchrec-plan", "world_size": 2, "tables": {}}
     with pytest.raises(PlanError, match="world_size must be"):
         document_from_data(doc, world_size=world_size)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("import sys\ndef build():\n    sys.exit(0)\n", "build() called sys.exit(0)"),
+        ("import sys\nsys.exit(3)\ndef build():\n    pass\n", "called sys.exit(3)"),
+        ("def build():\n    raise RuntimeError('boom')\n", "build() failed (RuntimeError: boom)"),
+        ("def build():\n    return 42\n", "build() returned int, not a torch module"),
+    ],
+    ids=["exit-in-build", "exit-on-import", "raises", "not-a-module"],
+)
+def test_a_model_builder_that_exits_or_fails_is_one_line(tmp_path: Path, body: str, message: str) -> None:
+    from dreamshard.cli.app import invoke
+
+    model = tmp_path / "model.py"
+    model.write_text(body)
+    out = tmp_path / "inv.yaml"
+    code, _, err = invoke(["inventory", "from-torchrec", "--model", f"{model}:build", "-o", str(out)])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (code, err)
+    assert not out.exists()

@@ -324,6 +324,8 @@ def load_model(spec: str) -> nn.Module:
         raise ConfigError(f"--model {spec!r}: {target} has no callable '{attr}'")
     try:
         model = build()
+    except SystemExit as e:  # the user's code ended the process: never our exit status, never silent
+        raise ConfigError(f"--model {spec!r}: {attr}() called sys.exit({e.code!r})") from None
     except Exception as e:  # the user's code
         raise ConfigError(f"--model {spec!r}: {attr}() failed ({type(e).__name__}: {first_line(e)})") from None
     if not isinstance(model, nn.Module):

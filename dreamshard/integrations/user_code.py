@@ -35,5 +35,7 @@ def import_user_module(target: str, what: str) -> ModuleType:
         return importlib.import_module(target)
     except ConfigError:
         raise
+    except SystemExit as e:  # the user's code ended the process while importing
+        raise ConfigError(f"{what}: importing {target} called sys.exit({e.code!r})") from None
     except Exception as e:  # the user's code: any failure to import it
         raise ConfigError(f"{what}: cannot import {target} ({type(e).__name__}: {first_line(e)})") from None
