@@ -34,7 +34,7 @@ from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, lpt_p
 from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
-from dreamshard.search.splits import SPLIT_BEAM, learned_layout
+from dreamshard.search.splits import learned_layout, whole_layout
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
 
@@ -118,9 +118,11 @@ class ModelSharder(Sharder):
 
     def layout(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Layout:
         """What gets placed: the inventory's tables, cut where they cannot stay whole (larger than a device, or
-        constrained: dreamshard.search.splits), and split into column shards where that pays (not with
-        `column_splits="never"`); its fixed units (row blocks, replicas) have their devices."""
-        return learned_layout(inventory, topology, cost, beam=0 if self.column_splits == "never" else SPLIT_BEAM)
+        constrained: dreamshard.search.splits), and split into column shards where that pays; its fixed units (row
+        blocks, replicas) have their devices. `column_splits="never"`: every table whole."""
+        if self.column_splits == "never":
+            return whole_layout(inventory)
+        return learned_layout(inventory, topology, cost)
 
     def plan_from(
         self,
