@@ -9,11 +9,14 @@ from pathlib import Path
 import cases_forged_plans
 import cases_gate
 import cases_incumbent
+import cases_loop
 import cases_plan_files
+import cases_plan_incumbent
 import cases_store_damage
 import cases_store_layout
 import cases_topology
 import cases_torchrec_files
+import cases_whatif
 import pytest
 from harness import Case, Table, copy_world, run
 
@@ -26,6 +29,9 @@ TABLES: tuple[Table, ...] = (
     cases_store_damage.TABLE,
     cases_torchrec_files.TABLE,
     cases_incumbent.TABLE,
+    cases_plan_incumbent.TABLE,
+    cases_whatif.TABLE,
+    cases_loop.TABLE,
 )
 
 
