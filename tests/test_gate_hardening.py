@@ -267,10 +267,13 @@ def test_params_that_drop_torchrec_are_a_config_error(tmp_path: Path) -> None:
     assert "publish.baselines" in line and "torchrec" in line
 
 
-def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_path: Path) -> None:
-    """A table larger than a device: the heuristics (no column splits) cannot place the inventory. The comparison
-    records them as infeasible, the gate recomputes each before accepting its absence, and decides against the
-    baselines that can (TorchRec's planner); with none left, the only plan that runs is approved."""
+def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Baselines that cannot place the inventory (the heuristics here, made to fail as a heuristic without splits
+    would: they now row-shard a table larger than a device). The comparison records them as infeasible, the gate
+    recomputes each before accepting its absence, and decides against the baselines that can (TorchRec's planner);
+    with none left, the only plan that runs is approved."""
     from dreamshard.config.publish import PublishConfig
     from dreamshard.errors import InfeasiblePlacementError, PlanError
     from dreamshard.evaluation import compare_sharders
@@ -289,6 +292,12 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(tmp_pat
         ),
     )
     topo = Topology(num_devices=4, memory_per_device_gb=1.0, device_type="cuda")  # TorchRec row-shards for cuda only
+    from dreamshard.sharders.base import TableWiseSharder
+
+    def cannot(self: TableWiseSharder, inventory: Inventory, topology: Topology) -> None:
+        raise InfeasiblePlacementError("huge", 1.9, 1.0, f"sharder {self.name}: fits on no device")
+
+    monkeypatch.setattr(TableWiseSharder, "shard", cannot)
     plan = get_sharder("torchrec").shard(inv, topo).model_copy(update={"sharder": "dreamshard", "plan_id": "mine"})
     names = ["random", "round_robin", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec"]
     cmp = compare_sharders(inv, topo, names, make_oracle("simulator"), rounds=5, extra_plans=[plan])

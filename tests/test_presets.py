@@ -134,7 +134,7 @@ def test_terabyte_at_dim_128_does_not_fit_table_wise() -> None:
     assert sum(t.size_gb for t in inv.tables) < 8 * 16
     assert [t.name for t in inv.tables if t.size_gb > 16] == ["t_cat_0", "t_cat_19", "t_cat_21"]
     with pytest.raises(InfeasiblePlacementError) as ei:
-        get_sharder("size_greedy").shard(inv, Topology(num_devices=8, memory_per_device_gb=16.0))
+        get_sharder("size_greedy").place(inv, Topology(num_devices=8, memory_per_device_gb=16.0))  # whole tables
     assert ei.value.table == "t_cat_0" and ei.value.table_gb == pytest.approx(45833188 * 128 * 4 / GB)
 
 
