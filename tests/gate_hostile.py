@@ -1,5 +1,6 @@
-"""Hostile inputs for the publish gate (issue 15 item 5, issue 18 items 2, 3, 4, 13): shared by
-tests/test_gate_hardening.py and bench/hostile_cases.py. Everything on the simulator, in a temporary directory."""
+"""Hostile inputs for the publish gate (issue 15 item 5, issue 18 items 2, 3, 4, 13) for
+tests/test_gate_hardening.py: relabelled plans, edited comparisons, a noisy simulator. Everything on the
+simulator, in a temporary directory; the gate's attack table is tests/attacks/cases_gate.py."""
 
 from __future__ import annotations
 
