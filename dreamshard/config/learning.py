@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from dreamshard.sharders import HEURISTICS
 from dreamshard.values import (
+    DEFAULT_HOST_MEMORY_GB,
     DEFAULT_INTER_HOST_GBPS,
     MAX_BATCH,
     MAX_DEVICE_GB,
@@ -64,6 +65,8 @@ class TopologyConfig(_Config):
     optimizer: Optimizer = "sgd"
     memory_model: MemoryModel = "weights"
     memory_reserve: Annotated[float, Number, Field(ge=0.0, lt=1.0)] = 0.0
+    # host (DDR) memory per device, for tables whose kernel keeps weights on the host (as Topology's)
+    host_memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = DEFAULT_HOST_MEMORY_GB
 
     def topology(self, num_devices: int) -> Topology:
         """The template on `num_devices`; hosts of `devices_per_host` when there is more than one host's worth
@@ -80,6 +83,7 @@ class TopologyConfig(_Config):
             optimizer=self.optimizer,
             memory_model=self.memory_model,
             memory_reserve=self.memory_reserve,
+            host_memory_per_device_gb=self.host_memory_per_device_gb,
         )
 
     @classmethod
