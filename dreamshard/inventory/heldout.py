@@ -20,44 +20,13 @@ from collections.abc import Callable
 import numpy as np
 
 from dreamshard.errors import ConfigError
+from dreamshard.inventory.presets import CARDINALITIES
 from dreamshard.inventory.synth import zipf_histogram
 from dreamshard.values import DType, Inventory, Table
 
 #: Public cardinalities per dataset: (feature, rows, is a history feature)
 PUBLIC_CARDINALITIES: dict[str, tuple[tuple[str, int, bool], ...]] = {
-    "criteo": tuple(
-        (f"C{i + 1}", n, False)
-        for i, n in enumerate(
-            (
-                1460,
-                583,
-                10131227,
-                2202608,
-                305,
-                24,
-                12517,
-                633,
-                3,
-                93145,
-                5683,
-                8351593,
-                3194,
-                27,
-                14992,
-                5461306,
-                10,
-                5652,
-                2173,
-                4,
-                7046547,
-                18,
-                15,
-                286181,
-                105,
-                142572,
-            )
-        )  # fmt: skip
-    ),
+    "criteo": tuple((f"C{i + 1}", n, False) for i, n in enumerate(CARDINALITIES["criteo-kaggle"])),
     "avazu": (
         ("C1", 7, False),
         ("banner_pos", 7, False),
@@ -81,7 +50,7 @@ PUBLIC_CARDINALITIES: dict[str, tuple[tuple[str, int, bool], ...]] = {
         ("C20", 172, False),
         ("C21", 60, False),
         ("hour", 240, False),
-    ),  # fmt: skip
+    ),
     "kdd12": (
         ("user", 23907634, False),
         ("ad", 641707, False),
@@ -93,7 +62,7 @@ PUBLIC_CARDINALITIES: dict[str, tuple[tuple[str, int, bool], ...]] = {
         ("display_url", 27045, False),
         ("query_tokens", 1100000, True),
         ("title_tokens", 900000, True),
-    ),  # fmt: skip
+    ),
     "taobao": (
         ("user", 987994, False),
         ("item", 4162024, False),
@@ -101,14 +70,14 @@ PUBLIC_CARDINALITIES: dict[str, tuple[tuple[str, int, bool], ...]] = {
         ("item_history", 4162024, True),
         ("category_history", 9439, True),
         ("behavior", 4, False),
-    ),  # fmt: skip
+    ),
     "movielens": (
         ("user", 138493, False),
         ("movie", 27278, False),
         ("genre", 20, False),
         ("movie_history", 27278, True),
         ("tag_history", 38644, True),
-    ),  # fmt: skip
+    ),
 }
 CTR_DIMS: tuple[int, ...] = (16, 32, 64, 128)
 CTR_MAX_ROWS = 10_000_000
