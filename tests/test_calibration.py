@@ -60,9 +60,8 @@ def test_probes_recover_a_per_table_bias(case: tuple[Inventory, list[str], float
     oracle = _oracle(dict.fromkeys(biased, typical))
     sharder = get_sharder("dreamshard")
     assert isinstance(sharder, DreamShardSharder)
-    _, report = calibrate(inv, TOPO, sharder.planning_cost(TOPO), oracle, seconds=2.0)
-    cost, _ = calibrate(inv, TOPO, sharder.planning_cost(TOPO), oracle, seconds=2.0)
-    bias = {n: sum(b) / 2 for n, b in cost.correction.bias.items()}  # type: ignore[attr-defined]
+    cost, report = calibrate(inv, TOPO, sharder.planning_cost(TOPO), oracle, seconds=2.0)
+    bias = {n: sum(b) / 2 for n, b in cost.correction.bias.items()}
     top = sorted(bias, key=lambda n: -bias[n])[:2]
     assert set(top) == set(biased), bias
     assert all(bias[n] > 0.5 * typical for n in biased), (bias, typical)
