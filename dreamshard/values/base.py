@@ -31,27 +31,29 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
+def _alternatives(annotation: Any) -> list[Any]:
+    """The types a field's annotation accepts: Annotated unwrapped, a union's members except None."""
+    if get_origin(annotation) is Annotated:
+        return _alternatives(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return [t for a in get_args(annotation) if a is not type(None) for t in _alternatives(a)]
+    return [annotation]
+
+
 def _numeric(annotation: Any) -> bool:
     """Whether a field's type is a number (int / float, optionally None or Annotated): no bool, no str."""
-    if get_origin(annotation) is Annotated:
-        return _numeric(get_args(annotation)[0])
-    if get_origin(annotation) in (Union, UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        return bool(args) and all(_numeric(a) for a in args)
-    return annotation in (int, float)
+    kinds = _alternatives(annotation)
+    return bool(kinds) and all(k in (int, float) for k in kinds)
 
 
 def _numeric_items(annotation: Any) -> bool:
     """Whether a field's type is a list / tuple of numbers."""
-    if get_origin(annotation) is Annotated:
-        return _numeric_items(get_args(annotation)[0])
-    if get_origin(annotation) in (Union, UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        return bool(args) and all(_numeric_items(a) for a in args)
-    if get_origin(annotation) not in (list, tuple):
-        return False
-    items = [a for a in get_args(annotation) if a is not Ellipsis]
-    return bool(items) and all(_numeric(a) for a in items)
+
+    def items(kind: Any) -> list[Any]:
+        return [a for a in get_args(kind) if a is not Ellipsis] if get_origin(kind) in (list, tuple) else []
+
+    kinds = _alternatives(annotation)
+    return bool(kinds) and all(items(k) and all(_numeric(a) for a in items(k)) for k in kinds)
 
 
 class StrictNumbers(BaseModel):
@@ -71,13 +73,14 @@ class StrictNumbers(BaseModel):
             if _numeric_items(field.annotation) and isinstance(value, (list, tuple)):
                 bad = list(value)
             for item in bad:
-                if isinstance(item, (bool, str, bytes)):
-                    raise _not_a_number(cls.__name__, name, item)
+                try:
+                    number_only(item)
+                except ValueError as e:
+                    raise _located(cls.__name__, name, item, str(e)) from None
         return data
 
 
-def _not_a_number(title: str, field: str, value: object) -> ValidationError:
-    """The ValidationError of a bool or string in a number field, located at the field."""
-    message = f"must be a number, got {type(value).__name__} {value!r}"
+def _located(title: str, field: str, value: object, message: str) -> ValidationError:
+    """`number_only`'s refusal as a ValidationError located at the field (a model validator has no location)."""
     error = InitErrorDetails(type=PydanticCustomError("number_type", message), loc=(field,), input=value)
     return ValidationError.from_exception_data(title, [error])
