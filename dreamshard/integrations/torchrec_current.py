@@ -26,6 +26,7 @@ import torch.nn as nn
 
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.integrations.torchrec import sharding_plan
+from dreamshard.integrations.torchrec_file import check_world_size
 from dreamshard.integrations.torchrec_model import schema_fingerprints
 from dreamshard.store import PlanStore, get_current, get_inventory_version, open_store
 from dreamshard.store.lookup import approved_plan_for
@@ -124,8 +125,7 @@ def load_current_sharding_plan(
     `inventory` names the inventory (default: found by the model's schema fingerprint); `local_size`,
     `sharders` and `names` as in `dreamshard.integrations.torchrec.sharding_plan`.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise PlanError(f"world_size must be a whole number of ranks >= 1, got {world_size!r}")
+    check_world_size(world_size)
     st = open_store(store, endpoint_url=endpoint_url) if isinstance(store, str) else store
     schemas = schema_fingerprints(model, {theirs: ours for ours, theirs in (names or {}).items()})
     got = _found(st, schemas, world_size) if inventory is None else _named(st, schemas, world_size, inventory)

@@ -295,6 +295,13 @@ def save_torchrec_plan(doc: TorchRecPlanFile, path: str | Path) -> Path:
     return atomic_write_text(path, doc.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
+def check_world_size(world_size: object, where: str = "") -> None:
+    """PlanError unless `world_size` is a whole number of ranks >= 1 (never a suggestion to plan for 0)."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        prefix = f"{where}: " if where else ""
+        raise PlanError(f"{prefix}world_size must be a whole number of ranks >= 1, got {world_size!r}")
+
+
 def document_from_data(data: Any, world_size: int | None = None, where: str = "torchrec plan") -> TorchRecPlanFile:
     """A TorchRecPlanFile from parsed JSON: the full document, or a bare ``{table: {...}}`` map plus `world_size`.
 
@@ -302,8 +309,8 @@ def document_from_data(data: Any, world_size: int | None = None, where: str = "t
     """
     if not isinstance(data, Mapping):
         raise PlanError(f"{where}: expected a mapping")
-    if world_size is not None and (isinstance(world_size, bool) or world_size < 1):
-        raise PlanError(f"{where}: world_size must be a whole number of ranks >= 1, got {world_size!r}")
+    if world_size is not None:
+        check_world_size(world_size, where)
     if "format" in data or "tables" in data:
         doc = validate_mapping(dict(data), TorchRecPlanFile, PlanError, where)
         if world_size is not None and world_size != doc.world_size:
