@@ -14,7 +14,7 @@ table; `unit_exchange`); a device's state is the sum of its units' states.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -31,6 +31,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
 OUTPUT_BYTES = 4
+
+
+class CollectiveSource(Protocol):
+    """Where the collectives' alpha-beta models come from when planning for a backend: the oracle that verifies,
+    refines and gates (``Oracle.collective_model``), so that search optimises what the hardware is judged by."""
+
+    def collective_model(self, topology: Topology, collective: Collective) -> CommModel: ...
+
+
 #: the collective each unit kind other than whole tables and column shards runs (they run the all-to-all)
 UNIT_COLLECTIVES: tuple[tuple[str, Collective], ...] = (("row", "reduce_scatter"), ("replica", "all_reduce"))
 
@@ -54,12 +63,21 @@ class PlanningCost:
     """A CostEstimator for one topology: ensemble mean + risk x spread for compute, measured comm."""
 
     def __init__(
-        self, ensemble: CostEnsemble, topology: Topology, comm: CommModel | None = None, risk: float = 1.0
+        self,
+        ensemble: CostEnsemble,
+        topology: Topology,
+        comm: CommModel | None = None,
+        risk: float = 1.0,
+        source: CollectiveSource | None = None,
     ) -> None:
         if risk < 0:
             raise ValueError(f"risk must be >= 0, got {risk}")
         self.ensemble = ensemble
         self.topology = topology
+        #: the backend's own fits of every collective, when planning for one (one objective); else `comm`
+        self.source = source
+        if source is not None and topology.num_devices > 1:
+            comm = source.collective_model(topology, "all_to_all")
         self.comm = comm
         #: one device's all-to-all on this topology: `comm` itself when flat, with the inter-host tier when not
         self.device_comm = host_comm_model(topology, comm, "all_to_all") if comm is not None else None
@@ -77,7 +95,9 @@ class PlanningCost:
             return None
         if collective not in self.collectives:
             n = self.topology.num_devices
-            if self.topology.interconnect != "measured":
+            if self.source is not None:
+                model = self.source.collective_model(self.topology, collective)
+            elif self.topology.interconnect != "measured":
                 model = profile_model(self.topology.interconnect, n, collective)
             elif self.comm.backend.startswith(("simulated", "default")):  # no benchmark behind the all-to-all either
                 model = self.comm.model_copy(update={"collective": collective})

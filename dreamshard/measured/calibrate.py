@@ -72,6 +72,7 @@ class CalibratedCost(PlanningCost):
 
     def __init__(self, base: PlanningCost, correction: Correction, inventory: Inventory) -> None:
         super().__init__(base.ensemble, base.topology, base.comm, base.risk)
+        self.source = base.source
         self.collectives = base.collectives
         self.correction = correction
         self.parents = inventory.by_name()

@@ -20,12 +20,12 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
-from dreamshard.learning.planning_cost import PlanningCost, comm_for
+from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
 from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
 from dreamshard.placement.expand import fold_units
@@ -37,6 +37,9 @@ from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import learned_layout, whole_layout
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling.oracle import Oracle
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class ModelSharder(Sharder):
 
     family = "learned"
     options = frozenset({"model_dir", "samples", "seed", "risk", "search", "column_splits"})
+    #: the backend that measures this sharder's plans (DreamShardSharder's `oracle`): planning costs its collectives
+    oracle: CollectiveSource | None = None
 
     def __init__(
         self,
@@ -105,6 +110,11 @@ class ModelSharder(Sharder):
         return self._model
 
     def planning_cost(self, topology: Topology) -> PlanningCost:
+        """The cost search minimises on `topology`: the ensemble's compute, and the collectives of the backend
+        that will judge the plan (the `oracle`'s fits, when this sharder has one: verification, refinement and
+        the gate measure with them) or else the model card's fits / the topology's interconnect profile."""
+        if self.oracle is not None:
+            return PlanningCost(self.model.cost_net, topology, None, self.config.risk, source=self.oracle)
         comm = comm_for(topology, self.model.card.comm_models)
         return PlanningCost(self.model.cost_net, topology, comm, self.config.risk)
 
@@ -230,6 +240,7 @@ class DreamShardSharder(ModelSharder):
     """
 
     name = "dreamshard"
+    oracle: Oracle | None
     options = ModelSharder.options | {
         "verify",
         "verify_rounds",
