@@ -74,6 +74,19 @@ class NoPlacementError(InfeasiblePlacementError):
         self.table, self.table_gb, self.largest_free_gb, self.hint = "", 0.0, 0.0, ""
 
 
+class BrokenConstraintError(NoPlacementError, PlanError):
+    """A planner that cannot be asked to honour a table's constraint (TorchRec's planner and a device pin or a
+    shard count) planned it otherwise: it found no placement within the constraints (so a comparison reports it, and
+    the gate accepts its absence as it does an infeasible baseline's), and its plan is refused (a PlanError). Names
+    the `table` and the `constraint` it breaks (`<constraint>: <what the plan does>`)."""
+
+    def __init__(self, planner: str, table: str, constraint: str, why: str = "") -> None:
+        super().__init__(
+            f"{planner}'s plan: table '{table}' breaks its constraint {constraint}" + (f" ({why})" if why else "")
+        )
+        self.table, self.constraint = table, constraint
+
+
 class UnknownSharderError(DreamshardError):
     """The requested sharder name is not registered."""
 

@@ -171,7 +171,11 @@ def lower_bound(
 def measure_lower_bound(inventory: Inventory, topology: Topology, oracle: Oracle) -> LowerBound:
     """Measure every table alone, and its smallest share alone where that is less, then `lower_bound`.
 
-    Memory is not the question here: a table too big for one device is measured as it is (plans split it)."""
+    Memory is not the question here: a table too big for one device is measured as it is (plans split it); nor are
+    the tables' constraints (a pin, a sharding type): each is measured alone on device 0, whole or as its share."""
+    free = inventory.model_copy(
+        update={"tables": tuple(t.model_copy(update={"constraints": None}) for t in inventory.tables)}
+    )
     roomy = topology.model_copy(
         update={
             "memory_per_device_gb": min(
@@ -180,9 +184,9 @@ def measure_lower_bound(inventory: Inventory, topology: Topology, oracle: Oracle
             )
         }
     )
-    singles = {t.name: oracle.measure(inventory, {t.name: 0}, roomy, kind="single") for t in inventory.tables}
+    singles = {t.name: oracle.measure(free, {t.name: 0}, roomy, kind="single") for t in free.tables}
     shares: dict[str, Measurement] = {}
-    for t in inventory.tables:
+    for t in free.tables:
         part = smallest_share(t, topology.num_devices)
         if part is not t:
             unit = Inventory(name=inventory.name, tables=(part,))

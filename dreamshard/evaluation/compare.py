@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.documents import read_structured, validate_mapping
-from dreamshard.errors import InfeasiblePlacementError, InputFileError, PlanError, UnknownSharderError
+from dreamshard.errors import (
+    BrokenConstraintError,
+    InfeasiblePlacementError,
+    InputFileError,
+    PlanError,
+    UnknownSharderError,
+)
 from dreamshard.evaluation.bounds import (  # re-exported: callers import them from here too
     LowerBound,
     measure_lower_bound,
@@ -83,6 +89,9 @@ class Comparison(BaseModel):
     # sharders that cannot place this inventory on this topology (e.g. a table larger than a device for a sharder
     # without column splits), with why; not contenders (the gate recomputes each before it accepts its absence)
     infeasible: dict[str, str] = {}
+    # sharders whose plan breaks a table's constraint they cannot be asked to honour (TorchRec's planner and a device
+    # pin or a shard count): {sharder: "table 'x' devices [3]: the plan puts it on device 0"}; reported, not measured
+    breaks_constraints: dict[str, str] = {}
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -137,6 +146,7 @@ class Comparison(BaseModel):
             "lb_comm_ms": self.lb_comm_ms,
             "best": self.best,
             "best_baseline": self.best_baseline,
+            "breaks_constraints": dict(self.breaks_constraints),
             "sharders": {
                 self.label(r): {
                     "overall_ms": r.overall_ms,
@@ -267,6 +277,7 @@ def compare_sharders(
     plans, infeasible = _plan_contenders(inventory, topology, validate_sharders(sharders), sharder_options or {}, say)
     if not plans and not extra_plans:  # nothing to measure: the first sharder's own error says why
         raise next(iter(infeasible.values()))
+    broken = {name: e for name, e in infeasible.items() if isinstance(e, BrokenConstraintError)}
     for p in extra_plans:
         check_plan_for(inventory, p, topology)
         if any(p.plan_id == q.plan_id for q, _ in plans):
@@ -306,7 +317,8 @@ def compare_sharders(
         results=results,
         best=best.sharder,
         best_baseline=best_b.sharder,
-        infeasible={name: str(e) for name, e in infeasible.items()},
+        infeasible={name: str(e) for name, e in infeasible.items() if name not in broken},
+        breaks_constraints={name: f"table '{e.table}' {e.constraint}" for name, e in broken.items()},
     )
 
 
@@ -317,7 +329,8 @@ def _plan_contenders(
     options: Mapping[str, Mapping[str, Any]],
     say: Progress,
 ) -> tuple[list[tuple[Plan, float]], dict[str, InfeasiblePlacementError]]:
-    """Each sharder's plan with its planning seconds, and the sharders that cannot place the inventory."""
+    """Each sharder's plan with its planning seconds, and the sharders that cannot place the inventory (among them
+    those whose plan breaks a constraint they cannot be asked to honour: BrokenConstraintError)."""
     plans: list[tuple[Plan, float]] = []
     infeasible: dict[str, InfeasiblePlacementError] = {}
     for name in names:

@@ -176,6 +176,8 @@ def comparison_table(cmp: Comparison) -> RichTable:
             _lb_ratio(cmp, r),
             f"{max(r.plan.memory_per_device_gb):.3f}",
         )
+    for sharder, why in cmp.breaks_constraints.items():
+        t.add_row(sharder, f"breaks constraint: {why}", "-", "-", "-", "-")
     return t
 
 
@@ -197,6 +199,9 @@ def comparison_markdown(cmp: Comparison) -> str:
         lines.append(
             f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {_lb_ratio(cmp, r)} |"
         )
+    lines += [
+        f"| {sharder} | breaks constraint: {why} | - | - | - |" for sharder, why in cmp.breaks_constraints.items()
+    ]
     lines += [
         "",
         reference_line(cmp) + ".",

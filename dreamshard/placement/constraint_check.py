@@ -81,7 +81,7 @@ def _kernel_broken(table: Table, kind: str, kernel: str | None, factor: float | 
     return None
 
 
-def check_constraints_honoured(
+def broken_constraint(
     inventory: Inventory,
     topology: Topology,
     placement: Mapping[str, int],
@@ -90,9 +90,10 @@ def check_constraints_honoured(
     data_parallel: Sequence[str],
     kernels: Mapping[str, str] | None = None,
     cache_load_factors: Mapping[str, float] | None = None,
-) -> None:
-    """A one-line PlanError naming the first table whose placement breaks one of its constraints (module
-    docstring). `kernels` / `cache_load_factors`: the plan's (a table left out runs its type's default kernel)."""
+) -> tuple[str, str] | None:
+    """(table, `<constraint>: <what the plan does>`) of the first table whose placement breaks one of its
+    constraints (module docstring), None when every one is honoured; a sequence table made table_row_wise is a
+    PlanError. `kernels` / `cache_load_factors`: the plan's (a table left out runs its type's default kernel)."""
     tables = inventory.by_name()
     for name, (kind, devices, widths) in _layouts(
         placement, column_shards, row_shards, data_parallel, topology
@@ -109,7 +110,27 @@ def check_constraints_honoured(
             table, kind, kernel, (cache_load_factors or {}).get(name)
         )
         if problem is not None:
-            raise PlanError(f"table '{name}' breaks its constraint {problem}")
+            return name, problem
+    return None
 
 
-__all__ = ["check_constraints_honoured", "placed_type"]
+def check_constraints_honoured(
+    inventory: Inventory,
+    topology: Topology,
+    placement: Mapping[str, int],
+    column_shards: Mapping[str, Sequence[ColumnShard]],
+    row_shards: Mapping[str, Sequence[RowShard]],
+    data_parallel: Sequence[str],
+    kernels: Mapping[str, str] | None = None,
+    cache_load_factors: Mapping[str, float] | None = None,
+) -> None:
+    """A one-line PlanError naming the first table whose placement breaks one of its constraints
+    (`broken_constraint`)."""
+    broken = broken_constraint(
+        inventory, topology, placement, column_shards, row_shards, data_parallel, kernels, cache_load_factors
+    )
+    if broken is not None:
+        raise PlanError(f"table '{broken[0]}' breaks its constraint {broken[1]}")
+
+
+__all__ = ["broken_constraint", "check_constraints_honoured", "placed_type"]

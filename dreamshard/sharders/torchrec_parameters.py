@@ -5,7 +5,8 @@ TorchRec takes `sharding_types`, `compute_kernels`, `min_partition`, `cache_para
 algorithm), `enforce_hbm`, `is_weighted`, `stochastic_rounding` and `device_group` as they are; its pooling
 factor is the table's (the statistics already fill it). A device pin and a shard count (`devices`, `min_shards`,
 `max_shards`) it cannot express: `UNEXPRESSIBLE` names them, and the torchrec sharders check its plan against them
-(the placement validator), refusing it in one line naming the table and the constraint.
+(the placement validator), refusing it in one line naming the table and the constraint (BrokenConstraintError:
+`compare` reports the torchrec row as breaking it, the other contenders are measured).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """TorchRec's own planner as a contender: `torchrec` (`TorchRecSharder`, the baseline) unrestricted, and
 `torchrec_tw_cw` (`TorchRecTwCwSharder`) table- and column-wise only (docs/architecture.md, "Integrations").
 
-Both run `EmbeddingShardingPlanner` on meta tensors with our topology (world size, hosts, memory per device as its
-hbm or ddr cap, batch size, each table's pooling), storage counted by our weights-only estimator or TorchRec's own
-(`memory_model`), and `reserve_fraction` taken off the capacity we hand it. Its plan is read back through
-dreamshard.integrations.torchrec_import and checked by the placement validator; its failures become one-line typed
-errors (dreamshard.sharders.torchrec_messages). Tables go to TorchRec as `t0, t1, ...` (it rejects dots in names).
+Both run `EmbeddingShardingPlanner` on meta tensors (pooled tables as an EmbeddingBagCollection, sequence tables as
+EmbeddingCollections, each kind asked through its own TorchRec sharder) with our topology (world size, hosts, memory
+per device as its hbm or ddr cap, batch size, each table's pooling), storage counted by our weights-only estimator
+or TorchRec's own (`memory_model`), and `reserve_fraction` taken off the capacity we hand it. Its plan is read back
+through dreamshard.integrations.torchrec_import and checked by the placement validator; its failures become one-line
+typed errors (dreamshard.sharders.torchrec_messages). Tables go to TorchRec as `t0, t1, ...` (it rejects dots in names).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any, Literal
 
 import torch
 
-from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
+from dreamshard.errors import BrokenConstraintError, InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.integrations.torchrec_carried import document_kernels
 from dreamshard.integrations.torchrec_import import document_from_sharding_plan
+from dreamshard.placement.constraint_check import broken_constraint
 from dreamshard.placement.expand import Folded, fold_units
 from dreamshard.placement.kernels import SHARDED_KERNELS
 from dreamshard.placement.validate import check_each_table_fits
@@ -57,6 +59,8 @@ INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu
 #: The sharding types a dreamshard plan holds, so the ones the unrestricted planner may choose (TorchRec's
 #: table_column_wise and grid_shard have no dreamshard form).
 PLANNABLE_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
+#: The ones TorchRec's EmbeddingCollectionSharder offers a sequence table (it has no table_row_wise).
+SEQUENCE_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "data_parallel")
 
 
 def split_width(table: Table, capacity_bytes: int) -> int | None:
@@ -94,6 +98,40 @@ def _weights_only_estimator_class() -> type:
                     shard.storage = Storage(hbm=0, ddr=nbytes) if self._on_ddr else Storage(hbm=nbytes, ddr=0)
 
     return WeightsOnlyStorageEstimator
+
+
+def _module(inventory: Inventory) -> torch.nn.Module:
+    """The inventory as the modules a TorchRec model holds, on the meta device, tables named `internal_name`:
+    ``ebc`` (an EmbeddingBagCollection of the pooled tables) and ``ec_<dim>`` (an EmbeddingCollection of the
+    sequence tables of each dim, as dreamshard.integrations.torchrec_build.build_model groups them), so TorchRec's
+    planner asks its EmbeddingBagCollectionSharder about the pooled tables and its EmbeddingCollectionSharder
+    about the sequence ones (their sharding types, kernels and output sizes differ)."""
+    # optional dependency: torchrec
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, EmbeddingConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+
+    dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+    meta = torch.device("meta")
+    bags: list[Any] = []
+    sequences: dict[int, list[Any]] = {}
+    for i, t in enumerate(inventory.tables):
+        common = {
+            "num_embeddings": t.num_embeddings,
+            "embedding_dim": t.embedding_dim,
+            "name": _internal_name(i),
+            "feature_names": [f"f{i}"],
+            "data_type": dtypes[t.dtype],
+        }
+        if t.pooled:
+            bags.append(EmbeddingBagConfig(**common))
+        else:
+            sequences.setdefault(t.embedding_dim, []).append(EmbeddingConfig(**common))
+    modules: dict[str, torch.nn.Module] = {}
+    if bags:
+        modules["ebc"] = EmbeddingBagCollection(tables=bags, device=meta)
+    for dim, configs in sorted(sequences.items()):
+        modules[f"ec_{dim}"] = EmbeddingCollection(tables=configs, device=meta)
+    return torch.nn.ModuleDict(modules)
 
 
 class TorchRecTwCwSharder(Sharder):
@@ -139,13 +177,22 @@ class TorchRecTwCwSharder(Sharder):
                 kernels=answer.kernels,
                 cache_load_factors=answer.cache_load_factors,
             )
-        except PlanError as e:
+        except PlanError:
             cannot = sorted({name for t in inventory.tables for name in unexpressible(t)})
-            if not cannot:
+            broken = broken_constraint(
+                inventory,
+                topology,
+                folded.placement,
+                folded.column_shards,
+                folded.row_shards,
+                folded.data_parallel,
+                answer.kernels,
+                answer.cache_load_factors,
+            )
+            if not cannot or broken is None:
                 raise
-            raise PlanError(
-                f"torchrec planner's plan: {e} (TorchRec's ParameterConstraints cannot express {', '.join(cannot)})"
-            ) from None
+            why = f"TorchRec's ParameterConstraints cannot express {', '.join(cannot)}"
+            raise BrokenConstraintError("torchrec planner", *broken, why) from None
 
     def _answer(self, inventory: Inventory, topology: Topology) -> _Answer:
         """`_plan`'s answer, from `_ANSWERS` when this sharder (class and options) already planned this inventory
@@ -211,32 +258,21 @@ class TorchRecTwCwSharder(Sharder):
         return widths
 
     def _plan(self, inventory: Inventory, topology: Topology) -> _Answer:
-        """The plan's fields from TorchRec's planner."""
+        """The plan's fields from TorchRec's planner, asked with both of its sharders: the pooled tables as an
+        EmbeddingBagCollection, the sequence tables as EmbeddingCollections (`_module`)."""
         try:  # optional dependency: torchrec
+            from torchrec.distributed.embedding import EmbeddingCollectionSharder
             from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
             from torchrec.distributed.planner import EmbeddingShardingPlanner
             from torchrec.distributed.planner.stats import EmbeddingStats, NoopEmbeddingStats
             from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
             from torchrec.distributed.planner.types import PlannerError
-            from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
-            from torchrec.modules.embedding_modules import EmbeddingBagCollection
         except ImportError as e:
             raise UnknownSharderError(f"{INSTALL_HINT} ({e})") from None
 
         constraints = self._constraints(inventory, topology)
-        dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16}
-        configs = [
-            EmbeddingBagConfig(
-                num_embeddings=t.num_embeddings,
-                embedding_dim=t.embedding_dim,
-                name=_internal_name(i),
-                feature_names=[f"f{i}"],
-                data_type=dtypes[t.dtype],
-            )
-            for i, t in enumerate(inventory.tables)
-        ]
         with _quiet(self.verbose):
-            module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+            module = _module(inventory)
             tr_topology = self._torchrec_topology(topology)
             planner = EmbeddingShardingPlanner(
                 topology=tr_topology,
@@ -247,8 +283,9 @@ class TorchRecTwCwSharder(Sharder):
                 stats=EmbeddingStats() if self.verbose else NoopEmbeddingStats(),
                 debug=self.verbose,
             )
+            sharders = [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
             try:
-                sharding_plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
+                sharding_plan = planner.plan(module, sharders)
             except PlannerError as e:
                 raise translate(
                     e, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec"
@@ -316,7 +353,9 @@ class TorchRecSharder(TorchRecTwCwSharder):
     row shards and data-parallel tables where TorchRec chose them, and the kernels (and cache load factors) it
     chose besides the defaults. ``column_wise="never"`` leaves column-wise out of its choices. Each table's
     constraints narrow what it may choose; those TorchRec cannot express (a device pin, a shard count) are checked on
-    its plan, which is refused in one line when it breaks one (dreamshard.sharders.torchrec_parameters)."""
+    its plan, which is refused in one line when it breaks one (BrokenConstraintError, which `compare` reports as the
+    row's outcome: dreamshard.sharders.torchrec_parameters). Sequence tables are asked as an EmbeddingCollection
+    (`_module`), so only the types its sharder offers (no table_row_wise)."""
 
     name = "torchrec"
 
@@ -331,4 +370,9 @@ class TorchRecSharder(TorchRecTwCwSharder):
 
     def _constraints(self, inventory: Inventory, topology: Topology) -> dict[str, Any]:
         types = [t for t in PLANNABLE_TYPES if not (t == "column_wise" and self.column_wise == "never")]
-        return {_internal_name(i): parameter_constraints(t, types) for i, t in enumerate(inventory.tables)}
+        return {
+            _internal_name(i): parameter_constraints(
+                t, types if t.pooled else [x for x in types if x in SEQUENCE_TYPES]
+            )
+            for i, t in enumerate(inventory.tables)
+        }
