@@ -161,3 +161,33 @@ class NoisyOracle:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def damaged_store(root: Path, outside: Path, link: bool = True) -> dict[str, str]:
+    """A local store of five published plans of inventory 'inv' (the last current), then damaged as a hostile
+    user did: one plan's bytes rewritten, one record deleted, one garbled, and (with `link`) one plan file moved to
+    `outside` with a link to it in its place. Returns the damaged keys by what was done to them."""
+    import shutil
+
+    from dreamshard.store import LocalPlanStore, publish
+
+    store = LocalPlanStore(root)
+    plans = [make_plan(overall=10.0 - i) for i in range(5)]
+    for p in plans:
+        publish(store, p, approve(p))
+    keys = [f"plans/inv/{FP}/{p.plan_id}.json" for p in plans]
+    damaged = {
+        "rewritten": keys[0],
+        "deleted record": sibling(keys[1], "record"),
+        "garbled record": sibling(keys[2], "record"),
+    }
+    rewritten = root / keys[0]
+    rewritten.write_text(rewritten.read_text().replace('"dreamshard"', '"dreamsharp"'))
+    (root / damaged["deleted record"]).unlink()
+    (root / damaged["garbled record"]).write_text("{garbled")
+    if link:
+        damaged["link"] = keys[3]
+        outside.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(root / keys[3]), str(outside))
+        (root / keys[3]).symlink_to(outside)
+    return damaged

@@ -39,7 +39,9 @@ def list_cmd(
     endpoint: EndpointOpt = None,
 ) -> None:
     """List stored plans (approved and rejected), checksum-verified, marking the current one of each inventory.
-    A plan that fails verification is listed as CORRUPT with the reason (exit 1); the others still list."""
+    A plan that fails verification is listed as CORRUPT with the reason, and a path the store cannot read through
+    (a link out of it) is named on stderr as `skipped: KEY: why (fix: ...)`; the others still list. Exit 0 when
+    every plan listed verified, 1 when something is CORRUPT or skipped (`plans fsck` says how to fix it)."""
     result = plans_uc.list_stored(
         plans_uc.ListRequest(settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory)
     )
@@ -47,7 +49,10 @@ def list_cmd(
         typer.echo(json.dumps([r.model_dump(mode="json") for r in result.records], indent=2))
     else:
         _print_list(result, inventory)
-    if result.corrupt:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for i in result.skipped:  # in both forms: --json's stdout stays the list of plans
+        err.print(f"skipped: {i.key}: {i.problem} (fix: {i.fix})", markup=False)
+    if result.corrupt or result.skipped:
         raise typer.Exit(1)
 
 
@@ -93,7 +98,7 @@ def _print_list(result: ListResult, inventory: str | None) -> None:
         )
     show(Console(highlight=False), table)  # a pipe gets the table's full width: ids are never cut
     if not result.records:
-        typer.echo("no plans stored yet")
+        typer.echo("no plan could be listed: see `dreamshard plans fsck`" if result.skipped else "no plans stored yet")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     for r in result.corrupt:
         err.print(f"CORRUPT {r.key}: {r.problem}", markup=False)

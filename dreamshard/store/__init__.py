@@ -12,7 +12,8 @@
     objects      a plan's objects: verified upload, checksum-verified reads
     pointer      current.json: the advance rule and the rollback rule
     plans        publish / reject / rollback / show / current
-    listing      list: every stored plan, verified, with its world size, schema and sharding types
+    listing      list: every stored plan, verified, with its world size, schema and sharding types, and what it
+                 could not read through
     fsck         consistency checks
     inventories  inventory versions and their pointer
     lookup       read-only: the latest approved plan for a model's schema and a job's world size
@@ -31,7 +32,7 @@ from dreamshard.store.inventories import (
     inventory_key,
     push_inventory,
 )
-from dreamshard.store.listing import list_plans
+from dreamshard.store.listing import PlanListing, list_plans, scan_plans
 from dreamshard.store.local import LocalPlanStore
 from dreamshard.store.objects import list_inventories
 from dreamshard.store.plans import (
@@ -53,6 +54,7 @@ __all__ = [
     "FsckIssue",
     "InventoryRef",
     "LocalPlanStore",
+    "PlanListing",
     "PlanRecord",
     "PlanStore",
     "PointerEntry",
@@ -74,5 +76,6 @@ __all__ = [
     "push_inventory",
     "reject",
     "rollback",
+    "scan_plans",
     "show",
 ]

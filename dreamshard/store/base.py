@@ -70,6 +70,12 @@ class PlanStore(ABC):
         """
         return None
 
+    def scan(self, prefix: str = "") -> tuple[list[str], list[PathProblem]]:
+        """The keys under `prefix` the store can read, sorted, and what is there that it cannot (a link out of a local
+        store, a file where a folder belongs), each a PathProblem: what a listing that names what it skips walks
+        (`plans list`, `plans fsck`). `list_keys` refuses instead. An object store holds only objects: every key."""
+        return self.list_keys(prefix), []
+
     def path_problems(self, prefix: str = "") -> list[PathProblem]:
         """What is wrong with the store's own structure under `prefix` that no key shows (`plans fsck`). An object
         store has none; a local directory can hold links, empty folders, FIFOs (dreamshard.store.local)."""

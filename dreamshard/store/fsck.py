@@ -6,17 +6,25 @@ from collections.abc import Callable
 from functools import partial
 
 from dreamshard.errors import PlanError, StoreError, StorePathError
-from dreamshard.store.base import PlanStore
+from dreamshard.store.base import PathProblem, PlanStore
 from dreamshard.store.inventories import check_inventory_store
-from dreamshard.store.keys import PLANS_PREFIX, PlanKey, current_key, inventory_prefix, parse_key, pointer_of
-from dreamshard.store.objects import list_inventories, load_verified, plan_keys, read_record, sha256_hex
+from dreamshard.store.keys import (
+    PLANS_PREFIX,
+    PlanKey,
+    current_key,
+    inventory_of,
+    inventory_prefix,
+    parse_key,
+    pointer_of,
+)
+from dreamshard.store.objects import load_verified, read_record, sha256_hex
 from dreamshard.store.pointer import HISTORY_LIMIT, entry_key, pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, FsckIssue
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecordFile
 
 _ORPHAN = {"checksum": "checksum file without its plan (orphan)", "record": "record without its plan (orphan)"}
 
 
-def _path_issue(e: StorePathError) -> FsckIssue:
+def _path_issue(e: StorePathError | PathProblem) -> FsckIssue:
     return FsckIssue(key=e.key, problem=e.problem, fix=e.fix)
 
 
@@ -36,18 +44,18 @@ def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
     layout, corrupt or dangling `current` pointers, plans whose bytes do not match their checksum file, record
     or pointer, unreadable or invalid plans, checksum/record files without their plan (orphans), approved
     plans that never became current (an interrupted publish), and stored inventory versions that are corrupt.
+    Every finding in one pass: a path the store cannot read through is one finding, and the keys it can read are
+    all checked (`PlanStore.scan`).
     """
     prefix = inventory_prefix(inventory) if inventory else PLANS_PREFIX
-    found: list[FsckIssue] = []
-
-    def per_inventory() -> list[FsckIssue]:
-        out: list[FsckIssue] = []
-        for inv in [inventory] if inventory else list_inventories(store):
-            out.extend(_guarded(partial(_check_inventory, store, inv)))
-        return out
-
-    found += _guarded(per_inventory)
-    found += _guarded(lambda: _unexpected(store, prefix))
+    keys, unlisted = store.scan(prefix)
+    found = [_path_issue(p) for p in unlisted]
+    behind = {p.key for p in unlisted}  # objects the store cannot read through: never orphans' plans missing
+    inventories = [inventory] if inventory else sorted({i for k in keys if (i := inventory_of(k)) is not None})
+    for inv in inventories:
+        mine = [k for k in keys if k.startswith(inventory_prefix(inv))]
+        found += _guarded(partial(_check_inventory, store, inv, mine, behind))
+    found += _unexpected(keys)
     if inventory is None:
         found += _guarded(lambda: check_inventory_store(store))
     seen = {i.key for i in found}  # a key-level finding says more than the path's
@@ -67,7 +75,7 @@ def _unique(issues: list[FsckIssue]) -> list[FsckIssue]:
     return out
 
 
-def _unexpected(store: PlanStore, prefix: str) -> list[FsckIssue]:
+def _unexpected(keys: list[str]) -> list[FsckIssue]:
     """Objects under plans/ that are no plan, checksum, record or pointer of the layout (dreamshard.store.keys)."""
     return [
         FsckIssue(
@@ -76,21 +84,22 @@ def _unexpected(store: PlanStore, prefix: str) -> list[FsckIssue]:
             "an inventory's current.json)",
             fix="move it out of the store",
         )
-        for k in store.list_keys(prefix)
+        for k in keys
         if parse_key(k) is None and pointer_of(k) is None
     ]
 
 
-def _check_inventory(store: PlanStore, inv: str) -> list[FsckIssue]:
-    """Everything inconsistent under one inventory: its pointer and the plans it names, each stored plan, a plan
-    decided twice, and checksum or record files without their plan."""
+def _check_inventory(store: PlanStore, inv: str, keys: list[str], behind: set[str]) -> list[FsckIssue]:
+    """Everything inconsistent under one inventory (`keys`: its objects the store can read; `behind`: paths it
+    cannot read through): its pointer and the plans it names, each stored plan, a plan decided twice, and
+    checksum or record files without their plan."""
     pointer, problem, out = _pointer_issues(store, inv)
     if pointer is not None:
         out += _history_issues(store, pointer)
-    plans = plan_keys(store, inv)
+    plans = [p for k in keys if (p := parse_key(k)) is not None and p.kind == "plan"]
     out += _stored_plan_issues(store, inv, plans, pointer, pointer_readable=not problem)
     out += _decided_twice_issues(inv, plans)
-    out += _orphan_issues(store, inv, plans)
+    out += _orphan_issues(keys, plans, behind)
     return out
 
 
@@ -118,7 +127,11 @@ def _history_issues(store: PlanStore, pointer: CurrentPointer) -> list[FsckIssue
     """Earlier current plans whose bytes changed since (a rollback to one would not restore what was current)."""
     out: list[FsckIssue] = []
     for entry in pointer.history:
-        found = store.get_versioned(entry.key)
+        try:
+            found = store.get_versioned(entry.key)
+        except StorePathError as e:
+            out.append(_path_issue(e))
+            continue
         if found is not None and sha256_hex(found[0]) != entry.sha256:
             out.append(
                 FsckIssue(
@@ -139,7 +152,12 @@ def _stored_plan_issues(
     referenced = {entry.key for entry in pointer.entries()} if pointer else set()
     out: list[FsckIssue] = []
     for pk in sorted(plans, key=lambda p: p.key):
-        problems = _plan_problems(store, pk, inv)
+        try:
+            record = read_record(store, pk)
+        except StorePathError as e:
+            out.append(_path_issue(e))
+            continue
+        problems = _plan_problems(store, pk, inv, record)
         out.extend(problems)
         if (
             not problems  # a corrupt plan is never offered as a rollback target
@@ -155,7 +173,6 @@ def _stored_plan_issues(
                     fix=f"re-publish it, or `dreamshard plans rollback --inventory {inv} --to {pk.plan_id}`",
                 )
             )
-        record = read_record(store, pk)
         if record is not None and record.status != pk.status:
             out.append(
                 FsckIssue(
@@ -184,21 +201,21 @@ def _decided_twice_issues(inv: str, plans: list[PlanKey]) -> list[FsckIssue]:
     ]
 
 
-def _orphan_issues(store: PlanStore, inv: str, plans: list[PlanKey]) -> list[FsckIssue]:
-    """Checksum and record files under the inventory whose plan is not stored."""
-    stored = {pk.key for pk in plans}
+def _orphan_issues(keys: list[str], plans: list[PlanKey], behind: set[str]) -> list[FsckIssue]:
+    """Checksum and record files (of `keys`) whose plan is not stored (a plan the store cannot read through is
+    there: its path is a finding of its own)."""
+    stored = {pk.key for pk in plans} | behind
     out: list[FsckIssue] = []
-    for key in store.list_keys(inventory_prefix(inv)):
+    for key in keys:
         parsed = parse_key(key)
         if parsed is not None and parsed.kind != "plan" and parsed.of("plan").key not in stored:
             out.append(FsckIssue(key=key, problem=_ORPHAN[parsed.kind], fix="delete it"))
     return out
 
 
-def _plan_problems(store: PlanStore, pk: PlanKey, inventory: str) -> list[FsckIssue]:
+def _plan_problems(store: PlanStore, pk: PlanKey, inventory: str, record: PlanRecordFile | None) -> list[FsckIssue]:
     """Problems of one stored plan: missing/mismatched checksum file or record, unreadable or invalid bytes."""
     try:
-        record = read_record(store, pk)
         got = sha256_hex(store.get_bytes(pk.key))
         load_verified(store, pk)
     except StorePathError as e:

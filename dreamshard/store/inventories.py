@@ -160,8 +160,9 @@ def get_current_inventory(store: PlanStore, name: str) -> tuple[Inventory, Inven
 
 def check_inventory_store(store: PlanStore) -> list[FsckIssue]:
     """Every corrupt pointer or stored version under inventories/, with its fix (part of `plans fsck`)."""
-    out: list[FsckIssue] = []
-    for key in store.list_keys(f"{INVENTORIES}/"):
+    keys, unlisted = store.scan(f"{INVENTORIES}/")  # what cannot be read through is one finding each
+    out = [FsckIssue(key=p.key, problem=p.problem, fix=p.fix) for p in unlisted]
+    for key in keys:
         parsed = parse_inventory_key(key)
         if parsed is None:
             out.append(FsckIssue(key=key, problem="unexpected object in the inventory store", fix="delete it"))

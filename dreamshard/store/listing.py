@@ -3,43 +3,78 @@
 Each plan is read checksum-verified (its pointer's checksum when it is current, else its checksum object); its
 schema is recomputed from the stored inventory version (`inventories.VersionSchemas`, once per version), its world
 size and mix of sharding types come from the verified plan, its date and outcome from its record (the store's own
-write). A plan that fails verification is listed with its `problem` instead of failing the listing.
+write). A plan that fails verification is listed with its `problem` instead of failing the listing; a path the store
+cannot read through is skipped and named (`scan_plans`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from dreamshard.errors import PlanError, StoreError, StorePathError
 from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import VersionSchemas
-from dreamshard.store.keys import PlanKey
-from dreamshard.store.objects import list_inventories, load_verified, plan_keys, read_record
+from dreamshard.store.keys import PLANS_PREFIX, PlanKey, inventory_of, inventory_prefix, parse_key
+from dreamshard.store.objects import load_verified, read_record
 from dreamshard.store.pointer import pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, PlanRecord
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> list[PlanRecord]:
-    """Every stored plan of `inventory` (all inventories if None; of its version `fingerprint` only, if given),
-    oldest first by the store's own write (the record's `stored_at`), each checksum-verified.
+class PlanListing(NamedTuple):
+    """What `plans list` shows: every stored plan it could read (`records`), and what it could not read through
+    (`skipped`: a link out of a local store, a file where a folder belongs...), each with its fix."""
 
-    A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`
-    instead of failing the whole listing; a corrupt pointer only means no plan of that inventory is marked
-    current. A store whose structure is broken (StorePathError: a link out of a local store, a file where a
-    folder belongs, a folder where an object belongs) fails the listing: `plans fsck` says what to move.
+    records: list[PlanRecord]
+    skipped: list[FsckIssue]
+
+
+def scan_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> PlanListing:
+    """Every stored plan of `inventory` (all inventories if None; of its version `fingerprint` only, if given),
+    oldest first by the store's own write (the record's `stored_at`), each checksum-verified, and every path the
+    store could not read through (StorePathError), skipped and named.
+
+    A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`; a corrupt
+    pointer only means no plan of that inventory is marked current; a pointer or plan object the store cannot read
+    through (a link out of a local store, a folder where an object belongs) is one skipped entry, and the rest is
+    listed. `plans fsck` says what to move.
     """
-    inventories = [inventory] if inventory else list_inventories(store)
+    keys, unlisted = store.scan(inventory_prefix(inventory) if inventory else PLANS_PREFIX)
+    skipped = [FsckIssue(key=p.key, problem=p.problem, fix=p.fix) for p in unlisted]
+    plans = [p for k in keys if (p := parse_key(k)) is not None and p.kind == "plan"]
+    inventories = [inventory] if inventory else sorted({i for k in keys if (i := inventory_of(k)) is not None})
     schemas = VersionSchemas(store)
     out: list[PlanRecord] = []
     for inv in inventories:
-        pointer, _ = pointer_or_problem(store, inv)
-        for pk in plan_keys(store, inv):
-            if fingerprint is None or pk.fingerprint == fingerprint:
-                out.append(_listed(store, pk, pointer, schemas))
-    return sorted(out, key=lambda r: (r.inventory, r.stored_at or _EPOCH, r.plan_id))
+        try:
+            pointer, _ = pointer_or_problem(store, inv)
+        except StorePathError as e:
+            pointer = None
+            skipped.append(_skipped(e))
+        for pk in plans:
+            if pk.inventory == inv and (fingerprint is None or pk.fingerprint == fingerprint):
+                try:
+                    out.append(_listed(store, pk, pointer, schemas))
+                except StorePathError as e:
+                    skipped.append(_skipped(e))
+    records = sorted(out, key=lambda r: (r.inventory, r.stored_at or _EPOCH, r.plan_id))
+    return PlanListing(records, list({i.key: i for i in skipped}.values()))
+
+
+def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> list[PlanRecord]:
+    """`scan_plans`'s records, for a caller that needs the whole listing: a path the store cannot read through
+    (StorePathError: a link out of a local store, a file where a folder belongs) fails it."""
+    listing = scan_plans(store, inventory, fingerprint)
+    if listing.skipped:
+        first = listing.skipped[0]
+        raise StorePathError(first.key, store.location, first.problem, first.fix)
+    return listing.records
+
+
+def _skipped(e: StorePathError) -> FsckIssue:
+    return FsckIssue(key=e.key, problem=e.problem, fix=e.fix)
 
 
 def _listed(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, schemas: VersionSchemas) -> PlanRecord:
@@ -58,7 +93,7 @@ def _listed(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, schem
     try:
         plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
     except StorePathError:
-        raise
+        raise  # skipped and named (`scan_plans`)
     except (StoreError, PlanError) as e:
         return PlanRecord(
             plan_id=pk.plan_id,

@@ -155,22 +155,32 @@ class LocalPlanStore(PlanStore):
             yield here, dirnames, [f for f in filenames if not _is_tmp(f)]
 
     def list_keys(self, prefix: str = "") -> list[str]:
-        start = self._start(prefix)
+        keys, problems = self.scan(prefix)
+        if problems:  # a link out is refused; one inside is not walked (fsck reports it)
+            first = problems[0]
+            raise StorePathError(first.key, str(self.root), first.problem, first.fix)
+        return keys
+
+    def scan(self, prefix: str = "") -> tuple[list[str], list[PathProblem]]:
+        try:
+            start = self._start(prefix)
+        except StorePathError as e:
+            return [], [PathProblem(e.key, e.problem, e.fix)]
         if not start.is_dir():
-            return []
-        out: list[str] = []
+            return [], []
+        keys: list[str] = []
+        problems: list[PathProblem] = []
         for here, dirnames, filenames in self._walk(start):
-            for d in dirnames:
-                if (here / d).is_symlink():
-                    self._inside(here / d)  # a link out is refused; one inside is not walked (fsck reports it)
-            for name in filenames:
-                p = here / name
-                if p.is_symlink():
-                    self._inside(p)
+            for p, under in [(here / d, "/") for d in dirnames] + [(here / f, "") for f in filenames]:
                 key = self._key(p)
-                if key.startswith(prefix):
-                    out.append(key)
-        return sorted(out)
+                if not (key + under).startswith(prefix):
+                    continue
+                leaving = self._leaving(p) if p.is_symlink() else None
+                if leaving is not None:
+                    problems.append(PathProblem(self._key(leaving[0]), _LINK_OUT.format(leaving[1]), _UNLINK))
+                elif not under:
+                    keys.append(key)
+        return sorted(keys), problems
 
     def path_problems(self, prefix: str = "") -> list[PathProblem]:
         try:

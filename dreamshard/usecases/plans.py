@@ -13,8 +13,8 @@ from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
 from dreamshard.pipeline.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
 from dreamshard.store import fsck as store_fsck
-from dreamshard.store import list_plans
 from dreamshard.store import rollback as store_rollback
+from dreamshard.store import scan_plans
 from dreamshard.store.inventories import get_inventory_version
 from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord
 from dreamshard.usecases.base import Request, Result
@@ -42,6 +42,7 @@ class ListRequest(StoreRequest):
 
 class ListResult(Result):
     records: list[PlanRecord]
+    skipped: list[FsckIssue] = []  # what the store could not read through (a link out...), each with its fix
 
     @property
     def corrupt(self) -> list[PlanRecord]:
@@ -50,9 +51,11 @@ class ListResult(Result):
 
 
 def list_stored(request: ListRequest) -> ListResult:
-    """Every stored plan (approved and rejected), checksum-verified, the current one of each inventory marked."""
+    """Every stored plan (approved and rejected), checksum-verified, the current one of each inventory marked, and
+    every path the store could not read through, skipped and named."""
     store = open_plan_store(request.settings, request.store, request.endpoint_url)
-    return ListResult(records=list_plans(store, request.inventory))
+    listing = scan_plans(store, request.inventory)
+    return ListResult(records=listing.records, skipped=listing.skipped)
 
 
 class FsckResult(Result):

@@ -1,8 +1,9 @@
 """Attacks on a local plan store's layout: a folder or file replaced by a link out of the store (reads refused in
 one line naming the link, a publish writes nothing inside or outside, `plans fsck` reports it), link loops, a FIFO
 pointer, and what the layout cannot hold (`plans/<inventory>` a file, a foreign folder in it, `plans/` a file,
-`current.json` a folder): `plans fsck` reports each with a fix, `plans list` refuses in one line where it cannot
-list. The files: `store`, holding one published plan (tests/store_helpers.make_plan) of inventory 'inv'."""
+`current.json` a folder): `plans fsck` reports each with a fix, among every other finding; `plans list` lists what it
+can and names each path it cannot read through (`skipped: KEY: why (fix: ...)`, exit 1). The files: `store`, holding
+one published plan (tests/store_helpers.make_plan) of inventory 'inv'."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from harness import Case, Holds, Table, changes, cli, one_line, snap
-from store_helpers import FP, approve, make_plan
+from harness import Case, Holds, Result, Table, changes, cli, one_line, snap
+from store_helpers import FP, approve, damaged_store, make_plan
 
 from dreamshard.errors import StorePathError
 from dreamshard.store import LocalPlanStore, fsck, get_current, list_plans, publish, push_inventory
@@ -47,6 +48,15 @@ def _fsck_reports(root: Path, key: str, needle: str = "", *only: str) -> None:
     assert r.code == 1 and "(fix: " in line and needle in line and "clean" not in r.out, r
 
 
+def _skips(r: Result, key: str, *needles: str) -> None:
+    """`plans list` on a store it cannot wholly read: exit 1, no traceback, what it could read on stdout and one
+    `skipped:` line naming `key` (and its fix) on stderr."""
+    assert r.code == 1 and "Traceback" not in r.out + r.err, r
+    lines = [x for x in r.err.splitlines() if x.startswith("skipped: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"skipped: {key}: ") and "(fix: " in lines[0], r.err
+    assert all(n in lines[0] for n in needles) and "no plans stored yet" not in r.out, r
+
+
 def _linked_out(rel: str) -> Holds:
     def check(work: Path) -> None:
         root = work / "store"
@@ -56,8 +66,8 @@ def _linked_out(rel: str) -> Holds:
         s = ["--store", "store"]
         one_line(cli(["plans", "show", "current", "--inventory", "inv", *s]), rel, "out of the plan store")
         listed = cli(["plans", "list", *s])
-        one_line(listed, rel)
-        assert "no plans stored yet" not in listed.out
+        _skips(listed, rel, "out of the plan store")
+        assert (plan.plan_id in listed.out) == rel.endswith("current.json"), listed.out  # the plan, if readable
         one_line(cli(["plans", "rollback", "--inventory", "inv", "--to", plan.plan_id, *s]), rel)
         for only in ([], ["--inventory", "inv"]):
             _fsck_reports(root, rel, "a link out of the plan store", *only)
@@ -123,7 +133,7 @@ def _inventory_is_a_file(work: Path) -> None:
     (root / "plans").mkdir(parents=True)
     (root / "plans/inv").write_text("not a folder")
     _fsck_reports(root, "plans/inv")
-    one_line(cli(["plans", "list", "--store", str(root), "--inventory", "inv"]), "plans/inv")
+    _skips(cli(["plans", "list", "--store", str(root), "--inventory", "inv"]), "plans/inv")
 
 
 def _foreign_folders(work: Path) -> None:
@@ -145,9 +155,7 @@ def _plans_is_a_file(work: Path) -> None:
     root = work / "file-store"
     root.mkdir()
     (root / "plans").write_text("not a folder")
-    r = cli(["plans", "list", "--store", str(root)])
-    one_line(r, "plans")
-    assert "no plans stored yet" not in r.out
+    _skips(cli(["plans", "list", "--store", str(root)]), "plans", "a file where the store keeps a folder")
     r = cli(["plans", "fsck", "--store", str(root)])
     assert r.code == 1 and r.out.startswith("plans: ") and "fix:" in r.out, r
     _publish_refused(root, "plans")
@@ -159,7 +167,7 @@ def _pointer_is_a_folder(work: Path) -> None:
     (root / "plans/inv/current.json").unlink()
     (root / "plans/inv/current.json").mkdir()
     before = snap(work)
-    one_line(cli(["plans", "list", "--store", "store"]), "plans/inv/current.json")
+    _skips(cli(["plans", "list", "--store", "store"]), "plans/inv/current.json", "folder")
     one_line(cli(["plans", "show", "current", "--inventory", "inv", "--store", "store"]), "plans/inv/current.json")
     _fsck_reports(root, "plans/inv/current.json", "folder")
     _publish_refused(root, "current.json")
@@ -191,6 +199,27 @@ def _pointer_is_a_fifo(work: Path) -> None:
     assert [i.key for i in fsck(LocalPlanStore(root))] == ["plans/inv/current.json"]
 
 
+def _every_finding(work: Path) -> None:
+    """A rewritten plan, a deleted and a garbled record, and one plan file a link out of the
+    store. `plans fsck` reports all four in one pass (the link did hide the other three); `plans list` lists the
+    four plans it can read (the rewritten one CORRUPT) and names the link."""
+    root = work / "damaged"
+    damaged = damaged_store(root, work / "elsewhere" / "p.json")
+    issues = fsck(LocalPlanStore(root))
+    found = {i.key: i.problem for i in issues}
+    assert set(found) == set(damaged.values()) and "a link out" in found[damaged["link"]], issues
+    r = cli(["plans", "fsck", "--store", "damaged"])
+    assert r.code == 1 and r.out.rstrip().endswith(f"{len(issues)} problem(s) in {root}"), r.out
+    for key in damaged.values():
+        assert any(x.startswith(f"{key}: ") and "(fix: " in x for x in r.out.splitlines()), (key, r.out)
+    listed = cli(["plans", "list", "--store", "damaged"])
+    _skips(listed, damaged["link"], "out of the plan store")
+    assert listed.out.count("plan-") == 4 and listed.out.count("CORRUPT") == 1, listed.out
+    assert f"CORRUPT {damaged['rewritten']}: checksum mismatch" in listed.err
+    (root / damaged["link"]).unlink()  # the link removed: the other three are still all found
+    assert {i.key for i in fsck(LocalPlanStore(root))} >= set(damaged.values()) - {damaged["link"]}
+
+
 def _clean(work: Path) -> None:
     store = LocalPlanStore(work / "store")
     assert fsck(store) == [] and len(list_plans(store)) == 1
@@ -207,11 +236,12 @@ def _cases() -> list[Case]:
         Holds(".locks a link out of the store: publish refused before writing", _lock_folder_linked_out),
         Holds("a link inside the store: read, and fsck reports the linked folder", _link_inside),
         Holds("link loops: refused and reported", _link_loop),
-        Holds("plans/<inventory> is a file: fsck reports it, plans list refuses", _inventory_is_a_file),
+        Holds("plans/<inventory> is a file: fsck reports it, plans list names it", _inventory_is_a_file),
         Holds("plans/<inventory> holds foreign folders and files: fsck reports each", _foreign_folders),
         Holds("plans/ is a file: listed, reported and published as one line", _plans_is_a_file),
         Holds("current.json (the pointer) is a folder", _pointer_is_a_folder),
         Holds("current.json (the pointer) is a FIFO: refused without blocking", _pointer_is_a_fifo),
+        Holds("a link among other damage: fsck finds all, list lists the rest and names the link", _every_finding),
         Holds("a clean store is still clean", _clean),
     ]
 
