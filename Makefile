@@ -54,9 +54,11 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/generalisation.py --part a --interconnect fast
 	$(VENV)/bin/python bench/generalisation.py --part b
 
-# Pre-train the packaged model on the wide table generator (params `pretrain`; about 25 minutes on 2 cores)
+# Pre-train a model on the wide table generator (params `pretrain`; about 25 minutes on 2 cores), then the release
+# gate (params `release`; ~15 minutes): it replaces dreamshard/pretrained only if it wins; else exit 1, unchanged
 pretrain: $(STAMP)
-	$(VENV)/bin/dreamshard pretrain --params params.yaml --out dreamshard/pretrained --state-dir runs/pretrain
+	$(VENV)/bin/dreamshard pretrain --params params.yaml --out runs/pretrain-candidate --state-dir runs/pretrain
+	$(VENV)/bin/dreamshard release runs/pretrain-candidate --into dreamshard/pretrained --params params.yaml
 
 clean:
 	rm -rf $(VENV) runs .prefect

@@ -30,6 +30,7 @@ from dreamshard.config.profile import ProfileConfig
 from dreamshard.config.publish import PublishConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
 from dreamshard.documents import describe_validation_error, read_structured
+from dreamshard.config.release import ReleaseConfig
 from dreamshard.errors import ConfigError
 from dreamshard.values import JobTopology, Topology
 
@@ -58,6 +59,7 @@ class Settings(BaseModel):
     pretrain: PretrainConfig = PretrainConfig()
     plan: PlanConfig = PlanConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    release: ReleaseConfig = ReleaseConfig()
     publish: PublishConfig = PublishConfig()
     pipeline: PipelineSettings = PipelineSettings()
     drift: DriftConfig = DriftConfig()

@@ -1,0 +1,100 @@
+"""The release gate's decision and its report: the candidate's geomean ratio to the shipped model and to each
+task's best heuristic, with paired bootstrap intervals; released only if both upper ends are within bounds."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dreamshard.config.release import ReleaseConfig
+from dreamshard.release.bench import CANDIDATE, SHIPPED, TaskResult
+from dreamshard.release.stats import RatioInterval, geomean_interval, round_log_ratios
+from dreamshard.values import BackendInfo
+from dreamshard.values.ids import utcnow
+
+
+class ReleaseReport(BaseModel):
+    """What the release bench measured and what the gate decided."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    candidate: str  # model versions
+    shipped: str | None
+    backend: BackendInfo
+    rounds: int
+    tasks: list[TaskResult]
+    vs_shipped: RatioInterval | None
+    vs_best: RatioInterval
+    max_vs_shipped: float
+    max_vs_best: float
+    released: bool
+    reasons: list[str]  # why not, one per failed bound (empty when released)
+    created_at: datetime = Field(default_factory=utcnow)
+
+    def summary(self) -> str:
+        """One line: the decision and the two intervals."""
+        parts = [f"vs best heuristic {self.vs_best} (bound {self.max_vs_best:g})"]
+        if self.vs_shipped is not None:
+            parts.insert(0, f"vs shipped {self.shipped} {self.vs_shipped} (bound {self.max_vs_shipped:g})")
+        verdict = "released" if self.released else "refused"
+        return f"{verdict}: model {self.candidate} geomean " + "; ".join(parts)
+
+
+def decide(
+    results: list[TaskResult], cfg: ReleaseConfig, candidate: str, shipped: str | None, backend: BackendInfo
+) -> ReleaseReport:
+    """The gate: the upper ends of the paired intervals against the configured bounds."""
+    to_best = [round_log_ratios(r.samples_ms[CANDIDATE], r.samples_ms[r.best_heuristic]) for r in results]
+    vs_best = geomean_interval(to_best, cfg.confidence, cfg.bootstrap, cfg.seed)
+    vs_shipped = None
+    reasons = []
+    if shipped is not None:
+        to_shipped = [round_log_ratios(r.samples_ms[CANDIDATE], r.samples_ms[SHIPPED]) for r in results]
+        vs_shipped = geomean_interval(to_shipped, cfg.confidence, cfg.bootstrap, cfg.seed + 1)
+        if vs_shipped.high > cfg.max_vs_shipped:
+            reasons.append(
+                f"upper end {vs_shipped.high:.3f}x of the shipped model's geomean is above {cfg.max_vs_shipped:g}"
+            )
+    if vs_best.high > cfg.max_vs_best:
+        reasons.append(f"upper end {vs_best.high:.3f}x of the best heuristic's geomean is above {cfg.max_vs_best:g}")
+    return ReleaseReport(
+        candidate=candidate,
+        shipped=shipped,
+        backend=backend,
+        rounds=cfg.rounds,
+        tasks=results,
+        vs_shipped=vs_shipped,
+        vs_best=vs_best,
+        max_vs_shipped=cfg.max_vs_shipped,
+        max_vs_best=cfg.max_vs_best,
+        released=not reasons,
+        reasons=reasons,
+    )
+
+
+def render(report: ReleaseReport) -> str:
+    """The report as Markdown (committed beside a released model; its card links it)."""
+    conf = f"{report.vs_best.confidence:.0%}"
+    lines = [
+        f"# Release gate: model {report.candidate}",
+        "",
+        f"{report.summary()}.",
+        "",
+        f"Measured on {report.backend.name}/{report.backend.operator} ({report.backend.device}), {report.rounds} "
+        f"interleaved rounds per task, {report.created_at:%Y-%m-%d}. Ratios are medians over rounds (< 1: the "
+        f"candidate is faster); intervals are paired bootstraps over tasks and rounds at {conf}.",
+        "",
+        "| task | tables | histograms | best heuristic | candidate / best | candidate / shipped |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for r in report.tasks:
+        best = r.median(r.best_heuristic)
+        shipped = f"{r.median(CANDIDATE) / r.median(SHIPPED):.3f}" if SHIPPED in r.samples_ms else "-"
+        lines.append(
+            f"| {r.label} | {r.tables} | {r.histograms} | {r.best_heuristic} {best:.2f} ms | "
+            f"{r.median(CANDIDATE) / best:.3f} | {shipped} |"
+        )
+    if report.reasons:
+        lines += ["", "Refused:", "", *(f"- {reason}" for reason in report.reasons)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,61 @@
+"""`dreamshard release` (the end of `make pretrain`): the release gate for a new packaged model (section
+`release`; dreamshard.release). The candidate replaces the shipped model only when the gate releases it;
+otherwise the shipped model's directory stays byte-identical and the report lands beside the candidate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from dreamshard.errors import ConfigError
+from dreamshard.learning.model_store import has_model, load_card, load_model
+from dreamshard.release.bench import TaskResult, run_bench
+from dreamshard.release.promote import promote, write_report
+from dreamshard.release.report import ReleaseReport, decide
+from dreamshard.usecases.base import Request, Result
+
+
+class ReleaseRequest(Request):
+    candidate: Path  # the new model's directory (what `pretrain --out` wrote)
+    into: Path  # the shipped model's directory (dreamshard/pretrained)
+
+
+class ReleaseResult(Result):
+    report: ReleaseReport
+    report_path: Path
+
+
+def _check(request: ReleaseRequest) -> None:
+    if not has_model(request.candidate):
+        raise ConfigError(f"release: {request.candidate} holds no model (no model.json); run `dreamshard pretrain`")
+    if request.candidate.resolve() == request.into.resolve():
+        raise ConfigError(f"release: the candidate and the shipped model are the same directory ({request.into})")
+    load_model(request.candidate)  # a candidate that does not load is refused before anything is measured
+    if has_model(request.into):
+        load_model(request.into, require_policy=False)
+
+
+def run_release(request: ReleaseRequest, done: Callable[[TaskResult], None] = lambda _r: None) -> ReleaseResult:
+    """Bench the candidate against the shipped model and the heuristics; release or refuse (module docstring)."""
+    _check(request)
+    shipped = request.into if has_model(request.into) else None
+    settings = request.settings
+    oracle = settings.oracle()
+    try:
+        results = run_bench(
+            settings.release, oracle, request.candidate, shipped, settings.topology.batch_size, done=done
+        )  # fmt: skip
+        backend = oracle.backend_info(settings.topology.batch_size)
+    finally:
+        oracle.close()
+    report = decide(
+        results,
+        settings.release,
+        load_card(request.candidate).version,
+        load_card(shipped).version if shipped is not None else None,
+        backend,
+    )
+    path = (
+        promote(request.candidate, request.into, report) if report.released else write_report(request.candidate, report)
+    )
+    return ReleaseResult(report=report, report_path=path)

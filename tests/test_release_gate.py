@@ -1,0 +1,126 @@
+"""The release gate for models (dreamshard release; `make pretrain` ends with it): a model worse than the shipped
+one is refused and the shipped directory stays byte-identical; a better one replaces it with its report, linked
+from its card. Measured on the simulator (deterministic), on three small held-out tasks where the packaged model
+beats a perturbed copy of itself on every task."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from dreamshard.cli.app import invoke
+from dreamshard.learning.model_store import PACKAGED_DIR, load_card, load_model, save_model
+from dreamshard.release.stats import geomean_interval, round_log_ratios
+
+TASKS = [
+    {"family": "lognormal", "tables": 16, "seed": 1, "devices": 3, "histograms": False},
+    {"family": "ctr", "tables": 20, "seed": 1, "devices": 4, "histograms": False},
+    {"family": "lognormal", "tables": 24, "seed": 1, "devices": 4},
+]
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`good`: the packaged model; `bad`: its cost net with noise 30x each weight tensor's spread."""
+    root = tmp_path_factory.mktemp("models")
+    good = root / "good"
+    shutil.copytree(PACKAGED_DIR, good)
+    model = load_model(PACKAGED_DIR)
+    card = load_card(PACKAGED_DIR)
+    net = copy.deepcopy(model.cost_net)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in net.parameters():
+            spread = p.std() if p.numel() > 1 else p.abs()
+            p.add_(torch.randn(p.shape, generator=gen) * float(spread.nan_to_num(0.1)) * 30)
+    keep = card.model_dump(
+        exclude={"version", "cost_spec", "ensemble_size", "policy_spec", "files", "format_version", "feature_spec_version"}
+    )
+    save_model(root / "bad", net, model.policy, **keep)
+    return {"good": good, "bad": root / "bad"}
+
+
+@pytest.fixture()
+def params(tmp_path: Path) -> Path:
+    p = tmp_path / "params.yaml"
+    release = {"tasks": TASKS, "rounds": 2, "bootstrap": 300, "max_vs_best": 1.2}
+    p.write_text(yaml.safe_dump({"profile": {"backend": "simulator"}, "release": release}))
+    return p
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_worse_model_is_refused_and_the_shipped_one_stays_byte_identical(
+    models: dict[str, Path], params: Path, tmp_path: Path
+) -> None:
+    shipped = _copy(models["good"], tmp_path / "shipped")
+    candidate = _copy(models["bad"], tmp_path / "candidate")
+    before = _digest(shipped)
+    code, _, err = invoke(["release", str(candidate), "--into", str(shipped), "--params", str(params)])
+    assert code == 1, err
+    assert err.startswith("refused:") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "vs shipped" in err and "unchanged" in err
+    assert _digest(shipped) == before
+    report = json.loads((candidate / "release.json").read_text())
+    assert report["released"] is False and report["vs_shipped"]["high"] > 1.0
+    assert any("shipped model's geomean is above 1" in r for r in report["reasons"])
+    assert (candidate / "release.md").read_text().startswith("# Release gate")
+
+
+def test_a_better_model_is_released_with_its_report_linked_from_its_card(
+    models: dict[str, Path], params: Path, tmp_path: Path
+) -> None:
+    shipped = _copy(models["bad"], tmp_path / "shipped")
+    candidate = _copy(models["good"], tmp_path / "candidate")
+    code, out, err = invoke(["release", str(candidate), "--into", str(shipped), "--params", str(params)])
+    assert code == 0, err
+    assert "released: model" in out
+    assert (shipped / "cost_net.pt").read_bytes() == (candidate / "cost_net.pt").read_bytes()
+    card = load_card(shipped)
+    assert card.version == load_card(candidate).version
+    assert card.provenance["release"]["report"] == "release.md" and (shipped / "release.md").is_file()
+    load_model(shipped)  # the released model loads (its files match its card)
+    report = json.loads((shipped / "release.json").read_text())
+    assert report["vs_shipped"]["high"] <= 1.0 and report["vs_best"]["high"] <= 1.2
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["release", "nowhere"], "holds no model"),
+        (["release", "same", "--into", "same"], "same directory"),
+    ],
+)
+def test_bad_release_requests_are_one_line(
+    args: list[str], needle: str, models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _copy(models["good"], tmp_path / "same")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = invoke(args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_interval_reads_paired_rounds_and_weighs_tasks_equally() -> None:
+    faster = [round_log_ratios([9.0, 9.1, 8.9], [10.0, 10.1, 9.9]) for _ in range(4)]
+    iv = geomean_interval(faster, 0.95, 500)
+    assert iv.high < 1.0 and iv.estimate == pytest.approx(0.9, abs=0.01)
+    mixed = [round_log_ratios([9.0, 9.0], [10.0, 10.0]), round_log_ratios([11.0, 11.0], [10.0, 10.0])]
+    iv = geomean_interval(mixed, 0.95, 500)
+    assert iv.low < 1.0 < iv.high and iv.estimate == pytest.approx(float(np.sqrt(0.9 * 1.1)), rel=1e-6)
+    with pytest.raises(ValueError, match="equal"):
+        round_log_ratios([1.0], [1.0, 2.0])
