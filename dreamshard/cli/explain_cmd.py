@@ -14,6 +14,7 @@ from rich.table import Table as RichTable
 from dreamshard.cli.console import show
 from dreamshard.cli.options import BackendOverride, InventoryOpt, ModelOpt, ParamsOpt
 from dreamshard.config.settings import resolve
+from dreamshard.integrations.torchrec_carried import carried_lines
 from dreamshard.lazy import lazy_module
 from dreamshard.values import Costs
 
@@ -122,6 +123,8 @@ def stats_json(stats: PlanStats) -> dict[str, object]:
 
 def print_stats(stats: PlanStats, top: int = 15) -> None:
     show(console, *stats_tables(stats, top))
+    for line in carried_lines(stats.carried):
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _changes_table(before: Costs, after: Costs, label: str) -> RichTable:

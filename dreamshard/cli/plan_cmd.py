@@ -62,6 +62,7 @@ from dreamshard.cli.plan_options import (
 )
 from dreamshard.config.settings import resolve
 from dreamshard.evaluation.render import device_rows, device_table
+from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
 from dreamshard.lazy import lazy_module
 from dreamshard.values import Verification
 
@@ -228,6 +229,7 @@ def plan_json(result: PlanResult) -> dict[str, object]:
         if result.reasons is None
         else [[r.model_dump(mode="json") for r in dev] for dev in result.reasons],
         "stats": stats_json(result.stats) if result.stats is not None else None,
+        "carried": carried_report(result.inventory) if result.inventory is not None else {},
         "warnings": result.warnings,
     }
 
@@ -257,7 +259,10 @@ def _print_plan(result: PlanResult) -> None:
     if result.diff is not None:
         console.print(f"against --incumbent: {result.diff.summary}", markup=False)
     if result.stats is not None:
-        print_stats(result.stats)
+        print_stats(result.stats)  # its report ends with the constraints carried, not planned on
+    elif result.inventory is not None:
+        for line in carried_lines(carried_report(result.inventory)):
+            console.print(line, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

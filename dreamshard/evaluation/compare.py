@@ -28,6 +28,7 @@ from dreamshard.evaluation.bounds import (  # re-exported: callers import them f
     LowerBound,
     measure_lower_bound,
 )
+from dreamshard.integrations.torchrec_carried import carried_report
 from dreamshard.placement.expand import expand_plan
 from dreamshard.placement.validate import check_plan
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
@@ -92,6 +93,8 @@ class Comparison(BaseModel):
     # sharders whose plan breaks a table's constraint they cannot be asked to honour (TorchRec's planner and a device
     # pin or a shard count): {sharder: "table 'x' devices [3]: the plan puts it on device 0"}; reported, not measured
     breaks_constraints: dict[str, str] = {}
+    # {table: its constraints carried, not planned on} (dreamshard.integrations.torchrec_carried.carried_report)
+    carried: dict[str, list[str]] = {}
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -319,6 +322,7 @@ def compare_sharders(
         best_baseline=best_b.sharder,
         infeasible={name: str(e) for name, e in infeasible.items() if name not in broken},
         breaks_constraints={name: f"table '{e.table}' {e.constraint}" for name, e in broken.items()},
+        carried=carried_report(inventory),
     )
 
 

@@ -13,6 +13,7 @@ from rich.table import Table as RichTable
 from dreamshard.documents import atomic_write_bytes
 from dreamshard.errors import PlanError
 from dreamshard.evaluation.compare import Comparison, SharderResult
+from dreamshard.integrations.torchrec_carried import carried_lines
 from dreamshard.placement.device_memory import MemoryBreakdown, device_memory
 from dreamshard.placement.expand import expand_plan
 from dreamshard.values import COST_COMPONENTS, Costs, Inventory, Plan
@@ -207,6 +208,8 @@ def comparison_markdown(cmp: Comparison) -> str:
         reference_line(cmp) + ".",
         f"Best baseline: `{cmp.best_baseline}`.",
     ]
+    if cmp.carried:
+        lines += ["", *(f"- {line}" for line in carried_lines(cmp.carried))]
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import PlanningCost, cost_factory
 from dreamshard.placement.device_memory import device_memory
@@ -63,6 +64,8 @@ class PlanStats(BaseModel):
     devices: tuple[DeviceStat, ...]
     imbalance: float  # max / mean device total (basis)
     critical: tuple[str, ...]  # the bottleneck device's units, costliest first: what sets the maximum
+    # {table: its constraints carried, not planned on} (dreamshard.integrations.torchrec_carried.carried_report)
+    carried: dict[str, list[str]] = {}
 
 
 def _shares(device: DeviceCost, units: Sequence[Table], alone: Mapping[str, float]) -> dict[str, float]:
@@ -120,6 +123,7 @@ def plan_stats(inventory: Inventory, plan: Plan, cost: PlanningCost) -> PlanStat
         devices=_device_stats(units, placed, plan.topology, on, predicted, measured, b),
         imbalance=max(totals) / mean if mean > 0 else 1.0,
         critical=tuple(u for u in order if placed[u] == b),
+        carried=carried_report(inventory),
     )
 
 
@@ -205,4 +209,6 @@ def stats_markdown(stats: PlanStats, top: int = 15) -> str:
             f"{d.optimizer_gb:.3f} | {d.io_gb:.3f} | {d.input_mb:.2f} | {d.output_mb:.2f} | "
             f"{d.predicted_ms:.3f} |" + (f" {d.measured_ms:.3f} |" if d.measured_ms is not None else "")
         )
+    if stats.carried:
+        lines += ["", *(f"- {line}" for line in carried_lines(stats.carried))]
     return "\n".join(lines) + "\n"

@@ -5,16 +5,21 @@ takes in its ``ParameterSharding`` (docs/torchrec.md, "Constraints"). No torch n
 default), or a kernel asked for the tables at the default (``--torchrec-kernel``), which a table's
 ``compute_kernels`` constraint must allow. `carried_fields` are a table's constraints that the ``ParameterSharding``
 holds (`CARRIED`): planned on or not, TorchRec applies them in training (its fused params).
+
+`not_planned_on` / `carried_report` / `carried_lines` name the constraints no planner here plans on (their kind is
+"carried" in dreamshard.values.constraints, and a cache's fields besides its load factor): what the plan's report
+lists per table, "carried, not planned on", saying which of them the export cannot hold (TorchRec's
+``ParameterSharding`` has no field for them: they stay in the inventory).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from dreamshard.errors import PlanError
 from dreamshard.values import DEFAULT_CACHE_LOAD_FACTOR, Inventory, Plan, Table
-from dreamshard.values.constraints import DATA_TYPES
+from dreamshard.values.constraints import CONSTRAINT_KIND, DATA_TYPES
 
 #: TorchRec's ``DataType`` names, lower-cased (an output dtype, a cache precision).
 DataTypeName = DATA_TYPES
@@ -37,6 +42,43 @@ def carried_fields(table: Table) -> dict[str, object]:
         return {}
     given = table.constraints.given()
     return {k: given[k] for k in CARRIED if k in given}
+
+
+def not_planned_on(table: Table) -> list[str]:
+    """The table's constraints carried without being planned on (module docstring): the fields of kind "carried"
+    it sets, then its cache's fields besides the load factor as ``cache_params.<field>``; empty without any."""
+    if table.constraints is None:
+        return []
+    given = table.constraints.given()
+    out = [k for k, kind in CONSTRAINT_KIND.items() if kind == "carried" and k in given]
+    cache = given.get("cache_params")
+    if isinstance(cache, dict):
+        out += [f"cache_params.{k}" for k in cache if k != "load_factor"]
+    return out
+
+
+def carried_report(inventory: Inventory) -> dict[str, list[str]]:
+    """{table: `not_planned_on`} of the inventory's tables that carry any, in inventory order."""
+    return {t.name: fields for t in inventory.tables if (fields := not_planned_on(t))}
+
+
+def in_export(field: str) -> bool:
+    """Whether a carried field (`not_planned_on`'s name) is written into the TorchRec export (`CARRIED`)."""
+    return field.split(".")[0] in CARRIED
+
+
+def carried_lines(report: Mapping[str, Sequence[str]]) -> list[str]:
+    """One line per table of a `carried_report`: ``table 'x': carried, not planned on: output_dtype,
+    num_poolings``, and which of them only the inventory keeps (the export has no field for them)."""
+    lines: list[str] = []
+    for table, fields in report.items():
+        line = f"table '{table}': carried, not planned on: {', '.join(fields)}"
+        kept = [f for f in fields if not in_export(f)]
+        if kept:
+            them = "them" if len(kept) > 1 else "it"
+            line += f" ({', '.join(kept)}: in the inventory only, TorchRec's ParameterSharding has no field for {them})"
+        lines.append(line)
+    return lines
 
 
 def table_kernels(plan: Plan, inventory: Inventory | None, override: str | None = None) -> dict[str, str]:
