@@ -4,6 +4,7 @@ pointer as `plans rollback` does."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import pytest
 from store_helpers import FP, approve, damaged_store, make_plan, sibling
 
 from dreamshard.cli.app import invoke
-from dreamshard.errors import StorePathError
-from dreamshard.store import LocalPlanStore, fsck, list_plans, publish, scan_plans
+from dreamshard.errors import StoreError, StorePathError
+from dreamshard.gate import evaluate_gate
+from dreamshard.store import LocalPlanStore, fsck, list_plans, publish, reject, scan_plans, show
 
 
 def test_fsck_reports_every_finding_beside_a_link_out(tmp_path: Path) -> None:
@@ -72,3 +74,52 @@ def test_plans_list_cli_on_a_clean_store_exits_0(tmp_path: Path) -> None:
     publish(LocalPlanStore(tmp_path / "store"), plan, approve(plan))
     code, out, err = invoke(["plans", "list", "--store", str(tmp_path / "store")])
     assert code == 0 and plan.plan_id in out and "skipped" not in err, err
+
+
+def _rewrite(root: Path, key: str, record_too: bool = False) -> None:
+    """The stored plan at `key` edited, its checksum file rewritten to match (and its record's, with `record_too`)."""
+    f = root / key
+    f.write_text(f.read_text().replace('"dreamshard"', '"dreamsharp"'))
+    digest = hashlib.sha256(f.read_bytes()).hexdigest()
+    (root / sibling(key, "checksum")).write_text(f"{digest}  {f.name}\n")
+    if record_too:
+        record = root / sibling(key, "record")
+        record.write_text(json.dumps({**json.loads(record.read_text()), "sha256": digest}))
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> tuple[LocalPlanStore, list[str]]:
+    """A store with two plans published (the first in the pointer's history): the store and their keys."""
+    store = LocalPlanStore(tmp_path / "store")
+    plans = [make_plan(overall=9.0), make_plan(overall=8.0)]
+    for p in plans:
+        publish(store, p, approve(p))
+    return store, [p.plan_id for p in plans]
+
+
+@pytest.mark.parametrize("record_too", [False, True])
+def test_show_refuses_a_plan_rewritten_with_its_checksum_file(
+    two: tuple[LocalPlanStore, list[str]], record_too: bool
+) -> None:
+    store, ids = two
+    _rewrite(store.root, f"plans/inv/{FP}/{ids[0]}.json", record_too)
+    with pytest.raises(StoreError, match=f"plan {ids[0]} .*the object has sha256 .*the pointer's history says"):
+        show(store, ids[0])
+    code, out, err = invoke(["plans", "show", ids[0], "--store", str(store.root)])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and ids[0] in err, (code, out, err)
+    assert show(store, ids[1]).plan_id == ids[1]  # the untouched plan is still shown
+
+
+def test_show_refuses_a_rejected_plan_rewritten_against_its_record(tmp_path: Path) -> None:
+    store = LocalPlanStore(tmp_path / "store")
+    plan = make_plan()
+    decision = evaluate_gate(plan, {"size_greedy": 1.0}, 0.0)
+    assert not decision.approved
+    ref = reject(store, plan, decision)
+    assert show(store, plan.plan_id) == plan
+    _rewrite(store.root, ref.key)
+    with pytest.raises(StoreError, match=f"plan {plan.plan_id} .*the object has sha256 .*its record says"):
+        show(store, plan.plan_id)
+    (store.root / sibling(ref.key, "record")).unlink()  # no record, never current: nothing to verify it against
+    with pytest.raises(StoreError, match="no readable record and was never current"):
+        show(store, plan.plan_id)

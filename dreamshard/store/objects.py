@@ -65,10 +65,14 @@ def load_verified(store: PlanStore, pk: PlanKey, expected: str | None = None) ->
                 f"checksum mismatch for {key} in {store.location}: {source} says {want[:16]}, "
                 f"object has {got[:16]}; the object is corrupt or was modified: roll back or re-publish"
             )
+    return _parsed(store, pk, data)
+
+
+def _parsed(store: PlanStore, pk: PlanKey, data: bytes) -> Plan:
     try:
         return Plan.model_validate_json(data)
     except ValidationError as e:
-        raise PlanError(f"{key} in {store.location}: {describe_validation_error(e)}") from None
+        raise PlanError(f"{pk.key} in {store.location}: {describe_validation_error(e)}") from None
 
 
 def read_record(store: PlanStore, pk: PlanKey) -> PlanRecordFile | None:
@@ -79,20 +83,67 @@ def read_record(store: PlanStore, pk: PlanKey) -> PlanRecordFile | None:
         return None
 
 
-def original_sha(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None) -> str:
+def _authority(pk: PlanKey, pointer: CurrentPointer | None, record: PlanRecordFile | None) -> tuple[str, str] | None:
+    """The checksum a stored plan had when it was stored, and who says so: the pointer's history (written when it
+    became current), else its record (written when it was stored); None when neither knows it."""
+    known = [e.sha256 for e in (pointer.entries() if pointer else ()) if e.key == pk.key]
+    if known:
+        return known[0], "the pointer's history"
+    return (record.sha256, "its record") if record is not None else None
+
+
+def _agree(
+    store: PlanStore, pk: PlanKey, original: str, authority: str, sources: list[tuple[str, str | None]], fix: str
+) -> None:
+    """StoreError naming the plan and the first of `sources` (name, sha256 or None: not known) that disagrees with
+    `authority`'s `original` checksum."""
+    for source, want in sources:
+        if want is not None and want != original:
+            verb = "has" if source == "the object" else "says"
+            raise StoreError(
+                f"checksum mismatch for plan {pk.plan_id} ({pk.key} in {store.location}): {source} {verb} sha256 "
+                f"{want[:16]}, {authority} says {original[:16]}; the plan or its checksum was modified: {fix}"
+            )
+
+
+def original_sha(
+    store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, fix: str = "choose another version"
+) -> str:
     """The checksum a stored plan had when it was published: the pointer's history (written when it became
     current) first, else its record; the checksum object must agree with it. A rewritten one is not enough."""
     sidecar = expected_sha(store, pk)
-    known = [e.sha256 for e in (pointer.entries() if pointer else ()) if e.plan_id == pk.plan_id]
     record = read_record(store, pk)
-    original = known[0] if known else (record.sha256 if record is not None else sidecar)
-    for source, want in (("its record", record.sha256 if record else None), ("its checksum file", sidecar)):
-        if want is not None and want != original:
-            raise StoreError(
-                f"{pk.key} in {store.location}: {source} says sha256 {want[:16]}, the pointer's history says "
-                f"{original[:16]}; the plan or its checksum was modified: choose another version"
-            )
+    original, authority = _authority(pk, pointer, record) or (sidecar, "its checksum file")
+    _agree(
+        store,
+        pk,
+        original,
+        authority,
+        [("its record", record.sha256 if record else None), ("its checksum file", sidecar)],
+        fix,
+    )
     return original
+
+
+def load_original(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, fix: str) -> Plan:
+    """A stored plan as it was stored: the pointer's history or its record must know its checksum (`_authority`),
+    and the object, its checksum file and its record must all agree with it; else StoreError naming the plan and
+    what disagrees (`fix` says what to do)."""
+    record = read_record(store, pk)
+    found = _authority(pk, pointer, record)
+    if found is None:
+        raise StoreError(
+            f"plan {pk.plan_id} ({pk.key} in {store.location}) has no readable record and was never current: "
+            f"nothing to verify it against; {fix}"
+        )
+    data = store.get_bytes(pk.key)
+    sources = [
+        ("the object", sha256_hex(data)),
+        ("its checksum file", expected_sha(store, pk)),
+        ("its record", record.sha256 if record else None),
+    ]
+    _agree(store, pk, *found, sources, fix)
+    return _parsed(store, pk, data)
 
 
 def upload_verified(store: PlanStore, plan: Plan, decision: GateDecision, status: Status) -> tuple[PlanKey, str]:

@@ -16,6 +16,7 @@ from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import PlanKey, Status
 from dreamshard.store.objects import (
     find_plan,
+    load_original,
     load_verified,
     original_sha,
     read_record,
@@ -43,12 +44,15 @@ def get_current(store: PlanStore, inventory: str) -> Plan:
 
 
 def show(store: PlanStore, plan_id: str, inventory: str | None = None) -> Plan:
-    """A stored plan (approved or rejected) by id, checksum-verified."""
+    """A stored plan (approved or rejected) by id, verified as `rollback` verifies its target: against the checksum
+    the pointer's history recorded when it was current, else its record's, never only its (rewritable) checksum
+    file (`objects.load_original`)."""
     pk = find_plan(store, plan_id, inventory)
     if pk is None:
         where = f" for inventory '{inventory}'" if inventory else ""
         raise StoreError(f"no plan '{plan_id}'{where} in {store.location}; see `dreamshard plans list`")
-    return load_verified(store, pk)
+    pointer, _ = pointer_or_problem(store, pk.inventory)  # a corrupt pointer knows nothing: the record decides
+    return load_original(store, pk, pointer, f"see `dreamshard plans fsck --inventory {pk.inventory}`")
 
 
 def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecordFile] | None:

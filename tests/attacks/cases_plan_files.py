@@ -299,7 +299,7 @@ def _cases() -> list[Case]:
         Refused(
             "plans show --torchrec: a stored typed plan edited behind its checksum",
             _show,
-            "listed twice in data_parallel",
+            ("the object has sha256", "the pointer's history says"),  # verified against the store's own record
             setup=_stored(True),
         ),
     ]

@@ -104,6 +104,24 @@ def _rewritten_behind_the_pointer(work: Path) -> None:
     record.write_text(json.dumps({**json.loads(record.read_text()), "sha256": digest}))
 
 
+def _rewrite_with_sidecar(f: Path) -> None:
+    """The stored plan `f` edited and its checksum file rewritten to match (its record not)."""
+    f.write_text(f.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
+    (f.parent / (f.name + ".sha256")).write_text(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n")
+
+
+def _rewritten_with_sidecar(work: Path) -> None:
+    """store2's bad plan (once current) edited with its checksum file: its record and the pointer hold the original."""
+    history(work)
+    _rewrite_with_sidecar(next((work / "store2").rglob(f"{plan_id(work, 'bad')}.json")))
+
+
+def _rejected_rewritten_with_sidecar(work: Path) -> None:
+    """The worse plan rejected into `store`, then edited with its checksum file: only its record knows."""
+    assert cli(["plans", "publish", "worse.json", "--store", "store", *GATE.split()]).code == 1
+    _rewrite_with_sidecar(next((work / "store").rglob(f"rejected/{plan_id(work, 'worse')}.json")))
+
+
 def _current_is(name: str) -> Callable[[Path, Result], None]:
     def then(work: Path, r: Result) -> None:
         store = "store2" if (work / "store2").exists() else "store"
@@ -343,6 +361,27 @@ def _cases() -> list[Case]:
             then=_fsck_finds_the_checksum,
         ),
         Holds("a plan id ending in .record beside plan p: both kept, shown and listed", _record_like_ids),
+        Refused(
+            "plans show a plan rewritten with its checksum file: its record and the pointer's history refuse it",
+            lambda w: ["plans", "show", plan_id(w, "bad"), "--store", "store2"],
+            ("the object has sha256", "the pointer's history says", "plans fsck"),
+            setup=_rewritten_with_sidecar,
+            then=lambda w, r: _says(r.err, plan_id(w, "bad")),
+        ),
+        Refused(
+            "plans show a plan rewritten with its checksum file and record: the pointer's history refuses it",
+            lambda w: ["plans", "show", plan_id(w, "bad"), "--store", "store2", "--torchrec"],
+            ("the object has sha256", "the pointer's history says"),
+            setup=_rewritten_behind_the_pointer,
+            then=lambda w, r: _says(r.err, plan_id(w, "bad")),
+        ),
+        Refused(
+            "plans show a rejected plan rewritten with its checksum file: its record refuses it",
+            lambda w: ["plans", "show", plan_id(w, "worse"), "--store", "store"],
+            ("the object has sha256", "its record says"),
+            setup=_rejected_rewritten_with_sidecar,
+            then=lambda w, r: _says(r.err, plan_id(w, "worse")),
+        ),
     ]
     cases += [
         Refused(f"a store path that names nothing: {command}", f"{command} --store no-such-store", "no plan store at")
