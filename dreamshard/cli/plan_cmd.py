@@ -224,6 +224,8 @@ def plan_json(result: PlanResult) -> dict[str, object]:
         "search": _search_json(result.search) if result.search is not None else None,
         "verification": p.verification.model_dump(mode="json") if p.verification is not None else None,
         "refinement": p.refinement.model_dump(mode="json") if p.refinement is not None else None,
+        "calibration": p.calibration.model_dump(mode="json") if p.calibration is not None else None,
+        "assumptions": p.assumptions.model_dump(mode="json") if p.assumptions is not None else None,
         "against_incumbent": result.diff.model_dump(mode="json") if result.diff is not None else None,
         "reasons": None
         if result.reasons is None
@@ -255,6 +257,14 @@ def _print_plan(result: PlanResult) -> None:
             f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})",
             markup=False,
         )
+    if (c := result.plan.calibration) is not None:
+        console.print(
+            f"calibration: {c.probes} probe timings in {c.seconds:.1f} s on {c.backend}; held-out compute MAPE "
+            f"{c.mape_before:.0%} -> {c.mape_after:.0%}",
+            markup=False,
+        )
+    if (a := result.plan.assumptions) is not None:
+        console.print(f"access statistics: {a.summary()}", markup=False, soft_wrap=True)
     show(console, device_table(result.plan, result.inventory))  # memory broken down (weights / optimizer / io)
     if result.diff is not None:
         console.print(f"against --incumbent: {result.diff.summary}", markup=False)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, field_validator
 
-from dreamshard.config.learning import DEFAULT_CANDIDATES, VERIFY_ANCHORS, SearchConfig
+from dreamshard.config.learning import DEFAULT_CANDIDATES, DEFAULT_UNKNOWN_SKEWS, VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims, synth_inventory
 from dreamshard.sharders import contender_names, sharder_names
@@ -63,6 +63,9 @@ class PlanConfig(Section):
     # calibration before the search (dreamshard.measured.calibrate): seconds of probe timings on the profile
     # backend, fitted into a per-inventory correction of the cost model that search, verify and refinement use
     calibrate_seconds: Annotated[float, Field(ge=0, le=600)] = 0.0
+    # tables that declare no access histogram: the id distributions (Zipf exponents, 0 = uniform) the plan must hold
+    # under; candidates ranked by worst-case regret over them, verified under each (dreamshard.search.unknown_stats)
+    unknown_skews: tuple[Annotated[float, Field(ge=0, le=4)], ...] = DEFAULT_UNKNOWN_SKEWS
     # measured refinement of the kept plan (dreamshard.measured.refine): seconds of proposals measured
     # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0

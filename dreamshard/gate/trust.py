@@ -45,6 +45,7 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "verification": "gate",
     "refinement": "gate",
     "calibration": "gate",
+    "assumptions": "gate",
     "lineage": "gate",
     "model_version": "gate",
     # dates and every ordering come from the store's own write (record `stored_at`, pointer `published_at`)

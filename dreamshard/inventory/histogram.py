@@ -82,9 +82,11 @@ _MAX_EXACT_COUNT = 160
 
 
 @lru_cache(maxsize=16384)
-def assumed_histogram(num_rows: int, pooling_factor: float) -> tuple[float, ...] | None:
-    """The reuse histogram of one batch of a Zipf(ASSUMED_ZIPF_EXPONENT) table, computed (no sampling, so the same
-    table always gets the same histogram): ranks grouped geometrically, each group's rows hit Poisson(expected
+def assumed_histogram(
+    num_rows: int, pooling_factor: float, exponent: float = ASSUMED_ZIPF_EXPONENT
+) -> tuple[float, ...] | None:
+    """The reuse histogram of one batch of a Zipf(`exponent`) table (0: uniform ids), computed (no sampling, so the
+    same table always gets the same histogram): ranks grouped geometrically, each group's rows hit Poisson(expected
     count) times; None when a batch has no lookups."""
     lookups = float(pooling_factor) * _REFERENCE_BATCH
     if not lookups > 0 or num_rows < 1:
@@ -92,7 +94,7 @@ def assumed_histogram(num_rows: int, pooling_factor: float) -> tuple[float, ...]
     edges = np.unique(np.round(np.geomspace(1.0, num_rows + 1.0, _GRID + 1)).astype(np.int64))
     width = np.diff(edges).astype(np.float64)  # rows per group
     rank = np.sqrt(edges[:-1] * (edges[1:] - 1.0).clip(min=edges[:-1]))  # a group's middle rank
-    weight = rank**-ASSUMED_ZIPF_EXPONENT
+    weight = rank**-exponent
     expected = lookups * weight / float((width * weight).sum())  # expected count of one row of the group
     mass = np.zeros(NUM_REUSE_BINS, dtype=np.float64)
     big = expected >= _EXACT_BELOW

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
 from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
+from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
 from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, lpt_placement, origin, search
@@ -35,8 +36,9 @@ from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import learned_layout, whole_layout
+from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank, unknown_tables
 from dreamshard.sharders.base import Sharder, make_plan
-from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
+from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
@@ -79,6 +81,8 @@ class ModelSharder(Sharder):
     options = frozenset({"model_dir", "samples", "seed", "risk", "search", "column_splits"})
     #: the backend that measures this sharder's plans (DreamShardSharder's `oracle`): planning costs its collectives
     oracle: CollectiveSource | None = None
+    #: Zipf exponents planned for where tables declare no access statistics (DreamShardSharder's option)
+    unknown_skews: tuple[float, ...] = ()
 
     def __init__(
         self,
@@ -182,7 +186,14 @@ class ModelSharder(Sharder):
             searched.candidates.insert(0, best)
             searched.best = best
             units, placement = typed.units, typed.placement
-        plan = self._finish(inventory, units, topology, placement, searched, cost)
+        assumptions = None
+        if searched is not None and len(self.unknown_skews) > 1 and unknown_tables(layout.units):
+            searched.candidates, assumptions = robust_rerank(
+                searched.candidates, layout.units, topology, cost, self.unknown_skews
+            )
+            searched.best = searched.candidates[0]
+            units, placement = searched.best.units or layout.units, searched.best.placement
+        plan = self._finish(inventory, units, topology, placement, searched, cost, assumptions)
         if calibration is not None:
             plan = plan.model_copy(update={"calibration": calibration})
         return ShardReport(plan=plan, card=self.model.card, search=searched, cost=cost)
@@ -206,9 +217,12 @@ class ModelSharder(Sharder):
         unit_placement: dict[str, int],
         searched: SearchResult | None,
         cost: PlanningCost,
+        assumptions: AccessAssumptions | None = None,
     ) -> Plan:
-        """The plan of the placement `_place` chose (a subclass may check it further)."""
-        return self.plan_from(inventory, units, topology, unit_placement, cost)
+        """The plan of the placement `_place` chose (a subclass may check it further), with what it assumed about
+        missing access statistics."""
+        plan = self.plan_from(inventory, units, topology, unit_placement, cost)
+        return plan.model_copy(update={"assumptions": assumptions}) if assumptions is not None else plan
 
     def place(self, inventory: Inventory, topology: Topology) -> dict[str, int]:
         """Table-wise placement: every table whole, no column splits (shard() may split)."""
@@ -249,6 +263,7 @@ class DreamShardSharder(ModelSharder):
         "oracle",
         "calibrate_seconds",
         "incumbent",
+        "unknown_skews",
     }
 
     def __init__(
@@ -260,9 +275,11 @@ class DreamShardSharder(ModelSharder):
         incumbent: Plan | None = None,
         verify_confidence: float = 0.95,
         calibrate_seconds: float = 0.0,
+        unknown_skews: Sequence[float] = DEFAULT_UNKNOWN_SKEWS,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self.unknown_skews = check_skews(unknown_skews)
         if not 0.0 <= calibrate_seconds <= MAX_CALIBRATE_SECONDS:
             raise ConfigError(f"calibrate_seconds must be in [0, {MAX_CALIBRATE_SECONDS:g}], got {calibrate_seconds}")
         self.calibrate_seconds = float(calibrate_seconds)
@@ -296,9 +313,10 @@ class DreamShardSharder(ModelSharder):
         unit_placement: dict[str, int],
         searched: SearchResult | None,
         cost: PlanningCost,
+        assumptions: AccessAssumptions | None = None,
     ) -> Plan:
         if self.verify <= 0 or self.oracle is None or searched is None:
-            return super()._finish(inventory, units, topology, unit_placement, searched, cost)
+            return super()._finish(inventory, units, topology, unit_placement, searched, cost, assumptions)
         top = [
             *searched.candidates[: self.verify],
             *anchor_candidates(searched.candidates, self.verify, self.verify_anchors),
@@ -310,17 +328,20 @@ class DreamShardSharder(ModelSharder):
         if mine is not None:
             top = [mine, *(c for c in top if c is not mine)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
+        rounds = self.verify_rounds or VERIFY_ROUNDS
+        if assumptions is not None and mine is None:  # measured under every assumed distribution
+            return verify_robust(inventory, top, plans, self.oracle, assumptions, rounds, self.config.seed)
         kept, _ = verify_candidates(
             inventory,
             topology,
             top,
             plans,
             self.oracle,
-            rounds=self.verify_rounds or VERIFY_ROUNDS,
+            rounds=rounds,
             seed=self.config.seed,
             hold=self.verify_confidence if mine is not None else None,
         )
-        return kept
+        return kept if assumptions is None else kept.model_copy(update={"assumptions": assumptions})
 
     def _place(
         self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]

@@ -76,6 +76,7 @@ def sharder_options(name: str, settings: Settings, model: Path | None, seed: int
         "samples": settings.plan.samples,
         "risk": settings.plan.risk,
         "search": settings.plan.search(seed),
+        "unknown_skews": settings.plan.unknown_skews,
     }
     if "model_dir" in accepted_options(name) and (found := model_dir(model)) is not None:
         shared["model_dir"] = found

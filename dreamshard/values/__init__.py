@@ -5,6 +5,7 @@ This package imports no domain module: it is the bottom layer. Callers import va
 
 from __future__ import annotations
 
+from dreamshard.values.assumptions import AccessAssumptions
 from dreamshard.values.calibration import CalibrationReport
 from dreamshard.values.constraints import (
     COMPUTE_KERNELS,
@@ -106,6 +107,7 @@ from dreamshard.values.units import (
 )
 
 __all__ = [
+    "AccessAssumptions",
     "CalibrationReport",
     "BackendInfo",
     "COMPUTE_KERNELS",

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from dreamshard.values.assumptions import AccessAssumptions
 from dreamshard.values.calibration import CalibrationReport
 from dreamshard.values.constraints import Kernel
 from dreamshard.values.costs import BackendInfo, CostBasis, Costs
@@ -103,6 +104,7 @@ class Plan(StrictModel):
     verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
     refinement: RefineTrace | None = None  # proposals measured by `plan --refine-seconds`, when asked
     calibration: CalibrationReport | None = None  # the cost model's correction for this inventory, when asked
+    assumptions: AccessAssumptions | None = None  # the id distributions planned for, where statistics are missing
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")

@@ -1,0 +1,98 @@
+"""Planning for tables that declare no access statistics (docs/architecture.md, "Planning without statistics").
+
+A table without an access histogram is costed under an assumed id distribution (dreamshard.inventory.histogram:
+Zipf 1.05). Where an inventory has such tables and `plan.unknown_skews` names more than one distribution, the
+search's candidates are scored under each (uniform ids to very skewed ones) and ranked by their worst-case
+regret: a candidate's predicted cost under a distribution over the best candidate's under it, the largest over
+the distributions. The plan kept is then one that holds whatever the ids turn out to be, not the best for one
+guess; the plan records what it assumed (values.AccessAssumptions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dreamshard.config.learning import DEFAULT_UNKNOWN_SKEWS
+from dreamshard.errors import ConfigError
+from dreamshard.inventory.histogram import assumed_histogram
+from dreamshard.learning.planning_cost import PlanningCost
+from dreamshard.search.candidates import Candidate
+from dreamshard.values import AccessAssumptions, Inventory, Topology
+
+__all__ = ["DEFAULT_UNKNOWN_SKEWS", "assumed_variant", "check_skews", "regrets", "robust_rerank", "unknown_tables"]
+
+#: candidates re-scored under every distribution (the best predicted ones)
+RERANKED = 16
+#: names a plan's report lists of the tables without statistics
+EXAMPLES = 5
+
+
+#: the most distributions a plan is planned (and verified) for: each multiplies verification's measurements
+MAX_SKEWS = 5
+
+
+def check_skews(skews: Sequence[float]) -> tuple[float, ...]:
+    """`plan.unknown_skews` checked: distinct Zipf exponents in [0, 4], at most MAX_SKEWS (empty or one: the single
+    assumed distribution)."""
+    out = tuple(float(s) for s in skews)
+    if len(out) > MAX_SKEWS:
+        raise ConfigError(f"plan.unknown_skews lists {len(out)} distributions; at most {MAX_SKEWS}")
+    for s in out:
+        if not 0.0 <= s <= 4.0:
+            raise ConfigError(f"plan.unknown_skews: Zipf exponent {s:g} is outside [0, 4] (0: uniform ids)")
+    if len(set(out)) != len(out):
+        raise ConfigError("plan.unknown_skews lists a distribution twice")
+    return out
+
+
+def unknown_tables(inventory: Inventory) -> list[str]:
+    """The tables (or units) that declare no access histogram and do look rows up."""
+    return [t.name for t in inventory.tables if t.access_histogram is None and t.pooling_factor > 0]
+
+
+def assumed_variant(inventory: Inventory, skew: float) -> Inventory:
+    """`inventory` with every table lacking a histogram declaring the one of Zipf(`skew`) ids (0: uniform)."""
+    tables = tuple(
+        t.model_copy(
+            update={"access_histogram": assumed_histogram(int(t.num_embeddings), float(t.pooling_factor), skew)}
+        )
+        if t.access_histogram is None and t.pooling_factor > 0
+        else t
+        for t in inventory.tables
+    )
+    return inventory.model_copy(update={"tables": tables})
+
+
+def regrets(costs: Sequence[Sequence[float]]) -> list[float]:
+    """costs[i][v] (candidate i under distribution v) -> each candidate's worst regret over the distributions."""
+    best = [min(c[v] for c in costs) for v in range(len(costs[0]))]
+    return [max(c[v] / best[v] if best[v] > 0 else 1.0 for v in range(len(best))) for c in costs]
+
+
+def robust_rerank(
+    candidates: list[Candidate], units: Inventory, topology: Topology, cost: PlanningCost, skews: Sequence[float]
+) -> tuple[list[Candidate], AccessAssumptions]:
+    """The `RERANKED` best candidates re-ordered by worst predicted regret over `skews` (ties: as before), then the
+    rest; and what the first assumed. `units` are the units the candidates place unless a candidate has its own."""
+    head = candidates[:RERANKED]
+    predicted = []
+    for c in head:
+        own = c.units or units
+        predicted.append(
+            [
+                cost.predict(list(assumed_variant(own, s).tables), c.placement, pessimistic=True).overall_ms
+                for s in skews
+            ]
+        )
+    worst = regrets(predicted)
+    order = sorted(range(len(head)), key=lambda i: (round(worst[i], 6), i))
+    best = order[0]
+    names = unknown_tables(units)
+    report = AccessAssumptions(
+        tables=len(names),
+        examples=tuple(names[:EXAMPLES]),
+        skews=tuple(skews),
+        predicted_regret=max(1.0, worst[best]),
+        predicted_ms={f"{s:g}": ms for s, ms in zip(skews, predicted[best], strict=True)},
+    )
+    return [head[i] for i in order] + candidates[RERANKED:], report
