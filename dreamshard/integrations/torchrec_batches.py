@@ -1,12 +1,14 @@
 """A TorchRec model's batches: the KeyedJaggedTensors (or their dict form) a team saved, read as numpy per feature,
 and the reuse histogram of a table's lookups at the planned batch (docs/torchrec.md, "The model and its batches").
 
-Bad batches are one-line typed errors naming the batch or the key. `dreamshard.integrations.torchrec_model` turns
-them into a model's statistics.
+Bad batches are one-line typed errors naming the batch and the field or key: a field is read only from a dense,
+1-d, plain tensor of integers (weights: real numbers), never converted from anything else (sparse, meta, nested,
+quantized, a subclass, 2-d). `dreamshard.integrations.torchrec_model` turns them into a model's statistics.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,59 @@ from dreamshard.values import NUM_REUSE_BINS
 Batch = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def _np(x: Any, what: str) -> np.ndarray:
-    if not isinstance(x, torch.Tensor):
-        raise InputFileError(f"{what} must be a tensor, got {type(x).__name__}")
-    if x.is_floating_point() or x.is_complex():
-        raise InputFileError(f"{what} must hold integers, got {x.dtype}")
-    return x.detach().cpu().numpy().astype(np.int64, copy=False).ravel()
+#: The dtypes of ids and lengths: integers (a bool is not a number of lookups, nor a row).
+_INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32, torch.uint64)
+#: The dtypes of per-id weights: real numbers.
+_REAL = (*_INTEGER, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: The tensor types read: a plain tensor, or a parameter (what ``torch.load(weights_only=True)`` can give).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _np(x: Any, where: str, field: str, kind: str = "integer") -> np.ndarray:
+    """Batch field `field` as a 1-d numpy array (int64 for `kind` "integer", float64 for "real"): a dense, 1-d CPU
+    tensor of that kind, else one InputFileError line naming the batch and the field. Nothing is converted that is
+    not a plain tensor holding data (a sparse, meta, nested or quantized tensor, a subclass, a 2-d tensor)."""
+    what = f"{where}: '{field}'"
+    expected = f"a dense 1-d {kind} tensor is expected"
+    if type(x) not in _PLAIN:  # a subclass's methods are its own code: nothing of it is called
+        sub = "tensor subclass " if isinstance(x, torch.Tensor) else ""
+        raise InputFileError(f"{what} is a {sub}{type(x).__name__}; {expected}")
+    if x.is_nested:
+        raise InputFileError(f"{what} is a nested tensor; {expected}")
+    if x.layout != torch.strided:
+        layout = "sparse" if x.is_sparse or "sparse" in str(x.layout) else str(x.layout).removeprefix("torch.")
+        raise InputFileError(f"{what} is a {layout} tensor; {expected}")
+    if x.is_meta:
+        raise InputFileError(f"{what} is a meta tensor (it holds no data); {expected}")
+    if x.is_quantized:
+        raise InputFileError(f"{what} is a quantized tensor ({x.dtype}); {expected}")
+    if x.dtype not in (_INTEGER if kind == "integer" else _REAL):
+        raise InputFileError(f"{what} holds {x.dtype}; {expected}")
+    if x.dim() != 1:
+        raise InputFileError(f"{what} has {x.dim()} dimensions {tuple(x.shape)}; {expected}")
+    if kind != "integer":
+        arr = x.detach().cpu().to(torch.float64).numpy()  # bfloat16 has no numpy dtype
+        if not np.isfinite(arr).all():
+            raise InputFileError(f"{what} holds {arr[~np.isfinite(arr)][0]}; weights are finite numbers")
+        return arr
+    arr = x.detach().cpu().numpy()
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > _INT64_MAX:
+        raise InputFileError(f"{what} holds {int(arr.max())}, past the int64 range of ids and lengths")
+    return arr.astype(np.int64, copy=False)
+
+
+def _lengths_checked(lengths: np.ndarray, values: np.ndarray, where: str) -> None:
+    """Lengths >= 0 summing to the values' count; each is compared first, so no int64 sum can wrap around."""
+    if lengths.size and int(lengths.min()) < 0:
+        raise InputFileError(f"{where}: 'lengths' holds {int(lengths.min())}; lengths are >= 0")
+    if lengths.size and int(lengths.max()) > values.size:
+        raise InputFileError(
+            f"{where}: 'lengths' holds {int(lengths.max())}, more than the batch's {values.size} values"
+        )
+    total = int(lengths.sum())  # each <= values.size: exact for any batch that fits in memory
+    if total != values.size:
+        raise InputFileError(f"{where}: 'lengths' sum to {total}, not to the batch's {values.size} values")
 
 
 def _batch(item: Any, i: int, batch_size: int) -> Batch:
@@ -38,23 +87,34 @@ def _batch(item: Any, i: int, batch_size: int) -> Batch:
         keys = item.get("keys")
         if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys) or not keys:
             raise InputFileError(f"{where}: 'keys' must be a non-empty list of feature names")
-        if "values" not in item or "lengths" not in item:
-            raise InputFileError(f"{where}: a batch dict holds 'keys', 'values', 'lengths' (and optional 'weights')")
-        values, lengths = _np(item["values"], f"{where} values"), _np(item["lengths"], f"{where} lengths")
+        for field in ("values", "lengths"):
+            if field not in item:
+                raise InputFileError(
+                    f"{where}: no '{field}'; a batch dict holds 'keys', 'values', 'lengths' (and optional 'weights')"
+                )
+        raw_values, raw_lengths, raw_weights = item["values"], item["lengths"], item.get("weights")
     elif hasattr(item, "keys") and hasattr(item, "lengths") and hasattr(item, "values"):  # a KeyedJaggedTensor
-        keys = list(item.keys())
-        values, lengths = _np(item.values(), f"{where} values"), _np(item.lengths(), f"{where} lengths")
+        try:
+            keys = list(item.keys())
+            raw_values, raw_lengths = item.values(), item.lengths()
+            raw_weights = item.weights_or_none() if hasattr(item, "weights_or_none") else None
+        except Exception as e:  # a pickled object's own methods (trusted files only, --allow-pickle)
+            raise InputFileError(f"{where}: its keys, values or lengths cannot be read ({type(e).__name__})") from None
     else:
         raise InputFileError(
             f"{where} is a {type(item).__name__}; expected a KeyedJaggedTensor or a dict with keys/values/lengths"
         )
+    values, lengths = _np(raw_values, where, "values"), _np(raw_lengths, where, "lengths")
+    if raw_weights is not None:
+        weights = _np(raw_weights, where, "weights", "real")
+        if weights.size != values.size:
+            raise InputFileError(f"{where}: 'weights' holds {weights.size} weights for the {values.size} values")
     if lengths.size != len(keys) * batch_size:
         raise InputFileError(
             f"{where} has {lengths.size} lengths for {len(keys)} keys, not {batch_size} per key; give --batch-size "
             f"{lengths.size // max(1, len(keys))} (the samples per batch)"
         )
-    if (lengths < 0).any() or int(lengths.sum()) != values.size:
-        raise InputFileError(f"{where}: lengths must be >= 0 and sum to the {values.size} values")
+    _lengths_checked(lengths, values, where)
     out: Batch = {}
     pos = 0
     for k, key in enumerate(keys):
@@ -80,7 +140,9 @@ def load_batches(source: str | Path | Sequence[Any], batch_size: int, allow_pick
             require_torchrec()
             import torchrec  # noqa: F401  # optional dependency: torchrec (the pickled KeyedJaggedTensor class)
         try:
-            items = torch.load(p, map_location="cpu", weights_only=not allow_pickle)
+            with warnings.catch_warnings():  # torch's own deprecations on what it unpickles (quantized, TypedStorage)
+                warnings.simplefilter("ignore")
+                items = torch.load(p, map_location="cpu", weights_only=not allow_pickle)
         except Exception as e:  # torch's unpicklers raise many types on foreign bytes
             if "weights_only" in str(e) or "Unsupported global" in str(e):
                 raise InputFileError(

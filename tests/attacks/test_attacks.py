@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import cases_batches
 import cases_forged_plans
 import cases_gate
 import cases_incumbent
 import cases_loop
+import cases_pipeline
 import cases_plan_files
 import cases_plan_incumbent
 import cases_store_damage
@@ -28,10 +30,12 @@ TABLES: tuple[Table, ...] = (
     cases_store_layout.TABLE,
     cases_store_damage.TABLE,
     cases_torchrec_files.TABLE,
+    cases_batches.TABLE,
     cases_incumbent.TABLE,
     cases_plan_incumbent.TABLE,
     cases_whatif.TABLE,
     cases_loop.TABLE,
+    cases_pipeline.TABLE,
 )
 
 
