@@ -22,3 +22,5 @@ class CalibrationReport(StrictModel):
     # mean absolute percentage error of the held-out probe placement's compute, before / after the correction
     mape_before: Annotated[float, Number, Field(ge=0)]
     mape_after: Annotated[float, Number, Field(ge=0)]
+    # the form of the correction the held-out probes chose (dreamshard.measured.calibrate.FORMS)
+    fit: str = "scale+bias"
