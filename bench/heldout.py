@@ -4,16 +4,19 @@ TorchRec's planner, measured interleaved on this machine's `cpu` backend (FBGEMM
 
     python bench/heldout.py                     # writes bench/results/heldout.{json,md}; ~15 min on 2 cores
 
-Contenders per task: the heuristics, `torchrec` (the fixed baseline), and the learned planner (search only, no
-hardware) in variants that isolate what it optimises:
-- `dreamshard`: as `dreamshard plan` plans today;
-- `dreamshard[card comm]`: all-to-all costed by the model card's comm fits (the pretraining machine's);
-- `dreamshard[backend comm]`: all-to-all costed by the measuring backend's own fit (what verification, the gate
-  and the oracle use: one objective);
-- `dreamshard+calibrate`: calibrated for the inventory first (`plan --calibrate-seconds 20`), then searched;
+Contenders per task: the heuristics, `torchrec` (the fixed baseline), and the learned planner in the variants the
+issue's table asks for:
+- `dreamshard`: search only, no hardware (the model out of the box: the card's comm fits);
+- `dreamshard[risk 0]`, `dreamshard[one assumption]`: ablations of search only: the ensemble's mean without its
+  spread, and tables without histograms costed under Zipf(1.05) alone (`plan.unknown_skews: [1.05]`);
+- `dreamshard[backend]`: search on the measuring backend's collective fits (one objective), no calibration;
+- `dreamshard+calibrate`: calibrated for the inventory first (20 s of probes on the backend), then searched;
+- `plan stage`: what `dreamshard plan` does with the pipeline's params: calibration, search, verification of the
+  best candidates, refinement;
 - `dim_greedy (again)`: the dim_greedy plan measured a second time (the noise row).
-For each learned plan the prediction's error per component (forward compute, forward all-to-all; max device) is
-reported against the oracle's own measurement of that plan.
+For each learned plan the prediction's error per component (forward compute, forward all-to-all; the measured
+bottleneck device) is reported against the oracle's own measurement of that plan.
+Tasks: the release gate's held-out tasks (dreamshard.config.release.DEFAULT_RELEASE_TASKS).
 Run it on a quiet machine (no test suite, no second benchmark).
 """
 
@@ -24,6 +27,7 @@ import json
 import math
 import platform
 import statistics
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,47 +35,55 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results"
-#: (label, family, tables, seed, devices, histograms declared)
-TASKS: tuple[tuple[str, str, int, int, int, bool], ...] = (
-    ("ctr-26/2", "ctr", 26, 1, 2, True),
-    ("ctr-60/4 nohist", "ctr", 60, 2, 4, False),
-    ("ctr-120/8", "ctr", 120, 3, 8, True),
-    ("lognormal-30/3 nohist", "lognormal", 30, 4, 3, False),
-    ("lognormal-80/6", "lognormal", 80, 5, 6, True),
-    ("lognormal-120/8 nohist", "lognormal", 120, 6, 8, False),
-)
 MEMORY_GB = 16.0
 BASELINES = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec")
 NOISE = "dim_greedy (again)"
-CARD, BACKEND = "dreamshard[card comm]", "dreamshard[backend comm]"
-CALIBRATED = "dreamshard+calibrate"
-LEARNED = ("dreamshard", CARD, BACKEND, CALIBRATED)
-#: plan.calibrate_seconds of the calibrated variant
-CALIBRATE_SECONDS = 20.0
+BACKEND, CALIBRATED, STAGE = "dreamshard[backend]", "dreamshard+calibrate", "plan stage"
+RISK0, ONE = "dreamshard[risk 0]", "dreamshard[one assumption]"
+LEARNED = ("dreamshard", RISK0, ONE, BACKEND, CALIBRATED, STAGE)
+#: plan.calibrate_seconds of the calibrated variants; the plan stage's refinement seconds
+CALIBRATE_SECONDS, REFINE_SECONDS = 20.0, 20.0
 
 
-def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None) -> tuple[list[Any], dict[str, float]]:
-    """The learned planner's plans: as shipped, and with its all-to-all from the card vs from the backend."""
-    from dreamshard.learning.planning_cost import PlanningCost, comm_for
-    from dreamshard.search.sharders import ModelSharder
+def _stage_plan(inv: Any, topo: Any, model: Path | None, work: Path) -> Any:
+    """The plan stage: `dreamshard plan` with the repository's params (verify, refine) and calibration."""
+    from dreamshard.config.settings import resolve
+    from dreamshard.documents import save_inventory
+    from dreamshard.learning.model_store import PACKAGED_DIR
+    from dreamshard.usecases.plan import PlanRequest, run
+
+    path = work / f"{inv.name}.yaml"
+    save_inventory(inv, path)
+    overrides = {
+        "profile.backend": "cpu",
+        "plan.num_devices": topo.num_devices,
+        "topology.memory_per_device_gb": topo.memory_per_device_gb,
+        "plan.calibrate_seconds": CALIBRATE_SECONDS,
+        "plan.refine_seconds": REFINE_SECONDS,
+    }
+    return run(
+        PlanRequest(inventory=path, model=model or PACKAGED_DIR, settings=resolve(ROOT / "params.yaml", overrides))
+    ).plan
+
+
+def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None, work: Path) -> tuple[list[Any], dict]:
+    """The learned planner's plans in each variant (module docstring) and the seconds each took."""
     from dreamshard.sharders import get_sharder
 
+    options: dict[str, dict[str, Any]] = {
+        "dreamshard": {},
+        RISK0: {"risk": 0.0},
+        ONE: {"unknown_skews": (1.05,)},
+        BACKEND: {"oracle": oracle},
+        CALIBRATED: {"oracle": oracle, "calibrate_seconds": CALIBRATE_SECONDS},
+    }
     plans, secs = [], {}
     for label in LEARNED:
-        options = {"oracle": oracle, "calibrate_seconds": CALIBRATE_SECONDS} if label == CALIBRATED else {}
-        sharder = get_sharder("dreamshard", model_dir=model, **options)
-        assert isinstance(sharder, ModelSharder)
-        if label == CARD:
-            card = sharder.model.card.comm_models
-            sharder.planning_cost = lambda t, s=sharder, c=card: PlanningCost(  # type: ignore[method-assign]
-                s.model.cost_net, t, comm_for(t, c), s.config.risk
-            )
-        elif label == BACKEND:
-            sharder.planning_cost = lambda t, s=sharder: PlanningCost(  # type: ignore[method-assign]
-                s.model.cost_net, t, oracle.comm_model(t), s.config.risk
-            )
         t0 = time.perf_counter()
-        plan = sharder.shard(inv, topo)
+        if label == STAGE:
+            plan = _stage_plan(inv, topo, model, work)
+        else:
+            plan = get_sharder("dreamshard", model_dir=model, **options[label]).shard(inv, topo)
         secs[label] = time.perf_counter() - t0
         plans.append(plan.model_copy(update={"sharder": label}))
     return plans, secs
@@ -94,16 +106,16 @@ def component_errors(inv: Any, plan: Any, oracle: Any) -> dict[str, float]:
     }
 
 
-def run_task(task: tuple[str, str, int, int, int, bool], oracle: Any, rounds: int, model: Path | None) -> dict:
+def run_task(task: Any, oracle: Any, rounds: int, model: Path | None, work: Path) -> dict:
     from dreamshard.evaluation import compare_sharders
     from dreamshard.inventory.heldout import heldout_inventory
     from dreamshard.sharders import get_sharder
     from dreamshard.values import Topology
 
-    label, family, tables, seed, devices, hist = task
-    inv = heldout_inventory(family, tables, seed, histograms=hist)
+    label, seed, devices = task.label, task.seed, task.devices
+    inv = heldout_inventory(task.family, task.tables, seed, histograms=task.histograms)
     topo = Topology(num_devices=devices, memory_per_device_gb=MEMORY_GB)
-    plans, plan_s = learned_plans(inv, topo, oracle, model)
+    plans, plan_s = learned_plans(inv, topo, oracle, model, work)
     errors = {p.sharder: component_errors(inv, p, oracle) for p in plans}
     noise = get_sharder("dim_greedy").shard(inv, topo).model_copy(update={"sharder": NOISE})
     cmp = compare_sharders(inv, topo, list(BASELINES), oracle, rounds=rounds, extra_plans=[*plans, noise], seed=seed)
@@ -158,6 +170,15 @@ def render(res: dict[str, Any]) -> str:
     for label, key in (("best heuristic", "vs_best"), ("torchrec", "vs_torchrec")):
         cells = " | ".join(f"**{geomean([r[key][n] for r in rows if n in r[key]]):.3f}**" for n in names)
         lines.append(f"| **geomean vs {label}** | | {cells} | |")
+    lines += ["", "Geomean vs the best heuristic per family, with and without histograms:", ""]
+    header = "| family | histograms | tasks | " + " | ".join(LEARNED) + " |"
+    lines += [header, "|---|---|---:|" + "---:|" * len(LEARNED)]
+    for family in ("ctr", "lognormal"):
+        for hist in (True, False):
+            group = [r for r in rows if r["task"].startswith(family) and (r["histograms"] > 0) == hist]
+            if group:
+                cells = " | ".join(f"{geomean([r['vs_best'][n] for r in group]):.3f}" for n in LEARNED)
+                lines.append(f"| {family} | {'declared' if hist else 'none'} | {len(group)} | {cells} |")
     lines += [
         "",
         "Prediction error of the learned plans (predicted / measured - 1, the measured bottleneck device; median "
@@ -195,14 +216,16 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None, help="Model directory (default: the packaged model).")
     ap.add_argument("--out", type=Path, default=OUT / "heldout.json")
     args = ap.parse_args()
+    from dreamshard.config.release import DEFAULT_RELEASE_TASKS
     from dreamshard.config.settings import resolve
     from dreamshard.learning.model_store import load_model
 
     settings = resolve(ROOT / "params.yaml", {"profile.backend": "cpu"})
     oracle = settings.oracle()
-    chosen = [t for t in TASKS if not args.tasks or t[0] in args.tasks.split(",")]
+    chosen = [t for t in DEFAULT_RELEASE_TASKS if not args.tasks or t.label in args.tasks.split(",")]
     t0 = time.perf_counter()
-    rows = [run_task(t, oracle, args.rounds, args.model) for t in chosen]
+    with tempfile.TemporaryDirectory() as work:
+        rows = [run_task(t, oracle, args.rounds, args.model, Path(work)) for t in chosen]
     res = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
