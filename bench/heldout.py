@@ -124,6 +124,7 @@ def run_task(task: Any, oracle: Any, rounds: int, model: Path | None, work: Path
     best = min(heuristics, key=lambda b: ms[b])
     row = {
         "task": label,
+        "samples": {r.sharder: list(r.samples_ms) for r in cmp.results},
         "tables": inv.num_tables,
         "devices": devices,
         "histograms": sum(t.access_histogram is not None for t in inv.tables),
@@ -148,6 +149,18 @@ def run_task(task: Any, oracle: Any, rounds: int, model: Path | None, work: Path
 
 def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+
+
+def release_view(rows: list[dict]) -> list[str]:
+    """The release gate's reading of these rounds (dreamshard.release.stats): each learned variant's geomean vs the
+    per-task best heuristic with its paired bootstrap interval (95%, over tasks then rounds)."""
+    from dreamshard.release.stats import geomean_interval, round_log_ratios
+
+    out = ["Paired bootstrap (the release gate's rule: upper end <= 0.97 to ship), geomean vs the best heuristic:", ""]
+    for n in LEARNED:
+        per = [round_log_ratios(r["samples"][n], r["samples"][r["best_heuristic"]]) for r in rows]
+        out.append(f"- {n}: {geomean_interval(per, 0.95, 2000)}")
+    return out
 
 
 def render(res: dict[str, Any]) -> str:
@@ -204,6 +217,8 @@ def render(res: dict[str, Any]) -> str:
                 for r, c in cal
             ),
         ]
+    if all("samples" in r for r in rows):
+        lines += ["", *release_view(rows)]
     lines += ["", f"Same plan measured twice: median {statistics.median(r['noise'] for r in rows):.1%}, max "
               f"{max(r['noise'] for r in rows):.1%}."]  # fmt: skip
     return "\n".join(lines) + "\n"
