@@ -191,3 +191,45 @@ def damaged_store(root: Path, outside: Path, link: bool = True) -> dict[str, str
         shutil.move(str(root / keys[3]), str(outside))
         (root / keys[3]).symlink_to(outside)
     return damaged
+
+
+def publish_race(
+    root: Path, plan: Plan, decision: GateDecision, threads: int, lag_s: float = 0.1
+) -> tuple[Any, list[Any], list[Exception]]:
+    """`threads` publishers of the same plan and decision (`publish_or_reject`, as `plans publish` does) into a new
+    local store at `root` whose record writes lag `lag_s` behind: the first starts alone, the others as soon as its
+    plan object is written, so they find the plan stored and its record not yet there. Returns the store, what each
+    publisher was answered, and the errors raised."""
+    import threading
+    import time
+
+    from dreamshard.store import LocalPlanStore, publish_or_reject
+
+    plan_written = threading.Event()
+
+    class LaggingRecords(LocalPlanStore):
+        def put_bytes(self, key: str, data: bytes) -> None:
+            if key.endswith(".json.record"):
+                time.sleep(lag_s)
+            super().put_bytes(key, data)
+            if key.endswith(f"{plan.plan_id}.json"):
+                plan_written.set()
+
+    store = LaggingRecords(root)
+    refs: list[Any] = []
+    errors: list[Exception] = []
+
+    def publisher(first: bool) -> None:
+        if not first:
+            plan_written.wait(10)
+        try:
+            refs.append(publish_or_reject(store, plan, decision))
+        except Exception as e:  # noqa: BLE001 - returned to the caller, which asserts on it
+            errors.append(e)
+
+    workers = [threading.Thread(target=publisher, args=(i == 0,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return store, refs, errors

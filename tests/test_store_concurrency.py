@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
-from store_helpers import approve, make_plan
+import pytest
+from store_helpers import approve, make_plan, publish_race
 
-from dreamshard.store import LocalPlanStore, PlanStore, get_current, get_pointer, list_plans, publish
+from dreamshard.errors import StoreError
+from dreamshard.gate import evaluate_gate
+from dreamshard.store import (
+    LocalPlanStore,
+    PlanStore,
+    fsck,
+    get_current,
+    get_pointer,
+    list_plans,
+    publish,
+    publish_or_reject,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +75,34 @@ def run_threaded_publishers(store: PlanStore, threads: int, per_thread: int) -> 
 
 def test_threads_publishing_at_once(tmp_path: Path) -> None:
     run_threaded_publishers(LocalPlanStore(tmp_path / "store"), threads=4, per_thread=5)
+
+
+def test_threads_publishing_one_plan_id_are_each_told_its_decision(tmp_path: Path) -> None:
+    """The losers of a same-id publish race find the plan stored before its record: each is told the decision the
+    store holds (or that it is being written), never that the clean store has no readable record."""
+    for status, overall in (("approved", 10.0), ("rejected", 30.0)):
+        plan = make_plan(overall=overall)
+        decision = evaluate_gate(plan, {"size_greedy": 20.0}, 0.0)
+        store, refs, errors = publish_race(tmp_path / status, plan, decision, threads=8)
+        assert errors == [], [str(e) for e in errors]
+        assert len(refs) == 8 and {(r.plan_id, r.status) for r in refs} == {(plan.plan_id, status)}
+        assert sum(r.already_decided for r in refs) == 7  # each loser read the winner's decision
+        assert fsck(store) == []
+        assert [r.plan_id for r in list_plans(store)] == [plan.plan_id]
+
+
+def test_a_plan_left_without_its_record_is_named_after_a_bounded_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.import_module("dreamshard.store.plans"), "RECORD_WAIT_S", 0.2)
+    store = LocalPlanStore(tmp_path / "store")
+    plan = make_plan()
+    ref = publish(store, plan, approve(plan))
+    (store.root / (ref.key + ".record")).unlink()  # an interrupted publish: nobody is writing it
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match=f"plan {plan.plan_id} is stored .* without a readable record 0.2 s on"):
+        publish_or_reject(store, plan, approve(plan))
+    assert 0.2 <= time.monotonic() - t0 < 2.0
 
 
 _CHILD = """

@@ -8,6 +8,7 @@ Nothing is ever deleted: old versions stay for rollback. Key layout: dreamshard.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from dreamshard.errors import PlanError, StoreError
@@ -61,11 +62,29 @@ def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecord
     for status in ("approved", "rejected"):
         pk = PlanKey(plan.inventory_name, plan.inventory_fingerprint, plan.plan_id, "plan", status)
         if store.exists(pk.key) or store.exists(pk.of("record").key):
-            record = read_record(store, pk)
-            if record is None:
-                raise StoreError(f"{pk.key} in {store.location} has no readable record; see `dreamshard plans fsck`")
-            return pk, record
+            return pk, _awaited_record(store, pk)
     return None
+
+
+#: How long a publisher waits for the record of a plan it finds stored without one: another publisher of the same
+#: plan id may be storing it (the plan first, its record last: `objects.upload_verified`).
+RECORD_WAIT_S = 2.0
+
+
+def _awaited_record(store: PlanStore, pk: PlanKey) -> PlanRecordFile:
+    """The record of stored plan `pk`, read again (backing off) while another publisher may still be writing it;
+    StoreError once `RECORD_WAIT_S` has passed without one (an interrupted publish, or a corrupt record)."""
+    deadline = time.monotonic() + RECORD_WAIT_S
+    delay = 0.005
+    while (record := read_record(store, pk)) is None:
+        if time.monotonic() >= deadline:
+            raise StoreError(
+                f"plan {pk.plan_id} is stored at {pk.key} in {store.location} without a readable record "
+                f"{RECORD_WAIT_S:g} s on (an interrupted publish, or a corrupt record); see `dreamshard plans fsck`"
+            )
+        time.sleep(delay)
+        delay = min(2 * delay, 0.1)
+    return record
 
 
 def already_decided(store: PlanStore, plan: Plan) -> tuple[PublishedRef, Plan, GateDecision] | None:

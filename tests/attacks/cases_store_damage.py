@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 from harness import Case, Holds, Refused, Result, Runs, Table, cli, written
-from store_helpers import approve, world
+from store_helpers import approve, make_plan, publish_race, world
 
 from dreamshard.errors import StoreError
 from dreamshard.store import get_current, get_pointer, open_store
@@ -263,6 +263,19 @@ def _record_like_ids(work: Path) -> None:
     assert {r.plan_id for r in list_plans(st, "inv")} == {"p.record", "p"}
 
 
+def _same_id_race(work: Path) -> None:
+    """Eight publishers of one plan id, seven arriving while the first has stored the plan and not yet its record:
+    each loser waits for the record and is told the decision; the store is clean afterwards."""
+    from dreamshard.store import fsck
+
+    plan = make_plan()
+    store, refs, errors = publish_race(work / "race-store", plan, approve(plan), threads=8)
+    assert errors == [], [str(e) for e in errors]
+    assert len(refs) == 8 and {(r.plan_id, r.status) for r in refs} == {(plan.plan_id, "approved")}
+    assert sum(r.already_decided for r in refs) == 7 and fsck(store) == []
+    assert get_current(store, "inv") == plan
+
+
 def _cases() -> list[Case]:
     cases: list[Case] = [
         Refused(
@@ -361,6 +374,7 @@ def _cases() -> list[Case]:
             then=_fsck_finds_the_checksum,
         ),
         Holds("a plan id ending in .record beside plan p: both kept, shown and listed", _record_like_ids),
+        Holds("eight publishers of one plan id: each told the decision, the store clean", _same_id_race),
         Refused(
             "plans show a plan rewritten with its checksum file: its record and the pointer's history refuse it",
             lambda w: ["plans", "show", plan_id(w, "bad"), "--store", "store2"],
