@@ -1,6 +1,7 @@
 """TorchRec batches that load safely but hold tensors no batch is made of (sparse, meta, bool, 2-d, a subclass,
-lengths whose int64 sum wraps): `load_batches` refuses each in one InputFileError line naming the batch and the
-field. The CLI's side (exit 2, nothing written) is the attack table tests/attacks/cases_batches.py."""
+lengths whose int64 sum wraps) or lack a feature another batch has: `load_batches` refuses each in one
+InputFileError line naming the batch and the field or feature. The CLI's side (exit 2, nothing written) is the
+attack table tests/attacks/cases_batches.py."""
 
 from __future__ import annotations
 
@@ -96,3 +97,18 @@ def test_a_tensor_subclass_is_named_and_plain_variants_are_read() -> None:
     for batch in read:
         assert [v.tolist() for v, _ in batch.values()] == [[1, 2, 3], [4, 5, 6]]
         assert all(v.dtype == np.int64 and ln.dtype == np.int64 for v, ln in batch.values())
+
+
+def test_a_batch_missing_a_feature_another_batch_has_is_refused() -> None:
+    """Today batch 1 without 'fb' counts as zero lookups of 'fb': its pooling halved, silently."""
+    data = [_good(), _good(), _good()]
+    data[1] = {"keys": ["fa"], "values": torch.tensor([1, 2, 3]), "lengths": torch.tensor([1, 2])}
+    _refused(data, "batch 1", "'fb'", "batch 0")
+    data = [_good(), _good(), _good()]
+    data[0] = {"keys": ["fb"], "values": torch.tensor([1, 2, 3]), "lengths": torch.tensor([2, 1])}
+    _refused(data, "batch 0", "'fa'", "batch 1")
+    reordered = [
+        _good(),
+        {"keys": ["fb", "fa"], "values": torch.tensor([4, 5, 6, 1, 2, 3]), "lengths": torch.tensor([2, 1, 1, 2])},
+    ]
+    assert load_batches(reordered, B)[1]["fa"][0].tolist() == [1, 2, 3]

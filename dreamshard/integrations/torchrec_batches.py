@@ -3,7 +3,8 @@ and the reuse histogram of a table's lookups at the planned batch (docs/torchrec
 
 Bad batches are one-line typed errors naming the batch and the field or key: a field is read only from a dense,
 1-d, plain tensor of integers (weights: real numbers), never converted from anything else (sparse, meta, nested,
-quantized, a subclass, 2-d). `dreamshard.integrations.torchrec_model` turns them into a model's statistics.
+quantized, a subclass, 2-d), and every batch carries the same features. `dreamshard.integrations.torchrec_model`
+turns them into a model's statistics.
 """
 
 from __future__ import annotations
@@ -156,7 +157,24 @@ def load_batches(source: str | Path | Sequence[Any], batch_size: int, allow_pick
         items, where = source, "batches"
     if not isinstance(items, (list, tuple)) or not items:
         raise InputFileError(f"{where}: expected a non-empty list of batches, got {type(items).__name__}")
-    return [_batch(item, i, batch_size) for i, item in enumerate(items)]
+    return _same_features([_batch(item, i, batch_size) for i, item in enumerate(items)])
+
+
+def _same_features(batches: list[Batch]) -> list[Batch]:
+    """`batches`, each carrying every feature any of them carries: a batch lacking one would count as no lookups
+    of it (its pooling diluted), so it is refused, naming the batch, the feature and a batch that has it."""
+    first: dict[str, int] = {}
+    for i, batch in enumerate(batches):
+        for key in batch:
+            first.setdefault(key, i)
+    for i, batch in enumerate(batches):
+        if missing := [k for k in first if k not in batch]:
+            key = missing[0]
+            raise InputFileError(
+                f"batch {i} lacks feature '{key}', which batch {first[key]} has: every batch carries the same "
+                "features (a feature with no lookups in a batch has lengths 0)"
+            )
+    return batches
 
 
 def rescaled_histogram(counts: np.ndarray, ratio: float) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Attacks on TorchRec batches files (`inventory from-torchrec --batches`, read by `load_batches`): files that load
 under ``weights_only=True`` but hold tensors no batch is made of (sparse, meta, nested, quantized, complex, bool,
 0-d or 2-d `values` / `lengths` / `weights`), lengths whose sum is huge or wraps around int64, weights that do not
-match the values. Each is one line naming the batch and the field, exit 2; a non-contiguous tensor, an integer
+match the values, and a batch missing a feature another batch has (it would count as no lookups, the feature's
+pooling diluted). Each is one line naming the batch and the field, exit 2; a non-contiguous tensor, an integer
 `nn.Parameter` and weights that require grad are read as the plain tensors are."""
 
 from __future__ import annotations
@@ -148,6 +149,15 @@ REFUSED: dict[str, tuple[Callable[[list[dict[str, Any]]], object], tuple[str, ..
         _set(values=lambda: torch.from_numpy(np.arange(1, 7, dtype=np.uint64) + np.uint64(2**63))),
         ("batch 2", "'values'", "9223372036854775814", "int64"),
     ),
+    # batches with different features
+    "batch 1 lacks a feature batch 0 has": (
+        lambda data: data[1].update(keys=["fa"], values=_t([1, 2, 3])(), lengths=_t([1, 2])()),
+        ("batch 1", "'fb'", "batch 0"),
+    ),
+    "batch 0 lacks a feature the later batches have": (
+        lambda data: data[0].update(keys=["fb"], values=_t([1, 2, 3])(), lengths=_t([2, 1])()),
+        ("batch 0", "'fa'", "batch 1"),
+    ),
 }
 
 #: Batch 2 edited: read as the good batches are (the same pooling).
@@ -159,6 +169,9 @@ READ: dict[str, Callable[[list[dict[str, Any]]], object]] = {
     ),
     "integer nn.Parameter values": _set(values=lambda: torch.nn.Parameter(torch.tensor(VALUES), requires_grad=False)),
     "weights that require grad": _set(weights=lambda: torch.rand(6).requires_grad_()),
+    "the same features in another order": lambda data: data[2].update(
+        keys=["fb", "fa"], values=_t([4, 5, 6, 1, 2, 3])(), lengths=_t([2, 1, 1, 2])()
+    ),
 }
 
 
