@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SeaweedS3
 from store_helpers import FP, approve, damaged_store, make_plan, sibling
 
 from dreamshard.cli.app import invoke
 from dreamshard.errors import StoreError, StorePathError
 from dreamshard.gate import evaluate_gate
-from dreamshard.store import LocalPlanStore, fsck, list_plans, publish, reject, scan_plans, show
+from dreamshard.store import LocalPlanStore, fsck, list_plans, open_store, publish, reject, scan_plans, show
 
 
 def test_fsck_reports_every_finding_beside_a_link_out(tmp_path: Path) -> None:
@@ -108,6 +109,7 @@ def test_show_refuses_a_plan_rewritten_with_its_checksum_file(
     code, out, err = invoke(["plans", "show", ids[0], "--store", str(store.root)])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and ids[0] in err, (code, out, err)
     assert show(store, ids[1]).plan_id == ids[1]  # the untouched plan is still shown
+    assert [r.plan_id for r in list_plans(store) if r.problem] == [ids[0]]  # and listed as it is shown
 
 
 def test_show_refuses_a_rejected_plan_rewritten_against_its_record(tmp_path: Path) -> None:
@@ -123,3 +125,21 @@ def test_show_refuses_a_rejected_plan_rewritten_against_its_record(tmp_path: Pat
     (store.root / sibling(ref.key, "record")).unlink()  # no record, never current: nothing to verify it against
     with pytest.raises(StoreError, match="no readable record and was never current"):
         show(store, plan.plan_id)
+
+
+@pytest.mark.integration
+def test_s3_store_show_verifies_and_list_and_fsck_tell_all(s3_env: SeaweedS3, s3_prefix: str) -> None:
+    """The same on S3 (a real SeaweedFS): an object store has no path to skip; show refuses a plan rewritten with
+    its checksum object; list and fsck name it."""
+    store = open_store(f"s3://{s3_env.bucket}/{s3_prefix}")
+    plans = [make_plan(overall=9.0), make_plan(overall=8.0)]
+    refs = [publish(store, p, approve(p)) for p in plans]
+    data = store.get_bytes(refs[0].key).replace(b'"dreamshard"', b'"dreamsharp"')
+    store.put_bytes(refs[0].key, data)
+    store.put_bytes(sibling(refs[0].key, "checksum"), f"{hashlib.sha256(data).hexdigest()}  x\n".encode())
+    with pytest.raises(StoreError, match=f"for plan {plans[0].plan_id} .*the pointer's history says"):
+        show(store, plans[0].plan_id)
+    assert show(store, plans[1].plan_id) == plans[1]
+    listing = scan_plans(store)
+    assert listing.skipped == [] and len(listing.records) == 2
+    assert {i.key for i in fsck(store)} == {refs[0].key}

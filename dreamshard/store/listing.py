@@ -1,9 +1,9 @@
 """`plans list`: every stored plan with what it is for (docs/architecture.md, "Stores").
 
-Each plan is read checksum-verified (its pointer's checksum when it is current, else its checksum object); its
-schema is recomputed from the stored inventory version (`inventories.VersionSchemas`, once per version), its world
-size and mix of sharding types come from the verified plan, its date and outcome from its record (the store's own
-write). A plan that fails verification is listed with its `problem` instead of failing the listing; a path the store
+Each plan is verified as `plans show` verifies it (`objects.load_original`: the checksum the pointer's history or
+its record holds, which its object and checksum object must match); its schema is recomputed from the stored
+inventory version (`inventories.VersionSchemas`, once per version), its world size and mix of sharding types come
+from the verified plan, its date and outcome from its record (the store's own write). A plan that fails verification is listed with its `problem` instead of failing the listing; a path the store
 cannot read through is skipped and named (`scan_plans`).
 """
 
@@ -16,7 +16,7 @@ from dreamshard.errors import PlanError, StoreError, StorePathError
 from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import VersionSchemas
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, inventory_of, inventory_prefix, parse_key
-from dreamshard.store.objects import load_verified, read_record
+from dreamshard.store.objects import load_original, read_record
 from dreamshard.store.pointer import pointer_or_problem
 from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord
 
@@ -91,7 +91,7 @@ def _listed(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, schem
         "stored_at": record.stored_at if record else None,
     }
     try:
-        plan = load_verified(store, pk, pointer.sha256 if pointer is not None and is_current else None)
+        plan = load_original(store, pk, pointer, f"see `dreamshard plans fsck --inventory {pk.inventory}`", record)
     except StorePathError:
         raise  # skipped and named (`scan_plans`)
     except (StoreError, PlanError) as e:

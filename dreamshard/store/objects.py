@@ -125,11 +125,13 @@ def original_sha(
     return original
 
 
-def load_original(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, fix: str) -> Plan:
-    """A stored plan as it was stored: the pointer's history or its record must know its checksum (`_authority`),
-    and the object, its checksum file and its record must all agree with it; else StoreError naming the plan and
-    what disagrees (`fix` says what to do)."""
-    record = read_record(store, pk)
+def load_original(
+    store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, fix: str, record: PlanRecordFile | None = None
+) -> Plan:
+    """A stored plan as it was stored: the pointer's history or its record (`record`, read here when not given)
+    must know its checksum (`_authority`), and the object, its checksum file and its record must all agree with it;
+    else StoreError naming the plan and what disagrees (`fix` says what to do)."""
+    record = record or read_record(store, pk)
     found = _authority(pk, pointer, record)
     if found is None:
         raise StoreError(
