@@ -189,3 +189,65 @@ def test_params_cannot_drop_torchrec() -> None:
         PublishConfig(baselines=("round_robin",))
     with pytest.raises(ValueError, match="not a baseline"):
         PublishConfig(baselines=("dreamshard", "torchrec"))
+
+
+# -- the sentence quotes the figure, the improvement and the bound against one baseline -------------------------
+PLAN_5 = [5.0] * 5
+
+
+def _against_one_baseline(reason: str, decider: str, best: str | None) -> None:
+    """Every figure before the bound is the decider's; the best baseline by median, when another, is named apart."""
+    assert f"plan/{decider} in [" in reason, reason
+    if best is None:
+        assert f"best baseline {decider} " in reason and "deciding baseline" not in reason, reason
+        return
+    assert f"deciding baseline {decider} " in reason and f"best baseline by median {best} " in reason, reason
+    assert f"best baseline {decider}" not in reason and f"plan/{best}" not in reason, reason
+
+
+@pytest.mark.parametrize(
+    ("base", "margin", "outcome", "against", "best"),
+    [
+        # lookup_greedy: 6 ms every round (+16.7%); torchrec: 6.6 ms median (+24.2%) but noisier, so it decides
+        (
+            {"lookup_greedy": [6.0] * 5, "torchrec": [5.9, 6.6, 7.3, 6.25, 6.95]},
+            0.1,
+            "approved",
+            "vs deciding baseline torchrec 6.6 ms (+24.2%, required 10.0%; plan/torchrec in [",
+            "); best baseline by median lookup_greedy 6 ms (+16.7%); fits memory",
+        ),
+        # torchrec is faster by median (4.3 ms) but noisy; lookup_greedy (4.5 ms every round) is clearly not beaten
+        (
+            {"lookup_greedy": [4.5] * 5, "torchrec": [4.2, 4.4, 4.3, 6.0, 4.1]},
+            0.0,
+            "rejected",
+            "does not beat deciding baseline lookup_greedy 4.5 ms by 0.0% (needs <= 4.5 ms; improvement -11.1%; "
+            "plan/lookup_greedy in [1.1111, 1.1111]",
+            "); best baseline by median torchrec 4.3 ms (-16.3%)",
+        ),
+        (
+            {"lookup_greedy": [6.25] * 5, "torchrec": [4.0, 10.0, 6.5, 9.0, 8.0]},
+            0.1,
+            "inconclusive",
+            "vs deciding baseline torchrec 8 ms (+37.5%, required 10.0%) and ",
+            "best baseline by median lookup_greedy 6.25 ms (+20.0%), but plan/torchrec in [",
+        ),
+    ],
+    ids=["approved", "rejected", "inconclusive"],
+)
+def test_the_percentage_and_the_bound_are_against_the_deciding_baseline(
+    base: dict[str, list[float]], margin: float, outcome: str, against: str, best: str
+) -> None:
+    """The sentence quoted +16.7% vs the best baseline by median and the bound of another ("vs best baseline
+    lookup_greedy ... plan/torchrec in [...]"): now both are the decider's and the best one is named apart."""
+    d = evaluate_gate(make_plan(overall=5.0), base, margin, plan_samples=PLAN_5)
+    assert d.outcome == outcome and d.decided_by != d.best_baseline, d.reason
+    assert against in d.reason and best in d.reason, d.reason
+    _against_one_baseline(d.reason, d.decided_by or "", d.best_baseline)
+
+
+def test_one_baseline_deciding_and_best_is_named_once() -> None:
+    for base, margin in (({"size_greedy": [6.0] * 5}, 0.1), ({"size_greedy": [4.0] * 5}, 0.0)):
+        d = evaluate_gate(make_plan(overall=5.0), base, margin, plan_samples=PLAN_5)
+        assert d.decided_by == d.best_baseline == "size_greedy", d.reason
+        _against_one_baseline(d.reason, "size_greedy", None)

@@ -176,33 +176,41 @@ def evaluate_gate(
         decided_by=decider,
         stopped_early=look.early,
     )
-    found = finding(outcome, plan, common, b, decider, threshold)
+    found = finding(outcome, plan, common, b, (decider, statistics.median(base[decider])), threshold)
     reason = f"{found}, {CURRENT_STAYS}" if outcome == "inconclusive" else found
     return GateDecision(approved=outcome == "approved", outcome=outcome, reason=reason, finding=found, **common)
 
 
-def finding(outcome: str, plan: Plan, c: dict[str, Any], b: RatioBound, decider: str, threshold: float) -> str:
+def finding(
+    outcome: str, plan: Plan, c: dict[str, Any], b: RatioBound, decider: tuple[str, float], threshold: float
+) -> str:
     """What the bounds show, in words: the reason of an approval or a rejection, and the first part of an
-    inconclusive one (what follows from it, the current plan staying or not, is said apart)."""
-    plan_ms, best, best_ms = c["plan_cost_ms"], c["best_baseline"], c["best_baseline_ms"]
+    inconclusive one (what follows from it, the current plan staying or not, is said apart). The plan's figure,
+    the improvement and the bound are all against the deciding baseline `decider` (its name, its median ms); when
+    the best baseline by median is another, it is named apart with its own figure."""
+    plan_ms, (name, base_ms) = c["plan_cost_ms"], decider
     margin, basis = f"{c['min_improvement']:.1%}", c.get("basis")
+    improvement = (base_ms - plan_ms) / base_ms
     early = " (an early look of the sequential rule)" if c.get("stopped_early") else ""
-    stat = f"plan/{decider} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s){early}"
+    stat = f"plan/{name} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s){early}"
+    against, best = f"best baseline {name} {base_ms:.4g} ms", ""
+    if c["best_baseline"] != name:
+        against = f"deciding baseline {name} {base_ms:.4g} ms"
+        best = f"best baseline by median {c['best_baseline']} {c['best_baseline_ms']:.4g} ms ({c['improvement']:+.1%})"
     if outcome == "approved":
         cannot = f"; {', '.join(c['infeasible'])} cannot place it" if c["infeasible"] else ""
         return (
-            f"approved: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
-            f"({c['improvement']:+.1%}, required {margin}; {stat}); fits memory on all "
-            f"{plan.topology.num_devices} devices{cannot}"
+            f"approved: {basis} {plan_ms:.4g} ms vs {against} ({improvement:+.1%}, required {margin}; {stat})"
+            f"{'; ' + best if best else ''}; fits memory on all {plan.topology.num_devices} devices{cannot}"
         )
     if outcome == "rejected":
         return (
-            f"{basis} cost {plan_ms:.4g} ms does not beat best baseline {best} {best_ms:.4g} ms by {margin} "
-            f"(needs <= {best_ms * threshold:.4g} ms; improvement {c['improvement']:+.1%}; {stat})"
+            f"{basis} cost {plan_ms:.4g} ms does not beat {against} by {margin} (needs <= "
+            f"{base_ms * threshold:.4g} ms; improvement {improvement:+.1%}; {stat}){'; ' + best if best else ''}"
         )
     return (
-        f"inconclusive: {basis} {plan_ms:.4g} ms vs best baseline {best} {best_ms:.4g} ms "
-        f"({c['improvement']:+.1%}, required {margin}), but {stat} straddles {threshold:.4g}: within the noise"
+        f"inconclusive: {basis} {plan_ms:.4g} ms vs {against} ({improvement:+.1%}, required {margin})"
+        f"{' and ' + best if best else ''}, but {stat} straddles {threshold:.4g}: within the noise"
     )
 
 
