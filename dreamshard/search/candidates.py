@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dreamshard.config.learning import SearchConfig
-from dreamshard.errors import InfeasiblePlacementError, PlanError
+from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
@@ -129,6 +129,8 @@ def search(
             if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner
                 last_error = e
         except PlanError as e:  # a planner-specific refusal (e.g. TorchRec's planner found no plan)
+            failed[source] = str(e)
+        except UnknownSharderError as e:  # an optional planner not installed here (TorchRec's): not a candidate
             failed[source] = str(e)
     found += [scorer.candidate(source, dict(placement)) for source, placement in seeds.items()]
     if not found:
