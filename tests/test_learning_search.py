@@ -66,6 +66,25 @@ def test_search_respects_tight_memory_and_skips_sources_that_cannot_place(model_
     assert all(isinstance(v, str) and v for v in res.failed.values())
 
 
+def test_an_optional_planner_not_installed_is_a_failed_candidate(model_dir, monkeypatch):
+    """A machine without torchrec (the GPU box) still plans: TorchRec's planner is listed as failed."""
+    from dreamshard.errors import UnknownSharderError
+    from dreamshard.sharders.torchrec_sharder import TorchRecTwCwSharder
+
+    def missing(*_a, **_k):
+        raise UnknownSharderError("torchrec sharder needs torchrec (No module named 'torchrec')")
+
+    monkeypatch.setattr(TorchRecTwCwSharder, "shard", missing)
+    model = load_model(model_dir)
+    inv = synth_inventory(8, seed=3, name="no-torchrec")
+    topo = Topology(num_devices=2, memory_per_device_gb=16)
+    res = search(
+        inv, topo, PlanningCost(model.cost_net, topo), model.policy, SearchConfig(candidates=("lpt", "torchrec"))
+    )
+    assert "torchrec" in res.failed and "No module named" in res.failed["torchrec"]
+    assert [c.source for c in res.candidates if c.source.startswith("lpt")]
+
+
 def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_dir):
     inv = synth_inventory(24, seed=23, name="verify")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
