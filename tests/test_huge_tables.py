@@ -81,6 +81,15 @@ def _units(plan: Plan, table: str) -> int:
     return len(plan.column_shards.get(table, ())) + len(plan.row_shards.get(table, ()))
 
 
+def test_the_learned_sharders_keep_the_cheapest_layout_that_packs() -> None:
+    """The first layout that packs row-shards big1 (predicted ~3x the best); a 4-way column cut packs too."""
+    inv, topo = _must_split_inventory(), Topology(num_devices=4, memory_per_device_gb=0.15)
+    for name in ("dreamshard", "dreamshard_lpt", "dreamshard_rl"):
+        plan = get_sharder(name).shard(inv, topo)  # the packaged model
+        check_plan(inv, plan)
+        assert not plan.row_shards and max(_units(plan, t) for t in ("big0", "big1")) == 4, (name, plan.row_shards)
+
+
 def test_the_learned_sharders_plan_both_cases(model_dir: Path) -> None:
     for inv, topo in (
         (_huge_inventory(), Topology(num_devices=8, memory_per_device_gb=16)),

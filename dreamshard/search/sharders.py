@@ -31,11 +31,11 @@ from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, ver
 from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
-from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, lpt_placement, origin, search
+from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, origin, search
 from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
-from dreamshard.search.splits import learned_layout, whole_layout
+from dreamshard.search.splits import learned_layout, pack_units, whole_layout
 from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank, unknown_tables
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
@@ -365,7 +365,8 @@ class DreamShardSharder(ModelSharder):
 
 
 class PolicySharder(ModelSharder):
-    """The RL policy alone: greedy argmax, or the best predicted of it and `samples` sampled rollouts."""
+    """The RL policy alone: greedy argmax, or the best predicted of it and `samples` sampled rollouts (where the
+    policy cannot pack a tight layout, the packing heuristics' placement: `search.splits.pack_units`)."""
 
     name = "dreamshard_rl"
 
@@ -375,18 +376,22 @@ class PolicySharder(ModelSharder):
         if self.model.policy is None:
             raise ModelError(f"model {self.model.card.version} has no policy: train one with `dreamshard train`")
         policy, config = self.model.policy, self.config
-        placement = constrained_plan(
-            policy, cost, inventory.tables, topology, fixed, samples=config.samples, seed=config.seed
-        )
+        try:
+            placement = constrained_plan(
+                policy, cost, inventory.tables, topology, fixed, samples=config.samples, seed=config.seed
+            )
+        except InfeasiblePlacementError:  # a layout too tight for the policy's device choices: the packers' placement
+            placement = pack_units(inventory, topology, cost, fixed)
         return placement, None
 
 
 class LearnedGreedySharder(ModelSharder):
-    """`dreamshard_lpt`: memory-aware longest-first greedy on the cost net's predicted single-table costs."""
+    """`dreamshard_lpt`: memory-aware longest-first greedy on the cost net's predicted single-table costs (where it
+    cannot pack a tight layout, the packing heuristics' placement: `search.splits.pack_units`)."""
 
     name = "dreamshard_lpt"
 
     def _place(
         self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]
     ) -> tuple[dict[str, int], SearchResult | None]:
-        return lpt_placement(inventory, topology, cost, fixed), None
+        return pack_units(inventory, topology, cost, fixed), None
