@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from dreamshard.cli.app import invoke
 from dreamshard.errors import InputFileError
 from dreamshard.inventory.indices import reuse_histogram
 from dreamshard.inventory.trace import inventory_from_trace
@@ -103,3 +105,28 @@ def test_not_a_torch_file_and_missing(tmp_path: Path) -> None:
         inventory_from_trace(p)
     with pytest.raises(InputFileError, match="not found"):
         inventory_from_trace(tmp_path / "missing.pt")
+
+
+def _sparse() -> torch.Tensor:
+    return torch.tensor([1, 2, 3]).to_sparse()
+
+
+@pytest.mark.parametrize(
+    ("which", "make", "needle"),
+    [
+        (0, _sparse, "indices is a sparse tensor"),
+        (0, lambda: torch.empty(3, dtype=torch.int64, device="meta"), "indices is a meta tensor"),
+        (2, lambda: torch.ones(1, 3, dtype=torch.bool), "lengths must hold integers"),
+    ],
+)
+def test_tensors_that_load_safely_but_hold_no_plain_data_are_one_line(
+    tmp_path: Path, which: int, make: Any, needle: str
+) -> None:
+    """A sparse or meta tensor in a trace was a TypeError / NotImplementedError traceback."""
+    parts: list[Any] = [torch.tensor([1, 2, 3]), torch.tensor([0, 3]), torch.tensor([[3]])]
+    parts[which] = make()
+    p = tmp_path / "t.pt"
+    torch.save(tuple(parts), p)
+    code, _, err = invoke(["inventory", "from-trace", str(p), "-o", str(tmp_path / "inv.yaml")])
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "inv.yaml").exists()

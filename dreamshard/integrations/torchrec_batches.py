@@ -20,6 +20,7 @@ import torch
 from dreamshard.errors import InputFileError
 from dreamshard.integrations import require_torchrec
 from dreamshard.inventory.histogram import count_bins, histogram_from_counts, normalise_histogram
+from dreamshard.inventory.tensors import tensor_problem
 from dreamshard.values import NUM_REUSE_BINS
 
 #: One batch as numpy: {feature: (values int64, lengths int64)}
@@ -30,8 +31,6 @@ Batch = dict[str, tuple[np.ndarray, np.ndarray]]
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32, torch.uint64)
 #: The dtypes of per-id weights: real numbers.
 _REAL = (*_INTEGER, torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: The tensor types read: a plain tensor, or a parameter (what ``torch.load(weights_only=True)`` can give).
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -41,18 +40,8 @@ def _np(x: Any, where: str, field: str, kind: str = "integer") -> np.ndarray:
     not a plain tensor holding data (a sparse, meta, nested or quantized tensor, a subclass, a 2-d tensor)."""
     what = f"{where}: '{field}'"
     expected = f"a dense 1-d {kind} tensor is expected"
-    if type(x) not in _PLAIN:  # a subclass's methods are its own code: nothing of it is called
-        sub = "tensor subclass " if isinstance(x, torch.Tensor) else ""
-        raise InputFileError(f"{what} is a {sub}{type(x).__name__}; {expected}")
-    if x.is_nested:
-        raise InputFileError(f"{what} is a nested tensor; {expected}")
-    if x.layout != torch.strided:
-        layout = "sparse" if x.is_sparse or "sparse" in str(x.layout) else str(x.layout).removeprefix("torch.")
-        raise InputFileError(f"{what} is a {layout} tensor; {expected}")
-    if x.is_meta:
-        raise InputFileError(f"{what} is a meta tensor (it holds no data); {expected}")
-    if x.is_quantized:
-        raise InputFileError(f"{what} is a quantized tensor ({x.dtype}); {expected}")
+    if (problem := tensor_problem(x)) is not None:
+        raise InputFileError(f"{what} {problem}; {expected}")
     if x.dtype not in (_INTEGER if kind == "integer" else _REAL):
         raise InputFileError(f"{what} holds {x.dtype}; {expected}")
     if x.dim() != 1:

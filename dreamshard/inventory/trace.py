@@ -12,6 +12,7 @@ import torch
 
 from dreamshard.errors import InputFileError
 from dreamshard.inventory.histogram import normalise_histogram, reuse_histogram
+from dreamshard.inventory.tensors import tensor_problem
 from dreamshard.values import Inventory, Table
 from dreamshard.values.names import ALLOWED, check_name, name_problem
 
@@ -20,6 +21,10 @@ DEFAULT_TRACE_DIM = 64
 
 def _as_numpy(obj: object, what: str, path: Path) -> np.ndarray:
     if isinstance(obj, torch.Tensor):
+        if (problem := tensor_problem(obj)) is not None:
+            raise InputFileError(f"{path}: {what} {problem}; a dense integer tensor is expected")
+        if obj.dtype == torch.bool:
+            raise InputFileError(f"{path}: {what} must hold integers, got dtype {obj.dtype}")
         arr = obj.detach().cpu().numpy()
     elif isinstance(obj, np.ndarray):
         arr = obj
