@@ -16,6 +16,7 @@ from dreamshard.cli.app import invoke
 from dreamshard.errors import StoreError, StorePathError
 from dreamshard.gate import evaluate_gate
 from dreamshard.store import LocalPlanStore, fsck, list_plans, open_store, publish, reject, scan_plans, show
+from dreamshard.store.plans import already_decided
 
 
 def test_fsck_reports_every_finding_beside_a_link_out(tmp_path: Path) -> None:
@@ -125,6 +126,18 @@ def test_show_refuses_a_rejected_plan_rewritten_against_its_record(tmp_path: Pat
     (store.root / sibling(ref.key, "record")).unlink()  # no record, never current: nothing to verify it against
     with pytest.raises(StoreError, match="no readable record and was never current"):
         show(store, plan.plan_id)
+
+
+def test_publishing_a_decided_id_again_verifies_the_stored_plan_against_its_record(tmp_path: Path) -> None:
+    """Before, `already_decided` read the stored plan against its checksum file only: a plan rewritten together
+    with that file answered "already decided" with the edited content."""
+    store = LocalPlanStore(tmp_path / "store")
+    plan = make_plan()
+    publish(store, plan, approve(plan))
+    assert already_decided(store, plan) is not None
+    _rewrite(store.root, f"plans/inv/{FP}/{plan.plan_id}.json")
+    with pytest.raises(StoreError, match=f"plan {plan.plan_id} .*the object has sha256"):
+        already_decided(store, plan)
 
 
 @pytest.mark.integration

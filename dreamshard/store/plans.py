@@ -95,13 +95,14 @@ def already_decided(store: PlanStore, plan: Plan) -> tuple[PublishedRef, Plan, G
     if found is None:
         return None
     pk, record = found
-    stored = load_verified(store, pk)
+    pointer, _ = pointer_or_problem(store, plan.inventory_name)
+    # verified as `show` and `rollback` verify: against the recorded checksum, never only the rewritable .sha256
+    stored = load_original(store, pk, pointer, f"see `dreamshard plans fsck --inventory {pk.inventory}`")
     if stored.units() != plan.units() or stored.topology != plan.topology:
         raise StoreError(
             f"plan id {plan.plan_id} was already decided ({record.gate.outcome}) for another placement "
             f"of inventory '{plan.inventory_name}'; a plan id names one placement: re-plan for a new id"
         )
-    pointer, _ = pointer_or_problem(store, plan.inventory_name)
     ref = _ref(
         store,
         stored,
