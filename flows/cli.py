@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.console import show
-from dreamshard.config.settings import params_file, resolve
+from dreamshard.config.settings import params_file, pipeline_base, resolve
 from dreamshard.evaluation.render import comparison_table
 from dreamshard.usecases import pipeline as pipeline_uc
 from dreamshard.usecases.pipeline_steps import RunSummary
@@ -39,6 +39,11 @@ StoreOpt = Annotated[
 EndpointOpt = Annotated[
     str | None, typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")
 ]
+
+PARAMS_HELP = (
+    "params.yaml, layered over the installed one: a file of the keys you change is enough (default: ./params.yaml, "
+    "else the installed one)."
+)
 
 #: The ephemeral API server needs more than Prefect's default 20 s on a busy 2-core machine.
 EPHEMERAL_STARTUP_S = "120"
@@ -66,9 +71,7 @@ def run_cmd(
         ),
     ] = None,
     workspace: WorkspaceOpt = Path("runs/pipeline"),
-    params: Annotated[
-        Path | None, typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")
-    ] = None,
+    params: Annotated[Path | None, typer.Option("--params", help=PARAMS_HELP)] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
     dvc_remote: Annotated[
@@ -81,6 +84,14 @@ def run_cmd(
     backend: Annotated[
         str | None, typer.Option("--backend", help="Override profile.backend (cpu|cuda|simulator).")
     ] = None,
+    allow_simulated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-simulated",
+            help="Let a plan measured on the simulator become current (params publish.allow_simulated); without "
+            "it a simulator backend is refused before any stage runs.",
+        ),
+    ] = False,
     dispatch: Annotated[
         str, typer.Option("--dispatch", help="Profiling batches: auto, local or workers (the gpu pool).")
     ] = "auto",
@@ -100,7 +111,7 @@ def run_cmd(
     """Run the orchestrator once: the changed stages of dvc.yaml in the workspace, dvc push, gate, publish."""
     params = params_file(params, lookup="installed")
     request = pipeline_uc.RunRequest(
-        settings=resolve(params, {"profile.backend": backend}),
+        settings=resolve(params, pipeline_uc.run_overrides(backend, allow_simulated), base=pipeline_base()),
         workspace=workspace,
         params=params,
         inventory=inventory,
@@ -109,6 +120,7 @@ def run_cmd(
         dvc_remote=dvc_remote,
         dvc_remote_endpoint=dvc_remote_endpoint,
         backend=backend,
+        allow_simulated=allow_simulated,
         dispatch=dispatch,
         force=force,
         reprofile=reprofile,
@@ -148,6 +160,7 @@ def _orchestrate(prepared: pipeline_uc.PreparedRun) -> RunSummary:
             dvc_remote=prepared.dvc_remote,
             dvc_remote_endpoint=prepared.dvc_remote_endpoint,
             backend=prepared.backend,
+            allow_simulated=prepared.allow_simulated,
             dispatch=prepared.dispatch,
             force=prepared.force,
             reprofile=prepared.reprofile,
@@ -163,7 +176,12 @@ def init_cmd(
         typer.Option("--inventory", "-i", help="Input inventory (default: synthesise from params.inventory)."),
     ] = None,
     params: Annotated[
-        Path | None, typer.Option("--params", help="params.yaml to start from (default: the installed one).")
+        Path | None,
+        typer.Option(
+            "--params",
+            help="params.yaml to start from, layered over the installed one (default: the workspace's, else the "
+            "installed one).",
+        ),
     ] = None,
     dvc_remote: Annotated[
         str | None,
@@ -212,9 +230,7 @@ def status_cmd(
 @pipeline_app.command("drift")
 def drift_cmd(
     inventory_name: Annotated[str, typer.Option("--inventory-name", help="Whose current plan to check.")],
-    params: Annotated[
-        Path | None, typer.Option("--params", help="params.yaml (default: ./params.yaml, else the installed one).")
-    ] = None,
+    params: Annotated[Path | None, typer.Option("--params", help=PARAMS_HELP)] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
     workspace: Annotated[

@@ -13,15 +13,16 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
-from dreamshard.config.settings import resolve
+from dreamshard.config.settings import pipeline_base, resolve
 from dreamshard.usecases import drift as drift_uc
 from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
 from dreamshard.usecases.pipeline_steps import absolute_uri
 
 
 def library_request(request: DriftRequest) -> drift_uc.DriftRequest:
-    """The flow's parameters as the use case's request (settings resolved once, the store made absolute)."""
-    settings = resolve(request.params_path, {"profile.backend": request.backend})
+    """The flow's parameters as the use case's request (settings resolved once, the params file layered over the
+    pipeline's own, the store made absolute)."""
+    settings = resolve(request.params_path, {"profile.backend": request.backend}, base=pipeline_base())
     return drift_uc.DriftRequest(
         settings=settings,
         inventory_name=request.inventory_name,

@@ -128,6 +128,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> RunSummary:
             request.backend,
             request.store_uri,
             (request.dvc_remote, request.dvc_remote_endpoint),
+            allow_simulated=request.allow_simulated,
         )
         summary, env = _start(str(root), request, setup)
         summary.ran = _run_stages(str(root), request, env)

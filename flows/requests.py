@@ -26,7 +26,8 @@ class OrchestratorRequest(_Request):
         default="runs/pipeline", description="The workspace repository (git + DVC); created if missing."
     )
     params_path: str | None = Field(
-        default="params.yaml", description="params.yaml copied into the workspace; None: keep the workspace's."
+        default="params.yaml",
+        description="params.yaml, layered over the installed one, into the workspace; None: keep the workspace's.",
     )
     inventory_path: str | None = Field(
         default=None, description="Inventory file; None: the store's current version of inventory_name."
@@ -48,6 +49,11 @@ class OrchestratorRequest(_Request):
     )
     backend: str | None = Field(
         default=None, description="Override profile.backend (cpu | cuda | simulator) in the workspace params."
+    )
+    allow_simulated: bool = Field(
+        default=False,
+        description="Let a plan measured on the simulator become current (publish.allow_simulated); without it a "
+        "simulator backend is refused before any stage runs.",
     )
     dispatch: Dispatch = Field(default="auto", description="Where profiling batches run: workers, local, or auto.")
     force: bool = Field(default=False, description="Re-run every stage even if DVC says nothing changed.")
@@ -74,7 +80,8 @@ class DriftRequest(_Request):
 
     inventory_name: str = Field(description="Whose current plan to check.")
     params_path: str = Field(
-        default="params.yaml", description="params.yaml: profile (the backend) and drift sections."
+        default="params.yaml",
+        description="params.yaml, layered over the installed one: profile (the backend) and drift sections.",
     )
     store_uri: str | None = Field(default=None, description="Plan store (default: publish.store_uri).")
     endpoint_url: str | None = None

@@ -4,6 +4,8 @@
 Prefect tasks): it finds the file (`Lookup`), applies overrides > the file > the section defaults (dotted keys;
 None = not given), fills `train.cost` / `train.policy` in from their sections and validates the whole file
 before anything runs. It is the one parser of params.yaml; other code at most copies its text (a workspace).
+The pipeline's commands layer the file over a `base` (`pipeline_base()`, the installed params.yaml): overrides >
+the file > the base > the section defaults, so a file holding only the keys a user changes is enough.
 """
 
 from __future__ import annotations
@@ -129,6 +131,13 @@ def params_file(params_path: str | Path | None, lookup: Lookup = "given") -> Pat
     return None
 
 
+def pipeline_base() -> Path:
+    """The params a pipeline command's `--params` file layers over: the installed params.yaml (what a new workspace
+    starts from; its values, not the sections' defaults, are the pipeline's, e.g. evaluate.rounds 5 for
+    publish.min_rounds 5)."""
+    return installed_pipeline_file("params.yaml")
+
+
 def _raw(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -144,6 +153,24 @@ def _raw(path: Path | None) -> dict[str, Any]:
         if value is not None and not isinstance(value, dict):
             raise ConfigError(f"{path}: section '{name}' must be a mapping")
     return {name: dict(value or {}) for name, value in data.items()}
+
+
+def layered(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Raw params `top` over `base`: a mapping in both merges key by key (nested ones too: `pretrain.loop`), any
+    other value of `top` (a list, a number, null) replaces the base's."""
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        below = out.get(key)
+        out[key] = (
+            layered(below, value) if isinstance(below, dict) and isinstance(value, dict) else copy.deepcopy(value)
+        )
+    return out
+
+
+def _raw_over(path: Path | None, base: str | Path | None) -> dict[str, Any]:
+    """The raw params of `path`, layered over those of `base` (None: none)."""
+    raw = _raw(path)
+    return raw if base is None else layered(_raw(Path(base)), raw)
 
 
 def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -188,24 +215,33 @@ def settings_from(data: Mapping[str, Any], source: Path | str | None = None) -> 
 
 
 def resolve(
-    params_path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, lookup: Lookup = "given"
+    params_path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    lookup: Lookup = "given",
+    base: str | Path | None = None,
 ) -> Settings:
-    """THE settings of a command: overrides > the params file (found per `lookup`) > section defaults."""
+    """THE settings of a command: overrides > the params file (found per `lookup`) > `base` (a params file the
+    file layers over: a pipeline command's `pipeline_base()`; None: none) > section defaults."""
     path = params_file(params_path, lookup)
     told = frozenset(k for k, v in (overrides or {}).items() if v is not None)
-    return settings_from(apply_overrides(_raw(path), overrides), path).model_copy(update={"told": told})
+    return settings_from(apply_overrides(_raw_over(path, base), overrides), path).model_copy(update={"told": told})
 
 
 def params_text(
-    params_path: str | Path | None, overrides: Mapping[str, Any] | None = None, lookup: Lookup = "installed"
+    params_path: str | Path | None,
+    overrides: Mapping[str, Any] | None = None,
+    lookup: Lookup = "installed",
+    base: str | Path | None = None,
 ) -> str:
-    """The params.yaml text a pipeline workspace runs with: the file as it is (comments kept) or, with
-    overrides, the file with those keys set. Validated first, so a bad override fails in one line."""
+    """The params.yaml text a pipeline workspace runs with (its DVC stages read it alone, no base): the file as it
+    is (comments kept) when it says everything itself, else the file layered over `base` with the overrides set.
+    Validated first, so a bad override fails in one line."""
     path = params_file(params_path, lookup)
     assert path is not None
-    raw = apply_overrides(_raw(path), overrides)
+    own = _raw(path)
+    raw = apply_overrides(_raw_over(path, base), overrides)
     settings_from(raw, path)
-    if not any(v is not None for v in (overrides or {}).values()):
+    if raw == own:
         return path.read_text()
     return yaml.safe_dump(raw, sort_keys=False)
 

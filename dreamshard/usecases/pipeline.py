@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from dreamshard.config.settings import installed_pipeline_file, resolve
+from dreamshard.config.settings import installed_pipeline_file, params_text, pipeline_base, resolve
 from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line
 from dreamshard.evaluation import Comparison, load_comparison
@@ -31,13 +31,14 @@ from dreamshard.pipeline.workspace import (
 )
 from dreamshard.store import open_store
 from dreamshard.usecases.base import Request, Result
-from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary
+from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary, check_run
+from dreamshard.usecases.pipeline_steps import run_overrides as run_overrides  # a run's options over its params
 
 
 class InitRequest(Request):
     directory: Path
     inventory: Path | None = None  # None: the synthetic pool of params.inventory (an existing input stays)
-    params: Path | None = None  # None: the workspace's params.yaml, else the installed one
+    params: Path | None = None  # layered over the installed params.yaml; None: the workspace's, else the installed one
     dvc_remote: str | None = None  # None: the workspace's remote, else pipeline.dvc_remote
     dvc_remote_endpoint: str | None = None
 
@@ -53,10 +54,9 @@ def init(request: InitRequest) -> InitResult:
     the code link, a note that no plan is current yet); on a clone of one, add only what is missing."""
     check_directory_path(request.directory, "workspace")  # a file at (or above) it: one line, nothing created
     ws = PipelineWorkspace(request.directory)
-    source = request.params or (
-        ws.path(PARAMS) if ws.path(PARAMS).is_file() else installed_pipeline_file("params.yaml")
-    )
-    cfg = resolve(source)  # one-line errors before anything is created
+    source = request.params or (ws.path(PARAMS) if ws.path(PARAMS).is_file() else pipeline_base())
+    base = pipeline_base() if request.params is not None else None  # a file given layers over the pipeline's own
+    cfg = resolve(source, base=base)  # one-line errors before anything is created
     inv = load_inventory(request.inventory) if request.inventory is not None else None
     existing = ws.remote() if ws.exists() else None
     remote = (
@@ -64,7 +64,7 @@ def init(request: InitRequest) -> InitResult:
         if request.dvc_remote
         else existing or RemoteSpec(url=cfg.pipeline.dvc_remote, endpoint_url=cfg.pipeline.dvc_remote_endpoint)
     )
-    created = ws.init(installed_pipeline_file("dvc.yaml").read_text(), Path(source).read_text(), remote)
+    created = ws.init(installed_pipeline_file("dvc.yaml").read_text(), params_text(source, base=base), remote)
     if inv is not None or not ws.path(INPUT_INVENTORY).is_file():
         ws.write_inventory(inv if inv is not None else cfg.inventory.synthesize())
     name = load_inventory(ws.path(INPUT_INVENTORY)).name
@@ -145,7 +145,8 @@ def status(workspace: Path) -> StatusResult:
 
 
 class RunRequest(Request):
-    """One orchestrator run; `settings` are the run's params (`params`) with the door's overrides."""
+    """One orchestrator run; `settings` are the run's params (`params`, layered over the pipeline's own:
+    `settings.pipeline_base()`) with the door's overrides (`run_overrides`)."""
 
     workspace: Path
     params: Path | None  # the params file the run copies into the workspace
@@ -155,6 +156,7 @@ class RunRequest(Request):
     dvc_remote: str | None = None
     dvc_remote_endpoint: str | None = None
     backend: str | None = None
+    allow_simulated: bool = False  # a plan measured on the simulator may become current (publish.allow_simulated)
     dispatch: str = "auto"
     force: bool = False
     reprofile: bool = False
@@ -175,6 +177,7 @@ class PreparedRun(BaseModel):
     dvc_remote: str | None
     dvc_remote_endpoint: str | None
     backend: str | None
+    allow_simulated: bool
     dispatch: Dispatch
     force: bool
     reprofile: bool
@@ -204,23 +207,35 @@ def _dispatch(request: RunRequest) -> Dispatch:
 
 def prepare(request: RunRequest) -> PreparedRun:
     """The run's pre-flight: bad input fails here in one line, before the orchestrator starts and before anything
-    is written; then a new workspace's input inventory (the synthetic pool of params.inventory) is written."""
+    is written (a simulator backend the gate would refuse at the end among it, `check_run`); then a new
+    workspace's input inventory (the synthetic pool of params.inventory) is written."""
     dispatch = _dispatch(request)
     cfg = request.settings
-    cfg.check_pipeline()
+    if request.allow_simulated:
+        cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"allow_simulated": True})})
+    check_run(cfg)
     inventory = request.inventory
     if inventory is None and (request.workspace / INPUT_INVENTORY).is_file():
         inventory = request.workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise
     inv = load_inventory(inventory) if inventory is not None else cfg.inventory.synthesize()
-    open_store(request.store or cfg.publish.store_uri, endpoint_url=request.endpoint_url).check()
     out = request.export_model
     if out is not None and out.exists() and not out.is_dir():
         raise ConfigError(f"--export-model {out} is a file; give a directory")
+    open_store(request.store or cfg.publish.store_uri, endpoint_url=request.endpoint_url).check()  # last: may create it
     if inventory is None:
         inventory = request.workspace / INPUT_INVENTORY
         save_inventory(inv, inventory)
     fields: dict[str, Any] = request.model_dump(
-        include={"workspace", "params", "store", "endpoint_url", "dvc_remote", "dvc_remote_endpoint", "backend"}
+        include={
+            "workspace",
+            "params",
+            "store",
+            "endpoint_url",
+            "dvc_remote",
+            "dvc_remote_endpoint",
+            "backend",
+            "allow_simulated",
+        }
     )
     return PreparedRun(
         **fields, inventory=inventory, dispatch=dispatch, force=request.force, reprofile=request.reprofile

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.config.settings import Settings, installed_pipeline_file, params_text, resolve
+from dreamshard.config.settings import Settings, installed_pipeline_file, params_text, pipeline_base, resolve
 from dreamshard.documents import load_inventory
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.pipeline.decisions import plan_decision
@@ -103,8 +103,9 @@ class RunSummary(BaseModel):
 
 
 class RunSetup(BaseModel):
-    """A run's settings and where it writes: the params lookup (the request's file, else the workspace's own
-    params.yaml, else the defaults), the plan store, the DVC remote, the params text the workspace gets."""
+    """A run's settings and where it writes: the params lookup (the request's file layered over the pipeline's own
+    params, `settings.pipeline_base()`; else the workspace's own params.yaml, which its stages read), the plan
+    store, the DVC remote, the params text the workspace gets."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
@@ -114,19 +115,43 @@ class RunSetup(BaseModel):
     params_text: str | None  # None: the workspace keeps its params.yaml
 
 
+def run_overrides(backend: str | None, allow_simulated: bool) -> dict[str, Any]:
+    """What a run's options say over its params: the backend, and a simulated basis allowed (None: not said)."""
+    return {"profile.backend": backend, "publish.allow_simulated": True if allow_simulated else None}
+
+
+def check_run(settings: Settings) -> None:
+    """What a pipeline run needs of its settings, checked before any stage runs (each refusal one line): the
+    rules across sections (`Settings.check_pipeline`), and a backend whose plans the publish gate would take. The
+    gate refuses a plan measured only on the simulator unless publish.allow_simulated says so; a run that would
+    profile, train, plan and evaluate only to be refused at the end is refused here instead."""
+    settings.check_pipeline()
+    if settings.profile.backend == "simulator" and not settings.publish.allow_simulated:
+        raise ConfigError(
+            "profile.backend is simulator: the publish gate refuses a plan whose only basis is the simulator; "
+            "pass --allow-simulated (or set publish.allow_simulated: true) to publish it, or measure on cpu or cuda"
+        )
+
+
 def run_setup(
     root: Path,
     params_path: str | None,
     backend: str | None,
     store_uri: str | None,
     remote: tuple[str | None, str | None],
+    allow_simulated: bool = False,
 ) -> RunSetup:
-    """The run's settings (checked for a pipeline run) and destinations; `remote` is (url, endpoint), each None for
-    the pipeline section's."""
+    """The run's settings (checked for a pipeline run, `check_run`) and destinations; `remote` is (url, endpoint),
+    each None for the pipeline section's. A params file given layers over the pipeline's own params
+    (`pipeline_base()`); without one, the workspace's params.yaml (already whole: its stages read it alone) is
+    read as it is, else the pipeline's own."""
     ws_params = PipelineWorkspace(root).path(PARAMS)
-    overrides = {"profile.backend": backend}
-    cfg = resolve(params_path or (str(ws_params) if ws_params.is_file() else None), overrides)
-    cfg.check_pipeline()
+    overrides = run_overrides(backend, allow_simulated)
+    source: Path | str = params_path or (ws_params if ws_params.is_file() else pipeline_base())
+    base = pipeline_base() if params_path else None
+    cfg = resolve(source, overrides, base=base)
+    check_run(cfg)
+    told = any(v is not None for v in overrides.values())
     url, endpoint = remote
     return RunSetup(
         settings=cfg,
@@ -134,7 +159,8 @@ def run_setup(
         remote=RemoteSpec(
             url=url or cfg.pipeline.dvc_remote, endpoint_url=endpoint or cfg.pipeline.dvc_remote_endpoint
         ).resolved(),
-        params_text=params_text(params_path, overrides) if params_path else None,
+        # the workspace keeps its params.yaml unless the run was given a file or told otherwise (the gate reads it)
+        params_text=params_text(source, overrides, base=base) if params_path or told or source != ws_params else None,
     )
 
 

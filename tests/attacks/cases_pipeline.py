@@ -1,0 +1,108 @@
+"""Attacks on the pipeline's doors (issue 39, defects 12 and 13): `dreamshard pipeline run` with a simulator
+backend the publish gate would refuse at the end (refused before any stage runs, unless `--allow-simulated` or
+`publish.allow_simulated` says so), `--params` files holding only the keys a user changes (they layer over the
+pipeline's own params), a known error inside a flow (logged as its one line), and the deployments' registered
+paths (absolute, from the registering directory; a worker runs each flow in a temporary one). The world is empty:
+no ./params.yaml, so the installed one is the pipeline's params.
+
+Every `pipeline run` case holds the orchestrator off (`no_orchestrator`): a refusal that came only after the
+stages started fails at once instead of running the pipeline. The runs that go through (the simulator allowed,
+a partial file) are tests/test_pipeline_inputs.py's, with the orchestrator stubbed; the replan deployment on a
+worker started from another directory is tests/test_orchestrator_integration.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness import Case, Refused, Result, Runs, Table, written
+
+from dreamshard.config.settings import resolve
+
+RUN = "pipeline run --workspace ws --store store"
+#: A params file of the keys a user changes.
+PARTIAL = "plan: {verify: 2}\n"
+
+
+@contextmanager
+def no_orchestrator() -> Iterator[None]:
+    """`pipeline run`'s orchestrator replaced by a failure: the case must be refused before it starts."""
+    import dreamshard_flows.cli as cli
+
+    saved = cli._orchestrate
+
+    def started(prepared: Any) -> Any:
+        raise AssertionError("the orchestrator started: the run was not refused up front")
+
+    cli._orchestrate = started  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        cli._orchestrate = saved  # type: ignore[assignment]
+
+
+def _whole_layered_params(work: Path, _: Result) -> None:
+    """The workspace's params.yaml, read alone as its DVC stages read it: the file's key and the pipeline's own
+    rest (evaluate.rounds 5 for publish.min_rounds 5), so the run the workspace makes checks out."""
+    alone = resolve(work / "ws" / "params.yaml")
+    alone.check_pipeline()
+    assert alone.plan.verify == 2 and alone.evaluate.rounds == 5 and alone.profile.repeats == 5
+
+
+CASES: list[Case] = [
+    Refused(
+        "pipeline run --backend simulator without --allow-simulated is refused before any stage",
+        f"{RUN} --backend simulator",
+        ("profile.backend is simulator", "--allow-simulated", "publish.allow_simulated"),
+        guard=no_orchestrator,
+        seconds=30,
+    ),
+    Refused(
+        "a params file saying profile.backend simulator, without --allow-simulated, is refused up front",
+        f"{RUN} --params sim.yaml",
+        ("profile.backend is simulator", "--allow-simulated"),
+        setup=written("sim.yaml", "profile: {backend: simulator}\n"),
+        guard=no_orchestrator,
+        seconds=30,
+    ),
+    Refused(
+        "publish.allow_simulated false said outright still refuses a simulator backend",
+        f"{RUN} --params sim.yaml --backend simulator",
+        ("profile.backend is simulator",),
+        setup=written("sim.yaml", "publish: {allow_simulated: false}\n"),
+        guard=no_orchestrator,
+    ),
+    Refused(
+        # the partial file passes the cross-section checks (it once failed: evaluate.rounds 3 is below
+        # publish.min_rounds 5); the refusal is the later check's, of the --export-model given as a file
+        "a params file of the changed keys only layers over the pipeline's own params",
+        f"{RUN} --params partial.yaml --export-model taken",
+        ("--export-model taken is a file",),
+        setup=lambda w: (written("partial.yaml", PARTIAL)(w), written("taken", "x")(w)),
+        guard=no_orchestrator,
+    ),
+    Refused(
+        "a bad key in a partial params file is named with the file",
+        f"{RUN} --params partial.yaml",
+        ("partial.yaml", "plan.verify"),
+        setup=written("partial.yaml", "plan: {verify: -1}\n"),
+        guard=no_orchestrator,
+    ),
+    Refused(
+        "a partial params file asking too few evaluate rounds is still refused up front",
+        f"{RUN} --params partial.yaml",
+        ("evaluate.rounds 3 is below publish.min_rounds 5",),
+        setup=written("partial.yaml", "evaluate: {rounds: 3}\n"),
+        guard=no_orchestrator,
+    ),
+    Runs(
+        "pipeline init --params with the changed keys only writes the whole layered params.yaml",
+        "pipeline init ws --params partial.yaml --dvc-remote remote",
+        then=_whole_layered_params,
+        setup=written("partial.yaml", PARTIAL),
+    ),
+]
+
+TABLE = Table(surface="pipeline", cases=CASES)
