@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.requests import BatchRequest
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from dreamshard.usecases import profile as profile_uc
+
+one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 
 @task(name="measure-batch", cache_policy=NO_CACHE, tags=["gpu"])

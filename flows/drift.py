@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dreamshard_flows.artifacts import drift_artifact
+from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.requests import DriftRequest
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -17,6 +18,8 @@ from dreamshard.config.settings import pipeline_base, resolve
 from dreamshard.usecases import drift as drift_uc
 from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT, DriftCheck, plan_resource_id, trend_rows
 from dreamshard.usecases.pipeline_steps import absolute_uri
+
+one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 
 def library_request(request: DriftRequest) -> drift_uc.DriftRequest:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact
+from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.publish import publish_workspace_plan
 from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
 from dreamshard_flows.stage_tasks import (
@@ -33,6 +34,8 @@ from prefect.runtime import flow_run
 
 from dreamshard.usecases import pipeline_steps as steps
 from dreamshard.usecases.pipeline_steps import RunSetup, RunSummary
+
+one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 #: Kept for callers that import the summary under its old name.
 OrchestratorSummary = RunSummary

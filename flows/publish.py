@@ -7,6 +7,7 @@ inventory version keeps that decision."""
 from __future__ import annotations
 
 from dreamshard_flows.artifacts import publish_plan_artifacts
+from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.requests import PublishRequest
 from dreamshard_flows.stage_tasks import gate_task, lineage_task, publish_task
 from prefect import flow, get_run_logger
@@ -19,6 +20,8 @@ from dreamshard.usecases.pipeline_publish import PublishSetup, reviewed
 from dreamshard.usecases.pipeline_steps import PublishOutcome
 from dreamshard.usecases.publish import GateDecision, GateResult, PublishedRef
 from dreamshard.values.lineage import Lineage
+
+one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 __all__ = ["ApprovalInput", "PublishOutcome", "publish_workspace_plan"]
 

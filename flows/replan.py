@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dreamshard_flows.artifacts import replan_artifact
+from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.requests import ReplanRequest
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -18,6 +19,8 @@ from dreamshard.config.job import host_overrides
 from dreamshard.config.settings import resolve
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.usecases.pipeline_steps import absolute_uri
+
+one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 RETRAIN_DUE_EVENT = "dreamshard.retrain.due"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dreamshard_flows.logs import one_line_known_errors
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
@@ -16,6 +17,8 @@ from dreamshard.usecases.pipeline_steps import RemoteSpec
 from dreamshard.usecases.publish import GateDecision, GateResult, PublishedRef
 from dreamshard.values import Inventory, Plan, Topology
 from dreamshard.values.lineage import Lineage
+
+one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 
 @task(name="prepare-workspace", cache_policy=NO_CACHE)

@@ -596,3 +596,33 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     assert get_pointer(store, "tiny").plan_id == current  # current did not move
     assert any(r.plan_id == outcome.plan_id and r.status == "rejected" for r in list_plans(store, "tiny"))
     assert PipelineWorkspace(STATE["ws"]).tags(f"rejected/{outcome.plan_id}") == [f"rejected/{outcome.plan_id}"]
+
+
+def test_a_known_error_in_a_task_is_logged_as_its_one_line(prefect_api: str, tmp_path: Path) -> None:
+    """Issue 39, defect 12: a DreamshardError failing a task fails the flow run, reaches the caller as its own
+    type, and is in the run's logs (as the UI shows them) as its one line, with no traceback."""
+    from dreamshard_flows.orchestrator import retrain_on_inventory_change
+    from dreamshard_flows.requests import OrchestratorRequest
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    params = write_params(tmp_path / "params.yaml", publish={"store_uri": str(tmp_path / "store")})
+    state = retrain_on_inventory_change(
+        OrchestratorRequest(workspace=str(tmp_path / "ws"), params_path=str(params), inventory_name="absent"),
+        return_state=True,
+    )
+    assert state.is_failed()
+    with pytest.raises(Exception) as raised:
+        state.result()
+    assert type(raised.value).__name__ == "StoreError" and "no inventory 'absent'" in str(raised.value)
+    flow_run_id = state.state_details.flow_run_id
+    deadline = time.monotonic() + 30
+    with get_client(sync_client=True) as client:
+        while True:
+            logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            errors = [entry.message for entry in logs if entry.level >= 40]
+            if len(errors) >= 2 or time.monotonic() > deadline:  # the task's and the flow's (sent in batches)
+                break
+            time.sleep(0.5)
+    assert errors and all("Traceback" not in m and "\n" not in m for m in errors), errors
+    assert any(m.startswith("StoreError: no inventory 'absent' in ") for m in errors), errors

@@ -4,11 +4,14 @@
   says so; with it, the workspace's params carry it to the gate;
 - a `--params` file holding only the keys a user changes layers over the pipeline's own params (the installed
   params.yaml), and the workspace gets the whole layered file its DVC stages read alone;
+- a known error (DreamshardError) failing a flow's task is logged as its one line, not a traceback.
 
 The CLI runs in-process with the orchestrator replaced: these are the checks before it starts."""
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import yaml
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import pipeline_base, resolve
-from dreamshard.errors import ConfigError
+from dreamshard.errors import ConfigError, StoreError
 from dreamshard.usecases import pipeline_steps as steps
 from dreamshard.usecases.pipeline_steps import RunSummary
 
@@ -154,3 +157,36 @@ def test_pipeline_drift_layers_its_params_file(tmp_path: Path) -> None:
     partial.write_text("drift: {threshold: 0.5}\n")
     lib = library_request(DriftRequest(inventory_name="pool", params_path=str(partial)))
     assert lib.settings.drift.threshold == 0.5 and lib.settings.profile == resolve(pipeline_base()).profile
+
+
+def _formatted(logger_name: str, exc: BaseException) -> str:
+    """What a handler on `logger_name` writes for a failed run's record carrying `exc` (as Prefect logs it)."""
+    import dreamshard_flows.stage_tasks  # noqa: F401  the flows' module: what a flow process imports
+
+    logger = logging.getLogger(logger_name)
+    stream: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            stream.append(self.format(record))
+
+    handler = Collect(level=logging.ERROR)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    saved = logger.handlers, logger.propagate
+    logger.handlers, logger.propagate = [handler], False  # this handler alone (no API, no console)
+    try:
+        try:
+            raise exc
+        except BaseException:
+            logger.error(f"Task run failed with exception: {exc!r}", exc_info=sys.exc_info())
+    finally:
+        logger.handlers, logger.propagate = saved
+    return "\n".join(stream)
+
+
+@pytest.mark.parametrize("logger_name", ["prefect.task_runs", "prefect.flow_runs"])
+def test_a_known_error_in_a_flow_is_logged_as_its_one_line(logger_name: str) -> None:
+    known = _formatted(logger_name, StoreError("no inventory 'x' in /s: push one with `dreamshard inventory push`"))
+    assert known == "StoreError: no inventory 'x' in /s: push one with `dreamshard inventory push`"
+    other = _formatted(logger_name, ValueError("a bug"))
+    assert "Traceback" in other and "ValueError: a bug" in other  # anything else keeps its traceback

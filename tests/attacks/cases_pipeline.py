@@ -12,14 +12,17 @@ worker started from another directory is tests/test_orchestrator_integration.py'
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import Case, Refused, Result, Runs, Table, written
+from harness import Case, Holds, Refused, Result, Runs, Table, written
 
 from dreamshard.config.settings import resolve
+from dreamshard.errors import PipelineError
 
 RUN = "pipeline run --workspace ws --store store"
 #: A params file of the keys a user changes.
@@ -49,6 +52,33 @@ def _whole_layered_params(work: Path, _: Result) -> None:
     alone = resolve(work / "ws" / "params.yaml")
     alone.check_pipeline()
     assert alone.plan.verify == 2 and alone.evaluate.rounds == 5 and alone.profile.repeats == 5
+
+
+def _one_line_in_flow_logs(_: Path) -> None:
+    """A DreamshardError failing a task (or its flow) is logged by Prefect as `Type: line`, no traceback."""
+    import dreamshard_flows.stage_tasks  # noqa: F401  what a flow process imports
+
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(logging.Formatter("%(message)s").format(record))
+
+    for name in ("prefect.task_runs", "prefect.flow_runs"):
+        logger = logging.getLogger(name)
+        collect = Collect()
+        saved = logger.handlers, logger.propagate
+        logger.handlers, logger.propagate = [collect], False
+        try:
+            try:
+                raise PipelineError("dvc repro failed in stage 'train': exit 1")
+            except PipelineError as e:
+                logger.error(f"Task run failed with exception: {e!r}", exc_info=sys.exc_info())
+        finally:
+            logger.handlers, logger.propagate = saved
+        assert collect.lines == ["PipelineError: dvc repro failed in stage 'train': exit 1"], collect.lines
 
 
 CASES: list[Case] = [
@@ -103,6 +133,7 @@ CASES: list[Case] = [
         then=_whole_layered_params,
         setup=written("partial.yaml", PARTIAL),
     ),
+    Holds("a known error failing a flow's task is logged as its one line", _one_line_in_flow_logs),
 ]
 
 TABLE = Table(surface="pipeline", cases=CASES)
