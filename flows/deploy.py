@@ -34,10 +34,10 @@ from typing import Any
 from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 from dreamshard_flows.replan import RETRAIN_DUE_EVENT
 
-from dreamshard.config.settings import resolve
+from dreamshard.config.settings import pipeline_base, resolve
 from dreamshard.errors import DreamshardError, InputFileError
 from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT
-from dreamshard.usecases.pipeline_steps import absolute_uri
+from dreamshard.usecases.pipeline_steps import RemoteSpec, absolute_uri
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -80,8 +80,10 @@ def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str |
         {
             "request": {
                 **_named_request("{{ event.payload.inventory_name }}", params_path, workspace, store_uri)["request"],
-                # the store the version was pushed to (dreamshard_flows.events), else the registered one
-                "store_uri": "{{ event.payload.store_uri or " + _jinja_string(store_uri or "") + " }}",
+                # the store the version was pushed to (dreamshard_flows.events), else the registered one; in
+                # parentheses: Prefect renders a one-expression template as `EXPR | tojson` and parses the JSON, and
+                # the filter binds tighter than `or` (the event's path would come out bare: InvalidJSON, no run)
+                "store_uri": "{{ (event.payload.store_uri or " + _jinja_string(store_uri or "") + ") }}",
                 "reason": "inventory {{ event.payload.inventory_name }} changed to version "
                 "{{ event.payload.fingerprint }}",
             }
@@ -89,7 +91,7 @@ def inventory_changed_trigger(params_path: str, workspace: str, store_uri: str |
     )
 
 
-def retrain_due_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
+def retrain_due_trigger(params_path: str, workspace: str, store_uri: str | None, dvc_remote: str | None = None) -> Any:
     """Retrain for the inventory whose new version the production model could not plan (out of its ranges)."""
     return _trigger(
         "retrain-due",
@@ -100,13 +102,14 @@ def retrain_due_trigger(params_path: str, workspace: str, store_uri: str | None)
             params_path,
             workspace,
             store_uri,
+            **_remote(dvc_remote),
             inventory_name="{{ event.payload.inventory_name }}",
             reason="retrain due: {{ event.payload.reason }}",
         ),
     )
 
 
-def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
+def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None, dvc_remote: str | None = None) -> Any:
     """Re-profile and retrain the inventory whose published plan drifted (`drift-check`)."""
     return _trigger(
         "plan-drifted",
@@ -117,6 +120,7 @@ def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None
             params_path,
             workspace,
             store_uri,
+            **_remote(dvc_remote),
             reprofile=True,
             inventory_name="{{ event.payload.inventory_name }}",
             reason="the published plan drifted ({{ event.payload.drift }})",
@@ -138,16 +142,23 @@ def _named_request(inventory_name: str, params_path: str, workspace: str, store_
     return {"request": {"inventory_name": inventory_name, "params_path": params_path, "workspace": workspace, **store}}
 
 
-def _retrain_deployments(params_path: str, workspace: str, store_uri: str | None, work_pools: bool) -> list[Any]:
-    """The orchestrator's two deployments: nightly and when a retrain is due; on drift (re-profiling)."""
+def _remote(dvc_remote: str | None) -> dict[str, str]:
+    return {"dvc_remote": dvc_remote} if dvc_remote else {}
+
+
+def _retrain_deployments(
+    params_path: str, workspace: str, store_uri: str | None, work_pools: bool, dvc_remote: str | None = None
+) -> list[Any]:
+    """The orchestrator's two deployments: nightly and when a retrain is due; on drift (re-profiling). Each records
+    the DVC remote (`registered_remote`): a relative one would name a directory of the run's temporary cwd."""
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
 
-    orchestrator = _orchestrator_request(params_path, workspace, store_uri)["request"]
+    orchestrator = _orchestrator_request(params_path, workspace, store_uri, **_remote(dvc_remote))["request"]
     return [
         retrain_on_inventory_change.to_deployment(
             name="nightly-and-when-due",
             cron=NIGHTLY_CRON,
-            triggers=[retrain_due_trigger(params_path, workspace, store_uri)],
+            triggers=[retrain_due_trigger(params_path, workspace, store_uri, dvc_remote)],
             parameters={"request": {**orchestrator, "reason": "nightly schedule"}},
             concurrency_limit=1,  # one pipeline per workspace at a time (plus the workspace file lock)
             tags=["dreamshard", "orchestrator"],
@@ -156,7 +167,7 @@ def _retrain_deployments(params_path: str, workspace: str, store_uri: str | None
         ),
         retrain_on_inventory_change.to_deployment(
             name="retrain-on-drift",
-            triggers=[plan_drifted_trigger(params_path, workspace, store_uri)],
+            triggers=[plan_drifted_trigger(params_path, workspace, store_uri, dvc_remote)],
             parameters={"request": {**orchestrator, "reprofile": True}},
             concurrency_limit=1,
             tags=["dreamshard", "orchestrator", "drift"],
@@ -207,8 +218,16 @@ def registered_paths(params_path: str, workspace: str, store_uri: str | None) ->
     params = Path(params_path).expanduser().resolve()
     if not params.is_file():
         raise InputFileError(f"params file not found: {params}")
-    store = store_uri or resolve(params).publish.store_uri
+    store = store_uri or resolve(params, base=pipeline_base()).publish.store_uri
     return str(params), str(Path(workspace).expanduser().resolve()), absolute_uri(store)
+
+
+def registered_remote(params_path: str) -> str:
+    """The params' DVC remote (`pipeline.dvc_remote`, the file layered over the pipeline's own as a run reads
+    it) as the retrain deployments record it: a local directory absolute, taken from this process's working
+    directory; an s3:// remote as it is."""
+    remote = resolve(params_path, base=pipeline_base()).pipeline.dvc_remote
+    return RemoteSpec(url=remote).resolved().url
 
 
 def build_deployments(
@@ -223,6 +242,7 @@ def build_deployments(
     from dreamshard_flows.replan import replan_on_inventory_change
 
     params_path, workspace, store_uri = registered_paths(params_path, workspace, store_uri)
+    dvc_remote = registered_remote(params_path)
 
     replan = replan_on_inventory_change.to_deployment(
         name="on-inventory-change",
@@ -236,7 +256,7 @@ def build_deployments(
     )
     return [
         replan,
-        *_retrain_deployments(params_path, workspace, store_uri, work_pools),
+        *_retrain_deployments(params_path, workspace, store_uri, work_pools, dvc_remote),
         *_other_deployments(params_path, workspace, store_uri, work_pools, inventory_name),
     ]
 

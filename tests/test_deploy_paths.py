@@ -46,6 +46,9 @@ def test_every_registered_path_is_absolute(tmp_path: Path, monkeypatch: pytest.M
         store = r.get("store_uri", "")
         assert str(project / "plans") in store, r  # the params' relative store, from the registering directory
     assert {r["params_path"] for r in requests if "params_path" in r} == {str(project / "params.yaml")}
+    # the retrain runs' DVC remote (the params' relative pipeline.dvc_remote): 2 deployments and their 2 triggers
+    remotes = [r["dvc_remote"] for r in requests if "dvc_remote" in r]
+    assert remotes == [str(project / "runs" / "dvc-remote")] * 4
 
 
 def test_a_missing_params_file_is_refused_at_registration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,6 +66,18 @@ def _render(template: str, payload: dict[str, Any]) -> str:
     return env.from_string(template).render(event={"payload": payload})
 
 
+def _server_render(template: str, payload: dict[str, Any]) -> Any:
+    """What Prefect's server makes of a trigger parameter (RunDeployment.render_parameters): a one-expression
+    template becomes `EXPR | tojson`, rendered and parsed as JSON; a failure is a HydrationError (no run)."""
+    from prefect.server.events.actions import RunDeployment
+    from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
+
+    parameters = {"value": template}
+    RunDeployment._upgrade_v1_templates(parameters)
+    context = HydrationContext(raise_on_error=False, render_jinja=True, jinja_context={"event": {"payload": payload}})
+    return hydrate(parameters, context)["value"]
+
+
 @pytest.mark.parametrize("registered", ["/srv/plans", "/tmp/odd 'quote' }} {{ and \\ back\"slash"])
 def test_the_event_store_wins_else_the_registered_one(tmp_path: Path, registered: str) -> None:
     from dreamshard_flows.deploy import inventory_changed_trigger
@@ -72,6 +87,12 @@ def test_the_event_store_wins_else_the_registered_one(tmp_path: Path, registered
     assert _render(template, {"store_uri": "s3://bucket/pushed"}) == "s3://bucket/pushed"
     assert _render(template, {}) == registered  # an event without a store: the one registered
     assert _render(trigger.parameters["request"]["inventory_name"], {"inventory_name": "tiny"}) == "tiny"
+    # as the server renders them (a bare path from `a or "b" | tojson` was InvalidJSON: the event started nothing)
+    for name, value in trigger.parameters["request"].items():
+        payload = {"store_uri": "/srv/pushed", "inventory_name": "tiny", "fingerprint": "ab12"}
+        assert isinstance(_server_render(value, payload), str), (name, _server_render(value, payload))
+    assert _server_render(template, {"store_uri": "/srv/pushed"}) == "/srv/pushed"
+    assert _server_render(template, {}) == registered
 
 
 def test_the_event_carries_the_absolute_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

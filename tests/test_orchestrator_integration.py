@@ -115,13 +115,13 @@ class GpuWorkers:
         )
 
 
-def _wait_online(names: tuple[str, ...], timeout_s: float = 120) -> None:
+def _wait_online(names: tuple[str, ...], timeout_s: float = 120, pool: str = "gpu") -> None:
     from prefect.client.orchestration import get_client
 
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
-            seen = {w.name for w in client.read_workers_for_work_pool("gpu")}
+            seen = {w.name for w in client.read_workers_for_work_pool(pool)}
             if set(names) <= seen:
                 return
             time.sleep(0.5)
@@ -626,3 +626,149 @@ def test_a_known_error_in_a_task_is_logged_as_its_one_line(prefect_api: str, tmp
             time.sleep(0.5)
     assert errors and all("Traceback" not in m and "\n" not in m for m in errors), errors
     assert any(m.startswith("StoreError: no inventory 'absent' in ") for m in errors), errors
+
+
+def test_the_replan_deployment_runs_on_a_worker_elsewhere_and_publishes(prefect_api: str, tmp_path: Path) -> None:
+    """Issue 39, defect 13: deployments registered from a project directory with relative paths (the README's
+    `python -m dreamshard_flows.deploy --work-pools`: its function), a process worker started from another
+    directory, `dreamshard inventory push` in the project: the event starts the replan deployment, its run
+    completes on that worker and a plan of the pushed version is current in the store. The retrain deployments'
+    registered parameters resolve from any directory: absolute, and the params file exists."""
+    from dreamshard_flows.deploy import build_deployments
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.exceptions import ObjectAlreadyExists
+
+    from dreamshard.usecases.pipeline_steps import run_setup
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    # The packaged model in the world it learned (as the fast-path test above), a local store named relatively.
+    write_params(
+        project / "params.yaml",
+        publish={"store_uri": "plans", "allow_simulated": True, "min_rounds": 2},
+        topology={"batch_size": 2048},
+        evaluate={"rounds": 2},
+        plan={"num_devices": 2, "verify": 2, "verify_rounds": 1, "samples": 0, "candidates": ["dim_greedy", "lpt"]},
+    )
+    inv = tiny_inventory(project / "inv.yaml")
+    # Pools of this test alone: the module's gpu workers (when running) must not take the run.
+    pools = {"gpu": "h4-gpu", "default": "h4-default"}
+    cwd = Path.cwd()
+    os.chdir(project)
+    try:
+        deployments = build_deployments("params.yaml", "runs/pipeline", None, work_pools=True, inventory_name="tiny")
+    finally:
+        os.chdir(cwd)
+    ids = []
+    with get_client(sync_client=True) as client:
+        for pool in pools.values():
+            try:
+                client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+            except ObjectAlreadyExists:
+                pass
+    for d in deployments:
+        d.work_pool_name = pools[d.work_pool_name]
+        if d.name == "drift-monitor":
+            d.schedules = []  # hourly: not while this test runs
+        ids.append(d.apply())
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api,
+        "PREFECT_WORKER_HEARTBEAT_SECONDS": "2",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    worker = subprocess.Popen(
+        [
+            str(BIN / "prefect"),
+            "worker",
+            "start",
+            "--pool",
+            pools["gpu"],
+            "--type",
+            "process",
+            "--name",
+            "h4-elsewhere",
+        ],
+        cwd=elsewhere,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its flow-run processes in its group: stopped with it, by its id
+    )
+    try:
+        _wait_online(("h4-elsewhere",), pool=pools["gpu"])
+        replan = next(i for d, i in zip(deployments, ids, strict=True) if d.name == "on-inventory-change")
+        pushed = subprocess.run(
+            [str(BIN / "dreamshard"), "inventory", "push", "inv.yaml", "--store", "plans"],
+            cwd=project,
+            env=env,  # PREFECT_API_URL: the installed notifier emits dreamshard.inventory.changed
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert pushed.returncode == 0 and "emitted dreamshard.inventory.changed" in pushed.stdout, (
+            pushed.stdout + pushed.stderr
+        )
+        run = _final_run(replan, timeout_s=150)
+        assert run.state is not None and run.state.is_completed(), (run.state, run.state and run.state.message)
+        assert (run.labels or {}).get("prefect.worker.name") == "h4-elsewhere"
+        assert run.parameters["request"]["store_uri"] == str(project / "plans")  # the event's store
+        current = get_current(open_store(str(project / "plans")), "tiny")
+        assert current.inventory_fingerprint == inv.fingerprint()  # the pushed version's plan is current
+        # The retrain deployments, as the server holds them: every path absolute and resolvable from elsewhere.
+        with get_client(sync_client=True) as client:
+            held = client.read_deployments(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=ids)))
+        retrain = [d for d in held if d.name in ("nightly-and-when-due", "retrain-on-drift")]
+        assert len(retrain) == 2
+        os.chdir(elsewhere)
+        try:
+            for d in retrain:
+                request = d.parameters["request"]
+                assert Path(request["params_path"]).is_file() and Path(request["params_path"]).is_absolute()
+                for key in ("workspace", "store_uri", "dvc_remote"):
+                    assert Path(request[key]).is_absolute() and Path(request[key]).is_relative_to(project), request
+                setup = run_setup(
+                    Path(request["workspace"]),
+                    request["params_path"],
+                    None,
+                    request["store_uri"],
+                    (request["dvc_remote"], None),
+                )
+                assert setup.store_uri == str(project / "plans") and setup.remote.url == str(
+                    project / "runs/dvc-remote"
+                )
+        finally:
+            os.chdir(cwd)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=15)
+        with get_client(sync_client=True) as client:
+            for i in ids:  # the module's other tests register their own deployments; leave none of these behind
+                client.delete_deployment(i)
+
+
+def _final_run(deployment_id: Any, timeout_s: float) -> Any:
+    """The deployment's first flow run once it is in a final state (AssertionError after `timeout_s`)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+            )
+            if runs and runs[0].state is not None and runs[0].state.is_final():
+                return runs[0]
+            time.sleep(1)
+    states = [(r.name, r.state and r.state.name) for r in runs]
+    raise AssertionError(f"no run of the deployment finished within {timeout_s} s: {states}")

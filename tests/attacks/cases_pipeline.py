@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
 from harness import Case, Holds, Refused, Result, Runs, Table, written
 
 from dreamshard.config.settings import resolve
@@ -81,6 +82,31 @@ def _one_line_in_flow_logs(_: Path) -> None:
         assert collect.lines == ["PipelineError: dvc repro failed in stage 'train': exit 1"], collect.lines
 
 
+def _registered_paths_are_absolute(work: Path) -> None:
+    """`python -m dreamshard_flows.deploy --work-pools` from this directory with relative paths: every path a
+    deployment or trigger records (params, workspace, store, the retrain runs' DVC remote) is absolute, here."""
+    from dreamshard_flows.deploy import build_deployments
+
+    here = Path.cwd().resolve()
+    (work / "params.yaml").write_text("publish: {store_uri: plans}\npipeline: {dvc_remote: remote}\n")
+    deployments = build_deployments("params.yaml", "runs/pipeline", None, work_pools=True, inventory_name="x")
+    requests = [d.parameters.get("request", {}) for d in deployments]
+    requests += [t.parameters.get("request", {}) for d in deployments for t in d.triggers or []]
+    for request in requests:
+        for key in ("params_path", "workspace", "store_uri", "dvc_remote"):
+            value = request.get(key)
+            if value is None or value.startswith("{{"):  # a template: the event's store, else the registered one
+                continue
+            assert Path(value).is_absolute() and Path(value).is_relative_to(here), (key, value)
+    retrain = [d for d in deployments if d.flow_name == "retrain-on-inventory-change"]
+    assert len(retrain) == 2
+    for d in retrain:
+        for request in [d.parameters["request"], *(t.parameters["request"] for t in d.triggers or [])]:
+            assert request["dvc_remote"] == str(here / "remote"), request
+            assert Path(request["params_path"]).is_file()
+            assert yaml.safe_load(Path(request["params_path"]).read_text())["publish"]["store_uri"] == "plans"
+
+
 CASES: list[Case] = [
     Refused(
         "pipeline run --backend simulator without --allow-simulated is refused before any stage",
@@ -134,6 +160,7 @@ CASES: list[Case] = [
         setup=written("partial.yaml", PARTIAL),
     ),
     Holds("a known error failing a flow's task is logged as its one line", _one_line_in_flow_logs),
+    Holds("deployments registered with relative paths record them absolute", _registered_paths_are_absolute),
 ]
 
 TABLE = Table(surface="pipeline", cases=CASES)
