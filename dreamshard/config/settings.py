@@ -30,9 +30,9 @@ from dreamshard.config.learning import (
 )
 from dreamshard.config.profile import ProfileConfig
 from dreamshard.config.publish import PublishConfig
+from dreamshard.config.release import ReleaseConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
 from dreamshard.documents import describe_validation_error, read_structured
-from dreamshard.config.release import ReleaseConfig
 from dreamshard.errors import ConfigError
 from dreamshard.values import JobTopology, Topology
 
@@ -59,9 +59,9 @@ class Settings(BaseModel):
     train_policy: PolicyTrainConfig = PolicyTrainConfig()
     train: LoopConfig = LoopConfig()
     pretrain: PretrainConfig = PretrainConfig()
+    release: ReleaseConfig = ReleaseConfig()
     plan: PlanConfig = PlanConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
-    release: ReleaseConfig = ReleaseConfig()
     publish: PublishConfig = PublishConfig()
     pipeline: PipelineSettings = PipelineSettings()
     drift: DriftConfig = DriftConfig()
