@@ -104,6 +104,7 @@ def test_a_better_model_is_released_with_its_report_linked_from_its_card(
     [
         (["release", "nowhere"], "holds no model"),
         (["release", "same", "--into", "same"], "same directory"),
+        (["release", "same", "--into", "same/model.json"], "is not a directory"),
     ],
 )
 def test_bad_release_requests_are_one_line(

@@ -28,6 +28,8 @@ class ReleaseResult(Result):
 def _check(request: ReleaseRequest) -> None:
     if not has_model(request.candidate):
         raise ConfigError(f"release: {request.candidate} holds no model (no model.json); run `dreamshard pretrain`")
+    if request.into.exists() and not request.into.is_dir():
+        raise ConfigError(f"release: --into {request.into} is not a directory; give the shipped model's directory")
     if request.candidate.resolve() == request.into.resolve():
         raise ConfigError(f"release: the candidate and the shipped model are the same directory ({request.into})")
     load_model(request.candidate)  # a candidate that does not load is refused before anything is measured
