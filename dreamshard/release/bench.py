@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.config.release import ReleaseConfig, ReleaseTask
+from dreamshard.errors import ConfigError
 from dreamshard.evaluation.compare import compare_sharders
 from dreamshard.inventory.heldout import heldout_inventory
 from dreamshard.profiling.oracle import Oracle
@@ -62,7 +63,7 @@ def run_task(
     samples = {r.sharder: list(r.samples_ms) for r in cmp.results}
     heuristics = [h for h in RELEASE_HEURISTICS if h in samples]
     if not heuristics:
-        raise ValueError(f"release task {task.label}: no heuristic could place it; choose another task")
+        raise ConfigError(f"release task {task.label}: no heuristic could place it; choose another task")
     best = min(heuristics, key=lambda h: sorted(samples[h])[len(samples[h]) // 2])
     ids = {r.sharder: r.plan.plan_id for r in cmp.results}
     return TaskResult(
