@@ -45,9 +45,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for p in net.parameters():
             spread = p.std() if p.numel() > 1 else p.abs()
             p.add_(torch.randn(p.shape, generator=gen) * float(spread.nan_to_num(0.1)) * 30)
-    keep = card.model_dump(
-        exclude={"version", "cost_spec", "ensemble_size", "policy_spec", "files", "format_version", "feature_spec_version"}
-    )
+    computed = {"version", "cost_spec", "ensemble_size", "policy_spec", "files", "format_version"}
+    keep = card.model_dump(exclude=computed | {"feature_spec_version"})
     save_model(root / "bad", net, model.policy, **keep)
     return {"good": good, "bad": root / "bad"}
 

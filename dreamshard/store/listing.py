@@ -3,8 +3,9 @@
 Each plan is verified as `plans show` verifies it (`objects.load_original`: the checksum the pointer's history or
 its record holds, which its object and checksum object must match); its schema is recomputed from the stored
 inventory version (`inventories.VersionSchemas`, once per version), its world size and mix of sharding types come
-from the verified plan, its date and outcome from its record (the store's own write). A plan that fails verification is listed with its `problem` instead of failing the listing; a path the store
-cannot read through is skipped and named (`scan_plans`).
+from the verified plan, its date and outcome from its record (the store's own write). A plan that fails
+verification is listed with its `problem` instead of failing the listing; a path the store cannot read through is
+skipped and named (`scan_plans`).
 """
 
 from __future__ import annotations
