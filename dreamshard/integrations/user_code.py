@@ -18,7 +18,17 @@ from dreamshard.errors import ConfigError, first_line
 
 def import_user_module(target: str, what: str) -> ModuleType:
     """The module `target` names: a ``.py`` file path, else a dotted module name. `what` names the option in the
-    one-line ConfigError (e.g. ``--model 'x.py:build'``)."""
+    one-line ConfigError (e.g. ``--model 'x.py:build'``). No bytecode is written beside the user's files (a
+    command that reads a team's model leaves its folder as it was)."""
+    writes = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        return _import(target, what)
+    finally:
+        sys.dont_write_bytecode = writes
+
+
+def _import(target: str, what: str) -> ModuleType:
     try:
         if target.endswith(".py"):
             path = Path(target)
