@@ -113,6 +113,13 @@ def compare_files(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
+def _compare_two(compare_files: dict[str, Path], second: Path) -> list[str]:
+    """`compare` on the simulator with round_robin, the fixture's plan and `second` as `--plan`s."""
+    common = ["compare", "-i", str(compare_files["inv"]), "-d", "2", "-m", "1", "--batch-size", "512"]
+    sim = ["--backend", "simulator", "--rounds", "2", "--sharders", "round_robin"]
+    return [*common, *sim, "-p", str(compare_files["plan"]), "-p", str(second)]
+
+
 @pytest.mark.parametrize(
     "second, needle",
     [
@@ -127,31 +134,7 @@ def test_compare_refuses_a_plan_given_twice(
 ) -> None:
     out = tmp_path / "cmp.json"
     before = snap(tmp_path)
-    r = invoke(
-        [
-            "compare",
-            "-i",
-            str(compare_files["inv"]),
-            "-d",
-            "2",
-            "-m",
-            "1",
-            "--batch-size",
-            "512",
-            "--backend",
-            "simulator",
-            "--rounds",
-            "2",
-            "--sharders",
-            "round_robin",
-            "-p",
-            str(compare_files["plan"]),
-            "-p",
-            str(compare_files[second]),
-            "--out",
-            str(out),
-        ]
-    )
+    r = invoke([*_compare_two(compare_files, compare_files[second]), "--out", str(out)])
     line = one_line_2(r)
     assert "ConfigError" in line and needle in line and "--plan #2" in line and "--plan #1" in line
     assert snap(tmp_path) == before
@@ -167,30 +150,7 @@ def test_compare_sharders_refuses_the_same_plan_twice() -> None:
 def test_compare_of_distinct_plans_still_works(compare_files: dict[str, Path], tmp_path: Path) -> None:
     inv = synth_inventory(8, 0, name="inv")
     other = save_plan(get_sharder("size_greedy").shard(inv, TOPO), tmp_path / "other.json")
-    r = invoke(
-        [
-            "compare",
-            "-i",
-            str(compare_files["inv"]),
-            "-d",
-            "2",
-            "-m",
-            "1",
-            "--batch-size",
-            "512",
-            "--backend",
-            "simulator",
-            "--rounds",
-            "2",
-            "--sharders",
-            "round_robin",
-            "-p",
-            str(compare_files["plan"]),
-            "-p",
-            str(other),
-            "--json",
-        ]
-    )
+    r = invoke([*_compare_two(compare_files, other), "--json"])
     assert r[0] == 0, r[2]
 
 
