@@ -5,7 +5,6 @@ simulator, in a temporary directory; the gate's attack table is tests/attacks/ca
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -14,36 +13,10 @@ from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, compare_sharder
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.profiling import make_oracle
 from dreamshard.sharders import get_sharder
-from dreamshard.values import Costs, DeviceCost, Plan, Topology
+from dreamshard.values import Plan, Topology
 
 INVENTORY = synth_inventory(12, 0, name="inv")
 TOPOLOGY = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=512)
-
-
-class NoisyOracle:
-    """The simulator on a busy machine: every measurement scaled by its own random factor (lognormal, sd 0.3),
-    so two identical placements measure 10.4 and 18.7 ms alike."""
-
-    def __init__(self, seed: int = 0, sd: float = 0.3) -> None:
-        self.inner = make_oracle("simulator")
-        self.rng = random.Random(seed)
-        self.sd = sd
-
-    @property
-    def info(self) -> Any:
-        return self.inner.info
-
-    def corpus_as(self, corpus: Any) -> Any:
-        return self.inner.corpus_as(corpus)
-
-    def measure(self, *a: Any, **k: Any) -> Any:
-        m = self.inner.measure(*a, **k)
-        f = self.rng.lognormvariate(0.0, self.sd)
-        per = [DeviceCost.from_list([x * f for x in d.as_list()]) for d in m.costs.per_device]
-        return m.model_copy(update={"costs": Costs.from_devices(per, overall_ms=m.costs.overall_ms * f)})
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def relabelled(sharder: str = "lookup_greedy", seed: int = 2) -> Plan:

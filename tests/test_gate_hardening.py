@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from gate_hostile import (
-    NoisyOracle,
     by_label,
     edit_results,
     full_comparison,
@@ -17,7 +16,7 @@ from gate_hostile import (
     relabelled,
     write_case,
 )
-from store_helpers import approve, world
+from store_helpers import NoisyOracle, approve, world
 
 from dreamshard.cli.app import invoke
 from dreamshard.evaluation import BASELINE_SHARDERS
