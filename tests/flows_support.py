@@ -99,3 +99,40 @@ def jsonl_ids(path: Path) -> list[str]:
         except (ValueError, KeyError):
             pass  # a truncated last line from a killed writer
     return out
+
+
+#: The fast path's params (`replan`): search candidates that include the heuristics' own plans, all verified: on the
+#: (deterministic) simulator the kept plan is at least as good as the best heuristic, so the gate can approve it.
+REPLAN_PARAMS: dict[str, Any] = {
+    "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},  # the packaged model's batch size
+    "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
+    "plan": {
+        "num_devices": 2,
+        "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
+        "verify": 8,
+        "verify_rounds": 1,
+        "samples": 0,
+    },
+    "evaluate": {
+        "sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"],
+        "rounds": 5,
+    },
+    "publish": {"store_uri": "store", "allow_simulated": True},
+}
+
+
+def fast_path_workspace(tmp_path: Path, monkeypatch: Any, params: dict[str, Any]) -> Path:
+    """`tmp_path` as the working directory with `params` as its params.yaml, profiling and training forbidden (the
+    fast path must do neither)."""
+    import dreamshard.learning.loop
+    import dreamshard.profiling.runner
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+
+    def forbidden(*_a: object, **_k: object) -> None:
+        raise AssertionError("the fast path must not profile or train")
+
+    monkeypatch.setattr(dreamshard.profiling.runner, "profile_inventory", forbidden)
+    monkeypatch.setattr(dreamshard.learning.loop, "train", forbidden)
+    return tmp_path

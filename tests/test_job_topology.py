@@ -9,11 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from flows_support import tiny_inventory
+from flows_support import REPLAN_PARAMS, fast_path_workspace, tiny_inventory
 
-import dreamshard.learning.loop
-import dreamshard.profiling.runner
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
 from dreamshard.documents import load_plan, save_inventory
@@ -25,23 +22,8 @@ from dreamshard.store.lookup import approved_plan_for
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.values import Inventory, JobTopology, Topology
 
-#: As tests/test_replan.py, but the params plan for 4 devices (the default): only the job says 2.
-PARAMS = {
-    "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},
-    "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
-    "plan": {
-        "num_devices": 4,
-        "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
-        "verify": 8,
-        "verify_rounds": 1,
-        "samples": 0,
-    },
-    "evaluate": {
-        "sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"],
-        "rounds": 5,
-    },
-    "publish": {"store_uri": "store", "allow_simulated": True},
-}
+#: The fast path params (flows_support.REPLAN_PARAMS), but planning for 4 devices (the default): only the job says 2.
+PARAMS = {**REPLAN_PARAMS, "plan": {**REPLAN_PARAMS["plan"], "num_devices": 4}}
 
 JOB = JobTopology(world_size=2)
 
@@ -55,15 +37,7 @@ def with_job(inv: Inventory, job: JobTopology | None = JOB, path: Path | None = 
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
-
-    def forbidden(*_a: object, **_k: object) -> None:
-        raise AssertionError("the fast path must not profile or train")
-
-    monkeypatch.setattr(dreamshard.profiling.runner, "profile_inventory", forbidden)
-    monkeypatch.setattr(dreamshard.learning.loop, "train", forbidden)
-    return tmp_path
+    return fast_path_workspace(tmp_path, monkeypatch, PARAMS)
 
 
 def _replan(work: Path, overrides: dict[str, object] | None = None, **kw: object) -> replan_uc.ReplanResult:

@@ -9,46 +9,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from flows_support import change_one_table, tiny_inventory
+from flows_support import REPLAN_PARAMS, change_one_table, fast_path_workspace, tiny_inventory
 
-import dreamshard.learning.loop
-import dreamshard.profiling.runner
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
 from dreamshard.store import get_current, get_current_inventory, list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
 
-#: Search candidates that include the heuristics' own plans, all verified: on the (deterministic) simulator the
-#: kept plan is at least as good as the best heuristic, so the gate can approve it.
-PARAMS = {
-    "topology": {"memory_per_device_gb": 1.0, "batch_size": 2048},  # the packaged model's batch size
-    "profile": {"backend": "simulator", "warmup": 0, "repeats": 1},
-    "plan": {
-        "num_devices": 2,
-        "candidates": ["dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"],
-        "verify": 8,
-        "verify_rounds": 1,
-        "samples": 0,
-    },
-    "evaluate": {
-        "sharders": ["round_robin", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"],
-        "rounds": 5,
-    },
-    "publish": {"store_uri": "store", "allow_simulated": True},
-}
+PARAMS = REPLAN_PARAMS
 
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
-
-    def forbidden(*_a: object, **_k: object) -> None:
-        raise AssertionError("the fast path must not profile or train")
-
-    monkeypatch.setattr(dreamshard.profiling.runner, "profile_inventory", forbidden)
-    monkeypatch.setattr(dreamshard.learning.loop, "train", forbidden)
-    return tmp_path
+    return fast_path_workspace(tmp_path, monkeypatch, PARAMS)
 
 
 def _replan(work: Path, **kw: object) -> replan_uc.ReplanResult:
