@@ -5,7 +5,8 @@ interleaved on the oracle's backend. A task's result keeps every contender's per
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -16,7 +17,8 @@ from dreamshard.evaluation.compare import compare_sharders
 from dreamshard.inventory.heldout import heldout_inventory
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders import get_sharder
-from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.sharders.base import Sharder
+from dreamshard.values import Topology
 
 #: the heuristics the candidate must beat (the best of them per task)
 RELEASE_HEURISTICS = ("dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
@@ -37,34 +39,27 @@ class TaskResult(BaseModel):
     plan_ids: dict[str, str]
 
     def median(self, contender: str) -> float:
-        xs = sorted(self.samples_ms[contender])
-        mid = len(xs) // 2
-        return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
-def _model_plan(model_dir: Path, label: str, inventory: Inventory, topology: Topology) -> Plan:
-    plan = get_sharder("dreamshard", model_dir=model_dir).shard(inventory, topology)
-    return plan.model_copy(update={"sharder": label})
+        return statistics.median(self.samples_ms[contender])
 
 
 def run_task(
-    task: ReleaseTask, cfg: ReleaseConfig, oracle: Oracle, candidate: Path, shipped: Path | None, batch_size: int
+    task: ReleaseTask, cfg: ReleaseConfig, oracle: Oracle, models: Mapping[str, Sharder], batch_size: int
 ) -> TaskResult:
-    """Plan `task` with both models and the heuristics; measure every distinct plan interleaved."""
+    """Plan `task` with each of `models` ({label: its learned sharder}) and the heuristics; measure every plan
+    interleaved (the same placement from both models is simply measured twice)."""
     inv = heldout_inventory(task.family, task.tables, task.seed, histograms=task.histograms)
     topo = Topology(num_devices=task.devices, memory_per_device_gb=cfg.memory_per_device_gb, batch_size=batch_size)
-    mine = _model_plan(candidate, CANDIDATE, inv, topo)
-    theirs = _model_plan(shipped, SHIPPED, inv, topo) if shipped is not None else None
-    extra = [mine] if theirs is None else [mine, theirs]  # the same placement twice is simply measured twice
+    extra = [s.shard(inv, topo).model_copy(update={"sharder": label}) for label, s in models.items()]
     cmp = compare_sharders(
         inv, topo, list(RELEASE_HEURISTICS), oracle, rounds=cfg.rounds, extra_plans=extra, seed=cfg.seed + task.seed,
         with_lower_bound=False,
     )  # fmt: skip
     samples = {r.sharder: list(r.samples_ms) for r in cmp.results}
-    heuristics = [h for h in RELEASE_HEURISTICS if h in samples]
+    medians = {r.sharder: r.overall_ms for r in cmp.results}  # the median over rounds
+    heuristics = [h for h in RELEASE_HEURISTICS if h in medians]
     if not heuristics:
         raise ConfigError(f"release task {task.label}: no heuristic could place it; choose another task")
-    best = min(heuristics, key=lambda h: sorted(samples[h])[len(samples[h]) // 2])
+    best = min(heuristics, key=lambda h: medians[h])
     ids = {r.sharder: r.plan.plan_id for r in cmp.results}
     return TaskResult(
         label=task.label,
@@ -85,9 +80,13 @@ def run_bench(
     batch_size: int,
     done: Callable[[TaskResult], None] = lambda _r: None,
 ) -> list[TaskResult]:
-    """Every task of `cfg`, in order (`done` is told each task's result as it finishes)."""
+    """Every task of `cfg`, in order (`done` is told each task's result as it finishes). Each model is loaded once
+    (a sharder keeps nothing of a call)."""
+    models = {CANDIDATE: get_sharder("dreamshard", model_dir=candidate)}
+    if shipped is not None:
+        models[SHIPPED] = get_sharder("dreamshard", model_dir=shipped)
     out = []
     for task in cfg.tasks:
-        out.append(run_task(task, cfg, oracle, candidate, shipped, batch_size))
+        out.append(run_task(task, cfg, oracle, models, batch_size))
         done(out[-1])
     return out
