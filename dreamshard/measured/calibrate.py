@@ -80,9 +80,8 @@ class CalibratedCost(PlanningCost):
     more columns than the base one: the summed forward and backward biases of the device's units."""
 
     def __init__(self, base: PlanningCost, correction: Correction, inventory: Inventory) -> None:
-        super().__init__(base.ensemble, base.topology, base.comm, base.risk)
-        self.source = base.source
-        self.collectives = base.collectives
+        super().__init__(base.ensemble, base.topology, base.comm, base.risk, base.source)
+        self.collectives = base.collectives  # the collectives' models fitted so far, shared
         self.correction = correction
         self.parents = inventory.by_name()
         self.state_dim = self.base + 6

@@ -103,6 +103,19 @@ def _duel_with_default(
     return best if won and len(measured[best]) >= need else 0
 
 
+def verified_row(candidate: Candidate, samples: Sequence[Measurement]) -> VerifiedCandidate:
+    """A verified candidate's record: its prediction, and the median and spread of its measured rounds."""
+    overall = [m.overall_ms for m in samples]
+    med = statistics.median(overall)
+    return VerifiedCandidate(
+        source=candidate.source,
+        predicted_ms=candidate.predicted_ms,
+        measured_ms=med,
+        spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
+        rounds=len(overall),
+    )
+
+
 def verify_candidates(
     inventory: Inventory,
     topology: Topology,
@@ -138,21 +151,8 @@ def verify_candidates(
         best = _duel_with_default(
             inventory, plans, measured, best, rounds_to_replace(len(plans) - 1, hold), oracle, seed
         )
-    rows: list[VerifiedCandidate] = []
-    medians: list[float] = []
-    for cand, ms in zip(candidates, measured, strict=True):
-        overall = [m.overall_ms for m in ms]
-        med = statistics.median(overall)
-        medians.append(med)
-        rows.append(
-            VerifiedCandidate(
-                source=cand.source,
-                predicted_ms=cand.predicted_ms,
-                measured_ms=med,
-                spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
-                rounds=len(overall),
-            )
-        )
+    rows = [verified_row(cand, ms) for cand, ms in zip(candidates, measured, strict=True)]
+    medians = [r.measured_ms for r in rows]
     # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
     at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
     info = oracle.info

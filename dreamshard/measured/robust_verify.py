@@ -10,24 +10,13 @@ from typing import TYPE_CHECKING
 
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.inventory.histogram import ASSUMED_ZIPF_EXPONENT
+from dreamshard.measured.candidates import verified_row
 from dreamshard.search.candidates import Candidate
 from dreamshard.search.unknown_stats import assumed_variant, regrets
-from dreamshard.values import AccessAssumptions, Inventory, Measurement, Plan, Verification, VerifiedCandidate
+from dreamshard.values import AccessAssumptions, Inventory, Plan, Verification
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
-
-
-def _row(candidate: Candidate, samples: list[Measurement]) -> VerifiedCandidate:
-    overall = [m.overall_ms for m in samples]
-    med = statistics.median(overall)
-    return VerifiedCandidate(
-        source=candidate.source,
-        predicted_ms=candidate.predicted_ms,
-        measured_ms=med,
-        spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
-        rounds=len(overall),
-    )
 
 
 def verify_robust(
@@ -58,7 +47,7 @@ def verify_robust(
     record = Verification(
         backend=info,
         rounds=max(1, rounds),
-        candidates=tuple(_row(c, ms) for c, ms in zip(candidates, per_skew[ref], strict=True)),
+        candidates=tuple(verified_row(c, ms) for c, ms in zip(candidates, per_skew[ref], strict=True)),
         chosen=candidates[best].source,
     )
     measured = assumptions.model_copy(
