@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 from dreamshard.config.learning import DEFAULT_UNKNOWN_SKEWS
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.histogram import assumed_histogram
+from dreamshard.learning.estimator import device_states
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.search.candidates import Candidate
-from dreamshard.values import AccessAssumptions, Inventory, Topology
+from dreamshard.values import AccessAssumptions, Inventory, Table, Topology
 
 __all__ = ["DEFAULT_UNKNOWN_SKEWS", "assumed_variant", "check_skews", "regrets", "robust_rerank", "unknown_tables"]
 
@@ -75,15 +78,19 @@ def robust_rerank(
     """The `RERANKED` best candidates re-ordered by worst predicted regret over `skews` (ties: as before), then the
     rest; and what the first assumed. `units` are the units the candidates place unless a candidate has its own."""
     head = candidates[:RERANKED]
-    predicted = []
-    for c in head:
-        own = c.units or units
-        predicted.append(
-            [
-                cost.predict(list(assumed_variant(own, s).tables), c.placement, pessimistic=True).overall_ms
-                for s in skews
-            ]
-        )
+    encoded: dict[tuple[int, float], tuple[list[Table], torch.Tensor]] = {}  # per units and skew, encoded once
+
+    def overall(own: Inventory, skew: float, placement: dict[str, int]) -> float:
+        key = (id(own), skew)
+        if key not in encoded:
+            tables = list(assumed_variant(own, skew).tables)
+            encoded[key] = tables, cost.encode(tables)
+        tables, states = encoded[key]
+        devices = device_states(states, [placement[t.name] for t in tables], topology.num_devices)
+        return float(cost.overall(devices))  # the pessimistic planning cost, as the search scores
+
+    with torch.no_grad():
+        predicted = [[overall(c.units or units, s, c.placement) for s in skews] for c in head]
     worst = regrets(predicted)
     order = sorted(range(len(head)), key=lambda i: (round(worst[i], 6), i))
     best = order[0]
