@@ -1,0 +1,167 @@
+"""The judge's collective timing: a device's bytes exchanged on real ranks, timed, no fitted model anywhere.
+
+`CommRanks` (the judge's side) starts ``python bench/judge_comm.py`` as 2 rank processes (gloo, one thread each,
+each pinned to its own core) once per judge session; never more ranks than this process may run on
+(`len(os.sched_getaffinity(0))`), and at least 2. Each request names one exchange: its bytes, its message count and
+whether it reduces; both ranks run it and report their times per repeat.
+
+Emulating N devices on 2 ranks: a device of an N-device world sends its bytes to N - 1 peers, so each rank sends
+its peer N - 1 messages of bytes / (N - 1) each and receives as many (`torch.distributed.batch_isend_irecv`, one
+tag per message), timed from a barrier until every message is complete; a reducing exchange (reduce-scatter,
+all-reduce) also adds each received chunk into an accumulator inside the timed region. A repeat's time is the max
+over the two ranks; a figure is the median over repeats. What the emulation leaves out: contention of N devices
+for one link, and links between hosts (a plan's hosts are timed as one flat host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+HERE = Path(__file__).resolve().parent
+RANKS = 2
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class CommRanks:
+    """The judge's handle on its rank processes (a context manager; `close` ends them)."""
+
+    def __init__(self) -> None:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < RANKS:
+            raise RuntimeError(
+                f"the judge times collectives on {RANKS} ranks but this process has {len(cores)} core(s)"
+            )
+        port = _free_port()
+        self._procs = []
+        for rank in range(RANKS):
+            env = {
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(RANKS),
+                "JUDGE_CORE": str(cores[rank]),
+            }
+            cmd = [sys.executable, str(HERE / "judge_comm.py")]
+            self._procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
+        for reply in self._replies():
+            assert reply.get("ready"), reply
+
+    def _replies(self) -> list[dict[str, Any]]:
+        out = []
+        for p in self._procs:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError(f"a judge rank exited (code {p.poll()})")
+            reply = json.loads(line)
+            if "error" in reply:
+                raise RuntimeError(f"a judge rank failed: {reply['error']}")
+            out.append(reply)
+        return out
+
+    def time_exchange(self, nbytes: float, messages: int, reduce: bool, warmup: int, repeats: int) -> list[float]:
+        """ms per repeat (max over the ranks) of exchanging `nbytes` as `messages` messages each way."""
+        if nbytes <= 0 or messages < 1:
+            return [0.0] * repeats
+        request = {"bytes": nbytes, "messages": messages, "reduce": reduce, "warmup": warmup, "repeats": repeats}
+        for p in self._procs:
+            assert p.stdin is not None
+            p.stdin.write(json.dumps(request) + "\n")
+            p.stdin.flush()
+        per_rank = [r["ms"] for r in self._replies()]
+        return [max(xs) for xs in zip(*per_rank, strict=True)]
+
+    def close(self) -> None:
+        for p in self._procs:
+            if p.poll() is None and p.stdin is not None:
+                p.stdin.close()
+        for p in self._procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def __enter__(self) -> CommRanks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------- a rank process
+
+
+def exchange(request: dict[str, Any]) -> list[float]:
+    """Run one request on this rank (the process group is up): ms per timed repeat."""
+    import torch
+    import torch.distributed as dist
+
+    peer = 1 - dist.get_rank()
+    k = int(request["messages"])
+    elements = max(1, int(float(request["bytes"]) / k / 4))
+    send = torch.ones(elements, dtype=torch.float32)
+    recv = [torch.empty(elements, dtype=torch.float32) for _ in range(k)]
+    acc = torch.zeros(elements, dtype=torch.float32)
+    out = []
+    for it in range(int(request["warmup"]) + int(request["repeats"])):
+        ops = [dist.P2POp(dist.isend, send, peer, tag=i) for i in range(k)]
+        ops += [dist.P2POp(dist.irecv, recv[i], peer, tag=i) for i in range(k)]
+        dist.barrier()
+        t0 = time.perf_counter()
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        if request["reduce"]:
+            for chunk in recv:
+                acc.add_(chunk)
+        ms = (time.perf_counter() - t0) * 1e3
+        if it >= int(request["warmup"]):
+            out.append(ms)
+    return out
+
+
+def serve(stdin: IO[str], reply: IO[str]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.sched_setaffinity(0, {int(os.environ["JUDGE_CORE"])})
+    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    reply.write(json.dumps({"ready": True}) + "\n")
+    reply.flush()
+    try:
+        for line in stdin:
+            if line.strip():
+                reply.write(json.dumps({"ms": exchange(json.loads(line))}) + "\n")
+                reply.flush()
+    finally:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.stdin, reply)
+
+
+if __name__ == "__main__":
+    main()
