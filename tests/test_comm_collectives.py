@@ -3,15 +3,25 @@ all-to-all's, never colliding), the rank-side fallback chain, the labelled defau
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 import torch
 
-from dreamshard.profiling import collectives, comm
+from dreamshard.profiling import collectives, comm, comm_fit
 from dreamshard.values import CommModel
 
 TINY = (16 << 10, 64 << 10, 256 << 10)  # bytes leaving a rank: keeps each real benchmark to ~2 s
+
+
+def line_benchmark(alpha: float, beta: float, method: str) -> Callable[..., comm_fit.Benchmark]:
+    """A benchmark whose every size (the held-out one last) takes exactly alpha + beta x MB."""
+
+    def run(world: int, backend: str, collective: str, sizes: Sequence[int], *a: object) -> comm_fit.Benchmark:
+        return comm_fit.Benchmark([(b / 1e6, alpha + beta * b / 1e6) for b in sizes], method, [(1, 1.0), (2, 1.0)])
+
+    return run
 
 
 @pytest.fixture()
@@ -25,23 +35,27 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_real_gloo_fit_per_collective_and_its_cache(
     collective: str, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(comm.COLLECTIVE_BYTES, collective, TINY)
+    monkeypatch.setitem(comm_fit.COLLECTIVE_BYTES, collective, TINY)
     model = comm.comm_model_for(2, "gloo", refit=True, collective=collective)  # type: ignore[arg-type]
     # gloo runs both natively in torch >= 2.13 on CPU (no all_reduce+slice stand-in, so a plain label)
     assert model.collective == collective and model.backend == "gloo" and model.world_size == 2
     assert model.alpha_ms >= 0 and model.beta_ms_per_mb >= 0 and model.r2 is not None
-    assert len(model.points) == len(TINY) and all(ms > 0 for _, ms in model.points)
+    assert model.quality is not None and model.quality.ranks == 2 and model.measured_ranks == 2
+    assert model.quality.held_out is not None  # a size measured beside the fit, never in it
+    sizes = comm_fit.attempt_sizes(collective, dense=model.quality.attempts > 1)[:-1]  # type: ignore[arg-type]
+    assert len(model.points) == len(sizes) and all(ms > 0 for _, ms in model.points)
     # the points are the bytes that really left a rank (tensor sizes rounded to whole floats per chunk)
-    assert [mb for mb, _ in model.points] == pytest.approx([b / 1e6 for b in TINY], rel=1e-3)
+    assert [mb for mb, _ in model.points] == pytest.approx([b / 1e6 for b in sizes], rel=1e-3)
     assert model.cost_ms(1e6) > 0
     files = sorted(p.name for p in cache.glob("*.json"))
     assert files == [comm._cache_path("gloo", 2, collective).name]
     assert files[0].startswith(f"comm-{collective}-gloo-w2-")
 
-    # a new process (memo cleared) reads the disk cache instead of benchmarking again
+    # a new process (memo cleared) reads the disk cache instead of benchmarking again (a fit that passed, or a
+    # labelled fallback within its hour)
     monkeypatch.setattr(comm, "_MEMO", {})
 
-    def no_benchmark(*a: object, **k: object) -> comm.Benchmark:
+    def no_benchmark(*a: object, **k: object) -> comm_fit.Benchmark:
         raise AssertionError("benchmark re-ran despite the cache")
 
     monkeypatch.setattr(comm, "benchmark_collective", no_benchmark)
@@ -59,23 +73,19 @@ def test_a_cache_of_another_collective_is_not_taken(cache: Path, monkeypatch: py
     # a file under the reduce-scatter's name that holds an all-to-all model (hand-copied) is refitted
     a2a = CommModel(alpha_ms=0.1, beta_ms_per_mb=1.0, backend="gloo", world_size=2)
     comm._cache_path("gloo", 2, "reduce_scatter").write_text(a2a.model_dump_json())
-    monkeypatch.setattr(
-        comm, "benchmark_collective", lambda *a, **k: comm.Benchmark([(0.1, 1.0), (1.0, 3.0)], "reduce_scatter_single")
-    )
+    monkeypatch.setattr(comm, "benchmark_collective", line_benchmark(1.0 - 2 / 9, 20 / 9, "reduce_scatter_single"))
     m = comm.comm_model_for(2, "gloo", collective="reduce_scatter")
     assert m.collective == "reduce_scatter" and m.beta_ms_per_mb == pytest.approx(20 / 9)
 
 
 def test_a_reduce_scatter_measured_as_all_reduce_is_labelled(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        comm, "benchmark_collective", lambda *a, **k: comm.Benchmark([(0.1, 1.0), (1.0, 2.0)], "all_reduce+slice")
-    )
+    monkeypatch.setattr(comm, "benchmark_collective", line_benchmark(0.9, 1.0, "all_reduce+slice"))
     m = comm.comm_model_for(2, "gloo", collective="reduce_scatter")
     assert m.backend == "gloo:all_reduce+slice" and m.collective == "reduce_scatter"
 
 
 def test_failed_benchmark_gives_a_labelled_default_per_collective(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*a: object, **k: object) -> comm.Benchmark:
+    def broken(*a: object, **k: object) -> comm_fit.Benchmark:
         raise RuntimeError("no loopback")
 
     monkeypatch.setattr(comm, "benchmark_collective", broken)

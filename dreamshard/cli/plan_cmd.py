@@ -225,6 +225,7 @@ def plan_json(result: PlanResult) -> dict[str, object]:
         "verification": p.verification.model_dump(mode="json") if p.verification is not None else None,
         "refinement": p.refinement.model_dump(mode="json") if p.refinement is not None else None,
         "calibration": p.calibration.model_dump(mode="json") if p.calibration is not None else None,
+        "comm_fits": [m.model_dump(mode="json") for m in p.comm_fits],
         "assumptions": p.assumptions.model_dump(mode="json") if p.assumptions is not None else None,
         "against_incumbent": result.diff.model_dump(mode="json") if result.diff is not None else None,
         "reasons": None
@@ -265,6 +266,8 @@ def _print_plan(result: PlanResult) -> None:
         )
     if (a := result.plan.assumptions) is not None:
         console.print(f"access statistics: {a.summary()}", markup=False, soft_wrap=True)
+    for fit in result.plan.comm_fits:  # what the plan's exchanges were costed with, and how far to trust it
+        console.print(f"comm fit: {fit.describe()}", markup=False, soft_wrap=True)
     show(console, device_table(result.plan, result.inventory))  # memory broken down (weights / optimizer / io)
     if result.diff is not None:
         console.print(f"against --incumbent: {result.diff.summary}", markup=False)

@@ -45,6 +45,7 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "verification": "gate",
     "refinement": "gate",
     "calibration": "gate",
+    "comm_fits": "gate",
     "assumptions": "gate",
     "lineage": "gate",
     "model_version": "gate",

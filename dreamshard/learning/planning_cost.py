@@ -13,6 +13,7 @@ table; `unit_exchange`); a device's state is the sum of its units' states.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,11 +24,14 @@ from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
 from dreamshard.placement.expand import expand_plan
 from dreamshard.profiling.comm import comm_model_for, host_comm_model, profile_model
+from dreamshard.profiling.comm_fit import derive, distrust
 from dreamshard.values import Collective, CommModel, Costs, DeviceCost, Inventory, Plan, Table, Topology
 from dreamshard.values.units import parse_unit
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.learning.model_store import LoadedModel
+
+log = logging.getLogger(__name__)
 
 #: bytes of one pooled output element in the all-to-all (outputs are fp32 whatever the table dtype)
 OUTPUT_BYTES = 4
@@ -179,6 +183,20 @@ class PlanningCost:
         return self.device_costs(states).sum(-1).amax(dim=-1).clamp_min(0.0)
 
     # -- reporting ---------------------------------------------------------------------------------------
+    def fits(self) -> tuple[CommModel, ...]:
+        """The collective models this cost charges (the all-to-all, then those its units needed), as measured:
+        each with its quality record or its fallback's reason (before the inter-host tier is added)."""
+        n = self.topology.num_devices
+        if self.comm is None or n <= 1:
+            return ()
+        models = [self.comm]
+        for collective in sorted(self.collectives):
+            if self.source is not None:
+                models.append(self.source.collective_model(self.topology, collective))  # type: ignore[arg-type]
+            else:
+                models.append(self.collectives[collective])
+        return tuple(models)
+
     def spread(self, states: torch.Tensor) -> torch.Tensor:
         """(..., S) -> (...): standard deviation over members of the predicted device compute (ms)."""
         member = self.member_costs(states)
@@ -209,11 +227,21 @@ def closest_comm(models: Sequence[CommModel], num_devices: int) -> CommModel | N
 
 def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | None:
     """The all-to-all model planning uses on `topology`: its fixed interconnect profile, else the closest measured
-    (by world size). It is one device's intra-host rate; `PlanningCost` adds the inter-host tier of a topology
-    with hosts (``comm.host_comm_model``). Models of other collectives (``CommModel.collective``) are skipped."""
+    (by world size) of those that pass the quality bar (`comm_fit.distrust`), derived for a larger world; when every
+    fit given fails the bar, this machine's own fit (`comm.comm_model_for`). It is one device's intra-host rate;
+    `PlanningCost` adds the inter-host tier of a topology with hosts (``comm.host_comm_model``). Models of other
+    collectives (``CommModel.collective``) are skipped."""
     if topology.interconnect != "measured":
         return profile_model(topology.interconnect, topology.num_devices)
-    return closest_comm([c for c in measured if c.collective == "all_to_all"], topology.num_devices)
+    fits = [c for c in measured if c.collective == "all_to_all"]
+    trusted = [c for c in fits if not distrust(c)]
+    for c in fits:
+        if c not in trusted:
+            log.info("not planning on the all-to-all fit for %d devices: %s", c.world_size, distrust(c))
+    if fits and not trusted:  # every fit given fails the bar: measure this machine's (once, cached)
+        return comm_model_for(topology.num_devices)
+    best = closest_comm(trusted, topology.num_devices)
+    return derive(best, topology.num_devices) if best is not None else None
 
 
 def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -> tuple[CommModel, ...]:

@@ -125,10 +125,44 @@ def _worker(
             t = torch.tensor(times, dtype=torch.float64, device=dev)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a collective finishes when its slowest rank does
             results.append((sent_megabytes(collective, chunk, world), float(t.median().item())))
+        peers = _peer_points(rank, world, dev, min(sizes), warmup, repeats, cuda)
         if rank == 0:
-            Path(out).write_text(json.dumps({"points": results, "method": method}))
+            Path(out).write_text(json.dumps({"points": results, "method": method, "peer_points": peers}))
     finally:
         dist.destroy_process_group()
+
+
+#: Messages per call of the per-peer benchmark: the same bytes cut into more messages, as a rank of a larger world
+#: sends one to each peer (docs/architecture.md, "Communication costs": deriving larger worlds).
+PEER_MESSAGES: tuple[int, ...] = (1, 2, 4, 8)
+
+
+def _peer_points(
+    rank: int, world: int, dev: torch.device, nbytes: int, warmup: int, repeats: int, cuda: bool
+) -> list[tuple[int, float]]:
+    """(messages, ms) of sending `nbytes` to the next rank (and receiving as much from the previous one) cut into
+    1, 2, 4, 8 messages: the slope is what one more peer costs a collective beyond its bytes."""
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    points: list[tuple[int, float]] = []
+    for m in PEER_MESSAGES:
+        n = max(1, nbytes // 4 // m)
+        send = [torch.zeros(n, device=dev) for _ in range(m)]
+        recv = [torch.empty(n, device=dev) for _ in range(m)]
+        times: list[float] = []
+        for i in range(warmup + repeats):
+            ops = [dist.P2POp(dist.isend, x, nxt) for x in send] + [dist.P2POp(dist.irecv, y, prv) for y in recv]
+            dist.barrier()
+            t0 = time.perf_counter()
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            if cuda:
+                torch.cuda.synchronize()
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+        t = torch.tensor(times, dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        points.append((m, float(t.median().item())))
+    return points
 
 
 def _worker_main(argv: Sequence[str]) -> None:

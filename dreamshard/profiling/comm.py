@@ -12,34 +12,24 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, get_args
-
-import numpy as np
+from typing import get_args
 
 from dreamshard.documents import atomic_write_text
 from dreamshard.errors import first_line
+from dreamshard.profiling.comm_fit import COLLECTIVE_BYTES, Benchmark, cached_fit, derive, measure_fit
+from dreamshard.profiling.fit_quality import usable_cores
 from dreamshard.values import CommModel, Topology
 from dreamshard.values.costs import Collective
 
 log = logging.getLogger(__name__)
 
-#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 4 MB: a device's pooled outputs for
-#: batch 2048 range from 128 KB (dim 16) to tens of MB).
-MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
-#: ... per reduce-scatter: a device's partial pooled sums of its row-wise tables for the whole batch
-#: (batch 2048 x dim 64 x 4 = 512 KB per table; several tables: MBs).
-REDUCE_SCATTER_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
-#: ... per all-reduce: 2(n-1)/n of the dense gradients of small replicated tables (KBs to tens of MB).
-ALL_REDUCE_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20)
-COLLECTIVE_BYTES: dict[str, tuple[int, ...]] = {
-    "all_to_all": MESSAGE_BYTES,
-    "reduce_scatter": REDUCE_SCATTER_BYTES,
-    "all_reduce": ALL_REDUCE_BYTES,
-}
 COLLECTIVES: tuple[str, ...] = get_args(Collective)
-MAX_PROCS = int(os.environ.get("DREAMSHARD_COMM_MAX_PROCS", "4"))
+#: A lower cap on the benchmark's ranks (env DREAMSHARD_COMM_MAX_PROCS); the cores (or GPUs) always cap them.
+MAX_PROCS: int | None = (
+    int(os.environ["DREAMSHARD_COMM_MAX_PROCS"]) if os.environ.get("DREAMSHARD_COMM_MAX_PROCS") else None
+)
 #: Fallback when no benchmark can run: loopback-like latency and ~2 GB/s.
 DEFAULT_ALPHA_MS = 0.05
 DEFAULT_BETA_MS_PER_MB = 0.5
@@ -92,13 +82,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class Benchmark(NamedTuple):
-    """What one benchmark run returned: (MB sent per rank, ms) points and the op that ran (collectives.py)."""
-
-    points: list[tuple[float, float]]
-    method: str
 
 
 def benchmark_collective(
@@ -159,46 +142,11 @@ def benchmark_collective(
         if errors or not os.path.exists(out):
             raise RuntimeError(errors[0] if errors else "rank 0 wrote no result")
         data = json.loads(Path(out).read_text())
-        return Benchmark([(float(a), float(b)) for a, b in data["points"]], str(data["method"]))
-
-
-def benchmark_all_to_all(
-    world_size: int,
-    backend: str = "gloo",
-    sizes: Sequence[int] = MESSAGE_BYTES,
-    warmup: int = 2,
-    repeats: int = 7,
-    timeout_s: float = 120.0,
-) -> list[tuple[float, float]]:
-    """Run the real all-to-all benchmark with ``world_size`` processes; (MB sent per rank, ms) points."""
-    if world_size < 2:
-        raise ValueError("all-to-all needs at least 2 processes")
-    return benchmark_collective(world_size, backend, "all_to_all", sizes, warmup, repeats, timeout_s).points
-
-
-def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
-    """Least squares ``ms = alpha + beta * MB`` with alpha >= 0 and beta >= 0; returns (alpha, beta, r2)."""
-    x = np.array([p[0] for p in points], dtype=np.float64)
-    y = np.array([p[1] for p in points], dtype=np.float64)
-    if x.size == 0:
-        return 0.0, 0.0, 0.0
-    candidates: list[tuple[float, float]] = []
-    if x.size >= 2 and np.ptp(x) > 0:
-        beta, alpha = np.polyfit(x, y, 1)
-        if alpha >= 0 and beta >= 0:
-            candidates.append((float(alpha), float(beta)))
-    # Boundary solutions of the constrained problem (the optimum lies on one if OLS is infeasible).
-    xx = float((x * x).sum())
-    candidates.append((0.0, max(0.0, float((x * y).sum() / xx)) if xx > 0 else 0.0))
-    candidates.append((max(0.0, float(y.mean())), 0.0))
-
-    def sse(ab: tuple[float, float]) -> float:
-        return float(((ab[0] + ab[1] * x - y) ** 2).sum())
-
-    alpha, beta = min(candidates, key=sse)
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - sse((alpha, beta)) / ss_tot if ss_tot > 0 else 1.0
-    return alpha, beta, r2
+        return Benchmark(
+            [(float(a), float(b)) for a, b in data["points"]],
+            str(data["method"]),
+            [(float(m), float(ms)) for m, ms in data.get("peer_points", [])],
+        )
 
 
 def zero_model(collective: Collective = "all_to_all") -> CommModel:
@@ -215,6 +163,20 @@ def default_model(world_size: int, collective: Collective = "all_to_all") -> Com
     )
 
 
+def benchmark_ranks(world_size: int, backend: str = "gloo", max_procs: int | None = None) -> tuple[int, int]:
+    """(ranks to benchmark, cores or GPUs they may use): never more ranks than cores (gloo) or GPUs (nccl), nor
+    than the world or `max_procs` (None: ``MAX_PROCS``, the environment's cap, if any)."""
+    if backend == "nccl":  # one rank per GPU
+        import torch  # loads torch: here, so that importing this module does not
+
+        cores = torch.cuda.device_count()
+    else:
+        cores = usable_cores()
+    cap = max_procs if max_procs is not None else MAX_PROCS
+    procs = min(world_size, cores, cap) if cap is not None else min(world_size, cores)
+    return procs, max(1, cores)
+
+
 def comm_model_for(
     world_size: int,
     backend: str = "gloo",
@@ -222,34 +184,28 @@ def comm_model_for(
     max_procs: int | None = None,
     collective: Collective = "all_to_all",
 ) -> CommModel:
-    """The fitted alpha-beta model of `collective` for ``world_size`` devices (memo -> disk cache -> benchmark)."""
+    """The alpha-beta model of `collective` for ``world_size`` devices: the fit at as many ranks as the machine
+    runs without sharing a core (memo -> a cache that passed the bar on this machine -> benchmark,
+    `comm_fit.measure_fit`), derived for a larger world (`comm_fit.derive`)."""
     _check_collective(collective)
     if world_size <= 1:
         return zero_model(collective)
-    procs = max(2, min(world_size, max_procs or MAX_PROCS))
-    if backend == "nccl":  # one rank per GPU
-        import torch  # loads torch: here, so that importing this module does not
-
-        procs = max(2, min(procs, torch.cuda.device_count()))
+    procs, cores = benchmark_ranks(world_size, backend, max_procs)
+    if procs < 2:
+        why = f"{cores} {'GPU' if backend == 'nccl' else 'core'}(s): a benchmark of 2 ranks would share one"
+        return default_model(world_size, collective).model_copy(update={"fallback": why})
     key = (backend, procs, collective)
     if not refit and key in _MEMO:
-        return _MEMO[key]
+        return derive(_MEMO[key], world_size)
     path = _cache_path(backend, procs, collective)
-    if not refit and path.exists():
-        try:
-            model = CommModel.model_validate_json(path.read_text())
-            if model.collective == collective:
-                _MEMO[key] = model
-                return model
-        except Exception:  # corrupt cache: refit
-            pass
-    label = backend
+    cached, why = (None, "") if refit else cached_fit(path, collective, cores)
+    if cached is not None:
+        _MEMO[key] = cached
+        return derive(cached, world_size)
+    if why:
+        log.warning("refitting %s on %d ranks: %s", collective, procs, why)
     try:
-        if collective == "all_to_all":
-            points = benchmark_all_to_all(procs, backend)
-        else:
-            points, method = benchmark_collective(procs, backend, collective)
-            label = f"{backend}:{method}" if method == _FALLBACK_METHOD else backend
+        model = measure_fit(benchmark_collective, procs, backend, collective, cores, _labeller(backend))
     except Exception as e:  # any failure to start or run the processes: the labelled default instead
         log.warning(
             "%s benchmark (%s, %d procs) failed (%s); using the labelled default model",
@@ -258,23 +214,20 @@ def comm_model_for(
             procs,
             first_line(e),
         )
-        return default_model(procs, collective)
-    alpha, beta, r2 = fit_alpha_beta(points)
-    model = CommModel(
-        alpha_ms=alpha,
-        beta_ms_per_mb=beta,
-        backend=label,
-        world_size=procs,
-        collective=collective,
-        points=tuple((round(a, 6), round(b, 6)) for a, b in points),
-        r2=round(r2, 6),
-    )
+        return default_model(world_size, collective).model_copy(
+            update={"fallback": f"benchmark failed: {first_line(e)}"}
+        )
     _MEMO[key] = model
     try:
         atomic_write_text(path, model.model_dump_json(indent=2))
     except OSError as e:
         log.warning("cannot write comm cache %s: %s", path, e.strerror)
-    return model
+    return derive(model, world_size)
+
+
+def _labeller(backend: str) -> Callable[[str], str]:
+    """The fit's label from the op that ran: the backend, marked when a reduce-scatter ran as all-reduce + slice."""
+    return lambda method: f"{backend}:{method}" if method == _FALLBACK_METHOD else backend
 
 
 # ----------------------------------------------------------------------------- bytes leaving one device

@@ -159,7 +159,9 @@ class ModelSharder(Sharder):
             predicted=cost.predict(list(units.tables), unit_placement),
             model_version=self.model.card.version,
         )
-        return plan.model_copy(update={"out_of_range": tuple(self.out_of_range(inventory, topology))})
+        return plan.model_copy(
+            update={"out_of_range": tuple(self.out_of_range(inventory, topology)), "comm_fits": cost.fits()}
+        )
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:
         return self.shard_with_report(inventory, topology).plan

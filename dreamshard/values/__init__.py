@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dreamshard.values.assumptions import AccessAssumptions
 from dreamshard.values.calibration import CalibrationReport
+from dreamshard.values.comm_fit import FitQuality, HeldOutPoint
 from dreamshard.values.constraints import (
     COMPUTE_KERNELS,
     CONSTRAINT_KIND,
@@ -117,6 +118,8 @@ __all__ = [
     "Collective",
     "ColumnShard",
     "CommModel",
+    "FitQuality",
+    "HeldOutPoint",
     "CostBasis",
     "Costs",
     "DEFAULT_CACHE_LOAD_FACTOR",

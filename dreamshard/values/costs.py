@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from dreamshard.values.comm_fit import FitQuality
 from dreamshard.values.tables import StrictModel
 
 #: Where a plan's costs come from: a real measurement, the analytic simulator backend, or the cost model.
@@ -86,7 +87,11 @@ Collective = Literal["all_to_all", "reduce_scatter", "all_reduce"]
 
 
 class CommModel(StrictModel):
-    """Alpha-beta model of one collective: t_ms = alpha_ms + beta_ms_per_mb * megabytes (leaving one rank)."""
+    """Alpha-beta model of one collective: t_ms = alpha_ms + beta_ms_per_mb * megabytes (leaving one rank).
+
+    A benchmarked fit carries its `quality` (dreamshard.values.comm_fit); a world larger than the ranks the machine
+    could run is derived from the fit at `measured_ranks` with the measured `per_peer_ms` (docs/architecture.md,
+    "Communication costs"); `fallback` says why a labelled fallback stands in for a fit that failed the bar."""
 
     alpha_ms: Annotated[float, Field(ge=0)]
     beta_ms_per_mb: Annotated[float, Field(ge=0)]
@@ -95,6 +100,28 @@ class CommModel(StrictModel):
     collective: Collective = "all_to_all"
     points: tuple[tuple[float, float], ...] = ()  # (megabytes, ms) used for the fit
     r2: float | None = None
+    measured_ranks: Annotated[int, Field(ge=1)] | None = None  # ranks benchmarked (None: not a benchmark)
+    per_peer_ms: Annotated[float, Field(ge=0)] = 0.0  # measured latency of one more peer's message
+    quality: FitQuality | None = None
+    fallback: str | None = None  # why a labelled fallback was used instead of a fit that passed the bar
+
+    @property
+    def derived(self) -> bool:
+        """True when the world is larger than the ranks benchmarked (alpha derived per peer)."""
+        return self.measured_ranks is not None and self.world_size > self.measured_ranks
+
+    def describe(self) -> str:
+        """One line: label, alpha, beta, world, and the fit's quality or the fallback's reason."""
+        ranks = f", {self.measured_ranks} ranks measured" if self.derived else ""
+        head = (
+            f"{self.collective} {self.backend}: {self.alpha_ms:.3f} ms + {self.beta_ms_per_mb:.3f} ms/MB "
+            f"(world {self.world_size}{ranks})"
+        )
+        if self.fallback:
+            return f"{head}; fallback: {self.fallback}"
+        if self.quality is not None:
+            return f"{head}; {self.quality.summary()}"
+        return head + (f"; r2 {self.r2:.3f}, no quality record" if self.r2 is not None else "")
 
     def cost_ms(self, nbytes: float) -> float:
         if nbytes <= 0:

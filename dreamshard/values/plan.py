@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from dreamshard.values.assumptions import AccessAssumptions
 from dreamshard.values.calibration import CalibrationReport
 from dreamshard.values.constraints import Kernel
-from dreamshard.values.costs import BackendInfo, CostBasis, Costs
+from dreamshard.values.costs import BackendInfo, CommModel, CostBasis, Costs
 from dreamshard.values.ids import new_id, utcnow
 from dreamshard.values.lineage import Lineage
 from dreamshard.values.tables import Number, StrictModel
@@ -104,6 +104,8 @@ class Plan(StrictModel):
     verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
     refinement: RefineTrace | None = None  # proposals measured by `plan --refine-seconds`, when asked
     calibration: CalibrationReport | None = None  # the cost model's correction for this inventory, when asked
+    # the collective fits the plan was costed with, each with its quality or the reason for its fallback
+    comm_fits: tuple[CommModel, ...] = ()
     assumptions: AccessAssumptions | None = None  # the id distributions planned for, where statistics are missing
     created_at: datetime = Field(default_factory=utcnow)
 
