@@ -4,12 +4,14 @@ when stale, foreign or failing, and the fit a plan records."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from dreamshard.cli.app import invoke
 from dreamshard.learning.model_store import PACKAGED_DIR, load_model
 from dreamshard.learning.planning_cost import comm_for
 from dreamshard.profiling import comm, comm_fit, fit_quality
@@ -149,3 +151,30 @@ def test_a_plan_records_the_fits_it_was_costed_with(cores2: Calls, monkeypatch: 
     assert plan.comm_fits and plan.comm_fits[0].collective == "all_to_all"
     assert plan.comm_fits[0].quality is not None and plan.comm_fits[0].quality.passed
     assert plan.comm_fits[0].world_size == 4 and plan.comm_fits[0].measured_ranks == 2
+
+
+def test_profile_comm_shows_points_quality_and_what_planning_reuses(
+    cores2: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(comm, "benchmark_collective", fake_benchmark(cores2, [line]))
+    comm.comm_model_for(2, "gloo")
+    noisy = CommModel(
+        alpha_ms=3.8, beta_ms_per_mb=0.41, backend="gloo", world_size=4, points=((0.016, 3.78), (0.262, 0.63)), r2=0.28
+    )
+    comm._cache_path("gloo", 4).write_text(noisy.model_dump_json())
+    code, out, _ = invoke(["profile", "comm", "--show", "-n", "8"])
+    assert code == 0
+    assert "r2 1.000, monotone, held-out 0%, 2 ranks on 2 cores, passed" in out and "reused by planning" in out
+    assert "never used here: 4 ranks exceed this machine's 2 cores" in out
+    assert "for 8 devices: 0.800 ms + 2.000 ms/MB" in out  # 0.5 + 6 x 0.05
+    code, out, _ = invoke(["profile", "comm", "--json"])
+    rows = json.loads(out)
+    assert code == 0
+    assert [r["reused_by_planning"] for r in rows] == [True, False]
+    assert rows[0]["model"]["quality"]["held_out"]["megabytes"] == pytest.approx(0.524288)
+
+
+def test_profile_without_an_inventory_is_one_line() -> None:
+    code, _, err = invoke(["profile", "-o", "x.jsonl"])
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1 and "needs --inventory and --output" in lines[0]

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table as RichTable
 
 from dreamshard.cli.options import (
     MAX_REPEATS,
@@ -17,10 +19,10 @@ from dreamshard.cli.options import (
     BatchOverride,
     CorpusOpt,
     DevicesOverride,
-    InventoryOpt,
     MemoryOverride,
     ParamsOpt,
 )
+from dreamshard.config.job import MAX_DEVICES
 from dreamshard.config.settings import resolve
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
@@ -28,16 +30,21 @@ from dreamshard.values import MAX_ROWS, CommModel
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import comm_fits as comm_fits_uc
     from dreamshard.usecases import profile as profile_uc
 else:
     profile_uc = lazy_module("dreamshard.usecases.profile")
+    comm_fits_uc = lazy_module("dreamshard.usecases.comm_fits")
 
 console = Console(highlight=False, soft_wrap=True)
 
 
 def profile(
-    inventory: InventoryOpt,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Measurements JSONL (appended; reruns resume).")],
+    ctx: typer.Context,
+    inventory: Annotated[Path | None, typer.Option("--inventory", "-i", help="Inventory file (YAML or JSON).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Measurements JSONL (appended; reruns resume).")
+    ] = None,
     devices: DevicesOverride = None,
     memory_gb: MemoryOverride = None,
     num_placements: Annotated[
@@ -94,7 +101,12 @@ def profile(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
     corpus: CorpusOpt = None,
 ) -> None:
-    """Measure single-table costs and K random feasible placements (real timing; resumes an existing file)."""
+    """Measure single-table costs and K random feasible placements (real timing; resumes an existing file).
+    `dreamshard profile comm`: the collective fits and their quality."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if inventory is None or output is None:
+        raise ConfigError("dreamshard profile needs --inventory and --output (or the subcommand: comm)")
     settings = resolve(
         params,
         {
@@ -150,8 +162,75 @@ def profile(
 
 
 def _comm_line(m: CommModel) -> str:
-    r2 = f", r2 {m.r2:.3f}" if m.r2 is not None else ""
-    return f"{m.backend} alpha {m.alpha_ms:.3f} ms + beta {m.beta_ms_per_mb:.3f} ms/MB (world {m.world_size}{r2})"
+    return m.describe()
+
+
+def comm_fits(
+    show: Annotated[bool, typer.Option("--show/--no-show", help="Print the fits, their points and quality.")] = True,
+    refit: Annotated[
+        bool, typer.Option("--refit", help="Measure every collective again first (at most one rank per core).")
+    ] = False,
+    devices: Annotated[
+        list[int] | None,
+        typer.Option("--devices", "-n", min=2, max=MAX_DEVICES, help="A world to show derived fits for (repeatable)."),
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="Process group: gloo (CPU) or nccl (GPUs).")] = "gloo",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """The collective fits this machine has cached: points, r2, monotonicity, held-out error, ranks and cores,
+    date, machine, and whether planning reuses each or measures it again (and why)."""
+    if backend not in ("gloo", "nccl"):
+        raise ConfigError(f"--backend must be gloo or nccl, got '{backend}'")
+    result = comm_fits_uc.run(comm_fits_uc.CommFitsRequest(devices=tuple(devices or ()), refit=refit, backend=backend))
+    if as_json:
+        typer.echo(json.dumps([_fit_json(r) for r in result.rows], indent=2))
+        return
+    if not result.rows:
+        console.print(f"no {backend} fits cached in {result.cache_dir}: the first plan measures them", markup=False)
+        return
+    if show:
+        for row in result.rows:
+            _print_fit(row)
+
+
+def _fit_json(row: comm_fits_uc.CommFitRow) -> dict[str, object]:
+    return {
+        "file": str(row.path),
+        "model": row.model.model_dump(mode="json") if row.model is not None else None,
+        "reused_by_planning": not row.refit_reason,
+        "refit_reason": row.refit_reason or None,
+        "derived": [d.model_dump(mode="json") for d in row.derived],
+    }
+
+
+def _print_fit(row: comm_fits_uc.CommFitRow) -> None:
+    m = row.model
+    status = "reused by planning" if not row.refit_reason else f"measured again on next use: {row.refit_reason}"
+    if m is None:
+        console.print(f"{row.path.name}: {status}", markup=False)
+        return
+    console.print(f"{m.describe()}\n  {status}", markup=False, soft_wrap=True)
+    q = m.quality
+    if q is not None:
+        held = q.held_out
+        console.print(
+            f"  measured {q.measured_at:%Y-%m-%d %H:%M} UTC on {q.machine}; {q.repeats} repeats, {q.attempts} "
+            f"benchmark(s); per-peer {m.per_peer_ms:.3f} ms"
+            + (
+                f"; held-out {held.megabytes:.3f} MB: {held.measured_ms:.3f} ms measured, {held.predicted_ms:.3f} "
+                f"predicted"
+                if held is not None
+                else ""
+            ),
+            markup=False,
+            soft_wrap=True,
+        )
+    table = RichTable("MB", "ms measured", "ms fitted", box=None, pad_edge=False)
+    for mb, ms in m.points:
+        table.add_row(f"{mb:.4f}", f"{ms:.3f}", f"{m.alpha_ms + m.beta_ms_per_mb * mb:.3f}")
+    console.print(table)
+    for d in row.derived:
+        console.print(f"  for {d.world_size} devices: {d.alpha_ms:.3f} ms + {d.beta_ms_per_mb:.3f} ms/MB", markup=False)
 
 
 def profile_stage(
@@ -216,6 +295,9 @@ def profile_stage(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `dreamshard profile` and `dreamshard profile-stage` to the main app."""
-    app.command("profile")(profile)
+    """Add `dreamshard profile` (with its subcommand `comm`) and `dreamshard profile-stage` to the main app."""
+    profile_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    profile_app.callback(invoke_without_command=True)(profile)
+    profile_app.command("comm")(comm_fits)
+    app.add_typer(profile_app, name="profile")
     app.command("profile-stage")(profile_stage)

@@ -312,3 +312,25 @@ def device_comm_ms(topology: Topology, model: CommModel, nbytes: float, collecti
     `topology`: ``model.cost_ms(nbytes)`` exactly on a flat topology; with hosts the bytes that cross hosts also
     pay the inter-host link, ``Topology.inter_host_gbps`` (a parameter; `host_comm_model`). 0 for no bytes."""
     return host_comm_model(topology, model, collective).cost_ms(nbytes)
+
+
+def cached_fits(backend: str = "gloo") -> list[tuple[Path, CommModel | None, str]]:
+    """Every fit cached for `backend` in `cache_dir()`: (file, model or None if unreadable, "" when planning may
+    reuse it, else why it will be measured again)."""
+    rows: list[tuple[Path, CommModel | None, str]] = []
+    for path in sorted(cache_dir().glob(f"comm-*{backend}-w*.json")):
+        try:
+            model: CommModel | None = CommModel.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            rows.append((path, None, "unreadable: refitted on next use"))
+            continue
+        assert model is not None
+        cores = benchmark_ranks(model.world_size, backend)[1]
+        ranks = model.measured_ranks or model.world_size
+        why = (
+            f"never used here: {ranks} ranks exceed this machine's {cores} cores"
+            if ranks > cores
+            else cached_fit(path, model.collective, cores)[1]
+        )
+        rows.append((path, model, why))
+    return rows
