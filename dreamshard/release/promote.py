@@ -1,9 +1,12 @@
-"""What the gate's decision does to the files: a released candidate's weights and card replace the shipped
-model's (the card's provenance names the report committed beside it); a refused one leaves the shipped model's
-directory byte-identical and its report beside the candidate."""
+"""What the gate's decision does to the files: a released candidate's weights, card and report replace the
+shipped model's directory in one atomic switch (the new directory is staged whole beside it, then the two are
+exchanged), so a release that fails or is killed at any step leaves the shipped model byte-identical; a refused
+one leaves the shipped model's directory byte-identical and its report beside the candidate."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
 import tempfile
@@ -14,6 +17,11 @@ from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, l
 from dreamshard.release.report import ReleaseReport, render
 
 REPORT_MD, REPORT_JSON = "release.md", "release.json"
+#: Staged directories are named `.<target>.release-*` beside the target; a killed release's leftovers are removed
+#: by the next release.
+STAGE_PREFIX = ".{name}.release-"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 
 
 def write_report(directory: Path, report: ReleaseReport) -> Path:
@@ -23,23 +31,69 @@ def write_report(directory: Path, report: ReleaseReport) -> Path:
 
 
 def promote(candidate: Path, target: Path, report: ReleaseReport) -> Path:
-    """Replace the model in `target` by the one in `candidate` (weights first, the card last: a reader sees
-    either model whole, by its card), with the report; returns the report's path."""
+    """Replace the model in `target` by the one in `candidate`, with the report: everything is staged in a sibling
+    directory first (the target's other files, the candidate's weights, the report, the card naming it), then the
+    staged directory and the target are switched in one step (`switch`). Returns the report's path."""
     card = load_card(candidate)
     provenance = {**card.provenance, "release": {"report": REPORT_MD, "summary": report.summary()}}
     released = card.model_copy(update={"provenance": provenance})
-    target.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".release-", dir=target))
+    target = target.absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(target)
+    stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX.format(name=target.name), dir=target.parent))
     try:
+        if target.is_dir():
+            shutil.copytree(target, stage, dirs_exist_ok=True, symlinks=True)
         names = [n for n in (COST_FILE, POLICY_FILE) if (candidate / n).is_file()]
         for name in names:
-            shutil.copyfile(candidate / name, tmp / name)
-        for name in names:
-            os.replace(tmp / name, target / name)
+            shutil.copyfile(candidate / name, stage / name)
         if POLICY_FILE not in names:
-            (target / POLICY_FILE).unlink(missing_ok=True)
-        path = write_report(target, report)
-        atomic_write_text(target / CARD_FILE, released.model_dump_json(indent=2) + "\n")
+            (stage / POLICY_FILE).unlink(missing_ok=True)
+        write_report(stage, report)
+        atomic_write_text(stage / CARD_FILE, released.model_dump_json(indent=2) + "\n")
+        switch(stage, target)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+        shutil.rmtree(stage, ignore_errors=True)  # after the switch: the old model
+    return target / REPORT_MD
+
+
+def remove_leftovers(target: Path) -> None:
+    """Remove staged directories a killed release left beside `target` (never `target` itself)."""
+    for path in target.parent.glob(STAGE_PREFIX.format(name=target.name) + "*"):
+        if path.is_dir() and path != target:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def switch(stage: Path, target: Path) -> None:
+    """Make `stage` the `target` directory in one step: an atomic exchange of the two where the OS has one (Linux
+    renameat2), else two renames with the old directory put back if the second fails. Afterwards `stage` holds the
+    old directory (or nothing, when there was no target)."""
+    if not target.exists():
+        os.rename(stage, target)
+        return
+    if _exchange(stage, target):
+        return
+    backup = stage.with_name(stage.name + ".old")
+    os.rename(target, backup)
+    try:
+        os.rename(stage, target)
+    except OSError:
+        os.rename(backup, target)
+        raise
+    os.rename(backup, stage)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (renameat2 RENAME_EXCHANGE); False where the OS or filesystem has no such call."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
