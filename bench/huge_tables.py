@@ -1,9 +1,12 @@
 """Tables larger than a device: the inventories of the huge-tables work, planned by every sharder and TorchRec's
-planner, with the sharding types and kernels each chose, its planning time, its cost under the packaged learned
-model (predicted) and measured by the CPU oracle (rows scaled as profiling scales them: no table is allocated at
-its size; memory is arithmetic).
+planner, with the sharding types and kernels each chose, its planning time, its cost graded by the judge
+(bench/judge.py: code the planner never uses; its ratios to the best heuristic and to TorchRec's cpu plan are the
+headline), its cost under the packaged learned model (predicted) and measured by the CPU oracle (labelled "oracle";
+rows scaled as profiling scales them: no table is allocated at its size; memory is arithmetic), and the oracle's
+error against the judge.
 
-    python bench/huge_tables.py            # writes bench/results/huge_tables.{json,md}; ~1-2 min
+    python bench/huge_tables.py            # writes bench/results/huge_tables.{json,md}; ~2-3 min
+    python bench/huge_tables.py --quick    # the smallest case, 2 rounds: a check that it runs (to /tmp)
 
 Cases:
   skewed-8x16        one 2e9 x 4 id table (29.8 GB) among 12 tiny and 10 mid tables (56 GB) on 8 x 16 GB
@@ -13,11 +16,13 @@ Cases:
 Contenders: the heuristics, `dreamshard` (search on the packaged learned cost), `dreamshard_lpt`, `dreamshard_rl`,
 and TorchRec's unrestricted planner asked for cpu and for cuda devices (its pooled sharder has no row-wise on cpu:
 where only its cuda answer places the inventory, that answer is the labelled reference, measured by the same
-oracle on the cpu topology). Every plan of a case is measured interleaved, `ROUNDS` rounds, shuffled each round.
+oracle on the cpu topology). Every plan of a case is measured interleaved, `ROUNDS` rounds, by the oracle (shuffled
+each round) and by the judge (rotated each round). The judge times a topology with hosts as one flat host.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -27,8 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results"
-ROUNDS = 3
+ROUNDS = 5
 GB = 1024**3
+FIXED = "torchrec (cpu)"
 
 
 def _table(name: str, rows: int, dim: int, pooling: float) -> Any:
@@ -127,8 +133,26 @@ def _split(plan: Any, table: str) -> str:
     return f"{plan.sharding_type(table)} x{units}"
 
 
-def run_case(label: str, inventory: Any, topology: Any, oracle: Any) -> dict[str, Any]:
-    from dreamshard.evaluation.compare import measure_interleaved
+def judged(judge: Any, inventory: Any, plans: list[tuple[dict[str, Any], Any]]) -> dict[str, Any]:
+    """The judge's figures for the case's measured plans, written into their rows (judge ms, x best heuristic,
+    x TorchRec's cpu plan); the whole judgement returned for the oracle-vs-judge table."""
+    from judge_report import judge_contenders
+
+    from dreamshard.sharders import HEURISTICS
+
+    out = judge_contenders(judge, inventory, {r["planner"]: p for r, p in plans}, list(HEURISTICS), FIXED)
+    for row, _ in plans:
+        name = row["planner"]
+        row["judge_ms"] = round(out["ms"][name], 3)
+        row["judge_spread"] = round(out["spread"][name], 3)
+        for key, view in (("judge_x_best", "vs_best"), ("judge_x_torchrec", "vs_fixed")):
+            if name in out[view]:
+                row[key] = round(out[view][name], 3)
+    return out
+
+
+def run_case(label: str, inventory: Any, topology: Any, oracle: Any, judge: Any, rounds: int) -> dict[str, Any]:
+    from dreamshard.evaluation.compare import measure_interleaved, median_costs
     from dreamshard.explain.stats import planning_cost_for
     from dreamshard.placement.expand import expand_plan
 
@@ -158,9 +182,13 @@ def run_case(label: str, inventory: Any, topology: Any, oracle: Any) -> dict[str
             plans.append((row, _on_cpu(plan, inventory, topology)))
         except Exception as e:  # the cuda answer does not fit the cpu devices: planned, not measured
             row["not_measured"] = _short(e)
-    samples = measure_interleaved(inventory, [p for _, p in plans], oracle, ROUNDS, seed=0)
-    for (row, _), ms in zip(plans, samples, strict=True):
+    samples = measure_interleaved(inventory, [p for _, p in plans], oracle, rounds, seed=0)
+    measured = []
+    for (row, plan), ms in zip(plans, samples, strict=True):
         row["measured_ms"] = round(statistics.median(m.overall_ms for m in ms), 3)
+        costs = median_costs(ms)
+        measured.append((row, plan.model_copy(update={"measured": costs})))
+    judgement = judged(judge, inventory, measured)
     best = min((r["measured_ms"] for r in rows if "measured_ms" in r), default=0.0)
     for r in rows:
         if "measured_ms" in r and best > 0:
@@ -176,54 +204,77 @@ def run_case(label: str, inventory: Any, topology: Any, oracle: Any) -> dict[str
         "devices_per_host": topology.devices_per_host,
         "memory_per_device_gb": topology.memory_per_device_gb,
         "rows": rows,
+        "judge": {k: judgement[k] for k in ("oracle_error", "seconds", "best_heuristic")},
     }
+
+
+def _cells(r: dict[str, Any]) -> str:
+    """A measured plan's judge ms, x best heuristic, x TorchRec (judge) and oracle ms, x best (oracle)."""
+    if "measured_ms" not in r:
+        return f"not on cpu: {r['not_measured']} | - | - | - | -"
+    ratios = " | ".join(f"{r[k]:.3f}" if k in r else "-" for k in ("judge_x_best", "judge_x_torchrec"))
+    return f"{r['judge_ms']:.3f} | {ratios} | {r['measured_ms']:.3f} | {r['x_best']:.3f}"
+
+
+def case_lines(case: dict[str, Any]) -> list[str]:
+    from judge_report import error_lines
+
+    hosts = f", {case['devices_per_host']} devices per host" if case["devices_per_host"] else ""
+    lines = [
+        "",
+        f"## {case['case']}: {case['tables']} tables ({case['total_gb']} GB) on {case['devices']} x "
+        f"{case['memory_per_device_gb']:g} GB{hosts}; largest `{case['largest_table']}` {case['largest_gb']} GB",
+        "",
+        "| planner | sharding types (tables) | largest table | kernels | max device GB | plan s | predicted ms | "
+        "judge ms | x best heuristic (judge) | x torchrec (judge) | oracle ms | x best (oracle) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in case["rows"]:
+        if not r["fits"]:
+            lines.append(f"| {r['planner']} | no plan: {r['error']} | | | | | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['planner']} | {r['types']} | {r['largest_table']} | {r['kernels']} | {r['max_device_gb']:.3f} "
+            f"| {r['plan_s']:.2f} | {r['predicted_ms']:.3f} | {_cells(r)} |"
+        )
+    names = [r["planner"] for r in case["rows"] if "measured_ms" in r]
+    return [*lines, "", *error_lines([case["judge"]], names)]
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Tables larger than a device",
         "",
-        f"Generated by `bench/huge_tables.py` in {result['wall_s']:.0f} s. Predicted: the packaged learned cost "
-        f"model; measured: the {result['backend']} oracle ({result['threads']} thread(s), batch {result['batch']}), "
-        f"rows scaled as profiling scales them (no table is allocated at its size; memory is arithmetic), median of "
-        f"{ROUNDS} interleaved rounds; x best: to the fastest measured plan of the case. TorchRec's cuda answer is "
-        "planned for cuda devices (row-wise is on offer there) and measured on the same cpu topology.",
+        f"Generated by `bench/huge_tables.py` in {result['wall_s']:.0f} s. Judge: bench/judge.py (code the planner "
+        "never uses; docs/benchmarks/judge.md), the headline; x best heuristic and x torchrec: to the case's fastest "
+        "heuristic and to TorchRec's cpu plan, by the judge. Predicted: the packaged learned cost model; oracle: the "
+        f"{result['backend']} oracle ({result['threads']} thread(s), batch {result['batch']}), rows scaled as "
+        "profiling scales them (no table is allocated at its size; memory is arithmetic); x best (oracle): to the "
+        f"fastest plan the oracle measured. Medians of {result['rounds']} interleaved rounds each. TorchRec's cuda "
+        "answer is planned for cuda devices (row-wise is on offer there) and measured on the same cpu topology.",
     ]
     for case in result["cases"]:
-        hosts = f", {case['devices_per_host']} devices per host" if case["devices_per_host"] else ""
-        lines += [
-            "",
-            f"## {case['case']}: {case['tables']} tables ({case['total_gb']} GB) on {case['devices']} x "
-            f"{case['memory_per_device_gb']:g} GB{hosts}; largest `{case['largest_table']}` {case['largest_gb']} GB",
-            "",
-            "| planner | sharding types (tables) | largest table | kernels | max device GB | plan s | "
-            "predicted ms | measured ms | x best |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|",
-        ]
-        for r in case["rows"]:
-            if not r["fits"]:
-                lines.append(f"| {r['planner']} | no plan: {r['error']} | | | | | | | |")
-                continue
-            measured = (
-                f"{r['measured_ms']:.3f} | {r['x_best']:.3f}"
-                if "measured_ms" in r
-                else f"not on cpu: {r['not_measured']} | -"
-            )
-            lines.append(
-                f"| {r['planner']} | {r['types']} | {r['largest_table']} | {r['kernels']} | {r['max_device_gb']:.3f} "
-                f"| {r['plan_s']:.2f} | {r['predicted_ms']:.3f} | {measured} |"
-            )
+        lines += case_lines(case)
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
+    from judge import Judge
+
     from dreamshard.config.settings import resolve
 
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="Interleaved rounds of the oracle and of the judge.")
+    ap.add_argument("--quick", action="store_true", help="The smallest case, 2 rounds, results to /tmp.")
+    args = ap.parse_args()
+    rounds, out = (min(args.rounds, 2), Path("/tmp")) if args.quick else (args.rounds, OUT)
+    chosen = [c for c in cases() if not args.quick or c[0] == "must-split-4x0.15"]
     t0 = time.perf_counter()
     settings = resolve(None, {})
     oracle = settings.oracle()
     try:
-        results = [run_case(label, inv, topo, oracle) for label, inv, topo in cases()]
+        with Judge(rounds=rounds) as judge:
+            results = [run_case(label, inv, topo, oracle, judge, rounds) for label, inv, topo in chosen]
     finally:
         oracle.close()
     info = oracle.info
@@ -232,12 +283,13 @@ def main() -> None:
         "backend": info.name,
         "threads": info.num_threads,
         "batch": settings.topology.batch_size,
-        "rounds": ROUNDS,
+        "rounds": rounds,
+        "judge": judge.settings.model_dump(),
         "cases": results,
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "huge_tables.json").write_text(json.dumps(result, indent=2) + "\n")
-    (OUT / "huge_tables.md").write_text(markdown(result))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "huge_tables.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "huge_tables.md").write_text(markdown(result))
     sys.stdout.write(markdown(result))
 
 
