@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, load_card, load_model
 from dreamshard.release import promote as promote_mod
@@ -55,8 +56,13 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     shutil.copytree(PACKAGED_DIR, shipped)
     candidate = tmp_path / "candidate"
     shutil.copytree(PACKAGED_DIR, candidate)
+    state = torch.load(candidate / COST_FILE, weights_only=True)
+    first = next(k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point())
+    state[first] = state[first] + 0.5  # other weights: a partial release would show in the bytes
+    torch.save(state, candidate / COST_FILE)
     card = json.loads((candidate / CARD_FILE).read_text())
     card["version"] = "candidate-2"
+    card["files"][COST_FILE] = hashlib.sha256((candidate / COST_FILE).read_bytes()).hexdigest()
     (candidate / CARD_FILE).write_text(json.dumps(card))
     return candidate, shipped
 
