@@ -134,7 +134,9 @@ def record_check(store: PlanStore, check: DriftCheck, keep: int = 200) -> list[D
         rows = [*rows, check][-keep:]
         return json.dumps(_HISTORY.dump_python(rows, mode="json"), indent=1).encode()
 
-    return _HISTORY.validate_json(cas_update(store, history_key(check.inventory_name), appended))
+    raw = cas_update(store, history_key(check.inventory_name), appended)
+    assert raw is not None  # `appended` always writes
+    return _HISTORY.validate_json(raw)
 
 
 def trend_rows(history: list[DriftCheck]) -> list[dict[str, object]]:

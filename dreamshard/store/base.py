@@ -91,14 +91,15 @@ CAS_ATTEMPTS = 64
 
 def cas_update(
     store: PlanStore, key: str, make: Callable[[bytes | None], bytes | None], attempts: int = CAS_ATTEMPTS
-) -> bytes:
+) -> bytes | None:
     """Compare-and-swap loop on one small object: `make(current bytes or None)` returns the bytes to write, or
-    None to keep what is there. Returns what `key` holds afterwards. Concurrent writers never lose an update."""
+    None to keep what is there. Returns what `key` holds afterwards (None: absent, and nothing to write, at once).
+    Concurrent writers never lose an update."""
     for attempt in range(attempts):
         got = store.get_versioned(key)
         new = make(None if got is None else got[0])
-        if new is None and got is not None:
-            return got[0]
+        if new is None:
+            return None if got is None else got[0]
         if new is not None and store.put_if(key, new, None if got is None else got[1]):
             return new
         time.sleep(random.uniform(0.0, min(0.2, 0.005 * 2**attempt)))

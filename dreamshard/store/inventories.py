@@ -86,6 +86,7 @@ def push_inventory(store: PlanStore, inventory: Inventory, store_uri: str = "") 
     current = cas_update(store, current_inventory_key(inventory.name), step)
     if wrote:
         return ref
+    assert current is not None  # not written: a pointer was there
     old = _parse_ref(current)
     assert old is not None
     return old.model_copy(update={"uri": uri, "changed": False})

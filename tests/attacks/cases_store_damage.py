@@ -401,7 +401,18 @@ def _cases() -> list[Case]:
         Refused(f"a store path that names nothing: {command}", f"{command} --store no-such-store", "no plan store at")
         for command in ("plans list", "plans fsck", "plans show current --inventory x", "plans rollback --inventory x")
     ]
+    cases.append(Holds("a compare-and-swap with nothing to write on an absent key returns at once", _cas_nothing))
     return cases
+
+
+def _cas_nothing(work: Path) -> None:
+    """`cas_update` whose `make` keeps an absent key absent: no write, no back-off (it slept through 64 before)."""
+    from dreamshard.store.base import cas_update
+
+    store = open_store(str(work / "store"))
+    with mock.patch("dreamshard.store.base.time.sleep", side_effect=AssertionError("backed off")):
+        assert cas_update(store, "plans/none/absent.json", lambda raw: None) is None
+    assert store.get_versioned("plans/none/absent.json") is None
 
 
 def world_fingerprint() -> str:
