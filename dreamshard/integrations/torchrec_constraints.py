@@ -118,16 +118,9 @@ def check_tables(constraints: Mapping[str, TableConstraints], tables: Mapping[st
         if t is None:
             known = ", ".join(sorted(tables)[:8])
             raise InventoryError(f"constraints name table '{name}', which the model does not have (it has {known})")
-        if c.feature_names is not None and sorted(c.feature_names) != sorted(t.feature_names):
-            raise InventoryError(
-                f"table '{name}': constraint 'feature_names' {list(c.feature_names)} is not the table's features "
-                f"{list(t.feature_names)}"
-            )
-        if c.pooling_factors is not None and len(c.pooling_factors) != len(t.feature_names):
-            raise InventoryError(
-                f"table '{name}': constraint 'pooling_factors' gives {len(c.pooling_factors)} values for its "
-                f"{len(t.feature_names)} features ({', '.join(t.feature_names)})"
-            )
+        problem = c.feature_problem(name, t.feature_names)
+        if problem:
+            raise InventoryError(problem)
 
 
 def pooling_of(table: Table, constraints: TableConstraints | None) -> dict[str, float]:

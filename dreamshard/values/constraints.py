@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from dreamshard.values.base import Number, StrictModel
 
@@ -67,7 +67,7 @@ class CacheParams(StrictModel):
     load_factor: Annotated[float, Number, Field(gt=0.0, le=1.0)] | None = None
     reserved_memory: Annotated[float, Number, Field(ge=0.0)] | None = None
     precision: DATA_TYPES | None = None
-    prefetch_pipeline: bool | None = None
+    prefetch_pipeline: StrictBool | None = None
 
 
 class TableConstraints(StrictModel):
@@ -82,20 +82,20 @@ class TableConstraints(StrictModel):
     compute_kernels: tuple[str, ...] | None = None
     min_partition: Annotated[int, Number, Field(ge=4, le=2**16)] | None = None
     cache_params: CacheParams | None = None
-    enforce_hbm: bool | None = None
+    enforce_hbm: StrictBool | None = None
     device_group: Literal["cpu", "cuda"] | None = None
     pooling_factors: tuple[Annotated[float, Number, Field(ge=0, le=1e6)], ...] | None = None
     num_poolings: tuple[Annotated[float, Number, Field(ge=0, le=1e6)], ...] | None = None
     batch_sizes: tuple[Annotated[int, Number, Field(ge=1, le=2**24)], ...] | None = None
     feature_names: tuple[str, ...] | None = None
-    is_weighted: bool | None = None
-    stochastic_rounding: bool | None = None
+    is_weighted: StrictBool | None = None
+    stochastic_rounding: StrictBool | None = None
     bounds_check_mode: Literal["fatal", "warning", "ignore", "none", "v2_fatal", "v2_warning", "v2_ignore"] | None = (
         None
     )
     output_dtype: DATA_TYPES | None = None
     key_value_params: dict[str, int | float | str | bool | None] | None = None
-    use_virtual_table: bool | None = None
+    use_virtual_table: StrictBool | None = None
 
     @field_validator("bounds_check_mode", "output_dtype", mode="before")
     @classmethod
@@ -146,6 +146,21 @@ class TableConstraints(StrictModel):
     def given(self) -> dict[str, object]:
         """The fields set, as written (what the report and the export list)."""
         return self.model_dump(exclude_none=True)
+
+    def feature_problem(self, table: str, feature_names: tuple[str, ...]) -> str:
+        """Why `feature_names` and `pooling_factors` do not fit a table serving `feature_names` ("" if they do):
+        the same check for an inventory file, `inventory validate`, `plan` and `from-torchrec`."""
+        if self.feature_names is not None and sorted(self.feature_names) != sorted(feature_names):
+            return (
+                f"table '{table}': constraint 'feature_names' {list(self.feature_names)} is not the table's features "
+                f"{list(feature_names)}"
+            )
+        if self.pooling_factors is not None and len(self.pooling_factors) != len(feature_names):
+            return (
+                f"table '{table}': constraint 'pooling_factors' gives {len(self.pooling_factors)} values for its "
+                f"{len(feature_names)} features ({', '.join(feature_names)})"
+            )
+        return ""
 
 
 #: What the planner does with each constraint field (module docstring).

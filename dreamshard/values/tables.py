@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
+    StrictBool,
     field_validator,
     model_serializer,
     model_validator,
@@ -94,7 +95,7 @@ class Table(StrictModel):
     features: tuple[Feature, ...] = ()
     # False: a sequence table (TorchRec's EmbeddingCollection): no pooling, one output row per looked-up id, so
     # `pooling_factor` is the ids per sample and the output grows with it (`output_elements_per_sample`)
-    pooled: bool = True
+    pooled: StrictBool = True  # a string such as "false" is refused, never read as a boolean
     constraints: TableConstraints | None = None  # what the team requires of the table (values/constraints.py)
 
     @model_validator(mode="before")
@@ -129,6 +130,9 @@ class Table(StrictModel):
 
     @model_validator(mode="after")
     def _check_features(self) -> Table:
+        problem = self.constraints.feature_problem(self.name, self.feature_names) if self.constraints else ""
+        if problem:
+            raise ValueError(problem)
         if not self.features:
             return self
         names = [f.name for f in self.features]

@@ -10,6 +10,7 @@ import cases_batches
 import cases_forged_plans
 import cases_gate
 import cases_incumbent
+import cases_inventory_files
 import cases_loop
 import cases_pipeline
 import cases_plan_files
@@ -36,6 +37,7 @@ TABLES: tuple[Table, ...] = (
     cases_whatif.TABLE,
     cases_loop.TABLE,
     cases_pipeline.TABLE,
+    cases_inventory_files.TABLE,
 )
 
 
