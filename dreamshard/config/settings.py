@@ -224,7 +224,10 @@ def resolve(
     file layers over: a pipeline command's `pipeline_base()`; None: none) > section defaults."""
     path = params_file(params_path, lookup)
     told = frozenset(k for k, v in (overrides or {}).items() if v is not None)
-    return settings_from(apply_overrides(_raw_over(path, base), overrides), path).model_copy(update={"told": told})
+    raw = _raw_over(path, base)
+    if path is not None:  # the file whole, every section, before an override hides a bad value of it
+        settings_from(raw, path)
+    return settings_from(apply_overrides(raw, overrides), path).model_copy(update={"told": told})
 
 
 def params_text(

@@ -46,6 +46,12 @@ def _numeric(annotation: Any) -> bool:
     return bool(kinds) and all(k in (int, float) for k in kinds)
 
 
+def _boolean(annotation: Any) -> bool:
+    """Whether a field's type is a boolean (optionally None or Annotated): "false" and 0 are not read as false."""
+    kinds = _alternatives(annotation)
+    return bool(kinds) and all(k is bool for k in kinds)
+
+
 def _numeric_items(annotation: Any) -> bool:
     """Whether a field's type is a list / tuple of numbers."""
 
@@ -57,8 +63,8 @@ def _numeric_items(annotation: Any) -> bool:
 
 
 class StrictNumbers(BaseModel):
-    """A settings section whose number fields take numbers only: pydantic's lax mode would read `true` as 1 and
-    '3' as 3 (a params.yaml typo then changes a run silently)."""
+    """A settings section whose number fields take numbers only and whose boolean fields booleans only: pydantic's
+    lax mode would read `true` as 1, '3' as 3 and "yes" as true (a params.yaml typo then changes a run silently)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -69,6 +75,9 @@ class StrictNumbers(BaseModel):
             field = cls.model_fields.get(name) if isinstance(name, str) else None
             if field is None:
                 continue
+            if _boolean(field.annotation) and not isinstance(value, bool) and value is not None:
+                message = f"must be true or false, got {type(value).__name__} {value!r}"
+                raise _located(cls.__name__, name, value, message)
             bad = [value] if _numeric(field.annotation) else []
             if _numeric_items(field.annotation) and isinstance(value, (list, tuple)):
                 bad = list(value)

@@ -12,6 +12,7 @@ import cases_gate
 import cases_incumbent
 import cases_inventory_files
 import cases_loop
+import cases_params_files
 import cases_pipeline
 import cases_plan_files
 import cases_plan_incumbent
@@ -38,6 +39,7 @@ TABLES: tuple[Table, ...] = (
     cases_loop.TABLE,
     cases_pipeline.TABLE,
     cases_inventory_files.TABLE,
+    cases_params_files.TABLE,
 )
 
 
