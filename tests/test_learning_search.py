@@ -86,6 +86,8 @@ def test_an_optional_planner_not_installed_is_a_failed_candidate(model_dir, monk
 
 
 def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_dir):
+    from dreamshard.measured.candidates import heuristic_candidate
+
     inv = synth_inventory(24, seed=23, name="verify")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
     oracle = make_oracle("simulator", warmup=0, repeats=1)
@@ -101,9 +103,12 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
     report = sharder.shard_with_report(inv, topo)
     plan = report.plan
     v = plan.verification
-    assert v is not None and v.rounds == 2 and len(v.candidates) == 3
-    assert report.search is not None
-    assert [c.source for c in v.candidates] == [c.source for c in report.search.candidates[:3]]
+    assert v is not None and v.rounds == 2 and report.search is not None
+    # the 3 best predicted, and the best predicted heuristic's own plan when none of them is one
+    top = report.search.candidates[:3]
+    expected = [*top, *heuristic_candidate(report.search.candidates, top)]
+    assert [c.source for c in v.candidates] == [c.source for c in expected]
+    assert v.search_only == top[0].source and v.candidates[0].role == "search only"
     assert not hasattr(sharder, "last_search")  # what a call did is in its report, never on the sharder
     kept = min(v.candidates, key=lambda c: c.measured_ms)
     assert v.chosen == kept.source

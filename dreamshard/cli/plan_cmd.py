@@ -64,6 +64,7 @@ from dreamshard.config.settings import resolve
 from dreamshard.evaluation.render import device_rows, device_table
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
 from dreamshard.lazy import lazy_module
+from dreamshard.measured.stage_report import stage_line, stage_vs_search
 from dreamshard.values import Verification
 
 # the use case imports torch: it loads when a command uses it (dreamshard/lazy.py)
@@ -111,7 +112,7 @@ def verification_table(v: Verification) -> RichTable:
     for c in v.candidates:
         mark = " (kept)" if c.source == v.chosen else ""
         t.add_row(
-            c.source + mark,
+            c.label + mark,
             f"{c.predicted_ms:.3f}",
             f"{c.measured_ms:.3f}",
             f"{c.spread:.1%}",
@@ -224,6 +225,7 @@ def plan_json(result: PlanResult) -> dict[str, object]:
         "search": _search_json(result.search) if result.search is not None else None,
         "verification": p.verification.model_dump(mode="json") if p.verification is not None else None,
         "refinement": p.refinement.model_dump(mode="json") if p.refinement is not None else None,
+        "plan_stage": {"vs_search_only": stage_vs_search(p), "line": stage_line(p)},
         "calibration": p.calibration.model_dump(mode="json") if p.calibration is not None else None,
         "comm_fits": [m.model_dump(mode="json") for m in p.comm_fits],
         "assumptions": p.assumptions.model_dump(mode="json") if p.assumptions is not None else None,
@@ -258,6 +260,8 @@ def _print_plan(result: PlanResult) -> None:
             f"{r.initial_ms:.3f} -> {r.final_ms:.3f} ms measured ({r.measured_gain:+.1%})",
             markup=False,
         )
+    if (line := stage_line(result.plan)) is not None:  # what measurement added to the search-only plan
+        console.print(line, markup=False, soft_wrap=True)
     if (c := result.plan.calibration) is not None:
         console.print(
             f"calibration: {c.probes} probe timings in {c.seconds:.1f} s on {c.backend}; held-out compute MAPE "

@@ -7,6 +7,11 @@ is measured no more (`challengers`). When the first candidate is the current pla
 challenger must go on winning a duel with it until chance alone would explain its run less often than
 `plan.verify_confidence` allows (`rounds_to_replace`). The plan keeps the kept candidate's measured costs and a
 `Verification` record of every candidate's rounds.
+
+The plan stage never loses to what it started from: the search-only plan (the search's best predicted, the plan
+without measurement) is the default, and the best predicted heuristic's own plan is measured beside it
+(`heuristic_candidate`), so a cost model that misranks cannot keep a plan the hardware says is slower. The record
+states the kept plan against the search-only one (`kept_vs_search`, paired rounds).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
 from dreamshard.search.candidates import Candidate
@@ -25,6 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: interleaved rounds per verified candidate by default
 VERIFY_ROUNDS = 3
+
+
+#: `VerifiedCandidate.role` of the search's best predicted candidate and of the best heuristic's plan
+SEARCH_ONLY, HEURISTIC = "search only", "heuristic"
 
 
 #: Candidate sources that do not come out of the search's ranking: the baselines' own plans and the learned LPT
@@ -40,6 +49,22 @@ def anchor_candidates(candidates: Sequence[Candidate], k: int, anchors: int) -> 
     if anchors <= 0 or any(c.source in ANCHOR_SOURCES for c in candidates[:k]):
         return []
     return [c for c in candidates[k:] if c.source in ANCHOR_SOURCES][:anchors]
+
+
+def heuristic_candidate(candidates: Sequence[Candidate], measured: Sequence[Candidate]) -> list[Candidate]:
+    """The best predicted heuristic's own plan (a BASELINE_SHARDERS source, not improved by search), when none of
+    `measured` already is one: the planning cost picks which heuristic (none is best on every task), and the
+    measurement decides whether the learned plans beat it. [] when there is none or one is measured anyway."""
+    if any(c.source in BASELINE_SHARDERS for c in measured):
+        return []
+    return next(([c] for c in candidates if c.source in BASELINE_SHARDERS), [])
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """a / b as the median of their paired rounds (round i of each was measured in the same interleaved round; a
+    plan dropped early pairs its first rounds). 1.0 when nothing pairs."""
+    ratios = [x / y for x, y in zip(a, b, strict=False) if y > 0]
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -> int:
@@ -103,8 +128,9 @@ def _duel_with_default(
     return best if won and len(measured[best]) >= need else 0
 
 
-def verified_row(candidate: Candidate, samples: Sequence[Measurement]) -> VerifiedCandidate:
-    """A verified candidate's record: its prediction, and the median and spread of its measured rounds."""
+def verified_row(candidate: Candidate, samples: Sequence[Measurement], role: str | None = None) -> VerifiedCandidate:
+    """A verified candidate's record: its prediction, the median and spread of its measured rounds, and its role
+    (SEARCH_ONLY, HEURISTIC for a baseline's own plan, else None)."""
     overall = [m.overall_ms for m in samples]
     med = statistics.median(overall)
     return VerifiedCandidate(
@@ -113,7 +139,27 @@ def verified_row(candidate: Candidate, samples: Sequence[Measurement]) -> Verifi
         measured_ms=med,
         spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
         rounds=len(overall),
+        role=role or (HEURISTIC if candidate.source in BASELINE_SHARDERS else None),
     )
+
+
+def search_only_fields(
+    candidates: Sequence[Candidate], measured: Sequence[Sequence[Measurement]], search_only: int | None, kept: int
+) -> dict[str, Any]:
+    """The Verification fields that state the kept plan against the search-only plan (index `search_only`; None:
+    not measured, no fields)."""
+    if search_only is None:
+        return {}
+    ratio = paired_ratio(
+        [m.overall_ms for m in measured[kept]],
+        [m.overall_ms for m in measured[search_only]],
+    )
+    return {
+        "search_only": candidates[search_only].source,
+        "search_only_ms": statistics.median(m.overall_ms for m in measured[search_only]),
+        "kept_vs_search": ratio,
+        "stage_vs_search": ratio,
+    }
 
 
 def verify_candidates(
@@ -125,12 +171,14 @@ def verify_candidates(
     rounds: int = VERIFY_ROUNDS,
     seed: int = 0,
     hold: float | None = None,
+    search_only: int | None = 0,
 ) -> tuple[Plan, Verification]:
     """Measure `plans` (one per candidate, best predicted first) interleaved for `rounds` rounds; return the kept
     plan (`kept_index`: the best predicted unless the hardware confirms another, with its measured costs) and the
     Verification record. With `hold` (a confidence: the first plan is the current plan's candidate), a challenger
     that won every round is measured against it further, and replaces it only after `rounds_to_replace` straight
-    wins: inside the noise the job's tables stay where they are."""
+    wins: inside the noise the job's tables stay where they are. `search_only`: the index of the search's best
+    predicted candidate (None: none of them), labelled and stated against the kept plan."""
     if not plans or len(plans) != len(candidates):
         raise ValueError("verify_candidates needs one plan per candidate")
     for plan in plans:
@@ -151,11 +199,18 @@ def verify_candidates(
         best = _duel_with_default(
             inventory, plans, measured, best, rounds_to_replace(len(plans) - 1, hold), oracle, seed
         )
-    rows = [verified_row(cand, ms) for cand, ms in zip(candidates, measured, strict=True)]
+    roles = [SEARCH_ONLY if i == search_only else None for i in range(len(candidates))]
+    rows = [verified_row(cand, ms, role) for cand, ms, role in zip(candidates, measured, roles, strict=True)]
     medians = [r.measured_ms for r in rows]
     # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
     at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
     info = oracle.info
     kept = plans[best].model_copy(update={"measured": median_costs([at_median]), "measured_by": info})
-    record = Verification(backend=info, rounds=max(1, rounds), candidates=tuple(rows), chosen=candidates[best].source)
+    record = Verification(
+        backend=info,
+        rounds=max(1, rounds),
+        candidates=tuple(rows),
+        chosen=candidates[best].source,
+        **search_only_fields(candidates, measured, search_only, best),
+    )
     return kept.model_copy(update={"verification": record}), record

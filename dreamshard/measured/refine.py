@@ -7,7 +7,10 @@ the best untried proposal on only those two devices, interleaved with the incumb
 (dreamshard.measured.duel). A proposal is kept only when the hardware confirms it beyond the noise: every round
 of it faster than every round of the incumbent, its median below the bottleneck's measured cost, and (with
 `confirm` rounds) a second block of fresh rounds passing the same rule. Timings are always fresh and go into the
-oracle's measurement corpus as training data; the plan records the trace (`Plan.refinement`).
+oracle's measurement corpus as training data; the plan records the trace (`Plan.refinement`). Two devices timed
+alone are not the whole plan: at the end the refined plan is measured whole against the plan refinement started
+from, interleaved, and the start is kept unless the refined plan was faster in every round
+(dreamshard.measured.stage).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.measured.duel import Block, IncumbentCosts, measure_block
+from dreamshard.measured.stage import against_start
 from dreamshard.placement.device_memory import unit_needs
 from dreamshard.placement.expand import expand_plan, fold_units
 from dreamshard.placement.options import allowed_devices
@@ -274,8 +278,9 @@ def refine_plan(
     confirm: int = 3,
 ) -> Plan:
     """`plan` refined on `oracle` for `seconds` (its units: whole tables and column shards), predicted by `cost`.
-    With a kept proposal the refined plan is measured whole once (its `measured` costs); the trace is recorded
-    either way."""
+    With a kept proposal the refined plan is measured whole against `plan`, interleaved for up to `rounds` rounds,
+    and kept only when faster in every round (dreamshard.measured.stage.against_start: its `measured` costs), else
+    `plan` is; the trace is recorded either way."""
     units, placed = expand_plan(inventory, plan)
     states = dict(zip(units.table_names, cost.encode(list(units.tables)), strict=True))  # a device: their sum
     cache: dict[frozenset[str], float] = {}
@@ -308,13 +313,6 @@ def refine_plan(
         kernels=plan.kernels,
         cache_load_factors=plan.cache_load_factors,
     )
-    whole = oracle.measure(units, refined, plan.topology, kind="placement", task="refine")
-    return new.model_copy(
-        update={
-            "out_of_range": plan.out_of_range,
-            "verification": plan.verification,
-            "refinement": trace,
-            "measured": whole.costs,
-            "measured_by": oracle.info,
-        }
-    )
+    carried = ("out_of_range", "verification", "comm_fits")  # what the plan stage recorded before refinement
+    new = new.model_copy(update={k: getattr(plan, k) for k in carried})
+    return against_start(inventory, plan, new, trace, oracle, rounds, seed)

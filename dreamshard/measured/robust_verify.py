@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.inventory.histogram import ASSUMED_ZIPF_EXPONENT
-from dreamshard.measured.candidates import verified_row
+from dreamshard.measured.candidates import SEARCH_ONLY, search_only_fields, verified_row
 from dreamshard.search.candidates import Candidate
 from dreamshard.search.unknown_stats import assumed_variant, regrets
 from dreamshard.values import AccessAssumptions, Inventory, Plan, Verification
@@ -27,10 +27,12 @@ def verify_robust(
     assumptions: AccessAssumptions,
     rounds: int,
     seed: int = 0,
+    search_only: int | None = 0,
 ) -> Plan:
     """Measure `plans` under each of `assumptions.skews` (`rounds` interleaved rounds each); keep the plan with the
     least worst measured regret (ties: the best predicted first), with its measured costs and the Verification
-    record under the skew closest to the default assumption, and the measured assumptions."""
+    record under the skew closest to the default assumption (the search-only candidate, index `search_only`,
+    labelled and stated against the kept plan there), and the measured assumptions."""
     for plan in plans:
         check_plan_for(inventory, plan)
     per_skew = [
@@ -47,8 +49,12 @@ def verify_robust(
     record = Verification(
         backend=info,
         rounds=max(1, rounds),
-        candidates=tuple(verified_row(c, ms) for c, ms in zip(candidates, per_skew[ref], strict=True)),
+        candidates=tuple(
+            verified_row(c, ms, SEARCH_ONLY if i == search_only else None)
+            for i, (c, ms) in enumerate(zip(candidates, per_skew[ref], strict=True))
+        ),
         chosen=candidates[best].source,
+        **search_only_fields(candidates, per_skew[ref], search_only, best),
     )
     measured = assumptions.model_copy(
         update={

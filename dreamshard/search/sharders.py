@@ -27,7 +27,7 @@ from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
-from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, verify_candidates
+from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, heuristic_candidate, verify_candidates
 from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
@@ -247,8 +247,10 @@ class DreamShardSharder(ModelSharder):
     With `calibrate_seconds` and an `oracle`, the cost model is first calibrated for the inventory on the oracle's
     backend (dreamshard.measured.calibrate). With `verify=K` and an `oracle`, the K best predicted candidates are
     measured on it (interleaved, `verify_rounds` rounds; dreamshard.measured.candidates), beside the
-    `verify_anchors` best predicted of the baselines' or LPT's own plans when none of the K is one; the best
-    predicted is kept unless another was faster in every round, with its measured costs and the record. With an
+    `verify_anchors` best predicted of the baselines' or LPT's own plans when none of the K is one, and the best
+    predicted heuristic's own plan when none of those is one; the best predicted (the search-only plan) is kept
+    unless another was faster in every round, with its measured costs and the record (which states the kept plan
+    against the search-only one). With an
     `incumbent`, the best predicted of its candidates (`current`, `current+search`) is measured too and takes the
     best predicted's place as the default: a re-plan moves the job's tables only when the hardware confirms the
     gain, in a duel of
@@ -323,6 +325,7 @@ class DreamShardSharder(ModelSharder):
             *searched.candidates[: self.verify],
             *anchor_candidates(searched.candidates, self.verify, self.verify_anchors),
         ]
+        top += heuristic_candidate(searched.candidates, top)  # the best heuristic's own plan is always measured
         # the current plan's candidate is the default when there is one: kept unless another is faster in every
         # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
         # (and a challenger replaces it only after a duel long enough that chance could not explain its wins)
@@ -331,8 +334,11 @@ class DreamShardSharder(ModelSharder):
             top = [mine, *(c for c in top if c is not mine)]
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         rounds = self.verify_rounds or VERIFY_ROUNDS
+        search_only = top.index(searched.candidates[0])  # the plan without measurement: the default (or the duel's)
         if assumptions is not None and mine is None:  # measured under every assumed distribution
-            return verify_robust(inventory, top, plans, self.oracle, assumptions, rounds, self.config.seed)
+            return verify_robust(
+                inventory, top, plans, self.oracle, assumptions, rounds, self.config.seed, search_only=search_only
+            )
         kept, _ = verify_candidates(
             inventory,
             topology,
@@ -342,6 +348,7 @@ class DreamShardSharder(ModelSharder):
             rounds=rounds,
             seed=self.config.seed,
             hold=self.verify_confidence if mine is not None else None,
+            search_only=search_only,
         )
         return kept if assumptions is None else kept.model_copy(update={"assumptions": assumptions})
 

@@ -27,15 +27,33 @@ class VerifiedCandidate(StrictModel):
     measured_ms: Annotated[float, Field(ge=0)]  # median over the verification rounds
     spread: Annotated[float, Field(ge=0)]  # (max - min) / median over the rounds
     rounds: Annotated[int, Field(ge=1)] | None = None  # rounds measured (dropped once it lost one); None: all
+    # why it was measured beside the K best predicted: "search only" (the plan the search alone would give),
+    # "heuristic" (the best predicted heuristic's own plan); None: a learned candidate (or an older plan)
+    role: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The row's name in a report: `heuristic:dim_greedy`, `policy+search (search only)`, or the source."""
+        if self.role == "heuristic":
+            return f"heuristic:{self.source}"
+        return f"{self.source} ({self.role})" if self.role else self.source
 
 
 class Verification(StrictModel):
-    """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend."""
+    """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend, beside the
+    search-only plan and the best heuristic's (dreamshard.measured.candidates)."""
 
     backend: BackendInfo
     rounds: Annotated[int, Field(ge=1)]
     candidates: tuple[VerifiedCandidate, ...]
     chosen: str  # the source of the plan kept (the best measured)
+    search_only: str | None = None  # the source of the search-only candidate (None: an older plan)
+    search_only_ms: Annotated[float, Field(ge=0)] | None = None  # its median over the verification rounds
+    # the kept plan / the search-only plan: the median of their paired rounds (1.0 when the search-only is kept)
+    kept_vs_search: Annotated[float, Field(gt=0)] | None = None
+    # the plan stage's plan / the search-only plan, measured interleaved: kept_vs_search, times the refined plan /
+    # its start (measured whole, interleaved) when refinement kept its plan (dreamshard.measured.stage)
+    stage_vs_search: Annotated[float, Field(gt=0)] | None = None
 
 
 class RefineStep(StrictModel):
@@ -64,6 +82,14 @@ class RefineTrace(StrictModel):
     final_ms: Annotated[float, Field(ge=0)]  # the bottleneck after the kept proposals (median recent timings)
     measured_gain: float  # (initial - final) / initial
     steps: tuple[RefineStep, ...] = ()
+    # With a kept proposal, the refined plan measured whole against the plan refinement started from, interleaved
+    # (dreamshard.measured.stage): the rounds, both medians, refined / start (median of paired rounds), and whether
+    # the start was kept because the refined plan was not faster in every round (0 / None / False: not measured).
+    whole_rounds: Annotated[int, Field(ge=0)] = 0
+    start_ms: Annotated[float, Field(ge=0)] | None = None
+    refined_ms: Annotated[float, Field(ge=0)] | None = None
+    vs_start: Annotated[float, Field(gt=0)] | None = None
+    reverted: bool = False
 
 
 class Plan(StrictModel):
