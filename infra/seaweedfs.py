@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DIR = ".s3data"
@@ -338,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             inst = load(a.dir)
             if inst is None:
-                print(f"error: no SeaweedFS running from {a.dir}; run `python infra/seaweedfs.py start`", file=sys.stderr)
+                print(
+                    f"error: no SeaweedFS running from {a.dir} (no server, or started with another --dir); run "
+                    f"`python infra/seaweedfs.py start --dir {a.dir}`, or give the --dir it was started with",
+                    file=sys.stderr,
+                )
                 return 1
             if a.action == "env":
                 _print_env(inst)

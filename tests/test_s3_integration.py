@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import boto3
@@ -226,3 +227,31 @@ def test_dvc_remote_round_trip_through_seaweedfs(s3_env: SeaweedS3, s3_prefix: s
     _dvc(["pull", "-q"], clone)
     assert (clone / "data.bin").read_bytes() == payload
     shutil.rmtree(clone / ".dvc" / "cache", ignore_errors=True)
+
+
+def test_seaweedfs_env_reads_any_data_dir_and_says_when_none_runs(
+    seaweed: SeaweedS3, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """`infra/seaweedfs.py env --dir D` prints the exports of the server started from D (not only the default
+    folder); a folder with no running server is one line naming it and the --dir to start with, exit 1."""
+    script = Path(__file__).resolve().parents[1] / "infra" / "seaweedfs.py"
+    running = next(p for p in tmp_path_factory.getbasetemp().glob("seaweedfs*") if (p / "seaweedfs.json").exists())
+    out = subprocess.run(
+        [sys.executable, str(script), "env", "--dir", str(running)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"export DREAMSHARD_S3_ENDPOINT={seaweed.endpoint_url}" in out.stdout or seaweed.endpoint_url in out.stdout
+    none = subprocess.run(
+        [sys.executable, str(script), "env", "--dir", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    lines = none.stderr.strip().splitlines()
+    assert none.returncode == 1 and len(lines) == 1 and "Traceback" not in none.stderr
+    assert "no SeaweedFS running from" in lines[0] and f"--dir {tmp_path / 'nowhere'}" in lines[0]
