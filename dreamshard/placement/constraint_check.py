@@ -2,10 +2,12 @@
 (dreamshard.placement.validate.check_placement) that reads them (docs/architecture.md, "Constraints").
 
 Per table with constraints: the devices its units occupy (`devices`), its sharding type (`sharding_types`; a
-sequence table is never table-row-wise), its shard count (`min_shards` / `max_shards`, counted as
-dreamshard.placement.options counts them), its column shards' widths (`min_partition`), its kernel
-(`compute_kernels`), a caching table's load factor (`cache_params`) and the device group. A plan that breaks one
-is refused in one line naming the table and the constraint.
+sequence table is never table-row-wise), its shard count (`max_shards`: its shards; `min_shards`: the distinct
+devices its shards are on, since a team asking for 2 shards wants the table on 2 devices), its column shards'
+widths (`min_partition`), its kernel (`compute_kernels`), a caching table's load factor (`cache_params`) and the
+device group. A unit of a cut table checked alone (a measurement of units) answers for its devices and kernel:
+its type and count are its plan's. A plan that breaks one is refused in one line naming the table and the
+constraint.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import PlanError
 from dreamshard.placement.kernels import cache_load_factor
-from dreamshard.values import ColumnShard, Inventory, RowShard, Table, Topology
+from dreamshard.values import ColumnShard, Inventory, RowShard, Table, Topology, parse_unit
 
 
 def placed_type(table: str, devices: Sequence[int], kind: str, topology: Topology) -> str:
@@ -46,8 +48,12 @@ def _layouts(
     return out
 
 
-def _broken(table: Table, kind: str, devices: list[int], widths: list[int], topology: Topology) -> str | None:
-    """The first constraint of `table` the layout breaks, as `<constraint>: <what the plan does>`."""
+#: The sharding type a unit of a cut table runs as (dreamshard.values.units kinds).
+_UNIT_TYPES = {"column": "column_wise", "row": "row_wise", "replica": "data_parallel"}
+
+
+def _device_broken(table: Table, devices: list[int], topology: Topology) -> str | None:
+    """The device constraints (`device_group`, `devices`) the devices of `table` (or of one of its units) break."""
     c = table.constraints
     if c is None:
         return None
@@ -55,13 +61,25 @@ def _broken(table: Table, kind: str, devices: list[int], widths: list[int], topo
         return f"device_group '{c.device_group}': the topology's devices are {topology.device_type}"
     if c.devices is not None and (outside := sorted(set(devices) - set(c.devices))):
         return f"devices {list(c.devices)}: the plan puts it on device {outside[0]}"
+    return None
+
+
+def _broken(table: Table, kind: str, devices: list[int], widths: list[int], topology: Topology) -> str | None:
+    """The first constraint of `table` the layout breaks, as `<constraint>: <what the plan does>`."""
+    c = table.constraints
+    if c is None:
+        return None
+    if (problem := _device_broken(table, devices, topology)) is not None:
+        return problem
     if not c.allows_type(kind):
         return f"sharding_types {list(c.sharding_types or ())}: the plan makes it {kind}"
-    shards = len(devices) if kind in ("column_wise", "row_wise", "table_row_wise") else 1
-    if not c.allows_shards(shards):
-        bound = f"min_shards {c.min_shards}" if c.min_shards is not None and shards < c.min_shards else ""
-        bound = bound or f"max_shards {c.max_shards}"
-        return f"{bound}: the plan cuts it into {shards} shard{'s' if shards > 1 else ''}"
+    cut = kind in ("column_wise", "row_wise", "table_row_wise")
+    pieces, spread = (len(devices), len(set(devices))) if cut else (1, 1)
+    if c.max_shards is not None and pieces > c.max_shards:
+        return f"max_shards {c.max_shards}: the plan cuts it into {pieces} shards"
+    if c.min_shards is not None and spread < c.min_shards:  # shards count on distinct devices (docs: Constraints)
+        where = f" on {spread} device{'s' if spread > 1 else ''}" if pieces != spread else ""
+        return f"min_shards {c.min_shards}: the plan cuts it into {pieces} shard{'s' if pieces > 1 else ''}{where}"
     if c.min_partition is not None and widths and min(widths) < c.min_partition:
         return f"min_partition {c.min_partition}: the plan has a column shard {min(widths)} columns wide"
     return None
@@ -106,9 +124,13 @@ def broken_constraint(
                 f"table '{name}' is a sequence table: TorchRec's EmbeddingCollection cannot shard it table_row_wise"
             )
         kernel = (kernels or {}).get(name)
-        problem = _broken(table, kind, devices, widths, topology) or _kernel_broken(
-            table, kind, kernel, (cache_load_factors or {}).get(name)
-        )
+        unit = parse_unit(name).kind
+        if unit != "table":  # one unit of a cut table (a measurement's units): its type and count are the plan's
+            kind = _UNIT_TYPES[unit]
+            problem = _device_broken(table, devices, topology)
+        else:
+            problem = _broken(table, kind, devices, widths, topology)
+        problem = problem or _kernel_broken(table, kind, kernel, (cache_load_factors or {}).get(name))
         if problem is not None:
             return name, problem
     return None

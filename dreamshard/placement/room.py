@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.placement.device_memory import MemoryBreakdown, unit_needs
 from dreamshard.placement.options import allowed_devices
-from dreamshard.values import GB, Inventory, Topology
+from dreamshard.values import GB, Inventory, Topology, parse_unit
 
 
 class Room:
@@ -27,6 +27,12 @@ class Room:
         self.allowed = {t.name: allowed_devices(t, topology) for t in units.tables}
         for name, d in (fixed or {}).items():
             self.allowed[name] = (int(d),)
+        # the shards of a table with `min_shards` go to distinct devices: {table: devices its shards hold so far}
+        self.spread = {
+            parse_unit(t.name).table: set[int]()
+            for t in units.tables
+            if t.constraints is not None and t.constraints.min_shards is not None and parse_unit(t.name).kind != "table"
+        }
 
     def need(self, unit: str) -> int:
         """Device bytes of `unit`."""
@@ -37,13 +43,16 @@ class Room:
         return self.used[device] + m.total <= self.capacity and self.host_used[device] + m.host <= self.host_capacity
 
     def legal(self, unit: str) -> list[int]:
-        """The devices `unit` may use that have room for it."""
-        return [d for d in self.allowed[unit] if self.fits(d, unit)]
+        """The devices `unit` may use that have room for it (and hold no other shard of a `min_shards` table)."""
+        taken = self.spread.get(parse_unit(unit).table, set())
+        return [d for d in self.allowed[unit] if self.fits(d, unit) and d not in taken]
 
     def add(self, device: int, unit: str) -> None:
         m = self.needs[unit]
         self.used[device] += m.total
         self.host_used[device] += m.host
+        if (table := parse_unit(unit).table) in self.spread:
+            self.spread[table].add(device)
 
     def largest_free_gb(self, unit: str | None = None) -> float:
         """The most device memory free on one device (of those `unit` may use)."""
