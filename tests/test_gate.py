@@ -29,14 +29,15 @@ def test_rejected_when_worse_than_baseline_names_figures() -> None:
 
 def test_min_improvement_margin_is_enforced() -> None:
     plan = make_plan(overall=9.5)  # 5% better
-    assert evaluate_gate(plan, {"lookup_greedy": 10.0}, 0.05).approved
+    assert evaluate_gate(plan, {"lookup_greedy": 10.0}, 0.04).approved
+    assert evaluate_gate(plan, {"lookup_greedy": 10.0}, 0.05).outcome == "inconclusive"  # exactly the margin: a tie
     d = evaluate_gate(plan, {"lookup_greedy": 10.0}, 0.06)
     assert not d.approved and "6.0%" in d.reason and "9.4 ms" in d.reason
 
 
-def test_tie_passes_with_zero_margin_only() -> None:
+def test_a_tie_is_no_approval() -> None:
     plan = make_plan(overall=10.0)
-    assert evaluate_gate(plan, {"size_greedy": 10.0}, 0.0).approved
+    assert evaluate_gate(plan, {"size_greedy": 10.0}, 0.0).outcome == "inconclusive"  # approved before (issue 47 #2)
     assert not evaluate_gate(plan, {"size_greedy": 10.0}, 0.01).approved
 
 

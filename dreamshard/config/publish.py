@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
@@ -40,6 +40,18 @@ class PublishConfig(StrictNumbers):
     # whichever look makes it). Entries at or above min_rounds are no early looks. A single number: one look.
     early_rounds: tuple[int, ...] = (3, 4)
     early_share: float = Field(default=0.2, gt=0.0, lt=1.0)
+    # Sequential rounds where the noise is high (dreamshard.gate.sequential): from min_rounds on, the gate's
+    # comparison measures another round while the plan's or the deciding baseline's spread (max - min) / median over
+    # its last min_rounds rounds is above target_spread, up to max_rounds; the final look then takes every round.
+    target_spread: float = Field(default=0.03, gt=0.0, lt=1.0)
+    max_rounds: int = Field(default=15, ge=2, le=100)
+    # Each device of each plan timed this many times per round of the gate's comparison, its figure the median of
+    # them (one interference burst moves one of them, not the median); planning measures once.
+    timing_passes: int = Field(default=3, ge=1, le=9)
+    # The clock of the gate comparison's CPU timings: "thread", the timing thread's CPU time (on cores shared with
+    # other processes, what the operator ran, not how long it waited for a core; one intra-op thread only, else
+    # wall), or "wall". Planning always times on the wall clock.
+    timing_clock: Literal["thread", "wall"] = "thread"
     allow_simulated: bool = False  # may a plan whose costs come from the simulator become current?
     require_human: bool = False
     approval_timeout_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
@@ -84,6 +96,14 @@ class PublishConfig(StrictNumbers):
                 f"{len(below)} early looks x early_share {v:g} spend the whole error budget: the final "
                 f"look needs a share (fewer early_rounds, or a smaller early_share)"
             )
+        return v
+
+    @field_validator("max_rounds")
+    @classmethod
+    def _cap(cls, v: int, info: ValidationInfo) -> int:
+        least = info.data.get("min_rounds", 5)
+        if v < least:
+            raise ValueError(f"max_rounds {v} is below min_rounds {least}: the final look needs min_rounds rounds")
         return v
 
     @property

@@ -6,8 +6,7 @@ Plans are measured on their placement units (whole tables and column shards: dre
 
 from __future__ import annotations
 
-import random
-import statistics
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -28,14 +27,16 @@ from dreamshard.evaluation.bounds import (  # re-exported: callers import them f
     LowerBound,
     measure_lower_bound,
 )
+from dreamshard.evaluation.interleave import (  # re-exported: callers import them from here too
+    check_plan_for,
+    measure_interleaved,
+    median_costs,
+)
+from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
 from dreamshard.integrations.torchrec_carried import carried_report
-from dreamshard.placement.expand import expand_plan
-from dreamshard.placement.validate import check_plan
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
 from dreamshard.values import (
     BackendInfo,
-    Costs,
-    DeviceCost,
     Inventory,
     Measurement,
     Plan,
@@ -46,6 +47,7 @@ from dreamshard.values import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
+    from dreamshard.profiling.base import Clock
     from dreamshard.profiling.corpus import DeviceCorpus
 
 Progress = Callable[[str], None]
@@ -95,6 +97,9 @@ class Comparison(BaseModel):
     breaks_constraints: dict[str, str] = {}
     # {table: its constraints carried, not planned on} (dreamshard.integrations.torchrec_carried.carried_report)
     carried: dict[str, list[str]] = {}
+    # how the contenders were timed: passes per round (each device's figure their median) and the CPU clock
+    timing_passes: int = 1
+    timing_clock: str = "wall"
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -162,84 +167,6 @@ class Comparison(BaseModel):
         }
 
 
-def median_costs(measurements: Sequence[Measurement]) -> Costs:
-    """Component-wise median over repeated measurements of one placement; overall = median of overalls."""
-    n_dev = len(measurements[0].costs.per_device)
-    per_device = []
-    for d in range(n_dev):
-        comps = zip(*(m.costs.per_device[d].as_list() for m in measurements), strict=True)
-        per_device.append(DeviceCost.from_list([statistics.median(c) for c in comps]))
-    return Costs(per_device=tuple(per_device), overall_ms=statistics.median(m.overall_ms for m in measurements))
-
-
-def check_plan_for(inventory: Inventory, plan: Plan, topology: Topology | None = None) -> None:
-    """A plan is measurable for `inventory` (and `topology`, if given): same fingerprint, same topology, and a
-    legal placement with truthful memory figures (dreamshard.placement.validate.check_plan). PlanError otherwise."""
-    if plan.inventory_fingerprint != inventory.fingerprint():
-        raise PlanError(
-            f"plan {plan.plan_id} was made for inventory '{plan.inventory_name}' with a different fingerprint "
-            f"({plan.inventory_fingerprint[:12]}, this one is {inventory.fingerprint()[:12]}); "
-            "re-plan for this inventory"
-        )
-    if topology is not None and plan.topology != topology:
-        raise PlanError(
-            f"plan {plan.plan_id} is for {plan.topology.num_devices} x {plan.topology.device_type} "
-            f"({plan.topology.memory_per_device_gb:g} GB, batch {plan.topology.batch_size}), not the compared "
-            f"{topology.num_devices} x {topology.device_type} ({topology.memory_per_device_gb:g} GB, "
-            f"batch {topology.batch_size}); re-plan for that topology"
-        )
-    check_plan(inventory, plan)
-
-
-def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
-    units, placement = expand_plan(inventory, plan)
-    return oracle.measure(units, placement, plan.topology, task=plan.sharder)
-
-
-def measure_interleaved(
-    inventory: Inventory,
-    plans: Sequence[Plan],
-    oracle: Oracle,
-    rounds: int,
-    seed: int = 0,
-    progress: Callable[[str], None] | None = None,
-    narrow: Callable[[list[list[Measurement]]], Sequence[int]] | None = None,
-    inventories: Sequence[Inventory] = (),
-) -> list[list[Measurement]]:
-    """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
-    machine hits all plans alike); the measurements of each plan, in plan order. `narrow`, asked after each
-    complete round, names the plans the next round measures, a subset of this round's; none ends the measuring
-    (the publish gate's sequential rule stops them all at once, `--verify` drops a candidate once it lost a
-    round, so plans may end with fewer rounds). `inventories`, when given, is each plan's own inventory (what-if of
-    an added or removed table measures plans of two versions)."""
-    if inventories and len(inventories) != len(plans):
-        raise ValueError(f"{len(inventories)} inventories for {len(plans)} plans")
-    own = list(inventories) or [inventory] * len(plans)
-    say = progress or (lambda _msg: None)
-    samples: list[list[Measurement]] = [[] for _ in plans]
-    rng = random.Random(seed)
-    active = list(range(len(plans)))
-    for r in range(rounds):
-        order = list(active)
-        rng.shuffle(order)
-        for i in order:
-            say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
-            samples[i].append(_measure(own[i], plans[i], oracle))
-        if narrow is not None and r + 1 < rounds:
-            active = [i for i in narrow(samples) if i in active]
-            if not active:
-                say(f"decided after round {r + 1}/{rounds}")
-                break
-    return samples
-
-
-def evaluate_plan(inventory: Inventory, plan: Plan, oracle: Oracle, rounds: int = 1) -> Plan:
-    """Measure a plan on the oracle's backend; returns the plan with `measured` filled in."""
-    check_plan_for(inventory, plan)
-    ms = [_measure(inventory, plan, oracle) for _ in range(max(1, rounds))]
-    return plan.model_copy(update={"measured": median_costs(ms), "measured_by": oracle.info})
-
-
 def validate_sharders(names: Sequence[str]) -> list[str]:
     known = sharder_names()
     out: list[str] = []
@@ -269,13 +196,17 @@ def compare_sharders(
     with_lower_bound: bool = True,
     corpus: DeviceCorpus | None = None,
     stop: Callable[[Sequence[tuple[Plan, Sequence[float]]]], bool] | None = None,
+    timing_passes: int = 1,
+    timing_clock: Clock = "wall",
 ) -> Comparison:
     """Plan with every sharder, then measure all plans interleaved (shuffled order each round). The lower bound
     (every table measured alone) is for reports; the gate, which decides on the plans alone, leaves it out. A
     `corpus` serves and records the lower bound's single-table timings only: the contenders are always measured
     afresh, interleaved (docs/architecture.md, "The measurement corpus"). `stop(contenders)`, asked after each
     round with every plan and its overall samples so far, ends the measuring early (`gate.sequential.stop_rule`);
-    the comparison's `rounds` are the rounds measured."""
+    the comparison's `rounds` are the rounds measured. `timing_passes`, `timing_clock`: each contender's devices
+    timed that many times per round on that clock, each device's figure their median (`Oracle.timing_as`; the
+    gate's comparison: publish.timing_passes, publish.timing_clock)."""
     say = progress or (lambda _msg: None)
     plans, infeasible = _plan_contenders(inventory, topology, validate_sharders(sharders), sharder_options or {}, say)
     if not plans and not extra_plans:  # nothing to measure: the first sharder's own error says why
@@ -295,7 +226,9 @@ def compare_sharders(
             lb = measure_lower_bound(inventory, topology, oracle)
     else:
         lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
-    with oracle.corpus_as(None):  # fresh timings, whatever corpus the caller's oracle holds
+    gated = (timing_passes, timing_clock) != (1, "wall") and not oracle.info.is_simulated  # exact figures: as is
+    timing = oracle.timing_as(timing_passes, timing_clock) if gated else contextlib.nullcontext()
+    with oracle.corpus_as(None), timing:  # fresh timings, whatever corpus the caller's oracle holds
         samples = measure_interleaved(
             inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say, narrow=_narrow(plans, stop)
         )
@@ -323,6 +256,8 @@ def compare_sharders(
         infeasible={name: str(e) for name, e in infeasible.items() if name not in broken},
         breaks_constraints={name: f"table '{e.table}' {e.constraint}" for name, e in broken.items()},
         carried=carried_report(inventory),
+        timing_passes=timing_passes if gated else 1,
+        timing_clock=timing_clock if gated else "wall",
     )
 
 

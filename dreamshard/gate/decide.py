@@ -14,7 +14,7 @@ from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
 from dreamshard.gate.checks import verify_comparison, verify_plan
 from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.rule import evaluate_gate
-from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
+from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, looks, stop_rule
 from dreamshard.gate.trust import bound_to_inventory, check_topology, trusted_plan
 from dreamshard.values import Inventory, Plan, Topology
 
@@ -143,7 +143,8 @@ def measure_and_gate(
     topology: Topology | None = None,
 ) -> tuple[Plan, GateDecision, Comparison]:
     """The gate measures for itself: `plan` and every required baseline's plan, interleaved on `oracle`'s
-    backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides), then
+    backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides, more up to
+    publish.max_rounds while the spreads are above publish.target_spread), then
     `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user; the plan's sharder
     label removes no baseline. `topology` as in `gate_plan`."""
     check_margin(rules.min_improvement)
@@ -154,17 +155,20 @@ def measure_and_gate(
     check_topology(plan, inventory, topology)
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
+    asked = max(rounds, rules.min_rounds)
     cmp = compare_sharders(
         inventory,
         plan.topology,
         list(names),
         oracle,
-        rounds=max(rounds, rules.min_rounds),
+        rounds=gate_rounds(rules, asked),
         sharder_options=options,
         seed=seed,
         extra_plans=(plan,),
         with_lower_bound=False,
-        stop=stop_rule(rules, plan.plan_id),
+        stop=stop_rule(rules, plan.plan_id, asked),
+        timing_passes=rules.timing_passes,
+        timing_clock=rules.timing_clock,
     )
     judged, decision = gate_plan(
         plan,

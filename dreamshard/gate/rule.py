@@ -3,7 +3,8 @@
 With n paired rounds, each baseline b gets a `confidence` interval [low_b, high_b] on plan / b (`stats.py`);
 the threshold is 1 - min_improvement:
 
-* approved      iff high_b <= threshold for every baseline (the plan is faster by the margin, beyond the noise);
+* approved      iff high_b < threshold for every baseline (the plan is faster by the margin, beyond the noise: a
+  tie, an interval whose upper end is the threshold, is no approval);
 * rejected      iff low_b > threshold for some baseline (clearly not faster by the margin);
 * inconclusive  otherwise: the measurements cannot tell; the current plan stays (stored as rejected, outcome
   "inconclusive"; what the store's current plan can serve may change that: `policy.py`).
@@ -65,7 +66,7 @@ def bound_outcome(
     clearly_worse = max(bounds, key=lambda n: bounds[n].low)
     if bounds[clearly_worse].low > threshold + _EPS:
         return "rejected", clearly_worse, bounds
-    if bounds[hardest].high <= threshold + _EPS:
+    if bounds[hardest].high < threshold - _EPS:  # strictly: a plan that ties the baseline is not faster
         return "approved", hardest, bounds
     return "inconclusive", hardest, bounds
 
@@ -173,6 +174,7 @@ def evaluate_gate(
         ratio=bounds[common["best_baseline"]].ratio,
         ratio_low=b.low,
         ratio_high=b.high,
+        interval_width=b.high - b.low,
         decided_by=decider,
         stopped_early=look.early,
     )
@@ -192,7 +194,10 @@ def finding(
     margin, basis = f"{c['min_improvement']:.1%}", c.get("basis")
     improvement = (base_ms - plan_ms) / base_ms
     early = " (an early look of the sequential rule)" if c.get("stopped_early") else ""
-    stat = f"plan/{name} in [{b.low:.4f}, {b.high:.4f}] at {c['confidence']:.0%} over {b.rounds} round(s){early}"
+    stat = (
+        f"plan/{name} in [{b.low:.4f}, {b.high:.4f}], width {100 * (b.high - b.low):.1f} points, "
+        f"at {c['confidence']:.0%} over {b.rounds} round(s){early}"
+    )
     against, best = f"best baseline {name} {base_ms:.4g} ms", ""
     if c["best_baseline"] != name:
         against = f"deciding baseline {name} {base_ms:.4g} ms"
@@ -210,7 +215,8 @@ def finding(
         )
     return (
         f"inconclusive: {basis} {plan_ms:.4g} ms vs {against} ({improvement:+.1%}, required {margin})"
-        f"{' and ' + best if best else ''}, but {stat} straddles {threshold:.4g}: within the noise"
+        f"{' and ' + best if best else ''}, but {stat} {'straddles' if b.low < b.high else 'ties'} "
+        f"{threshold:.4g}: within the noise"
     )
 
 

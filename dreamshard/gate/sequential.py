@@ -9,6 +9,12 @@ looks. The chance that any look approves a plan that is not faster (or rejects o
 at the first look whose bound is clear, not at min_rounds; one inside the noise pays a slightly wider final
 bound. The rule is a function of the rounds in order, so one comparison always gets one decision, whoever reads
 it (the gate measuring for itself, or a comparison file).
+
+Sequential rounds where the noise is high: from min_rounds on (or the rounds asked for, when more), the measuring
+goes on while the plan's or the deciding baseline's spread (`window_spread`: (max - min) / median over its last
+min_rounds rounds) is above publish.target_spread, up to publish.max_rounds. Whether to go on depends on the
+spread alone, never on the ratio, so it is no look and spends none of the error budget: the final look takes every
+round measured (stopping where the final interval first excludes the margin would be one look per round).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from dreamshard.config.publish import PublishConfig
 from dreamshard.gate.rule import bound_outcome
-from dreamshard.gate.stats import Look
+from dreamshard.gate.stats import Look, window_spread
 from dreamshard.sharders import BASELINE_SHARDERS
 from dreamshard.values import Plan
 
@@ -62,22 +68,47 @@ def decides_early(rules: PublishConfig, plan_ms: Sequence[float], baselines: Map
     return any(_decides(rules, e, plan_ms, baselines) for e in early_looks(rules) if e.rounds <= n)
 
 
-def stop_rule(rules: PublishConfig, plan_id: str) -> Callable[[Contenders], bool]:
+def quiet_enough(rules: PublishConfig, plan_ms: Sequence[float], baselines: Mapping[str, Sequence[float]]) -> bool:
+    """Whether the plan's and the deciding baseline's spreads (`window_spread` over the last min_rounds rounds) are
+    at or below publish.target_spread: the final look may be taken here. The deciding baseline is the one whose
+    bound is the hardest to beat at the final look's confidence."""
+    n = min(len(plan_ms), *(len(v) for v in baselines.values()))
+    final = looks(rules, n)[-1]
+    _, decider, _ = bound_outcome(
+        plan_ms[:n], {k: v[:n] for k, v in baselines.items()}, final.confidence, 1.0 - rules.min_improvement
+    )
+    window = rules.min_rounds
+    return max(window_spread(plan_ms[:n], window), window_spread(baselines[decider][:n], window)) <= rules.target_spread
+
+
+def gate_rounds(rules: PublishConfig, rounds: int) -> int:
+    """The most rounds the gate's comparison measures when `rounds` are asked for: publish.max_rounds (or `rounds`,
+    when more) for a comparison the gate can decide on (at least min_rounds rounds asked for), else `rounds`."""
+    return max(rounds, rules.max_rounds) if rounds >= rules.min_rounds else rounds
+
+
+def stop_rule(rules: PublishConfig, plan_id: str, rounds: int | None = None) -> Callable[[Contenders], bool]:
     """For `compare_sharders(stop=...)`: stop measuring once an early look decides on plan `plan_id` against the
     comparison's baseline contenders (exactly the ones the gate will count), each look at its own round only (an
-    earlier look that did not decide then does not decide later: it reads the same first rounds)."""
+    earlier look that did not decide then does not decide later: it reads the same first rounds); from `rounds`
+    (default and at least publish.min_rounds) on, once the spreads are quiet enough (`quiet_enough`). The caller
+    caps the rounds (`gate_rounds`)."""
     by_round = {e.rounds: e for e in early_looks(rules)}
+    floor = max(rules.min_rounds, rounds or 0)
 
     def stop(contenders: Contenders) -> bool:
         mine = [s for p, s in contenders if p.plan_id == plan_id]
-        if len(mine) != 1 or len(mine[0]) not in by_round:
+        if len(mine) != 1:
             return False
         pairs = [(p.sharder, s) for p, s in contenders if p.plan_id != plan_id and p.sharder in BASELINE_SHARDERS]
         base = dict(pairs)
         if not base or len(base) != len(pairs):
             return False  # two contenders under one baseline label: the gate refuses such a comparison anyway
-        if any(len(v) < len(mine[0]) for v in base.values()):
+        n = len(mine[0])
+        if any(len(v) < n for v in base.values()):
             return False
-        return _decides(rules, by_round[len(mine[0])], mine[0], base)
+        if n >= floor:
+            return quiet_enough(rules, mine[0], base)
+        return n in by_round and _decides(rules, by_round[n], mine[0], base)
 
     return stop

@@ -49,6 +49,16 @@ def ratio_bound(plan_ms: Sequence[float], base_ms: Sequence[float], confidence: 
     return RatioBound(ratio=math.exp(mean), low=math.exp(mean - half), high=math.exp(mean + half), rounds=n)
 
 
+def window_spread(samples: Sequence[float], window: int) -> float:
+    """(max - min) / median of the last `window` samples (the comparison's spread of a contender, over a window that
+    moves on as rounds are added: a burst of interference that has passed stops counting); 0 for none."""
+    last = list(samples[-window:]) if window > 0 else list(samples)
+    if not last:
+        return 0.0
+    med = statistics.median(last)
+    return (max(last) - min(last)) / med if med > 0 else 0.0
+
+
 @functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile (p in (0.5, 1)) of Student's t with `df` >= 1 degrees of freedom (bisection on the CDF)."""

@@ -15,9 +15,10 @@ import gc
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -171,8 +172,26 @@ def _cuda_sync() -> None:
     torch.cuda.synchronize()
 
 
+#: The clocks a CPU timing can read (`timing_clock`): wall time, or the timing thread's own CPU time.
+Clock = Literal["wall", "thread"]
+_CLOCK: ContextVar[Callable[[], float]] = ContextVar("timing_clock", default=time.perf_counter)
+
+
+@contextlib.contextmanager
+def timing_clock(clock: Clock) -> Iterator[None]:
+    """CPU timings inside the block (`time_op`) read `clock`: "wall" (perf_counter, the default) or "thread" (the
+    calling thread's CPU time: on cores shared with other processes, the time the operator ran, not the time it
+    waited for a core; only meaningful with one intra-op thread, where the operator runs on the calling thread)."""
+    token = _CLOCK.set(time.thread_time if clock == "thread" else time.perf_counter)
+    try:
+        yield
+    finally:
+        _CLOCK.reset(token)
+
+
 def time_op(op: FusedOp[Any], warmup: int, repeats: int, cuda: bool = False) -> tuple[list[float], list[float]]:
-    """Warm up, then time ``repeats`` forward/backward iterations (ms). CUDA uses events + synchronize."""
+    """Warm up, then time ``repeats`` forward/backward iterations (ms) on the clock `timing_clock` set. CUDA uses
+    events + synchronize."""
     for i in range(warmup):
         op.backward(op.forward(i))
     fwd: list[float] = []
@@ -190,12 +209,13 @@ def time_op(op: FusedOp[Any], warmup: int, repeats: int, cuda: bool = False) -> 
             fwd.append(float(s.elapsed_time(m)))
             bwd.append(float(m.elapsed_time(e)))
         return fwd, bwd
+    now = _CLOCK.get()
     for i in range(repeats):
-        t0 = time.perf_counter()
+        t0 = now()
         out = op.forward(warmup + i)
-        t1 = time.perf_counter()
+        t1 = now()
         op.backward(out)
-        t2 = time.perf_counter()
+        t2 = now()
         fwd.append((t1 - t0) * 1e3)
         bwd.append((t2 - t1) * 1e3)
     return fwd, bwd

@@ -10,6 +10,7 @@ is its bottleneck device's total; an empty device costs exactly 0. `make_oracle`
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from functools import partial
@@ -20,7 +21,15 @@ import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.placement.expand import with_units
 from dreamshard.placement.validate import check_placement
-from dreamshard.profiling.base import ComputeBackend, DeviceTiming, pinned_threads, relative_iqr, summarize
+from dreamshard.profiling.base import (
+    Clock,
+    ComputeBackend,
+    DeviceTiming,
+    pinned_threads,
+    relative_iqr,
+    summarize,
+    timing_clock,
+)
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
 from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
 from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
@@ -96,6 +105,10 @@ class Oracle:
         self.seed = seed
         #: device timings reused and recorded here when set (the profile stage and the training loop only)
         self.corpus: DeviceCorpus | None = None
+        #: timing passes per measurement and the CPU clock (`timing_as`): 1 and wall time for planning; the gate's
+        #: comparison takes more passes and the thread's CPU time
+        self.passes = 1
+        self.clock: Clock = "wall"
 
     # ------------------------------------------------------------------------------------ descriptions
 
@@ -219,19 +232,8 @@ class Oracle:
         comm = self.comm_model(topology)
         by_name = inventory.by_name()
         ordered = [t.name for t in inventory.tables if t.name in placement]
-        per_device: list[DeviceCost] = []
-        spreads: list[float] = []
-        threads = contextlib.nullcontext() if self.backend.is_simulated else pinned_threads(self.num_threads)
-        with threads:
-            for d in range(n):
-                tables = [by_name[name] for name in ordered if int(placement[name]) == d]
-                if not tables:
-                    per_device.append(DeviceCost.zero())
-                    spreads.append(0.0)
-                    continue
-                cost, spread = self._device_cost(tables, topology, comm, fingerprint)
-                per_device.append(cost)
-                spreads.append(spread)
+        devices = [[by_name[name] for name in ordered if int(placement[name]) == d] for d in range(n)]
+        per_device, spreads = self._devices(devices, topology, comm, fingerprint)
         return Measurement(
             measurement_id=measurement_id or new_measurement_id(),
             kind=kind,
@@ -245,6 +247,50 @@ class Oracle:
             backend=self.backend_info(batch),
             comm_model=comm,
         )
+
+    def _devices(
+        self, devices: list[list[Table]], topology: Topology, comm: CommModel, fingerprint: str
+    ) -> tuple[list[DeviceCost], list[float]]:
+        """Every device's costs and spread (an empty device: exactly 0), timed in `passes` passes over the devices
+        (each device once per pass, so a device's passes are apart in time), each device's figures the
+        component-wise median over its passes. A simulated backend (exact figures) is timed once."""
+        passes = 1 if self.backend.is_simulated else self.passes
+        threads = contextlib.nullcontext() if self.backend.is_simulated else pinned_threads(self.num_threads)
+        clock = timing_clock(self.clock if self.num_threads == 1 else "wall")  # several threads: wall time only
+        runs: list[list[tuple[DeviceCost, float]]] = []
+        with threads, clock:
+            for _ in range(passes):
+                runs.append(
+                    [
+                        self._device_cost(t, topology, comm, fingerprint) if t else (DeviceCost.zero(), 0.0)
+                        for t in devices
+                    ]
+                )
+        if passes == 1:
+            return [c for c, _ in runs[0]], [s for _, s in runs[0]]
+        per_device = [
+            DeviceCost.from_list([statistics.median(x) for x in zip(*(r[d][0].as_list() for r in runs), strict=True)])
+            for d in range(len(devices))
+        ]
+        return per_device, [statistics.median(r[d][1] for r in runs) for d in range(len(devices))]
+
+    @contextlib.contextmanager
+    def timing_as(self, passes: int, clock: Clock = "wall") -> Iterator[None]:
+        """Inside the block, each device of a measured placement is timed `passes` times and its figure is the median
+        over them (`_devices`): one burst of interference moves one pass, not the median; CPU timings read `clock`
+        (`profiling.base.timing_clock`; "thread": the timing thread's CPU time, so a process sharing the cores
+        adds no waiting; with one intra-op thread only). The gate's comparison measures so (publish.timing_passes,
+        publish.timing_clock); planning measures once on the wall clock. The oracle's own settings come back after."""
+        if passes < 1:
+            raise ProfilingError(f"passes must be >= 1, got {passes}")
+        if clock not in ("wall", "thread"):
+            raise ProfilingError(f"clock must be wall or thread, got {clock!r}")
+        before = (self.passes, self.clock)
+        self.passes, self.clock = passes, clock
+        try:
+            yield
+        finally:
+            self.passes, self.clock = before
 
     @contextlib.contextmanager
     def corpus_as(self, corpus: DeviceCorpus | None) -> Iterator[None]:

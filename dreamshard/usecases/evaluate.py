@@ -15,7 +15,7 @@ from dreamshard.documents import check_outputs, load_inventory, load_plan, same_
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
-from dreamshard.gate.sequential import stop_rule
+from dreamshard.gate.sequential import gate_rounds, stop_rule
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import PlanStats, stats_of
@@ -193,21 +193,25 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
     options = {name: sharder_options(name, s, request.model, seed) for name in names}
     oracle = s.oracle()
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
-    # one plan to judge: measuring ends where the publish gate's sequential rule decides on it
-    stop = stop_rule(s.publish, extra[0].plan_id) if s.evaluate.stop_early and len(extra) == 1 else None
+    # one plan to judge: measuring ends where the publish gate's sequential rule decides on it, and goes on past
+    # evaluate.rounds (up to publish.max_rounds) while the spreads are high; its devices timed publish.timing_passes
+    gated = s.evaluate.stop_early and len(extra) == 1
+    stop = stop_rule(s.publish, extra[0].plan_id, s.evaluate.rounds) if gated else None
     try:
         cmp = compare_sharders(
             inv,
             topo,
             names,
             oracle,
-            rounds=s.evaluate.rounds,
+            rounds=gate_rounds(s.publish, s.evaluate.rounds) if gated else s.evaluate.rounds,
             sharder_options=options,
             progress=progress,
             seed=seed,
             extra_plans=extra,
             corpus=corpus,
             stop=stop,
+            timing_passes=s.publish.timing_passes if gated else 1,
+            timing_clock=s.publish.timing_clock if gated else "wall",
         )
     finally:
         oracle.close()
