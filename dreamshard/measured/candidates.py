@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
-from dreamshard.search.candidates import Candidate
+from dreamshard.search.candidates import CURRENT, Candidate, origin
 from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,6 +58,18 @@ def heuristic_candidate(candidates: Sequence[Candidate], measured: Sequence[Cand
     if any(c.source in BASELINE_SHARDERS for c in measured):
         return []
     return next(([c] for c in candidates if c.source in BASELINE_SHARDERS), [])
+
+
+def to_measure(candidates: Sequence[Candidate], k: int, anchors: int) -> tuple[list[Candidate], Candidate | None]:
+    """What `--verify k` measures, the default first: the k best predicted (the search-only plan first), the anchors,
+    the best heuristic's own plan; and the current plan's candidate (a re-plan), which then leads and is returned.
+    It is the default because a challenger must be faster in every round, so inside the noise the job's state stays
+    where it is (as the gate keeps the current plan), and replaces it only after a duel long enough that chance could
+    not explain its wins."""
+    top = [*candidates[:k], *anchor_candidates(candidates, k, anchors)]
+    top += heuristic_candidate(candidates, top)
+    mine = next((c for c in candidates if origin(c.source) == CURRENT), None)
+    return ([mine, *(c for c in top if c is not mine)] if mine is not None else top), mine
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:

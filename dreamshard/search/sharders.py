@@ -27,11 +27,11 @@ from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
 from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
-from dreamshard.measured.candidates import VERIFY_ROUNDS, anchor_candidates, heuristic_candidate, verify_candidates
+from dreamshard.measured.candidates import VERIFY_ROUNDS, to_measure, verify_candidates
 from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
-from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, origin, search
+from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, search
 from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.search.sharding_types import choose_types
@@ -321,17 +321,7 @@ class DreamShardSharder(ModelSharder):
     ) -> Plan:
         if self.verify <= 0 or self.oracle is None or searched is None:
             return super()._finish(inventory, units, topology, unit_placement, searched, cost, assumptions)
-        top = [
-            *searched.candidates[: self.verify],
-            *anchor_candidates(searched.candidates, self.verify, self.verify_anchors),
-        ]
-        top += heuristic_candidate(searched.candidates, top)  # the best heuristic's own plan is always measured
-        # the current plan's candidate is the default when there is one: kept unless another is faster in every
-        # round, so inside the noise the job's state stays where it is (as the gate keeps the current plan)
-        # (and a challenger replaces it only after a duel long enough that chance could not explain its wins)
-        mine = next((c for c in searched.candidates if origin(c.source) == CURRENT), None)
-        if mine is not None:
-            top = [mine, *(c for c in top if c is not mine)]
+        top, mine = to_measure(searched.candidates, self.verify, self.verify_anchors)
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         rounds = self.verify_rounds or VERIFY_ROUNDS
         search_only = top.index(searched.candidates[0])  # the plan without measurement: the default (or the duel's)
