@@ -117,13 +117,14 @@ def test_plan_kernels_default_and_export() -> None:
     exported = p.to_torchrec()
     assert exported["a"]["compute_kernel"] == "fused_uvm_caching" and exported["a"]["cache_load_factor"] == 0.3
     assert exported["c"]["compute_kernel"] == "dense"
+    # TorchRec runs dense table-, column- and row-wise too: a sharded table may carry it
+    assert _plan(kernels={"a": "dense"}).to_torchrec()["a"]["compute_kernel"] == "dense"
 
 
 @pytest.mark.parametrize(
     "bad, needle",
     [
         ({"kernels": {"z": "fused"}}, "does not place"),
-        ({"kernels": {"a": "dense"}}, "data-parallel tables run the dense kernel"),
         ({"kernels": {"c": "fused"}}, "data-parallel tables run the dense kernel"),
         ({"kernels": {"a": "warp"}}, "Input should be"),
         ({"cache_load_factors": {"a": 0.2}}, "not the fused_uvm_caching kernel"),

@@ -109,10 +109,14 @@ PLANNED_KERNELS: tuple[str, ...] = ("fused_uvm", "fused_uvm_caching", "key_value
 
 def document_kernels(tables: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float]]:
     """(kernels, cache load factors) a dreamshard Plan records for a TorchRec plan file's `tables` ({name:
-    TableSharding}): the kernels other than the defaults that a plan holds (`PLANNED_KERNELS`; `dense` on a sharded
-    table runs in TorchRec but is no planned kernel), and each caching table's load factor (TorchRec's default when
-    the file names none)."""
-    kernels = {n: str(s.compute_kernel) for n, s in tables.items() if s.compute_kernel in PLANNED_KERNELS}
+    TableSharding}): the kernels other than the defaults that a plan holds (`PLANNED_KERNELS`, and `dense` on a
+    sharded table, as TorchRec runs it table-, column- and row-wise), and each caching table's load factor
+    (TorchRec's default when the file names none)."""
+    kernels = {
+        n: str(s.compute_kernel)
+        for n, s in tables.items()
+        if s.compute_kernel in PLANNED_KERNELS or (s.compute_kernel == "dense" and s.sharding_type != "data_parallel")
+    }
     factors = {
         n: float(tables[n].cache_load_factor or DEFAULT_CACHE_LOAD_FACTOR)
         for n, k in kernels.items()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import PlanError
-from dreamshard.placement.kernels import cache_load_factor
+from dreamshard.placement.kernels import DEVICE_KERNELS, cache_load_factor
 from dreamshard.values import ColumnShard, Inventory, RowShard, Table, Topology, parse_unit
 
 
@@ -85,12 +85,17 @@ def _broken(table: Table, kind: str, devices: list[int], widths: list[int], topo
     return None
 
 
-def _kernel_broken(table: Table, kind: str, kernel: str | None, factor: float | None) -> str | None:
-    """The kernel constraints the plan's kernel (None: the default for its type) and load factor break."""
+def _kernel_broken(
+    table: Table, kind: str, kernel: str | None, factor: float | None, device_type: str = "cuda"
+) -> str | None:
+    """The kernel constraints the plan's kernel (None: the default for its type) and load factor break, and a
+    kernel that does not run on the topology's devices."""
+    used = kernel or ("dense" if kind == "data_parallel" else "fused")
+    if used not in DEVICE_KERNELS.get(device_type, DEVICE_KERNELS["cuda"]):
+        return f"compute_kernels: the plan runs it with '{used}', which does not run on {device_type} devices"
     c = table.constraints
     if c is None:
         return None
-    used = kernel or ("dense" if kind == "data_parallel" else "fused")
     if not c.allows_kernel(used):
         return f"compute_kernels {list(c.compute_kernels or ())}: the plan runs it with '{used}'"
     want = cache_load_factor(table, used) if c.cache_load_factor is not None else None
@@ -111,13 +116,14 @@ def broken_constraint(
 ) -> tuple[str, str] | None:
     """(table, `<constraint>: <what the plan does>`) of the first table whose placement breaks one of its
     constraints (module docstring), None when every one is honoured; a sequence table made table_row_wise is a
-    PlanError. `kernels` / `cache_load_factors`: the plan's (a table left out runs its type's default kernel)."""
+    PlanError. `kernels` / `cache_load_factors`: the plan's (a table left out runs its type's default kernel); None:
+    the kernels are not checked (a measurement of units, timed with the backend's own operator)."""
     tables = inventory.by_name()
     for name, (kind, devices, widths) in _layouts(
         placement, column_shards, row_shards, data_parallel, topology
     ).items():
         table = tables.get(name)
-        if table is None or (table.constraints is None and table.pooled):
+        if table is None or (table.constraints is None and table.pooled and name not in (kernels or {})):
             continue
         if not table.pooled and kind == "table_row_wise":
             raise PlanError(
@@ -130,7 +136,9 @@ def broken_constraint(
             problem = _device_broken(table, devices, topology)
         else:
             problem = _broken(table, kind, devices, widths, topology)
-        problem = problem or _kernel_broken(table, kind, kernel, (cache_load_factors or {}).get(name))
+        if kernels is not None:  # None: a measurement's units, timed with the backend's own operator
+            factor = (cache_load_factors or {}).get(name)
+            problem = problem or _kernel_broken(table, kind, kernel, factor, topology.device_type)
         if problem is not None:
             return name, problem
     return None

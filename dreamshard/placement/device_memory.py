@@ -191,7 +191,11 @@ def unit_memory(
     io = 0
     if topology.memory_model == "torchrec":
         io = sum(io_bytes(unit, topology, sharding, num_shards, table_rows))
-    kernel = kernel or kernel_for(unit, sharding) or ("dense" if sharding == "data_parallel" else "fused")
+    kernel = (
+        kernel
+        or kernel_for(unit, sharding, topology.device_type)
+        or ("dense" if sharding == "data_parallel" else "fused")
+    )
     if topology.device_type != "cuda" or kernel not in HOST_KERNELS or enforce_hbm(unit):
         return MemoryBreakdown(weights=unit.size_bytes, optimizer=opt, io=io)
     cache = 0

@@ -3,9 +3,11 @@
 
 The planners run what they have measured: `fused` for sharded tables and `dense` for data-parallel ones, whenever a
 table's `compute_kernels` allow them (or say nothing). A table whose constraints allow neither gets the first kernel
-they name that a plan can carry (`fused_uvm`, `fused_uvm_caching`, `key_value`): carried into the plan's `kernels`,
-its memory counted per tier (dreamshard.placement.device_memory), its cost an extrapolation. `dense` runs only
-data-parallel tables and the sharded kernels only sharded ones, so a kernel constraint can forbid a sharding type.
+they name that a plan of its type can carry on its devices (`fused_uvm`, `fused_uvm_caching`, `key_value` on cuda;
+`dense` for a sharded table, as TorchRec runs dense table-, column- and row-wise): carried into the plan's
+`kernels`, its memory counted per tier (dreamshard.placement.device_memory), its cost an extrapolation. On cpu
+devices only `fused` and `dense` run (TorchRec's CPU sharders offer no other): a table allowing no kernel valid for
+the devices is refused at plan time, naming it (`device_kernel_problem`).
 """
 
 from __future__ import annotations
@@ -21,21 +23,37 @@ SHARDED_KERNELS: dict[str, Kernel] = {
     "fused_uvm": "fused_uvm",
     "fused_uvm_caching": "fused_uvm_caching",
     "key_value": "key_value",
+    "dense": "dense",
 }
 DP_KERNEL: Kernel = "dense"
 #: The kernels the planners run and have measured on this machine (CPU): they choose no other by themselves.
 MEASURED_KERNELS: tuple[str, ...] = ("fused", "dense")
+#: The kernels TorchRec's sharders run on each device type (cpu: fused and dense; cuda: every kernel a plan carries).
+DEVICE_KERNELS: dict[str, tuple[str, ...]] = {"cpu": ("fused", "dense"), "cuda": tuple(SHARDED_KERNELS)}
 
 
-def kernel_for(table: Table, sharding: str) -> Kernel | None:
-    """The compute kernel of `table` under `sharding` (module docstring), or None when its `compute_kernels`
-    allow no kernel a plan of that type can carry."""
+def kernel_for(table: Table, sharding: str, device_type: str | None = None) -> Kernel | None:
+    """The compute kernel of `table` under `sharding` on `device_type` devices (None: any; module docstring), or
+    None when its `compute_kernels` allow no kernel a plan of that type can carry there."""
     allowed = table.constraints.compute_kernels if table.constraints is not None else None
+    valid = DEVICE_KERNELS.get(device_type or "cuda", DEVICE_KERNELS["cuda"])
     if sharding == "data_parallel":
         return DP_KERNEL if allowed is None or DP_KERNEL in allowed else None
     if allowed is None or "fused" in allowed:
         return "fused"
-    return next((SHARDED_KERNELS[k] for k in allowed if k in SHARDED_KERNELS), None)
+    return next((SHARDED_KERNELS[k] for k in allowed if k in SHARDED_KERNELS and k in valid), None)
+
+
+def device_kernel_problem(table: Table, device_type: str) -> str:
+    """Why none of the table's `compute_kernels` runs on `device_type` devices ("" when one does)."""
+    allowed = table.constraints.compute_kernels if table.constraints is not None else None
+    valid = DEVICE_KERNELS.get(device_type, DEVICE_KERNELS["cuda"])
+    if allowed is None or any(k in valid for k in allowed):
+        return ""
+    return (
+        f"table '{table.name}': constraint compute_kernels {list(allowed)}: none runs on {device_type} devices "
+        f"(TorchRec runs {', '.join(valid)} there)"
+    )
 
 
 def cache_load_factor(table: Table, kernel: str) -> float | None:
@@ -52,7 +70,9 @@ def enforce_hbm(table: Table) -> bool:
     return bool(table.constraints is not None and table.constraints.enforce_hbm)
 
 
-def plan_kernels(tables: Mapping[str, Table], types: Mapping[str, str]) -> tuple[dict[str, Kernel], dict[str, float]]:
+def plan_kernels(
+    tables: Mapping[str, Table], types: Mapping[str, str], device_type: str | None = None
+) -> tuple[dict[str, Kernel], dict[str, float]]:
     """(kernels, cache load factors) a plan records for `tables` sharded as `types` ({table: sharding type}): only
     the kernels that are not the default (`fused`, `dense` for data-parallel) and the caching tables' factors.
     A table whose constraints allow no kernel for its type is left at the default: the validator names it."""
@@ -62,7 +82,7 @@ def plan_kernels(tables: Mapping[str, Table], types: Mapping[str, str]) -> tuple
         table = tables.get(name)
         if table is None:
             continue
-        kernel = kernel_for(table, sharding)
+        kernel = kernel_for(table, sharding, device_type)
         if kernel is None or kernel == ("dense" if sharding == "data_parallel" else "fused"):
             continue
         kernels[name] = kernel

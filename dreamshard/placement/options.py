@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from dreamshard.errors import InfeasiblePlacementError, PlanError, format_gb
 from dreamshard.placement.device_memory import unit_needs
 from dreamshard.placement.expand import even_bounds, replica_table, row_shard_table, shard_table, split_counts
-from dreamshard.placement.kernels import kernel_for
+from dreamshard.placement.kernels import device_kernel_problem, kernel_for
 from dreamshard.values import GB, Inventory, ShardingType, Table, Topology
 from dreamshard.values.units import row_blocks
 
@@ -120,7 +120,7 @@ def _candidates(table: Table, topology: Topology) -> list[TableOption]:
         found.append(("data_parallel", 1, tuple(range(n))))
     out: list[TableOption] = []
     for kind, shards, devices in found:
-        kernel = kernel_for(table, kind)
+        kernel = kernel_for(table, kind, topology.device_type)
         if kernel is None or not _allows(table, kind, shards) or not pinned:
             continue
         if kind in ("row_wise", "table_row_wise") and any(b <= a for a, b in row_blocks(table.num_embeddings, shards)):
@@ -163,10 +163,14 @@ def constraint_problem(table: Table, topology: Topology) -> str | None:
             f"{where} min_shards {c.min_shards}: it can be cut into at most {top} shards on {n} devices "
             f"(dim {table.embedding_dim}, {table.num_embeddings} rows)"
         )
-    if c.sharding_types is not None and not any(kernel_for(table, k) for k in c.sharding_types):
+    if problem := device_kernel_problem(table, topology.device_type):
+        return problem
+    if c.sharding_types is not None and not any(kernel_for(table, k, topology.device_type) for k in c.sharding_types):
         kernels = list(c.compute_kernels or ())
         return f"{where} compute_kernels {kernels} run none of sharding_types {list(c.sharding_types)}"
-    if c.compute_kernels is not None and not any(kernel_for(table, k) for k in ("table_wise", "data_parallel")):
+    if c.compute_kernels is not None and not any(
+        kernel_for(table, k, topology.device_type) for k in ("table_wise", "data_parallel")
+    ):
         return f"{where} compute_kernels {list(c.compute_kernels)}: none is a kernel a plan can run"
     if not _candidates(table, topology):
         return f"{where}s {c.given()} leave no sharding type on {n} devices"

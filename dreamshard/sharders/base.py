@@ -197,4 +197,4 @@ def _kernels(
     types.update({t: "column_wise" for t in shards})
     types.update({t: placed_type(t, [rs.device for rs in r], "row", topology) for t, r in rows.items()})
     types.update({t: "data_parallel" for t in replicated})
-    return plan_kernels(constrained, types)
+    return plan_kernels(constrained, types, topology.device_type)

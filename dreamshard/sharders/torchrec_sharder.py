@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,7 +25,7 @@ from dreamshard.integrations.torchrec_carried import document_kernels
 from dreamshard.integrations.torchrec_import import document_from_sharding_plan
 from dreamshard.placement.constraint_check import broken_constraint
 from dreamshard.placement.expand import Folded, fold_units
-from dreamshard.placement.kernels import SHARDED_KERNELS
+from dreamshard.placement.kernels import SHARDED_KERNELS, device_kernel_problem
 from dreamshard.placement.validate import check_each_table_fits
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.sharders.torchrec_messages import internal_name as _internal_name
@@ -61,6 +62,14 @@ INSTALL_HINT = "torchrec sharder needs torchrec: pip install torchrec fbgemm-gpu
 PLANNABLE_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
 #: The ones TorchRec's EmbeddingCollectionSharder offers a sequence table (it has no table_row_wise).
 SEQUENCE_TYPES: tuple[str, ...] = ("table_wise", "column_wise", "row_wise", "data_parallel")
+
+
+def _named(text: str, inventory: Inventory) -> str:
+    """TorchRec's first line with its internal table names (`t5`) replaced by the inventory's ('ad')."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "no plan")
+    first = first.split(". Module:")[0]
+    names = {_internal_name(i): t.name for i, t in enumerate(inventory.tables)}
+    return re.sub(r"\bt\d+\b", lambda m: f"table '{names[m.group(0)]}'" if m.group(0) in names else m.group(0), first)
 
 
 def split_width(table: Table, capacity_bytes: int) -> int | None:
@@ -270,6 +279,9 @@ class TorchRecTwCwSharder(Sharder):
         except ImportError as e:
             raise UnknownSharderError(f"{INSTALL_HINT} ({e})") from None
 
+        for t in inventory.tables:  # a kernel that cannot run on the devices: named here, never TorchRec's traceback
+            if problem := device_kernel_problem(t, topology.device_type):
+                raise PlanError(problem)
         constraints = self._constraints(inventory, topology)
         with _quiet(self.verbose):
             module = _module(inventory)
@@ -290,6 +302,8 @@ class TorchRecTwCwSharder(Sharder):
                 raise translate(
                     e, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec"
                 ) from None
+            except RuntimeError as e:  # its enumerator: "No available sharding type and compute kernel ... for t5"
+                raise PlanError(f"torchrec planner cannot place: {_named(str(e), inventory)}") from None
         return self._read_plan(sharding_plan, inventory, topology)
 
     def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:

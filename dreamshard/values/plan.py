@@ -185,10 +185,10 @@ class Plan(StrictModel):
         for table, kernel in self.kernels.items():
             if table not in tables:
                 raise ValueError(f"kernels names table '{table}', which the plan does not place")
-            if (kernel == "dense") != (table in self.data_parallel):
+            if table in self.data_parallel and kernel != "dense":
                 raise ValueError(
-                    f"table '{table}' has kernel '{kernel}': data-parallel tables run the dense kernel, sharded "
-                    f"tables a fused one"
+                    f"table '{table}' has kernel '{kernel}': data-parallel tables run the dense kernel (sharded "
+                    f"tables run fused, dense or a UVM / key-value kernel)"
                 )
         for table in self.cache_load_factors:
             if self.kernels.get(table) != "fused_uvm_caching":
