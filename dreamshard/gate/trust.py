@@ -79,7 +79,8 @@ def trusted_plan(plan: Plan, out_of_range: Callable[[Plan], Sequence[str]] | Non
     and extended by `out_of_range(plan)` (the model's own check, when a model is given): it can only grow."""
     found = tuple(out_of_range(plan)) if out_of_range is not None else ()
     kept = tuple(dict.fromkeys((*plan.out_of_range, *found)))
-    return plan.model_copy(update={**{f: None for f in UNTRUSTED_FIELDS}, "out_of_range": kept})
+    cleared = {f: Plan.model_fields[f].get_default(call_default_factory=True) for f in UNTRUSTED_FIELDS}
+    return plan.model_copy(update={**cleared, "out_of_range": kept})
 
 
 def bound_to_inventory(plan: Plan, inventory: Inventory) -> Plan:
