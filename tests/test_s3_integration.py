@@ -255,3 +255,28 @@ def test_seaweedfs_env_reads_any_data_dir_and_says_when_none_runs(
     lines = none.stderr.strip().splitlines()
     assert none.returncode == 1 and len(lines) == 1 and "Traceback" not in none.stderr
     assert "no SeaweedFS running from" in lines[0] and f"--dir {tmp_path / 'nowhere'}" in lines[0]
+
+
+def test_gc_removes_an_orphan_on_s3_and_keeps_every_named_plan(s3_env: SeaweedS3, s3_prefix: str) -> None:
+    """Issue 47 #8: S3 died mid-publish (the plan object and its checksum written, no record): `plans list` warns
+    and exits 0, gc keeps it within the grace period, then removes it and nothing a record or the pointer names."""
+    from test_store_orphans import interrupted_publish
+
+    from dreamshard.cli.app import invoke
+    from dreamshard.store.orphans import remove_orphans
+
+    uri = f"s3://{s3_env.bucket}/{s3_prefix}"
+    store = open_store(uri)
+    for overall in (9.0, 8.0):
+        p = make_plan(overall=overall)
+        publish(store, p, approve(p))
+    named = _keys(s3_env, s3_prefix)
+    orphan = make_plan(overall=7.0)
+    interrupted_publish(store, orphan, 2)
+    code, out, err = invoke(["plans", "list", "--store", uri])
+    assert code == 0 and "CORRUPT" not in out and err.startswith("in flight or orphan: "), err
+    assert remove_orphans(store).kept and len(_keys(s3_env, s3_prefix)) == len(named) + 2  # in flight: kept
+    result = remove_orphans(store, grace_minutes=0)
+    assert [o.plan_id for o in result.removed] == [orphan.plan_id]
+    assert _keys(s3_env, s3_prefix) == named
+    assert get_current(store, "inv").plan_id == p.plan_id and invoke(["plans", "fsck", "--store", uri])[0] == 0

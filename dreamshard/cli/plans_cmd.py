@@ -1,4 +1,4 @@
-"""`dreamshard plans ...`: gate, publish, list, show, incumbent, rollback, fsck, reproduce."""
+"""`dreamshard plans ...`: gate, publish, list, show, incumbent, rollback, fsck, gc, reproduce."""
 
 from __future__ import annotations
 
@@ -13,11 +13,20 @@ from rich.table import Table as RichTable
 from dreamshard.cli.console import show
 from dreamshard.cli.explain_cmd import TYPE_CODES, print_stats, stats_json
 from dreamshard.cli.options import ModelOpt
-from dreamshard.cli.plans_common import EndpointOpt, InventoryNameOpt, ParamsOpt, StoreOpt, plans_settings
+from dreamshard.cli.plans_common import (
+    EndpointOpt,
+    GraceOpt,
+    InventoryNameOpt,
+    ParamsOpt,
+    StoreOpt,
+    gc_command,
+    orphan_line,
+    plans_settings,
+)
 from dreamshard.cli.publish_cmd import publish_cmd
 from dreamshard.lazy import lazy_module
 from dreamshard.usecases import plans as plans_uc
-from dreamshard.usecases.plans import ListResult
+from dreamshard.usecases.plans import ORPHAN_GRACE_MINUTES, ListResult
 
 # the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,7 +35,7 @@ else:
     reproduce_uc = lazy_module("dreamshard.usecases.reproduce")
 
 plans_app = typer.Typer(
-    help="Gate, publish, list, show, roll back and check plans in a plan store.", no_args_is_help=True
+    help="Gate, publish, list, show, roll back, check and clean up plans in a plan store.", no_args_is_help=True
 )
 
 
@@ -37,13 +46,22 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
+    grace: GraceOpt = ORPHAN_GRACE_MINUTES,
 ) -> None:
     """List stored plans (approved and rejected), checksum-verified, marking the current one of each inventory.
     A plan that fails verification is listed as CORRUPT with the reason, and a path the store cannot read through
-    (a link out of it) is named on stderr as `skipped: KEY: why (fix: ...)`; the others still list. Exit 0 when
-    every plan listed verified, 1 when something is CORRUPT or skipped (`plans fsck` says how to fix it)."""
+    (a link out of it) is named on stderr as `skipped: KEY: why (fix: ...)`; the others still list. The leftovers
+    of an interrupted publish are no plans: each is one warning line on stderr (`orphan: KEY: ...`, or `in flight
+    or orphan` within the grace period) naming `plans gc`. Exit 0 when every plan listed verified (orphans or
+    not), 1 when something is CORRUPT or skipped (`plans fsck` says how to fix it)."""
     result = plans_uc.list_stored(
-        plans_uc.ListRequest(settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory)
+        plans_uc.ListRequest(
+            settings=plans_settings(params),
+            store=store,
+            endpoint_url=endpoint,
+            inventory=inventory,
+            grace_minutes=grace,
+        )
     )
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in result.records], indent=2))
@@ -52,6 +70,8 @@ def list_cmd(
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     for i in result.skipped:  # in both forms: --json's stdout stays the list of plans
         err.print(f"skipped: {i.key}: {i.problem} (fix: {i.fix})", markup=False)
+    for o in result.orphans:  # warnings: a monitor on the exit code is not alarmed by a publish that died
+        err.print(orphan_line(o, gc_command(store, inventory)), markup=False)
     if result.corrupt or result.skipped:
         raise typer.Exit(1)
 
@@ -111,11 +131,19 @@ def fsck_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines.")] = False,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
+    grace: GraceOpt = ORPHAN_GRACE_MINUTES,
 ) -> None:
-    """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes,
-    stored inventory versions. Prints one line per problem with its fix; exit 0 when clean, 1 otherwise."""
+    """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes
+    (their fix: `plans gc`), stored inventory versions. Prints one line per problem with its fix; exit 0 when
+    clean, 1 otherwise."""
     result = plans_uc.fsck(
-        plans_uc.ListRequest(settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory)
+        plans_uc.ListRequest(
+            settings=plans_settings(params),
+            store=store,
+            endpoint_url=endpoint,
+            inventory=inventory,
+            grace_minutes=grace,
+        )
     )
     issues = result.issues
     if as_json:
@@ -126,6 +154,43 @@ def fsck_cmd(
         typer.echo(f"{len(issues)} problem(s) in {result.location}" if issues else f"{result.location}: clean")
     if issues:
         raise typer.Exit(1)
+
+
+@plans_app.command("gc")
+def gc_cmd(
+    store: StoreOpt = None,
+    inventory: Annotated[str | None, typer.Option("--inventory", help="Only this inventory's orphans.")] = None,
+    grace: GraceOpt = ORPHAN_GRACE_MINUTES,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines.")] = False,
+    params: ParamsOpt = None,
+    endpoint: EndpointOpt = None,
+) -> None:
+    """Remove the orphans of interrupted publishes (docs/architecture.md, "Stores"): a plan object without its
+    record that no pointer (current or history) names, with its checksum; a checksum without its plan. Never an
+    object a record or a pointer names. Those younger than --grace-minutes may be a publish in flight: kept and
+    named. Exit 0 (nothing to remove is no error)."""
+    result = plans_uc.gc(
+        plans_uc.GcRequest(
+            settings=plans_settings(params),
+            store=store,
+            endpoint_url=endpoint,
+            inventory=inventory,
+            grace_minutes=grace,
+            dry_run=dry_run,
+        )
+    )
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    verb = "would remove" if dry_run else "removed"
+    for o in result.removed:
+        typer.echo(f"{verb} {', '.join(o.leftovers)} ({o.what})")
+    for o in result.kept:
+        typer.echo(f"kept {o.key}: in flight or orphan ({o.what}), younger than {result.grace_minutes:g} min")
+    typer.echo(
+        f"{len(result.removed)} orphan(s) {verb}, {len(result.kept)} kept within the grace period, in {result.location}"
+    )
 
 
 @plans_app.command("show")

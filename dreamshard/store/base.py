@@ -1,7 +1,9 @@
 """The object-store interface plan publishing is written against.
 
-Five primitives are enough: put/get/list/exists plus a compare-and-swap write (`put_if`) for the
-`current` pointer. There is deliberately no delete: old plan versions stay for rollback and audit.
+Five primitives are enough for publishing: put/get/list/exists plus a compare-and-swap write (`put_if`) for the
+`current` pointer. Old plan versions stay for rollback and audit: publishing never deletes. Two more primitives serve
+one repair only, `plans gc` (dreamshard.store.orphans): `written_at` (how old a leftover is, for the grace period) and
+`delete` (removing the leftovers of an interrupted publish). Nothing else calls them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from datetime import datetime
 from typing import NamedTuple
 
 from dreamshard.errors import StoreError
@@ -62,6 +65,16 @@ class PlanStore(ABC):
 
         Returns False (and writes nothing) when another writer got there first.
         """
+
+    @abstractmethod
+    def written_at(self, key: str) -> datetime | None:
+        """When the store last wrote the object at `key` (timezone-aware UTC; local: its mtime, S3: LastModified),
+        or None if it does not exist. Used only by the repair of orphans (its grace period)."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object at `key` (nothing when it does not exist). Used only by the repair of orphans
+        (`plans gc`, dreamshard.store.orphans): publishing, rollback and every reader never delete."""
 
     def check(self) -> None:
         """Raise StoreError if the store is not usable (unreachable, bad credentials, missing bucket).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from functools import partial
 
 from dreamshard.errors import PlanError, StoreError, StorePathError
@@ -18,10 +19,23 @@ from dreamshard.store.keys import (
     pointer_of,
 )
 from dreamshard.store.objects import load_verified, read_record, sha256_hex
+from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, age, grace_of, orphans_of
 from dreamshard.store.pointer import HISTORY_LIMIT, entry_key, pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecordFile
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, Orphan, PlanRecordFile
+from dreamshard.values import utcnow
 
-_ORPHAN = {"checksum": "checksum file without its plan (orphan)", "record": "record without its plan (orphan)"}
+#: Checksum and record files without their plan that are no orphans of a publish (dreamshard.store.orphans): kept.
+_STRAY = {
+    "checksum": (
+        "checksum file without its plan, kept: the pointer names the plan, or cannot be read",
+        "restore the plan from a backup, or repair the pointer (`plans gc` keeps what a pointer may name)",
+    ),
+    "record": (
+        "record without its plan (a publish writes the record last: the plan was removed since)",
+        "restore the plan from a backup, or move the record out of the store (`plans gc` keeps records: the "
+        "only trace of a decision)",
+    ),
+}
 
 
 def _path_issue(e: StorePathError | PathProblem) -> FsckIssue:
@@ -36,14 +50,17 @@ def _guarded(check: Callable[[], list[FsckIssue]]) -> list[FsckIssue]:
         return [_path_issue(e)]
 
 
-def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
+def fsck(
+    store: PlanStore, inventory: str | None = None, grace_minutes: float = ORPHAN_GRACE_MINUTES
+) -> list[FsckIssue]:
     """Everything inconsistent in the plan store (all inventories if None); changes nothing.
 
     Finds: the store's own structure (`PlanStore.path_problems`: links out of a local store, empty folders, a file
     where a folder belongs, a folder where an object belongs), objects under plans/ that are not part of the
     layout, corrupt or dangling `current` pointers, plans whose bytes do not match their checksum file, record
-    or pointer, unreadable or invalid plans, checksum/record files without their plan (orphans), approved
-    plans that never became current (an interrupted publish), and stored inventory versions that are corrupt.
+    or pointer, unreadable or invalid plans, the orphans of interrupted publishes (dreamshard.store.orphans: fix
+    `plans gc`; "in flight or orphan" within `grace_minutes`), record or checksum files without their plan that are
+    no orphans, approved plans that never became current, and stored inventory versions that are corrupt.
     Every finding in one pass: a path the store cannot read through is one finding, and the keys it can read are
     all checked (`PlanStore.scan`).
     """
@@ -54,7 +71,7 @@ def fsck(store: PlanStore, inventory: str | None = None) -> list[FsckIssue]:
     inventories = [inventory] if inventory else sorted({i for k in keys if (i := inventory_of(k)) is not None})
     for inv in inventories:
         mine = [k for k in keys if k.startswith(inventory_prefix(inv))]
-        found += _guarded(partial(_check_inventory, store, inv, mine, behind))
+        found += _guarded(partial(_check_inventory, store, inv, mine, behind, grace_of(grace_minutes)))
     found += _unexpected(keys)
     if inventory is None:
         found += _guarded(lambda: check_inventory_store(store))
@@ -89,18 +106,43 @@ def _unexpected(keys: list[str]) -> list[FsckIssue]:
     ]
 
 
-def _check_inventory(store: PlanStore, inv: str, keys: list[str], behind: set[str]) -> list[FsckIssue]:
+def _check_inventory(
+    store: PlanStore, inv: str, keys: list[str], behind: set[str], grace: timedelta
+) -> list[FsckIssue]:
     """Everything inconsistent under one inventory (`keys`: its objects the store can read; `behind`: paths it
-    cannot read through): its pointer and the plans it names, each stored plan, a plan decided twice, and
-    checksum or record files without their plan."""
+    cannot read through): its pointer and the plans it names, each stored plan, a plan decided twice, the orphans
+    of interrupted publishes (only where the pointer reads: it may name any plan), and checksum or record files
+    without their plan."""
     pointer, problem, out = _pointer_issues(store, inv)
     if pointer is not None:
         out += _history_issues(store, pointer)
+    now = utcnow()
+    orphans = [] if problem else orphans_of(store, keys, pointer, now, grace, frozenset(behind))
+    left = {o.key for o in orphans}
     plans = [p for k in keys if (p := parse_key(k)) is not None and p.kind == "plan"]
-    out += _stored_plan_issues(store, inv, plans, pointer, pointer_readable=not problem)
-    out += _decided_twice_issues(inv, plans)
-    out += _orphan_issues(keys, plans, behind)
+    stored = [p for p in plans if p.key not in left]
+    out += _stored_plan_issues(store, inv, stored, pointer, pointer_readable=not problem)
+    out += _decided_twice_issues(inv, stored)
+    out += [_orphan_issue(o, now, grace) for o in orphans]
+    out += _orphan_issues([k for k in keys if k not in left], plans, behind)
     return out
+
+
+def _orphan_issue(orphan: Orphan, now: datetime, grace: timedelta) -> FsckIssue:
+    """An orphan of an interrupted publish as a finding, with `plans gc` as its fix (none yet within the grace)."""
+    written = f"written {age(orphan.written_at, now)} ago"
+    gc = f"dreamshard plans gc --inventory {orphan.inventory}"
+    if orphan.in_flight:
+        return FsckIssue(
+            key=orphan.key,
+            problem=f"in flight or orphan: {orphan.what}, {written} (a publish may still be writing it)",
+            fix=f"none while a publish runs; once it is {grace.total_seconds() / 60:g} min old, `{gc}` removes it",
+        )
+    return FsckIssue(
+        key=orphan.key,
+        problem=f"orphan of an interrupted publish: {orphan.what}, named by no record or pointer, {written}",
+        fix=f"`{gc}` removes it",
+    )
 
 
 def _pointer_issues(store: PlanStore, inv: str) -> tuple[CurrentPointer | None, str, list[FsckIssue]]:
@@ -202,14 +244,15 @@ def _decided_twice_issues(inv: str, plans: list[PlanKey]) -> list[FsckIssue]:
 
 
 def _orphan_issues(keys: list[str], plans: list[PlanKey], behind: set[str]) -> list[FsckIssue]:
-    """Checksum and record files (of `keys`) whose plan is not stored (a plan the store cannot read through is
-    there: its path is a finding of its own)."""
+    """Checksum and record files (of `keys`, the orphans taken out) whose plan is not stored (a plan the store
+    cannot read through is there: its path is a finding of its own)."""
     stored = {pk.key for pk in plans} | behind
     out: list[FsckIssue] = []
     for key in keys:
         parsed = parse_key(key)
         if parsed is not None and parsed.kind != "plan" and parsed.of("plan").key not in stored:
-            out.append(FsckIssue(key=key, problem=_ORPHAN[parsed.kind], fix="delete it"))
+            problem, fix = _STRAY[parsed.kind]
+            out.append(FsckIssue(key=key, problem=problem, fix=fix))
     return out
 
 

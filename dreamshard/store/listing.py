@@ -18,21 +18,31 @@ from dreamshard.store.base import PlanStore
 from dreamshard.store.inventories import VersionSchemas
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, inventory_of, inventory_prefix, parse_key
 from dreamshard.store.objects import load_original, read_record
+from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, grace_of, orphans_of
 from dreamshard.store.pointer import pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, Orphan, PlanRecord
+from dreamshard.values import utcnow
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class PlanListing(NamedTuple):
     """What `plans list` shows: every stored plan it could read (`records`), and what it could not read through
-    (`skipped`: a link out of a local store, a file where a folder belongs...), each with its fix."""
+    (`skipped`: a link out of a local store, a file where a folder belongs...), each with its fix, and the leftovers
+    of interrupted publishes (`orphans`: dreamshard.store.orphans), which are no stored plans: never listed as corrupt.
+    """
 
     records: list[PlanRecord]
     skipped: list[FsckIssue]
+    orphans: list[Orphan] = []
 
 
-def scan_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> PlanListing:
+def scan_plans(
+    store: PlanStore,
+    inventory: str | None = None,
+    fingerprint: str | None = None,
+    grace_minutes: float = ORPHAN_GRACE_MINUTES,
+) -> PlanListing:
     """Every stored plan of `inventory` (all inventories if None; of its version `fingerprint` only, if given),
     oldest first by the store's own write (the record's `stored_at`), each checksum-verified, and every path the
     store could not read through (StorePathError), skipped and named.
@@ -40,28 +50,39 @@ def scan_plans(store: PlanStore, inventory: str | None = None, fingerprint: str 
     A plan that fails verification (checksum mismatch, unreadable, invalid) is listed with its `problem`; a corrupt
     pointer only means no plan of that inventory is marked current; a pointer or plan object the store cannot read
     through (a link out of a local store, a folder where an object belongs) is one skipped entry, and the rest is
-    listed. `plans fsck` says what to move.
+    listed. `plans fsck` says what to move. The orphans of an interrupted publish (of an inventory whose pointer
+    reads) are not listed: they are returned apart (`orphans`, each in flight or not by `grace_minutes`).
     """
     keys, unlisted = store.scan(inventory_prefix(inventory) if inventory else PLANS_PREFIX)
     skipped = [FsckIssue(key=p.key, problem=p.problem, fix=p.fix) for p in unlisted]
     plans = [p for k in keys if (p := parse_key(k)) is not None and p.kind == "plan"]
     inventories = [inventory] if inventory else sorted({i for k in keys if (i := inventory_of(k)) is not None})
     schemas = VersionSchemas(store)
+    behind, grace, now = frozenset(p.key for p in unlisted), grace_of(grace_minutes), utcnow()
     out: list[PlanRecord] = []
+    orphans: list[Orphan] = []
     for inv in inventories:
         try:
-            pointer, _ = pointer_or_problem(store, inv)
+            pointer, problem = pointer_or_problem(store, inv)
         except StorePathError as e:
-            pointer = None
+            pointer, problem = None, str(e)
             skipped.append(_skipped(e))
+        if not problem:  # an unreadable pointer may name any plan: none is an orphan
+            mine = [k for k in keys if inventory_of(k) == inv]
+            orphans += [
+                o
+                for o in orphans_of(store, mine, pointer, now, grace, behind)
+                if fingerprint is None or (ok := parse_key(o.key)) is None or ok.fingerprint == fingerprint
+            ]
+        left = {o.key for o in orphans}
         for pk in plans:
-            if pk.inventory == inv and (fingerprint is None or pk.fingerprint == fingerprint):
+            if pk.inventory == inv and (fingerprint is None or pk.fingerprint == fingerprint) and pk.key not in left:
                 try:
                     out.append(_listed(store, pk, pointer, schemas))
                 except StorePathError as e:
                     skipped.append(_skipped(e))
     records = sorted(out, key=lambda r: (r.inventory, r.stored_at or _EPOCH, r.plan_id))
-    return PlanListing(records, list({i.key: i for i in skipped}.values()))
+    return PlanListing(records, list({i.key: i for i in skipped}.values()), orphans)
 
 
 def list_plans(store: PlanStore, inventory: str | None = None, fingerprint: str | None = None) -> list[PlanRecord]:

@@ -15,6 +15,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 from dreamshard.documents import atomic_write_bytes
@@ -224,6 +225,39 @@ class LocalPlanStore(PlanStore):
         except KeyNotFoundError:
             return None
         return data, _version(data)
+
+    # -- the repair of orphans only (dreamshard.store.orphans) ------------------------------------------
+    def written_at(self, key: str) -> datetime | None:
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            raise self._blocked(path) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise self._not_object(path, st.st_mode)
+        return datetime.fromtimestamp(st.st_mtime, timezone.utc)
+
+    def delete(self, key: str) -> None:
+        """Unlink the file, then every folder above it that this left empty (an empty folder is an fsck finding),
+        up to the store's root."""
+        path = self._path(key)
+        if self.written_at(key) is None:
+            return
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StoreError(f"cannot delete {path}: {e.strerror}") from None
+        folder = path.parent
+        while folder != self.root and folder.is_relative_to(self.root):
+            try:
+                folder.rmdir()  # only an empty folder goes
+            except OSError:
+                break
+            folder = folder.parent
 
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:

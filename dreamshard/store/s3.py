@@ -12,6 +12,7 @@ conditional writes fall back to read-compare-write-reread (best effort; document
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.errors import StoreError, first_line, redact_url
@@ -168,6 +169,22 @@ class S3PlanStore(PlanStore):
         except KeyNotFoundError:
             return False
         return True
+
+    def written_at(self, key: str) -> datetime | None:
+        try:
+            head = self._call("head_object", key, Key=self._full(key))
+        except KeyNotFoundError:
+            return None
+        when = head.get("LastModified")
+        if not isinstance(when, datetime):
+            raise StoreError(f"S3 at {self._endpoint_label} gave no LastModified for s3://{self.bucket}/{key}")
+        return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._call("delete_object", key, Key=self._full(key))  # S3 answers 204 for an absent key too
+        except KeyNotFoundError:
+            return
 
     def put_if(self, key: str, data: bytes, expected: Version | None) -> bool:
         if self._conditional_writes:

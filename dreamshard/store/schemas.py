@@ -136,3 +136,31 @@ class InventoryRef(BaseModel):
     sha256: str
     pushed_at: datetime = Field(default_factory=utcnow)
     changed: bool = True  # False when this fingerprint was already current
+
+
+class Orphan(BaseModel):
+    """A leftover of an interrupted publish (dreamshard.store.orphans: the definition), as `plans list` warns of it,
+    `plans fsck` reports it and `plans gc` removes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str  # the plan object's key (the checksum object's, for a checksum without its plan)
+    inventory: str
+    plan_id: str
+    what: str  # which objects were left, in words
+    leftovers: tuple[str, ...]  # the keys `plans gc` deletes, in its order (the plan object last)
+    written_at: datetime  # the store's own write time of the newest leftover
+    in_flight: bool  # written within the grace period: maybe a publish still running; never deleted
+
+
+class GcResult(BaseModel):
+    """What `plans gc` did: the orphans it removed (or would remove, with `dry_run`) and those it kept because they
+    are within the grace period (maybe a publish in flight)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    location: str
+    grace_minutes: float
+    dry_run: bool = False
+    removed: tuple[Orphan, ...] = ()
+    kept: tuple[Orphan, ...] = ()

@@ -1,5 +1,5 @@
 """The plan store's read and repair use cases: `plans list`, `plans show`, `plans incumbent`, `plans rollback`,
-`plans fsck` (docs/architecture.md, "Stores"). Gating and publishing are `publish.py`, reproducing a plan's
+`plans fsck`, `plans gc` (docs/architecture.md, "Stores"). Gating and publishing are `publish.py`, reproducing a plan's
 workspace `reproduce.py`. Nothing here loads torch, except a stats report (`show` with `stats`)."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dreamshard.store import fsck as store_fsck
 from dreamshard.store import rollback as store_rollback
 from dreamshard.store import scan_plans
 from dreamshard.store.inventories import get_inventory_version
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord
+from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, age, remove_orphans
+from dreamshard.store.schemas import CurrentPointer, FsckIssue, GcResult, Orphan, PlanRecord
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
-from dreamshard.values import Plan
+from dreamshard.values import Plan, utcnow
 
 # the stats report imports torch: it loads when `show` is asked for one (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,11 +39,14 @@ class StoreRequest(Request):
 
 class ListRequest(StoreRequest):
     inventory: str | None = None  # None: every inventory's plans
+    # an orphan younger than this may be a publish in flight (dreamshard.store.orphans)
+    grace_minutes: float = ORPHAN_GRACE_MINUTES  # checked by dreamshard.store.orphans.grace_of (one line)
 
 
 class ListResult(Result):
     records: list[PlanRecord]
     skipped: list[FsckIssue] = []  # what the store could not read through (a link out...), each with its fix
+    orphans: list[Orphan] = []  # leftovers of interrupted publishes: not plans, not corrupt (`plans gc`)
 
     @property
     def corrupt(self) -> list[PlanRecord]:
@@ -54,8 +58,8 @@ def list_stored(request: ListRequest) -> ListResult:
     """Every stored plan (approved and rejected), checksum-verified, the current one of each inventory marked, and
     every path the store could not read through, skipped and named."""
     store = open_plan_store(request.settings, request.store, request.endpoint_url)
-    listing = scan_plans(store, request.inventory)
-    return ListResult(records=listing.records, skipped=listing.skipped)
+    listing = scan_plans(store, request.inventory, grace_minutes=request.grace_minutes)
+    return ListResult(records=listing.records, skipped=listing.skipped, orphans=listing.orphans)
 
 
 class FsckResult(Result):
@@ -67,7 +71,23 @@ def fsck(request: ListRequest) -> FsckResult:
     """The whole store checked, nothing changed: pointers, checksums, records, orphans of interrupted publishes,
     stored inventory versions (one issue per problem, with its fix)."""
     store = open_plan_store(request.settings, request.store, request.endpoint_url)
-    return FsckResult(location=store.location, issues=store_fsck(store, request.inventory))
+    return FsckResult(location=store.location, issues=store_fsck(store, request.inventory, request.grace_minutes))
+
+
+def orphan_age(orphan: Orphan) -> str:
+    """How long ago the store wrote the orphan's newest leftover, in words ("40 s", "3.5 h")."""
+    return age(orphan.written_at, utcnow())
+
+
+class GcRequest(ListRequest):
+    dry_run: bool = False  # say what would be removed, remove nothing
+
+
+def gc(request: GcRequest) -> GcResult:
+    """Remove the orphans of interrupted publishes older than the grace period (dreamshard.store.orphans: never an
+    object a record or a pointer names); those within it may be a publish in flight and are kept."""
+    store = open_plan_store(request.settings, request.store, request.endpoint_url)
+    return remove_orphans(store, request.inventory, request.grace_minutes, request.dry_run)
 
 
 class ShowRequest(StoreRequest):

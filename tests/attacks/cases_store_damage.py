@@ -402,7 +402,34 @@ def _cases() -> list[Case]:
         for command in ("plans list", "plans fsck", "plans show current --inventory x", "plans rollback --inventory x")
     ]
     cases.append(Holds("a compare-and-swap with nothing to write on an absent key returns at once", _cas_nothing))
+    cases += _orphan_cases()
     return cases
+
+
+def _orphan_cases() -> list[Case]:
+    """Issue 47 #8: what S3 dying mid-publish leaves (tests/attacks/store_orphans.py)."""
+    from store_orphans import in_flight, kept, kept_as_json, left_by_a_dead_publish, removed, warned
+
+    old, new = left_by_a_dead_publish(False, 3.0), left_by_a_dead_publish(True, 0.0)
+    old_pair = left_by_a_dead_publish(True, 3.0)
+    return [
+        Runs("a dead publish's plan object: plans list warns, exit 0", "plans list --store store", warned, old),
+        Runs("a dead publish's plan and checksum: plans list warns", "plans list --store store", warned, old_pair),
+        Runs("a dead publish's plan, just written: in flight or orphan", "plans list --store store", in_flight, new),
+        Runs("plans gc removes a dead publish's plan object, nothing else", "plans gc --store store", removed, old),
+        Runs("plans gc removes a dead publish's plan and checksum", "plans gc --store store", removed, old_pair),
+        Runs("plans gc keeps a leftover within the grace period", "plans gc --store store", kept, new),
+        Runs(
+            "plans gc --json keeps a leftover within a long grace period",
+            "plans gc --store store --json --grace-minutes 600",
+            kept_as_json,
+            old,
+        ),
+        *(
+            Refused(f"plans gc --grace-minutes {g}", f"plans gc --store store --grace-minutes {g}", "--grace-minutes")
+            for g in ("nan", "inf", "-5")
+        ),
+    ]
 
 
 def _cas_nothing(work: Path) -> None:
