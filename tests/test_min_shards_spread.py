@@ -60,7 +60,9 @@ def test_two_shards_on_one_device_do_not_meet_min_shards_2() -> None:
         check_placement(inventory(4), placement, TOPO, {"query": shards(0, 1, 2, 2)})
 
 
-@pytest.mark.parametrize("sharder", ["dim_greedy", "size_greedy", "round_robin", "random", "dreamshard_lpt"])
+@pytest.mark.parametrize(
+    "sharder", ["dim_greedy", "size_greedy", "round_robin", "random", "dreamshard_lpt", "dreamshard", "dreamshard_rl"]
+)
 def test_every_sharder_spreads_the_shards(sharder: str) -> None:
     inv = inventory(4)
     plan = get_sharder(sharder).shard(inv, TOPO)
@@ -99,3 +101,19 @@ def test_synthetic_inventories_are_unaffected() -> None:
     plan = get_sharder("dim_greedy").shard(inv, TOPO)
     units, placement = expand_plan(inv, plan)
     assert spread_shards(units, placement, TOPO) == placement
+
+
+def test_refinement_never_proposes_two_shards_of_a_min_shards_table_together() -> None:
+    from dreamshard.measured.refine import _Room
+
+    inv = inventory(2)
+    plan = _plan(inv, (0, 1))
+    units, placement = expand_plan(inv, plan)
+    room = _Room.of(units, TOPO)
+    on: dict[int, list[str]] = {d: [u for u, e in placement.items() if e == d] for d in range(4)}
+    assert not room.keeps(on, 0, 1, "query@0:32", None)  # onto its sibling's device
+    assert room.keeps(on, 0, 2, "query@0:32", None)  # onto a free device
+    on[2].append("query@32:64")  # a sibling on device 2 too: a swap that brings query@0:32 there is refused
+    other = next(u for u in on[2] if not u.startswith("query"))
+    assert not room.keeps(on, 0, 2, "query@0:32", other)
+    assert room.keeps(on, 0, 1, "query@0:32", "query@32:64")  # the two shards trading places stay apart

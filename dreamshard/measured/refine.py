@@ -29,6 +29,7 @@ from dreamshard.measured.stage import against_start
 from dreamshard.placement.device_memory import unit_needs
 from dreamshard.placement.expand import expand_plan, fold_units
 from dreamshard.placement.options import allowed_devices
+from dreamshard.placement.spread import spread_groups
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.sharders.base import make_plan
 from dreamshard.values import GB, Inventory, Measurement, Plan, RefineStep, RefineTrace, Topology
@@ -62,6 +63,8 @@ class _Room:
     cap: int
     host_cap: float
     allowed: dict[str, tuple[int, ...]]
+    #: {unit: its table} of the shards of `min_shards` tables: two never share a device (placement/spread.py)
+    spread: dict[str, str]
 
     @classmethod
     def of(cls, units: Inventory, topology: Topology) -> _Room:
@@ -72,12 +75,20 @@ class _Room:
             cap=topology.usable_memory_bytes,
             host_cap=topology.host_memory_per_device_gb * GB,
             allowed={t.name: allowed_devices(t, topology) for t in units.tables},
+            spread={u: table for table, members in spread_groups(units).items() for u in members},
         )
 
+    def _apart(self, on: dict[int, list[str]], unit: str | None, to: int, leaving: str | None) -> bool:
+        """Whether `unit` may join device `to` (which `leaving` leaves): no other shard of its table is there."""
+        table = self.spread.get(unit) if unit is not None else None
+        return table is None or not any(self.spread.get(x) == table for x in on[to] if x != leaving)
+
     def keeps(self, on: dict[int, list[str]], b: int, d: int, u: str, w: str | None) -> bool:
-        """Whether moving `u` from b to d (and `w` from d to b) keeps both devices within memory and both units on
-        devices they may use."""
+        """Whether moving `u` from b to d (and `w` from d to b) keeps both devices within memory, both units on
+        devices they may use, and the shards of a `min_shards` table apart."""
         if d not in self.allowed[u] or (w is not None and b not in self.allowed[w]):
+            return False
+        if not self._apart(on, u, d, w) or not self._apart(on, w, b, u):
             return False
         for need, cap in ((self.need, self.cap), (self.host, self.host_cap)):
             moved = need[u] - (need[w] if w else 0)

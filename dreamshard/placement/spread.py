@@ -29,11 +29,13 @@ def spread_shards(
 ) -> dict[str, int]:
     """`placement` with every shard of a `min_shards` table that shares a device with another of its shards moved
     to a device it may use, with memory room, holding none of them (the least-used such device). A shard in
-    `fixed` stays; when no device qualifies the shard stays too (the validator then names the table)."""
+    `fixed`, or whose type fixes its device (row blocks), stays; when no device qualifies the shard stays too (the
+    validator then names the table)."""
     out = {k: int(v) for k, v in placement.items()}
     groups = spread_groups(units)
     if not groups:
         return out
+    fixed = {*fixed, *(n for members in groups.values() for n in members if not parse_unit(n).movable)}
     tables = units.by_name()
     needs = unit_needs(units, topology)
     used = [0] * topology.num_devices

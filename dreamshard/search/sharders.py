@@ -31,6 +31,7 @@ from dreamshard.measured.candidates import VERIFY_ROUNDS, to_measure, verify_can
 from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
+from dreamshard.placement.spread import spread_shards
 from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, search
 from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.insertion import adapted_placement
@@ -146,7 +147,9 @@ class ModelSharder(Sharder):
         unit_placement: dict[str, int],
         cost: PlanningCost,
     ) -> Plan:
-        """The plan of a placement of `units` (whole tables and column shards of `inventory`)."""
+        """The plan of a placement of `units` (whole tables and column shards of `inventory`); shards of a
+        `min_shards` table a search put together are moved apart first (placement/spread.py)."""
+        unit_placement = spread_shards(units, unit_placement, topology)
         folded = fold_units(inventory, unit_placement)
         plan = make_plan(
             inventory,
