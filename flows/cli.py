@@ -7,7 +7,7 @@ use case (dreamshard.usecases.pipeline; `run` hands it the orchestrator flow) an
     pipeline run        the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set)
     pipeline init       create a workspace repository (git + DVC) from the installed dvc.yaml and params.yaml
     pipeline status     what `dvc status` says in a workspace, and the last decision
-    pipeline drift      one drift check of the current plan
+    pipeline drift      a drift check of every current plan (or one)
 """
 
 from __future__ import annotations
@@ -229,7 +229,10 @@ def status_cmd(
 
 @pipeline_app.command("drift")
 def drift_cmd(
-    inventory_name: Annotated[str, typer.Option("--inventory-name", help="Whose current plan to check.")],
+    inventory_name: Annotated[
+        str | None,
+        typer.Option("--inventory-name", help="Whose current plan to check (default: every inventory with one)."),
+    ] = None,
     params: Annotated[Path | None, typer.Option("--params", help=PARAMS_HELP)] = None,
     store: StoreOpt = None,
     endpoint_url: EndpointOpt = None,
@@ -239,8 +242,9 @@ def drift_cmd(
     ] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Override profile.backend.")] = None,
 ) -> None:
-    """Re-measure the current plan and compare with its recorded cost; past drift.threshold emit
-    dreamshard.plan.drifted (with PREFECT_API_URL set, the retrain-on-drift deployment starts)."""
+    """Re-measure the current plan of each inventory (or the one named) and compare with its recorded cost; past
+    drift.threshold emit dreamshard.plan.drifted (with PREFECT_API_URL set, the retrain-on-drift deployment
+    starts). An inventory without a current plan is skipped, with the reason."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
     from dreamshard_flows.drift import drift_check_flow, prepare  # optional dependency: prefect
     from dreamshard_flows.requests import DriftRequest
@@ -253,12 +257,16 @@ def drift_cmd(
         workspace=str(workspace) if workspace else None,
         backend=backend,
     )
-    prepare(request)  # one-line errors (params, no plan, no inventory, another backend) before Prefect starts
-    check = drift_check_flow(request)
-    typer.echo(
-        f"plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its {check.basis} cost "
-        f"(threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}"
-    )
+    if inventory_name is not None:
+        prepare(request)  # one-line errors (params, no plan, no inventory, another backend) before Prefect starts
+    done = drift_check_flow(request)
+    for reason in done.skipped:
+        typer.echo(f"skipped: {reason}")
+    for check in done.checks:
+        typer.echo(
+            f"{check.inventory_name} plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its "
+            f"{check.basis} cost (threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}"
+        )
     _echo_ui_hint("drift-check")
 
 

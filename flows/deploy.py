@@ -11,7 +11,7 @@
     profile-batch/profile-batch
         one profiling batch; the orchestrator submits one run per batch (gpu pool)
     drift-check/drift-monitor
-        hourly: re-measure the current plan (gpu pool)
+        hourly: re-measure every inventory's current plan (gpu pool)
     publish-plan/publish-plan
         gate + lineage + publish a workspace's plan by hand (default pool)
 
@@ -19,8 +19,12 @@
     python -m dreamshard_flows.deploy --work-pools    # register them on work pools `default` and `gpu` (process
                                                       # workers: infra/start-prefect.sh, infra/start-worker.sh gpu)
 
+    python -m dreamshard_flows.deploy --work-pools --root /srv/dreamshard
+                                                      # paths under /srv/dreamshard on the worker hosts, not this
+                                                      # host's (with the store and DVC remote on s3://)
+
 Entry points are module paths (dreamshard_flows.<module>.<flow>): a worker runs the installed package, whatever
-its working directory.
+its working directory. Paths in the parameters: dreamshard_flows.deploy_paths.
 """
 
 from __future__ import annotations
@@ -31,13 +35,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dreamshard_flows.deploy_paths import host_bound, registered_paths, registered_remote
 from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 from dreamshard_flows.replan import RETRAIN_DUE_EVENT
 
-from dreamshard.config.settings import pipeline_base, resolve
-from dreamshard.errors import DreamshardError, InputFileError
+from dreamshard.errors import DreamshardError
 from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT
-from dreamshard.usecases.pipeline_steps import RemoteSpec, absolute_uri
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -177,9 +180,14 @@ def _retrain_deployments(
     ]
 
 
-def _other_deployments(
-    params_path: str, workspace: str, store_uri: str | None, work_pools: bool, inventory_name: str
-) -> list[Any]:
+def _drift_request(params_path: str, workspace: str, store_uri: str | None) -> dict[str, Any]:
+    """The drift monitor's parameters: no inventory name, so each round checks every inventory with a current plan
+    (one without is skipped with the reason)."""
+    store = {"store_uri": store_uri} if store_uri else {}
+    return {"request": {"params_path": params_path, "workspace": workspace, **store}}
+
+
+def _other_deployments(params_path: str, workspace: str, store_uri: str | None, work_pools: bool) -> list[Any]:
     """The profile-batch, drift-monitor and publish-plan deployments."""
     from dreamshard_flows.batch_flow import profile_batch_flow
     from dreamshard_flows.drift import drift_check_flow
@@ -195,9 +203,9 @@ def _other_deployments(
         drift_check_flow.to_deployment(
             name="drift-monitor",
             cron=DRIFT_CRON,
-            parameters=_named_request(inventory_name, params_path, workspace, store_uri),
+            parameters=_drift_request(params_path, workspace, store_uri),
             tags=["dreamshard", "gpu", "drift"],
-            description="Re-measure the current plan; emit dreamshard.plan.drifted past drift.threshold",
+            description="Re-measure every inventory's current plan; emit dreamshard.plan.drifted past drift.threshold",
             **_pool(work_pools, GPU_POOL),
         ),
         publish_workspace_plan.to_deployment(
@@ -210,39 +218,20 @@ def _other_deployments(
     ]
 
 
-def registered_paths(params_path: str, workspace: str, store_uri: str | None) -> tuple[str, str, str]:
-    """The params file, the workspace and the plan store as a deployment records them: absolute, taken from this
-    process's working directory (a worker runs each flow in a temporary directory, where a relative path names
-    nothing). The store defaults to the params' `publish.store_uri`. A missing or invalid params file is refused
-    here, at registration, not by the first run."""
-    params = Path(params_path).expanduser().resolve()
-    if not params.is_file():
-        raise InputFileError(f"params file not found: {params}")
-    store = store_uri or resolve(params, base=pipeline_base()).publish.store_uri
-    return str(params), str(Path(workspace).expanduser().resolve()), absolute_uri(store)
-
-
-def registered_remote(params_path: str) -> str:
-    """The params' DVC remote (`pipeline.dvc_remote`, the file layered over the pipeline's own as a run reads
-    it) as the retrain deployments record it: a local directory absolute, taken from this process's working
-    directory; an s3:// remote as it is."""
-    remote = resolve(params_path, base=pipeline_base()).pipeline.dvc_remote
-    return RemoteSpec(url=remote).resolved().url
-
-
 def build_deployments(
     params_path: str = "params.yaml",
     workspace: str = "runs/pipeline",
     store_uri: str | None = None,
     work_pools: bool = False,
     inventory_name: str = "pool",
+    root: str | None = None,
 ) -> list[Any]:
     """RunnerDeployments for serve() (work_pools=False) or for work pools (work_pool_name set), every path in
-    their parameters absolute (`registered_paths`)."""
+    their parameters absolute: this host's, or under `root` on the worker hosts (`deploy_paths`)."""
     from dreamshard_flows.replan import replan_on_inventory_change
 
-    params_path, workspace, store_uri = registered_paths(params_path, workspace, store_uri)
-    dvc_remote = registered_remote(params_path)
+    dvc_remote = registered_remote(params_path, root)
+    params_path, workspace, store_uri = registered_paths(params_path, workspace, store_uri, root)
 
     replan = replan_on_inventory_change.to_deployment(
         name="on-inventory-change",
@@ -257,7 +246,7 @@ def build_deployments(
     return [
         replan,
         *_retrain_deployments(params_path, workspace, store_uri, work_pools, dvc_remote),
-        *_other_deployments(params_path, workspace, store_uri, work_pools, inventory_name),
+        *_other_deployments(params_path, workspace, store_uri, work_pools),
     ]
 
 
@@ -266,15 +255,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--workspace", default="runs/pipeline")
     ap.add_argument("--store", default=None, help="Plan store URI (default: publish.store_uri)")
-    ap.add_argument("--inventory-name", default="pool", help="Inventory whose current plan the drift monitor checks")
+    ap.add_argument(
+        "--inventory-name", default="pool", help="Inventory the fast path re-plans when it runs without an event"
+    )
+    ap.add_argument(
+        "--root",
+        default=None,
+        help="Record relative paths under this directory of the worker hosts, not this host's (see deploy_paths)",
+    )
     ap.add_argument("--work-pools", action="store_true", help="Register on work pools instead of serving")
     args = ap.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     try:
-        deployments = build_deployments(args.params, args.workspace, args.store, args.work_pools, args.inventory_name)
+        deployments = build_deployments(
+            args.params, args.workspace, args.store, args.work_pools, args.inventory_name, args.root
+        )
     except DreamshardError as e:
         raise SystemExit(f"error: {e}") from None
+    if args.root is not None:
+        retrain = deployments[1].parameters["request"]
+        for line in host_bound(retrain["store_uri"], retrain["dvc_remote"]):
+            print(f"warning: {line}")
     if args.work_pools:
         for d in deployments:
             print(f"registered {d.flow_name}/{d.name} -> pool {d.work_pool_name}: {d.apply()}")

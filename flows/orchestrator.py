@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact
 from dreamshard_flows.logs import one_line_known_errors
+from dreamshard_flows.naming import minute_version, rename_flow_run, request_field, run_name
 from dreamshard_flows.publish import publish_workspace_plan
 from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
 from dreamshard_flows.stage_tasks import (
@@ -76,13 +77,15 @@ def stage_env(store_uri: str, endpoint_url: str | None, campaign: str, dispatch:
     return steps.stage_env(store_uri, endpoint_url, campaign, dispatch, _api_url() if dispatch == "workers" else None)
 
 
-def _run_stages(root: str, request: OrchestratorRequest, env: dict[str, str]) -> list[str]:
-    """Every stage that `dvc status` says changed (or that the request forces), in dvc.yaml order."""
+def _run_stages(root: str, request: OrchestratorRequest, env: dict[str, str], summary: RunSummary) -> list[str]:
+    """Every stage that `dvc status` says changed (or that the request forces), in dvc.yaml order; each task run
+    named `<inventory>-<stage>-<version>`."""
     ran: list[str] = []
     stale = status_task(root)
+    who = (summary.inventory_name, summary.inventory_fingerprint)
     for stage in steps.stages(root):
         if steps.runs(stage, stale, request.force, request.reprofile):
-            stage_task(root, stage, steps.forced(stage, request.force, request.reprofile), env)
+            stage_task(root, stage, steps.forced(stage, request.force, request.reprofile), env, *who)
             ran.append(stage)
             stale = steps.stale_stages(root)  # what this stage's new outputs made stale downstream
     return ran
@@ -100,6 +103,7 @@ def _start(root: str, request: OrchestratorRequest, setup: RunSetup) -> tuple[Ru
     dispatch = resolve_dispatch(request.dispatch, setup.settings.pipeline.profile_deployment)
     push_inventory_task(setup.store_uri, request.endpoint_url, inventory)  # the version this run's plan is for
     log.info("workspace %s (%s); profiling batches run %s", root, ", ".join(changed) or "unchanged", dispatch)
+    rename_flow_run(run_name(inventory.name, "pipeline", inventory.fingerprint()))
     summary = RunSummary(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
@@ -119,7 +123,12 @@ def _artifacts(summary: RunSummary, setup: RunSetup, endpoint_url: str | None) -
         metrics_artifact("train-metrics", metrics, summary.inventory_name)
 
 
-@flow(name="retrain-on-inventory-change", log_prints=True)
+def pipeline_run_name() -> str:
+    """`<inventory>-pipeline-<minute>` until the run knows its inventory version (`_start` renames it)."""
+    return run_name(request_field("inventory_name") or "current", "pipeline", minute_version())
+
+
+@flow(name="retrain-on-inventory-change", flow_run_name=pipeline_run_name, log_prints=True)
 def retrain_on_inventory_change(request: OrchestratorRequest) -> RunSummary:
     log = get_run_logger()
     log.info("why: %s", request.reason)
@@ -134,7 +143,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> RunSummary:
             allow_simulated=request.allow_simulated,
         )
         summary, env = _start(str(root), request, setup)
-        summary.ran = _run_stages(str(root), request, env)
+        summary.ran = _run_stages(str(root), request, env, summary)
         _artifacts(summary, setup, request.endpoint_url)
         committed = commit_task(str(root), steps.commit_message(summary)) if steps.uncommitted(str(root)) else None
         summary.git_revision = steps.revision(str(root))

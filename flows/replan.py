@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dreamshard_flows.artifacts import replan_artifact
 from dreamshard_flows.logs import one_line_known_errors
+from dreamshard_flows.naming import minute_version, rename_flow_run, request_field, run_name
 from dreamshard_flows.requests import ReplanRequest
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -67,11 +68,17 @@ def emit_retrain_due(result: replan_uc.ReplanResult) -> str | None:
     return None if event is None else str(event.id)
 
 
-@flow(name="replan-on-inventory-change", log_prints=True)
+def replan_run_name() -> str:
+    """`<inventory>-replan-<minute>` until the run knows the version it planned (then renamed to it)."""
+    return run_name(request_field("inventory_name") or "inventory", "replan", minute_version())
+
+
+@flow(name="replan-on-inventory-change", flow_run_name=replan_run_name, log_prints=True)
 def replan_on_inventory_change(request: ReplanRequest) -> replan_uc.ReplanResult:
     log = get_run_logger()
     log.info("why: %s", request.reason)
     result = replan_task(library_request(request))
+    rename_flow_run(run_name(result.inventory_name, "replan", result.fingerprint))
     replan_artifact(result, request.reason)
     log.info("%s: %s %s: %s", result.outcome, result.inventory_name, result.fingerprint[:12], result.reason)
     if result.outcome == "retrain-due":

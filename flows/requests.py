@@ -76,9 +76,12 @@ class BatchRequest(_Request):
 
 
 class DriftRequest(_Request):
-    """Re-measure the current published plan of an inventory and compare with its recorded cost."""
+    """Re-measure the current published plan of each inventory (or the one named) and compare with its recorded
+    cost; an inventory without a current plan is skipped with the reason."""
 
-    inventory_name: str = Field(description="Whose current plan to check.")
+    inventory_name: str | None = Field(
+        default=None, description="Whose current plan to check; None: every inventory with a current plan."
+    )
     params_path: str = Field(
         default="params.yaml",
         description="params.yaml, layered over the installed one: profile (the backend) and drift sections.",

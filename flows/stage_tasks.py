@@ -35,11 +35,15 @@ def status_task(root: str) -> dict[str, Any]:
     return steps.stale_stages(root)
 
 
-@task(name="dvc-stage", task_run_name="{stage}", cache_policy=NO_CACHE, tags=["dvc"])
-def stage_task(root: str, stage: str, force: bool, env: dict[str, str]) -> str:
-    """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock."""
-    out = steps.run_stage(root, stage, force, {**env, "DREAMSHARD_PARENT_TASK_RUN_ID": str(task_run.id or "")})
-    get_run_logger().info("%s", "\n".join(out.strip().splitlines()[-40:]))
+@task(name="dvc-stage", task_run_name="{inventory}-{stage}-{version:.12}", cache_policy=NO_CACHE, tags=["dvc"])
+def stage_task(root: str, stage: str, force: bool, env: dict[str, str], inventory: str, version: str) -> str:
+    """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock. Each line of its
+    output reaches the flow log as the stage writes it, and a heartbeat line when it is silent (at least every
+    dreamshard.pipeline.stream.HEARTBEAT_S). The run is named `<inventory>-<stage>-<version>`."""
+    log = get_run_logger()
+    env = {**env, "DREAMSHARD_PARENT_TASK_RUN_ID": str(task_run.id or "")}
+    out = steps.run_stage(root, stage, force, env, on_line=lambda line: log.info("%s", line))
+    log.info("stage %s done", stage)
     return out
 
 

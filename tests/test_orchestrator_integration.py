@@ -439,9 +439,11 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
         params = write_params(
             tmp_path / f"p{len(profile)}.yaml", publish={"store_uri": STATE["store_uri"]}, profile=profile
         )
-        return drift_check_flow(
+        done = drift_check_flow(
             DriftRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"]))
         )
+        assert not done.skipped and len(done.checks) == 1
+        return done.checks[0]
 
     def drift_runs() -> list[Any]:
         with get_client(sync_client=True) as client:

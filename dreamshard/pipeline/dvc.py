@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from dreamshard.errors import ConfigError, PipelineError, first_line, redact_url, redact_urls
+from dreamshard.pipeline.stream import OnLine, stream_command
 
 _SECRET_HINTS = ("access_key", "secret", "session_token", "password")
 
@@ -50,10 +51,32 @@ def run_dvc(
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigError(f"`dvc {' '.join(args[:2])}` could not run in {repo_dir}: {e}") from None
     if proc.returncode != 0:
-        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        msg = next((ln for ln in lines if ln.upper().startswith("ERROR")), lines[-1] if lines else "failed")
-        raise ConfigError(f"`dvc {' '.join(args[:2])}` failed in {repo_dir}: {redact_urls(msg)}")
+        raise _failure(args, repo_dir, proc.stderr or proc.stdout)
     return proc.stdout
+
+
+def _failure(args: list[str], repo_dir: str | Path, output: str) -> ConfigError:
+    """DVC's own error line (the first ERROR line, else the last line) as one ConfigError."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    msg = next((ln for ln in lines if ln.upper().startswith("ERROR")), lines[-1] if lines else "failed")
+    return ConfigError(f"`dvc {' '.join(args[:2])}` failed in {repo_dir}: {redact_urls(msg)}")
+
+
+def stream_dvc(
+    args: list[str], repo_dir: str | Path, env: Mapping[str, str], on_line: OnLine, heartbeat_s: float | None = None
+) -> str:
+    """`run_dvc` for a long command: every line of output (a stage's own included) goes to `on_line` as it is
+    written, and a heartbeat line after each `heartbeat_s` (stream.HEARTBEAT_S) of silence; returns the output."""
+    label = f"dvc {' '.join(args)}"
+    try:
+        done = stream_command(
+            [find_dvc(), *args], repo_dir, {**env, "DVC_NO_ANALYTICS": "1"}, on_line, label, heartbeat_s
+        )
+    except OSError as e:
+        raise ConfigError(f"`dvc {' '.join(args[:2])}` could not run in {repo_dir}: {e}") from None
+    if done.returncode != 0:
+        raise _failure(args, repo_dir, done.output)
+    return done.output
 
 
 def dvc_status(repo_dir: str | Path) -> dict[str, Any]:

@@ -35,8 +35,9 @@ from pydantic import BaseModel, ConfigDict
 import dreamshard
 from dreamshard.documents import atomic_write_text, load_inventory, load_yaml, model_json, save_inventory
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
-from dreamshard.pipeline.dvc import configure_local_remote, configure_s3_remote, dvc_status, run_dvc
+from dreamshard.pipeline.dvc import configure_local_remote, configure_s3_remote, dvc_status, run_dvc, stream_dvc
 from dreamshard.pipeline.incumbent import no_incumbent
+from dreamshard.pipeline.stream import OnLine
 from dreamshard.values import Inventory, Plan
 from dreamshard.values.lineage import Lineage, dvc_md5, lock_outs, sha256_text
 
@@ -232,11 +233,16 @@ class PipelineWorkspace:
         """`dvc status`: {stage: [what changed]} for stages that would run (empty: up to date)."""
         return {k: v for k, v in dvc_status(self.root).items() if v}
 
-    def repro(self, stage: str, force: bool = False, env: Mapping[str, str] | None = None) -> str:
-        """`dvc repro --single-item [--force] STAGE`; returns its output."""
+    def repro(
+        self, stage: str, force: bool = False, env: Mapping[str, str] | None = None, on_line: OnLine | None = None
+    ) -> str:
+        """`dvc repro --single-item [--force] STAGE`; returns its output (each line also to `on_line` as it comes,
+        with a heartbeat line when the stage is silent: `dvc.stream_dvc`)."""
         args = ["repro", "--single-item", *(["--force"] if force else []), stage]
         # Stage commands call `dreamshard`: the one next to this Python first (a venv need not be activated).
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        if on_line is not None:
+            return stream_dvc(args, self.root, {**(env or {}), "PATH": path}, on_line)
         return run_dvc(args, self.root, timeout_s=None, env={**(env or {}), "PATH": path})
 
     def push(self) -> str:

@@ -1,19 +1,21 @@
 """The drift check: the current published plan of an inventory re-measured on the profile backend and compared
-with the cost it recorded (dreamshard.evaluation.drift); every check goes to the store's history. Settings: profile
-(backend), drift (rounds, threshold, history), publish (store)."""
+with the cost it recorded (dreamshard.evaluation.drift); every check goes to the store's history. Without a named
+inventory the monitor checks every inventory of the store that has a current plan (`sweep`); an inventory with none
+yet is a skip with its reason, not a failure. Settings: profile (backend), drift (rounds, threshold, history),
+publish (store)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from dreamshard.documents import load_inventory
-from dreamshard.errors import StoreError
+from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT as PLAN_DRIFTED_EVENT  # what the flows emit
 from dreamshard.evaluation.drift import DriftCheck, check_drift, record_check, require_comparable
 from dreamshard.evaluation.drift import plan_resource_id as plan_resource_id
 from dreamshard.evaluation.drift import trend_rows as trend_rows
 from dreamshard.pipeline.workspace import INVENTORY
-from dreamshard.store import get_current, get_inventory_version
+from dreamshard.store import LocalPlanStore, get_current, get_inventory_version, get_pointer, list_inventories
 from dreamshard.store.base import PlanStore
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store
@@ -21,7 +23,7 @@ from dreamshard.values import Inventory, Plan
 
 
 class DriftRequest(Request):
-    inventory_name: str
+    inventory_name: str | None = None  # None: every inventory of the store with a current plan
     store: str | None = None  # None: publish.store_uri
     endpoint_url: str | None = None
     workspace: Path | None = None  # a workspace whose data/inventory.yaml may hold the plan's inventory
@@ -55,13 +57,46 @@ def inventory_for(plan: Plan, store: PlanStore, workspace: Path | None) -> Inven
     )
 
 
-def prepare(request: DriftRequest) -> DriftTarget:
-    """Store, current plan and its inventory, checked comparable with the monitor's backend: one-line errors
-    before anything is measured (the flow's CLI calls this before Prefect starts)."""
-    store = open_plan_store(request.settings, request.store, request.endpoint_url)
-    plan = get_current(store, request.inventory_name)
+class DriftSweep(Result):
+    """What the monitor checks this round: a target per inventory with a current plan, a reason per skip."""
+
+    targets: list[DriftTarget]
+    skipped: list[str]
+
+
+def _target(store: PlanStore, name: str, request: DriftRequest) -> DriftTarget:
+    plan = get_current(store, name)
     require_comparable(plan, request.settings.profile.backend, request.settings.profile.statistic)
     return DriftTarget(store=store, plan=plan, inventory=inventory_for(plan, store, request.workspace))
+
+
+def prepare(request: DriftRequest) -> DriftTarget:
+    """Store, current plan of the named inventory and its inventory, checked comparable with the monitor's backend:
+    one-line errors before anything is measured (the flow's CLI calls this before Prefect starts)."""
+    if request.inventory_name is None:
+        raise ConfigError("a single drift check needs an inventory name (sweep() checks every inventory)")
+    store = open_plan_store(request.settings, request.store, request.endpoint_url)
+    return _target(store, request.inventory_name, request)
+
+
+def sweep(request: DriftRequest) -> DriftSweep:
+    """The targets of one monitor round: the named inventory, else every inventory of the store; one without a
+    current plan (a fresh install, an inventory pushed but never published) is skipped with the reason. Any other
+    problem (a plan measured on another backend, its inventory version lost) is the inventory's error."""
+    store = open_plan_store(request.settings, request.store, request.endpoint_url, existing=False)
+    if isinstance(store, LocalPlanStore) and not Path(store.location).is_dir():  # a fresh install: nothing published
+        return DriftSweep(targets=[], skipped=[f"no plan store at {store.location} yet: nothing to check"])
+    names = [request.inventory_name] if request.inventory_name else list_inventories(store)
+    targets: list[DriftTarget] = []
+    skipped: list[str] = []
+    for name in names:
+        if get_pointer(store, name) is None:
+            skipped.append(f"inventory '{name}' has no current plan in {store.location} yet: nothing to check")
+        else:
+            targets.append(_target(store, name, request))
+    if not names:
+        skipped.append(f"no inventory in {store.location} has a current plan yet: nothing to check")
+    return DriftSweep(targets=targets, skipped=skipped)
 
 
 def measure(target: DriftTarget, request: DriftRequest) -> DriftCheck:
@@ -82,3 +117,10 @@ def run(request: DriftRequest) -> DriftResult:
     target = prepare(request)
     check = measure(target, request)
     return DriftResult(check=check, history=record(target, check, request))
+
+
+class DriftRound(Result):
+    """One monitor round: the checks made (one per inventory with a current plan) and why others were skipped."""
+
+    checks: list[DriftCheck]
+    skipped: list[str]

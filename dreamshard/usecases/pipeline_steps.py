@@ -237,9 +237,12 @@ def runs(stage: str, stale: dict[str, Any], force: bool, reprofile: bool) -> boo
     return forced(stage, force, reprofile) or stage in stale
 
 
-def run_stage(root: str, stage: str, force: bool, env: dict[str, str]) -> str:
-    """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock; its output."""
-    return PipelineWorkspace(root).repro(stage, force=force, env=env)
+def run_stage(
+    root: str, stage: str, force: bool, env: dict[str, str], on_line: Callable[[str], None] | None = None
+) -> str:
+    """`dvc repro --single-item STAGE`: the stage's command from dvc.yaml, recorded in dvc.lock; its output (each
+    line also to `on_line` as the stage writes it, with a heartbeat line while it is silent)."""
+    return PipelineWorkspace(root).repro(stage, force=force, env=env, on_line=on_line)
 
 
 def uncommitted(root: str) -> bool:

@@ -8,12 +8,17 @@ no ./params.yaml, so the installed one is the pipeline's params.
 Every `pipeline run` case holds the orchestrator off (`no_orchestrator`): a refusal that came only after the
 stages started fails at once instead of running the pipeline. The runs that go through (the simulator allowed,
 a partial file) are tests/test_pipeline_inputs.py's, with the orchestrator stubbed; the replan deployment on a
-worker started from another directory is tests/test_orchestrator_integration.py's."""
+worker started from another directory is tests/test_orchestrator_integration.py's.
+
+Issue 47 #9-#12 (operations): a worker stopped while its flow run (in a session of its own) runs, a drift round on
+a fresh install, deployments registered for worker hosts that do not share this one's files (`--root`), and a
+stage silent for longer than a heartbeat. Their runs on the real Prefect server are tests/test_flows_operations.py's."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,6 +112,129 @@ def _registered_paths_are_absolute(work: Path) -> None:
             assert yaml.safe_load(Path(request["params_path"]).read_text())["publish"]["store_uri"] == "plans"
 
 
+def _stopped_worker_leaves_no_orphan(work: Path) -> None:
+    """stop-prefect.sh on a worker whose child runs in a session of its own (as a process worker starts a flow run),
+    with no Prefect API to cancel through: the child is stopped too, and the script says the runs were not
+    cancelled through the API."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = work / "run"
+    run_dir.mkdir()
+    child = "import time; time.sleep(120)"
+    worker = subprocess.Popen(
+        [
+            "setsid",
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time\n"
+            f"c = subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+            "print(c.pid, flush=True)\ntime.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    orphan = int(worker.stdout.readline())
+    try:
+        (run_dir / "worker-w9.pid").write_text(str(worker.pid))
+        env = {
+            **os.environ,
+            "PREFECT_RUN_DIR": str(run_dir),
+            "PREFECT_API_URL": "http://127.0.0.1:9/api",
+            "PREFECT_STOP_GRACE_S": "2",
+            "VENV_BIN": str(Path(sys.executable).parent),
+        }
+        res = subprocess.run(
+            [str(root / "infra" / "stop-prefect.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert res.returncode == 0 and "runs not cancelled through the API" in res.stdout, res.stdout + res.stderr
+        assert worker.wait(timeout=10) is not None
+        deadline = time.monotonic() + 10
+        while _running(orphan) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(orphan), f"the worker's child {orphan} outlived it: {res.stdout}"
+    finally:
+        for pid in (worker.pid, orphan):
+            if _running(pid):
+                os.kill(pid, 9)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _drift_round_on_a_fresh_install_skips(work: Path) -> None:
+    """The drift monitor on a store that does not exist yet, then on an empty one: nothing to check, a reason, no
+    error (the hourly run on a fresh install completes)."""
+    from dreamshard.config.settings import Settings
+    from dreamshard.usecases.drift import DriftRequest, sweep
+
+    request = DriftRequest(settings=Settings(), store=str(work / "store"))
+    assert sweep(request).skipped == [f"no plan store at {work / 'store'} yet: nothing to check"]
+    (work / "store").mkdir()
+    found = sweep(request)
+    assert found.targets == [] and found.skipped == [
+        f"no inventory in {work / 'store'} has a current plan yet: nothing to check"
+    ]
+    named = sweep(request.model_copy(update={"inventory_name": "pool"}))
+    assert named.skipped == [f"inventory 'pool' has no current plan in {work / 'store'} yet: nothing to check"]
+
+
+def _registered_under_root_name_no_path_here(work: Path) -> None:
+    """`deploy --root /srv/ds` with an S3 store and a local DVC remote: every path is under /srv/ds or on S3,
+    none of this directory; the directory remote is named in a warning; a relative --root is refused."""
+    from dreamshard_flows.deploy import build_deployments, main
+    from dreamshard_flows.deploy_paths import host_bound
+
+    (work / "params.yaml").write_text("publish: {store_uri: 's3://b/plans'}\npipeline: {dvc_remote: remote}\n")
+    deployments = build_deployments("params.yaml", "runs/pipeline", None, work_pools=True, root="/srv/ds")
+    requests = [d.parameters.get("request", {}) for d in deployments]
+    requests += [t.parameters.get("request", {}) for d in deployments for t in d.triggers or []]
+    for request in requests:
+        for key in ("params_path", "workspace", "store_uri", "dvc_remote"):
+            value = request.get(key)
+            if value is None or value.startswith("{{"):
+                continue
+            assert value.startswith(("/srv/ds/", "s3://")) and str(work) not in value, (key, value)
+    retrain = deployments[1].parameters["request"]
+    assert retrain["dvc_remote"] == "/srv/ds/remote" and retrain["params_path"] == "/srv/ds/params.yaml"
+    (line,) = host_bound(retrain["store_uri"], retrain["dvc_remote"])
+    assert "DVC remote /srv/ds/remote is a directory" in line
+    try:
+        main(["--root", "srv/ds", "--work-pools"])
+    except SystemExit as e:
+        assert str(e) == "error: --root must be an absolute path on the worker hosts, got 'srv/ds'", e
+    else:
+        raise AssertionError("a relative --root was accepted")
+
+
+def _silent_stage_heartbeats(work: Path) -> None:
+    """A command silent for 1.5 s with heartbeats every 0.4 s: its lines in order, as written, and heartbeats in
+    the silence, each saying how long it has been silent."""
+    from dreamshard.pipeline.stream import stream_command
+
+    said: list[tuple[float, str]] = []
+    code = "import time; print('a'); time.sleep(1.5); print('b')"
+    done = stream_command(
+        [sys.executable, "-c", code],
+        work,
+        {},
+        lambda s: said.append((time.monotonic(), s)),
+        "stage train",
+        heartbeat_s=0.4,
+    )
+    assert done.returncode == 0 and done.lines == ["a", "b"]
+    lines = [s for _, s in said]
+    assert lines[0] == "a" and lines[-1] == "b" and len(lines) >= 4, lines
+    assert all(s.startswith("stage train: still running") for s in lines[1:-1]), lines
+    assert said[-1][0] - said[0][0] >= 1.4  # "a" came when written, not with "b"
+
+
 CASES: list[Case] = [
     Refused(
         "pipeline run --backend simulator without --allow-simulated is refused before any stage",
@@ -161,6 +289,10 @@ CASES: list[Case] = [
     ),
     Holds("a known error failing a flow's task is logged as its one line", _one_line_in_flow_logs),
     Holds("deployments registered with relative paths record them absolute", _registered_paths_are_absolute),
+    Holds("a stopped worker leaves no flow-run process in a session of its own", _stopped_worker_leaves_no_orphan),
+    Holds("a drift round on a fresh install is a skip with its reason", _drift_round_on_a_fresh_install_skips),
+    Holds("deployments registered with --root name no path of this host", _registered_under_root_name_no_path_here),
+    Holds("a stage silent past the heartbeat logs heartbeats, its lines as written", _silent_stage_heartbeats),
 ]
 
 TABLE = Table(surface="pipeline", cases=CASES)
