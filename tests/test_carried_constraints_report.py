@@ -18,18 +18,19 @@ from dreamshard.integrations.torchrec_carried import carried_lines, carried_repo
 from dreamshard.usecases.explain import stats_of
 from dreamshard.values import Inventory, Table, TableConstraints
 
-#: `ids`: carried, some in the export (output_dtype, the cache's algorithm), one kept in the inventory only
-#: (num_poolings); `pinned`: only constraints planned on; `plain`: none.
+#: `ids`: carried, one in the export (output_dtype), one kept in the inventory only (num_poolings); `pinned`: only
+#: constraints planned on; `plain`: none. (cache_params belong to a caching table only: `CACHED`.)
 IDS = {
     "output_dtype": "FP16",
     "num_poolings": [1.0],
-    "cache_params": {"load_factor": 0.5, "algorithm": "lru"},
     "sharding_types": ["table_wise"],
 }
 LINE = (
-    "table 'ids': carried, not planned on: num_poolings, output_dtype, cache_params.algorithm "
+    "table 'ids': carried, not planned on: num_poolings, output_dtype "
     "(num_poolings: in the inventory only, TorchRec's ParameterSharding has no field for it)"
 )
+#: A caching table: its cache's fields besides the load factor are carried, not planned on.
+CACHED = {"compute_kernels": ["fused_uvm_caching"], "cache_params": {"load_factor": 0.5, "algorithm": "lru"}}
 
 
 def _inventory() -> Inventory:
@@ -41,7 +42,7 @@ def _inventory() -> Inventory:
         name="carried",
         tables=(
             table("ids", IDS),
-            table("pinned", {"devices": [1], "cache_params": {"load_factor": 0.3}, "pooling_factors": [2.0]}),
+            table("pinned", {"devices": [1], "pooling_factors": [2.0]}),
             table("plain", None),
         ),
     )
@@ -57,8 +58,12 @@ def test_the_carried_constraints_are_named_per_table() -> None:
     inv = _inventory()
     by = inv.by_name()
     assert not_planned_on(by["pinned"]) == [] and not_planned_on(by["plain"]) == []
-    assert carried_report(inv) == {"ids": ["num_poolings", "output_dtype", "cache_params.algorithm"]}
+    assert carried_report(inv) == {"ids": ["num_poolings", "output_dtype"]}
     assert carried_lines(carried_report(inv)) == [LINE]
+    cached = Table(
+        name="c", num_embeddings=4, embedding_dim=4, pooling_factor=1.0, constraints=TableConstraints(**CACHED)
+    )
+    assert not_planned_on(cached) == ["cache_params.algorithm"]
     assert carried_lines({"x": ["output_dtype"]}) == ["table 'x': carried, not planned on: output_dtype"]
 
 
@@ -71,7 +76,7 @@ def test_plan_prints_and_writes_the_carried_constraints(tmp_path: Path, capsys: 
     assert "'pinned'" not in out and "'plain'" not in out
     assert _run([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["carried"] == {"ids": ["num_poolings", "output_dtype", "cache_params.algorithm"]}
+    assert data["carried"] == {"ids": ["num_poolings", "output_dtype"]}
     assert _run([*argv, "--json", "--stats"]) == 0
     assert json.loads(capsys.readouterr().out)["stats"]["carried"] == data["carried"]
 
@@ -89,5 +94,5 @@ def test_the_stats_report_and_the_comparison_carry_them(tmp_path: Path, capsys: 
     argv = ["compare", "-i", str(path), "-d", "2", "-m", "1", "--sharders", "size_greedy,round_robin"]
     assert _run([*argv, "--backend", "simulator", "--rounds", "1", "--out", str(out)]) == 0
     cmp = load_comparison(out)
-    assert cmp.carried == {"ids": ["num_poolings", "output_dtype", "cache_params.algorithm"]}
+    assert cmp.carried == {"ids": ["num_poolings", "output_dtype"]}
     assert f"- {LINE}" in comparison_markdown(cmp)

@@ -42,7 +42,7 @@ def test_constraints_load_in_both_vocabularies_and_change_the_version_not_the_sc
     c = {
         "devices": [3],
         "sharding_types": ["table_wise", "row_wise"],
-        "compute_kernels": ["fused"],
+        "compute_kernels": ["fused_uvm_caching"],
         "cache_params": {"load_factor": 0.1, "algorithm": "LRU"},
         "output_dtype": "FP16",
         "min_partition": 4,

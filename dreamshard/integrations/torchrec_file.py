@@ -109,6 +109,8 @@ class TableSharding(_Frozen):
     def _check(self) -> TableSharding:
         if self.cache_load_factor is not None and self.compute_kernel != "fused_uvm_caching":
             raise ValueError(f"a cache_load_factor needs compute kernel fused_uvm_caching, not '{self.compute_kernel}'")
+        if self.cache_params is not None and self.compute_kernel != "fused_uvm_caching":
+            raise ValueError(f"cache_params need compute kernel fused_uvm_caching, not '{self.compute_kernel}'")
         kind = self.sharding_type
         if kind != "column_wise" and self.column_ranges is not None:
             raise ValueError(f"a {kind} table has no column_ranges")

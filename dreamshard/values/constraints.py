@@ -70,6 +70,10 @@ class CacheParams(StrictModel):
     prefetch_pipeline: StrictBool | None = None
 
 
+#: The one kernel with a cache: `cache_params` belong to a table planned with it, and to no other (issue 47 #7).
+CACHING_KERNEL = "fused_uvm_caching"
+
+
 class TableConstraints(StrictModel):
     """What a team requires of one table (module docstring). Every field is optional; empty means no constraint."""
 
@@ -112,6 +116,11 @@ class TableConstraints(StrictModel):
                 raise ValueError(f"devices lists a device twice: {list(self.devices)}")
         if self.min_shards is not None and self.max_shards is not None and self.min_shards > self.max_shards:
             raise ValueError(f"min_shards {self.min_shards} is above max_shards {self.max_shards}")
+        if self.cache_params is not None and self.compute_kernels != (CACHING_KERNEL,):
+            raise ValueError(
+                f"cache_params applies only to compute kernel {CACHING_KERNEL} (TorchRec's cache), and a table runs "
+                f"cached only with compute_kernels [{CACHING_KERNEL}]: set that, or remove cache_params"
+            )
         for field, names, known in (
             ("sharding_types", self.sharding_types, TORCHREC_SHARDING_TYPES),
             ("compute_kernels", self.compute_kernels, COMPUTE_KERNELS),
