@@ -156,8 +156,8 @@ def test_verification_labels_the_search_only_and_heuristic_rows_and_states_the_k
 
 
 def test_an_older_verification_record_still_loads_and_states_nothing() -> None:
-    from dreamshard.measured.stage_report import stage_line, stage_vs_search
     from dreamshard.values import RefineTrace, Verification
+    from dreamshard.values.stage_report import stage_line, stage_vs_search
 
     oracle = ScriptedOracle({})
     old = {"backend": oracle.info.model_dump(), "rounds": 3, "chosen": "policy"}
@@ -184,8 +184,8 @@ def _trace(kept: int) -> Any:
 
 def test_a_refined_plan_not_faster_in_every_whole_round_gives_way_to_its_start_and_the_report_says_so() -> None:
     from dreamshard.measured.stage import against_start
-    from dreamshard.measured.stage_report import stage_line, stage_vs_search
     from dreamshard.values import Verification, VerifiedCandidate
+    from dreamshard.values.stage_report import stage_line, stage_vs_search
 
     start, refined = _plans(["dim_greedy", "size_greedy"])
     row = VerifiedCandidate(source="lpt", predicted_ms=1.0, measured_ms=9.0, spread=0.0, role="heuristic")

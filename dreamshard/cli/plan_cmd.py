@@ -64,8 +64,8 @@ from dreamshard.config.settings import resolve
 from dreamshard.evaluation.render import device_rows, device_table
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
 from dreamshard.lazy import lazy_module
-from dreamshard.measured.stage_report import stage_line, stage_vs_search
 from dreamshard.values import Verification
+from dreamshard.values.stage_report import stage_line, stage_vs_search
 
 # the use case imports torch: it loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover

@@ -5,7 +5,7 @@ Verification keeps the search-only plan unless another candidate was faster in e
 the whole plan (an exchange waits for its slowest peer, a cost model can be wrong about what a device pays), so a
 refined plan is measured whole against the plan refinement started from, interleaved, and replaces it only when it
 was faster in every round (`against_start`); otherwise the start is kept and the trace says so.
-dreamshard.measured.stage_report states what measurement added to the search-only plan.
+dreamshard.values.stage_report states what measurement added to the search-only plan.
 """
 
 from __future__ import annotations
