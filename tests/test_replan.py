@@ -13,8 +13,10 @@ from flows_support import REPLAN_PARAMS, change_one_table, fast_path_workspace, 
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
+from dreamshard.documents import save_inventory
 from dreamshard.store import get_current, get_current_inventory, list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
+from dreamshard.values import Inventory
 
 PARAMS = REPLAN_PARAMS
 
@@ -22,6 +24,17 @@ PARAMS = REPLAN_PARAMS
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return fast_path_workspace(tmp_path, monkeypatch, PARAMS)
+
+
+def resize_one_table(inv: Inventory, path: Path) -> Inventory:
+    """`inv` with its first table 7 rows larger: another table schema (the current plan cannot serve it)."""
+    t0 = inv.tables[0]
+    out = inv.model_copy(
+        update={"tables": (t0.model_copy(update={"num_embeddings": t0.num_embeddings + 7}), *inv.tables[1:])}
+    )
+    out = Inventory.model_validate(out.model_dump())
+    save_inventory(out, path)
+    return out
 
 
 def _replan(work: Path, **kw: object) -> replan_uc.ReplanResult:
@@ -39,7 +52,13 @@ def test_a_new_version_is_planned_gated_and_published_without_profiling_or_train
     assert again.outcome == "current" and again.plan.plan_id == first.plan.plan_id  # type: ignore[union-attr]
     v2 = change_one_table(inv, work / "v2.yaml")  # one table's pooling changed: a new version, same schema
     assert v2.schema_fingerprint() == inv.schema_fingerprint()
-    second = _replan(work, inventory=work / "v2.yaml")
+    tied = _replan(work, inventory=work / "v2.yaml")
+    # the candidates are the baselines' own plans: the plan ties the best baseline, a tie is no approval, and the
+    # current plan serves the new version (same schema), so it stays (issue 47 #2: a tie replaced a faster plan)
+    assert tied.outcome == "not-published" and "ties 1" in tied.reason, tied.reason
+    assert get_current(store, "tiny").plan_id == first.plan.plan_id  # type: ignore[union-attr]
+    v2 = resize_one_table(v2, work / "v3.yaml")  # another schema, which the current plan cannot serve
+    second = _replan(work, inventory=work / "v3.yaml")
     assert second.outcome == "published" and second.previous_plan_id == first.plan.plan_id  # type: ignore[union-attr]
     assert get_current(store, "tiny").inventory_fingerprint == v2.fingerprint()
     assert get_current_inventory(store, "tiny")[0].fingerprint() == v2.fingerprint()  # type: ignore[index]
@@ -101,7 +120,8 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
     assert v["candidates"] and v["chosen"] and all(1 <= c["rounds"] <= v["rounds"] for c in v["candidates"])
     code, out, err = invoke(["replan", "--inventory-name", "tiny"])
     assert code == 0 and out.strip().splitlines()[-1].startswith("current: tiny"), out
-    change_one_table(tiny_inventory(work / "v1.yaml"), work / "v2.yaml")
+    # a resized table (a statistics-only change ties the current plan's baseline: a tie is no approval)
+    resize_one_table(tiny_inventory(work / "v1.yaml"), work / "v2.yaml")
     code, out, err = invoke(["replan", "-i", "v2.yaml"])
     assert code == 0 and "against the plan that was current: " in out and "tables move" in out, out + err
     code, _, err = invoke(["replan", "--inventory-name", "nope"])
