@@ -19,7 +19,9 @@ import yaml
 from dreamshard.cli.app import invoke
 from dreamshard.learning.model_store import PACKAGED_DIR, load_card, load_model, save_model
 from dreamshard.release.stats import geomean_interval, round_log_ratios
+from dreamshard.values import CommModel
 
+HAND_SET = CommModel(alpha_ms=0.2, beta_ms_per_mb=1.0, backend="gloo", world_size=2)
 TASKS = [
     {"family": "lognormal", "tables": 16, "seed": 1, "devices": 3, "histograms": False},
     {"family": "ctr", "tables": 20, "seed": 1, "devices": 4, "histograms": False},
@@ -47,7 +49,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             p.add_(torch.randn(p.shape, generator=gen) * float(spread.nan_to_num(0.1)) * 30)
     computed = {"version", "cost_spec", "ensemble_size", "policy_spec", "files", "format_version"}
     keep = card.model_dump(exclude=computed | {"feature_spec_version"})
+    # one all-to-all model set by hand on both cards: planning never benchmarks this machine's (noisy) collectives
+    keep["comm_models"] = [HAND_SET.model_dump()]
     save_model(root / "bad", net, model.policy, **keep)
+    text = json.loads((good / "model.json").read_text())
+    text["comm_models"] = [HAND_SET.model_dump(mode="json")]
+    (good / "model.json").write_text(json.dumps(text, indent=2) + "\n")
     return {"good": good, "bad": root / "bad"}
 
 

@@ -126,14 +126,14 @@ def collective_steps(collective: Collective, world: int) -> int:
 def derive(model: CommModel, world_size: int) -> CommModel:
     """`model` (measured at ``model.world_size`` ranks) for a world of `world_size` devices: beta (ms per MB leaving
     a rank) as measured, alpha plus the measured per-peer cost of each further message (`collective_steps`)."""
-    if world_size <= model.world_size:
+    if world_size <= model.world_size or model.measured_ranks is None:  # a model set by hand is taken as given
         return model
     extra = collective_steps(model.collective, world_size) - collective_steps(model.collective, model.world_size)
     return model.model_copy(
         update={
             "alpha_ms": model.alpha_ms + model.per_peer_ms * extra,
             "world_size": world_size,
-            "measured_ranks": model.measured_ranks or model.world_size,
+            "measured_ranks": model.measured_ranks,
         }
     )
 
@@ -202,7 +202,7 @@ def cached_fit(path: Path, collective: Collective, cores: int) -> tuple[CommMode
         return None, f"the cached fit is {age.days} days old (> {MAX_AGE_DAYS:g})"
     if not q.passed:
         if model.fallback and age <= timedelta(minutes=FALLBACK_REUSE_MINUTES):
-            log.warning(
+            log.info(
                 "reusing a labelled fallback fit of %s, %.0f min old: %s", collective, age.seconds / 60, model.fallback
             )
             return model, ""
