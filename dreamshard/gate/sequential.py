@@ -73,7 +73,7 @@ def quiet_enough(rules: PublishConfig, plan_ms: Sequence[float], baselines: Mapp
     at or below publish.target_spread: the final look may be taken here. The deciding baseline is the one whose
     bound is the hardest to beat at the final look's confidence."""
     n = min(len(plan_ms), *(len(v) for v in baselines.values()))
-    final = looks(rules, n)[-1]
+    final = looks(rules, max(n, rules.min_rounds))[-1]  # the final look's confidence
     _, decider, _ = bound_outcome(
         plan_ms[:n], {k: v[:n] for k, v in baselines.items()}, final.confidence, 1.0 - rules.min_improvement
     )
