@@ -153,6 +153,12 @@ def run_task(task: Any, oracle: Any, judge: Any, rounds: int, model: Path | None
         "infeasible": dict(cmp.infeasible),
         "judge": judge_row(judge, inv, cmp),
     }
+    from fits_before import before_errors
+
+    plans_by_label = {r.sharder: r.plan for r in cmp.results}
+    row["before_fit_error"] = {
+        k: before_errors(inv, p, row["judge"]["per_device"][k]) for k, p in plans_by_label.items() if p is not None
+    }
     j = row["judge"]
     print(
         f"{label}: judge: best {j['best_heuristic']} {j['ms'][j['best_heuristic']]:.2f} ms; "
@@ -227,6 +233,20 @@ def oracle_error_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def before_lines(rows: list[dict], names: list[str]) -> list[str]:
+    """The old fits' charge for the judge's bottleneck device's exchanges against the judge (bench/fits_before.py),
+    median over tasks and contenders."""
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        for errors in r.get("before_fit_error", {}).values():
+            for fit, e in errors.items():
+                per.setdefault(fit, []).append(e)
+    if not per:
+        return []
+    cells = "; ".join(f"{fit}: median {statistics.median(v):+.0%} over {len(v)} plans" for fit, v in per.items())
+    return [f"Before the fit fix, (old fit's comm - judge) / judge on the judge's bottleneck device: {cells}."]
+
+
 def render(res: dict[str, Any]) -> str:
     from judge_report import error_lines
 
@@ -249,6 +269,8 @@ def render(res: dict[str, Any]) -> str:
         *family_lines(rows),
         "",
         *error_lines(judged, names),
+        "",
+        *before_lines(rows, names),
         "",
         "## Oracle (the planner's own measurement)",
         "",

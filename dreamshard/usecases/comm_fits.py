@@ -43,8 +43,9 @@ class CommFitsResult(Result):
 
 def run(request: CommFitsRequest) -> CommFitsResult:
     """Refit when asked (every collective, for each asked world, at most the cores' ranks), then list the cache."""
-    if request.refit:
-        for n in request.devices or (2,):
+    if request.refit:  # once per rank count: the worlds above the cores share the fit at the cores' ranks
+        ranks = {comm.benchmark_ranks(n, request.backend)[0]: n for n in request.devices or (2,)}
+        for n in ranks.values():
             for collective in COLLECTIVES:
                 comm.comm_model_for(n, request.backend, refit=True, collective=collective)
     rows = []
