@@ -60,6 +60,14 @@ TINY_PARAMS: dict[str, Any] = {
         "baselines": ["round_robin", "torchrec"],
         "min_rounds": 2,
         "allow_simulated": True,
+        # the gate's measurement settings the evaluate stage depends on (dvc.yaml): DVC needs each in the file
+        "confidence": 0.95,
+        "early_rounds": [3, 4],
+        "early_share": 0.2,
+        "target_spread": 0.03,
+        "max_rounds": 15,
+        "timing_passes": 3,
+        "timing_clock": "thread",
     },
 }
 
