@@ -206,6 +206,8 @@ def _fit_json(row: comm_fits_uc.CommFitRow) -> dict[str, object]:
 def _print_fit(row: comm_fits_uc.CommFitRow) -> None:
     m = row.model
     status = "reused by planning" if not row.refit_reason else f"measured again on next use: {row.refit_reason}"
+    if not row.refit_reason and m is not None and m.fallback:
+        status = "reused by planning as a labelled fallback for an hour after it was measured, then measured again"
     if m is None:
         console.print(f"{row.path.name}: {status}", markup=False)
         return
