@@ -61,7 +61,7 @@ def publish_plan_artifacts(
             markdown=comparison_markdown(comparison),
             description="The plan vs every baseline, measured interleaved on one backend",
         )
-    verdict = "approved" if decision.approved else "rejected"
+    verdict = decision.label or ("approved" if decision.approved else "rejected")
     create_markdown_artifact(
         key=artifact_key("publish-decision", inv),
         markdown=f"**{verdict}** plan `{plan.plan_id}`\n\n{decision.reason}\n",

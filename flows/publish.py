@@ -64,7 +64,8 @@ def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
     publish_plan_artifacts(
         plan, report.comparison, decision, ref, setup.store_uri, report.stats_markdown, report.inventory
     )
-    log.info("%s plan %s: %s", "published" if decision.approved else "rejected", plan.plan_id, decision.reason)
+    done = decision.label or ("published" if decision.approved else "rejected")
+    log.info("%s plan %s: %s", done, plan.plan_id, decision.reason)
     if fallback is not None:
         log.info("fallback %s: %s", fallback.plan_id, fallback.reason)
     return publish_uc.published_outcome(ref, decision, setup.store_uri, lineage, fallback)

@@ -114,7 +114,7 @@ def _print_list(result: ListResult, inventory: str | None) -> None:
             r.stored_at.strftime("%Y-%m-%d %H:%M:%S") if r.stored_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",
             r.basis or "-",
-            "CORRUPT" if r.problem else (r.outcome if r.outcome in ("inconclusive", "fallback") else r.status),
+            "CORRUPT" if r.problem else (r.status if r.outcome in ("", "approved", "rejected") else r.outcome),
         )
     show(Console(highlight=False), table)  # a pipe gets the table's full width: ids are never cut
     if not result.records:

@@ -51,6 +51,9 @@ class GateDecision(BaseModel):
     interval_width: float | None = None  # ratio_high - ratio_low (0.06: 6 points); None in records written before it
     decided_by: str | None = None  # the baseline whose bound decided (the hardest one to beat)
     stopped_early: bool = False  # decided at one of the sequential rule's early looks (publish.early_rounds)
+    # what became of the plan, where the outcome alone would mislead: "current: first plan, inconclusive" (the
+    # gate could not tell it from the best baseline, and nothing was current to keep); "" = the outcome says it
+    label: str = ""
     checked_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -67,8 +70,13 @@ class GateDecision(BaseModel):
             raise ValueError(f"decision says approved={self.approved} but outcome '{self.outcome}'")
         return self
 
+    @property
+    def shown(self) -> str:
+        """The word every surface shows for the decision (`plans list`, the decision artifact, the flow log)."""
+        return self.label or self.outcome
+
     def overruled(self, reason: str) -> GateDecision:
         """The same decision turned into a rejection (a reviewer said no, or nobody answered)."""
         return GateDecision.model_validate(
-            {**self.model_dump(), "approved": False, "outcome": "rejected", "reason": reason}
+            {**self.model_dump(), "approved": False, "outcome": "rejected", "label": "", "reason": reason}
         )

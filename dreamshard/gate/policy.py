@@ -24,6 +24,8 @@ from dreamshard.values import Inventory, Plan
 #: (a rejection or an inconclusive plan leaves the current plan current); `first-plan`: inconclusive, and
 #: nothing current to keep, so it becomes current; `same-as-current`: inconclusive, placing every unit as the
 #: current plan does; `fallback`: rejected, nothing current to keep, the best measured baseline becomes current.
+#: What a first plan the gate could not tell from the best baseline is called wherever the decision is shown.
+FIRST_PLAN_LABEL = "current: first plan, inconclusive"
 PolicyOutcome = Literal["approved", "rejected", "inconclusive", "first-plan", "same-as-current", "fallback"]
 
 
@@ -110,7 +112,11 @@ def publish_verdict(
     why = current.nothing_to_keep
     if decision.outcome == "inconclusive" and why:
         becomes = _with(
-            decision, approved=True, outcome="approved", reason=_said(decision, f"{why}: it becomes current")
+            decision,
+            approved=True,
+            outcome="approved",
+            label=FIRST_PLAN_LABEL,
+            reason=_said(decision, f"{why}: it becomes current"),
         )
         return PublishVerdict(outcome="first-plan", decision=becomes)
     if decision.outcome == "inconclusive" and current.same_placement:

@@ -109,7 +109,7 @@ def _listed(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, schem
         "key": pk.key,
         "is_current": is_current,
         "reason": record.gate.reason if record else "",
-        "outcome": record.gate.outcome if record else "",
+        "outcome": record.gate.shown if record else "",
         "stored_at": record.stored_at if record else None,
     }
     try:
