@@ -39,6 +39,15 @@ plans_app = typer.Typer(
 )
 
 
+def _listing(
+    params: Path | None, store: str | None, endpoint: str | None, inventory: str | None, grace: float
+) -> plans_uc.ListRequest:
+    """The request `plans list` and `plans fsck` read the store with."""
+    return plans_uc.ListRequest(
+        settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory, grace_minutes=grace
+    )
+
+
 @plans_app.command("list")
 def list_cmd(
     store: StoreOpt = None,
@@ -54,15 +63,7 @@ def list_cmd(
     of an interrupted publish are no plans: each is one warning line on stderr (`orphan: KEY: ...`, or `in flight
     or orphan` within the grace period) naming `plans gc`. Exit 0 when every plan listed verified (orphans or
     not), 1 when something is CORRUPT or skipped (`plans fsck` says how to fix it)."""
-    result = plans_uc.list_stored(
-        plans_uc.ListRequest(
-            settings=plans_settings(params),
-            store=store,
-            endpoint_url=endpoint,
-            inventory=inventory,
-            grace_minutes=grace,
-        )
-    )
+    result = plans_uc.list_stored(_listing(params, store, endpoint, inventory, grace))
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in result.records], indent=2))
     else:
@@ -136,15 +137,7 @@ def fsck_cmd(
     """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes
     (their fix: `plans gc`), stored inventory versions. Prints one line per problem with its fix; exit 0 when
     clean, 1 otherwise."""
-    result = plans_uc.fsck(
-        plans_uc.ListRequest(
-            settings=plans_settings(params),
-            store=store,
-            endpoint_url=endpoint,
-            inventory=inventory,
-            grace_minutes=grace,
-        )
-    )
+    result = plans_uc.fsck(_listing(params, store, endpoint, inventory, grace))
     issues = result.issues
     if as_json:
         typer.echo(json.dumps([i.model_dump(mode="json") for i in issues], indent=2))
