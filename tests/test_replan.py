@@ -118,12 +118,14 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
     # what verify measured is reported (the stored plan drops it: the gate never trusts a plan's verification)
     v = answer["verification"]
     assert v["candidates"] and v["chosen"] and all(1 <= c["rounds"] <= v["rounds"] for c in v["candidates"])
+    assert answer["plan_stage_vs_search"] == v["stage_vs_search"]  # what measurement added, as `plan` says it
     code, out, err = invoke(["replan", "--inventory-name", "tiny"])
     assert code == 0 and out.strip().splitlines()[-1].startswith("current: tiny"), out
     # a resized table (a statistics-only change ties the current plan's baseline: a tie is no approval)
     resize_one_table(tiny_inventory(work / "v1.yaml"), work / "v2.yaml")
     code, out, err = invoke(["replan", "-i", "v2.yaml"])
     assert code == 0 and "against the plan that was current: " in out and "tables move" in out, out + err
+    assert "plan stage: " in out and "the search-only plan" in out, out
     code, _, err = invoke(["replan", "--inventory-name", "nope"])
     assert code == 2 and err.count("\n") == 1 and "no inventory 'nope'" in err
     code, _, err = invoke(["replan"])

@@ -28,6 +28,8 @@ from dreamshard.config.job import describe_topology
 from dreamshard.config.settings import resolve
 from dreamshard.evaluation.render import device_table
 from dreamshard.lazy import lazy_module
+from dreamshard.values import Plan
+from dreamshard.values.stage_report import stage_line, stage_vs_search
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,7 +118,8 @@ def replan(
         typer.echo(
             json.dumps(
                 result.model_dump(mode="json", exclude={"plan"})
-                | {"plan_id": result.plan.plan_id if result.plan else None},
+                | {"plan_id": result.plan.plan_id if result.plan else None}
+                | {"plan_stage_vs_search": stage_vs_search(_verified(result)) if result.plan else None},
                 indent=2,
             )
         )
@@ -124,6 +127,8 @@ def replan(
         warn(result.warnings)
         if result.verification is not None:
             show(console, verification_table(result.verification))
+            if result.plan is not None and (line := stage_line(_verified(result))) is not None:
+                console.print(line, markup=False, soft_wrap=True)  # what measurement added to the search-only plan
         if result.plan is not None and result.outcome != "current":
             show(console, device_table(result.plan))
         if result.topology is not None:
@@ -142,3 +147,9 @@ def replan(
 
 def register(app: typer.Typer) -> None:
     app.command("replan")(replan)
+
+
+def _verified(result: replan_uc.ReplanResult) -> Plan:
+    """The replanned plan with the verification the use case reports beside it (the gate strips it from the plan)."""
+    assert result.plan is not None
+    return result.plan.model_copy(update={"verification": result.verification})
