@@ -96,8 +96,12 @@ def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str
     if backend is not None and b.name != backend:
         raise PlanError(f"{source} was measured on backend '{b.name}', not '{backend}'")
     if b.name not in (plan.topology.device_type, "simulator"):
+        uvm = sorted(t for t, k in plan.kernels.items() if k in ("fused_uvm", "fused_uvm_caching"))
+        what = f" (its UVM tables {', '.join(uvm[:3])} run only there)" if uvm else ""
         raise PlanError(
-            f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices"
+            f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices{what}: "
+            f"measure it on a {plan.topology.device_type} backend (--backend {plan.topology.device_type}, on a "
+            f"worker of the gpu pool), or, as a labelled analytic proxy, --backend simulator --allow-simulated"
         )
 
 

@@ -1,0 +1,55 @@
+"""A cuda job's plan with a UVM caching table, from a CPU planning host: the gate says in one line where it can be
+measured (a cuda backend, the gpu pool) or which labelled proxy to ask for; asked for, the simulator's analytic
+proxy gates and publishes it, labelled simulated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dreamshard.cli.app import invoke
+from dreamshard.documents import save_inventory, save_plan
+from dreamshard.sharders import get_sharder
+from dreamshard.store import get_current, open_store
+from dreamshard.values import Inventory, Table, TableConstraints, Topology
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    ad = Table(
+        name="ad",
+        num_embeddings=100_000,
+        embedding_dim=32,
+        pooling_factor=2.0,
+        constraints=TableConstraints(compute_kernels=("fused_uvm_caching",)),
+    )
+    rest = (Table(name=f"t{i}", num_embeddings=5000, embedding_dim=16, pooling_factor=2.0) for i in range(3))
+    inv = Inventory(name="uvm", tables=(ad, *rest))
+    topo = Topology(num_devices=2, memory_per_device_gb=16.0, device_type="cuda")
+    plan = get_sharder("dim_greedy").shard(inv, topo)
+    assert plan.kernels == {"ad": "fused_uvm_caching"}
+    save_inventory(inv, tmp_path / "inv.yaml")
+    save_plan(plan, tmp_path / "plan.json")
+    return tmp_path / "inv.yaml", tmp_path / "plan.json"
+
+
+def test_a_uvm_plan_from_a_cpu_host_is_refused_in_one_line_naming_the_ways(tmp_path: Path) -> None:
+    inv, plan = _files(tmp_path)
+    store = tmp_path / "store"
+    code, _, err = invoke(["plans", "publish", str(plan), "-i", str(inv), "--store", str(store), "--measure"])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "the plan is for cuda devices (its UVM tables ad run only there)" in lines[0]
+    assert "--backend cuda" in lines[0] and "gpu pool" in lines[0] and "--allow-simulated" in lines[0]
+    assert not store.exists() or get_current(open_store(str(store)), "uvm") is None
+
+
+def test_asked_for_the_labelled_proxy_gates_it(tmp_path: Path) -> None:
+    inv, plan = _files(tmp_path)
+    store = tmp_path / "store"
+    argv = ["plans", "publish", str(plan), "-i", str(inv), "--store", str(store), "--measure", "--backend", "simulator"]
+    code, _, err = invoke(argv)
+    assert code == 2 and "simulated" in err  # never without asking
+    code, out, err = invoke([*argv, "--allow-simulated"])
+    assert code == 0, err
+    current = get_current(open_store(str(store)), "uvm")
+    assert current is not None and current.kernel("ad") == "fused_uvm_caching"
+    assert current.measured_by is not None and current.measured_by.is_simulated
