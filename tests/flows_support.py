@@ -86,15 +86,23 @@ def tiny_inventory(path: Path, num_tables: int = 14, seed: int = 0) -> Inventory
     return inv
 
 
-def change_one_table(inv: Inventory, path: Path) -> Inventory:
-    """Same inventory with the first table's pooling factor changed (a new fingerprint)."""
+def _edit_first_table(inv: Inventory, path: Path, **update: object) -> Inventory:
+    """`inv` with its first table's fields `update`d, validated again and saved to `path`."""
     t0 = inv.tables[0]
-    changed = inv.model_copy(
-        update={"tables": (t0.model_copy(update={"pooling_factor": t0.pooling_factor + 3.0}), *inv.tables[1:])}
-    )
+    changed = inv.model_copy(update={"tables": (t0.model_copy(update=update), *inv.tables[1:])})
     changed = Inventory.model_validate(changed.model_dump())
     save_inventory(changed, path)
     return changed
+
+
+def change_one_table(inv: Inventory, path: Path) -> Inventory:
+    """Same inventory with the first table's pooling factor changed (a new fingerprint, the same schema)."""
+    return _edit_first_table(inv, path, pooling_factor=inv.tables[0].pooling_factor + 3.0)
+
+
+def resize_one_table(inv: Inventory, path: Path) -> Inventory:
+    """`inv` with its first table 7 rows larger: another table schema (the current plan cannot serve it)."""
+    return _edit_first_table(inv, path, num_embeddings=inv.tables[0].num_embeddings + 7)
 
 
 def jsonl_ids(path: Path) -> list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from scripted_oracle import ScriptedOracle
 from toy_cost import toy_model
 
 from dreamshard.cli.app import invoke
@@ -418,43 +419,6 @@ def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -
     assert kept_index([top, list(top)], [11.0, 11.0]) == 0  # a tie is no confirmation
     assert kept_index([top], [11.0]) == 0
     assert kept_index([top, [9.0]], [11.0, 9.0]) == 0  # dropped after fewer rounds: never confirmed
-
-
-class ScriptedOracle:
-    """Each plan's overall cost per round from a script (by sharder label); counts what it measures."""
-
-    def __init__(self, script: dict[str, list[float]]) -> None:
-        from dreamshard.values import BackendInfo
-
-        self.script = {k: list(v) for k, v in script.items()}
-        self.info = BackendInfo(
-            name="fake",
-            operator="scripted",
-            device="cpu",
-            num_threads=1,
-            batch_size=0,
-            warmup=0,
-            repeats=1,
-            is_simulated=True,
-        )
-        self.calls: list[str] = []
-
-    def measure(self, inventory, placement, topology, *, kind="placement", task=""):  # type: ignore[no-untyped-def]
-        from dreamshard.values import Costs, DeviceCost, Measurement
-
-        self.calls.append(task)
-        v = self.script[task].pop(0)
-        per = [DeviceCost.from_list([v, 0, 0, 0])] + [DeviceCost.from_list([0, 0, 0, 0])] * (topology.num_devices - 1)
-        return Measurement(
-            kind=kind,
-            task=task,
-            inventory_name=inventory.name,
-            inventory_fingerprint=inventory.fingerprint(),
-            topology=topology,
-            placement=dict(placement),
-            costs=Costs.from_devices(per),
-            backend=self.info,
-        )
 
 
 def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:

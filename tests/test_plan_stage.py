@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scripted_oracle import ScriptedOracle
 
 from dreamshard.config.settings import Settings, resolve
 from dreamshard.documents import save_inventory
@@ -97,35 +98,6 @@ def test_under_a_wrong_fit_the_plan_stage_ends_no_worse_than_search_alone(
     assert v is not None and v.search_only_ms == pytest.approx(search_only)  # the same plan, measured the same
     assert v.stage_vs_search is not None and v.stage_vs_search == pytest.approx(final / search_only, rel=1e-6)
     assert any(c.role == "heuristic" for c in v.candidates) and any(c.role == "search only" for c in v.candidates)
-
-
-class ScriptedOracle:
-    """Each plan measures the next of its scripted overall costs (keyed by the plan's sharder name)."""
-
-    def __init__(self, script: dict[str, list[float]]) -> None:
-        from dreamshard.values import BackendInfo
-
-        self.script = {k: list(v) for k, v in script.items()}
-        self.info = BackendInfo(
-            name="fake", operator="scripted", device="cpu", num_threads=1, batch_size=0, warmup=0, repeats=1,
-            is_simulated=True,
-        )  # fmt: skip
-
-    def measure(self, inventory: Any, placement: Any, topology: Topology, **kw: Any) -> Measurement:
-        from dreamshard.values import DeviceCost
-
-        v = self.script[kw["task"]].pop(0)
-        per = [DeviceCost.from_list([v, 0, 0, 0])] + [DeviceCost.zero()] * (topology.num_devices - 1)
-        return Measurement(
-            kind="placement",
-            task=kw["task"],
-            inventory_name=inventory.name,
-            inventory_fingerprint=inventory.fingerprint(),
-            topology=topology,
-            placement=dict(placement),
-            costs=Costs.from_devices(per),
-            backend=self.info,
-        )
 
 
 TOPO = Topology(num_devices=2, memory_per_device_gb=4.0)

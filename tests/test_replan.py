@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from flows_support import REPLAN_PARAMS, change_one_table, fast_path_workspace, tiny_inventory
+from flows_support import REPLAN_PARAMS, change_one_table, fast_path_workspace, resize_one_table, tiny_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
-from dreamshard.documents import save_inventory
 from dreamshard.store import get_current, get_current_inventory, list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.values import Inventory
@@ -24,17 +23,6 @@ PARAMS = REPLAN_PARAMS
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return fast_path_workspace(tmp_path, monkeypatch, PARAMS)
-
-
-def resize_one_table(inv: Inventory, path: Path) -> Inventory:
-    """`inv` with its first table 7 rows larger: another table schema (the current plan cannot serve it)."""
-    t0 = inv.tables[0]
-    out = inv.model_copy(
-        update={"tables": (t0.model_copy(update={"num_embeddings": t0.num_embeddings + 7}), *inv.tables[1:])}
-    )
-    out = Inventory.model_validate(out.model_dump())
-    save_inventory(out, path)
-    return out
 
 
 def _replan(work: Path, **kw: object) -> replan_uc.ReplanResult:
@@ -173,7 +161,7 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
     from dreamshard.sharders import get_sharder
     from dreamshard.store import publish_or_reject
     from dreamshard.usecases.publish import first_plan
-    from dreamshard.values import Inventory, Topology
+    from dreamshard.values import Topology
 
     v1 = tiny_inventory(tmp_path / "v1.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
@@ -250,7 +238,7 @@ def test_a_plan_diff_names_what_moves_and_its_bytes() -> None:
     removed; the moved bytes are the moved tables' weights."""
     from dreamshard.placement.diff import plan_diff
     from dreamshard.sharders.base import make_plan
-    from dreamshard.values import GB, Inventory, Table, Topology
+    from dreamshard.values import GB, Table, Topology
     from dreamshard.values.units import row_shards_for
 
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
