@@ -26,7 +26,7 @@ from dreamshard.config.job import MAX_DEVICES
 from dreamshard.config.settings import resolve
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
-from dreamshard.values import MAX_ROWS, CommModel
+from dreamshard.values import MAX_ROWS
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,7 +135,7 @@ def profile(
         )
     )
     for m in result.refit:
-        console.print(f"comm fit (N={m.world_size}): {_comm_line(m)}", markup=False)
+        console.print(f"comm fit (N={m.world_size}): {m.describe()}", markup=False)
     summary = result.summary
     info = summary.backend
     label = "  [SIMULATED: analytic model, not a measurement]" if info.is_simulated else ""
@@ -152,17 +152,13 @@ def profile(
         markup=False,
     )
     for m in summary.comm_models:
-        console.print(f"comm: {_comm_line(m)}", markup=False)
+        console.print(f"comm: {m.describe()}", markup=False)
     if result.corpus:
         console.print(
             "corpus: {device_timings_measured} device timings measured, {device_timings_reused} reused "
             "({corpus_size} in the corpus)".format(**result.corpus),
             markup=False,
         )
-
-
-def _comm_line(m: CommModel) -> str:
-    return m.describe()
 
 
 def comm_fits(

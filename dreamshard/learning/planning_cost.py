@@ -184,8 +184,9 @@ class PlanningCost:
 
     # -- reporting ---------------------------------------------------------------------------------------
     def fits(self) -> tuple[CommModel, ...]:
-        """The collective models this cost charges (the all-to-all, then those its units needed), as measured:
-        each with its quality record or its fallback's reason (before the inter-host tier is added)."""
+        """The collective models this cost charges (the all-to-all, then those its units needed), each with its
+        quality record or its fallback's reason: the all-to-all as measured; the others as charged (on a topology
+        with hosts, planned without a backend, with the inter-host tier added)."""
         n = self.topology.num_devices
         if self.comm is None or n <= 1:
             return ()
@@ -234,10 +235,12 @@ def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | N
     if topology.interconnect != "measured":
         return profile_model(topology.interconnect, topology.num_devices)
     fits = [c for c in measured if c.collective == "all_to_all"]
-    trusted = [c for c in fits if not distrust(c)]
+    trusted = []
     for c in fits:
-        if c not in trusted:
-            log.info("not planning on the all-to-all fit for %d devices: %s", c.world_size, distrust(c))
+        if why := distrust(c):
+            log.info("not planning on the all-to-all fit for %d devices: %s", c.world_size, why)
+        else:
+            trusted.append(c)
     if fits and not trusted:  # every fit given fails the bar: measure this machine's (once, cached)
         return comm_model_for(topology.num_devices)
     best = closest_comm(trusted, topology.num_devices)

@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -111,20 +112,8 @@ def _worker(
             chunk = chunk_elements(collective, nbytes, world)
             x = torch.zeros(chunk * world, device=dev)
             y = torch.empty_like(x)
-            times: list[float] = []
-            for i in range(warmup + repeats):
-                dist.barrier()
-                if cuda:
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                op(y, x)
-                if cuda:
-                    torch.cuda.synchronize()
-                if i >= warmup:
-                    times.append((time.perf_counter() - t0) * 1e3)
-            t = torch.tensor(times, dtype=torch.float64, device=dev)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a collective finishes when its slowest rank does
-            results.append((sent_megabytes(collective, chunk, world), float(t.median().item())))
+            ms = _median_ms(partial(op, y, x), dev, warmup, repeats, cuda)
+            results.append((sent_megabytes(collective, chunk, world), ms))
         peers = _peer_points(rank, world, dev, min(sizes), warmup, repeats, cuda)
         if rank == 0:
             Path(out).write_text(json.dumps({"points": results, "method": method, "peer_points": peers}))
@@ -148,21 +137,34 @@ def _peer_points(
         n = max(1, nbytes // 4 // m)
         send = [torch.zeros(n, device=dev) for _ in range(m)]
         recv = [torch.empty(n, device=dev) for _ in range(m)]
-        times: list[float] = []
-        for i in range(warmup + repeats):
-            ops = [dist.P2POp(dist.isend, x, nxt) for x in send] + [dist.P2POp(dist.irecv, y, prv) for y in recv]
-            dist.barrier()
-            t0 = time.perf_counter()
-            for req in dist.batch_isend_irecv(ops):
-                req.wait()
-            if cuda:
-                torch.cuda.synchronize()
-            if i >= warmup:
-                times.append((time.perf_counter() - t0) * 1e3)
-        t = torch.tensor(times, dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        points.append((m, float(t.median().item())))
+        points.append((m, _median_ms(partial(_exchange, send, recv, nxt, prv), dev, warmup, repeats, cuda)))
     return points
+
+
+def _exchange(send: list[torch.Tensor], recv: list[torch.Tensor], nxt: int, prv: int) -> None:
+    """Send `send` to rank `nxt` and receive `recv` from rank `prv`, every message in flight together."""
+    ops = [dist.P2POp(dist.isend, x, nxt) for x in send] + [dist.P2POp(dist.irecv, y, prv) for y in recv]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+
+
+def _median_ms(call: Callable[[], None], dev: torch.device, warmup: int, repeats: int, cuda: bool) -> float:
+    """ms of one `call` on every rank after a barrier: `warmup` untimed, then the median over `repeats` of the
+    slowest rank's time (a collective finishes when its slowest rank does)."""
+    times: list[float] = []
+    for i in range(warmup + repeats):
+        dist.barrier()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call()
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    t = torch.tensor(times, dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.median().item())
 
 
 def _worker_main(argv: Sequence[str]) -> None:

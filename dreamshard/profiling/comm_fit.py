@@ -129,13 +129,7 @@ def derive(model: CommModel, world_size: int) -> CommModel:
     if world_size <= model.world_size or model.measured_ranks is None:  # a model set by hand is taken as given
         return model
     extra = collective_steps(model.collective, world_size) - collective_steps(model.collective, model.world_size)
-    return model.model_copy(
-        update={
-            "alpha_ms": model.alpha_ms + model.per_peer_ms * extra,
-            "world_size": world_size,
-            "measured_ranks": model.measured_ranks,
-        }
-    )
+    return model.model_copy(update={"alpha_ms": model.alpha_ms + model.per_peer_ms * extra, "world_size": world_size})
 
 
 def _model_of(
@@ -203,7 +197,10 @@ def cached_fit(path: Path, collective: Collective, cores: int) -> tuple[CommMode
     if not q.passed:
         if model.fallback and age <= timedelta(minutes=FALLBACK_REUSE_MINUTES):
             log.info(
-                "reusing a labelled fallback fit of %s, %.0f min old: %s", collective, age.seconds / 60, model.fallback
+                "reusing a labelled fallback fit of %s, %.0f min old: %s",
+                collective,
+                age.total_seconds() / 60,
+                model.fallback,
             )
             return model, ""
         return None, f"the cached fit failed the quality bar ({'; '.join(q.problems)})"

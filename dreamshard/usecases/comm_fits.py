@@ -50,8 +50,8 @@ def run(request: CommFitsRequest) -> CommFitsResult:
                 comm.comm_model_for(n, request.backend, refit=True, collective=collective)
     rows = []
     for path, model, why in comm.cached_fits(request.backend):
-        derivable = model is not None and model.measured_ranks is not None  # an older fit: as it is
-        worlds = [n for n in request.devices if derivable and model is not None and n > model.world_size]
-        derived = tuple(derive(model, n) for n in worlds) if model is not None else ()
+        derived: tuple[CommModel, ...] = ()
+        if model is not None and model.measured_ranks is not None:  # an older fit is shown as it is
+            derived = tuple(derive(model, n) for n in request.devices if n > model.world_size)
         rows.append(CommFitRow(path=path, model=model, refit_reason=why, derived=derived))
     return CommFitsResult(rows=rows, cache_dir=comm.cache_dir())
