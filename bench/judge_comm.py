@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from judge_protocol import answer_lines, private_reply
+
 HERE = Path(__file__).resolve().parent
 RANKS = 2
 
@@ -148,19 +150,13 @@ def serve(stdin: IO[str], reply: IO[str]) -> None:
     reply.write(json.dumps({"ready": True}) + "\n")
     reply.flush()
     try:
-        for line in stdin:
-            if line.strip():
-                reply.write(json.dumps({"ms": exchange(json.loads(line))}) + "\n")
-                reply.flush()
+        answer_lines(stdin, reply, lambda request: {"ms": exchange(request)})
     finally:
         dist.destroy_process_group()
 
 
 def main() -> None:
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    serve(sys.stdin, reply)
+    serve(sys.stdin, private_reply())
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import warnings
 from pathlib import Path
 from typing import IO, Any
 
+from judge_protocol import answer_lines, private_reply
+
 HERE = Path(__file__).resolve().parent
 LEARNING_RATE = 0.01
 #: Distinct index batches per operator, cycled over the iterations.
@@ -169,23 +171,18 @@ class _Worker:
 def serve(stdin: IO[str], reply: IO[str]) -> None:
     """Answer one device request per line until stdin closes."""
     worker = _Worker()
-    for line in stdin:
-        if not line.strip():
-            continue
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
         try:
-            answer = worker.time(json.loads(line))
+            return worker.time(request)
         except Exception as e:  # the judge reports it and stops
-            answer = {"error": f"{type(e).__name__}: {e}"}
-        reply.write(json.dumps(answer) + "\n")
-        reply.flush()
+            return {"error": f"{type(e).__name__}: {e}"}
+
+    answer_lines(stdin, reply, answer)
 
 
 def main() -> None:
-    # the protocol keeps a private copy of stdout; anything else printed (native libraries' logs) goes to stderr
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    serve(sys.stdin, reply)
+    serve(sys.stdin, private_reply())
 
 
 if __name__ == "__main__":
