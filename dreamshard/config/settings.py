@@ -225,7 +225,7 @@ def resolve(
     path = params_file(params_path, lookup)
     told = frozenset(k for k, v in (overrides or {}).items() if v is not None)
     raw = _raw_over(path, base)
-    if path is not None:  # the file whole, every section, before an override hides a bad value of it
+    if path is not None and told:  # the file whole, every section, before an override hides a bad value of it
         settings_from(raw, path)
     return settings_from(apply_overrides(raw, overrides), path).model_copy(update={"told": told})
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dreamshard.errors import PlanError
-from dreamshard.placement.kernels import DEVICE_KERNELS, cache_load_factor
+from dreamshard.placement.kernels import cache_load_factor, valid_kernels
 from dreamshard.values import ColumnShard, Inventory, RowShard, Table, Topology, parse_unit
 
 
@@ -91,7 +91,7 @@ def _kernel_broken(
     """The kernel constraints the plan's kernel (None: the default for its type) and load factor break, and a
     kernel that does not run on the topology's devices."""
     used = kernel or ("dense" if kind == "data_parallel" else "fused")
-    if used not in DEVICE_KERNELS.get(device_type, DEVICE_KERNELS["cuda"]):
+    if used not in valid_kernels(device_type):
         return f"compute_kernels: the plan runs it with '{used}', which does not run on {device_type} devices"
     c = table.constraints
     if c is None:

@@ -32,11 +32,16 @@ MEASURED_KERNELS: tuple[str, ...] = ("fused", "dense")
 DEVICE_KERNELS: dict[str, tuple[str, ...]] = {"cpu": ("fused", "dense"), "cuda": tuple(SHARDED_KERNELS)}
 
 
+def valid_kernels(device_type: str | None) -> tuple[str, ...]:
+    """The kernels that run on `device_type` devices (None: any, as on cuda)."""
+    return DEVICE_KERNELS.get(device_type or "cuda", DEVICE_KERNELS["cuda"])
+
+
 def kernel_for(table: Table, sharding: str, device_type: str | None = None) -> Kernel | None:
     """The compute kernel of `table` under `sharding` on `device_type` devices (None: any; module docstring), or
     None when its `compute_kernels` allow no kernel a plan of that type can carry there."""
     allowed = table.constraints.compute_kernels if table.constraints is not None else None
-    valid = DEVICE_KERNELS.get(device_type or "cuda", DEVICE_KERNELS["cuda"])
+    valid = valid_kernels(device_type)
     if sharding == "data_parallel":
         return DP_KERNEL if allowed is None or DP_KERNEL in allowed else None
     if allowed is None or "fused" in allowed:
@@ -47,7 +52,7 @@ def kernel_for(table: Table, sharding: str, device_type: str | None = None) -> K
 def device_kernel_problem(table: Table, device_type: str) -> str:
     """Why none of the table's `compute_kernels` runs on `device_type` devices ("" when one does)."""
     allowed = table.constraints.compute_kernels if table.constraints is not None else None
-    valid = DEVICE_KERNELS.get(device_type, DEVICE_KERNELS["cuda"])
+    valid = valid_kernels(device_type)
     if allowed is None or any(k in valid for k in allowed):
         return ""
     return (

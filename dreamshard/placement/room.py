@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dreamshard.errors import InfeasiblePlacementError
 from dreamshard.placement.device_memory import MemoryBreakdown, unit_needs
 from dreamshard.placement.options import allowed_devices
+from dreamshard.placement.spread import spread_groups
 from dreamshard.values import GB, Inventory, Topology, parse_unit
 
 
@@ -28,11 +29,7 @@ class Room:
         for name, d in (fixed or {}).items():
             self.allowed[name] = (int(d),)
         # the shards of a table with `min_shards` go to distinct devices: {table: devices its shards hold so far}
-        self.spread = {
-            parse_unit(t.name).table: set[int]()
-            for t in units.tables
-            if t.constraints is not None and t.constraints.min_shards is not None and parse_unit(t.name).kind != "table"
-        }
+        self.spread: dict[str, set[int]] = {table: set() for table in spread_groups(units)}
 
     def need(self, unit: str) -> int:
         """Device bytes of `unit`."""
