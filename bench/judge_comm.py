@@ -1,7 +1,7 @@
 """The judge's collective timing: a device's bytes exchanged on real ranks, timed, no fitted model anywhere.
 
-`CommRanks` (the judge's side) starts ``python bench/judge_comm.py`` as 2 rank processes (gloo, one thread each,
-each pinned to its own core) once per judge session; never more ranks than this process may run on
+`CommRanks` (the judge's side) starts ``python bench/judge_comm.py`` as 2 rank processes (gloo, one torch thread
+each, not pinned) once per judge session; never more ranks than this process may run on
 (`len(os.sched_getaffinity(0))`), and at least 2. Each request names one exchange: its bytes, its message count and
 whether it reduces; both ranks run it and report their times per repeat.
 
@@ -59,7 +59,6 @@ class CommRanks:
                 "MASTER_PORT": str(port),
                 "RANK": str(rank),
                 "WORLD_SIZE": str(RANKS),
-                "JUDGE_CORE": str(cores[rank]),
             }
             cmd = [sys.executable, str(HERE / "judge_comm.py")]
             self._procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
@@ -145,7 +144,6 @@ def serve(stdin: IO[str], reply: IO[str]) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.sched_setaffinity(0, {int(os.environ["JUDGE_CORE"])})
     dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     reply.write(json.dumps({"ready": True}) + "\n")
     reply.flush()
