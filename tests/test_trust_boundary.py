@@ -45,7 +45,9 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     w = world()
     files = w.write(tmp_path_factory.mktemp("trust"))
     # `bad` measured with 5% noise per measurement: inconclusive (its +2% is inside the noise)
-    noisy = compare_sharders(w.inventory, w.topology, w.baselines, NoisyOracle(0, 0.05), rounds=5, extra_plans=[w.bad])
+    noisy = compare_sharders(
+        w.inventory, w.topology, w.baselines, NoisyOracle(0, 0.05), rounds=5, extra_plans=[w.bad, w.good]
+    )  # the current plan (good) measured too: the gate judges bad against it
     files["noisy"] = files["dir"] / "noisy.json"
     files["noisy"].write_text(noisy.model_dump_json())
     r = invoke(

@@ -160,6 +160,14 @@ def compare(
             "--comparison` needs its plan in the comparison.",
         ),
     ] = None,
+    current: Annotated[
+        Path | None,
+        typer.Option(
+            "--current",
+            help="An incumbent file (`plans incumbent -o FILE`): the plan current now, measured as the contender "
+            "'current' when it can serve this inventory's job; `plans publish --comparison` needs it then.",
+        ),
+    ] = None,
     corpus: CorpusOpt = None,
     hosts: HostsOverride = None,
     devices_per_host: DevicesPerHostOverride = None,
@@ -207,6 +215,7 @@ def compare(
         sharder_spec=sharders,
         heuristics_by_default=True,
         plans=tuple(plan_files or ()),
+        current=current,
         num_devices=devices,
         model=model,
         outputs=outputs,

@@ -12,6 +12,7 @@ from dreamshard.config.publish import PublishConfig, check_baselines, check_marg
 from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
 from dreamshard.gate.checks import verify_comparison, verify_plan
+from dreamshard.gate.current import CURRENT, current_samples
 from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, looks, stop_rule
@@ -49,6 +50,7 @@ def gate_plan(
     backend: str | None = None,
     source: str = "comparison",
     topology: Topology | None = None,
+    current: Plan | None = None,
 ) -> tuple[Plan, GateDecision]:
     """Verify `plan` against `inventory` and `comparison`, then decide on the comparison's per-round samples.
 
@@ -57,7 +59,9 @@ def gate_plan(
     verified plan that is too slow is a rejection, one inside the noise is inconclusive (approved=False both).
     The decision is the sequential rule's (`gate.sequential`): fewer than publish.min_rounds rounds are enough
     only when its early look decides on them. `topology`: the one the request plans for (default: the job the
-    inventory records, `gate.trust.check_topology`).
+    inventory records, `gate.trust.check_topology`). `current`: the store's current plan when it can serve this job
+    and places otherwise; the comparison must measure it too, and it counts as one more baseline, `current`
+    (`gate.current`).
     """
     margin = check_margin(rules.min_improvement)
     required = required_baselines(rules, extra_baselines)
@@ -77,9 +81,10 @@ def gate_plan(
         backend=backend,
         source=source,
     )
-    if comparison.rounds < rules.min_rounds and not decides_early(
-        rules, v.entry.samples_ms, {n: r.samples_ms for n, r in v.baselines.items()}
-    ):
+    against = {n: list(r.samples_ms) for n, r in v.baselines.items()}
+    if current is not None and current.units() != plan.units():
+        against[CURRENT] = current_samples(comparison, v.entry, current, source)
+    if comparison.rounds < rules.min_rounds and not decides_early(rules, v.entry.samples_ms, against):
         raise PlanError(
             f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
             f"decide nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
@@ -95,7 +100,7 @@ def gate_plan(
     )
     decision = evaluate_gate(
         judged,
-        {n: r.samples_ms for n, r in v.baselines.items()},
+        against,
         margin,
         plan_samples=v.entry.samples_ms,
         confidence=rules.confidence,
@@ -141,12 +146,15 @@ def measure_and_gate(
     seed: int = 0,
     sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
     topology: Topology | None = None,
+    current: Plan | None = None,
 ) -> tuple[Plan, GateDecision, Comparison]:
     """The gate measures for itself: `plan` and every required baseline's plan, interleaved on `oracle`'s
     backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides, more up to
     publish.max_rounds while the spreads are above publish.target_spread), then
     `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user; the plan's sharder
-    label removes no baseline. `topology` as in `gate_plan`."""
+    label removes no baseline. `topology` as in `gate_plan`. `current`: the store's current plan when it can serve
+    this job, as a plan of this inventory labelled `current` (`gate.current.current_contender`): measured beside
+    them."""
     check_margin(rules.min_improvement)
     names = required_baselines(rules, extra_baselines)
     plan = trusted_plan(plan)
@@ -155,6 +163,7 @@ def measure_and_gate(
     check_topology(plan, inventory, topology)
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
     options = {**(sharder_options or {}), "random": {"seed": seed}}
+    rival = current if current is not None and current.units() != plan.units() else None
     asked = max(rounds, rules.min_rounds)
     cmp = compare_sharders(
         inventory,
@@ -164,7 +173,7 @@ def measure_and_gate(
         rounds=gate_rounds(rules, asked),
         sharder_options=options,
         seed=seed,
-        extra_plans=(plan,),
+        extra_plans=(plan,) if rival is None else (plan, rival),
         with_lower_bound=False,
         stop=stop_rule(rules, plan.plan_id, asked),
         timing_passes=rules.timing_passes,
@@ -179,5 +188,6 @@ def measure_and_gate(
         seed=seed,
         source="measured by the gate",
         topology=topology,
+        current=rival,
     )
     return judged, decision, cmp

@@ -15,7 +15,9 @@ from dreamshard.documents import check_outputs, load_inventory, load_plan, same_
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders, write_comparison_outputs
 from dreamshard.evaluation.compare import Comparison, contender_name
+from dreamshard.gate.current import serving_contender
 from dreamshard.gate.sequential import gate_rounds, stop_rule
+from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import PlanStats, stats_of
@@ -75,6 +77,9 @@ class CompareRequest(Request):
     sharder_spec: str | None = None  # `--sharders`: a comma list, 'heuristics' or 'all' (wins over `sharders`)
     heuristics_by_default: bool = False  # no spec and no params file read: the heuristics
     plans: tuple[Path, ...] = ()  # plans measured beside the sharders' (the evaluate stage: data/plan.json)
+    # an incumbent file (`plans incumbent`): the plan current now, measured as the contender `current` when it can
+    # serve this inventory's job and places otherwise (the publish gate requires it then: gate.current)
+    current: Path | None = None
     num_devices: int | None = None  # None with plans: the first plan's topology; else the job's (or the params')
     model: Path | None = None
     outputs: CompareOutputs = CompareOutputs()
@@ -174,6 +179,15 @@ def _topology(request: CompareRequest, inv: Inventory, plans: list[Plan]) -> Top
     return s.topology_for_job(inv.job)
 
 
+def current_rival(path: Path | None, inv: Inventory, topology: Topology, plans: Sequence[Plan]) -> Plan | None:
+    """The incumbent file's plan as the contender `current` (`gate.current.serving_contender`); None when the file
+    says none was current, the plan cannot serve this job, or one of `plans` places as it does."""
+    current = load_incumbent(path) if path is not None else None
+    if current is None or any(p.units() == current.units() for p in plans):
+        return None
+    return serving_contender(current, inv, topology)
+
+
 def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
     s = request.settings
     check_distinct_plans(request.plans)  # one line before anything is loaded, planned or measured
@@ -184,11 +198,13 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
         "--inventory": request.inventory,
         "--model": request.model,
         "--params": s.source,
+        "--current": request.current,
         **{"--plan" + (f" #{i + 1}" if len(request.plans) > 1 else ""): p for i, p in enumerate(request.plans)},
     }
     check_outputs(inputs, _output_paths(request, names, extra))
     inv = load_inventory(request.inventory)
     topo = _topology(request, inv, extra)
+    rival = current_rival(request.current, inv, topo, extra)
     seed = s.profile.seed
     options = {name: sharder_options(name, s, request.model, seed) for name in names}
     oracle = s.oracle()
@@ -207,7 +223,7 @@ def run(request: CompareRequest, progress: Callable[[str], None] | None = None) 
             sharder_options=options,
             progress=progress,
             seed=seed,
-            extra_plans=extra,
+            extra_plans=[*extra, rival] if rival is not None else extra,
             corpus=corpus,
             stop=stop,
             timing_passes=s.publish.timing_passes if gated else 1,

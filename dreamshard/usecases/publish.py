@@ -13,6 +13,7 @@ from dreamshard.documents import load_inventory, load_plan
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation import Comparison, validate_sharders
 from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
+from dreamshard.gate.current import serving_contender
 from dreamshard.gate.policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (
@@ -91,22 +92,35 @@ def _check_request(request: PublishRequest) -> None:
         )
 
 
-def _judge(request: PublishRequest, store: PlanStore | None) -> tuple[Plan, GateDecision, Comparison, Inventory]:
+def servable_current(store: PlanStore, plan: Plan, inventory: Inventory) -> Plan | None:
+    """The store's current plan of `inventory` as a contender of this version (`gate.current.serving_contender`),
+    when it can serve the job `plan` is for and places otherwise; None when none is current, it cannot serve,
+    it places as `plan` does, or it is unreadable (`plans fsck` reports it)."""
+    if get_pointer(store, inventory.name) is None:
+        return None
+    try:
+        current = get_current(store, inventory.name)
+    except StoreError:
+        return None
+    if current.units() == plan.units():
+        return None
+    return serving_contender(current, inventory, plan.topology, schema_of(store, current))
+
+
+def _judge(request: PublishRequest, store: PlanStore) -> tuple[Plan, GateDecision, Comparison, Inventory]:
     """The gate's decision on the request's plan, with the verified comparison it was decided on and the inventory
-    (storing nothing)."""
+    (storing nothing). The store's current plan, when it can serve the job, is one more contender to beat."""
     s = request.settings
     extra = tuple(validate_sharders(list(request.baselines))) if request.baselines else ()
     if request.baseline_spec:
         extra = tuple(dict.fromkeys((*extra, *expand(request.baseline_spec))))
     plan = trusted_plan(load_plan(request.plan))
-    if request.inventory is not None:
-        inv = load_inventory(request.inventory)
-    else:
-        inv = stored_inventory(store or open_plan_store(s, request.store, request.endpoint_url, existing=False), plan)
+    inv = load_inventory(request.inventory) if request.inventory is not None else stored_inventory(store, plan)
     if request.model is not None:
         card = load_card(request.model)
         plan = trusted_plan(plan, lambda p: card.out_of_range(inv.tables, p.topology))
     seed = s.profile.seed
+    current = servable_current(store, plan, inv)
     if request.comparison is not None:
         judged, decision, cmp = gate_comparison_file(
             plan,
@@ -117,6 +131,7 @@ def _judge(request: PublishRequest, store: PlanStore | None) -> tuple[Plan, Gate
             seed=seed,
             backend=request.backend,
             topology=request.topology,
+            current=current,
         )
         return judged, decision, cmp, inv
     oracle = s.oracle()
@@ -130,6 +145,7 @@ def _judge(request: PublishRequest, store: PlanStore | None) -> tuple[Plan, Gate
             rounds=s.evaluate.rounds,
             seed=seed,
             topology=request.topology,
+            current=current,
         )
     finally:
         oracle.close()
@@ -141,8 +157,8 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
     lineage, model version and verification are never taken from it. What the decision means for the store's
     current plan is the gate's publish policy (`gate.policy.publish_verdict`)."""
     _check_request(request)
-    judged, decision, cmp, inv = _judge(request, store)
     store = store or open_plan_store(request.settings, request.store, request.endpoint_url, existing=False)
+    judged, decision, cmp, inv = _judge(request, store)
     current = read_current(store, judged) if decision.outcome in ("inconclusive", "rejected") else None
     if current is None:
         return GateResult(plan=judged, decision=decision, outcome=decision.outcome)

@@ -131,8 +131,11 @@ def _current_is(name: str) -> Callable[[Path, Result], None]:
 
 
 def _repaired(work: Path, r: Result) -> None:
+    """The store works again: the next publish reads the repaired current plan and judges against it too."""
     _current_is("good")(work, r)
-    assert cli(["plans", "publish", "bad.json", "--store", "store", *GATE.split()]).code == 0
+    again = cli(["plans", "publish", "bad.json", "--store", "store", *GATE.split()])
+    assert again.code == 1 and "baseline current" in again.err, again
+    _current_is("good")(work, r)
 
 
 def _listed_tampered(work: Path, r: Result) -> None:
@@ -162,7 +165,8 @@ def _other_inventorys_corrupt_pointer(work: Path) -> None:
     r = cli(["plans", "list", "--store", "store", "--json"])
     assert r.code == 0 and [x["plan_id"] for x in json.loads(r.out) if x["is_current"]] == [plan_id(work, "good")]
     assert cli(["plans", "show", "current", "--store", "store", "--inventory", "inv"]).code == 0
-    assert cli(["plans", "publish", "bad.json", "--store", "store", *GATE.split()]).code == 0
+    judged = cli(["plans", "publish", "bad.json", "--store", "store", *GATE.split()])
+    assert judged.code == 1 and "baseline current" in judged.err, judged  # decided against inv's own current plan
     r = cli(["plans", "fsck", "--store", "store"])
     assert r.code == 1 and "plans/zzz/current.json" in r.out
 
