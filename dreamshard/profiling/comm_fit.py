@@ -4,8 +4,10 @@ A benchmark (`dreamshard.profiling.comm.benchmark_collective`, injected as `run`
 held-out size and the per-peer points; here they become an alpha-beta fit judged by the quality bar
 (`fit_quality`). A fit that fails is measured once more with more repeats and sizes; if it fails again, the
 better of the two is used under a `fallback` label that says why. A world larger than the ranks the machine can
-run is derived from the measured fit: the same cost per MB leaving a rank (the (N-1)/N byte share is in the
-bytes, `comm.device_comm_bytes`) and the measured cost of each further peer's message. A cached fit is reused
+run is measured as that world where the machine can: an all-to-all's rank sends its bytes as N - 1 messages in
+flight (`comm.comm_model_for`, fitted and cached per world). The ring collectives are derived from the measured
+fit: the same cost per MB leaving a rank (the (N-1)/N byte share is in the bytes, `comm.device_comm_bytes`) and the
+measured cost of each further peer's message. A cached fit is reused
 only when it passed the bar, on this machine, recently (a labelled fallback: for an hour, then measured again).
 """
 
@@ -26,9 +28,9 @@ from dreamshard.values import Collective, CommModel
 
 log = logging.getLogger(__name__)
 
-#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 4 MB: a device's pooled outputs for
-#: batch 2048 range from 128 KB (dim 16) to tens of MB).
-MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 16 MB: a device's pooled outputs for
+#: batch 2048 range from 128 KB (dim 16) to tens of MB; the held-out plans send 2-10 MB a device).
+MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
 #: ... per reduce-scatter: a device's partial pooled sums of its row-wise tables for the whole batch
 #: (batch 2048 x dim 64 x 4 = 512 KB per table; several tables: MBs).
 REDUCE_SCATTER_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -186,6 +188,10 @@ def cached_fit(path: Path, collective: Collective, cores: int) -> tuple[CommMode
         return None, "the cache is unreadable"
     if model.collective != collective:
         return None, f"the cache holds a {model.collective} fit"
+    top = max(COLLECTIVE_BYTES[collective]) / 1e6
+    if model.points and max(mb for mb, _ in model.points) < 0.9 * top:
+        largest = max(mb for mb, _ in model.points)
+        return None, f"the cached fit's sizes end at {largest:.1f} MB; the benchmark now measures up to {top:.1f} MB"
     q = model.quality
     if q is None:
         return None, "the cached fit has no quality record (an older fit)"
