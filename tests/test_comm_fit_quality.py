@@ -185,7 +185,7 @@ def test_profile_comm_shows_points_quality_and_what_planning_reuses(
     rows = json.loads(out)
     assert code == 0
     assert [r["reused_by_planning"] for r in rows] == [True, True, False]  # w2, w2 as 8, the noisy w4
-    assert rows[0]["model"]["quality"]["held_out"]["megabytes"] == pytest.approx(0.524288)
+    assert rows[0]["model"]["quality"]["held_out"]["megabytes"] == pytest.approx(0.786432)
 
 
 def test_profile_without_an_inventory_is_one_line() -> None:

@@ -111,6 +111,7 @@ def _worker(
     try:
         if messages > 0:
             method, results = f"p2p:{messages} messages in flight", []
+            _in_flight_point(rank, world, dev, min(sizes), messages, 5, 1, cuda)  # connections are set up lazily
             for nbytes in sizes:
                 results.append(_in_flight_point(rank, world, dev, nbytes, messages, warmup, repeats, cuda))
         else:

@@ -42,7 +42,9 @@ COLLECTIVE_BYTES: dict[str, tuple[int, ...]] = {
     "all_reduce": ALL_REDUCE_BYTES,
 }
 #: The size each collective's benchmark also measures but leaves out of the fit, to check the fit's prediction.
-HELD_OUT_BYTES: dict[str, int] = {"all_to_all": 512 << 10, "reduce_scatter": 2 << 20, "all_reduce": 2 << 20}
+#: Measured in its place among the sizes (ascending), never last: a small exchange right after the largest ran up to
+#: 4x slow (2026-12-04: 512 KB took 2.6 ms after 16 MB, 0.64 ms in order). Never a dense attempt's midpoint.
+HELD_OUT_BYTES: dict[str, int] = {"all_to_all": 768 << 10, "reduce_scatter": 3 << 20, "all_reduce": 3 << 20}
 #: How old a cached fit may be before it is measured again (days; env DREAMSHARD_COMM_MAX_AGE_DAYS).
 MAX_AGE_DAYS = float(os.environ.get("DREAMSHARD_COMM_MAX_AGE_DAYS", "30"))
 #: A fit that failed the bar twice is cached with its fallback label and reused (said so, in the log and in every
@@ -78,27 +80,31 @@ ATTEMPTS: tuple[Attempt, ...] = (Attempt(repeats=7, warmup=2, dense=False), Atte
 
 
 def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
-    """Least squares ``ms = alpha + beta * MB`` with alpha >= 0 and beta >= 0; returns (alpha, beta, r2)."""
+    """``ms = alpha + beta * MB`` with alpha >= 0 and beta >= 0, least squares on the relative error (each point
+    weighted by 1 / its ms, so 16 KB and 16 MB count alike; an unweighted fit over that range is the largest
+    points' and missed 512 KB by 50-100%); returns (alpha, beta, r2), r2 of the unweighted points."""
     x = np.array([p[0] for p in points], dtype=np.float64)
     y = np.array([p[1] for p in points], dtype=np.float64)
     if x.size == 0:
         return 0.0, 0.0, 0.0
+    w = 1.0 / np.maximum(y, 1e-9)
     candidates: list[tuple[float, float]] = []
     if x.size >= 2 and np.ptp(x) > 0:
-        beta, alpha = np.polyfit(x, y, 1)
+        design = np.vstack([np.ones_like(x), x]).T * w[:, None]
+        alpha, beta = np.linalg.lstsq(design, y * w, rcond=None)[0]
         if alpha >= 0 and beta >= 0:
             candidates.append((float(alpha), float(beta)))
-    # Boundary solutions of the constrained problem (the optimum lies on one if OLS is infeasible).
-    xx = float((x * x).sum())
-    candidates.append((0.0, max(0.0, float((x * y).sum() / xx)) if xx > 0 else 0.0))
-    candidates.append((max(0.0, float(y.mean())), 0.0))
+    # Boundary solutions of the constrained problem (the optimum lies on one if the free fit is infeasible).
+    xx = float(((w * x) ** 2).sum())
+    candidates.append((0.0, max(0.0, float((w * x * w * y).sum() / xx)) if xx > 0 else 0.0))
+    candidates.append((max(0.0, float((w * w * y).sum() / (w * w).sum())), 0.0))
 
-    def sse(ab: tuple[float, float]) -> float:
-        return float(((ab[0] + ab[1] * x - y) ** 2).sum())
+    def sse(ab: tuple[float, float], weights: np.ndarray) -> float:
+        return float((((ab[0] + ab[1] * x - y) * weights) ** 2).sum())
 
-    alpha, beta = min(candidates, key=sse)
+    alpha, beta = min(candidates, key=lambda ab: sse(ab, w))
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - sse((alpha, beta)) / ss_tot if ss_tot > 0 else 1.0
+    r2 = 1.0 - sse((alpha, beta), np.ones_like(x)) / ss_tot if ss_tot > 0 else 1.0
     return alpha, beta, r2
 
 
@@ -110,13 +116,17 @@ def per_peer_ms(peer_points: Sequence[tuple[float, float]]) -> float:
     return max(0.0, slope)
 
 
-def attempt_sizes(collective: Collective, dense: bool) -> list[int]:
-    """The sizes one attempt measures: the collective's sizes (with their geometric midpoints when `dense`) and the
-    held-out size last."""
+def fit_sizes(collective: Collective, dense: bool) -> list[int]:
+    """The sizes one attempt fits: the collective's sizes, with their geometric midpoints when `dense`."""
     base = list(COLLECTIVE_BYTES[collective])
     if dense:
         base = sorted(base + [int((a * b) ** 0.5) for a, b in zip(base, base[1:], strict=False)])
-    return [*base, HELD_OUT_BYTES[collective]]
+    return base
+
+
+def attempt_sizes(collective: Collective, dense: bool) -> list[int]:
+    """The sizes one attempt measures, ascending: `fit_sizes` and the held-out size in its place."""
+    return sorted([*fit_sizes(collective, dense), HELD_OUT_BYTES[collective]])
 
 
 def collective_steps(collective: Collective, world: int) -> int:
@@ -137,8 +147,10 @@ def derive(model: CommModel, world_size: int) -> CommModel:
 def _model_of(
     bench: Benchmark, procs: int, label: str, collective: Collective, attempt: Attempt, n: int, cores: int
 ) -> CommModel:
-    """The fit of one benchmark and its quality (the held-out point is the benchmark's last)."""
-    *points, held = bench.points
+    """The fit of one benchmark and its quality (the held-out point is the one measured at HELD_OUT_BYTES, in its
+    place among the sizes)."""
+    i = attempt_sizes(collective, attempt.dense).index(HELD_OUT_BYTES[collective])
+    held, points = bench.points[i], [p for j, p in enumerate(bench.points) if j != i]
     alpha, beta, r2 = fit_alpha_beta(points)
     quality = assess(points, alpha, beta, r2, held, ranks=procs, cores=cores, repeats=attempt.repeats, attempts=n)
     return CommModel(
