@@ -20,7 +20,7 @@ from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import predict_plan
 from dreamshard.profiling import make_oracle
 from dreamshard.sharders import get_sharder
-from dreamshard.values import Inventory, Table, Topology
+from dreamshard.values import Inventory, Table, TableConstraints, Topology
 
 TOPO = Topology(num_devices=3, memory_per_device_gb=2.0)
 
@@ -147,7 +147,13 @@ def test_stats_of_a_column_split_plan_names_its_shards() -> None:
     inv = Inventory(
         name="big",
         tables=(
-            Table(name="huge", num_embeddings=4_000_000, embedding_dim=128, pooling_factor=2),
+            Table(  # narrower shards than TorchRec's 128 only when the table's min_partition allows them
+                name="huge",
+                num_embeddings=4_000_000,
+                embedding_dim=128,
+                pooling_factor=2,
+                constraints=TableConstraints(min_partition=32),
+            ),
             Table(name="a", num_embeddings=1000, embedding_dim=16, pooling_factor=3),
         ),
     )

@@ -41,7 +41,8 @@ def _must_split_inventory() -> Inventory:
     room for only 8 of the ten; one of them cut four ways (0.05 GB) packs."""
     big_rows = int(0.2 * GB) // (64 * 4)
     small_rows = int(0.018 * GB) // (16 * 4)
-    big = [_table(f"big{i}", big_rows, 64) for i in range(2)]
+    narrow = TableConstraints(min_partition=16)  # 4 column shards of 16: allowed by the tables' min_partition
+    big = [_table(f"big{i}", big_rows, 64).model_copy(update={"constraints": narrow}) for i in range(2)]
     return Inventory(name="must-split", tables=(*big, *(_table(f"t{i}", small_rows, 16) for i in range(10))))
 
 

@@ -7,7 +7,9 @@ each forced table its first option in the order a sharder ranks them (the heuris
 proxy; the learned sharders: the planning cost), lays the inventory out as units (`Layout`) and packs it with the
 sharder's own placement. When packing fails it tries more shards or another type before giving up: one forced
 table at a time moves to its next option (the one with the largest unit first), and the first layout that packs
-is kept; the last packing error is raised when every forced table has run out of options.
+is kept. When every forced table has run out of options, the whole table the packing could not place is cut too
+(`_cut_too`: a 14 GB table fits a 16 GB device alone, not beside 8 GB of other tables' row blocks); the last packing
+error is raised when no such table is left.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from dreamshard.errors import InfeasiblePlacementError
-from dreamshard.placement.options import TableOption, check_constraints, options_or_error
+from dreamshard.placement.options import TableOption, check_constraints, options_or_error, table_options
 from dreamshard.placement.validate import footprint
 from dreamshard.values import Inventory, Table, Topology
 
@@ -118,10 +120,30 @@ def choose_layout(
             (n for n in at if at[n] + 1 < len(forced[n])), key=lambda n: (-_largest_unit(forced[n][at[n]]), n)
         )
         if not left:
-            raise last
+            cut = _cut_too(inventory, topology, last, {**forced, **chosen})
+            if cut is None:
+                raise last
+            forced[last.table], at[last.table] = cut, 0
+            try:
+                return attempt(at)
+            except InfeasiblePlacementError as e:
+                last = e
+            continue
         for n in left:
             try:
                 return attempt({**at, n: at[n] + 1})
             except InfeasiblePlacementError as e:
                 last = e
         at[left[0]] += 1
+
+
+def _cut_too(
+    inventory: Inventory, topology: Topology, error: InfeasiblePlacementError, taken: Mapping[str, object]
+) -> list[TableOption] | None:
+    """The options that cut the whole table `error` names (fewest units first), when it is a table of `inventory`
+    not cut yet (`taken`: the forced and chosen ones) and can be cut; else None."""
+    table = inventory.by_name().get(error.table)
+    if table is None or table.name in taken:
+        return None
+    options = [o for o in table_options(table, topology) if o.kind != "table_wise"]
+    return options or None

@@ -5,9 +5,11 @@
 the memory of one device allow:
 
 * table-wise: the table whole on one device;
-* column-wise: k equal column shards for every k the dim allows (widths multiples of 4 and at least the
-  constraint's `min_partition`); k is at most the devices the table may use, since two shards of one table on one
-  device hold the bytes of one wider shard (k = 1 only where table-wise is not allowed and column-wise is);
+* column-wise: k equal column shards for every k the dim allows (widths multiples of 4 and at least
+  `min_column_width`: the constraint's `min_partition`, else TorchRec's MIN_CW_DIM of 128 columns, or the dim when
+  narrower, so a table of dim <= 128 is cut into no column shards unless its `min_partition` allows); k is at most
+  the devices the table may use, since two shards of one table on one device hold the bytes of one wider shard
+  (k = 1 only where table-wise is not allowed and column-wise is);
 * row-wise: TorchRec's row blocks over every device, block i on device i;
 * table-row-wise: the row blocks over the devices of one host, one option per host (topologies with hosts; never
   a sequence table: TorchRec's EmbeddingCollection has no such sharding);
@@ -34,6 +36,24 @@ from dreamshard.values.units import row_blocks
 
 #: The largest table the planners replicate on their own (its gradient is all-reduced every step).
 DP_MAX_BYTES = 4 << 20
+#: The narrowest column shard a plan cuts unless a table's `min_partition` says otherwise: TorchRec's MIN_CW_DIM.
+#: On GPUs a narrow shard is one more small lookup and one more all-to-all slice per step.
+MIN_COLUMN_WIDTH = 128
+
+
+def min_column_width(table: Table) -> int:
+    """The narrowest column shard of `table`: its `min_partition`, else MIN_COLUMN_WIDTH, or its dim when narrower
+    (TorchRec's rule: such a table keeps its columns together)."""
+    c = table.constraints
+    if c is not None and c.min_partition is not None:
+        return c.min_partition
+    return min(MIN_COLUMN_WIDTH, table.embedding_dim)
+
+
+def column_split_counts(table: Table) -> list[int]:
+    """Every k >= 2 that cuts `table` into equal column shards no narrower than `min_column_width` (ascending)."""
+    narrowest = min_column_width(table)
+    return [k for k in split_counts(table.embedding_dim) if table.embedding_dim // k >= narrowest]
 
 
 @dataclass(frozen=True)
@@ -93,10 +113,8 @@ def _fits(units: list[Table], topology: Topology) -> bool:
 
 
 def _column_counts(table: Table, topology: Topology) -> list[int]:
-    """The column shard counts the dim, `min_partition` and the devices the table may use allow (ascending)."""
-    c = table.constraints
-    narrowest = c.min_partition if c is not None and c.min_partition is not None else 0
-    counts = [k for k in split_counts(table.embedding_dim) if table.embedding_dim // k >= narrowest]
+    """The column shard counts the dim, the narrowest shard and the devices the table may use allow (ascending)."""
+    counts = column_split_counts(table)
     if not _allows(table, "table_wise", 1):
         counts = [1, *counts]
     return [k for k in counts if k <= len(allowed_devices(table, topology))]
@@ -139,9 +157,9 @@ def table_options(table: Table, topology: Topology) -> list[TableOption]:
 
 
 def max_shards(table: Table, topology: Topology) -> int:
-    """The most shards the table can be cut into here, whatever the memory: column shards of 4 columns (at most
-    one per device), row blocks over every device."""
-    columns = max([1, *split_counts(table.embedding_dim)])
+    """The most shards the table can be cut into here, whatever the memory: its narrowest column shards
+    (`min_column_width`, at most one per device), row blocks over every device."""
+    columns = max([1, *column_split_counts(table)])
     return max(min(columns, topology.num_devices), topology.num_devices if table.num_embeddings >= 2 else 1)
 
 
