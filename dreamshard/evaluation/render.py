@@ -35,7 +35,8 @@ def reference_line(cmp: Comparison) -> str:
     """How the LB column is computed, with this comparison's figures (one line, for captions and reports)."""
     d = cmp.topology.num_devices
     lb = cmp.reference
-    cannot = f"; cannot place this inventory: {', '.join(cmp.infeasible)}" if cmp.infeasible else ""
+    why = "; ".join(f"{name} ({reason})" for name, reason in cmp.infeasible.items())
+    cannot = f"; cannot place this inventory: {why}" if cmp.infeasible else ""
     if not cmp.has_lower_bound:
         return f"LB not measured (the gate's comparison: it decides on the plans, not on the tables alone){cannot}"
     how = (
