@@ -23,21 +23,14 @@ Calls = list[tuple[int, int, int]]  # (ranks, sizes, repeats) of each benchmark 
 
 def fake_benchmark(calls: Calls, shapes: Sequence[Callable[[float], float]]) -> Callable[..., comm_fit.Benchmark]:
     """A benchmark whose n-th run times a size of MB megabytes as ``shapes[n](MB)`` (the last shape repeats), with a
-    per-peer cost of 0.05 ms a message: an emulated world's run (`messages` in flight) pays it for each message past
-    the first. `run.messages` lists the messages asked of each run (0: the collective itself)."""
-    asked: list[int] = []
+    per-peer cost of 0.05 ms a message."""
 
-    def run(
-        world: int, backend: str, collective: str, sizes: Sequence[int], warmup: int, repeats: int, messages: int = 0
-    ):
+    def run(world: int, backend: str, collective: str, sizes: Sequence[int], warmup: int, repeats: int):
         calls.append((world, len(sizes), repeats))
-        asked.append(messages)
         shape = shapes[min(len(calls), len(shapes)) - 1]
-        extra = 0.05 * max(0, messages - 1)
         peers = [(m, 0.3 + 0.05 * m) for m in (1, 2, 4, 8)]
-        return comm_fit.Benchmark([(b / 1e6, shape(b / 1e6) + extra) for b in sizes], "all_to_all_single", peers)
+        return comm_fit.Benchmark([(b / 1e6, shape(b / 1e6)) for b in sizes], "all_to_all_single", peers)
 
-    run.messages = asked  # type: ignore[attr-defined]
     return run
 
 
@@ -60,22 +53,18 @@ def cores2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Calls:
     return []
 
 
-def test_never_more_ranks_than_cores_and_larger_worlds_are_emulated(
+def test_never_more_ranks_than_cores_and_larger_worlds_are_derived(
     cores2: Calls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = fake_benchmark(cores2, [line])
-    monkeypatch.setattr(comm, "benchmark_collective", fake)
+    monkeypatch.setattr(comm, "benchmark_collective", fake_benchmark(cores2, [line]))
     m8 = comm.comm_model_for(8, "gloo", max_procs=4)  # a cap above the cores does not raise them
-    assert [ranks for ranks, _, _ in cores2] == [2] and fake.messages == [7]  # 7 peers' messages in flight
-    assert m8.world_size == 8 and m8.measured_ranks == 2 and m8.messages == 7 and not m8.derived
-    assert m8.beta_ms_per_mb == pytest.approx(2.0)  # bytes already carry the (N-1)/N share
-    assert m8.alpha_ms == pytest.approx(0.5 + 0.05 * (7 - 1))  # what 6 more messages cost, measured
-    assert "emulated: 7 messages in flight on 2 ranks" in m8.describe()
-    assert comm._cache_path("gloo", 2, emulated=8).exists()
-    monkeypatch.setattr(comm, "_MEMO", {})
-    assert comm.comm_model_for(8, "gloo") == m8 and len(cores2) == 1  # cached per world
+    assert [ranks for ranks, _, _ in cores2] == [2]
+    assert m8.world_size == 8 and m8.measured_ranks == 2 and m8.derived
+    assert m8.beta_ms_per_mb == pytest.approx(2.0)  # bytes already carry the (N-1)/N share: beta as measured
+    assert m8.per_peer_ms == pytest.approx(0.05)
+    assert m8.alpha_ms == pytest.approx(0.5 + 0.05 * (7 - 1))  # 6 more peers than the 2-rank benchmark had
     m2 = comm.comm_model_for(2, "gloo")
-    assert m2.alpha_ms == pytest.approx(0.5) and m2.messages is None and fake.messages == [7, 0]
+    assert m2.alpha_ms == pytest.approx(0.5) and not m2.derived and len(cores2) == 1  # one fit per machine
     ar = comm_fit.derive(m2.model_copy(update={"collective": "all_reduce"}), 4)
     assert ar.alpha_ms == pytest.approx(0.5 + 0.05 * (6 - 2))  # a ring all-reduce: 2 (N-1) messages
 
@@ -169,7 +158,6 @@ def test_profile_comm_shows_points_quality_and_what_planning_reuses(
 ) -> None:
     monkeypatch.setattr(comm, "benchmark_collective", fake_benchmark(cores2, [line]))
     comm.comm_model_for(2, "gloo")
-    comm.comm_model_for(8, "gloo")
     noisy = CommModel(
         alpha_ms=3.8, beta_ms_per_mb=0.41, backend="gloo", world_size=4, points=((0.016, 3.78), (0.262, 0.63)), r2=0.28
     )
@@ -178,13 +166,11 @@ def test_profile_comm_shows_points_quality_and_what_planning_reuses(
     assert code == 0
     assert "r2 1.000, monotone, held-out 0%, 2 ranks on 2 cores, passed" in out and "reused by planning" in out
     assert "never used here: 4 ranks exceed this machine's 2 cores" in out
-    # the all-to-all of 8 devices is its own fit (0.5 + 6 x 0.05), never a line derived from the 2-rank one
-    assert "0.800 ms + 2.000 ms/MB (world 8, emulated: 7 messages in flight on 2 ranks)" in out
-    assert "for 8 devices" not in out
+    assert "for 8 devices: 0.800 ms + 2.000 ms/MB" in out  # 0.5 + 6 x 0.05
     code, out, _ = invoke(["profile", "comm", "--json"])
     rows = json.loads(out)
     assert code == 0
-    assert [r["reused_by_planning"] for r in rows] == [True, True, False]  # w2, w2 as 8, the noisy w4
+    assert [r["reused_by_planning"] for r in rows] == [True, False]
     assert rows[0]["model"]["quality"]["held_out"]["megabytes"] == pytest.approx(0.786432)
 
 

@@ -2,8 +2,6 @@
 
 Each rank is a fresh interpreter started by `comm.benchmark_collective` (`_worker_main`). A message size is the
 bytes leaving one rank in one call (what `CommModel.cost_ms` takes); `chunk_elements` sizes the tensors from it.
-With `messages`, the all-to-all of a world larger than the ranks is emulated: each call sends a size as that many
-messages in flight (`_in_flight_point`).
 Per size: `warmup` untimed calls, then `repeats` timed ones after a barrier; a call takes its slowest rank's time
 and the point is the median over repeats. A process group without a reduce-scatter runs all-reduce and a local
 slice instead, and rank 0's result says which op ran (`method`).
@@ -96,7 +94,6 @@ def _worker(
     warmup: int,
     repeats: int,
     out: str,
-    messages: int = 0,
 ) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -109,53 +106,19 @@ def _worker(
     dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
-        if messages > 0:
-            method, results = f"p2p:{messages} messages in flight", []
-            _in_flight_point(rank, world, dev, min(sizes), messages, 5, 1, cuda)  # connections are set up lazily
-            for nbytes in sizes:
-                results.append(_in_flight_point(rank, world, dev, nbytes, messages, warmup, repeats, cuda))
-        else:
-            method, results = _collective_points(collective, rank, world, dev, sizes, warmup, repeats, cuda)
+        method, op = _pick_op(collective, rank, world, dev)
+        results: list[tuple[float, float]] = []
+        for nbytes in sizes:
+            chunk = chunk_elements(collective, nbytes, world)
+            x = torch.zeros(chunk * world, device=dev)
+            y = torch.empty_like(x)
+            ms = _median_ms(partial(op, y, x), dev, warmup, repeats, cuda)
+            results.append((sent_megabytes(collective, chunk, world), ms))
         peers = _peer_points(rank, world, dev, min(sizes), warmup, repeats, cuda)
         if rank == 0:
             Path(out).write_text(json.dumps({"points": results, "method": method, "peer_points": peers}))
     finally:
         dist.destroy_process_group()
-
-
-def _collective_points(
-    collective: str,
-    rank: int,
-    world: int,
-    dev: torch.device,
-    sizes: Sequence[int],
-    warmup: int,
-    repeats: int,
-    cuda: bool,
-) -> tuple[str, list[tuple[float, float]]]:
-    """The op that ran and (MB leaving a rank, ms) of `collective` itself at each size."""
-    method, op = _pick_op(collective, rank, world, dev)
-    results: list[tuple[float, float]] = []
-    for nbytes in sizes:
-        chunk = chunk_elements(collective, nbytes, world)
-        x = torch.zeros(chunk * world, device=dev)
-        y = torch.empty_like(x)
-        ms = _median_ms(partial(op, y, x), dev, warmup, repeats, cuda)
-        results.append((sent_megabytes(collective, chunk, world), ms))
-    return method, results
-
-
-def _in_flight_point(
-    rank: int, world: int, dev: torch.device, nbytes: int, messages: int, warmup: int, repeats: int, cuda: bool
-) -> tuple[float, float]:
-    """(MB, ms) of a rank of a larger world's all-to-all emulated: `nbytes` sent as `messages` messages in flight
-    (one per peer of that world) to the next rank while as many arrive from the previous one."""
-    n = max(1, nbytes // 4 // messages)
-    send = [torch.zeros(n, device=dev) for _ in range(messages)]
-    recv = [torch.empty(n, device=dev) for _ in range(messages)]
-    nxt, prv = (rank + 1) % world, (rank - 1) % world
-    ms = _median_ms(partial(_exchange, send, recv, nxt, prv), dev, warmup, repeats, cuda)
-    return n * 4 * messages / 1e6, ms
 
 
 #: Messages per call of the per-peer benchmark: the same bytes cut into more messages, as a rank of a larger world
@@ -206,7 +169,7 @@ def _median_ms(call: Callable[[], None], dev: torch.device, warmup: int, repeats
 
 def _worker_main(argv: Sequence[str]) -> None:
     """Entry of one benchmark rank started as ``python -c`` (see ``comm.benchmark_collective``)."""
-    rank, world, port, backend, collective, sizes, warmup, repeats, out, messages = argv
+    rank, world, port, backend, collective, sizes, warmup, repeats, out = argv
     _worker(
         int(rank),
         int(world),
@@ -217,5 +180,4 @@ def _worker_main(argv: Sequence[str]) -> None:
         int(warmup),
         int(repeats),
         out,
-        int(messages),
     )

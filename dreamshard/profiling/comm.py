@@ -5,7 +5,6 @@ hosts. The model and its assumptions: docs/architecture.md, "Communication costs
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ INTER_HOST_LATENCY_MS = 0.02
 #: The op a process group without a reduce-scatter is measured with instead (collectives.py).
 _FALLBACK_METHOD = "all_reduce+slice"
 
-_MEMO: dict[tuple[str, int, str, int], CommModel] = {}  # (backend, ranks, collective, world measured)
+_MEMO: dict[tuple[str, int, str], CommModel] = {}
 
 #: Fixed interconnect profiles (Topology.interconnect other than "measured"): not a benchmark, labelled so.
 FAST_ALPHA_MS = 0.02
@@ -71,14 +70,12 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dreamshard"
 
 
-def _cache_path(backend: str, world_size: int, collective: str = "all_to_all", emulated: int | None = None) -> Path:
-    """The fit's cache file; `emulated`: the world an all-to-all on `world_size` ranks emulates (`-as{N}`)."""
+def _cache_path(backend: str, world_size: int, collective: str = "all_to_all") -> Path:
     import torch  # loads torch (the fit's cache key names its version): here, so that importing this module does not
 
     ver = torch.__version__.replace("+", "_")
     stem = f"comm-{backend}" if collective == "all_to_all" else f"comm-{collective}-{backend}"  # a2a: old name
-    world = f"w{world_size}" + (f"-as{emulated}" if emulated else "")
-    return cache_dir() / f"{stem}-{world}-torch{ver}.json"
+    return cache_dir() / f"{stem}-w{world_size}-torch{ver}.json"
 
 
 def _free_port() -> int:
@@ -95,11 +92,9 @@ def benchmark_collective(
     warmup: int = 2,
     repeats: int = 7,
     timeout_s: float = 120.0,
-    messages: int = 0,
 ) -> Benchmark:
     """Run the real benchmark of `collective` with ``world_size`` processes (``sizes``: bytes leaving a rank,
-    default ``COLLECTIVE_BYTES[collective]``); `messages` > 0: an all-to-all of a larger world emulated, each size
-    sent as that many messages in flight (collectives.py).
+    default ``COLLECTIVE_BYTES[collective]``).
 
     Ranks are fresh interpreters (``sys.executable -c``), like ``torch.multiprocessing`` spawn, but they never
     re-import the caller's ``__main__``, so an unguarded user script cannot fork-bomb itself.
@@ -121,7 +116,6 @@ def benchmark_collective(
             str(warmup),
             str(repeats),
             out,
-            str(messages),
         ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs = [
@@ -192,9 +186,7 @@ def comm_model_for(
 ) -> CommModel:
     """The alpha-beta model of `collective` for ``world_size`` devices: the fit at as many ranks as the machine
     runs without sharing a core (memo -> a cache that passed the bar on this machine -> benchmark,
-    `comm_fit.measure_fit`). An all-to-all of a larger world is measured as that world: each rank sends its bytes
-    as world - 1 messages in flight (`comm_fit.EMULATED`, fitted and cached per world); the ring collectives are
-    derived for it (`comm_fit.derive`)."""
+    `comm_fit.measure_fit`), derived for a larger world (`comm_fit.derive`)."""
     _check_collective(collective)
     if world_size <= 1:
         return zero_model(collective)
@@ -202,11 +194,10 @@ def comm_model_for(
     if procs < 2:
         why = f"{cores} {'GPU' if backend == 'nccl' else 'core'}(s): a benchmark of 2 ranks would share one"
         return default_model(world_size, collective).model_copy(update={"fallback": why})
-    emulated = world_size if collective == "all_to_all" and world_size > procs else None
-    key = (backend, procs, collective, emulated or procs)
+    key = (backend, procs, collective)
     if not refit and key in _MEMO:
         return derive(_MEMO[key], world_size)
-    path = _cache_path(backend, procs, collective, emulated)
+    path = _cache_path(backend, procs, collective)
     cached, why = (None, "") if refit else cached_fit(path, collective, cores)
     if cached is not None:
         _MEMO[key] = cached
@@ -214,7 +205,7 @@ def comm_model_for(
     if why:
         log.warning("refitting %s on %d ranks: %s", collective, procs, why)
     try:
-        model = _measure(procs, backend, collective, cores, emulated)
+        model = measure_fit(benchmark_collective, procs, backend, collective, cores, _labeller(backend))
     except Exception as e:  # any failure to start or run the processes: the labelled default instead
         log.warning(
             "%s benchmark (%s, %d procs) failed (%s); using the labelled default model",
@@ -232,15 +223,6 @@ def comm_model_for(
     except OSError as e:
         log.warning("cannot write comm cache %s: %s", path, e.strerror)
     return derive(model, world_size)
-
-
-def _measure(procs: int, backend: str, collective: Collective, cores: int, emulated: int | None) -> CommModel:
-    """The fit on `procs` ranks; with `emulated`, of that world's all-to-all (world - 1 messages in flight)."""
-    if emulated is None:
-        return measure_fit(benchmark_collective, procs, backend, collective, cores, _labeller(backend))
-    run = functools.partial(benchmark_collective, messages=emulated - 1)
-    model = measure_fit(run, procs, backend, collective, cores, _labeller(backend))
-    return model.model_copy(update={"world_size": emulated, "messages": emulated - 1})
 
 
 def _labeller(backend: str) -> Callable[[str], str]:

@@ -4,10 +4,8 @@ A benchmark (`dreamshard.profiling.comm.benchmark_collective`, injected as `run`
 held-out size and the per-peer points; here they become an alpha-beta fit judged by the quality bar
 (`fit_quality`). A fit that fails is measured once more with more repeats and sizes; if it fails again, the
 better of the two is used under a `fallback` label that says why. A world larger than the ranks the machine can
-run is measured as that world where the machine can: an all-to-all's rank sends its bytes as N - 1 messages in
-flight (`comm.comm_model_for`, fitted and cached per world). The ring collectives are derived from the measured
-fit: the same cost per MB leaving a rank (the (N-1)/N byte share is in the bytes, `comm.device_comm_bytes`) and the
-measured cost of each further peer's message. A cached fit is reused
+run is derived from the measured fit: the same cost per MB leaving a rank (the (N-1)/N byte share is in the
+bytes, `comm.device_comm_bytes`) and the measured cost of each further peer's message. A cached fit is reused
 only when it passed the bar, on this machine, recently (a labelled fallback: for an hour, then measured again).
 """
 
@@ -28,9 +26,9 @@ from dreamshard.values import Collective, CommModel
 
 log = logging.getLogger(__name__)
 
-#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 16 MB: a device's pooled outputs for
-#: batch 2048 range from 128 KB (dim 16) to tens of MB; the held-out plans send 2-10 MB a device).
-MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 4 MB: a device's pooled outputs for
+#: batch 2048 range from 128 KB (dim 16) to tens of MB).
+MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: ... per reduce-scatter: a device's partial pooled sums of its row-wise tables for the whole batch
 #: (batch 2048 x dim 64 x 4 = 512 KB per table; several tables: MBs).
 REDUCE_SCATTER_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -80,31 +78,27 @@ ATTEMPTS: tuple[Attempt, ...] = (Attempt(repeats=7, warmup=2, dense=False), Atte
 
 
 def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
-    """``ms = alpha + beta * MB`` with alpha >= 0 and beta >= 0, least squares on the relative error (each point
-    weighted by 1 / its ms, so 16 KB and 16 MB count alike; an unweighted fit over that range is the largest
-    points' and missed 512 KB by 50-100%); returns (alpha, beta, r2), r2 of the unweighted points."""
+    """Least squares ``ms = alpha + beta * MB`` with alpha >= 0 and beta >= 0; returns (alpha, beta, r2)."""
     x = np.array([p[0] for p in points], dtype=np.float64)
     y = np.array([p[1] for p in points], dtype=np.float64)
     if x.size == 0:
         return 0.0, 0.0, 0.0
-    w = 1.0 / np.maximum(y, 1e-9)
     candidates: list[tuple[float, float]] = []
     if x.size >= 2 and np.ptp(x) > 0:
-        design = np.vstack([np.ones_like(x), x]).T * w[:, None]
-        alpha, beta = np.linalg.lstsq(design, y * w, rcond=None)[0]
+        beta, alpha = np.polyfit(x, y, 1)
         if alpha >= 0 and beta >= 0:
             candidates.append((float(alpha), float(beta)))
-    # Boundary solutions of the constrained problem (the optimum lies on one if the free fit is infeasible).
-    xx = float(((w * x) ** 2).sum())
-    candidates.append((0.0, max(0.0, float((w * x * w * y).sum() / xx)) if xx > 0 else 0.0))
-    candidates.append((max(0.0, float((w * w * y).sum() / (w * w).sum())), 0.0))
+    # Boundary solutions of the constrained problem (the optimum lies on one if OLS is infeasible).
+    xx = float((x * x).sum())
+    candidates.append((0.0, max(0.0, float((x * y).sum() / xx)) if xx > 0 else 0.0))
+    candidates.append((max(0.0, float(y.mean())), 0.0))
 
-    def sse(ab: tuple[float, float], weights: np.ndarray) -> float:
-        return float((((ab[0] + ab[1] * x - y) * weights) ** 2).sum())
+    def sse(ab: tuple[float, float]) -> float:
+        return float(((ab[0] + ab[1] * x - y) ** 2).sum())
 
-    alpha, beta = min(candidates, key=lambda ab: sse(ab, w))
+    alpha, beta = min(candidates, key=sse)
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - sse((alpha, beta), np.ones_like(x)) / ss_tot if ss_tot > 0 else 1.0
+    r2 = 1.0 - sse((alpha, beta)) / ss_tot if ss_tot > 0 else 1.0
     return alpha, beta, r2
 
 
@@ -200,10 +194,6 @@ def cached_fit(path: Path, collective: Collective, cores: int) -> tuple[CommMode
         return None, "the cache is unreadable"
     if model.collective != collective:
         return None, f"the cache holds a {model.collective} fit"
-    top = max(COLLECTIVE_BYTES[collective]) / 1e6
-    if model.points and max(mb for mb, _ in model.points) < 0.9 * top:
-        largest = max(mb for mb, _ in model.points)
-        return None, f"the cached fit's sizes end at {largest:.1f} MB; the benchmark now measures up to {top:.1f} MB"
     q = model.quality
     if q is None:
         return None, "the cached fit has no quality record (an older fit)"

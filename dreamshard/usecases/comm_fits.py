@@ -1,6 +1,6 @@
 """`dreamshard profile comm`: the collective fits this machine has cached, their points and quality, whether
-planning may reuse each, and what a ring collective's fit gives for a world of N devices (docs/architecture.md,
-"Communication costs"). `refit` measures them again first."""
+planning may reuse each, and what each gives for a world of N devices (docs/architecture.md, "Communication
+costs"). `refit` measures them again first."""
 
 from __future__ import annotations
 
@@ -42,21 +42,16 @@ class CommFitsResult(Result):
 
 
 def run(request: CommFitsRequest) -> CommFitsResult:
-    """Refit when asked (the all-to-all for each asked world, emulated above the cores' ranks; the ring collectives
-    once per rank count), then list the cache."""
-    if request.refit:
-        worlds = request.devices or (2,)
-        for n in worlds:
-            comm.comm_model_for(n, request.backend, refit=True)
-        ranks = {comm.benchmark_ranks(n, request.backend)[0]: n for n in worlds}
-        for n in ranks.values():  # the worlds above the cores share the ring collectives' fit at the cores' ranks
-            for collective in COLLECTIVES[1:]:
+    """Refit when asked (every collective, for each asked world, at most the cores' ranks), then list the cache."""
+    if request.refit:  # once per rank count: the worlds above the cores share the fit at the cores' ranks
+        ranks = {comm.benchmark_ranks(n, request.backend)[0]: n for n in request.devices or (2,)}
+        for n in ranks.values():
+            for collective in COLLECTIVES:
                 comm.comm_model_for(n, request.backend, refit=True, collective=collective)
     rows = []
     for path, model, why in comm.cached_fits(request.backend):
         derived: tuple[CommModel, ...] = ()
-        # an older fit is shown as it is; an all-to-all is measured per world (its own row), never derived
-        if model is not None and model.measured_ranks is not None and model.collective != "all_to_all":
+        if model is not None and model.measured_ranks is not None:  # an older fit is shown as it is
             derived = tuple(derive(model, n) for n in request.devices if n > model.world_size)
         rows.append(CommFitRow(path=path, model=model, refit_reason=why, derived=derived))
     return CommFitsResult(rows=rows, cache_dir=comm.cache_dir())

@@ -90,9 +90,8 @@ class CommModel(StrictModel):
     """Alpha-beta model of one collective: t_ms = alpha_ms + beta_ms_per_mb * megabytes (leaving one rank).
 
     A benchmarked fit carries its `quality` (dreamshard.values.comm_fit); a world larger than the ranks the machine
-    could run is emulated (an all-to-all: `messages` in flight per rank) or derived from the fit at `measured_ranks`
-    with the measured `per_peer_ms` (docs/architecture.md, "Communication costs"); `fallback` says why a labelled
-    fallback stands in for a fit that failed the bar."""
+    could run is derived from the fit at `measured_ranks` with the measured `per_peer_ms` (docs/architecture.md,
+    "Communication costs"); `fallback` says why a labelled fallback stands in for a fit that failed the bar."""
 
     alpha_ms: Annotated[float, Field(ge=0)]
     beta_ms_per_mb: Annotated[float, Field(ge=0)]
@@ -105,19 +104,15 @@ class CommModel(StrictModel):
     per_peer_ms: Annotated[float, Field(ge=0)] = 0.0  # measured latency of one more peer's message
     quality: FitQuality | None = None
     fallback: str | None = None  # why a labelled fallback was used instead of a fit that passed the bar
-    # an all-to-all of `world_size` emulated on `measured_ranks`: the messages in flight per rank (world_size - 1)
-    messages: Annotated[int, Field(ge=1)] | None = None
 
     @property
     def derived(self) -> bool:
         """True when the world is larger than the ranks benchmarked (alpha derived per peer)."""
-        return self.measured_ranks is not None and self.world_size > self.measured_ranks and self.messages is None
+        return self.measured_ranks is not None and self.world_size > self.measured_ranks
 
     def describe(self) -> str:
         """One line: label, alpha, beta, world, and the fit's quality or the fallback's reason."""
         ranks = f", {self.measured_ranks} ranks measured" if self.derived else ""
-        if self.messages is not None:
-            ranks = f", emulated: {self.messages} messages in flight on {self.measured_ranks} ranks"
         head = (
             f"{self.collective} {self.backend}: {self.alpha_ms:.3f} ms + {self.beta_ms_per_mb:.3f} ms/MB "
             f"(world {self.world_size}{ranks})"
