@@ -3,7 +3,9 @@
 
 Publishing a new plan reshards the training job's embedding state: every table whose placement changed (another
 device, another sharding type, other shards) is sent to its new ranks. A table's placement is its sharding type and
-the devices of each of its units; a table in only one of the two plans is added or removed, not moved.
+the devices of each of its units; a table in only one of the two plans is added or removed, not moved. A moved
+table sends its weights and its optimizer state (as the table-wise state of the new plan's optimizer) once, at the
+new plan's recorded all-to-all rate: the move's time.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.placement.device_memory import optimizer_bytes
+from dreamshard.profiling.comm import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_MB
 from dreamshard.values import GB, Inventory, Plan
 from dreamshard.values.units import parse_unit
 
@@ -25,12 +29,29 @@ class PlanDiff(BaseModel):
     removed: tuple[str, ...]  # tables only the old plan placed
     kept: int  # tables placed exactly as before
     moved_gb: float  # weights of the moved tables (the new inventory's sizes): what resharding sends
+    moved_state_gb: float = 0.0  # their optimizer state under the new plan's optimizer (sgd: none), sent too
+    move_ms: float = 0.0  # weights and state sent once at `ms_per_mb`
+    ms_per_mb: float = 0.0  # the new plan's recorded all-to-all rate (its comm fit), else its interconnect's
 
     @property
     def summary(self) -> str:
         total = len(self.moved) + self.kept
         extra = "".join(f", {len(x)} {what}" for x, what in ((self.added, "added"), (self.removed, "removed")) if x)
-        return f"{len(self.moved)} of {total} tables move ({self.moved_gb:.3f} GB) from plan {self.old_plan_id}{extra}"
+        state = f" + {self.moved_state_gb:.3f} GB optimizer state" if self.moved_state_gb > 0 else ""
+        took = f", about {self.move_ms:.0f} ms to send at {self.ms_per_mb:.3f} ms/MB" if self.moved else ""
+        return (
+            f"{len(self.moved)} of {total} tables move ({self.moved_gb:.3f} GB weights{state}{took}) from plan "
+            f"{self.old_plan_id}{extra}"
+        )
+
+
+def move_rate_ms_per_mb(plan: Plan) -> float:
+    """What sending one MB off a device costs under `plan`: its recorded all-to-all fit's beta, else its fixed
+    interconnect profile's, else the labelled default (dreamshard.profiling.comm)."""
+    fits = [f for f in plan.comm_fits if f.collective == "all_to_all"]
+    if fits:
+        return fits[0].beta_ms_per_mb
+    return FAST_BETA_MS_PER_MB if plan.topology.interconnect == "fast" else DEFAULT_BETA_MS_PER_MB
 
 
 def _where(plan: Plan) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
@@ -47,6 +68,10 @@ def plan_diff(old: Plan, new: Plan, inventory: Inventory) -> PlanDiff:
     sizes: Mapping[str, float] = {t.name: t.size_bytes / GB for t in inventory.tables}
     both = [t for t in after if t in before]
     moved = tuple(t for t in both if before[t] != after[t])
+    by = inventory.by_name()
+    state_gb = sum(optimizer_bytes(by[t], new.topology.optimizer) / GB for t in moved if t in by)
+    weights_gb = sum(sizes.get(t, 0.0) for t in moved)
+    rate = move_rate_ms_per_mb(new)
     return PlanDiff(
         old_plan_id=old.plan_id,
         new_plan_id=new.plan_id,
@@ -54,5 +79,8 @@ def plan_diff(old: Plan, new: Plan, inventory: Inventory) -> PlanDiff:
         added=tuple(t for t in after if t not in before),
         removed=tuple(t for t in before if t not in after),
         kept=len(both) - len(moved),
-        moved_gb=sum(sizes.get(t, 0.0) for t in moved),
+        moved_gb=weights_gb,
+        moved_state_gb=state_gb,
+        move_ms=(weights_gb + state_gb) * GB / 1e6 * rate,
+        ms_per_mb=rate,
     )
