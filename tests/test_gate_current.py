@@ -94,3 +94,15 @@ def test_compare_measures_the_incumbent_as_current(tmp_path: Path) -> None:
     none = save_incumbent(no_incumbent("inv"), tmp_path / "none.json")
     code, out, err = invoke([*argv, "--current", str(none)])
     assert code == 0 and CURRENT not in {r["sharder"] for r in json.loads(out)["results"]}, err
+
+
+def test_a_faster_plan_must_pay_its_move_off_within_the_horizon(tmp_path: Path) -> None:
+    """Issue 46 item 1 (the gate weighs the move): `good` beats the current `bad` by about 3%, but its moved tables
+    take milliseconds to send; over one step (publish.move_horizon_steps 1) that never pays off."""
+    w = world()
+    files = w.write(tmp_path)
+    files["params"].write_text(w.params_text(move_horizon_steps=1))
+    assert _publish(files, "bad", "--comparison", str(files["comparison"]))[0] == 0
+    code, _, err = _publish(files, "good", "--comparison", str(files["comparison"]))
+    assert code == 1 and "baseline current" in err and "less the move" in err, err
+    assert "publish.move_horizon_steps 1" in err and _current_id(files) == w.bad.plan_id

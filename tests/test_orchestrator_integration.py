@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flows_support import change_one_table, jsonl_ids, tiny_inventory, write_params
+from flows_support import change_one_table, jsonl_ids, resize_one_table, tiny_inventory, write_params
 
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.pipeline.incumbent import load_incumbent
@@ -236,7 +236,7 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     assert load_incumbent(ws_dir / INCUMBENT) is None  # the first version: no plan was current
 
     # One table changes: one run does everything, its profiling batches spread over both workers.
-    change_one_table(inv, tmp_path / "inv2.yaml")
+    resize_one_table(inv, tmp_path / "inv2.yaml")  # another schema: the new plan need not beat the current one
     second = run(tmp_path / "inv2.yaml", "auto")  # a server, the deployment and live workers: auto -> workers
     assert second.dispatch == "workers" and second.ran == ALL_STAGES, second.reason
     shards = list_shards(store, second.campaign)

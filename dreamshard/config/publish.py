@@ -52,6 +52,10 @@ class PublishConfig(StrictNumbers):
     # other processes, what the operator ran, not how long it waited for a core; one intra-op thread only, else
     # wall), or "wall". Planning always times on the wall clock.
     timing_clock: Literal["thread", "wall"] = "thread"
+    # A plan that would replace a current plan of the same job beats it only by more than the move costs (its moved
+    # weights and optimizer state sent once, dreamshard.placement.diff) spread over this many training steps; 0:
+    # moves are free (dreamshard.gate.current).
+    move_horizon_steps: int = Field(default=10000, ge=0, le=10**9)
     allow_simulated: bool = False  # may a plan whose costs come from the simulator become current?
     require_human: bool = False
     approval_timeout_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dreamshard.errors import DreamshardError, PlanError
 from dreamshard.evaluation import Comparison, SharderResult
 from dreamshard.gate.policy import cannot_serve
+from dreamshard.placement.diff import plan_diff
 from dreamshard.sharders.base import make_plan
 from dreamshard.values import Inventory, Plan, Topology
 
@@ -65,3 +66,21 @@ def current_samples(comparison: Comparison, own: SharderResult, current: Plan, s
         f"--current FILE (`dreamshard plans incumbent --inventory {current.inventory_name} -o FILE`), or publish "
         f"with --measure"
     )
+
+
+def less_the_move(
+    samples: list[float], current: Plan, plan: Plan, inventory: Inventory, horizon: int
+) -> tuple[list[float], str]:
+    """The current plan's per-round figures less what moving to `plan` costs each step (its moved weights and
+    optimizer state sent once, `placement.diff.plan_diff`, spread over `horizon` steps; publish.move_horizon_steps),
+    and the clause saying so ("" when nothing moves or `horizon` is 0). A figure never drops below a millionth of
+    itself: a move no horizon pays off leaves the current plan unbeatable."""
+    diff = plan_diff(current, plan, inventory)
+    if horizon <= 0 or not diff.moved:
+        return samples, ""
+    per_step = diff.move_ms / horizon
+    said = (
+        f"the current plan's figures less the move ({len(diff.moved)} tables, {diff.move_ms:.0f} ms at "
+        f"{diff.ms_per_mb:.3f} ms/MB over publish.move_horizon_steps {horizon}: {per_step:.4g} ms a step)"
+    )
+    return [max(x - per_step, x * 1e-6) for x in samples], said

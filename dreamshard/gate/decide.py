@@ -12,7 +12,7 @@ from dreamshard.config.publish import PublishConfig, check_baselines, check_marg
 from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
 from dreamshard.gate.checks import verify_comparison, verify_plan
-from dreamshard.gate.current import CURRENT, current_samples
+from dreamshard.gate.current import CURRENT, current_samples, less_the_move
 from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, looks, stop_rule
@@ -82,8 +82,10 @@ def gate_plan(
         source=source,
     )
     against = {n: list(r.samples_ms) for n, r in v.baselines.items()}
+    moved = ""
     if current is not None and current.units() != plan.units():
-        against[CURRENT] = current_samples(comparison, v.entry, current, source)
+        samples = current_samples(comparison, v.entry, current, source)
+        against[CURRENT], moved = less_the_move(samples, current, plan, inventory, rules.move_horizon_steps)
     if comparison.rounds < rules.min_rounds and not decides_early(rules, v.entry.samples_ms, against):
         raise PlanError(
             f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
@@ -108,6 +110,7 @@ def gate_plan(
         looks=looks(rules, comparison.rounds),
     )
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
+    extra += f"; {moved}" if moved else ""
     decision = GateDecision.model_validate(
         {
             **decision.model_dump(),
