@@ -231,3 +231,21 @@ def test_carried_constraints_go_back_into_the_export() -> None:
     plan = make_plan(fused_only, Topology(num_devices=2, memory_per_device_gb=1.0), {"b": 0, "c": 1}, "x")
     with pytest.raises(PlanError, match=r"^table 'b': compute kernel 'dense' breaks its constraint compute_kernels"):
         torchrec_document(plan, fused_only, "dense")
+
+
+def test_a_py_file_mixes_parameter_constraints_and_mappings_with_our_keys(tmp_path: Path) -> None:
+    """Issue 46 item 5: the mix docs/torchrec.md shows (one table a ParameterConstraints, one a mapping that adds a
+    device pin to TorchRec's fields) loads as written."""
+    from dreamshard.integrations.torchrec_constraints import load_constraints
+
+    f = tmp_path / "cons.py"
+    f.write_text(
+        "from torchrec.distributed.planner.types import ParameterConstraints\n"
+        "constraints = {\n"
+        '    "t0": ParameterConstraints(sharding_types=["table_wise", "row_wise"], min_partition=16),\n'
+        '    "t1": {"sharding_types": ["table_wise"], "compute_kernels": ["fused"], "devices": [0, 1]},\n'
+        "}\n"
+    )
+    got = load_constraints(f)
+    assert got["t0"].sharding_types == ("table_wise", "row_wise") and got["t0"].min_partition == 16
+    assert got["t1"].devices == (0, 1) and got["t1"].compute_kernels == ("fused",)
