@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dreamshard.cli.app import invoke
 from dreamshard.documents import save_inventory, save_plan
 from dreamshard.sharders import get_sharder
@@ -53,3 +55,21 @@ def test_asked_for_the_labelled_proxy_gates_it(tmp_path: Path) -> None:
     current = get_current(open_store(str(store)), "uvm")
     assert current is not None and current.kernel("ad") == "fused_uvm_caching"
     assert current.measured_by is not None and current.measured_by.is_simulated
+
+
+def test_the_device_table_shows_the_host_part_beside_device_memory(tmp_path: Path) -> None:
+    """Issue 46 item 5: `--stats` on a UVM device printed memory 9.27 GB beside weights 10.03 GB, unexplained. The
+    table now shows the device cache and the host part, and memory = weights + optimizer + io + cache - host."""
+    from dreamshard.documents import load_inventory, load_plan
+    from dreamshard.evaluation.render import device_rows, device_table, device_table_markdown
+
+    inv_file, plan_file = _files(tmp_path)
+    inv, plan = load_inventory(inv_file), load_plan(plan_file)
+    rows = device_rows(plan, inv)
+    assert any(float(r["host_gb"]) > 0 for r in rows)  # type: ignore[arg-type]
+    for r in rows:
+        parts = [float(r[k]) for k in ("weights_gb", "optimizer_gb", "io_gb", "cache_gb")]  # type: ignore[arg-type]
+        assert float(r["memory_gb"]) == pytest.approx(sum(parts) - float(r["host_gb"]), abs=1e-3)  # type: ignore[arg-type]
+    headers = [c.header for c in device_table(plan, inv).columns]
+    assert "cache GB" in headers and "host GB" in headers
+    assert "| cache GB | host GB |" in device_table_markdown(plan, inv)

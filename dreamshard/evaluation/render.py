@@ -20,6 +20,16 @@ from dreamshard.values import COST_COMPONENTS, Costs, Inventory, Plan
 
 #: The memory breakdown's columns (device_rows keys, GB): what each device holds, recomputed from the inventory.
 MEMORY_PARTS: tuple[str, ...] = ("weights", "optimizer", "io")
+#: ... shown too when a device keeps weights in host memory (UVM kernels on cuda): its device cache and the host
+#: part, so that "memory" (the device's own, HBM) = weights + optimizer + io + cache - host reads beside them.
+UVM_PARTS: tuple[str, ...] = ("cache", "host")
+
+
+def memory_parts(rows: list[dict[str, object]]) -> tuple[str, ...]:
+    """The memory columns of device rows: weights, optimizer, io, and cache and host when any device has host
+    memory in use."""
+    uvm = any(float(r.get("host_gb", 0.0)) > 0 for r in rows)  # type: ignore[arg-type]
+    return (*MEMORY_PARTS, *UVM_PARTS) if uvm else MEMORY_PARTS
 
 
 def _plan_costs(plan: Plan) -> tuple[Costs | None, str]:
@@ -78,7 +88,7 @@ def device_rows(plan: Plan, inventory: Inventory | None = None) -> list[dict[str
         }
         if memory is not None:
             gb = memory[d].gb()
-            row.update({f"{part}_gb": round(gb[part], 4) for part in MEMORY_PARTS})
+            row.update({f"{part}_gb": round(gb[part], 4) for part in (*MEMORY_PARTS, *UVM_PARTS)})
         if costs is not None:
             dc = costs.per_device[d]
             row.update({k: round(v, 4) for k, v in zip(COST_COMPONENTS, dc.as_list(), strict=True)})
@@ -107,14 +117,17 @@ def device_table(plan: Plan, inventory: Inventory | None = None) -> RichTable:
     caption = f"costs: {basis} (ms)" + (f" · overall {costs.overall_ms:.3f} ms" if costs else "")
     if inventory is not None:
         caption += f" · {memory_caption(plan)}"
+    rows = device_rows(plan, inventory)
+    parts = memory_parts(rows) if inventory is not None else ()
+    if "host" in parts:
+        caption += " · memory GB = the device's own (HBM): weights + optimizer + io + cache - host"
     t = RichTable(title=title, caption=caption)
-    parts = MEMORY_PARTS if inventory is not None else ()
     for col in ("dev", "tables", "memory GB", "mem %", *(f"{p} GB" for p in parts)):
         t.add_column(col, justify="right")
     if costs:
         for col in ("fwd compute", "fwd comm", "bwd comm", "bwd compute", "total"):
             t.add_column(col, justify="right")
-    for row in device_rows(plan, inventory):
+    for row in rows:
         cells = [
             str(row["device"]),
             str(row["tables"]),
@@ -133,14 +146,15 @@ def device_table(plan: Plan, inventory: Inventory | None = None) -> RichTable:
 def device_table_markdown(plan: Plan, inventory: Inventory | None = None) -> str:
     """The device table as markdown; with the plan's `inventory`, memory recomputed and broken down."""
     costs, basis = _plan_costs(plan)
-    parts = MEMORY_PARTS if inventory is not None else ()
+    rows = device_rows(plan, inventory)
+    parts = memory_parts(rows) if inventory is not None else ()
     head = "| device | tables | memory GB | mem % |" + "".join(f" {p} GB |" for p in parts)
     sep = "|---:|---:|---:|---:|" + "---:|" * len(parts)
     if costs:
         head += " fwd compute | fwd comm | bwd comm | bwd compute | total ms |"
         sep += "---:|---:|---:|---:|---:|"
     lines = [head, sep]
-    for row in device_rows(plan, inventory):
+    for row in rows:
         line = f"| {row['device']} | {row['tables']} | {row['memory_gb']:.3f} | {row['memory_pct']:.1f} |"
         line += "".join(f" {row[f'{p}_gb']:.3f} |" for p in parts)
         if costs:
