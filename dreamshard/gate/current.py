@@ -75,8 +75,10 @@ def less_the_move(
     optimizer state sent once, `placement.diff.plan_diff`, spread over `horizon` steps; publish.move_horizon_steps),
     and the clause saying so ("" when nothing moves or `horizon` is 0). A figure never drops below a millionth of
     itself: a move no horizon pays off leaves the current plan unbeatable."""
+    if horizon <= 0:
+        return samples, ""
     diff = plan_diff(current, plan, inventory)
-    if horizon <= 0 or not diff.moved:
+    if not diff.moved:
         return samples, ""
     per_step = diff.move_ms / horizon
     said = (

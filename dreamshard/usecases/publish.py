@@ -92,19 +92,27 @@ def _check_request(request: PublishRequest) -> None:
         )
 
 
+def stored_current(store: PlanStore, name: str) -> tuple[str | None, Plan | None, str | None]:
+    """The store's current plan of inventory `name`: its id (None: none is current), the plan and the table schema
+    the store records for it; the plan and schema are None when they cannot be read (`plans fsck` reports it)."""
+    pointer = get_pointer(store, name)
+    if pointer is None:
+        return None, None, None
+    try:
+        current = get_current(store, name)
+        return pointer.plan_id, current, schema_of(store, current)
+    except StoreError:
+        return pointer.plan_id, None, None
+
+
 def servable_current(store: PlanStore, plan: Plan, inventory: Inventory) -> Plan | None:
     """The store's current plan of `inventory` as a contender of this version (`gate.current.serving_contender`),
     when it can serve the job `plan` is for and places otherwise; None when none is current, it cannot serve,
     it places as `plan` does, or it is unreadable (`plans fsck` reports it)."""
-    if get_pointer(store, inventory.name) is None:
+    _, current, schema = stored_current(store, inventory.name)
+    if current is None or current.units() == plan.units():
         return None
-    try:
-        current = get_current(store, inventory.name)
-    except StoreError:
-        return None
-    if current.units() == plan.units():
-        return None
-    return serving_contender(current, inventory, plan.topology, schema_of(store, current))
+    return serving_contender(current, inventory, plan.topology, schema)
 
 
 def _judge(request: PublishRequest, store: PlanStore) -> tuple[Plan, GateDecision, Comparison, Inventory]:
@@ -176,14 +184,10 @@ def read_current(store: PlanStore, plan: Plan) -> CurrentPlan:
     """What the store's current plan of `plan`'s inventory can serve of the job `plan` is for. An unreadable
     current plan (`plans fsck` reports it) counts as one that can: nothing replaces it by noise or by fallback."""
     name = plan.inventory_name
-    pointer = get_pointer(store, name)
-    if pointer is None:
-        return current_plan(name, None, plan, None)
-    try:
-        current = get_current(store, name)
-        return current_plan(name, current, plan, schema_of(store, current))
-    except StoreError:
-        return CurrentPlan(inventory_name=name, plan_id=pointer.plan_id)
+    plan_id, current, schema = stored_current(store, name)
+    if plan_id is not None and current is None:
+        return CurrentPlan(inventory_name=name, plan_id=plan_id)
+    return current_plan(name, current, plan, schema)
 
 
 def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
