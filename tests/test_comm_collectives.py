@@ -138,3 +138,22 @@ def test_profile_and_zero_models_carry_the_collective() -> None:
     assert comm.profile_model("fast", 4, "all_reduce").collective == "all_reduce"
     assert comm.profile_model("fast", 4).collective == "all_to_all"
     assert comm.zero_model("reduce_scatter").collective == "reduce_scatter"
+
+
+def test_the_all_to_all_benchmark_times_only_the_bytes_leaving_a_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a rank's own chunk is a local copy as large as the message on 2 ranks (1/(N-1) of it on N): never timed
+    calls: list[tuple[int, int, list[int], list[int]]] = []
+
+    def record(y: torch.Tensor, x: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> None:
+        calls.append((y.numel(), x.numel(), list(out_splits), list(in_splits)))
+
+    monkeypatch.setattr(collectives.dist, "all_to_all_single", record)
+    for rank, world in ((0, 2), (1, 2), (2, 4)):
+        (name, op), *_ = collectives._ops("all_to_all", rank, world)
+        chunk = collectives.chunk_elements("all_to_all", 1 << 20, world)
+        x = torch.zeros(chunk * world)
+        op(torch.empty_like(x), x)
+        _, sent, out_splits, in_splits = calls[-1]
+        assert name == "all_to_all_single" and out_splits == in_splits
+        assert in_splits[rank] == 0 and sum(in_splits) == sent == chunk * (world - 1)
+        assert collectives.sent_megabytes("all_to_all", chunk, world) == pytest.approx(sent * 4 / 1e6)

@@ -119,6 +119,7 @@ def test_stale_foreign_and_unrated_caches_are_refitted(cores2: Calls, monkeypatc
     for quality, why in (
         (good.quality.model_copy(update={"measured_at": datetime(2020, 1, 1, tzinfo=timezone.utc)}), "days old"),
         (good.quality.model_copy(update={"machine": "elsewhere / 64 cores"}), "another machine"),
+        (good.quality.model_copy(update={"protocol": 1}), "benchmark protocol 1"),
         (None, "no quality record"),
     ):
         path.write_text(good.model_copy(update={"quality": quality}).model_dump_json())

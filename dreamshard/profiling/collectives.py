@@ -2,9 +2,13 @@
 
 Each rank is a fresh interpreter started by `comm.benchmark_collective` (`_worker_main`). A message size is the
 bytes leaving one rank in one call (what `CommModel.cost_ms` takes); `chunk_elements` sizes the tensors from it.
-Per size: `warmup` untimed calls, then `repeats` timed ones after a barrier; a call takes its slowest rank's time
-and the point is the median over repeats. A process group without a reduce-scatter runs all-reduce and a local
-slice instead, and rank 0's result says which op ran (`method`).
+Per size: `warmup` untimed calls; then `repeats` passes over the sizes, each timing every size once after a
+barrier, and per size the median over passes of the slowest rank's time (`_interleaved_ms`). The all-to-all sends
+each peer its chunk and keeps none for itself (a split of 0 to its own rank): the time is that of the bytes leaving
+the rank, which is what a fit charges per MB. With the rank's own chunk in the call, 2 ranks timed a local copy as
+large as the message (20-40% of the time at 2-8 MB) that an N-device all-to-all pays on only 1/(N-1) of its bytes
+(`comm_fit.BENCHMARK_PROTOCOL`). A process group without a reduce-scatter runs all-reduce and a local slice
+instead, and rank 0's result says which op ran (`method`).
 """
 
 from __future__ import annotations
@@ -47,7 +51,13 @@ def sent_megabytes(collective: str, chunk: int, world: int) -> float:
 def _ops(collective: str, rank: int, world: int) -> list[tuple[str, Callable[[torch.Tensor, torch.Tensor], None]]]:
     """The ways to run `collective` on (output, input) tensors, preferred first."""
     if collective == "all_to_all":
-        return [("all_to_all_single", lambda y, x: dist.all_to_all_single(y, x))]
+
+        def peers_only(y: torch.Tensor, x: torch.Tensor) -> None:
+            c = x.numel() // world
+            splits = [0 if i == rank else c for i in range(world)]
+            dist.all_to_all_single(y[: c * (world - 1)], x[: c * (world - 1)], splits, splits)
+
+        return [("all_to_all_single", peers_only)]
     if collective == "all_reduce":
         return [("all_reduce", lambda y, x: dist.all_reduce(x))]
     if collective != "reduce_scatter":
@@ -107,13 +117,14 @@ def _worker(
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         method, op = _pick_op(collective, rank, world, dev)
-        results: list[tuple[float, float]] = []
+        calls: list[Callable[[], None]] = []
+        sent: list[float] = []
         for nbytes in sizes:
             chunk = chunk_elements(collective, nbytes, world)
             x = torch.zeros(chunk * world, device=dev)
-            y = torch.empty_like(x)
-            ms = _median_ms(partial(op, y, x), dev, warmup, repeats, cuda)
-            results.append((sent_megabytes(collective, chunk, world), ms))
+            calls.append(partial(op, torch.empty_like(x), x))
+            sent.append(sent_megabytes(collective, chunk, world))
+        results = list(zip(sent, _interleaved_ms(calls, dev, warmup, repeats, cuda), strict=True))
         peers = _peer_points(rank, world, dev, min(sizes), warmup, repeats, cuda)
         if rank == 0:
             Path(out).write_text(json.dumps({"points": results, "method": method, "peer_points": peers}))
@@ -132,13 +143,13 @@ def _peer_points(
     """(messages, ms) of sending `nbytes` to the next rank (and receiving as much from the previous one) cut into
     1, 2, 4, 8 messages: the slope is what one more peer costs a collective beyond its bytes."""
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    points: list[tuple[int, float]] = []
+    calls: list[Callable[[], None]] = []
     for m in PEER_MESSAGES:
         n = max(1, nbytes // 4 // m)
         send = [torch.zeros(n, device=dev) for _ in range(m)]
         recv = [torch.empty(n, device=dev) for _ in range(m)]
-        points.append((m, _median_ms(partial(_exchange, send, recv, nxt, prv), dev, warmup, repeats, cuda)))
-    return points
+        calls.append(partial(_exchange, send, recv, nxt, prv))
+    return list(zip(PEER_MESSAGES, _interleaved_ms(calls, dev, warmup, repeats, cuda), strict=True))
 
 
 def _exchange(send: list[torch.Tensor], recv: list[torch.Tensor], nxt: int, prv: int) -> None:
@@ -148,23 +159,37 @@ def _exchange(send: list[torch.Tensor], recv: list[torch.Tensor], nxt: int, prv:
         req.wait()
 
 
-def _median_ms(call: Callable[[], None], dev: torch.device, warmup: int, repeats: int, cuda: bool) -> float:
-    """ms of one `call` on every rank after a barrier: `warmup` untimed, then the median over `repeats` of the
-    slowest rank's time (a collective finishes when its slowest rank does)."""
-    times: list[float] = []
-    for i in range(warmup + repeats):
-        dist.barrier()
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        call()
-        if cuda:
-            torch.cuda.synchronize()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
+def _timed_ms(call: Callable[[], None], cuda: bool) -> float:
+    """ms of one `call` started right after a barrier of every rank."""
+    dist.barrier()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    call()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _interleaved_ms(
+    calls: Sequence[Callable[[], None]], dev: torch.device, warmup: int, repeats: int, cuda: bool
+) -> list[float]:
+    """ms of each of `calls` (one per size, ascending): `warmup` untimed calls each, then `repeats` passes that time
+    every call once, and per call the median over passes of the slowest rank's time (a collective finishes when its
+    slowest rank does). Passes alternate direction (up, down, up...), so a call always follows a neighbouring size:
+    right after the largest, a small exchange once ran 4x slow. Interleaved, a slow spell of the machine falls on
+    every size alike instead of bending one point of the fit (docs/architecture.md, "Communication costs")."""
+    for call in calls:
+        for _ in range(warmup):
+            _timed_ms(call, cuda)
+    times: list[list[float]] = [[] for _ in calls]
+    for p in range(repeats):
+        order = range(len(calls)) if p % 2 == 0 else range(len(calls) - 1, -1, -1)
+        for i in order:
+            times[i].append(_timed_ms(calls[i], cuda))
     t = torch.tensor(times, dtype=torch.float64, device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.median().item())
+    return [float(v) for v in t.median(dim=1).values.tolist()]
 
 
 def _worker_main(argv: Sequence[str]) -> None:

@@ -26,9 +26,9 @@ from dreamshard.values import Collective, CommModel
 
 log = logging.getLogger(__name__)
 
-#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 4 MB: a device's pooled outputs for
-#: batch 2048 range from 128 KB (dim 16) to tens of MB).
-MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: Bytes leaving one rank per all-to-all, benchmarked (16 KB ... 8 MB: a device's pooled outputs for
+#: batch 2048 range from 128 KB (dim 16) to tens of MB; the held-out tasks' devices send 4-8 MB).
+MESSAGE_BYTES: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20)
 #: ... per reduce-scatter: a device's partial pooled sums of its row-wise tables for the whole batch
 #: (batch 2048 x dim 64 x 4 = 512 KB per table; several tables: MBs).
 REDUCE_SCATTER_BYTES: tuple[int, ...] = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -49,6 +49,10 @@ MAX_AGE_DAYS = float(os.environ.get("DREAMSHARD_COMM_MAX_AGE_DAYS", "30"))
 #: plan that records it) for this many minutes, then measured again: planning never re-runs a failing benchmark in
 #: every process.
 FALLBACK_REUSE_MINUTES = 60.0
+#: How a benchmark times its calls; a cached fit of another protocol is measured again. 2 (2026-12-05): the
+#: all-to-all times only the bytes that leave a rank, and the sizes are timed in interleaved passes (collectives.py);
+#: 1 also timed the copy of the rank's own chunk, and timed each size's repeats back to back.
+BENCHMARK_PROTOCOL = 2
 
 
 class Benchmark(NamedTuple):
@@ -147,6 +151,7 @@ def _model_of(
     held, points = bench.points[i], [p for j, p in enumerate(bench.points) if j != i]
     alpha, beta, r2 = fit_alpha_beta(points)
     quality = assess(points, alpha, beta, r2, held, ranks=procs, cores=cores, repeats=attempt.repeats, attempts=n)
+    quality = quality.model_copy(update={"protocol": BENCHMARK_PROTOCOL})
     return CommModel(
         alpha_ms=alpha,
         beta_ms_per_mb=beta,
@@ -197,6 +202,8 @@ def cached_fit(path: Path, collective: Collective, cores: int) -> tuple[CommMode
     q = model.quality
     if q is None:
         return None, "the cached fit has no quality record (an older fit)"
+    if q.protocol != BENCHMARK_PROTOCOL:
+        return None, f"the cached fit was timed by benchmark protocol {q.protocol}, not {BENCHMARK_PROTOCOL}"
     if q.machine != machine_id(cores):
         return None, f"the cached fit was measured on another machine ({q.machine})"
     age = datetime.now(timezone.utc) - q.measured_at

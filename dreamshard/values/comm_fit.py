@@ -45,6 +45,8 @@ class FitQuality(StrictModel):
     machine: str  # hostname / cpu model / cores / torch: a cache from another machine is refitted
     measured_at: datetime
     problems: tuple[str, ...] = ()
+    #: how the benchmark timed its calls (`dreamshard.profiling.comm_fit.BENCHMARK_PROTOCOL`); 1: before 2026-12-05
+    protocol: Annotated[int, Field(ge=1)] = 1
 
     @property
     def passed(self) -> bool:
