@@ -1,6 +1,7 @@
 """A cuda job's plan with a UVM caching table, from a CPU planning host: the gate says in one line where it can be
 measured (a cuda backend, the gpu pool) or which labelled proxy to ask for; asked for, the simulator's analytic
-proxy gates and publishes it, labelled simulated."""
+proxy gates and publishes it, labelled simulated, and this host's timings (UVM tables as the fused kernel) gate it,
+labelled PROXY in the decision."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def test_a_uvm_plan_from_a_cpu_host_is_refused_in_one_line_naming_the_ways(tmp_p
     assert code == 2 and len(lines) == 1, err
     assert "the plan is for cuda devices (its UVM tables ad run only there)" in lines[0]
     assert "--backend cuda" in lines[0] and "gpu pool" in lines[0] and "--allow-simulated" in lines[0]
+    assert "--allow-proxy" in lines[0]
     assert not store.exists() or get_current(open_store(str(store)), "uvm") is None
 
 
@@ -55,6 +57,24 @@ def test_asked_for_the_labelled_proxy_gates_it(tmp_path: Path) -> None:
     current = get_current(open_store(str(store)), "uvm")
     assert current is not None and current.kernel("ad") == "fused_uvm_caching"
     assert current.measured_by is not None and current.measured_by.is_simulated
+
+
+def test_asked_for_the_cpu_proxy_the_decision_says_proxy(tmp_path: Path) -> None:
+    from dreamshard.documents import load_plan
+    from dreamshard.store.plans import recorded_decision
+
+    inv, plan = _files(tmp_path)
+    store = tmp_path / "store"
+    argv = ["plans", "publish", str(plan), "-i", str(inv), "--store", str(store), "--measure", "--backend", "cpu"]
+    code, out, err = invoke([*argv, "--rounds", "5", "--allow-proxy"])
+    assert code in (0, 1), err  # approved, or kept as rejected / inconclusive: decided, never refused
+    assert "PROXY" in out + err
+    found = recorded_decision(open_store(str(store)), load_plan(plan))
+    assert found is not None
+    decision = found[1].gate
+    assert decision.proxy.startswith("PROXY: a cuda plan timed on 'cpu'")
+    assert "UVM tables (ad) timed with the fused kernel" in decision.proxy
+    assert "PROXY for cuda devices" in decision.evidence
 
 
 def test_the_device_table_shows_the_host_part_beside_device_memory(tmp_path: Path) -> None:

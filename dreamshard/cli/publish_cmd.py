@@ -84,6 +84,14 @@ def publish_cmd(
             help="Let a plan whose costs come from the simulator become current (params publish.allow_simulated).",
         ),
     ] = False,
+    allow_proxy: Annotated[
+        bool,
+        typer.Option(
+            "--allow-proxy",
+            help="Gate a plan for other devices (cuda) on this backend's timings (cpu), labelled PROXY: UVM tables "
+            "timed with the fused kernel (params publish.allow_proxy).",
+        ),
+    ] = False,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -109,6 +117,7 @@ def publish_cmd(
             "profile.backend": backend if measure else None,
             "profile.seed": seed,
             "publish.allow_simulated": True if allow_simulated else None,
+            "publish.allow_proxy": True if allow_proxy else None,
         },
     )
     result = publish_uc.run(

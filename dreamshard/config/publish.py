@@ -57,6 +57,10 @@ class PublishConfig(StrictNumbers):
     # moves are free (dreamshard.gate.current).
     move_horizon_steps: int = Field(default=10000, ge=0, le=10**9)
     allow_simulated: bool = False  # may a plan whose costs come from the simulator become current?
+    # May a plan for other devices than the measuring backend's (a cuda job gated from a cpu host) be decided on that
+    # backend's timings, as a labelled proxy? Its UVM tables are then timed with the fused kernel, their memory
+    # counted at the cache's HBM share, and the decision says so (dreamshard.gate.checks.proxy_basis).
+    allow_proxy: bool = False
     require_human: bool = False
     approval_timeout_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
     store_uri: str = "runs/plan-store"

@@ -27,6 +27,7 @@ class Verified:
     entry: SharderResult
     baselines: dict[str, SharderResult]
     infeasible: dict[str, str] = field(default_factory=dict)  # required baselines that cannot place it (recomputed)
+    proxy: str = ""  # what stood in for the plan's devices (`proxy_basis`); "" = measured on the plan's device type
 
 
 def verify_plan(plan: Plan, inventory: Inventory) -> None:
@@ -86,7 +87,21 @@ def _check_result(r: SharderResult, cmp: Comparison, inventory: Inventory, where
         raise PlanError(f"{label} was measured by another backend than the comparison's")
 
 
-def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str) -> None:
+def proxy_basis(backend: str, plan: Plan) -> str:
+    """The decision's sentence on a proxy measurement: `backend` timed a plan for other devices."""
+    uvm = sorted(t for t, k in plan.kernels.items() if k in ("fused_uvm", "fused_uvm_caching"))
+    kernels = (
+        f"its UVM tables ({', '.join(uvm[:3])}{', ...' if len(uvm) > 3 else ''}) timed with the fused kernel, "
+        f"their memory counted at the cache's HBM share"
+        if uvm
+        else "its kernels timed as this backend runs them"
+    )
+    return f"PROXY: a {plan.topology.device_type} plan timed on '{backend}' (publish.allow_proxy): {kernels}"
+
+
+def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str, allow_proxy: bool = False) -> str:
+    """"" when the comparison measured the plan's own device type (or the simulator); with `allow_proxy` a
+    comparison from another backend is a labelled proxy (`proxy_basis`); otherwise a PlanError naming the fix."""
     b = cmp.backend
     if (b.name == "simulator") != b.is_simulated:
         raise PlanError(
@@ -95,14 +110,18 @@ def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str
         )
     if backend is not None and b.name != backend:
         raise PlanError(f"{source} was measured on backend '{b.name}', not '{backend}'")
-    if b.name not in (plan.topology.device_type, "simulator"):
-        uvm = sorted(t for t, k in plan.kernels.items() if k in ("fused_uvm", "fused_uvm_caching"))
-        what = f" (its UVM tables {', '.join(uvm[:3])} run only there)" if uvm else ""
-        raise PlanError(
-            f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices{what}: "
-            f"measure it on a {plan.topology.device_type} backend (--backend {plan.topology.device_type}, on a "
-            f"worker of the gpu pool), or, as a labelled analytic proxy, --backend simulator --allow-simulated"
-        )
+    if b.name in (plan.topology.device_type, "simulator"):
+        return ""
+    if allow_proxy:
+        return proxy_basis(b.name, plan)
+    uvm = sorted(t for t, k in plan.kernels.items() if k in ("fused_uvm", "fused_uvm_caching"))
+    what = f" (its UVM tables {', '.join(uvm[:3])} run only there)" if uvm else ""
+    raise PlanError(
+        f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices{what}: "
+        f"measure it on a {plan.topology.device_type} backend (--backend {plan.topology.device_type}, on a "
+        f"worker of the gpu pool), or as a labelled proxy: --allow-proxy (this backend's timings, UVM tables "
+        f"as the fused kernel) or --backend simulator --allow-simulated (analytic)"
+    )
 
 
 def verify_comparison(
@@ -116,14 +135,17 @@ def verify_comparison(
     backend: str | None = None,
     source: str = "comparison",
     full_rounds: int | None = None,
+    allow_proxy: bool = False,
 ) -> Verified:
     """PlanError unless `comparison` was made for `plan`'s inventory fingerprint, topology and backend, holds
     `plan` itself (same id, same units, same sharder), holds every `required` baseline once, each baseline's
     placement is what its sharder places (recomputed), it has `min_rounds` rounds, and its figures agree.
-    `full_rounds`: the rounds to ask for in the error when `min_rounds` is the sequential rule's early look."""
+    `full_rounds`: the rounds to ask for in the error when `min_rounds` is the sequential rule's early look.
+    `allow_proxy`: a comparison from another device type than the plan's is taken as a labelled proxy
+    (`Verified.proxy`) instead of refused."""
     cmp = comparison
     _check_made_for(cmp, plan, inventory, source)
-    _check_backend(cmp, plan, backend, source)
+    proxy = _check_backend(cmp, plan, backend, source, allow_proxy)
     seen: set[str] = set()
     for r in cmp.results:
         if r.plan.plan_id in seen:
@@ -150,7 +172,7 @@ def verify_comparison(
             f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
             f"(publish.baselines, plus --sharders): compare with all of them, or use --measure"
         )
-    return Verified(entry=entry, baselines=baselines, infeasible=infeasible)
+    return Verified(entry=entry, baselines=baselines, infeasible=infeasible, proxy=proxy)
 
 
 def _check_made_for(cmp: Comparison, plan: Plan, inventory: Inventory, source: str) -> None:

@@ -80,6 +80,7 @@ def gate_plan(
         full_rounds=rules.min_rounds,
         backend=backend,
         source=source,
+        allow_proxy=rules.allow_proxy,
     )
     against = {n: list(r.samples_ms) for n, r in v.baselines.items()}
     moved = ""
@@ -98,6 +99,7 @@ def gate_plan(
     evidence = (
         f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
         + (" (SIMULATED)" if b.is_simulated else "")
+        + (f" ({v.proxy.split(':')[0]} for {plan.topology.device_type} devices)" if v.proxy else "")
         + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}"
     )
     decision = evaluate_gate(
@@ -111,6 +113,7 @@ def gate_plan(
     )
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
     extra += f"; {moved}" if moved else ""
+    extra += f"; {v.proxy}" if v.proxy else ""
     decision = GateDecision.model_validate(
         {
             **decision.model_dump(),
@@ -118,6 +121,7 @@ def gate_plan(
             "evidence": evidence,
             "reason": decision.reason + extra,
             "finding": decision.finding + extra,
+            "proxy": v.proxy,
         }
     )
     return judged, decision

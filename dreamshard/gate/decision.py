@@ -54,6 +54,9 @@ class GateDecision(BaseModel):
     # what became of the plan, where the outcome alone would mislead: "current: first plan, inconclusive" (the
     # gate could not tell it from the best baseline, and nothing was current to keep); "" = the outcome says it
     label: str = ""
+    # what stood in for the plan's devices when the gate measured on another device type (publish.allow_proxy,
+    # dreamshard.gate.checks.proxy_basis); "" = measured on the plan's own device type or the simulator
+    proxy: str = ""
     checked_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
