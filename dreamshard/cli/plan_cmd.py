@@ -43,6 +43,7 @@ from dreamshard.cli.plan_options import (
     CalibrateSecondsOpt,
     ExplainOpt,
     IncumbentOpt,
+    MaxMoveFractionOpt,
     OutOpt,
     PlanJsonOpt,
     RefineSecondsOpt,
@@ -157,6 +158,7 @@ def plan(
     memory_reserve: MemoryReserveOverride = None,
     types: TypesOpt = None,
     incumbent: IncumbentOpt = None,
+    max_move_fraction: MaxMoveFractionOpt = None,
     as_json: PlanJsonOpt = False,
 ) -> None:
     """Place every table of an inventory on a device with one sharder and write the plan."""
@@ -179,6 +181,7 @@ def plan(
             "plan.verify_rounds": verify_rounds,
             "plan.verify_anchors": verify_anchors,
             "plan.verify_confidence": verify_confidence,
+            "plan.max_move_fraction": max_move_fraction,
         },
     )
     request = plan_uc.PlanRequest(

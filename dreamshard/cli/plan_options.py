@@ -107,6 +107,17 @@ CalibrateSecondsOpt = Annotated[
         "correct the cost model for them (plan.calibrate_seconds; default 0 = off).",
     ),
 ]
+MaxMoveFractionOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-move-fraction",
+        min=0.0,
+        max=1.0,
+        rich_help_panel=MEASURING,
+        help="With --incumbent (a re-plan): move at most this share of the current plan's tables; every move is "
+        "charged its state's transfer over publish.move_horizon_steps (plan.max_move_fraction; default 1.0 = any).",
+    ),
+]
 RefineSecondsOpt = Annotated[
     float | None,
     typer.Option(

@@ -24,6 +24,7 @@ from dreamshard.cli.options import (
     host_overrides,
 )
 from dreamshard.cli.plan_cmd import verification_table, warn
+from dreamshard.cli.plan_options import MaxMoveFractionOpt
 from dreamshard.config.job import describe_topology
 from dreamshard.config.settings import resolve
 from dreamshard.evaluation.render import device_table
@@ -79,6 +80,7 @@ def replan(
             help="Measured refinement of the kept plan before the gate (plan.replan_refine_seconds; default 0 = off).",
         ),
     ] = None,
+    max_move_fraction: MaxMoveFractionOpt = None,
     rounds: RoundsOverride = None,
     seed: SeedOpt = 0,
     force: Annotated[bool, typer.Option("--force", help="Re-plan a version the gate already decided on.")] = False,
@@ -99,6 +101,7 @@ def replan(
             "plan.verify": verify,
             "evaluate.rounds": rounds,
             "plan.replan_refine_seconds": refine_seconds,
+            "plan.max_move_fraction": max_move_fraction,
         },
         lookup="local",
     )

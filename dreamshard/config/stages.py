@@ -77,6 +77,12 @@ class PlanConfig(Section):
     # the fast path's refinement (`dreamshard replan`, the replan-on-inventory-change flow): off by default, the
     # fast path publishes in well under a minute; the retrain path's plan stage refines for refine_seconds
     replan_refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    # a re-plan (an incumbent): candidates ranked by predicted step time plus the move of the job's tables (weights
+    # and optimizer state, sent once) spread over this many steps (None: publish.move_horizon_steps, the gate's;
+    # 0: moves are free), and none may move more than this share of the incumbent's tables
+    # (dreamshard.search.moves)
+    move_horizon_steps: Annotated[int, Field(ge=0, le=10**9)] | None = None
+    max_move_fraction: Annotated[float, Field(ge=0, le=1)] = 1.0
     # sharding types the search may give a whole table besides table-wise and column-wise (row_wise,
     # table_row_wise, data_parallel): converted where the learned cost says it pays
     types: tuple[str, ...] = ()

@@ -29,12 +29,13 @@ from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, co
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
 from dreamshard.measured.candidates import VERIFY_ROUNDS, to_measure, verify_candidates
 from dreamshard.measured.robust_verify import verify_robust
+from dreamshard.placement.diff import move_rate_ms_per_mb
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
 from dreamshard.placement.spread import spread_shards
 from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, search
 from dreamshard.search.constrained_policy import constrained_plan
-from dreamshard.search.insertion import adapted_placement
+from dreamshard.search.moves import DEFAULT_HORIZON_STEPS, MovePolicy, current_seed
 from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import learned_layout, pack_units, whole_layout
 from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank, unknown_tables
@@ -271,6 +272,8 @@ class DreamShardSharder(ModelSharder):
         "calibrate_seconds",
         "incumbent",
         "unknown_skews",
+        "move_horizon_steps",
+        "max_move_fraction",
     }
 
     def __init__(
@@ -283,6 +286,8 @@ class DreamShardSharder(ModelSharder):
         verify_confidence: float = 0.95,
         calibrate_seconds: float = 0.0,
         unknown_skews: Sequence[float] = DEFAULT_UNKNOWN_SKEWS,
+        move_horizon_steps: int = DEFAULT_HORIZON_STEPS,
+        max_move_fraction: float = 1.0,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
@@ -294,6 +299,8 @@ class DreamShardSharder(ModelSharder):
             raise ConfigError(f"verify_confidence must be in [0.5, 1), got {verify_confidence}")
         self.verify_confidence = float(verify_confidence)
         self.incumbent = incumbent  # the plan now current: adapted to the inventory, it is the `current` candidate
+        rate = move_rate_ms_per_mb(incumbent) if incumbent is not None else 1.0
+        self.moves = MovePolicy(int(move_horizon_steps), float(max_move_fraction), rate)
         if verify < 0:
             raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
         if verify_anchors < 0:
@@ -348,21 +355,13 @@ class DreamShardSharder(ModelSharder):
     def _place(
         self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]
     ) -> tuple[dict[str, int], SearchResult | None]:
-        seeds: dict[str, dict[str, int]] = {}
-        why = ""
-        if self.incumbent is not None:
-            if self.incumbent.topology.num_devices != topology.num_devices:
-                why = (
-                    f"plan {self.incumbent.plan_id} has {self.incumbent.topology.num_devices} devices, this "
-                    f"topology {topology.num_devices}"
-                )
-            elif (adapted := adapted_placement(self.incumbent.units(), inventory, topology, cost, fixed)) is None:
-                why = f"plan {self.incumbent.plan_id} shares no unit with this inventory, or a unit finds no room"
-            else:
-                seeds[CURRENT] = adapted
+        adapted, why = current_seed(self.incumbent, inventory, topology, cost, fixed)
+        seeds = {CURRENT: adapted} if adapted is not None else {}
         result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds, fixed=fixed)
         if why:
             result.failed[CURRENT] = why
+        if self.incumbent is not None:  # moves as a cost (dreamshard.search.moves)
+            result = self.moves.ranked(result, self.incumbent, inventory)
         return result.best.placement, result
 
 

@@ -131,7 +131,13 @@ def _shard(
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
     extra = _verify_options(request, verify, calibrate, oracle)
-    extra |= {"incumbent": incumbent} if incumbent is not None else {}
+    if incumbent is not None:
+        horizon = s.plan.move_horizon_steps
+        extra |= {
+            "incumbent": incumbent,
+            "move_horizon_steps": s.publish.move_horizon_steps if horizon is None else horizon,
+            "max_move_fraction": s.plan.max_move_fraction,
+        }
     sharder = get_sharder(name, **sharder_options(name, s, request.model, request.seed), **extra)
     try:
         if not isinstance(sharder, ModelSharder):
