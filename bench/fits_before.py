@@ -27,8 +27,14 @@ def _charge(fit: tuple[float, float], mb_fwd: float, mb_bwd: float) -> float:
     return (alpha + beta * mb_fwd if mb_fwd > 0 else 0.0) + (alpha + beta * mb_bwd if mb_bwd > 0 else 0.0)
 
 
-def before_errors(inventory: Inventory, plan: Plan, per_device: list[list[float]]) -> dict[str, float]:
-    """(old charge - judge) / judge of the exchanges of the judge's bottleneck device, per old fit."""
+def before_errors(
+    inventory: Inventory,
+    plan: Plan,
+    per_device: list[list[float]],
+    others: dict[str, tuple[float, float]] | None = None,
+) -> dict[str, float]:
+    """(old charge - judge) / judge of the exchanges of the judge's bottleneck device, per old fit, and per fit of
+    `others` ({label: (alpha ms, beta ms per MB)} for this plan's world)."""
     d = max(range(len(per_device)), key=lambda i: sum(per_device[i]))
     judge_comm = per_device[d][1] + per_device[d][2]
     if judge_comm <= 0:
@@ -40,4 +46,6 @@ def before_errors(inventory: Inventory, plan: Plan, per_device: list[list[float]
     out["card"] = (_charge(card, b.forward / 1e6, b.backward / 1e6) - judge_comm) / judge_comm
     if n >= 4:
         out["cached 4 ranks"] = (_charge(CACHED_4_RANKS, b.forward / 1e6, b.backward / 1e6) - judge_comm) / judge_comm
+    for label, fit in (others or {}).items():
+        out[label] = (_charge(fit, b.forward / 1e6, b.backward / 1e6) - judge_comm) / judge_comm
     return out
