@@ -100,7 +100,7 @@ def proxy_basis(backend: str, plan: Plan) -> str:
 
 
 def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str, allow_proxy: bool = False) -> str:
-    """"" when the comparison measured the plan's own device type (or the simulator); with `allow_proxy` a
+    """Empty when the comparison measured the plan's own device type (or the simulator); with `allow_proxy` a
     comparison from another backend is a labelled proxy (`proxy_basis`); otherwise a PlanError naming the fix."""
     b = cmp.backend
     if (b.name == "simulator") != b.is_simulated:

@@ -39,6 +39,18 @@ def _check_simulated(simulated: bool, rules: PublishConfig, source: str) -> None
         )
 
 
+def _evidence(source: str, comparison: Comparison, proxy: str, device_type: str) -> str:
+    """Where the decision's figures come from: the comparison, its rounds and backend, labelled when simulated or a
+    proxy for `device_type` devices."""
+    b = comparison.backend
+    return (
+        f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
+        + (" (SIMULATED)" if b.is_simulated else "")
+        + (f" (PROXY for {device_type} devices)" if proxy else "")
+        + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}"
+    )
+
+
 def gate_plan(
     plan: Plan,
     inventory: Inventory,
@@ -96,12 +108,7 @@ def gate_plan(
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)
     judged = plan.model_copy(update={"measured": v.entry.plan.measured, "measured_by": b})
-    evidence = (
-        f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
-        + (" (SIMULATED)" if b.is_simulated else "")
-        + (f" ({v.proxy.split(':')[0]} for {plan.topology.device_type} devices)" if v.proxy else "")
-        + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}"
-    )
+    evidence = _evidence(source, comparison, v.proxy, plan.topology.device_type)
     decision = evaluate_gate(
         judged,
         against,
