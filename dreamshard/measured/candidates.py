@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
+from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
 from dreamshard.search.candidates import CURRENT, Candidate, origin
 from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
 
@@ -88,9 +89,10 @@ def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -
 
 
 def _won_every_round(challenger: Sequence[float], best_predicted: Sequence[float]) -> bool:
-    """Measured in every round the best predicted was, and faster than it in each (paired by round)."""
+    """Measured in every round the best predicted was, and faster than it in each (paired by round) by at least
+    `MEASURED_GAIN_MARGIN`."""
     return len(challenger) == len(best_predicted) and all(
-        c < b for c, b in zip(challenger, best_predicted, strict=True)
+        c < b * (1.0 - MEASURED_GAIN_MARGIN) for c, b in zip(challenger, best_predicted, strict=True)
     )
 
 

@@ -20,6 +20,13 @@ import numpy as np
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.values import Inventory, Measurement, Topology
 
+#: The least gain, in every paired round, for which the plan stage leaves what it has: a challenger in
+#: verification, a move in refinement (`Block.passed`). The planner's measurement and an independent judge
+#: disagree about near-equal plans by 4.7% (median over the held-out tasks' plan pairs, 2026-12-05); keeping any
+#: confirmed gain, verification and refinement left the plan stage 2.6-3.8 points behind calibrated search by the
+#: judge in each of that day's three held-out runs (docs/benchmarks/heldout.md). Smaller gains are left alone.
+MEASURED_GAIN_MARGIN = 0.03
+
 #: timings per device behind the incumbent's measured cost (their median); older ones age out
 WINDOW = 7
 
@@ -88,8 +95,9 @@ class Block:
 
     @property
     def passed(self) -> bool:
-        """Every round of the proposal faster than every round of the incumbent, for all its rounds."""
-        return len(self.new) == self.rounds and max(self.new) < min(self.old)
+        """Every round of the proposal faster than every round of the incumbent by at least
+        `MEASURED_GAIN_MARGIN`, for all its rounds."""
+        return len(self.new) == self.rounds and max(self.new) < min(self.old) * (1.0 - MEASURED_GAIN_MARGIN)
 
 
 def measure_block(
@@ -122,7 +130,7 @@ def measure_block(
                 out.new.append(max(pair))
                 out.pairs.append(pair[::-1])  # (b, d) when both were timed
             out.timings += timed
-        if max(out.new) >= min(out.old):
+        if max(out.new) >= min(out.old) * (1.0 - MEASURED_GAIN_MARGIN):
             break  # the keep rule can no longer hold: more rounds would only cost time (the same decision)
         if out_of_time() and r + 1 < out.rounds:
             break
