@@ -11,7 +11,7 @@ horizon.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -66,16 +66,22 @@ class MovePolicy:
         return [t for t in after if t in before and before[t] != after[t]]
 
     def move_ms(self, tables: list[str], inventory: Inventory, optimizer: str) -> float:
-        """ms to send the weights and optimizer state of `tables` once."""
-        by = inventory.by_name()
-        sizes = sum(by[t].size_bytes + optimizer_bytes(by[t], optimizer) for t in tables if t in by)
-        return sizes / 1e6 * self.ms_per_mb
+        """ms to send the weights and optimizer state of `tables` once (`inventory`: the tables, or their units)."""
+        moved = set(tables)
+        units = [u for u in inventory.tables if parse_unit(u.name).table in moved]
+        return sum(u.size_bytes + optimizer_bytes(u, optimizer) for u in units) / 1e6 * self.ms_per_mb
 
     def step_penalty_ms(self, tables: list[str], inventory: Inventory, optimizer: str) -> float:
         """The move spread over the horizon: ms per training step (0 with a horizon of 0: moves are free)."""
         if self.horizon_steps <= 0 or not tables:
             return 0.0
         return self.move_ms(tables, inventory, optimizer) / self.horizon_steps
+
+    def penalties(self, candidates: Sequence[Candidate], incumbent: Plan, inventory: Inventory) -> list[float]:
+        """Each candidate's move from `incumbent` as ms per step (`step_penalty_ms`): what a re-ranking adds to
+        its predictions (`dreamshard.search.unknown_stats.robust_rerank`)."""
+        old, optimizer = incumbent.units(), incumbent.topology.optimizer
+        return [self.step_penalty_ms(self.moved(old, c.placement), inventory, optimizer) for c in candidates]
 
     def ranked(self, result: SearchResult, incumbent: Plan, inventory: Inventory) -> SearchResult:
         """`result` with its candidates ordered by predicted step time plus the step penalty of their moves from

@@ -128,6 +128,10 @@ class ModelSharder(Sharder):
         """The planning cost `inventory` is searched on (`DreamShardSharder` may calibrate it first)."""
         return self.planning_cost(topology), None
 
+    def move_penalties(self, candidates: Sequence[Candidate], inventory: Inventory) -> list[float]:
+        """What moving to each candidate costs per step (none here: only a re-plan has a plan to move from)."""
+        return []
+
     def out_of_range(self, inventory: Inventory, topology: Topology) -> list[str]:
         """Inputs outside the card's training ranges: table features, devices, batch size, device type."""
         return self.model.card.out_of_range(list(inventory.tables), topology)
@@ -194,8 +198,9 @@ class ModelSharder(Sharder):
             units, placement = typed.units, typed.placement
         assumptions = None
         if searched is not None and len(self.unknown_skews) > 1 and unknown_tables(layout.units):
+            extra = self.move_penalties(searched.candidates, inventory)
             searched.candidates, assumptions = robust_rerank(
-                searched.candidates, layout.units, topology, cost, self.unknown_skews
+                searched.candidates, layout.units, topology, cost, self.unknown_skews, extra
             )
             searched.best = searched.candidates[0]
             units, placement = searched.best.units or layout.units, searched.best.placement
@@ -248,18 +253,10 @@ class ModelSharder(Sharder):
 class DreamShardSharder(ModelSharder):
     """Search on the learned cost (the default learned sharder); `shard_with_report` returns the scored candidates.
 
-    With `calibrate_seconds` and an `oracle`, the cost model is first calibrated for the inventory on the oracle's
-    backend (dreamshard.measured.calibrate). With `verify=K` and an `oracle`, the K best predicted candidates are
-    measured on it (interleaved, `verify_rounds` rounds; dreamshard.measured.candidates), beside the
-    `verify_anchors` best predicted of the baselines' or LPT's own plans when none of the K is one, and the best
-    predicted heuristic's own plan when none of those is one; the best predicted (the search-only plan) is kept
-    unless another was faster in every round, with its measured costs and the record (which states the kept plan
-    against the search-only one). With an
-    `incumbent`, the best predicted of its candidates (`current`, `current+search`) is measured too and takes the
-    best predicted's place as the default: a re-plan moves the job's tables only when the hardware confirms the
-    gain, in a duel of
-    `rounds_to_replace(challengers, verify_confidence)` straight paired wins.
-    """
+    `calibrate_seconds` (with an `oracle`): the cost model calibrated first (dreamshard.measured.calibrate).
+    `verify=K`: the K best predicted, the anchors and the best heuristic's plan measured on the oracle
+    (dreamshard.measured.candidates); the search-only plan is kept unless another wins every round by the margin.
+    `incumbent` (a re-plan): moves as a cost (dreamshard.search.moves); its own candidate leads verification."""
 
     name = "dreamshard"
     oracle: Oracle | None
@@ -309,6 +306,10 @@ class DreamShardSharder(ModelSharder):
         self.verify_rounds = verify_rounds
         self.verify_anchors = int(verify_anchors)
         self.oracle = oracle
+
+    def move_penalties(self, candidates: Sequence[Candidate], inventory: Inventory) -> list[float]:
+        """A re-plan: each candidate's move from the incumbent, ms per step (dreamshard.search.moves)."""
+        return self.moves.penalties(candidates, self.incumbent, inventory) if self.incumbent is not None else []
 
     def cost_for(self, inventory: Inventory, topology: Topology) -> tuple[PlanningCost, CalibrationReport | None]:
         """With `calibrate_seconds` and an `oracle`: the planning cost calibrated on the oracle's backend for this

@@ -73,10 +73,16 @@ def regrets(costs: Sequence[Sequence[float]]) -> list[float]:
 
 
 def robust_rerank(
-    candidates: list[Candidate], units: Inventory, topology: Topology, cost: PlanningCost, skews: Sequence[float]
+    candidates: list[Candidate],
+    units: Inventory,
+    topology: Topology,
+    cost: PlanningCost,
+    skews: Sequence[float],
+    extra_ms: Sequence[float] = (),
 ) -> tuple[list[Candidate], AccessAssumptions]:
     """The `RERANKED` best candidates re-ordered by worst predicted regret over `skews` (ties: as before), then the
-    rest; and what the first assumed. `units` are the units the candidates place unless a candidate has its own."""
+    rest; and what the first assumed. `units` are the units the candidates place unless a candidate has its own.
+    `extra_ms`: per candidate, ms per step added under every skew (a re-plan's move: dreamshard.search.moves)."""
     head = candidates[:RERANKED]
     encoded: dict[tuple[int, float], tuple[list[Table], torch.Tensor]] = {}  # per units and skew, encoded once
 
@@ -91,6 +97,8 @@ def robust_rerank(
 
     with torch.no_grad():
         predicted = [[overall(c.units or units, s, c.placement) for s in skews] for c in head]
+    for i, extra in enumerate(extra_ms[: len(head)]):
+        predicted[i] = [ms + extra for ms in predicted[i]]
     worst = regrets(predicted)
     order = sorted(range(len(head)), key=lambda i: (round(worst[i], 6), i))
     best = order[0]
