@@ -26,3 +26,12 @@ def test_a_refinement_move_passes_only_by_the_margin() -> None:
     old = [10.0, 10.1, 10.0]
     assert not Block(rounds=3, old=old, new=[10.0 * (1 - MEASURED_GAIN_MARGIN / 2)] * 3).passed
     assert Block(rounds=3, old=old, new=[10.0 * (1 - 2 * MEASURED_GAIN_MARGIN)] * 3).passed
+
+
+def test_a_baselines_own_plan_needs_only_to_be_faster() -> None:
+    # the gate compares the plan with the baselines on the same measurement: a measured-faster baseline is taken
+    from dreamshard.measured.candidates import margins_for
+    from dreamshard.search.candidates import Candidate
+
+    cands = [Candidate(s, {}, 1.0) for s in ("policy", "size_greedy", "lpt", "lookup_greedy+search", "torchrec")]
+    assert margins_for(cands) == [MEASURED_GAIN_MARGIN, 0.0, MEASURED_GAIN_MARGIN, MEASURED_GAIN_MARGIN, 0.0]

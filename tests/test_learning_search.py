@@ -420,7 +420,8 @@ def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -
 
     top, lucky, sure = [10.0, 12.0, 11.0], [9.0, 12.5, 9.5], [9.8, 11.5, 10.9]
     assert kept_index([top, lucky], [11.0, 9.5]) == 0  # a lower median, but slower in one round: noise
-    assert kept_index([top, lucky, sure], [11.0, 9.5, 10.9]) == 2  # faster in every round
+    assert kept_index([top, lucky, sure], [11.0, 9.5, 10.9]) == 0  # faster in every round, by less than 3%
+    assert kept_index([top, lucky, sure], [11.0, 9.5, 10.9], [0.0, 0.0, 0.0]) == 2  # a baseline's: no margin
     faster = [9.0, 11.0, 10.0]
     assert kept_index([top, sure, faster], [11.0, 10.9, 10.0]) == 2  # of the confirmed, the fastest median
     assert kept_index([top, list(top)], [11.0, 11.0]) == 0  # a tie is no confirmation

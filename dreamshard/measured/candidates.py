@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
@@ -80,28 +81,40 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return statistics.median(ratios) if ratios else 1.0
 
 
-def kept_index(per_round: Sequence[Sequence[float]], medians: Sequence[float]) -> int:
+def kept_index(
+    per_round: Sequence[Sequence[float]], medians: Sequence[float], margins: Sequence[float] | None = None
+) -> int:
     """Which measured candidate to keep: the best predicted (index 0) unless another one was faster than it in
     every interleaved round (paired by round, as refinement keeps a move), then the fastest median of those.
-    A lower median alone is not enough: a few noisy rounds on a shared machine rank near-equal plans at random."""
-    confirmed = [i for i in range(1, len(per_round)) if _won_every_round(per_round[i], per_round[0])]
+    A lower median alone is not enough: a few noisy rounds on a shared machine rank near-equal plans at random.
+    `margins`: the gain each candidate must show in every round (default `MEASURED_GAIN_MARGIN`; `margins_for`)."""
+    m = margins if margins is not None else [MEASURED_GAIN_MARGIN] * len(per_round)
+    confirmed = [i for i in range(1, len(per_round)) if _won_every_round(per_round[i], per_round[0], m[i])]
     return min(confirmed, key=lambda i: (medians[i], i)) if confirmed else 0
 
 
-def _won_every_round(challenger: Sequence[float], best_predicted: Sequence[float]) -> bool:
+def _won_every_round(challenger: Sequence[float], best_predicted: Sequence[float], margin: float) -> bool:
     """Measured in every round the best predicted was, and faster than it in each (paired by round) by at least
-    `MEASURED_GAIN_MARGIN`."""
+    `margin`."""
     return len(challenger) == len(best_predicted) and all(
-        c < b * (1.0 - MEASURED_GAIN_MARGIN) for c, b in zip(challenger, best_predicted, strict=True)
+        c < b * (1.0 - margin) for c, b in zip(challenger, best_predicted, strict=True)
     )
 
 
-def challengers(samples: Sequence[Sequence[Measurement]]) -> list[int]:
+def margins_for(candidates: Sequence[Candidate]) -> list[float]:
+    """The gain each candidate must show to be kept: `MEASURED_GAIN_MARGIN`, except a baseline's own plan, which
+    needs only to be faster: the gate compares the plan with those very baselines on the same measurement, so a
+    plan stage that kept a slower plan beside a measured-faster baseline would only hand the gate a rejection."""
+    return [0.0 if c.source in BASELINE_SHARDERS else MEASURED_GAIN_MARGIN for c in candidates]
+
+
+def challengers(samples: Sequence[Sequence[Measurement]], margins: Sequence[float] | None = None) -> list[int]:
     """For `measure_interleaved(narrow=...)`: who the next round measures. A challenger (index >= 1) that was not
     faster than the best predicted (index 0) in every round so far can no longer be kept (`kept_index`), so it is
     dropped; the best predicted is measured while any challenger is left ([]: none is, the measuring ends)."""
     best = [m.overall_ms for m in samples[0]]
-    left = [i for i in range(1, len(samples)) if _won_every_round([m.overall_ms for m in samples[i]], best)]
+    m = margins if margins is not None else [MEASURED_GAIN_MARGIN] * len(samples)
+    left = [i for i in range(1, len(samples)) if _won_every_round([m_.overall_ms for m_ in samples[i]], best, m[i])]
     return [0, *left] if left else []
 
 
@@ -122,9 +135,10 @@ def _duel_with_default(
     need: int,
     oracle: Oracle,
     seed: int,
+    margin: float = 0.0,
 ) -> int:
     """More paired rounds of the default (0) and the confirmed challenger `best` until it has won `need` in all or
-    lost one (then the default stays); the rounds join `measured`. Returns the index kept."""
+    lost one (then the default stays), each by `margin`; the rounds join `measured`. Returns the index kept."""
     more = need - len(measured[best])
     if more <= 0:
         return best
@@ -134,11 +148,11 @@ def _duel_with_default(
         oracle,
         more,
         seed=seed + 1,
-        narrow=challengers,
+        narrow=partial(challengers, margins=[0.0, margin]),
     )
     measured[0] += duel[0]
     measured[best] += duel[1]
-    won = _won_every_round([m.overall_ms for m in measured[best]], [m.overall_ms for m in measured[0]])
+    won = _won_every_round([m.overall_ms for m in measured[best]], [m.overall_ms for m in measured[0]], margin)
     return best if won and len(measured[best]) >= need else 0
 
 
@@ -197,22 +211,23 @@ def verify_candidates(
         raise ValueError("verify_candidates needs one plan per candidate")
     for plan in plans:
         check_plan_for(inventory, plan)
+    margins = margins_for(candidates)
     measured = measure_interleaved(
         inventory,
         plans,
         oracle,
         max(1, rounds),
         seed=seed,
-        narrow=challengers,
+        narrow=partial(challengers, margins=margins),
     )
     best = kept_index(
         [[m.overall_ms for m in ms] for ms in measured],
         [statistics.median(m.overall_ms for m in ms) for ms in measured],
+        margins,
     )
     if hold is not None and best != 0:
-        best = _duel_with_default(
-            inventory, plans, measured, best, rounds_to_replace(len(plans) - 1, hold), oracle, seed
-        )
+        need = rounds_to_replace(len(plans) - 1, hold)
+        best = _duel_with_default(inventory, plans, measured, best, need, oracle, seed, margins[best])
     roles = [SEARCH_ONLY if i == search_only else None for i in range(len(candidates))]
     rows = [verified_row(cand, ms, role) for cand, ms, role in zip(candidates, measured, roles, strict=True)]
     medians = [r.measured_ms for r in rows]
