@@ -293,17 +293,13 @@ def before_lines(rows: list[dict], names: list[str]) -> list[str]:
             f"(this VM's loopback rate drifts by up to 2x over minutes: docs/benchmarks/comm-fits.md), the comm "
             f"error is: median {statistics.median(v):+.0%} over {len(v)} plans.",
         ]
-    fits = [r["comm_fit"] for r in rows if r.get("comm_fit")]
+    fits = [(r["task"], r["comm_fit"]) for r in rows if r.get("comm_fit")]
     if fits:
-        lines += [
-            "",
-            "The fits per task (2 ranks, derived for the task's world): "
-            + "; ".join(
-                f"{r['task']} {f['alpha_ms']:.3f} ms + {f['beta_ms_per_mb']:.3f} ms/MB ({f['measured_at'][11:16]})"
-                for r, f in ((r, r["comm_fit"]) for r in rows if r.get("comm_fit"))
-            )
-            + ".",
-        ]
+        cells = "; ".join(
+            f"{task} {f['alpha_ms']:.3f} ms + {f['beta_ms_per_mb']:.3f} ms/MB ({f['measured_at'][11:16]})"
+            for task, f in fits
+        )
+        lines += ["", f"The fits per task (2 ranks, derived for the task's world): {cells}."]
     return lines
 
 

@@ -13,7 +13,7 @@ from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, SharderResult, check_plan_for
 from dreamshard.gate.rule import MAX_MS
 from dreamshard.sharders import get_sharder
-from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.values import HOST_KERNELS, Inventory, Plan, Topology
 from dreamshard.values.names import check_key_part
 
 #: Relative tolerance for figures that must agree exactly inside a comparison (JSON round-trips floats exactly).
@@ -87,9 +87,14 @@ def _check_result(r: SharderResult, cmp: Comparison, inventory: Inventory, where
         raise PlanError(f"{label} was measured by another backend than the comparison's")
 
 
+def _uvm_tables(plan: Plan) -> list[str]:
+    """The tables the plan keeps in host memory (a UVM kernel, `HOST_KERNELS`), sorted."""
+    return sorted(t for t, k in plan.kernels.items() if k in HOST_KERNELS)
+
+
 def proxy_basis(backend: str, plan: Plan) -> str:
     """The decision's sentence on a proxy measurement: `backend` timed a plan for other devices."""
-    uvm = sorted(t for t, k in plan.kernels.items() if k in ("fused_uvm", "fused_uvm_caching"))
+    uvm = _uvm_tables(plan)
     kernels = (
         f"its UVM tables ({', '.join(uvm[:3])}{', ...' if len(uvm) > 3 else ''}) timed with the fused kernel, "
         f"their memory counted at the cache's HBM share"
@@ -114,7 +119,7 @@ def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str
         return ""
     if allow_proxy:
         return proxy_basis(b.name, plan)
-    uvm = sorted(t for t, k in plan.kernels.items() if k in ("fused_uvm", "fused_uvm_caching"))
+    uvm = _uvm_tables(plan)
     what = f" (its UVM tables {', '.join(uvm[:3])} run only there)" if uvm else ""
     raise PlanError(
         f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices{what}: "
