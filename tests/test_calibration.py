@@ -110,3 +110,19 @@ def test_calibration_never_worsens_the_held_out_error(case: tuple[Inventory, lis
             "scale+bias",
             "scale+shrunk bias",
         )
+
+
+def test_verified_calibration_starts_from_the_uncalibrated_plan_and_keeps_a_confirmed_gain() -> None:
+    """With verification, the search before calibration is the search-only row (the default) and the calibrated
+    search's plan replaces it only by winning every round by the margin: here it does (the biased tables apart)."""
+    inv = synth_inventory(12, 3, name="calib")
+    fits = _oracle({})  # the simulator's fits, no bias: what the search before calibration plans on
+    plain = get_sharder("dreamshard", oracle=fits).shard(inv, TOPO)
+    biased = [t for t, d in plain.placement.items() if d == 0][:2]
+    oracle = _oracle(dict.fromkeys(biased, _measured(inv, plain, fits)))
+    plan = get_sharder("dreamshard", oracle=oracle, calibrate_seconds=2.0, verify=2, verify_rounds=3).shard(inv, TOPO)
+    v = plan.verification
+    assert v is not None and v.search_only == "uncalibrated" and v.candidates[0].role == "search only"
+    assert v.search_only_ms == pytest.approx(_measured(inv, plain, oracle))  # the plan search alone gives
+    assert v.chosen != "uncalibrated" and v.kept_vs_search is not None and v.kept_vs_search < 0.9
+    assert plan.placement[biased[0]] != plan.placement[biased[1]]

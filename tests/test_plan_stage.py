@@ -204,3 +204,28 @@ def test_the_plan_report_renders_the_stage_line_and_json(tmp_path: Path, monkeyp
     assert shown["vs_search_only"] == result.plan.verification.stage_vs_search  # type: ignore[union-attr]
     labels = [str(c) for c in verification_table(result.plan.verification).columns[0].cells]  # type: ignore[arg-type]
     assert any(label.endswith("(search only)") or "(search only)" in label for label in labels)
+
+
+def test_a_calibrated_plan_faster_by_less_than_the_margin_keeps_the_uncalibrated_one() -> None:
+    """Calibration is a measured step: the calibrated search's best (here the best predicted) must beat the plan of
+    the search before calibration (the UNCALIBRATED seed, the default wherever it ranks) by the margin in every
+    round; 2% faster is inside it, so the uncalibrated plan is kept and labelled the search-only plan."""
+    from dreamshard.measured.candidates import to_measure, verify_candidates
+    from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
+    from dreamshard.search.candidates import UNCALIBRATED, Candidate
+
+    plans = _plans(["dim_greedy", "size_greedy", "lookup_greedy"])
+    sources = ["policy+search", "lpt", UNCALIBRATED]
+    cands = [Candidate(s, dict(p.placement), 1.0 + i) for i, (s, p) in enumerate(zip(sources, plans, strict=True))]
+    top, mine = to_measure(cands, 2, 0)
+    assert [c.source for c in top][:3] == [UNCALIBRATED, "policy+search", "lpt"] and mine is None
+    by_source = dict(zip(sources, plans, strict=True))
+    ordered = [by_source[c.source] for c in top]
+    fast = 10.0 * (1 - MEASURED_GAIN_MARGIN / 1.5)
+    oracle = ScriptedOracle({"lookup_greedy": [10.0] * 3, "dim_greedy": [fast] * 3, "size_greedy": [12.0]})
+    kept, v = verify_candidates(INV, TOPO, top[:3], ordered[:3], oracle, rounds=3, search_only=0)
+    assert v.chosen == UNCALIBRATED and kept.placement == plans[2].placement and v.search_only == UNCALIBRATED
+    # twice the margin faster in every round: the calibrated plan is kept
+    oracle = ScriptedOracle({"lookup_greedy": [10.0] * 3, "dim_greedy": [8.0] * 3, "size_greedy": [12.0]})
+    kept, v = verify_candidates(INV, TOPO, top[:3], ordered[:3], oracle, rounds=3, search_only=0)
+    assert v.chosen == "policy+search" and v.kept_vs_search == pytest.approx(0.8)

@@ -82,6 +82,7 @@ class CalibratedCost(PlanningCost):
     def __init__(self, base: PlanningCost, correction: Correction, inventory: Inventory) -> None:
         super().__init__(base.ensemble, base.topology, base.comm, base.risk, base.source)
         self.collectives = base.collectives  # the collectives' models fitted so far, shared
+        self.uncalibrated = base  # the cost before calibration (the plan stage's search-only plan is searched on it)
         self.correction = correction
         self.parents = inventory.by_name()
         self.state_dim = self.base + 6

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
 from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
-from dreamshard.search.candidates import CURRENT, Candidate, origin
+from dreamshard.search.candidates import CURRENT, UNCALIBRATED, Candidate, origin
 from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,16 +62,29 @@ def heuristic_candidate(candidates: Sequence[Candidate], measured: Sequence[Cand
     return next(([c] for c in candidates if c.source in BASELINE_SHARDERS), [])
 
 
+def search_only_candidate(candidates: Sequence[Candidate]) -> Candidate:
+    """The plan without measurement: the search's best predicted or, where the cost was calibrated first (a measured
+    step, dreamshard.measured.calibrate), the best of the search before calibration (the UNCALIBRATED seed)."""
+    return next((c for c in candidates if c.source == UNCALIBRATED), candidates[0])
+
+
 def to_measure(candidates: Sequence[Candidate], k: int, anchors: int) -> tuple[list[Candidate], Candidate | None]:
-    """What `--verify k` measures, the default first: the k best predicted (the search-only plan first), the anchors,
-    the best heuristic's own plan; and the current plan's candidate (a re-plan), which then leads and is returned.
-    It is the default because a challenger must be faster in every round, so inside the noise the job's state stays
-    where it is (as the gate keeps the current plan), and replaces it only after a duel long enough that chance could
-    not explain its wins."""
+    """What `--verify k` measures, the default first: the search-only plan (`search_only_candidate`), the k best
+    predicted, the anchors, the best heuristic's own plan (a plan placed as another is measured once); and the current
+    plan's candidate (a re-plan), which then leads and is returned. It is the default because a challenger must be
+    faster in every round, so inside the noise the job's state stays where it is (as the gate keeps the current
+    plan), and replaces it only after a duel long enough that chance could not explain its wins."""
+    default = search_only_candidate(candidates)
     top = [*candidates[:k], *anchor_candidates(candidates, k, anchors)]
     top += heuristic_candidate(candidates, top)
+    top = [default, *(c for c in top if c is not default and not _same_plan(c, default))]
     mine = next((c for c in candidates if origin(c.source) == CURRENT), None)
     return ([mine, *(c for c in top if c is not mine)] if mine is not None else top), mine
+
+
+def _same_plan(a: Candidate, b: Candidate) -> bool:
+    """Whether two candidates place the same units on the same devices."""
+    return a.units is None and b.units is None and a.placement == b.placement
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:

@@ -34,8 +34,9 @@ from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.values import Inventory, Topology
 
-#: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed)
-POLICY, LPT, CURRENT = "policy", "lpt", "current"
+#: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed; UNCALIBRATED:
+#: the best placement of the search on the cost before calibration, a seed)
+POLICY, LPT, CURRENT, UNCALIBRATED = "policy", "lpt", "current", "uncalibrated"
 #: what local search appends to the source of a candidate it improved
 SEARCHED = "+search"
 

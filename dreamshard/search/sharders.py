@@ -18,24 +18,24 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
-from dreamshard.learning.model_store import LoadedModel, ModelCard, load_model
+from dreamshard.learning.model_store import LoadedModel, load_model
 from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
-from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
-from dreamshard.measured.candidates import VERIFY_ROUNDS, to_measure, verify_candidates
+from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, CalibratedCost, calibrate
+from dreamshard.measured.candidates import VERIFY_ROUNDS, search_only_candidate, to_measure, verify_candidates
 from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.placement.diff import move_rate_ms_per_mb
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
 from dreamshard.placement.spread import spread_shards
-from dreamshard.search.candidates import CURRENT, Candidate, SearchResult, search
+from dreamshard.search.candidates import CURRENT, UNCALIBRATED, Candidate, SearchResult, search
 from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.moves import DEFAULT_HORIZON_STEPS, MovePolicy, current_seed
+from dreamshard.search.report import ShardReport
 from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import learned_layout, pack_units, whole_layout
 from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank, unknown_tables
@@ -44,36 +44,6 @@ from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, P
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
-
-
-@dataclass(frozen=True)
-class ShardReport:
-    """What one `shard_with_report` call did, beside its plan."""
-
-    plan: Plan
-    card: ModelCard  # the model that planned: version, training backend, training ranges
-    search: SearchResult | None = None  # `dreamshard`: every scored candidate, best first, and the failed sources
-    cost: PlanningCost | None = None  # the planning cost the plan was searched on (calibrated, when asked)
-
-    @property
-    def learned_from_simulation(self) -> bool:
-        """The model learned from a simulated backend: its predicted costs say nothing of hardware."""
-        return self.card.learned_from_simulation
-
-    @property
-    def out_of_range(self) -> tuple[str, ...]:
-        """Inputs outside the model's training ranges (also recorded in `plan.out_of_range`)."""
-        return tuple(self.plan.out_of_range)
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        """One line per thing the user should know: each out-of-range input, and simulated predictions."""
-        lines = [f"outside the model's training ranges: {item}" for item in self.out_of_range]
-        if self.learned_from_simulation:
-            lines.append(
-                f"predicted costs are SIMULATED: model {self.card.version} learned from the {self.card.backend} backend"
-            )
-        return tuple(lines)
 
 
 class ModelSharder(Sharder):
@@ -335,7 +305,7 @@ class DreamShardSharder(ModelSharder):
         top, mine = to_measure(searched.candidates, self.verify, self.verify_anchors)
         plans = [self.plan_from(inventory, c.units or units, topology, c.placement, cost) for c in top]
         rounds = self.verify_rounds or VERIFY_ROUNDS
-        search_only = top.index(searched.candidates[0])  # the plan without measurement: the default (or the duel's)
+        search_only = top.index(search_only_candidate(searched.candidates))  # the default (or the duel's)
         if assumptions is not None and mine is None:  # measured under every assumed distribution
             return verify_robust(
                 inventory, top, plans, self.oracle, assumptions, rounds, self.config.seed, search_only=search_only
@@ -358,12 +328,29 @@ class DreamShardSharder(ModelSharder):
     ) -> tuple[dict[str, int], SearchResult | None]:
         adapted, why = current_seed(self.incumbent, inventory, topology, cost, fixed)
         seeds = {CURRENT: adapted} if adapted is not None else {}
+        seeds |= self._uncalibrated_seed(inventory, topology, cost, seeds, fixed)
         result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds, fixed=fixed)
         if why:
             result.failed[CURRENT] = why
         if self.incumbent is not None:  # moves as a cost (dreamshard.search.moves)
             result = self.moves.ranked(result, self.incumbent, inventory)
         return result.best.placement, result
+
+    def _uncalibrated_seed(
+        self,
+        inventory: Inventory,
+        topology: Topology,
+        cost: PlanningCost,
+        seeds: Mapping[str, Mapping[str, int]],
+        fixed: Mapping[str, int],
+    ) -> dict[str, dict[str, int]]:
+        """Verifying on a calibrated cost: the best placement of the search on the cost before calibration (the
+        UNCALIBRATED seed). Verification measures it as the search-only plan, the default: calibration is a measured
+        step like the others, so the plan it leads to is kept only when it wins by the margin."""
+        if self.verify <= 0 or not isinstance(cost, CalibratedCost):
+            return {}
+        before = search(inventory, topology, cost.uncalibrated, self.model.policy, self.config, seeds, fixed)
+        return {UNCALIBRATED: dict(before.best.placement)}
 
 
 class PolicySharder(ModelSharder):
