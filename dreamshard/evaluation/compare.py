@@ -35,6 +35,7 @@ from dreamshard.evaluation.interleave import (  # re-exported: callers import th
 from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
 from dreamshard.integrations.torchrec_carried import carried_report
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
+from dreamshard.sharders.torchrec_parameters import expressible_only
 from dreamshard.values import (
     BackendInfo,
     Inventory,
@@ -93,8 +94,11 @@ class Comparison(BaseModel):
     # without column splits), with why; not contenders (the gate recomputes each before it accepts its absence)
     infeasible: dict[str, str] = {}
     # sharders whose plan breaks a table's constraint they cannot be asked to honour (TorchRec's planner and a device
-    # pin or a shard count): {sharder: "table 'x' devices [3]: the plan puts it on device 0"}; reported, not measured
+    # pin or a shard count): {sharder: "table 'x' devices [3]: the plan puts it on device 0"}; never contenders
     breaks_constraints: dict[str, str] = {}
+    # their plans made without those constraints (`torchrec_parameters.expressible_only`), measured as they are in
+    # the same interleaved rounds: a reference beside the contenders, never a baseline the gate compares with
+    broken_results: list[SharderResult] = []
     # {table: its constraints carried, not planned on} (dreamshard.integrations.torchrec_carried.carried_report)
     carried: dict[str, list[str]] = {}
     # how the contenders were timed: passes per round (each device's figure their median) and the CPU clock
@@ -155,6 +159,10 @@ class Comparison(BaseModel):
             "best": self.best,
             "best_baseline": self.best_baseline,
             "breaks_constraints": dict(self.breaks_constraints),
+            "broken_measured": {
+                r.sharder: {"overall_ms": r.overall_ms, "spread": r.spread, "ratio_to_best": r.ratio_to_best}
+                for r in self.broken_results
+            },
             "sharders": {
                 self.label(r): {
                     "overall_ms": r.overall_ms,
@@ -220,6 +228,7 @@ def compare_sharders(
                 f"twice is refused by the publish gate)"
             )
         plans.append((p, 0.0))
+    relaxed = _relaxed_plans(inventory, topology, list(broken), sharder_options or {}, say)
     if with_lower_bound:
         say("measuring single-table costs")
         with oracle.corpus_as(corpus):
@@ -228,15 +237,24 @@ def compare_sharders(
         lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
     gated = (timing_passes, timing_clock) != (1, "wall") and not oracle.info.is_simulated  # exact figures: as is
     timing = oracle.timing_as(timing_passes, timing_clock) if gated else contextlib.nullcontext()
+    own = [inventory] * len(plans) + [expressible_only(inventory)] * len(relaxed)
     with oracle.corpus_as(None), timing:  # fresh timings, whatever corpus the caller's oracle holds
         samples = measure_interleaved(
-            inventory, [p for p, _ in plans], oracle, rounds, seed=seed, progress=say, narrow=_narrow(plans, stop)
+            inventory,
+            [p for p, _ in (*plans, *relaxed)],
+            oracle,
+            rounds,
+            seed=seed,
+            progress=say,
+            narrow=_narrow(plans, stop, len(relaxed)),
+            inventories=own,
         )
-    results = [_result(plan, secs, ms, oracle.info) for (plan, secs), ms in zip(plans, samples, strict=True)]
+    results = [_result(plan, secs, ms, oracle.info) for (plan, secs), ms in zip(plans, samples, strict=False)]
+    broken_results = [_result(p, s, ms, oracle.info) for (p, s), ms in zip(relaxed, samples[len(plans) :], strict=True)]
     best = min(results, key=lambda r: r.overall_ms)
     baseline_results = [r for r in results if r.sharder in BASELINE_SHARDERS]
     best_b = min(baseline_results, key=lambda r: r.overall_ms) if baseline_results else best
-    for r in results:
+    for r in (*results, *broken_results):
         r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
         r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
     return Comparison(
@@ -255,6 +273,7 @@ def compare_sharders(
         best_baseline=best_b.sharder,
         infeasible={name: str(e) for name, e in infeasible.items() if name not in broken},
         breaks_constraints={name: f"table '{e.table}' {e.constraint}" for name, e in broken.items()},
+        broken_results=broken_results,
         carried=carried_report(inventory),
         timing_passes=timing_passes if gated else 1,
         timing_clock=timing_clock if gated else "wall",
@@ -285,17 +304,43 @@ def _plan_contenders(
     return plans, infeasible
 
 
+def _relaxed_plans(
+    inventory: Inventory,
+    topology: Topology,
+    broken: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]],
+    say: Progress,
+) -> list[tuple[Plan, float]]:
+    """The plans of the sharders whose plan broke a constraint they cannot be asked (TorchRec's planner and a pin
+    or a shard count), made without those constraints (`expressible_only`), with their planning seconds; a sharder
+    that cannot place even that keeps only its breaks row."""
+    relaxed = expressible_only(inventory) if broken else inventory
+    out: list[tuple[Plan, float]] = []
+    for name in broken:
+        say(f"planning with {name} without the constraints it cannot be asked")
+        t0 = time.perf_counter()
+        try:
+            plan = get_sharder(name, **dict(options.get(name, {}))).shard(relaxed, topology)
+        except InfeasiblePlacementError as e:
+            say(f"{name} cannot place this inventory even so: {e}")
+            continue
+        out.append((plan, time.perf_counter() - t0))
+    return out
+
+
 def _narrow(
-    plans: Sequence[tuple[Plan, float]], stop: Callable[[Sequence[tuple[Plan, Sequence[float]]]], bool] | None
+    plans: Sequence[tuple[Plan, float]],
+    stop: Callable[[Sequence[tuple[Plan, Sequence[float]]]], bool] | None,
+    extra: int = 0,
 ) -> Callable[[list[list[Measurement]]], Sequence[int]] | None:
-    """`measure_interleaved`'s narrow for `stop`: all or none, so every contender keeps as many rounds as the
-    others."""
+    """`measure_interleaved`'s narrow for `stop`: all or none, so every contender (and the `extra` plans measured
+    after them, which `stop` does not see) keeps as many rounds as the others."""
     if stop is None:
         return None
-    every = range(len(plans))
+    every = range(len(plans) + extra)
 
     def narrow(ms: list[list[Measurement]]) -> Sequence[int]:
-        contenders = [(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms, strict=True)]
+        contenders = [(p, [m.overall_ms for m in m_i]) for (p, _), m_i in zip(plans, ms, strict=False)]
         return [] if stop(contenders) else every
 
     return narrow

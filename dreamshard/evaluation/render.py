@@ -45,10 +45,8 @@ def reference_line(cmp: Comparison) -> str:
     """How the LB column is computed, with this comparison's figures (one line, for captions and reports)."""
     d = cmp.topology.num_devices
     lb = cmp.reference
-    why = "; ".join(f"{name} ({reason})" for name, reason in cmp.infeasible.items())
-    cannot = f"; cannot place this inventory: {why}" if cmp.infeasible else ""
     if not cmp.has_lower_bound:
-        return f"LB not measured (the gate's comparison: it decides on the plans, not on the tables alone){cannot}"
+        return "LB not measured (the gate's comparison: it decides on the plans, not on the tables alone)"
     how = (
         "the simulator's cost terms: no plan costs less"
         if cmp.backend.name == "simulator"
@@ -56,7 +54,7 @@ def reference_line(cmp: Comparison) -> str:
     )
     return (
         f"LB = max(costliest table's smallest share alone {lb.max_single_ms:.3f}, even 1/{d} share: compute "
-        f"{lb.compute_ms:.3f} + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms ({how}){cannot}"
+        f"{lb.compute_ms:.3f} + all-to-all {lb.comm_ms:.3f}) = {lb.total_ms:.3f} ms ({how})"
     )
 
 
@@ -181,8 +179,9 @@ def comparison_table(cmp: Comparison) -> RichTable:
         ),
         caption=reference_line(cmp),
     )
-    for col in ("sharder", "overall ms", "spread", "x best", "x LB", "max mem GB"):
-        t.add_column(col, justify="right" if col != "sharder" else "left")
+    t.add_column("sharder", justify="left", overflow="fold", max_width=60)  # a reason a sharder is outside wraps
+    for col in ("overall ms", "spread", "x best", "x LB", "max mem GB"):
+        t.add_column(col, justify="right")
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
         t.add_row(
             cmp.label(r, short=True) + (" (best)" if cmp.is_best(r) else ""),
@@ -192,9 +191,24 @@ def comparison_table(cmp: Comparison) -> RichTable:
             _lb_ratio(cmp, r),
             f"{max(r.plan.memory_per_device_gb):.3f}",
         )
-    for sharder, why in cmp.breaks_constraints.items():
-        t.add_row(sharder, f"breaks constraint: {why}", "-", "-", "-", "-")
+    for label, r in _outside_rows(cmp):
+        if r is None:
+            t.add_row(label, "-", "-", "-", "-", "-")
+        else:
+            mem = f"{max(r.plan.memory_per_device_gb):.3f}"
+            t.add_row(label, f"{r.overall_ms:.3f}", f"±{100 * r.spread / 2:.1f}%", f"{r.ratio_to_best:.3f}", "-", mem)
     return t
+
+
+def _outside_rows(cmp: Comparison) -> list[tuple[str, SharderResult | None]]:
+    """The rows that are not contenders: a plan that breaks a constraint its planner cannot be asked, measured as
+    it is where it could be made without that constraint ("torchrec (breaks: table 'x' devices [3]: ...)"), and
+    each sharder that cannot place the inventory, with its reason."""
+    measured = {r.sharder: r for r in cmp.broken_results}
+    rows: list[tuple[str, SharderResult | None]] = [
+        (f"{name} (breaks: {why})", measured.get(name)) for name, why in cmp.breaks_constraints.items()
+    ]
+    return rows + [(f"{name} (cannot place: {why})", None) for name, why in cmp.infeasible.items()]
 
 
 def comparison_markdown(cmp: Comparison) -> str:
@@ -216,7 +230,10 @@ def comparison_markdown(cmp: Comparison) -> str:
             f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {_lb_ratio(cmp, r)} |"
         )
     lines += [
-        f"| {sharder} | breaks constraint: {why} | - | - | - |" for sharder, why in cmp.breaks_constraints.items()
+        f"| {label} | - | - | - | - |"
+        if r is None
+        else f"| {label} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | - |"
+        for label, r in _outside_rows(cmp)
     ]
     lines += [
         "",

@@ -5,8 +5,9 @@ TorchRec takes `sharding_types`, `compute_kernels`, `min_partition`, `cache_para
 algorithm), `enforce_hbm`, `is_weighted`, `stochastic_rounding` and `device_group` as they are; its pooling
 factor is the table's (the statistics already fill it). A device pin and a shard count (`devices`, `min_shards`,
 `max_shards`) it cannot express: `UNEXPRESSIBLE` names them, and the torchrec sharders check its plan against them
-(the placement validator), refusing it in one line naming the table and the constraint (BrokenConstraintError:
-`compare` reports the torchrec row as breaking it, the other contenders are measured).
+(the placement validator), refusing it in one line naming the table and the constraint (BrokenConstraintError).
+`compare` then asks it again without them (`expressible_only`) and measures that plan as it is, in a row labelled
+as breaking the constraint, never a contender.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dreamshard.values import Table
+from dreamshard.values import Inventory, Table
 
 #: Our constraints TorchRec's ParameterConstraints have no field for.
 UNEXPRESSIBLE: tuple[str, ...] = ("devices", "min_shards", "max_shards")
@@ -69,4 +70,17 @@ def unexpressible(table: Table) -> list[str]:
     return [] if c is None else [name for name in UNEXPRESSIBLE if getattr(c, name) is not None]
 
 
-__all__ = ["UNEXPRESSIBLE", "allowed_types", "parameter_constraints", "unexpressible"]
+def expressible_only(inventory: Inventory) -> Inventory:
+    """`inventory` with the constraints TorchRec cannot be asked (`UNEXPRESSIBLE`) dropped: what its planner plans
+    for, so that `compare` can measure its plan as it is beside the plans that honour them."""
+
+    def relaxed(table: Table) -> Table:
+        c = table.constraints
+        if c is None or not unexpressible(table):
+            return table
+        return table.model_copy(update={"constraints": c.model_copy(update=dict.fromkeys(UNEXPRESSIBLE))})
+
+    return inventory.model_copy(update={"tables": tuple(relaxed(t) for t in inventory.tables)})
+
+
+__all__ = ["UNEXPRESSIBLE", "allowed_types", "expressible_only", "parameter_constraints", "unexpressible"]
