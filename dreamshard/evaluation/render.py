@@ -191,12 +191,12 @@ def comparison_table(cmp: Comparison) -> RichTable:
             _lb_ratio(cmp, r),
             f"{max(r.plan.memory_per_device_gb):.3f}",
         )
-    for label, r in _outside_rows(cmp):
-        if r is None:
+    for label, o in _outside_rows(cmp):
+        if o is None:
             t.add_row(label, "-", "-", "-", "-", "-")
         else:
-            mem = f"{max(r.plan.memory_per_device_gb):.3f}"
-            t.add_row(label, f"{r.overall_ms:.3f}", f"±{100 * r.spread / 2:.1f}%", f"{r.ratio_to_best:.3f}", "-", mem)
+            mem = f"{max(o.plan.memory_per_device_gb):.3f}"
+            t.add_row(label, f"{o.overall_ms:.3f}", f"±{100 * o.spread / 2:.1f}%", f"{o.ratio_to_best:.3f}", "-", mem)
     return t
 
 
