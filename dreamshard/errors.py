@@ -87,6 +87,11 @@ class BrokenConstraintError(NoPlacementError, PlanError):
         self.table, self.constraint = table, constraint
 
 
+class CheckpointError(DreamshardError):
+    """A training checkpoint (torch.distributed.checkpoint) is missing, truncated or does not fit the model or the
+    plan it is moved to: names the table and the field."""
+
+
 class UnknownSharderError(DreamshardError):
     """The requested sharder name is not registered."""
 

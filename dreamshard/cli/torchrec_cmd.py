@@ -1,4 +1,5 @@
-"""`dreamshard torchrec export|import`: a plan as TorchRec's plan file, and a TorchRec plan file as a plan."""
+"""`dreamshard torchrec export|import|migrate`: a plan as TorchRec's plan file, a TorchRec plan file as a plan, and a
+training checkpoint moved to a new plan."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from rich.console import Console
 
 from dreamshard.cli.console import show
 from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt
+from dreamshard.errors import format_gb
 from dreamshard.evaluation.render import device_table
+from dreamshard.lazy import lazy_module
 from dreamshard.usecases import torchrec as torchrec_uc
 
 torchrec_app = typer.Typer(
-    help="Plans in TorchRec: export a plan as the file load_sharding_plan reads; import a TorchRec plan file.",
+    help="Plans in TorchRec: export a plan as the file load_sharding_plan reads; import a TorchRec plan file; "
+    "move a training checkpoint to a new plan.",
     no_args_is_help=True,
 )
 
@@ -70,6 +74,37 @@ def import_cmd(
     )
     show(Console(), device_table(result.plan, result.inventory))
     typer.echo(f"wrote {out}")
+
+
+@torchrec_app.command("migrate")
+def migrate_cmd(
+    checkpoint: Annotated[Path, typer.Argument(help="The checkpoint saved under the old plan (a DCP directory).")],
+    plan: Annotated[Path, typer.Option("--plan", "-p", help="The new plan: a TorchRec plan file (torchrec export).")],
+    inventory: InventoryOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory of the new checkpoint (must not exist).")],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="The job's model, pkg.mod:build or file.py:build (default: the inventory's)."),
+    ] = None,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=1.0, max=86400.0, help="Seconds the ranks may run.")
+    ] = 600.0,
+) -> None:
+    """Rewrite a checkpoint ({"model": ..., "optim": ...} saved with torch.distributed.checkpoint) for a new plan.
+
+    Runs the new plan's ranks on this machine's CPUs (gloo); the job then loads the new checkpoint with dcp.load,
+    or loads the old one itself with dreamshard.integrations.torchrec_migrate.load_checkpoint."""
+    migrate_uc = lazy_module("dreamshard.usecases.torchrec_migrate")
+    request = migrate_uc.MigrateRequest(
+        source=checkpoint, plan=plan, inventory=inventory, out=out, model=model, timeout_s=timeout_s
+    )
+    r = migrate_uc.migrate(request)
+    typer.echo(
+        f"wrote {r.out}: {r.tables} tables on {r.world_size} ranks ({r.optimizer}); "
+        f"column cuts changed: {', '.join(r.relaid) or 'none'}; "
+        f"optimizer state translated: {', '.join(r.translated) or 'none'}; "
+        f"{format_gb(r.bytes_written / 2**30)} in {r.total_s:.1f} s (load {r.load_s:.2f} s)"
+    )
 
 
 def register(app: typer.Typer) -> None:
