@@ -220,14 +220,7 @@ def compare_sharders(
     if not plans and not extra_plans:  # nothing to measure: the first sharder's own error says why
         raise next(iter(infeasible.values()))
     broken = {name: e for name, e in infeasible.items() if isinstance(e, BrokenConstraintError)}
-    for p in extra_plans:
-        check_plan_for(inventory, p, topology)
-        if any(p.plan_id == q.plan_id for q, _ in plans):
-            raise PlanError(
-                f"plan {p.plan_id} is given twice; measure each plan once (a comparison listing a plan "
-                f"twice is refused by the publish gate)"
-            )
-        plans.append((p, 0.0))
+    _add_given(inventory, topology, plans, extra_plans)
     relaxed = _relaxed_plans(inventory, topology, list(broken), sharder_options or {}, say)
     if with_lower_bound:
         say("measuring single-table costs")
@@ -302,6 +295,20 @@ def _plan_contenders(
             continue
         plans.append((plan, time.perf_counter() - t0))
     return plans, infeasible
+
+
+def _add_given(
+    inventory: Inventory, topology: Topology, plans: list[tuple[Plan, float]], given: Sequence[Plan]
+) -> None:
+    """The plans a caller hands `compare_sharders` joined to the sharders' (each checked, none twice)."""
+    for p in given:
+        check_plan_for(inventory, p, topology)
+        if any(p.plan_id == q.plan_id for q, _ in plans):
+            raise PlanError(
+                f"plan {p.plan_id} is given twice; measure each plan once (a comparison listing a plan "
+                f"twice is refused by the publish gate)"
+            )
+        plans.append((p, 0.0))
 
 
 def _relaxed_plans(
