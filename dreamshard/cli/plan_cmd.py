@@ -232,6 +232,7 @@ def plan_json(result: PlanResult) -> dict[str, object]:
         "calibration": p.calibration.model_dump(mode="json") if p.calibration is not None else None,
         "comm_fits": [m.model_dump(mode="json") for m in p.comm_fits],
         "assumptions": p.assumptions.model_dump(mode="json") if p.assumptions is not None else None,
+        "layouts": dict(p.layouts),
         "against_incumbent": result.diff.model_dump(mode="json") if result.diff is not None else None,
         "reasons": None
         if result.reasons is None
@@ -273,6 +274,8 @@ def _print_plan(result: PlanResult) -> None:
         )
     if (a := result.plan.assumptions) is not None:
         console.print(f"access statistics: {a.summary()}", markup=False, soft_wrap=True)
+    for table, why in result.plan.layouts.items():  # why each table not kept whole got its layout
+        console.print(f"layout: '{table}' {why}", markup=False, soft_wrap=True)
     for fit in result.plan.comm_fits:  # what the plan's exchanges were costed with, and how far to trust it
         console.print(f"comm fit: {fit.describe()}", markup=False, soft_wrap=True)
     show(console, device_table(result.plan, result.inventory))  # memory broken down (weights / optimizer / io)

@@ -45,6 +45,7 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "verification": "gate",
     "refinement": "gate",
     "calibration": "gate",
+    "layouts": "gate",
     "comm_fits": "gate",
     "assumptions": "gate",
     "lineage": "gate",

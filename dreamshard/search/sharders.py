@@ -34,10 +34,11 @@ from dreamshard.placement.layout import Layout
 from dreamshard.placement.spread import spread_shards
 from dreamshard.search.candidates import CURRENT, UNCALIBRATED, Candidate, SearchResult, search
 from dreamshard.search.constrained_policy import constrained_plan
+from dreamshard.search.layout_prior import LayoutPrior, layout_reasons, prior_for
 from dreamshard.search.moves import DEFAULT_HORIZON_STEPS, MovePolicy, current_seed
 from dreamshard.search.report import ShardReport
 from dreamshard.search.sharding_types import choose_types
-from dreamshard.search.splits import learned_layout, pack_units, whole_layout
+from dreamshard.search.splits import NO_PRIOR, learned_layout, pack_units, whole_layout
 from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank, unknown_tables
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
@@ -106,13 +107,16 @@ class ModelSharder(Sharder):
         """Inputs outside the card's training ranges: table features, devices, batch size, device type."""
         return self.model.card.out_of_range(list(inventory.tables), topology)
 
-    def layout(self, inventory: Inventory, topology: Topology, cost: PlanningCost) -> Layout:
+    def layout(
+        self, inventory: Inventory, topology: Topology, cost: PlanningCost, prior: LayoutPrior = NO_PRIOR
+    ) -> Layout:
         """What gets placed: the inventory's tables, cut where they cannot stay whole (larger than a device, or
-        constrained: dreamshard.search.splits), and split into column shards where that pays; its fixed units (row
-        blocks, replicas) have their devices. `column_splits="never"`: every table whole."""
+        constrained: dreamshard.search.splits; the `prior`'s choice first: dreamshard.search.layout_prior), and split
+        into column shards where that pays; its fixed units (row blocks, replicas) have their devices.
+        `column_splits="never"`: every table whole."""
         if self.column_splits == "never":
             return whole_layout(inventory)
-        return learned_layout(inventory, topology, cost)
+        return learned_layout(inventory, topology, cost, prior=prior)
 
     def plan_from(
         self,
@@ -148,7 +152,8 @@ class ModelSharder(Sharder):
         """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
         cost, calibration = self.cost_for(inventory, topology)
         with self._named_infeasible():
-            layout = self.layout(inventory, topology, cost)
+            prior = prior_for(inventory, topology, self.model.card.device_types, calibration)
+            layout = self.layout(inventory, topology, cost, prior)
             units = layout.units
             placement, searched = self._place(units, topology, cost, layout.fixed)
         typed = (
@@ -175,8 +180,7 @@ class ModelSharder(Sharder):
             searched.best = searched.candidates[0]
             units, placement = searched.best.units or layout.units, searched.best.placement
         plan = self._finish(inventory, units, topology, placement, searched, cost, assumptions)
-        if calibration is not None:
-            plan = plan.model_copy(update={"calibration": calibration})
+        plan = plan.model_copy(update={"calibration": calibration, "layouts": layout_reasons(layout, topology, prior)})
         return ShardReport(plan=plan, card=self.model.card, search=searched, cost=cost)
 
     @contextlib.contextmanager

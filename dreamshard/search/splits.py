@@ -28,6 +28,7 @@ from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.placement.layout import Layout, choose_layout, forced_options, layout_of
 from dreamshard.placement.options import TableOption, table_options
 from dreamshard.search.candidates import lpt_placement
+from dreamshard.search.layout_prior import LayoutPrior
 from dreamshard.sharders import get_sharder
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.values import Inventory, Table, Topology
@@ -43,6 +44,8 @@ MAX_IMPROVED = 16
 MAX_OPTIONS = 12
 
 
+#: no prior: the planning cost alone ranks a forced table's options
+NO_PRIOR = LayoutPrior()
 #: heuristics that try to pack a layout LPT could not (the search's other sources may still place it)
 FALLBACK_PACKERS = ("size_greedy", "round_robin")
 
@@ -85,27 +88,35 @@ def _lpt_cost(layout: Layout, topology: Topology, cost: PlanningCost) -> float:
         return math.inf
 
 
-def forced_layout(inventory: Inventory, topology: Topology, cost: PlanningCost) -> tuple[Layout, dict[str, int]]:
-    """The forced tables cut as the planning cost ranks their options (module docstring), and the quick LPT
-    placement of the layout that packed."""
+def forced_layout(
+    inventory: Inventory, topology: Topology, cost: PlanningCost, prior: LayoutPrior = NO_PRIOR
+) -> tuple[Layout, dict[str, int]]:
+    """The forced tables cut as the planning cost ranks their options, the `prior`'s choice first where it has one
+    (module docstring; dreamshard.search.layout_prior), and the quick LPT placement of the layout that packed."""
 
     def rank(table: Table, options: list[TableOption], layout: Layout) -> list[TableOption]:
         scored = [(_lpt_cost(layout.with_option(o), topology, cost), i, o) for i, o in enumerate(options)]
-        return [o for _, _, o in sorted(scored, key=lambda s: (s[0], s[1]))]
+        return prior.prefer(table, [o for _, _, o in sorted(scored, key=lambda s: (s[0], s[1]))])
 
     layout, placement = choose_layout(inventory, topology, lambda lay: _pack(lay, topology, cost), rank)
-    return improve_forced(inventory, topology, cost, layout, placement)
+    return improve_forced(inventory, topology, cost, layout, placement, prior)
 
 
 def improve_forced(
-    inventory: Inventory, topology: Topology, cost: PlanningCost, layout: Layout, placement: dict[str, int]
+    inventory: Inventory,
+    topology: Topology,
+    cost: PlanningCost,
+    layout: Layout,
+    placement: dict[str, int],
+    prior: LayoutPrior = NO_PRIOR,
 ) -> tuple[Layout, dict[str, int]]:
     """The first layout that packed, improved: each forced table's other options are tried with the others at their
     current choice, packed (`_pack`) and scored, and a choice that lowers the predicted cost by `MIN_GAIN` is kept,
     for up to `IMPROVE_PASSES` passes. The ranking before packing scores an option against a base layout that
     may not pack at all (every option then ties), so the first layout that fits can cost several times the best
-    one that does (two tables that must be split: a row-wise cut where a 4-way column split packs too)."""
-    forced = {n: o for n, o in forced_options(inventory, topology).items() if len(o) > 1}
+    one that does (two tables that must be split: a row-wise cut where a 4-way column split packs too). A table
+    whose layout the `prior` chose keeps it: the cost that would move it does not know the device type."""
+    forced = {n: o for n, o in forced_options(inventory, topology).items() if len(o) > 1 and not prior.decides(n, o)}
     if not forced or len(forced) > MAX_IMPROVED:
         return layout, placement
     best = _score(layout, placement, cost)
@@ -140,10 +151,16 @@ def _dominant(inventory: Inventory, layout: Layout, topology: Topology, cost: Pl
 
 
 def learned_layout(
-    inventory: Inventory, topology: Topology, cost: PlanningCost, beam: int = SPLIT_BEAM, min_gain: float = MIN_GAIN
+    inventory: Inventory,
+    topology: Topology,
+    cost: PlanningCost,
+    beam: int = SPLIT_BEAM,
+    min_gain: float = MIN_GAIN,
+    prior: LayoutPrior = NO_PRIOR,
 ) -> Layout:
-    """The forced tables cut, plus column splits of dominant tables that lower the predicted cost (module doc)."""
-    layout, placement = forced_layout(inventory, topology, cost)
+    """The forced tables cut (the `prior`'s choice first), plus column splits of dominant tables that lower the
+    predicted cost (module doc)."""
+    layout, placement = forced_layout(inventory, topology, cost, prior)
     if beam <= 0 or topology.num_devices < 2:
         return layout
     dominant = _dominant(inventory, layout, topology, cost, beam)

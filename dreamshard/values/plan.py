@@ -130,6 +130,8 @@ class Plan(StrictModel):
     verification: Verification | None = None  # candidates measured by `plan --verify`, when asked
     refinement: RefineTrace | None = None  # proposals measured by `plan --refine-seconds`, when asked
     calibration: CalibrationReport | None = None  # the cost model's correction for this inventory, when asked
+    # {table: why it got its layout} for each table the plan does not keep whole (dreamshard.search.layout_prior)
+    layouts: dict[str, str] = Field(default_factory=dict)
     # the collective fits the plan was costed with, each with its quality or the reason for its fallback
     comm_fits: tuple[CommModel, ...] = ()
     assumptions: AccessAssumptions | None = None  # the id distributions planned for, where statistics are missing
