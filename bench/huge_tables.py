@@ -12,12 +12,15 @@ Cases:
   skewed-8x16        one 2e9 x 4 id table (29.8 GB) among 12 tiny and 10 mid tables (56 GB) on 8 x 16 GB
   skewed-2x4x16      the same on 2 hosts x 4 devices of 16 GB (table_row_wise is one host's devices)
   must-split-4x0.15  12 tables on 4 x 0.15 GB: two 0.2 GB tables, one of which must be cut four ways
+  huge64-16x16       one 1e9 x 64 table (238 GB) among 12 tiny and 10 mid tables on 16 x 16 GB
 
 Contenders: the heuristics, `dreamshard` (search on the packaged learned cost), `dreamshard_lpt`, `dreamshard_rl`,
-and TorchRec's unrestricted planner asked for cpu and for cuda devices (its pooled sharder has no row-wise on cpu:
-where only its cuda answer places the inventory, that answer is the labelled reference, measured by the same
-oracle on the cpu topology). Every plan of a case is measured interleaved, `ROUNDS` rounds, by the oracle (shuffled
-each round) and by the judge (rotated each round). The judge times a topology with hosts as one flat host.
+`dreamshard (cuda)` (planned for cuda devices: a forced table's layout is TorchRec's choice, the labelled prior of
+dreamshard.search.layout_prior, since the model learned on cpu), and TorchRec's unrestricted planner asked for cpu
+and for cuda devices (its pooled sharder has no row-wise on cpu: where only its cuda answer places the inventory,
+that answer is the labelled reference, measured by the same oracle on the cpu topology). Every plan of a case is
+measured interleaved, `ROUNDS` rounds, by the oracle (shuffled each round) and by the judge (rotated each round).
+The judge times a topology with hosts as one flat host.
 """
 
 from __future__ import annotations
@@ -62,6 +65,15 @@ def must_split() -> Any:
     return Inventory(name="must-split", tables=(*big, *small))
 
 
+def huge64() -> Any:
+    """One 1e9 x 64 table (238 GB: no column shard of 128 columns or wider exists, so row-wise or nothing) among the
+    skewed case's tiny and mid tables."""
+    from dreamshard.values import Inventory
+
+    rest = [t for t in skewed().tables if t.name != "ids"]
+    return Inventory(name="huge64", tables=(_table("huge", 1_000_000_000, 64, 4.0), *rest))
+
+
 def cases() -> list[tuple[str, Any, Any]]:
     from dreamshard.values import Topology
 
@@ -70,6 +82,7 @@ def cases() -> list[tuple[str, Any, Any]]:
         ("skewed-8x16", skewed(), flat),
         ("skewed-2x4x16", skewed(), flat.model_copy(update={"devices_per_host": 4})),
         ("must-split-4x0.15", must_split(), Topology(num_devices=4, memory_per_device_gb=0.15)),
+        ("huge64-16x16", huge64(), Topology(num_devices=16, memory_per_device_gb=16.0)),
     ]
 
 
@@ -78,7 +91,12 @@ def contenders() -> list[tuple[str, str, str]]:
     from dreamshard.sharders import HEURISTICS
 
     ours = [(n, n, "cpu") for n in (*HEURISTICS, "dreamshard", "dreamshard_lpt", "dreamshard_rl")]
-    return [*ours, ("torchrec (cpu)", "torchrec", "cpu"), ("torchrec (cuda, reference)", "torchrec", "cuda")]
+    return [
+        *ours,
+        ("dreamshard (cuda)", "dreamshard", "cuda"),
+        ("torchrec (cpu)", "torchrec", "cpu"),
+        ("torchrec (cuda, reference)", "torchrec", "cuda"),
+    ]
 
 
 def _plan(name: str, inventory: Any, topology: Any, device_type: str) -> tuple[Any, float]:
@@ -176,6 +194,7 @@ def run_case(label: str, inventory: Any, topology: Any, oracle: Any, judge: Any,
             "largest_table": _split(plan, biggest),
             "max_device_gb": round(max(plan.memory_per_device_gb), 3),
             "predicted_ms": round(cost.predict(list(units.tables), placed).overall_ms, 3),
+            "layout_reason": plan.layouts.get(biggest, ""),  # the learned sharders' reason (Plan.layouts)
         }
         rows.append(row)
         try:
@@ -238,7 +257,14 @@ def case_lines(case: dict[str, Any]) -> list[str]:
             f"| {r['plan_s']:.2f} | {r['predicted_ms']:.3f} | {_cells(r)} |"
         )
     names = [r["planner"] for r in case["rows"] if "measured_ms" in r]
-    return [*lines, "", *error_lines([case["judge"]], names)]
+    why = [
+        f"- {r['planner']}: `{case['largest_table']}` {r['layout_reason']}"
+        for r in case["rows"]
+        if r.get("layout_reason") and r["planner"] in ("dreamshard", "dreamshard (cuda)")
+    ]
+    title = "Why the largest table got its layout (the plan's own reason, `Plan.layouts`):"
+    reasons = ["", title, "", *why] if why else []
+    return [*lines, *reasons, "", *error_lines([case["judge"]], names)]
 
 
 def markdown(result: dict[str, Any]) -> str:
