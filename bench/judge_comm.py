@@ -1,9 +1,9 @@
 """The judge's collective timing: a device's bytes exchanged on real ranks, timed, no fitted model anywhere.
 
 `CommRanks` (the judge's side) starts ``python bench/judge_comm.py`` as 2 rank processes (gloo, one torch thread
-each, each pinned to a core of its own, as a rank has a GPU of its own) once per judge session; never more ranks
-than this process may run on (`len(os.sched_getaffinity(0))`), and at least 2. Each request names one exchange: its
-bytes, its message count and whether it reduces; both ranks run it and report their times per repeat.
+each, not pinned) once per judge session; never more ranks than this process may run on
+(`len(os.sched_getaffinity(0))`), and at least 2. Each request names one exchange: its bytes, its message count and
+whether it reduces; both ranks run it and report their times per repeat.
 
 Emulating N devices on 2 ranks: a device of an N-device world sends its bytes to N - 1 peers, so each rank sends
 its peer N - 1 messages of bytes / (N - 1) each and receives as many (`torch.distributed.batch_isend_irecv`, one
@@ -144,10 +144,7 @@ def serve(stdin: IO[str], reply: IO[str]) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    rank = int(os.environ["RANK"])
-    if hasattr(os, "sched_setaffinity"):  # a core per rank (CommRanks checked there are enough)
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank]})
-    dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     reply.write(json.dumps({"ready": True}) + "\n")
     reply.flush()
     try:

@@ -3,9 +3,6 @@ all-to-all's, never colliding), the rank-side fallback chain, the labelled defau
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -45,8 +42,6 @@ def test_real_gloo_fit_per_collective_and_its_cache(
     assert model.alpha_ms >= 0 and model.beta_ms_per_mb >= 0 and model.r2 is not None
     assert model.quality is not None and model.quality.ranks == 2 and model.measured_ranks == 2
     assert model.quality.held_out is not None  # a size measured beside the fit, never in it
-    # a core per rank: unpinned, fresh ranks often shared one and the fit charged ~2x per MB (collectives.pin_rank)
-    assert model.quality.pinned == (len(os.sched_getaffinity(0)) >= 2) and "pinned" in model.quality.summary()
     sizes = comm_fit.fit_sizes(collective, dense=model.quality.attempts > 1)  # type: ignore[arg-type]
     assert len(model.points) == len(sizes) and all(ms > 0 for _, ms in model.points)
     # the points are the bytes that really left a rank (tensor sizes rounded to whole floats per chunk)
@@ -162,14 +157,3 @@ def test_the_all_to_all_benchmark_times_only_the_bytes_leaving_a_rank(monkeypatc
         assert name == "all_to_all_single" and out_splits == in_splits
         assert in_splits[rank] == 0 and sum(in_splits) == sent == chunk * (world - 1)
         assert collectives.sent_megabytes("all_to_all", chunk, world) == pytest.approx(sent * 4 / 1e6)
-
-
-def test_a_rank_is_pinned_to_its_own_core_only_when_there_is_one_per_rank() -> None:
-    """In a child process (pinning is for the process's life): rank 1 of 2 gets the second usable core alone; a world
-    larger than the cores pins nothing."""
-    code = (
-        "import os; from dreamshard.profiling.collectives import pin_rank; cores = sorted(os.sched_getaffinity(0)); "
-        "print(pin_rank(0, len(cores) + 1), pin_rank(1, 2), sorted(os.sched_getaffinity(0)) == [cores[1]])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "True", "True"]

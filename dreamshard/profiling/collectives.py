@@ -1,16 +1,14 @@
 """One rank of the collective micro-benchmarks (docs/architecture.md, "Communication costs").
 
 Each rank is a fresh interpreter started by `comm.benchmark_collective` (`_worker_main`). A message size is the
-bytes leaving one rank in one call (what `CommModel.cost_ms` takes); `chunk_elements` sizes the tensors from it. Per
-size: `warmup` untimed calls; then `repeats` passes over the sizes, each timing every size once after a barrier, and
-per size the median over passes of the slowest rank's time (`_interleaved_ms`). The all-to-all sends each peer its
-chunk and keeps none for itself (a split of 0 to its own rank): the time is that of the bytes leaving the rank,
-which is what a fit charges per MB. With the rank's own chunk in the call, 2 ranks timed a local copy as large as
-the message (20-40% of the time at 2-8 MB) that an N-device all-to-all pays on only 1/(N-1) of its bytes
-(`comm_fit.BENCHMARK_PROTOCOL`). On CPU each rank is pinned to a core of its own (`pin_rank`): unpinned, the
-scheduler often woke two fresh ranks on the same core, and the fit then charged about twice the per-MB cost of the
-same exchange on ranks with a core each (2026-12-05: 5 of 8 fresh pairs shared a core). A process group without a
-reduce-scatter runs all-reduce and a local slice instead, and rank 0's result says which op ran (`method`).
+bytes leaving one rank in one call (what `CommModel.cost_ms` takes); `chunk_elements` sizes the tensors from it.
+Per size: `warmup` untimed calls; then `repeats` passes over the sizes, each timing every size once after a
+barrier, and per size the median over passes of the slowest rank's time (`_interleaved_ms`). The all-to-all sends
+each peer its chunk and keeps none for itself (a split of 0 to its own rank): the time is that of the bytes leaving
+the rank, which is what a fit charges per MB. With the rank's own chunk in the call, 2 ranks timed a local copy as
+large as the message (20-40% of the time at 2-8 MB) that an N-device all-to-all pays on only 1/(N-1) of its bytes
+(`comm_fit.BENCHMARK_PROTOCOL`). A process group without a reduce-scatter runs all-reduce and a local slice
+instead, and rank 0's result says which op ran (`method`).
 """
 
 from __future__ import annotations
@@ -96,18 +94,6 @@ def _pick_op(collective: str, rank: int, world: int, dev: torch.device) -> tuple
     raise RuntimeError(f"no way to run {collective}: {last}")
 
 
-def pin_rank(rank: int, world: int) -> bool:
-    """Pin this process to the `rank`-th core it may run on, when there is one per rank (True when pinned): a rank
-    per core, as a rank per GPU."""
-    if not hasattr(os, "sched_setaffinity"):
-        return False
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < world:
-        return False
-    os.sched_setaffinity(0, {cores[rank]})
-    return True
-
-
 def _worker(
     rank: int,
     world: int,
@@ -127,7 +113,6 @@ def _worker(
     cuda = backend == "nccl"
     if cuda:
         torch.cuda.set_device(rank)
-    pinned = not cuda and pin_rank(rank, world)
     dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
@@ -142,9 +127,7 @@ def _worker(
         results = list(zip(sent, _interleaved_ms(calls, dev, warmup, repeats, cuda), strict=True))
         peers = _peer_points(rank, world, dev, min(sizes), warmup, repeats, cuda)
         if rank == 0:
-            Path(out).write_text(
-                json.dumps({"points": results, "method": method, "peer_points": peers, "pinned": pinned})
-            )
+            Path(out).write_text(json.dumps({"points": results, "method": method, "peer_points": peers}))
     finally:
         dist.destroy_process_group()
 

@@ -146,7 +146,6 @@ def benchmark_collective(
             [(float(a), float(b)) for a, b in data["points"]],
             str(data["method"]),
             [(float(m), float(ms)) for m, ms in data.get("peer_points", [])],
-            bool(data.get("pinned", False)),
         )
 
 

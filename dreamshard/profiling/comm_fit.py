@@ -49,11 +49,10 @@ MAX_AGE_DAYS = float(os.environ.get("DREAMSHARD_COMM_MAX_AGE_DAYS", "30"))
 #: plan that records it) for this many minutes, then measured again: planning never re-runs a failing benchmark in
 #: every process.
 FALLBACK_REUSE_MINUTES = 60.0
-#: How a benchmark times its calls; a cached fit of another protocol is measured again. 3 (2026-12-05): on CPU each
-#: rank is pinned to a core of its own (collectives.pin_rank). 2: the all-to-all times only the bytes that leave a
-#: rank, and the sizes are timed in interleaved passes; 1 also timed the copy of the rank's own chunk, and timed each
-#: size's repeats back to back.
-BENCHMARK_PROTOCOL = 3
+#: How a benchmark times its calls; a cached fit of another protocol is measured again. 2 (2026-12-05): the
+#: all-to-all times only the bytes that leave a rank, and the sizes are timed in interleaved passes (collectives.py);
+#: 1 also timed the copy of the rank's own chunk, and timed each size's repeats back to back.
+BENCHMARK_PROTOCOL = 2
 
 
 class Benchmark(NamedTuple):
@@ -63,7 +62,6 @@ class Benchmark(NamedTuple):
     points: list[tuple[float, float]]
     method: str
     peer_points: list[tuple[float, float]] = []
-    pinned: bool = False  # each rank ran on a core of its own (collectives.pin_rank)
 
 
 #: run(world_size, backend, collective, sizes, warmup, repeats) -> Benchmark (comm.benchmark_collective)
@@ -153,7 +151,7 @@ def _model_of(
     held, points = bench.points[i], [p for j, p in enumerate(bench.points) if j != i]
     alpha, beta, r2 = fit_alpha_beta(points)
     quality = assess(points, alpha, beta, r2, held, ranks=procs, cores=cores, repeats=attempt.repeats, attempts=n)
-    quality = quality.model_copy(update={"protocol": BENCHMARK_PROTOCOL, "pinned": bench.pinned})
+    quality = quality.model_copy(update={"protocol": BENCHMARK_PROTOCOL})
     return CommModel(
         alpha_ms=alpha,
         beta_ms_per_mb=beta,

@@ -47,7 +47,6 @@ class FitQuality(StrictModel):
     problems: tuple[str, ...] = ()
     #: how the benchmark timed its calls (`dreamshard.profiling.comm_fit.BENCHMARK_PROTOCOL`); 1: before 2026-12-05
     protocol: Annotated[int, Field(ge=1)] = 1
-    pinned: bool = False  # each CPU rank ran on a core of its own (dreamshard.profiling.collectives.pin_rank)
 
     @property
     def passed(self) -> bool:
@@ -58,5 +57,4 @@ class FitQuality(StrictModel):
         held = f", held-out {self.held_out.error:.0%}" if self.held_out is not None else ""
         verdict = "passed" if self.passed else "FAILED: " + "; ".join(self.problems)
         mono = "monotone" if self.monotone else "not monotone"
-        pinned = ", pinned" if self.pinned else ""
-        return f"r2 {self.r2:.3f}, {mono}{held}, {self.ranks} ranks on {self.cores} cores{pinned}, {verdict}"
+        return f"r2 {self.r2:.3f}, {mono}{held}, {self.ranks} ranks on {self.cores} cores, {verdict}"
