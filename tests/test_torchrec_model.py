@@ -117,6 +117,21 @@ def test_inventory_from_an_ebc_with_a_shared_table(weighted: bool) -> None:
     )
     assert same.fingerprint() == inv.fingerprint()
     assert module_inventory(Tower(weighted)).schema_fingerprint() == inv.schema_fingerprint()
+    # a weighted EBC's tables say so (and only then: an unweighted table's file and fingerprint are as before)
+    assert all(t.weighted == weighted for t in inv.tables)
+    assert ("weighted" in item.model_dump()) == weighted
+
+
+def test_a_weighted_table_tells_torchrec_and_keeps_its_schema() -> None:
+    from dreamshard.sharders.torchrec_parameters import parameter_constraints
+
+    plain = Table(name="t", num_embeddings=100, embedding_dim=8, pooling_factor=2.0)
+    weighted = plain.model_copy(update={"weighted": True})
+    assert parameter_constraints(weighted, ["table_wise"]).is_weighted is True
+    assert not parameter_constraints(plain, ["table_wise"]).is_weighted
+    assert weighted.schema_fields() == plain.schema_fields() and weighted.canonical() != plain.canonical()
+    with pytest.raises(ValueError, match="table 't' is weighted but not pooled"):
+        Table(name="t", num_embeddings=100, embedding_dim=8, pooling_factor=2.0, pooled=False, weighted=True)
 
 
 def test_histogram_rescaling() -> None:

@@ -100,9 +100,11 @@ def _reason(e: ValidationError) -> str:
 _DTYPES: dict[str, DType] = {"FP32": "fp32", "FP16": "fp16"}
 
 
-def _table(config: Any, where: str, pooled: bool, pooling: dict[str, float] | None = None) -> Table:
-    """The Table of one EmbeddingBagConfig (`pooled`) or EmbeddingConfig (pooling per feature from `pooling`, 0
-    without it)."""
+def _table(
+    config: Any, where: str, pooled: bool, pooling: dict[str, float] | None = None, weighted: bool = False
+) -> Table:
+    """The Table of one EmbeddingBagConfig (`pooled`; `weighted`: of a weighted EBC) or EmbeddingConfig (pooling
+    per feature from `pooling`, 0 without it)."""
     dtype = _DTYPES.get(getattr(config.data_type, "name", str(config.data_type)))
     if dtype is None:
         raise InventoryError(
@@ -120,6 +122,7 @@ def _table(config: Any, where: str, pooled: bool, pooling: dict[str, float] | No
             dtype=dtype,
             features=features,
             pooled=pooled,
+            weighted=weighted,
         )
     except ValidationError as e:  # a dim FBGEMM cannot run, rows out of bounds, ...
         raise InventoryError(f"table '{config.name}' of {where}: {_reason(e)}") from None
@@ -134,7 +137,7 @@ def module_tables(model: nn.Module, pooling: dict[str, float] | None = None) -> 
         where = f"module '{path}'" if path else "the module"
         configs = module.embedding_bag_configs() if pooled else module.embedding_configs()
         for config in configs:
-            t = _table(config, where, pooled, pooling)
+            t = _table(config, where, pooled, pooling, weighted=pooled and bool(module.is_weighted()))
             if t.name in tables:
                 raise InventoryError(
                     f"table '{t.name}' is in both {tables[t.name][0]} and {where}; give them distinct names"

@@ -48,6 +48,8 @@ def parameter_constraints(table: Table, types: Sequence[str], kernels: Sequence[
         allowed = list(kernels)
     if allowed is not None:
         fields["compute_kernels"] = allowed
+    if table.weighted:  # the table's own record; a constraint that says otherwise wins below
+        fields["is_weighted"] = True
     if c is None:
         return ParameterConstraints(**fields)
     for name in _AS_IS:

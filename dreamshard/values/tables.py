@@ -96,6 +96,9 @@ class Table(StrictModel):
     # False: a sequence table (TorchRec's EmbeddingCollection): no pooling, one output row per looked-up id, so
     # `pooling_factor` is the ids per sample and the output grows with it (`output_elements_per_sample`)
     pooled: StrictBool = True  # a string such as "false" is refused, never read as a boolean
+    # each id comes with a weight (TorchRec's weighted EmbeddingBagCollection, `is_weighted`): told to TorchRec's
+    # planner and export; pooled tables only
+    weighted: StrictBool = False
     constraints: TableConstraints | None = None  # what the team requires of the table (values/constraints.py)
 
     @model_validator(mode="before")
@@ -115,13 +118,15 @@ class Table(StrictModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """`features`, `pooled` and `constraints` only when they say something: files written for tables without
-        them stay byte for byte as before."""
+        """`features`, `pooled`, `weighted` and `constraints` only when they say something: files written for tables
+        without them stay byte for byte as before (and so do their fingerprints)."""
         out = handler(self)
         if not self.features:
             out.pop("features", None)
         if self.pooled:
             out.pop("pooled", None)
+        if not self.weighted:
+            out.pop("weighted", None)
         if self.constraints is None:
             out.pop("constraints", None)
         else:
@@ -133,6 +138,8 @@ class Table(StrictModel):
         problem = self.constraints.feature_problem(self.name, self.feature_names) if self.constraints else ""
         if problem:
             raise ValueError(problem)
+        if self.weighted and not self.pooled:
+            raise ValueError(f"table '{self.name}' is weighted but not pooled: only a pooled table takes id weights")
         if not self.features:
             return self
         names = [f.name for f in self.features]
