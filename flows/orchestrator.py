@@ -19,7 +19,7 @@ from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifac
 from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.naming import minute_version, rename_flow_run, request_field, run_name
 from dreamshard_flows.publish import publish_workspace_plan
-from dreamshard_flows.requests import OrchestratorRequest, PublishRequest
+from dreamshard_flows.requests import OrchestratorRequest, WorkspacePublishRequest
 from dreamshard_flows.stage_tasks import (
     commit_task,
     current_inventory_task,
@@ -37,9 +37,6 @@ from dreamshard.usecases import pipeline_steps as steps
 from dreamshard.usecases.pipeline_steps import RunSetup, RunSummary
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
-
-#: Kept for callers that import the summary under its old name.
-OrchestratorSummary = RunSummary
 
 
 def _api_url() -> str | None:
@@ -157,7 +154,7 @@ def retrain_on_inventory_change(request: OrchestratorRequest) -> RunSummary:
             log.info(summary.reason)
             return summary
         outcome = publish_workspace_plan(
-            PublishRequest(
+            WorkspacePublishRequest(
                 workspace=str(root),
                 store_uri=setup.store_uri,
                 endpoint_url=request.endpoint_url,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dreamshard_flows.artifacts import publish_plan_artifacts
 from dreamshard_flows.logs import one_line_known_errors
-from dreamshard_flows.requests import PublishRequest
+from dreamshard_flows.requests import WorkspacePublishRequest
 from dreamshard_flows.stage_tasks import gate_task, lineage_task, publish_task
 from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
@@ -45,7 +45,7 @@ def _human_review(decision: GateDecision, timeout_s: int) -> GateDecision:
 
 
 @flow(name="publish-plan", log_prints=True)
-def publish_workspace_plan(request: PublishRequest) -> PublishOutcome:
+def publish_workspace_plan(request: WorkspacePublishRequest) -> PublishOutcome:
     log = get_run_logger()
     setup = publish_uc.publish_setup(request.workspace, request.store_uri, request.endpoint_url, request.require_human)
     gated, already = gate_task(setup)

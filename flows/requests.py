@@ -94,7 +94,7 @@ class DriftRequest(_Request):
     backend: str | None = Field(default=None, description="Override profile.backend.")
 
 
-class PublishRequest(_Request):
+class WorkspacePublishRequest(_Request):
     """Gate the workspace's data/plan.json against data/comparison.json, attach lineage, publish (or reject)."""
 
     workspace: str = Field(default="runs/pipeline", description="The workspace repository the plan was made in.")

@@ -106,7 +106,7 @@ class GpuWorkers:
         return pids
 
     def stop_all(self) -> None:
-        """stop-prefect.sh, with 2 s for a worker to stop on SIGTERM before SIGKILL (a worker here took 10 s)."""
+        """Stop-prefect.sh, with 2 s for a worker to stop on SIGTERM before SIGKILL (a worker here took 10 s)."""
         subprocess.run(
             [str(ROOT / "infra" / "stop-prefect.sh")],
             env={**self.env, "PREFECT_STOP_GRACE_S": "2"},
@@ -562,7 +562,7 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
 
 def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_env) -> None:
     from dreamshard_flows.publish import publish_workspace_plan
-    from dreamshard_flows.requests import PublishRequest
+    from dreamshard_flows.requests import WorkspacePublishRequest
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
@@ -576,7 +576,7 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     store = open_store(STATE["store_uri"])
     current = get_pointer(store, "tiny").plan_id
     t, result = _in_background(
-        lambda: publish_workspace_plan(PublishRequest(workspace=str(STATE["ws"]), require_human=True))
+        lambda: publish_workspace_plan(WorkspacePublishRequest(workspace=str(STATE["ws"]), require_human=True))
     )
     paused = None
     deadline = time.monotonic() + 90
@@ -601,7 +601,7 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
 
 
 def test_a_known_error_in_a_task_is_logged_as_its_one_line(prefect_api: str, tmp_path: Path) -> None:
-    """Issue 39, defect 12: a DreamshardError failing a task fails the flow run, reaches the caller as its own
+    """A DreamshardError failing a task fails the flow run, reaches the caller as its own
     type, and is in the run's logs (as the UI shows them) as its one line, with no traceback."""
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
     from dreamshard_flows.requests import OrchestratorRequest
@@ -631,7 +631,7 @@ def test_a_known_error_in_a_task_is_logged_as_its_one_line(prefect_api: str, tmp
 
 
 def test_the_replan_deployment_runs_on_a_worker_elsewhere_and_publishes(prefect_api: str, tmp_path: Path) -> None:
-    """Issue 39, defect 13: deployments registered from a project directory with relative paths (the README's
+    """Deployments registered from a project directory with relative paths (the README's
     `python -m dreamshard_flows.deploy --work-pools`: its function), a process worker started from another
     directory, `dreamshard inventory push` in the project: the event starts the replan deployment, its run
     completes on that worker and a plan of the pushed version is current in the store. The retrain deployments'

@@ -24,7 +24,7 @@ __getattr__, __dir__, _LAZY = lazy_exports(
             "check_margin",
         ),
         ".current": ("CURRENT", "current_contender", "current_samples", "serving_contender"),
-        ".decision": ("Basis", "CURRENT_OUTCOMES", "GateDecision", "Outcome"),
+        ".decision": ("CURRENT_OUTCOMES", "GateDecision", "Outcome"),
         ".decide": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
         ".fallback": ("fallback_plan",),
         ".policy": (

@@ -9,8 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.values import CostBasis, renamed_fields, utcnow
 
-#: Kept for callers that import the name from here.
-Basis = CostBasis
 #: What the gate can decide: approved (becomes current), rejected (clearly not good enough) or inconclusive (the
 #: measurements cannot tell it from the best baseline: the current plan stays). The last two are stored under
 #: rejected/ with this field saying which. `fallback` is the decision on a *baseline's* plan: the plan the gate
@@ -38,7 +36,7 @@ class GateDecision(BaseModel):
     best_baseline_ms: float | None = None
     improvement: float | None = None  # (best - plan) / best on the medians; positive = plan is faster
     min_improvement: float = 0.0
-    basis: Basis | None = None
+    basis: CostBasis | None = None
     inventory_fingerprint: str = ""  # the inventory the plan was verified against
     evidence: str = ""  # where the costs come from (comparison file + sha256, or the gate's own measurement)
     baselines: tuple[str, ...] = ()  # every baseline the plan was measured against (each verified)

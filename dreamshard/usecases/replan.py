@@ -199,8 +199,8 @@ def _retrain_due(inv: Inventory, current: Plan | None, planned: plan_uc.PlanResu
 
 
 def _push(request: ReplanRequest, store: PlanStore, inv: Inventory) -> None:
-    """The version becomes the store's current one: only once a decision about it is recorded (issue 39, defect
-    11: a version that fails to plan leaves the store as it was)."""
+    """The version becomes the store's current one: only once a decision about it is recorded (a version that
+    fails to plan leaves the store as it was)."""
     push_inventory(store, inv, store_uri=request.store or request.settings.publish.store_uri)
 
 

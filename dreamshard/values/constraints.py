@@ -70,7 +70,7 @@ class CacheParams(StrictModel):
     prefetch_pipeline: StrictBool | None = None
 
 
-#: The one kernel with a cache: `cache_params` belong to a table planned with it, and to no other (issue 47 #7).
+#: The one kernel with a cache: `cache_params` belong to a table planned with it, and to no other.
 CACHING_KERNEL = "fused_uvm_caching"
 
 
