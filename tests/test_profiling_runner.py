@@ -234,13 +234,12 @@ def test_kinds_add_the_heuristics_plans_and_a_crowded_device():
 
 
 def test_more_random_placements_than_exist_stop_at_what_exists() -> None:
-    """Issue 18 #15: `profile -k` beyond the distinct placements used to try k x 20 seeds (minutes, no output)."""
-    from dreamshard.profiling.runner import _MAX_MISSES, _random_placements
+    """`profile -k` beyond the distinct placements used to try k x 20 seeds (minutes, no output)."""
+    from dreamshard.profiling.runner import _random_placements
 
     two = _inventory(2)
     got = _random_placements(two, Topology(num_devices=2, memory_per_device_gb=4.0), 100_000, seed=0)
     assert 1 <= len(got) <= 4 and len({tuple(sorted(p.items())) for p in got}) == len(got)
-    assert _MAX_MISSES <= 1000  # a bounded number of draws after the last new placement
 
 
 def test_no_feasible_random_placement_is_the_typed_error_of_the_table_that_did_not_fit() -> None:
