@@ -1,6 +1,6 @@
-"""Criteo Terabyte at dim 128 on 8 x 16 GB with fused row-wise Adagrad, memory as TorchRec counts it (issue 16's
-target): does each planner find a plan that fits, which sharding types does it use, and does TorchRec turn every
-plan into its ShardingPlan for 8 ranks (the types it uses all run in DMP: tests/test_torchrec_dmp.py)?
+"""Criteo Terabyte at dim 128 on 8 x 16 GB with fused row-wise Adagrad, memory as TorchRec counts it: does each planner
+find a plan that fits, which sharding types does it use, and does TorchRec turn every plan into its ShardingPlan for
+8 ranks (the types it uses all run in DMP: tests/test_torchrec_dmp.py)?
 
     python bench/criteo_terabyte.py        # writes bench/results/criteo_terabyte.{json,md}; ~1 min, planning only
 

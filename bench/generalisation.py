@@ -20,7 +20,7 @@ learned cost says it pays), `dreamshard_rl` (the policy alone), and `dim_greedy 
 measured a second time, the
 noise row. `torchrec` is TorchRec's own planner unrestricted (every sharding type it offers on the device type:
 data-parallel, table-wise, column-wise on cpu), `torchrec_tw_cw` the same planner restricted to table- and
-column-wise (what runs before issue 16 called `torchrec`). Ratios: to the per-task best baseline (heuristics +
+column-wise (what earlier runs called `torchrec`). Ratios: to the per-task best baseline (heuristics +
 both TorchRec planners; biased low by noise) and to TorchRec (one fixed baseline); geomeans over tasks; and which
 sharding types each contender's plans used. Run it on a quiet machine.
 

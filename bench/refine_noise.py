@@ -1,4 +1,4 @@
-"""Measured refinement's keep rule against timing noise, simulated where the truth is known (issue 17).
+"""Measured refinement's keep rule against timing noise, simulated where the truth is known.
 
 On the VM a whole plan measured twice moves by 5-10% from round to round, so the refinement bench
 (`bench/refinement.py`) cannot tell a 2% gain from none. Here each device costs exactly the sum of its tables'

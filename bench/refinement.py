@@ -1,4 +1,4 @@
-"""Measured refinement on the production path (issue 17): the pipeline's plan (search + verify 3 on the backend)
+"""Measured refinement on the production path: the pipeline's plan (search + verify 3 on the backend)
 refined for a short budget, against the same start refined for a long one ("a 20-minute measured search"), every
 heuristic and TorchRec's planner, measured interleaved. Run it on a quiet machine (about 30 minutes on 2 cores):
 

@@ -1,4 +1,4 @@
-"""Re-plan churn (issue 46, item 1): one table added to a 40-table inventory on 4 devices of 16 GB, re-planned from
+"""Re-plan churn: one table added to a 40-table inventory on 4 devices of 16 GB, re-planned from
 the plan the job runs (the incumbent) with the packaged model, search only, under each move policy; graded by the
 judge (bench/judge.py) against a fresh plan of the new inventory, with a same-plan-twice row.
 

@@ -1,4 +1,4 @@
-"""Hostile inputs for the publish gate (issue 15 item 5, issue 18 items 2, 3, 4, 13) for
+"""Hostile inputs for the publish gate for
 tests/test_gate_hardening.py: relabelled plans, edited comparisons, a noisy simulator. Everything on the
 simulator, in a temporary directory; the gate's attack table is tests/attacks/cases_gate.py."""
 

@@ -1,4 +1,4 @@
-"""Issue 47 #7: one rule for `cache_params` in every path. They are a cache's settings, and only
+"""One rule for `cache_params` in every path. They are a cache's settings, and only
 `fused_uvm_caching` has a cache: a table giving them is planned with that kernel (its `compute_kernels` say so) and
 its cache params are carried into TorchRec's ParameterSharding and listed; anywhere else they are refused in one
 line naming the table (never kept by one path and dropped by another, as `replan` kept and `plan` + `publish`
@@ -30,7 +30,7 @@ tables:
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
-    """inv.yaml (table 'a' with cache_params, no caching kernel) and plan.json, a plan of the same tables."""
+    """Inv.yaml (table 'a' with cache_params, no caching kernel) and plan.json, a plan of the same tables."""
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     tables = tuple(Table(name=n, num_embeddings=4000, embedding_dim=16, pooling_factor=2.0) for n in "ab")
     plain = Inventory(name="cinv", tables=tables)

@@ -1,4 +1,4 @@
-"""Per-table constraints honoured by every sharder (issue 38, item 3): each constraint kind on an inventory whose
+"""Per-table constraints honoured by every sharder: each constraint kind on an inventory whose
 unconstrained plan breaks it while a constrained plan exists; the validator refuses a plan breaking one in one
 line naming the table and the constraint; what-if refuses a move that breaks one."""
 

@@ -1,4 +1,4 @@
-"""Every plan explained (issue 17 items 3 and 4): the stats report's per-unit shares add up to the device totals,
+"""Every plan explained: the stats report's per-unit shares add up to the device totals,
 and what-if of a move, an added or a removed table equals re-planning the changed plan's prediction."""
 
 from __future__ import annotations

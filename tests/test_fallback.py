@@ -1,4 +1,4 @@
-"""The fallback decision (issue 15): a plan the gate rejects for a version the current plan cannot serve (a table
+"""The fallback decision: a plan the gate rejects for a version the current plan cannot serve (a table
 added; no plan yet) leaves the training job nothing to load; the best baseline the gate measured with it becomes
 current instead, under its own plan id, outcome `fallback`. Where the current plan can serve the version (a
 statistics-only change), a rejection keeps it, as before."""

@@ -1,4 +1,4 @@
-"""Operations on the real Prefect server (the session's temporary one), issue 47 #9-#12: a stopped worker leaves no
+"""Operations on the real Prefect server (the session's temporary one): a stopped worker leaves no
 flow-run process; the drift monitor checks every inventory with a current plan and skips the rest with a reason;
 deployments registered with `--root` and S3 name nothing of the registering host and run on a worker elsewhere;
 a stage's output reaches the flow log as it comes, with heartbeats, and runs are named `<inventory>-<stage>-<version>`.

@@ -1,4 +1,4 @@
-"""Fuzzing the boundary (issue 9): random inventories, plans, store corruptions and CLI arguments.
+"""Fuzzing the boundary: random inventories, plans, store corruptions and CLI arguments.
 
 The property, for every input: exit 0 with valid output (exit 1 where a command documents it: a gate
 rejection, a listing with corrupt plans), or exit 2 with exactly one line on stderr, no traceback, and nothing
@@ -205,7 +205,7 @@ def test_fuzz_plans_through_the_gate(base: str, edits: list[tuple[str, Any]], ma
             assert current.measured == entry.plan.measured
 
 
-# -- relabelled, duplicated and dropped comparison entries (issue 18 items 2, 3) -----------------------------
+# -- relabelled, duplicated and dropped comparison entries -----------------------------
 def _entry_edits() -> st.SearchStrategy[list[tuple[str, int, str]]]:
     labels = [*WORLD_BASELINES, "lookup_greedy", "random", "dreamshard"]
     return st.lists(

@@ -1,4 +1,4 @@
-"""Fuzzing the classes of the second hardening round (issue 18): store names, training records, measurement-file
+"""Fuzzing the classes of the second hardening round: store names, training records, measurement-file
 tails, index budgets. The property, for every input: the command succeeds with valid output, or exits 2 with
 one line and changes nothing; no input of one kind can destroy another's data."""
 

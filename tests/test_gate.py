@@ -37,7 +37,7 @@ def test_min_improvement_margin_is_enforced() -> None:
 
 def test_a_tie_is_no_approval() -> None:
     plan = make_plan(overall=10.0)
-    assert evaluate_gate(plan, {"size_greedy": 10.0}, 0.0).outcome == "inconclusive"  # approved before (issue 47 #2)
+    assert evaluate_gate(plan, {"size_greedy": 10.0}, 0.0).outcome == "inconclusive"  # approved before
     assert not evaluate_gate(plan, {"size_greedy": 10.0}, 0.01).approved
 
 
@@ -63,7 +63,7 @@ def test_measured_preferred_over_predicted() -> None:
 
 
 def test_the_plans_sharder_label_never_removes_a_baseline() -> None:
-    """Issue 18.2: a plan labelled like a baseline used to drop that baseline and compete with the others."""
+    """A plan labelled like a baseline used to drop that baseline and compete with the others."""
     plan = make_plan(overall=5.0, sharder="lookup_greedy")
     d = evaluate_gate(plan, {"lookup_greedy": 4.0, "round_robin": 9.0}, 0.0)
     assert not d.approved and d.outcome == "rejected" and d.best_baseline == "lookup_greedy"
@@ -122,7 +122,7 @@ def test_decisions_recorded_before_the_best_baseline_rename_still_load() -> None
     assert GateDecision.model_validate(old) == d
 
 
-# -- the bound on plan / best baseline (issue 15 item 5) ------------------------------------------------------
+# -- the bound on plan / best baseline ------------------------------------------------------
 NOISY_BASE = [10.4, 18.7, 11.0, 16.5, 12.2]  # one placement measured on a busy machine
 
 
@@ -156,7 +156,7 @@ def test_every_baseline_must_be_beaten_beyond_the_noise() -> None:
 
 
 def test_huge_and_unpaired_figures_are_errors_before_any_arithmetic() -> None:
-    """Issue 18.13: 1e308 baselines overflowed the median check."""
+    """1e308 baselines overflowed the median check."""
     with pytest.raises(ConfigError, match="below 1e"):
         evaluate_gate(make_plan(), {"x": [1e308, 1e308]}, 0.0, plan_samples=[1.0, 1.0])
     with pytest.raises(ConfigError, match="paired by round"):

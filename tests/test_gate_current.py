@@ -1,4 +1,4 @@
-"""A plan replaces the current one only when it beats it too (issue 47 row 2): the store's current plan, when it can
+"""A plan replaces the current one only when it beats it too: the store's current plan, when it can
 serve the job, is measured beside the baselines as the contender `current`, and a plan that beats the baselines but
 not the current plan leaves it current. Failed before: the 2.5%-faster plan replaced a current plan 3% faster."""
 
@@ -97,7 +97,7 @@ def test_compare_measures_the_incumbent_as_current(tmp_path: Path) -> None:
 
 
 def test_a_faster_plan_must_pay_its_move_off_within_the_horizon(tmp_path: Path) -> None:
-    """Issue 46 item 1 (the gate weighs the move): `good` beats the current `bad` by about 3%, but its moved tables
+    """The gate weighs the move: `good` beats the current `bad` by about 3%, but its moved tables
     take milliseconds to send; over one step (publish.move_horizon_steps 1) that never pays off."""
     w = world()
     files = w.write(tmp_path)

@@ -1,4 +1,4 @@
-"""One test per gate defect of issue 15 item 5 and issue 18 items 2, 3, 4, 13 (all failed before the gate's
+"""One test per gate defect found by the hardening rounds (all failed before the gate's
 rework): noise cannot flip a decision, labels cannot remove or fake a baseline, the publisher cannot choose the
 baselines, a plan file's metadata is not trusted, a comparison's figures must agree, one decision per plan id."""
 

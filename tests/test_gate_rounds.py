@@ -1,4 +1,4 @@
-"""A gate that can decide (issue 45, item 4): sequential rounds while the spread is high, timing passes with a
+"""A gate that can decide: sequential rounds while the spread is high, timing passes with a
 per-device median, the interval's width in the decision, and a tie that is no approval. Hand-set figures only."""
 
 from __future__ import annotations

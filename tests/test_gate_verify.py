@@ -1,4 +1,4 @@
-"""The gate verifies, never trusts (issue 9 #1-2): every forged plan or comparison is refused with one line.
+"""The gate verifies, never trusts: every forged plan or comparison is refused with one line.
 
 A forged *input* is a PlanError (exit 2, nothing stored); a verified plan that is too slow is a rejection.
 """

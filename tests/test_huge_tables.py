@@ -1,4 +1,4 @@
-"""Tables larger than a device (issue 38, item 1): every sharder that can split cuts them (column shards of any
+"""Tables larger than a device: every sharder that can split cuts them (column shards of any
 count, row-wise, table-row-wise), the learned one as its cost ranks the options; memory is arithmetic (no table
 is ever allocated)."""
 

@@ -1,4 +1,4 @@
-"""The production loop's incremental path (issue 15 item 4): the measurement corpus keyed by content, stable tasks
+"""The production loop's incremental path: the measurement corpus keyed by content, stable tasks
 and placements, the profile stage measuring only what a one-table change touches, and the outer loop
 warm-starting from the previous version's model on the changed tasks only."""
 

@@ -1,4 +1,4 @@
-"""The job's topology travels with the model through the loop (issue 38, item 4): `plan`, `compare`, `replan`, the
+"""The job's topology travels with the model through the loop: `plan`, `compare`, `replan`, the
 pipeline's incumbent and the gate plan for the job the inventory records (`Inventory.job`) unless told otherwise;
 a decision for one topology is not "already current" for another; the gate refuses a plan for another topology
 (one line naming both); `replan` moves the store's inventory version only when it records a decision."""
@@ -168,7 +168,7 @@ def test_replan_cli_takes_the_topology_options(work: Path) -> None:
 
 
 def test_replan_moves_the_inventory_version_only_with_a_decision(work: Path) -> None:
-    """Issue 39, defect 11: a version that cannot be planned leaves the store's current inventory as it was."""
+    """A version that cannot be planned leaves the store's current inventory as it was."""
     v1 = with_job(tiny_inventory(work / "plain.yaml"), path=work / "v1.yaml")
     assert _replan(work, inventory=work / "v1.yaml").outcome == "published"
     t0 = v1.tables[0]

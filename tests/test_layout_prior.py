@@ -1,4 +1,4 @@
-"""GPU-credible layouts (issue 46 item 3): where the learned cost does not know the device type (a model trained on
+"""GPU-credible layouts: where the learned cost does not know the device type (a model trained on
 cpu planning for cuda, no calibration there), a table that cannot stay whole gets TorchRec's choice among its options
 (a labelled prior); on cpu the cost decides; and every cut table's reason is in the plan and printed by `plan`."""
 

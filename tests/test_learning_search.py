@@ -328,7 +328,7 @@ def test_criteo_terabyte_plans_with_column_splits_and_an_unfittable_table_is_nam
     assert (plan.column_shards or plan.row_shards) and plan.fits_memory() and len(plan.table_names) == 26
     # dim 128: no column shard narrower than TorchRec's 128, so the four tables over 13 GB are row-sharded
     assert not plan.column_shards and len(plan.row_shards) == 4
-    # a heuristic splits the tables larger than a device too (issue 38)
+    # a heuristic splits the tables larger than a device too
     code, _, err = invoke(
         ["plan", "-i", str(inv), "-d", "8", "-m", "16", "-s", "dim_greedy", "-o", str(tmp_path / "q.json")]
     )

@@ -1,4 +1,4 @@
-"""Measured refinement (`plan --refine-seconds`, issue 17 item 1): proposals off the bottleneck measured on the
+"""Measured refinement (`plan --refine-seconds`): proposals off the bottleneck measured on the
 two devices they change; a proposal is kept only when the measurement confirms it."""
 
 from __future__ import annotations

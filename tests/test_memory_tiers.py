@@ -1,4 +1,4 @@
-"""Memory per tier (issue 38, item 5): device (HBM) and host (DDR) bytes of a unit per kernel, as TorchRec 1.9.2's
+"""Memory per tier: device (HBM) and host (DDR) bytes of a unit per kernel, as TorchRec 1.9.2's
 storage estimator (`calculate_shard_storages`) counts them for fused, fused_uvm and fused_uvm_caching on cuda;
 estimated, labelled so: no GPU measures them here. A plan with a caching table fits where the fused one does not."""
 

@@ -1,4 +1,4 @@
-"""Column shards a GPU team would run (issue 46, item 3): none narrower than TorchRec's MIN_CW_DIM (128 columns, or
+"""Column shards a GPU team would run: none narrower than TorchRec's MIN_CW_DIM (128 columns, or
 the dim when narrower) unless the table's `min_partition` allows it. Failed before: a 1e9 x 64 table on 16 x 16 GB
 became 16 column shards of width 4, and a dim-64 table could be cut into 16 shards of 4."""
 

@@ -1,4 +1,4 @@
-"""`dreamshard pipeline ...` inputs that used to fail late or loudly (issue 39, defect 12):
+"""`dreamshard pipeline ...` inputs that used to fail late or loudly:
 
 - a simulator backend is refused before any stage runs unless `--allow-simulated` (or `publish.allow_simulated`)
   says so; with it, the workspace's params carry it to the gate;

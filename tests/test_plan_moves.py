@@ -1,4 +1,4 @@
-"""What a new plan moves (issue 46, item 1, the report): the moved tables' weights and optimizer state, and the time
+"""What a new plan moves: the moved tables' weights and optimizer state, and the time
 to send them at the new plan's recorded all-to-all rate. Failed before: the diff counted weights only, no time."""
 
 from __future__ import annotations

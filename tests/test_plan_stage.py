@@ -1,4 +1,4 @@
-"""The plan stage never loses to what it started from (issue 45 item 3): verification measures the search-only plan
+"""The plan stage never loses to what it started from: verification measures the search-only plan
 and the best heuristic's beside the learned candidates, a refined plan is measured whole against its start, and the
 plan states what measurement added to the search-only plan.
 
@@ -79,7 +79,7 @@ def _settings(tmp_path: Path) -> Settings:
 def test_under_a_wrong_fit_the_plan_stage_ends_no_worse_than_search_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    """verify 3 + refinement through the `plan` use case, judged by the backend's own whole-plan measurement: the
+    """Verify 3 + refinement through the `plan` use case, judged by the backend's own whole-plan measurement: the
     plan is no slower than the search-only plan (the same search, without measurement). Before this change seed 8
     ended 1.016x the search-only plan (its verified plan measured 0.672x) and seed 9 1.104x: the refinement's moves
     were confirmed on two devices timed alone, where the wrong fit is what they pay."""

@@ -1,5 +1,5 @@
 """URL redaction in every message (errors.redact_urls) is linear in the text: a huge name never makes an error
-message slow (issue 18, defect 8), and it redacts exactly what the plain regular expression would."""
+message slow, and it redacts exactly what the plain regular expression would."""
 
 from __future__ import annotations
 

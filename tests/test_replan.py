@@ -42,7 +42,7 @@ def test_a_new_version_is_planned_gated_and_published_without_profiling_or_train
     assert v2.schema_fingerprint() == inv.schema_fingerprint()
     tied = _replan(work, inventory=work / "v2.yaml")
     # the candidates are the baselines' own plans: the plan ties the best baseline, a tie is no approval, and the
-    # current plan serves the new version (same schema), so it stays (issue 47 #2: a tie replaced a faster plan)
+    # current plan serves the new version (same schema), so it stays
     assert tied.outcome == "not-published" and "ties 1" in tied.reason, tied.reason
     assert get_current(store, "tiny").plan_id == first.plan.plan_id  # type: ignore[union-attr]
     v2 = resize_one_table(v2, work / "v3.yaml")  # another schema, which the current plan cannot serve
@@ -209,7 +209,7 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
 
 
 def test_the_fast_path_refines_only_for_its_own_budget(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """plan.refine_seconds is the retrain path's plan stage; the fast path refines for plan.replan_refine_seconds
+    """Plan.refine_seconds is the retrain path's plan stage; the fast path refines for plan.replan_refine_seconds
     (0 by default: no refinement), or `replan --refine-seconds`."""
     import dreamshard.usecases.plan as plan_uc
 

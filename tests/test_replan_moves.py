@@ -1,6 +1,6 @@
 """Moves as a cost in a re-plan (dreamshard.search.moves): candidates ranked by predicted step time plus their move
 spread over plan.move_horizon_steps, none moving more than plan.max_move_fraction of the current plan's tables; an
-added table moves nothing else unless that pays off within the horizon (issue 46, item 1)."""
+added table moves nothing else unless that pays off within the horizon."""
 
 from __future__ import annotations
 

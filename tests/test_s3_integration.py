@@ -258,7 +258,7 @@ def test_seaweedfs_env_reads_any_data_dir_and_says_when_none_runs(
 
 
 def test_gc_removes_an_orphan_on_s3_and_keeps_every_named_plan(s3_env: SeaweedS3, s3_prefix: str) -> None:
-    """Issue 47 #8: S3 died mid-publish (the plan object and its checksum written, no record): `plans list` warns
+    """S3 died mid-publish (the plan object and its checksum written, no record): `plans list` warns
     and exits 0, gc keeps it within the grace period, then removes it and nothing a record or the pointer names."""
     from test_store_orphans import interrupted_publish
 

@@ -1,4 +1,4 @@
-"""Sequence embeddings (TorchRec's EmbeddingCollection) end to end (issue 38 item 2): `from-torchrec` on a model with
+"""Sequence embeddings (TorchRec's EmbeddingCollection) end to end: `from-torchrec` on a model with
 both module kinds and shared tables, the oracle measuring them unpooled, the costs following lookups, the stats
 report, the export under the EC's module path, `load_sharding_plan`, and a 2-rank gloo DMP step on the plan.
 """
@@ -296,7 +296,7 @@ def _rank_main(argv: list[str]) -> None:
 
 
 def test_dmp_trains_a_model_with_both_kinds_on_two_gloo_ranks(tmp_path: Path) -> None:
-    """hist (sequence) row-wise over both ranks, user table-wise on 0, item_bag column-wise: each rank holds what
+    """Hist (sequence) row-wise over both ranks, user table-wise on 0, item_bag column-wise: each rank holds what
     the plan says, the loss is finite and the step changed every shard."""
     import datetime
 

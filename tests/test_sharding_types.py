@@ -1,4 +1,4 @@
-"""Sharding types as plan units (issue 16 item 1): row-wise, table-row-wise and data-parallel tables validate,
+"""Sharding types as plan units: row-wise, table-row-wise and data-parallel tables validate,
 expand into units, fold back, carry their memory, and round-trip through JSON, the store and the gate's checks;
 plans written before them load unchanged."""
 

@@ -86,7 +86,7 @@ def test_publish_usage_errors_exit_2(files: dict[str, Path], capsys: pytest.Capt
 def test_publish_without_inventory_needs_it_in_the_store(
     files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 9 #1: without -i the gate used to approve anything; now it fetches the inventory by fingerprint."""
+    """Without -i the gate used to approve anything; now it fetches the inventory by fingerprint."""
     args = [
         "plans",
         "publish",

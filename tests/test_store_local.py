@@ -233,7 +233,7 @@ def test_keys_of_every_kind_are_distinct_and_parse_back() -> None:
 
 
 def test_a_plan_id_ending_in_record_does_not_destroy_another_plan(store: LocalPlanStore) -> None:
-    """Issue 18 #1: plan `p`'s record used to be stored where plan `p.record` lives."""
+    """Plan `p`'s record used to be stored where plan `p.record` lives."""
     from dreamshard.store import fsck
 
     first = make_plan(overall=9.0).model_copy(update={"plan_id": "p.record"})

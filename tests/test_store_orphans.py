@@ -1,4 +1,4 @@
-"""The leftovers of an interrupted publish (issue 47 #8): `plans list` warns of them as orphans and exits 0 (never
+"""The leftovers of an interrupted publish: `plans list` warns of them as orphans and exits 0 (never
 CORRUPT), `plans fsck` names `plans gc` as their fix, `plans gc` removes them once older than the grace period and
 never touches a plan that a record or a pointer (current or history) names (dreamshard.store.orphans)."""
 

@@ -1,7 +1,7 @@
-"""A team's TorchRec constraints and the training job, through `from-torchrec` and back into the export (issue 38
-items 3 and 4, the TorchRec side): ParameterConstraints objects convert as they are, files in Python, YAML and JSON
-load, bad keys and values are one line each, the job's flags are recorded, and the constraints TorchRec's
-ParameterSharding holds come back in the exported plan.
+"""A team's TorchRec constraints and the training job, through `from-torchrec` and back into the export:
+ParameterConstraints objects convert as they are, files in Python, YAML and JSON load, bad keys and values are one
+line each, the job's flags are recorded, and the constraints TorchRec's ParameterSharding holds come back in the
+exported plan.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def test_carried_constraints_go_back_into_the_export() -> None:
 
 
 def test_a_py_file_mixes_parameter_constraints_and_mappings_with_our_keys(tmp_path: Path) -> None:
-    """Issue 46 item 5: the mix docs/torchrec.md shows (one table a ParameterConstraints, one a mapping that adds a
+    """The mix docs/torchrec.md shows (one table a ParameterConstraints, one a mapping that adds a
     device pin to TorchRec's fields) loads as written."""
     from dreamshard.integrations.torchrec_constraints import load_constraints
 

@@ -1,4 +1,4 @@
-"""A checkpoint follows the plan (issue 46): a job trained under plan A saves weights and optimizer state with
+"""A checkpoint follows the plan: a job trained under plan A saves weights and optimizer state with
 torch.distributed.checkpoint (DCP) and restarts under plan B with the same state, on 2 gloo CPU ranks.
 
 One rank run (tests/migrate_support.py) trains every scenario: table-wise -> column-wise, column-wise -> row-wise

@@ -78,7 +78,7 @@ def test_asked_for_the_cpu_proxy_the_decision_says_proxy(tmp_path: Path) -> None
 
 
 def test_the_device_table_shows_the_host_part_beside_device_memory(tmp_path: Path) -> None:
-    """Issue 46 item 5: `--stats` on a UVM device printed memory 9.27 GB beside weights 10.03 GB, unexplained. The
+    """`--stats` on a UVM device printed memory 9.27 GB beside weights 10.03 GB, unexplained. The
     table now shows the device cache and the host part, and memory = weights + optimizer + io + cache - host."""
     from dreamshard.documents import load_inventory, load_plan
     from dreamshard.evaluation.render import device_rows, device_table, device_table_markdown

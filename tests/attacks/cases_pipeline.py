@@ -1,4 +1,4 @@
-"""Attacks on the pipeline's doors (issue 39, defects 12 and 13): `dreamshard pipeline run` with a simulator
+"""Attacks on the pipeline's doors: `dreamshard pipeline run` with a simulator
 backend the publish gate would refuse at the end (refused before any stage runs, unless `--allow-simulated` or
 `publish.allow_simulated` says so), `--params` files holding only the keys a user changes (they layer over the
 pipeline's own params), a known error inside a flow (logged as its one line), and the deployments' registered
@@ -10,7 +10,7 @@ stages started fails at once instead of running the pipeline. The runs that go t
 a partial file) are tests/test_pipeline_inputs.py's, with the orchestrator stubbed; the replan deployment on a
 worker started from another directory is tests/test_orchestrator_integration.py's.
 
-Issue 47 #9-#12 (operations): a worker stopped while its flow run (in a session of its own) runs, a drift round on
+Operations: a worker stopped while its flow run (in a session of its own) runs, a drift round on
 a fresh install, deployments registered for worker hosts that do not share this one's files (`--root`), and a
 stage silent for longer than a heartbeat. Their runs on the real Prefect server are tests/test_flows_operations.py's."""
 
@@ -113,7 +113,7 @@ def _registered_paths_are_absolute(work: Path) -> None:
 
 
 def _stopped_worker_leaves_no_orphan(work: Path) -> None:
-    """stop-prefect.sh on a worker whose child runs in a session of its own (as a process worker starts a flow run),
+    """Stop-prefect.sh on a worker whose child runs in a session of its own (as a process worker starts a flow run),
     with no Prefect API to cancel through: the child is stopped too, and the script says the runs were not
     cancelled through the API."""
     import os

@@ -74,14 +74,14 @@ def publish_other(work: Path) -> None:
 
 
 def history(work: Path) -> None:
-    """store2: bad published, then good (bad in the pointer's history)."""
+    """Store2: bad published, then good (bad in the pointer's history)."""
     for name in ("bad", "good"):
         r = cli(["plans", "publish", f"{name}.json", "--store", "store2", *GATE.split()])
         assert r.code == 0, r
 
 
 def tampered(work: Path) -> Path:
-    """store2 with the stored bad plan's bytes rewritten (its sidecar not): the stored file."""
+    """Store2 with the stored bad plan's bytes rewritten (its sidecar not): the stored file."""
     history(work)
     f = next((work / "store2").rglob(f"{plan_id(work, 'bad')}.json"))
     f.write_text(f.read_text().replace('"sharder": "dreamshard"', '"sharder": "dreamsharp"'))
@@ -111,7 +111,7 @@ def _rewrite_with_sidecar(f: Path) -> None:
 
 
 def _rewritten_with_sidecar(work: Path) -> None:
-    """store2's bad plan (once current) edited with its checksum file: its record and the pointer hold the original."""
+    """Store2's bad plan (once current) edited with its checksum file: its record and the pointer hold the original."""
     history(work)
     _rewrite_with_sidecar(next((work / "store2").rglob(f"{plan_id(work, 'bad')}.json")))
 
@@ -225,7 +225,7 @@ def _corrupt_version_read(work: Path) -> None:
 
 @contextmanager
 def read_only(writable: bool) -> Iterator[None]:
-    """store2 as a read-only mount: every write under it fails; `os.access` says so too unless `writable`
+    """Store2 as a read-only mount: every write under it fails; `os.access` says so too unless `writable`
     (root ignores mode bits, so the mount is simulated)."""
     real_open = builtins.open
 
@@ -411,7 +411,7 @@ def _cases() -> list[Case]:
 
 
 def _orphan_cases() -> list[Case]:
-    """Issue 47 #8: what S3 dying mid-publish leaves (tests/attacks/store_orphans.py)."""
+    """What S3 dying mid-publish leaves (tests/attacks/store_orphans.py)."""
     from store_orphans import in_flight, kept, kept_as_json, left_by_a_dead_publish, removed, warned
 
     old, new = left_by_a_dead_publish(False, 3.0), left_by_a_dead_publish(True, 0.0)

@@ -1,4 +1,4 @@
-"""Setups and checks of the store-damage table's rows on the leftovers of an interrupted publish (issue 47 #8):
+"""Setups and checks of the store-damage table's rows on the leftovers of an interrupted publish:
 the World's `store` with the bad plan's object written (and its checksum, with `checksum`) but no record, as a
 publish leaves it when S3 dies before the record."""
 
