@@ -41,7 +41,7 @@ lint: $(STAMP)
 # docs build.
 test: lint
 	$(VENV)/bin/python -m pytest -m timing
-	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d "$$d"; s=$$?; rm -rf "$$d"; exit $$s
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; --strict: a broken link fails it
