@@ -140,6 +140,23 @@ def test_rows_are_capped_and_ids_stay_inside() -> None:
     assert all(np.diff(off[32:]) >= 1) and all(np.diff(off[32:]) <= 2)  # floor(1.5) or one more
 
 
+@pytest.mark.parametrize("bin_", [0, 1, 3])
+def test_a_histogram_batch_holds_the_distinct_rows_it_describes(bin_: int) -> None:
+    """Every distinct row is looked up exactly its bin's count: a histogram of rows read once gives 2048 distinct
+    rows in 2048 lookups (drawn with replacement, about 1290 were), rows read twice 1024, rows read 5-8 times U about
+    count / 6.5, each inside its bin."""
+    hist = [0.0] * 17
+    hist[bin_] = 1.0
+    ids = judge_indices.histogram_ids(hist, 10**6, 2048, np.random.default_rng(3))
+    _, per_row = np.unique(ids, return_counts=True)
+    want = round(2048 / judge_indices.BIN_COUNTS[bin_])
+    assert len(ids) == 2048 and abs(len(per_row) - want) <= 1
+    lo, hi = [(1, 1), (2, 2), (3, 4), (5, 8)][bin_]
+    assert np.mean((per_row >= lo) & (per_row <= hi)) >= 0.95  # the total is met inside the bins, nearly all
+    counts = judge_indices.exact_total(np.array([5, 1, 3, 1]), 6, np.random.default_rng(0))
+    assert counts.sum() == 6 and counts.min() >= 1
+
+
 def test_device_cap_shrinks_every_table() -> None:
     tables = [{"name": f"t{i}", "num_embeddings": 10**9, "embedding_dim": 4} for i in range(200)]
     rows = judge_indices.kept_rows(tables)
