@@ -221,7 +221,10 @@ def compare_sharders(
         raise next(iter(infeasible.values()))
     broken = {name: e for name, e in infeasible.items() if isinstance(e, BrokenConstraintError)}
     _add_given(inventory, topology, plans, extra_plans)
-    relaxed = _relaxed_plans(inventory, topology, list(broken), sharder_options or {}, say)
+    # the sharders whose plan broke a constraint they cannot be asked, planned again without those constraints:
+    # measured as they are, never contenders (a sharder that cannot place even that keeps only its breaks row)
+    expressible = expressible_only(inventory) if broken else inventory
+    relaxed, _ = _plan_contenders(expressible, topology, list(broken), sharder_options or {}, say)
     if with_lower_bound:
         say("measuring single-table costs")
         with oracle.corpus_as(corpus):
@@ -230,7 +233,7 @@ def compare_sharders(
         lb = LowerBound(max_single_ms=0.0, sum_single_ms=0.0, compute_ms=0.0, comm_ms=0.0, total_ms=0.0)
     gated = (timing_passes, timing_clock) != (1, "wall") and not oracle.info.is_simulated  # exact figures: as is
     timing = oracle.timing_as(timing_passes, timing_clock) if gated else contextlib.nullcontext()
-    own = [inventory] * len(plans) + [expressible_only(inventory)] * len(relaxed)
+    own = [inventory] * len(plans) + [expressible] * len(relaxed)
     with oracle.corpus_as(None), timing:  # fresh timings, whatever corpus the caller's oracle holds
         samples = measure_interleaved(
             inventory,
@@ -309,30 +312,6 @@ def _add_given(
                 f"twice is refused by the publish gate)"
             )
         plans.append((p, 0.0))
-
-
-def _relaxed_plans(
-    inventory: Inventory,
-    topology: Topology,
-    broken: Sequence[str],
-    options: Mapping[str, Mapping[str, Any]],
-    say: Progress,
-) -> list[tuple[Plan, float]]:
-    """The plans of the sharders whose plan broke a constraint they cannot be asked (TorchRec's planner and a pin
-    or a shard count), made without those constraints (`expressible_only`), with their planning seconds; a sharder
-    that cannot place even that keeps only its breaks row."""
-    relaxed = expressible_only(inventory) if broken else inventory
-    out: list[tuple[Plan, float]] = []
-    for name in broken:
-        say(f"planning with {name} without the constraints it cannot be asked")
-        t0 = time.perf_counter()
-        try:
-            plan = get_sharder(name, **dict(options.get(name, {}))).shard(relaxed, topology)
-        except InfeasiblePlacementError as e:
-            say(f"{name} cannot place this inventory even so: {e}")
-            continue
-        out.append((plan, time.perf_counter() - t0))
-    return out
 
 
 def _narrow(
