@@ -102,11 +102,11 @@ def kept_index(
     A lower median alone is not enough: a few noisy rounds on a shared machine rank near-equal plans at random.
     `margins`: the gain each candidate must show in every round (default `MEASURED_GAIN_MARGIN`; `margins_for`)."""
     m = margins if margins is not None else [MEASURED_GAIN_MARGIN] * len(per_round)
-    confirmed = [i for i in range(1, len(per_round)) if _won_every_round(per_round[i], per_round[0], m[i])]
+    confirmed = [i for i in range(1, len(per_round)) if won_every_round(per_round[i], per_round[0], m[i])]
     return min(confirmed, key=lambda i: (medians[i], i)) if confirmed else 0
 
 
-def _won_every_round(challenger: Sequence[float], best_predicted: Sequence[float], margin: float) -> bool:
+def won_every_round(challenger: Sequence[float], best_predicted: Sequence[float], margin: float) -> bool:
     """Measured in every round the best predicted was, and faster than it in each (paired by round) by at least
     `margin`."""
     return len(challenger) == len(best_predicted) and all(
@@ -127,7 +127,7 @@ def challengers(samples: Sequence[Sequence[Measurement]], margins: Sequence[floa
     dropped; the best predicted is measured while any challenger is left ([]: none is, the measuring ends)."""
     best = [m.overall_ms for m in samples[0]]
     m = margins if margins is not None else [MEASURED_GAIN_MARGIN] * len(samples)
-    left = [i for i in range(1, len(samples)) if _won_every_round([m_.overall_ms for m_ in samples[i]], best, m[i])]
+    left = [i for i in range(1, len(samples)) if won_every_round([m_.overall_ms for m_ in samples[i]], best, m[i])]
     return [0, *left] if left else []
 
 
@@ -165,7 +165,7 @@ def _duel_with_default(
     )
     measured[0] += duel[0]
     measured[best] += duel[1]
-    won = _won_every_round([m.overall_ms for m in measured[best]], [m.overall_ms for m in measured[0]], margin)
+    won = won_every_round([m.overall_ms for m in measured[best]], [m.overall_ms for m in measured[0]], margin)
     return best if won and len(measured[best]) >= need else 0
 
 
