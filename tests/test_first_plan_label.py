@@ -10,7 +10,7 @@ from flows_support import REPLAN_PARAMS, fast_path_workspace, tiny_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
-from dreamshard.gate.policy import FIRST_PLAN_LABEL
+from dreamshard.gate.policy import first_plan_label
 from dreamshard.store import list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
 
@@ -20,12 +20,12 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return fast_path_workspace(tmp_path, monkeypatch, REPLAN_PARAMS)
 
 
-def test_a_tied_first_plan_is_labelled_current_first_plan_inconclusive(work: Path) -> None:
+def test_a_tied_first_plan_is_labelled_current_first_plan_equivalent(work: Path) -> None:
     tiny_inventory(work / "v1.yaml")
     first = replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=work / "v1.yaml"))
-    assert first.outcome == "published" and "inconclusive" in first.reason  # the simulator ties its baseline
+    assert first.outcome == "published" and "equivalent" in first.reason  # the simulator ties its baseline
     record = list_plans(open_store("store"))[0]
-    assert record.outcome == FIRST_PLAN_LABEL and record.is_current
+    assert record.outcome == first_plan_label("equivalent") and record.is_current
     code, out, err = invoke(["plans", "list", "--store", "store"])
     assert code == 0, err
     row = next(line for line in out.splitlines() if first.plan.plan_id in line)  # type: ignore[union-attr]

@@ -86,7 +86,10 @@ def test_a_quiet_machine_stops_at_min_rounds(world: World) -> None:
     plan, cmp = _measured(world, QUIET, rules)
     assert cmp.rounds == rules.min_rounds == 5
     _, d = gate_plan(plan, world.inventory, cmp, rules)
-    assert d.outcome == "inconclusive" and d.rounds == 5  # a tie within a quiet measurement: no round would tell
+    assert d.outcome == "equivalent" and d.rounds == 5  # a tie within a quiet measurement: decided at the final look
+    assert "inside [0.96, 1.04]" in d.reason and "no gain worth a change" in d.reason
+    _, d = gate_plan(plan, world.inventory, cmp, rules.model_copy(update={"equivalence_margin": 0.0}))
+    assert d.outcome == "inconclusive"  # no margin: no round would tell
 
 
 def test_rounds_go_on_while_the_spread_is_above_target_and_stop_below(world: World) -> None:

@@ -62,7 +62,7 @@ BASE = [100.0, 101.0, 99.5, 100.4, 100.8]
 
 
 def _gate(plan_ms: list[float], rules: PublishConfig | None = None) -> Any:
-    rules = rules or PublishConfig()
+    rules = rules or PublishConfig(equivalence_margin=0.0)
     return evaluate_gate(
         make_plan(overall=plan_ms[0]),
         {"torchrec": BASE},
@@ -70,6 +70,7 @@ def _gate(plan_ms: list[float], rules: PublishConfig | None = None) -> Any:
         plan_samples=plan_ms,
         confidence=rules.confidence,
         looks=looks(rules, len(plan_ms)),
+        equivalence=rules.equivalence_margin,
     )
 
 
@@ -91,6 +92,21 @@ def test_a_close_call_goes_to_the_final_look_at_the_rest_of_the_budget() -> None
     noise = [b * r for b, r in zip(BASE, (0.97, 1.03, 0.99, 1.02, 0.995), strict=True)]
     d = _gate(noise)
     assert d.outcome == "inconclusive" and d.rounds == 5 and not d.stopped_early
+
+
+def test_parity_inside_the_equivalence_margin_is_decided_at_the_final_look_only() -> None:
+    """Within +-3% each round: the final look's interval lies inside [0.96, 1.04], so the gate decides
+    `equivalent`; a plan 1.5-2.5% faster every round is still approved (an early look never stops on parity), and an
+    interval that reaches past the margin stays inconclusive."""
+    margin = PublishConfig()  # equivalence_margin 0.04
+    noise = [b * r for b, r in zip(BASE, (0.97, 1.03, 0.99, 1.02, 0.995), strict=True)]
+    d = _gate(noise, margin)
+    assert d.outcome == "equivalent" and not d.approved and d.rounds == 5
+    assert 0.96 <= d.ratio_low and d.ratio_high <= 1.04 and "publish.equivalence_margin 4.0%" in d.reason
+    close = [b * r for b, r in zip(BASE, (0.985, 0.975, 0.99, 0.985, 0.98), strict=True)]
+    assert not decides_early(margin, close, {"torchrec": BASE}) and _gate(close, margin).approved
+    wide = [b * r for b, r in zip(BASE, (0.94, 1.06, 0.99, 1.03, 0.97), strict=True)]
+    assert _gate(wide, margin).outcome == "inconclusive"
 
 
 def test_a_win_the_third_round_cannot_bound_is_decided_at_the_fourth() -> None:

@@ -105,10 +105,10 @@ def publish_cmd(
     ] = None,
 ) -> None:
     """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
-    it as rejected or inconclusive (exit 1: the current plan stays; when no current plan can serve this version, a
-    rejected plan's best measured baseline becomes current: the fallback). A plan or comparison that does not check
-    out is an error (exit 2), nothing stored. A plan id already decided for this inventory version keeps its
-    decision."""
+    it as rejected, equivalent or inconclusive (exit 1: the current plan stays; when no current plan can serve this
+    version, an equivalent or inconclusive plan becomes current, and a rejected plan's best measured baseline: the
+    fallback). A plan or comparison that does not check out is an error (exit 2), nothing stored. A plan id already
+    decided for this inventory version keeps its decision."""
     settings = plans_settings(
         params,
         {
@@ -150,9 +150,10 @@ def publish_cmd(
         typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
         typer.echo(decision.reason)
         return
-    if decision.outcome == "inconclusive":
+    if decision.outcome in ("inconclusive", "equivalent"):
         err.print(
-            f"inconclusive {ref.plan_id}: {decision.reason}; the current plan stays (kept at {ref.key})", markup=False
+            f"{decision.outcome} {ref.plan_id}: {decision.reason}; the current plan stays (kept at {ref.key})",
+            markup=False,
         )
         raise typer.Exit(1)
     err.print(f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False)

@@ -28,6 +28,10 @@ class PublishConfig(StrictNumbers):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     min_improvement: float = Field(default=0.0, ge=0.0, lt=1.0)
+    # A plan neither approved nor rejected whose interval against the deciding baseline lies inside
+    # [1 - equivalence_margin, 1 + equivalence_margin] is decided "equivalent": as fast as the baseline within the
+    # margin, beyond the noise (dreamshard.gate.rule). 0: never; the gate then says "inconclusive" instead.
+    equivalence_margin: float = Field(default=0.04, ge=0.0, lt=0.5)
     # Baselines every plan is measured against (a --comparison must hold each of them; `plans publish --sharders`
     # adds, never removes). TorchRec's planner is always one of them.
     baselines: tuple[str, ...] = GATE_BASELINES

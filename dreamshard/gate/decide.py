@@ -68,7 +68,8 @@ def gate_plan(
 
     Returns the plan to store (carrying the comparison's measured costs and backend, not the file's) and the
     decision. Raises PlanError / ConfigError (nothing to store: the input is wrong) when verification fails; a
-    verified plan that is too slow is a rejection, one inside the noise is inconclusive (approved=False both).
+    verified plan that is too slow is a rejection, one as fast as its baseline within publish.equivalence_margin is
+    equivalent, one inside the noise is inconclusive (approved=False all three).
     The decision is the sequential rule's (`gate.sequential`): fewer than publish.min_rounds rounds are enough
     only when its early look decides on them. `topology`: the one the request plans for (default: the job the
     inventory records, `gate.trust.check_topology`). `current`: the store's current plan when it can serve this job
@@ -117,6 +118,7 @@ def gate_plan(
         confidence=rules.confidence,
         infeasible=tuple(v.infeasible),
         looks=looks(rules, comparison.rounds),
+        equivalence=rules.equivalence_margin,
     )
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
     extra += f"; {moved}" if moved else ""

@@ -9,14 +9,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dreamshard.values import CostBasis, renamed_fields, utcnow
 
-#: What the gate can decide: approved (becomes current), rejected (clearly not good enough) or inconclusive (the
-#: measurements cannot tell it from the best baseline: the current plan stays). The last two are stored under
-#: rejected/ with this field saying which. `fallback` is the decision on a *baseline's* plan: the plan the gate
-#: judged was rejected and the current plan cannot serve the new version (another table schema or topology), so
-#: the best baseline, measured in the same interleaved rounds, becomes current instead (`gate.fallback`).
-Outcome = Literal["approved", "rejected", "inconclusive", "fallback"]
+#: What the gate can decide: approved (becomes current), rejected (clearly not good enough), equivalent (as fast as
+#: the deciding baseline within publish.equivalence_margin, beyond the noise: the current plan stays) or
+#: inconclusive (the measurements cannot tell it from the best baseline: the current plan stays). The last three
+#: are stored under rejected/ with this field saying which. `fallback` is the decision on a *baseline's* plan: the
+#: plan the gate judged was rejected and the current plan cannot serve the new version (another table schema or
+#: topology), so the best baseline, measured in the same interleaved rounds, becomes current instead
+#: (`gate.fallback`).
+Outcome = Literal["approved", "rejected", "equivalent", "inconclusive", "fallback"]
 #: The outcomes that make a plan current.
 CURRENT_OUTCOMES: tuple[str, ...] = ("approved", "fallback")
+#: The outcomes that leave a current plan current when one can serve the job, and make the plan current when none
+#: can (dreamshard.gate.policy): the gate found no gain worth a change, or could not tell.
+UNDECIDED: tuple[str, ...] = ("inconclusive", "equivalent")
 
 
 class GateDecision(BaseModel):

@@ -1,12 +1,12 @@
 """The publish policy: what the gate's decision means, given what the store's current plan can serve
 (docs/architecture.md, "The production loop").
 
-Inside the noise the current plan stays when it can serve the new version's training job. With no current plan,
-or one that cannot serve the job (another table schema: a table added, removed or reshaped; another topology),
-there is nothing to keep: a plan inside the noise becomes current, and a rejected one hands over to the best
-measured baseline (`fallback.py`). A plan inside the noise that places every unit as the current plan does is
-reported as such: no number of rounds could tell the two apart. The store is read by the caller
-(`usecases/publish.py`); everything here works on values.
+Inside the noise (inconclusive) or as fast as the best baseline within the equivalence margin (equivalent), the
+current plan stays when it can serve the new version's training job. With no current plan, or one that cannot serve
+the job (another table schema: a table added, removed or reshaped; another topology), there is nothing to keep: such
+a plan becomes current, and a rejected one hands over to the best measured baseline (`fallback.py`). A plan that
+places every unit as the current plan does is reported as such: no number of rounds could tell the two apart.
+The store is read by the caller (`usecases/publish.py`); everything here works on values.
 """
 
 from __future__ import annotations
@@ -16,17 +16,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.evaluation import Comparison
-from dreamshard.gate.decision import GateDecision
+from dreamshard.gate.decision import UNDECIDED, GateDecision
 from dreamshard.gate.fallback import fallback_plan
 from dreamshard.values import Inventory, Plan
 
-#: What the policy made of the gate's decision: `approved` / `rejected` / `inconclusive` as the gate decided
-#: (a rejection or an inconclusive plan leaves the current plan current); `first-plan`: inconclusive, and
-#: nothing current to keep, so it becomes current; `same-as-current`: inconclusive, placing every unit as the
-#: current plan does; `fallback`: rejected, nothing current to keep, the best measured baseline becomes current.
-#: What a first plan the gate could not tell from the best baseline is called wherever the decision is shown.
-FIRST_PLAN_LABEL = "current: first plan, inconclusive"
-PolicyOutcome = Literal["approved", "rejected", "inconclusive", "first-plan", "same-as-current", "fallback"]
+#: What the policy made of the gate's decision: `approved` / `rejected` / `equivalent` / `inconclusive` as the gate
+#: decided (all but an approval leave the current plan current); `first-plan`: inconclusive or equivalent, and
+#: nothing current to keep, so it becomes current; `same-as-current`: inconclusive or equivalent, placing every unit
+#: as the current plan does; `fallback`: rejected, nothing current to keep, the best measured baseline becomes
+#: current.
+PolicyOutcome = Literal[
+    "approved", "rejected", "equivalent", "inconclusive", "first-plan", "same-as-current", "fallback"
+]
+
+
+def first_plan_label(outcome: str) -> str:
+    """What a first plan that the gate found inconclusive or equivalent is called wherever the decision is shown."""
+    return f"current: first plan, {outcome}"
 
 
 class CurrentPlan(BaseModel):
@@ -110,16 +116,17 @@ def publish_verdict(
     """The gate's `decision` on a plan, given the store's `current` plan. A rejection hands over to the fallback
     only with the verified `comparison` it was decided on and the plan's `inventory` (`fallback.fallback_plan`)."""
     why = current.nothing_to_keep
-    if decision.outcome == "inconclusive" and why:
+    undecided = decision.outcome in UNDECIDED
+    if undecided and why:
         becomes = _with(
             decision,
             approved=True,
             outcome="approved",
-            label=FIRST_PLAN_LABEL,
+            label=first_plan_label(decision.outcome),
             reason=_said(decision, f"{why}: it becomes current"),
         )
         return PublishVerdict(outcome="first-plan", decision=becomes)
-    if decision.outcome == "inconclusive" and current.same_placement:
+    if undecided and current.same_placement:
         stays = (
             f"the current plan {current.plan_id} stays (this plan places every table as it does: the job keeps its "
             f"state, and no number of rounds could tell the two apart)"

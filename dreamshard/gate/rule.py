@@ -6,6 +6,12 @@ the threshold is 1 - min_improvement:
 * approved      iff high_b < threshold for every baseline (the plan is faster by the margin, beyond the noise: a
   tie, an interval whose upper end is the threshold, is no approval);
 * rejected      iff low_b > threshold for some baseline (clearly not faster by the margin);
+* equivalent    iff neither, and the deciding baseline's interval lies inside [1 - e, 1 + e], e the equivalence
+  margin (publish.equivalence_margin): the plan is as fast as the baseline within e, beyond the noise (two one-sided
+  tests at the same confidence), taken at the final look only (an early look that stopped on parity would cut off
+  a small gain the final look approves). Decided: more rounds would not show a gain worth a change.
+  Stored as rejected, outcome "equivalent"; the current plan stays (with none that can serve the job, the plan
+  becomes current: `policy.py`);
 * inconclusive  otherwise: the measurements cannot tell; the current plan stays (stored as rejected, outcome
   "inconclusive"; what the store's current plan can serve may change that: `policy.py`).
 
@@ -23,7 +29,7 @@ from typing import Any
 
 from dreamshard.config.publish import check_margin
 from dreamshard.errors import ConfigError
-from dreamshard.gate.decision import GateDecision, Outcome
+from dreamshard.gate.decision import UNDECIDED, GateDecision, Outcome
 from dreamshard.gate.stats import Look, RatioBound, ratio_bound
 from dreamshard.values import Plan
 
@@ -32,6 +38,8 @@ MAX_MS = 1e12
 _EPS = 1e-12
 #: What follows from an inconclusive finding when nothing else is known (the publish policy may say otherwise).
 CURRENT_STAYS = "the current plan stays (measure more rounds)"
+#: What follows from an equivalent finding when nothing else is known.
+NO_GAIN = "the current plan stays (no gain worth a change)"
 
 #: The bounds' verdict: the outcome, the baseline that decided it, every baseline's bound.
 Verdict = tuple[Outcome, str, dict[str, RatioBound]]
@@ -57,10 +65,15 @@ def _samples(name: str, value: float | Sequence[float]) -> list[float]:
 
 
 def bound_outcome(
-    mine: Sequence[float], base: Mapping[str, Sequence[float]], confidence: float, threshold: float
+    mine: Sequence[float],
+    base: Mapping[str, Sequence[float]],
+    confidence: float,
+    threshold: float,
+    equivalence: float = 0.0,
 ) -> Verdict:
-    """The bounds' verdict on paired samples (no other check): approved / rejected / inconclusive, the baseline
-    that decided it, and every baseline's bound (`base` must not be empty, every list as long as `mine`)."""
+    """The bounds' verdict on paired samples (no other check): approved / rejected / equivalent (within
+    `equivalence` of the deciding baseline; 0: never) / inconclusive, the baseline that decided it, and every
+    baseline's bound (`base` must not be empty, every list as long as `mine`)."""
     bounds = {name: ratio_bound(mine, v, confidence) for name, v in base.items()}
     hardest = max(bounds, key=lambda n: bounds[n].high)
     clearly_worse = max(bounds, key=lambda n: bounds[n].low)
@@ -68,14 +81,22 @@ def bound_outcome(
         return "rejected", clearly_worse, bounds
     if bounds[hardest].high < threshold - _EPS:  # strictly: a plan that ties the baseline is not faster
         return "approved", hardest, bounds
+    b = bounds[hardest]
+    if equivalence > 0 and 1.0 - equivalence - _EPS <= b.low and b.high <= 1.0 + equivalence + _EPS:
+        return "equivalent", hardest, bounds
     return "inconclusive", hardest, bounds
 
 
 def _judged(
-    mine: list[float], base: dict[str, list[float]], looks: Sequence[Look], confidence: float, threshold: float
+    mine: list[float],
+    base: dict[str, list[float]],
+    looks: Sequence[Look],
+    confidence: float,
+    threshold: float,
+    equivalence: float,
 ) -> tuple[Verdict, Look]:
     """The first look whose bounds decide (else the last one), with its verdict; `looks` empty: one look at all
-    the rounds with `confidence`."""
+    the rounds with `confidence`. Only the final look may find the plan `equivalent`."""
     for name, v in base.items():
         if len(v) != len(mine):
             raise ConfigError(
@@ -88,7 +109,11 @@ def _judged(
             raise ConfigError(f"a look at {look.rounds} round(s) on {len(mine)} paired round(s)")
         taken = look
         verdict = bound_outcome(
-            mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}, look.confidence, threshold
+            mine[: look.rounds],
+            {n: v[: look.rounds] for n, v in base.items()},
+            look.confidence,
+            threshold,
+            0.0 if look.early else equivalence,  # an early look that stopped on parity would cut off an approval
         )
         if verdict[0] != "inconclusive":
             break
@@ -142,12 +167,14 @@ def evaluate_gate(
     confidence: float = 0.95,
     infeasible: Sequence[str] = (),
     looks: Sequence[Look] = (),
+    equivalence: float = 0.0,
 ) -> GateDecision:
     """Decide on `plan`'s costs (Plan.cost_basis; its per-round `plan_samples` when given) against each
     baseline's figure or per-round samples (paired with the plan's by round). Every baseline counts, whatever
     the plan's sharder label says. `looks` (gate/sequential.py): the sequential rule's looks, the first one whose
-    bounds decide is the decision (default: one look at all rounds with `confidence`). `gate_plan` verifies the
-    inputs first and is what the doors call."""
+    bounds decide is the decision (default: one look at all rounds with `confidence`). `equivalence`
+    (publish.equivalence_margin): the half-width of the band around parity inside which an undecided plan is
+    `equivalent` (0: none). `gate_plan` verifies the inputs first and is what the doors call."""
     check_margin(min_improvement)
     base = {name: _samples(name, v) for name, v in baselines.items()}
     threshold = 1.0 - min_improvement
@@ -157,7 +184,7 @@ def evaluate_gate(
     verdict: Verdict | None = None
     look = Look(len(mine), confidence)
     if mine and base:
-        verdict, look = _judged(mine, base, looks, confidence, threshold)
+        verdict, look = _judged(mine, base, looks, confidence, threshold, equivalence)
         mine, base = mine[: look.rounds], {n: v[: look.rounds] for n, v in base.items()}
     common = {**_figures(plan, mine, base, min_improvement, look.confidence), "infeasible": tuple(infeasible)}
     if refusal := _refusal(plan, base, infeasible):
@@ -178,19 +205,25 @@ def evaluate_gate(
         decided_by=decider,
         stopped_early=look.early,
     )
-    found = finding(outcome, plan, common, b, (decider, statistics.median(base[decider])), threshold)
-    reason = f"{found}, {CURRENT_STAYS}" if outcome == "inconclusive" else found
+    found = finding(outcome, plan, common, b, (decider, statistics.median(base[decider])), (threshold, equivalence))
+    reason = f"{found}, {CURRENT_STAYS if outcome == 'inconclusive' else NO_GAIN}" if outcome in UNDECIDED else found
     return GateDecision(approved=outcome == "approved", outcome=outcome, reason=reason, finding=found, **common)
 
 
 def finding(
-    outcome: str, plan: Plan, c: dict[str, Any], b: RatioBound, decider: tuple[str, float], threshold: float
+    outcome: str,
+    plan: Plan,
+    c: dict[str, Any],
+    b: RatioBound,
+    decider: tuple[str, float],
+    bands: tuple[float, float],
 ) -> str:
     """What the bounds show, in words: the reason of an approval or a rejection, and the first part of an
     inconclusive one (what follows from it, the current plan staying or not, is said apart). The plan's figure,
     the improvement and the bound are all against the deciding baseline `decider` (its name, its median ms); when
-    the best baseline by median is another, it is named apart with its own figure."""
-    plan_ms, (name, base_ms) = c["plan_cost_ms"], decider
+    the best baseline by median is another, it is named apart with its own figure. `bands`: the approval threshold
+    and the equivalence margin."""
+    plan_ms, (name, base_ms), (threshold, equivalence) = c["plan_cost_ms"], decider, bands
     margin, basis = f"{c['min_improvement']:.1%}", c.get("basis")
     improvement = (base_ms - plan_ms) / base_ms
     early = " (an early look of the sequential rule)" if c.get("stopped_early") else ""
@@ -212,6 +245,12 @@ def finding(
         return (
             f"{basis} cost {plan_ms:.4g} ms does not beat {against} by {margin} (needs <= "
             f"{base_ms * threshold:.4g} ms; improvement {improvement:+.1%}; {stat}){'; ' + best if best else ''}"
+        )
+    if outcome == "equivalent":
+        return (
+            f"equivalent: {basis} {plan_ms:.4g} ms vs {against} ({improvement:+.1%}; {stat} inside "
+            f"[{1 - equivalence:.4g}, {1 + equivalence:.4g}], publish.equivalence_margin {equivalence:.1%}): "
+            f"as fast as the baseline within the margin{'; ' + best if best else ''}"
         )
     return (
         f"inconclusive: {basis} {plan_ms:.4g} ms vs {against} ({improvement:+.1%}, required {margin})"

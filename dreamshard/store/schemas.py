@@ -84,7 +84,7 @@ class PublishedRef(BaseModel):
     is_current: bool
     store: str
     reason: str
-    outcome: str = ""  # the gate's outcome (approved / rejected / inconclusive)
+    outcome: str = ""  # the gate's outcome (approved / rejected / equivalent / inconclusive)
     already_decided: bool = False  # the store held a decision for this plan id and inventory version: nothing written
 
 
@@ -104,7 +104,7 @@ class PlanRecord(BaseModel):
     key: str
     is_current: bool
     reason: str
-    outcome: str = ""  # the gate's outcome as recorded (approved / rejected / inconclusive)
+    outcome: str = ""  # the gate's outcome as recorded (approved / rejected / equivalent / inconclusive)
     problem: str = ""  # why the stored plan cannot be used (checksum mismatch, unreadable); "" when it is fine
     # what the plan is for (None / empty when it is corrupt): the job's topology and world size, the table schema
     # (recomputed from the stored inventory version: `inventories.VersionSchemas`), tables per sharding type

@@ -66,7 +66,7 @@ class PublishOutcome(BaseModel):
     plan_id: str
     approved: bool
     reason: str
-    outcome: str = ""  # approved / rejected / inconclusive (the current plan stays)
+    outcome: str = ""  # approved / rejected / equivalent / inconclusive (the last two: the current plan stays)
     already_decided: bool = False  # the store held a decision for this plan id and inventory version
     key: str | None = None
     store: str

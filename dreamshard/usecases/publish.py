@@ -14,6 +14,7 @@ from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation import Comparison, validate_sharders
 from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
 from dreamshard.gate.current import serving_contender
+from dreamshard.gate.decision import UNDECIDED
 from dreamshard.gate.policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (
@@ -167,7 +168,7 @@ def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
     _check_request(request)
     store = store or open_plan_store(request.settings, request.store, request.endpoint_url, existing=False)
     judged, decision, cmp, inv = _judge(request, store)
-    current = read_current(store, judged) if decision.outcome in ("inconclusive", "rejected") else None
+    current = read_current(store, judged) if decision.outcome in (*UNDECIDED, "rejected") else None
     if current is None:
         return GateResult(plan=judged, decision=decision, outcome=decision.outcome)
     verdict = publish_verdict(decision, current, cmp, inv)
@@ -192,8 +193,8 @@ def read_current(store: PlanStore, plan: Plan) -> CurrentPlan:
 
 def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
     """The decision the store records for `plan` by the publish policy, without a fallback (no comparison): a plan
-    inside the noise becomes current when nothing current can serve its job (`gate.policy`)."""
-    if decision.outcome != "inconclusive":
+    inside the noise or equivalent becomes current when nothing current can serve its job (`gate.policy`)."""
+    if decision.outcome not in UNDECIDED:
         return decision
     return publish_verdict(decision, read_current(store, plan)).decision
 
