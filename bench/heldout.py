@@ -31,7 +31,6 @@ import json
 import math
 import platform
 import statistics
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,15 +49,12 @@ SECONDS = {"calibrate": 20.0, "refine": 20.0}
 HEURISTICS = [b for b in BASELINES if b != "torchrec"]
 
 
-def _stage_plan(inv: Any, topo: Any, model: Path | None, work: Path) -> Any:
+def _stage_plan(inv: Any, topo: Any, model: Path | None) -> Any:
     """The plan stage: `dreamshard plan` with the repository's params (verify, refine) and calibration."""
     from dreamshard.config.settings import resolve
-    from dreamshard.documents import save_inventory
     from dreamshard.learning.model_store import PACKAGED_DIR
     from dreamshard.usecases.plan import PlanRequest, run
 
-    path = work / f"{inv.name}.yaml"
-    save_inventory(inv, path)
     overrides = {
         "profile.backend": "cpu",
         "plan.num_devices": topo.num_devices,
@@ -67,11 +63,11 @@ def _stage_plan(inv: Any, topo: Any, model: Path | None, work: Path) -> Any:
         "plan.refine_seconds": SECONDS["refine"],
     }
     return run(
-        PlanRequest(inventory=path, model=model or PACKAGED_DIR, settings=resolve(ROOT / "params.yaml", overrides))
+        PlanRequest(inventory=inv, model=model or PACKAGED_DIR, settings=resolve(ROOT / "params.yaml", overrides))
     ).plan
 
 
-def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None, work: Path) -> tuple[list[Any], dict]:
+def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None) -> tuple[list[Any], dict]:
     """The learned planner's plans in each variant (module docstring) and the seconds each took."""
     from dreamshard.sharders import get_sharder
 
@@ -86,7 +82,7 @@ def learned_plans(inv: Any, topo: Any, oracle: Any, model: Path | None, work: Pa
     for label in LEARNED:
         t0 = time.perf_counter()
         if label == STAGE:
-            plan = _stage_plan(inv, topo, model, work)
+            plan = _stage_plan(inv, topo, model)
         else:
             plan = get_sharder("dreamshard", model_dir=model, **options[label]).shard(inv, topo)
         secs[label] = time.perf_counter() - t0
@@ -143,9 +139,7 @@ def refit(devices: int) -> dict[str, Any]:
     }
 
 
-def run_task(
-    task: Any, settings: Any, judge: Any, rounds: int, model: Path | None, work: Path, fits: dict[str, Any]
-) -> dict:
+def run_task(task: Any, settings: Any, judge: Any, rounds: int, model: Path | None, fits: dict[str, Any]) -> dict:
     from dreamshard.evaluation import compare_sharders
     from dreamshard.inventory.heldout import heldout_inventory
     from dreamshard.profiling.comm_fit import derive
@@ -158,7 +152,7 @@ def run_task(
     oracle = settings.oracle()  # a fresh memo of fits: this task's
     inv = heldout_inventory(task.family, task.tables, seed, histograms=task.histograms)
     topo = Topology(num_devices=devices, memory_per_device_gb=MEMORY_GB)
-    plans, plan_s = learned_plans(inv, topo, oracle, model, work)
+    plans, plan_s = learned_plans(inv, topo, oracle, model)
     errors = {p.sharder: component_errors(inv, p, oracle) for p in plans}
     noise = get_sharder("dim_greedy").shard(inv, topo).model_copy(update={"sharder": NOISE})
     cmp = compare_sharders(inv, topo, list(BASELINES), oracle, rounds=rounds, extra_plans=[*plans, noise], seed=seed)
@@ -389,8 +383,8 @@ def main() -> None:
     chosen = [t for t in DEFAULT_RELEASE_TASKS if not args.tasks or t.label in args.tasks.split(",")]
     chosen = chosen[:1] if args.quick else chosen
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as work, Judge(rounds=args.rounds) as judge:
-        rows = [run_task(t, settings, judge, args.rounds, args.model, Path(work), fits) for t in chosen]
+    with Judge(rounds=args.rounds) as judge:
+        rows = [run_task(t, settings, judge, args.rounds, args.model, fits) for t in chosen]
     res = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",

@@ -8,8 +8,8 @@ import os
 
 from prefect.events import emit_event
 
-from dreamshard.usecases.inventory import InventoryRef
 from dreamshard.usecases.pipeline_steps import absolute_uri
+from dreamshard.values.records import InventoryRef
 
 #: Event name the orchestrator's deployment trigger matches.
 INVENTORY_CHANGED_EVENT = "dreamshard.inventory.changed"

@@ -18,8 +18,10 @@ from prefect.runtime import flow_run
 from dreamshard.usecases import pipeline_publish as publish_uc
 from dreamshard.usecases.pipeline_publish import PublishSetup, reviewed
 from dreamshard.usecases.pipeline_steps import PublishOutcome
-from dreamshard.usecases.publish import GateDecision, GateResult, PublishedRef
+from dreamshard.usecases.publish import GateResult
+from dreamshard.values import GateDecision
 from dreamshard.values.lineage import Lineage
+from dreamshard.values.records import PublishedRef
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
@@ -34,7 +36,7 @@ class ApprovalInput(RunInput):
 
 
 def _human_review(decision: GateDecision, timeout_s: int) -> GateDecision:
-    """Pause for a reviewer; their answer (or none in time) is the gate's `reviewed`."""
+    """Pause for a reviewer; their answer (or none in time) is the publish step's `reviewed`."""
     from prefect.flow_runs import pause_flow_run  # looked up per call: tests replace it
 
     try:

@@ -14,9 +14,10 @@ from prefect.runtime import task_run
 from dreamshard.usecases import pipeline_publish as publish_uc
 from dreamshard.usecases import pipeline_steps as steps
 from dreamshard.usecases.pipeline_steps import RemoteSpec
-from dreamshard.usecases.publish import GateDecision, GateResult, PublishedRef
-from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.usecases.publish import GateResult
+from dreamshard.values import GateDecision, Inventory, Plan, Topology
 from dreamshard.values.lineage import Lineage
+from dreamshard.values.records import PublishedRef
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
@@ -76,9 +77,9 @@ def current_plan_task(
 
 
 @task(name="push-inventory", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def push_inventory_task(store_uri: str, endpoint_url: str | None, inventory: Inventory) -> Any:
+def push_inventory_task(store_uri: str, endpoint_url: str | None, inventory: Inventory) -> None:
     """The inventory version the run plans for goes to the store (and becomes its current version)."""
-    return steps.store_inventory(store_uri, endpoint_url, inventory)
+    steps.store_inventory(store_uri, endpoint_url, inventory)
 
 
 @task(name="gate", cache_policy=NO_CACHE)

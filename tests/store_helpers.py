@@ -7,9 +7,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from dreamshard.gate import GateDecision, PublishConfig, evaluate_gate
+from dreamshard.gate import PublishConfig, evaluate_gate
 from dreamshard.store.keys import Kind, parse_key
-from dreamshard.values import Costs, DeviceCost, Inventory, Plan, Topology
+from dreamshard.values import Costs, DeviceCost, GateDecision, Inventory, Plan, Topology
 
 FP = "ab" * 32
 

@@ -16,8 +16,8 @@ from dreamshard.cli.app import invoke
 from dreamshard.cli.console import show
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.evaluation.render import device_table
-from dreamshard.gate import GateDecision
 from dreamshard.store import open_store, publish_or_reject, push_inventory
+from dreamshard.values import GateDecision
 
 ELLIPSIS = "…"
 

@@ -12,11 +12,11 @@ import pytest
 from flows_support import tiny_inventory
 
 from dreamshard.cli.app import invoke
-from dreamshard.documents import load_plan, save_inventory
+from dreamshard.documents import load_inventory, load_plan, save_inventory
 from dreamshard.evaluation import BASELINE_SHARDERS
-from dreamshard.gate import GateDecision, fallback_plan
+from dreamshard.gate import fallback_plan
 from dreamshard.store import get_current, list_plans, open_store
-from dreamshard.values import Inventory
+from dreamshard.values import GateDecision, Inventory
 
 PUBLISH = ["--measure", "--backend", "simulator", "--allow-simulated", "--rounds", "2", "--store", "store"]
 
@@ -138,7 +138,9 @@ def test_the_replan_fast_path_reports_the_fallback(work: Path) -> None:
         )
     )
     tiny_inventory(work / "v1.yaml")
-    result = replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=work / "v1.yaml"))
+    result = replan_uc.run(
+        replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=load_inventory(work / "v1.yaml"))
+    )
     assert result.outcome == "fallback" and result.fallback_ref is not None and result.fallback_ref.is_current
     code, out, _ = invoke(["replan", "-i", "v1.yaml", "--force", "--json"])
     assert code == 1 and json.loads(out)["outcome"] == "not-published"  # the fallback serves it now

@@ -10,6 +10,7 @@ from flows_support import REPLAN_PARAMS, fast_path_workspace, tiny_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
+from dreamshard.documents import load_inventory
 from dreamshard.gate.policy import first_plan_label
 from dreamshard.store import list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
@@ -22,7 +23,9 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_tied_first_plan_is_labelled_current_first_plan_equivalent(work: Path) -> None:
     tiny_inventory(work / "v1.yaml")
-    first = replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=work / "v1.yaml"))
+    first = replan_uc.run(
+        replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=load_inventory(work / "v1.yaml"))
+    )
     assert first.outcome == "published" and "equivalent" in first.reason  # the simulator ties its baseline
     record = list_plans(open_store("store"))[0]
     assert record.outcome == first_plan_label("equivalent") and record.is_current

@@ -50,11 +50,10 @@ def _flow_run(flow_run_id: Any) -> Any:
 def _publish(store_uri: str, tmp_path: Path, name: str, approved: bool) -> str:
     """A measured plan of a tiny inventory called `name`, published (approved: current) or rejected."""
     from dreamshard.evaluation import evaluate_plan
-    from dreamshard.gate import GateDecision
     from dreamshard.profiling import ProfileConfig
     from dreamshard.sharders import get_sharder
     from dreamshard.store import open_store, publish, push_inventory, reject
-    from dreamshard.values import Topology
+    from dreamshard.values import GateDecision, Topology
 
     inv = tiny_inventory(tmp_path / f"{name}.yaml").model_copy(update={"name": name})
     plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256))

@@ -229,7 +229,7 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
     import prefect.flow_runs
     from dreamshard_flows.publish import ApprovalInput, _human_review
 
-    from dreamshard.gate import GateDecision
+    from dreamshard.values import GateDecision
 
     decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
     monkeypatch.setattr(
@@ -322,12 +322,12 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
 
     from dreamshard.config.settings import Settings
     from dreamshard.evaluation import compare_sharders
-    from dreamshard.gate import GateDecision, fallback_plan
+    from dreamshard.gate import fallback_plan
     from dreamshard.profiling.oracle import make_oracle
     from dreamshard.store import get_current, list_plans
     from dreamshard.usecases.pipeline_publish import PublishSetup
     from dreamshard.usecases.publish import GateResult
-    from dreamshard.values import Topology
+    from dreamshard.values import GateDecision, Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)

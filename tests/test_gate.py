@@ -8,7 +8,8 @@ import pytest
 from store_helpers import make_plan
 
 from dreamshard.errors import ConfigError
-from dreamshard.gate import GateDecision, evaluate_gate
+from dreamshard.gate import evaluate_gate
+from dreamshard.values import GateDecision
 
 
 def test_approved_when_faster_than_best_baseline() -> None:

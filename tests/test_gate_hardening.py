@@ -20,8 +20,8 @@ from store_helpers import NoisyOracle, approve, world
 
 from dreamshard.cli.app import invoke
 from dreamshard.evaluation import BASELINE_SHARDERS
-from dreamshard.gate import GateDecision
 from dreamshard.store import list_plans, open_store, publish, publish_or_reject
+from dreamshard.values import GateDecision
 from dreamshard.values.lineage import Lineage
 
 

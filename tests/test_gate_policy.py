@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from store_helpers import make_plan
 
-from dreamshard.gate import GateDecision, evaluate_gate
+from dreamshard.gate import evaluate_gate
 from dreamshard.gate.policy import CurrentPlan, cannot_serve, current_plan, publish_verdict
-from dreamshard.values import Topology
+from dreamshard.values import GateDecision, Topology
 
 
 def _inconclusive() -> GateDecision:

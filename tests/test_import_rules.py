@@ -22,6 +22,7 @@ DOOR_ALLOWED = {
     "dreamshard.usecases": "the use cases",
     "dreamshard.config": "the settings (params.yaml, resolve)",
     "dreamshard.errors": "the typed errors",
+    "dreamshard.documents": "the file adapter: inventories, plans and measurements read and written",
     "dreamshard.values": "the value types",
     "dreamshard.evaluation.render": "rendering plans and comparisons",
     "dreamshard.cli.console": "rendering tables where they are read",
@@ -235,7 +236,7 @@ def test_the_door_rule_catches_a_planted_violation(tmp_path: Path) -> None:
     planted = {
         "import dreamshard.store\n": "dreamshard.store",
         "from dreamshard.gate.policy import publish_verdict\n": "dreamshard.gate.policy",
-        "from dreamshard import documents\n": "dreamshard.documents",
+        "from dreamshard import store\n": "dreamshard.store",
         "def f():\n    from dreamshard.pipeline.workspace import PipelineWorkspace\n": "dreamshard.pipeline.workspace",
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dreamshard.store import x\n": "dreamshard.store",
         "x = lazy_module('dreamshard.store.plans')\n": "dreamshard.store.plans",

@@ -13,7 +13,7 @@ from flows_support import REPLAN_PARAMS, fast_path_workspace, tiny_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
-from dreamshard.documents import load_plan, save_inventory
+from dreamshard.documents import load_inventory, load_plan, save_inventory
 from dreamshard.errors import ConfigError, PlanError
 from dreamshard.gate.trust import check_topology
 from dreamshard.sharders import get_sharder
@@ -42,6 +42,8 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _replan(work: Path, overrides: dict[str, object] | None = None, **kw: object) -> replan_uc.ReplanResult:
     settings = resolve(work / "params.yaml", overrides)
+    if isinstance(kw.get("inventory"), Path):  # the door reads the file
+        kw["inventory"] = load_inventory(kw["inventory"])  # type: ignore[arg-type]
     return replan_uc.run(replan_uc.ReplanRequest(settings=settings, **kw))  # type: ignore[arg-type]
 
 

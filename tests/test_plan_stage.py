@@ -18,7 +18,7 @@ import yaml
 from scripted_oracle import ScriptedOracle
 
 from dreamshard.config.settings import Settings, resolve
-from dreamshard.documents import save_inventory
+from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.placement.expand import expand_plan
 from dreamshard.profiling.oracle import Oracle
@@ -88,7 +88,7 @@ def test_under_a_wrong_fit_the_plan_stage_ends_no_worse_than_search_alone(
     inv = synth_inventory(16, seed, name="wrong-fit")
     save_inventory(inv, tmp_path / "inv.yaml")
     settings = _settings(tmp_path)
-    result = plan_uc.run(plan_uc.PlanRequest(settings=settings, inventory=tmp_path / "inv.yaml", seed=seed))
+    result = plan_uc.run(plan_uc.PlanRequest(settings=settings, inventory=inv, seed=seed))
     options = plan_uc.sharder_options("dreamshard", settings, None, seed)
     alone = get_sharder("dreamshard", **options, oracle=oracle).shard(inv, settings.topology_for_job(inv.job))
     assert alone.verification is None and alone.refinement is None  # search only: nothing measured
@@ -198,7 +198,7 @@ def test_the_plan_report_renders_the_stage_line_and_json(tmp_path: Path, monkeyp
     save_inventory(synth_inventory(8, 2, name="r"), tmp_path / "inv.yaml")
     _settings(tmp_path)
     settings = resolve(tmp_path / "params.yaml", {"plan.refine_seconds": 0})
-    result = plan_uc.run(plan_uc.PlanRequest(settings=settings, inventory=tmp_path / "inv.yaml"))
+    result = plan_uc.run(plan_uc.PlanRequest(settings=settings, inventory=load_inventory(tmp_path / "inv.yaml")))
     shown = plan_json(result)["plan_stage"]
     assert isinstance(shown, dict) and shown["line"].startswith("plan stage: ")
     assert shown["vs_search_only"] == result.plan.verification.stage_vs_search  # type: ignore[union-attr]

@@ -13,6 +13,7 @@ from flows_support import REPLAN_PARAMS, change_one_table, fast_path_workspace, 
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
+from dreamshard.documents import load_inventory
 from dreamshard.store import get_current, get_current_inventory, list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.values import Inventory
@@ -26,6 +27,8 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _replan(work: Path, **kw: object) -> replan_uc.ReplanResult:
+    if isinstance(kw.get("inventory"), Path):  # the door reads the file
+        kw["inventory"] = load_inventory(kw["inventory"])  # type: ignore[arg-type]
     return replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), **kw))  # type: ignore[arg-type]
 
 
@@ -123,11 +126,10 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
 
 
 def test_an_inconclusive_plan_becomes_the_first_plan_but_never_replaces_a_current_one(tmp_path: Path) -> None:
-    from dreamshard.gate import GateDecision
     from dreamshard.sharders import get_sharder
     from dreamshard.store import publish_or_reject
     from dreamshard.usecases.publish import first_plan
-    from dreamshard.values import Topology
+    from dreamshard.values import GateDecision, Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)
@@ -157,11 +159,10 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
     """A statistics-only change keeps the schema: the current plan can still place the job, and an inconclusive
     plan leaves it current. A table added (another schema) or another topology: the current plan cannot serve
     the new version's job, so there is nothing to keep and the plan inside the noise becomes current."""
-    from dreamshard.gate import GateDecision
     from dreamshard.sharders import get_sharder
     from dreamshard.store import publish_or_reject
     from dreamshard.usecases.publish import first_plan
-    from dreamshard.values import Topology
+    from dreamshard.values import GateDecision, Topology
 
     v1 = tiny_inventory(tmp_path / "v1.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0)

@@ -17,14 +17,14 @@ from store_helpers import NoisyOracle, world
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
-from dreamshard.documents import save_plan
+from dreamshard.documents import load_inventory, load_plan, save_plan
 from dreamshard.errors import DreamshardError
-from dreamshard.gate import PLAN_FIELD_AUTHORITY, GateDecision, check_trust_table
+from dreamshard.gate import PLAN_FIELD_AUTHORITY, check_trust_table
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.store import get_current, open_store, publish, push_inventory
 from dreamshard.store.lookup import current_plan_for_schema
-from dreamshard.usecases.publish import PublishRequest, gate, store_gated
-from dreamshard.values import Plan
+from dreamshard.usecases.publish import PublishRequest, gate, read_comparison, store_gated
+from dreamshard.values import GateDecision, Plan
 
 FORGED = "f" * 64
 #: The fields a plan file may set freely: what the gate judges (nested shard models included).
@@ -240,10 +240,15 @@ def _outcome(files: dict[str, Path], data: dict[str, Any], name: str, comparison
     path = files["dir"] / f"{name}.json"
     path.write_text(json.dumps(data))
     store = open_store(str(files["store"]))
-    request = PublishRequest(
-        plan=path, comparison=files[comparison], inventory=files["inventory"], settings=resolve(files["params"])
-    )
-    try:
+    try:  # as `plans publish` reads the files, then gates
+        compared, source = read_comparison(files[comparison])
+        request = PublishRequest(
+            plan=load_plan(path),
+            comparison=compared,
+            comparison_source=source,
+            inventory=load_inventory(files["inventory"]),
+            settings=resolve(files["params"]),
+        )
         gated = gate(request, store)
     except (DreamshardError, ValueError):
         return None

@@ -62,8 +62,11 @@ from dreamshard.cli.plan_options import (
     types_override,
 )
 from dreamshard.config.settings import resolve
+from dreamshard.documents import check_outputs, load_inventory, save_plan
+from dreamshard.errors import InputFileError
 from dreamshard.evaluation.render import device_rows, device_table
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
+from dreamshard.integrations.torchrec_file import save_torchrec_plan
 from dreamshard.lazy import lazy_module
 from dreamshard.values import Verification
 from dreamshard.values.stage_report import stage_line, stage_vs_search
@@ -184,17 +187,21 @@ def plan(
             "plan.max_move_fraction": max_move_fraction,
         },
     )
+    check_outputs(
+        {"--inventory": inventory, "--model": model, "--params": settings.source, "--incumbent": incumbent},
+        {"--out": out, "--torchrec-out": torchrec_out},
+    )
+    if torchrec_out is not None and torchrec_out.is_dir():
+        raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
     request = plan_uc.PlanRequest(
         settings=settings,
-        inventory=inventory,
-        out=out,
+        inventory=load_inventory(inventory),
         sharder=sharder,
         model=model,
         seed=seed,
-        torchrec_out=torchrec_out,
-        torchrec_kernel=torchrec_kernel,
+        torchrec_kernel=torchrec_kernel if torchrec_out is not None else None,
         corpus=corpus,
-        incumbent_file=incumbent,
+        incumbent=plan_uc.read_incumbent(incumbent),
         searching_options=searching_options(
             incumbent=incumbent,
             verify=verify,
@@ -208,6 +215,9 @@ def plan(
     doing = request.measuring()
     with console.status(doing, spinner="dots") if doing and not as_json else nullcontext():
         result = plan_uc.run(request)
+    save_plan(result.plan, out)
+    if torchrec_out is not None and result.torchrec is not None:
+        save_torchrec_plan(result.torchrec, torchrec_out)
     warn(result.warnings)
     if as_json:
         typer.echo(json.dumps(plan_json(result), indent=2))

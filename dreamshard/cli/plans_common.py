@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from dreamshard.config.settings import Settings, resolve
-from dreamshard.usecases.plans import ORPHAN_GRACE_MINUTES, Orphan, orphan_age
+from dreamshard.usecases.plans import ORPHAN_GRACE_MINUTES, orphan_age
+from dreamshard.values.records import Orphan
 
 StoreOpt = Annotated[
     str | None,

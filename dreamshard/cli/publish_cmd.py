@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.plans_common import EndpointOpt, ParamsOpt, StoreOpt, plans_settings
+from dreamshard.documents import load_inventory, load_plan
 from dreamshard.lazy import lazy_module
 
 # the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
@@ -120,14 +121,16 @@ def publish_cmd(
             "publish.allow_proxy": True if allow_proxy else None,
         },
     )
+    compared, source = publish_uc.read_comparison(comparison) if comparison is not None else (None, "comparison")
     result = publish_uc.run(
         publish_uc.PublishRequest(
             settings=settings,
-            plan=plan_file,
-            comparison=comparison,
+            plan=load_plan(plan_file),
+            comparison=compared,
+            comparison_source=source,
             measure=measure,
             baseline_spec=sharders,
-            inventory=inventory,
+            inventory=load_inventory(inventory) if inventory is not None else None,
             model=model,
             backend=None if measure else backend,
             store=store,

@@ -27,6 +27,7 @@ from dreamshard.cli.plan_cmd import verification_table, warn
 from dreamshard.cli.plan_options import MaxMoveFractionOpt
 from dreamshard.config.job import describe_topology
 from dreamshard.config.settings import resolve
+from dreamshard.documents import load_inventory
 from dreamshard.evaluation.render import device_table
 from dreamshard.lazy import lazy_module
 from dreamshard.values import Plan
@@ -108,7 +109,7 @@ def replan(
     result = replan_uc.run(
         replan_uc.ReplanRequest(
             settings=settings,
-            inventory=inventory,
+            inventory=load_inventory(inventory) if inventory is not None else None,
             inventory_name=inventory_name,
             store=store,
             endpoint_url=endpoint,

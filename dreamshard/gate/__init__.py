@@ -1,9 +1,10 @@
 """The publish gate: verifies a plan, then approves it only if it beats every required baseline by a margin
 beyond the measurement noise (docs/architecture.md, "The publish gate").
 
-* `decision`: what the gate decides (`GateDecision`); its rules are the `publish` section (`dreamshard.config.publish`);
+* what the gate decides is a value, `dreamshard.values.GateDecision`; its rules are the `publish` section
+  (`dreamshard.config.publish`);
 * `trust`: who decides each field of a plan file (`trusted_plan`, `bound_to_inventory`, `check_topology`);
-* `decide`: `gate_plan` / `gate_comparison_file` / `measure_and_gate`;
+* `decide`: `gate_plan` / `measure_and_gate`;
 * `checks`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
 * `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
 * `policy`: what a decision means given what the store's current plan can serve (`publish_verdict`);
@@ -24,8 +25,7 @@ __getattr__, __dir__, _LAZY = lazy_exports(
             "check_margin",
         ),
         ".current": ("CURRENT", "current_contender", "current_samples", "serving_contender"),
-        ".decision": ("CURRENT_OUTCOMES", "GateDecision", "Outcome"),
-        ".decide": ("gate_comparison_file", "gate_plan", "measure_and_gate", "required_baselines"),
+        ".decide": ("gate_plan", "measure_and_gate", "required_baselines"),
         ".fallback": ("fallback_plan",),
         ".policy": (
             "CurrentPlan",

@@ -1,23 +1,21 @@
 """The gate's doors into the library: a plan file taken by its authorities (`gate.trust`), verified and decided on a
-comparison (`gate_plan`, `gate_comparison_file`) or on the gate's own measurement (`measure_and_gate`)."""
+comparison (`gate_plan`) or on the gate's own measurement (`measure_and_gate`)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.config.publish import PublishConfig, check_baselines, check_margin
 from dreamshard.errors import ConfigError, PlanError
-from dreamshard.evaluation import Comparison, compare_sharders, load_comparison
+from dreamshard.evaluation import Comparison, compare_sharders
 from dreamshard.gate.checks import verify_comparison, verify_plan
 from dreamshard.gate.current import CURRENT, current_samples, less_the_move
-from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, looks, stop_rule
 from dreamshard.gate.trust import bound_to_inventory, check_topology, trusted_plan
 from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.values.decision import GateDecision
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -134,21 +132,6 @@ def gate_plan(
         }
     )
     return judged, decision
-
-
-def gate_comparison_file(
-    plan: Plan, inventory: Inventory, comparison_file: str | Path, rules: PublishConfig, **kw: Any
-) -> tuple[Plan, GateDecision, Comparison]:
-    """`gate_plan` with the comparison read from a file (`compare --out`, the evaluate stage's
-    data/comparison.json); the file's path and sha256 go into the decision's evidence. Also returns the comparison
-    as read and verified (the fallback takes its best baseline from it, never from a second read of the file)."""
-    path = Path(comparison_file)
-    comparison = load_comparison(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    judged, decision = gate_plan(
-        plan, inventory, comparison, rules, source=f"comparison {path} (sha256 {digest[:16]})", **kw
-    )
-    return judged, decision, comparison
 
 
 def measure_and_gate(

@@ -11,9 +11,9 @@ and only its placement and measured figures are kept (`gate.trust` clears or rec
 from __future__ import annotations
 
 from dreamshard.evaluation import Comparison
-from dreamshard.gate.decision import GateDecision
 from dreamshard.gate.trust import bound_to_inventory, trusted_plan
 from dreamshard.values import Inventory, Plan, new_id, utcnow
+from dreamshard.values.decision import GateDecision
 
 
 def fallback_plan(

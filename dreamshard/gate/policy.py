@@ -16,9 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.evaluation import Comparison
-from dreamshard.gate.decision import UNDECIDED, GateDecision
 from dreamshard.gate.fallback import fallback_plan
 from dreamshard.values import Inventory, Plan
+from dreamshard.values.decision import UNDECIDED, GateDecision
 
 #: What the policy made of the gate's decision: `approved` / `rejected` / `equivalent` / `inconclusive` as the gate
 #: decided (all but an approval leave the current plan current); `first-plan`: inconclusive or equivalent, and
@@ -148,15 +148,3 @@ def publish_verdict(
         fallback=fallback,
         fallback_decision=fallback_decision,
     )
-
-
-def reviewed(decision: GateDecision, approve: bool | None, comment: str = "", timeout_s: int = 0) -> GateDecision:
-    """A reviewer's answer on a decision that would make a plan current (publish.require_human): `approve` None
-    means nobody answered within `timeout_s` (the plan is kept as rejected rather than lost). The reviewer's
-    comment is recorded in the reason."""
-    note = f"; reviewer: {comment}" if comment else ""
-    if approve is None:
-        return decision.overruled(f"no reviewer answered within {timeout_s} s ({decision.reason})")
-    if approve:
-        return _with(decision, reason=f"{decision.reason}; approved by a human{note}")
-    return decision.overruled(f"rejected by a human reviewer{note} ({decision.reason})")

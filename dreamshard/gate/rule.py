@@ -29,9 +29,9 @@ from typing import Any
 
 from dreamshard.config.publish import check_margin
 from dreamshard.errors import ConfigError
-from dreamshard.gate.decision import UNDECIDED, GateDecision, Outcome
 from dreamshard.gate.stats import Look, RatioBound, ratio_bound
 from dreamshard.values import Plan
+from dreamshard.values.decision import UNDECIDED, GateDecision, Outcome
 
 #: The largest figure (ms) the gate does arithmetic on; anything above is an invalid input, not a cost.
 MAX_MS = 1e12

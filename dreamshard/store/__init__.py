@@ -45,8 +45,8 @@ from dreamshard.store.plans import (
     show,
 )
 from dreamshard.store.pointer import get_pointer
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, PlanRecord, PointerEntry, PublishedRef
 from dreamshard.store.uri import open_store
+from dreamshard.values.records import CurrentPointer, FsckIssue, PlanRecord, PointerEntry, PublishedRef
 
 __all__ = [
     "already_decided",

@@ -21,8 +21,8 @@ from dreamshard.store.keys import (
 from dreamshard.store.objects import load_verified, read_record, sha256_hex
 from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, age, grace_of, orphans_of
 from dreamshard.store.pointer import HISTORY_LIMIT, entry_key, pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, Orphan, PlanRecordFile
 from dreamshard.values import utcnow
+from dreamshard.values.records import CurrentPointer, FsckIssue, Orphan, PlanRecordFile
 
 #: Checksum and record files without their plan that are no orphans of a publish (dreamshard.store.orphans): kept.
 _STRAY = {

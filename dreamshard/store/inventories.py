@@ -15,9 +15,9 @@ from dreamshard.documents import load_yaml, model_yaml
 from dreamshard.errors import StoreError
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import INVENTORIES, current_inventory_key, inventory_key, parse_inventory_key
-from dreamshard.store.schemas import FsckIssue, InventoryRef
 from dreamshard.values import Inventory, Plan
 from dreamshard.values.names import InventoryNameError, check_inventory_names
+from dreamshard.values.records import FsckIssue, InventoryRef
 
 __all__ = [
     "InventoryRef",

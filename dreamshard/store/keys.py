@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from dreamshard.values.names import check_key_part, name_problem
+from dreamshard.values.records import Status
 
 ROOT = "plans"
 INVENTORIES = "inventories"
@@ -31,7 +32,6 @@ REJECTED = "rejected"
 PLANS_PREFIX = f"{ROOT}/"  # every plan-store key starts with this
 
 Kind = Literal["plan", "checksum", "record"]
-Status = Literal["approved", "rejected"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 #: The leaf suffix of each kind. Their last dotted parts differ, so a leaf has at most one kind.

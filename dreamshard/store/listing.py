@@ -20,8 +20,8 @@ from dreamshard.store.keys import PLANS_PREFIX, PlanKey, inventory_of, inventory
 from dreamshard.store.objects import load_original, read_record
 from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, grace_of, orphans_of
 from dreamshard.store.pointer import pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, Orphan, PlanRecord
 from dreamshard.values import utcnow
+from dreamshard.values.records import CurrentPointer, FsckIssue, Orphan, PlanRecord
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

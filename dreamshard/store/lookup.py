@@ -30,8 +30,8 @@ from dreamshard.store.inventories import VersionSchemas
 from dreamshard.store.keys import PlanKey
 from dreamshard.store.objects import list_inventories, load_verified, plan_keys, read_record
 from dreamshard.store.pointer import entry_key, get_pointer
-from dreamshard.store.schemas import CurrentPointer, PointerEntry
 from dreamshard.values import Plan
+from dreamshard.values.records import CurrentPointer, PointerEntry
 
 Tier = Literal["current", "history", "approved"]
 TIERS: tuple[Tier, ...] = ("current", "history", "approved")

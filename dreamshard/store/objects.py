@@ -9,12 +9,11 @@ from pydantic import ValidationError
 
 from dreamshard.documents import describe_validation_error
 from dreamshard.errors import PlanError, StoreError
-from dreamshard.gate import GateDecision
 from dreamshard.store.base import KeyNotFoundError, PlanStore
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, Status, inventory_of, inventory_prefix, parse_key
-from dreamshard.store.schemas import CurrentPointer, PlanRecordFile
-from dreamshard.values import Plan
+from dreamshard.values import GateDecision, Plan
 from dreamshard.values.names import check_key_part
+from dreamshard.values.records import CurrentPointer, PlanRecordFile
 
 
 def sha256_hex(data: bytes) -> str:

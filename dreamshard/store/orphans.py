@@ -33,9 +33,9 @@ from dreamshard.errors import StoreError
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import PLANS_PREFIX, PlanKey, inventory_of, inventory_prefix, parse_key
 from dreamshard.store.pointer import pointer_or_problem
-from dreamshard.store.schemas import CurrentPointer, GcResult, Orphan
 from dreamshard.values import Plan, utcnow
 from dreamshard.values.names import name_problem
+from dreamshard.values.records import CurrentPointer, GcResult, Orphan
 
 #: How old a leftover must be before `plans gc` removes it (a publish writes its objects within seconds).
 ORPHAN_GRACE_MINUTES = 60.0

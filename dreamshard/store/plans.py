@@ -12,7 +12,6 @@ import time
 from datetime import datetime
 
 from dreamshard.errors import PlanError, StoreError
-from dreamshard.gate import CURRENT_OUTCOMES, GateDecision
 from dreamshard.store.base import PlanStore
 from dreamshard.store.keys import PlanKey, Status
 from dreamshard.store.objects import (
@@ -31,8 +30,8 @@ from dreamshard.store.pointer import (
     stepped_back,
     update_pointer,
 )
-from dreamshard.store.schemas import CurrentPointer, PlanRecordFile, PointerEntry, PublishedRef
-from dreamshard.values import Plan, utcnow
+from dreamshard.values import CURRENT_OUTCOMES, GateDecision, Plan, utcnow
+from dreamshard.values.records import CurrentPointer, PlanRecordFile, PointerEntry, PublishedRef
 
 
 # -- reading --------------------------------------------------------------------------------------------

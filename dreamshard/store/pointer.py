@@ -21,7 +21,7 @@ from dreamshard.documents import describe_validation_error
 from dreamshard.errors import StoreError, StorePathError
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import PlanKey, current_key, parse_key
-from dreamshard.store.schemas import CurrentPointer, PointerEntry
+from dreamshard.values.records import CurrentPointer, PointerEntry
 
 #: How many earlier (and rolled-back) versions the pointer remembers.
 HISTORY_LIMIT = 100

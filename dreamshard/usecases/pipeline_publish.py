@@ -3,7 +3,7 @@ workspace's data/plan.json gated against data/comparison.json with the workspace
 (`usecases.publish.gate`), the run's lineage attached (the only door that attaches lineage), the decision stored
 and the workspace commit tagged with it (`published/<plan id>` or `rejected/<plan id>`). A plan id the store
 already decided for this inventory version keeps that decision. Each function is one step a Prefect task or
-the publish-plan flow calls; a reviewer's answer is `gate.policy.reviewed`."""
+the publish-plan flow calls; a reviewer's answer is `reviewed`."""
 
 from __future__ import annotations
 
@@ -11,18 +11,16 @@ from pydantic import BaseModel, ConfigDict
 
 from dreamshard.config.publish import PublishConfig
 from dreamshard.config.settings import Settings, resolve
-from dreamshard.documents import load_inventory
+from dreamshard.documents import load_inventory, load_plan
 from dreamshard.evaluation import Comparison, load_comparison
 from dreamshard.explain.stats import stats_markdown
-from dreamshard.gate import GateDecision
-from dreamshard.gate.policy import reviewed as reviewed  # a reviewer's answer (publish.require_human)
 from dreamshard.pipeline.decisions import tag_decision
 from dreamshard.pipeline.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
 from dreamshard.store import PublishedRef, open_store
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.explain import stats_of
 from dreamshard.usecases.pipeline_steps import PublishOutcome, absolute_uri
-from dreamshard.values import Inventory, Plan
+from dreamshard.values import GateDecision, Inventory, Plan
 from dreamshard.values.lineage import Lineage
 
 
@@ -70,11 +68,17 @@ def gate_workspace_plan(setup: PublishSetup) -> tuple[publish_uc.GateResult, boo
     id and inventory version, that one is returned instead (second element True): one decision per plan."""
     ws = PipelineWorkspace(setup.root)
     store = open_store(setup.store_uri, endpoint_url=setup.endpoint_url)
-    done = publish_uc.recorded(store, ws.path(PLAN))
+    plan = load_plan(ws.path(PLAN))
+    done = publish_uc.recorded(store, plan)
     if done is not None:
         return done, True
+    comparison, source = publish_uc.read_comparison(ws.path(COMPARISON))
     request = publish_uc.PublishRequest(
-        settings=setup.settings, plan=ws.path(PLAN), comparison=ws.path(COMPARISON), inventory=ws.path(INVENTORY)
+        settings=setup.settings,
+        plan=plan,
+        comparison=comparison,
+        comparison_source=source,
+        inventory=load_inventory(ws.path(INVENTORY)),
     )
     return publish_uc.gate(request, store), False
 
@@ -96,6 +100,20 @@ def recorded_outcome(gated: publish_uc.GateResult, store_uri: str) -> PublishOut
         model_md5=lin.model_md5 if lin else None,
         git_revision=lin.git_revision if lin else None,
     )
+
+
+def reviewed(decision: GateDecision, approve: bool | None, comment: str = "", timeout_s: int = 0) -> GateDecision:
+    """A reviewer's answer on a decision that would make a plan current (publish.require_human): `approve` None
+    means nobody answered within `timeout_s` (the plan is kept as rejected rather than lost). The reviewer's
+    comment is recorded in the reason."""
+    note = f"; reviewer: {comment}" if comment else ""
+    if approve is None:
+        return decision.overruled(f"no reviewer answered within {timeout_s} s ({decision.reason})")
+    if approve:
+        return GateDecision.model_validate(
+            {**decision.model_dump(), "reason": f"{decision.reason}; approved by a human{note}"}
+        )
+    return decision.overruled(f"rejected by a human reviewer{note} ({decision.reason})")
 
 
 def lineage(root: str, flow_run_id: str | None) -> Lineage:

@@ -1,8 +1,10 @@
 """A plan from a sharder: the `plan` stage and `dreamshard plan` (docs/architecture.md, "Learning").
 
 Settings used: topology (device template), plan (devices, search, verify), profile (the backend `--verify`
-measures on). The result carries the plan, the search's scored candidates (sharders that search), and the
-warnings the user must see (out of the model's ranges, a model learned from simulated costs).
+measures on). The request holds the inventory and the incumbent as values: reading and writing files is the
+door's (`dreamshard plan`, the replan use case plans in memory). The result carries the plan, the search's scored
+candidates (sharders that search), the TorchRec plan document when asked for, and the warnings the user must see
+(out of the model's ranges, a model learned from simulated costs).
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from dreamshard.config.settings import Settings, model_dir
-from dreamshard.documents import check_outputs, load_inventory, save_plan
-from dreamshard.errors import ConfigError, InputFileError
+from dreamshard.errors import ConfigError
 from dreamshard.evaluation import validate_sharders
-from dreamshard.integrations.torchrec_file import check_kernel, save_torchrec_plan, torchrec_document
+from dreamshard.integrations.torchrec_file import TorchRecPlanFile, check_kernel, torchrec_document
 from dreamshard.measured.refine import refine_plan
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import PlanDiff, plan_diff
@@ -33,16 +34,13 @@ CORPUS_WRITER = "refine"  # this use case's file in the measurement corpus
 
 
 class PlanRequest(Request):
-    inventory: Path
-    out: Path | None = None
+    inventory: Inventory
     sharder: str = SEARCHING_SHARDER
     model: Path | None = None  # model dir of the learned sharders (default: settings.model_dir's lookup)
     seed: int = 0
-    torchrec_out: Path | None = None
-    torchrec_kernel: str = "fused"
+    torchrec_kernel: str | None = None  # the TorchRec plan document's compute kernel; None: no document
     corpus: Path | None = None  # refinement's device timings are added to this measurement corpus
     incumbent: Plan | None = None  # the plan now current: adapted to this inventory, a search candidate (`current`)
-    incumbent_file: Path | None = None  # an incumbent file (`plans incumbent`) to read `incumbent` from
     searching_options: tuple[str, ...] = ()  # options given that act on the search (`--verify`): the sharder must
     explain: bool = False  # why each unit is on its device (sharders that search)
     stats: bool = False  # the stats report of the plan
@@ -66,6 +64,7 @@ class PlanResult(Result):
     diff: PlanDiff | None = None  # the plan against the incumbent: what a training job would reshard
     reasons: list[list[UnitReason]] | None = None  # `explain`: per device, why each unit is there
     stats: PlanStats | None = None  # `stats`: the stats report
+    torchrec: TorchRecPlanFile | None = None  # the TorchRec plan document (`torchrec_kernel` given)
 
 
 def sharder_options(name: str, settings: Settings, model: Path | None, seed: int) -> dict[str, Any]:
@@ -85,22 +84,10 @@ def sharder_options(name: str, settings: Settings, model: Path | None, seed: int
 
 def _checked(request: PlanRequest, name: str) -> None:
     """Every option checked before anything is loaded or measured."""
-    s = request.settings
     for option in request.searching_options:
         require_searching(name, option)
-    if request.incumbent is not None or request.incumbent_file is not None:
+    if request.incumbent is not None:
         require_searching(name, "--incumbent")
-    check_outputs(
-        {
-            "--inventory": request.inventory,
-            "--model": request.model,
-            "--params": s.source,
-            "--incumbent": request.incumbent_file,
-        },
-        {"--out": request.out, "--torchrec-out": request.torchrec_out},
-    )
-    if request.torchrec_out is not None and request.torchrec_out.is_dir():
-        raise InputFileError(f"cannot write {request.torchrec_out}: it is a directory")
 
 
 def _verify_options(request: PlanRequest, verify: int, calibrate: float, oracle: Oracle | None) -> dict[str, Any]:
@@ -159,11 +146,9 @@ def _shard(
 def run(request: PlanRequest) -> PlanResult:
     (name,) = validate_sharders([request.sharder])
     _checked(request, name)
-    incumbent = request.incumbent
-    if incumbent is None and request.incumbent_file is not None:
-        incumbent = load_incumbent(request.incumbent_file)  # None: the file says no plan was current
-    inv = load_inventory(request.inventory)
-    kernel = check_kernel(request.torchrec_kernel, request.settings.topology_for_job(inv.job).device_type)
+    inv, incumbent = request.inventory, request.incumbent
+    topology = request.settings.topology_for_job(inv.job)
+    kernel = check_kernel(request.torchrec_kernel, topology.device_type) if request.torchrec_kernel else None
     plan, searched, warnings = _shard(request, name, inv, incumbent)
     if plan.out_of_range:
         warnings.append(
@@ -171,11 +156,6 @@ def run(request: PlanRequest) -> PlanResult:
         )
     if request.explain and searched is None:
         warnings.append(f"--explain ignored: '{name}' does not search (--sharder {SEARCHING_SHARDER} does)")
-    torchrec_doc = torchrec_document(plan, inv, kernel) if request.torchrec_out is not None else None
-    if request.out is not None:
-        save_plan(plan, request.out)
-    if request.torchrec_out is not None and torchrec_doc is not None:
-        save_torchrec_plan(torchrec_doc, request.torchrec_out)
     return PlanResult(
         plan=plan,
         search=searched,
@@ -185,7 +165,14 @@ def run(request: PlanRequest) -> PlanResult:
         diff=plan_diff(incumbent, plan, inv) if incumbent is not None else None,
         reasons=reasons_of(inv, plan, request.model) if request.explain and searched is not None else None,
         stats=stats_of(inv, plan, request.model) if request.stats else None,
+        torchrec=torchrec_document(plan, inv, kernel) if kernel is not None else None,
     )
+
+
+def read_incumbent(path: Path | None) -> Plan | None:
+    """The plan an incumbent file (`plans incumbent`) holds: None without a file, or when it says no plan was
+    current."""
+    return load_incumbent(path) if path is not None else None
 
 
 def require_searching(name: str, what: str) -> None:

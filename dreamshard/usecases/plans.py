@@ -17,10 +17,10 @@ from dreamshard.store import rollback as store_rollback
 from dreamshard.store import scan_plans
 from dreamshard.store.inventories import get_inventory_version
 from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, age, remove_orphans
-from dreamshard.store.schemas import CurrentPointer, FsckIssue, GcResult, Orphan, PlanRecord
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
 from dreamshard.values import Plan, utcnow
+from dreamshard.values.records import CurrentPointer, FsckIssue, GcResult, Orphan, PlanRecord
 
 # the stats report imports torch: it loads when `show` is asked for one (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover

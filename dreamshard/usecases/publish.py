@@ -1,20 +1,21 @@
 """The gate and the plan store: a plan verified against its inventory and a comparison (or measured against the
 baselines by the gate itself), decided, then published (current) or kept as rejected / inconclusive
-(docs/architecture.md, "The publish gate"). `plans publish` and the pipeline's publish step call this."""
+(docs/architecture.md, "The publish gate"). `plans publish`, the pipeline's publish step and `replan` call this,
+with the plan, its inventory and a comparison as values: the doors read the files (`read_comparison` for a
+comparison file and its digest)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from pydantic import model_validator
 
-from dreamshard.documents import load_inventory, load_plan
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.evaluation import Comparison, validate_sharders
-from dreamshard.gate import GateDecision, gate_comparison_file, measure_and_gate, trusted_plan
+from dreamshard.evaluation import Comparison, load_comparison, validate_sharders
+from dreamshard.gate import gate_plan, measure_and_gate, trusted_plan
 from dreamshard.gate.current import serving_contender
-from dreamshard.gate.decision import UNDECIDED
 from dreamshard.gate.policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (
@@ -30,16 +31,17 @@ from dreamshard.store.inventories import schema_of
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.sharders import expand
 from dreamshard.usecases.stored import open_plan_store
-from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.values import UNDECIDED, GateDecision, Inventory, Plan, Topology
 
 
 class PublishRequest(Request):
-    plan: Path
-    comparison: Path | None = None  # a comparison holding this plan and the baselines
+    plan: Plan  # as read: a plan file is data, taken through `gate.trusted_plan`
+    comparison: Comparison | None = None  # a comparison holding this plan and the baselines
+    comparison_source: str = "comparison"  # where it was read (`read_comparison`): the decision's evidence
     measure: bool = False  # the gate measures the plan and the baselines itself
     baselines: tuple[str, ...] = ()  # baselines added to publish.baselines; never fewer
     baseline_spec: str | None = None  # `--sharders`: more baselines, a comma list, 'heuristics' or 'all'
-    inventory: Path | None = None  # None: the version pushed to the store with the plan's fingerprint
+    inventory: Inventory | None = None  # None: the version pushed to the store with the plan's fingerprint
     model: Path | None = None  # the model that made the plan: its out-of-range check is added to the plan's
     backend: str | None = None  # --comparison: the backend it must have been measured on
     store: str | None = None  # None: publish.store_uri
@@ -67,6 +69,14 @@ class GateResult(Result):
 class PublishResult(GateResult):
     ref: PublishedRef
     fallback_ref: PublishedRef | None = None  # where the fallback plan was published (now current)
+
+
+def read_comparison(path: str | Path) -> tuple[Comparison, str]:
+    """A comparison file (`compare --out`, the evaluate stage's data/comparison.json) and the evidence line that
+    names it: its path and sha256, which go into the gate's decision."""
+    p = Path(path)
+    comparison = load_comparison(p)
+    return comparison, f"comparison {p} (sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]})"
 
 
 def stored_inventory(store: PlanStore, plan: Plan) -> Inventory:
@@ -123,15 +133,15 @@ def _judge(request: PublishRequest, store: PlanStore) -> tuple[Plan, GateDecisio
     extra = tuple(validate_sharders(list(request.baselines))) if request.baselines else ()
     if request.baseline_spec:
         extra = tuple(dict.fromkeys((*extra, *expand(request.baseline_spec))))
-    plan = trusted_plan(load_plan(request.plan))
-    inv = load_inventory(request.inventory) if request.inventory is not None else stored_inventory(store, plan)
+    plan = trusted_plan(request.plan)
+    inv = request.inventory if request.inventory is not None else stored_inventory(store, plan)
     if request.model is not None:
         card = load_card(request.model)
         plan = trusted_plan(plan, lambda p: card.out_of_range(inv.tables, p.topology))
     seed = s.profile.seed
     current = servable_current(store, plan, inv)
     if request.comparison is not None:
-        judged, decision, cmp = gate_comparison_file(
+        judged, decision = gate_plan(
             plan,
             inv,
             request.comparison,
@@ -139,10 +149,11 @@ def _judge(request: PublishRequest, store: PlanStore) -> tuple[Plan, GateDecisio
             extra_baselines=extra,
             seed=seed,
             backend=request.backend,
+            source=request.comparison_source,
             topology=request.topology,
             current=current,
         )
-        return judged, decision, cmp, inv
+        return judged, decision, request.comparison, inv
     oracle = s.oracle()
     try:
         judged, decision, cmp = measure_and_gate(
@@ -199,10 +210,10 @@ def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDeci
     return publish_verdict(decision, read_current(store, plan)).decision
 
 
-def recorded(store: PlanStore, plan_file: Path) -> PublishResult | None:
-    """The decision the store already holds for this plan file's id and inventory version (one decision per plan
-    id per inventory version: publishing again neither re-measures nor records a second one); None if none."""
-    found = already_decided(store, trusted_plan(load_plan(plan_file)))
+def recorded(store: PlanStore, plan: Plan) -> PublishResult | None:
+    """The decision the store already holds for this plan's id and inventory version (one decision per plan id per
+    inventory version: publishing again neither re-measures nor records a second one); None if none."""
+    found = already_decided(store, trusted_plan(plan))
     if found is None:
         return None
     ref, stored, decision = found

@@ -9,7 +9,6 @@ the `dreamshard.retrain.due` event the retrain deployment listens for.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +16,6 @@ from pydantic import Field
 
 from dreamshard.config.job import JOB_KEYS
 from dreamshard.config.settings import model_dir
-from dreamshard.documents import load_inventory, save_inventory
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.learning.model_store import has_model
 from dreamshard.pipeline.workspace import MODEL_DIR
@@ -39,13 +37,12 @@ class ReplanRequest(Request):
     """A new version to plan; the topology is the job's the inventory records, unless the settings were told
     otherwise (`--devices/--hosts/--devices-per-host/--memory-gb`: dreamshard.config.job)."""
 
-    inventory: Path | None = None  # a file; None: the store's current version of `inventory_name`
+    inventory: Inventory | None = None  # None: the store's current version of `inventory_name`
     inventory_name: str | None = None
     store: str | None = None  # None: publish.store_uri
     endpoint_url: str | None = None
     model: Path | None = None  # the production model (default: the workspace's, else settings.model_dir's lookup)
     workspace: Path | None = None  # a pipeline workspace: its trained model is the production model
-    work_dir: Path | None = None  # where the plan file is written (default: a temporary directory)
     seed: int = 0
     force: bool = False  # re-plan a version the gate already decided on (or whose current plan is a fallback)
 
@@ -72,7 +69,7 @@ class ReplanResult(Result):
 
 def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
     if request.inventory is not None:
-        inv = load_inventory(request.inventory)
+        inv = request.inventory
         if request.inventory_name and request.inventory_name != inv.name:
             raise ConfigError(f"--inventory-name '{request.inventory_name}' is not the file's inventory '{inv.name}'")
         return inv
@@ -132,15 +129,14 @@ def _settled(
     return _result(inv, current, outcome="already-decided", reason=reason, topology=topology)
 
 
-def _planned(request: ReplanRequest, inv_file: Path, plan_file: Path, current: Plan | None) -> plan_uc.PlanResult:
+def _planned(request: ReplanRequest, inv: Inventory, current: Plan | None) -> plan_uc.PlanResult:
     """The version planned with the production model from the current plan (refined for replan_refine_seconds)."""
     s = request.settings
     fast = s.model_copy(update={"plan": s.plan.model_copy(update={"refine_seconds": s.plan.replan_refine_seconds})})
     return plan_uc.run(
         plan_uc.PlanRequest(
             settings=fast,
-            inventory=inv_file,
-            out=plan_file,
+            inventory=inv,
             sharder=plan_uc.SEARCHING_SHARDER,
             model=model_dir(production_model(request.model, request.workspace)),
             seed=request.seed,
@@ -211,21 +207,21 @@ def _told(request: ReplanRequest, topology: Topology) -> Topology | None:
 
 
 def _decide(
-    request: ReplanRequest, store: PlanStore, inv: Inventory, work: Path, topology: Topology
+    request: ReplanRequest, store: PlanStore, inv: Inventory, plan: Plan, topology: Topology
 ) -> publish_uc.PublishResult:
-    """The gate's decision on the planned `work/plan.json`, stored; the version becomes the store's current one just
-    before it (`_push`). A plan id the store already decided for this version keeps its recorded decision (one
-    decision per plan id per inventory version), without measuring again."""
-    plan_file = work / "plan.json"
-    done = publish_uc.recorded(store, plan_file)
+    """The gate's decision on the planned `plan`, stored; the version becomes the store's current one just before it
+    (`_push`). A plan id the store already decided for this version keeps its recorded decision (one decision per
+    plan id per inventory version), without measuring again. The gate takes the plan as it takes a file's: through
+    `gate.trusted_plan`, its costs and verification recomputed or measured, never carried over."""
+    done = publish_uc.recorded(store, plan)
     if done is not None:
         _push(request, store, inv)
         return done
     gate_request = publish_uc.PublishRequest(
         settings=request.settings,
-        plan=plan_file,
+        plan=plan,
         measure=True,
-        inventory=work / "inventory.yaml",  # baselines: publish.baselines
+        inventory=inv,  # baselines: publish.baselines
         store=request.store,
         endpoint_url=request.endpoint_url,
         topology=_told(request, topology),
@@ -245,13 +241,9 @@ def run(request: ReplanRequest) -> ReplanResult:
     if settled is not None:
         return settled
     start = job_incumbent(store, inv.name, topology, current)  # what the job of this topology runs now
-    with tempfile.TemporaryDirectory(prefix="dreamshard-replan-") as tmp:
-        work = request.work_dir or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        save_inventory(inv, work / "inventory.yaml")
-        planned = _planned(request, work / "inventory.yaml", work / "plan.json", start)
-        if planned.plan.out_of_range:
-            _push(request, store, inv)  # the retrain that is due plans the store's current version
-            return _retrain_due(inv, current, planned)
-        published = _decide(request, store, inv, work, topology)
+    planned = _planned(request, inv, start)
+    if planned.plan.out_of_range:
+        _push(request, store, inv)  # the retrain that is due plans the store's current version
+        return _retrain_due(inv, current, planned)
+    published = _decide(request, store, inv, planned.plan, topology)
     return _published(inv, current, start, planned, published)

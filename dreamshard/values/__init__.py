@@ -28,6 +28,7 @@ from dreamshard.values.costs import (
     DeviceCost,
     Statistic,
 )
+from dreamshard.values.decision import CURRENT_OUTCOMES, UNDECIDED, GateDecision, Outcome
 from dreamshard.values.ids import (
     new_id,
     utcnow,
@@ -109,6 +110,10 @@ from dreamshard.values.units import (
 
 __all__ = [
     "AccessAssumptions",
+    "CURRENT_OUTCOMES",
+    "GateDecision",
+    "Outcome",
+    "UNDECIDED",
     "CalibrationReport",
     "BackendInfo",
     "COMPUTE_KERNELS",

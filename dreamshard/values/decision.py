@@ -1,4 +1,6 @@
-"""What the gate decides for one plan (`GateDecision`), and the outcomes it can reach."""
+"""What the gate decides for one plan (`GateDecision`), and the outcomes it can reach: a value the gate produces
+and the store, the use cases and the doors carry (dreamshard.gate decides; it lives here so that no package below
+the gate imports it)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dreamshard.values import CostBasis, renamed_fields, utcnow
+from dreamshard.values.costs import CostBasis
+from dreamshard.values.ids import utcnow
+from dreamshard.values.tables import renamed_fields
 
 #: What the gate can decide: approved (becomes current), rejected (clearly not good enough), equivalent (as fast as
 #: the deciding baseline within publish.equivalence_margin, beyond the noise: the current plan stays) or

@@ -17,10 +17,10 @@ from harness import Case, Holds, Refused, Result, Runs, Table, cli, edited, writ
 from store_helpers import NoisyOracle, world
 
 from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, compare_sharders
-from dreamshard.gate import GateDecision, baseline_plan
+from dreamshard.gate import baseline_plan
 from dreamshard.sharders import get_sharder
 from dreamshard.store import list_plans, open_store, publish_or_reject, show
-from dreamshard.values import Plan
+from dreamshard.values import GateDecision, Plan
 
 #: Flags every publish of these cases takes: the local store and the simulator's basis allowed.
 FLAGS = "--store store -i inv.yaml --allow-simulated"

@@ -19,12 +19,11 @@ from pathlib import Path
 from harness import Case, Holds, Refused, Table, written
 
 from dreamshard.documents import save_inventory
-from dreamshard.gate import GateDecision
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.sharders import get_sharder
 from dreamshard.store import PlanStore, open_store, publish_or_reject
 from dreamshard.usecases.publish import first_plan
-from dreamshard.values import Inventory, Topology
+from dreamshard.values import GateDecision, Inventory, Topology
 
 INV = synth_inventory(8, 0, name="loop")
 TOPO = Topology(num_devices=2, memory_per_device_gb=4.0)

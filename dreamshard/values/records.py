@@ -1,4 +1,5 @@
-"""What the store writes and returns: the pointer, a plan's record, what publish / list / fsck / push report."""
+"""What the store writes and returns: the pointer, a plan's record, what publish / list / fsck / push report. Values:
+the store (dreamshard.store) produces them, the use cases and the doors carry them without importing the store."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.gate import GateDecision
-from dreamshard.store.keys import Status
-from dreamshard.values import Topology, utcnow
+from dreamshard.values.decision import GateDecision
+from dreamshard.values.ids import utcnow
+from dreamshard.values.topology import Topology
+
+#: Where a plan's record lives in a store: approved/ or rejected/ (dreamshard.store.keys).
+Status = Literal["approved", "rejected"]
 
 
 class PointerEntry(BaseModel):
