@@ -1,8 +1,8 @@
 """What the judge returns, and how the oracle's figure for a plan compares with it.
 
 A plan's figure per round is the max over its devices of [fwd_compute, fwd_comm, bwd_comm, bwd_compute] summed
-(docs/architecture.md, DESIGN.md section 1); its figure is the median over rounds, its per-device figures the
-component-wise medians over rounds, its spread (max - min) / median of the rounds' figures.
+(docs/architecture/data-model.md, "Data model"; DESIGN.md section 1); its figure is the median over rounds, its
+per-device figures the component-wise medians over rounds, its spread (max - min) / median of the rounds' figures.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Production-loop benchmark: a one-table change on the 120-table pool, fresh pipeline run vs an incremental
-retrain vs the fast path vs a full retrain (docs/architecture.md, "The production loop"). Run it on a quiet
+retrain vs the fast path vs a full retrain (docs/architecture/pipeline.md, "The production loop"). Run it on a quiet
 machine (about 30 minutes on 2 cores). Every v2 path starts with v1's published plan current in its store, as in
 production: the fast path and the pipeline's plan stage search from it (the incumbent).
 

@@ -1,5 +1,5 @@
 """Loading and saving value objects as JSON / YAML / JSONL files: validated on the way in (errors name the file,
-the table and the field), written atomically, measurements appended and resumed (docs/architecture.md, "Trust
+the table and the field), written atomically, measurements appended and resumed (docs/architecture/stores.md, "Trust
 boundary")."""
 
 from __future__ import annotations

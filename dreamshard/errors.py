@@ -1,5 +1,5 @@
 """Typed errors. Every user-facing failure is a DreamshardError: one line naming what is wrong, exit code 2, no
-traceback, credentials redacted (docs/architecture.md, "Trust boundary")."""
+traceback, credentials redacted (docs/architecture/stores.md, "Trust boundary")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A package's re-exports, each imported when first asked for (PEP 562 module `__getattr__`; docs/architecture.md,
+"""A package's re-exports, each imported when first asked for (PEP 562 module `__getattr__`; docs/architecture/index.md,
 "Layers": light commands start without torch).
 
 Importing a submodule runs its package's `__init__.py` first; an `__init__` that imported every submodule would load

@@ -1,5 +1,5 @@
 """The profile stage's `workers` dispatcher: each batch as a run of the profile-batch deployment on the `gpu` work
-pool (docs/architecture.md, "Profiling fan-out").
+pool (docs/architecture/pipeline.md, "Profiling fan-out").
 
 The library plans, measures and merges the batches (dreamshard.usecases.profile, dreamshard.profiling.dispatch) and
 calls this through the `dreamshard.dispatchers` entry point; this module only watches the deployment runs:

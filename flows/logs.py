@@ -1,10 +1,10 @@
-"""A known error is one line in a flow's logs too (docs/architecture.md, "Errors"). Prefect logs the exception of a
-failed task run, and again of the flow run it fails, with its traceback (`exc_info`); for the library's typed
-errors (`DreamshardError`: bad input, a refused plan, a missing inventory) that traceback says nothing the one
-line does not, and buries it. `one_line_known_errors()` (called when a flow module is imported) adds a filter to
-Prefect's run and engine loggers that logs such a record as `TypeName: first line`, without the traceback. The
-failure itself is untouched: the task and flow runs still end Failed, and the error still propagates to the
-caller as its own type (the CLI prints its one line). Any other exception keeps its traceback."""
+"""A known error is one line in a flow's logs too (docs/architecture/rules.md, "Where each rule lives": one-line typed
+errors). Prefect logs the exception of a failed task run, and again of the flow run it fails, with its traceback
+(`exc_info`); for the library's typed errors (`DreamshardError`: bad input, a refused plan, a missing inventory) that
+traceback says nothing the one line does not, and buries it. `one_line_known_errors()` (called when a flow module is
+imported) adds a filter to Prefect's run and engine loggers that logs such a record as `TypeName: first line`, without
+the traceback. The failure itself is untouched: the task and flow runs still end Failed, and the error still propagates
+to the caller as its own type (the CLI prints its one line). Any other exception keeps its traceback."""
 
 from __future__ import annotations
 

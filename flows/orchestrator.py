@@ -1,5 +1,5 @@
 """retrain-on-inventory-change: the orchestrator. It executes dvc.yaml's stages in a workspace repository with
-DVC's change detection only (docs/architecture.md, "One stage graph"):
+DVC's change detection only (docs/architecture/pipeline.md, "One stage graph"):
 
     prepare the workspace (stage graph, params, input inventory, remote; a new inventory: the current plan as the
                            incumbent the plan stage starts from)

@@ -1,5 +1,5 @@
-"""The door rule cannot be passed by re-exporting (docs/architecture.md, "Layers"): every library name a door uses,
-imported or read off an imported module, is followed to the module that defines it (tests/door_names.py), and that
+"""The door rule cannot be passed by re-exporting (docs/architecture/index.md, "Layers"): every library name a door
+uses, imported or read off an imported module, is followed to the module that defines it (tests/door_names.py), and that
 module must be one a door may import (tests/test_import_rules.py, DOOR_ALLOWED)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The package's import rules (docs/architecture.md, "Layers"): no import cycle in dreamshard/ (counting imports
+"""The package's import rules (docs/architecture/index.md, "Layers"): no import cycle in dreamshard/ (counting imports
 inside functions too), no module over 400 lines, function-level imports only for optional heavy dependencies
 (each with a comment saying which), the doors (`cli/`, `flows/`) import only use cases, settings, errors, value
 types, rendering and the integrations, the library CLI imports neither Prefect nor the flows package, and the CLI
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dreamshard"
-#: The doors: they parse, call a use case and render (docs/architecture.md, "Layers").
+#: The doors: they parse, call a use case and render (docs/architecture/index.md, "Layers").
 DOORS = (PACKAGE / "cli", ROOT / "flows")
 #: What a door may import from the library, and why.
 DOOR_ALLOWED = {

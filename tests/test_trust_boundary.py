@@ -1,5 +1,5 @@
-"""The trust boundary of a plan file (docs/architecture.md, "Trust boundary"): no field but the placement steers the
-gate, the store's order or a training job's lookup. A forged `schema_fingerprint` once flipped a rejection into a
+"""The trust boundary of a plan file (docs/architecture/stores.md, "Trust boundary"): no field but the placement steers
+the gate, the store's order or a training job's lookup. A forged `schema_fingerprint` once flipped a rejection into a
 fallback and an inconclusive plan into an approval; with a 2099 `created_at` it hid a model's plan from its job."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The cost model learns every sharding type from measurements: profile kinds that row-shard or replicate, records
-of units, training and checks on them (docs/architecture.md, "Sharding types" and "Learning")."""
+of units, training and checks on them (docs/architecture/data-model.md, "Sharding types" and "Learning")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The data-model contract (docs/architecture.md): round-trips, strictness, fingerprints, plans."""
+"""The data-model contract (docs/architecture/data-model.md, "Data model"): round-trips, strictness, fingerprints,
+plans."""
 
 from __future__ import annotations
 

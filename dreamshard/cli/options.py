@@ -2,7 +2,7 @@
 helpers that turn them into settings overrides.
 
 Every numeric option has bounds (typer rejects values outside them with one usage line, exit 2), so no value
-reaches arithmetic that could overflow or allocate without limit (docs/architecture.md, "Where each rule lives").
+reaches arithmetic that could overflow or allocate without limit (docs/architecture/rules.md, "Where each rule lives").
 An option that overrides a params.yaml key says which (None = not given: the params file, else the section
 default; dreamshard.config.settings.resolve applies them).
 """

@@ -159,7 +159,7 @@ def gc_cmd(
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
 ) -> None:
-    """Remove the orphans of interrupted publishes (docs/architecture.md, "Stores"): a plan object without its
+    """Remove the orphans of interrupted publishes (docs/architecture/stores.md, "Stores"): a plan object without its
     record that no pointer (current or history) names, with its checksum; a checksum without its plan. Never an
     object a record or a pointer names. Those younger than --grace-minutes may be a publish in flight: kept and
     named. Exit 0 (nothing to remove is no error)."""

@@ -1,5 +1,5 @@
 """One home for configuration: the sections of params.yaml and `resolve`, their one reader
-(docs/architecture.md, "Settings and use cases").
+(docs/architecture/index.md, "Settings and use cases").
 
     settings   `resolve(params, overrides)` -> `Settings`, every section typed
     stages     the sections of the pipeline's stages (inventory, plan, evaluate, pipeline, drift)

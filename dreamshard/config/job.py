@@ -1,6 +1,6 @@
-"""The topology a run plans for (docs/architecture.md, "The production loop"): the training job's, as the inventory
-records it (`Inventory.job`, `values/job.py`), over the params `topology` template, except where the caller said
-otherwise (a CLI option, a flow request's field: an override of `resolve`).
+"""The topology a run plans for (docs/architecture/pipeline.md, "The production loop"): the training job's, as the
+inventory records it (`Inventory.job`, `values/job.py`), over the params `topology` template, except where the caller
+said otherwise (a CLI option, a flow request's field: an override of `resolve`).
 
 `plan`, `replan`, `compare`, the pipeline's plan stage and the gate all take it from here, so a 2-rank job's
 inventory is planned, gated and published for 2 ranks without anyone repeating `--devices 2`.

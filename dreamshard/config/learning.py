@@ -195,7 +195,7 @@ class LoopConfig(_Config):
     init: Literal["pretrained", "none", "previous"] = "pretrained"
     incremental_iterations: Annotated[int, Field(ge=1)] = 1
     # an incremental retrain fine-tunes a model already fit to most of its data: its cost ensemble takes this
-    # many steps per member (None: cost.steps, as a fresh fit); docs/architecture.md, "The production loop"
+    # many steps per member (None: cost.steps, as a fresh fit); docs/architecture/pipeline.md, "The production loop"
     incremental_cost_steps: Annotated[int, Field(ge=1)] | None = None
     refresh_tasks: Annotated[int, Field(ge=0)] = 1
     final_lr_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1  # linear LR decay from 1 to this

@@ -1,5 +1,5 @@
 """The `profile` section of params.yaml (`ProfileConfig`): how measurements are made, and `oracle()`, the
-measuring backend it describes (docs/architecture.md, "Measuring")."""
+measuring backend it describes (docs/architecture/measuring.md, "Measuring")."""
 
 from __future__ import annotations
 

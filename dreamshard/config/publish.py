@@ -1,5 +1,5 @@
 """The `publish` section of params.yaml (`PublishConfig`): the gate's rules, its baselines and where plans go
-(docs/architecture.md, "The publish gate")."""
+(docs/architecture/gate.md, "The publish gate")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Section `release`: the release gate a new packaged model passes before it replaces the shipped one (`make
-pretrain` ends with `dreamshard release`; docs/architecture.md, "The release gate for models").
+pretrain` ends with `dreamshard release`; docs/architecture/gate.md, "The release gate for models").
 
 The gate plans each held-out task (dreamshard.inventory.heldout: families no training family resembles, some
 without access histograms) with the candidate and the shipped model (search only: the model out of the box) and

@@ -1,4 +1,4 @@
-"""Settings: params.yaml resolved once (docs/architecture.md, "Settings and use cases").
+"""Settings: params.yaml resolved once (docs/architecture/index.md, "Settings and use cases").
 
 `resolve(params_path, overrides, lookup)` is what every door calls (the CLI, the DVC stages through it, the
 Prefect tasks): it finds the file (`Lookup`), applies overrides > the file > the section defaults (dotted keys;

@@ -2,7 +2,7 @@
 the comparison (`evaluate`), the pipeline's plumbing (`pipeline`) and the drift monitor (`drift`).
 
 The other sections live beside them in dreamshard.config (`profile`, `publish`, the learning ones);
-dreamshard.config.settings puts them all together (docs/architecture.md, "Settings and use cases").
+dreamshard.config.settings puts them all together (docs/architecture/index.md, "Settings and use cases").
 """
 
 from __future__ import annotations

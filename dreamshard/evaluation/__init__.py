@@ -1,4 +1,4 @@
-"""Evaluation: measure plans and compare sharders (docs/architecture.md, "Measuring"); rendering lives in
+"""Evaluation: measure plans and compare sharders (docs/architecture/measuring.md, "Measuring"); rendering lives in
 dreamshard.evaluation.render."""
 
 from dreamshard.lazy import lazy_exports

@@ -1,5 +1,5 @@
 """The reference lower bound of a comparison: every table (or its smallest share) measured alone, and an even
-share of the inventory's compute and all-to-all (docs/architecture.md, "Measuring"). For reports only: the
+share of the inventory's compute and all-to-all (docs/architecture/measuring.md, "Measuring"). For reports only: the
 gate decides on the plans and measures none."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class LowerBound(BaseModel):
     """The reference every plan is compared with ("x LB"): no placement of the inventory on the topology costs
-    less (docs/architecture.md, "Evaluation").
+    less (docs/architecture/measuring.md, "Evaluation").
 
     The bottleneck device costs at least the average over the devices that hold anything, so at least
     compute_ms + comm_ms: the all-to-all of an even 1/D share of every table's pooled output (alpha once per

@@ -1,7 +1,7 @@
 """Evaluate plans on a measuring backend and compare sharders, all contenders measured interleaved.
 
-Absolute milliseconds on a shared CPU drift; ratios within one interleaved run do not (docs/architecture.md).
-Plans are measured on their placement units (whole tables and column shards: dreamshard.placement.expand).
+Absolute milliseconds on a shared CPU drift; ratios within one interleaved run do not (docs/architecture/measuring.md,
+"Measuring"). Plans are measured on their placement units (whole tables and column shards: dreamshard.placement.expand).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def compare_sharders(
     """Plan with every sharder, then measure all plans interleaved (shuffled order each round). The lower bound
     (every table measured alone) is for reports; the gate, which decides on the plans alone, leaves it out. A
     `corpus` serves and records the lower bound's single-table timings only: the contenders are always measured
-    afresh, interleaved (docs/architecture.md, "The measurement corpus"). `stop(contenders)`, asked after each
+    afresh, interleaved (docs/architecture/measuring.md, "The measurement corpus"). `stop(contenders)`, asked after each
     round with every plan and its overall samples so far, ends the measuring early (`gate.sequential.stop_rule`);
     the comparison's `rounds` are the rounds measured. `timing_passes`, `timing_clock`: each contender's devices
     timed that many times per round on that clock, each device's figure their median (`Oracle.timing_as`; the

@@ -1,4 +1,4 @@
-"""Drift: is the published plan still as fast as when it was published? (docs/architecture.md, "Drift")
+"""Drift: is the published plan still as fast as when it was published? (docs/architecture/pipeline.md, "Drift")
 
 `check_drift` re-measures a plan on a backend and compares its overall cost with the cost recorded in the plan:
 the measured one (what the gate approved), or the predicted one for a plan that was never measured. Past the

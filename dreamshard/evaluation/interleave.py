@@ -1,5 +1,6 @@
 """Plans measured interleaved: each plan once per round, in a freshly shuffled order every round, so drift on a
-shared machine hits all plans alike (docs/architecture.md, "Measuring"). `compare.py` re-exports these names."""
+shared machine hits all plans alike (docs/architecture/measuring.md, "Measuring"). `compare.py` re-exports these
+names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Why each unit of a plan is on its device (`plan --explain`, docs/architecture.md, "Learning").
+"""Why each unit of a plan is on its device (`plan --explain`, docs/architecture/learning.md, "Learning").
 
 For every unit, the reason is one of:
 

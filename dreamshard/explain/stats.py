@@ -1,5 +1,5 @@
 """Every plan explained: the stats report (`plan --stats`, `evaluate --stats`, `plans show --stats`; what-if is
-dreamshard.explain.whatif) -- docs/architecture.md, "Plan stats and what-if".
+dreamshard.explain.whatif) -- docs/architecture/learning.md, "Plan stats and what-if".
 
 Per device, a fused operator's compute is not the sum of its tables' costs, so a table's cost is its share of
 its device: the device's compute (fwd + bwd) split in proportion to each unit's predicted compute alone, plus the

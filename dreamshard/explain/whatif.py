@@ -1,5 +1,5 @@
-"""What-if (`dreamshard whatif`, docs/architecture.md, "Plan stats and what-if"): a plan changed by removing tables,
-adding tables, moving and swapping units, each change predicted with the learned cost the stats report uses.
+"""What-if (`dreamshard whatif`, docs/architecture/learning.md, "Plan stats and what-if"): a plan changed by removing
+tables, adding tables, moving and swapping units, each change predicted with the learned cost the stats report uses.
 
 Changes apply in that order: removals, additions, moves, swaps. An added table goes to the device its spec names,
 or else to the device with room where the predicted maximum after adding it is lowest (dreamshard.search.insertion):

@@ -1,5 +1,5 @@
 """The publish gate: verifies a plan, then approves it only if it beats every required baseline by a margin
-beyond the measurement noise (docs/architecture.md, "The publish gate").
+beyond the measurement noise (docs/architecture/gate.md, "The publish gate").
 
 * what the gate decides is a value, `dreamshard.values.GateDecision`; its rules are the `publish` section
   (`dreamshard.config.publish`);

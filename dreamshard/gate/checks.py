@@ -1,5 +1,5 @@
 """What the gate verifies before deciding: the plan against its inventory, and a comparison's contenders,
-baselines and figures (docs/architecture.md, "The publish gate"). Every failure is a PlanError: a forged or
+baselines and figures (docs/architecture/gate.md, "The publish gate"). Every failure is a PlanError: a forged or
 inconsistent input, nothing to store."""
 
 from __future__ import annotations

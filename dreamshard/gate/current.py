@@ -1,4 +1,4 @@
-"""The current plan as a contender (docs/architecture.md, "The publish gate"): a new plan replaces a current plan
+"""The current plan as a contender (docs/architecture/gate.md, "The publish gate"): a new plan replaces a current plan
 that can serve its job only when it beats that plan too, by the margin and beyond the noise, on the same
 measurements. The current plan is measured beside the baselines under the label `current` (`compare --current`,
 the evaluate stage, or the gate's own measurement) and found in a comparison by its placement, never by its label.

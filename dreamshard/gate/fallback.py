@@ -1,5 +1,5 @@
-"""The fallback decision (docs/architecture.md, "The production loop"): a plan the gate rejected, for a version the
-current plan cannot serve (a table added, removed or reshaped; another topology), would leave the training job
+"""The fallback decision (docs/architecture/pipeline.md, "The production loop"): a plan the gate rejected, for a version
+the current plan cannot serve (a table added, removed or reshaped; another topology), would leave the training job
 with no servable plan. The best baseline, measured in the same interleaved rounds as the rejected plan and
 verified by the gate (its placement recomputed from its sharder), becomes current instead, under its own plan id
 and with outcome `fallback`.

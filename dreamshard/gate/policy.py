@@ -1,5 +1,5 @@
 """The publish policy: what the gate's decision means, given what the store's current plan can serve
-(docs/architecture.md, "The production loop").
+(docs/architecture/pipeline.md, "The production loop").
 
 Inside the noise (inconclusive) or as fast as the best baseline within the equivalence margin (equivalent), the
 current plan stays when it can serve the new version's training job. With no current plan, or one that cannot serve

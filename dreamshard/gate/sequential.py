@@ -1,5 +1,5 @@
 """The gate's sequential rule: early looks after `publish.early_rounds` paired rounds (3 and 4) decide when the
-bounds already say approved or rejected; otherwise measuring goes on to `publish.min_rounds` (docs/architecture.md,
+bounds already say approved or rejected; otherwise measuring goes on to `publish.min_rounds` (docs/architecture/gate.md,
 "The publish gate").
 
 The error rate 1 - confidence is split between the looks (Bonferroni): each early look is judged at

@@ -1,4 +1,5 @@
-"""Who decides each field of a plan file: the trust and authority table of docs/architecture.md ("Trust boundary").
+"""Who decides each field of a plan file: the trust and authority table of
+docs/architecture/stores.md, "Trust boundary".
 
 A plan file is data. What the gate judges is its placement; every other field the gate, the store index or a
 lookup reads comes from its authority: the inventory given to publish (names and fingerprints, recomputed), the
@@ -71,7 +72,7 @@ def check_trust_table(fields: Sequence[str] | None = None) -> None:
     if missing or stale:
         raise TypeError(
             f"Plan fields without a trust decision: {missing}; rows for no field: {stale} "
-            f"(dreamshard/gate/trust.py, docs/architecture.md 'Trust boundary')"
+            f"(dreamshard/gate/trust.py, docs/architecture/stores.md 'Trust boundary')"
         )
 
 

@@ -1,4 +1,4 @@
-"""Integrations with the frameworks that run a plan (docs/architecture.md, "Integrations"; docs/torchrec.md).
+"""Integrations with the frameworks that run a plan (docs/architecture/measuring.md, "Integrations"; docs/torchrec.md).
 
 `torchrec_file`: the plan file TorchRec users receive (no torch needed); `torchrec`: that file (or a Plan) as
 TorchRec's ``ShardingPlan`` and back; `torchrec_model`: a TorchRec model and its batches as an inventory;

@@ -1,5 +1,5 @@
 """Plans in TorchRec: a dreamshard plan as TorchRec's ``ShardingPlan``, and a TorchRec plan as a dreamshard Plan
-(docs/torchrec.md; docs/architecture.md, "Integrations").
+(docs/torchrec.md; docs/architecture/measuring.md, "Integrations").
 
 Using a plan (the one documented call)::
 

@@ -1,5 +1,5 @@
 """An inventory from a TorchRec model and its data: `inventory_from_module(model, batches, batch_size)`
-(docs/torchrec.md; docs/architecture.md, "Integrations").
+(docs/torchrec.md; docs/architecture/measuring.md, "Integrations").
 
 The tables are the model's `EmbeddingBagCollection`s' (weighted ones too) and `EmbeddingCollection`s' (sequence
 tables: `Table.pooled` false), named as TorchRec names them, with their rows, dims, dtypes and features;

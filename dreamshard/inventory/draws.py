@@ -1,5 +1,5 @@
 """Per-name seeded draws: choices about one table that do not depend on which other tables exist, so a new or
-changed table leaves every other table's choices as they were (docs/architecture.md, "The measurement corpus":
+changed table leaves every other table's choices as they were (docs/architecture/measuring.md, "The measurement corpus":
 stable tasks and placements are what lets the corpus serve most of a changed inventory's measurements)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 17-bin per-batch reuse ("access") histogram (docs/architecture.md, "Data model").
+"""The 17-bin per-batch reuse ("access") histogram (docs/architecture/data-model.md, "Data model").
 
 For one batch of lookups into one table, every *unique* row is accessed c >= 1 times. Bin k holds the
 fraction of unique rows whose count falls in (2^(k-1), 2^k] -- bin 0 is (0, 1], bin 1 is (1, 2],

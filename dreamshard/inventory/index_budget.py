@@ -1,4 +1,4 @@
-"""THE index budget: the bound on the lookups one generation of synthetic indices may hold (docs/architecture.md,
+"""THE index budget: the bound on the lookups one generation of synthetic indices may hold (docs/architecture/rules.md,
 "Where each rule lives").
 
 Lookups cannot be scaled down the way rows are (they are the work measured), so what a generation would hold is

@@ -1,5 +1,5 @@
 """Synthetic lookup indices for one table that match its pooling factor and reuse histogram
-(docs/architecture.md, "Measuring").
+(docs/architecture/measuring.md, "Measuring").
 
 ``synthesize_indices`` draws one batch of (indices, offsets) so that the table's two access statistics hold *for
 that batch*: the bag lengths sum to exactly ``round(pooling_factor x batch_size)`` (`synthesize_bag_lengths`), and

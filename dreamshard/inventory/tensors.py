@@ -1,6 +1,6 @@
 """What a tensor read from a user's file must be before any of its data is read: a plain, dense tensor that holds
-data (docs/architecture.md, "Errors"). One rule for the batch files (integrations/torchrec_batches) and the DLRM
-traces (inventory/trace)."""
+data (docs/architecture/rules.md, "Where each rule lives": one-line typed errors). One rule for the batch files
+(integrations/torchrec_batches) and the DLRM traces (inventory/trace)."""
 
 from __future__ import annotations
 

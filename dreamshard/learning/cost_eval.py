@@ -1,5 +1,5 @@
-"""How accurate a cost ensemble is on held-out records (docs/architecture.md, "Learning"): MAPE overall, per device
-and per cost component, Spearman of the overall costs, and the error and ensemble spread per regime (tables per
+"""How accurate a cost ensemble is on held-out records (docs/architecture/learning.md, "Learning"): MAPE overall, per
+device and per cost component, Spearman of the overall costs, and the error and ensemble spread per regime (tables per
 device, pooling range).
 """
 

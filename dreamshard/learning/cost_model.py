@@ -1,4 +1,4 @@
-"""The cost network and its bootstrap ensemble (docs/architecture.md, "Learning").
+"""The cost network and its bootstrap ensemble (docs/architecture/learning.md, "Learning").
 
 A CostNet embeds each table with a shared MLP; a device is the SUM of its tables' latents (an empty device is
 zeros); four device heads predict forward compute, forward comm, backward comm and backward compute, and an

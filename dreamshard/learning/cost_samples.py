@@ -1,5 +1,5 @@
-"""Measurement records as the cost network's training samples (docs/architecture.md, "Learning"): the feature matrix
-(one row per table and batch size measured), one sample per record, and batches of samples collated for a
+"""Measurement records as the cost network's training samples (docs/architecture/learning.md, "Learning"): the feature
+matrix (one row per table and batch size measured), one sample per record, and batches of samples collated for a
 forward pass.
 """
 

@@ -1,4 +1,4 @@
-"""The interface the estimated MDP and the policy need from a cost model (docs/architecture.md, "Learning").
+"""The interface the estimated MDP and the policy need from a cost model (docs/architecture/learning.md, "Learning").
 
 A cost estimator maps each table to a *state vector*; a device's state is the SUM of the state vectors
 of its tables (an empty device is all zeros), so placing one more table is one vector addition. From a

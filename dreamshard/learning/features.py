@@ -1,4 +1,4 @@
-"""The table features the cost model and the policy read (docs/architecture.md, "Learning").
+"""The table features the cost model and the policy read (docs/architecture/learning.md, "Learning").
 
 Per table: DreamShard's 21 (dim, rows, pooling factor, size = rows x dim, 17 reuse bins, log-scaled), the log
 batch size it is looked up at, and 4 linear ones: lookup volume and output width per batch (its output elements

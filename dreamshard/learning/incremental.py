@@ -1,4 +1,4 @@
-"""Incremental retraining (docs/architecture.md, "The production loop"): after an inventory change, the outer
+"""Incremental retraining (docs/architecture/pipeline.md, "The production loop"): after an inventory change, the outer
 loop warm-starts from the model the state dir's last run trained for the previous version, not from the
 packaged one, and measures only the train tasks whose content the change touched (plus a refresh sample).
 

@@ -1,4 +1,4 @@
-"""The outer DreamShard loop, as production trains (docs/architecture.md, "Learning"):
+"""The outer DreamShard loop, as production trains (docs/architecture/learning.md, "Learning"):
 
     for each iteration:  measure where the planners go on the real backend -- sampled rollouts of the current
     policy, the search planner's best plan, small perturbations of the best measured plans (iteration 0

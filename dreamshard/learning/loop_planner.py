@@ -1,5 +1,5 @@
-"""What one iteration of the outer loop measures (docs/architecture.md, "Learning"): sampled rollouts of the current
-policy (random placements before there is one), where the search planner goes, and small perturbations of the
+"""What one iteration of the outer loop measures (docs/architecture/learning.md, "Learning"): sampled rollouts of the
+current policy (random placements before there is one), where the search planner goes, and small perturbations of the
 best measured placements. Deterministic given the iteration and the state."""
 
 from __future__ import annotations

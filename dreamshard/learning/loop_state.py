@@ -1,4 +1,4 @@
-"""The outer loop's state directory: what a run keeps so that it can resume (docs/architecture.md, "Learning").
+"""The outer loop's state directory: what a run keeps so that it can resume (docs/architecture/learning.md, "Learning").
 
 `checkpoints/iter-N/` holds the model of iteration N with its `state.json` (`LoopState`: what the run was started
 from and the loop records it used); `loop_measurements.jsonl` is the cache of every placement the loop measured,

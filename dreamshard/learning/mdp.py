@@ -1,4 +1,4 @@
-"""The estimated MDP (docs/architecture.md, "Learning"): place one table per step, no hardware in the loop.
+"""The estimated MDP (docs/architecture/learning.md, "Learning"): place one table per step, no hardware in the loop.
 
 Tables are visited in order of predicted single-table cost, largest first. At each step the legal
 devices are those with memory left for the current table (dreamshard.placement.validate.MemoryTracker); when none

@@ -1,5 +1,5 @@
-"""Saving and loading a model directory (docs/architecture.md, "Stores"): cost_net.pt (the cost ensemble), policy.pt
-and model.json (the card).
+"""Saving and loading a model directory (docs/architecture/stores.md, "Stores"): cost_net.pt (the cost ensemble),
+policy.pt and model.json (the card).
 
 model.json is written LAST and records the sha256 of each weights file, so a directory caught between
 writes (or edited by hand) is detected as corrupt rather than silently mixing two models. Weight files

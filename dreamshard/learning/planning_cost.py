@@ -1,5 +1,5 @@
 """The cost planning minimises: a CostEnsemble bound to one topology, pessimistic where it is unsure
-(docs/architecture.md, "Learning").
+(docs/architecture/learning.md, "Learning").
 
 Compute is the members' mean + `risk` x their spread, so the search and the policy stay away from the cost net's
 blind spots. Communication uses the alpha-beta model of the collective each unit runs (dreamshard.profiling.comm:

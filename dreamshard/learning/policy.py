@@ -1,4 +1,4 @@
-"""The placement policy (docs/architecture.md, "Learning") and planning with it.
+"""The placement policy (docs/architecture/learning.md, "Learning") and planning with it.
 
 Per device the policy sees [sum of the latents (from its OWN table MLP) of the device's tables plus the
 table being placed || an embedding of the device's 3 predicted costs (fwd compute, comm, bwd compute)

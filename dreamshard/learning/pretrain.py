@@ -1,4 +1,4 @@
-"""Pre-training the packaged model on a wide, generated table distribution (docs/architecture.md, "Learning").
+"""Pre-training the packaged model on a wide, generated table distribution (docs/architecture/learning.md, "Learning").
 
 `pretraining_tasks` draws tasks with their own tables (dreamshard.inventory.families.wide_table) and device
 counts, so tables per device span 1..max_tables_per_device; `pretraining_batch_sizes` draws each task's batch size

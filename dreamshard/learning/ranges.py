@@ -1,5 +1,5 @@
 """The ranges of inputs a model was trained on, and the check that an inventory to plan stays inside them
-(docs/architecture.md, "Learning").
+(docs/architecture/learning.md, "Learning").
 
 The model card records them from the measured records: table dims, rows and pooling, tables per device, device
 counts, the batch-size span and the device types of the backends that measured (simulated records add none).

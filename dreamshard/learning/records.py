@@ -1,4 +1,4 @@
-"""Training data is checked like input (docs/architecture.md, "Where each rule lives").
+"""Training data is checked like input (docs/architecture/rules.md, "Where each rule lives").
 
 A measurement record the cost model learns from must be in range (every device its placement names exists, one
 cost per device), finite and bounded (every cost figure, its comm model's included, >= 0 and at most

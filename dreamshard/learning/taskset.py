@@ -1,4 +1,5 @@
-"""Train / held-out planning tasks from one table pool (the held-out protocol of docs/architecture.md, "Learning").
+"""Train / held-out planning tasks from one table pool (the held-out protocol of docs/architecture/learning.md,
+"Learning").
 
 The pool is split (seeded, per table) into disjoint train and test table pools. Training tasks draw
 train_tables[0]..train_tables[1] tables from the train pool on `train_devices` devices; held-out tasks

@@ -1,4 +1,5 @@
-"""Fit the cost ensemble on measurement records (profile singles + placements; docs/architecture.md, "Learning").
+"""Fit the cost ensemble on measurement records (profile singles + placements; docs/architecture/learning.md,
+"Learning").
 
 Every record contributes all its devices (per-device four costs; empty devices are skipped in the
 device loss because the network predicts exactly 0 for them) and its overall cost. A seeded share of

@@ -1,5 +1,5 @@
-"""REINFORCE on the estimated MDP: no hardware in the loop, rewards from the cost estimator (docs/architecture.md,
-"Learning").
+"""REINFORCE on the estimated MDP: no hardware in the loop, rewards from the cost estimator
+(docs/architecture/learning.md, "Learning").
 
 Each update plays `episodes_per_update` sampled episodes, split over a few training tasks; returns are
 standardised within each task's group (batch-standardised; tasks of different size have different cost

@@ -1,5 +1,5 @@
 """Calibration at plan time: correct the cost model for one inventory on the backend that will run it
-(docs/architecture.md, "Calibration").
+(docs/architecture/learning.md, "Calibration").
 
 A model that never saw an inventory mispredicts some of its tables (a histogram it assumed, a size it saw rarely)
 and the backend's speed as a whole. Before searching, `calibrate` measures groups of the inventory's tables, one

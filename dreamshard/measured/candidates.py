@@ -1,5 +1,5 @@
 """Verify (`plan --verify K`): the K best predicted candidates measured on the backend, interleaved, and the best
-predicted kept unless the hardware confirms another (docs/architecture.md, "Learning").
+predicted kept unless the hardware confirms another (docs/architecture/learning.md, "Learning").
 
 Anchors (`plan.verify_anchors`: the best predicted baselines' or LPT's plans) join when the K hold none. Another
 candidate replaces the best predicted only when it was faster in every round (`kept_index`); one that loses a round

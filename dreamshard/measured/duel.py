@@ -1,5 +1,5 @@
 """A proposal measured against the incumbent on the two devices it changes, and the incumbent's running cost per
-device (docs/architecture.md, "Measured refinement"; used by dreamshard.measured.refine).
+device (docs/architecture/learning.md, "Measured refinement"; used by dreamshard.measured.refine).
 
 A block is up to `rounds` interleaved rounds in random order. A round in which the proposal is not faster than the
 incumbent's fastest round so far ends the block (no later round could make it pass: the same decision, sooner);

@@ -1,5 +1,5 @@
 """Measured refinement (`plan --refine-seconds S`): the hardware corrects the model at plan time
-(docs/architecture.md, "Measured refinement").
+(docs/architecture/learning.md, "Measured refinement").
 
 While the time budget lasts: take the measured bottleneck device of the incumbent, rank moves of its units to other
 devices and swaps with their units by the learned cost's predicted change of the two devices involved, and measure

@@ -1,5 +1,5 @@
-"""Verification under more than one id distribution (docs/architecture.md, "Planning without statistics"): where
-tables declare no access statistics, the verified candidates are measured interleaved under each assumed
+"""Verification under more than one id distribution (docs/architecture/learning.md, "Planning without statistics"):
+where tables declare no access statistics, the verified candidates are measured interleaved under each assumed
 distribution (dreamshard.search.unknown_stats). The search-only plan is kept unless another was confirmed faster
 under every distribution (the keep rule of dreamshard.measured.candidates); of those, the one with the least
 worst-case measured regret. Until 2026-12-05 the least regret by medians alone decided: on a held-out task (ctr-120/8,

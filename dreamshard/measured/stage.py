@@ -1,4 +1,4 @@
-"""The plan stage never loses to what it started from (docs/architecture.md, "Measured refinement").
+"""The plan stage never loses to what it started from (docs/architecture/learning.md, "Measured refinement").
 
 Verification keeps the search-only plan unless another candidate was faster in every round
 (dreamshard.measured.candidates). Refinement keeps a proposal on two devices' timings; a device timed alone is not

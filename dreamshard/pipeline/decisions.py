@@ -1,5 +1,5 @@
 """The decision tags on a workspace's commits: `published/<plan id>` or `rejected/<plan id>` mark the commit a plan
-was decided for, so each plan id is decided once (docs/architecture.md, "One stage graph")."""
+was decided for, so each plan id is decided once (docs/architecture/pipeline.md, "One stage graph")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The incumbent: the plan the training job runs when a new inventory version arrives (docs/architecture.md,
+"""The incumbent: the plan the training job runs when a new inventory version arrives (docs/architecture/pipeline.md,
 "The production loop").
 
 Planning a new version starts from it (the `current` search candidate: its units keep their devices), so a plan

@@ -1,4 +1,4 @@
-"""A pipeline workspace: a git + DVC repository in which the stages of dvc.yaml run (docs/architecture.md,
+"""A pipeline workspace: a git + DVC repository in which the stages of dvc.yaml run (docs/architecture/pipeline.md,
 "One stage graph").
 
     ws = PipelineWorkspace("runs/latest")

@@ -1,5 +1,5 @@
 """Whether a placement honours its tables' constraints: the part of THE placement validator
-(dreamshard.placement.validate.check_placement) that reads them (docs/architecture.md, "Constraints").
+(dreamshard.placement.validate.check_placement) that reads them (docs/architecture/data-model.md, "Constraints").
 
 Per table with constraints: the devices its units occupy (`devices`), its sharding type (`sharding_types`; a
 sequence table is never table-row-wise), its shard count (`max_shards`: its shards; `min_shards`: the distinct

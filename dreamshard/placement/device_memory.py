@@ -6,8 +6,8 @@ optimizer's state and, under `memory_model: torchrec`, the input/output buffers 
 `device_memory` sums the units of each device. Memory has two tiers on a cuda device: its own (HBM) and the host's
 (DDR), where a `fused_uvm` table keeps its weights and a `fused_uvm_caching` one too, with a cache of `load_factor`
 of them on the device (the kernel: dreamshard.placement.kernels). On a cpu device there is one tier. The formulas
-per sharding type: docs/architecture.md, "Device memory"; tests/test_storage.py and tests/test_memory_tiers.py check
-them against TorchRec's estimator.
+per sharding type: docs/architecture/data-model.md, "Device memory"; tests/test_storage.py and
+tests/test_memory_tiers.py check them against TorchRec's estimator.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def io_bytes(
     """(input, output) buffer bytes of `unit` for one batch, as TorchRec's `_calculate_shard_io_sizes` counts them
     (its default `PipelineType.NONE`): 8-byte indices in, pooled rows out, per rank's share of the batch
     (`topology.batch_size` is the global one), times the world for the sharded types; a row shard gets
-    1 / num_shards of the indices. docs/architecture.md, "Device memory"."""
+    1 / num_shards of the indices. docs/architecture/data-model.md, "Device memory"."""
     world = topology.num_devices
     per_rank = topology.batch_size / world
     poolings = [f.pooling_factor for f in unit.feature_list]

@@ -1,5 +1,5 @@
-"""What changes between two plans of one model: which tables move, and how many bytes of them (docs/architecture.md,
-"The production loop").
+"""What changes between two plans of one model: which tables move, and how many bytes of them
+(docs/architecture/pipeline.md, "The production loop").
 
 Publishing a new plan reshards the training job's embedding state: every table whose placement changed (another
 device, another sharding type, other shards) is sent to its new ranks. A table's placement is its sharding type and

@@ -1,5 +1,5 @@
 """Plan units: a plan's whole tables, column shards, row shards and replicas, each a Table of its own for memory,
-profiling and the cost model (docs/architecture.md, "Sharding types"; dreamshard.values.units names them).
+profiling and the cost model (docs/architecture/data-model.md, "Sharding types"; dreamshard.values.units names them).
 
 A column shard keeps the table's rows and statistics with `embedding_dim` = its width; a row shard keeps the dim,
 with its rows and their share of the lookups; a replica is the whole table. `expand` turns a plan into its units,

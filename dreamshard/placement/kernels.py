@@ -1,5 +1,5 @@
-"""Each unit's compute kernel and cache load factor, as a table's constraints decide them (docs/architecture.md,
-"Constraints").
+"""Each unit's compute kernel and cache load factor, as a table's constraints decide them
+(docs/architecture/data-model.md, "Constraints").
 
 The planners run what they have measured: `fused` for sharded tables and `dense` for data-parallel ones, whenever a
 table's `compute_kernels` allow them (or say nothing). A table whose constraints allow neither gets the first kernel

@@ -1,5 +1,5 @@
-"""Which sharding each table that cannot stay whole gets, so that the whole inventory packs (docs/architecture.md,
-"Tables larger than a device").
+"""Which sharding each table that cannot stay whole gets, so that the whole inventory packs
+(docs/architecture/data-model.md, "Tables larger than a device").
 
 A table is *forced* when its options (dreamshard.placement.options) hold no table-wise one: it is larger than a
 device, or its constraints ask for a split, another type or a kernel only another type runs. `choose_layout` gives

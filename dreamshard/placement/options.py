@@ -1,5 +1,5 @@
-"""A table's feasible shardings on a topology: the one enumeration every sharder chooses from (docs/architecture.md,
-"Tables larger than a device").
+"""A table's feasible shardings on a topology: the one enumeration every sharder chooses from
+(docs/architecture/data-model.md, "Tables larger than a device").
 
 `table_options` lists, in a fixed order (fewest units first), what the table's constraints, its module kind and
 the memory of one device allow:

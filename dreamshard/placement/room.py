@@ -1,6 +1,6 @@
 """Room for units while a sharder places them one by one: each device's free memory (its own and its host's) and the
 devices each unit may use (its table's `devices` constraint; a fixed unit's own device). The heuristics, the learned
-sharders' candidates and insertion place units through it (docs/architecture.md, "Constraints").
+sharders' candidates and insertion place units through it (docs/architecture/data-model.md, "Constraints").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""`min_shards` as a team means it: the shards of such a table on that many distinct devices (docs/architecture.md,
-"Constraints"). The heuristics place through `Room`, which keeps them apart; a search that moves units by its own
-rules (local search, the policy, measured refinement) ends with `spread_shards`, which moves the fewest shards
-that share a device to the least-used devices they may use that hold none of their table's shards.
+"""`min_shards` as a team means it: the shards of such a table on that many distinct devices
+(docs/architecture/data-model.md, "Constraints"). The heuristics place through `Room`, which keeps them apart; a search
+that moves units by its own rules (local search, the policy, measured refinement) ends with `spread_shards`, which moves
+the fewest shards that share a device to the least-used devices they may use that hold none of their table's shards.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""THE placement validator and the memory accounting the sharders share (docs/architecture.md, "Where each rule
+"""THE placement validator and the memory accounting the sharders share (docs/architecture/rules.md, "Where each rule
 lives").
 
 `check_placement` is the one check that a placement is legal for an inventory on a topology: every table placed

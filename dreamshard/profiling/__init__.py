@@ -1,4 +1,4 @@
-"""Measuring embedding cost: the oracle (docs/architecture.md, "Measuring").
+"""Measuring embedding cost: the oracle (docs/architecture/measuring.md, "Measuring").
 
 ``ProfileConfig(...).oracle()`` (or ``make_oracle("cpu"|"cuda"|"simulator", ...)``, the one construction it
 calls) builds an :class:`Oracle`; ``Oracle.measure`` returns a ``Measurement`` of one placement;

@@ -1,6 +1,6 @@
 """Profiling fanned out: a profiling run split into batches, each measured by whoever runs it (a worker or this
-process) into ONE shard object in the store, then merged back in planned order (docs/architecture.md, "Profiling
-fan-out").
+process) into ONE shard object in the store, then merged back in planned order (docs/architecture/pipeline.md,
+"Profiling fan-out").
 
 `plan_batches` is deterministic (the same job gives the same batches and keys), `write_spec` stores what a worker
 needs, `run_batch` + `write_shard` measure anywhere (a retry overwrites the same key), `merge_shards` writes every

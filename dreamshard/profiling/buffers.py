@@ -1,4 +1,4 @@
-"""Buffers the timed operators reuse from one build to the next (docs/architecture.md, "Measuring").
+"""Buffers the timed operators reuse from one build to the next (docs/architecture/measuring.md, "Measuring").
 
 A device timing builds its fused operator afresh (the tables differ from one timing to the next), but two of
 its inputs need not be fresh: neither the weights' values nor the upstream gradient's values change what the

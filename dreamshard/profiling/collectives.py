@@ -1,4 +1,4 @@
-"""One rank of the collective micro-benchmarks (docs/architecture.md, "Communication costs").
+"""One rank of the collective micro-benchmarks (docs/architecture/measuring.md, "Communication costs").
 
 Each rank is a fresh interpreter started by `comm.benchmark_collective` (`_worker_main`). A message size is the
 bytes leaving one rank in one call (what `CommModel.cost_ms` takes); `chunk_elements` sizes the tensors from it.
@@ -133,7 +133,7 @@ def _worker(
 
 
 #: Messages per call of the per-peer benchmark: the same bytes cut into more messages, as a rank of a larger world
-#: sends one to each peer (docs/architecture.md, "Communication costs": deriving larger worlds).
+#: sends one to each peer (docs/architecture/measuring.md, "Communication costs": deriving larger worlds).
 PEER_MESSAGES: tuple[int, ...] = (1, 2, 4, 8)
 
 
@@ -178,7 +178,7 @@ def _interleaved_ms(
     every call once, and per call the median over passes of the slowest rank's time (a collective finishes when its
     slowest rank does). Passes alternate direction (up, down, up...), so a call always follows a neighbouring size:
     right after the largest, a small exchange once ran 4x slow. Interleaved, a slow spell of the machine falls on
-    every size alike instead of bending one point of the fit (docs/architecture.md, "Communication costs")."""
+    every size alike instead of bending one point of the fit (docs/architecture/measuring.md, "Communication costs")."""
     for call in calls:
         for _ in range(warmup):
             _timed_ms(call, cuda)

@@ -1,6 +1,6 @@
 """Collective costs: ``torch.distributed`` micro-benchmarks fitted to alpha-beta models (cached per machine and
 world size), the bytes each collective moves off one device, and a device's traffic costed on a topology with
-hosts. The model and its assumptions: docs/architecture.md, "Communication costs".
+hosts. The model and its assumptions: docs/architecture/measuring.md, "Communication costs".
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def inter_host_beta_ms_per_mb(topology: Topology) -> float:
 def inter_host_fraction(topology: Topology, collective: Collective = "all_to_all") -> float:
     """The share of a device's bytes that crosses hosts: 0 on a flat topology; an all-to-all's bytes go evenly to
     the other devices, (N - L) / (N - 1) of them on other hosts; a ring collective's every byte waits for the hop
-    between hosts (docs/architecture.md, "Communication costs")."""
+    between hosts (docs/architecture/measuring.md, "Communication costs")."""
     _check_collective(collective)
     n, local = topology.num_devices, topology.local_world_size
     if topology.hosts <= 1 or n <= 1:
@@ -292,8 +292,8 @@ def inter_host_fraction(topology: Topology, collective: Collective = "all_to_all
 def host_comm_model(topology: Topology, model: CommModel, collective: Collective | None = None) -> CommModel:
     """`model` (one device's measured, intra-host rate) as one device's cost on `topology`: on a flat topology
     `model` itself; with hosts ``alpha' = max(alpha, INTER_HOST_LATENCY_MS)`` and ``beta' = beta + f /
-    inter_host_gbps`` (f = ``inter_host_fraction``; docs/architecture.md, "Communication costs"), labelled with the
-    inter-host bandwidth parameter. ``collective`` (None: ``model.collective``) says how the bytes route."""
+    inter_host_gbps`` (f = ``inter_host_fraction``; docs/architecture/measuring.md, "Communication costs"), labelled
+    with the inter-host bandwidth parameter. ``collective`` (None: ``model.collective``) says how the bytes route."""
     route = collective or model.collective
     f = inter_host_fraction(topology, route)
     if f <= 0.0:

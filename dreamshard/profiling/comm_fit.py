@@ -1,4 +1,4 @@
-"""Collective fits that describe the machine (docs/architecture.md, "Communication costs").
+"""Collective fits that describe the machine (docs/architecture/measuring.md, "Communication costs").
 
 A benchmark (`dreamshard.profiling.comm.benchmark_collective`, injected as `run`) gives (MB, ms) points, one
 held-out size and the per-peer points; here they become an alpha-beta fit judged by the quality bar

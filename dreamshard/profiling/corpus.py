@@ -1,4 +1,4 @@
-"""The measurement corpus: every device timing ever made, keyed by what it measured (docs/architecture.md,
+"""The measurement corpus: every device timing ever made, keyed by what it measured (docs/architecture/measuring.md,
 "The measurement corpus").
 
 A device's timing depends on the hardware, the backend and its settings, the batch size and the content of its

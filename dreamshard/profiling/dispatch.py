@@ -1,5 +1,5 @@
 """Where the profile stage's batches run when they do not run in its own process: the batch dispatchers
-registered under the `dreamshard.dispatchers` entry point group (docs/architecture.md, "Profiling fan-out").
+registered under the `dreamshard.dispatchers` entry point group (docs/architecture/pipeline.md, "Profiling fan-out").
 
 The Prefect flows register `workers` (one run of the profile-batch deployment per batch, `dreamshard_flows.fanout`),
 so the library never imports Prefect. A dispatcher is called as

@@ -1,5 +1,5 @@
-"""The quality bar a collective's fit must pass before anything plans on it (docs/architecture.md, "Communication
-costs"): r2, monotone points, a held-out size predicted within tolerance, and ranks that each had a core.
+"""The quality bar a collective's fit must pass before anything plans on it (docs/architecture/measuring.md,
+"Communication costs"): r2, monotone points, a held-out size predicted within tolerance, and ranks that each had a core.
 
 Pure functions over (megabytes, ms) points; `dreamshard.profiling.comm` runs the benchmarks and decides what to
 do with a fit that fails.

@@ -1,4 +1,4 @@
-"""The Oracle: measures a placement's per-device costs, the ground truth of the product (docs/architecture.md,
+"""The Oracle: measures a placement's per-device costs, the ground truth of the product (docs/architecture/measuring.md,
 "Measuring").
 
 Per device: the compute of the fused operators over its units (the `statistic` of `repeats` timed runs after

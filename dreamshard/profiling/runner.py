@@ -1,5 +1,5 @@
 """Profiling runs: single-table costs and feasible placements, appended to a JSONL file, resumable
-(docs/architecture.md, "Measuring").
+(docs/architecture/measuring.md, "Measuring").
 
 `plan_items` is what a run measures: singles (each table alone on device 0), then, for the whole inventory or per
 train task, K random feasible placements and one per extra kind (`profile.kinds`: a sharder's plan, `crowded`,

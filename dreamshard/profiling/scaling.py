@@ -1,5 +1,5 @@
-"""The scaling rule: how big tables are shrunk for profiling, keeping their access pattern (docs/architecture.md,
-"Measuring").
+"""The scaling rule: how big tables are shrunk for profiling, keeping their access pattern
+(docs/architecture/measuring.md, "Measuring").
 
 Profiling allocates every table of a device for real, so a production table is profiled on fewer rows
 (`ScalingRule`). Its dim, pooling and reuse histogram are kept: indices are drawn inside the rows used

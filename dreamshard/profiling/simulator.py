@@ -1,5 +1,5 @@
 """A deterministic analytic cost model: SIMULATED, for fast tests and scale studies, never a measurement
-(docs/architecture.md, "Measuring").
+(docs/architecture/measuring.md, "Measuring").
 
 Every record it makes says so (`BackendInfo(name="simulator", operator="analytic", is_simulated=True)`, comm
 labelled "simulated"). Its shape mimics fused TBE so the learning code faces the same non-additivity: a kernel

@@ -1,5 +1,5 @@
-"""Which train tasks a new inventory version re-measures (`profile.incremental_tasks`; docs/architecture.md, "The
-measurement corpus"): once the corpus serves at least one task entirely, at most that many of the tasks whose
+"""Which train tasks a new inventory version re-measures (`profile.incremental_tasks`; docs/architecture/measuring.md,
+"The measurement corpus"): once the corpus serves at least one task entirely, at most that many of the tasks whose
 placements need device timings the corpus lacks are measured, chosen by per-task draws so the same change keeps
 the same tasks."""
 

@@ -1,4 +1,4 @@
-"""Search on the learned cost at plan time (docs/architecture.md, "Learning").
+"""Search on the learned cost at plan time (docs/architecture/learning.md, "Learning").
 
 Candidates come from every source we have -- the RL policy (greedy argmax and sampled rollouts), LPT on the cost
 net's predicted single-table costs, every heuristic and TorchRec's planner -- and from the caller's `seeds` (a

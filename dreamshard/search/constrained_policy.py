@@ -1,7 +1,7 @@
-"""The RL policy placing units around fixed ones and within their tables' `devices` constraints (docs/architecture.md,
-"Constraints"): the estimated MDP (dreamshard.learning.mdp) over the free units, started with the fixed units (row
-blocks, replicas) on their devices and each step's legal devices narrowed to those the unit may use. Without fixed
-units or pins it is `plan_with_policy` itself.
+"""The RL policy placing units around fixed ones and within their tables' `devices` constraints
+(docs/architecture/data-model.md, "Constraints"): the estimated MDP (dreamshard.learning.mdp) over the free units,
+started with the fixed units (row blocks, replicas) on their devices and each step's legal devices narrowed to those the
+unit may use. Without fixed units or pins it is `plan_with_policy` itself.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Where a new unit goes in a placement that stays as it is (docs/architecture.md, "Plan stats and what-if"): the
-device with room where the predicted maximum after adding it is lowest (ties: the lower device). What-if places
+"""Where a new unit goes in a placement that stays as it is (docs/architecture/learning.md, "Plan stats and what-if"):
+the device with room where the predicted maximum after adding it is lowest (ties: the lower device). What-if places
 an added table this way, and the search adapts the current plan to a new inventory version with it (the
 `current` candidate: every unit the current plan has keeps its device, the new ones are inserted).
 """

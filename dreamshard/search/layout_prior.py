@@ -1,4 +1,5 @@
-"""How a table that cannot stay whole gets its sharding, and why (docs/architecture.md, "Tables larger than a device").
+"""How a table that cannot stay whole gets its sharding, and why (docs/architecture/data-model.md, "Tables larger than a
+device").
 
 The learned sharders rank a forced table's options (dreamshard.placement.options) by the planning cost. That cost
 knows the device type only when the model learned from it or was calibrated on it for this inventory. Where it

@@ -1,4 +1,4 @@
-"""Bounded local search over a finished placement, under the cost estimator (docs/architecture.md, "Learning").
+"""Bounded local search over a finished placement, under the cost estimator (docs/architecture/learning.md, "Learning").
 
 The overall cost is the largest device total, so each round takes the predicted bottleneck device and applies the
 best of (a) moving one of its units to another device with memory room and (b) swapping one of its units with one

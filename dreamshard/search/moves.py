@@ -1,4 +1,4 @@
-"""Moves as a cost in a re-plan (docs/architecture.md, "The production loop": moves as a cost).
+"""Moves as a cost in a re-plan (docs/architecture/pipeline.md, "The production loop": moves as a cost).
 
 A re-plan starts from the plan the job runs now (the incumbent): its placement, adapted to the new inventory (an
 added table placed where it fits, `current_seed`), is one of the search's candidates (`current`). Every table a

@@ -1,5 +1,5 @@
-"""The learned sharders behind the common Sharder interface (docs/architecture.md, "Learning"; registered through
-the `dreamshard.sharders` entry-point group, see pyproject.toml):
+"""The learned sharders behind the common Sharder interface (docs/architecture/learning.md, "Learning"; registered
+through the `dreamshard.sharders` entry-point group, see pyproject.toml):
 
 - `dreamshard` (the default): search on the learned cost (dreamshard.search.candidates), optionally verified on
   hardware (dreamshard.measured.candidates);

@@ -1,4 +1,4 @@
-"""Choosing each table's sharding type on the learned cost (docs/architecture.md, "Sharding types").
+"""Choosing each table's sharding type on the learned cost (docs/architecture/data-model.md, "Sharding types").
 
 Enumerate, then search: the search places whole tables and column shards; then, for the types the plan may use
 (`SearchConfig.types`), each table placed whole or column-wise gets its candidate shardings -- row-wise for the

@@ -1,4 +1,4 @@
-"""Which tables the learned sharders cut, and how (docs/architecture.md, "Tables larger than a device").
+"""Which tables the learned sharders cut, and how (docs/architecture/data-model.md, "Tables larger than a device").
 
 A table that cannot stay whole (larger than one device, or constrained away from table-wise: a *forced* table,
 dreamshard.placement.layout) gets the cheapest of its feasible shardings (dreamshard.placement.options: column

@@ -1,4 +1,4 @@
-"""Planning for tables that declare no access statistics (docs/architecture.md, "Planning without statistics").
+"""Planning for tables that declare no access statistics (docs/architecture/learning.md, "Planning without statistics").
 
 A table without an access histogram is costed under an assumed id distribution (dreamshard.inventory.histogram:
 Zipf 1.05). Where an inventory has such tables and `plan.unknown_skews` names more than one distribution, the

@@ -1,4 +1,4 @@
-"""Baselines users run today: random, round-robin and the LPT greedy family (docs/architecture.md, "Learning").
+"""Baselines users run today: random, round-robin and the LPT greedy family (docs/architecture/learning.md, "Learning").
 
 Every heuristic is memory-aware and honours constraints: a unit goes only to a device its table may use with room
 for it, and a unit that fits nowhere raises InfeasiblePlacementError naming it (never silently the last device).

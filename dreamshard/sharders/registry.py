@@ -1,4 +1,4 @@
-"""Sharders by name: the heuristics built in, every other sharder registered (docs/architecture.md, "Where each
+"""Sharders by name: the heuristics built in, every other sharder registered (docs/architecture/rules.md, "Where each
 rule lives").
 
 TorchRec's planner and the learned sharders come through the `dreamshard.sharders` entry-point group

@@ -1,6 +1,6 @@
 """What TorchRec's planner says, as dreamshard says it: its logs and warnings silenced (`quiet`), its failures
 turned into one-line typed errors naming the table (`translate`), and the internal table names it is given
-(`internal_name`). Used by dreamshard.sharders.torchrec_sharder (docs/architecture.md, "Integrations").
+(`internal_name`). Used by dreamshard.sharders.torchrec_sharder (docs/architecture/measuring.md, "Integrations").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What TorchRec's planner is asked per table: a table's constraints as TorchRec's own ``ParameterConstraints``
-(docs/architecture.md, "Constraints").
+(docs/architecture/data-model.md, "Constraints").
 
 TorchRec takes `sharding_types`, `compute_kernels`, `min_partition`, `cache_params` (its load factor and
 algorithm), `enforce_hbm`, `is_weighted`, `stochastic_rounding` and `device_group` as they are; its pooling

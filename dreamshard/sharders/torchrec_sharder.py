@@ -1,5 +1,5 @@
 """TorchRec's own planner as a contender: `torchrec` (`TorchRecSharder`, the baseline) unrestricted, and
-`torchrec_tw_cw` (`TorchRecTwCwSharder`) table- and column-wise only (docs/architecture.md, "Integrations").
+`torchrec_tw_cw` (`TorchRecTwCwSharder`) table- and column-wise only (docs/architecture/measuring.md, "Integrations").
 
 Both run `EmbeddingShardingPlanner` on meta tensors (pooled tables as an EmbeddingBagCollection, sequence tables as
 EmbeddingCollections, each kind asked through its own TorchRec sharder) with our topology (world size, hosts, memory

@@ -3,7 +3,7 @@
     from dreamshard.store import open_store, publish, get_current
 
 `publish` uploads a plan under a versioned key with a checksum, verifies it, and only then moves the
-`current` pointer with a compare-and-swap, so readers never see a partial plan (docs/architecture.md, "Stores").
+`current` pointer with a compare-and-swap, so readers never see a partial plan (docs/architecture/stores.md, "Stores").
 
     base         the five-primitive store interface, compare-and-swap
     local, s3    the two backends; uri: open_store

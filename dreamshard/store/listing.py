@@ -1,4 +1,4 @@
-"""`plans list`: every stored plan with what it is for (docs/architecture.md, "Stores").
+"""`plans list`: every stored plan with what it is for (docs/architecture/stores.md, "Stores").
 
 Each plan is verified as `plans show` verifies it (`objects.load_original`: the checksum the pointer's history or
 its record holds, which its object and checksum object must match); its schema is recomputed from the stored

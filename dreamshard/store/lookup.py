@@ -1,5 +1,5 @@
 """Read-only lookups of approved plans by what they were made for: a model's table schema and a job's world size
-(docs/architecture.md, "Stores").
+(docs/architecture/stores.md, "Stores").
 
 A training job knows its model and its world size, not the name the platform team gave its inventory nor which
 version of it is current. The store keeps one current plan per inventory, and every plan that was current before

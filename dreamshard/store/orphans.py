@@ -1,4 +1,4 @@
-"""Orphans of an interrupted publish, and their repair: `plans gc` (docs/architecture.md, "Stores").
+"""Orphans of an interrupted publish, and their repair: `plans gc` (docs/architecture/stores.md, "Stores").
 
 What storing a decision writes, in this order (`objects.upload_verified`, `plans.publish` / `plans.reject`):
 

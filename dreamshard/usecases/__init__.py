@@ -1,4 +1,4 @@
-"""The use cases: one module each, a Request in and a Result out (docs/architecture.md, "Settings and use cases").
+"""The use cases: one module each, a Request in and a Result out (docs/architecture/index.md, "Settings and use cases").
 
 The doors only translate: a CLI command parses its options into a Request (settings from
 `dreamshard.config.settings.resolve`), calls one use case and renders the Result; a DVC stage is a CLI command; a

@@ -1,5 +1,5 @@
 """`dreamshard profile comm`: the collective fits this machine has cached, their points and quality, whether
-planning may reuse each, and what each gives for a world of N devices (docs/architecture.md, "Communication
+planning may reuse each, and what each gives for a world of N devices (docs/architecture/measuring.md, "Communication
 costs"). `refit` measures them again first."""
 
 from __future__ import annotations

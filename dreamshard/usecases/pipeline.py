@@ -1,5 +1,5 @@
-"""The pipeline workspace's use cases (`dreamshard pipeline init | status | run`; docs/architecture.md, "One stage
-graph"): create a workspace, say what it would run and what was decided last, and one orchestrator run: its
+"""The pipeline workspace's use cases (`dreamshard pipeline init | status | run`; docs/architecture/pipeline.md, "One
+stage graph"): create a workspace, say what it would run and what was decided last, and one orchestrator run: its
 pre-flight (every input checked in one line before anything is written), the orchestrator itself (handed in by
 the door: the Prefect flow), and what the run leaves for the user (the comparison, a copy of the model). The
 orchestrator's own steps are `pipeline_steps.py`, its publish step `pipeline_publish.py`."""

@@ -1,5 +1,5 @@
-"""The pipeline's publish step, after the DVC stages and outside DVC (docs/architecture.md, "One stage graph"): the
-workspace's data/plan.json gated against data/comparison.json with the workspace's publish params
+"""The pipeline's publish step, after the DVC stages and outside DVC (docs/architecture/pipeline.md, "One stage graph"):
+the workspace's data/plan.json gated against data/comparison.json with the workspace's publish params
 (`usecases.publish.gate`), the run's lineage attached (the only door that attaches lineage), the decision stored
 and the workspace commit tagged with it (`published/<plan id>` or `rejected/<plan id>`). A plan id the store
 already decided for this inventory version keeps that decision. Each function is one step a Prefect task or

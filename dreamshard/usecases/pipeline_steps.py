@@ -1,5 +1,5 @@
-"""The orchestrator's steps (`retrain-on-inventory-change`, docs/architecture.md "One stage graph"): each one a
-use-case call a Prefect task wraps, and the rules between them: the workspace lock, where the run's params come
+"""The orchestrator's steps (`retrain-on-inventory-change`, docs/architecture/pipeline.md, "One stage graph"): each one
+a use-case call a Prefect task wraps, and the rules between them: the workspace lock, where the run's params come
 from, which stages run, and that each plan is decided once."""
 
 from __future__ import annotations

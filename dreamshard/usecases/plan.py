@@ -1,4 +1,4 @@
-"""A plan from a sharder: the `plan` stage and `dreamshard plan` (docs/architecture.md, "Learning").
+"""A plan from a sharder: the `plan` stage and `dreamshard plan` (docs/architecture/learning.md, "Learning").
 
 Settings used: topology (device template), plan (devices, search, verify), profile (the backend `--verify`
 measures on). The request holds the inventory and the incumbent as values: reading and writing files is the

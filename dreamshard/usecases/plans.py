@@ -1,6 +1,6 @@
 """The plan store's read and repair use cases: `plans list`, `plans show`, `plans incumbent`, `plans rollback`,
-`plans fsck`, `plans gc` (docs/architecture.md, "Stores"). Gating and publishing are `publish.py`, reproducing a plan's
-workspace `reproduce.py`. Nothing here loads torch, except a stats report (`show` with `stats`)."""
+`plans fsck`, `plans gc` (docs/architecture/stores.md, "Stores"). Gating and publishing are `publish.py`, reproducing a
+plan's workspace `reproduce.py`. Nothing here loads torch, except a stats report (`show` with `stats`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The gate and the plan store: a plan verified against its inventory and a comparison (or measured against the
 baselines by the gate itself), decided, then published (current) or kept as rejected / inconclusive
-(docs/architecture.md, "The publish gate"). `plans publish`, the pipeline's publish step and `replan` call this,
+(docs/architecture/gate.md, "The publish gate"). `plans publish`, the pipeline's publish step and `replan` call this,
 with the plan, its inventory and a comparison as values: the doors read the files (`read_comparison` for a
 comparison file and its digest)."""
 

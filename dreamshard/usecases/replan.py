@@ -1,6 +1,6 @@
 """The fast path of the production loop: a new inventory version planned with the current production model (search
 + verification on the backend), gated against the baselines measured interleaved, and published, with no
-profiling and no training (docs/architecture.md, "The production loop").
+profiling and no training (docs/architecture/pipeline.md, "The production loop").
 
 Retraining is the exception: when the new version lies outside the model's training ranges (or the model learned
 on other hardware), nothing is published and the result says a retrain is due, and why; the flows turn that into

@@ -1,6 +1,6 @@
 """Plans in TorchRec's terms: a plan written as TorchRec's plan file (`dreamshard torchrec export`; the file
 `dreamshard.integrations.torchrec.load_sharding_plan` reads), and a TorchRec plan file turned into a plan
-(`dreamshard torchrec import`) to evaluate or compare it (docs/architecture.md, "Integrations")."""
+(`dreamshard torchrec import`) to evaluate or compare it (docs/architecture/measuring.md, "Integrations")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The value objects every layer shares: tables and inventories, topology, plans, costs, measurements, unit
-names and lineage (docs/architecture.md, "Data model"). Pydantic v2, strict, frozen where they are values.
+names and lineage (docs/architecture/data-model.md, "Data model"). Pydantic v2, strict, frozen where they are values.
 
 This package imports no domain module: it is the bottom layer. Callers import value types from here."""
 

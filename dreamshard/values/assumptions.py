@@ -1,4 +1,4 @@
-"""What a plan assumed about access statistics an inventory does not declare (docs/architecture.md, "Planning
+"""What a plan assumed about access statistics an inventory does not declare (docs/architecture/learning.md, "Planning
 without statistics"): a report, never an input of the gate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The strict base of every value object and the strict number type (docs/architecture.md, "Data model")."""
+"""The strict base of every value object and the strict number type (docs/architecture/data-model.md, "Data model")."""
 
 from __future__ import annotations
 

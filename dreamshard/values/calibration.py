@@ -1,4 +1,4 @@
-"""What calibration at plan time did, as a plan records it (docs/architecture.md, "Calibration")."""
+"""What calibration at plan time did, as a plan records it (docs/architecture/learning.md, "Calibration")."""
 
 from __future__ import annotations
 

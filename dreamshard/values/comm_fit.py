@@ -1,5 +1,6 @@
-"""How far a collective's alpha-beta fit can be trusted (docs/architecture.md, "Communication costs"): the quality
-record every fit carries, so that a fit from oversubscribed ranks or noisy points is refused instead of planned on.
+"""How far a collective's alpha-beta fit can be trusted (docs/architecture/measuring.md, "Communication costs"): the
+quality record every fit carries, so that a fit from oversubscribed ranks or noisy points is refused instead of planned
+on.
 
 Built on `dreamshard.values.tables`; `dreamshard.values` re-exports it.
 """

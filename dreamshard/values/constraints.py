@@ -1,4 +1,5 @@
-"""Per-table constraints: where a table may go and how it may be sharded (docs/architecture.md, "Constraints").
+"""Per-table constraints: where a table may go and how it may be sharded (docs/architecture/data-model.md,
+"Constraints").
 
 One model carries both vocabularies a team may write: ours (`devices`, `min_shards`, `max_shards`) and TorchRec's
 ``ParameterConstraints`` fields under their own names, so a team's existing constraints dict loads as it is. Keys

@@ -1,4 +1,4 @@
-"""Costs and what measured them (docs/architecture.md, "Data model" and "Measuring").
+"""Costs and what measured them (docs/architecture/data-model.md, "Data model" and "Measuring").
 
 The four per-device cost components (`COST_COMPONENTS`, in milliseconds), a placement's per-device and overall
 costs, where a plan's costs come from (`CostBasis`), the alpha-beta all-to-all model and the backend that
@@ -90,8 +90,9 @@ class CommModel(StrictModel):
     """Alpha-beta model of one collective: t_ms = alpha_ms + beta_ms_per_mb * megabytes (leaving one rank).
 
     A benchmarked fit carries its `quality` (dreamshard.values.comm_fit); a world larger than the ranks the machine
-    could run is derived from the fit at `measured_ranks` with the measured `per_peer_ms` (docs/architecture.md,
-    "Communication costs"); `fallback` says why a labelled fallback stands in for a fit that failed the bar."""
+    could run is derived from the fit at `measured_ranks` with the measured `per_peer_ms`
+    (docs/architecture/measuring.md, "Communication costs"); `fallback` says why a labelled fallback stands in for a fit
+    that failed the bar."""
 
     alpha_ms: Annotated[float, Field(ge=0)]
     beta_ms_per_mb: Annotated[float, Field(ge=0)]

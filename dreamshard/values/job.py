@@ -1,6 +1,6 @@
 """The training job an inventory is planned for: its world size, hosts, memory per device, optimizer and batch
-(docs/architecture.md, "The job's topology"). `dreamshard inventory from-torchrec` records it beside the tables;
-plan, replan, the pipeline and the gate plan for it unless told otherwise."""
+(docs/architecture/data-model.md, "The job's topology"). `dreamshard inventory from-torchrec` records it beside the
+tables; plan, replan, the pipeline and the gate plan for it unless told otherwise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lineage of a published plan: which data, model, params and code produced it (docs/architecture.md,
+"""Lineage of a published plan: which data, model, params and code produced it (docs/architecture/pipeline.md,
 "Lineage").
 
 A plan the pipeline publishes carries one: `plans show` prints it, `plans reproduce` fetches that data and model

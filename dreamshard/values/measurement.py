@@ -1,4 +1,5 @@
-"""Measurements of placements and the planning tasks they are made for (docs/architecture.md, "Data model")."""
+"""Measurements of placements and the planning tasks they are made for (docs/architecture/data-model.md, "Data
+model")."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def new_measurement_id() -> str:
 
 
 class Measurement(StrictModel):
-    """One placement on one topology with its per-device costs (docs/architecture.md, data flow)."""
+    """One placement on one topology with its per-device costs (docs/architecture/data-model.md, "Data model")."""
 
     measurement_id: str = Field(default_factory=new_measurement_id)
     kind: MeasurementKind = "placement"

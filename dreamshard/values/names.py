@@ -4,7 +4,7 @@ Letters, digits, '_', '-' and '.', starting with a letter or digit, without '..'
 rule of a storage key segment too (`check_key_part`), so an inventory name is always a usable key and a table
 name never holds the '@' or '/' of unit names (dreamshard.values.units) and keys. The check runs where an
 inventory enters (load, validate, synth, trace, push), not in `Table`: internal units are Tables named
-`table@start:end` (docs/architecture.md, "Trust boundary").
+`table@start:end` (docs/architecture/stores.md, "Trust boundary").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A plan: every table of an inventory placed on the devices of a topology, with what predicted, verified and
-refined it (docs/architecture.md, "Data model" and "Sharding types")."""
+refined it (docs/architecture/data-model.md, "Data model" and "Sharding types")."""
 
 from __future__ import annotations
 

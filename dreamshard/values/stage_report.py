@@ -1,5 +1,5 @@
-"""What the plan stage added to the search-only plan, measured (docs/architecture.md, "Measured refinement"): the
-figure and the plan report's sentence, from the plan's records alone (no torch: the CLI renders it at import).
+"""What the plan stage added to the search-only plan, measured (docs/architecture/learning.md, "Measured refinement"):
+the figure and the plan report's sentence, from the plan's records alone (no torch: the CLI renders it at import).
 
 Each link is measured interleaved: verification's kept plan against the search-only plan
 (`Verification.kept_vs_search`), then the refined plan against the plan refinement started from

@@ -1,4 +1,4 @@
-"""Tables and inventories: the lowest layer of the data model (docs/architecture.md, "Data model").
+"""Tables and inventories: the lowest layer of the data model (docs/architecture/data-model.md, "Data model").
 
 The bounds of a table's fields, THE embedding-dim rule (`DIM_ALIGN`, `dim_problem`), and the `Table` and
 `Inventory` models (a table may be a sequence table, `pooled: false`, and carry `constraints`; an inventory may

@@ -1,5 +1,5 @@
 """The topology a plan is for: devices, hosts, memory, batch, interconnect and the training job's optimizer
-(docs/architecture.md, "Data model")."""
+(docs/architecture/data-model.md, "Data model")."""
 
 from __future__ import annotations
 

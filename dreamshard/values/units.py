@@ -1,4 +1,4 @@
-"""Sharding types and the names of plan units (docs/architecture.md, "Sharding types").
+"""Sharding types and the names of plan units (docs/architecture/data-model.md, "Sharding types").
 
 A table is placed in one of TorchRec's sharding types:
 

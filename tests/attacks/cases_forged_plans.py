@@ -1,5 +1,5 @@
 """Attacks by a plan file that lies: a placement that does not place the inventory, a forged fingerprint, memory
-figure or measured cost (`plans publish` judges the placement alone, docs/architecture.md "Trust boundary"),
+figure or measured cost (`plans publish` judges the placement alone, docs/architecture/stores.md, "Trust boundary"),
 metadata the store must not keep (lineage, model version, predicted costs), and a stored lineage
 `plans reproduce` cannot check. The files: the World's (tests/store_helpers.py)."""
 

@@ -11,7 +11,8 @@ there, so a command names its files as a user would (`plans publish plan.json -i
   documented recovery, or the lenient reading of an input;
 - `Holds`: a check of the library outside one command (`check(work)` asserts).
 
-The contract is docs/architecture.md's ("Errors"): bad input is one typed line naming what is wrong.
+The contract is docs/architecture/rules.md's ("Where each rule lives": one-line typed errors): bad input is one typed
+line naming what is wrong.
 """
 
 from __future__ import annotations
