@@ -31,7 +31,7 @@ def test_a_refinement_move_passes_only_by_the_margin() -> None:
 def test_a_baselines_own_plan_needs_only_to_be_faster() -> None:
     # the gate compares the plan with the baselines on the same measurement: a measured-faster baseline is taken
     from dreamshard.measured.candidates import margins_for
-    from dreamshard.search.candidates import Candidate
+    from dreamshard.values.candidates import Candidate
 
     cands = [Candidate(s, {}, 1.0) for s in ("policy", "size_greedy", "lpt", "lookup_greedy+search", "torchrec")]
     assert margins_for(cands) == [MEASURED_GAIN_MARGIN, 0.0, MEASURED_GAIN_MARGIN, MEASURED_GAIN_MARGIN, 0.0]

@@ -127,7 +127,7 @@ def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir)
     """When none of the K best predicted is a baseline's own plan or LPT's, the best predicted of those are measured
     too (plan.verify_anchors): a misranking cost cannot keep them from being measured, and kept when faster."""
     from dreamshard.measured.candidates import ANCHOR_SOURCES, anchor_candidates
-    from dreamshard.search.candidates import Candidate
+    from dreamshard.values.candidates import Candidate
 
     def cand(source: str, ms: float) -> Candidate:
         return Candidate(source, {"t": 0}, ms)
@@ -433,7 +433,7 @@ def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     """`--verify` keeps a challenger only if it is faster in every round, so one that loses a round is dropped
     (the same decision for fewer measurements) and the measuring ends when none is left."""
     from dreamshard.measured.candidates import verify_candidates
-    from dreamshard.search.candidates import Candidate
+    from dreamshard.values.candidates import Candidate
 
     inv = synth_inventory(8, 0, name="v")
     topo = Topology(num_devices=2, memory_per_device_gb=4.0)

@@ -11,10 +11,10 @@ import pytest
 from dreamshard.cli.app import invoke
 from dreamshard.documents import load_plan, save_inventory
 from dreamshard.placement.diff import plan_diff
-from dreamshard.search.candidates import Candidate, SearchResult
 from dreamshard.search.moves import MovePolicy
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Inventory, Table, Topology
+from dreamshard.values.candidates import Candidate, SearchResult
 
 
 def _inventory(n: int, name: str = "moves") -> Inventory:

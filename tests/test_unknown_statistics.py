@@ -11,9 +11,9 @@ import yaml
 from dreamshard.cli.app import invoke
 from dreamshard.documents import load_plan, save_inventory
 from dreamshard.inventory.synth import synth_inventory
+from dreamshard.inventory.unknown import assumed_variant, regrets, unknown_tables
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.simulator import SimulatorBackend
-from dreamshard.search.unknown_stats import assumed_variant, regrets, unknown_tables
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Inventory, Topology
 

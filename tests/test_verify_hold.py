@@ -10,9 +10,9 @@ from store_helpers import WORLD_TOPOLOGY as TOPOLOGY
 from store_helpers import NoisyOracle, world_inventory
 
 from dreamshard.measured.candidates import rounds_to_replace, verify_candidates
-from dreamshard.search.candidates import Candidate
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Plan
+from dreamshard.values.candidates import Candidate
 
 INVENTORY = world_inventory()
 

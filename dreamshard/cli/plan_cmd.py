@@ -69,12 +69,13 @@ from dreamshard.integrations.torchrec_carried import carried_lines, carried_repo
 from dreamshard.integrations.torchrec_file import save_torchrec_plan
 from dreamshard.lazy import lazy_module
 from dreamshard.values import Verification
+from dreamshard.values.candidates import SearchResult
 from dreamshard.values.stage_report import stage_line, stage_vs_search
 
 # the use case imports torch: it loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.usecases import plan as plan_uc
-    from dreamshard.usecases.plan import PlanResult, SearchResult
+    from dreamshard.usecases.plan import PlanResult
 else:
     plan_uc = lazy_module("dreamshard.usecases.plan")
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.inventory.histogram import ASSUMED_ZIPF_EXPONENT
+from dreamshard.inventory.unknown import assumed_variant, regrets
 from dreamshard.measured.candidates import (
     SEARCH_ONLY,
     challengers,
@@ -23,9 +24,8 @@ from dreamshard.measured.candidates import (
     verified_row,
     won_every_round,
 )
-from dreamshard.search.candidates import Candidate
-from dreamshard.search.unknown_stats import assumed_variant, regrets
 from dreamshard.values import AccessAssumptions, Inventory, Measurement, Plan, Verification
+from dreamshard.values.candidates import Candidate
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle

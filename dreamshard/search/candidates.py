@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import torch
 
@@ -33,33 +32,7 @@ from dreamshard.sharders import get_sharder, options_for
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.values import Inventory, Topology
-
-#: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed; UNCALIBRATED:
-#: the best placement of the search on the cost before calibration, a seed)
-POLICY, LPT, CURRENT, UNCALIBRATED = "policy", "lpt", "current", "uncalibrated"
-#: what local search appends to the source of a candidate it improved
-SEARCHED = "+search"
-
-
-def origin(source: str) -> str:
-    """The source a candidate came from: `current+search` came from `current`."""
-    return source.removesuffix(SEARCHED)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    source: str  # where the placement came from ("policy", "lpt", a sharder name; "+search" when refined)
-    placement: dict[str, int]
-    predicted_ms: float  # pessimistic predicted overall cost (the search objective)
-    units: Inventory | None = None  # the units `placement` places when they differ from the search's (typed)
-
-
-@dataclass
-class SearchResult:
-    best: Candidate
-    candidates: list[Candidate]  # every scored candidate, best first (refined ones included)
-    failed: dict[str, str] = field(default_factory=dict)  # source -> why it produced no candidate
-    wall_s: float = 0.0
+from dreamshard.values.candidates import LPT, POLICY, SEARCHED, Candidate, SearchResult, origin
 
 
 class _Scorer:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from dreamshard.learning.model_store import ModelCard
 from dreamshard.learning.planning_cost import PlanningCost
-from dreamshard.search.candidates import SearchResult
 from dreamshard.values import Plan
+from dreamshard.values.candidates import SearchResult
 
 
 @dataclass(frozen=True)

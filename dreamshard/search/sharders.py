@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
+from dreamshard.inventory.unknown import unknown_tables
 from dreamshard.learning.model_store import LoadedModel, load_model
 from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, CalibratedCost, calibrate
@@ -32,16 +33,17 @@ from dreamshard.placement.diff import move_rate_ms_per_mb
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
 from dreamshard.placement.spread import spread_shards
-from dreamshard.search.candidates import CURRENT, UNCALIBRATED, Candidate, SearchResult, search
+from dreamshard.search.candidates import search
 from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.layout_prior import LayoutPrior, layout_reasons, prior_for
 from dreamshard.search.moves import DEFAULT_HORIZON_STEPS, MovePolicy, current_seed
 from dreamshard.search.report import ShardReport
 from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import NO_PRIOR, learned_layout, pack_units, whole_layout
-from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank, unknown_tables
+from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
+from dreamshard.values.candidates import CURRENT, UNCALIBRATED, Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle

@@ -16,13 +16,13 @@ import torch
 
 from dreamshard.config.learning import DEFAULT_UNKNOWN_SKEWS
 from dreamshard.errors import ConfigError
-from dreamshard.inventory.histogram import assumed_histogram
+from dreamshard.inventory.unknown import assumed_variant, regrets, unknown_tables
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.planning_cost import PlanningCost
-from dreamshard.search.candidates import Candidate
 from dreamshard.values import AccessAssumptions, Inventory, Table, Topology
+from dreamshard.values.candidates import Candidate
 
-__all__ = ["DEFAULT_UNKNOWN_SKEWS", "assumed_variant", "check_skews", "regrets", "robust_rerank", "unknown_tables"]
+__all__ = ["DEFAULT_UNKNOWN_SKEWS", "check_skews", "robust_rerank"]
 
 #: candidates re-scored under every distribution (the best predicted ones)
 RERANKED = 16
@@ -46,30 +46,6 @@ def check_skews(skews: Sequence[float]) -> tuple[float, ...]:
     if len(set(out)) != len(out):
         raise ConfigError("plan.unknown_skews lists a distribution twice")
     return out
-
-
-def unknown_tables(inventory: Inventory) -> list[str]:
-    """The tables (or units) that declare no access histogram and do look rows up."""
-    return [t.name for t in inventory.tables if t.access_histogram is None and t.pooling_factor > 0]
-
-
-def assumed_variant(inventory: Inventory, skew: float) -> Inventory:
-    """`inventory` with every table lacking a histogram declaring the one of Zipf(`skew`) ids (0: uniform)."""
-    tables = tuple(
-        t.model_copy(
-            update={"access_histogram": assumed_histogram(int(t.num_embeddings), float(t.pooling_factor), skew)}
-        )
-        if t.access_histogram is None and t.pooling_factor > 0
-        else t
-        for t in inventory.tables
-    )
-    return inventory.model_copy(update={"tables": tables})
-
-
-def regrets(costs: Sequence[Sequence[float]]) -> list[float]:
-    """costs[i][v] (candidate i under distribution v) -> each candidate's worst regret over the distributions."""
-    best = [min(c[v] for c in costs) for v in range(len(costs[0]))]
-    return [max(c[v] / best[v] if best[v] > 0 else 1.0 for v in range(len(best))) for c in costs]
 
 
 def robust_rerank(

@@ -21,12 +21,12 @@ from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.search.candidates import SearchResult
 from dreamshard.search.sharders import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import PlanStats, UnitReason, reasons_of, stats_of
 from dreamshard.values import Inventory, Plan
+from dreamshard.values.candidates import SearchResult
 
 #: The sharder that searches (and can verify its best candidates by measuring them).
 SEARCHING_SHARDER = "dreamshard"
