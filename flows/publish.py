@@ -35,12 +35,14 @@ class ApprovalInput(RunInput):
     comment: str = ""
 
 
-def _human_review(decision: GateDecision, timeout_s: int) -> GateDecision:
-    """Pause for a reviewer; their answer (or none in time) is the publish step's `reviewed`."""
+def _human_review(decision: GateDecision, timeout_s: int, description: str = "") -> GateDecision:
+    """Pause for a reviewer, showing them `description` (the gate's decision and where the reports are:
+    `review_description`); their answer (or none in time) is the publish step's `reviewed`."""
     from prefect.flow_runs import pause_flow_run  # looked up per call: tests replace it
 
+    asked = ApprovalInput.with_initial_data(description=description) if description else ApprovalInput
     try:
-        answer: ApprovalInput = pause_flow_run(wait_for_input=ApprovalInput, timeout=timeout_s, poll_interval=2)
+        answer: ApprovalInput = pause_flow_run(wait_for_input=asked, timeout=timeout_s, poll_interval=2)
     except FlowPauseTimeout:
         return reviewed(decision, None, timeout_s=timeout_s)
     return reviewed(decision, answer.approve, answer.comment)
@@ -56,7 +58,8 @@ def publish_workspace_plan(request: WorkspacePublishRequest) -> PublishOutcome:
         return publish_uc.recorded_outcome(gated, setup.store_uri)
     decision = gated.decision
     if setup.reviews(decision):
-        decision = _human_review(decision, timeout_s=setup.rules.approval_timeout_s)
+        shown = publish_uc.review_description(setup.root, gated.plan.plan_id, decision)
+        decision = _human_review(decision, setup.rules.approval_timeout_s, shown)
     lineage = lineage_task(setup.root, request.flow_run_id or str(flow_run.id or "") or None)
     fallback = _publish_fallback(gated, lineage, setup) if gated.fallback is not None else None
     ref = publish_task(setup.store_uri, setup.endpoint_url, gated.plan, decision, lineage)
@@ -80,5 +83,6 @@ def _publish_fallback(gated: GateResult, lineage: Lineage | None, setup: Publish
     assert gated.fallback is not None and gated.fallback_decision is not None
     decision = gated.fallback_decision
     if setup.reviews(decision):
-        decision = _human_review(decision, timeout_s=setup.rules.approval_timeout_s)
+        shown = publish_uc.review_description(setup.root, gated.fallback.plan_id, decision)
+        decision = _human_review(decision, setup.rules.approval_timeout_s, shown)
     return publish_task(setup.store_uri, setup.endpoint_url, gated.fallback, decision, lineage)

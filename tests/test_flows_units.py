@@ -256,6 +256,41 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
     assert not unanswered.approved and "no reviewer answered within 10 s" in unanswered.reason
 
 
+def test_the_review_pause_shows_the_gate_decision_and_the_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reviewer decides on what the gate found: the pause's description carries the decision, its interval and
+    evidence, and where the plan and its comparison report are."""
+    import prefect.flow_runs
+    from dreamshard_flows.publish import ApprovalInput, _human_review
+
+    from dreamshard.usecases.pipeline_publish import review_description
+    from dreamshard.values import GateDecision
+
+    decision = GateDecision(
+        approved=True,
+        reason="approved: measured 38.8 ms vs best baseline size_greedy 41.1 ms (+5.4%)",
+        plan_id="plan-x",
+        inventory_fingerprint="f" * 64,
+        evidence="the gate's measurement: 5 interleaved round(s) on cpu/fbgemm_tbe",
+        ratio_low=0.92,
+        ratio_high=0.978,
+        decided_by="size_greedy",
+        rounds=5,
+        confidence=0.97,
+    )
+    shown = review_description("/ws", "plan-x", decision)
+    seen: list[object] = []
+
+    def pause(wait_for_input, timeout, **kw):  # type: ignore[no-untyped-def]
+        seen.append(wait_for_input)
+        return ApprovalInput(approve=True)
+
+    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", pause)
+    assert _human_review(decision, 10, shown).approved
+    described = seen[0]._description  # type: ignore[attr-defined]
+    for needle in ("`approved`", "plan-x", "+5.4%", "[0.9200, 0.9780]", "5 interleaved", "/ws/reports/comparison.md"):
+        assert needle in described, needle
+
+
 def test_library_never_imports_the_flows() -> None:
     import subprocess
     import sys

@@ -23,6 +23,9 @@ from dreamshard.usecases.pipeline_steps import PublishOutcome, absolute_uri
 from dreamshard.values import GateDecision, Inventory, Plan
 from dreamshard.values.lineage import Lineage
 
+#: The evaluate stage's markdown report of the comparison (dvc.yaml), what a reviewer reads.
+COMPARISON_REPORT = "reports/comparison.md"
+
 
 class PublishSetup(BaseModel):
     """The publish step's settings (the workspace's params.yaml), its store, and whether a reviewer decides."""
@@ -100,6 +103,32 @@ def recorded_outcome(gated: publish_uc.GateResult, store_uri: str) -> PublishOut
         model_md5=lin.model_md5 if lin else None,
         git_revision=lin.git_revision if lin else None,
     )
+
+
+def review_description(root: str, plan_id: str, decision: GateDecision) -> str:
+    """What a reviewer sees in the Prefect UI's pause (publish.require_human), in markdown: the plan, what the gate
+    decided and why (the interval, its width, the evidence), and where the plan's reports are in the workspace."""
+    ws = PipelineWorkspace(root)
+    lines = [
+        f"**Publish gate: `{decision.shown}`** for plan `{plan_id}` of inventory version "
+        f"`{decision.inventory_fingerprint[:12]}`.",
+        "",
+        decision.reason,
+    ]
+    if decision.ratio_low is not None and decision.ratio_high is not None:
+        lines += [
+            "",
+            f"plan / {decision.decided_by}: [{decision.ratio_low:.4f}, {decision.ratio_high:.4f}] "
+            f"over {decision.rounds} round(s) at {decision.confidence or 0:.0%}",
+        ]
+    lines += [
+        "",
+        f"Evidence: {decision.evidence or 'none recorded'}",
+        "",
+        f"The plan: `{ws.path(PLAN)}`; the comparison with every baseline: `{ws.path(COMPARISON_REPORT)}`.",
+        "Approve to make it current; reject (or no answer in time) keeps it as rejected.",
+    ]
+    return "\n".join(lines)
 
 
 def reviewed(decision: GateDecision, approve: bool | None, comment: str = "", timeout_s: int = 0) -> GateDecision:
