@@ -16,9 +16,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
 from dreamshard.config.settings import pipeline_base, resolve
+from dreamshard.evaluation.render import trend_rows
 from dreamshard.usecases import drift as drift_uc
-from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT, DriftCheck, DriftRound, plan_resource_id, trend_rows
+from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT, DriftRound, plan_resource_id
 from dreamshard.usecases.pipeline_steps import absolute_uri
+from dreamshard.values.drift import DriftCheck
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 

@@ -135,7 +135,8 @@ def test_inventory_push_cli_stores_without_event(tmp_path: Path) -> None:
 
 def test_drift_check_compares_with_the_recorded_cost_and_keeps_a_history(tmp_path: Path) -> None:
     from dreamshard.evaluation import evaluate_plan
-    from dreamshard.evaluation.drift import check_drift, read_history, record_check, trend_rows
+    from dreamshard.evaluation.drift import check_drift, read_history, record_check
+    from dreamshard.evaluation.render import trend_rows
     from dreamshard.profiling import ProfileConfig
     from dreamshard.sharders import get_sharder
     from dreamshard.values import Topology

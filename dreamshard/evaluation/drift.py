@@ -10,49 +10,21 @@ survives across runs.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import TypeAdapter
 
 from dreamshard.errors import ConfigError, StoreError, first_line
 from dreamshard.evaluation import evaluate_plan
 from dreamshard.store.base import PlanStore, cas_update
-from dreamshard.values import Inventory, Plan, utcnow
+from dreamshard.values import Inventory, Plan
+from dreamshard.values.drift import DriftCheck
 from dreamshard.values.names import check_key_part
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
 
-#: Event the retrain deployment's trigger listens for.
-PLAN_DRIFTED_EVENT = "dreamshard.plan.drifted"
 DRIFT_PREFIX = "drift"
-
-
-def plan_resource_id(inventory_name: str) -> str:
-    """Prefect resource id of an inventory's published plan: ``dreamshard.plan.<inventory>``."""
-    return f"dreamshard.plan.{inventory_name}"
-
-
-class DriftCheck(BaseModel):
-    """One re-measurement of a published plan, compared with what the plan recorded."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    plan_id: str
-    inventory_name: str
-    inventory_fingerprint: str
-    backend: str
-    rounds: int
-    now_ms: float  # overall cost measured now (median over rounds)
-    measured_ms: float | None  # recorded when the plan was published
-    predicted_ms: float | None  # the cost model's figure in the plan
-    basis: Literal["measured", "predicted"]  # which recorded figure the drift is relative to
-    drift: float  # now / recorded - 1 (positive: slower now)
-    drift_vs_predicted: float | None
-    threshold: float
-    drifted: bool
-    checked_at: datetime = Field(default_factory=utcnow)
 
 
 def _relative(now: float, then: float | None) -> float | None:
@@ -137,22 +109,3 @@ def record_check(store: PlanStore, check: DriftCheck, keep: int = 200) -> list[D
     raw = cas_update(store, history_key(check.inventory_name), appended)
     assert raw is not None  # `appended` always writes
     return _HISTORY.validate_json(raw)
-
-
-def trend_rows(history: list[DriftCheck]) -> list[dict[str, object]]:
-    """Rows for a table of the trend (newest first): when, which plan, now vs recorded, drift, verdict."""
-    return [
-        {
-            "checked_at": c.checked_at.strftime("%Y-%m-%d %H:%M:%S"),
-            "plan_id": c.plan_id,
-            "backend": c.backend,
-            "now_ms": round(c.now_ms, 4),
-            "recorded_ms": round((c.measured_ms if c.basis == "measured" else c.predicted_ms) or 0.0, 4),
-            "basis": c.basis,
-            "drift": f"{c.drift:+.1%}",
-            "vs_predicted": "-" if c.drift_vs_predicted is None else f"{c.drift_vs_predicted:+.1%}",
-            "threshold": f"{c.threshold:.0%}",
-            "drifted": c.drifted,
-        }
-        for c in reversed(history)
-    ]

@@ -17,6 +17,7 @@ from dreamshard.integrations.torchrec_carried import carried_lines
 from dreamshard.placement.device_memory import MemoryBreakdown, device_memory
 from dreamshard.placement.expand import expand_plan
 from dreamshard.values import COST_COMPONENTS, Costs, Inventory, Plan
+from dreamshard.values.drift import DriftCheck
 
 #: The memory breakdown's columns (device_rows keys, GB): what each device holds, recomputed from the inventory.
 MEMORY_PARTS: tuple[str, ...] = ("weights", "optimizer", "io")
@@ -298,3 +299,22 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
 def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
     """Write the PNG of plot_comparison_png to path (atomically)."""
     return atomic_write_bytes(path, plot_comparison_png(cmp))
+
+
+def trend_rows(history: list[DriftCheck]) -> list[dict[str, object]]:
+    """Rows for a table of the trend (newest first): when, which plan, now vs recorded, drift, verdict."""
+    return [
+        {
+            "checked_at": c.checked_at.strftime("%Y-%m-%d %H:%M:%S"),
+            "plan_id": c.plan_id,
+            "backend": c.backend,
+            "now_ms": round(c.now_ms, 4),
+            "recorded_ms": round((c.measured_ms if c.basis == "measured" else c.predicted_ms) or 0.0, 4),
+            "basis": c.basis,
+            "drift": f"{c.drift:+.1%}",
+            "vs_predicted": "-" if c.drift_vs_predicted is None else f"{c.drift_vs_predicted:+.1%}",
+            "threshold": f"{c.threshold:.0%}",
+            "drifted": c.drifted,
+        }
+        for c in reversed(history)
+    ]

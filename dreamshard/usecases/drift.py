@@ -10,16 +10,22 @@ from pathlib import Path
 
 from dreamshard.documents import load_inventory
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.evaluation.drift import PLAN_DRIFTED_EVENT as PLAN_DRIFTED_EVENT  # what the flows emit
-from dreamshard.evaluation.drift import DriftCheck, check_drift, record_check, require_comparable
-from dreamshard.evaluation.drift import plan_resource_id as plan_resource_id
-from dreamshard.evaluation.drift import trend_rows as trend_rows
+from dreamshard.evaluation.drift import check_drift, record_check, require_comparable
 from dreamshard.pipeline.workspace import INVENTORY
 from dreamshard.store import LocalPlanStore, get_current, get_inventory_version, get_pointer, list_inventories
 from dreamshard.store.base import PlanStore
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store
 from dreamshard.values import Inventory, Plan
+from dreamshard.values.drift import DriftCheck
+
+#: Event the retrain deployment's trigger listens for.
+PLAN_DRIFTED_EVENT = "dreamshard.plan.drifted"
+
+
+def plan_resource_id(inventory_name: str) -> str:
+    """Prefect resource id of an inventory's published plan: ``dreamshard.plan.<inventory>``."""
+    return f"dreamshard.plan.{inventory_name}"
 
 
 class DriftRequest(Request):
