@@ -21,7 +21,7 @@ from dreamshard.values import Costs
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.usecases import explain as explain_uc
-    from dreamshard.usecases.explain import PlanStats, UnitReason
+    from dreamshard.values.reports import PlanStats, UnitReason
 else:
     explain_uc = lazy_module("dreamshard.usecases.explain")
 

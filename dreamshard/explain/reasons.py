@@ -14,25 +14,14 @@ what-if use), so a `gain` reason equals what `dreamshard whatif PLAN --move UNIT
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.placement.expand import expand_plan
 from dreamshard.placement.validate import footprint
 from dreamshard.values import Inventory, Plan
+from dreamshard.values.reports import UnitReason
 from dreamshard.values.units import parse_unit
-
-
-class UnitReason(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    unit: str
-    device: int
-    kind: str  # fixed | memory | gain
-    alternative: int | None = None  # the best other device with room (gain)
-    delta_ms: float = 0.0  # predicted maximum after moving it there, minus now (gain)
-    text: str
 
 
 def placement_reasons(inventory: Inventory, plan: Plan, cost: PlanningCost) -> list[list[UnitReason]]:

@@ -13,59 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.planning_cost import PlanningCost, cost_factory
 from dreamshard.placement.device_memory import device_memory
 from dreamshard.placement.expand import expand_plan
 from dreamshard.values import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology, parse_unit
+from dreamshard.values.reports import DeviceStat, PlanStats, TableStat
 
 INDEX_BYTES = 8  # int64 indices
 OUTPUT_BYTES = 4  # fp32 outputs
-
-
-class TableStat(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    unit: str  # a table, or a column shard `table@start:end`
-    type: str  # the sharding type of its table (Plan.sharding_type): table_wise, column_wise, row_wise, ...
-    device: int
-    size_gb: float
-    dim: int
-    pooling: float
-    outputs: int  # outputs per sample: one per feature (a sequence table's: one row per lookup of each)
-    pooled: bool = True  # False: a sequence table (TorchRec's EmbeddingCollection), outputs follow its lookups
-    predicted_ms: float  # its share of its device's predicted total
-    measured_ms: float | None  # its share of its device's measured total (measured plans)
-    rank: int  # 1 = the costliest unit (by measured share where measured, else predicted)
-
-
-class DeviceStat(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    device: int
-    units: int
-    memory_gb: float  # recomputed from the inventory (dreamshard.placement.device_memory): weights + optimizer + io
-    weights_gb: float
-    optimizer_gb: float  # the topology's fused optimizer's state
-    io_gb: float  # input/output buffers as TorchRec counts them (memory_model "torchrec"; else 0)
-    input_mb: float  # indices + offsets of one batch
-    output_mb: float  # outputs of one batch (what its all-to-all sends)
-    predicted_ms: float
-    measured_ms: float | None
-    bottleneck: bool
-
-
-class PlanStats(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    plan_id: str
-    basis: str  # measured | predicted: what ranks and the imbalance use
-    tables: tuple[TableStat, ...]
-    devices: tuple[DeviceStat, ...]
-    imbalance: float  # max / mean device total (basis)
-    critical: tuple[str, ...]  # the bottleneck device's units, costliest first: what sets the maximum
-    # {table: its constraints carried, not planned on} (dreamshard.integrations.torchrec_carried.carried_report)
-    carried: dict[str, list[str]] = {}
 
 
 def _shares(device: DeviceCost, units: Sequence[Table], alone: Mapping[str, float]) -> dict[str, float]:

@@ -20,10 +20,11 @@ from dreamshard.gate.sequential import gate_rounds, stop_rule
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.usecases.base import Request, Result
-from dreamshard.usecases.explain import PlanStats, stats_of
+from dreamshard.usecases.explain import stats_of
 from dreamshard.usecases.plan import sharder_options
 from dreamshard.usecases.sharders import expand, heuristics
 from dreamshard.values import BackendInfo, Inventory, Plan, Topology
+from dreamshard.values.reports import PlanStats
 
 CORPUS_WRITER = "evaluate"  # this use case's file in the measurement corpus (the lower bound's singles)
 

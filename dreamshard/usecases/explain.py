@@ -10,11 +10,12 @@ from dreamshard.config.settings import model_dir
 from dreamshard.documents import INVENTORY_SUFFIXES, check_outputs, load_inventory, load_plan, save_inventory, save_plan
 from dreamshard.errors import InputFileError
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
-from dreamshard.explain.reasons import UnitReason, placement_reasons
-from dreamshard.explain.stats import PlanStats, plan_stats, planning_cost_for
+from dreamshard.explain.reasons import placement_reasons
+from dreamshard.explain.stats import plan_stats, planning_cost_for
 from dreamshard.explain.whatif import WhatIf, is_file_spec, parse_added, parse_changes, what_if
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values import Costs, Inventory, Plan
+from dreamshard.values.reports import PlanStats, UnitReason
 
 
 def reasons_of(inventory: Inventory, plan: Plan, model: Path | None) -> list[list[UnitReason]]:

@@ -24,9 +24,10 @@ from dreamshard.profiling.oracle import Oracle
 from dreamshard.search.sharders import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
-from dreamshard.usecases.explain import PlanStats, UnitReason, reasons_of, stats_of
+from dreamshard.usecases.explain import reasons_of, stats_of
 from dreamshard.values import Inventory, Plan
 from dreamshard.values.candidates import SearchResult
+from dreamshard.values.reports import PlanStats, UnitReason
 
 #: The sharder that searches (and can verify its best candidates by measuring them).
 SEARCHING_SHARDER = "dreamshard"

@@ -25,7 +25,7 @@ from dreamshard.values.records import CurrentPointer, FsckIssue, GcResult, Orpha
 # the stats report imports torch: it loads when `show` is asked for one (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.usecases import explain as explain_uc
-    from dreamshard.usecases.explain import PlanStats
+    from dreamshard.values.reports import PlanStats
 else:
     explain_uc = lazy_module("dreamshard.usecases.explain")
 
