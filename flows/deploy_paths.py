@@ -15,7 +15,8 @@ from pathlib import Path
 
 from dreamshard.config.settings import pipeline_base, resolve
 from dreamshard.errors import ConfigError, InputFileError
-from dreamshard.usecases.pipeline_steps import RemoteSpec, absolute_uri
+from dreamshard.usecases.pipeline_steps import absolute_uri
+from dreamshard.values.remote import RemoteSpec
 
 
 def _object_storage(uri: str) -> bool:

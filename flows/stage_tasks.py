@@ -13,11 +13,11 @@ from prefect.runtime import task_run
 
 from dreamshard.usecases import pipeline_publish as publish_uc
 from dreamshard.usecases import pipeline_steps as steps
-from dreamshard.usecases.pipeline_steps import RemoteSpec
 from dreamshard.usecases.publish import GateResult
 from dreamshard.values import GateDecision, Inventory, Plan, Topology
 from dreamshard.values.lineage import Lineage
 from dreamshard.values.records import PublishedRef
+from dreamshard.values.remote import RemoteSpec
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 

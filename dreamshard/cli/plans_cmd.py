@@ -14,6 +14,7 @@ from dreamshard.cli.console import show
 from dreamshard.cli.explain_cmd import TYPE_CODES, print_stats, stats_json
 from dreamshard.cli.options import ModelOpt
 from dreamshard.cli.plans_common import (
+    GRACE_MINUTES,
     EndpointOpt,
     GraceOpt,
     InventoryNameOpt,
@@ -26,7 +27,7 @@ from dreamshard.cli.plans_common import (
 from dreamshard.cli.publish_cmd import publish_cmd
 from dreamshard.lazy import lazy_module
 from dreamshard.usecases import plans as plans_uc
-from dreamshard.usecases.plans import ORPHAN_GRACE_MINUTES, ListResult
+from dreamshard.usecases.plans import ListResult
 
 # the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +56,7 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
-    grace: GraceOpt = ORPHAN_GRACE_MINUTES,
+    grace: GraceOpt = GRACE_MINUTES,
 ) -> None:
     """List stored plans (approved and rejected), checksum-verified, marking the current one of each inventory.
     A plan that fails verification is listed as CORRUPT with the reason, and a path the store cannot read through
@@ -132,7 +133,7 @@ def fsck_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines.")] = False,
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
-    grace: GraceOpt = ORPHAN_GRACE_MINUTES,
+    grace: GraceOpt = GRACE_MINUTES,
 ) -> None:
     """Check the whole store, changing nothing: pointers, checksums, records, orphans of interrupted publishes
     (their fix: `plans gc`), stored inventory versions. Prints one line per problem with its fix; exit 0 when
@@ -153,7 +154,7 @@ def fsck_cmd(
 def gc_cmd(
     store: StoreOpt = None,
     inventory: Annotated[str | None, typer.Option("--inventory", help="Only this inventory's orphans.")] = None,
-    grace: GraceOpt = ORPHAN_GRACE_MINUTES,
+    grace: GraceOpt = GRACE_MINUTES,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines.")] = False,
     params: ParamsOpt = None,

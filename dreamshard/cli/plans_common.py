@@ -9,8 +9,11 @@ from typing import Annotated
 import typer
 
 from dreamshard.config.settings import Settings, resolve
-from dreamshard.usecases.plans import ORPHAN_GRACE_MINUTES, orphan_age
+from dreamshard.usecases.plans import ListRequest, orphan_age
 from dreamshard.values.records import Orphan
+
+#: The use case's default grace for a leftover (`ListRequest.grace_minutes`), shown by --help.
+GRACE_MINUTES: float = ListRequest.model_fields["grace_minutes"].default
 
 StoreOpt = Annotated[
     str | None,
@@ -33,7 +36,7 @@ GraceOpt = Annotated[
     typer.Option(
         "--grace-minutes",
         help="A leftover of a publish younger than this may be a publish in flight: listed as 'in flight or orphan', "
-        f"never removed (default {ORPHAN_GRACE_MINUTES:g}).",
+        f"never removed (default {ListRequest.model_fields['grace_minutes'].default:g}).",
     ),
 ]
 

@@ -9,11 +9,13 @@ import typer
 
 from dreamshard.cli.inventory_cmd import said_written
 from dreamshard.usecases import inventory as inventory_uc
-from dreamshard.usecases.inventory import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS
+
+#: The request's own defaults, shown by --help (the use case owns them).
+_DEFAULTS = {k: f.default for k, f in inventory_uc.PresetRequest.model_fields.items()}
 
 
 def preset_cmd(
-    preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(PRESETS)}.")],
+    preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(inventory_uc.preset_names())}.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Inventory file to write (.yaml/.yml or .json).")],
     dim: Annotated[
         int | None,
@@ -25,10 +27,10 @@ def preset_cmd(
     ] = None,
     pooling: Annotated[
         float, typer.Option("--pooling", help="Lookups per sample of every table (Criteo's features are one-hot: 1).")
-    ] = DEFAULT_POOLING,
+    ] = _DEFAULTS["pooling"],
     zipf_exponent: Annotated[
         float, typer.Option("--zipf-exponent", help="Assumed Zipf exponent of row popularity (reuse histograms).")
-    ] = DEFAULT_ZIPF_EXPONENT,
+    ] = _DEFAULTS["zipf_exponent"],
     name: Annotated[str | None, typer.Option("--name", help="Inventory name (default: the preset's).")] = None,
 ) -> None:
     """Write the 26 categorical tables of a Criteo dataset (public cardinalities; tables t_cat_0..t_cat_25)."""

@@ -40,6 +40,7 @@ from dreamshard.pipeline.incumbent import no_incumbent
 from dreamshard.pipeline.stream import OnLine
 from dreamshard.values import Inventory, Plan
 from dreamshard.values.lineage import Lineage, dvc_md5, lock_outs, sha256_text
+from dreamshard.values.remote import RemoteSpec
 
 DVC_YAML = "dvc.yaml"
 PARAMS = "params.yaml"
@@ -60,26 +61,6 @@ REMOTE_NAME = "storage"
 GITIGNORE = f"/{CODE_LINK}\n/.pipeline.lock\n"
 DVCIGNORE = "__pycache__/\n*.pyc\n"
 _GIT_IDENTITY = ("-c", "user.name=dreamshard pipeline", "-c", "user.email=pipeline@dreamshard.invalid")
-
-
-class RemoteSpec(BaseModel):
-    """Where `dvc push` sends data and models: a local directory or s3://bucket/path (+ endpoint)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str
-    endpoint_url: str | None = None
-
-    @property
-    def is_s3(self) -> bool:
-        return self.url.startswith("s3://")
-
-    def resolved(self, base: Path | None = None) -> RemoteSpec:
-        """Local paths made absolute (relative to `base`, default the current directory)."""
-        if self.is_s3 or "://" in self.url:
-            return self
-        p = Path(self.url).expanduser()
-        return self.model_copy(update={"url": str(p if p.is_absolute() else ((base or Path.cwd()) / p).resolve())})
 
 
 class ReproduceResult(BaseModel):

@@ -12,10 +12,7 @@ from pydantic import Field
 
 from dreamshard.documents import check_outputs, load_inventory, save_inventory
 from dreamshard.errors import ConfigError
-from dreamshard.inventory.presets import DEFAULT_POOLING as DEFAULT_POOLING  # the preset command's defaults
-from dreamshard.inventory.presets import DEFAULT_ZIPF_EXPONENT as DEFAULT_ZIPF_EXPONENT
-from dreamshard.inventory.presets import PRESETS as PRESETS
-from dreamshard.inventory.presets import preset_inventory
+from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS, preset_inventory
 from dreamshard.store import InventoryRef, open_store, push_inventory
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values import Inventory
@@ -57,6 +54,11 @@ class PresetRequest(Request):
     pooling: float = DEFAULT_POOLING
     zipf_exponent: float = DEFAULT_ZIPF_EXPONENT
     name: str | None = None
+
+
+def preset_names() -> tuple[str, ...]:
+    """The public datasets `inventory preset` knows (dreamshard.inventory.presets)."""
+    return tuple(PRESETS)
 
 
 def preset(request: PresetRequest) -> InventoryResult:
