@@ -93,11 +93,11 @@ def search(
     last_error: InfeasiblePlacementError | None = None
     for source in config.candidates:
         try:
-            placement = _source_placement(source, inventory, topology, cost, policy, config, fixed)
-            if isinstance(placement, str):
-                failed[source] = placement
-            else:
-                found.append(scorer.candidate(source, placement))
+            found.append(
+                scorer.candidate(source, _source_placement(source, inventory, topology, cost, policy, config, fixed))
+            )
+        except NoProposal as e:
+            failed[source] = str(e)
         except InfeasiblePlacementError as e:
             failed[source] = str(e)
             if last_error is None or source != "torchrec":  # TorchRec's wording names its own planner
@@ -122,6 +122,10 @@ def search(
     return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
 
 
+class NoProposal(Exception):
+    """A candidate source that proposes no placement for this inventory, and why (a skipped or absent planner)."""
+
+
 def _source_placement(
     source: str,
     inventory: Inventory,
@@ -130,22 +134,22 @@ def _source_placement(
     policy: Policy | None,
     config: SearchConfig,
     fixed: Mapping[str, int],
-) -> dict[str, int] | str:
-    """The placement `source` proposes, or why it proposes none."""
+) -> dict[str, int]:
+    """The placement `source` proposes; NoProposal says why it proposes none."""
     if source == POLICY:
         if policy is None:
-            return "the model has no policy"
+            raise NoProposal("the model has no policy")
         samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
         return constrained_plan(policy, cost, inventory.tables, topology, fixed, samples=samples, seed=config.seed)
     if source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
-        return (
+        raise NoProposal(
             f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
             f"{config.torchrec_max_tables} (planning-time budget)"
         )
     if source == LPT:
         return lpt_placement(inventory, topology, cost, fixed)
     if source == "torchrec" and (fixed or any(t.constraints is not None for t in inventory.tables)):
-        return "skipped: TorchRec's planner places no unit around fixed units nor within constraints"
+        raise NoProposal("skipped: TorchRec's planner places no unit around fixed units nor within constraints")
     # The units are already split (dreamshard.search.splits): TorchRec places them whole. The options are shared by
     # every candidate sharder; each takes its own (random the seed, torchrec column_wise). TorchRec's candidate is
     # its planner restricted to table-wise (a search candidate places whole units; the unrestricted `torchrec`

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,16 +171,15 @@ class ModelSharder(Sharder):
                 predicted_ms=typed.predicted_ms,
                 units=typed.units,
             )
-            searched.candidates.insert(0, best)
-            searched.best = best
+            searched = replace(searched, best=best, candidates=[best, *searched.candidates])
             units, placement = typed.units, typed.placement
         assumptions = None
         if searched is not None and len(self.unknown_skews) > 1 and unknown_tables(layout.units):
             extra = self.move_penalties(searched.candidates, inventory)
-            searched.candidates, assumptions = robust_rerank(
+            reranked, assumptions = robust_rerank(
                 searched.candidates, layout.units, topology, cost, self.unknown_skews, extra
             )
-            searched.best = searched.candidates[0]
+            searched = replace(searched, best=reranked[0], candidates=reranked)
             units, placement = searched.best.units or layout.units, searched.best.placement
         plan = self._finish(inventory, units, topology, placement, searched, cost, assumptions)
         plan = plan.model_copy(update={"calibration": calibration, "layouts": layout_reasons(layout, topology, prior)})
@@ -253,7 +253,7 @@ class DreamShardSharder(ModelSharder):
         self,
         verify: int = 0,
         verify_rounds: int | None = None,
-        oracle: Any = None,
+        oracle: Oracle | None = None,
         verify_anchors: int = VERIFY_ANCHORS,
         incumbent: Plan | None = None,
         verify_confidence: float = 0.95,
@@ -337,7 +337,7 @@ class DreamShardSharder(ModelSharder):
         seeds |= self._uncalibrated_seed(inventory, topology, cost, seeds, fixed)
         result = search(inventory, topology, cost, self.model.policy, self.config, seeds=seeds, fixed=fixed)
         if why:
-            result.failed[CURRENT] = why
+            result = replace(result, failed={**result.failed, CURRENT: why})
         if self.incumbent is not None:  # moves as a cost (dreamshard.search.moves)
             result = self.moves.ranked(result, self.incumbent, inventory)
         return result.best.placement, result

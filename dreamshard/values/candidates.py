@@ -28,7 +28,7 @@ class Candidate:
     units: Inventory | None = None  # the units `placement` places when they differ from the search's (typed)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchResult:
     best: Candidate
     candidates: list[Candidate]  # every scored candidate, best first (refined ones included)
