@@ -206,7 +206,9 @@ def test_a_noisy_machine_measures_every_round_and_a_short_comparison_is_refused(
         extra_plans=[world.bad],
         with_lower_bound=False,
     )
-    with pytest.raises(PlanError, match="has 3 round.*early looks on them decide nothing.*--rounds 5"):
+    with pytest.raises(
+        PlanError, match=r"has 3 round.*early looks on them decide nothing.*measure 5 rounds \(evaluate.rounds\)"
+    ):
         gate_plan(world.bad, world.inventory, short, world.rules)
     two = compare_sharders(
         world.inventory,

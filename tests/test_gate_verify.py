@@ -188,7 +188,7 @@ def test_measure_and_gate_measures_itself() -> None:
             make_oracle("simulator"),
             w.rules,
         )
-    with pytest.raises(ConfigError, match="--allow-simulated"):
+    with pytest.raises(ConfigError, match="publish.allow_simulated"):
         measure_and_gate(
             w.good, w.inventory, make_oracle("simulator"), w.rules.model_copy(update={"allow_simulated": False})
         )

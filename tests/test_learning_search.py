@@ -285,7 +285,11 @@ def test_cli_verify_records_and_refuses_other_sharders(model_dir, tmp_path):
             str(tmp_path / "x.json"),
         ]
     )
-    assert code == 2 and "--verify needs --sharder dreamshard" in err and not (tmp_path / "x.json").exists()
+    assert (
+        code == 2
+        and "plan.verify (--verify) needs the searching sharder (--sharder dreamshard)" in err
+        and not (tmp_path / "x.json").exists()
+    )
 
 
 def test_cli_warns_of_a_simulated_model_and_of_an_explain_without_search(model_dir, tmp_path):
@@ -297,7 +301,7 @@ def test_cli_warns_of_a_simulated_model_and_of_an_explain_without_search(model_d
     code, _, err = invoke(
         ["plan", "-i", str(inv), "-d", "2", "-m", "16", "-s", "dim_greedy", "--explain", "-o", str(tmp_path / "q.json")]
     )
-    assert code == 0 and "warning: --explain ignored: 'dim_greedy' does not search" in err
+    assert code == 0 and "warning: the explanation (--explain) is skipped: 'dim_greedy' does not search" in err
     assert "SIMULATED" not in err
 
 
@@ -552,7 +556,7 @@ def test_cli_plan_with_an_incumbent_shows_its_moves_and_refuses_misuse(model_dir
     assert code == 0, err
     assert "against --incumbent: " in out and "tables move" in out and "1 removed" in out and "current" in out
     for argv, needle in (
-        (["-s", "dim_greedy"], "--incumbent needs --sharder dreamshard"),
+        (["-s", "dim_greedy"], "an incumbent plan (--incumbent) needs the searching sharder (--sharder dreamshard)"),
         (["-o", str(tmp_path / "v1.json")], "same file as --incumbent"),
     ):
         code, _, err = invoke(

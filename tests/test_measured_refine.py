@@ -123,7 +123,11 @@ def test_plan_refine_seconds_records_the_trace_and_refuses_other_sharders(tmp_pa
     assert trace["budget_s"] == 3 and trace["tried"] >= 1 and "refinement:" in out
     assert (tmp_path / "c" / "refine.jsonl").is_file()
     code, _, err = invoke([*args, "-s", "dim_greedy", "--refine-seconds", "3", "-o", str(tmp_path / "q.json")])
-    assert code == 2 and "--refine-seconds needs --sharder dreamshard" in err and not (tmp_path / "q.json").exists()
+    assert (
+        code == 2
+        and "plan.refine_seconds (--refine-seconds) needs the searching sharder" in err
+        and not (tmp_path / "q.json").exists()
+    )
 
 
 def test_the_refinement_prediction_of_a_device_is_the_planning_cost_of_that_device() -> None:

@@ -30,6 +30,7 @@ from dreamshard.cli import (
     torchrec_cmd,
 )
 from dreamshard.cli.console import rich_help_fits, set_help_style
+from dreamshard.cli.flags import with_flags
 from dreamshard.errors import DreamshardError, redact_urls
 from dreamshard.usecases.base import describe_validation_error
 
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:
             sys.exit(rc)  # typer.Exit(code) comes back as a return value when standalone_mode=False
     except DreamshardError as e:
-        fail(f"{type(e).__name__}: {e}", e.exit_code)
+        fail(f"{type(e).__name__}: {with_flags(str(e))}", e.exit_code)
     except ValidationError as e:
         fail(f"InvalidInput: {describe_validation_error(e)}")
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from dreamshard.cli.console import show
 from dreamshard.cli.explain_cmd import print_reasons, print_stats, stats_json
+from dreamshard.cli.flags import with_flags
 from dreamshard.cli.options import (
     BackendOverride,
     BatchOverride,
@@ -85,7 +86,7 @@ err_console = Console(stderr=True, highlight=False)
 
 def warn(lines: Any, what: str | None = None) -> None:
     for line in lines:
-        err_console.print(f"warning: {what + ': ' if what else ''}{line}", markup=False, soft_wrap=True)
+        err_console.print(f"warning: {what + ': ' if what else ''}{with_flags(line)}", markup=False, soft_wrap=True)
 
 
 def _search_table(result: SearchResult) -> Any:

@@ -178,5 +178,8 @@ def types_override(types: str | None) -> list[str] | None:
 
 
 def searching_options(**given: object) -> tuple[str, ...]:
-    """The search options the user gave (`--verify` for verify=3), each an error unless the sharder searches."""
-    return tuple(f"--{name.replace('_', '-')}" for name, value in given.items() if value)
+    """The search settings the user gave (`plan.verify` for verify=3), each an error unless the sharder searches; the
+    incumbent is the request's, not a setting."""
+    return tuple(
+        "an incumbent plan" if name == "incumbent" else f"plan.{name}" for name, value in given.items() if value
+    )

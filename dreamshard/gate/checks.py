@@ -162,7 +162,7 @@ def verify_comparison(
         fewer = f"; {min_rounds} when the early look decides on them" if full != min_rounds else ""
         raise PlanError(
             f"{source} has {cmp.rounds} round(s); the gate needs at least {full} paired rounds "
-            f"(publish.min_rounds{fewer}) to tell a faster plan from noise: compare with --rounds {full}"
+            f"(publish.min_rounds{fewer}) to tell a faster plan from noise: measure {full} rounds (evaluate.rounds)"
         )
     entry = _own_entry(cmp, plan, source)
     baselines = _verified_baselines(cmp, entry, inventory, seed, source)

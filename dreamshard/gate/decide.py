@@ -26,14 +26,14 @@ def required_baselines(rules: PublishConfig, extra: Sequence[str] = ()) -> tuple
     try:
         return check_baselines(tuple(dict.fromkeys((*rules.baselines, *extra))))
     except ValueError as e:
-        raise ConfigError(f"--sharders: {e}") from None
+        raise ConfigError(f"the publisher's added baselines: {e}") from None
 
 
 def _check_simulated(simulated: bool, rules: PublishConfig, source: str) -> None:
     if simulated and not rules.allow_simulated:
         raise ConfigError(
             f"{source} is simulated (backend simulator): a plan whose only basis is the simulator "
-            f"becomes current only when asked (plans publish --allow-simulated, publish.allow_simulated)"
+            f"becomes current only when asked (publish.allow_simulated)"
         )
 
 
@@ -102,7 +102,7 @@ def gate_plan(
         raise PlanError(
             f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
             f"decide nothing: the gate needs {rules.min_rounds} paired rounds (publish.min_rounds) to "
-            f"tell a faster plan from noise: compare with --rounds {rules.min_rounds}"
+            f"tell a faster plan from noise: measure {rules.min_rounds} rounds (evaluate.rounds)"
         )
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)

@@ -275,9 +275,9 @@ class DreamShardSharder(ModelSharder):
         rate = move_rate_ms_per_mb(incumbent) if incumbent is not None else 1.0
         self.moves = MovePolicy(int(move_horizon_steps), float(max_move_fraction), rate)
         if verify < 0:
-            raise ConfigError(f"--verify must be >= 0 candidates, got {verify}")
+            raise ConfigError(f"plan.verify must be >= 0 candidates, got {verify}")
         if verify_anchors < 0:
-            raise ConfigError(f"--verify-anchors must be >= 0 candidates, got {verify_anchors}")
+            raise ConfigError(f"plan.verify_anchors must be >= 0 candidates, got {verify_anchors}")
         self.verify = int(verify)
         self.verify_rounds = verify_rounds
         self.verify_anchors = int(verify_anchors)

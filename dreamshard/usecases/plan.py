@@ -88,7 +88,7 @@ def _checked(request: PlanRequest, name: str) -> None:
     for option in request.searching_options:
         require_searching(name, option)
     if request.incumbent is not None:
-        require_searching(name, "--incumbent")
+        require_searching(name, "an incumbent plan")
 
 
 def _verify_options(request: PlanRequest, verify: int, calibrate: float, oracle: Oracle | None) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def run(request: PlanRequest) -> PlanResult:
             f"plan {plan.plan_id} records its out-of-range inputs: the publish gate will want a measured comparison"
         )
     if request.explain and searched is None:
-        warnings.append(f"--explain ignored: '{name}' does not search (--sharder {SEARCHING_SHARDER} does)")
+        warnings.append(f"the explanation is skipped: '{name}' does not search (the searching sharder does)")
     return PlanResult(
         plan=plan,
         search=searched,
@@ -177,8 +177,10 @@ def read_incumbent(path: Path | None) -> Plan | None:
 
 
 def require_searching(name: str, what: str) -> None:
-    """`--verify` / `--explain` given for a sharder that does not search: an error naming both."""
+    """A search setting (`plan.verify`, ...) or an incumbent given for a sharder that does not search: an error
+    naming both (the CLI adds the flags: dreamshard.cli.flags)."""
     if name != SEARCHING_SHARDER:
         raise ConfigError(
-            f"{what} needs --sharder {SEARCHING_SHARDER} (it acts on the search's candidates), not '{name}'"
+            f"{what} needs the searching sharder '{SEARCHING_SHARDER}' (it acts on the search's candidates), "
+            f"not '{name}'"
         )

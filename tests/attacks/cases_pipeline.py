@@ -277,7 +277,7 @@ CASES: list[Case] = [
     Refused(
         "a partial params file asking too few evaluate rounds is still refused up front",
         f"{RUN} --params partial.yaml",
-        ("evaluate.rounds 3 is below publish.min_rounds 5",),
+        ("evaluate.rounds (--rounds) 3 is below publish.min_rounds 5",),
         setup=written("partial.yaml", "evaluate: {rounds: 3}\n"),
         guard=no_orchestrator,
     ),
