@@ -261,9 +261,14 @@ class DreamShardSharder(ModelSharder):
         unknown_skews: Sequence[float] = DEFAULT_UNKNOWN_SKEWS,
         move_horizon_steps: int = DEFAULT_HORIZON_STEPS,
         max_move_fraction: float = 1.0,
-        **kw: Any,
+        model_dir: Path | None = None,
+        samples: int | None = None,
+        seed: int = 0,
+        risk: float | None = None,
+        search: SearchConfig | None = None,
+        column_splits: str = "auto",
     ) -> None:
-        super().__init__(**kw)
+        super().__init__(model_dir, samples, seed, risk, search, column_splits)
         self.unknown_skews = check_skews(unknown_skews)
         if not 0.0 <= calibrate_seconds <= MAX_CALIBRATE_SECONDS:
             raise ConfigError(f"calibrate_seconds must be in [0, {MAX_CALIBRATE_SECONDS:g}], got {calibrate_seconds}")
