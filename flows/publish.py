@@ -69,7 +69,7 @@ def publish_workspace_plan(request: WorkspacePublishRequest) -> PublishOutcome:
     publish_plan_artifacts(
         plan, report.comparison, decision, ref, setup.store_uri, report.stats_markdown, report.inventory
     )
-    done = decision.label or ("published" if decision.approved else "rejected")
+    done = decision.label or ("published" if decision.approved else decision.outcome)
     log.info("%s plan %s: %s", done, plan.plan_id, decision.reason)
     if fallback is not None:
         log.info("fallback %s: %s", fallback.plan_id, fallback.reason)

@@ -353,7 +353,8 @@ def published(summary: RunSummary, committed: str | None, outcome: PublishOutcom
     reason = (
         (f"ran {', '.join(summary.ran)}; " if summary.ran else "no stage changed; ")
         + ("committed, " if committed else "")
-        + f"pushed; {'published' if outcome.approved else 'rejected'} plan {outcome.plan_id}: {outcome.reason}"
+        + f"pushed; {'published' if outcome.approved else (outcome.outcome or 'rejected')} plan {outcome.plan_id}: "
+        + outcome.reason
     )
     current = outcome.plan_id if outcome.is_current else outcome.fallback_plan_id
     return summary.model_copy(update={"outcome": outcome, "current_plan_id": current, "reason": reason})
