@@ -502,6 +502,9 @@ def test_cli_torchrec_out_loads_into_a_sharding_plan(tmp_path: Path, capsys: pyt
     )
     assert code == 2 and err.count("\n") == 1 and "unknown TorchRec compute kernel 'fast'" in err
     assert not (tmp_path / "p2.json").exists() and not (tmp_path / "tr2.json").exists()
+    args = ["plan", "-i", str(inv_path), "-d", "3", "-m", "1", "-s", "size_greedy", "-o", str(tmp_path / "p3.json")]
+    code, out, err = _cli([*args, "--torchrec-kernel", "dense"], capsys)  # a kernel for a file not asked for
+    assert code == 2 and "--torchrec-kernel dense needs --torchrec-out" in err and not (tmp_path / "p3.json").exists()
 
 
 def test_cli_torchrec_export_and_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -64,7 +64,7 @@ from dreamshard.cli.plan_options import (
 )
 from dreamshard.config.settings import resolve
 from dreamshard.documents import check_outputs, load_inventory, save_plan
-from dreamshard.errors import InputFileError
+from dreamshard.errors import ConfigError, InputFileError
 from dreamshard.evaluation.render import device_rows, device_table
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
 from dreamshard.integrations.torchrec_file import save_torchrec_plan
@@ -195,6 +195,8 @@ def plan(
     )
     if torchrec_out is not None and torchrec_out.is_dir():
         raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
+    if torchrec_out is None and torchrec_kernel != "fused":
+        raise ConfigError(f"--torchrec-kernel {torchrec_kernel} needs --torchrec-out: it is the TorchRec file's kernel")
     request = plan_uc.PlanRequest(
         settings=settings,
         inventory=load_inventory(inventory),
