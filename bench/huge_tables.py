@@ -171,7 +171,7 @@ def judged(judge: Any, inventory: Any, plans: list[tuple[dict[str, Any], Any]]) 
 
 def run_case(label: str, inventory: Any, topology: Any, oracle: Any, judge: Any, rounds: int) -> dict[str, Any]:
     from dreamshard.evaluation.compare import measure_interleaved, median_costs
-    from dreamshard.explain.stats import planning_cost_for
+    from dreamshard.explain.report import planning_cost_for
     from dreamshard.placement.expand import expand_plan
 
     cost = planning_cost_for(None, topology)

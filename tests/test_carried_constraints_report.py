@@ -13,7 +13,7 @@ import pytest
 from dreamshard.cli.app import main
 from dreamshard.documents import load_plan, save_inventory
 from dreamshard.evaluation import comparison_markdown, load_comparison
-from dreamshard.explain.stats import stats_markdown
+from dreamshard.explain.report import stats_markdown
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report, not_planned_on
 from dreamshard.usecases.explain import stats_of
 from dreamshard.values import Inventory, Table, TableConstraints

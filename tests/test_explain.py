@@ -13,7 +13,7 @@ from dreamshard.documents import load_inventory, load_plan, save_inventory, save
 from dreamshard.errors import PlanError
 from dreamshard.evaluation import evaluate_plan
 from dreamshard.evaluation.compare import check_plan_for
-from dreamshard.explain.stats import plan_stats, planning_cost_for
+from dreamshard.explain.report import plan_stats, planning_cost_for
 from dreamshard.explain.whatif import parse_added, parse_changes, what_if
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.model_store import load_model

@@ -11,7 +11,7 @@ from flows_support import REPLAN_PARAMS, fast_path_workspace, tiny_inventory
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
 from dreamshard.documents import load_inventory
-from dreamshard.gate.policy import first_plan_label
+from dreamshard.gate.publish_policy import first_plan_label
 from dreamshard.store import list_plans, open_store
 from dreamshard.usecases import replan as replan_uc
 

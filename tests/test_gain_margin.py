@@ -4,8 +4,8 @@ challenger (`kept_index`) and a refinement move (`Block.passed`); a smaller gain
 
 from __future__ import annotations
 
-from dreamshard.measured.candidates import kept_index
 from dreamshard.measured.duel import MEASURED_GAIN_MARGIN, Block
+from dreamshard.measured.verify import kept_index
 
 
 def test_the_margin_is_a_few_percent() -> None:
@@ -30,8 +30,8 @@ def test_a_refinement_move_passes_only_by_the_margin() -> None:
 
 def test_a_baselines_own_plan_needs_only_to_be_faster() -> None:
     # the gate compares the plan with the baselines on the same measurement: a measured-faster baseline is taken
-    from dreamshard.measured.candidates import margins_for
-    from dreamshard.values.candidates import Candidate
+    from dreamshard.measured.verify import margins_for
+    from dreamshard.values.search_result import Candidate
 
     cands = [Candidate(s, {}, 1.0) for s in ("policy", "size_greedy", "lpt", "lookup_greedy+search", "torchrec")]
     assert margins_for(cands) == [MEASURED_GAIN_MARGIN, 0.0, MEASURED_GAIN_MARGIN, MEASURED_GAIN_MARGIN, 0.0]

@@ -165,7 +165,7 @@ def test_huge_and_unpaired_figures_are_errors_before_any_arithmetic() -> None:
 
 
 def test_the_t_quantile() -> None:
-    from dreamshard.gate.stats import ratio_bound, t_quantile
+    from dreamshard.gate.bounds import ratio_bound, t_quantile
 
     assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=1e-3)
     assert t_quantile(0.95, 30) == pytest.approx(1.697, abs=1e-3)

@@ -1,4 +1,4 @@
-"""The publish policy (dreamshard.gate.policy) on hand-set values: what the gate's decision means given what the
+"""The publish policy (dreamshard.gate.publish_policy) on hand-set values: what the gate's decision means given what the
 store's current plan can serve. Every reason the policy gives starts with the gate's own finding: no sentence is
 edited to change a decision."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from store_helpers import make_plan
 
 from dreamshard.gate import evaluate_gate
-from dreamshard.gate.policy import CurrentPlan, cannot_serve, current_plan, publish_verdict
+from dreamshard.gate.publish_policy import CurrentPlan, cannot_serve, current_plan, publish_verdict
 from dreamshard.values import GateDecision, Topology
 
 

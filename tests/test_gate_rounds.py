@@ -15,8 +15,8 @@ from store_helpers import World, make_plan
 from dreamshard.errors import ProfilingError
 from dreamshard.evaluation import compare_sharders
 from dreamshard.gate import PublishConfig, evaluate_gate, gate_plan
+from dreamshard.gate.bounds import window_spread
 from dreamshard.gate.sequential import gate_rounds, looks, quiet_enough, stop_rule
-from dreamshard.gate.stats import window_spread
 from dreamshard.profiling import base, make_oracle
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming, timing_clock
 from dreamshard.profiling.oracle import Oracle

@@ -150,7 +150,7 @@ def test_the_error_rate_stays_within_the_budget_across_the_looks() -> None:
 
 
 def test_a_look_past_the_rounds_is_an_error() -> None:
-    from dreamshard.gate.stats import Look
+    from dreamshard.gate.bounds import Look
 
     with pytest.raises(ConfigError, match="a look at 6 round"):
         evaluate_gate(make_plan(), {"torchrec": BASE}, 0.0, plan_samples=BASE, looks=(Look(6, 0.95),))

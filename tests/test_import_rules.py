@@ -235,7 +235,7 @@ def test_the_doors_import_only_use_cases_settings_errors_values_rendering_and_in
 def test_the_door_rule_catches_a_planted_violation(tmp_path: Path) -> None:
     planted = {
         "import dreamshard.store\n": "dreamshard.store",
-        "from dreamshard.gate.policy import publish_verdict\n": "dreamshard.gate.policy",
+        "from dreamshard.gate.publish_policy import publish_verdict\n": "dreamshard.gate.publish_policy",
         "from dreamshard import store\n": "dreamshard.store",
         "def f():\n    from dreamshard.pipeline.workspace import PipelineWorkspace\n": "dreamshard.pipeline.workspace",
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dreamshard.store import x\n": "dreamshard.store",

@@ -31,7 +31,7 @@ def test_a_name_is_imported_once_and_kept_and_a_single_string_is_refused() -> No
     importlib.import_module("dreamshard.gate")  # as when its __init__ calls lazy_exports
     getter, lister, names = lazy_exports("dreamshard.gate", {".stats": ("ratio_bound",)})
     first = getter("ratio_bound")
-    from dreamshard.gate.stats import ratio_bound
+    from dreamshard.gate.bounds import ratio_bound
 
     assert first is ratio_bound and "ratio_bound" in lister() and names == ["ratio_bound"]
     with pytest.raises(TypeError, match="not one string"):

@@ -87,8 +87,8 @@ def test_an_optional_planner_not_installed_is_a_failed_candidate(model_dir, monk
 
 
 def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_dir):
-    from dreamshard.measured.candidates import heuristic_candidate
     from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
+    from dreamshard.measured.verify import heuristic_candidate
 
     inv = synth_inventory(24, seed=23, name="verify")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
@@ -126,8 +126,8 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
 def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir):
     """When none of the K best predicted is a baseline's own plan or LPT's, the best predicted of those are measured
     too (plan.verify_anchors): a misranking cost cannot keep them from being measured, and kept when faster."""
-    from dreamshard.measured.candidates import ANCHOR_SOURCES, anchor_candidates
-    from dreamshard.values.candidates import Candidate
+    from dreamshard.measured.verify import ANCHOR_SOURCES, anchor_candidates
+    from dreamshard.values.search_result import Candidate
 
     def cand(source: str, ms: float) -> Candidate:
         return Candidate(source, {"t": 0}, ms)
@@ -420,7 +420,7 @@ def test_a_column_shard_plan_round_trips_through_gate_store_and_torchrec_export(
 
 
 def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -> None:
-    from dreamshard.measured.candidates import kept_index
+    from dreamshard.measured.verify import kept_index
 
     top, lucky, sure = [10.0, 12.0, 11.0], [9.0, 12.5, 9.5], [9.8, 11.5, 10.9]
     assert kept_index([top, lucky], [11.0, 9.5]) == 0  # a lower median, but slower in one round: noise
@@ -436,8 +436,8 @@ def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -
 def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
     """`--verify` keeps a challenger only if it is faster in every round, so one that loses a round is dropped
     (the same decision for fewer measurements) and the measuring ends when none is left."""
-    from dreamshard.measured.candidates import verify_candidates
-    from dreamshard.values.candidates import Candidate
+    from dreamshard.measured.verify import verify_candidates
+    from dreamshard.values.search_result import Candidate
 
     inv = synth_inventory(8, 0, name="v")
     topo = Topology(num_devices=2, memory_per_device_gb=4.0)

@@ -134,7 +134,7 @@ def test_the_refinement_prediction_of_a_device_is_the_planning_cost_of_that_devi
     """refine_plan predicts a device from its units' summed states: the same as PlanningCost.predict."""
     import torch
 
-    from dreamshard.explain.stats import planning_cost_for
+    from dreamshard.explain.report import planning_cost_for
 
     inv = inventory()
     cost = planning_cost_for(None, TOPO)

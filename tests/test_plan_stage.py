@@ -109,8 +109,8 @@ def _plans(names: list[str]) -> list[Plan]:
 
 
 def test_verification_labels_the_search_only_and_heuristic_rows_and_states_the_kept_plan_against_search() -> None:
-    from dreamshard.measured.candidates import heuristic_candidate, paired_ratio, verify_candidates
-    from dreamshard.values.candidates import Candidate
+    from dreamshard.measured.verify import heuristic_candidate, paired_ratio, verify_candidates
+    from dreamshard.values.search_result import Candidate
 
     plans = _plans(["dim_greedy", "size_greedy", "lookup_greedy"])
     sources = ["policy+search", "lpt", "lookup_greedy"]
@@ -210,9 +210,9 @@ def test_a_calibrated_plan_faster_by_less_than_the_margin_keeps_the_uncalibrated
     """Calibration is a measured step: the calibrated search's best (here the best predicted) must beat the plan of
     the search before calibration (the UNCALIBRATED seed, the default wherever it ranks) by the margin in every
     round; 2% faster is inside it, so the uncalibrated plan is kept and labelled the search-only plan."""
-    from dreamshard.measured.candidates import to_measure, verify_candidates
     from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
-    from dreamshard.values.candidates import UNCALIBRATED, Candidate
+    from dreamshard.measured.verify import to_measure, verify_candidates
+    from dreamshard.values.search_result import UNCALIBRATED, Candidate
 
     plans = _plans(["dim_greedy", "size_greedy", "lookup_greedy"])
     sources = ["policy+search", "lpt", UNCALIBRATED]
@@ -234,7 +234,7 @@ def test_a_calibrated_plan_faster_by_less_than_the_margin_keeps_the_uncalibrated
 def _robust(script: dict[str, list[float]]) -> Plan:
     from dreamshard.measured.robust_verify import verify_robust
     from dreamshard.values import AccessAssumptions
-    from dreamshard.values.candidates import Candidate
+    from dreamshard.values.search_result import Candidate
 
     plans = _plans(["dim_greedy", "size_greedy"])
     cands = [Candidate(s, dict(p.placement), 1.0) for s, p in zip(["policy+search", "lpt"], plans, strict=True)]

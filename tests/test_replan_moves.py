@@ -14,7 +14,7 @@ from dreamshard.placement.diff import plan_diff
 from dreamshard.search.moves import MovePolicy
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Inventory, Table, Topology
-from dreamshard.values.candidates import Candidate, SearchResult
+from dreamshard.values.search_result import Candidate, SearchResult
 
 
 def _inventory(n: int, name: str = "moves") -> Inventory:

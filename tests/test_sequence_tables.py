@@ -193,7 +193,7 @@ def test_costs_follow_lookups_not_bags() -> None:
 
 
 def test_stats_report_marks_sequence_tables() -> None:
-    from dreamshard.explain.stats import plan_stats, planning_cost_for, stats_markdown
+    from dreamshard.explain.report import plan_stats, planning_cost_for, stats_markdown
 
     inv = Inventory(
         name="x", tables=(Table(name="bag", num_embeddings=600, embedding_dim=8, pooling_factor=3.0), _sequence())

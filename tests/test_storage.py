@@ -365,7 +365,7 @@ def test_device_report_breaks_memory_down_recomputed_from_the_inventory() -> Non
 
 
 def test_stats_report_breaks_memory_down_per_device() -> None:
-    from dreamshard.explain.stats import plan_stats, planning_cost_for, stats_markdown
+    from dreamshard.explain.report import plan_stats, planning_cost_for, stats_markdown
 
     inv, plan = _report_plan(topo("rowwise_adagrad"))
     units, placed = expand(inv, plan.placement, plan.column_shards, plan.row_shards, (), plan.topology)

@@ -1,4 +1,4 @@
-"""Verify's duel (dreamshard.measured.candidates, `hold`): in a re-plan the current plan's candidate is the default,
+"""Verify's duel (dreamshard.measured.verify, `hold`): in a re-plan the current plan's candidate is the default,
 and a challenger that won every round replaces it only after enough straight paired wins that chance alone would
 explain them less often than plan.verify_confidence allows. Equal plans on a noisy machine keep the current plan;
 a plan that is really faster still replaces it."""
@@ -9,10 +9,10 @@ import pytest
 from store_helpers import WORLD_TOPOLOGY as TOPOLOGY
 from store_helpers import NoisyOracle, world_inventory
 
-from dreamshard.measured.candidates import rounds_to_replace, verify_candidates
+from dreamshard.measured.verify import rounds_to_replace, verify_candidates
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Plan
-from dreamshard.values.candidates import Candidate
+from dreamshard.values.search_result import Candidate
 
 INVENTORY = world_inventory()
 
@@ -32,7 +32,7 @@ def test_equal_plans_on_a_noisy_machine_keep_the_current_plan(monkeypatch: pytes
     """Five copies of one plan (pure noise between them, sd 10% per measurement): without the duel one of the four
     challengers wins all 3 rounds about 41% of the time; with it, at most the 5% the confidence allows. The duel's
     chance arithmetic is checked without the gain margin (which only makes a lucky run rarer)."""
-    import dreamshard.measured.candidates as candidates
+    import dreamshard.measured.verify as candidates
 
     monkeypatch.setattr(candidates, "MEASURED_GAIN_MARGIN", 0.0)
     plan = get_sharder("size_greedy").shard(INVENTORY, TOPOLOGY)

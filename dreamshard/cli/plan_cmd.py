@@ -70,7 +70,7 @@ from dreamshard.integrations.torchrec_carried import carried_lines, carried_repo
 from dreamshard.integrations.torchrec_file import save_torchrec_plan
 from dreamshard.lazy import lazy_module
 from dreamshard.values import Verification
-from dreamshard.values.candidates import SearchResult
+from dreamshard.values.search_result import SearchResult
 from dreamshard.values.stage_report import stage_line, stage_vs_search
 
 # the use case imports torch: it loads when a command uses it (dreamshard/lazy.py)
@@ -189,14 +189,12 @@ def plan(
             "plan.max_move_fraction": max_move_fraction,
         },
     )
-    check_outputs(
+    _check_files(
         {"--inventory": inventory, "--model": model, "--params": settings.source, "--incumbent": incumbent},
-        {"--out": out, "--torchrec-out": torchrec_out},
+        out,
+        torchrec_out,
+        torchrec_kernel,
     )
-    if torchrec_out is not None and torchrec_out.is_dir():
-        raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
-    if torchrec_out is None and torchrec_kernel != "fused":
-        raise ConfigError(f"--torchrec-kernel {torchrec_kernel} needs --torchrec-out: it is the TorchRec file's kernel")
     request = plan_uc.PlanRequest(
         settings=settings,
         inventory=load_inventory(inventory),
@@ -228,6 +226,16 @@ def plan(
         return
     _print_plan(result)
     console.print(f"wrote {out}")
+
+
+def _check_files(inputs: dict[str, Path | None], out: Path, torchrec_out: Path | None, kernel: str) -> None:
+    """The command's files checked before anything is read or written: no output is an input or another output,
+    the TorchRec file is no directory, and a TorchRec kernel comes with the TorchRec file it is for."""
+    check_outputs(inputs, {"--out": out, "--torchrec-out": torchrec_out})
+    if torchrec_out is not None and torchrec_out.is_dir():
+        raise InputFileError(f"cannot write {torchrec_out}: it is a directory")
+    if torchrec_out is None and kernel != "fused":
+        raise ConfigError(f"--torchrec-kernel {kernel} needs --torchrec-out: it is the TorchRec file's kernel")
 
 
 def plan_json(result: PlanResult) -> dict[str, object]:

@@ -54,11 +54,11 @@ class PlanConfig(Section):
     verify: Annotated[int, Field(ge=0, le=64)] = 0  # measure this many best candidates (0 = trust predictions)
     verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
-    # verified candidates is one (dreamshard.measured.candidates.anchor_candidates)
+    # verified candidates is one (dreamshard.measured.verify.anchor_candidates)
     verify_anchors: Annotated[int, Field(ge=0, le=16)] = VERIFY_ANCHORS
     # with an incumbent (a re-plan): another candidate replaces the current plan's only after enough straight paired
     # wins that chance alone, over all challengers, would explain them less often than 1 - this
-    # (dreamshard.measured.candidates.rounds_to_replace: 6-7 rounds at 0.95)
+    # (dreamshard.measured.verify.rounds_to_replace: 6-7 rounds at 0.95)
     verify_confidence: Annotated[float, Field(ge=0.5, le=0.9999)] = 0.95
     # calibration before the search (dreamshard.measured.calibrate): seconds of probe timings on the profile
     # backend, fitted into a per-inventory correction of the cost model that search, verify and refinement use

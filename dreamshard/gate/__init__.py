@@ -6,8 +6,8 @@ beyond the measurement noise (docs/architecture/gate.md, "The publish gate").
 * `trust`: who decides each field of a plan file (`trusted_plan`, `bound_to_inventory`, `check_topology`);
 * `decide`: `gate_plan` / `measure_and_gate`;
 * `checks`: the plan against its inventory, a comparison's contenders, baselines (recomputed) and figures;
-* `rule`: the decision rule on verified figures (`evaluate_gate`); `stats`: the bound on plan / baseline;
-* `policy`: what a decision means given what the store's current plan can serve (`publish_verdict`);
+* `rule`: the decision rule on verified figures (`evaluate_gate`); `bounds`: the bound on plan / baseline;
+* `publish_policy`: what a decision means given what the store's current plan can serve (`publish_verdict`);
 * `fallback`: a rejected plan for a version nothing current can serve: the best measured baseline instead.
 """
 
@@ -27,7 +27,7 @@ __getattr__, __dir__, _LAZY = lazy_exports(
         ".current": ("CURRENT", "current_contender", "current_samples", "serving_contender"),
         ".decide": ("gate_plan", "measure_and_gate", "required_baselines"),
         ".fallback": ("fallback_plan",),
-        ".policy": (
+        ".publish_policy": (
             "CurrentPlan",
             "PolicyOutcome",
             "PublishVerdict",
@@ -36,7 +36,7 @@ __getattr__, __dir__, _LAZY = lazy_exports(
             "publish_verdict",
         ),
         ".rule": ("MAX_MS", "evaluate_gate"),
-        ".stats": ("RatioBound", "ratio_bound"),
+        ".bounds": ("RatioBound", "ratio_bound"),
         ".trust": (
             "PLAN_FIELD_AUTHORITY",
             "UNTRUSTED_FIELDS",

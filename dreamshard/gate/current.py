@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dreamshard.errors import DreamshardError, PlanError
 from dreamshard.evaluation import Comparison, SharderResult
-from dreamshard.gate.policy import cannot_serve
+from dreamshard.gate.publish_policy import cannot_serve
 from dreamshard.placement.diff import plan_diff
 from dreamshard.sharders.base import make_plan
 from dreamshard.values import Inventory, Plan, Topology

@@ -29,7 +29,7 @@ from typing import Any
 
 from dreamshard.config.publish import check_margin
 from dreamshard.errors import ConfigError
-from dreamshard.gate.stats import Look, RatioBound, ratio_bound
+from dreamshard.gate.bounds import Look, RatioBound, ratio_bound
 from dreamshard.values import Plan
 from dreamshard.values.decision import UNDECIDED, GateDecision, Outcome
 

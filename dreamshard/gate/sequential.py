@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from dreamshard.config.publish import PublishConfig
+from dreamshard.gate.bounds import Look, window_spread
 from dreamshard.gate.rule import bound_outcome
-from dreamshard.gate.stats import Look, window_spread
 from dreamshard.sharders import BASELINE_SHARDERS
 from dreamshard.values import Plan
 

@@ -1,7 +1,7 @@
 """Verification under more than one id distribution (docs/architecture/learning.md, "Planning without statistics"):
 where tables declare no access statistics, the verified candidates are measured interleaved under each assumed
 distribution (dreamshard.search.unknown_stats). The search-only plan is kept unless another was confirmed faster
-under every distribution (the keep rule of dreamshard.measured.candidates); of those, the one with the least
+under every distribution (the keep rule of dreamshard.measured.verify); of those, the one with the least
 worst-case measured regret. Until 2026-12-05 the least regret by medians alone decided: on a held-out task (ctr-120/8,
 59 of 120 tables without statistics) it kept LPT on a median 0.98x the search-only plan over 3 rounds, a gain inside
 the noise, and the plan stage measured 1.17x search only by the judge (docs/benchmarks/heldout.md)."""
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.inventory.histogram import ASSUMED_ZIPF_EXPONENT
 from dreamshard.inventory.unknown import assumed_variant, regrets
-from dreamshard.measured.candidates import (
+from dreamshard.measured.verify import (
     SEARCH_ONLY,
     challengers,
     margins_for,
@@ -25,7 +25,7 @@ from dreamshard.measured.candidates import (
     won_every_round,
 )
 from dreamshard.values import AccessAssumptions, Inventory, Measurement, Plan, Verification
-from dreamshard.values.candidates import Candidate
+from dreamshard.values.search_result import Candidate
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle

@@ -1,7 +1,7 @@
 """The plan stage never loses to what it started from (docs/architecture/learning.md, "Measured refinement").
 
 Verification keeps the search-only plan unless another candidate was faster in every round
-(dreamshard.measured.candidates). Refinement keeps a proposal on two devices' timings; a device timed alone is not
+(dreamshard.measured.verify). Refinement keeps a proposal on two devices' timings; a device timed alone is not
 the whole plan (an exchange waits for its slowest peer, a cost model can be wrong about what a device pays), so a
 refined plan is measured whole against the plan refinement started from, interleaved, and replaces it only when it
 was faster in every round (`against_start`); otherwise the start is kept and the trace says so.
@@ -14,7 +14,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from dreamshard.evaluation.compare import measure_interleaved, median_costs
-from dreamshard.measured.candidates import challengers, kept_index, paired_ratio
+from dreamshard.measured.verify import challengers, kept_index, paired_ratio
 from dreamshard.values import Inventory, Plan, RefineTrace
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -5,7 +5,7 @@ net's predicted single-table costs, every heuristic and TorchRec's planner -- an
 re-plan's current plan adapted to the new inventory, `insertion.adapted_placement`). All are scored by the
 pessimistic planning cost (dreamshard.learning.planning_cost); the best few and every seed are improved by local
 search (dreamshard.search.local). The result is never predicted worse than any candidate. No hardware is used;
-dreamshard.measured.candidates measures the best candidates when asked to.
+dreamshard.measured.verify measures the best candidates when asked to.
 
 Every source places the free units around the `fixed` ones (row blocks and replicas of the tables cut so,
 dreamshard.placement.layout) and within each unit's `devices` constraint; TorchRec's planner, which cannot place
@@ -32,7 +32,7 @@ from dreamshard.sharders import get_sharder, options_for
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.values import Inventory, Topology
-from dreamshard.values.candidates import LPT, POLICY, SEARCHED, Candidate, SearchResult, origin
+from dreamshard.values.search_result import LPT, POLICY, SEARCHED, Candidate, SearchResult, origin
 
 
 class _Scorer:

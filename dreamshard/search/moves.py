@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from dreamshard.placement.device_memory import optimizer_bytes
 from dreamshard.search.insertion import adapted_placement
 from dreamshard.values import Inventory, Plan, Topology, parse_unit
-from dreamshard.values.candidates import Candidate, SearchResult
+from dreamshard.values.search_result import Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.learning.planning_cost import PlanningCost

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dreamshard.learning.model_store import ModelCard
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.values import Plan
-from dreamshard.values.candidates import SearchResult
+from dreamshard.values.search_result import SearchResult
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 through the `dreamshard.sharders` entry-point group, see pyproject.toml):
 
 - `dreamshard` (the default): search on the learned cost (dreamshard.search.candidates), optionally verified on
-  hardware (dreamshard.measured.candidates);
+  hardware (dreamshard.measured.verify);
 - `dreamshard_lpt`: LPT on the cost net's predicted single-table costs;
 - `dreamshard_rl`: the RL policy alone (greedy argmax, or the best of `samples` sampled rollouts).
 
@@ -28,8 +28,8 @@ from dreamshard.inventory.unknown import unknown_tables
 from dreamshard.learning.model_store import LoadedModel, load_model
 from dreamshard.learning.planning_cost import CollectiveSource, PlanningCost, comm_for
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, CalibratedCost, calibrate
-from dreamshard.measured.candidates import VERIFY_ROUNDS, search_only_candidate, to_measure, verify_candidates
 from dreamshard.measured.robust_verify import verify_robust
+from dreamshard.measured.verify import VERIFY_ROUNDS, search_only_candidate, to_measure, verify_candidates
 from dreamshard.placement.diff import move_rate_ms_per_mb
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
@@ -44,7 +44,7 @@ from dreamshard.search.splits import NO_PRIOR, learned_layout, pack_units, whole
 from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews, robust_rerank
 from dreamshard.sharders.base import Sharder, make_plan
 from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
-from dreamshard.values.candidates import CURRENT, UNCALIBRATED, Candidate, SearchResult
+from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
@@ -231,7 +231,7 @@ class DreamShardSharder(ModelSharder):
 
     `calibrate_seconds` (with an `oracle`): the cost model calibrated first (dreamshard.measured.calibrate).
     `verify=K`: the K best predicted, the anchors and the best heuristic's plan measured on the oracle
-    (dreamshard.measured.candidates); the search-only plan is kept unless another wins every round by the margin.
+    (dreamshard.measured.verify); the search-only plan is kept unless another wins every round by the margin.
     `incumbent` (a re-plan): moves as a cost (dreamshard.search.moves); its own candidate leads verification."""
 
     name = "dreamshard"

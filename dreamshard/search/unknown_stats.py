@@ -20,7 +20,7 @@ from dreamshard.inventory.unknown import assumed_variant, regrets, unknown_table
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.values import AccessAssumptions, Inventory, Table, Topology
-from dreamshard.values.candidates import Candidate
+from dreamshard.values.search_result import Candidate
 
 __all__ = ["DEFAULT_UNKNOWN_SKEWS", "check_skews", "robust_rerank"]
 

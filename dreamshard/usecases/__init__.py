@@ -12,7 +12,7 @@ object's internals (tests/test_import_rules.py checks what the doors import).
     plan             a plan from a sharder (search, verification, refinement, TorchRec file, stats, reasons)
     evaluate         one plan measured; plans of several sharders measured interleaved (the evaluate stage)
     explain          the stats report and what-if changes
-    publish          the gate and the plan store (the publish policy itself: gate/policy.py)
+    publish          the gate and the plan store (the publish policy itself: gate/publish_policy.py)
     replan           the production loop's fast path
     drift            the current plan re-measured against its recorded cost
     plans            the plan store's list, show, incumbent, rollback, fsck

@@ -1,4 +1,4 @@
-"""Plans explained: the stats report of a plan and what-if changes to it (dreamshard.explain.stats), predicted
+"""Plans explained: the stats report of a plan and what-if changes to it (dreamshard.explain.report), predicted
 by the learned cost of a model (settings.model_dir's lookup) and, with `measure`, measured interleaved."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dreamshard.documents import INVENTORY_SUFFIXES, check_outputs, load_invento
 from dreamshard.errors import InputFileError
 from dreamshard.evaluation.compare import check_plan_for, measure_interleaved, median_costs
 from dreamshard.explain.reasons import placement_reasons
-from dreamshard.explain.stats import plan_stats, planning_cost_for
+from dreamshard.explain.report import plan_stats, planning_cost_for
 from dreamshard.explain.whatif import WhatIf, is_file_spec, parse_added, parse_changes, what_if
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values import Costs, Inventory, Plan

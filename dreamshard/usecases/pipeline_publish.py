@@ -13,7 +13,7 @@ from dreamshard.config.publish import PublishConfig
 from dreamshard.config.settings import Settings, resolve
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.evaluation import Comparison, load_comparison
-from dreamshard.explain.stats import stats_markdown
+from dreamshard.explain.report import stats_markdown
 from dreamshard.pipeline.decisions import tag_decision
 from dreamshard.pipeline.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
 from dreamshard.store import PublishedRef, open_store

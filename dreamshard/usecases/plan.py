@@ -26,8 +26,8 @@ from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import reasons_of, stats_of
 from dreamshard.values import Inventory, Plan
-from dreamshard.values.candidates import SearchResult
 from dreamshard.values.reports import PlanStats, UnitReason
+from dreamshard.values.search_result import SearchResult
 
 #: The sharder that searches (and can verify its best candidates by measuring them).
 SEARCHING_SHARDER = "dreamshard"

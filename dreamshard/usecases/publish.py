@@ -16,7 +16,7 @@ from dreamshard.errors import ConfigError, StoreError
 from dreamshard.evaluation import Comparison, load_comparison, validate_sharders
 from dreamshard.gate import gate_plan, measure_and_gate, trusted_plan
 from dreamshard.gate.current import serving_contender
-from dreamshard.gate.policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
+from dreamshard.gate.publish_policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
 from dreamshard.learning.model_store import load_card
 from dreamshard.store import (
     PublishedRef,
@@ -175,7 +175,7 @@ def _judge(request: PublishRequest, store: PlanStore) -> tuple[Plan, GateDecisio
 def gate(request: PublishRequest, store: PlanStore | None = None) -> GateResult:
     """Verify and decide, storing nothing. The plan file is taken through `gate.trusted_plan`: its costs,
     lineage, model version and verification are never taken from it. What the decision means for the store's
-    current plan is the gate's publish policy (`gate.policy.publish_verdict`)."""
+    current plan is the gate's publish policy (`gate.publish_policy.publish_verdict`)."""
     _check_request(request)
     store = store or open_plan_store(request.settings, request.store, request.endpoint_url, existing=False)
     judged, decision, cmp, inv = _judge(request, store)
@@ -204,7 +204,7 @@ def read_current(store: PlanStore, plan: Plan) -> CurrentPlan:
 
 def first_plan(store: PlanStore, plan: Plan, decision: GateDecision) -> GateDecision:
     """The decision the store records for `plan` by the publish policy, without a fallback (no comparison): a plan
-    inside the noise or equivalent becomes current when nothing current can serve its job (`gate.policy`)."""
+    inside the noise or equivalent becomes current when nothing current can serve its job (`gate.publish_policy`)."""
     if decision.outcome not in UNDECIDED:
         return decision
     return publish_verdict(decision, read_current(store, plan)).decision

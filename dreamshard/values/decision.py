@@ -24,7 +24,7 @@ Outcome = Literal["approved", "rejected", "equivalent", "inconclusive", "fallbac
 #: The outcomes that make a plan current.
 CURRENT_OUTCOMES: tuple[str, ...] = ("approved", "fallback")
 #: The outcomes that leave a current plan current when one can serve the job, and make the plan current when none
-#: can (dreamshard.gate.policy): the gate found no gain worth a change, or could not tell.
+#: can (dreamshard.gate.publish_policy): the gate found no gain worth a change, or could not tell.
 UNDECIDED: tuple[str, ...] = ("inconclusive", "equivalent")
 
 

@@ -41,7 +41,7 @@ class VerifiedCandidate(StrictModel):
 
 class Verification(StrictModel):
     """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend, beside the
-    search-only plan and the best heuristic's (dreamshard.measured.candidates)."""
+    search-only plan and the best heuristic's (dreamshard.measured.verify)."""
 
     backend: BackendInfo
     rounds: Annotated[int, Field(ge=1)]

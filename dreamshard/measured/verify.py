@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
 from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
 from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
-from dreamshard.values.candidates import CURRENT, UNCALIBRATED, Candidate, origin
+from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, origin
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
