@@ -29,7 +29,7 @@ def test_every_name_a_lazy_package_exports_resolves_to_its_submodules_object(pac
 
 def test_a_name_is_imported_once_and_kept_and_a_single_string_is_refused() -> None:
     importlib.import_module("dreamshard.gate")  # as when its __init__ calls lazy_exports
-    getter, lister, names = lazy_exports("dreamshard.gate", {".stats": ("ratio_bound",)})
+    getter, lister, names = lazy_exports("dreamshard.gate", {".bounds": ("ratio_bound",)})
     first = getter("ratio_bound")
     from dreamshard.gate.bounds import ratio_bound
 
@@ -37,8 +37,8 @@ def test_a_name_is_imported_once_and_kept_and_a_single_string_is_refused() -> No
     with pytest.raises(TypeError, match="not one string"):
         lazy_exports("dreamshard.gate", {".fallback": "fallback_plan"})  # ("fallback_plan") without the comma
     # a name that is also a submodule's: importing the submodule would bind the module there, over the name
-    with pytest.raises(ImportError, match="'stats', the name of one of its submodules"):
-        lazy_exports("dreamshard.gate", {".core": ("stats",)})
+    with pytest.raises(ImportError, match="'bounds', the name of one of its submodules"):
+        lazy_exports("dreamshard.gate", {".core": ("bounds",)})
 
 
 def _fresh(code: str) -> str:
