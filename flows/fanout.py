@@ -2,7 +2,8 @@
 pool (docs/architecture/pipeline.md, "Profiling fan-out").
 
 The library plans, measures and merges the batches (dreamshard.usecases.profile, dreamshard.profiling.dispatch) and
-calls this through the `dreamshard.dispatchers` entry point; this module only watches the deployment runs:
+calls this through the `dreamshard.dispatchers` entry point with the stage's batches
+(dreamshard.usecases.profile_batches.Batches); this module only watches the deployment runs:
 
 * every batch is one flow run of the deployment; its shard key is deterministic, so a retry overwrites;
 * a run that fails, crashes or is cancelled is submitted again (up to `pipeline.batch_attempts` runs);
@@ -15,7 +16,7 @@ calls this through the `dreamshard.dispatchers` entry point; this module only wa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
@@ -24,8 +25,8 @@ from dreamshard_flows.requests import BatchRequest
 
 from dreamshard.config.stages import PipelineSettings
 from dreamshard.errors import PipelineError
-from dreamshard.usecases import profile as profile_uc
-from dreamshard.usecases.profile import BatchSpec, PlanStore
+from dreamshard.usecases.profile_batches import Batches
+from dreamshard.values.batches import BatchRef
 
 #: Prefect's rule for an offline worker: no heartbeat for this many heartbeat intervals.
 INACTIVITY_HEARTBEAT_MULTIPLE = 3
@@ -59,20 +60,20 @@ class _Watch:
     def __init__(
         self,
         client: Any,
-        store: PlanStore,
+        batches: Batches,
         where: tuple[str, str | None],
         deployment: Any,
         parent_task_run_id: str | None,
     ) -> None:
-        self.client, self.store, self.deployment = client, store, deployment
+        self.client, self.batches, self.deployment = client, batches, deployment
         self.store_uri, self.endpoint_url = where  # how a worker reaches the store
         self.parent = UUID(parent_task_run_id) if parent_task_run_id else None
         self.runs: dict[str, list[str]] = {}
 
-    def submit(self, spec: BatchSpec) -> None:
-        """One flow run of the deployment for `spec` (its spec written first; the name counts the attempts)."""
+    def submit(self, spec: BatchRef) -> None:
+        """One flow run of the deployment for the batch (its spec written first; the name counts the attempts)."""
         request = BatchRequest(
-            store_uri=self.store_uri, endpoint_url=self.endpoint_url, spec_key=profile_uc.submit(self.store, spec)
+            store_uri=self.store_uri, endpoint_url=self.endpoint_url, spec_key=self.batches.submit(spec)
         )
         attempt = len(self.runs.setdefault(spec.batch_id, [])) + 1
         fr = self.client.create_flow_run_from_deployment(
@@ -97,14 +98,14 @@ class _Watch:
             )
         ]
 
-    def retry_reason(self, fr: Any, spec: BatchSpec, workers: Callable[[], dict[str, Any]], now: datetime) -> str:
+    def retry_reason(self, fr: Any, spec: BatchRef, workers: Callable[[], dict[str, Any]], now: datetime) -> str:
         """Why the batch's run must be submitted again ("" when it is fine: done, or still going on a live
         worker); a run whose worker stopped heartbeating is marked Crashed first."""
         from prefect.states import Crashed
 
         state = fr.state
         if state is not None and state.is_completed():
-            return "" if profile_uc.shard_written(self.store, spec) else "completed without writing its shard"
+            return "" if self.batches.written(spec) else "completed without writing its shard"
         if state is not None and state.is_final():
             return f"ended {_final_name(state)}: {state.message or ''}".strip()
         name = (fr.labels or {}).get(WORKER_LABEL)
@@ -118,10 +119,9 @@ class _Watch:
 
 
 def run_on_workers(
-    store: PlanStore,
+    batches: Batches,
     store_uri: str,
     endpoint_url: str | None,
-    specs: Sequence[BatchSpec],
     deployment_name: str,
     attempts: int = 3,
     timeout_s: float = 6 * 3600,
@@ -132,13 +132,13 @@ def run_on_workers(
     """Run every batch without a shard as a run of `deployment_name`; returns {batch id: [flow run ids]}."""
     from prefect.client.orchestration import get_client
 
-    todo = {s.batch_id: s for s in profile_uc.pending(store, specs)}
+    todo = {b.batch_id: b for b in batches.pending()}
     if not todo:
         return {}
     with get_client(sync_client=True) as client:
         deployment = _deployment(client, deployment_name)
         pool = deployment.work_pool_name
-        watch = _Watch(client, store, (store_uri, endpoint_url), deployment, parent_task_run_id)
+        watch = _Watch(client, batches, (store_uri, endpoint_url), deployment, parent_task_run_id)
         for spec in todo.values():
             watch.submit(spec)
         log(f"submitted {len(todo)} batches to deployment {deployment_name} (pool {pool})")
@@ -168,7 +168,7 @@ def _deployment(client: Any, deployment_name: str) -> Any:
         ) from None
 
 
-def _poll(watch: _Watch, todo: dict[str, BatchSpec], pending: set[str], pool: str, attempts: int, log: Log) -> None:
+def _poll(watch: _Watch, todo: dict[str, BatchRef], pending: set[str], pool: str, attempts: int, log: Log) -> None:
     """One look at the pending batches' runs: a finished batch leaves `pending`, a failed one is submitted again
     (PipelineError after `attempts` runs)."""
     current = {watch.runs[b][-1]: b for b in pending}
@@ -197,10 +197,9 @@ def _poll(watch: _Watch, todo: dict[str, BatchSpec], pending: set[str], pool: st
 
 
 def dispatch_to_workers(
-    store: PlanStore,
+    batches: Batches,
     store_uri: str,
     endpoint_url: str | None,
-    specs: Sequence[BatchSpec],
     settings: PipelineSettings,
     parent_task_run_id: str | None = None,
     log: Log = print,
@@ -208,10 +207,9 @@ def dispatch_to_workers(
     """The `workers` batch dispatcher (entry point group `dreamshard.dispatchers`, called by the library's profile
     stage, dreamshard.usecases.profile.run_batched): every batch as a run of pipeline.profile_deployment."""
     return run_on_workers(
-        store,
+        batches,
         store_uri,
         endpoint_url,
-        specs,
         settings.profile_deployment,
         attempts=settings.batch_attempts,
         timeout_s=settings.batch_timeout_s,

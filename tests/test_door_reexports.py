@@ -24,31 +24,12 @@ def reexport_violations(source: str, where: str, cli: bool) -> list[str]:
     ]
 
 
-#: Names the doors still take through a use case from a module they may not import, counted down as they move (a
-#: value type to `values/`, a function into its use case). Nothing may join the list; an entry that no door uses
-#: any more fails the test until it is removed. 2026-12-05: 21 -> 5 (GateDecision, the store's records, a
-#: reviewer's answer, the search's candidates, the drift check's names,
-#: the explanation reports and the DVC remote's spec moved;
-#: the CLI reads the preset and orphan defaults off the use cases' requests).
-KNOWN = frozenset(
-    {
-        "dreamshard.usecases.profile.BatchSpec",
-        "dreamshard.usecases.profile.PlanStore",
-        "dreamshard.usecases.profile.pending",
-        "dreamshard.usecases.profile.shard_written",
-        "dreamshard.usecases.profile.submit",
-    }
-)
-
-
 def test_every_name_a_door_uses_is_defined_where_a_door_may_import() -> None:
     bad = []
     for door in DOORS:
         for path in sorted(door.rglob("*.py")):
             bad += reexport_violations(path.read_text(), str(path.relative_to(ROOT)), cli=door.name == "cli")
-    used = {line.split(" uses ")[1].split(",")[0] for line in bad}
-    assert [line for line in bad if line.split(" uses ")[1].split(",")[0] not in KNOWN] == []
-    assert sorted(KNOWN - used) == []  # moved: take it off the list
+    assert bad == []
 
 
 def test_a_planted_reexport_is_followed_to_its_definition(tmp_path: Path) -> None:

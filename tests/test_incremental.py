@@ -303,16 +303,15 @@ def test_workers_send_their_timings_back_and_the_next_version_measures_only_what
     (keyed by the worker's hardware, which is not the dispatcher's), the dispatcher adds them to the corpus, and the
     next version's profile stage limits its tasks by what the workers already measured."""
     from dreamshard.profiling import corpus as corpus_mod
-    from dreamshard.profiling.batches import write_spec
     from dreamshard.profiling.corpus import WORKERS_WRITER
     from dreamshard.store import open_store
 
-    def fake_workers(store, store_uri, endpoint, specs, settings, **_kw):  # what the `gpu` pool's workers do
+    def fake_workers(batches, store_uri, endpoint, settings, **_kw):  # what the `gpu` pool's workers do
         with pytest.MonkeyPatch.context() as mp:  # another machine
             mp.setattr(corpus_mod, "hardware_id", lambda _device: "gpu-host | H200")
-            for s in specs:  # the dispatcher writes each spec, a worker measures it into its shard
-                write_spec(store, s)
-            return {s.batch_id: profile_uc.measure_stored_batch(open_store(store_uri), s.spec_key) for s in specs}
+            # the dispatcher writes each pending batch's spec, a worker measures it into its shard
+            keys = {b.batch_id: batches.submit(b) for b in batches.pending()}
+            return {bid: profile_uc.measure_stored_batch(open_store(store_uri), key) for bid, key in keys.items()}
 
     monkeypatch.setattr(profile_uc, "dispatcher", lambda _name: fake_workers)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))

@@ -37,13 +37,11 @@ from dreamshard.profiling.batches import (
 from dreamshard.profiling.corpus import WORKERS_WRITER, DeviceCorpus, entry_problem
 from dreamshard.profiling.dispatch import DISPATCHER_GROUP as DISPATCHER_GROUP
 from dreamshard.profiling.dispatch import dispatcher
-from dreamshard.profiling.dispatch import pending as pending  # what a dispatcher works with (the flows' `workers`)
-from dreamshard.profiling.dispatch import shard_written as shard_written
-from dreamshard.profiling.dispatch import submit as submit
 from dreamshard.profiling.task_choice import limit_new_tasks
 from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
 from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.profile_batches import Batches
 from dreamshard.values import CommModel
 
 CORPUS_WRITER = "profile"  # this use case's file in the corpus directory
@@ -216,8 +214,9 @@ def _run_on_workers(
     """Hand the batches to the `workers` dispatcher, then add the device timings they sent back to the corpus;
     returns how many batches it ran."""
     settings: PipelineSettings = request.settings.pipeline
+    batches = Batches(store, specs)
     runs = dispatcher("workers")(
-        store, store_uri, request.endpoint_url, specs, settings, parent_task_run_id=request.parent_task_run, log=log
+        batches, store_uri, request.endpoint_url, settings, parent_task_run_id=request.parent_task_run, log=log
     )
     if request.corpus is not None:
         added, rejected = collect_worker_timings(store, specs, request.corpus)
