@@ -18,8 +18,7 @@ from prefect.runtime import flow_run
 from dreamshard.usecases import pipeline_publish as publish_uc
 from dreamshard.usecases.pipeline_publish import PublishSetup, reviewed
 from dreamshard.usecases.pipeline_steps import PublishOutcome
-from dreamshard.usecases.publish import GateResult
-from dreamshard.values import GateDecision
+from dreamshard.values import GateDecision, Plan
 from dreamshard.values.lineage import Lineage
 from dreamshard.values.records import PublishedRef
 
@@ -56,13 +55,10 @@ def publish_workspace_plan(request: WorkspacePublishRequest) -> PublishOutcome:
     if already:  # one decision per plan id and inventory version: nothing re-measured, reviewed or stored
         log.info("already decided: %s plan %s: %s", gated.decision.outcome, gated.plan.plan_id, gated.decision.reason)
         return publish_uc.recorded_outcome(gated, setup.store_uri)
-    decision = gated.decision
-    if setup.reviews(decision):
-        shown = publish_uc.review_description(setup.root, gated.plan.plan_id, decision)
-        decision = _human_review(decision, setup.rules.approval_timeout_s, shown)
     lineage = lineage_task(setup.root, request.flow_run_id or str(flow_run.id or "") or None)
-    fallback = _publish_fallback(gated, lineage, setup) if gated.fallback is not None else None
-    ref = publish_task(setup.store_uri, setup.endpoint_url, gated.plan, decision, lineage)
+    stored = [_store_reviewed(plan, decided, lineage, setup) for plan, decided in gated.writes()]
+    ref, decision = stored[-1]
+    fallback = stored[0][0] if len(stored) > 1 else None
     publish_uc.tag_decisions(setup.root, gated.plan.plan_id, decision, fallback)
     plan = gated.plan.model_copy(update={"lineage": lineage})
     report = publish_uc.publish_report(setup.root, plan)
@@ -76,13 +72,12 @@ def publish_workspace_plan(request: WorkspacePublishRequest) -> PublishOutcome:
     return publish_uc.published_outcome(ref, decision, setup.store_uri, lineage, fallback)
 
 
-def _publish_fallback(gated: GateResult, lineage: Lineage | None, setup: PublishSetup) -> PublishedRef:
-    """The fallback (the best measured baseline, for a version the current plan cannot serve), with the run's
-    lineage, published before the rejection is recorded (usecases.publish.store_gated); a reviewer, when one is
-    required, decides on it like on any plan that would become current."""
-    assert gated.fallback is not None and gated.fallback_decision is not None
-    decision = gated.fallback_decision
+def _store_reviewed(
+    plan: Plan, decision: GateDecision, lineage: Lineage | None, setup: PublishSetup
+) -> tuple[PublishedRef, GateDecision]:
+    """One write of the gate's result (`GateResult.writes`: the fallback, then the judged plan), with the run's
+    lineage; a reviewer, when one is required, decides first on any decision that would make a plan current."""
     if setup.reviews(decision):
-        shown = publish_uc.review_description(setup.root, gated.fallback.plan_id, decision)
+        shown = publish_uc.review_description(setup.root, plan.plan_id, decision)
         decision = _human_review(decision, setup.rules.approval_timeout_s, shown)
-    return publish_task(setup.store_uri, setup.endpoint_url, gated.fallback, decision, lineage)
+    return publish_task(setup.store_uri, setup.endpoint_url, plan, decision, lineage), decision

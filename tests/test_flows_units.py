@@ -354,7 +354,7 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     current can serve) with the run's lineage; a reviewer who says no keeps it rejected and not current."""
     import prefect.flow_runs
     from dreamshard_flows import publish as publish_flow
-    from dreamshard_flows.publish import ApprovalInput, _publish_fallback
+    from dreamshard_flows.publish import ApprovalInput, _store_reviewed
 
     from dreamshard.config.settings import Settings
     from dreamshard.evaluation import compare_sharders
@@ -393,15 +393,13 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
         lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"),
     )
     setup = PublishSetup(root=str(tmp_path), settings=Settings(), store_uri=store_uri, require_human=True)
-    ref = _publish_fallback(gated, None, setup)
+    (first, _), last = gated.writes()  # the fallback is written first, the rejected plan last
+    assert first.plan_id == fallback.plan_id and last[0].plan_id == rr.plan.plan_id
+    ref, _ = _store_reviewed(fallback, decision, None, setup)
     assert not ref.is_current and ref.status == "rejected" and "not today" in ref.reason
-    ref = _publish_fallback(
-        gated.model_copy(
-            update={
-                "fallback": fallback.model_copy(update={"plan_id": "fb-2"}),
-                "fallback_decision": decision.model_copy(update={"plan_id": "fb-2"}),
-            }
-        ),
+    ref, _ = _store_reviewed(
+        fallback.model_copy(update={"plan_id": "fb-2"}),
+        decision.model_copy(update={"plan_id": "fb-2"}),
         None,
         setup.model_copy(update={"require_human": False}),
     )

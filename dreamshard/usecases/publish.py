@@ -65,6 +65,13 @@ class GateResult(Result):
             data = {**data, "outcome": data["decision"].outcome}
         return data
 
+    def writes(self) -> list[tuple[Plan, GateDecision]]:
+        """What the store gets for this result, in order: the fallback first when there is one, the judged plan's
+        decision last, so a run that stops between the two is gated again (a new fallback id) rather than left with
+        a rejection and nothing current. Every door that stores a result stores these, in this order."""
+        first = [(self.fallback, self.fallback_decision)] if self.fallback and self.fallback_decision else []
+        return [*first, (self.plan, self.decision)]
+
 
 class PublishResult(GateResult):
     ref: PublishedRef
@@ -237,13 +244,9 @@ def run(request: PublishRequest) -> PublishResult:
 
 
 def store_gated(store: PlanStore, gated: GateResult) -> PublishResult:
-    """Store the gate's decision, and the fallback first when there is one: the rejected plan's decision is the
-    last write, so a run that stops between the two is gated again (a new fallback id) rather than left with a
-    rejection and nothing current."""
-    fallback_ref = None
-    if gated.fallback is not None and gated.fallback_decision is not None:
-        fallback_ref = store_decision(store, gated.fallback, gated.fallback_decision)
-    ref = store_decision(store, gated.plan, gated.decision)
+    """Store the gate's decision, and the fallback first when there is one (`GateResult.writes`)."""
+    refs = [store_decision(store, plan, decision) for plan, decision in gated.writes()]
+    ref, fallback_ref = refs[-1], (refs[0] if len(refs) > 1 else None)
     return PublishResult(
         plan=gated.plan,
         decision=gated.decision,
