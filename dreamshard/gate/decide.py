@@ -121,15 +121,12 @@ def gate_plan(
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
     extra += f"; {moved}" if moved else ""
     extra += f"; {v.proxy}" if v.proxy else ""
-    decision = GateDecision.model_validate(
-        {
-            **decision.model_dump(),
-            "inventory_fingerprint": inventory.fingerprint(),
-            "evidence": evidence,
-            "reason": decision.reason + extra,
-            "finding": decision.finding + extra,
-            "proxy": v.proxy,
-        }
+    decision = decision.revised(
+        inventory_fingerprint=inventory.fingerprint(),
+        evidence=evidence,
+        reason=decision.reason + extra,
+        finding=decision.finding + extra,
+        proxy=v.proxy,
     )
     return judged, decision
 

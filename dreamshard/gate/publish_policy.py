@@ -103,10 +103,6 @@ def _said(decision: GateDecision, consequence: str) -> str:
     return f"{decision.finding}, {consequence}" if decision.finding else consequence
 
 
-def _with(decision: GateDecision, **fields: object) -> GateDecision:
-    return GateDecision.model_validate({**decision.model_dump(), **fields})
-
-
 def publish_verdict(
     decision: GateDecision,
     current: CurrentPlan,
@@ -118,8 +114,7 @@ def publish_verdict(
     why = current.nothing_to_keep
     undecided = decision.outcome in UNDECIDED
     if undecided and why:
-        becomes = _with(
-            decision,
+        becomes = decision.revised(
             approved=True,
             outcome="approved",
             label=first_plan_label(decision.outcome),
@@ -131,7 +126,7 @@ def publish_verdict(
             f"the current plan {current.plan_id} stays (this plan places every table as it does: the job keeps its "
             f"state, and no number of rounds could tell the two apart)"
         )
-        return PublishVerdict(outcome="same-as-current", decision=_with(decision, reason=_said(decision, stays)))
+        return PublishVerdict(outcome="same-as-current", decision=decision.revised(reason=_said(decision, stays)))
     found = None
     if decision.outcome == "rejected" and why and comparison is not None and inventory is not None:
         found = fallback_plan(decision, comparison, why, inventory)
@@ -144,7 +139,7 @@ def publish_verdict(
     )
     return PublishVerdict(
         outcome="fallback",
-        decision=_with(decision, reason=instead),
+        decision=decision.revised(reason=instead),
         fallback=fallback,
         fallback_decision=fallback_decision,
     )

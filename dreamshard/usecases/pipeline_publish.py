@@ -139,9 +139,7 @@ def reviewed(decision: GateDecision, approve: bool | None, comment: str = "", ti
     if approve is None:
         return decision.overruled(f"no reviewer answered within {timeout_s} s ({decision.reason})")
     if approve:
-        return GateDecision.model_validate(
-            {**decision.model_dump(), "reason": f"{decision.reason}; approved by a human{note}"}
-        )
+        return decision.revised(reason=f"{decision.reason}; approved by a human{note}")
     return decision.overruled(f"rejected by a human reviewer{note} ({decision.reason})")
 
 

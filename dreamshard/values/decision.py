@@ -85,8 +85,10 @@ class GateDecision(BaseModel):
         """The word every surface shows for the decision (`plans list`, the decision artifact, the flow log)."""
         return self.label or self.outcome
 
+    def revised(self, **fields: Any) -> GateDecision:
+        """The same decision with `fields` changed, validated again (approved and outcome must still agree)."""
+        return GateDecision.model_validate({**self.model_dump(), **fields})
+
     def overruled(self, reason: str) -> GateDecision:
         """The same decision turned into a rejection (a reviewer said no, or nobody answered)."""
-        return GateDecision.model_validate(
-            {**self.model_dump(), "approved": False, "outcome": "rejected", "label": "", "reason": reason}
-        )
+        return self.revised(approved=False, outcome="rejected", label="", reason=reason)
