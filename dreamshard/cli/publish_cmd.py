@@ -11,6 +11,7 @@ from rich.console import Console
 from dreamshard.cli.plans_common import EndpointOpt, ParamsOpt, StoreOpt, plans_settings
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.lazy import lazy_module
+from dreamshard.values import UNDECIDED
 
 # the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,7 +154,7 @@ def publish_cmd(
         typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
         typer.echo(decision.reason)
         return
-    if decision.outcome in ("inconclusive", "equivalent"):
+    if decision.outcome in UNDECIDED:
         err.print(
             f"{decision.outcome} {ref.plan_id}: {decision.reason}; the current plan stays (kept at {ref.key})",
             markup=False,

@@ -31,7 +31,7 @@ from dreamshard.config.publish import check_margin
 from dreamshard.errors import ConfigError
 from dreamshard.gate.bounds import Look, RatioBound, ratio_bound
 from dreamshard.values import Plan
-from dreamshard.values.decision import UNDECIDED, GateDecision, Outcome
+from dreamshard.values.decision import GateDecision, Outcome
 
 #: The largest figure (ms) the gate does arithmetic on; anything above is an invalid input, not a cost.
 MAX_MS = 1e12
@@ -40,6 +40,8 @@ _EPS = 1e-12
 CURRENT_STAYS = "the current plan stays (measure more rounds)"
 #: What follows from an equivalent finding when nothing else is known.
 NO_GAIN = "the current plan stays (no gain worth a change)"
+#: What the gate's reason adds to the finding of each outcome that leaves the current plan current (UNDECIDED).
+CONSEQUENCE = {"inconclusive": CURRENT_STAYS, "equivalent": NO_GAIN}
 
 #: The bounds' verdict: the outcome, the baseline that decided it, every baseline's bound.
 Verdict = tuple[Outcome, str, dict[str, RatioBound]]
@@ -206,7 +208,7 @@ def evaluate_gate(
         stopped_early=look.early,
     )
     found = finding(outcome, plan, common, b, (decider, statistics.median(base[decider])), (threshold, equivalence))
-    reason = f"{found}, {CURRENT_STAYS if outcome == 'inconclusive' else NO_GAIN}" if outcome in UNDECIDED else found
+    reason = f"{found}, {CONSEQUENCE[outcome]}" if outcome in CONSEQUENCE else found
     return GateDecision(approved=outcome == "approved", outcome=outcome, reason=reason, finding=found, **common)
 
 
