@@ -6,13 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from door_names import ROOT, defined_where, defining_module
-from test_import_rules import CLI_OWN, DOOR_ALLOWED, DOORS
-
-
-def _allowed(module: str, cli: bool) -> bool:
-    allowed = (*DOOR_ALLOWED, CLI_OWN) if cli else tuple(DOOR_ALLOWED)
-    return module.split(".")[0] != "dreamshard" or any(module == a or module.startswith(f"{a}.") for a in allowed)
+from door_names import defined_where, defining_module
+from test_import_rules import door_files, door_may_import
 
 
 def reexport_violations(source: str, where: str, cli: bool) -> list[str]:
@@ -20,16 +15,12 @@ def reexport_violations(source: str, where: str, cli: bool) -> list[str]:
     return [
         f"{where}:{line} uses {used}, defined in {module}"
         for line, used, module in defined_where(source)
-        if not _allowed(module, cli)
+        if not door_may_import(module, cli)
     ]
 
 
 def test_every_name_a_door_uses_is_defined_where_a_door_may_import() -> None:
-    bad = []
-    for door in DOORS:
-        for path in sorted(door.rglob("*.py")):
-            bad += reexport_violations(path.read_text(), str(path.relative_to(ROOT)), cli=door.name == "cli")
-    assert bad == []
+    assert [v for source, where, cli in door_files() for v in reexport_violations(source, where, cli)] == []
 
 
 def test_a_planted_reexport_is_followed_to_its_definition(tmp_path: Path) -> None:
