@@ -1,6 +1,6 @@
 """dreamshard_flows: the Prefect orchestration of dreamshard, installed as `dreamshard_flows` from the top-level
-flows/ folder. Wiring only: a task is one use-case call (dreamshard.usecases), a flow wires tasks, and the rules
-between them live in the use cases; the library never imports this package.
+flows/ folder. Wiring only: the pipeline's logic is the library's (dreamshard.usecases.pipeline_run), run under
+`runner.PrefectRunner` (each step a task run); the library never imports this package.
 
     orchestrator.retrain_on_inventory_change   the stages of dvc.yaml in a workspace repo (DVC change detection),
                                                dvc push, then publish-plan
@@ -10,7 +10,7 @@ between them live in the use cases; the library never imports this package.
     fanout                                     the `workers` batch dispatcher: deployment runs, watched
     drift.drift_check_flow                     re-measure the current plan; emit dreamshard.plan.drifted
     deploy                                     every deployment, schedule and trigger
-    stage_tasks                                the Prefect tasks: one use-case call each
+    runner.PrefectRunner                       the library's Runner on Prefect: tasks, subflow, pause, artifacts
     events, requests, artifacts                the events emitted, the flows' parameters, the UI's artifacts
     cli                                        `dreamshard pipeline ...` (the `dreamshard.cli` entry point)
 

@@ -4,7 +4,7 @@ DVC stages are library commands and run without Prefect). Importing this module 
 CLI loads it only for `dreamshard pipeline ...` and the top-level help. Each command parses its options, calls one
 use case (dreamshard.usecases.pipeline; `run` hands it the orchestrator flow) and renders the result.
 
-    pipeline run        the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set)
+    pipeline run        the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set; or in process)
     pipeline init       create a workspace repository (git + DVC) from the installed dvc.yaml and params.yaml
     pipeline status     what `dvc status` says in a workspace, and the last decision
     pipeline drift      a drift check of every current plan (or one)
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,9 @@ from dreamshard.cli.console import show
 from dreamshard.config.settings import params_file, pipeline_base, resolve
 from dreamshard.evaluation.render import comparison_table
 from dreamshard.usecases import pipeline as pipeline_uc
+from dreamshard.usecases.pipeline_run import run_pipeline
 from dreamshard.usecases.pipeline_steps import RunSummary
+from dreamshard.usecases.runner import InProcessRunner, Review
 
 pipeline_app = typer.Typer(
     help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.", no_args_is_help=True
@@ -107,6 +110,14 @@ def run_cmd(
             "--export-model", help="Also copy the trained model here (e.g. ./models, where `dreamshard plan` looks)."
         ),
     ] = None,
+    runner: Annotated[
+        str,
+        typer.Option(
+            "--runner",
+            help="What runs the steps: prefect (task runs, watched in the UI) or in-process (no Prefect server; "
+            "a reviewer answers at this terminal).",
+        ),
+    ] = "prefect",
 ) -> None:
     """Run the orchestrator once: the changed stages of dvc.yaml in the workspace, dvc push, gate, publish."""
     params = params_file(params, lookup="installed")
@@ -126,8 +137,9 @@ def run_cmd(
         reprofile=reprofile,
         export_model=export_model,
         api_url=os.environ.get("PREFECT_API_URL"),
+        runner=runner,
     )
-    result = pipeline_uc.run(request, _orchestrate)
+    result = pipeline_uc.run(request, _in_process if request.runner == "in-process" else _orchestrate)
     summary = result.summary
     if result.comparison is not None:
         show(Console(), comparison_table(result.comparison))
@@ -141,7 +153,21 @@ def run_cmd(
     if result.exported_model is not None:
         typer.echo(f"model copied to {result.exported_model}/")
     typer.echo(f"workspace: {workspace}/ (git + DVC: dvc.lock, data/, models/dreamshard/, reports/, metrics/)")
-    _echo_ui_hint("retrain-on-inventory-change")
+    if request.runner == "prefect":
+        _echo_ui_hint("retrain-on-inventory-change")
+
+
+def _terminal_review(description: str, timeout_s: int) -> Review | None:
+    """The in-process runner's reviewer: the gate's decision shown here, the answer typed here."""
+    typer.echo(description)
+    approve = typer.confirm("Make this plan current?", default=False)
+    return Review(approve=approve, comment=typer.prompt("Comment", default="", show_default=False))
+
+
+def _in_process(prepared: pipeline_uc.PreparedRun) -> RunSummary:
+    """The orchestrator's steps in this process (`--runner in-process`): no Prefect server, each log line echoed."""
+    reviewer = _terminal_review if sys.stdin.isatty() else None
+    return run_pipeline(pipeline_uc.pipeline_run(prepared), InProcessRunner(log=typer.echo, reviewer=reviewer))
 
 
 def _orchestrate(prepared: pipeline_uc.PreparedRun) -> RunSummary:

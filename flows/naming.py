@@ -7,13 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-#: Characters of a fingerprint in a run name (as `plans list` and the logs show versions).
-VERSION_CHARS = 12
+from dreamshard.usecases.pipeline_run import run_name
 
-
-def run_name(inventory: str, stage: str, version: str) -> str:
-    """`<inventory>-<stage>-<version>`, the version cut to VERSION_CHARS."""
-    return f"{inventory}-{stage}-{version[:VERSION_CHARS]}"
+__all__ = ["minute_version", "rename_flow_run", "request_field", "run_name"]
 
 
 def minute_version() -> str:

@@ -128,10 +128,11 @@ def test_a_stage_streams_its_output_with_heartbeats_and_runs_are_named(
     line marks its silence, the task run is `<inventory>-<stage>-<version>` and a flow run that learns its
     version is renamed to it."""
     from dreamshard_flows.naming import rename_flow_run, run_name
-    from dreamshard_flows.stage_tasks import stage_task
+    from dreamshard_flows.runner import PrefectRunner
     from prefect import flow
 
     import dreamshard.pipeline.stream as stream
+    from dreamshard.usecases.pipeline_run import run_stage, stage_step
 
     monkeypatch.setattr(stream, "HEARTBEAT_S", 1.0)
     _stage_workspace(tmp_path / "ws")
@@ -140,7 +141,9 @@ def test_a_stage_streams_its_output_with_heartbeats_and_runs_are_named(
     @flow(name="one-stage")
     def one_stage() -> str:
         rename_flow_run(run_name("tiny", "pipeline", version))
-        return stage_task(str(tmp_path / "ws"), "train", True, {}, "tiny", version)
+        runner = PrefectRunner()
+        root = str(tmp_path / "ws")
+        return runner.step(stage_step("train", "tiny", version), run_stage, runner, root, "train", True, {})
 
     state = one_stage(return_state=True)
     assert state.is_completed(), state.message

@@ -227,10 +227,19 @@ def test_workspace_lock_is_exclusive(tmp_path: Path) -> None:
 
 
 def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Prefect runner's pause gives the reviewer's answer (None: nobody answered in time), and the publish
+    step's `reviewed` records it in the decision."""
     import prefect.flow_runs
-    from dreamshard_flows.publish import ApprovalInput, _human_review
+    from dreamshard_flows.runner import ApprovalInput, PrefectRunner
 
+    from dreamshard.usecases.pipeline_publish import reviewed
     from dreamshard.values import GateDecision
+
+    runner = PrefectRunner()
+
+    def answer(timeout_s: int = 10) -> GateDecision:
+        got = runner.review("", timeout_s)
+        return reviewed(decision, got.approve if got else None, got.comment if got else "", timeout_s)
 
     decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
     monkeypatch.setattr(
@@ -238,14 +247,14 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
         "pause_flow_run",
         lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="too risky"),
     )
-    rejected = _human_review(decision, 10)
+    rejected = answer()
     assert not rejected.approved and "rejected by a human reviewer; reviewer: too risky" in rejected.reason
     monkeypatch.setattr(
         prefect.flow_runs,
         "pause_flow_run",
         lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, comment="ok"),
     )
-    assert _human_review(decision, 10).approved
+    assert answer().approved
 
     def timeout(wait_for_input, timeout, **kw):  # type: ignore[no-untyped-def]
         from prefect.exceptions import FlowPauseTimeout
@@ -253,7 +262,7 @@ def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) ->
         raise FlowPauseTimeout("Flow run was paused and never resumed.")
 
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", timeout)
-    unanswered = _human_review(decision, 10)
+    unanswered = answer()
     assert not unanswered.approved and "no reviewer answered within 10 s" in unanswered.reason
 
 
@@ -261,7 +270,7 @@ def test_the_review_pause_shows_the_gate_decision_and_the_reports(monkeypatch: p
     """The reviewer decides on what the gate found: the pause's description carries the decision, its interval and
     evidence, and where the plan and its comparison report are."""
     import prefect.flow_runs
-    from dreamshard_flows.publish import ApprovalInput, _human_review
+    from dreamshard_flows.runner import ApprovalInput, PrefectRunner
 
     from dreamshard.usecases.pipeline_publish import review_description
     from dreamshard.values import GateDecision
@@ -278,6 +287,8 @@ def test_the_review_pause_shows_the_gate_decision_and_the_reports(monkeypatch: p
         rounds=5,
         confidence=0.97,
     )
+    from dreamshard.usecases.runner import Review
+
     shown = review_description("/ws", "plan-x", decision)
     seen: list[object] = []
 
@@ -286,7 +297,7 @@ def test_the_review_pause_shows_the_gate_decision_and_the_reports(monkeypatch: p
         return ApprovalInput(approve=True)
 
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", pause)
-    assert _human_review(decision, 10, shown).approved
+    assert PrefectRunner().review(shown, 10) == Review(approve=True)
     described = seen[0]._description  # type: ignore[attr-defined]
     for needle in ("`approved`", "plan-x", "+5.4%", "[0.9200, 0.9780]", "5 interleaved", "/ws/reports/comparison.md"):
         assert needle in described, needle
@@ -347,22 +358,17 @@ def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
     assert inventory_for(plan, open_store(str(tmp_path / "empty")), ws).fingerprint() == inv.fingerprint()
 
 
-def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_current(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_current(tmp_path: Path) -> None:
     """The pipeline's publish step publishes the gate's fallback (the best measured baseline, for a version nothing
     current can serve) with the run's lineage; a reviewer who says no keeps it rejected and not current."""
-    import prefect.flow_runs
-    from dreamshard_flows import publish as publish_flow
-    from dreamshard_flows.publish import ApprovalInput, _store_reviewed
-
     from dreamshard.config.settings import Settings
     from dreamshard.evaluation import compare_sharders
     from dreamshard.gate import fallback_plan
     from dreamshard.profiling.oracle import make_oracle
     from dreamshard.store import get_current, list_plans
-    from dreamshard.usecases.pipeline_publish import PublishSetup
+    from dreamshard.usecases.pipeline_publish import PublishSetup, _store_reviewed
     from dreamshard.usecases.publish import GateResult
+    from dreamshard.usecases.runner import InProcessRunner, Review
     from dreamshard.values import GateDecision, Topology
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
@@ -384,24 +390,18 @@ def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_
     fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
     gated = GateResult(plan=rr.plan, decision=rejected, fallback=fallback, fallback_decision=decision)
     store_uri = str(tmp_path / "store")
-    # The publish task's body: as a task outside a flow it would start a temporary Prefect server (~20 s); the
-    # orchestrator integration tests run it as a task.
-    monkeypatch.setattr(publish_flow, "publish_task", publish_flow.publish_task.fn)
-    monkeypatch.setattr(
-        prefect.flow_runs,
-        "pause_flow_run",
-        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="not today"),
-    )
+    runner = InProcessRunner(reviewer=lambda description, timeout_s: Review(approve=False, comment="not today"))
     setup = PublishSetup(root=str(tmp_path), settings=Settings(), store_uri=store_uri, require_human=True)
     (first, _), last = gated.writes()  # the fallback is written first, the rejected plan last
     assert first.plan_id == fallback.plan_id and last[0].plan_id == rr.plan.plan_id
-    ref, _ = _store_reviewed(fallback, decision, None, setup)
+    ref, _ = _store_reviewed(fallback, decision, None, setup, runner)
     assert not ref.is_current and ref.status == "rejected" and "not today" in ref.reason
     ref, _ = _store_reviewed(
         fallback.model_copy(update={"plan_id": "fb-2"}),
         decision.model_copy(update={"plan_id": "fb-2"}),
         None,
         setup.model_copy(update={"require_human": False}),
+        runner,
     )
     assert ref.is_current and get_current(open_store(store_uri), "tiny").plan_id == "fb-2"
     assert {r.plan_id: r.outcome for r in list_plans(open_store(store_uri), "tiny")} == {

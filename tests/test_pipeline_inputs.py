@@ -161,7 +161,7 @@ def test_pipeline_drift_layers_its_params_file(tmp_path: Path) -> None:
 
 def _formatted(logger_name: str, exc: BaseException) -> str:
     """What a handler on `logger_name` writes for a failed run's record carrying `exc` (as Prefect logs it)."""
-    import dreamshard_flows.stage_tasks  # noqa: F401  the flows' module: what a flow process imports
+    import dreamshard_flows.runner  # noqa: F401  the flows' module: what a flow process imports
 
     logger = logging.getLogger(logger_name)
     stream: list[str] = []

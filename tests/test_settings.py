@@ -179,14 +179,13 @@ def test_prefect_task_precedence(tmp_path: Path) -> None:
 
 
 def test_prefect_workspace_params_carry_the_override(tmp_path: Path) -> None:
-    from dreamshard_flows.stage_tasks import prepare_workspace_task
-
     from dreamshard.pipeline.workspace import RemoteSpec
+    from dreamshard.usecases.pipeline_steps import prepare_workspace
 
     p = write_params(tmp_path / "params.yaml")
     inv = tiny_inventory(tmp_path / "inv.yaml")
     root = tmp_path / "ws"
     text = params_text(p, {"profile.backend": "cpu"})
-    prepare_workspace_task.fn(str(root), text, inv, RemoteSpec(url=str(tmp_path / "remote")))
+    prepare_workspace(str(root), text, inv, RemoteSpec(url=str(tmp_path / "remote")))
     ws_settings = resolve(root / "params.yaml")  # what the DVC stages in the workspace will read
     assert ws_settings.profile.backend == "cpu" and ws_settings.topology.batch_size == 256

@@ -31,6 +31,7 @@ from dreamshard.pipeline.workspace import (
 )
 from dreamshard.store import open_store
 from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.pipeline_run import PipelineRun
 from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary, check_run
 from dreamshard.usecases.pipeline_steps import run_overrides as run_overrides  # a run's options over its params
 
@@ -162,6 +163,7 @@ class RunRequest(Request):
     reprofile: bool = False
     export_model: Path | None = None  # also copy the trained model here
     api_url: str | None = None  # the Prefect API the workers poll (PREFECT_API_URL); None: an ephemeral one
+    runner: str = "prefect"  # what runs the steps: prefect, or in-process (no Prefect server, no workers)
 
 
 class PreparedRun(BaseModel):
@@ -191,12 +193,18 @@ class RunResult(Result):
 
 #: The dispatch choices a run takes, by name.
 DISPATCHES: dict[str, Dispatch] = {"auto": "auto", "local": "local", "workers": "workers"}
+#: What can run the orchestrator's steps.
+RUNNERS = ("prefect", "in-process")
 
 
 def _dispatch(request: RunRequest) -> Dispatch:
     dispatch = DISPATCHES.get(request.dispatch)
     if dispatch is None:
         raise ConfigError(f"--dispatch must be auto, local or workers, got '{request.dispatch}'")
+    if request.runner not in RUNNERS:
+        raise ConfigError(f"--runner must be prefect or in-process, got '{request.runner}'")
+    if dispatch == "workers" and request.runner != "prefect":
+        raise ConfigError("--dispatch workers needs --runner prefect: the in-process runner has no work pool")
     if dispatch == "workers" and not request.api_url:
         raise ConfigError(
             "--dispatch workers needs a Prefect server the workers poll: start infra/start-prefect.sh "
@@ -240,6 +248,12 @@ def prepare(request: RunRequest) -> PreparedRun:
     return PreparedRun(
         **fields, inventory=inventory, dispatch=dispatch, force=request.force, reprofile=request.reprofile
     )
+
+
+def pipeline_run(prepared: PreparedRun) -> PipelineRun:
+    """A prepared run as the pipeline's request (`run_pipeline`), its inventory read."""
+    fields = prepared.model_dump(exclude={"inventory"})
+    return PipelineRun(**fields, inventory=load_inventory(prepared.inventory))
 
 
 def run(request: RunRequest, orchestrate: Callable[[PreparedRun], RunSummary]) -> RunResult:

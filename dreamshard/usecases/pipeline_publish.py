@@ -2,10 +2,13 @@
 the workspace's data/plan.json gated against data/comparison.json with the workspace's publish params
 (`usecases.publish.gate`), the run's lineage attached (the only door that attaches lineage), the decision stored
 and the workspace commit tagged with it (`published/<plan id>` or `rejected/<plan id>`). A plan id the store
-already decided for this inventory version keeps that decision. Each function is one step a Prefect task or
-the publish-plan flow calls; a reviewer's answer is `reviewed`."""
+already decided for this inventory version keeps that decision. `publish_workspace` is the step, run under a
+`Runner` (dreamshard.usecases.runner): each function below is one of its steps; a reviewer's answer is
+`reviewed`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,11 +23,30 @@ from dreamshard.store import PublishedRef, open_store
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.explain import stats_of
 from dreamshard.usecases.pipeline_steps import PublishOutcome, absolute_uri
+from dreamshard.usecases.runner import PublishedPlan, Runner, Step
 from dreamshard.values import GateDecision, Inventory, Plan
 from dreamshard.values.lineage import Lineage
 
 #: The evaluate stage's markdown report of the comparison (dvc.yaml), what a reviewer reads.
 COMPARISON_REPORT = "reports/comparison.md"
+
+GATE = Step(name="gate")
+LINEAGE = Step(name="lineage")
+STORE = Step(name="publish-plan", retries=2, retry_delay_s=2)
+
+
+class WorkspacePublish(BaseModel):
+    """The publish step's inputs: the workspace whose data/plan.json is gated, the store (None: the workspace's
+    publish.store_uri), the reviewer rule (None: publish.require_human), and the run recorded in the lineage
+    (None: the runner's own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace: Path
+    store: str | None = None
+    endpoint_url: str | None = None
+    require_human: bool | None = None
+    run_id: str | None = None
 
 
 class PublishSetup(BaseModel):
@@ -203,3 +225,50 @@ def published_outcome(
         git_revision=lineage.git_revision,
         fallback_plan_id=fallback.plan_id if fallback is not None and fallback.is_current else None,
     )
+
+
+def _store_reviewed(
+    plan: Plan, decision: GateDecision, lineage: Lineage | None, setup: PublishSetup, runner: Runner
+) -> tuple[PublishedRef, GateDecision]:
+    """One write of the gate's result (`GateResult.writes`: the fallback, then the judged plan), with the run's
+    lineage; a reviewer, when one is required, decides first on any decision that would make a plan current."""
+    if setup.reviews(decision):
+        timeout_s = setup.rules.approval_timeout_s
+        answer = runner.review(review_description(setup.root, plan.plan_id, decision), timeout_s)
+        decision = reviewed(decision, answer.approve if answer else None, answer.comment if answer else "", timeout_s)
+    ref = runner.step(STORE, store_decision, setup.store_uri, setup.endpoint_url, plan, decision, lineage)
+    return ref, decision
+
+
+def publish_workspace(request: WorkspacePublish, runner: Runner) -> PublishOutcome:
+    """The publish step under `runner`: gate, lineage, each write reviewed when required and stored, the workspace
+    commit tagged, the report shown. A plan the store had decided keeps that decision."""
+    setup = publish_setup(str(request.workspace), request.store, request.endpoint_url, request.require_human)
+    gated, already = runner.step(GATE, gate_workspace_plan, setup)
+    if already:  # one decision per plan id and inventory version: nothing re-measured, reviewed or stored
+        decided = gated.decision
+        runner.log(f"already decided: {decided.outcome} plan {gated.plan.plan_id}: {decided.reason}")
+        return recorded_outcome(gated, setup.store_uri)
+    lin = runner.step(LINEAGE, lineage, setup.root, request.run_id or runner.run_id())
+    stored = [_store_reviewed(plan, decided, lin, setup, runner) for plan, decided in gated.writes()]
+    ref, decision = stored[-1]
+    fallback = stored[0][0] if len(stored) > 1 else None
+    tag_decisions(setup.root, gated.plan.plan_id, decision, fallback)
+    plan = gated.plan.model_copy(update={"lineage": lin})
+    report = publish_report(setup.root, plan)
+    runner.show(
+        PublishedPlan(
+            plan=plan,
+            comparison=report.comparison,
+            decision=decision,
+            ref=ref,
+            store_uri=setup.store_uri,
+            stats_markdown=report.stats_markdown,
+            inventory=report.inventory,
+        )
+    )
+    done = decision.label or ("published" if decision.approved else decision.outcome)
+    runner.log(f"{done} plan {plan.plan_id}: {decision.reason}")
+    if fallback is not None:
+        runner.log(f"fallback {fallback.plan_id}: {fallback.reason}")
+    return published_outcome(ref, decision, setup.store_uri, lin, fallback)

@@ -62,7 +62,7 @@ def _whole_layered_params(work: Path, _: Result) -> None:
 
 def _one_line_in_flow_logs(_: Path) -> None:
     """A DreamshardError failing a task (or its flow) is logged by Prefect as `Type: line`, no traceback."""
-    import dreamshard_flows.stage_tasks  # noqa: F401  what a flow process imports
+    import dreamshard_flows.runner  # noqa: F401  what a flow process imports
 
     class Collect(logging.Handler):
         def __init__(self) -> None:

@@ -1,0 +1,85 @@
+"""The pipeline as a library use case (dreamshard.usecases.pipeline_run): the stage loop, the decide-once rule and
+the publish step run under the in-process runner, without Prefect, from the library and from the CLI
+(`dreamshard pipeline run --runner in-process`). The Prefect runner's own behaviour (task runs, the pause, workers)
+is tested in test_orchestrator_integration.py and test_flows_operations.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flows_support import tiny_inventory, write_params
+
+from dreamshard.cli.app import invoke
+from dreamshard.errors import ConfigError
+from dreamshard.store import get_current, open_store
+from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
+from dreamshard.usecases.runner import InProcessRunner, Review
+
+pytestmark = pytest.mark.integration
+
+ALL_STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
+
+
+def _request(tmp_path: Path, **fields: object) -> PipelineRun:
+    params = write_params(tmp_path / "params.yaml", publish={"store_uri": str(tmp_path / "store")})
+    inventory = tiny_inventory(tmp_path / "inv.yaml")
+    return PipelineRun(
+        workspace=tmp_path / "ws",
+        params=params,
+        inventory=inventory,
+        dvc_remote=str(tmp_path / "remote"),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_a_run_in_process_publishes_once_and_a_run_with_nothing_changed_stops(tmp_path: Path) -> None:
+    """Every stage once, each a step labelled `<inventory>-<stage>-<version>`, the plan decided and stored; the
+    same inputs again: no stage, no publish, the decision already made is reported."""
+    request = _request(tmp_path)
+    runner = InProcessRunner()
+    first = run_pipeline(request, runner)
+    assert first.ran == ALL_STAGES and first.outcome is not None and first.outcome.approved, first.reason
+    version = first.inventory_fingerprint[:12]
+    assert f"dvc-stage:tiny-train-{version}" in runner.steps and runner.steps[-1] == "publish-plan"
+    assert runner.names == [f"tiny-pipeline-{version}"] and first.campaign == runner.run_id()
+    assert any(line.startswith("plan ") and "approved" in line for line in runner.lines)  # the publish report
+    current = get_current(open_store(str(tmp_path / "store")), "tiny")
+    assert current is not None and current.plan_id == first.outcome.plan_id
+    assert current.lineage is not None and current.lineage.flow_run_id == runner.run_id()
+
+    again = InProcessRunner()
+    second = run_pipeline(request, again)
+    assert second.ran == [] and second.outcome is None and "nothing to do" in second.reason
+    assert second.current_plan_id == first.outcome.plan_id and "publish-plan" not in again.steps
+
+
+def test_what_the_runner_cannot_do_is_refused_before_any_stage(tmp_path: Path) -> None:
+    """Dispatch `workers` needs an orchestration API, publish.require_human a reviewer: each refused in one
+    line naming the setting, with no stage run."""
+    runner = InProcessRunner()
+    with pytest.raises(ConfigError, match="pipeline.dispatch 'workers'"):
+        run_pipeline(_request(tmp_path, dispatch="workers"), runner)
+    with pytest.raises(ConfigError, match="publish.require_human"):
+        run_pipeline(_request(tmp_path, require_human=True), runner)
+    assert runner.steps == []
+    reviewer = InProcessRunner(reviewer=lambda description, timeout_s: Review(approve=False))
+    assert reviewer.can_review and not runner.can_review
+
+
+def test_the_cli_runs_the_pipeline_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dreamshard pipeline run --runner in-process`: the steps' log lines on stdout, the plan published, no
+    Prefect API named; `--dispatch workers` with it is refused in one line before anything is written."""
+    params = write_params(tmp_path / "params.yaml", publish={"store_uri": str(tmp_path / "store")})
+    tiny_inventory(tmp_path / "inv.yaml")
+    monkeypatch.chdir(tmp_path)
+    args = ["pipeline", "run", "-i", "inv.yaml", "-w", "ws", "--params", str(params), "--dvc-remote", "remote"]
+    code, out, err = invoke([*args, "--runner", "in-process", "--dispatch", "workers"])
+    assert code == 2 and "--dispatch workers needs --runner prefect" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ws").exists()
+    code, out, err = invoke([*args, "--runner", "sideways"])
+    assert code == 2 and "--runner must be prefect or in-process" in err
+    code, out, err = invoke([*args, "--runner", "in-process"])
+    assert code == 0, err
+    assert "stage train done" in out and "published plan" in out and "Prefect" not in out
+    assert get_current(open_store(str(tmp_path / "store")), "tiny") is not None
