@@ -33,27 +33,6 @@ def _request(tmp_path: Path, **fields: object) -> PipelineRun:
     )
 
 
-def test_a_run_in_process_publishes_once_and_a_run_with_nothing_changed_stops(tmp_path: Path) -> None:
-    """Every stage once, each a step labelled `<inventory>-<stage>-<version>`, the plan decided and stored; the
-    same inputs again: no stage, no publish, the decision already made is reported."""
-    request = _request(tmp_path)
-    runner = InProcessRunner()
-    first = run_pipeline(request, runner)
-    assert first.ran == ALL_STAGES and first.outcome is not None and first.outcome.approved, first.reason
-    version = first.inventory_fingerprint[:12]
-    assert f"dvc-stage:tiny-train-{version}" in runner.steps and runner.steps[-1] == "publish-plan"
-    assert runner.names == [f"tiny-pipeline-{version}"] and first.campaign == runner.run_id()
-    assert any(line.startswith("plan ") and "approved" in line for line in runner.lines)  # the publish report
-    current = get_current(open_store(str(tmp_path / "store")), "tiny")
-    assert current is not None and current.plan_id == first.outcome.plan_id
-    assert current.lineage is not None and current.lineage.flow_run_id == runner.run_id()
-
-    again = InProcessRunner()
-    second = run_pipeline(request, again)
-    assert second.ran == [] and second.outcome is None and "nothing to do" in second.reason
-    assert second.current_plan_id == first.outcome.plan_id and "publish-plan" not in again.steps
-
-
 def test_what_the_runner_cannot_do_is_refused_before_any_stage(tmp_path: Path) -> None:
     """Dispatch `workers` needs an orchestration API, publish.require_human a reviewer: each refused in one
     line naming the setting, with no stage run."""
@@ -67,11 +46,15 @@ def test_what_the_runner_cannot_do_is_refused_before_any_stage(tmp_path: Path) -
     assert reviewer.can_review and not runner.can_review
 
 
-def test_the_cli_runs_the_pipeline_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`dreamshard pipeline run --runner in-process`: the steps' log lines on stdout, the plan published, no
-    Prefect API named; `--dispatch workers` with it is refused in one line before anything is written."""
+def test_the_cli_runs_the_pipeline_in_process_and_a_run_with_nothing_changed_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dreamshard pipeline run --runner in-process`: every stage once, the steps' log lines on stdout, the plan
+    decided and stored with the run's id in its lineage, no Prefect API named; `--dispatch workers` with it is
+    refused in one line before anything is written. The same inputs again, from the library: no stage, no
+    publish, the decision already made is reported (a plan is decided once)."""
     params = write_params(tmp_path / "params.yaml", publish={"store_uri": str(tmp_path / "store")})
-    tiny_inventory(tmp_path / "inv.yaml")
+    inventory = tiny_inventory(tmp_path / "inv.yaml")
     monkeypatch.chdir(tmp_path)
     args = ["pipeline", "run", "-i", "inv.yaml", "-w", "ws", "--params", str(params), "--dvc-remote", "remote"]
     code, out, err = invoke([*args, "--runner", "in-process", "--dispatch", "workers"])
@@ -82,4 +65,16 @@ def test_the_cli_runs_the_pipeline_in_process(tmp_path: Path, monkeypatch: pytes
     code, out, err = invoke([*args, "--runner", "in-process"])
     assert code == 0, err
     assert "stage train done" in out and "published plan" in out and "Prefect" not in out
-    assert get_current(open_store(str(tmp_path / "store")), "tiny") is not None
+    current = get_current(open_store(str(tmp_path / "store")), "tiny")
+    assert current is not None and current.lineage is not None and current.lineage.flow_run_id
+    assert f"ran {', '.join(ALL_STAGES)}; committed, pushed; published plan {current.plan_id}" in out
+
+    request = PipelineRun(
+        workspace=tmp_path / "ws", params=params, inventory=inventory, dvc_remote=str(tmp_path / "remote")
+    )
+    again = InProcessRunner()
+    second = run_pipeline(request, again)
+    assert second.ran == [] and second.outcome is None and "nothing to do" in second.reason
+    assert second.current_plan_id == current.plan_id and "publish-plan" not in again.steps
+    assert again.steps[:3] == ["current-plan", "prepare-workspace", "push-inventory"]
+    assert again.names == [f"tiny-pipeline-{inventory.fingerprint()[:12]}"] and second.campaign == again.run_id()
