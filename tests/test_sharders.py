@@ -329,3 +329,15 @@ def test_make_plan_rejects_bad_placements() -> None:
     tiny = Topology(num_devices=4, memory_per_device_gb=max(t.size_gb for t in inv.tables) * 1.5)
     with pytest.raises(PlanError, match="memory limit"):
         make_plan(inv, tiny, {n: 0 for n in names}, "manual")
+
+
+def test_the_candidate_sources_are_the_policy_lpt_torchrec_and_every_builtin_heuristic() -> None:
+    """`CandidateSource` is a Literal (the search's sources, typed); it must follow the sharder registry: a new
+    built-in heuristic is a candidate source too. A source outside it is refused in one line naming it."""
+    from dreamshard.config.learning import SearchConfig
+    from dreamshard.sharders import HEURISTICS
+    from dreamshard.values.search_result import CANDIDATE_SOURCES
+
+    assert set(CANDIDATE_SOURCES) == {"policy", "lpt", "torchrec", *HEURISTICS}
+    with pytest.raises(ValueError, match="unknown candidate source 'gready'"):
+        SearchConfig(candidates=("policy", "gready"))  # type: ignore[arg-type]

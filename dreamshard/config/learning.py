@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from dreamshard.sharders import HEURISTICS
 from dreamshard.values import (
     DEFAULT_HOST_MEMORY_GB,
     DEFAULT_INTER_HOST_GBPS,
@@ -23,6 +22,7 @@ from dreamshard.values import (
     Topology,
 )
 from dreamshard.values.base import StrictNumbers
+from dreamshard.values.search_result import CANDIDATE_SOURCES, CandidateSource
 
 #: With --verify: how many of the baselines' or LPT's plans are measured beside the K best predicted when none of
 #: them is one (dreamshard.measured.verify.anchor_candidates; params plan.verify_anchors)
@@ -133,7 +133,7 @@ class PolicyTrainConfig(_Config):
 
 
 #: candidate sources of the plan-time search: the policy, LPT on predicted costs, heuristics, TorchRec
-DEFAULT_CANDIDATES: tuple[str, ...] = (
+DEFAULT_CANDIDATES: tuple[CandidateSource, ...] = (
     "policy",
     "lpt",
     "dim_greedy",
@@ -150,7 +150,7 @@ class SearchConfig(_Config):
 
     risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # planning cost = ensemble mean + risk x spread
     samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides its argmax
-    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    candidates: tuple[CandidateSource, ...] = DEFAULT_CANDIDATES
     refine_top: Annotated[int, Field(ge=0, le=64)] = 2  # local search on this many best candidates
     refine_rounds: Annotated[int, Field(ge=0, le=100_000)] = 64  # moves/swaps per refined candidate, at most
     # planning-time budget: sampled rollouts are cut so that all rollouts together place at most this many tables
@@ -163,12 +163,17 @@ class SearchConfig(_Config):
     types: tuple[str, ...] = ()
     seed: int = 0
 
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _known_sources(cls, v: Any) -> Any:
+        """An unknown source in one line that names it (before pydantic's literal check lists every choice)."""
+        for c in v if isinstance(v, (list, tuple)) else ():
+            if c not in CANDIDATE_SOURCES:
+                raise ValueError(f"unknown candidate source '{c}'; choose from {', '.join(sorted(CANDIDATE_SOURCES))}")
+        return v
+
     @model_validator(mode="after")
     def _known(self) -> SearchConfig:
-        known = {"policy", "lpt", "torchrec", *HEURISTICS}
-        for c in self.candidates:
-            if c not in known:
-                raise ValueError(f"unknown candidate source '{c}'; choose from {', '.join(sorted(known))}")
         choosable = ("row_wise", "table_row_wise", "data_parallel")  # dreamshard.search.sharding_types
         for t in self.types:
             if t not in choosable:

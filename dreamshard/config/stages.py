@@ -17,6 +17,7 @@ from dreamshard.inventory.synth import check_dims, synth_inventory
 from dreamshard.sharders import contender_names, sharder_names
 from dreamshard.values import Inventory
 from dreamshard.values.base import StrictNumbers
+from dreamshard.values.search_result import CandidateSource
 
 
 class Section(StrictNumbers):
@@ -50,7 +51,7 @@ class PlanConfig(Section):
     num_devices: Annotated[int, Field(ge=1)] | None = None  # default: tasks.train_devices
     samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides the argmax
     risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # ensemble mean + risk x spread
-    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    candidates: tuple[CandidateSource, ...] = DEFAULT_CANDIDATES
     verify: Annotated[int, Field(ge=0, le=64)] = 0  # measure this many best candidates (0 = trust predictions)
     verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
@@ -89,7 +90,7 @@ class PlanConfig(Section):
 
     @field_validator("candidates")
     @classmethod
-    def _candidates(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+    def _candidates(cls, v: tuple[CandidateSource, ...]) -> tuple[CandidateSource, ...]:
         return SearchConfig(candidates=v).candidates  # names the unknown source
 
     @field_validator("types")

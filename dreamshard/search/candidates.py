@@ -32,7 +32,7 @@ from dreamshard.sharders import get_sharder, options_for
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.sharders.heuristics import GreedySharder
 from dreamshard.values import Inventory, Topology
-from dreamshard.values.search_result import LPT, POLICY, SEARCHED, Candidate, SearchResult, origin
+from dreamshard.values.search_result import LPT, POLICY, SEARCHED, Candidate, CandidateSource, SearchResult, origin
 
 
 class _Scorer:
@@ -127,7 +127,7 @@ class NoProposal(Exception):
 
 
 def _source_placement(
-    source: str,
+    source: CandidateSource,
     inventory: Inventory,
     topology: Topology,
     cost: PlanningCost,

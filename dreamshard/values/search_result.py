@@ -5,8 +5,25 @@ the doors need not import the search)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from dreamshard.values.tables import Inventory
+
+#: Where the search's candidates come from (params plan.candidates): the RL policy, LPT on the learned costs,
+#: TorchRec's planner and each built-in heuristic (dreamshard.search.candidates; a test keeps the heuristics in
+#: step with the sharder registry).
+CandidateSource = Literal[
+    "policy",
+    "lpt",
+    "torchrec",
+    "random",
+    "round_robin",
+    "dim_greedy",
+    "size_greedy",
+    "lookup_greedy",
+    "size_lookup_greedy",
+]
+CANDIDATE_SOURCES: tuple[CandidateSource, ...] = get_args(CandidateSource)
 
 #: the candidate sources that are not sharder names (CURRENT: the plan now current, adapted: a seed; UNCALIBRATED:
 #: the best placement of the search on the cost before calibration, a seed)
