@@ -212,16 +212,16 @@ def test_inside_the_noise_a_current_plan_stays_only_when_it_can_serve_the_new_ve
 def test_the_fast_path_refines_only_for_its_own_budget(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Plan.refine_seconds is the retrain path's plan stage; the fast path refines for plan.replan_refine_seconds
     (0 by default: no refinement), or `replan --refine-seconds`."""
-    import dreamshard.usecases.plan as plan_uc
+    import dreamshard.measured.steps as measured_steps
 
     budgets: list[float] = []
-    real = plan_uc.refine_plan
+    real = measured_steps.refine_plan
 
     def spy(inv: object, plan: object, cost: object, oracle: object, seconds: float, *a: object, **k: object) -> object:
         budgets.append(seconds)
         return real(inv, plan, cost, oracle, seconds, *a, **k)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(plan_uc, "refine_plan", spy)
+    monkeypatch.setattr(measured_steps, "refine_plan", spy)
     v1 = tiny_inventory(work / "v1.yaml")
     data = yaml.safe_load((work / "params.yaml").read_text())
     data["plan"]["refine_seconds"] = 30.0

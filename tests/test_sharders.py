@@ -218,7 +218,7 @@ def test_a_shared_options_dict_gives_each_sharder_its_own() -> None:
 def test_learned_sharders_come_from_entry_points_with_their_family() -> None:
     from importlib.metadata import entry_points
 
-    from dreamshard.search.sharders import ModelSharder
+    from dreamshard.search.model_sharder import ModelSharder
 
     declared = {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)}
     learned = tuple(n for n, cls in declared.items() if cls.family == "learned")

@@ -324,6 +324,7 @@ def refine_plan(
         kernels=plan.kernels,
         cache_load_factors=plan.cache_load_factors,
     )
-    carried = ("out_of_range", "verification", "comm_fits")  # what the plan stage recorded before refinement
+    # what the plan stage recorded before refinement (moves keep the layout, its calibration and assumptions)
+    carried = ("out_of_range", "verification", "comm_fits", "calibration", "layouts", "assumptions")
     new = new.model_copy(update={k: getattr(plan, k) for k in carried})
     return against_start(inventory, plan, new, trace, oracle, rounds, seed)

@@ -16,12 +16,12 @@ from dreamshard.config.settings import Settings, model_dir
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import validate_sharders
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile, check_kernel, torchrec_document
-from dreamshard.measured.refine import refine_plan
+from dreamshard.measured.steps import measured_steps
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.search.sharders import ModelSharder
+from dreamshard.search.model_sharder import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import reasons_of, stats_of
@@ -91,34 +91,34 @@ def _checked(request: PlanRequest, name: str) -> None:
         require_searching(name, "an incumbent plan")
 
 
-def _verify_options(request: PlanRequest, verify: int, calibrate: float, oracle: Oracle | None) -> dict[str, Any]:
+def _measured_options(request: PlanRequest, oracle: Oracle | None) -> dict[str, Any]:
+    """The searching sharder's measured steps from the plan settings (dreamshard.measured.steps), on `oracle`."""
     p = request.settings.plan
-    calibrating = {"oracle": oracle, "calibrate_seconds": calibrate} if calibrate else {}
-    if not verify:
-        return calibrating
-    return calibrating | {
-        "verify": verify,
-        "verify_rounds": p.verify_rounds,
-        "oracle": oracle,
-        "verify_anchors": p.verify_anchors,
-        "verify_confidence": p.verify_confidence,
-    }
+    steps = measured_steps(
+        verify=p.verify,
+        verify_rounds=p.verify_rounds,
+        verify_anchors=p.verify_anchors,
+        verify_confidence=p.verify_confidence,
+        calibrate_seconds=p.calibrate_seconds,
+        refine_seconds=p.refine_seconds,
+        refine_rounds=p.refine_rounds,
+        refine_confirm_rounds=p.refine_confirm_rounds,
+    )
+    return {"steps": steps, "oracle": oracle} if steps else {}
 
 
 def _shard(
     request: PlanRequest, name: str, inv: Inventory, incumbent: Plan | None
 ) -> tuple[Plan, SearchResult | None, list[str]]:
-    """The plan of sharder `name`: for the learned ones with their search, verification and refinement."""
+    """The plan of sharder `name`: for the searching one with its measured steps (calibrate, verify, refine)."""
     s = request.settings
     topo = s.topology_for_job(inv.job)  # the job the inventory records, unless the caller said otherwise
-    verify = s.plan.verify if name == SEARCHING_SHARDER else 0
-    refine = s.plan.refine_seconds if name == SEARCHING_SHARDER else 0.0
-    calibrate = s.plan.calibrate_seconds if name == SEARCHING_SHARDER else 0.0
+    measuring = name == SEARCHING_SHARDER and bool(s.plan.verify or s.plan.refine_seconds or s.plan.calibrate_seconds)
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER, reuse=False) if request.corpus is not None else None
-    oracle = s.oracle() if verify or refine or calibrate else None
+    oracle = s.oracle() if measuring else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra = _verify_options(request, verify, calibrate, oracle)
+    extra = _measured_options(request, oracle) if measuring else {}
     if incumbent is not None:
         horizon = s.plan.move_horizon_steps
         extra |= {
@@ -131,14 +131,7 @@ def _shard(
         if not isinstance(sharder, ModelSharder):
             return sharder.shard(inv, topo), None, []
         report = sharder.shard_with_report(inv, topo)  # the learned sharders report their search and warnings
-        plan = report.plan
-        if refine and oracle is not None:
-            p = s.plan
-            cost = report.cost or sharder.planning_cost(topo)  # the calibrated cost, when calibrated
-            plan = refine_plan(
-                inv, plan, cost, oracle, refine, p.refine_rounds, request.seed, confirm=p.refine_confirm_rounds
-            )
-        return plan, report.search, list(report.warnings)
+        return report.plan, report.search, list(report.warnings)
     finally:
         if oracle is not None:
             oracle.close()
