@@ -121,6 +121,7 @@ def retrain(inv: Any, work: Path, params: Path, oracle: Any) -> tuple[Path, floa
     from dreamshard.learning.loop import train
     from dreamshard.learning.taskset import make_taskset
     from dreamshard.profiling.runner import profile_inventory
+    from dreamshard.search.candidates import best_placement
     from dreamshard.usecases.train import initial_model
 
     cfg = resolve(params)
@@ -151,6 +152,7 @@ def retrain(inv: Any, work: Path, params: Path, oracle: Any) -> tuple[Path, floa
         measurements=load_measurements(meas),
         init=initial_model(loop),
         backend_name=cfg.profile.backend,
+        searcher=best_placement,
     )
     return work / "model", time.perf_counter() - t0
 

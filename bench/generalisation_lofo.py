@@ -180,6 +180,7 @@ def train_without(
     from dreamshard.config.learning import TopologyConfig
     from dreamshard.learning.loop import train
     from dreamshard.learning.model_store import load_model
+    from dreamshard.search.candidates import best_placement
 
     pool, taskset, records = union([c for f, c in corpora.items() if f != held_out], f"lofo-without-{held_out}")
     out = work / "models" / f"without-{held_out}"
@@ -197,6 +198,7 @@ def train_without(
         measurements=records,
         init=load_model(None, require_policy=True),
         backend_name="cpu",
+        searcher=best_placement,
     )
     return out, time.perf_counter() - t0
 

@@ -9,7 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR
+from dreamshard.learning.model_store import PACKAGED_DIR
+from dreamshard.values.model_files import CARD_FILE, COST_FILE
 
 
 def model_with_weights(d: Path, data: bytes) -> Path:

@@ -4,6 +4,7 @@ checkpoints, resume without re-measuring, reproduction from the state dir, and t
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 
@@ -11,11 +12,16 @@ from dreamshard.cli.app import main
 from dreamshard.config.learning import CostTrainConfig, LoopConfig, PolicyTrainConfig, TasksConfig
 from dreamshard.documents import dump_model, load_measurements, save_inventory
 from dreamshard.inventory.synth import synth_inventory
-from dreamshard.learning.loop import MEASUREMENTS_FILE, last_checkpoint, train
+from dreamshard.learning import loop
+from dreamshard.learning.loop import MEASUREMENTS_FILE, last_checkpoint
 from dreamshard.learning.model_store import load_model
 from dreamshard.learning.taskset import make_taskset
 from dreamshard.profiling import make_oracle
+from dreamshard.search.candidates import best_placement
 from dreamshard.values import Inventory, Topology
+
+#: The outer loop with the search planner the library's train use case gives it.
+train = partial(loop.train, searcher=best_placement)
 
 TINY = LoopConfig(
     iterations=2,
@@ -118,19 +124,43 @@ def test_loop_checkpoints_and_resumes(setup, tmp_path):
     ]
     # nothing left to do; --no-resume starts over (and forgets the measurements)
     assert train(pool, ts, topo, oracle, TINY, tmp_path / "models", progress=False) == []
-    fresh = train(pool, ts, topo, oracle, one, tmp_path / "models", resume=False, progress=False)
+    fresh = train(
+        pool, ts, topo, oracle, one, tmp_path / "models", resume=False, progress=False, searcher=best_placement
+    )
     assert [r.iteration for r in fresh] == [0] and fresh[0].n_measured == len(recs)
 
 
 def test_kill_then_resume_measures_nothing_twice(setup, tmp_path):
     pool, ts, oracle, topo = setup
-    ref = train(pool, ts, topo, oracle, TINY, tmp_path / "ref", state_dir=tmp_path / "ref-state", progress=False)
+    ref = train(
+        pool,
+        ts,
+        topo,
+        oracle,
+        TINY,
+        tmp_path / "ref",
+        state_dir=tmp_path / "ref-state",
+        progress=False,
+        searcher=best_placement,
+    )
     total = sum(r.n_measured for r in ref)
     killer = CountingOracle(oracle, fail_after=ref[0].n_measured + 1)  # dies inside iteration 1
     with pytest.raises(KeyboardInterrupt):
-        train(pool, ts, topo, killer, TINY, tmp_path / "m", state_dir=tmp_path / "s", progress=False)
+        train(
+            pool,
+            ts,
+            topo,
+            killer,
+            TINY,
+            tmp_path / "m",
+            state_dir=tmp_path / "s",
+            progress=False,
+            searcher=best_placement,
+        )
     again = CountingOracle(oracle)
-    train(pool, ts, topo, again, TINY, tmp_path / "m", state_dir=tmp_path / "s", progress=False)
+    train(
+        pool, ts, topo, again, TINY, tmp_path / "m", state_dir=tmp_path / "s", progress=False, searcher=best_placement
+    )
     assert killer.count + again.count == total  # the one placement measured before the kill is not measured again
     # same inputs, same seeds -> the same model, byte for byte
     for name in ("cost_net.pt", "policy.pt", "model.json"):
@@ -141,7 +171,9 @@ def test_kill_then_resume_measures_nothing_twice(setup, tmp_path):
     shutil.rmtree(tmp_path / "s" / "checkpoints")
     (tmp_path / "m" / "model.json").unlink()
     repro = CountingOracle(oracle)
-    train(pool, ts, topo, repro, TINY, tmp_path / "m", state_dir=tmp_path / "s", progress=False)
+    train(
+        pool, ts, topo, repro, TINY, tmp_path / "m", state_dir=tmp_path / "s", progress=False, searcher=best_placement
+    )
     assert repro.count == 0
     assert load_model(tmp_path / "m").card.version == load_model(tmp_path / "ref").card.version
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, load_card, load_model
+from dreamshard.learning.model_store import PACKAGED_DIR, load_card, load_model
 from dreamshard.release import promote as promote_mod
 from dreamshard.release.report import ReleaseReport
 from dreamshard.release.stats import RatioInterval
 from dreamshard.values import BackendInfo
+from dreamshard.values.model_files import CARD_FILE, COST_FILE
 
 
 def digest(directory: Path) -> dict[str, str]:

@@ -25,9 +25,10 @@ from dreamshard.documents import load_measurements, save_inventory
 from dreamshard.errors import ModelError, TrainingDataError
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, PACKAGED_DIR, load_model, save_model
+from dreamshard.learning.model_store import PACKAGED_DIR, load_model, save_model
 from dreamshard.learning.records import MAX_RECORD_MS, check_training_records
 from dreamshard.learning.train_cost import train_cost_model
+from dreamshard.values.model_files import CARD_FILE, COST_FILE
 
 PARAMS = (
     "profile: {backend: simulator}\n"

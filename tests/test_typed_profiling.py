@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from dreamshard.config.learning import CostTrainConfig
-from dreamshard.config.profile import ProfileConfig
 from dreamshard.documents import load_measurements
 from dreamshard.errors import PlanError, TrainingDataError
 from dreamshard.learning.cost_eval import evaluate_cost_net
@@ -23,6 +22,7 @@ from dreamshard.placement.validate import check_placement
 from dreamshard.profiling import make_oracle, profile_inventory
 from dreamshard.profiling.corpus import CorpusEntry, device_key, entry_problem
 from dreamshard.profiling.runner import TYPE_KINDS, kind_placement, plan_items
+from dreamshard.profiling.settings import ProfileConfig
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Inventory, Measurement, Table, Topology, parse_unit
 from dreamshard.values.units import row_blocks

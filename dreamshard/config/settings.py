@@ -28,13 +28,14 @@ from dreamshard.config.learning import (
     TasksConfig,
     TopologyConfig,
 )
-from dreamshard.config.profile import ProfileConfig
 from dreamshard.config.publish import PublishConfig
 from dreamshard.config.release import ReleaseConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
 from dreamshard.documents import describe_validation_error, read_structured
 from dreamshard.errors import ConfigError
+from dreamshard.profiling.settings import ProfileConfig
 from dreamshard.values import JobTopology, Topology
+from dreamshard.values.model_files import has_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
@@ -252,8 +253,6 @@ def params_text(
 def model_dir(explicit: Path | None = None, cwd: Path | None = None) -> Path | None:
     """Where a command finds its model: the given directory, else ./models (what `make run` and `dreamshard
     train` write), else ./models/dreamshard (the DVC pipeline's), else None = the model shipped in the package."""
-    from dreamshard.learning.model_store import has_model  # loads torch: here, so that reading the settings does not
-
     if explicit is not None:
         return explicit
     here = cwd or Path.cwd()

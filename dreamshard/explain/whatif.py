@@ -20,8 +20,8 @@ from dreamshard.documents import describe_validation_error, load_inventory
 from dreamshard.errors import PlanError
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.placement.expand import expand_plan, fold_units, with_units
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.search.insertion import insert
-from dreamshard.sharders.base import make_plan
 from dreamshard.values import Costs, Inventory, Plan, Table, parse_unit
 from dreamshard.values.names import check_name
 from dreamshard.values.tables import Feature

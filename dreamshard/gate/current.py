@@ -10,7 +10,7 @@ from dreamshard.errors import DreamshardError, PlanError
 from dreamshard.evaluation import Comparison, SharderResult
 from dreamshard.gate.publish_policy import cannot_serve
 from dreamshard.placement.diff import plan_diff
-from dreamshard.sharders.base import make_plan
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.values import Inventory, Plan, Topology
 
 #: The contender label of the store's current plan in a comparison and in the gate's decision.

@@ -26,8 +26,8 @@ from dreamshard.integrations.torchrec_carried import (
     table_kernels,
 )
 from dreamshard.placement.expand import brief, check_column_shards, check_row_shards, fold_units
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.validate import check_plan
-from dreamshard.sharders.base import make_plan
 from dreamshard.values import (
     CacheParams,
     ColumnShard,

@@ -19,8 +19,9 @@ from pathlib import Path
 from dreamshard.documents import atomic_write_text
 from dreamshard.errors import ModelError
 from dreamshard.learning.loop_state import STATE_FILE, LoopState, last_checkpoint
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, LoadedModel, load_model
+from dreamshard.learning.model_store import LoadedModel, load_model
 from dreamshard.values import Inventory
+from dreamshard.values.model_files import CARD_FILE, COST_FILE, POLICY_FILE
 
 INIT_DIR = "init"
 MARKER_FILE = "warm-start.json"

@@ -28,7 +28,7 @@ from dreamshard.documents import append_measurement, atomic_write_text
 from dreamshard.errors import ConfigError
 from dreamshard.learning.cost_eval import CostMetrics
 from dreamshard.learning.cost_model import CostEnsemble
-from dreamshard.learning.loop_planner import IterationPlanner
+from dreamshard.learning.loop_planner import IterationPlanner, Searcher
 from dreamshard.learning.loop_state import (
     DEFAULT_STATE_DIR,
     MEASUREMENTS_FILE,
@@ -97,8 +97,11 @@ def train(
     backend_name: str = "",
     batch_sizes: Mapping[str, int] | None = None,
     previous_tasks: Mapping[str, str] | None = None,
+    *,
+    searcher: Searcher,
 ) -> list[IterationMetrics]:
-    """Run (or resume) the outer loop; returns the metrics of the iterations run now. `measurements` are the
+    """Run (or resume) the outer loop; returns the metrics of the iterations run now. `searcher` is where the
+    search planner goes on a task (dreamshard.search.candidates.best_placement). `measurements` are the
     records to start from (e.g. the profile stage's), `init` a model to warm-start from, `batch_sizes` each
     task's own batch size by name (pre-training; default: the template's for every task). `previous_tasks` (an
     incremental retrain: the task signatures `init` was trained on) limits what the loop measures to the tasks
@@ -137,7 +140,7 @@ def train(
         signatures=signatures,
         init=init,
         progress=progress,
-        planner=IterationPlanner(pool, measured_tasks, template, config, comm_models, batch_sizes),
+        planner=IterationPlanner(pool, measured_tasks, template, config, comm_models, searcher, batch_sizes),
     )
     start = run.resume()
     results = [run.iteration(it) for it in range(start, config.iterations)]

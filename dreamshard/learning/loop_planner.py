@@ -4,7 +4,7 @@ best measured placements. Deterministic given the iteration and the state."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,11 +12,10 @@ import torch
 
 from dreamshard.config.learning import LoopConfig, SearchConfig, TopologyConfig
 from dreamshard.learning.cost_model import CostEnsemble
-from dreamshard.learning.planning_cost import cost_factory
+from dreamshard.learning.planning_cost import PlanningCost, cost_factory
 from dreamshard.learning.policy import Policy, mdp_clone, rollout
 from dreamshard.learning.train_policy import make_mdps, task_topology
 from dreamshard.placement.validate import footprint
-from dreamshard.search.candidates import search
 from dreamshard.sharders.heuristics import RandomSharder
 from dreamshard.values import Inventory, Measurement, Task, Topology
 
@@ -43,6 +42,11 @@ def _perturb(
     return out if out != placement else None
 
 
+#: Where the search planner goes on one task: the best placement under a planning cost (the caller's search,
+#: dreamshard.search.candidates.best_placement; the learning package does not import the search, which imports it).
+Searcher = Callable[[Inventory, Topology, PlanningCost, Policy | None, SearchConfig], dict[str, int]]
+
+
 class IterationPlanner:
     """What one iteration measures: (task, topology, placement) triples, deterministic given the state."""
 
@@ -53,9 +57,11 @@ class IterationPlanner:
         template: TopologyConfig,
         config: LoopConfig,
         comm_models: Sequence[Any],
+        searcher: Searcher,
         batch_sizes: Mapping[str, int] | None = None,
     ) -> None:
         self.pool, self.tasks, self.template, self.config = pool, list(tasks), template, config
+        self.searcher = searcher
         self.batch_sizes = dict(batch_sizes or {})
         self.comm_models = comm_models
         self.by_name = pool.by_name()
@@ -95,8 +101,8 @@ class IterationPlanner:
             )
             for _ in range(cfg.search_per_iteration):
                 t = self._task(rng)
-                res = search(self._inv(t), self.topology(t), cost_for(self.topology(t)), policy, scfg)
-                out.append((t, res.best.placement))
+                topology = self.topology(t)
+                out.append((t, self.searcher(self._inv(t), topology, cost_for(topology), policy, scfg)))
         # (3) small perturbations of the best measured placements so far
         best = self._best_measured(records)
         for _ in range(cfg.perturb_per_iteration if best else 0):

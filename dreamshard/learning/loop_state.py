@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.config.learning import LoopConfig
 from dreamshard.documents import atomic_write_text, iter_measurements
 from dreamshard.learning.cost_eval import CostMetrics
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, LoadedModel
+from dreamshard.learning.model_store import LoadedModel
 from dreamshard.values import Inventory, Measurement, Task, TaskSet
+from dreamshard.values.model_files import CARD_FILE, COST_FILE, POLICY_FILE
 
 MEASUREMENTS_FILE = "loop_measurements.jsonl"
 METRICS_FILE = "metrics.json"

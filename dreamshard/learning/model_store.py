@@ -38,11 +38,9 @@ from dreamshard.learning.features import FEATURE_SPEC_VERSION
 from dreamshard.learning.policy import Policy, PolicySpec
 from dreamshard.learning.ranges import DEVICE_BACKENDS, FeatureRanges, device_type_check
 from dreamshard.values import CommModel, Table, Topology
+from dreamshard.values.model_files import CARD_FILE, COST_FILE, POLICY_FILE
 
 MODEL_FORMAT_VERSION = 2
-CARD_FILE = "model.json"
-COST_FILE = "cost_net.pt"
-POLICY_FILE = "policy.pt"
 PACKAGED_DIR = Path(__file__).resolve().parent.parent / "pretrained"
 SIMULATED_BACKENDS = frozenset({"simulator", "toy"})
 
@@ -138,11 +136,6 @@ def _regular_file(path: Path) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         return False
-
-
-def has_model(directory: Path | None) -> bool:
-    """Whether `directory` holds a saved model (its card)."""
-    return directory is not None and (Path(directory) / CARD_FILE).is_file()
 
 
 def save_model(

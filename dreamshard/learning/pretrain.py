@@ -20,6 +20,7 @@ from dreamshard.config.learning import PretrainConfig, TopologyConfig
 from dreamshard.documents import load_measurements
 from dreamshard.inventory.families import wide_table
 from dreamshard.learning.loop import train
+from dreamshard.learning.loop_planner import Searcher
 from dreamshard.learning.model_store import ModelCard, load_card, load_model, save_model
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import profile_inventory
@@ -123,11 +124,17 @@ def _batch_data(records: list[Measurement], batch_sizes: dict[str, int]) -> dict
 
 
 def pretrain(
-    cfg: PretrainConfig, out_dir: Path, state_dir: Path, oracle: Oracle, progress: bool = True, resume: bool = True
+    cfg: PretrainConfig,
+    out_dir: Path,
+    state_dir: Path,
+    oracle: Oracle,
+    searcher: Searcher,
+    progress: bool = True,
+    resume: bool = True,
 ) -> dict[str, object]:
-    """Measure the pretraining tasks into `state_dir` (each at its own batch size), train from scratch, save the
-    model in `out_dir`. Resumable: a rerun measures nothing twice and continues from the last completed loop
-    iteration."""
+    """Measure the pretraining tasks into `state_dir` (each at its own batch size), train from scratch (`searcher`:
+    the search planner of the loop), save the model in `out_dir`. Resumable: a rerun measures nothing twice and
+    continues from the last completed loop iteration."""
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     pool, taskset = pretraining_tasks(cfg)
@@ -156,6 +163,7 @@ def pretrain(
         measurements=records,
         backend_name=backend.name,
         batch_sizes=batch_sizes,
+        searcher=searcher,
     )
     t_train = time.perf_counter() - t1
     card = load_card(work)

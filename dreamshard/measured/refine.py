@@ -28,10 +28,10 @@ from dreamshard.measured.duel import Block, IncumbentCosts, measure_block
 from dreamshard.measured.stage import against_start
 from dreamshard.placement.device_memory import unit_needs
 from dreamshard.placement.expand import expand_plan, fold_units
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.options import allowed_devices
 from dreamshard.placement.spread import spread_groups
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.sharders.base import make_plan
 from dreamshard.values import GB, Inventory, Measurement, Plan, RefineStep, RefineTrace, Topology
 from dreamshard.values.units import movable
 

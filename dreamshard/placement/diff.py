@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.placement.device_memory import optimizer_bytes
-from dreamshard.profiling.comm import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_MB
 from dreamshard.values import GB, Inventory, Plan
+from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_MB
 from dreamshard.values.units import parse_unit
 
 

@@ -14,7 +14,7 @@ from dreamshard.values import BackendInfo, CommModel, Measurement
 __getattr__, __dir__, _LAZY = lazy_exports(
     __name__,
     {
-        "dreamshard.config.profile": ("ProfileConfig",),
+        ".settings": ("ProfileConfig",),
         ".oracle": ("BACKENDS", "Oracle", "make_oracle"),
         ".runner": ("ProfileSummary", "profile_inventory", "single_table_costs_from"),
     },

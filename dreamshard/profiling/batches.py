@@ -18,12 +18,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.config.profile import ProfileConfig
 from dreamshard.documents import atomic_write_text
 from dreamshard.errors import ProfilingError, StoreError, first_line
 from dreamshard.profiling.corpus import CorpusEntry, TimingRecorder
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import PlannedItem, plan_items
+from dreamshard.profiling.settings import ProfileConfig
 from dreamshard.store.base import KeyNotFoundError, PlanStore
 from dreamshard.values import Inventory, Measurement, MeasurementKind, TaskSet, Topology, utcnow
 from dreamshard.values.names import check_key_part

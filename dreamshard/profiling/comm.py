@@ -22,6 +22,7 @@ from dreamshard.profiling.comm_fit import COLLECTIVE_BYTES, Benchmark, cached_fi
 from dreamshard.profiling.fit_quality import usable_cores
 from dreamshard.values import CommModel, Topology
 from dreamshard.values.costs import Collective
+from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_MB
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,6 @@ MAX_PROCS: int | None = (
 )
 #: Fallback when no benchmark can run: loopback-like latency and ~2 GB/s.
 DEFAULT_ALPHA_MS = 0.05
-DEFAULT_BETA_MS_PER_MB = 0.5
 #: Assumed latency of a collective that crosses hosts (a parameter, like Topology.inter_host_gbps): 20 us.
 INTER_HOST_LATENCY_MS = 0.02
 #: The op a process group without a reduce-scatter is measured with instead (collectives.py).
@@ -42,7 +42,6 @@ _MEMO: dict[tuple[str, int, str], CommModel] = {}
 
 #: Fixed interconnect profiles (Topology.interconnect other than "measured"): not a benchmark, labelled so.
 FAST_ALPHA_MS = 0.02
-FAST_BETA_MS_PER_MB = 0.1  # 10 GB/s leaving each device
 
 
 def _check_collective(collective: str) -> None:

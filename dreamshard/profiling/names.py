@@ -1,5 +1,5 @@
 """The profiler's vocabulary (backends, typed placement kinds), read by the `profile` settings
-(dreamshard.config.profile) without loading the profiler."""
+(dreamshard.profiling.settings) without loading the profiler."""
 
 from __future__ import annotations
 

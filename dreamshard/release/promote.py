@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 from dreamshard.documents import atomic_write_text
-from dreamshard.learning.model_store import CARD_FILE, COST_FILE, POLICY_FILE, load_card
+from dreamshard.learning.model_store import load_card
 from dreamshard.release.report import ReleaseReport, render
+from dreamshard.values.model_files import CARD_FILE, COST_FILE, POLICY_FILE
 
 REPORT_MD, REPORT_JSON = "release.md", "release.json"
 #: Staged directories are named `.<target>.release-*` beside the target; a killed release's leftovers are removed

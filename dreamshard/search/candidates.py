@@ -122,6 +122,13 @@ def search(
     return SearchResult(best=everything[0], candidates=everything, failed=failed, wall_s=time.perf_counter() - t0)
 
 
+def best_placement(
+    inventory: Inventory, topology: Topology, cost: PlanningCost, policy: Policy | None, config: SearchConfig
+) -> dict[str, int]:
+    """The search's best placement (the training loop's `Searcher`: where the search planner goes on a task)."""
+    return dict(search(inventory, topology, cost, policy, config).best.placement)
+
+
 class NoProposal(Exception):
     """A candidate source that proposes no placement for this inventory, and why (a skipped or absent planner)."""
 

@@ -23,13 +23,14 @@ from dreamshard.measured.steps import (
 )
 from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.spread import spread_shards
 from dreamshard.search.layout_prior import LayoutPrior, layout_reasons, prior_for
 from dreamshard.search.report import ShardReport
 from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import NO_PRIOR, learned_layout, whole_layout
 from dreamshard.search.unknown_stats import robust_rerank
-from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.sharders.base import Sharder
 from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
 from dreamshard.values.search_result import Candidate, SearchResult
 

@@ -26,8 +26,9 @@ from dreamshard.integrations.torchrec_import import document_from_sharding_plan
 from dreamshard.placement.constraint_check import broken_constraint
 from dreamshard.placement.expand import Folded, fold_units
 from dreamshard.placement.kernels import SHARDED_KERNELS, device_kernel_problem
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.validate import check_each_table_fits
-from dreamshard.sharders.base import Sharder, make_plan
+from dreamshard.sharders.base import Sharder
 from dreamshard.sharders.torchrec_messages import internal_name as _internal_name
 from dreamshard.sharders.torchrec_messages import quiet as _quiet
 from dreamshard.sharders.torchrec_messages import translate

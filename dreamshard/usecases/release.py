@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dreamshard.errors import ConfigError
-from dreamshard.learning.model_store import has_model, load_card, load_model
+from dreamshard.learning.model_store import load_card, load_model
 from dreamshard.release.bench import TaskResult, run_bench
 from dreamshard.release.promote import promote, write_report
 from dreamshard.release.report import ReleaseReport, decide
 from dreamshard.usecases.base import Request, Result
+from dreamshard.values.model_files import has_model
 
 
 class ReleaseRequest(Request):

@@ -17,7 +17,6 @@ from pydantic import Field
 from dreamshard.config.job import JOB_KEYS
 from dreamshard.config.settings import model_dir
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.learning.model_store import has_model
 from dreamshard.pipeline.workspace import MODEL_DIR
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.store import PlanRecord, PublishedRef, get_current_inventory, list_plans, push_inventory
@@ -27,6 +26,7 @@ from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import current_or_none, job_incumbent, open_plan_store
 from dreamshard.values import Inventory, Plan, Topology, Verification
+from dreamshard.values.model_files import has_model
 
 #: `fallback`: the plan was rejected and the current plan cannot serve the version (a table added, removed or
 #: reshaped): the best baseline the gate measured with it became current instead (`fallback_ref`).

@@ -25,6 +25,7 @@ from dreamshard.learning.taskset import load_taskset
 from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.learning.train_policy import train_policy
 from dreamshard.profiling.corpus import DeviceCorpus
+from dreamshard.search.candidates import best_placement
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values import Inventory
 
@@ -272,6 +273,7 @@ def run(request: TrainRequest) -> TrainResult:
             init=init,
             backend_name=s.profile.backend,
             previous_tasks=prev.tasks if prev else None,
+            searcher=best_placement,
         )
     finally:
         oracle.close()
@@ -303,6 +305,7 @@ def run_pretrain(request: PretrainRequest) -> PretrainResult:
             request.out,
             request.state_dir,
             oracle,
+            best_placement,
             progress=request.progress,
             resume=request.resume,
         )

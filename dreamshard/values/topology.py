@@ -20,6 +20,10 @@ MAX_BATCH = 2**24
 #: CPU, NCCL on GPUs); "fast" = a fixed fast-interconnect profile (about 10 GB/s per device, NVLink-class
 #: latency), for planning a cluster whose network is much faster than the machine that profiles.
 Interconnect = Literal["measured", "fast"]
+#: What an exchange costs per MB leaving each device when nothing was measured: the fallback profile (loopback-like,
+#: ~2 GB/s) and the `fast` interconnect profile (10 GB/s); dreamshard.profiling.comm labels either as not a benchmark.
+DEFAULT_BETA_MS_PER_MB = 0.5
+FAST_BETA_MS_PER_MB = 0.1
 
 
 #: The optimizer a training job fuses into its embedding kernels: what optimizer state each table carries

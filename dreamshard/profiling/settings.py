@@ -1,5 +1,6 @@
-"""The `profile` section of params.yaml (`ProfileConfig`): how measurements are made, and `oracle()`, the
-measuring backend it describes (docs/architecture/measuring.md, "Measuring")."""
+"""The `profile` section of params.yaml (`ProfileConfig`, read with the others by dreamshard.config.settings): how
+measurements are made, and `oracle()`, the measuring backend it describes (docs/architecture/measuring.md,
+"Measuring")."""
 
 from __future__ import annotations
 
