@@ -42,16 +42,19 @@ from dreamshard.cli.options import (
     memory_overrides,
 )
 from dreamshard.config.settings import resolve
+from dreamshard.documents import save_plan
 from dreamshard.evaluation.render import comparison_table, device_rows, device_table
 from dreamshard.lazy import lazy_module
 from dreamshard.usecases import sharders as sharders_uc
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.usecases import compare_files
     from dreamshard.usecases import evaluate as evaluate_uc
     from dreamshard.usecases.evaluate import CompareResult, MeasureResult
 else:
     evaluate_uc = lazy_module("dreamshard.usecases.evaluate")
+    compare_files = lazy_module("dreamshard.usecases.compare_files")
 
 console = Console()
 err_console = Console(stderr=True, highlight=False)
@@ -80,12 +83,13 @@ def evaluate(
 ) -> None:
     """Measure a plan: per-device fwd compute / fwd comm / bwd comm / bwd compute / memory and overall ms."""
     settings = resolve(params, {**measuring_overrides(backend, warmup, repeats, threads), "evaluate.rounds": rounds})
-    request = evaluate_uc.MeasureRequest(
-        settings=settings, inventory=inventory, plan=plan_file, out=out, stats=stats, model=model
-    )
+    inv, plan = compare_files.read_measured(inventory, plan_file, out)
+    request = evaluate_uc.MeasureRequest(settings=settings, inventory=inv, plan=plan, stats=stats, model=model)
     doing = f"measuring {plan_file} on {settings.profile.backend}"
     with console.status(doing, spinner="dots") if not as_json else nullcontext():
         result = evaluate_uc.measure(request)
+    if out is not None:
+        save_plan(result.plan, out)
     if as_json:
         typer.echo(json.dumps(measure_json(result), indent=2))
         return
@@ -201,7 +205,7 @@ def compare(
             "evaluate.stop_early": False if all_rounds else None,
         },
     )
-    outputs = evaluate_uc.CompareOutputs(
+    outputs = compare_files.CompareOutputs(
         comparison=out,
         markdown=markdown_out,
         plot=plot_out,
@@ -209,18 +213,37 @@ def compare(
         summary=summary_out,
         plot_data=plot_data_out,
     )
-    request = evaluate_uc.CompareRequest(
-        settings=settings,
+    files = compare_files.CompareFiles(
         inventory=inventory,
-        sharder_spec=sharders,
-        heuristics_by_default=True,
         plans=tuple(plan_files or ()),
         current=current,
+        model=model,
+        params=settings.source,
+        outputs=outputs,
+    )
+    inputs = compare_files.read(files)
+    request = evaluate_uc.CompareRequest(
+        settings=settings,
+        inventory=inputs.inventory,
+        sharder_spec=sharders,
+        heuristics_by_default=True,
+        plans=inputs.plans,
+        current=inputs.current,
         num_devices=devices,
         model=model,
-        outputs=outputs,
         corpus=corpus,
     )
+    result = _compare_with_bar(files, request, as_json)
+    if as_json:
+        typer.echo(json.dumps(comparison_json(result), indent=2))
+    else:
+        show(console, comparison_table(result.comparison))
+
+
+def _compare_with_bar(
+    files: compare_files.CompareFiles, request: evaluate_uc.CompareRequest, as_json: bool
+) -> CompareResult:
+    """The comparison, with a progress bar on a terminal's stderr (none with --json)."""
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -231,11 +254,7 @@ def compare(
         transient=True,
     ) as bar:
         task = bar.add_task("comparing", total=None)
-        result = evaluate_uc.run(request, progress=lambda msg: bar.update(task, description=msg, advance=1))
-    if as_json:
-        typer.echo(json.dumps(comparison_json(result), indent=2))
-    else:
-        show(console, comparison_table(result.comparison))
+        return compare_files.compare(files, request, progress=lambda msg: bar.update(task, description=msg, advance=1))
 
 
 def comparison_json(result: CompareResult) -> dict[str, object]:

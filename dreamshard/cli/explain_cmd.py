@@ -21,9 +21,11 @@ from dreamshard.values import Costs
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.usecases import explain as explain_uc
+    from dreamshard.usecases import whatif_files
     from dreamshard.values.reports import PlanStats, UnitReason
 else:
     explain_uc = lazy_module("dreamshard.usecases.explain")
+    whatif_files = lazy_module("dreamshard.usecases.whatif_files")
 
 console = Console(highlight=False)
 
@@ -224,10 +226,20 @@ def whatif(
     """What a change would do to a plan (remove or add tables, move or swap units): the per-device change,
     predicted by the learned cost (and measured with --measure)."""
     settings = resolve(params, {"profile.backend": backend})
-    request = explain_uc.WhatIfRequest(
-        settings=settings,
+    files = whatif_files.WhatIfFiles(
         inventory=inventory,
         plan=plan,
+        model=model,
+        add_tables=tuple(add_table or ()),
+        changes_tables=bool(add_table or remove_table),
+        out=out,
+        inventory_out=inventory_out,
+    )
+    inv, before = whatif_files.read(files)
+    request = explain_uc.WhatIfRequest(
+        settings=settings,
+        inventory=inv,
+        plan=before,
         moves=list(move or []),
         swaps=list(swap or []),
         add_tables=list(add_table or []),
@@ -235,8 +247,6 @@ def whatif(
         model=model,
         measure=measure,
         explain=explain,
-        out=out,
-        inventory_out=inventory_out,
     )
     with (
         Console(stderr=True).status(f"measuring on {settings.profile.backend}", spinner="dots")
@@ -244,6 +254,7 @@ def whatif(
         else nullcontext() as status
     ):
         result = explain_uc.run_whatif(request, progress=None if status is None else status.update)
+    whatif_files.write(result, files)
     w = result.whatif
     if as_json:
         typer.echo(json.dumps(whatif_json(result)))
