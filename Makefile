@@ -14,9 +14,9 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q torch==2.13.0  # the CPU wheel on these machines; do it first (see README)
-	$(PIP) install -q -c constraints.txt -e '.[dev,torchrec,s3]'
-	$(PIP) install -q --no-deps torchrec==1.9.2
+	$(PIP) install -q --no-compile torch==2.13.0  # the CPU wheel on these machines; do it first (see README)
+	$(PIP) install -q --no-compile -c constraints.txt -e '.[dev,torchrec,s3]'
+	$(PIP) install -q --no-compile --no-deps torchrec==1.9.2
 	touch $(STAMP)
 
 # Bytecode is written (into .venv and the checkout's git- and DVC-ignored __pycache__/): these machines set

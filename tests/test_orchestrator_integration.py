@@ -18,7 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,6 @@ ALL_STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "ev
 WORKERS = ("gpu-w1", "gpu-w2")
 #: Task names that do work (a stage, a push, a publish, a measurement).
 WORK_TASKS = {"dvc-stage", "dvc-push", "git-commit", "gate", "publish-plan", "measure-batch"}
-STATE: dict[str, Any] = {}  # what the tests of this module hand on to each other
 
 
 def _descendants(pid: int) -> list[int]:
@@ -208,8 +209,74 @@ def _in_background(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return t, result
 
 
+@dataclass(frozen=True)
+class Published:
+    """Two versions of the tiny inventory through the pipeline: the first in process, the second (one table
+    resized) as the Prefect flow with its profiling batches on the workers; what the tests of this module start
+    from."""
+
+    root: Path  # the fixture's directory: params.yaml, inv.yaml, inv2.yaml, ws/
+    prefix: str  # the S3 key prefix of its store and DVC remote
+    store_uri: str
+    first: Any
+    second: Any
+    plan_id: str  # the plan current after the second version
+    lineage: Any  # its lineage
+
+    @property
+    def ws(self) -> Path:
+        return self.root / "ws"
+
+    @property
+    def params(self) -> Path:
+        return self.root / "params.yaml"
+
+
+def _s3_environment(mp: pytest.MonkeyPatch, seaweed: Any, home: Path) -> None:
+    """What conftest's `s3_env` sets, for a module's fixture."""
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        mp.delenv(var, raising=False)
+    mp.setenv("AWS_CONFIG_FILE", str(home / "no-aws-config"))
+    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "no-aws-credentials"))
+    mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for k, v in seaweed.env().items():
+        mp.setenv(k, v)
+
+
+@pytest.fixture(scope="module")
+def published(gpu_workers: GpuWorkers, seaweed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
+    """The module's workspace and store, made once (each test that needs them asks for them: no test depends on
+    another having run)."""
+    from dreamshard_flows.orchestrator import retrain_on_inventory_change
+    from dreamshard_flows.requests import OrchestratorRequest
+
+    from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
+    from dreamshard.usecases.runner import InProcessRunner
+
+    root = tmp_path_factory.mktemp("published")
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    with pytest.MonkeyPatch.context() as mp:
+        _s3_environment(mp, seaweed, root)
+        params = _params(root / "params.yaml", prefix, seaweed)
+        inv = tiny_inventory(root / "inv.yaml")
+        # The first version in process (the same library run under the in-process runner, ~13 s less than as task
+        # runs): what the tests are about is the next one, under Prefect, on the workers.
+        first = run_pipeline(PipelineRun(workspace=root / "ws", params=params, inventory=inv), InProcessRunner())
+        assert first.ran == ALL_STAGES and first.outcome is not None and first.outcome.approved, first.reason
+        assert load_incumbent(root / "ws" / INCUMBENT) is None  # the first version: no plan was current
+        # One table changes: one run does everything, its profiling batches spread over both workers.
+        resize_one_table(inv, root / "inv2.yaml")  # another schema: the new plan need not beat the current one
+        request = OrchestratorRequest(
+            workspace=str(root / "ws"), params_path=str(params), inventory_path=str(root / "inv2.yaml")
+        )
+        second = retrain_on_inventory_change(request)  # a server, the deployment and live workers: auto -> workers
+        store_uri = f"s3://{seaweed.bucket}/{prefix}/plans"
+        current = get_current(open_store(store_uri), "tiny")
+        yield Published(root, prefix, store_uri, first, second, current.plan_id, current.lineage)
+
+
 def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
-    gpu_workers: GpuWorkers, s3_env, s3_prefix: str, tmp_path: Path
+    published: Published, gpu_workers: GpuWorkers, s3_env: Any, tmp_path: Path
 ) -> None:
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
     from dreamshard_flows.requests import OrchestratorRequest
@@ -218,9 +285,8 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
 
     from dreamshard.profiling.batches import list_shards
 
-    params = _params(tmp_path / "params.yaml", s3_prefix, s3_env)
-    ws_dir = tmp_path / "ws"
-    store_uri = f"s3://{s3_env.bucket}/{s3_prefix}/plans"
+    ws_dir, params, store_uri, s3_prefix = published.ws, published.params, published.store_uri, published.prefix
+    first, second = published.first, published.second
     store = open_store(store_uri)
 
     def run(inventory: Path, dispatch: str) -> Any:
@@ -230,19 +296,6 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
             )
         )
 
-    from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
-    from dreamshard.usecases.runner import InProcessRunner
-
-    inv = tiny_inventory(tmp_path / "inv.yaml")
-    # The first version in process (the same library run under the in-process runner, ~13 s less than as task
-    # runs): what this test is about is the next one, under Prefect, on the workers.
-    first = run_pipeline(PipelineRun(workspace=ws_dir, params=params, inventory=inv), InProcessRunner())
-    assert first.ran == ALL_STAGES and first.outcome is not None and first.outcome.approved, first.reason
-    assert load_incumbent(ws_dir / INCUMBENT) is None  # the first version: no plan was current
-
-    # One table changes: one run does everything, its profiling batches spread over both workers.
-    resize_one_table(inv, tmp_path / "inv2.yaml")  # another schema: the new plan need not beat the current one
-    second = run(tmp_path / "inv2.yaml", "auto")  # a server, the deployment and live workers: auto -> workers
     assert second.dispatch == "workers" and second.ran == ALL_STAGES, second.reason
     shards = list_shards(store, second.campaign)
     assert len(shards) >= 3
@@ -324,21 +377,20 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
 
     # Nothing changed: no stage, no push, no publish, no batch; `current` stays.
     t3 = datetime.now(timezone.utc)
-    third = run(tmp_path / "inv2.yaml", "workers")
+    third = run(published.root / "inv2.yaml", "workers")
     assert third.ran == [] and third.outcome is None and "nothing to do" in third.reason
     assert third.current_plan_id == current.plan_id
     names = {r.name if r.name in ALL_STAGES else r.name.rsplit("-", 1)[0] for r in _task_runs_since(t3)}
     assert names and not names & (WORK_TASKS | set(ALL_STAGES)), names  # only the checks ran
     assert get_current(store, "tiny").plan_id == current.plan_id
-    STATE.update(ws=ws_dir, store_uri=store_uri, params=params, plan_id=current.plan_id, lineage=lineage)
 
 
-def test_fresh_clone_pull_and_repro_of_training_gives_the_published_model(s3_env, tmp_path: Path) -> None:
-    if "lineage" not in STATE:
-        pytest.fail("the orchestrator test did not publish a plan")
-    lineage = STATE["lineage"]
+def test_fresh_clone_pull_and_repro_of_training_gives_the_published_model(
+    published: Published, s3_env: Any, tmp_path: Path
+) -> None:
+    lineage = published.lineage
     fresh = tmp_path / "fresh"
-    _run(["git", "clone", "-q", str(STATE["ws"]), str(fresh)], tmp_path)
+    _run(["git", "clone", "-q", str(published.ws), str(fresh)], tmp_path)
     _run([str(BIN / "dreamshard"), "pipeline", "init", str(fresh)], tmp_path)  # the code link; remote from the clone
     _run([str(BIN / "dvc"), "pull"], fresh)
     assert dvc_md5(fresh / MEASUREMENTS) == lineage.measurements_md5
@@ -425,7 +477,7 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
 
 
 def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
-    gpu_workers: GpuWorkers, s3_env, tmp_path: Path
+    published: Published, gpu_workers: GpuWorkers, s3_env: Any, tmp_path: Path
 ) -> None:
     from dreamshard_flows.drift import drift_check_flow
     from dreamshard_flows.requests import DriftRequest
@@ -437,15 +489,12 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
         DeploymentFilterName,
     )
 
-    if "plan_id" not in STATE:
-        pytest.fail("the orchestrator test did not publish a plan")
-
     def check(**profile: Any) -> Any:
         params = write_params(
-            tmp_path / f"p{len(profile)}.yaml", publish={"store_uri": STATE["store_uri"]}, profile=profile
+            tmp_path / f"p{len(profile)}.yaml", publish={"store_uri": published.store_uri}, profile=profile
         )
         done = drift_check_flow(
-            DriftRequest(inventory_name="tiny", params_path=str(params), workspace=str(STATE["ws"]))
+            DriftRequest(inventory_name="tiny", params_path=str(params), workspace=str(published.ws))
         )
         assert not done.skipped and len(done.checks) == 1
         return done.checks[0]
@@ -457,7 +506,7 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
             )
 
     steady = check()
-    assert steady.plan_id == STATE["plan_id"] and not steady.drifted and steady.drift == pytest.approx(0.0)
+    assert steady.plan_id == published.plan_id and not steady.drifted and steady.drift == pytest.approx(0.0)
     slower = check(simulator_slowdown=2.0)
     assert slower.drifted and slower.drift == pytest.approx(1.0)
     deadline = time.monotonic() + 60
@@ -476,7 +525,7 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
 
 
 def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_makes_a_retrain_due(
-    gpu_workers: GpuWorkers, s3_env, tmp_path: Path
+    published: Published, gpu_workers: GpuWorkers, s3_env: Any, tmp_path: Path
 ) -> None:
     from dreamshard_flows.replan import replan_on_inventory_change
     from dreamshard_flows.requests import ReplanRequest
@@ -491,14 +540,12 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     from dreamshard.store import push_inventory
     from dreamshard.values import Inventory
 
-    if "plan_id" not in STATE:
-        pytest.fail("the orchestrator test did not publish a plan")
-    store = open_store(STATE["store_uri"])
+    store = open_store(published.store_uri)
     # The packaged model in the world it learned (batch 2048, 2-16 devices; the tiny workspace model saw 2-3 tables
     # per device only), the heuristics among the verified candidates (a deterministic simulator: ties pass).
     params = write_params(
         tmp_path / "p.yaml",
-        publish={"store_uri": STATE["store_uri"], "allow_simulated": True, "min_rounds": 2},
+        publish={"store_uri": published.store_uri, "allow_simulated": True, "min_rounds": 2},
         topology={"batch_size": 2048},
         evaluate={"rounds": 2},
         plan={
@@ -512,12 +559,12 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     request = ReplanRequest(
         inventory_name="tiny",
         params_path=str(params),
-        workspace=str(STATE["ws"]),
+        workspace=str(published.ws),
         model=str(Path(__file__).resolve().parents[1] / "dreamshard" / "pretrained"),
         reason="test: a new version",
     )
     current = get_current(store, "tiny")
-    inv = load_inventory(STATE["ws"] / "data" / "inventory.yaml")
+    inv = load_inventory(published.ws / "data" / "inventory.yaml")
     since = datetime.now(timezone.utc)
     push_inventory(store, change_one_table(inv, tmp_path / "v2.yaml"))  # in range: the fast path
     result = replan_on_inventory_change(request)
@@ -565,7 +612,7 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     assert "retrain-due" in str(report.data) and "test: out of range" in str(report.data)
 
 
-def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_env) -> None:
+def test_reviewer_rejection_keeps_the_plan_rejected(published: Published, gpu_workers: GpuWorkers, s3_env: Any) -> None:
     from dreamshard_flows.publish import publish_workspace_plan
     from dreamshard_flows.requests import WorkspacePublishRequest
     from prefect.client.orchestration import get_client
@@ -573,15 +620,13 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     from prefect.client.schemas.objects import StateType
     from prefect.flow_runs import resume_flow_run
 
-    if "plan_id" not in STATE:
-        pytest.fail("the orchestrator test did not publish a plan")
-    ws = PipelineWorkspace(STATE["ws"])
+    ws = PipelineWorkspace(published.ws)
     ws.repro("plan", force=True)  # a new plan id: the workspace's plan was decided already (one decision per id)
     ws.repro("evaluate")
-    store = open_store(STATE["store_uri"])
+    store = open_store(published.store_uri)
     current = get_pointer(store, "tiny").plan_id
     t, result = _in_background(
-        lambda: publish_workspace_plan(WorkspacePublishRequest(workspace=str(STATE["ws"]), require_human=True))
+        lambda: publish_workspace_plan(WorkspacePublishRequest(workspace=str(published.ws), require_human=True))
     )
     paused = None
     deadline = time.monotonic() + 90
@@ -602,7 +647,7 @@ def test_reviewer_rejection_keeps_the_plan_rejected(gpu_workers: GpuWorkers, s3_
     assert not outcome.approved and "rejected by a human reviewer; reviewer: needs a second look" in outcome.reason
     assert get_pointer(store, "tiny").plan_id == current  # current did not move
     assert any(r.plan_id == outcome.plan_id and r.status == "rejected" for r in list_plans(store, "tiny"))
-    assert PipelineWorkspace(STATE["ws"]).tags(f"rejected/{outcome.plan_id}") == [f"rejected/{outcome.plan_id}"]
+    assert PipelineWorkspace(published.ws).tags(f"rejected/{outcome.plan_id}") == [f"rejected/{outcome.plan_id}"]
 
 
 def test_a_known_error_in_a_task_is_logged_as_its_one_line(prefect_api: str, tmp_path: Path) -> None:
