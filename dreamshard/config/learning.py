@@ -165,7 +165,7 @@ class SearchConfig(_Config):
 
     @field_validator("candidates", mode="before")
     @classmethod
-    def _known_sources(cls, v: Any) -> Any:
+    def _known_sources(cls, v: object) -> object:
         """An unknown source in one line that names it (before pydantic's literal check lists every choice)."""
         for c in v if isinstance(v, (list, tuple)) else ():
             if c not in CANDIDATE_SOURCES:

@@ -206,7 +206,7 @@ class ModelSharder(Sharder):
         units: Inventory,
         topology: Topology,
         cost: PlanningCost,
-        recorded: Mapping[str, Any],
+        recorded: Mapping[str, object],
         candidate: Candidate,
     ) -> Plan:
         """The plan of one of the search's candidates, with what the plan records of its layout and calibration."""

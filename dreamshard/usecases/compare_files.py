@@ -15,7 +15,7 @@ from dreamshard.errors import ConfigError
 from dreamshard.evaluation import write_comparison_outputs
 from dreamshard.evaluation.compare import contender_name
 from dreamshard.pipeline.incumbent import load_incumbent
-from dreamshard.usecases.evaluate import CompareRequest, CompareResult, contender_names, run
+from dreamshard.usecases.evaluate import CompareRequest, CompareResult, contender_names, repeated_plan, run
 from dreamshard.values import Inventory, Plan
 
 
@@ -79,16 +79,12 @@ def check_distinct_plans(paths: Sequence[Path], plans: Sequence[Plan] | None = N
             raise ConfigError(
                 f"{_plan_option(i, paths)} has the same content as {_plan_option(j, paths)}; give each plan once"
             )
-    ids: dict[str, int] = {}
-    labels: dict[str, int] = {}
-    for i, plan in enumerate(plans or ()):
-        j = ids.setdefault(plan.plan_id, i)
-        j = j if j != i else labels.setdefault(contender_name(plan.sharder, plan.plan_id, True), i)
-        if j != i:
-            raise ConfigError(
-                f"{_plan_option(i, paths)} and {_plan_option(j, paths)} both hold plan "
-                f"{plan.plan_id} ({plan.sharder}); give each plan once"
-            )
+    if plans is not None and (pair := repeated_plan(plans)) is not None:
+        i, j = pair
+        raise ConfigError(
+            f"{_plan_option(i, paths)} and {_plan_option(j, paths)} both hold plan "
+            f"{plans[i].plan_id} ({plans[i].sharder}); give each plan once"
+        )
 
 
 def read(files: CompareFiles) -> CompareInputs:

@@ -70,18 +70,27 @@ class CompareResult(Result):
     comparison: Comparison
 
 
-def check_distinct_plans(plans: Sequence[Plan]) -> None:
-    """ConfigError unless every plan given is a different plan: not the same plan id or contender label. A plan
-    measured twice would make a comparison that lists one plan twice, which the publish gate refuses as forged."""
+def repeated_plan(plans: Sequence[Plan]) -> tuple[int, int] | None:
+    """(i, j), j < i: the first plan given that repeats an earlier one (the same plan id or contender label); None
+    when each is a different plan."""
     ids: dict[str, int] = {}
     labels: dict[str, int] = {}
     for i, plan in enumerate(plans):
         j = ids.setdefault(plan.plan_id, i)
         j = j if j != i else labels.setdefault(contender_name(plan.sharder, plan.plan_id, True), i)
         if j != i:
-            raise ConfigError(
-                f"plans #{i + 1} and #{j + 1} both hold plan {plan.plan_id} ({plan.sharder}); give each plan once"
-            )
+            return i, j
+    return None
+
+
+def check_distinct_plans(plans: Sequence[Plan]) -> None:
+    """ConfigError unless every plan given is a different plan. A plan measured twice would make a comparison that
+    lists one plan twice, which the publish gate refuses as forged."""
+    if (pair := repeated_plan(plans)) is not None:
+        i, j = pair
+        raise ConfigError(
+            f"plans #{i + 1} and #{j + 1} both hold plan {plans[i].plan_id} ({plans[i].sharder}); give each plan once"
+        )
 
 
 def contenders(settings: Settings, plans: list[Plan]) -> list[str]:

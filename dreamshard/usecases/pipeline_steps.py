@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from dreamshard.config.settings import Settings, installed_pipeline_file, params_text, pipeline_base, resolve
 from dreamshard.documents import load_inventory
@@ -304,7 +304,7 @@ def campaign_shards(store_uri: str, endpoint_url: str | None, campaign: str) -> 
     return list_shards(open_store(store_uri, endpoint_url=endpoint_url), campaign)
 
 
-def train_metrics(root: str) -> Any:
+def train_metrics(root: str) -> JsonValue:
     """The train stage's metrics (None when it wrote none)."""
     ws = PipelineWorkspace(root)
     for rel in ("metrics/train.json", "models/dreamshard/metrics.json"):

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from dreamshard.evaluation import Comparison
 from dreamshard.profiling.batches import ProfileShard
@@ -69,7 +69,7 @@ class TrainMetrics(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     inventory_name: str
-    metrics: Any
+    metrics: JsonValue
 
 
 class PublishedPlan(BaseModel):
