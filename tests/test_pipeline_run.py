@@ -41,7 +41,7 @@ def test_what_the_runner_cannot_do_is_refused_before_any_stage(tmp_path: Path) -
         run_pipeline(_request(tmp_path, dispatch="workers"), runner)
     with pytest.raises(ConfigError, match="publish.require_human"):
         run_pipeline(_request(tmp_path, require_human=True), runner)
-    assert runner.steps == []
+    assert runner.steps == [] and not (tmp_path / "ws").exists()  # refused before the workspace's lock
     reviewer = InProcessRunner(reviewer=lambda description, timeout_s: Review(approve=False))
     assert reviewer.can_review and not runner.can_review
 
@@ -62,6 +62,11 @@ def test_the_cli_runs_the_pipeline_in_process_and_a_run_with_nothing_changed_sto
     assert not (tmp_path / "ws").exists()
     code, out, err = invoke([*args, "--runner", "sideways"])
     assert code == 2 and "--runner must be prefect or in-process" in err
+    human = write_params(tmp_path / "human.yaml", publish={"store_uri": str(tmp_path / "store"), "require_human": True})
+    code, out, err = invoke([*args[:-4], "--params", str(human), "--dvc-remote", "remote", "--runner", "in-process"])
+    assert code == 2 and "publish.require_human is true but this runner has no reviewer" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "ws" / ".pipeline.lock").exists()  # refused before the run took the workspace
     code, out, err = invoke([*args, "--runner", "in-process"])
     assert code == 0, err
     assert "stage train done" in out and "published plan" in out and "Prefect" not in out

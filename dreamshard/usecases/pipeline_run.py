@@ -147,18 +147,22 @@ def check_runner(request: PipelineRun, runner: Runner, setup: RunSetup) -> None:
         )
 
 
+def _setup(request: PipelineRun, root: Path) -> RunSetup:
+    params = str(request.params) if request.params is not None else None
+    remote = (request.dvc_remote, request.dvc_remote_endpoint)
+    return steps.run_setup(
+        root, params, request.backend, request.store, remote, allow_simulated=request.allow_simulated
+    )
+
+
 def run_pipeline(request: PipelineRun, runner: Runner) -> RunSummary:
     """One orchestrator run under `runner`: the stages DVC says changed, commit, push, and the publish step for a
     plan not decided yet (a plan is decided once)."""
-    runner.log(f"why: {request.reason}")
     root = request.workspace.resolve()
+    check_runner(request, runner, _setup(request, root))  # before the lock: a refusal leaves no workspace behind
+    runner.log(f"why: {request.reason}")
     with steps.workspace_lock(root / steps.LOCK_FILE):
-        params = str(request.params) if request.params is not None else None
-        remote = (request.dvc_remote, request.dvc_remote_endpoint)
-        setup = steps.run_setup(
-            root, params, request.backend, request.store, remote, allow_simulated=request.allow_simulated
-        )
-        check_runner(request, runner, setup)
+        setup = _setup(request, root)  # read again under the lock: the workspace's params are this run's
         summary, env = _start(str(root), request, setup, runner)
         summary.ran = _run_stages(str(root), request, env, summary, runner)
         _reports(summary, setup, request.endpoint_url, runner)
