@@ -335,9 +335,11 @@ def test_the_candidate_sources_are_the_policy_lpt_torchrec_and_every_builtin_heu
     """`CandidateSource` is a Literal (the search's sources, typed); it must follow the sharder registry: a new
     built-in heuristic is a candidate source too. A source outside it is refused in one line naming it."""
     from dreamshard.config.learning import SearchConfig
+    from dreamshard.search.proposers import PROPOSERS
     from dreamshard.sharders import HEURISTICS
     from dreamshard.values.search_result import CANDIDATE_SOURCES
 
     assert set(CANDIDATE_SOURCES) == {"policy", "lpt", "torchrec", *HEURISTICS}
+    assert set(PROPOSERS) == set(CANDIDATE_SOURCES)  # each source has its proposer
     with pytest.raises(ValueError, match="unknown candidate source 'gready'"):
         SearchConfig(candidates=("policy", "gready"))  # type: ignore[arg-type]

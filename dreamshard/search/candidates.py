@@ -1,7 +1,8 @@
 """Search on the learned cost at plan time (docs/architecture/learning.md, "Learning").
 
-Candidates come from every source we have -- the RL policy (greedy argmax and sampled rollouts), LPT on the cost
-net's predicted single-table costs, every heuristic and TorchRec's planner -- and from the caller's `seeds` (a
+Candidates come from every source we have (dreamshard.search.proposers, one `Proposer` each) -- the RL policy
+(greedy argmax and sampled rollouts), LPT on the cost net's predicted single-table costs, every heuristic and
+TorchRec's planner -- and from the caller's `seeds` (a
 re-plan's current plan adapted to the new inventory, `insertion.adapted_placement`). All are scored by the
 pessimistic planning cost (dreamshard.learning.planning_cost); the best few and every seed are improved by local
 search (dreamshard.search.local). The result is never predicted worse than any candidate. No hardware is used;
@@ -22,17 +23,13 @@ import torch
 from dreamshard.config.learning import SearchConfig
 from dreamshard.errors import InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.learning.estimator import device_states
-from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.learning.policy import Policy
 from dreamshard.learning.threads import single_threaded
-from dreamshard.search.constrained_policy import constrained_plan
 from dreamshard.search.local import refine_placement, unit_limits
-from dreamshard.sharders import get_sharder, options_for
-from dreamshard.sharders.base import TableWiseSharder
-from dreamshard.sharders.heuristics import GreedySharder
+from dreamshard.search.proposers import PROPOSERS, NoProposal, Proposal
 from dreamshard.values import Inventory, Topology
-from dreamshard.values.search_result import LPT, POLICY, SEARCHED, Candidate, CandidateSource, SearchResult, origin
+from dreamshard.values.search_result import SEARCHED, Candidate, SearchResult, origin
 
 
 class _Scorer:
@@ -62,15 +59,6 @@ class _Scorer:
         return Candidate(source, placement, self.score(self.actions(placement)))
 
 
-def lpt_placement(
-    inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int] | None = None
-) -> dict[str, int]:
-    """Memory-aware longest-first greedy on the cost net's predicted single-table costs (around `fixed` units)."""
-    single = single_table_costs(cost, cost.encode(list(inventory.tables)))
-    predicted = {t.name: float(c) for t, c in zip(inventory.tables, single, strict=True)}
-    return GreedySharder(LPT, lambda t: predicted[t.name]).place_units(inventory, topology, fixed or {})
-
-
 @single_threaded
 def search(
     inventory: Inventory,
@@ -88,14 +76,13 @@ def search(
     seeds = seeds or {}
     fixed = fixed or {}
     scorer = _Scorer(inventory, cost, fixed)
+    asked = Proposal(inventory, topology, cost, policy, config, fixed)
     found: list[Candidate] = []
     failed: dict[str, str] = {}
     last_error: InfeasiblePlacementError | None = None
     for source in config.candidates:
         try:
-            found.append(
-                scorer.candidate(source, _source_placement(source, inventory, topology, cost, policy, config, fixed))
-            )
+            found.append(scorer.candidate(source, PROPOSERS[source](asked)))
         except NoProposal as e:
             failed[source] = str(e)
         except InfeasiblePlacementError as e:
@@ -127,46 +114,6 @@ def best_placement(
 ) -> dict[str, int]:
     """The search's best placement (the training loop's `Searcher`: where the search planner goes on a task)."""
     return dict(search(inventory, topology, cost, policy, config).best.placement)
-
-
-class NoProposal(Exception):
-    """A candidate source that proposes no placement for this inventory, and why (a skipped or absent planner)."""
-
-
-def _source_placement(
-    source: CandidateSource,
-    inventory: Inventory,
-    topology: Topology,
-    cost: PlanningCost,
-    policy: Policy | None,
-    config: SearchConfig,
-    fixed: Mapping[str, int],
-) -> dict[str, int]:
-    """The placement `source` proposes; NoProposal says why it proposes none."""
-    if source == POLICY:
-        if policy is None:
-            raise NoProposal("the model has no policy")
-        samples = min(config.samples, max(0, config.max_rollout_tables // max(1, inventory.num_tables) - 1))
-        return constrained_plan(policy, cost, inventory.tables, topology, fixed, samples=samples, seed=config.seed)
-    if source == "torchrec" and inventory.num_tables > config.torchrec_max_tables:
-        raise NoProposal(
-            f"skipped: {inventory.num_tables} tables > search.torchrec_max_tables "
-            f"{config.torchrec_max_tables} (planning-time budget)"
-        )
-    if source == LPT:
-        return lpt_placement(inventory, topology, cost, fixed)
-    if source == "torchrec" and (fixed or any(t.constraints is not None for t in inventory.tables)):
-        raise NoProposal("skipped: TorchRec's planner places no unit around fixed units nor within constraints")
-    # The units are already split (dreamshard.search.splits): TorchRec places them whole. The options are shared by
-    # every candidate sharder; each takes its own (random the seed, torchrec column_wise). TorchRec's candidate is
-    # its planner restricted to table-wise (a search candidate places whole units; the unrestricted `torchrec`
-    # would also replicate or row-shard tables).
-    shared = {"seed": config.seed, "column_wise": "never"}
-    name = "torchrec_tw_cw" if source == "torchrec" else source
-    sharder = get_sharder(name, **options_for(name, shared))
-    if isinstance(sharder, TableWiseSharder):
-        return sharder.place_units(inventory, topology, fixed)
-    return sharder.place(inventory, topology)
 
 
 def _refined(

@@ -27,8 +27,8 @@ from dreamshard.learning.mdp import single_table_costs
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.placement.layout import Layout, choose_layout, forced_options, layout_of
 from dreamshard.placement.options import TableOption, table_options
-from dreamshard.search.candidates import lpt_placement
 from dreamshard.search.layout_prior import LayoutPrior
+from dreamshard.search.proposers import lpt_placement
 from dreamshard.sharders import get_sharder
 from dreamshard.sharders.base import TableWiseSharder
 from dreamshard.values import Inventory, Table, Topology
