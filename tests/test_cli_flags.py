@@ -11,8 +11,20 @@ from dreamshard.cli.flags import with_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The modules whose messages name settings only (more join as their messages are reworded).
-SETTING_WORDED = ("dreamshard/usecases/plan.py", "dreamshard/gate/decide.py", "dreamshard/search/sharders.py")
+SETTING_WORDED = (
+    "dreamshard/usecases/plan.py",
+    "dreamshard/gate/decide.py",
+    "dreamshard/search/sharders.py",
+    "dreamshard/gate/checks.py",
+    "dreamshard/gate/current.py",
+    "dreamshard/usecases/publish.py",
+    "dreamshard/usecases/replan.py",
+    "dreamshard/usecases/pipeline_steps.py",
+    "dreamshard/usecases/pipeline_run.py",
+)
 FLAG = re.compile(r"(?:^|[\s(`'])--[a-z]")
+#: A whole command to run (`dreamshard plans publish PLAN --measure`): valid from every door, so it may name flags.
+COMMAND = re.compile(r"`dreamshard [^`]*(?:`|$)")  # an f-string may cut it at a value
 
 
 def flag_strings(source: str) -> list[str]:
@@ -30,7 +42,7 @@ def flag_strings(source: str) -> list[str]:
         node.value
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-        if FLAG.search(node.value)
+        if FLAG.search(COMMAND.sub("", node.value))
     ]
 
 
@@ -51,3 +63,6 @@ def test_the_worded_modules_name_no_flag() -> None:
 def test_a_planted_flag_in_a_message_is_found() -> None:
     planted = 'def f(x):\n    """Docs may say --verify."""\n    raise ValueError(f"--verify must be >= 0, got {x}")\n'
     assert flag_strings(planted) == ["--verify must be >= 0, got "]
+    command = 'raise ValueError("run `dreamshard plans publish PLAN --measure`")\n'
+    assert flag_strings(command) == []  # a command to run names its flags
+    assert flag_strings('raise ValueError("run `dreamshard plans publish PLAN` --measure")\n') != []

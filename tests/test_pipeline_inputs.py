@@ -103,9 +103,9 @@ def test_the_flow_refuses_a_simulator_backend_before_any_stage(tmp_path: Path) -
     """A flow run started elsewhere (a deployment, a trigger) is refused by the same rule."""
     params = tmp_path / "p.yaml"
     params.write_text("profile: {backend: simulator}\n")
-    with pytest.raises(ConfigError, match="--allow-simulated"):
+    with pytest.raises(ConfigError, match="publish.allow_simulated"):
         steps.run_setup(tmp_path / "ws", str(params), None, str(tmp_path / "store"), (None, None))
-    with pytest.raises(ConfigError, match="--allow-simulated"):
+    with pytest.raises(ConfigError, match="publish.allow_simulated"):
         steps.run_setup(tmp_path / "ws", None, "simulator", str(tmp_path / "store"), (None, None))
     assert steps.run_setup(tmp_path / "ws", str(params), None, None, (None, None), allow_simulated=True)
 

@@ -120,7 +120,7 @@ def test_replan_cli_from_the_store_and_its_errors(work: Path) -> None:
     code, _, err = invoke(["replan", "--inventory-name", "nope"])
     assert code == 2 and err.count("\n") == 1 and "no inventory 'nope'" in err
     code, _, err = invoke(["replan"])
-    assert code == 2 and "-i FILE, or --inventory-name" in err
+    assert code == 2 and "an inventory file (-i), or the inventory name (--inventory-name)" in err
     code, _, err = invoke(["replan", "-i", "v1.yaml", "--inventory-name", "other"])
     assert code == 2 and "is not the file's inventory 'tiny'" in err
 

@@ -58,7 +58,7 @@ def test_publish_usage_errors_exit_2(files: dict[str, Path], capsys: pytest.Capt
         run(["plans", "publish", str(files["good"]), "--store", str(files["store"]), "-i", str(files["inventory"])])
         == 2
     )
-    assert "--comparison FILE" in capsys.readouterr().err
+    assert "a comparison file (--comparison)" in capsys.readouterr().err
     assert run(["plans", "publish", str(files["dir"] / "nope.json"), *_gate_args(files)]) == 2
     assert "file not found" in capsys.readouterr().err
     flat = files["dir"] / "flat.json"

@@ -41,7 +41,7 @@ def test_a_uvm_plan_from_a_cpu_host_is_refused_in_one_line_naming_the_ways(tmp_p
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
     assert "the plan is for cuda devices (its UVM tables ad run only there)" in lines[0]
-    assert "--backend cuda" in lines[0] and "gpu pool" in lines[0] and "--allow-simulated" in lines[0]
+    assert "profile.backend cuda" in lines[0] and "gpu pool" in lines[0] and "--allow-simulated" in lines[0]
     assert "--allow-proxy" in lines[0]
     assert not store.exists() or get_current(open_store(str(store)), "uvm") is None
 

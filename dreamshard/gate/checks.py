@@ -123,9 +123,9 @@ def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str
     what = f" (its UVM tables {', '.join(uvm[:3])} run only there)" if uvm else ""
     raise PlanError(
         f"{source} was measured on backend '{b.name}', the plan is for {plan.topology.device_type} devices{what}: "
-        f"measure it on a {plan.topology.device_type} backend (--backend {plan.topology.device_type}, on a "
-        f"worker of the gpu pool), or as a labelled proxy: --allow-proxy (this backend's timings, UVM tables "
-        f"as the fused kernel) or --backend simulator --allow-simulated (analytic)"
+        f"measure it on a {plan.topology.device_type} backend (profile.backend {plan.topology.device_type}, on a "
+        f"worker of the gpu pool), or as a labelled proxy: publish.allow_proxy (this backend's timings, UVM tables "
+        f"as the fused kernel) or profile.backend simulator with publish.allow_simulated (analytic)"
     )
 
 
@@ -175,7 +175,8 @@ def verify_comparison(
             continue
         raise PlanError(
             f"{source} has no '{name}' baseline; the gate requires {', '.join(required)} "
-            f"(publish.baselines, plus --sharders): compare with all of them, or use --measure"
+            f"(publish.baselines, plus the publisher's added baselines): compare with all of them, or let the gate "
+            f"measure (the gate's own measurement)"
         )
     return Verified(entry=entry, baselines=baselines, infeasible=infeasible, proxy=proxy)
 

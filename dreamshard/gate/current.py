@@ -63,8 +63,8 @@ def current_samples(comparison: Comparison, own: SharderResult, current: Plan, s
     raise PlanError(
         f"{source} does not measure the current plan {current.plan_id} of '{current.inventory_name}', which can "
         f"serve this job: a plan replaces it only when it beats it on the same measurements; compare with "
-        f"--current FILE (`dreamshard plans incumbent --inventory {current.inventory_name} -o FILE`), or publish "
-        f"with --measure"
+        f"the incumbent's file (`dreamshard plans incumbent --inventory {current.inventory_name} -o FILE`), or "
+        f"publish with the gate's own measurement"
     )
 
 

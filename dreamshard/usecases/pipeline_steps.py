@@ -129,7 +129,7 @@ def check_run(settings: Settings) -> None:
     if settings.profile.backend == "simulator" and not settings.publish.allow_simulated:
         raise ConfigError(
             "profile.backend is simulator: the publish gate refuses a plan whose only basis is the simulator; "
-            "pass --allow-simulated (or set publish.allow_simulated: true) to publish it, or measure on cpu or cuda"
+            "set publish.allow_simulated to publish it, or measure on cpu or cuda"
         )
 
 
@@ -275,7 +275,7 @@ def dispatch_for(requested: str, api_url: str | None, workers_alive: Callable[[]
     if requested == "workers" and not api_url:
         raise ConfigError(
             "dispatch 'workers' needs a Prefect server the workers poll: start infra/start-prefect.sh "
-            "and export PREFECT_API_URL=http://127.0.0.1:4200/api, or use --dispatch local"
+            "and export PREFECT_API_URL=http://127.0.0.1:4200/api, or dispatch the batches locally"
         )
     if requested != "auto":
         return requested
@@ -343,7 +343,7 @@ def next_step(root: str, summary: RunSummary, committed: str | None) -> NextStep
         return NextStep(action="stop", plan_id=plan_id, tag=tag, current_plan_id=current, reason=reason)
     reason = (
         f"ran {', '.join(summary.ran) or 'no stage'}; committed and pushed; plan {plan_id} was "
-        f"already decided ({tag}): nothing to publish (re-plan with --force for a new decision)"
+        f"already decided ({tag}): nothing to publish (a forced run re-plans for a new decision)"
     )
     return NextStep(action="push", plan_id=plan_id, tag=tag, current_plan_id=current, reason=reason)
 

@@ -102,11 +102,11 @@ def _check_request(request: PublishRequest) -> None:
     if request.baseline_spec:
         expand(request.baseline_spec)  # a bad name is one line before the store is opened
     if request.measure and request.comparison is not None:
-        raise ConfigError("--comparison and --measure are two ways to get the costs: choose one")
+        raise ConfigError("a comparison file and the gate's own measurement are two ways to get the costs: choose one")
     if not request.measure and request.comparison is None:
         raise ConfigError(
-            "publishing needs the plan's measured costs next to the baselines': pass --comparison FILE "
-            "(a comparison holding this plan) or --measure (the gate measures them itself)"
+            "publishing needs the plan's measured costs next to the baselines': give a comparison file "
+            "(one holding this plan) or ask for the gate's own measurement"
         )
 
 

@@ -71,10 +71,10 @@ def _inventory(request: ReplanRequest, store: PlanStore) -> Inventory:
     if request.inventory is not None:
         inv = request.inventory
         if request.inventory_name and request.inventory_name != inv.name:
-            raise ConfigError(f"--inventory-name '{request.inventory_name}' is not the file's inventory '{inv.name}'")
+            raise ConfigError(f"the inventory name '{request.inventory_name}' is not the file's inventory '{inv.name}'")
         return inv
     if not request.inventory_name:
-        raise ConfigError("replan needs an inventory: -i FILE, or --inventory-name NAME of one pushed to the store")
+        raise ConfigError("replan needs an inventory: an inventory file, or the inventory name of one in the store")
     found = get_current_inventory(store, request.inventory_name)
     if found is None:
         raise StoreError(
@@ -124,7 +124,7 @@ def _settled(
         return None
     reason = (
         f"version {fingerprint[:12]} was decided for this topology: plan {last.plan_id} {last.status} "
-        f"({last.reason}); --force re-plans it"
+        f"({last.reason}); a forced re-plan plans it again"
     )
     return _result(inv, current, outcome="already-decided", reason=reason, topology=topology)
 
