@@ -322,6 +322,14 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def read_checked_inventory(
+    inputs: Mapping[str, str | Path | None], inventory: Path, outputs: Mapping[str, str | Path | None]
+) -> Inventory:
+    """The inventory at `inventory` (`--inventory`), read once no output is an input (`check_outputs`)."""
+    check_outputs({**inputs, "--inventory": inventory}, outputs)
+    return load_inventory(inventory)
+
+
 def check_outputs(inputs: Mapping[str, str | Path | None], outputs: Mapping[str, str | Path | None]) -> None:
     """Refuse (InputFileError, before anything is written) an output that is the same file as an input or as
     another output. Keys are the option names shown to the user ("--out", "--inventory")."""

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from flows_support import change_one_table, jsonl_ids, resize_one_table, tiny_inventory, write_params
 
-from dreamshard.documents import load_inventory, load_plan
+from dreamshard.documents import dump_model, load_inventory, load_plan
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.pipeline.workspace import INCUMBENT, INPUT_INCUMBENT, MEASUREMENTS, MODEL_DIR, PLAN, PipelineWorkspace
 from dreamshard.store import get_current, get_pointer, list_plans, open_store
@@ -416,9 +416,9 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
         items_per_batch=5,
         profile={"simulator_latency_ms": 400.0, "num_placements": 2},
     )
-    tiny_inventory(tmp_path / "inv.yaml")
-    tasks_uc.run(
-        tasks_uc.TasksRequest(settings=resolve(params), inventory=tmp_path / "inv.yaml", out=tmp_path / "tasks.json")
+    pool = tiny_inventory(tmp_path / "inv.yaml")
+    dump_model(
+        tasks_uc.run(tasks_uc.TasksRequest(settings=resolve(params), inventory=pool)).taskset, tmp_path / "tasks.json"
     )
     store_uri = f"s3://{s3_env.bucket}/{s3_prefix}/shards"
     store = open_store(store_uri)

@@ -22,16 +22,12 @@ STILL_PATHS = frozenset(
     {
         "BatchedProfileRequest.inventory",
         "CostRequest.inventory",
-        "ExportRequest.inventory",
-        "ExportRequest.plan",
-        "ImportRequest.inventory",
         "InitRequest.inventory",
         "MigrateRequest.inventory",
         "MigrateRequest.plan",
         "PolicyRequest.inventory",
         "ProfileRequest.inventory",
         "RunRequest.inventory",
-        "TasksRequest.inventory",
         "TrainRequest.inventory",
     }
 )

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, CorpusOpt, InventoryOpt, MemoryOverride, ParamsOpt
 from dreamshard.config.settings import resolve
+from dreamshard.documents import dump_model, read_checked_inventory
 from dreamshard.lazy import lazy_module
 
 # the use cases import torch: each loads when a command uses it (dreamshard/lazy.py)
@@ -39,7 +40,10 @@ def tasks(
     params: ParamsOpt = None,
 ) -> None:
     """Split a table pool into disjoint train / held-out pools and make planning tasks from them."""
-    ts = tasks_uc.run(tasks_uc.TasksRequest(settings=resolve(params), inventory=inventory, out=output)).taskset
+    settings = resolve(params)
+    pool = read_checked_inventory({"--params": settings.source}, inventory, {"--output": output})
+    ts = tasks_uc.run(tasks_uc.TasksRequest(settings=settings, inventory=pool)).taskset
+    dump_model(ts, output)
     console.print(
         f"{len(ts.train)} train tasks ({len(ts.train_tables)} tables), {len(ts.test)} held-out tasks "
         f"({len(ts.test_tables)} tables) -> {output}",

@@ -11,8 +11,10 @@ from rich.console import Console
 
 from dreamshard.cli.console import show
 from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt
+from dreamshard.documents import check_outputs, load_inventory, load_plan, read_checked_inventory, save_plan
 from dreamshard.errors import format_gb
 from dreamshard.evaluation.render import device_table
+from dreamshard.integrations.torchrec_file import save_torchrec_plan
 from dreamshard.lazy import lazy_module
 from dreamshard.usecases import torchrec as torchrec_uc
 
@@ -40,7 +42,10 @@ def export_cmd(
     """Write the TorchRec plan file of a plan: dreamshard.integrations.torchrec.load_sharding_plan(FILE, model).
 
     The plan is checked against the inventory first (every table once, devices, memory)."""
-    result = torchrec_uc.export(torchrec_uc.ExportRequest(plan=plan_file, inventory=inventory, out=out, kernel=kernel))
+    check_outputs({"PLAN": plan_file, "--inventory": inventory}, {"--out": out})
+    request = torchrec_uc.ExportRequest(plan=load_plan(plan_file), inventory=load_inventory(inventory), kernel=kernel)
+    result = torchrec_uc.export(request)
+    save_torchrec_plan(result.document, out)
     typer.echo(f"wrote {out}: {result.tables} tables ({result.column_wise} column-wise) on {result.world_size} ranks")
 
 
@@ -64,14 +69,14 @@ def import_cmd(
     result = torchrec_uc.import_plan(
         torchrec_uc.ImportRequest(
             source=torchrec_file,
-            inventory=inventory,
-            out=out,
+            inventory=read_checked_inventory({"TORCHREC_FILE": torchrec_file}, inventory, {"--out": out}),
             memory_gb=memory_gb,
             devices=devices,
             batch_size=batch_size,
             sharder=sharder,
         )
     )
+    save_plan(result.plan, out)
     show(Console(), device_table(result.plan, result.inventory))
     typer.echo(f"wrote {out}")
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from dreamshard.documents import check_outputs, dump_model, load_inventory
 from dreamshard.learning.taskset import make_taskset
 from dreamshard.usecases.base import Request, Result
-from dreamshard.values import TaskSet
+from dreamshard.values import Inventory, TaskSet
 
 
 class TasksRequest(Request):
-    inventory: Path
-    out: Path
+    inventory: Inventory
 
 
 class TasksResult(Result):
@@ -20,7 +16,5 @@ class TasksResult(Result):
 
 
 def run(request: TasksRequest) -> TasksResult:
-    check_outputs({"--inventory": request.inventory, "--params": request.settings.source}, {"--output": request.out})
-    taskset = make_taskset(load_inventory(request.inventory), request.settings.tasks)
-    dump_model(taskset, request.out)
-    return TasksResult(taskset=taskset)
+    """The task set of the pool (writing it is the door's)."""
+    return TasksResult(taskset=make_taskset(request.inventory, request.settings.tasks))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dreamshard.documents import check_outputs, describe_validation_error, load_inventory, load_plan, save_plan
+from dreamshard.documents import describe_validation_error
 from dreamshard.errors import TopologyError
 from dreamshard.integrations.torchrec_file import (
+    TorchRecPlanFile,
     check_kernel,
     plan_from_document,
     read_torchrec_plan,
-    save_torchrec_plan,
     torchrec_document,
 )
 from dreamshard.usecases.base import Request, Result
@@ -22,14 +22,13 @@ from dreamshard.values import Inventory, Plan, Topology
 
 
 class ExportRequest(Request):
-    plan: Path
-    inventory: Path
-    out: Path
+    plan: Plan
+    inventory: Inventory
     kernel: str | None = None  # the tables at the default kernel: fused or dense (cuda also: the UVM kernels)
 
 
 class ExportResult(Result):
-    out: Path
+    document: TorchRecPlanFile  # the TorchRec plan file (writing it is the door's: save_torchrec_plan)
     tables: int
     column_wise: int  # tables split by columns
     world_size: int
@@ -38,19 +37,16 @@ class ExportResult(Result):
 def export(request: ExportRequest) -> ExportResult:
     """Write the TorchRec plan file of a plan, checked against its inventory first (every table once, devices,
     memory); each table's kernel is the plan's, `kernel` replacing the default `fused` where given."""
-    check_outputs({"PLAN": request.plan, "--inventory": request.inventory}, {"--out": request.out})
-    plan = load_plan(request.plan)
+    plan = request.plan
     kernel = check_kernel(request.kernel, plan.topology.device_type) if request.kernel is not None else None
-    doc = torchrec_document(plan, load_inventory(request.inventory), kernel)
-    save_torchrec_plan(doc, request.out)
+    doc = torchrec_document(plan, request.inventory, kernel)
     split = sum(1 for t in doc.tables.values() if t.sharding_type == "column_wise")
-    return ExportResult(out=request.out, tables=len(doc.tables), column_wise=split, world_size=doc.world_size)
+    return ExportResult(document=doc, tables=len(doc.tables), column_wise=split, world_size=doc.world_size)
 
 
 class ImportRequest(Request):
     source: Path  # a TorchRec plan file (from --torchrec-out, or a bare {table: {...}} map)
-    inventory: Path
-    out: Path
+    inventory: Inventory
     memory_gb: float
     devices: int | None = None  # the ranks (needed for a bare map; else the file's)
     batch_size: int = 2048
@@ -77,11 +73,8 @@ def _topology(devices: int, memory_gb: float, batch_size: int, device_type: str)
 
 
 def import_plan(request: ImportRequest) -> ImportResult:
-    """A TorchRec plan file as a dreamshard plan (memory checked), written to `out`."""
-    check_outputs({"TORCHREC_FILE": request.source, "--inventory": request.inventory}, {"--out": request.out})
+    """A TorchRec plan file as a dreamshard plan of the inventory (memory checked; writing it is the door's)."""
     doc = read_torchrec_plan(request.source, request.devices)
     topo = _topology(doc.world_size, request.memory_gb, request.batch_size, doc.device_type)
-    inv = load_inventory(request.inventory)
-    plan = plan_from_document(doc, inv, topo, request.sharder)
-    save_plan(plan, request.out)
-    return ImportResult(plan=plan, inventory=inv)
+    plan = plan_from_document(doc, request.inventory, topo, request.sharder)
+    return ImportResult(plan=plan, inventory=request.inventory)
