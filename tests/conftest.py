@@ -117,17 +117,23 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
         sw.stop(data_dir)
 
 
+def s3_environment(mp: pytest.MonkeyPatch, seaweed: SeaweedS3, home: Path) -> SeaweedS3:
+    """`seaweed`'s AWS_* / DREAMSHARD_S3_ENDPOINT set through `mp`, isolated from ~/.aws (no config or credentials
+    files: `home` holds none): for a fixture of any scope."""
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        mp.delenv(var, raising=False)
+    mp.setenv("AWS_CONFIG_FILE", str(home / "no-aws-config"))
+    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "no-aws-credentials"))
+    mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for k, v in seaweed.env().items():
+        mp.setenv(k, v)
+    return seaweed
+
+
 @pytest.fixture
 def s3_env(seaweed: SeaweedS3, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SeaweedS3:
     """`seaweed` plus AWS_* / DREAMSHARD_S3_ENDPOINT in the environment (isolated from ~/.aws)."""
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for k, v in seaweed.env().items():
-        monkeypatch.setenv(k, v)
-    return seaweed
+    return s3_environment(monkeypatch, seaweed, tmp_path)
 
 
 @pytest.fixture

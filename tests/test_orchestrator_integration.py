@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import s3_environment
 from flows_support import change_one_table, jsonl_ids, resize_one_table, tiny_inventory, write_params
 
 from dreamshard.documents import dump_model, load_inventory, load_plan
@@ -232,17 +233,6 @@ class Published:
         return self.root / "params.yaml"
 
 
-def _s3_environment(mp: pytest.MonkeyPatch, seaweed: Any, home: Path) -> None:
-    """What conftest's `s3_env` sets, for a module's fixture."""
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        mp.delenv(var, raising=False)
-    mp.setenv("AWS_CONFIG_FILE", str(home / "no-aws-config"))
-    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "no-aws-credentials"))
-    mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for k, v in seaweed.env().items():
-        mp.setenv(k, v)
-
-
 @pytest.fixture(scope="module")
 def published(gpu_workers: GpuWorkers, seaweed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
     """The module's workspace and store, made once (each test that needs them asks for them: no test depends on
@@ -256,7 +246,7 @@ def published(gpu_workers: GpuWorkers, seaweed: Any, tmp_path_factory: pytest.Te
     root = tmp_path_factory.mktemp("published")
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     with pytest.MonkeyPatch.context() as mp:
-        _s3_environment(mp, seaweed, root)
+        s3_environment(mp, seaweed, root)
         params = _params(root / "params.yaml", prefix, seaweed)
         inv = tiny_inventory(root / "inv.yaml")
         # The first version in process (the same library run under the in-process runner, ~13 s less than as task

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from dreamshard.config.learning import SearchConfig
 from dreamshard.errors import ConfigError, InfeasiblePlacementError
@@ -31,11 +31,23 @@ from dreamshard.search.sharding_types import choose_types
 from dreamshard.search.splits import NO_PRIOR, learned_layout, whole_layout
 from dreamshard.search.unknown_stats import robust_rerank
 from dreamshard.sharders.base import Sharder
-from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
+from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
 from dreamshard.values.search_result import Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
+
+
+class ModelOptions(TypedDict, total=False):
+    """The options every learned sharder takes (`ModelSharder.__init__`); a subclass passes them on typed
+    (`**common: Unpack[ModelOptions]`) instead of repeating them."""
+
+    model_dir: Path | None
+    samples: int | None
+    seed: int
+    risk: float | None
+    search: SearchConfig | None
+    column_splits: str
 
 
 class ModelSharder(Sharder):
@@ -169,8 +181,10 @@ class ModelSharder(Sharder):
             )
             searched = replace(searched, best=reranked[0], candidates=reranked)
             units, placement = searched.best.units or layout.units, searched.best.placement
-        recorded = {"calibration": calibration, "layouts": layout_reasons(layout, topology, prior)}
-        plan = self._finish(inventory, units, topology, placement, cost, assumptions).model_copy(update=recorded)
+        recorded: dict[str, object] = {"calibration": calibration, "layouts": layout_reasons(layout, topology, prior)}
+        if assumptions is not None:  # what it assumed about missing access statistics
+            recorded["assumptions"] = assumptions
+        plan = self.plan_from(inventory, units, topology, placement, cost).model_copy(update=recorded)
         if searched is not None:  # the measured steps (DreamShardSharder): on the plans of the search's candidates
             plan_of = partial(self._candidate_plan, inventory, units, topology, cost, recorded)
             plan = self.measured(SearchOutcome(inventory, topology, searched, cost, plan, plan_of, assumptions))
@@ -186,19 +200,6 @@ class ModelSharder(Sharder):
             inner = e.hint.startswith(("sharder ", "torchrec planner")) or not e.hint
             hint = f"sharder {self.name}" + ("" if inner else f": {e.hint}")
             raise InfeasiblePlacementError(e.table, e.table_gb, e.largest_free_gb, hint) from None
-
-    def _finish(
-        self,
-        inventory: Inventory,
-        units: Inventory,
-        topology: Topology,
-        unit_placement: dict[str, int],
-        cost: PlanningCost,
-        assumptions: AccessAssumptions | None = None,
-    ) -> Plan:
-        """The plan of the placement `_place` chose, with what it assumed about missing access statistics."""
-        plan = self.plan_from(inventory, units, topology, unit_placement, cost)
-        return plan.model_copy(update={"assumptions": assumptions}) if assumptions is not None else plan
 
     def _candidate_plan(
         self,

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
+from dreamshard.config.learning import VERIFY_ANCHORS
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.measured.calibrate import CalibratedCost
@@ -43,10 +42,12 @@ from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
 from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack  # typing's own from Python 3.11; the package supports 3.10
+
     from dreamshard.profiling.oracle import Oracle
 
 
-from dreamshard.search.model_sharder import ModelSharder
+from dreamshard.search.model_sharder import ModelOptions, ModelSharder
 
 
 class DreamShardSharder(ModelSharder):
@@ -95,14 +96,9 @@ class DreamShardSharder(ModelSharder):
         unknown_skews: Sequence[float] = DEFAULT_UNKNOWN_SKEWS,
         move_horizon_steps: int = DEFAULT_HORIZON_STEPS,
         max_move_fraction: float = 1.0,
-        model_dir: Path | None = None,
-        samples: int | None = None,
-        seed: int = 0,
-        risk: float | None = None,
-        search: SearchConfig | None = None,
-        column_splits: str = "auto",
+        **common: Unpack[ModelOptions],
     ) -> None:
-        super().__init__(model_dir, samples, seed, risk, search, column_splits)
+        super().__init__(**common)
         self.unknown_skews = check_skews(unknown_skews)
         flat = measured_steps(
             verify, verify_rounds, verify_anchors, verify_confidence, calibrate_seconds, refine_seconds,
