@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -157,11 +158,29 @@ def run_cmd(
         _echo_ui_hint("retrain-on-inventory-change")
 
 
+class _NoAnswer(Exception):
+    """The reviewer at the terminal did not answer within publish.approval_timeout_s."""
+
+
+def _expire(signum: int, frame: object) -> None:
+    raise _NoAnswer
+
+
 def _terminal_review(description: str, timeout_s: int) -> Review | None:
-    """The in-process runner's reviewer: the gate's decision shown here, the answer typed here."""
+    """The in-process runner's reviewer: the gate's decision shown here, the answer typed here within
+    `timeout_s` (publish.approval_timeout_s, as the UI's pause); None when none came in time (kept rejected)."""
     typer.echo(description)
-    approve = typer.confirm("Make this plan current?", default=False)
-    return Review(approve=approve, comment=typer.prompt("Comment", default="", show_default=False))
+    previous = signal.signal(signal.SIGALRM, _expire)
+    signal.alarm(timeout_s)
+    try:
+        approve = typer.confirm(f"Make this plan current? (answer within {timeout_s} s)", default=False)
+        return Review(approve=approve, comment=typer.prompt("Comment", default="", show_default=False))
+    except _NoAnswer:
+        typer.echo(f"no answer within {timeout_s} s")
+        return None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _in_process(prepared: pipeline_uc.PreparedRun) -> RunSummary:

@@ -83,3 +83,25 @@ def test_the_cli_runs_the_pipeline_in_process_and_a_run_with_nothing_changed_sto
     assert second.current_plan_id == current.plan_id and "publish-plan" not in again.steps
     assert again.steps[:3] == ["current-plan", "prepare-workspace", "push-inventory"]
     assert again.names == [f"tiny-pipeline-{inventory.fingerprint()[:12]}"] and second.campaign == again.run_id()
+
+
+def test_the_terminal_reviewer_answers_or_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--runner in-process` asks at the terminal, within publish.approval_timeout_s as the UI's pause does: an
+    answer is the review, silence past the timeout is none (the plan is kept rejected)."""
+    import time
+
+    import typer
+    from dreamshard_flows.cli import _terminal_review
+
+    monkeypatch.setattr(typer, "confirm", lambda *a, **k: True)
+    monkeypatch.setattr(typer, "prompt", lambda *a, **k: "looks right")
+    assert _terminal_review("**Publish gate: `approved`**", 5) == Review(approve=True, comment="looks right")
+
+    def silent(*a: object, **k: object) -> bool:
+        time.sleep(5)
+        return True
+
+    monkeypatch.setattr(typer, "confirm", silent)
+    started = time.monotonic()
+    assert _terminal_review("**Publish gate: `approved`**", 1) is None
+    assert time.monotonic() - started < 4
