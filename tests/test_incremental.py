@@ -12,7 +12,7 @@ import yaml
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
-from dreamshard.documents import load_measurements, save_inventory
+from dreamshard.documents import load_inventory, load_measurements, save_inventory
 from dreamshard.errors import InputFileError
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.incremental import INIT_DIR, previous_model
@@ -188,7 +188,7 @@ def _train(work: Path, tag: str) -> train_uc.TrainResult:
     return train_uc.run(
         train_uc.TrainRequest(
             settings=resolve(work / "params.yaml"),
-            inventory=work / f"{tag}.yaml",
+            inventory=load_inventory(work / f"{tag}.yaml"),
             tasks=work / f"{tag}-tasks.json",
             model_dir=work / "model",
             measurements=work / f"{tag}.jsonl",

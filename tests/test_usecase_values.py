@@ -21,14 +21,11 @@ DOMAIN_FIELDS = frozenset({"inventory", "plan", "plans", "incumbent", "current",
 STILL_PATHS = frozenset(
     {
         "BatchedProfileRequest.inventory",
-        "CostRequest.inventory",
         "InitRequest.inventory",
         "MigrateRequest.inventory",
         "MigrateRequest.plan",
-        "PolicyRequest.inventory",
         "ProfileRequest.inventory",
         "RunRequest.inventory",
-        "TrainRequest.inventory",
     }
 )
 

@@ -60,10 +60,12 @@ def train_cost(
     progress: ProgressOpt = True,
 ) -> None:
     """Fit the cost network on measurements and save it in the model directory."""
+    settings = resolve(params)
+    inputs = {"--measurements": measurements, "--params": settings.source}
     card = train_uc.run_cost(
         train_uc.CostRequest(
-            settings=resolve(params),
-            inventory=inventory,
+            settings=settings,
+            inventory=read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out}),
             measurements=measurements,
             model_dir=model_dir,
             metrics_out=metrics_out,
@@ -88,10 +90,12 @@ def train_policy(
     progress: ProgressOpt = True,
 ) -> None:
     """Train the placement policy on the estimated MDP using the cost net in the model directory."""
+    settings = resolve(params)
+    inputs = {"--tasks": tasks_path, "--params": settings.source}
     card = train_uc.run_policy(
         train_uc.PolicyRequest(
-            settings=resolve(params),
-            inventory=inventory,
+            settings=settings,
+            inventory=read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out}),
             tasks=tasks_path,
             model_dir=model_dir,
             metrics_out=metrics_out,
@@ -133,10 +137,11 @@ def train(
 ) -> None:
     """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
     settings = resolve(params, {"profile.backend": backend, "topology.memory_per_device_gb": memory_gb})
+    inputs = {"--tasks": tasks_path, "--measurements": measurements, "--params": settings.source}
     result = train_uc.run(
         train_uc.TrainRequest(
             settings=settings,
-            inventory=inventory,
+            inventory=read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out}),
             tasks=tasks_path,
             model_dir=model_dir,
             measurements=measurements,

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.config.learning import LoopConfig
-from dreamshard.documents import atomic_write_text, check_outputs, load_inventory, load_measurements
+from dreamshard.documents import atomic_write_text, load_measurements
 from dreamshard.errors import ConfigError
 from dreamshard.learning.cost_model import CostNetSpec
 from dreamshard.learning.incremental import WarmStart, previous_model
@@ -38,7 +38,7 @@ def _write_json(path: Path | None, data: Any) -> None:
 
 
 class CostRequest(Request):
-    inventory: Path
+    inventory: Inventory
     measurements: Path
     model_dir: Path
     metrics_out: Path | None = None
@@ -50,13 +50,10 @@ class CardResult(Result):
 
 
 def run_cost(request: CostRequest) -> CardResult:
-    """Fit the cost ensemble on a profile file and save it (no policy) in model_dir."""
-    check_outputs(
-        {"--inventory": request.inventory, "--measurements": request.measurements, "--params": request.settings.source},
-        {"--metrics-out": request.metrics_out},
-    )
+    """Fit the cost ensemble on a profile file and save it (no policy) in model_dir (the door checked that no
+    output is an input)."""
     check_model_dir(request.model_dir)
-    pool = load_inventory(request.inventory)
+    pool = request.inventory
     cfg = request.settings.train_cost
     records = check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
     net, metrics = train_cost_model(pool, records, cfg, progress=request.progress)
@@ -78,7 +75,7 @@ def run_cost(request: CostRequest) -> CardResult:
 
 
 class PolicyRequest(Request):
-    inventory: Path
+    inventory: Inventory
     tasks: Path
     model_dir: Path
     metrics_out: Path | None = None
@@ -86,13 +83,10 @@ class PolicyRequest(Request):
 
 
 def run_policy(request: PolicyRequest) -> CardResult:
-    """Train the policy on the cost ensemble already in model_dir and save both there."""
-    check_outputs(
-        {"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
-        {"--metrics-out": request.metrics_out},
-    )
+    """Train the policy on the cost ensemble already in model_dir and save both there (the door checked that no
+    output is an input)."""
     s = request.settings
-    pool = load_inventory(request.inventory)
+    pool = request.inventory
     taskset = load_taskset(request.tasks)
     cfg, topo = s.train_policy, s.topology
     loaded = load_model(request.model_dir, require_policy=False)
@@ -190,7 +184,7 @@ class TrainSummary(BaseModel):
 
 
 class TrainRequest(Request):
-    inventory: Path
+    inventory: Inventory
     tasks: Path
     model_dir: Path
     measurements: Path | None = None  # start from these profile records (the profile stage's)
@@ -230,18 +224,10 @@ def _summary(
 
 
 def run(request: TrainRequest) -> TrainResult:
-    """The outer loop on the backend of the profile section (see dreamshard.learning.loop.train)."""
+    """The outer loop on the backend of the profile section (see dreamshard.learning.loop.train); the door checked
+    that no output is an input."""
     s = request.settings
-    check_outputs(
-        {
-            "--inventory": request.inventory,
-            "--tasks": request.tasks,
-            "--measurements": request.measurements,
-            "--params": s.source,
-        },
-        {"--metrics-out": request.metrics_out},
-    )
-    pool = load_inventory(request.inventory)
+    pool = request.inventory
     taskset = load_taskset(request.tasks)
     check_model_dir(request.model_dir)
     seed = (
