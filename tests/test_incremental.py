@@ -143,7 +143,7 @@ def _stage(work: Path, inv: Inventory, tag: str) -> profile_uc.BatchedProfileRes
     return profile_uc.run_batched(
         profile_uc.BatchedProfileRequest(
             settings=resolve(work / "params.yaml"),
-            inventory=work / f"{tag}.yaml",
+            inventory=load_inventory(work / f"{tag}.yaml"),
             tasks=work / f"{tag}-tasks.json",
             out=work / f"{tag}.jsonl",
             corpus=work / "corpus",
@@ -335,7 +335,7 @@ def test_workers_send_their_timings_back_and_the_next_version_measures_only_what
         return profile_uc.run_batched(
             profile_uc.BatchedProfileRequest(
                 settings=resolve(tmp_path / "params.yaml"),
-                inventory=tmp_path / f"{tag}.yaml",
+                inventory=load_inventory(tmp_path / f"{tag}.yaml"),
                 tasks=tmp_path / f"{tag}-tasks.json",
                 out=tmp_path / f"{tag}.jsonl",
                 corpus=tmp_path / "corpus",

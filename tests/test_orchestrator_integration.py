@@ -415,7 +415,7 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
     campaign = f"kill-{s3_prefix}"
     request = profile_uc.BatchedProfileRequest(
         settings=resolve(params),
-        inventory=tmp_path / "inv.yaml",
+        inventory=pool,
         tasks=tmp_path / "tasks.json",
         out=tmp_path / "m.jsonl",
         store_uri=store_uri,

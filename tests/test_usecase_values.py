@@ -17,14 +17,12 @@ from dreamshard.usecases.base import Request
 #: The fields that name a domain object (a file of one is the door's to read).
 DOMAIN_FIELDS = frozenset({"inventory", "plan", "plans", "incumbent", "current", "comparison"})
 #: Requests that still take a file, counted down (2026-12-05: plan, replan, publish, compare, evaluate and what-if
-#: take values; the training, profiling, TorchRec and workspace use cases below do not yet). Nothing may join.
+#: take values; TorchRec migrate and the workspace use cases below do not yet). Nothing may join.
 STILL_PATHS = frozenset(
     {
-        "BatchedProfileRequest.inventory",
         "InitRequest.inventory",
         "MigrateRequest.inventory",
         "MigrateRequest.plan",
-        "ProfileRequest.inventory",
         "RunRequest.inventory",
     }
 )

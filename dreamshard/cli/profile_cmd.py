@@ -24,6 +24,7 @@ from dreamshard.cli.options import (
 )
 from dreamshard.config.job import MAX_DEVICES
 from dreamshard.config.settings import resolve
+from dreamshard.documents import read_checked_inventory
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
 from dreamshard.values import MAX_ROWS
@@ -123,10 +124,11 @@ def profile(
             "profile.kinds": None if kinds is None else tuple(k.strip() for k in kinds.split(",") if k.strip()),
         },
     )
+    inputs = {"--tasks": tasks, "--params": settings.source}
     result = profile_uc.run(
         profile_uc.ProfileRequest(
             settings=settings,
-            inventory=inventory,
+            inventory=read_checked_inventory(inputs, inventory, {"--output": output}),
             out=output,
             tasks=tasks,
             refit_comm=refit_comm,
@@ -274,10 +276,12 @@ def profile_stage(
     gpu work pool's workers), merge the shards in planned order."""
     if dispatch not in ("local", "workers"):
         raise ConfigError(f"--dispatch must be local or workers, got '{dispatch}'")
+    settings = resolve(params)
+    inputs = {"--tasks": tasks, "--params": settings.source}
     result = profile_uc.run_batched(
         profile_uc.BatchedProfileRequest(
-            settings=resolve(params),
-            inventory=inventory,
+            settings=settings,
+            inventory=read_checked_inventory(inputs, inventory, {"--output": out}),
             tasks=tasks,
             out=out,
             store_uri=store,

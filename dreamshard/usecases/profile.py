@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Literal
 
 from dreamshard.config.stages import PipelineSettings
-from dreamshard.documents import check_outputs, load_inventory
 from dreamshard.errors import ConfigError
 from dreamshard.learning.taskset import load_taskset
 from dreamshard.profiling import ProfileSummary, profile_inventory
@@ -42,16 +41,17 @@ from dreamshard.store import open_store
 from dreamshard.store.base import PlanStore
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.profile_batches import Batches
-from dreamshard.values import CommModel
+from dreamshard.values import CommModel, Inventory
 
 CORPUS_WRITER = "profile"  # this use case's file in the corpus directory
 Log = Callable[[str], None]
 
 
 class ProfileRequest(Request):
-    """Single-table costs and random feasible placements of an inventory (or of each train task) -> JSONL."""
+    """Single-table costs and random feasible placements of an inventory (or of each train task) -> JSONL (the door
+    checked that `out` is no input)."""
 
-    inventory: Path
+    inventory: Inventory
     out: Path
     tasks: Path | None = None
     num_devices: int | None = None  # default: the published plan's (settings.plan_devices)
@@ -68,10 +68,7 @@ class ProfileResult(Result):
 
 def run(request: ProfileRequest) -> ProfileResult:
     s = request.settings
-    check_outputs(
-        {"--inventory": request.inventory, "--tasks": request.tasks, "--params": s.source}, {"--output": request.out}
-    )
-    inv = load_inventory(request.inventory)
+    inv = request.inventory
     topology = s.topology_for(request.num_devices)
     topology = topology.model_copy(update={"device_type": "cuda" if s.profile.backend == "cuda" else "cpu"})
     taskset = load_taskset(request.tasks) if request.tasks is not None else None
@@ -101,9 +98,10 @@ def run(request: ProfileRequest) -> ProfileResult:
 
 
 class BatchedProfileRequest(Request):
-    """The profile stage: the train tasks' planned measurements in batches of pipeline.items_per_batch."""
+    """The profile stage: the train tasks' planned measurements in batches of pipeline.items_per_batch (the door
+    checked that `out` is no input)."""
 
-    inventory: Path
+    inventory: Inventory
     tasks: Path
     out: Path
     store_uri: str | None = None  # batch specs and shards; None: a scratch directory removed after the merge
@@ -128,7 +126,7 @@ def plan_stage_batches(
     """The stage's batches (same files, settings and corpus -> same batches and shard keys)."""
     s = request.settings
     job = ProfileJob(
-        inventory=load_inventory(request.inventory),
+        inventory=request.inventory,
         tasks=load_taskset(request.tasks),
         topology=s.topology_for(s.tasks.train_devices),
         profile=s.profile,
@@ -228,10 +226,6 @@ def _run_on_workers(
 def run_batched(request: BatchedProfileRequest, log: Log = print) -> BatchedProfileResult:
     if request.dispatch == "workers" and not request.store_uri:
         raise ConfigError("--dispatch workers needs --store (object storage every worker can reach)")
-    check_outputs(
-        {"--inventory": request.inventory, "--tasks": request.tasks, "--params": request.settings.source},
-        {"--output": request.out},
-    )
     campaign = request.campaign or f"c-{uuid.uuid4().hex[:12]}"
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER) if request.corpus is not None else None
     specs = plan_stage_batches(request, campaign, corpus, log)
