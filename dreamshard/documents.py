@@ -5,6 +5,7 @@ boundary")."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -58,13 +59,22 @@ def describe_validation_error(err: ValidationError, data: Any = None) -> str:
 
 def read_text(p: Path) -> str:
     """A regular file's text, with unreadable / non-UTF-8 files and anything that is not a regular file (a
-    directory, a FIFO that would block the reader, a device) as one-line InputFileErrors."""
+    directory, a FIFO that would block the reader, a device) as one-line InputFileErrors. Newlines are read as
+    Python's text mode reads them (universal newlines)."""
+    return read_bytes_and_text(p)[1].replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_bytes_and_text(p: Path) -> tuple[bytes, str]:
+    """A regular file's bytes (read once) and their UTF-8 text as read (newlines untranslated), with `read_text`'s
+    one-line errors."""
     if p.exists() and not p.is_file():
         raise InputFileError(f"{p}: not a regular file")
     try:
-        return p.read_text()
+        raw = p.read_bytes()
     except OSError as e:
         raise InputFileError(f"cannot read {p}: {e.strerror}") from None
+    try:
+        return raw, raw.decode()
     except UnicodeDecodeError:
         raise InputFileError(f"{p}: not a UTF-8 text file") from None
 
@@ -116,21 +126,25 @@ def load_json(text: str) -> Any:
 
 def read_structured(path: str | Path) -> Any:
     """Read a JSON or YAML file (by suffix; YAML also parses JSON)."""
+    return read_structured_digest(path)[0]
+
+
+def read_structured_digest(path: str | Path) -> tuple[Any, str]:
+    """`read_structured`, and the sha256 of the very bytes parsed (evidence that names the file read)."""
     p = Path(path)
     if not p.exists():
         raise InputFileError(f"file not found: {p}")
     if p.is_dir():
         raise InputFileError(f"expected a file, got a directory: {p}")
-    text = read_text(p)
+    raw, text = read_bytes_and_text(p)
     try:
-        if p.suffix.lower() == ".json":
-            return load_json(text)
-        return load_yaml(text)
+        data = load_json(text) if p.suffix.lower() == ".json" else load_yaml(text)
     except DuplicateKeyError as e:
         raise InputFileError(f"{p}: {e}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         first = first_line(e)
         raise InputFileError(f"{p}: not valid JSON/YAML ({first})") from None
+    return data, hashlib.sha256(raw).hexdigest()
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -349,7 +349,11 @@ def _result(plan: Plan, plan_seconds: float, ms: Sequence[Measurement], info: Ba
 
 def load_comparison(path: str | Path) -> Comparison:
     """A comparison written by `dreamshard compare --out` or the evaluate stage (data/comparison.json)."""
-    data = read_structured(path)
+    return comparison_from(read_structured(path), path)
+
+
+def comparison_from(data: object, path: str | Path) -> Comparison:
+    """The comparison `data` (a parsed comparison file at `path`), checked."""
     if not isinstance(data, dict) or "topology" not in data or "results" not in data:
         raise InputFileError(
             f"{path} is not a comparison (it needs the inventory fingerprint, topology, backend and every contender's "

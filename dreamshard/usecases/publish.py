@@ -6,14 +6,15 @@ comparison file and its digest)."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from pydantic import model_validator
 
+from dreamshard.documents import read_structured_digest
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.evaluation import Comparison, load_comparison, validate_sharders
+from dreamshard.evaluation import Comparison, validate_sharders
+from dreamshard.evaluation.compare import comparison_from
 from dreamshard.gate import gate_plan, measure_and_gate, trusted_plan
 from dreamshard.gate.current import serving_contender
 from dreamshard.gate.publish_policy import CurrentPlan, PolicyOutcome, current_plan, publish_verdict
@@ -82,8 +83,8 @@ def read_comparison(path: str | Path) -> tuple[Comparison, str]:
     """A comparison file (`compare --out`, the evaluate stage's data/comparison.json) and the evidence line that
     names it: its path and sha256, which go into the gate's decision."""
     p = Path(path)
-    comparison = load_comparison(p)
-    return comparison, f"comparison {p} (sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]})"
+    data, digest = read_structured_digest(p)  # read once: the digest is of the bytes the comparison was parsed from
+    return comparison_from(data, p), f"comparison {p} (sha256 {digest[:16]})"
 
 
 def stored_inventory(store: PlanStore, plan: Plan) -> Inventory:
