@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.config.publish import PublishConfig
 from dreamshard.config.settings import Settings, resolve
 from dreamshard.documents import load_inventory, load_plan
-from dreamshard.evaluation import Comparison, load_comparison
+from dreamshard.evaluation import Comparison
 from dreamshard.explain.report import stats_markdown
 from dreamshard.pipeline.decisions import tag_decision
 from dreamshard.pipeline.workspace import COMPARISON, INVENTORY, MODEL_DIR, PARAMS, PLAN, PipelineWorkspace
@@ -86,26 +86,34 @@ def publish_setup(
     )
 
 
-def gate_workspace_plan(setup: PublishSetup) -> tuple[publish_uc.GateResult, bool]:
+class GatedWorkspace(BaseModel):
+    """A decision the gate made now on the workspace's plan, with the inventory and comparison it read (what the
+    published plan's report shows: read once)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    result: publish_uc.GateResult
+    inventory: Inventory
+    comparison: Comparison
+
+
+def gate_workspace_plan(setup: PublishSetup) -> GatedWorkspace | publish_uc.GateResult:
     """Verify data/plan.json against the workspace inventory and data/comparison.json, then decide
     (`usecases.publish.gate`): the plan to store carries the comparison's measured costs; a rejected plan for a
     version no current plan can serve carries the fallback. When the store already holds a decision for this plan
-    id and inventory version, that one is returned instead (second element True): one decision per plan."""
+    id and inventory version, that one is returned alone (a GateResult): one decision per plan."""
     ws = PipelineWorkspace(setup.root)
     store = open_store(setup.store_uri, endpoint_url=setup.endpoint_url)
     plan = load_plan(ws.path(PLAN))
     done = publish_uc.recorded(store, plan)
     if done is not None:
-        return done, True
+        return done
     comparison, source = publish_uc.read_comparison(ws.path(COMPARISON))
+    inventory = load_inventory(ws.path(INVENTORY))
     request = publish_uc.PublishRequest(
-        settings=setup.settings,
-        plan=plan,
-        comparison=comparison,
-        comparison_source=source,
-        inventory=load_inventory(ws.path(INVENTORY)),
+        settings=setup.settings, plan=plan, comparison=comparison, comparison_source=source, inventory=inventory
     )
-    return publish_uc.gate(request, store), False
+    return GatedWorkspace(result=publish_uc.gate(request, store), inventory=inventory, comparison=comparison)
 
 
 def recorded_outcome(gated: publish_uc.GateResult, store_uri: str) -> PublishOutcome:
@@ -187,25 +195,6 @@ def tag_decisions(root: str, plan_id: str, decision: GateDecision, fallback: Pub
         tag_decision(root, fallback.plan_id, True, fallback.reason)
 
 
-class PublishReport(BaseModel):
-    """What the publish step's artifacts show beside the decision: the comparison, the inventory, the stats."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    comparison: Comparison
-    inventory: Inventory
-    stats_markdown: str
-
-
-def publish_report(root: str, plan: Plan) -> PublishReport:
-    ws = PipelineWorkspace(root)
-    inventory = load_inventory(ws.path(INVENTORY))
-    stats = stats_of(inventory, plan, ws.path(MODEL_DIR))
-    return PublishReport(
-        comparison=load_comparison(ws.path(COMPARISON)), inventory=inventory, stats_markdown=stats_markdown(stats)
-    )
-
-
 def published_outcome(
     ref: PublishedRef, decision: GateDecision, store_uri: str, lineage: Lineage, fallback: PublishedRef | None
 ) -> PublishOutcome:
@@ -244,27 +233,27 @@ def publish_workspace(request: WorkspacePublish, runner: Runner) -> PublishOutco
     """The publish step under `runner`: gate, lineage, each write reviewed when required and stored, the workspace
     commit tagged, the report shown. A plan the store had decided keeps that decision."""
     setup = publish_setup(str(request.workspace), request.store, request.endpoint_url, request.require_human)
-    gated, already = runner.step(GATE, gate_workspace_plan, setup)
-    if already:  # one decision per plan id and inventory version: nothing re-measured, reviewed or stored
-        decided = gated.decision
-        runner.log(f"already decided: {decided.outcome} plan {gated.plan.plan_id}: {decided.reason}")
-        return recorded_outcome(gated, setup.store_uri)
+    gate = runner.step(GATE, gate_workspace_plan, setup)
+    if isinstance(gate, publish_uc.GateResult):  # decided once per plan id and version: nothing measured or stored
+        runner.log(f"already decided: {gate.decision.outcome} plan {gate.plan.plan_id}: {gate.decision.reason}")
+        return recorded_outcome(gate, setup.store_uri)
+    gated = gate.result
     lin = runner.step(LINEAGE, lineage, setup.root, request.run_id or runner.run_id())
     stored = [_store_reviewed(plan, decided, lin, setup, runner) for plan, decided in gated.writes()]
     ref, decision = stored[-1]
     fallback = stored[0][0] if len(stored) > 1 else None
     tag_decisions(setup.root, gated.plan.plan_id, decision, fallback)
     plan = gated.plan.model_copy(update={"lineage": lin})
-    report = publish_report(setup.root, plan)
+    stats = stats_of(gate.inventory, plan, PipelineWorkspace(setup.root).path(MODEL_DIR))
     runner.show(
         PublishedPlan(
             plan=plan,
-            comparison=report.comparison,
+            comparison=gate.comparison,
             decision=decision,
             ref=ref,
             store_uri=setup.store_uri,
-            stats_markdown=report.stats_markdown,
-            inventory=report.inventory,
+            stats_markdown=stats_markdown(stats),
+            inventory=gate.inventory,
         )
     )
     done = decision.label or ("published" if decision.approved else decision.outcome)
