@@ -16,11 +16,10 @@ from dreamshard.config.settings import Settings, model_dir
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import validate_sharders
 from dreamshard.integrations.torchrec_file import TorchRecPlanFile, check_kernel, torchrec_document
-from dreamshard.measured.steps import measured_steps
+from dreamshard.measured.steps import MeasuredStep, measured_steps
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.profiling.corpus import DeviceCorpus
-from dreamshard.profiling.oracle import Oracle
 from dreamshard.search.model_sharder import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
@@ -91,10 +90,10 @@ def _checked(request: PlanRequest, name: str) -> None:
         require_searching(name, "an incumbent plan")
 
 
-def _measured_options(request: PlanRequest, oracle: Oracle | None) -> dict[str, Any]:
-    """The searching sharder's measured steps from the plan settings (dreamshard.measured.steps), on `oracle`."""
-    p = request.settings.plan
-    steps = measured_steps(
+def _measured_steps(settings: Settings) -> tuple[MeasuredStep, ...]:
+    """The searching sharder's measured steps from the plan settings (dreamshard.measured.steps)."""
+    p = settings.plan
+    return measured_steps(
         verify=p.verify,
         verify_rounds=p.verify_rounds,
         verify_anchors=p.verify_anchors,
@@ -104,7 +103,6 @@ def _measured_options(request: PlanRequest, oracle: Oracle | None) -> dict[str, 
         refine_rounds=p.refine_rounds,
         refine_confirm_rounds=p.refine_confirm_rounds,
     )
-    return {"steps": steps, "oracle": oracle} if steps else {}
 
 
 def _shard(
@@ -113,12 +111,12 @@ def _shard(
     """The plan of sharder `name`: for the searching one with its measured steps (calibrate, verify, refine)."""
     s = request.settings
     topo = s.topology_for_job(inv.job)  # the job the inventory records, unless the caller said otherwise
-    measuring = name == SEARCHING_SHARDER and bool(s.plan.verify or s.plan.refine_seconds or s.plan.calibrate_seconds)
+    steps = _measured_steps(s) if name == SEARCHING_SHARDER else ()
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER, reuse=False) if request.corpus is not None else None
-    oracle = s.oracle() if measuring else None
+    oracle = s.oracle() if steps else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra = _measured_options(request, oracle) if measuring else {}
+    extra: dict[str, Any] = {"steps": steps, "oracle": oracle} if steps else {}
     if incumbent is not None:
         horizon = s.plan.move_horizon_steps
         extra |= {
