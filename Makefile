@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test lint docs bench pretrain clean
+.PHONY: install run test test-seconds lint docs bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ test: lint
 	$(VENV)/bin/python -m pytest -m timing
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d "$$d"; s=$$?; rm -rf "$$d"; exit $$s
+
+# Record each test file's seconds from the last full run (pytest's cache) into tests/file_seconds.json: a clean
+# clone schedules the longest files first by it (tests/conftest.py). Refresh it when a file's time changes a lot.
+test-seconds: $(STAMP)
+	$(PY) -c "import json, pathlib; s = json.loads(pathlib.Path('.pytest_cache/v/dreamshard/file_seconds').read_text()); \
+	pathlib.Path('tests/file_seconds.json').write_text(json.dumps({k: round(v, 1) for k, v in sorted(s.items())}, indent=0) + '\n')"
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; --strict: a broken link fails it
 docs: $(STAMP)

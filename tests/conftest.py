@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 import uuid
@@ -34,19 +35,27 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 DURATIONS_KEY = "dreamshard/file_seconds"
 
 
+#: The files' seconds as last recorded on a 2-core machine (`make test-seconds` rewrites it from pytest's cache): what
+#: a clean clone, which has no cache, schedules by. Without it CI handed the 3-minute Prefect file to a worker 2
+#: minutes in, and the other worker sat idle for the last minute.
+RECORDED_SECONDS = Path(__file__).with_name("file_seconds.json")
+
+
 def _file_seconds(config: pytest.Config) -> dict[str, float]:
-    """Each test file's seconds in the runs so far; empty without pytest's cache (a clean clone, no cacheprovider)."""
+    """Each test file's seconds: the recorded ones, updated by the runs in pytest's cache where there are any."""
+    recorded = json.loads(RECORDED_SECONDS.read_text()) if RECORDED_SECONDS.exists() else {}
     cache = getattr(config, "cache", None)
     stored = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
-    return {k: float(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+    merged = {**recorded, **(stored if isinstance(stored, dict) else {})}
+    return {k: float(v) for k, v in merged.items()}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run `timing` tests first: the session-scoped SeaweedFS and Prefect servers keep working in the
     background once started, and on 2 cores that load skews wall-clock comparisons. Then the files by their
     measured seconds, longest first, so the two xdist workers (`--dist loadfile` gives each file to one worker)
-    finish together; a file never measured keeps its place. The sort is stable: without measurements (a clean
-    clone) the order is the collection order, and the order within a file is always kept."""
+    finish together; a file never measured keeps its place. The sort is stable: the order within a file is
+    always kept."""
     seconds = _file_seconds(config)
     items.sort(key=lambda item: (item.get_closest_marker("timing") is None, -seconds.get(item.path.name, 0.0)))
 
