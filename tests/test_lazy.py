@@ -60,3 +60,15 @@ def test_reading_the_settings_and_the_gate_config_loads_no_torch_and_a_use_case_
         "c.plan_uc.PlanRequest\nprint(before, 'torch' in sys.modules)"
     )
     assert _fresh(code) == "False True"
+
+
+def test_stopping_a_worker_and_running_a_simulated_batch_load_no_torch() -> None:
+    """`stop-prefect.sh` runs dreamshard_flows.shutdown twice per worker, and a worker starts a process per
+    profiling batch: neither loads torch unless the batch times on a device (1.2 s of CPU each, measured)."""
+    code = (
+        "import sys\nimport dreamshard_flows.shutdown, dreamshard_flows.batch_flow, dreamshard_flows.fanout\n"
+        "from dreamshard.profiling.settings import ProfileConfig\n"
+        "oracle = ProfileConfig(backend='simulator').oracle()\nprint('torch' in sys.modules)\n"
+        "ProfileConfig(backend='cpu').oracle()\nprint('torch' in sys.modules)"
+    )
+    assert _fresh(code).split() == ["False", "True"]

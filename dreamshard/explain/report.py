@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dreamshard.integrations.torchrec_carried import carried_lines, carried_report
-from dreamshard.learning.model_store import load_model
-from dreamshard.learning.planning_cost import PlanningCost, cost_factory
 from dreamshard.placement.device_memory import device_memory
 from dreamshard.placement.expand import expand_plan
 from dreamshard.values import GB, Costs, DeviceCost, Inventory, Plan, Table, Topology, parse_unit
 from dreamshard.values.reports import DeviceStat, PlanStats, TableStat
+
+if TYPE_CHECKING:
+    from dreamshard.learning.planning_cost import PlanningCost
 
 INDEX_BYTES = 8  # int64 indices
 OUTPUT_BYTES = 4  # fp32 outputs
@@ -131,7 +133,11 @@ def _compute_ms(d: DeviceCost) -> float:
 
 def planning_cost_for(model_dir: Path | None, topology: Topology) -> PlanningCost:
     """The learned cost (members' mean, the model's measured comm) of the model in `model_dir` (None: the
-    packaged one) for `topology`: what the stats and what-if predict with."""
+    packaged one) for `topology`: what the stats and what-if predict with. The model (and torch) loads here, not
+    with this module: the pipeline's publish step imports the report and may render it without a model."""
+    from dreamshard.learning.model_store import load_model  # loads torch
+    from dreamshard.learning.planning_cost import cost_factory  # loads torch
+
     model = load_model(model_dir, require_policy=False)
     return cost_factory(model.cost_net, model.card.comm_models, 0.0)(topology)
 

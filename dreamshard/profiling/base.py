@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
-import torch
 
 from dreamshard.inventory.index_budget import batches_within_budget
 from dreamshard.inventory.indices import synthesize_indices
-from dreamshard.profiling.buffers import clear_all
 from dreamshard.profiling.scaling import ScalingRule, padded_dim
 from dreamshard.values import Table
 
@@ -169,6 +167,8 @@ class FusedOp(abc.ABC, Generic[Output]):
 
 
 def _cuda_sync() -> None:
+    import torch  # loads torch
+
     torch.cuda.synchronize()
 
 
@@ -197,6 +197,8 @@ def time_op(op: FusedOp[Any], warmup: int, repeats: int, cuda: bool = False) -> 
     fwd: list[float] = []
     bwd: list[float] = []
     if cuda:
+        import torch  # loads torch
+
         _cuda_sync()
         for i in range(repeats):
             s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -236,6 +238,8 @@ def gc_paused() -> Iterator[None]:
 @contextlib.contextmanager
 def pinned_threads(num_threads: int) -> Iterator[None]:
     """Run with ``torch.set_num_threads(num_threads)``; restore the previous setting afterwards."""
+    import torch  # loads torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(num_threads)))
     try:
@@ -303,6 +307,8 @@ class TorchBackend(ComputeBackend):
         self.bank = IndexBank(seed=seed)
 
     def close(self) -> None:
+        from dreamshard.profiling.buffers import clear_all  # loads torch (a backend that timed has it)
+
         clear_all()  # the reused weights and gradient buffers go with the last oracle that timed on them
 
     @abc.abstractmethod

@@ -15,18 +15,21 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.documents import atomic_write_text
 from dreamshard.errors import ProfilingError, StoreError, first_line
 from dreamshard.profiling.corpus import CorpusEntry, TimingRecorder
-from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import PlannedItem, plan_items
 from dreamshard.profiling.settings import ProfileConfig
 from dreamshard.store.base import KeyNotFoundError, PlanStore
 from dreamshard.values import Inventory, Measurement, MeasurementKind, TaskSet, Topology, utcnow
 from dreamshard.values.names import check_key_part
+
+if TYPE_CHECKING:
+    from dreamshard.profiling.oracle import Oracle  # the batch's measuring; loads the backends
 
 SHARD_PREFIX = "profiling"
 

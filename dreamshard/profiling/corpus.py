@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-import torch
 from pydantic import ValidationError
 
 from dreamshard.documents import describe_validation_error, read_text
@@ -56,7 +55,10 @@ class CorpusEntry(StrictModel):
 @lru_cache(maxsize=4)
 def hardware_id(device: str) -> str:
     """What the timings of `device` depend on besides the backend: machine, CPU model, torch build (and the GPU
-    model for cuda devices)."""
+    model for cuda devices). Torch is imported here, not with the module: the pipeline's orchestration (the
+    flows, the batch dispatcher, `stop-prefect.sh`) reads the corpus's keys without measuring anything."""
+    import torch  # loads torch
+
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

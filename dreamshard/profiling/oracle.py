@@ -15,8 +15,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 
-import torch
-
 import dreamshard.profiling.comm as comm_mod
 from dreamshard.errors import ProfilingError
 from dreamshard.placement.expand import with_units
@@ -31,8 +29,6 @@ from dreamshard.profiling.base import (
     timing_clock,
 )
 from dreamshard.profiling.corpus import DeviceCorpus, device_key
-from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend
-from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available
 from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
@@ -329,6 +325,8 @@ class Oracle:
 
 
 def _cuda_available() -> bool:
+    import torch  # loads torch
+
     try:
         return bool(torch.cuda.is_available())
     except Exception:
@@ -358,27 +356,36 @@ def make_oracle(
     )
     if backend == "simulator":
         return settings(SimulatorBackend(simulator))
-    if backend == "cpu":
-        rule = _with_cap(CPU_RULE, row_cap)
-        impl: ComputeBackend
-        if fbgemm_available():
-            impl = FbgemmBackend("cpu", "cpu", rule, seed=seed)
-        else:
-            impl = EmbeddingBagBackend("cpu", "cpu", rule, seed=seed)
-        return settings(impl, comm_backend="gloo")
-    if backend == "cuda":
-        if not _cuda_available():
-            raise ProfilingError("backend 'cuda' needs a CUDA GPU, and torch sees none here; use --backend cpu")
-        free, _ = torch.cuda.mem_get_info()
-        rule = ScalingRule(max_table_bytes=None, row_cap=row_cap, max_device_bytes=int(free * 0.5))
-        impl = (
-            FbgemmBackend("cuda", "cuda:0", rule, seed=seed)
-            if fbgemm_available(cuda=True)
-            else EmbeddingBagBackend("cuda", "cuda:0", rule, seed=seed)
-        )
-        comm_backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+    if backend in ("cpu", "cuda"):
+        impl, comm_backend = _torch_backend(backend, row_cap, seed)
         return settings(impl, comm_backend=comm_backend)
     raise ProfilingError(f"unknown profiling backend '{backend}'; choose from {', '.join(BACKENDS)}")
+
+
+def _torch_backend(backend: str, row_cap: int | None, seed: int) -> tuple[ComputeBackend, str]:
+    """The cpu or cuda backend (FBGEMM's operator where it loads, else torch's EmbeddingBag) and the collectives'
+    backend. Torch and the backends' modules load here, not with this module: a simulated or merely planned
+    profiling run (the batch dispatcher, `stop-prefect.sh`) never loads them."""
+    import torch  # loads torch
+
+    from dreamshard.profiling.embedding_bag_backend import EmbeddingBagBackend  # loads torch
+    from dreamshard.profiling.fbgemm_backend import FbgemmBackend, fbgemm_available  # loads torch
+
+    if backend == "cpu":
+        rule = _with_cap(CPU_RULE, row_cap)
+        if fbgemm_available():
+            return FbgemmBackend("cpu", "cpu", rule, seed=seed), "gloo"
+        return EmbeddingBagBackend("cpu", "cpu", rule, seed=seed), "gloo"
+    if not _cuda_available():
+        raise ProfilingError("backend 'cuda' needs a CUDA GPU, and torch sees none here; use --backend cpu")
+    free, _ = torch.cuda.mem_get_info()
+    rule = ScalingRule(max_table_bytes=None, row_cap=row_cap, max_device_bytes=int(free * 0.5))
+    impl: ComputeBackend = (
+        FbgemmBackend("cuda", "cuda:0", rule, seed=seed)
+        if fbgemm_available(cuda=True)
+        else EmbeddingBagBackend("cuda", "cuda:0", rule, seed=seed)
+    )
+    return impl, "nccl" if torch.cuda.device_count() >= 2 else "gloo"
 
 
 def _with_cap(rule: ScalingRule, row_cap: int | None) -> ScalingRule:

@@ -4,17 +4,17 @@ measurements are made, and `oracle()`, the measuring backend it describes (docs/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
 from dreamshard.profiling.names import BACKENDS, TYPE_KINDS
+from dreamshard.profiling.oracle import Oracle, make_oracle
+from dreamshard.profiling.simulator import SimulatorParams
 from dreamshard.sharders import sharder_names
 from dreamshard.values.base import StrictNumbers
 from dreamshard.values.costs import Statistic
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dreamshard.profiling.oracle import Oracle
 
 #: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
 DEFAULT_KINDS: tuple[str, ...] = (
@@ -74,10 +74,6 @@ class ProfileConfig(StrictNumbers):
     def oracle(self) -> Oracle:
         """The measuring backend these settings describe, built by `make_oracle` (the one construction; the CLI,
         DVC stages and flows call this)."""
-        # loads torch: imported here, so that reading the settings does not
-        from dreamshard.profiling.oracle import make_oracle
-        from dreamshard.profiling.simulator import SimulatorParams
-
         return make_oracle(
             self.backend,
             warmup=self.warmup,
