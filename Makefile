@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test test-seconds lint docs bench pretrain clean
+.PHONY: install run test test-seconds bytecode docs-check lint docs bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,12 +36,23 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check dreamshard flows tests bench
 	$(VENV)/bin/mypy
 
-# Lint first; then the timing tests alone (no server, no second worker loading the cores), then the rest on 2
-# workers (a test file stays on one worker: the orchestrator tests share one Prefect server per module), then the
-# docs build.
-test: lint
+# First the single-core steps side by side (lint, the bytecode, the docs build); then the timing tests alone (no
+# server, no second worker loading the cores); then the rest on 2 workers (a test file stays on one worker: the
+# orchestrator tests share one Prefect server per module).
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j3 lint bytecode docs-check
 	$(VENV)/bin/python -m pytest -m timing
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+
+# The bytecode of what the tests import, written once (the venv is installed with --no-compile, and a clean clone
+# has none for its own modules): otherwise the first test step compiled torch, TorchRec and Prefect's server on one
+# core, and both xdist workers compiled what they imported first at the same time.
+bytecode: $(STAMP)
+	$(PY) -m pytest --collect-only -q -p no:cacheprovider >/dev/null
+	$(PY) -c "import torch, torchrec, matplotlib.pyplot, dvc.repo, prefect.server.api.server, prefect.workers.process"
+
+# The docs build into a temporary directory (--strict: a broken link or a page outside the nav fails it)
+docs-check: $(STAMP)
 	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d "$$d"; s=$$?; rm -rf "$$d"; exit $$s
 
 # Record each test file's seconds from the last full run (pytest's cache) into tests/file_seconds.json: a clean
