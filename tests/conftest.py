@@ -123,7 +123,7 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     try:
         yield SeaweedS3(inst.endpoint_url, inst.access_key, inst.secret_key, inst.bucket)
     finally:
-        sw.stop(data_dir)
+        sw.stop(data_dir, grace_s=0)  # its data is the session's tmp: no clean stop needed
 
 
 def s3_environment(mp: pytest.MonkeyPatch, seaweed: SeaweedS3, home: Path) -> SeaweedS3:

@@ -287,7 +287,11 @@ def test_function_level_imports_are_optional_dependencies_or_torch_with_a_commen
 
 def test_the_torch_finder_follows_packages_and_leaves_out_type_checking_blocks() -> None:
     heavy = _loads_torch()
-    assert {"dreamshard.profiling.fbgemm_backend", "dreamshard.learning.model_store", "dreamshard.usecases.plan"} <= heavy
+    assert {
+        "dreamshard.profiling.fbgemm_backend",
+        "dreamshard.learning.model_store",
+        "dreamshard.usecases.plan",
+    } <= heavy
     assert (
         not {
             "dreamshard.config.settings",

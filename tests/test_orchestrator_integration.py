@@ -41,6 +41,8 @@ BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 ALL_STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
 WORKERS = ("gpu-w1", "gpu-w2")
+#: A Prefect API nothing listens on: a run that must not need Prefect gets it.
+CLOSED_API = "http://127.0.0.1:9/api"
 #: Task names that do work (a stage, a push, a publish, a measurement).
 WORK_TASKS = {"dvc-stage", "dvc-push", "git-commit", "gate", "publish-plan", "measure-batch"}
 
@@ -188,8 +190,8 @@ def _batch_runs(tag: str) -> list[Any]:
         return client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])))
 
 
-def _run(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+def _run(args: list[str], cwd: Path, **extra_env: str) -> str:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra_env}
     res = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout
@@ -212,14 +214,15 @@ def _in_background(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Published:
-    """Two versions of the tiny inventory through the pipeline: the first in process, the second (one table
-    resized) as the Prefect flow with its profiling batches on the workers; what the tests of this module start
-    from."""
+    """Two versions of the tiny inventory through the pipeline: the first by the CLI's in-process runner (no
+    Prefect), the second (one table resized) as the Prefect flow with its profiling batches on the workers; what
+    the tests of this module start from."""
 
     root: Path  # the fixture's directory: params.yaml, inv.yaml, inv2.yaml, ws/
     prefix: str  # the S3 key prefix of its store and DVC remote
     store_uri: str
-    first: Any
+    first_output: str  # what `dreamshard pipeline run --runner in-process` printed for the first version
+    first: Any  # the first version's current plan (get_current)
     second: Any
     plan_id: str  # the plan current after the second version
     lineage: Any  # its lineage
@@ -240,29 +243,29 @@ def published(gpu_workers: GpuWorkers, seaweed: Any, tmp_path_factory: pytest.Te
     from dreamshard_flows.orchestrator import retrain_on_inventory_change
     from dreamshard_flows.requests import OrchestratorRequest
 
-    from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
-    from dreamshard.usecases.runner import InProcessRunner
-
     root = tmp_path_factory.mktemp("published")
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     with pytest.MonkeyPatch.context() as mp:
         s3_environment(mp, seaweed, root)
         params = _params(root / "params.yaml", prefix, seaweed)
         inv = tiny_inventory(root / "inv.yaml")
-        # The first version in process (the same library run under the in-process runner, ~13 s less than as task
-        # runs): what the tests are about is the next one, under Prefect, on the workers.
-        first = run_pipeline(PipelineRun(workspace=root / "ws", params=params, inventory=inv), InProcessRunner())
-        assert first.ran == ALL_STAGES and first.outcome is not None and first.outcome.approved, first.reason
-        assert load_incumbent(root / "ws" / INCUMBENT) is None  # the first version: no plan was current
+        store_uri = f"s3://{seaweed.bucket}/{prefix}/plans"
+        # The first version by the CLI's in-process runner, in a process whose Prefect API is a closed port: it
+        # must not need one (test_the_first_version_ran_in_process_with_no_prefect_api reads its output).
+        command = [str(BIN / "dreamshard"), "pipeline", "run", "--runner", "in-process", "-i", str(root / "inv.yaml")]
+        first_output = _run(
+            [*command, "-w", str(root / "ws"), "--params", str(params)], root, PREFECT_API_URL=CLOSED_API
+        )
+        first = get_current(open_store(store_uri), "tiny")
+        assert first is not None and load_incumbent(root / "ws" / INCUMBENT) is None  # no plan was current before
         # One table changes: one run does everything, its profiling batches spread over both workers.
         resize_one_table(inv, root / "inv2.yaml")  # another schema: the new plan need not beat the current one
         request = OrchestratorRequest(
             workspace=str(root / "ws"), params_path=str(params), inventory_path=str(root / "inv2.yaml")
         )
         second = retrain_on_inventory_change(request)  # a server, the deployment and live workers: auto -> workers
-        store_uri = f"s3://{seaweed.bucket}/{prefix}/plans"
         current = get_current(open_store(store_uri), "tiny")
-        yield Published(root, prefix, store_uri, first, second, current.plan_id, current.lineage)
+        yield Published(root, prefix, store_uri, first_output, first, second, current.plan_id, current.lineage)
 
 
 def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
@@ -296,7 +299,7 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     ws = PipelineWorkspace(ws_dir)
     # The new version was planned from the plan current when it arrived: search started from it, verify measured it.
     incumbent = load_incumbent(ws.path(INCUMBENT))
-    assert incumbent is not None and incumbent.plan_id == first.outcome.plan_id
+    assert incumbent is not None and incumbent.plan_id == first.plan_id
     verified = load_plan(ws.path(PLAN)).verification
     assert verified is not None and any(c.source.startswith("current") for c in verified.candidates), verified
     ids = jsonl_ids(ws.path(MEASUREMENTS))
@@ -307,7 +310,7 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     current = get_current(store, "tiny")
     assert second.outcome is not None and second.outcome.approved and current.plan_id == second.outcome.plan_id
     lineage = current.lineage
-    assert lineage is not None and lineage.model_md5 == lock[MODEL_DIR] != first.outcome.model_md5
+    assert lineage is not None and lineage.model_md5 == lock[MODEL_DIR] != first.lineage.model_md5
     assert lineage.measurements_md5 == lock[MEASUREMENTS] == dvc_md5(ws.path(MEASUREMENTS))
     assert lineage.flow_run_id == second.campaign and lineage.git_revision == ws.head() == second.git_revision
     assert lineage.dvc_remote == f"s3://{s3_env.bucket}/{s3_prefix}/dvc"
@@ -373,6 +376,29 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     names = {r.name if r.name in ALL_STAGES else r.name.rsplit("-", 1)[0] for r in _task_runs_since(t3)}
     assert names and not names & (WORK_TASKS | set(ALL_STAGES)), names  # only the checks ran
     assert get_current(store, "tiny").plan_id == current.plan_id
+
+
+def test_the_first_version_ran_in_process_with_no_prefect_api_and_a_run_with_nothing_changed_stops(
+    published: Published, s3_env: Any
+) -> None:
+    """`dreamshard pipeline run --runner in-process` (the fixture's first version, its Prefect API a closed port):
+    every stage once, the steps' log lines on stdout, the plan decided and stored with the run's id in its
+    lineage, no Prefect API named. The current inputs again, from the library under the in-process runner: no
+    stage, no publish, the decision already made is reported (a plan is decided once)."""
+    from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
+    from dreamshard.usecases.runner import InProcessRunner
+
+    out, first = published.first_output, published.first
+    assert "stage train done" in out and "published plan" in out and "Prefect" not in out
+    assert first.lineage is not None and first.lineage.flow_run_id
+    assert f"ran {', '.join(ALL_STAGES)}; committed, pushed; published plan {first.plan_id}" in out
+    inventory = load_inventory(published.root / "inv2.yaml")
+    runner = InProcessRunner()
+    again = run_pipeline(PipelineRun(workspace=published.ws, params=published.params, inventory=inventory), runner)
+    assert again.ran == [] and again.outcome is None and "nothing to do" in again.reason
+    assert again.current_plan_id == published.plan_id and "publish-plan" not in runner.steps
+    assert runner.steps[:3] == ["current-plan", "prepare-workspace", "push-inventory"]
+    assert runner.names == [f"tiny-pipeline-{inventory.fingerprint()[:12]}"] and again.campaign == runner.run_id()
 
 
 def test_fresh_clone_pull_and_repro_of_training_gives_the_published_model(

@@ -1,7 +1,8 @@
-"""The pipeline as a library use case (dreamshard.usecases.pipeline_run): the stage loop, the decide-once rule and
-the publish step run under the in-process runner, without Prefect, from the library and from the CLI
-(`dreamshard pipeline run --runner in-process`). The Prefect runner's own behaviour (task runs, the pause, workers)
-is tested in test_orchestrator_integration.py and test_flows_operations.py."""
+"""The pipeline as a library use case (dreamshard.usecases.pipeline_run) under the in-process runner: what it
+refuses before any stage, from the library and from the CLI (`dreamshard pipeline run --runner in-process`), and
+its terminal reviewer. Its whole runs (every stage, publish, then nothing to do) are the first version of
+test_orchestrator_integration.py, run by the CLI in a process whose Prefect API is a closed port; the Prefect
+runner's own behaviour (task runs, the pause, workers) is tested there and in test_flows_operations.py."""
 
 from __future__ import annotations
 
@@ -12,13 +13,10 @@ from flows_support import tiny_inventory, write_params
 
 from dreamshard.cli.app import invoke
 from dreamshard.errors import ConfigError
-from dreamshard.store import get_current, open_store
 from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
 from dreamshard.usecases.runner import InProcessRunner, Review
 
 pytestmark = pytest.mark.integration
-
-ALL_STAGES = ["inventory", "incumbent", "tasks", "profile", "train", "plan", "evaluate"]
 
 
 def _request(tmp_path: Path, **fields: object) -> PipelineRun:
@@ -46,15 +44,14 @@ def test_what_the_runner_cannot_do_is_refused_before_any_stage(tmp_path: Path) -
     assert reviewer.can_review and not runner.can_review
 
 
-def test_the_cli_runs_the_pipeline_in_process_and_a_run_with_nothing_changed_stops(
+def test_the_cli_refuses_what_the_in_process_runner_cannot_do_before_writing_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`dreamshard pipeline run --runner in-process`: every stage once, the steps' log lines on stdout, the plan
-    decided and stored with the run's id in its lineage, no Prefect API named; `--dispatch workers` with it is
-    refused in one line before anything is written. The same inputs again, from the library: no stage, no
-    publish, the decision already made is reported (a plan is decided once)."""
+    """`dreamshard pipeline run --runner in-process` with `--dispatch workers`, an unknown runner, or
+    publish.require_human and no terminal: one line each, exit 2, before the run takes the workspace. (Its runs
+    themselves: the first version of test_orchestrator_integration.py, in a process with no Prefect API.)"""
     params = write_params(tmp_path / "params.yaml", publish={"store_uri": str(tmp_path / "store")})
-    inventory = tiny_inventory(tmp_path / "inv.yaml")
+    tiny_inventory(tmp_path / "inv.yaml")
     monkeypatch.chdir(tmp_path)
     args = ["pipeline", "run", "-i", "inv.yaml", "-w", "ws", "--params", str(params), "--dvc-remote", "remote"]
     code, out, err = invoke([*args, "--runner", "in-process", "--dispatch", "workers"])
@@ -67,22 +64,6 @@ def test_the_cli_runs_the_pipeline_in_process_and_a_run_with_nothing_changed_sto
     assert code == 2 and "publish.require_human is true but this runner has no reviewer" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "ws" / ".pipeline.lock").exists()  # refused before the run took the workspace
-    code, out, err = invoke([*args, "--runner", "in-process"])
-    assert code == 0, err
-    assert "stage train done" in out and "published plan" in out and "Prefect" not in out
-    current = get_current(open_store(str(tmp_path / "store")), "tiny")
-    assert current is not None and current.lineage is not None and current.lineage.flow_run_id
-    assert f"ran {', '.join(ALL_STAGES)}; committed, pushed; published plan {current.plan_id}" in out
-
-    request = PipelineRun(
-        workspace=tmp_path / "ws", params=params, inventory=inventory, dvc_remote=str(tmp_path / "remote")
-    )
-    again = InProcessRunner()
-    second = run_pipeline(request, again)
-    assert second.ran == [] and second.outcome is None and "nothing to do" in second.reason
-    assert second.current_plan_id == current.plan_id and "publish-plan" not in again.steps
-    assert again.steps[:3] == ["current-plan", "prepare-workspace", "push-inventory"]
-    assert again.names == [f"tiny-pipeline-{inventory.fingerprint()[:12]}"] and second.campaign == again.run_id()
 
 
 def test_the_terminal_reviewer_answers_or_times_out(monkeypatch: pytest.MonkeyPatch) -> None:

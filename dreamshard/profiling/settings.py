@@ -15,7 +15,6 @@ from dreamshard.sharders import sharder_names
 from dreamshard.values.base import StrictNumbers
 from dreamshard.values.costs import Statistic
 
-
 #: extra placement kinds measured per task besides the random ones (dreamshard.profiling.runner)
 DEFAULT_KINDS: tuple[str, ...] = (
     "dim_greedy",
