@@ -67,8 +67,10 @@ def test_stopping_a_worker_and_running_a_simulated_batch_load_no_torch() -> None
     profiling batch: neither loads torch unless the batch times on a device (1.2 s of CPU each, measured)."""
     code = (
         "import sys\nimport dreamshard_flows.shutdown, dreamshard_flows.batch_flow, dreamshard_flows.fanout\n"
-        "from dreamshard.profiling.settings import ProfileConfig\n"
-        "oracle = ProfileConfig(backend='simulator').oracle()\nprint('torch' in sys.modules)\n"
-        "ProfileConfig(backend='cpu').oracle()\nprint('torch' in sys.modules)"
+        "from dreamshard.profiling.settings import ProfileConfig\nfrom dreamshard.profiling.corpus import hardware_id\n"
+        "oracle = ProfileConfig(backend='simulator').oracle()\nkey = hardware_id('cpu')\n"
+        "print('torch' in sys.modules)\n"
+        "ProfileConfig(backend='cpu').oracle()\nprint('torch' in sys.modules)\n"
+        "import torch\nprint(key.endswith(f'torch {torch.__version__}'))"  # the corpus's keys are as before
     )
-    assert _fresh(code).split() == ["False", "True"]
+    assert _fresh(code).split() == ["False", "True", "True"]

@@ -11,6 +11,7 @@ together. Communication is not stored: it is recomputed from the world size's co
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
@@ -55,10 +56,9 @@ class CorpusEntry(StrictModel):
 @lru_cache(maxsize=4)
 def hardware_id(device: str) -> str:
     """What the timings of `device` depend on besides the backend: machine, CPU model, torch build (and the GPU
-    model for cuda devices). Torch is imported here, not with the module: the pipeline's orchestration (the
-    flows, the batch dispatcher, `stop-prefect.sh`) reads the corpus's keys without measuring anything."""
-    import torch  # loads torch
-
+    model for cuda devices). The torch build is read from its installed metadata, which names it as
+    `torch.__version__` does, so only a cuda device loads torch here: the pipeline's orchestration and a simulated
+    profiling run read the corpus's keys without it."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -67,10 +67,23 @@ def hardware_id(device: str) -> str:
                 break
     except OSError:
         pass
-    parts = [platform.machine(), cpu, f"torch {torch.__version__}"]
-    if device.startswith("cuda") and torch.cuda.is_available():
-        parts.append(torch.cuda.get_device_name(0))
+    parts = [platform.machine(), cpu, f"torch {_torch_version()}"]
+    if device.startswith("cuda"):
+        import torch  # loads torch
+
+        if torch.cuda.is_available():
+            parts.append(torch.cuda.get_device_name(0))
     return " | ".join(parts)
+
+
+def _torch_version() -> str:
+    """`torch.__version__`, from the installed metadata where there is some (a build without it loads torch)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        import torch  # loads torch
+
+        return str(torch.__version__)
 
 
 def device_key(info: BackendInfo, seed: int, tables: Sequence[Table], hardware: str | None = None) -> str:
