@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test test-seconds bytecode docs-check lint docs bench pretrain clean
+.PHONY: install run test test-seconds bytecode-tests bytecode-deps docs-check lint docs bench pretrain clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,15 +40,20 @@ lint: $(STAMP)
 # server, no second worker loading the cores); then the rest on 2 workers (a test file stays on one worker: the
 # orchestrator tests share one Prefect server per module).
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j3 lint bytecode docs-check
-	$(VENV)/bin/python -m pytest -m timing
+	$(MAKE) --no-print-directory -j4 lint bytecode-tests bytecode-deps docs-check
+	$(VENV)/bin/python -m pytest -m timing $(TIMING_TESTS)
 	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
-# The bytecode of what the tests import, written once (the venv is installed with --no-compile, and a clean clone
-# has none for its own modules): otherwise the first test step compiled torch, TorchRec and Prefect's server on one
-# core, and both xdist workers compiled what they imported first at the same time.
-bytecode: $(STAMP)
+# The files holding the tests marked `timing` (tests/test_suite_schedule.py checks the list): the timing step
+# collects these alone, not the whole suite.
+TIMING_TESTS := tests/test_profiling_comm.py tests/test_profiling_oracle.py
+
+# The bytecode of what the tests import, written once, in two jobs (the venv is installed with --no-compile, and a
+# clean clone has none for its own modules): otherwise the first test step compiled torch, TorchRec and Prefect's
+# server on one core, and both xdist workers compiled what they imported first at the same time.
+bytecode-tests: $(STAMP)
 	$(PY) -m pytest --collect-only -q -p no:cacheprovider >/dev/null
+bytecode-deps: $(STAMP)
 	$(PY) -c "import torch, torchrec, matplotlib.pyplot, dvc.repo, prefect.server.api.server, prefect.workers.process"
 
 # The docs build into a temporary directory (--strict: a broken link or a page outside the nav fails it)
