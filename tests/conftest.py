@@ -50,14 +50,24 @@ def _file_seconds(config: pytest.Config) -> dict[str, float]:
     return {k: float(v) for k, v in merged.items()}
 
 
+#: The xdist group of the files that use the session's Prefect server (`prefect_api`): they run on one worker, which
+#: starts the server once (9 s of CPU on 2 cores); with `--dist loadgroup` every other file is a group of its own.
+PREFECT_GROUP = "prefect-server"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run `timing` tests first: the session-scoped SeaweedFS and Prefect servers keep working in the
     background once started, and on 2 cores that load skews wall-clock comparisons. Then the files by their
-    measured seconds, longest first, so the two xdist workers (`--dist loadfile` gives each file to one worker)
-    finish together; a file never measured keeps its place. The sort is stable: the order within a file is
-    always kept."""
+    measured seconds, longest first, so the two xdist workers finish together; a file never measured keeps its
+    place. The sort is stable: the order within a file is always kept. Each test without an `xdist_group` mark is
+    put in its file's group (`--dist loadgroup` keeps a file on one worker, as `loadfile` does), ahead of xdist,
+    which names the groups."""
     seconds = _file_seconds(config)
     items.sort(key=lambda item: (item.get_closest_marker("timing") is None, -seconds.get(item.path.name, 0.0)))
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
 
 
 class _Durations:

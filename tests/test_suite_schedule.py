@@ -44,3 +44,20 @@ def test_the_timing_step_collects_every_file_that_marks_a_timing_test(tmp_path: 
     (planted / "test_x.py").write_text(f"import pytest\n\n{marker}\ndef test_a():\n    pass\n")
     (planted / "test_y.py").write_text("def test_b():\n    pass\n")
     assert timing_files(planted) == {"tests/test_x.py"}
+
+
+def server_files_outside_the_group(tests: Path) -> set[str]:
+    """The test files that ask for the session's Prefect server but are not in its xdist group: under
+    `--dist loadgroup` such a file may land on the other worker, which then starts a second server."""
+    return {
+        p.name
+        for p in tests.rglob("test_*.py")
+        if re.search(r"\bprefect_api\b", text := p.read_text()) and "xdist_group(PREFECT_GROUP)" not in text
+    }
+
+
+def test_every_file_using_the_prefect_server_is_in_its_group(tmp_path: Path) -> None:
+    assert server_files_outside_the_group(TESTS) == set()
+    (tmp_path / "test_p.py").write_text("def test_a(prefect_api):\n    pass\n")
+    (tmp_path / "test_q.py").write_text("def test_b(tmp_path):\n    pass\n")
+    assert server_files_outside_the_group(tmp_path) == {"test_p.py"}

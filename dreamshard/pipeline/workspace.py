@@ -35,7 +35,14 @@ from pydantic import BaseModel, ConfigDict
 import dreamshard
 from dreamshard.documents import atomic_write_text, load_inventory, load_yaml, model_json, save_inventory
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
-from dreamshard.pipeline.dvc import configure_local_remote, configure_s3_remote, dvc_status, run_dvc, stream_dvc
+from dreamshard.pipeline.dvc import (
+    configure_local_remote,
+    configure_s3_remote,
+    dvc_status,
+    init_repo,
+    run_dvc,
+    stream_dvc,
+)
 from dreamshard.pipeline.incumbent import no_incumbent
 from dreamshard.pipeline.stream import OnLine
 from dreamshard.values import Inventory, Plan
@@ -118,8 +125,7 @@ class PipelineWorkspace:
         if not (self.root / ".git").exists():
             run_git(["init", "-q"], self.root)
         if not (self.root / ".dvc").is_dir():
-            run_dvc(["init", "-q"], self.root)
-            run_dvc(["config", "core.analytics", "false"], self.root)
+            init_repo(self.root)
         for name, text in ((".gitignore", GITIGNORE), (".dvcignore", DVCIGNORE)):
             self._ensure_lines(name, text)
         for name, text in ((DVC_YAML, dvc_yaml), (PARAMS, params)):
