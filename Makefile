@@ -38,11 +38,11 @@ lint: $(STAMP)
 
 # First the single-core steps side by side (lint, the bytecode, the docs build); then the timing tests alone (no
 # server, no second worker loading the cores); then the rest on 2 workers (a test file stays on one worker, and the
-# files using the session's Prefect server share one: tests/conftest.py names the groups).
+# files using the session's Prefect server share one: tests/conftest.py, PREFECT_SERVER_FILES).
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j4 lint bytecode-tests bytecode-deps docs-check
 	$(VENV)/bin/python -m pytest -m timing $(TIMING_TESTS)
-	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
+	$(VENV)/bin/python -m pytest -m "not timing" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 # The files holding the tests marked `timing` (tests/test_suite_schedule.py checks the list): the timing step
 # collects these alone, not the whole suite.

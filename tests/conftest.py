@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -50,24 +50,35 @@ def _file_seconds(config: pytest.Config) -> dict[str, float]:
     return {k: float(v) for k, v in merged.items()}
 
 
-#: The xdist group of the files that use the session's Prefect server (`prefect_api`): they run on one worker, which
-#: starts the server once (9 s of CPU on 2 cores); with `--dist loadgroup` every other file is a group of its own.
-PREFECT_GROUP = "prefect-server"
+#: The files that use the session's Prefect server (`prefect_api`): `--dist loadfile` keeps a file on one worker, and
+#: these share one (`pytest_xdist_make_scheduler`), which starts the server once (9 s of CPU on 2 cores) instead of
+#: each worker starting its own.
+PREFECT_SERVER_FILES = frozenset({"tests/test_orchestrator_integration.py", "tests/test_flows_operations.py"})
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run `timing` tests first: the session-scoped SeaweedFS and Prefect servers keep working in the
     background once started, and on 2 cores that load skews wall-clock comparisons. Then the files by their
-    measured seconds, longest first, so the two xdist workers finish together; a file never measured keeps its
-    place. The sort is stable: the order within a file is always kept. Each test without an `xdist_group` mark is
-    put in its file's group (`--dist loadgroup` keeps a file on one worker, as `loadfile` does), ahead of xdist,
-    which names the groups."""
+    measured seconds, longest first, so the two xdist workers (`--dist loadfile` gives each file to one worker)
+    finish together; a file never measured keeps its place. The sort is stable: the order within a file is
+    always kept."""
     seconds = _file_seconds(config)
     items.sort(key=lambda item: (item.get_closest_marker("timing") is None, -seconds.get(item.path.name, 0.0)))
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with PREFECT_SERVER_FILES one unit of work (xdist's `loadgroup` marks do not reach the
+    scheduler under pytest 9: xdist renames `item._nodeid`, which pytest 9 no longer reads)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "prefect-server" if path in PREFECT_SERVER_FILES else path
+
+    return FileScheduling(config, log)
 
 
 class _Durations:

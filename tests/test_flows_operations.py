@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PREFECT_GROUP
 from flows_support import tiny_inventory, write_params
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(PREFECT_GROUP)]  # one server, one worker
+pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PREFECT_GROUP, s3_environment
+from conftest import s3_environment
 from flows_support import change_one_table, jsonl_ids, resize_one_table, tiny_inventory, write_params
 
 from dreamshard.documents import dump_model, load_inventory, load_plan
@@ -35,7 +35,7 @@ from dreamshard.pipeline.workspace import INCUMBENT, INPUT_INCUMBENT, MEASUREMEN
 from dreamshard.store import get_current, get_pointer, list_plans, open_store
 from dreamshard.values.lineage import dvc_md5, lock_outs
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(PREFECT_GROUP)]  # one server, one worker
+pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]

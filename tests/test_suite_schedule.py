@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import RECORDED_SECONDS
+from conftest import PREFECT_SERVER_FILES, RECORDED_SECONDS
 
 TESTS = Path(__file__).resolve().parent
 
@@ -46,18 +46,21 @@ def test_the_timing_step_collects_every_file_that_marks_a_timing_test(tmp_path: 
     assert timing_files(planted) == {"tests/test_x.py"}
 
 
-def server_files_outside_the_group(tests: Path) -> set[str]:
-    """The test files that ask for the session's Prefect server but are not in its xdist group: under
-    `--dist loadgroup` such a file may land on the other worker, which then starts a second server."""
+def server_files_outside_the_group(tests: Path, group: frozenset[str]) -> set[str]:
+    """The test files that ask for the session's Prefect server but are not in `group`: such a file may land on
+    the other xdist worker, which then starts a second server."""
     return {
-        p.name
+        str(p.relative_to(tests.parent))
         for p in tests.rglob("test_*.py")
-        if re.search(r"\bprefect_api\b", text := p.read_text()) and "xdist_group(PREFECT_GROUP)" not in text
-    }
+        if re.search(r"\bprefect_api\b", p.read_text()) and str(p.relative_to(tests.parent)) not in group
+    } - {"tests/test_suite_schedule.py"}
 
 
 def test_every_file_using_the_prefect_server_is_in_its_group(tmp_path: Path) -> None:
-    assert server_files_outside_the_group(TESTS) == set()
-    (tmp_path / "test_p.py").write_text("def test_a(prefect_api):\n    pass\n")
-    (tmp_path / "test_q.py").write_text("def test_b(tmp_path):\n    pass\n")
-    assert server_files_outside_the_group(tmp_path) == {"test_p.py"}
+    assert server_files_outside_the_group(TESTS, PREFECT_SERVER_FILES) == set()
+    planted = tmp_path / "tests"
+    planted.mkdir()
+    (planted / "test_p.py").write_text("def test_a(prefect_api):\n    pass\n")
+    (planted / "test_q.py").write_text("def test_b(tmp_path):\n    pass\n")
+    assert server_files_outside_the_group(planted, frozenset({"tests/test_q.py"})) == {"tests/test_p.py"}
+    assert server_files_outside_the_group(planted, frozenset({"tests/test_p.py"})) == set()
