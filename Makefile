@@ -10,14 +10,29 @@ export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install run test test-seconds bytecode-tests bytecode-deps docs-check lint docs bench pretrain clean
+.PHONY: install lock run test test-seconds bytecode-tests bytecode-deps docs-check lint docs bench pretrain clean
 
-$(STAMP): pyproject.toml constraints.txt
+# torch first (the CPU wheel on these machines; see README), then requirements.lock in two pip processes side by side
+# (infra/install_lock.py: no resolution left to do), then the project itself. Where the lock cannot install (another
+# platform), pip's resolver with constraints.txt does it, and TorchRec comes without its CUDA dependencies.
+$(STAMP): pyproject.toml constraints.txt requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --no-compile torch==2.13.0  # the CPU wheel on these machines; do it first (see README)
-	$(PIP) install -q --no-compile -c constraints.txt -e '.[dev,torchrec,s3]'
-	$(PIP) install -q --no-compile --no-deps torchrec==1.9.2
+	$(PIP) install -q --no-compile torch==2.13.0
+	$(PY) infra/install_lock.py requirements.lock --jobs 2 || \
+	  { $(PIP) install -q --no-compile -c constraints.txt -e '.[dev,torchrec,s3]' && \
+	    $(PIP) install -q --no-compile --no-deps torchrec==1.9.2; }
+	$(PIP) install -q --no-compile --no-deps -e .
 	touch $(STAMP)
+
+# Write requirements.lock again: pip's resolver with constraints.txt in a fresh venv, then pip freeze (run it after a
+# change to the dependencies in pyproject.toml or constraints.txt; tests/test_lock.py says when)
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q --no-compile torch==2.13.0
+	.lock-venv/bin/python -m pip install -q --no-compile -c constraints.txt '.[dev,torchrec,s3]'
+	.lock-venv/bin/python -m pip install -q --no-compile --no-deps torchrec==1.9.2
+	{ sed -n '1,3p' requirements.lock; .lock-venv/bin/python -m pip freeze | grep -iv '^dreamshard'; } > .lock-venv/lock
+	mv .lock-venv/lock requirements.lock && rm -rf .lock-venv
 
 # Bytecode is written (into .venv and the checkout's git- and DVC-ignored __pycache__/): these machines set
 # PYTHONDONTWRITEBYTECODE, under which every `dreamshard` process (each DVC stage, each CLI test) compiled the

@@ -1,0 +1,78 @@
+"""requirements.lock (what `make install` installs without resolving) agrees with pyproject.toml and
+constraints.txt: a dependency added or re-pinned there without `make lock` fails here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import tomlkit  # DVC's dependency (tomllib is 3.11's, and the project supports 3.10)
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTRAS = ("dev", "torchrec", "s3")  # what the Makefile installs: '.[dev,torchrec,s3]'
+
+sys.path.insert(0, str(ROOT / "infra"))
+from install_lock import pins  # noqa: E402
+
+
+def locked(lock: Path) -> dict[str, Version]:
+    """The lock's pins by canonical name (a name pinned twice is an error)."""
+    out: dict[str, Version] = {}
+    for line in pins(lock, frozenset()):
+        name, sep, version = line.partition("==")
+        assert sep and version, f"{lock.name}: '{line}' is not name==version"
+        key = canonicalize_name(name)
+        assert key not in out, f"{lock.name}: {name} pinned twice"
+        out[key] = Version(version)
+    return out
+
+
+def disagreements(lock: Path, pyproject: Path, constraints: Path) -> list[str]:
+    """Each requirement of the project (its extras EXTRAS) the lock lacks or pins outside the range, and each pin of
+    constraints.txt the lock pins otherwise."""
+    have = locked(lock)
+    project = tomlkit.parse(pyproject.read_text())["project"]
+    wanted = [str(r) for r in project["dependencies"]]
+    wanted += [str(r) for e in EXTRAS for r in project["optional-dependencies"][e]]
+    found = []
+    for text in wanted:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        version = have.get(canonicalize_name(req.name))
+        if version is None:
+            found.append(f"{req.name} is required ({text}) but not locked")
+        elif not req.specifier.contains(version, prereleases=True):
+            found.append(f"{req.name} is locked at {version}, outside {text}")
+    for line in constraints.read_text().splitlines():
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        req = Requirement(text)
+        version = have.get(canonicalize_name(req.name))
+        if version is not None and not req.specifier.contains(version, prereleases=True):
+            found.append(f"{req.name} is locked at {version}, constraints.txt says {req.specifier}")
+    return found
+
+
+def test_the_lock_holds_every_requirement_within_its_range_and_the_constraints_pins() -> None:
+    assert disagreements(ROOT / "requirements.lock", ROOT / "pyproject.toml", ROOT / "constraints.txt") == []
+
+
+def test_a_requirement_added_or_repinned_without_make_lock_is_found(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# header\npydantic==2.14.4\ntorch==2.13.0+cpu\n")
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\ndependencies = ["pydantic>=2.6", "torch>=2.3,<2.15", "rich>=13"]\n'
+        "[project.optional-dependencies]\ndev = []\ntorchrec = []\ns3 = []\n"
+    )
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("# pins\npydantic==2.15.0\ntorch==2.13.0\n")
+    assert disagreements(lock, pyproject, constraints) == [
+        "rich is required (rich>=13) but not locked",
+        "pydantic is locked at 2.14.4, constraints.txt says ==2.15.0",
+    ]
