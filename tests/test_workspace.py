@@ -180,3 +180,27 @@ def test_status_is_dvcs_own_answer_named_by_stage_wherever_the_caller_is(
     with pytest.raises(PipelineError, match=r"^`dvc status` failed in .*ws: .*cmd") as e:
         ws.status()
     assert "\n" not in str(e.value)
+
+
+def test_dvc_init_in_process_writes_what_the_cli_did_quietly_and_fails_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A workspace's `dvc init` runs through DVC's API (pipeline.dvc.init_repo): the config `dvc init -q` and
+    `dvc config core.analytics false` wrote, nothing on stdout; outside a git repository, DVC's reason in one line."""
+    import subprocess
+
+    from dreamshard.pipeline.dvc import init_repo
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    init_repo(repo)
+    assert (repo / ".dvc" / "config").read_text() == "[core]\n    analytics = false\n"
+    assert (repo / ".dvcignore").is_file() and capfd.readouterr().out == ""
+    with pytest.raises(ConfigError, match=r"`dvc init` failed in .*\.dvc' exists") as again:
+        init_repo(repo)
+    assert "\n" not in str(again.value)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    with pytest.raises(ConfigError, match="is not tracked by any supported SCM tool"):
+        init_repo(bare)
