@@ -65,7 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--skip", action="append", default=["torch"], help="a package installed before (repeat)")
     args = parser.parse_args(argv)
+    if not args.lock.is_file():
+        print(f"install_lock: no lock file {args.lock}", file=sys.stderr)
+        return 2
     wanted = pins(args.lock, frozenset(s.lower() for s in args.skip))
+    loose = [line for line in wanted if "==" not in line or line.startswith("-")]
+    if loose:
+        print(f"install_lock: {args.lock}: '{loose[0]}' is not name==version (make lock writes it)", file=sys.stderr)
+        return 2
     groups = [wanted[i :: max(1, args.jobs)] for i in range(max(1, args.jobs))]
     with tempfile.TemporaryDirectory() as tmp:
         failures = install([g for g in groups if g], Path(tmp))
