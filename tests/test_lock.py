@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import tomlkit  # DVC's dependency (tomllib is 3.11's, and the project supports 3.10)
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -76,3 +77,17 @@ def test_a_requirement_added_or_repinned_without_make_lock_is_found(tmp_path: Pa
         "rich is required (rich>=13) but not locked",
         "pydantic is locked at 2.14.4, constraints.txt says ==2.15.0",
     ]
+
+
+def test_install_lock_refuses_a_missing_lock_and_a_loose_line_before_pip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from install_lock import main
+
+    assert main([str(tmp_path / "absent.lock")]) == 2
+    assert capsys.readouterr().err.strip() == f"install_lock: no lock file {tmp_path / 'absent.lock'}"
+    for line in ("rich>=13", "-e .", "rich"):
+        (tmp_path / "loose.lock").write_text(f"# header\nsix==1.17.0\n{line}\n")
+        assert main([str(tmp_path / "loose.lock")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"'{line}' is not name==version" in err and "\n" not in err
