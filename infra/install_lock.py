@@ -37,6 +37,11 @@ def pins(lock: Path, skip: frozenset[str]) -> list[str]:
     return out
 
 
+def loose(lines: list[str]) -> list[str]:
+    """The lines that pin nothing: not `name==version` (a range, a bare name, an option such as `-e .`)."""
+    return [line for line in lines if line.startswith("-") or not all(line.partition("==")[::2])]
+
+
 def install(groups: list[list[str]], workdir: Path) -> list[str]:
     """Each group by its own `pip install --no-deps` process, all at once; the failures' last lines."""
     procs = []
@@ -69,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"install_lock: no lock file {args.lock}", file=sys.stderr)
         return 2
     wanted = pins(args.lock, frozenset(s.lower() for s in args.skip))
-    loose = [line for line in wanted if "==" not in line or line.startswith("-")]
-    if loose:
-        print(f"install_lock: {args.lock}: '{loose[0]}' is not name==version (make lock writes it)", file=sys.stderr)
+    unpinned = loose(wanted)
+    if unpinned:
+        print(f"install_lock: {args.lock}: '{unpinned[0]}' is not name==version (make lock writes it)", file=sys.stderr)
         return 2
-    groups = [wanted[i :: max(1, args.jobs)] for i in range(max(1, args.jobs))]
+    jobs = max(1, args.jobs)
+    groups = [wanted[i::jobs] for i in range(jobs)]
     with tempfile.TemporaryDirectory() as tmp:
         failures = install([g for g in groups if g], Path(tmp))
     if failures:

@@ -16,15 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("dev", "torchrec", "s3")  # what the Makefile installs: '.[dev,torchrec,s3]'
 
 sys.path.insert(0, str(ROOT / "infra"))
-from install_lock import pins  # noqa: E402
+from install_lock import loose, pins  # noqa: E402
 
 
 def locked(lock: Path) -> dict[str, Version]:
     """The lock's pins by canonical name (a name pinned twice is an error)."""
+    lines = pins(lock, frozenset())
+    assert loose(lines) == [], f"{lock.name}: lines that are not name==version"
     out: dict[str, Version] = {}
-    for line in pins(lock, frozenset()):
-        name, sep, version = line.partition("==")
-        assert sep and version, f"{lock.name}: '{line}' is not name==version"
+    for line in lines:
+        name, _, version = line.partition("==")
         key = canonicalize_name(name)
         assert key not in out, f"{lock.name}: {name} pinned twice"
         out[key] = Version(version)
