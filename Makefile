@@ -78,8 +78,7 @@ docs-check: $(STAMP)
 # Record each test file's seconds from the last full run (pytest's cache) into tests/file_seconds.json: a clean
 # clone schedules the longest files first by it (tests/conftest.py). Refresh it when a file's time changes a lot.
 test-seconds: $(STAMP)
-	$(PY) -c "import json, pathlib; s = json.loads(pathlib.Path('.pytest_cache/v/dreamshard/file_seconds').read_text()); \
-	pathlib.Path('tests/file_seconds.json').write_text(json.dumps({k: round(v, 1) for k, v in sorted(s.items())}, indent=0) + '\n')"
+	$(PY) -c "import sys; sys.path.insert(0, 'tests'); import conftest; conftest.write_recorded_seconds()"
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/; --strict: a broken link fails it
 docs: $(STAMP)

@@ -41,6 +41,12 @@ DURATIONS_KEY = "dreamshard/file_seconds"
 RECORDED_SECONDS = Path(__file__).with_name("file_seconds.json")
 
 
+def write_recorded_seconds(cache_dir: Path = ROOT / ".pytest_cache") -> None:
+    """RECORDED_SECONDS from the files' seconds in pytest's cache (`make test-seconds`, after a full run)."""
+    stored = json.loads((cache_dir / "v" / DURATIONS_KEY).read_text())
+    RECORDED_SECONDS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(stored.items())}, indent=0) + "\n")
+
+
 def _file_seconds(config: pytest.Config) -> dict[str, float]:
     """Each test file's seconds: the recorded ones, updated by the runs in pytest's cache where there are any."""
     recorded = json.loads(RECORDED_SECONDS.read_text()) if RECORDED_SECONDS.exists() else {}
