@@ -11,7 +11,7 @@
     schemas      pointer, record, listing and fsck models
     objects      a plan's objects: verified upload, checksum-verified reads
     pointer      current.json: the advance rule and the rollback rule
-    plans        publish / reject / rollback / show / current
+    plans        publish / reject / hold (pending a reviewer) / rollback / show / current
     listing      list: every stored plan, verified, with its world size, schema and sharding types, and what it
                  could not read through
     fsck         consistency checks
@@ -37,9 +37,11 @@ from dreamshard.store.local import LocalPlanStore
 from dreamshard.store.objects import list_inventories
 from dreamshard.store.plans import (
     already_decided,
+    clear_pending,
     get_current,
+    hold,
+    pending_record,
     publish,
-    publish_or_reject,
     reject,
     rollback,
     show,
@@ -50,6 +52,9 @@ from dreamshard.values.records import CurrentPointer, FsckIssue, PlanRecord, Poi
 
 __all__ = [
     "already_decided",
+    "clear_pending",
+    "hold",
+    "pending_record",
     "CurrentPointer",
     "FsckIssue",
     "InventoryRef",
@@ -72,7 +77,6 @@ __all__ = [
     "list_plans",
     "open_store",
     "publish",
-    "publish_or_reject",
     "push_inventory",
     "reject",
     "rollback",

@@ -2,8 +2,9 @@
 
 Five primitives are enough for publishing: put/get/list/exists plus a compare-and-swap write (`put_if`) for the
 `current` pointer. Old plan versions stay for rollback and audit: publishing never deletes. Two more primitives serve
-one repair only, `plans gc` (dreamshard.store.orphans): `written_at` (how old a leftover is, for the grace period) and
-`delete` (removing the leftovers of an interrupted publish). Nothing else calls them.
+the repair `plans gc` (dreamshard.store.orphans): `written_at` (how old a leftover is, for the grace period) and
+`delete` (removing the leftovers of an interrupted publish). `delete` also clears a pending change once a reviewer
+answered it (dreamshard.store.plans.clear_pending: its decision is recorded first). Nothing else calls them.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class PlanStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object at `key` (nothing when it does not exist). Used only by the repair of orphans
-        (`plans gc`, dreamshard.store.orphans): publishing, rollback and every reader never delete."""
+        (`plans gc`, dreamshard.store.orphans) and to clear an answered pending change
+        (dreamshard.store.plans.clear_pending): publishing, rollback and every reader never delete."""
 
     def check(self) -> None:
         """Raise StoreError if the store is not usable (unreachable, bad credentials, missing bucket).

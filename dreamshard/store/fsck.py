@@ -231,7 +231,8 @@ def _decided_twice_issues(inv: str, plans: list[PlanKey]) -> list[FsckIssue]:
     inventory version: `dreamshard.store.plans.already_decided`)."""
     decided: dict[tuple[str, str], set[str]] = {}
     for pk in plans:
-        decided.setdefault((pk.fingerprint, pk.plan_id), set()).add(pk.status)
+        if pk.status != "pending":  # no decision yet: a reviewer's answer makes it one
+            decided.setdefault((pk.fingerprint, pk.plan_id), set()).add(pk.status)
     return [
         FsckIssue(
             key=PlanKey(inv, fp, plan_id, "plan", "rejected").key,

@@ -5,6 +5,7 @@
     plans/<inventory>/<fingerprint>/<plan_id>.json.sha256          its checksum (sha256sum)   kind "checksum"
     plans/<inventory>/<fingerprint>/<plan_id>.json.record          its record (JSON)          kind "record"
     plans/<inventory>/<fingerprint>/rejected/<plan_id>.json[...]   the same for rejected plans
+    plans/<inventory>/<fingerprint>/pending/<plan_id>.json[...]    the same for plans waiting for a reviewer
     inventories/<inventory>/<fingerprint>.yaml                     a pushed inventory version
     inventories/<inventory>/current.json                           the current inventory version
 
@@ -12,7 +13,7 @@ Collision-free by construction: every segment is a safe name (`check_key_part`: 
 '..'), the three kinds end in different last suffixes ('.json', '.sha256', '.record') and a plan key always ends
 in '.json', so no key of one kind is another kind's key or another plan's key (plan `p.record` is
 `p.record.json`; plan `p`'s record is `p.json.record`). The status is the depth (4 segments approved,
-5 with `rejected/`), so a fingerprint or plan id named `rejected` or `current` is just data.
+5 with `rejected/` or `pending/`), so a fingerprint or plan id named `rejected`, `pending` or `current` is just data.
 `plan_key` and `parse_key` are inverse: `parse_key(plan_key(*k)) == k`. Plan ids are data, never structure:
 code that needs the inventory, fingerprint, plan id, kind or status of a key asks `parse_key`.
 """
@@ -29,6 +30,9 @@ ROOT = "plans"
 INVENTORIES = "inventories"
 CURRENT = "current.json"
 REJECTED = "rejected"
+PENDING = "pending"
+#: The folder of each status below a version's folder (approved plans sit in it directly).
+STATUS_FOLDER: dict[Status, str] = {"approved": "", "rejected": f"{REJECTED}/", "pending": f"{PENDING}/"}
 PLANS_PREFIX = f"{ROOT}/"  # every plan-store key starts with this
 
 Kind = Literal["plan", "checksum", "record"]
@@ -53,13 +57,12 @@ class PlanKey:
         check_key_part(self.inventory, "inventory name")
         check_key_part(self.fingerprint, "inventory fingerprint")
         check_key_part(self.plan_id, "plan id")
-        if self.kind not in SUFFIX or self.status not in ("approved", "rejected"):
+        if self.kind not in SUFFIX or self.status not in STATUS_FOLDER:
             raise ValueError(f"unknown plan object kind {self.kind!r} / status {self.status!r}")
 
     @property
     def key(self) -> str:
-        sub = f"{REJECTED}/" if self.status == "rejected" else ""
-        return f"{ROOT}/{self.inventory}/{self.fingerprint}/{sub}{self.leaf}"
+        return f"{ROOT}/{self.inventory}/{self.fingerprint}/{STATUS_FOLDER[self.status]}{self.leaf}"
 
     @property
     def leaf(self) -> str:
@@ -97,6 +100,8 @@ def parse_key(key: str) -> PlanKey | None:
         status: Status = "approved"
     elif len(parts) == 5 and parts[3] == REJECTED:
         status = "rejected"
+    elif len(parts) == 5 and parts[3] == PENDING:
+        status = "pending"
     else:
         return None
     if parts[0] != ROOT:

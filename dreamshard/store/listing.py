@@ -111,6 +111,7 @@ def _listed(store: PlanStore, pk: PlanKey, pointer: CurrentPointer | None, schem
         "reason": record.gate.reason if record else "",
         "outcome": record.gate.shown if record else "",
         "stored_at": record.stored_at if record else None,
+        "pending": record.pending if record else None,
     }
     try:
         plan = load_original(store, pk, pointer, f"see `dreamshard plans fsck --inventory {pk.inventory}`", record)

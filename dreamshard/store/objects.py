@@ -14,6 +14,7 @@ from dreamshard.store.keys import PLANS_PREFIX, PlanKey, Status, inventory_of, i
 from dreamshard.values import GateDecision, Plan
 from dreamshard.values.names import check_key_part
 from dreamshard.values.records import CurrentPointer, PlanRecordFile
+from dreamshard.values.review import PendingChange, Review
 
 
 def sha256_hex(data: bytes) -> str:
@@ -35,11 +36,14 @@ def plan_keys(store: PlanStore, inventory: str | None = None) -> list[PlanKey]:
     return [p for k in store.list_keys(prefix) if (p := parse_key(k)) is not None and p.kind == "plan"]
 
 
-def find_plan(store: PlanStore, plan_id: str, inventory: str | None) -> PlanKey | None:
-    """Plan `plan_id` (the approved one if it was also rejected), or None."""
+def find_plan(
+    store: PlanStore, plan_id: str, inventory: str | None, statuses: tuple[Status, ...] = ("approved", "rejected")
+) -> PlanKey | None:
+    """Plan `plan_id` stored under one of `statuses` (the first of them it is stored under, in that order), or
+    None. By default a decided plan: the approved one if it was also rejected; a pending plan is no decision."""
     check_key_part(plan_id, "plan id")
     found = [p for p in plan_keys(store, inventory) if p.plan_id == plan_id]
-    return next((p for p in found if p.status == "approved"), found[-1] if found else None)
+    return next((p for status in statuses for p in found if p.status == status), None)
 
 
 def expected_sha(store: PlanStore, pk: PlanKey) -> str:
@@ -147,8 +151,16 @@ def load_original(
     return _parsed(store, pk, data)
 
 
-def upload_verified(store: PlanStore, plan: Plan, decision: GateDecision, status: Status) -> tuple[PlanKey, str]:
-    """Upload plan + checksum + record, read the plan back and verify it. Returns (key, sha256).
+def upload_verified(
+    store: PlanStore,
+    plan: Plan,
+    decision: GateDecision,
+    status: Status,
+    pending: PendingChange | None = None,
+    review: Review | None = None,
+) -> tuple[PlanKey, str]:
+    """Upload plan + checksum + record, read the plan back and verify it. Returns (key, sha256). The record carries
+    the change a pending plan waits for (`pending`) and the reviewer's answer that decided it (`review`).
 
     Each object goes to its own kind's key (dreamshard.store.keys), so no write replaces another plan's object;
     a different plan already stored under this id fails the upload before anything is written."""
@@ -160,7 +172,9 @@ def upload_verified(store: PlanStore, plan: Plan, decision: GateDecision, status
         raise StoreError(f"{pk.key} already exists in {store.location} with different content; plan ids must be unique")
     store.put_bytes(pk.key, data)
     store.put_bytes(pk.of("checksum").key, f"{digest}  {pk.leaf}\n".encode())
-    record = PlanRecordFile(plan_id=plan.plan_id, status=status, sha256=digest, gate=decision)
+    record = PlanRecordFile(
+        plan_id=plan.plan_id, status=status, sha256=digest, gate=decision, pending=pending, review=review
+    )
     store.put_bytes(pk.of("record").key, (record.model_dump_json(indent=2) + "\n").encode())
     back = store.get_bytes(pk.key)
     if sha256_hex(back) != digest or expected_sha(store, pk) != digest:

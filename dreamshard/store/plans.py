@@ -9,6 +9,7 @@ Nothing is ever deleted: old versions stay for rollback. Key layout: dreamshard.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from dreamshard.errors import PlanError, StoreError
@@ -32,6 +33,11 @@ from dreamshard.store.pointer import (
 )
 from dreamshard.values import CURRENT_OUTCOMES, GateDecision, Plan, utcnow
 from dreamshard.values.records import CurrentPointer, PlanRecordFile, PointerEntry, PublishedRef
+from dreamshard.values.review import PendingChange, Review
+
+#: A check of the pointer read inside the compare-and-swap, before it moves: StoreError when the change was decided
+#: against another current plan (a concurrent publish moved it since).
+Guard = Callable[[CurrentPointer | None], None]
 
 
 # -- reading --------------------------------------------------------------------------------------------
@@ -47,7 +53,7 @@ def show(store: PlanStore, plan_id: str, inventory: str | None = None) -> Plan:
     """A stored plan (approved or rejected) by id, verified as `rollback` verifies its target: against the checksum
     the pointer's history recorded when it was current, else its record's, never only its (rewritable) checksum
     file (`objects.load_original`)."""
-    pk = find_plan(store, plan_id, inventory)
+    pk = find_plan(store, plan_id, inventory, ("approved", "rejected", "pending"))
     if pk is None:
         where = f" for inventory '{inventory}'" if inventory else ""
         raise StoreError(f"no plan '{plan_id}'{where} in {store.location}; see `dreamshard plans list`")
@@ -153,8 +159,12 @@ def _ref(
     )
 
 
-def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRef:
-    """Upload an approved plan under its versioned key, verify its checksum, then move `current` to it.
+def publish(
+    store: PlanStore, plan: Plan, approval: GateDecision, review: Review | None = None, guard: Guard | None = None
+) -> PublishedRef:
+    """Upload an approved plan under its versioned key, verify its checksum, then move `current` to it. `review`:
+    the reviewer's answer that approved it (recorded with it); `guard`: checked on the pointer inside the
+    compare-and-swap before it moves.
 
     Publishing the plan that is already current changes nothing (no duplicate in the history). A corrupt
     pointer fails the publish before anything is uploaded (no orphan files)."""
@@ -164,7 +174,7 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
     store.check()
     get_pointer(store, plan.inventory_name)  # fail before uploading if the pointer cannot be updated
     _no_other_decision(store, plan, "approved")
-    pk, digest = upload_verified(store, plan, approval, "approved")
+    pk, digest = upload_verified(store, plan, approval, "approved", review=review)
     target = PointerEntry(
         plan_id=plan.plan_id,
         key=pk.key,
@@ -177,33 +187,69 @@ def publish(store: PlanStore, plan: Plan, approval: GateDecision) -> PublishedRe
     def make(old: CurrentPointer | None) -> CurrentPointer | None:
         if old is not None and old.key == target.key and old.sha256 == digest:
             return None  # already current
-        return advanced(plan.inventory_name, target, old, "publish")
+        if guard is not None:
+            guard(old)
+        return advanced(plan.inventory_name, target, old, "publish", review)
 
     update_pointer(store, plan.inventory_name, make)
     return _ref(store, plan, pk, digest, approval)
 
 
-def reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
-    """Keep a rejected plan (with the gate's reason) under rejected/; it never becomes current."""
+def reject(store: PlanStore, plan: Plan, decision: GateDecision, review: Review | None = None) -> PublishedRef:
+    """Keep a rejected plan (with the gate's reason, and the reviewer's answer when one declined it) under
+    rejected/; it never becomes current."""
     _check_decision(plan, decision)
     if decision.approved:
         raise PlanError(f"plan {plan.plan_id} was approved by the gate; publish it instead")
     store.check()
     _no_other_decision(store, plan, "rejected")
-    pk, digest = upload_verified(store, plan, decision, "rejected")
+    pk, digest = upload_verified(store, plan, decision, "rejected", review=review)
     return _ref(store, plan, pk, digest, decision)
 
 
-def publish_or_reject(store: PlanStore, plan: Plan, decision: GateDecision) -> PublishedRef:
-    """Store the gate's decision, unless the store already holds one for this plan id and inventory version:
-    then nothing is written and the recorded decision is returned (`already_decided`)."""
-    recorded = already_decided(store, plan)
-    if recorded is not None:
-        return recorded[0]
-    return publish(store, plan, decision) if decision.approved else reject(store, plan, decision)
+def hold(store: PlanStore, plan: Plan, decision: GateDecision, change: PendingChange) -> PublishedRef:
+    """Keep a plan whose `decision` would make it current under pending/, waiting for a reviewer
+    (publish.require_human); nothing current changes. Holding the same plan again changes nothing."""
+    _check_decision(plan, decision)
+    store.check()
+    pk, digest = upload_verified(store, plan, decision, "pending", pending=change)
+    return _ref(store, plan, pk, digest, decision, is_current=False)
 
 
-def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) -> CurrentPointer:
+def clear_pending(store: PlanStore, pk: PlanKey) -> None:
+    """Remove an answered pending change (its decision is recorded, or the pointer moved, before this): the record
+    first, so an interruption leaves an orphan `plans gc` removes, never a pending plan without its answer."""
+    if pk.status != "pending":
+        raise StoreError(f"{pk.key} is not a pending plan")
+    for kind in ("record", "checksum", "plan"):
+        store.delete(pk.of(kind).key)
+
+
+def pending_record(
+    store: PlanStore, plan_id: str, inventory: str | None
+) -> tuple[PlanKey, PlanRecordFile, Plan] | None:
+    """The plan `plan_id` kept pending (its key, record and plan, checksum-verified against its record), or None
+    when none is."""
+    pk = find_plan(store, plan_id, inventory, ("pending",))
+    if pk is None:
+        return None
+    record = read_record(store, pk)
+    if record is None or record.pending is None:
+        raise StoreError(
+            f"pending plan {plan_id} ({pk.key} in {store.location}) has no readable record; "
+            f"see `dreamshard plans fsck --inventory {pk.inventory}`"
+        )
+    plan = load_original(store, pk, None, f"see `dreamshard plans fsck --inventory {pk.inventory}`", record)
+    return pk, record, plan
+
+
+def rollback(
+    store: PlanStore,
+    inventory: str,
+    to_plan_id: str | None = None,
+    guard: Guard | None = None,
+    review: Review | None = None,
+) -> CurrentPointer:
     """Move `current` back to the version before it (or to approved plan `to_plan_id`); nothing is deleted.
 
     Without --to, rollbacks walk back through the pointer's history one version at a time. With --to, a
@@ -227,6 +273,8 @@ def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) ->
         explicit = (pk, plan, record.stored_at if record is not None else utcnow())
 
     def make(old: CurrentPointer | None) -> CurrentPointer:
+        if guard is not None:
+            guard(old)
         if explicit is not None:
             pk, plan, published_at = explicit
             if old is not None and old.plan_id == plan.plan_id:
@@ -239,10 +287,10 @@ def rollback(store: PlanStore, inventory: str, to_plan_id: str | None = None) ->
                 sharder=plan.sharder,
                 published_at=published_at,
             )
-            return advanced(inventory, target, old, "rollback")
+            return advanced(inventory, target, old, "rollback", review)
         if old is None:
             raise StoreError(f"no current plan for inventory '{inventory}' in {store.location}; nothing to roll back")
-        new = stepped_back(inventory, old)
+        new = stepped_back(inventory, old, review)
         load_verified(store, entry_key(new.entry()), new.sha256)  # never point at a corrupt version
         return new
 

@@ -22,6 +22,7 @@ from dreamshard.errors import StoreError, StorePathError
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import PlanKey, current_key, parse_key
 from dreamshard.values.records import CurrentPointer, PointerEntry
+from dreamshard.values.review import Review
 
 #: How many earlier (and rolled-back) versions the pointer remembers.
 HISTORY_LIMIT = 100
@@ -35,26 +36,30 @@ def _pointer(
     action: Action,
     history: tuple[PointerEntry, ...],
     rolled_back: tuple[PointerEntry, ...],
+    review: Review | None = None,
 ) -> CurrentPointer:
     return CurrentPointer(
         inventory=inventory,
         **target.model_dump(),
         action=action,
+        review=review,
         previous=history[0] if history else None,
         history=history[:HISTORY_LIMIT],
         rolled_back=rolled_back[:HISTORY_LIMIT],
     )
 
 
-def advanced(inventory: str, target: PointerEntry, old: CurrentPointer | None, action: Action) -> CurrentPointer:
+def advanced(
+    inventory: str, target: PointerEntry, old: CurrentPointer | None, action: Action, review: Review | None = None
+) -> CurrentPointer:
     """The advance rule: the pointer once `target` is current (publish, `rollback --to`)."""
     earlier = ((old.entry(),) + old.history) if old else ()
     history = tuple(e for e in earlier if e.plan_id != target.plan_id)
     undone = tuple(e for e in (old.rolled_back if old else ()) if e.plan_id != target.plan_id)
-    return _pointer(inventory, target, action, history, undone)
+    return _pointer(inventory, target, action, history, undone, review)
 
 
-def stepped_back(inventory: str, old: CurrentPointer) -> CurrentPointer:
+def stepped_back(inventory: str, old: CurrentPointer, review: Review | None = None) -> CurrentPointer:
     """The rollback rule: the pointer once the version before `old`'s current one is current again."""
     if not old.history:
         raise StoreError(
@@ -62,7 +67,7 @@ def stepped_back(inventory: str, old: CurrentPointer) -> CurrentPointer:
         )
     target, rest = old.history[0], old.history[1:]
     undone = (old.entry(),) + tuple(e for e in old.rolled_back if e.plan_id != target.plan_id)
-    return _pointer(inventory, target, "rollback", rest, undone)
+    return _pointer(inventory, target, "rollback", rest, undone, review)
 
 
 def _entry_problem(inventory: str, e: PointerEntry) -> str:

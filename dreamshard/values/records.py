@@ -10,10 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.values.decision import GateDecision
 from dreamshard.values.ids import utcnow
+from dreamshard.values.review import PendingChange, Review
 from dreamshard.values.topology import Topology
 
-#: Where a plan's record lives in a store: approved/ or rejected/ (dreamshard.store.keys).
-Status = Literal["approved", "rejected"]
+#: Where a plan's record lives in a store: approved/, rejected/ or pending/ (dreamshard.store.keys). A pending plan
+#: waits for a reviewer (publish.require_human): it is no decision yet, and becomes approved or rejected by one.
+Status = Literal["approved", "rejected", "pending"]
+#: The statuses that are decisions (one plan id gets one of them per inventory version).
+DECIDED: tuple[Status, ...] = ("approved", "rejected")
 
 
 class PointerEntry(BaseModel):
@@ -43,6 +47,7 @@ class CurrentPointer(BaseModel):
     published_at: datetime
     updated_at: datetime = Field(default_factory=utcnow)
     action: Literal["publish", "rollback"] = "publish"
+    review: Review | None = None  # the reviewer's answer that moved it (publish.require_human), else None
     previous: PointerEntry | None = None
     history: tuple[PointerEntry, ...] = ()  # earlier current versions, most recent first
     rolled_back: tuple[PointerEntry, ...] = ()  # versions a plain rollback undid, most recent first (once current)
@@ -72,6 +77,10 @@ class PlanRecordFile(BaseModel):
     sha256: str
     stored_at: datetime = Field(default_factory=utcnow)
     gate: GateDecision
+    # status pending: the change that waits for a reviewer (what it would make current, against which current plan)
+    pending: PendingChange | None = None
+    # the reviewer's answer that decided it (publish.require_human), None when no reviewer was asked
+    review: Review | None = None
 
 
 class PublishedRef(BaseModel):
@@ -116,6 +125,7 @@ class PlanRecord(BaseModel):
     world_size: int | None = None
     schema_fingerprint: str | None = None
     sharding_types: dict[str, int] = Field(default_factory=dict)
+    pending: PendingChange | None = None  # status pending: the change that waits for a reviewer
 
 
 class FsckIssue(BaseModel):
