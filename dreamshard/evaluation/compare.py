@@ -35,7 +35,7 @@ from dreamshard.evaluation.interleave import (  # re-exported: callers import th
 from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
 from dreamshard.integrations.torchrec_carried import carried_report
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
-from dreamshard.sharders.torchrec_parameters import expressible_only
+from dreamshard.sharders.torchrec_parameters import relaxed_for
 from dreamshard.values import (
     BackendInfo,
     Inventory,
@@ -223,7 +223,7 @@ def compare_sharders(
     _add_given(inventory, topology, plans, extra_plans)
     # the sharders whose plan broke a constraint they cannot be asked, planned again without those constraints:
     # measured as they are, never contenders (a sharder that cannot place even that keeps only its breaks row)
-    expressible = expressible_only(inventory) if broken else inventory
+    expressible = relaxed_for(inventory, {e.table: e.constraint for e in broken.values()}) if broken else inventory
     relaxed, _ = _plan_contenders(expressible, topology, list(broken), sharder_options or {}, say)
     if with_lower_bound:
         say("measuring single-table costs")

@@ -13,7 +13,7 @@ from dreamshard.errors import InfeasiblePlacementError, PlanError
 from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, SharderResult, check_plan_for
 from dreamshard.gate.rule import MAX_MS
 from dreamshard.sharders import get_sharder
-from dreamshard.values import HOST_KERNELS, Inventory, Plan, Topology
+from dreamshard.values import HOST_KERNELS, BackendInfo, Inventory, Plan, Topology
 from dreamshard.values.names import check_key_part
 
 #: Relative tolerance for figures that must agree exactly inside a comparison (JSON round-trips floats exactly).
@@ -104,14 +104,25 @@ def proxy_basis(backend: str, plan: Plan) -> str:
     return f"PROXY: a {plan.topology.device_type} plan timed on '{backend}' (publish.allow_proxy): {kernels}"
 
 
-def _check_backend(cmp: Comparison, plan: Plan, backend: str | None, source: str, allow_proxy: bool = False) -> str:
-    """Empty when the comparison measured the plan's own device type (or the simulator); with `allow_proxy` a
-    comparison from another backend is a labelled proxy (`proxy_basis`); otherwise a PlanError naming the fix."""
-    b = cmp.backend
-    if (b.name == "simulator") != b.is_simulated:
+def _device_of(b: BackendInfo) -> str:
+    """The device family a backend's record says it ran on ("cpu", "cuda", or "" for the simulator)."""
+    return "" if b.is_simulated else b.device.split(":")[0].lower()
+
+
+def check_backend(b: BackendInfo, plan: Plan, backend: str | None, source: str, allow_proxy: bool = False) -> str:
+    """Empty when `b` measured the plan's own device type (or is the simulator); with `allow_proxy` another backend
+    is a labelled proxy (`proxy_basis`); otherwise a PlanError naming the fix. A record whose name disagrees with
+    its own device or operator (a name edited from cpu to cuda) is refused: it cannot say which devices it timed.
+    The gate checks this before it measures anything, and again on every comparison."""
+    if (b.name == "simulator") != b.is_simulated or (b.name == "simulator") != (b.operator == "analytic"):
         raise PlanError(
-            f"{source} says backend '{b.name}' with is_simulated={b.is_simulated}: the simulator is "
-            f"always simulated and a device never is"
+            f"{source} says backend '{b.name}' with operator '{b.operator}' and is_simulated={b.is_simulated}: the "
+            f"simulator is always simulated and analytic, and a device never is"
+        )
+    if not b.is_simulated and _device_of(b) != b.name:
+        raise PlanError(
+            f"{source} says backend '{b.name}' but device '{b.device}': a record names the devices it timed; "
+            f"re-measure it (`dreamshard compare ... --out FILE`) rather than edit it"
         )
     if backend is not None and b.name != backend:
         raise PlanError(f"{source} was measured on backend '{b.name}', not '{backend}'")
@@ -150,7 +161,7 @@ def verify_comparison(
     (`Verified.proxy`) instead of refused."""
     cmp = comparison
     _check_made_for(cmp, plan, inventory, source)
-    proxy = _check_backend(cmp, plan, backend, source, allow_proxy)
+    proxy = check_backend(cmp.backend, plan, backend, source, allow_proxy)
     seen: set[str] = set()
     for r in cmp.results:
         if r.plan.plan_id in seen:

@@ -1,24 +1,48 @@
-"""The gate's doors into the library: a plan file taken by its authorities (`gate.trust`), verified and decided on a
-comparison (`gate_plan`) or on the gate's own measurement (`measure_and_gate`)."""
+"""The gate's doors into the library: a trusted plan (`gate.trust.trust_plan`) verified and decided on a comparison
+(`gate_plan`) or on the gate's own measurement (`measure_and_gate`), beside every required baseline and the
+incumbent (`gate.incumbent`), every contender charged its moves from the current plan (`gate.moves`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dreamshard.config.publish import PublishConfig, check_baselines, check_margin
 from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import Comparison, compare_sharders
-from dreamshard.gate.checks import verify_comparison, verify_plan
-from dreamshard.gate.current import CURRENT, current_samples, less_the_move
+from dreamshard.gate.checks import check_backend, verify_comparison
+from dreamshard.gate.current import current_samples
+from dreamshard.gate.incumbent import Incumbent
+from dreamshard.gate.moves import MoveCharge, charged_clause, move_charges, relative
+from dreamshard.gate.references import baseline_references
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, looks, stop_rule
-from dreamshard.gate.trust import bound_to_inventory, check_topology, trusted_plan
-from dreamshard.values import Inventory, Plan, Topology
+from dreamshard.gate.trust import TrustedPlan
+from dreamshard.values import Inventory, Plan
 from dreamshard.values.decision import GateDecision
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
+
+#: The judged plan's own label among the move charges.
+JUDGED = "this plan"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the gate decided on a trusted plan, with what it decided on: the verified comparison, every other
+    contender's plan and per-round figures (charged their moves relative to the judged plan's: `gate.moves`) by
+    label, the judged plan's own figures, and each contender's move from the current plan (`JUDGED`: the plan's)."""
+
+    plan: Plan  # the judged plan, carrying the comparison's measured costs and backend
+    decision: GateDecision
+    comparison: Comparison
+    inventory: Inventory
+    plan_samples: list[float]
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    plans: dict[str, Plan] = field(default_factory=dict)
+    charges: dict[str, MoveCharge] = field(default_factory=dict)
 
 
 def required_baselines(rules: PublishConfig, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -49,9 +73,14 @@ def _evidence(source: str, comparison: Comparison, proxy: str, device_type: str)
     )
 
 
+def _rival(incumbent: Incumbent | None, plan: Plan) -> Plan | None:
+    """The incumbent's contender when it places otherwise than the judged plan (else nothing to measure apart)."""
+    contender = incumbent.contender if incumbent is not None else None
+    return contender if contender is not None and contender.units() != plan.units() else None
+
+
 def gate_plan(
-    plan: Plan,
-    inventory: Inventory,
+    trusted: TrustedPlan,
     comparison: Comparison,
     rules: PublishConfig,
     *,
@@ -59,27 +88,19 @@ def gate_plan(
     seed: int = 0,
     backend: str | None = None,
     source: str = "comparison",
-    topology: Topology | None = None,
-    current: Plan | None = None,
-) -> tuple[Plan, GateDecision]:
-    """Verify `plan` against `inventory` and `comparison`, then decide on the comparison's per-round samples.
+    incumbent: Incumbent | None = None,
+) -> Judgement:
+    """Verify the comparison for the trusted plan, then decide on its per-round samples.
 
-    Returns the plan to store (carrying the comparison's measured costs and backend, not the file's) and the
-    decision. Raises PlanError / ConfigError (nothing to store: the input is wrong) when verification fails; a
-    verified plan that is too slow is a rejection, one as fast as its baseline within publish.equivalence_margin is
-    equivalent, one inside the noise is inconclusive (approved=False all three).
-    The decision is the sequential rule's (`gate.sequential`): fewer than publish.min_rounds rounds are enough
-    only when its early look decides on them. `topology`: the one the request plans for (default: the job the
-    inventory records, `gate.trust.check_topology`). `current`: the store's current plan when it can serve this job
-    and places otherwise; the comparison must measure it too, and it counts as one more baseline, `current`
-    (`gate.current`).
-    """
+    The judged plan carries the comparison's measured costs and backend, not the file's. PlanError / ConfigError
+    (nothing to store: the input is wrong) when verification fails; a verified plan that is too slow is a
+    rejection, one as fast as its baseline within publish.equivalence_margin is equivalent, one inside the noise is
+    inconclusive. The decision is the sequential rule's (`gate.sequential`). `incumbent`: what the store's current
+    plan is for this version; its contender (the current plan, or its extension) must be measured in the comparison
+    too and counts as one more contender, and every contender is charged its moves from the current plan."""
     margin = check_margin(rules.min_improvement)
     required = required_baselines(rules, extra_baselines)
-    plan = trusted_plan(plan)
-    verify_plan(plan, inventory)
-    plan = bound_to_inventory(plan, inventory)
-    check_topology(plan, inventory, topology)
+    plan, inventory = trusted.plan, trusted.inventory
     early = early_looks(rules)
     v = verify_comparison(
         plan,
@@ -93,11 +114,16 @@ def gate_plan(
         source=source,
         allow_proxy=rules.allow_proxy,
     )
-    against = {n: list(r.samples_ms) for n, r in v.baselines.items()}
-    moved = ""
-    if current is not None and current.units() != plan.units():
-        samples = current_samples(comparison, v.entry, current, source)
-        against[CURRENT], moved = less_the_move(samples, current, plan, inventory, rules.move_horizon_steps)
+    samples = {n: list(r.samples_ms) for n, r in v.baselines.items()}
+    plans = {n: r.plan for n, r in v.baselines.items()}
+    rival = _rival(incumbent, plan)
+    if rival is not None:
+        samples[rival.sharder] = current_samples(comparison, v.entry, rival, source)
+        plans[rival.sharder] = rival
+    moved_from = incumbent.plan if incumbent is not None else None
+    charges = move_charges(moved_from, {JUDGED: plan, **plans}, inventory, rules.move_horizon_steps)
+    own = charges[JUDGED].per_step_ms if JUDGED in charges else 0.0
+    against = {n: relative(x, charges[n].per_step_ms if n in charges else 0.0, own) for n, x in samples.items()}
     if comparison.rounds < rules.min_rounds and not decides_early(rules, v.entry.samples_ms, against):
         raise PlanError(
             f"{source} has {comparison.rounds} round(s), and the sequential rule's early looks on them "
@@ -107,7 +133,6 @@ def gate_plan(
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)
     judged = plan.model_copy(update={"measured": v.entry.plan.measured, "measured_by": b})
-    evidence = _evidence(source, comparison, v.proxy, plan.topology.device_type)
     decision = evaluate_gate(
         judged,
         against,
@@ -118,22 +143,23 @@ def gate_plan(
         looks=looks(rules, comparison.rounds),
         equivalence=rules.equivalence_margin,
     )
+    refs = baseline_references(comparison, v.infeasible, required, v.entry.overall_ms)
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
-    extra += f"; {moved}" if moved else ""
-    extra += f"; {v.proxy}" if v.proxy else ""
+    for clause in (charged_clause(charges, JUDGED, rules.move_horizon_steps), v.proxy, *(r.said for r in refs)):
+        extra += f"; {clause}" if clause else ""
     decision = decision.revised(
         inventory_fingerprint=inventory.fingerprint(),
-        evidence=evidence,
+        evidence=_evidence(source, comparison, v.proxy, plan.topology.device_type),
         reason=decision.reason + extra,
         finding=decision.finding + extra,
         proxy=v.proxy,
+        references=refs,
     )
-    return judged, decision
+    return Judgement(judged, decision, comparison, inventory, list(v.entry.samples_ms), against, plans, charges)
 
 
 def measure_and_gate(
-    plan: Plan,
-    inventory: Inventory,
+    trusted: TrustedPlan,
     oracle: Oracle,
     rules: PublishConfig,
     *,
@@ -141,28 +167,23 @@ def measure_and_gate(
     rounds: int = 5,
     seed: int = 0,
     sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
-    topology: Topology | None = None,
-    current: Plan | None = None,
-) -> tuple[Plan, GateDecision, Comparison]:
-    """The gate measures for itself: `plan` and every required baseline's plan, interleaved on `oracle`'s
-    backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential rule's early look decides, more up to
-    publish.max_rounds while the spreads are above publish.target_spread), then
-    `gate_plan` on that comparison. Nothing but the plan's placement is taken from the user; the plan's sharder
-    label removes no baseline. `topology` as in `gate_plan`. `current`: the store's current plan when it can serve
-    this job, as a plan of this inventory labelled `current` (`gate.current.current_contender`): measured beside
-    them."""
+    incumbent: Incumbent | None = None,
+) -> Judgement:
+    """The gate measures for itself: the trusted plan, every required baseline's plan and the incumbent's
+    contender, interleaved on `oracle`'s backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential
+    rule's early look decides, more up to publish.max_rounds while the spreads are above publish.target_spread),
+    then `gate_plan` on that comparison. The backend is checked against the plan's devices before anything is
+    measured. Nothing but the plan's placement is taken from the user; its sharder label removes no baseline."""
     check_margin(rules.min_improvement)
     names = required_baselines(rules, extra_baselines)
-    plan = trusted_plan(plan)
-    verify_plan(plan, inventory)  # before any measuring
-    plan = bound_to_inventory(plan, inventory)
-    check_topology(plan, inventory, topology)
+    plan = trusted.plan
     _check_simulated(oracle.info.is_simulated, rules, "the gate's measurement")
+    check_backend(oracle.info, plan, None, "the gate's measurement", rules.allow_proxy)  # before any measuring
     options = {**(sharder_options or {}), "random": {"seed": seed}}
-    rival = current if current is not None and current.units() != plan.units() else None
+    rival = _rival(incumbent, plan)
     asked = max(rounds, rules.min_rounds)
     cmp = compare_sharders(
-        inventory,
+        trusted.inventory,
         plan.topology,
         list(names),
         oracle,
@@ -175,15 +196,12 @@ def measure_and_gate(
         timing_passes=rules.timing_passes,
         timing_clock=rules.timing_clock,
     )
-    judged, decision = gate_plan(
-        plan,
-        inventory,
+    return gate_plan(
+        trusted,
         cmp,
         rules,
         extra_baselines=extra_baselines,
         seed=seed,
         source="measured by the gate",
-        topology=topology,
-        current=rival,
+        incumbent=incumbent,
     )
-    return judged, decision, cmp

@@ -12,10 +12,12 @@ field added later cannot be read by anything that decides before it gets a row h
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from dreamshard.config.job import describe_topology
 from dreamshard.errors import PlanError
+from dreamshard.gate.checks import verify_plan
 from dreamshard.values import Inventory, Plan, Topology
 
 Authority = Literal["placement", "identity", "inventory", "request", "gate", "store", "label", "informational"]
@@ -127,3 +129,35 @@ def check_topology(plan: Plan, inventory: Inventory, requested: Topology | None 
             f"{describe_topology(job)}; re-plan for the job (`dreamshard plan` and `replan` plan for it unless "
             f"--devices/--memory-gb say otherwise)"
         )
+
+
+@dataclass(frozen=True)
+class TrustedPlan:
+    """A plan file taken by its authorities once (`trust_plan`): gate-owned fields cleared, verified against its
+    inventory (every table once, devices, memory, constraints, key-safe names), its inventory fields recomputed, its
+    topology checked against the request or the job. The gate and the publish use case take this, never a raw plan,
+    so nothing is trusted twice or forgotten."""
+
+    plan: Plan
+    inventory: Inventory
+    requested: Topology | None = None  # the topology the request named (None: the job's, or the plan's own)
+
+    @property
+    def plan_id(self) -> str:
+        return self.plan.plan_id
+
+
+def trust_plan(
+    plan: Plan,
+    inventory: Inventory,
+    requested: Topology | None = None,
+    out_of_range: Callable[[Plan], Sequence[str]] | None = None,
+) -> TrustedPlan:
+    """`plan` as the gate takes it from a file (the module docstring): `trusted_plan` (with the model's
+    `out_of_range` check when given), verified against `inventory`, bound to it, its topology checked. PlanError /
+    StoreError (one line) when it does not check out."""
+    taken = trusted_plan(plan, out_of_range)
+    verify_plan(taken, inventory)
+    bound = bound_to_inventory(taken, inventory)
+    check_topology(bound, inventory, requested)
+    return TrustedPlan(plan=bound, inventory=inventory, requested=requested)

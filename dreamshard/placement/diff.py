@@ -20,7 +20,26 @@ from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_
 from dreamshard.values.units import parse_unit
 
 
+class TableMove(BaseModel):
+    """One moved table: where it was and where it goes (its sharding type and devices), and what it sends (GiB)."""
+
+    model_config = ConfigDict(frozen=True)
+    table: str
+    before: str  # "device 1", "column_wise on devices 0, 1"
+    after: str
+    weights_gib: float
+    state_gib: float = 0.0  # its optimizer state under the new plan's optimizer
+    why: str = ""  # from -> to with each side's measured step, when the publish knows them
+
+    @property
+    def line(self) -> str:
+        state = f" + {self.state_gib:.4f} GiB optimizer state" if self.state_gib > 0 else ""
+        return f"{self.table}: {self.before} -> {self.after} ({self.weights_gib:.4f} GiB weights{state})"
+
+
 class PlanDiff(BaseModel):
+    """What publishing one plan in place of another changes (module docstring); sizes in GiB (2**30 bytes)."""
+
     model_config = ConfigDict(frozen=True)
     old_plan_id: str
     new_plan_id: str
@@ -32,15 +51,16 @@ class PlanDiff(BaseModel):
     moved_state_gb: float = 0.0  # their optimizer state under the new plan's optimizer (sgd: none), sent too
     move_ms: float = 0.0  # weights and state sent once at `ms_per_mb`
     ms_per_mb: float = 0.0  # the new plan's recorded all-to-all rate (its comm fit), else its interconnect's
+    tables: tuple[TableMove, ...] = ()  # each moved table, from -> to, in `moved` order
 
     @property
     def summary(self) -> str:
         total = len(self.moved) + self.kept
         extra = "".join(f", {len(x)} {what}" for x, what in ((self.added, "added"), (self.removed, "removed")) if x)
-        state = f" + {self.moved_state_gb:.3f} GB optimizer state" if self.moved_state_gb > 0 else ""
+        state = f" + {self.moved_state_gb:.3f} GiB optimizer state" if self.moved_state_gb > 0 else ""
         took = f", about {self.move_ms:.0f} ms to send at {self.ms_per_mb:.3f} ms/MB" if self.moved else ""
         return (
-            f"{len(self.moved)} of {total} tables move ({self.moved_gb:.3f} GB weights{state}{took}) from plan "
+            f"{len(self.moved)} of {total} tables move ({self.moved_gb:.3f} GiB weights{state}{took}) from plan "
             f"{self.old_plan_id}{extra}"
         )
 
@@ -52,6 +72,17 @@ def move_rate_ms_per_mb(plan: Plan) -> float:
     if fits:
         return fits[0].beta_ms_per_mb
     return FAST_BETA_MS_PER_MB if plan.topology.interconnect == "fast" else DEFAULT_BETA_MS_PER_MB
+
+
+def _said(where: tuple[str, tuple[tuple[str, int], ...]]) -> str:
+    """A table's placement in words: "device 3" (table-wise), "column_wise on devices 0, 1"."""
+    kind, units = where
+    devices = sorted({d for _, d in units})
+    if kind == "table_wise" and len(devices) == 1:
+        return f"device {devices[0]}"
+    if kind == "data_parallel":
+        return f"data_parallel on {len(devices)} devices"
+    return f"{kind} on device{'s' if len(devices) > 1 else ''} {', '.join(map(str, devices))}"
 
 
 def _where(plan: Plan) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
@@ -69,9 +100,16 @@ def plan_diff(old: Plan, new: Plan, inventory: Inventory) -> PlanDiff:
     both = [t for t in after if t in before]
     moved = tuple(t for t in both if before[t] != after[t])
     by = inventory.by_name()
-    state_gb = sum(optimizer_bytes(by[t], new.topology.optimizer) / GB for t in moved if t in by)
+    state = {t: optimizer_bytes(by[t], new.topology.optimizer) / GB if t in by else 0.0 for t in moved}
+    state_gb = sum(state.values())
     weights_gb = sum(sizes.get(t, 0.0) for t in moved)
     rate = move_rate_ms_per_mb(new)
+    tables = tuple(
+        TableMove(
+            table=t, before=_said(before[t]), after=_said(after[t]), weights_gib=sizes.get(t, 0.0), state_gib=state[t]
+        )
+        for t in moved
+    )
     return PlanDiff(
         old_plan_id=old.plan_id,
         new_plan_id=new.plan_id,
@@ -83,4 +121,5 @@ def plan_diff(old: Plan, new: Plan, inventory: Inventory) -> PlanDiff:
         moved_state_gb=state_gb,
         move_ms=(weights_gb + state_gb) * GB / 1e6 * rate,
         ms_per_mb=rate,
+        tables=tables,
     )

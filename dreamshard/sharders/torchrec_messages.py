@@ -12,7 +12,7 @@ import re
 import warnings
 from collections.abc import Iterator
 
-from dreamshard.errors import InfeasiblePlacementError, NoPlacementError, PlanError
+from dreamshard.errors import BrokenConstraintError, InfeasiblePlacementError, NoPlacementError, PlanError
 from dreamshard.values import GB, Inventory, Topology
 
 _SHARD_FAILED = re.compile(
@@ -109,3 +109,20 @@ def translate(
             )
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
     return PlanError(f"torchrec planner found no plan: {first} ({hint})")
+
+
+def unhonoured(said: str, text: str, inventory: Inventory, topology: Topology) -> PlanError:
+    """TorchRec's enumerator found no (sharding type, kernel) for a table (`text`, its error; `said`, its first
+    line with our table names): a BrokenConstraintError naming the table and the constraint it cannot honour on
+    these devices when the table constrains its types or kernels (so `compare` measures its plan without that
+    constraint, labelled, and the gate reports its absence), else a PlanError with TorchRec's line."""
+    names = {internal_name(i): t for i, t in enumerate(inventory.tables)}
+    found = re.search(r"\bt\d+\b", text.split(". Module:")[0])
+    table = names.get(found.group(0)) if found else None
+    c = table.constraints if table is not None else None
+    if table is None or c is None or (c.sharding_types is None and c.compute_kernels is None):
+        return PlanError(f"torchrec planner cannot place: {said}")
+    field = "sharding_types" if c.sharding_types is not None else "compute_kernels"
+    asked = list(getattr(c, field))
+    why = f"TorchRec's planner offers none of them for this table on {topology.device_type}: {said}"
+    return BrokenConstraintError("torchrec planner", table.name, f"{field} {asked}: none is offered", why)

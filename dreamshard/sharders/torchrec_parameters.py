@@ -12,7 +12,7 @@ as breaking the constraint, never a contender.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dreamshard.values import Inventory, Table
@@ -85,4 +85,33 @@ def expressible_only(inventory: Inventory) -> Inventory:
     return inventory.model_copy(update={"tables": tuple(relaxed(t) for t in inventory.tables)})
 
 
-__all__ = ["UNEXPRESSIBLE", "allowed_types", "expressible_only", "parameter_constraints", "unexpressible"]
+def relaxed_for(inventory: Inventory, broken: Mapping[str, str]) -> Inventory:
+    """`expressible_only(inventory)` less, for each table of `broken` ({table: the constraint it breaks, as a
+    BrokenConstraintError names it: "<field> ...: ..."}), the field TorchRec could not honour there (its types or
+    kernels on these devices): what its planner plans for when a team's constraint is beyond it."""
+    out = expressible_only(inventory)
+    fields = {t: c.split()[0] for t, c in broken.items() if c.split()}
+
+    def relaxed(table: Table) -> Table:
+        field = fields.get(table.name)
+        c = table.constraints
+        if c is None or field not in RELAXABLE:
+            return table
+        return table.model_copy(update={"constraints": c.model_copy(update={field: None})})
+
+    return out.model_copy(update={"tables": tuple(relaxed(t) for t in out.tables)})
+
+
+#: Constraints TorchRec is asked but may not be able to honour on some devices (a pooled table row-wise on cpu):
+#: `relaxed_for` drops them for the table it names.
+RELAXABLE: tuple[str, ...] = ("sharding_types", "compute_kernels")
+
+__all__ = [
+    "RELAXABLE",
+    "UNEXPRESSIBLE",
+    "allowed_types",
+    "expressible_only",
+    "parameter_constraints",
+    "relaxed_for",
+    "unexpressible",
+]

@@ -31,7 +31,7 @@ from dreamshard.placement.validate import check_each_table_fits
 from dreamshard.sharders.base import Sharder
 from dreamshard.sharders.torchrec_messages import internal_name as _internal_name
 from dreamshard.sharders.torchrec_messages import quiet as _quiet
-from dreamshard.sharders.torchrec_messages import translate
+from dreamshard.sharders.torchrec_messages import translate, unhonoured
 from dreamshard.sharders.torchrec_parameters import parameter_constraints, unexpressible
 from dreamshard.values import DIM_ALIGN, GB, Inventory, Kernel, Plan, Table, Topology
 
@@ -304,7 +304,7 @@ class TorchRecTwCwSharder(Sharder):
                     e, inventory, topology, self.reserve_fraction, self.memory_model == "torchrec"
                 ) from None
             except RuntimeError as e:  # its enumerator: "No available sharding type and compute kernel ... for t5"
-                raise PlanError(f"torchrec planner cannot place: {_named(str(e), inventory)}") from None
+                raise unhonoured(_named(str(e), inventory), str(e), inventory, topology) from None
         return self._read_plan(sharding_plan, inventory, topology)
 
     def _enumerator(self, tr_topology: Any, batch_size: int, constraints: dict[str, Any]) -> Any:

@@ -28,7 +28,7 @@ from dreamshard.values.costs import (
     DeviceCost,
     Statistic,
 )
-from dreamshard.values.decision import CURRENT_OUTCOMES, UNDECIDED, GateDecision, Outcome
+from dreamshard.values.decision import CURRENT_OUTCOMES, UNDECIDED, BaselineReference, GateDecision, Outcome
 from dreamshard.values.ids import (
     new_id,
     utcnow,
@@ -111,6 +111,7 @@ from dreamshard.values.units import (
 __all__ = [
     "AccessAssumptions",
     "CURRENT_OUTCOMES",
+    "BaselineReference",
     "GateDecision",
     "Outcome",
     "UNDECIDED",

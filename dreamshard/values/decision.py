@@ -28,6 +28,28 @@ CURRENT_OUTCOMES: tuple[str, ...] = ("approved", "fallback")
 UNDECIDED: tuple[str, ...] = ("inconclusive", "equivalent")
 
 
+class BaselineReference(BaseModel):
+    """A required baseline that cannot honour a constraint of the version (TorchRec's planner and a device pin, a
+    shard count, or a sharding type it does not offer on these devices): never a contender, but never silently
+    absent either. Its plan of what it can express is measured in the same rounds and shown beside the decision."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    breaks: str  # "table 'ad' devices [3]: the plan puts it on device 0"
+    overall_ms: float | None = None  # its expressible plan, measured with the others (None: the comparison lacks it)
+    ratio: float | None = None  # the judged plan's median over its median
+
+    @property
+    def said(self) -> str:
+        """The reference in words, for a decision's reason and every surface that shows it."""
+        head = f"{self.name} cannot honour {self.breaks}"
+        if self.overall_ms is None:
+            return f"{head}; its plan without that constraint was not measured"
+        ratio = f" (this plan x{self.ratio:.3f})" if self.ratio is not None else ""
+        return f"{head}; its plan without that constraint measured {self.overall_ms:.4g} ms{ratio}, shown, not compared"
+
+
 class GateDecision(BaseModel):
     """The outcome of the gate for one plan, with the figures and the statistics behind it."""
 
@@ -50,6 +72,8 @@ class GateDecision(BaseModel):
     evidence: str = ""  # where the costs come from (comparison file + sha256, or the gate's own measurement)
     baselines: tuple[str, ...] = ()  # every baseline the plan was measured against (each verified)
     infeasible: tuple[str, ...] = ()  # required baselines that cannot place the inventory (recomputed by the gate)
+    # required baselines that cannot honour a constraint, each with its plan of what it can express as measured
+    references: tuple[BaselineReference, ...] = ()
     rounds: int | None = None  # paired rounds behind the bound
     confidence: float | None = None
     ratio: float | None = None  # plan / best baseline: geometric mean of the per-round ratios
