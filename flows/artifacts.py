@@ -4,7 +4,8 @@ Keys are stable and lowercase-dash so the Prefect UI shows each artifact's histo
 
     plan-devices-<inv>        per-device costs and memory of the gated plan (table)
     sharder-comparison-<inv>  the plan vs every baseline, measured interleaved (markdown)
-    publish-decision-<inv>    the gate's decision and reason (markdown)
+    publish-decision-<inv>    what the publish did, the gate's reason, references and moves (markdown)
+    review-<inv>              what a reviewer is asked before a plan becomes current (markdown)
     published-plan-<inv>      where the plan is in the store (link)
     plan-lineage-<inv>        data / model / params / code hashes of the plan (markdown)
     profile-batches-<inv>     which worker measured which batch (table)
@@ -19,8 +20,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dreamshard.values import Plan
-
 
 def artifact_key(*parts: str) -> str:
     """'plan-devices', 'pool' -> 'plan-devices-pool' (lowercase letters, digits and dashes only)."""
@@ -28,58 +27,90 @@ def artifact_key(*parts: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", key)).strip("-")[:100]
 
 
-def publish_plan_artifacts(
-    plan: Plan,
-    comparison: Any | None,
-    decision: Any,
-    ref: Any | None,
-    store_uri: str,
-    stats_md: str | None = None,
-    inventory: Any | None = None,
-) -> None:
-    """Per-device costs and memory (broken down into weights / optimizer / io with the plan's `inventory`), the
-    stats report, markdown comparison with the baselines, the decision, the lineage, a link."""
+def publish_plan_artifacts(publication: Any, store_uri: str, stats_md: str | None = None) -> None:
+    """What a publish did (dreamshard.usecases.publication.Publication): per-device costs and memory of the judged
+    plan, the stats report, the markdown comparison with the baselines, the decision (with every baseline that
+    cannot honour a constraint, labelled, and each moved table), the lineage, a link to the stored plan."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
     from dreamshard.evaluation.render import comparison_markdown, device_rows
 
-    inv = plan.inventory_name
-    create_table_artifact(
-        key=artifact_key("plan-devices", inv),
-        table=device_rows(plan, inventory),
-        description=f"Per-device costs (ms) and memory (GB) of plan {plan.plan_id} ({plan.sharder})",
-    )
-    if stats_md is not None:
+    plan, decision, ref = publication.plan, publication.decision, publication.ref
+    inv = publication.inventory_name
+    if plan is not None:
+        create_table_artifact(
+            key=artifact_key("plan-devices", inv),
+            table=device_rows(plan, publication.inventory),
+            description=f"Per-device costs (ms) and memory (GB) of plan {plan.plan_id} ({plan.sharder})",
+        )
+    if stats_md is not None and plan is not None:
         create_markdown_artifact(
             key=artifact_key("plan-stats", inv),
             markdown=stats_md,
             description=f"Plan {plan.plan_id} explained: each table's share, what sets the maximum",
         )
-    if comparison is not None:
+    if publication.comparison is not None:
         create_markdown_artifact(
             key=artifact_key("sharder-comparison", inv),
-            markdown=comparison_markdown(comparison),
+            markdown=comparison_markdown(publication.comparison),
             description="The plan vs every baseline, measured interleaved on one backend",
         )
-    verdict = decision.label or ("approved" if decision.approved else "rejected")
     create_markdown_artifact(
         key=artifact_key("publish-decision", inv),
-        markdown=f"**{verdict}** plan `{plan.plan_id}`\n\n{decision.reason}\n",
-        description="Publish gate decision",
+        markdown=decision_markdown(publication),
+        description=f"Publish decision: {publication.status}",
     )
-    if plan.lineage is not None:
+    if plan is not None and plan.lineage is not None:
         create_markdown_artifact(
             key=artifact_key("plan-lineage", inv),
             markdown=f"Lineage of plan `{plan.plan_id}`\n\n{plan.lineage.markdown()}",
             description="What data, model, params and code produced the plan (`dreamshard plans reproduce`)",
         )
     if ref is not None:
+        shown = decision.shown if decision is not None else publication.status
         create_link_artifact(
             key=artifact_key("published-plan", inv),
             link=_plan_link(store_uri, ref.key),
-            link_text=f"{verdict} plan {plan.plan_id} ({ref.key})",
-            description=f"Plan in the store; current={ref.is_current}",
+            link_text=f"{shown} plan {publication.plan_id} ({ref.key})",
+            description=f"Plan in the store; current={publication.judged_is_current}",
         )
+
+
+def decision_markdown(publication: Any) -> str:
+    """The publish decision in markdown: what happened, the gate's reason, the baselines that cannot honour a
+    constraint (labelled, never contenders), and each moved table from -> to."""
+    d = publication.decision
+    lines = [f"**{publication.status}**: plan `{publication.plan_id}`", "", publication.reason]
+    if d is not None and d.reason != publication.reason:
+        lines += ["", f"Gate: **{d.shown}** — {d.reason}"]
+    if d is not None and d.references:
+        lines += [
+            "",
+            "| baseline (not a contender) | breaks | its expressible plan, ms | this plan x |",
+            "|---|---|---|---|",
+        ]
+        for r in d.references:
+            ms = f"{r.overall_ms:.4g}" if r.overall_ms is not None else "not measured"
+            ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+            lines.append(f"| {r.name} | {r.breaks} | {ms} | {ratio} |")
+    diff = publication.diff
+    if diff is not None:
+        lines += ["", f"**Moves** against plan `{diff.old_plan_id}`: {diff.summary}"]
+        lines += [f"- {m.table}: {m.why or f'{m.before} -> {m.after}'}, {m.weights_gib:.4f} GiB" for m in diff.tables]
+        if publication.moves_why:
+            lines += ["", f"Why: {publication.moves_why}"]
+    return "\n".join(lines) + "\n"
+
+
+def review_artifact(question: Any) -> None:
+    """What a reviewer is asked (markdown, key review-<inv>): on the paused run's page, beside its Resume form."""
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(
+        key=artifact_key("review", question.inventory_name),
+        markdown=question.details,
+        description=question.headline[:500],
+    )
 
 
 def _plan_link(store_uri: str, key: str) -> str:
@@ -160,6 +191,9 @@ def replan_artifact(result: Any, why: str) -> None:
     ]
     if result.diff is not None:
         lines += ["", f"**Against the plan that was current:** {result.diff.summary}."]
+        lines += [
+            f"- {m.table}: {m.why or f'{m.before} -> {m.after}'}, {m.weights_gib:.4f} GiB" for m in result.diff.tables
+        ]
     if result.retrain_reasons:
         lines += ["", "**Retrain due:**", *(f"- {r}" for r in result.retrain_reasons)]
     create_markdown_artifact(

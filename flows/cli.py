@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -24,12 +22,13 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.console import show
+from dreamshard.cli.review import terminal_reviewer
 from dreamshard.config.settings import params_file, pipeline_base, resolve
 from dreamshard.evaluation.render import comparison_table
 from dreamshard.usecases import pipeline as pipeline_uc
 from dreamshard.usecases.pipeline_run import run_pipeline
 from dreamshard.usecases.pipeline_steps import RunSummary
-from dreamshard.usecases.runner import InProcessRunner, Review
+from dreamshard.usecases.runner import InProcessRunner
 
 pipeline_app = typer.Typer(
     help="The pipeline: run the orchestrator, manage workspaces, and the DVC stage commands.", no_args_is_help=True
@@ -147,10 +146,14 @@ def run_cmd(
     typer.echo(summary.reason)
     if summary.outcome is not None:
         o = summary.outcome
+        where = f" at {o.ref.store.rstrip('/')}/{o.ref.key}" if o.ref is not None else ""
+        lin = o.plan.lineage if o.plan is not None else None
         typer.echo(
-            f"plan {o.plan_id}: {'current' if o.is_current else 'not current'} at {o.store.rstrip('/')}/{o.key}"
-            f" (model md5 {o.model_md5}, workspace revision {(o.git_revision or '')[:12]})"
+            f"plan {o.plan_id}: {'current' if o.judged_is_current else 'not current'}{where} (model md5 "
+            f"{lin.model_md5 if lin else '-'}, workspace revision {(summary.git_revision or '')[:12]})"
         )
+        if o.status in ("pending", "already-pending"):
+            typer.echo(o.reason)
     if result.exported_model is not None:
         typer.echo(f"model copied to {result.exported_model}/")
     typer.echo(f"workspace: {workspace}/ (git + DVC: dvc.lock, data/, models/dreamshard/, reports/, metrics/)")
@@ -158,35 +161,10 @@ def run_cmd(
         _echo_ui_hint("retrain-on-inventory-change")
 
 
-class _NoAnswer(Exception):
-    """The reviewer at the terminal did not answer within publish.approval_timeout_s."""
-
-
-def _expire(signum: int, frame: object) -> None:
-    raise _NoAnswer
-
-
-def _terminal_review(description: str, timeout_s: int) -> Review | None:
-    """The in-process runner's reviewer: the gate's decision shown here, the answer typed here within
-    `timeout_s` (publish.approval_timeout_s, as the UI's pause); None when none came in time (kept rejected)."""
-    typer.echo(description)
-    previous = signal.signal(signal.SIGALRM, _expire)
-    signal.alarm(timeout_s)
-    try:
-        approve = typer.confirm(f"Make this plan current? (answer within {timeout_s} s)", default=False)
-        return Review(approve=approve, comment=typer.prompt("Comment", default="", show_default=False))
-    except _NoAnswer:
-        typer.echo(f"no answer within {timeout_s} s")
-        return None
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _in_process(prepared: pipeline_uc.PreparedRun) -> RunSummary:
     """The orchestrator's steps in this process (`--runner in-process`): no Prefect server, each log line echoed."""
-    reviewer = _terminal_review if sys.stdin.isatty() else None
-    return run_pipeline(pipeline_uc.pipeline_run(prepared), InProcessRunner(log=typer.echo, reviewer=reviewer))
+    runner = InProcessRunner(log=typer.echo, reviewer=terminal_reviewer())
+    return run_pipeline(pipeline_uc.pipeline_run(prepared), runner)
 
 
 def _orchestrate(prepared: pipeline_uc.PreparedRun) -> RunSummary:

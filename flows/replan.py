@@ -12,6 +12,7 @@ from dreamshard_flows.artifacts import replan_artifact
 from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.naming import minute_version, rename_flow_run, request_field, run_name
 from dreamshard_flows.requests import ReplanRequest
+from dreamshard_flows.review import PrefectReviewer
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
@@ -48,8 +49,9 @@ def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
 
 @task(name="replan", cache_policy=NO_CACHE, tags=["gpu"])
 def replan_task(request: replan_uc.ReplanRequest) -> replan_uc.ReplanResult:
-    """Plan (search + verify on the backend), gate, publish: dreamshard.usecases.replan.run."""
-    return replan_uc.run(request)
+    """Plan (search + verify on the backend), gate, publish: dreamshard.usecases.replan.run, its reviewer the
+    Prefect UI's pause (publish.require_human)."""
+    return replan_uc.run(request, PrefectReviewer())
 
 
 def emit_retrain_due(result: replan_uc.ReplanResult) -> str | None:

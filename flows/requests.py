@@ -60,7 +60,9 @@ class OrchestratorRequest(_Request):
     reprofile: bool = Field(
         default=False, description="Measure afresh (the backend drifted): re-run profile and what follows."
     )
-    require_human: bool | None = Field(default=None, description="Override publish.require_human.")
+    require_human: bool | None = Field(
+        default=None, description="True asks a reviewer even where publish.require_human is off; never removes one."
+    )
     reason: str = Field(
         default="manual run",
         description="Why this run started: the schedule, a retrain that is due, drift (shown in the UI).",
@@ -100,7 +102,9 @@ class WorkspacePublishRequest(_Request):
     workspace: str = Field(default="runs/pipeline", description="The workspace repository the plan was made in.")
     store_uri: str | None = Field(default=None, description="Plan store (default: the workspace's publish.store_uri).")
     endpoint_url: str | None = None
-    require_human: bool | None = Field(default=None, description="Override publish.require_human.")
+    require_human: bool | None = Field(
+        default=None, description="True asks a reviewer even where publish.require_human is off; never removes one."
+    )
     flow_run_id: str | None = Field(default=None, description="Flow run recorded in the lineage (default: this one).")
 
 

@@ -1,5 +1,6 @@
 """The pipeline's `Runner` (dreamshard.usecases.runner) on Prefect: each step a task run, the publish step a subflow
-run, the review pause the UI's form, each report an artifact (docs/architecture/pipeline.md, "Runners")."""
+run, its reviewer the UI's pause (flows/review.py), each report an artifact (docs/architecture/pipeline.md,
+"Runners")."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifac
 from dreamshard_flows.fanout import worker_dead
 from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.naming import rename_flow_run
+from dreamshard_flows.review import PrefectReviewer
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import FlowPauseTimeout
-from prefect.input import RunInput
 
-from dreamshard.usecases.runner import ProfiledBatches, PublishedPlan, Review, RunReport, Step, TrainMetrics
+from dreamshard.usecases.review import Reviewer
+from dreamshard.usecases.runner import ProfiledBatches, PublishedPlan, RunReport, Step, TrainMetrics
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -24,17 +25,11 @@ T = TypeVar("T")
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
 
-class ApprovalInput(RunInput):
-    """What a reviewer answers in the Prefect UI when publish.require_human is true."""
-
-    approve: bool = False
-    comment: str = ""
-
-
 class PrefectRunner:
     """Runs the pipeline's steps as Prefect task runs inside the calling flow run (see the module's docstring)."""
 
-    can_review = True
+    def __init__(self, reviewer: Reviewer | None = None) -> None:
+        self.reviewer: Reviewer = reviewer if reviewer is not None else PrefectReviewer()
 
     def step(self, step: Step, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn` as a task run named `step.name` (run name `step.label`), with the step's retries and tags."""
@@ -64,32 +59,13 @@ class PrefectRunner:
     def rename(self, name: str) -> None:
         rename_flow_run(name)
 
-    def review(self, description: str, timeout_s: int) -> Review | None:
-        """The UI's pause with the approval form, showing `description`; None when nobody answered in time."""
-        from prefect.flow_runs import pause_flow_run  # looked up per call: tests replace it
-
-        asked = ApprovalInput.with_initial_data(description=description) if description else ApprovalInput
-        try:
-            answer: ApprovalInput = pause_flow_run(wait_for_input=asked, timeout=timeout_s, poll_interval=2)
-        except FlowPauseTimeout:
-            return None
-        return Review(approve=answer.approve, comment=answer.comment)
-
     def show(self, report: RunReport) -> None:
         if isinstance(report, ProfiledBatches):
             profile_batches_artifact(report.shards, report.inventory_name)
         elif isinstance(report, TrainMetrics):
             metrics_artifact("train-metrics", report.metrics, report.inventory_name)
         elif isinstance(report, PublishedPlan):
-            publish_plan_artifacts(
-                report.plan,
-                report.comparison,
-                report.decision,
-                report.ref,
-                report.store_uri,
-                report.stats_markdown,
-                report.inventory,
-            )
+            publish_plan_artifacts(report.publication, report.store_uri, report.stats_markdown)
 
     def run_id(self) -> str | None:
         from prefect.runtime import flow_run

@@ -40,6 +40,69 @@ def make_plan(
     )
 
 
+def publish_or_reject(store: Any, plan: Plan, decision: GateDecision) -> Any:
+    """A store set up as a decision would leave it (a test's fixture, not a publish: the library's only path that
+    makes a plan current is dreamshard.usecases.publish): the recorded decision when the store holds one for this
+    plan id and version, else published when approved, kept as rejected when not."""
+    from dreamshard.store import already_decided, publish, reject
+
+    recorded = already_decided(store, plan)
+    if recorded is not None:
+        return recorded[0]
+    return publish(store, plan, decision) if decision.approved else reject(store, plan, decision)
+
+
+#: Distinct placements of make_plan's four tables, one per contender.
+LAYOUTS = [{"t0": a, "t1": b, "t2": c, "t3": 1 - c} for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+
+
+def hand_judgement(decision: GateDecision, samples: dict[str, list[float]], judged: Plan | None = None) -> Any:
+    """A gate's judgement (dreamshard.gate.Judgement) on hand-set figures: the judged plan (`judged`, else
+    make_plan's), measured 10 ms a round; each contender in `samples` its own placement, measured as its samples
+    say."""
+    import statistics
+
+    from dreamshard.evaluation import Comparison, SharderResult
+    from dreamshard.gate import Judgement
+
+    inv = Inventory.model_construct(name="inv", tables=())
+    prints = {"inventory_fingerprint": inv.fingerprint(), "schema_fingerprint": inv.schema_fingerprint()}
+    plan = judged or make_plan(overall=10.0).model_copy(update={"placement": LAYOUTS[0]})
+    plans = {
+        n: make_plan(overall=statistics.median(x)).model_copy(
+            update={"sharder": n, "plan_id": f"p-{n}", "placement": LAYOUTS[i + 1], **prints}
+        )
+        for i, (n, x) in enumerate(samples.items())
+    }
+    results = [
+        SharderResult.model_construct(sharder=n, plan=plans[n], samples_ms=x, overall_ms=statistics.median(x))
+        for n, x in samples.items()
+    ]
+    cmp = Comparison.model_construct(results=results, rounds=3, backend=None)
+    return Judgement(plan, decision, cmp, inv, [10.0, 10.0, 10.0], samples, plans, {})
+
+
+def gate_file_plan(
+    plan: Plan, inventory: Inventory, comparison: Any, rules: Any, topology: Topology | None = None, **kw: Any
+) -> tuple[Plan, GateDecision]:
+    """The gate on a plan as a file gives it (taken by `gate.trust_plan` first, as every door does) and a
+    comparison: the judged plan and the decision."""
+    from dreamshard.gate import gate_plan, trust_plan
+
+    j = gate_plan(trust_plan(plan, inventory, topology), comparison, rules, **kw)
+    return j.plan, j.decision
+
+
+def gate_measured(
+    plan: Plan, inventory: Inventory, oracle: Any, rules: Any, topology: Topology | None = None, **kw: Any
+) -> tuple[Plan, GateDecision, Any]:
+    """The gate's own measurement of a plan as a file gives it: the judged plan, the decision, the comparison."""
+    from dreamshard.gate import measure_and_gate, trust_plan
+
+    j = measure_and_gate(trust_plan(plan, inventory, topology), oracle, rules, **kw)
+    return j.plan, j.decision, j.comparison
+
+
 def approve(plan: Plan) -> GateDecision:
     d = evaluate_gate(plan, {"size_greedy": (plan.best_costs.overall_ms if plan.best_costs else 1.0) * 2}, 0.0)
     assert d.approved, d.reason
@@ -203,7 +266,7 @@ def publish_race(
     import threading
     import time
 
-    from dreamshard.store import LocalPlanStore, publish_or_reject
+    from dreamshard.store import LocalPlanStore
 
     plan_written = threading.Event()
 

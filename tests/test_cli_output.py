@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from flows_support import tiny_inventory
 from rich.console import Console
+from store_helpers import publish_or_reject
 
 from dreamshard.cli.app import invoke
 from dreamshard.cli.console import show
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.evaluation.render import device_table
-from dreamshard.store import open_store, publish_or_reject, push_inventory
+from dreamshard.store import open_store, push_inventory
 from dreamshard.values import GateDecision
 
 ELLIPSIS = "…"

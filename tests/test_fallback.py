@@ -1,7 +1,8 @@
 """The fallback decision: a plan the gate rejects for a version the current plan cannot serve (a table
-added; no plan yet) leaves the training job nothing to load; the best baseline the gate measured with it becomes
-current instead, under its own plan id, outcome `fallback`. Where the current plan can serve the version (a
-statistics-only change), a rejection keeps it, as before."""
+added; no plan yet) leaves the training job nothing to load; something measured with it becomes current instead,
+under its own plan id, outcome `fallback`: the current plan extended to the version (its tables where they are)
+first, the best measured baseline when nothing is current or a baseline beats the extension beyond the noise.
+Where the current plan can serve the version (a statistics-only change), a rejection keeps it, as before."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from flows_support import tiny_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.documents import load_inventory, load_plan, save_inventory
-from dreamshard.evaluation import BASELINE_SHARDERS
 from dreamshard.gate import fallback_plan
+from dreamshard.placement.diff import plan_diff
+from dreamshard.sharders import get_sharder
+from dreamshard.sharders.extend import EXTENDED
 from dreamshard.store import get_current, list_plans, open_store
 from dreamshard.values import GateDecision, Inventory
 
@@ -40,7 +43,7 @@ def _with_new_table(inv: Inventory, path: Path) -> Inventory:
     return v2
 
 
-def test_a_rejected_plan_for_a_new_schema_makes_the_best_measured_baseline_current(work: Path) -> None:
+def test_a_rejected_plan_for_a_new_schema_makes_the_current_plan_extended_current(work: Path) -> None:
     v1 = tiny_inventory(work / "v1.yaml")
     _plan("v1.yaml", "size_lookup_greedy", "p1.json")
     code, out, err = invoke(["plans", "publish", "p1.json", "-i", "v1.yaml", *PUBLISH])
@@ -52,18 +55,19 @@ def test_a_rejected_plan_for_a_new_schema_makes_the_best_measured_baseline_curre
     assert v2.schema_fingerprint() != v1.schema_fingerprint()
     bad = _plan("v2.yaml", "round_robin", "p2.json")  # round robin: clearly slower than the greedy baselines
     code, out, err = invoke(["plans", "publish", "p2.json", "-i", "v2.yaml", *PUBLISH])
-    assert code == 1 and f"rejected {bad}" in err and "best measured baseline" in err, out + err
-    assert "fallback: published" in out and "now current" in out
+    assert code == 1 and f"rejected {bad}" in err and "the current plan extended" in err, out + err
+    assert "fallback: published" in out and "now current" in out and "added t0001_new" in out
     current = get_current(store, "tiny")
     assert current.plan_id != bad and current.inventory_fingerprint == v2.fingerprint()
-    assert current.schema_fingerprint == v2.schema_fingerprint() and current.sharder in BASELINE_SHARDERS
+    assert current.schema_fingerprint == v2.schema_fingerprint() and current.sharder == EXTENDED
     assert current.measured is not None and current.lineage is None and current.model_version is None
+    assert not plan_diff(first, current, v2).moved  # every old table stays where it was: the job moves nothing
     records = {r.plan_id: r for r in list_plans(store, "tiny", v2.fingerprint())}
     assert records[bad].status == "rejected" and records[bad].outcome == "rejected"
     assert current.plan_id in records[bad].reason  # the rejection names the plan that serves instead
     fb = records[current.plan_id]
     assert fb.status == "approved" and fb.outcome == "fallback" and fb.is_current
-    assert f"plan {bad} was rejected" in fb.reason and f"best measured baseline {current.sharder}" in fb.reason
+    assert f"plan {bad} does not become current" in fb.reason and f"plan {first.plan_id} extended" in fb.reason
     code, out, _ = invoke(["plans", "list", "--store", "store"])
     assert code == 0 and "fallback" in out
 
@@ -86,36 +90,37 @@ def test_a_rejected_plan_for_a_new_schema_makes_the_best_measured_baseline_curre
     assert [r.outcome for r in list_plans(store, "tiny", v3.fingerprint())] == ["rejected"]
 
 
-def test_the_fallback_is_never_made_from_what_the_decision_does_not_verify(work: Path) -> None:
-    """Only a rejection that names its best baseline, with exactly one verified entry of it, makes a fallback."""
+def test_the_fallback_is_only_made_from_what_the_judgement_verified_and_measured(work: Path) -> None:
+    """A fallback is a contender the gate verified and measured in the same rounds, under a new id; a label the
+    judgement does not hold (or the judged plan's own) makes none."""
+    from dreamshard.config.publish import PublishConfig
     from dreamshard.evaluation import compare_sharders
+    from dreamshard.gate import JUDGED, Incumbent, gate_plan, trust_plan
     from dreamshard.profiling.oracle import make_oracle
     from dreamshard.values import Topology
 
     inv = tiny_inventory(work / "inv.yaml")
     topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
+    rr = get_sharder("round_robin").shard(inv, topo).model_copy(update={"sharder": "dreamshard"})
     cmp = compare_sharders(
-        inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2, with_lower_bound=False
-    )
-    rr = next(r for r in cmp.results if r.sharder == "round_robin")
-    rejected = GateDecision(
-        approved=False,
-        outcome="rejected",
-        reason="slower",
-        plan_id=rr.plan.plan_id,
-        best_baseline="dim_greedy",
-        best_baseline_ms=1.0,
+        inv,
+        topo,
+        ["dim_greedy", "torchrec"],
+        make_oracle("simulator"),
         rounds=2,
+        extra_plans=[rr],
+        with_lower_bound=False,
     )
-    plan, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
+    rules = PublishConfig(baselines=("dim_greedy", "torchrec"), allow_simulated=True, min_rounds=2, early_rounds=0)
+    j = gate_plan(trust_plan(rr, inv), cmp, rules)
+    nothing = Incumbent(inventory_name="tiny")
+    plan, decision = fallback_plan(j, "dim_greedy", "no plan is current for 'tiny'", nothing)  # type: ignore[misc]
     dg = next(r for r in cmp.results if r.sharder == "dim_greedy")
-    assert plan.units() == dg.plan.units() and plan.plan_id not in (dg.plan.plan_id, rr.plan.plan_id)
+    assert plan.units() == dg.plan.units() and plan.plan_id not in (dg.plan.plan_id, rr.plan_id)
     assert decision.approved and decision.outcome == "fallback" and decision.plan_id == plan.plan_id
     assert plan.measured == dg.plan.measured and plan.measured_by == cmp.backend
-    assert fallback_plan(rejected.model_copy(update={"outcome": "inconclusive"}), cmp, "why", inv) is None
-    assert fallback_plan(rejected.model_copy(update={"best_baseline": None}), cmp, "why", inv) is None
-    twice = cmp.model_copy(update={"results": [*cmp.results, dg]})
-    assert fallback_plan(rejected, twice, "why", inv) is None  # two entries under one label: not ours to pick
+    assert fallback_plan(j, "size_greedy", "why", nothing) is None  # not measured in this judgement
+    assert fallback_plan(j, JUDGED, "why", nothing) is None
     with pytest.raises(ValueError):
         GateDecision(approved=False, outcome="fallback", reason="x")  # a fallback is always made current
 
@@ -141,6 +146,8 @@ def test_the_replan_fast_path_reports_the_fallback(work: Path) -> None:
     result = replan_uc.run(
         replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=load_inventory(work / "v1.yaml"))
     )
-    assert result.outcome == "fallback" and result.fallback_ref is not None and result.fallback_ref.is_current
+    done = result.publication
+    assert result.outcome == "fallback" and done is not None and done.fallback_ref is not None
+    assert done.fallback_ref.is_current and done.current_plan_id == done.fallback_ref.plan_id
     code, out, _ = invoke(["replan", "-i", "v1.yaml", "--force", "--json"])
     assert code == 1 and json.loads(out)["outcome"] == "not-published"  # the fallback serves it now

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -226,80 +227,73 @@ def test_workspace_lock_is_exclusive(tmp_path: Path) -> None:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
 
 
-def test_human_review_rejection_keeps_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Prefect runner's pause gives the reviewer's answer (None: nobody answered in time), and the publish
-    step's `reviewed` records it in the decision."""
+def _question(details: str = "**make plan p current**") -> Any:
+    from dreamshard.values.review import ReviewQuestion
+
+    return ReviewQuestion(
+        inventory_name="inv",
+        plan_id="p",
+        change="approval",
+        headline="make plan p current",
+        details=details,
+        timeout_s=10,
+    )
+
+
+def _ui(monkeypatch: pytest.MonkeyPatch, pause: Any) -> list[Any]:
+    """The Prefect reviewer with its pause replaced by `pause`, and its log and artifact kept in a list."""
+    import logging
+
+    import dreamshard_flows.review as review
     import prefect.flow_runs
-    from dreamshard_flows.runner import ApprovalInput, PrefectRunner
 
-    from dreamshard.usecases.pipeline_publish import reviewed
-    from dreamshard.values import GateDecision
+    kept: list[Any] = []
+    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", pause)
+    monkeypatch.setattr(review, "get_run_logger", lambda: logging.getLogger("test-review"))
+    monkeypatch.setattr(review, "review_artifact", kept.append)
+    return kept
 
-    runner = PrefectRunner()
 
-    def answer(timeout_s: int = 10) -> GateDecision:
-        got = runner.review("", timeout_s)
-        return reviewed(decision, got.approve if got else None, got.comment if got else "", timeout_s)
+def test_the_prefect_reviewer_gives_the_answer_or_none_when_nobody_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The UI's pause: the reviewer's answer with who and where; a pause that times out is no answer (the change
+    waits, pending)."""
+    from dreamshard_flows.review import ApprovalInput, PrefectReviewer
+    from prefect.exceptions import FlowPauseTimeout
 
-    decision = GateDecision(approved=True, reason="approved: 1 ms vs 2 ms", plan_id="p")
-    monkeypatch.setattr(
-        prefect.flow_runs,
-        "pause_flow_run",
-        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="too risky"),
-    )
-    rejected = answer()
-    assert not rejected.approved and "rejected by a human reviewer; reviewer: too risky" in rejected.reason
-    monkeypatch.setattr(
-        prefect.flow_runs,
-        "pause_flow_run",
-        lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, comment="ok"),
-    )
-    assert answer().approved
+    _ui(monkeypatch, lambda wait_for_input, timeout, **kw: ApprovalInput(approve=False, comment="too risky"))
+    got = PrefectReviewer().ask(_question())
+    assert got is not None and not got.approve and got.comment == "too risky" and got.via == "the Prefect UI"
+    _ui(monkeypatch, lambda wait_for_input, timeout, **kw: ApprovalInput(approve=True, reviewer="erin"))
+    got = PrefectReviewer().ask(_question())
+    assert got is not None and got.approve and got.reviewer == "erin"
 
-    def timeout(wait_for_input, timeout, **kw):  # type: ignore[no-untyped-def]
-        from prefect.exceptions import FlowPauseTimeout
-
+    def timeout(wait_for_input: Any, timeout: int, **kw: Any) -> Any:
         raise FlowPauseTimeout("Flow run was paused and never resumed.")
 
-    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", timeout)
-    unanswered = answer()
-    assert not unanswered.approved and "no reviewer answered within 10 s" in unanswered.reason
+    _ui(monkeypatch, timeout)
+    assert PrefectReviewer().ask(_question()) is None
 
 
-def test_the_review_pause_shows_the_gate_decision_and_the_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reviewer decides on what the gate found: the pause's description carries the decision, its interval and
-    evidence, and where the plan and its comparison report are."""
-    import prefect.flow_runs
-    from dreamshard_flows.runner import ApprovalInput, PrefectRunner
+def test_the_review_pause_shows_the_question_on_the_runs_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reviewer decides on what the gate found: the question (decision, interval, evidence, moves, where the
+    reports are) is the form's description and the run's `review-<inventory>` artifact, not only a "Pausing flow"
+    line."""
+    from dreamshard_flows.review import ApprovalInput, PrefectReviewer
 
-    from dreamshard.usecases.pipeline_publish import review_description
-    from dreamshard.values import GateDecision
+    seen: list[Any] = []
 
-    decision = GateDecision(
-        approved=True,
-        reason="approved: measured 38.8 ms vs best baseline size_greedy 41.1 ms (+5.4%)",
-        plan_id="plan-x",
-        inventory_fingerprint="f" * 64,
-        evidence="the gate's measurement: 5 interleaved round(s) on cpu/fbgemm_tbe",
-        ratio_low=0.92,
-        ratio_high=0.978,
-        decided_by="size_greedy",
-        rounds=5,
-        confidence=0.97,
-    )
-    from dreamshard.usecases.runner import Review
-
-    shown = review_description("/ws", "plan-x", decision)
-    seen: list[object] = []
-
-    def pause(wait_for_input, timeout, **kw):  # type: ignore[no-untyped-def]
+    def pause(wait_for_input: Any, timeout: int, **kw: Any) -> Any:
         seen.append(wait_for_input)
         return ApprovalInput(approve=True)
 
-    monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", pause)
-    assert PrefectRunner().review(shown, 10) == Review(approve=True)
+    kept = _ui(monkeypatch, pause)
+    question = _question(
+        "**make plan p current**\n\nplan p / size_greedy: [0.9200, 0.9780]\n\n`/ws/reports/comparison.md`"
+    )
+    PrefectReviewer().ask(question)
     described = seen[0]._description  # type: ignore[attr-defined]
-    for needle in ("`approved`", "plan-x", "+5.4%", "[0.9200, 0.9780]", "5 interleaved", "/ws/reports/comparison.md"):
+    assert kept == [question]
+    for needle in ("make plan p current", "[0.9200, 0.9780]", "/ws/reports/comparison.md"):
         assert needle in described, needle
 
 
@@ -358,56 +352,40 @@ def test_drift_finds_the_plans_own_inventory_version(tmp_path: Path) -> None:
     assert inventory_for(plan, open_store(str(tmp_path / "empty")), ws).fingerprint() == inv.fingerprint()
 
 
-def test_the_publish_steps_fallback_is_reviewed_like_any_plan_that_would_become_current(tmp_path: Path) -> None:
-    """The pipeline's publish step publishes the gate's fallback (the best measured baseline, for a version nothing
-    current can serve) with the run's lineage; a reviewer who says no keeps it rejected and not current."""
-    from dreamshard.config.settings import Settings
-    from dreamshard.evaluation import compare_sharders
-    from dreamshard.gate import fallback_plan
-    from dreamshard.profiling.oracle import make_oracle
-    from dreamshard.store import get_current, list_plans
-    from dreamshard.usecases.pipeline_publish import PublishSetup, _store_reviewed
-    from dreamshard.usecases.publish import GateResult
-    from dreamshard.usecases.runner import InProcessRunner, Review
-    from dreamshard.values import GateDecision, Topology
+def test_a_fallback_is_reviewed_like_any_plan_that_would_become_current(tmp_path: Path) -> None:
+    """The publish use case asks the reviewer before its fallback (the best measured baseline, for a version
+    nothing current can serve) becomes current: a no keeps it rejected and not current; a yes makes it current."""
+    import yaml
+
+    from dreamshard.config.settings import resolve
+    from dreamshard.documents import load_inventory
+    from dreamshard.sharders import get_sharder
+    from dreamshard.store import get_current, get_pointer, list_plans
+    from dreamshard.usecases.publish import PublishRequest, publish
+    from dreamshard.usecases.review import ScriptedReviewer
+    from dreamshard.values import Topology
+    from dreamshard.values.review import Review
 
     inv = tiny_inventory(tmp_path / "inv.yaml")
-    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256)
-    cmp = compare_sharders(
-        inv, topo, ["round_robin", "dim_greedy"], make_oracle("simulator"), rounds=2, with_lower_bound=False
+    params = tmp_path / "params.yaml"
+    rules = {"store_uri": str(tmp_path / "store"), "allow_simulated": True, "min_rounds": 2, "require_human": True}
+    params.write_text(
+        yaml.safe_dump({"profile": {"backend": "simulator"}, "evaluate": {"rounds": 2}, "publish": rules})
     )
-    rr = next(r for r in cmp.results if r.sharder == "round_robin")
-    rejected = GateDecision(
-        approved=False,
-        outcome="rejected",
-        reason="slower",
-        plan_id=rr.plan.plan_id,
-        best_baseline="dim_greedy",
-        best_baseline_ms=1.0,
-        rounds=2,
-        inventory_fingerprint=inv.fingerprint(),
-    )
-    fallback, decision = fallback_plan(rejected, cmp, "no plan is current for 'tiny'", inv)  # type: ignore[misc]
-    gated = GateResult(plan=rr.plan, decision=rejected, fallback=fallback, fallback_decision=decision)
-    store_uri = str(tmp_path / "store")
-    runner = InProcessRunner(reviewer=lambda description, timeout_s: Review(approve=False, comment="not today"))
-    setup = PublishSetup(root=str(tmp_path), settings=Settings(), store_uri=store_uri, require_human=True)
-    (first, _), last = gated.writes()  # the fallback is written first, the rejected plan last
-    assert first.plan_id == fallback.plan_id and last[0].plan_id == rr.plan.plan_id
-    ref, _ = _store_reviewed(fallback, decision, None, setup, runner)
-    assert not ref.is_current and ref.status == "rejected" and "not today" in ref.reason
-    ref, _ = _store_reviewed(
-        fallback.model_copy(update={"plan_id": "fb-2"}),
-        decision.model_copy(update={"plan_id": "fb-2"}),
-        None,
-        setup.model_copy(update={"require_human": False}),
-        runner,
-    )
-    assert ref.is_current and get_current(open_store(store_uri), "tiny").plan_id == "fb-2"
-    assert {r.plan_id: r.outcome for r in list_plans(open_store(store_uri), "tiny")} == {
-        fallback.plan_id: "rejected",
-        "fb-2": "fallback",
-    }
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=2048)
+    store = open_store(str(tmp_path / "store"))
+    no = ScriptedReviewer([Review(approve=False, comment="not today")])
+    for reviewer in (no, ScriptedReviewer([Review(approve=True, reviewer="dana")])):
+        slow = get_sharder("round_robin").shard(load_inventory(tmp_path / "inv.yaml"), topo)
+        done = publish(PublishRequest(settings=resolve(params), plan=slow, inventory=inv, measure=True), reviewer)
+        assert done.change == "fallback" and len(reviewer.asked) == 1, done.reason
+        assert reviewer.asked[0].change == "fallback" and "fallback" in reviewer.asked[0].details
+        if reviewer is no:
+            assert done.status == "declined" and get_pointer(store, "tiny") is None
+            assert "declined via" not in done.reason and any("not today" in r.reason for r in list_plans(store))
+    assert done.status == "fallback" and done.fallback_ref is not None
+    assert get_current(store, "tiny").plan_id == done.fallback_ref.plan_id
+    assert get_pointer(store, "tiny").history == ()  # type: ignore[union-attr]
 
 
 def test_stop_prefect_kills_what_ignores_sigterm_after_the_grace_and_refuses_a_bad_grace(tmp_path: Path) -> None:

@@ -18,11 +18,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from store_helpers import WORLD_BASELINES, world, world_inventory
+from store_helpers import WORLD_BASELINES, gate_file_plan, world, world_inventory
 
 from dreamshard.cli.app import invoke
 from dreamshard.documents import load_inventory, load_plan
-from dreamshard.gate import baseline_plan, gate_plan
+from dreamshard.gate import baseline_plan
 from dreamshard.placement.validate import check_plan
 from dreamshard.store import get_current, list_plans, open_store, show
 from dreamshard.store.fsck import fsck
@@ -221,7 +221,7 @@ def test_fuzz_edited_comparison_entries_never_approve_more(base: str, edits: lis
     """Whatever entries are relabelled, copied or deleted (labels and plan fields alike), the gate either refuses
     the comparison (exit 2, nothing stored) or decides exactly as on the genuine comparison."""
     w = world()
-    decision = gate_plan(getattr(w, base), w.inventory, w.comparison, w.rules)[1]
+    decision = gate_file_plan(getattr(w, base), w.inventory, w.comparison, w.rules)[1]
     genuine = decision.outcome
     with workdir() as d:
         paths = w.write(d)

@@ -12,8 +12,9 @@ from store_helpers import World, world
 
 from dreamshard.cli.app import invoke
 from dreamshard.documents import save_plan
-from dreamshard.gate.current import CURRENT, serving_contender
+from dreamshard.gate.incumbent import CURRENT, incumbent_for
 from dreamshard.pipeline.incumbent import no_incumbent, save_incumbent
+from dreamshard.sharders.extend import EXTENDED
 from dreamshard.store import get_current, open_store
 
 
@@ -72,13 +73,19 @@ def test_a_plan_faster_than_the_current_one_replaces_it(tmp_path: Path) -> None:
 
 def test_the_current_contender_keeps_the_placement_and_only_serves_its_job() -> None:
     w = world()
-    rival = serving_contender(w.good, w.inventory, w.topology)
-    assert rival is not None and rival.sharder == CURRENT and rival.units() == w.good.units()
-    assert rival.plan_id == w.good.plan_id
+    inc = incumbent_for("inv", w.good.plan_id, w.good, None, w.inventory, w.topology)
+    rival = inc.contender
+    assert inc.serves and rival is not None and rival.sharder == CURRENT and rival.units() == w.good.units()
+    assert rival.plan_id == w.good.plan_id and inc.extension is None
     other = w.topology.model_copy(update={"batch_size": 1024})
-    assert serving_contender(w.good, w.inventory, other) is None
+    moved = incumbent_for("inv", w.good.plan_id, w.good, None, w.inventory, other)
+    assert not moved.serves and "cannot serve this topology" in moved.cannot_serve
     smaller = w.inventory.model_copy(update={"tables": w.inventory.tables[:-1]})
-    assert serving_contender(w.good, smaller, w.topology) is None  # another schema: nothing to keep
+    cut = incumbent_for("inv", w.good.plan_id, w.good, None, smaller, w.topology)  # another schema: it cannot stay
+    assert not cut.serves and "removed t0011" in cut.cannot_serve, cut.cannot_serve
+    ext = cut.extension  # ... but its extension keeps every other table where it was
+    assert ext is not None and ext.sharder == EXTENDED
+    assert all(ext.units()[t] == d for t, d in w.good.units().items() if t in ext.units())
 
 
 def test_compare_measures_the_incumbent_as_current(tmp_path: Path) -> None:
@@ -104,5 +111,5 @@ def test_a_faster_plan_must_pay_its_move_off_within_the_horizon(tmp_path: Path) 
     files["params"].write_text(w.params_text(move_horizon_steps=1))
     assert _publish(files, "bad", "--comparison", str(files["comparison"]))[0] == 0
     code, _, err = _publish(files, "good", "--comparison", str(files["comparison"]))
-    assert code == 1 and "baseline current" in err and "less the move" in err, err
-    assert "publish.move_horizon_steps 1" in err and _current_id(files) == w.bad.plan_id
+    assert code == 1 and "baseline current" in err and "moves from the current plan charged" in err, err
+    assert "publish.move_horizon_steps 1 (ms a step): this plan" in err and _current_id(files) == w.bad.plan_id

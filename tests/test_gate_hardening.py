@@ -16,11 +16,11 @@ from gate_hostile import (
     relabelled,
     write_case,
 )
-from store_helpers import NoisyOracle, approve, world
+from store_helpers import NoisyOracle, approve, publish_or_reject, world
 
 from dreamshard.cli.app import invoke
 from dreamshard.evaluation import BASELINE_SHARDERS
-from dreamshard.store import list_plans, open_store, publish, publish_or_reject
+from dreamshard.store import list_plans, open_store, publish
 from dreamshard.values import GateDecision
 from dreamshard.values.lineage import Lineage
 
@@ -199,7 +199,7 @@ def test_noise_cannot_flip_the_decision_and_a_plan_is_decided_once(tmp_path: Pat
     noisy = full_comparison(w.good, NoisyOracle(seed=3), sharders=tuple(w.baselines))
     files["comparison"].write_text(noisy.model_dump_json())
     files["plan"] = files["good"]
-    # a current plan to keep (with none, a plan inside the noise becomes the first: usecases.publish.first_plan)
+    # a current plan to keep (with none, a plan inside the noise becomes the first: gate/publish_policy.py)
     seed = w.worse.model_copy(update={"measured": w.worse.predicted})
     publish_or_reject(
         open_store(str(files["store"])),
@@ -273,11 +273,12 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(
     would: they now row-shard a table larger than a device). The comparison records them as infeasible, the gate
     recomputes each before accepting its absence, and decides against the baselines that can (TorchRec's planner);
     with none left, the only plan that runs is approved."""
+    from store_helpers import gate_file_plan
+
     from dreamshard.config.publish import PublishConfig
     from dreamshard.errors import InfeasiblePlacementError, PlanError
     from dreamshard.evaluation import compare_sharders
     from dreamshard.gate import evaluate_gate
-    from dreamshard.gate.decide import gate_plan
     from dreamshard.profiling import make_oracle
     from dreamshard.sharders import get_sharder
     from dreamshard.values import Inventory, Table, Topology
@@ -305,7 +306,7 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(
         "dreamshard",
     }
     rules = PublishConfig(allow_simulated=True)
-    _, decision = gate_plan(plan, inv, cmp, rules)
+    _, decision = gate_file_plan(plan, inv, cmp, rules)
     assert decision.baselines == ("torchrec",) and set(decision.infeasible) == set(rules.baselines) - {"torchrec"}
     assert decision.decided_by == "torchrec"
     # a forged "infeasible" claim does not remove a baseline that can place the inventory
@@ -316,7 +317,7 @@ def test_baselines_that_cannot_place_the_inventory_do_not_block_the_gate(
         }
     )
     with pytest.raises(PlanError, match="no 'torchrec' baseline"):
-        gate_plan(plan, inv, forged, rules)
+        gate_file_plan(plan, inv, forged, rules)
     with pytest.raises(InfeasiblePlacementError, match="fits on no device"):  # nothing to measure: the first error
         compare_sharders(inv, topo, ["dim_greedy", "round_robin"], make_oracle("simulator"), rounds=1)
     alone = evaluate_gate(

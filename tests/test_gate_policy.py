@@ -1,14 +1,15 @@
-"""The publish policy (dreamshard.gate.publish_policy) on hand-set values: what the gate's decision means given what the
-store's current plan can serve. Every reason the policy gives starts with the gate's own finding: no sentence is
-edited to change a decision."""
+"""The publish policy (dreamshard.gate.publish_policy) on hand-set values: what the gate's decision means for the
+store's current plan. Constraints and the job come first; the fallback starts from the current plan extended.
+Every reason the policy gives starts with the gate's own finding: no sentence is edited to change a decision."""
 
 from __future__ import annotations
 
-from store_helpers import make_plan
+from store_helpers import LAYOUTS, hand_judgement, make_plan
 
-from dreamshard.gate import evaluate_gate
-from dreamshard.gate.publish_policy import CurrentPlan, cannot_serve, current_plan, publish_verdict
-from dreamshard.values import GateDecision, Topology
+from dreamshard.gate import Incumbent, evaluate_gate
+from dreamshard.gate.publish_policy import publish_verdict
+from dreamshard.sharders.extend import EXTENDED
+from dreamshard.values import GateDecision, Inventory, Table, TableConstraints, Topology
 
 
 def _inconclusive() -> GateDecision:
@@ -27,50 +28,89 @@ def test_the_gates_inconclusive_reason_is_its_finding_then_the_current_plan_stay
 
 def test_inside_the_noise_with_nothing_current_the_plan_becomes_the_first() -> None:
     d = _inconclusive()
-    v = publish_verdict(d, CurrentPlan(inventory_name="inv"))
-    assert v.outcome == "first-plan" and v.decision.approved and v.decision.outcome == "approved"
+    nothing = Incumbent(inventory_name="inv")
+    v = publish_verdict(hand_judgement(d, {"size_greedy": [9.0, 11.0, 10.0]}), nothing)
+    assert v.outcome == "first-plan" and v.change == "first-plan" and v.decision.approved
+    assert v.decision.outcome == "approved" and v.decision.label == "current: first plan, inconclusive"
     assert v.decision.reason == f"{d.finding}, no plan is current for 'inv': it becomes current"
     assert v.fallback is None
 
 
 def test_inside_the_noise_a_current_plan_that_can_serve_stays() -> None:
     d = _inconclusive()
-    v = publish_verdict(d, CurrentPlan(inventory_name="inv", plan_id="p-old"))
-    assert v.outcome == "inconclusive" and v.decision == d
+    old = make_plan(overall=9.0).model_copy(update={"plan_id": "p-old", "placement": LAYOUTS[5]})
+    serves = Incumbent(inventory_name="inv", plan_id="p-old", plan=old, contender=old)
+    v = publish_verdict(hand_judgement(d, {"size_greedy": [9.0, 11.0, 10.0]}), serves)
+    assert v.outcome == "inconclusive" and v.decision == d and v.change is None
 
 
 def test_inside_the_noise_the_same_placement_says_no_round_could_tell_them_apart() -> None:
     d = _inconclusive()
-    v = publish_verdict(d, CurrentPlan(inventory_name="inv", plan_id="p-old", same_placement=True))
-    assert v.outcome == "same-as-current" and not v.decision.approved
+    old = make_plan(overall=10.0).model_copy(update={"plan_id": "p-old", "placement": LAYOUTS[0]})
+    serves = Incumbent(inventory_name="inv", plan_id="p-old", plan=old, contender=old)
+    v = publish_verdict(hand_judgement(d, {"size_greedy": [9.0, 11.0, 10.0]}), serves)
+    assert v.outcome == "same-as-current" and not v.decision.approved and v.change is None
     assert v.decision.reason.startswith(f"{d.finding}, the current plan p-old stays (this plan places every table")
     assert "measure more rounds" not in v.decision.reason
 
 
-def test_a_current_plan_that_cannot_serve_leaves_nothing_to_keep() -> None:
+def test_a_current_plan_that_cannot_serve_is_replaced() -> None:
     d = _inconclusive()
     why = "the current plan p-old is for 4 x cpu (batch 2048) and cannot serve this topology"
-    v = publish_verdict(d, CurrentPlan(inventory_name="inv", plan_id="p-old", cannot_serve=why))
-    assert v.outcome == "first-plan" and v.decision.reason == f"{d.finding}, {why}: it becomes current"
+    cannot = Incumbent(inventory_name="inv", plan_id="p-old", cannot_serve=why)
+    v = publish_verdict(hand_judgement(d, {"size_greedy": [9.0, 11.0, 10.0]}), cannot)
+    assert v.outcome == "replaces" and v.change == "replaces" and v.decision.approved
+    assert v.decision.reason == f"{d.finding}, {why}: it becomes current"
+    assert v.decision.label == "current: replaces, inconclusive"
 
 
-def test_approvals_and_rejections_pass_through_without_a_comparison() -> None:
+def test_approvals_pass_through_and_a_rejection_with_nothing_measured_to_fall_back_on_stays_one() -> None:
     approved = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0}, 0.0)
     rejected = evaluate_gate(make_plan(overall=12.0), {"size_greedy": 10.0}, 0.0)
-    nothing = CurrentPlan(inventory_name="inv")
-    assert publish_verdict(approved, nothing).decision == approved
-    v = publish_verdict(rejected, nothing)  # no comparison: no baseline to fall back on
-    assert v.outcome == "rejected" and v.decision == rejected and v.fallback is None
+    nothing = Incumbent(inventory_name="inv")
+    v = publish_verdict(hand_judgement(approved, {}), nothing)
+    assert v.decision == approved and v.change == "approval"
+    v = publish_verdict(hand_judgement(rejected, {}), nothing)  # size_greedy's plan was not measured here
+    assert v.outcome == "rejected" and v.decision == rejected and v.fallback is None and v.change is None
 
 
-def test_what_the_current_plan_can_serve() -> None:
-    plan = make_plan(overall=10.0)
-    assert current_plan("inv", None, plan, None) == CurrentPlan(inventory_name="inv")
-    same = current_plan("inv", plan.model_copy(update={"plan_id": "p-old"}), plan, None)
-    assert same.plan_id == "p-old" and same.cannot_serve == "" and same.same_placement
-    wider = plan.model_copy(update={"plan_id": "p-4", "topology": Topology(num_devices=4, memory_per_device_gb=1.0)})
-    assert "p-4 is for 4 x cpu (batch 2048) and cannot serve this topology" in cannot_serve(wider, plan)
-    judged = plan.model_copy(update={"schema_fingerprint": "a" * 64})  # the gate's, from the plan's inventory
-    old = plan.model_copy(update={"plan_id": "p-s"})
-    assert "p-s places another table schema (bbbbbbbbbbbb" in cannot_serve(old, judged, "b" * 64)
-    assert cannot_serve(old, judged, "a" * 64) == ""  # a statistics-only change keeps the schema
+def _pinned_inventory(pin: bool) -> Inventory:
+    tables = [Table(name=f"t{i}", num_embeddings=1000, embedding_dim=16, pooling_factor=1.0) for i in range(4)]
+    if pin:
+        tables[0] = tables[0].model_copy(update={"constraints": TableConstraints(sharding_types=("data_parallel",))})
+    return Inventory(name="inv", tables=tuple(tables))
+
+
+def test_a_current_plan_that_breaks_a_new_constraint_never_stays_and_the_reason_names_it() -> None:
+    """The team pinned t0 to data_parallel: the gate found the new plan equivalent, yet the current plan goes."""
+    from dreamshard.gate import incumbent_for
+    from dreamshard.sharders import get_sharder
+
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0)
+    old = get_sharder("size_greedy").shard(_pinned_inventory(False), topo)
+    new_version = _pinned_inventory(True)
+    inc = incumbent_for("inv", old.plan_id, old, None, new_version, topo)
+    assert not inc.serves and "table 't0' breaks its constraint sharding_types ['data_parallel']" in inc.cannot_serve
+    d = _inconclusive().revised(outcome="equivalent", reason="equivalent", finding="equivalent: as fast")
+    v = publish_verdict(hand_judgement(d, {"size_greedy": [10.0, 10.0, 10.0]}), inc)
+    assert v.change == "replaces" and v.decision.approved
+    assert "sharding_types ['data_parallel']" in v.decision.reason and "it becomes current" in v.decision.reason
+
+
+def test_the_current_plan_extended_stands_in_for_it() -> None:
+    """Nothing can stay as it is, but the current plan extended to the version was measured: it stays in the current
+    plan's place (moving none of the job's tables), whatever the baselines measure; only an approval replaces it."""
+    ext = make_plan(overall=10.2).model_copy(update={"sharder": EXTENDED})
+    inc = Incumbent(inventory_name="inv", plan_id="p-old", cannot_serve="another table schema", contender=ext)
+    rejected = evaluate_gate(make_plan(overall=12.0), {"size_greedy": 10.0}, 0.0)
+    for baseline in ([10.0, 10.3, 9.9], [8.0, 8.1, 8.0]):  # as fast as it, or clearly faster
+        v = publish_verdict(hand_judgement(rejected, {"size_greedy": baseline, EXTENDED: [10.2, 10.1, 10.2]}), inc)
+        assert v.outcome == "fallback" and v.change == "fallback" and v.fallback is not None
+        assert v.fallback.sharder == EXTENDED
+        assert "the current plan extended to this version becomes current instead" in v.decision.reason
+    undecided = publish_verdict(
+        hand_judgement(_inconclusive(), {"size_greedy": [9.0, 11.0, 10.0], EXTENDED: [12.0] * 3}), inc
+    )
+    assert undecided.outcome == "fallback"  # not approved: the extension stays, as a serving current plan would
+    approved = evaluate_gate(make_plan(overall=8.0), {"size_greedy": 10.0, EXTENDED: 10.2}, 0.0)
+    assert publish_verdict(hand_judgement(approved, {EXTENDED: [10.2] * 3}), inc).change == "approval"

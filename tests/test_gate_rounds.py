@@ -10,11 +10,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from store_helpers import World, make_plan
+from store_helpers import World, gate_file_plan, make_plan
 
 from dreamshard.errors import ProfilingError
 from dreamshard.evaluation import compare_sharders
-from dreamshard.gate import PublishConfig, evaluate_gate, gate_plan
+from dreamshard.gate import PublishConfig, evaluate_gate
 from dreamshard.gate.bounds import window_spread
 from dreamshard.gate.sequential import gate_rounds, looks, quiet_enough, stop_rule
 from dreamshard.profiling import base, make_oracle
@@ -85,10 +85,10 @@ def test_a_quiet_machine_stops_at_min_rounds(world: World) -> None:
     rules = _rules(world, 9)
     plan, cmp = _measured(world, QUIET, rules)
     assert cmp.rounds == rules.min_rounds == 5
-    _, d = gate_plan(plan, world.inventory, cmp, rules)
+    _, d = gate_file_plan(plan, world.inventory, cmp, rules)
     assert d.outcome == "equivalent" and d.rounds == 5  # a tie within a quiet measurement: decided at the final look
     assert "inside [0.96, 1.04]" in d.reason and "no gain worth a change" in d.reason
-    _, d = gate_plan(plan, world.inventory, cmp, rules.model_copy(update={"equivalence_margin": 0.0}))
+    _, d = gate_file_plan(plan, world.inventory, cmp, rules.model_copy(update={"equivalence_margin": 0.0}))
     assert d.outcome == "inconclusive"  # no margin: no round would tell
 
 
@@ -102,7 +102,7 @@ def test_rounds_go_on_while_the_spread_is_above_target_and_stop_below(world: Wor
         True,
         False,
     ]
-    _, d = gate_plan(plan, world.inventory, cmp, rules)
+    _, d = gate_file_plan(plan, world.inventory, cmp, rules)
     assert d.rounds == 9 and not d.stopped_early  # the final look takes every round measured
 
 

@@ -10,11 +10,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from store_helpers import World, make_plan
+from store_helpers import World, gate_file_plan, gate_measured, make_plan
 
 from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import compare_sharders
-from dreamshard.gate import PublishConfig, evaluate_gate, gate_plan, measure_and_gate
+from dreamshard.gate import PublishConfig, evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, looks, stop_rule
 from dreamshard.profiling import make_oracle
 from dreamshard.values import Costs, DeviceCost, Measurement, Topology
@@ -185,16 +185,16 @@ def world() -> World:
 
 def test_the_gate_stops_measuring_when_the_early_look_decides(world: World) -> None:
     quiet = NoisyOracle(0.002)
-    judged, d, cmp = measure_and_gate(world.good, world.inventory, quiet, world.rules)
+    judged, d, cmp = gate_measured(world.good, world.inventory, quiet, world.rules)
     assert d.approved and d.stopped_early and cmp.rounds == d.rounds == 3
     assert quiet.placements == 3 * (len(world.baselines) + 1)  # 3 rounds of every contender, not 5
-    again, d2 = gate_plan(world.good, world.inventory, cmp, world.rules)  # the comparison read back: same decision
+    again, d2 = gate_file_plan(world.good, world.inventory, cmp, world.rules)  # the comparison read back: same decision
     assert (d2.outcome, d2.rounds, d2.ratio_high) == (d.outcome, d.rounds, d.ratio_high)
 
 
 def test_a_noisy_machine_measures_every_round_and_a_short_comparison_is_refused(world: World) -> None:
     busy = NoisyOracle(0.3, seed=1)
-    _, d, cmp = measure_and_gate(world.bad, world.inventory, busy, world.rules)
+    _, d, cmp = gate_measured(world.bad, world.inventory, busy, world.rules)
     # spreads far above publish.target_spread: sequential rounds up to publish.max_rounds
     assert cmp.rounds == d.rounds == world.rules.max_rounds and not d.stopped_early
     short = compare_sharders(
@@ -209,7 +209,7 @@ def test_a_noisy_machine_measures_every_round_and_a_short_comparison_is_refused(
     with pytest.raises(
         PlanError, match=r"has 3 round.*early looks on them decide nothing.*measure 5 rounds \(evaluate.rounds\)"
     ):
-        gate_plan(world.bad, world.inventory, short, world.rules)
+        gate_file_plan(world.bad, world.inventory, short, world.rules)
     two = compare_sharders(
         world.inventory,
         world.topology,
@@ -222,14 +222,14 @@ def test_a_noisy_machine_measures_every_round_and_a_short_comparison_is_refused(
     with pytest.raises(
         PlanError, match=r"has 2 round.*at least 5 paired rounds \(publish.min_rounds; 3 when the early"
     ):
-        gate_plan(world.good, world.inventory, two, world.rules)  # too few even for the early look
+        gate_file_plan(world.good, world.inventory, two, world.rules)  # too few even for the early look
     with pytest.raises(PlanError, match="has 3 round"):  # no early look: 3 rounds are never enough
-        gate_plan(world.good, world.inventory, short, world.rules.model_copy(update={"early_rounds": 0}))
+        gate_file_plan(world.good, world.inventory, short, world.rules.model_copy(update={"early_rounds": 0}))
 
 
 def test_a_five_round_comparison_is_judged_as_the_measuring_would_have_stopped(world: World) -> None:
     """The exact simulator's 5-round comparison: its first 3 rounds decide, as measuring would have stopped there."""
-    _, d = gate_plan(world.good, world.inventory, world.comparison, world.rules)
+    _, d = gate_file_plan(world.good, world.inventory, world.comparison, world.rules)
     assert d.approved and d.rounds == 3 and d.stopped_early and world.comparison.rounds == 5
 
 

@@ -6,11 +6,10 @@ A forged *input* is a PlanError (exit 2, nothing stored); a verified plan that i
 from __future__ import annotations
 
 import pytest
-from store_helpers import world
+from store_helpers import gate_file_plan, gate_measured, world
 
 from dreamshard.errors import ConfigError, PlanError, StoreError
 from dreamshard.evaluation import compare_sharders
-from dreamshard.gate import gate_plan, measure_and_gate
 from dreamshard.profiling import make_oracle
 from dreamshard.values import Costs, DeviceCost, Inventory, Plan
 
@@ -18,7 +17,7 @@ from dreamshard.values import Costs, DeviceCost, Inventory, Plan
 def _gate(plan: Plan, **kw: object):  # type: ignore[no-untyped-def]
     w = world()
     rules = w.rules.model_copy(update={"min_improvement": kw.pop("margin", 0.0)})
-    return gate_plan(
+    return gate_file_plan(
         plan,
         kw.pop("inventory", w.inventory),
         kw.pop("comparison", w.comparison),  # type: ignore[arg-type]
@@ -172,24 +171,24 @@ def test_measure_and_gate_measures_itself() -> None:
     w = world()
     fast = Costs.from_devices([DeviceCost.from_list([0.001, 0, 0, 0.001])] * 2)
     forged = _forge(w.worse, measured=fast.model_dump())
-    judged, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), w.rules, rounds=1)
+    judged, d, cmp = gate_measured(forged, w.inventory, make_oracle("simulator"), w.rules, rounds=1)
     assert not d.approved and d.evidence.startswith("measured by the gate")
     assert {r.sharder for r in cmp.results} == {*w.baselines, "dreamshard"}
     # the simulator's exact figures decide at the sequential rule's early look: measuring stopped there
     assert cmp.rounds == w.rules.early_round_list[0] == d.rounds < w.rules.min_rounds and d.stopped_early
     assert judged.measured is not None and judged.measured.overall_ms > 0.5
     no_early = w.rules.model_copy(update={"early_rounds": 0})
-    _, d, cmp = measure_and_gate(forged, w.inventory, make_oracle("simulator"), no_early, rounds=1)
+    _, d, cmp = gate_measured(forged, w.inventory, make_oracle("simulator"), no_early, rounds=1)
     assert cmp.rounds == w.rules.min_rounds == d.rounds and not d.stopped_early  # never fewer than min_rounds
     with pytest.raises(PlanError, match="has no device"):
-        measure_and_gate(
+        gate_measured(
             _forge(w.good, placement={}, memory_per_device_gb=(0.0, 0.0)),
             w.inventory,
             make_oracle("simulator"),
             w.rules,
         )
     with pytest.raises(ConfigError, match="publish.allow_simulated"):
-        measure_and_gate(
+        gate_measured(
             w.good, w.inventory, make_oracle("simulator"), w.rules.model_copy(update={"allow_simulated": False})
         )
 

@@ -27,6 +27,7 @@ DOOR_ALLOWED = {
     "dreamshard.values": "the value types",
     "dreamshard.evaluation.render": "rendering plans and comparisons",
     "dreamshard.cli.console": "rendering tables where they are read",
+    "dreamshard.cli.review": "the terminal as a reviewer (publish.require_human), where a command runs at one",
     "dreamshard.integrations": "the documented integrations (TorchRec)",
     "dreamshard.lazy": "lazy_module: a use case loaded when a command runs",
 }

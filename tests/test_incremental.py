@@ -265,9 +265,10 @@ def timed_ops(plan) -> int:
 
 
 def test_compare_reuses_only_the_lower_bounds_singles_and_the_gate_measures_no_lower_bound(tmp_path: Path) -> None:
+    from store_helpers import gate_measured
+
     from dreamshard.evaluation import compare_sharders, comparison_markdown
     from dreamshard.gate import PublishConfig
-    from dreamshard.gate.decide import measure_and_gate
     from dreamshard.sharders import get_sharder
 
     inv = synth_inventory(8, 0, name="inv")
@@ -284,7 +285,7 @@ def test_compare_reuses_only_the_lower_bounds_singles_and_the_gate_measures_no_l
     # the gate decides on the plans alone: no single-table timing at all, and its report says so
     gate_oracle = counting_oracle(None)
     plan = get_sharder("size_greedy").shard(inv, TOPO)
-    _, _, cmp = measure_and_gate(
+    _, _, cmp = gate_measured(
         plan,
         inv,
         gate_oracle,

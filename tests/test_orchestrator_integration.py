@@ -660,7 +660,7 @@ def test_reviewer_rejection_keeps_the_plan_rejected(published: Published, gpu_wo
     t.join(timeout=120)
     assert not t.is_alive() and "error" not in result, result.get("error")
     outcome = result["value"]
-    assert not outcome.approved and "rejected by a human reviewer; reviewer: needs a second look" in outcome.reason
+    assert outcome.status == "declined" and "declined via the Prefect UI: needs a second look" in outcome.reason
     assert get_pointer(store, "tiny").plan_id == current  # current did not move
     assert any(r.plan_id == outcome.plan_id and r.status == "rejected" for r in list_plans(store, "tiny"))
     assert PipelineWorkspace(published.ws).tags(f"rejected/{outcome.plan_id}") == [f"rejected/{outcome.plan_id}"]

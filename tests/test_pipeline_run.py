@@ -14,7 +14,8 @@ from flows_support import tiny_inventory, write_params
 from dreamshard.cli.app import invoke
 from dreamshard.errors import ConfigError
 from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
-from dreamshard.usecases.runner import InProcessRunner, Review
+from dreamshard.usecases.review import NoReviewer, ScriptedReviewer
+from dreamshard.usecases.runner import InProcessRunner
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +33,14 @@ def _request(tmp_path: Path, **fields: object) -> PipelineRun:
 
 
 def test_what_the_runner_cannot_do_is_refused_before_any_stage(tmp_path: Path) -> None:
-    """Dispatch `workers` needs an orchestration API, publish.require_human a reviewer: each refused in one
-    line naming the setting, with no stage run."""
+    """Dispatch `workers` needs an orchestration API: refused in one line naming the setting, with no stage run.
+    A runner with no reviewer is no error: a change that needs one waits, pending (tests/test_publish_path.py)."""
     runner = InProcessRunner()
     with pytest.raises(ConfigError, match="pipeline.dispatch 'workers'"):
         run_pipeline(_request(tmp_path, dispatch="workers"), runner)
-    with pytest.raises(ConfigError, match="publish.require_human"):
-        run_pipeline(_request(tmp_path, require_human=True), runner)
     assert runner.steps == [] and not (tmp_path / "ws").exists()  # refused before the workspace's lock
-    reviewer = InProcessRunner(reviewer=lambda description, timeout_s: Review(approve=False))
-    assert reviewer.can_review and not runner.can_review
+    scripted = ScriptedReviewer()
+    assert InProcessRunner(reviewer=scripted).reviewer is scripted and isinstance(runner.reviewer, NoReviewer)
 
 
 def test_the_cli_refuses_what_the_in_process_runner_cannot_do_before_writing_anything(
@@ -59,24 +58,33 @@ def test_the_cli_refuses_what_the_in_process_runner_cannot_do_before_writing_any
     assert not (tmp_path / "ws").exists()
     code, out, err = invoke([*args, "--runner", "sideways"])
     assert code == 2 and "--runner must be prefect or in-process" in err
-    human = write_params(tmp_path / "human.yaml", publish={"store_uri": str(tmp_path / "store"), "require_human": True})
-    code, out, err = invoke([*args[:-4], "--params", str(human), "--dvc-remote", "remote", "--runner", "in-process"])
-    assert code == 2 and "publish.require_human is true but this runner has no reviewer" in err, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "ws" / ".pipeline.lock").exists()  # refused before the run took the workspace
 
 
 def test_the_terminal_reviewer_answers_or_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--runner in-process` asks at the terminal, within publish.approval_timeout_s as the UI's pause does: an
-    answer is the review, silence past the timeout is none (the plan is kept rejected)."""
+    """At a terminal the question is shown and answered there, within publish.approval_timeout_s as the UI's pause:
+    an answer is the review, silence past the timeout is none (the change waits, pending)."""
     import time
 
     import typer
-    from dreamshard_flows.cli import _terminal_review
+
+    from dreamshard.cli.review import TerminalReviewer
+    from dreamshard.values.review import ReviewQuestion
+
+    def question(timeout_s: int) -> ReviewQuestion:
+        return ReviewQuestion(
+            inventory_name="tiny",
+            plan_id="p",
+            change="approval",
+            headline="make plan p current",
+            details="**x**",
+            timeout_s=timeout_s,
+        )
 
     monkeypatch.setattr(typer, "confirm", lambda *a, **k: True)
     monkeypatch.setattr(typer, "prompt", lambda *a, **k: "looks right")
-    assert _terminal_review("**Publish gate: `approved`**", 5) == Review(approve=True, comment="looks right")
+    got = TerminalReviewer().ask(question(5))
+    assert got is not None and got.approve and got.comment == "looks right" and got.via == "the terminal"
 
     def silent(*a: object, **k: object) -> bool:
         time.sleep(5)
@@ -84,5 +92,5 @@ def test_the_terminal_reviewer_answers_or_times_out(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(typer, "confirm", silent)
     started = time.monotonic()
-    assert _terminal_review("**Publish gate: `approved`**", 1) is None
+    assert TerminalReviewer().ask(question(1)) is None
     assert time.monotonic() - started < 4

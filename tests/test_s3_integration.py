@@ -13,7 +13,7 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import SeaweedS3
-from store_helpers import approve, make_plan, sibling, world
+from store_helpers import approve, make_plan, publish_or_reject, sibling, world
 from test_store_concurrency import run_threaded_publishers
 
 from dreamshard.cli.app import main
@@ -26,7 +26,6 @@ from dreamshard.store import (
     list_plans,
     open_store,
     publish,
-    publish_or_reject,
     rollback,
     show,
 )

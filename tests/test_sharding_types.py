@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from store_helpers import approve
+from store_helpers import approve, gate_measured
 
 from dreamshard.errors import PlanError
 from dreamshard.gate import PublishConfig
-from dreamshard.gate.decide import measure_and_gate
 from dreamshard.placement.expand import expand_plan, fold_units
 from dreamshard.placement.validate import check_plan
 from dreamshard.profiling import make_oracle
@@ -150,7 +149,7 @@ def test_round_trips_through_json_the_store_and_the_gates_checks(tmp_path: Path)
     assert again == plan and again.units() == plan.units()
     store = LocalPlanStore(tmp_path / "store")
     oracle = make_oracle("simulator", warmup=0, repeats=1)
-    judged, decision, cmp = measure_and_gate(
+    judged, decision, cmp = gate_measured(
         plan,
         INV,
         oracle,

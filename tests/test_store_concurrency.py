@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from store_helpers import approve, make_plan, publish_race
+from store_helpers import approve, make_plan, publish_or_reject, publish_race
 
 from dreamshard.errors import StoreError
 from dreamshard.gate import evaluate_gate
@@ -22,7 +22,6 @@ from dreamshard.store import (
     get_pointer,
     list_plans,
     publish,
-    publish_or_reject,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

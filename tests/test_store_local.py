@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from store_helpers import FP, approve, make_plan, sibling
+from store_helpers import FP, approve, make_plan, publish_or_reject, sibling
 
 from dreamshard.errors import PlanError, StoreError
 from dreamshard.gate import evaluate_gate
@@ -17,7 +17,6 @@ from dreamshard.store import (
     list_plans,
     open_store,
     publish,
-    publish_or_reject,
     reject,
     rollback,
     show,

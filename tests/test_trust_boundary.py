@@ -23,7 +23,9 @@ from dreamshard.gate import PLAN_FIELD_AUTHORITY, check_trust_table
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.store import get_current, open_store, publish, push_inventory
 from dreamshard.store.lookup import current_plan_for_schema
-from dreamshard.usecases.publish import PublishRequest, gate, read_comparison, store_gated
+from dreamshard.usecases.publish import PublishRequest, read_comparison
+from dreamshard.usecases.publish import publish as publish_plan
+from dreamshard.usecases.review import NoReviewer
 from dreamshard.values import GateDecision, Plan
 
 FORGED = "f" * 64
@@ -240,7 +242,7 @@ def _outcome(files: dict[str, Path], data: dict[str, Any], name: str, comparison
     path = files["dir"] / f"{name}.json"
     path.write_text(json.dumps(data))
     store = open_store(str(files["store"]))
-    try:  # as `plans publish` reads the files, then gates
+    try:  # as `plans publish` reads the files, then gates and stores
         compared, source = read_comparison(files[comparison])
         request = PublishRequest(
             plan=load_plan(path),
@@ -248,21 +250,22 @@ def _outcome(files: dict[str, Path], data: dict[str, Any], name: str, comparison
             comparison_source=source,
             inventory=load_inventory(files["inventory"]),
             settings=resolve(files["params"]),
+            store=str(files["store"]),
         )
-        gated = gate(request, store)
+        done = publish_plan(request, NoReviewer())
     except (DreamshardError, ValueError):
         return None
-    store_gated(store, gated)
-    d = gated.decision
+    d, plan = done.decision, done.plan
+    assert d is not None and plan is not None
     found = current_plan_for_schema(store, world().inventory.schema_fingerprint()).plan
     return (
         d.outcome,
         d.approved,
         d.best_baseline,
         round(d.improvement or 0.0, 9),
-        gated.fallback is None,
-        gated.plan.schema_fingerprint,
-        gated.plan.inventory_fingerprint,
+        done.fallback_ref is None,
+        plan.schema_fingerprint,
+        plan.inventory_fingerprint,
         found and found.plan_id,
     )
 

@@ -1,4 +1,5 @@
-"""`dreamshard plans ...`: gate, publish, list, show, incumbent, rollback, fsck, gc, reproduce."""
+"""`dreamshard plans ...`: list, show, incumbent, fsck, gc, reproduce; publish (publish_cmd), rollback, approve and
+decline (plans_change_cmd) change what is current through the one publish use case."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from rich.table import Table as RichTable
 from dreamshard.cli.console import show
 from dreamshard.cli.explain_cmd import TYPE_CODES, print_stats, stats_json
 from dreamshard.cli.options import ModelOpt
+from dreamshard.cli.plans_change_cmd import register as register_changes
 from dreamshard.cli.plans_common import (
     GRACE_MINUTES,
     EndpointOpt,
     GraceOpt,
-    InventoryNameOpt,
     ParamsOpt,
     StoreOpt,
     gc_command,
@@ -28,6 +29,7 @@ from dreamshard.cli.publish_cmd import publish_cmd
 from dreamshard.lazy import lazy_module
 from dreamshard.usecases import plans as plans_uc
 from dreamshard.usecases.plans import ListResult
+from dreamshard.values.records import PlanRecord
 
 # the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,6 +101,17 @@ def _types(mix: dict[str, int]) -> str:
     return ", ".join(f"{TYPE_CODES.get(kind, kind)} {n}" for kind, n in sorted(mix.items())) or "-"
 
 
+def _status(r: PlanRecord) -> str:
+    """What the listing says of a plan: CORRUPT, pending (waiting for a reviewer: `plans approve`), else the gate's
+    outcome (approved / rejected, or the word that says more: equivalent, fallback, current: first plan, ...)."""
+    if r.problem:
+        return "CORRUPT"
+    if r.status == "pending":
+        what = r.pending.change if r.pending is not None else ""
+        return f"pending {what}".strip()
+    return r.status if r.outcome in ("", "approved", "rejected") else r.outcome
+
+
 def _print_list(result: ListResult, inventory: str | None) -> None:
     """The stored plans as a table: what each is for (ranks, schema, types) and what the gate made of it."""
     table = RichTable(title="plans" + (f" of {inventory}" if inventory else ""))
@@ -116,7 +129,7 @@ def _print_list(result: ListResult, inventory: str | None) -> None:
             r.stored_at.strftime("%Y-%m-%d %H:%M:%S") if r.stored_at else "-",
             f"{r.overall_ms:.3f}" if r.overall_ms is not None else "-",
             r.basis or "-",
-            "CORRUPT" if r.problem else (r.status if r.outcome in ("", "approved", "rejected") else r.outcome),
+            _status(r),
         )
     show(Console(highlight=False), table)  # a pipe gets the table's full width: ids are never cut
     if not result.records:
@@ -283,27 +296,6 @@ def incumbent_cmd(
     typer.echo(f"{out}: {said}")
 
 
-@plans_app.command("rollback")
-def rollback_cmd(
-    inventory: InventoryNameOpt,
-    store: StoreOpt = None,
-    to: Annotated[
-        str | None, typer.Option("--to", help="Approved plan id to make current (default: previous).")
-    ] = None,
-    params: ParamsOpt = None,
-    endpoint: EndpointOpt = None,
-) -> None:
-    """Move `current` back to the previous version (or to --to PLAN_ID, which also repairs a corrupt pointer).
-    No version is deleted."""
-    result = plans_uc.rollback(
-        plans_uc.RollbackRequest(
-            settings=plans_settings(params), store=store, endpoint_url=endpoint, inventory=inventory, to=to
-        )
-    )
-    pointer = result.pointer
-    typer.echo(f"current of '{inventory}' is now {pointer.plan_id} ({pointer.key})")
-
-
 @plans_app.command("reproduce")
 def reproduce_cmd(
     plan_id: Annotated[str, typer.Argument(help="Plan id (or 'current' with --inventory).")],
@@ -338,4 +330,5 @@ def reproduce_cmd(
 def register(app: typer.Typer) -> None:
     """Add `plans` to the main app."""
     plans_app.command("publish")(publish_cmd)
+    register_changes(plans_app)
     app.add_typer(plans_app, name="plans")

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from dreamshard.cli.plans_common import EndpointOpt, ParamsOpt, StoreOpt, plans_settings
+from dreamshard.cli.publication_view import finish, publication_json, show_publication
+from dreamshard.cli.review import terminal_reviewer
 from dreamshard.documents import load_inventory, load_plan
 from dreamshard.lazy import lazy_module
-from dreamshard.values import UNDECIDED
 
 # the use case imports torch: it loads when the command runs (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,12 +105,17 @@ def publish_cmd(
         int | None,
         typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of the `random` baseline (params profile.seed)."),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what happened as JSON (the diff against the current plan included).")
+    ] = False,
 ) -> None:
     """Verify a plan against its inventory and a comparison, run the gate; publish if approved (exit 0), else keep
-    it as rejected, equivalent or inconclusive (exit 1: the current plan stays; when no current plan can serve this
-    version, an equivalent or inconclusive plan becomes current, and a rejected plan's best measured baseline: the
-    fallback). A plan or comparison that does not check out is an error (exit 2), nothing stored. A plan id already
-    decided for this inventory version keeps its decision."""
+    it as rejected, equivalent or inconclusive (exit 1: the current plan stays; when the current plan cannot stay,
+    for another schema or a constraint it breaks, an equivalent or inconclusive plan becomes current, and for a
+    rejected one the fallback: the current plan extended, else the best measured baseline). With
+    publish.require_human a reviewer answers first (at this terminal); with none to answer the change waits (exit
+    3; `dreamshard plans approve PLAN_ID`). A plan or comparison that does not check out is an error (exit 2),
+    nothing stored. A plan id already decided for this inventory version keeps its decision."""
     settings = plans_settings(
         params,
         {
@@ -123,7 +128,7 @@ def publish_cmd(
         },
     )
     compared, source = publish_uc.read_comparison(comparison) if comparison is not None else (None, "comparison")
-    result = publish_uc.run(
+    done = publish_uc.publish(
         publish_uc.PublishRequest(
             settings=settings,
             plan=load_plan(plan_file),
@@ -136,33 +141,11 @@ def publish_cmd(
             backend=None if measure else backend,
             store=store,
             endpoint_url=endpoint,
-        )
+        ),
+        terminal_reviewer(),
     )
-    ref, decision = result.ref, result.decision
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if ref.already_decided:
-        line = (
-            f"already decided: {decision.outcome} {ref.plan_id} for this inventory version ({decision.reason}); "
-            f"kept at {ref.key}, nothing re-measured" + ("" if ref.is_current else "; it is not current now")
-        )
-        if decision.approved:
-            typer.echo(line)
-            return
-        err.print(line, markup=False)
-        raise typer.Exit(1)
-    if ref.status == "approved":
-        typer.echo(f"published {ref.plan_id} -> {ref.key} (sha256 {ref.sha256[:16]}) in {ref.store}; now current")
-        typer.echo(decision.reason)
-        return
-    if decision.outcome in UNDECIDED:
-        err.print(
-            f"{decision.outcome} {ref.plan_id}: {decision.reason}; the current plan stays (kept at {ref.key})",
-            markup=False,
-        )
-        raise typer.Exit(1)
-    err.print(f"rejected {ref.plan_id}: {decision.reason} (kept at {ref.key})", markup=False)
-    if result.fallback_ref is not None:
-        f = result.fallback_ref
-        typer.echo(f"fallback: published {f.plan_id} -> {f.key} (sha256 {f.sha256[:16]}) in {f.store}; now current")
-        typer.echo(f.reason)
-    raise typer.Exit(1)
+    if as_json:
+        typer.echo(publication_json(done))
+    else:
+        show_publication(done)
+    finish(done)

@@ -25,6 +25,8 @@ from dreamshard.cli.options import (
 )
 from dreamshard.cli.plan_cmd import verification_table, warn
 from dreamshard.cli.plan_options import MaxMoveFractionOpt
+from dreamshard.cli.publication_view import PENDING, show_moves
+from dreamshard.cli.review import terminal_reviewer
 from dreamshard.config.job import describe_topology
 from dreamshard.config.settings import resolve
 from dreamshard.documents import load_inventory
@@ -91,8 +93,10 @@ def replan(
     against the baselines measured interleaved, publish. Exit 0: published, already current, or already decided
     (--force re-plans); 1: not published (the gate kept the current plan, or, when the current plan cannot serve
     the new version, made the best measured baseline current: `fallback`) or a retrain is due (the version is
-    outside the model's training ranges). The version is planned for the job its inventory records (`inventory
-    from-torchrec --world-size ...`), unless --devices/--hosts/--devices-per-host/--memory-gb say otherwise."""
+    outside the model's training ranges); 3: the change waits for a reviewer (publish.require_human with nobody at
+    this terminal: `dreamshard plans approve PLAN_ID`). The version is planned for the job its inventory records
+    (`inventory from-torchrec --world-size ...`), unless --devices/--hosts/--devices-per-host/--memory-gb say
+    otherwise."""
     settings = resolve(
         params,
         {
@@ -116,7 +120,8 @@ def replan(
             model=model,
             seed=seed,
             force=force,
-        )
+        ),
+        terminal_reviewer(),
     )
     if as_json:
         typer.echo(
@@ -140,12 +145,17 @@ def replan(
         console.print(
             f"{result.outcome}: {result.inventory_name} {result.fingerprint[:12]}: {result.reason}", markup=False
         )
-        if result.diff is not None:
-            console.print(f"against the plan that was current: {result.diff.summary}", markup=False)
-        if result.fallback_ref is not None:
-            f = result.fallback_ref
+        done = result.publication
+        if done is not None and done.status == "fallback" and done.fallback_ref is not None:
+            f = done.fallback_ref
             console.print(f"now current: {f.plan_id} ({f.reason}) -> {f.key}", markup=False)
-    if result.outcome in ("not-published", "fallback", "retrain-due"):
+        if done is not None:
+            show_moves(done, console)
+        elif result.diff is not None:
+            console.print(f"against the plan that was current: {result.diff.summary}", markup=False)
+    if result.outcome == "pending":
+        raise typer.Exit(PENDING)
+    if result.outcome in ("not-published", "fallback", "declined", "retrain-due"):
         raise typer.Exit(1)
 
 

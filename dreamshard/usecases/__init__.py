@@ -12,15 +12,17 @@ object's internals (tests/test_import_rules.py checks what the doors import).
     plan             a plan from a sharder (search, verification, refinement, TorchRec file, stats, reasons)
     evaluate         one plan measured; plans of several sharders measured interleaved (the evaluate stage)
     explain          the stats report and what-if changes
-    publish          the gate and the plan store (the publish policy itself: gate/publish_policy.py)
+    publish          THE path that changes what is current: publish, rollback, a reviewer's answer (its decision
+                     publish_decide, its writes publish_write, its words publish_explain; the policy itself:
+                     gate/publish_policy.py); review: the reviewer port; publication: its one result
     replan           the production loop's fast path
     drift            the current plan re-measured against its recorded cost
-    plans            the plan store's list, show, incumbent, rollback, fsck
+    plans            the plan store's list, show, incumbent, fsck, gc
     reproduce        the workspace a published plan came from
     torchrec         TorchRec plan files: export and import
     sharders         sharder names as the doors take them
     remote           the DVC remote of a repository
     pipeline         a pipeline workspace: init, status, one orchestrator run
     pipeline_steps   the orchestrator's steps and rules (workspace lock, params, stages, decide once)
-    pipeline_publish the orchestrator's publish step
+    pipeline_publish the orchestrator's publish step (the publish use case under the run's runner)
 """

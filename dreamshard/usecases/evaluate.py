@@ -12,7 +12,7 @@ from dreamshard.config.settings import Settings
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import compare_sharders, evaluate_plan, validate_sharders
 from dreamshard.evaluation.compare import Comparison, contender_name
-from dreamshard.gate.current import serving_contender
+from dreamshard.gate.incumbent import incumbent_for
 from dreamshard.gate.sequential import gate_rounds, stop_rule
 from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.usecases.base import Request, Result
@@ -124,11 +124,15 @@ def _topology(request: CompareRequest, inv: Inventory, plans: Sequence[Plan]) ->
 
 
 def current_rival(current: Plan | None, inv: Inventory, topology: Topology, plans: Sequence[Plan]) -> Plan | None:
-    """The incumbent as the contender `current` (`gate.current.serving_contender`); None when none was current,
-    the plan cannot serve this job, or one of `plans` places as it does."""
-    if current is None or any(p.units() == current.units() for p in plans):
+    """The incumbent's contender as the gate weighs it (`gate.incumbent.incumbent_for`): the current plan as a plan
+    of this version (`current`) when it serves the job, else its extension to it (`current+new`); None when none was
+    current, neither is possible, or one of `plans` places as it does."""
+    if current is None:
         return None
-    return serving_contender(current, inv, topology)
+    rival = incumbent_for(inv.name, current.plan_id, current, None, inv, topology).contender
+    if rival is None or any(p.units() == rival.units() for p in plans):
+        return None
+    return rival
 
 
 def run(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:

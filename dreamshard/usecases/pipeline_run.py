@@ -59,7 +59,7 @@ class PipelineRun(BaseModel):
     dispatch: Dispatch = "auto"
     force: bool = False
     reprofile: bool = False
-    require_human: bool | None = None  # None: publish.require_human
+    require_human: bool | None = None  # True asks a reviewer on top of publish.require_human (never removes one)
     reason: str = "manual run"  # why the run started: the schedule, a retrain that is due, drift, a person
 
 
@@ -134,16 +134,11 @@ def _reports(summary: RunSummary, setup: RunSetup, endpoint_url: str | None, run
 
 def check_runner(request: PipelineRun, runner: Runner, setup: RunSetup) -> None:
     """What the runner must offer the run, checked before any stage runs: an orchestration API for dispatch
-    `workers`, and a reviewer when publish.require_human is on (without one every plan would be kept rejected)."""
+    `workers`. (A run whose runner has no reviewer while publish.require_human is on is no error: its plan waits,
+    pending, for `dreamshard plans approve`.)"""
     if request.dispatch == "workers" and runner.api_url() is None:
         raise ConfigError(
             "pipeline.dispatch 'workers' needs a runner with a Prefect server the workers poll; this runner has none"
-        )
-    require_human = setup.settings.publish.require_human if request.require_human is None else request.require_human
-    if require_human and not runner.can_review:
-        raise ConfigError(
-            "publish.require_human is true but this runner has no reviewer: run under Prefect (the UI's pause) "
-            "or from a terminal that can answer"
         )
 
 

@@ -21,6 +21,7 @@ from dreamshard.pipeline.decisions import plan_decision
 from dreamshard.pipeline.workspace import PARAMS, PipelineWorkspace, RemoteSpec
 from dreamshard.profiling.batches import ProfileShard, list_shards
 from dreamshard.store import InventoryRef, get_current_inventory, open_store, push_inventory
+from dreamshard.usecases.publication import Publication
 from dreamshard.usecases.stored import current_or_none, job_incumbent
 from dreamshard.values import Inventory, Plan, Topology
 
@@ -58,27 +59,6 @@ def absolute_uri(uri: str, base: Path | None = None) -> str:
     return str(p if p.is_absolute() else ((base or Path.cwd()) / p).resolve())
 
 
-class PublishOutcome(BaseModel):
-    """What the publish step did with the workspace's plan."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    plan_id: str
-    approved: bool
-    reason: str
-    outcome: str = ""  # approved / rejected / equivalent / inconclusive (the last two: the current plan stays)
-    already_decided: bool = False  # the store held a decision for this plan id and inventory version
-    key: str | None = None
-    store: str
-    is_current: bool = False
-    overall_ms: float | None = None
-    best_baseline: str | None = None
-    best_baseline_ms: float | None = None
-    model_md5: str | None = None
-    git_revision: str | None = None
-    fallback_plan_id: str | None = None  # rejected for a version nothing current could serve: the baseline made current
-
-
 class RunSummary(BaseModel):
     """What one orchestrator run did, and why it ran."""
 
@@ -92,7 +72,7 @@ class RunSummary(BaseModel):
     campaign: str = ""  # the profiling campaign (this flow run's id)
     git_revision: str | None = None
     pushed: bool = False
-    outcome: PublishOutcome | None = None
+    outcome: Publication | None = None  # what the publish step did (None: the run did not publish)
     current_plan_id: str | None = None
     reason: str = ""
     why: str = ""  # what started the run (the schedule, a retrain that is due, drift, a person)
@@ -348,13 +328,12 @@ def next_step(root: str, summary: RunSummary, committed: str | None) -> NextStep
     return NextStep(action="push", plan_id=plan_id, tag=tag, current_plan_id=current, reason=reason)
 
 
-def published(summary: RunSummary, committed: str | None, outcome: PublishOutcome) -> RunSummary:
-    """The summary of a run that published (or rejected) its plan."""
+def published(summary: RunSummary, committed: str | None, outcome: Publication) -> RunSummary:
+    """The summary of a run whose publish step decided on its plan (published, rejected, or pending a reviewer)."""
     reason = (
         (f"ran {', '.join(summary.ran)}; " if summary.ran else "no stage changed; ")
         + ("committed, " if committed else "")
-        + f"pushed; {'published' if outcome.approved else (outcome.outcome or 'rejected')} plan {outcome.plan_id}: "
+        + f"pushed; {outcome.status} plan {outcome.plan_id}: "
         + outcome.reason
     )
-    current = outcome.plan_id if outcome.is_current else outcome.fallback_plan_id
-    return summary.model_copy(update={"outcome": outcome, "current_plan_id": current, "reason": reason})
+    return summary.model_copy(update={"outcome": outcome, "current_plan_id": outcome.current_plan_id, "reason": reason})

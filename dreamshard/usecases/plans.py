@@ -1,6 +1,7 @@
-"""The plan store's read and repair use cases: `plans list`, `plans show`, `plans incumbent`, `plans rollback`,
-`plans fsck`, `plans gc` (docs/architecture/stores.md, "Stores"). Gating and publishing are `publish.py`, reproducing a
-plan's workspace `reproduce.py`. Nothing here loads torch, except a stats report (`show` with `stats`)."""
+"""The plan store's read and repair use cases: `plans list`, `plans show`, `plans incumbent`, `plans fsck`,
+`plans gc` (docs/architecture/stores.md, "Stores"). What changes what is current (publish, rollback, a reviewer's
+answer) is `publish.py`; reproducing a plan's workspace `reproduce.py`. Nothing here loads torch, except a stats
+report (`show` with `stats`)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
 from dreamshard.pipeline.incumbent import NoIncumbent, no_incumbent, read_incumbent, save_incumbent
 from dreamshard.store import fsck as store_fsck
-from dreamshard.store import rollback as store_rollback
 from dreamshard.store import scan_plans
 from dreamshard.store.inventories import get_inventory_version
 from dreamshard.store.orphans import ORPHAN_GRACE_MINUTES, age, remove_orphans
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import current_or_none, open_plan_store, stored_plan
 from dreamshard.values import Plan, utcnow
-from dreamshard.values.records import CurrentPointer, FsckIssue, GcResult, Orphan, PlanRecord
+from dreamshard.values.records import FsckIssue, GcResult, Orphan, PlanRecord
 
 # the stats report imports torch: it loads when `show` is asked for one (dreamshard/lazy.py)
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,20 +154,3 @@ def incumbent(request: IncumbentRequest) -> IncumbentResult:
     if isinstance(doc, Plan):
         return IncumbentResult(out=request.out, plan=doc)
     return IncumbentResult(out=request.out, plan=None, reason=doc.reason)
-
-
-class RollbackRequest(StoreRequest):
-    inventory: str
-    to: str | None = None  # an approved plan id (default: the previous current one)
-
-
-class RollbackResult(Result):
-    inventory: str
-    pointer: CurrentPointer
-
-
-def rollback(request: RollbackRequest) -> RollbackResult:
-    """Move `current` back to the previous version (or to `to`, which also repairs a corrupt pointer); no version
-    is deleted."""
-    store = open_plan_store(request.settings, request.store, request.endpoint_url)
-    return RollbackResult(inventory=request.inventory, pointer=store_rollback(store, request.inventory, request.to))

@@ -19,18 +19,35 @@ from dreamshard.config.settings import model_dir
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.pipeline.workspace import MODEL_DIR
 from dreamshard.placement.diff import PlanDiff, plan_diff
-from dreamshard.store import PlanRecord, PublishedRef, get_current_inventory, list_plans, push_inventory
+from dreamshard.store import PlanRecord, get_current_inventory, list_plans, push_inventory
 from dreamshard.store.base import PlanStore
 from dreamshard.usecases import plan as plan_uc
 from dreamshard.usecases import publish as publish_uc
 from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.publication import Publication
+from dreamshard.usecases.review import NoReviewer, Reviewer
 from dreamshard.usecases.stored import current_or_none, job_incumbent, open_plan_store
 from dreamshard.values import Inventory, Plan, Topology, Verification
 from dreamshard.values.model_files import has_model
 
-#: `fallback`: the plan was rejected and the current plan cannot serve the version (a table added, removed or
-#: reshaped): the best baseline the gate measured with it became current instead (`fallback_ref`).
-Outcome = Literal["published", "not-published", "fallback", "retrain-due", "current", "already-decided"]
+#: `fallback`: the plan did not become current and the current plan cannot serve the version (a table added, removed
+#: or reshaped, a constraint it breaks): the incumbent extended, or the best baseline the gate measured with it,
+#: became current instead; `pending`: the change waits for a reviewer (publish.require_human, `plans approve`);
+#: `declined`: a reviewer said no.
+Outcome = Literal[
+    "published", "not-published", "fallback", "pending", "declined", "retrain-due", "current", "already-decided"
+]
+#: The outcome of each status of the publish use case.
+OUTCOME_OF: dict[str, Outcome] = {
+    "published": "published",
+    "fallback": "fallback",
+    "kept": "not-published",
+    "pending": "pending",
+    "already-pending": "pending",
+    "declined": "declined",
+    "already-decided": "already-decided",
+    "rolled-back": "published",
+}
 
 
 class ReplanRequest(Request):
@@ -45,6 +62,7 @@ class ReplanRequest(Request):
     workspace: Path | None = None  # a pipeline workspace: its trained model is the production model
     seed: int = 0
     force: bool = False  # re-plan a version the gate already decided on (or whose current plan is a fallback)
+    require_human: bool | None = None  # True asks a reviewer on top of publish.require_human (never removes one)
 
 
 class ReplanResult(Result):
@@ -54,16 +72,14 @@ class ReplanResult(Result):
     fingerprint: str
     topology: Topology | None = None  # what the version was planned for (the job's, unless told otherwise)
     plan: Plan | None = None
-    ref: PublishedRef | None = None
-    fallback_ref: PublishedRef | None = None  # outcome `fallback`: the baseline plan that became current
+    publication: Publication | None = None  # what the publish use case did with the plan (None: it was not gated)
     retrain_reasons: list[str] = Field(default_factory=list)  # why a retrain is due (empty: it is not)
     previous_plan_id: str | None = None
     # what the plan step measured (`--verify`: candidates, their rounds, the kept one); the gate stores the plan
     # without it (a plan file's verification is never trusted), so the use case reports it here
     verification: Verification | None = None
-    # `published`: the new plan against the plan the job of this topology ran (the latest approved plan of the
-    # inventory for its world size: what the search started from), the tables it moves (what the training job
-    # reshards); None when there was none, or the new plan did not become current
+    # the new plan against the plan that was current (else the plan the job of this topology ran, what the search
+    # started from): each table it moves, from -> to; whether or not it became current; None when there was none
     diff: PlanDiff | None = None
 
 
@@ -146,30 +162,21 @@ def _planned(request: ReplanRequest, inv: Inventory, current: Plan | None) -> pl
 
 
 def _published(
-    inv: Inventory,
-    current: Plan | None,
-    incumbent: Plan | None,
-    planned: plan_uc.PlanResult,
-    published: publish_uc.PublishResult,
+    inv: Inventory, current: Plan | None, incumbent: Plan | None, planned: plan_uc.PlanResult, done: Publication
 ) -> ReplanResult:
-    """What the gate made of the new plan: published, the fallback made current, or not published."""
-    fallback = published.fallback_ref
-    outcome: Outcome = "not-published"
-    if published.ref.is_current:
-        outcome = "published"
-    elif fallback is not None and fallback.is_current:
-        outcome = "fallback"
-    diff = plan_diff(incumbent, published.plan, inv) if incumbent is not None and outcome == "published" else None
+    """What the publish use case made of the new plan: published, the fallback made current, pending a reviewer,
+    declined, or not published."""
+    plan = done.plan or planned.plan
+    diff = done.diff or (plan_diff(incumbent, plan, inv) if incumbent is not None else None)
     return _result(
         inv,
         current,
-        outcome=outcome,
-        plan=published.plan,
-        topology=published.plan.topology,
-        ref=published.ref,
-        fallback_ref=fallback,
+        outcome=OUTCOME_OF[done.status],
+        plan=plan,
+        topology=plan.topology,
+        publication=done,
         warnings=planned.warnings,
-        reason=published.decision.reason,
+        reason=done.reason,
         verification=planned.plan.verification,
         diff=diff,
     )
@@ -195,8 +202,8 @@ def _retrain_due(inv: Inventory, current: Plan | None, planned: plan_uc.PlanResu
 
 
 def _push(request: ReplanRequest, store: PlanStore, inv: Inventory) -> None:
-    """The version becomes the store's current one: only once a decision about it is recorded (a version that
-    fails to plan leaves the store as it was)."""
+    """The version becomes the store's current one once a decision about it is recorded (or it is found decided
+    already, or due a retrain): a version that fails to plan or to gate leaves the store as it was."""
     push_inventory(store, inv, store_uri=request.store or request.settings.publish.store_uri)
 
 
@@ -206,17 +213,10 @@ def _told(request: ReplanRequest, topology: Topology) -> Topology | None:
     return topology if any(k in JOB_KEYS for k in request.settings.told) else None
 
 
-def _decide(
-    request: ReplanRequest, store: PlanStore, inv: Inventory, plan: Plan, topology: Topology
-) -> publish_uc.PublishResult:
-    """The gate's decision on the planned `plan`, stored; the version becomes the store's current one just before it
-    (`_push`). A plan id the store already decided for this version keeps its recorded decision (one decision per
-    plan id per inventory version), without measuring again. The gate takes the plan as it takes a file's: through
-    `gate.trusted_plan`, its costs and verification recomputed or measured, never carried over."""
-    done = publish_uc.recorded(store, plan)
-    if done is not None:
-        _push(request, store, inv)
-        return done
+def _decide(request: ReplanRequest, inv: Inventory, plan: Plan, topology: Topology, reviewer: Reviewer) -> Publication:
+    """The one publish use case on the planned `plan`, the gate measuring it and the baselines itself (its
+    verification is recomputed, never carried over); a plan id the store already decided for this version keeps
+    its decision."""
     gate_request = publish_uc.PublishRequest(
         settings=request.settings,
         plan=plan,
@@ -225,13 +225,14 @@ def _decide(
         store=request.store,
         endpoint_url=request.endpoint_url,
         topology=_told(request, topology),
+        require_human=request.require_human,
     )
-    gated = publish_uc.gate(gate_request, store)
-    _push(request, store, inv)  # the version a decision is recorded for
-    return publish_uc.store_gated(store, gated)
+    return publish_uc.publish(gate_request, reviewer)
 
 
-def run(request: ReplanRequest) -> ReplanResult:
+def run(request: ReplanRequest, reviewer: Reviewer | None = None) -> ReplanResult:
+    """Plan the version with the production model from what the job runs, then the one publish use case (its
+    reviewer `reviewer`; None: nobody can answer, a change that needs one waits, pending)."""
     s = request.settings
     store = open_plan_store(s, request.store, request.endpoint_url, existing=False)
     inv = _inventory(request, store)
@@ -239,11 +240,14 @@ def run(request: ReplanRequest) -> ReplanResult:
     current = current_or_none(store, inv.name)  # None: this replan makes the first
     settled = _settled(store, inv, current, topology, request.force)
     if settled is not None:
+        if settled.outcome == "already-decided":
+            _push(request, store, inv)  # idempotent: a run stopped between the decision and the push
         return settled
     start = job_incumbent(store, inv.name, topology, current)  # what the job of this topology runs now
     planned = _planned(request, inv, start)
     if planned.plan.out_of_range:
         _push(request, store, inv)  # the retrain that is due plans the store's current version
         return _retrain_due(inv, current, planned)
-    published = _decide(request, store, inv, planned.plan, topology)
-    return _published(inv, current, start, planned, published)
+    done = _decide(request, inv, planned.plan, topology, reviewer or NoReviewer())
+    _push(request, store, inv)  # the version a decision is recorded for
+    return _published(inv, current, start, planned, done)

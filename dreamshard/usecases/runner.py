@@ -6,7 +6,7 @@ Prefect. A `Runner` runs each of their steps and answers the few questions that 
 
 * `step`: run one step (Prefect: a task run with the step's name, run name, retries and tags);
 * `nested`: run a group of steps as one (Prefect: a subflow run, the publish step);
-* `review`: pause for a reviewer (Prefect: the UI's pause with a form);
+* `reviewer`: who answers before a plan becomes current (dreamshard.usecases.review; Prefect: the UI's pause);
 * `show`: keep a report of the run (Prefect: an artifact);
 * `run_id`, `step_id`, `api_url`, `workers_alive`: what the profiling dispatch needs (the campaign, the parent of
   the batches' runs, the server the workers poll, whether a worker is alive).
@@ -23,10 +23,9 @@ from typing import ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from dreamshard.evaluation import Comparison
 from dreamshard.profiling.batches import ProfileShard
-from dreamshard.values import GateDecision, Inventory, Plan
-from dreamshard.values.records import PublishedRef
+from dreamshard.usecases.publication import Publication
+from dreamshard.usecases.review import NoReviewer, Reviewer
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -43,15 +42,6 @@ class Step(BaseModel):
     retries: int = Field(default=0, ge=0)
     retry_delay_s: float = Field(default=0.0, ge=0)
     tags: tuple[str, ...] = ()
-
-
-class Review(BaseModel):
-    """A reviewer's answer at the review pause."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    approve: bool
-    comment: str = ""
 
 
 class ProfiledBatches(BaseModel):
@@ -73,17 +63,14 @@ class TrainMetrics(BaseModel):
 
 
 class PublishedPlan(BaseModel):
-    """Report: the plan the publish step decided on, with its comparison, decision, store key and explanation."""
+    """Report: what the publish step did (`publication`: the judged plan, its comparison and decision, where it is
+    stored, the moves) with the store it went to and the plan's stats report (markdown)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    plan: Plan
-    comparison: Comparison
-    decision: GateDecision
-    ref: PublishedRef
+    publication: Publication
     store_uri: str
     stats_markdown: str
-    inventory: Inventory
 
 
 RunReport = ProfiledBatches | TrainMetrics | PublishedPlan
@@ -92,8 +79,8 @@ RunReport = ProfiledBatches | TrainMetrics | PublishedPlan
 class Runner(Protocol):
     """What executes the pipeline's steps (see the module's docstring)."""
 
-    #: Whether `review` can reach a reviewer (a run with publish.require_human needs one).
-    can_review: bool
+    #: Who answers before a plan becomes current (publish.require_human; `NoReviewer`: the change waits, pending).
+    reviewer: Reviewer
 
     def step(self, step: Step, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
 
@@ -103,9 +90,6 @@ class Runner(Protocol):
 
     def rename(self, name: str) -> None:
         """Name the running run (its inventory version became known inside it)."""
-
-    def review(self, description: str, timeout_s: int) -> Review | None:
-        """Pause for a reviewer, showing `description` (markdown); None: nobody answered within `timeout_s`."""
 
     def show(self, report: RunReport) -> None: ...
 
@@ -127,23 +111,21 @@ def _describe(report: RunReport) -> str:
         return f"profiled {len(report.shards)} batch(es) for {report.inventory_name}"
     if isinstance(report, TrainMetrics):
         return f"train metrics of {report.inventory_name}: {report.metrics}"
-    return f"plan {report.plan.plan_id}: {report.decision.shown} at {report.store_uri.rstrip('/')}/{report.ref.key}"
-
-
-Reviewer = Callable[[str, int], Review | None]
+    p = report.publication
+    where = f" at {report.store_uri.rstrip('/')}/{p.ref.key}" if p.ref is not None else ""
+    return f"plan {p.plan_id}: {p.status}{where}"
 
 
 class InProcessRunner:
     """Runs every step in this process, in order, once: no retries, no orchestration API (profiling batches run in
-    the stage's own process). The reviewer is `reviewer` (the CLI's: a question at the terminal); without one, a
-    run that needs a reviewer is refused before it starts (`pipeline_run.check_runner`). Log lines and one line
-    per report go to `log`, and are kept in `lines`."""
+    the stage's own process). The reviewer is `reviewer` (the CLI's: the terminal when it can answer); without one,
+    a change that needs a reviewer waits, pending (`NoReviewer`). Log lines and one line per report go to `log`,
+    and are kept in `lines`."""
 
     def __init__(self, log: Callable[[str], None] | None = None, reviewer: Reviewer | None = None) -> None:
         self.lines: list[str] = []
         self._log = log
-        self._reviewer = reviewer
-        self.can_review = reviewer is not None
+        self.reviewer: Reviewer = reviewer if reviewer is not None else NoReviewer()
         self._id = uuid.uuid4().hex
         self.names: list[str] = []  # what the run was named, in order
         self.steps: list[str] = []  # each step run, as `name` or `name:label`
@@ -162,9 +144,6 @@ class InProcessRunner:
 
     def rename(self, name: str) -> None:
         self.names.append(name)
-
-    def review(self, description: str, timeout_s: int) -> Review | None:
-        return self._reviewer(description, timeout_s) if self._reviewer is not None else None
 
     def show(self, report: RunReport) -> None:
         self.log(_describe(report))

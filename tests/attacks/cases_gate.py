@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import Case, Holds, Refused, Result, Runs, Table, cli, edited, written
-from store_helpers import NoisyOracle, world
+from store_helpers import NoisyOracle, publish_or_reject, world
 
 from dreamshard.evaluation import BASELINE_SHARDERS, Comparison, compare_sharders
 from dreamshard.gate import baseline_plan
 from dreamshard.sharders import get_sharder
-from dreamshard.store import list_plans, open_store, publish_or_reject, show
+from dreamshard.store import list_plans, open_store, show
 from dreamshard.values import GateDecision, Plan
 
 #: Flags every publish of these cases takes: the local store and the simulator's basis allowed.
@@ -65,7 +65,7 @@ def outcomes(work: Path, plan_id: str | None = None) -> list[str]:
 
 
 def with_current(work: Path) -> None:
-    """A current plan to keep (with none, a plan inside the noise becomes the first: usecases.publish.first_plan)."""
+    """A current plan to keep (with none, a plan inside the noise becomes the first: gate/publish_policy.py)."""
     w = world()
     seed = get_sharder("round_robin").shard(w.inventory, w.topology)
     publish_or_reject(
@@ -109,7 +109,7 @@ def noisy(plan: str, seed: int, out: str, sharders: tuple[str, ...] = BASELINE_S
 
 def rejected_with_fallback(plan: str, *needles: str) -> Callable[[Path, Result], None]:
     """The plan is rejected (the line holds the needles); with no current plan the store keeps the best
-    baseline's own placement as the fallback (usecases.publish.store_gated), never the plan's."""
+    baseline's own placement as the fallback (usecases/publish_write.py), never the plan's."""
 
     def then(work: Path, r: Result) -> None:
         from dreamshard.documents import load_plan

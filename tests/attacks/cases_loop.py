@@ -1,13 +1,14 @@
 """Attacks on the production loop's fast path: `replan --refine-seconds`, `plan --verify-anchors`, the params
 `plan.replan_refine_seconds` / `verify_anchors` / `refine_confirm_rounds`, `profile.statistic` and the gate's
 sequential looks (`publish.early_rounds` / `early_share`, `evaluate.stop_early`), each refused in one line with
-nothing written; and the gate's "keep the current plan" rule (usecases.publish.first_plan) after a schema change.
+nothing written; and the publish policy's "keep the current plan" rule (gate/publish_policy.py) after a schema
+change.
 The files: `inv.yaml` (8 tables, inventory 'loop').
 
 Also covered elsewhere, not repeated here: the early looks' other bad values (below 2 rounds, out of order, 1000,
 true) are PublishConfig's test in tests/test_gate_sequential.py, as is a 3-round comparison whose early look
 cannot decide (gate_plan); a table added, another topology, a statistics-only change and a clearly slower plan
-are tests/test_replan.py's first_plan tests; the fallback after a table is added is tests/test_fallback.py's, and
+are tests/test_replan.py's first-plan tests; the fallback after a table is added is tests/test_fallback.py's, and
 a comparison whose baseline entry is swapped or relabelled is refused by the gate (cases_gate.py,
 tests/test_gate_hardening.py) whether or not a fallback would follow."""
 
@@ -17,12 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import Case, Holds, Refused, Table, written
+from store_helpers import hand_judgement, publish_or_reject
 
 from dreamshard.documents import save_inventory
+from dreamshard.gate import incumbent_for
+from dreamshard.gate.publish_policy import publish_verdict
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.sharders import get_sharder
-from dreamshard.store import PlanStore, open_store, publish_or_reject
-from dreamshard.usecases.publish import first_plan
+from dreamshard.store import PlanStore, open_store
+from dreamshard.usecases.publish_decide import read_state
 from dreamshard.values import GateDecision, Inventory, Topology
 
 INV = synth_inventory(8, 0, name="loop")
@@ -90,8 +94,12 @@ def _becomes_current_after(other: Inventory) -> Callable[[Path], None]:
             plan_id=plan.plan_id,
             reason="inconclusive: ... the current plan stays (measure more rounds)",
         )
-        got = first_plan(_current_store(work), plan, unsure)
-        assert got.outcome == "approved" and "cannot serve" in got.reason, got.reason
+        store = _current_store(work)
+        state = read_state(store, "loop")
+        inc = incumbent_for("loop", state.plan_id, state.plan, state.schema, other, TOPO)
+        got = publish_verdict(hand_judgement(unsure, {"size_greedy": [10.0, 10.0, 10.0]}), inc)
+        assert got.change == "replaces" and got.decision.approved, got.decision.reason
+        assert "cannot serve" in got.decision.reason, got.decision.reason
 
     return check
 

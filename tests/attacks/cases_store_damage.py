@@ -174,13 +174,13 @@ def _other_inventorys_corrupt_pointer(work: Path) -> None:
 def _orphans_of_an_interrupted_publish(work: Path) -> None:
     import importlib
 
-    from dreamshard.gate import gate_plan
+    from store_helpers import gate_file_plan
 
     plans = importlib.import_module("dreamshard.store.plans")
     w, store = world(), open_store("store")
     r = cli(["plans", "fsck", "--store", "store"])
     assert r.code == 0 and "clean" in r.out
-    _, decision = gate_plan(w.bad, w.inventory, w.comparison, w.rules)
+    _, decision = gate_file_plan(w.bad, w.inventory, w.comparison, w.rules)
 
     def crash(*a: object, **k: object) -> None:
         raise KeyboardInterrupt  # killed between the upload and the pointer's move
