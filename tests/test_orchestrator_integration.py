@@ -308,7 +308,8 @@ def test_changed_table_runs_once_on_workers_pushed_published_reproducible(
     # Retrained, pushed, published with lineage.
     lock = lock_outs(ws.lock_text())
     current = get_current(store, "tiny")
-    assert second.outcome is not None and second.outcome.approved and current.plan_id == second.outcome.plan_id
+    assert second.outcome is not None and second.outcome.status == "published", second.reason
+    assert current.plan_id == second.outcome.plan_id
     lineage = current.lineage
     assert lineage is not None and lineage.model_md5 == lock[MODEL_DIR] != first.lineage.model_md5
     assert lineage.measurements_md5 == lock[MEASUREMENTS] == dvc_md5(ws.path(MEASUREMENTS))
@@ -584,12 +585,10 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     since = datetime.now(timezone.utc)
     push_inventory(store, change_one_table(inv, tmp_path / "v2.yaml"))  # in range: the fast path
     result = replan_on_inventory_change(request)
-    assert result.outcome in ("published", "not-published") and result.ref is not None, result.reason
+    done = result.publication
+    assert result.outcome in ("published", "not-published") and done is not None and done.ref is not None, result.reason
     assert result.previous_plan_id == current.plan_id
-    if result.outcome == "published":  # what the new plan reshards
-        assert result.diff is not None and result.diff.old_plan_id == current.plan_id
-    else:
-        assert result.diff is None
+    assert result.diff is not None and result.diff.old_plan_id == current.plan_id  # published or not: what it moves
     names = {t.name.rsplit("-", 1)[0] for t in _task_runs_since(since)}
     assert "replan" in names and not names & {"dvc-stage", "profile", "train"}, names  # no stage ran
 
@@ -601,7 +600,7 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     due = replan_on_inventory_change(request.model_copy(update={"reason": "test: out of range"}))
     assert due.outcome == "retrain-due" and any("embedding_dim" in r for r in due.retrain_reasons), due.retrain_reasons
     assert get_current(store, "tiny").plan_id == (
-        result.ref.plan_id if result.outcome == "published" else current.plan_id
+        done.ref.plan_id if result.outcome == "published" else current.plan_id
     )  # nothing published for it
 
     def due_runs() -> list[Any]:
@@ -628,7 +627,9 @@ def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_ma
     assert "retrain-due" in str(report.data) and "test: out of range" in str(report.data)
 
 
-def test_reviewer_rejection_keeps_the_plan_rejected(published: Published, gpu_workers: GpuWorkers, s3_env: Any) -> None:
+def test_reviewer_rejection_keeps_the_plan_rejected(
+    published: Published, gpu_workers: GpuWorkers, s3_env: Any, tmp_path: Path
+) -> None:
     from dreamshard_flows.publish import publish_workspace_plan
     from dreamshard_flows.requests import WorkspacePublishRequest
     from prefect.client.orchestration import get_client
@@ -639,11 +640,11 @@ def test_reviewer_rejection_keeps_the_plan_rejected(published: Published, gpu_wo
     ws = PipelineWorkspace(published.ws)
     ws.repro("plan", force=True)  # a new plan id: the workspace's plan was decided already (one decision per id)
     ws.repro("evaluate")
-    store = open_store(published.store_uri)
-    current = get_pointer(store, "tiny").plan_id
-    t, result = _in_background(
-        lambda: publish_workspace_plan(WorkspacePublishRequest(workspace=str(published.ws), require_human=True))
-    )
+    # a store where nothing is current: whatever the gate decides would make a plan current, so the reviewer is asked
+    fresh = str(tmp_path / "review-store")
+    store = open_store(fresh)
+    request = WorkspacePublishRequest(workspace=str(published.ws), require_human=True, store_uri=fresh)
+    t, result = _in_background(lambda: publish_workspace_plan(request))
     paused = None
     deadline = time.monotonic() + 90
     with get_client(sync_client=True) as client:
@@ -661,8 +662,8 @@ def test_reviewer_rejection_keeps_the_plan_rejected(published: Published, gpu_wo
     assert not t.is_alive() and "error" not in result, result.get("error")
     outcome = result["value"]
     assert outcome.status == "declined" and "declined via the Prefect UI: needs a second look" in outcome.reason
-    assert get_pointer(store, "tiny").plan_id == current  # current did not move
-    assert any(r.plan_id == outcome.plan_id and r.status == "rejected" for r in list_plans(store, "tiny"))
+    assert get_pointer(store, "tiny") is None  # nothing became current
+    assert all(r.status == "rejected" for r in list_plans(store, "tiny")) and list_plans(store, "tiny")
     assert PipelineWorkspace(published.ws).tags(f"rejected/{outcome.plan_id}") == [f"rejected/{outcome.plan_id}"]
 
 

@@ -5,6 +5,7 @@ one publish use case (dreamshard.usecases.publish): a rollback asks the team's r
 from __future__ import annotations
 
 import getpass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -89,34 +90,35 @@ def _answer(
     return publish_uc.answer(request, via=f"plans {'approve' if approve else 'decline'}")
 
 
-def approve_cmd(
-    plan_id: PlanIdArg,
-    inventory: AnyInventoryOpt = None,
-    comment: CommentOpt = "",
-    reviewer: ReviewerOpt = None,
-    store: StoreOpt = None,
-    params: ParamsOpt = None,
-    endpoint: EndpointOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def _answer_command(approve: bool, doc: str) -> Callable[..., None]:
+    """`plans approve` or `plans decline`: the same options, the answer they give."""
+
+    def command(
+        plan_id: PlanIdArg,
+        inventory: AnyInventoryOpt = None,
+        comment: CommentOpt = "",
+        reviewer: ReviewerOpt = None,
+        store: StoreOpt = None,
+        params: ParamsOpt = None,
+        endpoint: EndpointOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        _show(_answer(plan_id, approve, inventory, comment, reviewer, params, store, endpoint), as_json)
+
+    command.__doc__ = doc
+    return command
+
+
+approve_cmd = _answer_command(
+    True,
     """Answer yes to a change kept waiting for a reviewer (publish.require_human): the plan becomes current (or the
-    rollback is made), recorded with who answered, if the current plan is still the one it was decided against."""
-    _show(_answer(plan_id, True, inventory, comment, reviewer, params, store, endpoint), as_json)
-
-
-def decline_cmd(
-    plan_id: PlanIdArg,
-    inventory: AnyInventoryOpt = None,
-    comment: CommentOpt = "",
-    reviewer: ReviewerOpt = None,
-    store: StoreOpt = None,
-    params: ParamsOpt = None,
-    endpoint: EndpointOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+    rollback is made), recorded with who answered, if the current plan is still the one it was decided against.""",
+)
+decline_cmd = _answer_command(
+    False,
     """Answer no to a change kept waiting for a reviewer: nothing current changes; the plan is kept as rejected with
-    the answer."""
-    _show(_answer(plan_id, False, inventory, comment, reviewer, params, store, endpoint), as_json)
+    the answer.""",
+)
 
 
 def register(plans_app: typer.Typer) -> None:

@@ -39,7 +39,8 @@ def check_key_part(value: str, what: str) -> str:
     StoreError otherwise (dreamshard.store.base re-exports this)."""
     problem = name_problem(value) if isinstance(value, str) else "is not a string"
     if problem:
-        raise StoreError(f"{what} {value!r} cannot be used in a storage key: it {problem}; use {ALLOWED}")
+        shown = value if not isinstance(value, str) or len(value) <= 80 else f"{value[:60]}...({len(value)} characters)"
+        raise StoreError(f"{what} {shown!r} cannot be used in a storage key: it {problem}; use {ALLOWED}")
     return value
 
 
@@ -47,7 +48,8 @@ def check_name(name: str, what: str) -> str:
     """Return `name`, or raise InventoryNameError naming it and the allowed set."""
     problem = name_problem(name)
     if problem:
-        raise InventoryNameError(f"{what} {name!r} {problem}: use {ALLOWED}")
+        shown = name if len(name) <= 80 else f"{name[:60]}...({len(name)} characters)"
+        raise InventoryNameError(f"{what} {shown!r} {problem}: use {ALLOWED}")
     return name
 
 
