@@ -16,6 +16,7 @@ import cases_params_files
 import cases_pipeline
 import cases_plan_files
 import cases_plan_incumbent
+import cases_publish_path
 import cases_store_damage
 import cases_store_layout
 import cases_topology
@@ -40,6 +41,7 @@ TABLES: tuple[Table, ...] = (
     cases_pipeline.TABLE,
     cases_inventory_files.TABLE,
     cases_params_files.TABLE,
+    cases_publish_path.TABLE,
 )
 
 
