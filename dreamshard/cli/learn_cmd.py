@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from dreamshard.cli.options import BackendOverride, CorpusOpt, InventoryOpt, MemoryOverride, ParamsOpt
+from dreamshard.cli.progress import lines_unless_bars
 from dreamshard.config.settings import resolve
 from dreamshard.documents import dump_model, read_checked_inventory
 from dreamshard.lazy import lazy_module
@@ -26,7 +27,14 @@ console = Console(highlight=False)
 
 ModelDirOpt = Annotated[Path, typer.Option("--model-dir", help="Model directory (cost_net.pt, policy.pt, model.json).")]
 TasksOpt = Annotated[Path, typer.Option("--tasks", help="TaskSet file from `dreamshard tasks`.")]
-ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")]
+ProgressOpt = Annotated[
+    bool,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Show progress bars on a terminal; without them (a pipe, a DVC stage) a progress line on stderr at most "
+        "every 10 s: iteration, step, loss.",
+    ),
+]
 MetricsOpt = Annotated[Path | None, typer.Option("--metrics-out", help="Write the metrics as JSON here.")]
 
 
@@ -62,16 +70,20 @@ def train_cost(
     """Fit the cost network on measurements and save it in the model directory."""
     settings = resolve(params)
     inputs = {"--measurements": measurements, "--params": settings.source}
-    card = train_uc.run_cost(
-        train_uc.CostRequest(
-            settings=settings,
-            inventory=read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out}),
-            measurements=measurements,
-            model_dir=model_dir,
-            metrics_out=metrics_out,
-            progress=progress and console.is_terminal,
-        )
-    ).card
+    pool = read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out})
+    bars = progress and console.is_terminal
+    with lines_unless_bars(bars, "train-cost") as report:
+        card = train_uc.run_cost(
+            train_uc.CostRequest(
+                settings=settings,
+                inventory=pool,
+                measurements=measurements,
+                model_dir=model_dir,
+                metrics_out=metrics_out,
+                progress=bars,
+                report=report,
+            )
+        ).card
     m = card.cost_metrics
     console.print(
         f"cost net {card.version} -> {model_dir}: train {m.get('n_train')}, held-out {m.get('n_test')}, "
@@ -92,16 +104,20 @@ def train_policy(
     """Train the placement policy on the estimated MDP using the cost net in the model directory."""
     settings = resolve(params)
     inputs = {"--tasks": tasks_path, "--params": settings.source}
-    card = train_uc.run_policy(
-        train_uc.PolicyRequest(
-            settings=settings,
-            inventory=read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out}),
-            tasks=tasks_path,
-            model_dir=model_dir,
-            metrics_out=metrics_out,
-            progress=progress and console.is_terminal,
-        )
-    ).card
+    pool = read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out})
+    bars = progress and console.is_terminal
+    with lines_unless_bars(bars, "train-policy") as report:
+        card = train_uc.run_policy(
+            train_uc.PolicyRequest(
+                settings=settings,
+                inventory=pool,
+                tasks=tasks_path,
+                model_dir=model_dir,
+                metrics_out=metrics_out,
+                progress=bars,
+                report=report,
+            )
+        ).card
     p = card.policy_metrics
     console.print(
         f"policy {card.version} -> {model_dir}: {p.get('episodes')} episodes, estimated cost "
@@ -138,20 +154,24 @@ def train(
     """The DreamShard outer loop: measure where the planners go, refit the cost ensemble, retrain the policy."""
     settings = resolve(params, {"profile.backend": backend, "topology.memory_per_device_gb": memory_gb})
     inputs = {"--tasks": tasks_path, "--measurements": measurements, "--params": settings.source}
-    result = train_uc.run(
-        train_uc.TrainRequest(
-            settings=settings,
-            inventory=read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out}),
-            tasks=tasks_path,
-            model_dir=model_dir,
-            measurements=measurements,
-            state_dir=state_dir,
-            metrics_out=metrics_out,
-            resume=resume,
-            progress=progress and console.is_terminal,
-            corpus=corpus,
+    pool = read_checked_inventory(inputs, inventory, {"--metrics-out": metrics_out})
+    bars = progress and console.is_terminal
+    with lines_unless_bars(bars, "train") as report:
+        result = train_uc.run(
+            train_uc.TrainRequest(
+                settings=settings,
+                inventory=pool,
+                tasks=tasks_path,
+                model_dir=model_dir,
+                measurements=measurements,
+                state_dir=state_dir,
+                metrics_out=metrics_out,
+                resume=resume,
+                progress=bars,
+                corpus=corpus,
+                report=report,
+            )
         )
-    )
     if not result.iterations:
         console.print(f"nothing to do: {model_dir} already holds the final iteration (use --no-resume to restart)")
     for r in result.iterations:
@@ -197,15 +217,14 @@ def pretrain(
     progress: ProgressOpt = True,
 ) -> None:
     """Pre-train a model on tasks from the wide table generator (params `pretrain`); `make pretrain` ships it."""
-    summary = train_uc.run_pretrain(
-        train_uc.PretrainRequest(
-            settings=resolve(params, {"profile.backend": backend}),
-            out=out,
-            state_dir=state_dir,
-            resume=resume,
-            progress=progress and console.is_terminal,
-        )
-    ).summary
+    settings = resolve(params, {"profile.backend": backend})
+    bars = progress and console.is_terminal
+    with lines_unless_bars(bars, "pretrain") as report:
+        summary = train_uc.run_pretrain(
+            train_uc.PretrainRequest(
+                settings=settings, out=out, state_dir=state_dir, resume=resume, progress=bars, report=report
+            )
+        ).summary
     console.print(
         f"pre-trained {summary['version']} -> {out}: {summary['tasks']} tasks, {summary['tables']} tables, "
         f"{summary['profile_records']} profile + {summary['loop_records']} loop records; profiling "

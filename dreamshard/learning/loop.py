@@ -53,6 +53,7 @@ from dreamshard.learning.train_cost import train_cost_model
 from dreamshard.learning.train_policy import PolicyMetrics, train_policy
 from dreamshard.profiling.runner import item_key
 from dreamshard.values import BackendInfo, Inventory, Measurement, MeasurementKind, Task, TaskSet, Topology
+from dreamshard.values.progress import Progress, prefixed
 
 __all__ = [  # the state dir's names are re-exported: callers import them from here
     "DEFAULT_STATE_DIR",
@@ -99,13 +100,15 @@ def train(
     previous_tasks: Mapping[str, str] | None = None,
     *,
     searcher: Searcher,
+    report: Progress | None = None,
 ) -> list[IterationMetrics]:
     """Run (or resume) the outer loop; returns the metrics of the iterations run now. `searcher` is where the
     search planner goes on a task (dreamshard.search.candidates.best_placement). `measurements` are the
     records to start from (e.g. the profile stage's), `init` a model to warm-start from, `batch_sizes` each
     task's own batch size by name (pre-training; default: the template's for every task). `previous_tasks` (an
     incremental retrain: the task signatures `init` was trained on) limits what the loop measures to the tasks
-    whose content differs, plus `config.refresh_tasks` others; the policy still trains on every task."""
+    whose content differs, plus `config.refresh_tasks` others; the policy still trains on every task. `report` gets
+    a line per measured placement, cost step (with its loss) and policy update, each prefixed with the iteration."""
     model_dir = Path(model_dir)
     state_dir = Path(state_dir) if state_dir is not None else model_dir / DEFAULT_STATE_DIR
     tasks = _train_tasks(pool, taskset)
@@ -141,6 +144,7 @@ def train(
         init=init,
         progress=progress,
         planner=IterationPlanner(pool, measured_tasks, template, config, comm_models, searcher, batch_sizes),
+        report=report,
     )
     start = run.resume()
     results = [run.iteration(it) for it in range(start, config.iterations)]
@@ -203,6 +207,7 @@ class _LoopRun:
     init: LoadedModel | None
     progress: bool
     planner: IterationPlanner
+    report: Progress | None = None  # the progress hook (dreamshard.values.progress)
     ensemble: CostEnsemble | None = None
     policy: Policy | None = None
     loop_ids: list[str] = field(default_factory=list)  # the loop records used so far, in order
@@ -230,16 +235,19 @@ class _LoopRun:
 
     def iteration(self, it: int) -> IterationMetrics:
         """Measure where the planners go, refit the cost ensemble and the policy, save the model."""
+        say = prefixed(self.report, f"iteration {it + 1}/{self.config.iterations}: ")
+        if say is not None:
+            say("planning the placements to measure")
         planned = self.planner.plan(it, self.ensemble, self.policy, self.records())
-        new, measured_now = self.measure(planned)
+        new, measured_now = self.measure(planned, say)
         records = self.records()
         self.planner.comm_models = comm_models_of(new, self.planner.comm_models)
         lr = self.config.lr_factor(it)
         cost_cfg = self.config.cost.model_copy(update={"seed": self.config.cost.seed + it})
         ensemble, cost_metrics = train_cost_model(
-            self.pool, records, cost_cfg, init=self.ensemble, progress=self.progress, lr_factor=lr
+            self.pool, records, cost_cfg, init=self.ensemble, progress=self.progress, lr_factor=lr, report=say
         )
-        policy, pol_metrics = self.fit_policy(it, ensemble)
+        policy, pol_metrics = self.fit_policy(it, ensemble, say)
         self.ensemble, self.policy = ensemble, policy
         self.save(it, ensemble, policy, self.card_fields(it, records, cost_metrics, pol_metrics))
         metrics = IterationMetrics(
@@ -257,13 +265,15 @@ class _LoopRun:
         append_metrics(self.state_dir, metrics)
         return metrics
 
-    def measure(self, planned: Sequence[tuple[Task, dict[str, int]]]) -> tuple[list[Measurement], int]:
+    def measure(
+        self, planned: Sequence[tuple[Task, dict[str, int]]], say: Progress | None = None
+    ) -> tuple[list[Measurement], int]:
         """Measure the planned placements the cache lacks; the records new to this run, and how many of them
-        were measured now (the rest came from the cache)."""
+        were measured now (the rest came from the cache). `say` gets a line per placement measured."""
         fingerprint = self.fingerprint
         new: list[Measurement] = []
         measured_now = 0
-        for task, placement in planned:
+        for i, (task, placement) in enumerate(planned):
             topology = self.planner.topology(task)
             key = item_key("placement", task.name, fingerprint, topology, placement, self.backend)
             if key not in self.cache:
@@ -275,13 +285,15 @@ class _LoopRun:
                 append_measurement(self.state_dir / MEASUREMENTS_FILE, m)
                 self.cache[key] = m
                 measured_now += 1
+                if say is not None:
+                    say(f"measured placement {i + 1}/{len(planned)} (task {task.name}): {m.overall_ms:.4g} ms")
             if key not in self.loop_ids:
                 self.loop_ids.append(key)
                 new.append(self.cache[key])
         return new, measured_now
 
-    def fit_policy(self, it: int, ensemble: CostEnsemble) -> tuple[Policy, PolicyMetrics]:
-        """REINFORCE on every train task under the freshly fit cost ensemble."""
+    def fit_policy(self, it: int, ensemble: CostEnsemble, say: Progress | None = None) -> tuple[Policy, PolicyMetrics]:
+        """REINFORCE on every train task under the freshly fit cost ensemble (`say`: a line per update)."""
         pol_cfg = self.config.policy.model_copy(update={"seed": self.config.policy.seed + it})
         return train_policy(
             self.pool,
@@ -293,6 +305,7 @@ class _LoopRun:
             topology=self.template,
             lr_factor=self.config.lr_factor(it),
             batch_sizes=self.planner.batch_sizes,
+            report=say,
         )
 
     def card_fields(

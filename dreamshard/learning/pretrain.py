@@ -25,6 +25,7 @@ from dreamshard.learning.model_store import ModelCard, load_card, load_model, sa
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.runner import profile_inventory
 from dreamshard.values import BackendInfo, Inventory, Measurement, Task, TaskSet
+from dreamshard.values.progress import Progress
 
 MEASUREMENTS_FILE = "pretrain_measurements.jsonl"
 #: mixed into the seed of the batch-size stream (apart from the tables' and devices' draws)
@@ -131,10 +132,11 @@ def pretrain(
     searcher: Searcher,
     progress: bool = True,
     resume: bool = True,
+    report: Progress | None = None,
 ) -> dict[str, object]:
     """Measure the pretraining tasks into `state_dir` (each at its own batch size), train from scratch (`searcher`:
     the search planner of the loop), save the model in `out_dir`. Resumable: a rerun measures nothing twice and
-    continues from the last completed loop iteration."""
+    continues from the last completed loop iteration. `report`: the loop's progress lines (`loop.train`)."""
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     pool, taskset = pretraining_tasks(cfg)
@@ -164,6 +166,7 @@ def pretrain(
         backend_name=backend.name,
         batch_sizes=batch_sizes,
         searcher=searcher,
+        report=report,
     )
     t_train = time.perf_counter() - t1
     card = load_card(work)

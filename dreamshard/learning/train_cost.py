@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -24,10 +24,11 @@ from dreamshard.learning.cost_eval import CostMetrics, clean_metric, evaluate_co
 from dreamshard.learning.cost_model import NUM_DEVICE_COSTS, CostEnsemble, CostNet, CostNetSpec
 from dreamshard.learning.cost_samples import Batch, Sample, collate, to_samples
 from dreamshard.learning.model_store import first_non_finite, warm_start
-from dreamshard.learning.progress import progress_bar
+from dreamshard.learning.progress import Advance, progress_bar
 from dreamshard.learning.records import check_record
 from dreamshard.learning.threads import single_threaded
 from dreamshard.values import Inventory, Measurement
+from dreamshard.values.progress import Progress
 
 
 def _target_scale(samples: Sequence[Sample]) -> torch.Tensor:
@@ -87,7 +88,8 @@ def _fit_member(
     config: CostTrainConfig,
     seed: int,
     lr_factor: float,
-    advance: Callable[[int], None],
+    advance: Advance,
+    label: str = "",
 ) -> float:
     """`config.steps` Adam steps on minibatches drawn from `samples` (already the member's resample)."""
     rng = np.random.default_rng(seed)
@@ -110,7 +112,7 @@ def _fit_member(
         if sched is not None:
             sched.step()
         last = loss.item()
-        advance(1)
+        advance(1, f"{label}loss {last:.4g}")
     net.eval()
     return last
 
@@ -134,10 +136,11 @@ def train_cost_model(
     init: CostEnsemble | None = None,
     progress: bool = True,
     lr_factor: float = 1.0,
+    report: Progress | None = None,
 ) -> tuple[CostEnsemble, CostMetrics]:
     """Train (or continue training `init`) an ensemble on the records and report held-out metrics. Every record
     is checked first (dreamshard.learning.records.check_record: TrainingDataError); a fit that diverges to
-    non-finite weights is a ModelError."""
+    non-finite weights is a ModelError. `report` gets a line per step: the step, the member and its loss."""
     records = [m for m in measurements if config.use_singles or m.kind == "placement"]
     if not records:
         raise ModelError("no measurement records to train the cost model on: run `dreamshard profile` first")
@@ -154,7 +157,7 @@ def train_cost_model(
         )
     feats, samples, _ = to_samples(pool, train_recs)
     losses = []
-    with progress_bar("train cost ensemble", config.steps * ens.size, progress) as advance:
+    with progress_bar("cost ensemble step", config.steps * ens.size, progress, report) as advance:
         for k, net in enumerate(ens.nets):
             if init is None:  # a warm-started net keeps the scale its outputs were trained in
                 net.target_scale.copy_(_target_scale(samples))
@@ -163,7 +166,8 @@ def train_cost_model(
             if config.bootstrap and ens.size > 1:
                 pick = np.random.default_rng([config.seed, k, 7]).integers(0, len(samples), size=len(samples))
                 member = [samples[i] for i in pick]
-            losses.append(_fit_member(net, feats, member, config, config.seed * 7919 + k, lr_factor, advance))
+            label = f"member {k + 1}/{ens.size}, " if ens.size > 1 else ""
+            losses.append(_fit_member(net, feats, member, config, config.seed * 7919 + k, lr_factor, advance, label))
     ens.eval()
     bad = first_non_finite(ens)
     if bad is not None:

@@ -26,6 +26,7 @@ from dreamshard.learning.policy import Episode, Policy, PolicySpec, episode_log_
 from dreamshard.learning.progress import progress_bar
 from dreamshard.learning.threads import single_threaded
 from dreamshard.values import Inventory, Task, Topology
+from dreamshard.values.progress import Progress
 
 
 class PolicyUpdate(BaseModel):
@@ -108,9 +109,11 @@ def train_policy(
     topology: Topology | TopologyConfig | None = None,
     lr_factor: float = 1.0,
     batch_sizes: Mapping[str, int] | None = None,
+    report: Progress | None = None,
 ) -> tuple[Policy, PolicyMetrics]:
     """Train (or continue training `init`) on the estimated MDPs of `tasks`; `topology` gives the device
-    memory (the task gives the number of devices; `batch_sizes`, by task name, a task's own batch size)."""
+    memory (the task gives the number of devices; `batch_sizes`, by task name, a task's own batch size). `report`
+    gets a line per update: the update, the episodes' mean estimated cost and the entropy."""
     if not tasks:
         raise ConfigError("no training tasks: run `dreamshard tasks` to make some")
     torch.manual_seed(config.seed)
@@ -125,7 +128,7 @@ def train_policy(
     n_updates = math.ceil(config.episodes / config.episodes_per_update) if config.episodes else 0
     per_task = 5 if config.episodes_per_update >= 10 else max(1, config.episodes_per_update // 2)
     updates: list[PolicyUpdate] = []
-    with progress_bar("train policy", n_updates, progress) as advance:
+    with progress_bar("policy update", n_updates, progress, report) as advance:
         for _ in range(n_updates):
             n_ep = config.episodes_per_update
             n_groups = max(1, n_ep // per_task)
@@ -150,12 +153,11 @@ def train_policy(
             opt.zero_grad()
             loss.backward()
             opt.step()
-            updates.append(
-                PolicyUpdate(
-                    mean_cost_ms=float(np.mean([ep.overall_ms for ep in episodes])), entropy=float(entropy.detach())
-                )
+            update = PolicyUpdate(
+                mean_cost_ms=float(np.mean([ep.overall_ms for ep in episodes])), entropy=float(entropy.detach())
             )
-            advance(1)
+            updates.append(update)
+            advance(1, f"mean estimated cost {update.mean_cost_ms:.4g} ms, entropy {update.entropy:.3g}")
     policy.eval()
     greedy = {t.name: rollout(policy, mdp_clone(m), "greedy").overall_ms for t, m in zip(tasks, mdps, strict=True)}
     return policy, PolicyMetrics(

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.config.learning import LoopConfig
 from dreamshard.documents import atomic_write_text, load_measurements
@@ -28,6 +28,7 @@ from dreamshard.profiling.corpus import DeviceCorpus
 from dreamshard.search.candidates import best_placement
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values import Inventory
+from dreamshard.values.progress import Progress
 
 CORPUS_WRITER = "loop"  # this use case's file in the corpus directory
 
@@ -43,6 +44,7 @@ class CostRequest(Request):
     model_dir: Path
     metrics_out: Path | None = None
     progress: bool = False
+    report: Progress | None = Field(default=None, exclude=True)  # the progress hook: a line per step
 
 
 class CardResult(Result):
@@ -56,7 +58,7 @@ def run_cost(request: CostRequest) -> CardResult:
     pool = request.inventory
     cfg = request.settings.train_cost
     records = check_training_records(load_measurements(request.measurements), pool, str(request.measurements))
-    net, metrics = train_cost_model(pool, records, cfg, progress=request.progress)
+    net, metrics = train_cost_model(pool, records, cfg, progress=request.progress, report=request.report)
     card = save_model(
         request.model_dir,
         net,
@@ -80,6 +82,7 @@ class PolicyRequest(Request):
     model_dir: Path
     metrics_out: Path | None = None
     progress: bool = False
+    report: Progress | None = Field(default=None, exclude=True)  # the progress hook: a line per step
 
 
 def run_policy(request: PolicyRequest) -> CardResult:
@@ -91,7 +94,9 @@ def run_policy(request: PolicyRequest) -> CardResult:
     cfg, topo = s.train_policy, s.topology
     loaded = load_model(request.model_dir, require_policy=False)
     costs = cost_factory(loaded.cost_net, loaded.card.comm_models, cfg.risk)
-    policy, metrics = train_policy(pool, list(taskset.train), costs, cfg, progress=request.progress, topology=topo)
+    policy, metrics = train_policy(
+        pool, list(taskset.train), costs, cfg, progress=request.progress, topology=topo, report=request.report
+    )
     summary = {
         "episodes": metrics.episodes,
         "updates": len(metrics.updates),
@@ -193,6 +198,7 @@ class TrainRequest(Request):
     resume: bool = True
     progress: bool = False
     corpus: Path | None = None  # the measurement corpus (device timings reused and added)
+    report: Progress | None = Field(default=None, exclude=True)  # the progress hook: a line per step
 
 
 class TrainResult(Result):
@@ -260,6 +266,7 @@ def run(request: TrainRequest) -> TrainResult:
             backend_name=s.profile.backend,
             previous_tasks=prev.tasks if prev else None,
             searcher=best_placement,
+            report=request.report,
         )
     finally:
         oracle.close()
@@ -276,6 +283,7 @@ class PretrainRequest(Request):
     state_dir: Path
     resume: bool = True
     progress: bool = False
+    report: Progress | None = Field(default=None, exclude=True)  # the progress hook: a line per step
 
 
 class PretrainResult(Result):
@@ -294,6 +302,7 @@ def run_pretrain(request: PretrainRequest) -> PretrainResult:
             best_placement,
             progress=request.progress,
             resume=request.resume,
+            report=request.report,
         )
     finally:
         oracle.close()
