@@ -41,6 +41,7 @@ from dreamshard.cli.options import (
     measuring_overrides,
     memory_overrides,
 )
+from dreamshard.cli.progress import lines_unless_bars
 from dreamshard.config.settings import resolve
 from dreamshard.documents import save_plan
 from dreamshard.evaluation.render import comparison_table, device_rows, device_table
@@ -243,14 +244,18 @@ def compare(
 def _compare_with_bar(
     files: compare_files.CompareFiles, request: evaluate_uc.CompareRequest, as_json: bool
 ) -> CompareResult:
-    """The comparison, with a progress bar on a terminal's stderr (none with --json)."""
+    """The comparison, with a progress bar on a terminal's stderr (none with --json); elsewhere (a pipe, the evaluate
+    stage whose output reaches the flow log) a progress line on stderr at most every 10 s: the rounds measured."""
+    if not sys.stderr.isatty():
+        with lines_unless_bars(False, "compare") as lines:
+            return compare_files.compare(files, request, progress=lines)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
-        disable=as_json or not sys.stderr.isatty(),
+        disable=as_json,
         transient=True,
     ) as bar:
         task = bar.add_task("comparing", total=None)

@@ -4,7 +4,6 @@ result."""
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +61,7 @@ from dreamshard.cli.plan_options import (
     searching_options,
     types_override,
 )
+from dreamshard.cli.progress import status_or_lines
 from dreamshard.config.settings import resolve
 from dreamshard.documents import check_outputs, load_inventory, save_plan
 from dreamshard.errors import ConfigError, InputFileError
@@ -214,9 +214,9 @@ def plan(
         explain=explain,
         stats=stats,
     )
-    doing = request.measuring()
-    with console.status(doing, spinner="dots") if doing and not as_json else nullcontext():
-        result = plan_uc.run(request)
+    doing = request.measuring()  # a status line on a terminal, progress lines on stderr in a pipe (a DVC stage)
+    with status_or_lines(doing, "plan", enabled=bool(doing) and not (as_json and console.is_terminal)) as progress:
+        result = plan_uc.run(request.model_copy(update={"progress": progress}))
     save_plan(result.plan, out)
     if torchrec_out is not None and result.torchrec is not None:
         save_torchrec_plan(result.torchrec, torchrec_out)

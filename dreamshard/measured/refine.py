@@ -33,6 +33,7 @@ from dreamshard.placement.options import allowed_devices
 from dreamshard.placement.spread import spread_groups
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.values import GB, Inventory, Measurement, Plan, RefineStep, RefineTrace, Topology
+from dreamshard.values.progress import Progress, prefixed
 from dreamshard.values.units import movable
 
 #: proposals ranked per bottleneck before measuring (the best untried one is measured next)
@@ -145,8 +146,10 @@ def refine_measured(
     seed: int = 0,
     clock: Callable[[], float] = time.monotonic,
     confirm: int = 3,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, int], RefineTrace]:
-    """The refined unit placement and its trace (see the module docstring)."""
+    """The refined unit placement and its trace (see the module docstring); `progress` gets a line per proposal
+    tried (what it was, kept or not, the time spent of the budget)."""
     start = clock()
     run = _Refinement(
         units,
@@ -164,6 +167,12 @@ def refine_measured(
         if picked is None:
             break
         run.try_proposal(*picked)
+        if progress is not None:
+            last, kept = run.steps[-1], sum(st.kept for st in run.steps)
+            progress(
+                f"proposal {len(run.steps)} ({last.proposal}) {'kept' if last.kept else 'not kept'}; {kept} kept, "
+                f"{clock() - start:.0f}/{seconds:g} s"
+            )
     return run.current, run.trace(round(clock() - start, 3), seconds)
 
 
@@ -287,6 +296,7 @@ def refine_plan(
     rounds: int = 3,
     seed: int = 0,
     confirm: int = 3,
+    progress: Progress | None = None,
 ) -> Plan:
     """`plan` refined on `oracle` for `seconds` (its units: whole tables and column shards), predicted by `cost`.
     With a kept proposal the refined plan is measured whole against `plan`, interleaved for up to `rounds` rounds,
@@ -306,7 +316,7 @@ def refine_plan(
         return cache[key]
 
     refined, trace = refine_measured(
-        units, placed, plan.topology, oracle, predict, seconds, rounds, seed, confirm=confirm
+        units, placed, plan.topology, oracle, predict, seconds, rounds, seed, confirm=confirm, progress=progress
     )
     if not trace.kept:
         return plan.model_copy(update={"refinement": trace})
@@ -327,4 +337,4 @@ def refine_plan(
     # what the plan stage recorded before refinement (moves keep the layout, its calibration and assumptions)
     carried = ("out_of_range", "verification", "comm_fits", "calibration", "layouts", "assumptions")
     new = new.model_copy(update={k: getattr(plan, k) for k in carried})
-    return against_start(inventory, plan, new, trace, oracle, rounds, seed)
+    return against_start(inventory, plan, new, trace, oracle, rounds, seed, prefixed(progress, "refined vs start: "))

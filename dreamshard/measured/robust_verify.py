@@ -25,6 +25,7 @@ from dreamshard.measured.verify import (
     won_every_round,
 )
 from dreamshard.values import AccessAssumptions, Inventory, Measurement, Plan, Verification
+from dreamshard.values.progress import Progress, prefixed
 from dreamshard.values.search_result import Candidate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +45,7 @@ def _measure_under_skews(
     rounds: int,
     seed: int,
     margins: Sequence[float],
+    progress: Progress | None = None,
 ) -> tuple[dict[int, dict[int, list[Measurement]]], list[int]]:
     """Each skew in `order` measures the default (index 0) and the challengers still confirmed, interleaved; a
     challenger not faster than the default by its margin in every round (`won_every_round`) is measured no more.
@@ -58,6 +60,7 @@ def _measure_under_skews(
             max(1, rounds),
             seed=seed,
             narrow=partial(challengers, margins=[margins[i] for i in alive]),
+            progress=prefixed(progress, f"skew {skews[v]:g}: "),
         )
         per_skew[v] = dict(zip(alive, measured, strict=True))
         base = _overall(per_skew[v][0])
@@ -74,6 +77,7 @@ def verify_robust(
     rounds: int,
     seed: int = 0,
     search_only: int | None = 0,
+    progress: Progress | None = None,
 ) -> Plan:
     """Measure `plans` (the default, the search-only plan, first) under each of `assumptions.skews` (`rounds`
     interleaved rounds each, the skew closest to the default assumption first). The default is kept unless a
@@ -88,7 +92,7 @@ def verify_robust(
     ref = min(range(len(skews)), key=lambda v: abs(skews[v] - ASSUMED_ZIPF_EXPONENT))
     order = [ref, *(v for v in range(len(skews)) if v != ref)]
     per_skew, confirmed = _measure_under_skews(
-        inventory, plans, oracle, skews, order, rounds, seed, margins_for(candidates)
+        inventory, plans, oracle, skews, order, rounds, seed, margins_for(candidates), progress
     )
     held = [0, *confirmed]
     medians = [[statistics.median(_overall(per_skew[v][i])) for v in range(len(skews))] for i in held]

@@ -16,19 +16,29 @@ from typing import TYPE_CHECKING
 from dreamshard.evaluation.compare import measure_interleaved, median_costs
 from dreamshard.measured.verify import challengers, kept_index, paired_ratio
 from dreamshard.values import Inventory, Plan, RefineTrace
+from dreamshard.values.progress import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
 
 
 def against_start(
-    inventory: Inventory, start: Plan, refined: Plan, trace: RefineTrace, oracle: Oracle, rounds: int, seed: int = 0
+    inventory: Inventory,
+    start: Plan,
+    refined: Plan,
+    trace: RefineTrace,
+    oracle: Oracle,
+    rounds: int,
+    seed: int = 0,
+    progress: Progress | None = None,
 ) -> Plan:
     """`refined` (with its measured costs) when, measured whole and interleaved with `start` for up to `rounds`
     rounds, it was faster in every round; else `start`. Either carries `trace` completed with the check (and the
     verification record's `stage_vs_search` times refined / start when the refined plan is kept). A round the
     refined plan loses ends the check (the start is kept whatever later rounds say)."""
-    measured = measure_interleaved(inventory, [start, refined], oracle, max(1, rounds), seed=seed, narrow=challengers)
+    measured = measure_interleaved(
+        inventory, [start, refined], oracle, max(1, rounds), seed=seed, narrow=challengers, progress=progress
+    )
     per_round = [[m.overall_ms for m in ms] for ms in measured]
     medians = [statistics.median(r) for r in per_round]
     ratio = paired_ratio(per_round[1], per_round[0])

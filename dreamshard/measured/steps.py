@@ -27,6 +27,7 @@ from dreamshard.measured.refine import refine_plan
 from dreamshard.measured.robust_verify import verify_robust
 from dreamshard.measured.verify import VERIFY_ROUNDS, search_only_candidate, to_measure, verify_candidates
 from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
+from dreamshard.values.progress import Progress, prefixed
 from dreamshard.values.search_result import Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,7 +144,7 @@ class SearchOutcome:
     assumptions: AccessAssumptions | None = None
 
 
-def _verified(step: Verify, found: SearchOutcome, oracle: Oracle, seed: int) -> Plan:
+def _verified(step: Verify, found: SearchOutcome, oracle: Oracle, seed: int, progress: Progress | None = None) -> Plan:
     """The plan verification keeps (dreamshard.measured.verify): the search-only plan unless another candidate
     was faster in every round; under every assumed distribution where tables declare no access statistics."""
     top, mine = to_measure(found.searched.candidates, step.candidates, step.anchors)
@@ -151,7 +152,15 @@ def _verified(step: Verify, found: SearchOutcome, oracle: Oracle, seed: int) -> 
     search_only = top.index(search_only_candidate(found.searched.candidates))  # the default (or the duel's)
     if found.assumptions is not None and mine is None:  # measured under every assumed distribution
         return verify_robust(
-            found.inventory, top, plans, oracle, found.assumptions, step.rounds, seed, search_only=search_only
+            found.inventory,
+            top,
+            plans,
+            oracle,
+            found.assumptions,
+            step.rounds,
+            seed,
+            search_only=search_only,
+            progress=progress,
         )
     kept, _ = verify_candidates(
         found.inventory,
@@ -163,20 +172,37 @@ def _verified(step: Verify, found: SearchOutcome, oracle: Oracle, seed: int) -> 
         seed=seed,
         hold=step.confidence if mine is not None else None,
         search_only=search_only,
+        progress=progress,
     )
     return kept if found.assumptions is None else kept.model_copy(update={"assumptions": found.assumptions})
 
 
-def after_search(steps: Sequence[MeasuredStep], found: SearchOutcome, oracle: Oracle | None, seed: int) -> Plan:
-    """The plan after the steps that follow the search, in order (without an oracle: the search's plan)."""
+def after_search(
+    steps: Sequence[MeasuredStep],
+    found: SearchOutcome,
+    oracle: Oracle | None,
+    seed: int,
+    progress: Progress | None = None,
+) -> Plan:
+    """The plan after the steps that follow the search, in order (without an oracle: the search's plan). `progress`
+    (dreamshard.values.progress) gets a line per measurement, prefixed with its step: "verify: round 2/3: measuring
+    dreamshard", "refine: proposal 4 (move t 0->2) kept; 1 kept, 31/120 s"."""
     plan = found.plan
     if oracle is None:
         return plan
     for step in steps:
         if isinstance(step, Verify):
-            plan = _verified(step, found, oracle, seed)
+            plan = _verified(step, found, oracle, seed, prefixed(progress, "verify: "))
         elif isinstance(step, Refine):
             plan = refine_plan(
-                found.inventory, plan, found.cost, oracle, step.seconds, step.rounds, seed, confirm=step.confirm_rounds
+                found.inventory,
+                plan,
+                found.cost,
+                oracle,
+                step.seconds,
+                step.rounds,
+                seed,
+                confirm=step.confirm_rounds,
+                progress=prefixed(progress, "refine: "),
             )
     return plan

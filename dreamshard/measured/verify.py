@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
 from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
 from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
+from dreamshard.values.progress import Progress, prefixed
 from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, origin
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,6 +150,7 @@ def _duel_with_default(
     oracle: Oracle,
     seed: int,
     margin: float = 0.0,
+    progress: Progress | None = None,
 ) -> int:
     """More paired rounds of the default (0) and the confirmed challenger `best` until it has won `need` in all or
     lost one (then the default stays), each by `margin`; the rounds join `measured`. Returns the index kept."""
@@ -162,6 +164,7 @@ def _duel_with_default(
         more,
         seed=seed + 1,
         narrow=partial(challengers, margins=[0.0, margin]),
+        progress=prefixed(progress, "duel: "),
     )
     measured[0] += duel[0]
     measured[best] += duel[1]
@@ -213,13 +216,15 @@ def verify_candidates(
     seed: int = 0,
     hold: float | None = None,
     search_only: int | None = 0,
+    progress: Progress | None = None,
 ) -> tuple[Plan, Verification]:
     """Measure `plans` (one per candidate, best predicted first) interleaved for `rounds` rounds; return the kept
     plan (`kept_index`: the best predicted unless the hardware confirms another, with its measured costs) and the
     Verification record. With `hold` (a confidence: the first plan is the current plan's candidate), a challenger
     that won every round is measured against it further, and replaces it only after `rounds_to_replace` straight
     wins: inside the noise the job's tables stay where they are. `search_only`: the index of the search's best
-    predicted candidate (None: none of them), labelled and stated against the kept plan."""
+    predicted candidate (None: none of them), labelled and stated against the kept plan. `progress` gets a line per
+    measurement (dreamshard.values.progress)."""
     if not plans or len(plans) != len(candidates):
         raise ValueError("verify_candidates needs one plan per candidate")
     for plan in plans:
@@ -232,6 +237,7 @@ def verify_candidates(
         max(1, rounds),
         seed=seed,
         narrow=partial(challengers, margins=margins),
+        progress=progress,
     )
     best = kept_index(
         [[m.overall_ms for m in ms] for ms in measured],
@@ -240,7 +246,7 @@ def verify_candidates(
     )
     if hold is not None and best != 0:
         need = rounds_to_replace(len(plans) - 1, hold)
-        best = _duel_with_default(inventory, plans, measured, best, need, oracle, seed, margins[best])
+        best = _duel_with_default(inventory, plans, measured, best, need, oracle, seed, margins[best], progress)
     roles = [SEARCH_ONLY if i == search_only else None for i in range(len(candidates))]
     rows = [verified_row(cand, ms, role) for cand, ms, role in zip(candidates, measured, roles, strict=True)]
     medians = [r.measured_ms for r in rows]

@@ -39,6 +39,7 @@ from dreamshard.search.moves import DEFAULT_HORIZON_STEPS, MovePolicy, current_s
 from dreamshard.search.splits import pack_units
 from dreamshard.search.unknown_stats import DEFAULT_UNKNOWN_SKEWS, check_skews
 from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
+from dreamshard.values.progress import Progress
 from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,6 +79,7 @@ class DreamShardSharder(ModelSharder):
         "unknown_skews",
         "move_horizon_steps",
         "max_move_fraction",
+        "progress",
     }
 
     def __init__(
@@ -96,6 +98,7 @@ class DreamShardSharder(ModelSharder):
         unknown_skews: Sequence[float] = DEFAULT_UNKNOWN_SKEWS,
         move_horizon_steps: int = DEFAULT_HORIZON_STEPS,
         max_move_fraction: float = 1.0,
+        progress: Progress | None = None,
         **common: Unpack[ModelOptions],
     ) -> None:
         super().__init__(**common)
@@ -112,6 +115,7 @@ class DreamShardSharder(ModelSharder):
         rate = move_rate_ms_per_mb(incumbent) if incumbent is not None else 1.0
         self.moves = MovePolicy(int(move_horizon_steps), float(max_move_fraction), rate)
         self.oracle = oracle
+        self.progress = progress  # a line per measurement of the steps after the search (dreamshard.values.progress)
 
     @property
     def verifies(self) -> bool:
@@ -130,7 +134,7 @@ class DreamShardSharder(ModelSharder):
 
     def measured(self, found: SearchOutcome) -> Plan:
         """The plan after the measured steps that follow the search, in order (dreamshard.measured.steps)."""
-        return after_search(self.steps, found, self.oracle, self.config.seed)
+        return after_search(self.steps, found, self.oracle, self.config.seed, self.progress)
 
     def _place(
         self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from dreamshard.config.settings import Settings, model_dir
 from dreamshard.errors import ConfigError
 from dreamshard.evaluation import validate_sharders
@@ -25,6 +27,7 @@ from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.explain import reasons_of, stats_of
 from dreamshard.values import Inventory, Plan
+from dreamshard.values.progress import Progress
 from dreamshard.values.reports import PlanStats, UnitReason
 from dreamshard.values.search_result import SearchResult
 
@@ -44,6 +47,9 @@ class PlanRequest(Request):
     searching_options: tuple[str, ...] = ()  # options given that act on the search (`--verify`): the sharder must
     explain: bool = False  # why each unit is on its device (sharders that search)
     stats: bool = False  # the stats report of the plan
+    # the progress hook (dreamshard.values.progress): a line per measurement of the searching sharder's measured
+    # steps ("verify: round 2/3: measuring dreamshard"); the doors make it a status line, stderr lines or log lines
+    progress: Progress | None = Field(default=None, exclude=True)
 
     def measuring(self) -> str:
         """What planning measures on the backend, in words ("" when it measures nothing): the door's progress."""
@@ -116,7 +122,7 @@ def _shard(
     oracle = s.oracle() if steps else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra: dict[str, Any] = {"steps": steps, "oracle": oracle} if steps else {}
+    extra: dict[str, Any] = {"steps": steps, "oracle": oracle, "progress": request.progress} if steps else {}
     if incumbent is not None:
         horizon = s.plan.move_horizon_steps
         extra |= {
