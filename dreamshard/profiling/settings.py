@@ -47,9 +47,11 @@ class ProfileConfig(StrictNumbers):
     # the others are left out of this version's records (the warm-started model knows them). See
     # dreamshard.profiling.task_choice.limit_new_tasks.
     incremental_tasks: Annotated[int, Field(ge=1)] | None = 4
-    # Only for backend `simulator` (tests of the pipeline around it): every cost times this, and the wall time
-    # one device timing takes. See dreamshard.profiling.simulator.
+    # Only for backend `simulator` (tests of the pipeline around it): every cost times this, the named tables'
+    # own share of a device's compute times theirs, and the wall time one device timing takes. See
+    # dreamshard.profiling.simulator.
     simulator_slowdown: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    simulator_table_slowdown: dict[str, Annotated[float, Field(gt=0, le=1e6)]] = Field(default_factory=dict)
     simulator_latency_ms: Annotated[float, Field(ge=0, le=60_000)] = 0.0
 
     @field_validator("backend", mode="before")
@@ -81,5 +83,9 @@ class ProfileConfig(StrictNumbers):
             seed=self.seed,
             row_cap=self.row_cap,
             statistic=self.statistic,
-            simulator=SimulatorParams(slowdown=self.simulator_slowdown, latency_ms=self.simulator_latency_ms),
+            simulator=SimulatorParams(
+                slowdown=self.simulator_slowdown,
+                table_slowdown=tuple(sorted(self.simulator_table_slowdown.items())),
+                latency_ms=self.simulator_latency_ms,
+            ),
         )

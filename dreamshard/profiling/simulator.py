@@ -4,8 +4,9 @@
 Every record it makes says so (`BackendInfo(name="simulator", operator="analytic", is_simulated=True)`, comm
 labelled "simulated"). Its shape mimics fused TBE so the learning code faces the same non-additivity: a kernel
 overhead paid once per device, lookup work proportional to batch x pooling x dim, and a penalty super-linear in
-the device's combined working set. Communication is costed as the oracle does. `slowdown` and `latency_ms` exist
-only for tests of the pipeline around it (a backend that got slower; a timing that takes wall-clock time).
+the device's combined working set. Communication is costed as the oracle does. `slowdown`, `table_slowdown` and
+`latency_ms` exist only for tests of the pipeline around it (a host that got slower across the board; tables that
+got slower, as when their statistics moved; a timing that takes wall-clock time).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class SimulatorParams:
     alpha_ms: float = 0.05
     beta_ms_per_mb: float = 0.4
     slowdown: float = 1.0  # every cost (compute and communication) times this
+    # {table: factor}: the named tables cost `factor` times their own share of a device's compute
+    table_slowdown: tuple[tuple[str, float], ...] = ()
     latency_ms: float = 0.0  # wall-clock time one device timing takes (0: instant)
 
 
@@ -64,8 +67,21 @@ class SimulatorBackend(ComputeBackend):
         self.p = params or SimulatorParams()
         if not self.p.slowdown > 0:
             raise ProfilingError(f"simulator slowdown must be > 0, got {self.p.slowdown}")
+        for name, factor in self.p.table_slowdown:
+            if not factor > 0:
+                raise ProfilingError(f"simulator slowdown of table '{name}' must be > 0, got {factor}")
 
     def compute_ms(self, tables: Sequence[Table], batch_size: int) -> tuple[float, float]:
+        fwd, bwd = self._compute_ms(tables, batch_size)
+        slower = dict(self.p.table_slowdown)
+        for t in tables:  # a slowed table's own share of the device's compute, times its factor
+            if slower.get(t.name, 1.0) != 1.0:
+                one_fwd, one_bwd = self._compute_ms([t], batch_size)
+                fwd, bwd = fwd + (slower[t.name] - 1.0) * one_fwd, bwd + (slower[t.name] - 1.0) * one_bwd
+        return fwd * self.p.slowdown, bwd * self.p.slowdown
+
+    def _compute_ms(self, tables: Sequence[Table], batch_size: int) -> tuple[float, float]:
+        """The device's fused forward and backward compute, before any slowdown."""
         p = self.p
         if not tables:
             return 0.0, 0.0
@@ -80,7 +96,7 @@ class SimulatorBackend(ComputeBackend):
         fixed = p.per_table_ms * len(tables)
         fwd = p.launch_ms + fixed + work * penalty
         bwd = 2 * p.launch_ms + fixed + p.bwd_factor * work * penalty
-        return fwd * p.slowdown, bwd * p.slowdown
+        return fwd, bwd
 
     def shared_compute_ms(self) -> float:
         """fwd + bwd compute a device pays once however many tables it holds (the kernel launches): the part
