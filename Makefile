@@ -61,7 +61,7 @@ test: $(STAMP)
 
 # The files holding the tests marked `timing` (tests/test_suite_schedule.py checks the list): the timing step
 # collects these alone, not the whole suite.
-TIMING_TESTS := tests/test_profiling_comm.py tests/test_profiling_oracle.py
+TIMING_TESTS := tests/test_profiling_comm.py tests/test_profiling_oracle.py tests/test_drift_paired.py
 
 # The bytecode of what the tests import, written once, in two jobs (the venv is installed with --no-compile, and a
 # clean clone has none for its own modules): otherwise the first test step compiled torch, TorchRec and Prefect's

@@ -172,7 +172,7 @@ def test_prefect_task_precedence(tmp_path: Path) -> None:
     p = write_params(tmp_path / "params.yaml", drift={"threshold": 0.5})
     lib = library_request(DriftRequest(inventory_name="tiny", params_path=str(p)))
     assert lib.settings.profile.backend == "simulator" and lib.settings.drift.threshold == 0.5  # params
-    assert lib.settings.drift.rounds == 3  # default (the file has no drift.rounds)
+    assert lib.settings.drift.rounds == 5  # default (the file has no drift.rounds)
     lib = library_request(DriftRequest(inventory_name="tiny", params_path=str(p), backend="cpu"))
     assert lib.settings.profile.backend == "cpu"  # the request's override wins
     assert Path(lib.store or "").is_absolute()  # publish.store_uri made absolute for the tasks

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, field_validator
 from dreamshard.config.learning import DEFAULT_CANDIDATES, DEFAULT_UNKNOWN_SKEWS, VERIFY_ANCHORS, SearchConfig
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims, synth_inventory
-from dreamshard.sharders import contender_names, sharder_names
+from dreamshard.sharders import BASELINE_SHARDERS, contender_names, sharder_names
 from dreamshard.values import Inventory
 from dreamshard.values.base import StrictNumbers
 from dreamshard.values.search_result import CandidateSource
@@ -142,9 +142,26 @@ class PipelineSettings(Section):
 
 
 class DriftConfig(Section):
-    """Section `drift`: the monitor re-measures the current published plan and flags it when its overall cost
-    moved by more than `threshold` (a fraction) from the cost recorded at publishing."""
+    """Section `drift`: the monitor measures the current published plan interleaved with a reference plan and
+    flags it when plan / reference moved by more than `threshold` (a fraction) from the same ratio when the plan
+    was published, beyond the noise: the whole `confidence` interval over `rounds` paired rounds
+    (docs/architecture/pipeline.md, "Drift")."""
 
     threshold: Annotated[float, Field(gt=0, le=10)] = 0.2
-    rounds: Annotated[int, Field(ge=1, le=100)] = 3
+    rounds: Annotated[int, Field(ge=2, le=100)] = 5  # paired rounds (an interval needs two)
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    # the reference when the gate's record names no baseline to re-plan: the first of these heuristics whose plan
+    # places differently from the current plan (its ratio anchored by the first check)
+    reference_sharders: tuple[str, ...] = ("dim_greedy", "size_greedy", "round_robin")
     history: Annotated[int, Field(ge=1, le=10_000)] = 200  # drift checks kept per inventory (the trend report)
+
+    @field_validator("reference_sharders")
+    @classmethod
+    def _heuristics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("name at least one heuristic")
+        known = [n for n in sharder_names() if n in BASELINE_SHARDERS and n != "torchrec"]
+        for name in v:
+            if name not in known:
+                raise ValueError(f"unknown reference sharder '{name}'; choose from {', '.join(known)}")
+        return v

@@ -301,20 +301,51 @@ def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
     return atomic_write_bytes(path, plot_comparison_png(cmp))
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
 def trend_rows(history: list[DriftCheck]) -> list[dict[str, object]]:
-    """Rows for a table of the trend (newest first): when, which plan, now vs recorded, drift, verdict."""
+    """Rows for a table of the trend (newest first): when, which plan, its reference, plan / reference now and at
+    publishing, drift with its interval, the absolute change (the host's load: never decisive), verdict and path.
+    A check made before paired checks shows its absolute drift, marked so."""
     return [
         {
             "checked_at": c.checked_at.strftime("%Y-%m-%d %H:%M:%S"),
             "plan_id": c.plan_id,
             "backend": c.backend,
+            "reference": c.reference or "-",
+            "ratio": f"{c.ratio:.4f} [{c.ratio_low:.4f}, {c.ratio_high:.4f}]" if c.paired else "-",
+            "published": f"{c.published_ratio:.4f} ({c.ratio_source})" if c.paired else "-",
+            "drift": f"{c.drift:+.1%} [{_pct(c.drift_low)}, {_pct(c.drift_high)}]"
+            if c.paired
+            else f"{c.drift:+.1%} (ms)",
             "now_ms": round(c.now_ms, 4),
-            "recorded_ms": round((c.measured_ms if c.basis == "measured" else c.predicted_ms) or 0.0, 4),
-            "basis": c.basis,
-            "drift": f"{c.drift:+.1%}",
-            "vs_predicted": "-" if c.drift_vs_predicted is None else f"{c.drift_vs_predicted:+.1%}",
+            "host": _pct(c.host_change if c.paired else c.drift),
             "threshold": f"{c.threshold:.0%}",
             "drifted": c.drifted,
+            "path": c.path,
         }
         for c in reversed(history)
     ]
+
+
+def drift_line(c: DriftCheck) -> str:
+    """One check in one line, as the flow log, the CLI and the drift report say it: the paired ratio now against
+    the published one with its interval, the absolute figure beside it (not decisive), the verdict and its path."""
+    head = f"{c.inventory_name} plan {c.plan_id}"
+    if not c.paired:
+        return (
+            f"{head}: {c.now_ms:.4g} ms now, {c.drift:+.1%} vs its {c.basis} cost: {'DRIFTED' if c.drifted else 'ok'}"
+        )
+    then = "at publishing" if c.ratio_source == "gate" else "anchored"
+    verdict = (
+        f"DRIFTED: {c.path}: {c.path_reason}" if c.drifted else "ok" + (f" ({c.path_reason})" if c.path_reason else "")
+    )
+    interval = f"[{_pct(c.drift_low)}, {_pct(c.drift_high)}]"
+    return (
+        f"{head}: plan/{c.reference} {c.ratio:.4f} [{c.ratio_low:.4f}, {c.ratio_high:.4f}] now vs "
+        f"{c.published_ratio:.4f} {then} ({c.drift:+.1%}, interval {interval}, threshold +-{c.threshold:.0%}, "
+        f"{c.rounds} paired rounds); {c.now_ms:.4g} ms, {_pct(c.host_change)} vs its {c.basis} cost (the host's load, "
+        f"not decisive): {verdict}"
+    )

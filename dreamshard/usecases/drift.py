@@ -1,26 +1,51 @@
-"""The drift check: the current published plan of an inventory re-measured on the profile backend and compared
-with the cost it recorded (dreamshard.evaluation.drift); every check goes to the store's history. Without a named
-inventory the monitor checks every inventory of the store that has a current plan (`sweep`); an inventory with none
-yet is a skip with its reason, not a failure. Settings: profile (backend), drift (rounds, threshold, history),
-publish (store)."""
+"""The drift check: the current published plan of an inventory measured interleaved with a reference plan on the
+profile backend, the ratio plan / reference compared with the same ratio when the plan was published
+(dreamshard.evaluation.drift); a drifted plan's check says which path it calls for (the fast path's replan, or a
+retrain) and why. Every check goes to the store's history. Without a named inventory the monitor checks every
+inventory of the store that has a current plan (`sweep`); an inventory with none yet is a skip with its reason, not a
+failure. Settings: profile (backend), drift (rounds, confidence, threshold, reference_sharders, history), publish
+(store; the gate's timing_passes and timing_clock, so the ratio is measured as the gate measured it)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
+from pydantic import Field
+
+from dreamshard.config.settings import model_dir
 from dreamshard.documents import load_inventory
 from dreamshard.errors import ConfigError, StoreError
-from dreamshard.evaluation.drift import check_drift, record_check, require_comparable
+from dreamshard.evaluation.drift import (
+    DriftReference,
+    baseline_reference,
+    calibration_reference,
+    choose_path,
+    hardware_change,
+    judge_drift,
+    measure_paired,
+    read_history,
+    record_check,
+    require_comparable,
+)
+from dreamshard.gate.bounds import ratio_bound
+from dreamshard.learning.model_store import PACKAGED_DIR, load_card
 from dreamshard.pipeline.workspace import INVENTORY
 from dreamshard.store import LocalPlanStore, get_current, get_inventory_version, get_pointer, list_inventories
 from dreamshard.store.base import PlanStore
+from dreamshard.store.plans import recorded_decision
 from dreamshard.usecases.base import Request, Result
+from dreamshard.usecases.replan import production_model
 from dreamshard.usecases.stored import open_plan_store
-from dreamshard.values import Inventory, Plan
+from dreamshard.values import GateDecision, Inventory, Plan
 from dreamshard.values.drift import DriftCheck
+from dreamshard.values.progress import Progress
 
-#: Event the retrain deployment's trigger listens for.
+#: Event the drift deployments' triggers listen for.
 PLAN_DRIFTED_EVENT = "dreamshard.plan.drifted"
+#: The event's resource label saying which path the check chose (`replan` or `retrain`): each deployment's trigger
+#: matches its own.
+DRIFT_PATH_LABEL = "dreamshard.drift.path"
 
 
 def plan_resource_id(inventory_name: str) -> str:
@@ -32,15 +57,20 @@ class DriftRequest(Request):
     inventory_name: str | None = None  # None: every inventory of the store with a current plan
     store: str | None = None  # None: publish.store_uri
     endpoint_url: str | None = None
-    workspace: Path | None = None  # a workspace whose data/inventory.yaml may hold the plan's inventory
+    workspace: Path | None = None  # a workspace whose data/inventory.yaml may hold the plan's inventory, and whose
+    # trained model is the production model a replan would plan with (as `usecases.replan.production_model`)
+    model: Path | None = None  # the production model (default: the workspace's, else settings.model_dir's lookup)
 
 
 class DriftTarget(Result):
-    """What a check measures: the store, the current plan and its own inventory version."""
+    """What a check measures: the store, the current plan, its own inventory version, the gate's decision on it
+    (None: the store holds none) and the inventory's kept checks (a calibration reference's anchor)."""
 
     store: PlanStore
     plan: Plan
     inventory: Inventory
+    decision: GateDecision | None = None
+    history: list[DriftCheck] = Field(default_factory=list)
 
 
 class DriftResult(Result):
@@ -73,7 +103,14 @@ class DriftSweep(Result):
 def _target(store: PlanStore, name: str, request: DriftRequest) -> DriftTarget:
     plan = get_current(store, name)
     require_comparable(plan, request.settings.profile.backend, request.settings.profile.statistic)
-    return DriftTarget(store=store, plan=plan, inventory=inventory_for(plan, store, request.workspace))
+    recorded = recorded_decision(store, plan)
+    return DriftTarget(
+        store=store,
+        plan=plan,
+        inventory=inventory_for(plan, store, request.workspace),
+        decision=recorded[1].gate if recorded is not None else None,
+        history=read_history(store, name),
+    )
 
 
 def prepare(request: DriftRequest) -> DriftTarget:
@@ -105,14 +142,46 @@ def sweep(request: DriftRequest) -> DriftSweep:
     return DriftSweep(targets=targets, skipped=skipped)
 
 
-def measure(target: DriftTarget, request: DriftRequest) -> DriftCheck:
-    """The plan measured now (median of drift.rounds) against its recorded cost."""
-    d = request.settings.drift
-    oracle = request.settings.oracle()
+def reference(target: DriftTarget, request: DriftRequest) -> DriftReference:
+    """What the plan is measured beside: the gate's best baseline, re-planned, else the first of
+    drift.reference_sharders that places the inventory differently (dreamshard.evaluation.drift)."""
+    seed = request.settings.profile.seed
+    found = baseline_reference(target.plan, target.inventory, target.decision, seed)
+    sharders = request.settings.drift.reference_sharders
+    return found or calibration_reference(target.plan, target.inventory, sharders, target.history, seed)
+
+
+def measure(target: DriftTarget, request: DriftRequest, progress: Progress | None = None) -> DriftCheck:
+    """The plan and its reference measured interleaved (drift.rounds, timed as the gate times: publish.timing_passes
+    and publish.timing_clock), judged on the ratio's interval; a drifted check says its path. `progress` gets a line
+    per measurement."""
+    s = request.settings
+    ref = reference(target, request)
+    oracle = s.oracle()
     try:
-        return check_drift(target.plan, target.inventory, oracle, d.rounds, d.threshold)
+        gated = not oracle.info.is_simulated
+        timing = (
+            oracle.timing_as(s.publish.timing_passes, s.publish.timing_clock) if gated else contextlib.nullcontext()
+        )
+        with timing:
+            paired = measure_paired(
+                target.inventory, target.plan, ref.plan, oracle, s.drift.rounds, s.profile.seed, progress
+            )
+        info = oracle.info
     finally:
         oracle.close()
+    bound = ratio_bound(paired.plan_ms, paired.reference_ms, s.drift.confidence)
+    check = judge_drift(target.plan, ref, paired, bound, s.drift.confidence, s.drift.threshold, info)
+    if not check.drifted:
+        return check
+    return choose_path(check, hardware_change(target.plan.measured_by, info), _outside(target, request))
+
+
+def _outside(target: DriftTarget, request: DriftRequest) -> list[str]:
+    """Where the plan's inventory lies outside the training ranges of the model a replan would plan with."""
+    found = model_dir(production_model(request.model, request.workspace))
+    card = load_card(found if found is not None else PACKAGED_DIR)
+    return card.out_of_range(target.inventory.tables, target.plan.topology)
 
 
 def record(target: DriftTarget, check: DriftCheck, request: DriftRequest) -> list[DriftCheck]:

@@ -15,6 +15,15 @@ FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("a boolean as a string", 'evaluate: {stop_early: "yes"}\n', ("q.yaml", "evaluate.stop_early", "true or false")),
     ("a section the command does not read", "train: {iterations: -1}\n", ("q.yaml", "train.iterations")),
     ("an unknown section", "evaluat: {rounds: 3}\n", ("q.yaml", "evaluat")),
+    # the drift monitor's paired check: an interval needs two rounds, a reference plan comes from a heuristic
+    ("drift rounds: 1", "drift: {rounds: 1}\n", ("q.yaml", "drift.rounds", "greater than or equal to 2")),
+    ("drift confidence: 1", "drift: {confidence: 1}\n", ("q.yaml", "drift.confidence", "less than 1")),
+    (
+        "a learned drift reference",
+        "drift: {reference_sharders: [dreamshard]}\n",
+        ("q.yaml", "drift.reference_sharders", "unknown reference sharder 'dreamshard'"),
+    ),
+    ("no drift reference", "drift: {reference_sharders: []}\n", ("q.yaml", "drift.reference_sharders", "at least one")),
 )
 #: Commands taking --params, each on files that exist (the refusal must come from the params file).
 COMMANDS: tuple[str, ...] = (
