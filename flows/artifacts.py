@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dreamshard.evaluation.render import drift_line
+
 
 def artifact_key(*parts: str) -> str:
     """'plan-devices', 'pool' -> 'plan-devices-pool' (lowercase letters, digits and dashes only)."""
@@ -165,15 +167,17 @@ def drift_artifact(rows: list[dict[str, Any]], inventory_name: str, latest: Any)
         ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         + ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
     )
-    verdict = "**drifted**" if latest.drifted else "within threshold"
+    verdict = f"**drifted**: path `{latest.path}`" if latest.drifted else "within threshold"
     md = (
-        f"Plan `{latest.plan_id}` of `{inventory_name}` now costs {latest.now_ms:.4g} ms on {latest.backend}: "
-        f"{latest.drift:+.1%} vs its {latest.basis} cost ({verdict}, threshold {latest.threshold:.0%}).\n\n{table}\n"
+        f"{verdict} (backend {latest.backend}). {drift_line(latest)}\n\n"
+        "Drift is plan / reference measured in the same rounds against the same ratio when the plan was published; "
+        "`host` is what the absolute milliseconds moved (the host's load), never decisive.\n\n"
+        f"{table}\n"
     )
     create_markdown_artifact(
         key=artifact_key("drift-report", inventory_name),
         markdown=md,
-        description="Drift checks of the published plan: re-measured vs recorded cost",
+        description="Drift checks of the published plan: plan / reference now vs at publishing",
     )
 
 

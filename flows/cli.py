@@ -7,7 +7,7 @@ use case (dreamshard.usecases.pipeline; `run` hands it the orchestrator flow) an
     pipeline run        the orchestrator once (ephemeral Prefect API unless PREFECT_API_URL is set; or in process)
     pipeline init       create a workspace repository (git + DVC) from the installed dvc.yaml and params.yaml
     pipeline status     what `dvc status` says in a workspace, and the last decision
-    pipeline drift      a drift check of every current plan (or one)
+    pipeline drift      a drift check of every current plan (or one): paired with its reference, and its path
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rich.console import Console
 from dreamshard.cli.console import show
 from dreamshard.cli.review import terminal_reviewer
 from dreamshard.config.settings import params_file, pipeline_base, resolve
-from dreamshard.evaluation.render import comparison_table
+from dreamshard.evaluation.render import comparison_table, drift_line
 from dreamshard.usecases import pipeline as pipeline_uc
 from dreamshard.usecases.pipeline_run import run_pipeline
 from dreamshard.usecases.pipeline_steps import RunSummary
@@ -261,13 +261,24 @@ def drift_cmd(
     endpoint_url: EndpointOpt = None,
     workspace: Annotated[
         Path | None,
-        typer.Option("--workspace", "-w", help="Workspace holding the plan's inventory (when it is not in the store)."),
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Workspace holding the plan's inventory (when it is not in the store); its model is the production "
+            "model a drifted plan's path is chosen for.",
+        ),
+    ] = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="The production model (default: the workspace's, else packaged).")
     ] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Override profile.backend.")] = None,
 ) -> None:
-    """Re-measure the current plan of each inventory (or the one named) and compare with its recorded cost; past
-    drift.threshold emit dreamshard.plan.drifted (with PREFECT_API_URL set, the retrain-on-drift deployment
-    starts). An inventory without a current plan is skipped, with the reason."""
+    """Measure the current plan of each inventory (or the one named) interleaved with its reference plan (the
+    gate's best baseline, re-planned) and compare plan / reference with the ratio at publishing: a busy host slows
+    both alike. A plan whose ratio moved past drift.threshold, over its whole interval, emits
+    dreamshard.plan.drifted with its path: `replan` (hardware and model ranges unchanged: the replan-on-drift
+    deployment, or `dreamshard replan --force`) or `retrain` (the retrain-on-drift deployment). An inventory without
+    a current plan is skipped, with the reason."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)
     from dreamshard_flows.drift import drift_check_flow, prepare  # optional dependency: prefect
     from dreamshard_flows.requests import DriftRequest
@@ -278,6 +289,7 @@ def drift_cmd(
         store_uri=store,
         endpoint_url=endpoint_url,
         workspace=str(workspace) if workspace else None,
+        model=str(model) if model else None,
         backend=backend,
     )
     if inventory_name is not None:
@@ -286,10 +298,12 @@ def drift_cmd(
     for reason in done.skipped:
         typer.echo(f"skipped: {reason}")
     for check in done.checks:
-        typer.echo(
-            f"{check.inventory_name} plan {check.plan_id}: {check.now_ms:.4g} ms now, {check.drift:+.1%} vs its "
-            f"{check.basis} cost (threshold {check.threshold:.0%}): {'DRIFTED' if check.drifted else 'ok'}"
-        )
+        typer.echo(drift_line(check))
+        if check.path == "replan":  # what the replan-on-drift deployment runs, for a host without a Prefect server
+            where = f" --store {store}" if store else ""
+            typer.echo(
+                f"  the fast path by hand: dreamshard replan --inventory-name {check.inventory_name}{where} --force"
+            )
     _echo_ui_hint("drift-check")
 
 

@@ -7,11 +7,16 @@
         cron 03:00 + trigger on dreamshard.retrain.due (a version outside the model's ranges): profile, train,
         plan, publish (default pool)
     retrain-on-inventory-change/retrain-on-drift
-        trigger on dreamshard.plan.drifted: re-profile, retrain (default pool)
+        trigger on dreamshard.plan.drifted whose check chose the retrain path (the hardware or the model's ranges
+        changed): re-profile, retrain (default pool)
+    replan-on-inventory-change/replan-on-drift
+        trigger on dreamshard.plan.drifted whose check chose the replan path (only the measured costs moved): the
+        fast path, forced for the version already decided (gpu pool)
     profile-batch/profile-batch
         one profiling batch; the orchestrator submits one run per batch (gpu pool)
     drift-check/drift-monitor
-        hourly: re-measure every inventory's current plan (gpu pool)
+        hourly: measure every inventory's current plan beside its reference (paired rounds); emit
+        dreamshard.plan.drifted with the path its check chose (gpu pool)
     publish-plan/publish-plan
         gate + lineage + publish a workspace's plan by hand (default pool)
 
@@ -40,7 +45,7 @@ from dreamshard_flows.events import INVENTORY_CHANGED_EVENT
 from dreamshard_flows.replan import RETRAIN_DUE_EVENT
 
 from dreamshard.errors import DreamshardError
-from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT
+from dreamshard.usecases.drift import DRIFT_PATH_LABEL, PLAN_DRIFTED_EVENT
 
 NIGHTLY_CRON = "0 3 * * *"
 DRIFT_CRON = "0 * * * *"
@@ -60,14 +65,22 @@ def _jinja_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _trigger(name: str, description: str, event: str, resources: str, parameters: dict[str, Any]) -> Any:
+def _trigger(
+    name: str,
+    description: str,
+    event: str,
+    resources: str,
+    parameters: dict[str, Any],
+    labels: dict[str, str] | None = None,
+) -> Any:
+    """A trigger on `event` for the resources matching `resources` (and carrying `labels`, when given)."""
     from prefect.events import DeploymentEventTrigger
 
     return DeploymentEventTrigger(
         name=name,
         description=description,
         expect={event},
-        match={"prefect.resource.id": resources},
+        match={"prefect.resource.id": resources, **(labels or {})},
         parameters=parameters,
     )
 
@@ -112,11 +125,20 @@ def retrain_due_trigger(params_path: str, workspace: str, store_uri: str | None,
     )
 
 
+#: What a drift-triggered run says about why it ran: the paired figure the check decided on and the path's reason.
+DRIFT_REASON = (
+    "the published plan drifted: plan/{{ event.payload.reference }} moved {{ event.payload.drift }} from "
+    "{{ event.payload.published_ratio }} ({{ event.payload.ratio_source }}); {{ event.payload.path_reason }}"
+)
+
+
 def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None, dvc_remote: str | None = None) -> Any:
-    """Re-profile and retrain the inventory whose published plan drifted (`drift-check`)."""
+    """Re-profile and retrain the inventory whose published plan drifted (`drift-check`) on other hardware or out of
+    the production model's ranges (the check's path `retrain`)."""
     return _trigger(
-        "plan-drifted",
-        "The published plan costs more (or less) than it did: the backend changed",
+        "plan-drifted-retrain",
+        "The published plan lost (or gained) ground against its reference, and the hardware or the model's ranges "
+        "changed: re-profile and retrain",
         PLAN_DRIFTED_EVENT,
         "dreamshard.plan.*",
         _orchestrator_request(
@@ -126,8 +148,24 @@ def plan_drifted_trigger(params_path: str, workspace: str, store_uri: str | None
             **_remote(dvc_remote),
             reprofile=True,
             inventory_name="{{ event.payload.inventory_name }}",
-            reason="the published plan drifted ({{ event.payload.drift }})",
+            reason=DRIFT_REASON,
         ),
+        labels={DRIFT_PATH_LABEL: "retrain"},
+    )
+
+
+def drift_replan_trigger(params_path: str, workspace: str, store_uri: str | None) -> Any:
+    """Re-plan, with the production model, the inventory whose published plan drifted while the hardware and the
+    model's ranges stayed (the check's path `replan`): the fast path, forced (the version was decided already)."""
+    named = _named_request("{{ event.payload.inventory_name }}", params_path, workspace, store_uri)["request"]
+    return _trigger(
+        "plan-drifted-replan",
+        "The published plan lost (or gained) ground against its reference; hardware and model ranges unchanged: "
+        "re-plan with the production model",
+        PLAN_DRIFTED_EVENT,
+        "dreamshard.plan.*",
+        {"request": {**named, "force": True, "reason": DRIFT_REASON}},
+        labels={DRIFT_PATH_LABEL: "replan"},
     )
 
 
@@ -205,7 +243,8 @@ def _other_deployments(params_path: str, workspace: str, store_uri: str | None, 
             cron=DRIFT_CRON,
             parameters=_drift_request(params_path, workspace, store_uri),
             tags=["dreamshard", "gpu", "drift"],
-            description="Re-measure every inventory's current plan; emit dreamshard.plan.drifted past drift.threshold",
+            description="Measure every inventory's current plan beside its reference; emit dreamshard.plan.drifted "
+            "(with its path) when plan/reference moved past drift.threshold",
             **_pool(work_pools, GPU_POOL),
         ),
         publish_workspace_plan.to_deployment(
@@ -243,9 +282,22 @@ def build_deployments(
         "training); out of the model's ranges: emit dreamshard.retrain.due",
         **_pool(work_pools, GPU_POOL),
     )
+    replan_on_drift = replan_on_inventory_change.to_deployment(
+        name="replan-on-drift",
+        triggers=[drift_replan_trigger(params_path, workspace, store_uri)],
+        parameters={
+            "request": {**_named_request(inventory_name, params_path, workspace, store_uri)["request"], "force": True}
+        },
+        concurrency_limit=1,
+        tags=["dreamshard", "replan", "gpu", "drift"],
+        description="The published plan drifted, hardware and model ranges unchanged: re-plan the current version "
+        "with the production model, gate, publish (no profiling, no training)",
+        **_pool(work_pools, GPU_POOL),
+    )
     return [
         replan,
         *_retrain_deployments(params_path, workspace, store_uri, work_pools, dvc_remote),
+        replan_on_drift,
         *_other_deployments(params_path, workspace, store_uri, work_pools),
     ]
 
@@ -274,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     except DreamshardError as e:
         raise SystemExit(f"error: {e}") from None
     if args.root is not None:
-        retrain = deployments[1].parameters["request"]
+        retrain = next(d for d in deployments if d.name == "nightly-and-when-due").parameters["request"]
         for line in host_bound(retrain["store_uri"], retrain["dvc_remote"]):
             print(f"warning: {line}")
     if args.work_pools:

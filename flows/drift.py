@@ -1,7 +1,9 @@
-"""drift-check: re-measure the current published plan on the backend and compare with the cost it recorded
-(dreamshard.usecases.drift). Past `drift.threshold` it emits `dreamshard.plan.drifted`; the retrain deployment's
-trigger starts a run that re-profiles and retrains. Every check goes to the history in the store and the
-drift-report artifact shows the trend."""
+"""drift-check: measure the current published plan interleaved with its reference plan on the backend and compare
+plan / reference with the same ratio when the plan was published (dreamshard.usecases.drift). A plan that drifted
+(the ratio's whole interval beyond `drift.threshold`) emits `dreamshard.plan.drifted`, labelled with the path its
+check chose: `replan` (the hardware and the model's ranges unchanged) starts `replan-on-drift`, the fast path;
+`retrain` starts `retrain-on-drift`, which re-profiles and retrains. Every check goes to the history in the store and
+the drift-report artifact shows the trend; the measuring logs a line at least every 30 s."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 
 from dreamshard.config.settings import pipeline_base, resolve
-from dreamshard.evaluation.render import trend_rows
+from dreamshard.evaluation.render import drift_line, trend_rows
 from dreamshard.usecases import drift as drift_uc
-from dreamshard.usecases.drift import PLAN_DRIFTED_EVENT, DriftRound, plan_resource_id
+from dreamshard.usecases.drift import DRIFT_PATH_LABEL, PLAN_DRIFTED_EVENT, DriftRound, plan_resource_id
 from dreamshard.usecases.pipeline_steps import absolute_uri
+from dreamshard.usecases.progress import progress_lines
 from dreamshard.values.drift import DriftCheck
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
@@ -35,6 +38,7 @@ def library_request(request: DriftRequest) -> drift_uc.DriftRequest:
         store=absolute_uri(request.store_uri or settings.publish.store_uri),
         endpoint_url=request.endpoint_url,
         workspace=Path(request.workspace) if request.workspace else None,
+        model=Path(request.model) if request.model else None,
     )
 
 
@@ -52,8 +56,11 @@ def prepare(request: DriftRequest) -> tuple[drift_uc.DriftRequest, drift_uc.Drif
     tags=["gpu"],
 )
 def check_task(target: drift_uc.DriftTarget, request: drift_uc.DriftRequest) -> DriftCheck:
-    """Measure the plan now on the configured backend (dreamshard.usecases.drift.measure)."""
-    return drift_uc.measure(target, request)
+    """Measure the plan and its reference now on the configured backend (dreamshard.usecases.drift.measure), the
+    rounds measured in the log at least every 30 s."""
+    label = f"{target.plan.inventory_name} drift"
+    with progress_lines(get_run_logger().info, label) as progress:
+        return drift_uc.measure(target, request, progress)
 
 
 def emit_drifted(check: DriftCheck) -> str | None:
@@ -63,6 +70,7 @@ def emit_drifted(check: DriftCheck) -> str | None:
         resource={
             "prefect.resource.id": plan_resource_id(check.inventory_name),
             "prefect.resource.name": check.inventory_name,
+            DRIFT_PATH_LABEL: check.path,  # which deployment's trigger matches: replan-on-drift or retrain-on-drift
         },
         payload=check.model_dump(mode="json"),
     )
@@ -80,20 +88,10 @@ def check_one(target: drift_uc.DriftTarget, lib: drift_uc.DriftRequest) -> Drift
     check = check_task(target, lib)
     history = drift_uc.record(target, check, lib)
     drift_artifact(trend_rows(history), check.inventory_name, check)
-    log.info(
-        "%s plan %s: %.4g ms now vs %s %.4g ms recorded (%+.1f%%, threshold %.0f%%)%s",
-        check.inventory_name,
-        check.plan_id,
-        check.now_ms,
-        check.basis,
-        check.now_ms / (1 + check.drift),
-        100 * check.drift,
-        100 * check.threshold,
-        ": DRIFTED" if check.drifted else "",
-    )
+    log.info("%s", drift_line(check))
     if check.drifted:
         event_id = emit_drifted(check)
-        log.info("emitted dreamshard.plan.drifted (%s)", event_id)
+        log.info("emitted %s for the %s path (%s)", PLAN_DRIFTED_EVENT, check.path, event_id)
     return check
 
 

@@ -78,8 +78,9 @@ class BatchRequest(_Request):
 
 
 class DriftRequest(_Request):
-    """Re-measure the current published plan of each inventory (or the one named) and compare with its recorded
-    cost; an inventory without a current plan is skipped with the reason."""
+    """Measure the current published plan of each inventory (or the one named) interleaved with its reference plan
+    and compare plan / reference with the ratio at publishing; an inventory without a current plan is skipped with
+    the reason."""
 
     inventory_name: str | None = Field(
         default=None, description="Whose current plan to check; None: every inventory with a current plan."
@@ -91,7 +92,12 @@ class DriftRequest(_Request):
     store_uri: str | None = Field(default=None, description="Plan store (default: publish.store_uri).")
     endpoint_url: str | None = None
     workspace: str | None = Field(
-        default=None, description="A workspace whose data/inventory.yaml may hold the plan's inventory."
+        default=None,
+        description="A workspace whose data/inventory.yaml may hold the plan's inventory; its model is the production "
+        "model a drifted plan's path is chosen for.",
+    )
+    model: str | None = Field(
+        default=None, description="The production model (default: the workspace's, else the packaged model)."
     )
     backend: str | None = Field(default=None, description="Override profile.backend.")
 
@@ -132,3 +138,8 @@ class ReplanRequest(_Request):
         default=None, gt=0, le=MAX_DEVICE_GB, description="Memory per device in GB (default: the job's)."
     )
     reason: str = Field(default="manual run", description="Why this run started (shown in the UI).")
+    force: bool = Field(
+        default=False,
+        description="Re-plan a version the gate already decided on (replan-on-drift: the plan is current, the costs "
+        "it was chosen on moved).",
+    )

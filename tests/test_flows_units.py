@@ -134,44 +134,6 @@ def test_inventory_push_cli_stores_without_event(tmp_path: Path) -> None:
     assert "stored tiny" in res.output
 
 
-def test_drift_check_compares_with_the_recorded_cost_and_keeps_a_history(tmp_path: Path) -> None:
-    from dreamshard.evaluation import evaluate_plan
-    from dreamshard.evaluation.drift import check_drift, read_history, record_check
-    from dreamshard.evaluation.render import trend_rows
-    from dreamshard.profiling import ProfileConfig
-    from dreamshard.sharders import get_sharder
-    from dreamshard.values import Topology
-
-    inv = tiny_inventory(tmp_path / "inv.yaml")
-    plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=1.0, batch_size=256))
-    published = evaluate_plan(inv, plan, ProfileConfig(backend="simulator").oracle())  # as the gate records it
-    same = check_drift(published, inv, ProfileConfig(backend="simulator").oracle(), rounds=1, threshold=0.2)
-    assert same.basis == "measured" and same.drift == pytest.approx(0.0) and not same.drifted
-    slower = check_drift(
-        published, inv, ProfileConfig(backend="simulator", simulator_slowdown=1.5).oracle(), rounds=1, threshold=0.2
-    )
-    assert slower.drift == pytest.approx(0.5) and slower.drifted
-    assert slower.now_ms == pytest.approx(1.5 * published.measured.overall_ms)
-    unmeasured = check_drift(
-        plan.model_copy(update={"predicted": published.measured}),
-        inv,
-        ProfileConfig(backend="simulator", simulator_slowdown=1.1).oracle(),
-        1,
-        0.2,
-    )
-    assert unmeasured.basis == "predicted" and not unmeasured.drifted  # +10% is within 20%
-
-    store = open_store(str(tmp_path / "store"))
-    assert read_history(store, "tiny") == []
-    record_check(store, same)
-    history = record_check(store, slower, keep=2)
-    history = record_check(store, unmeasured, keep=2)
-    assert [c.drift for c in history] == [slower.drift, unmeasured.drift]  # the last `keep` checks, oldest first
-    assert read_history(store, "tiny") == history
-    rows = trend_rows(history)
-    assert rows[0]["basis"] == "predicted" and rows[1]["drift"] == "+50.0%" and rows[1]["drifted"] is True
-
-
 def test_deployments_schedules_triggers_and_pools() -> None:
     from dreamshard_flows.deploy import DRIFT_CRON, NIGHTLY_CRON, build_deployments
 
@@ -180,6 +142,7 @@ def test_deployments_schedules_triggers_and_pools() -> None:
         "on-inventory-change",
         "nightly-and-when-due",
         "retrain-on-drift",
+        "replan-on-drift",
         "profile-batch",
         "drift-monitor",
         "publish-plan",
@@ -195,10 +158,17 @@ def test_deployments_schedules_triggers_and_pools() -> None:
     (due,) = orch.triggers
     assert due.expect == {"dreamshard.retrain.due"} and due.parameters["request"]["reason"].startswith("retrain due")
     assert orch.parameters["request"]["reason"] == "nightly schedule"
-    (drifted,) = deps["retrain-on-drift"].triggers
+    (drifted,) = deps["retrain-on-drift"].triggers  # a drift on other hardware or out of the model's ranges
     assert drifted.expect == {"dreamshard.plan.drifted"}
     assert drifted.match.model_dump()["prefect.resource.id"] == "dreamshard.plan.*"
+    assert drifted.match.model_dump()["dreamshard.drift.path"] == "retrain"
     assert drifted.parameters["request"]["reprofile"] is True
+    (cheap,) = deps["replan-on-drift"].triggers  # only the measured costs moved: the fast path, forced
+    assert cheap.expect == {"dreamshard.plan.drifted"} and cheap.match.model_dump()["dreamshard.drift.path"] == "replan"
+    assert cheap.parameters["request"]["force"] is True and "reprofile" not in cheap.parameters["request"]
+    assert cheap.parameters["request"]["inventory_name"] == "{{ event.payload.inventory_name }}"
+    assert "{{ event.payload.path_reason }}" in cheap.parameters["request"]["reason"]
+    assert deps["replan-on-drift"].entrypoint == replan.entrypoint and deps["replan-on-drift"].work_pool_name == "gpu"
     assert deps["profile-batch"].work_pool_name == "gpu" and deps["drift-monitor"].work_pool_name == "gpu"
     assert deps["drift-monitor"].schedules[0].schedule.cron == DRIFT_CRON
     for d in deps.values():  # workers import the installed package, whatever their working directory

@@ -5,7 +5,8 @@ SeaweedFS as the plan store and the DVC remote, the simulator backend and tiny p
     retrained, dvc pushed to S3, published with lineage; `plans reproduce` in a fresh directory gets the model
     the lineage names; the UI's artifacts read back through the API; run 3 (no change) runs nothing.
     A worker killed mid-batch: the batch runs again elsewhere; the merged measurements lose and double nothing.
-    Drift: a slower simulator -> dreamshard.plan.drifted -> the retrain-on-drift deployment gets a run.
+    Drift: a simulator slower across the board (a busy host) is no drift; one whose tables on a device got slower
+    -> dreamshard.plan.drifted with its path -> that path's deployment (replan- or retrain-on-drift) gets a run.
     A reviewer's rejection keeps the plan under rejected/ and `current` where it was.
 """
 
@@ -147,7 +148,9 @@ def gpu_workers(prefect_api: str, seaweed, tmp_path_factory: pytest.TempPathFact
             except ObjectAlreadyExists:
                 pass
     for d in build_deployments(work_pools=True, inventory_name="tiny"):
-        if d.name in ("profile-batch", "retrain-on-drift", "nightly-and-when-due"):
+        if d.name == "replan-on-drift":
+            d.work_pool_name = "default"  # nothing serves the default pool here: its run is the evidence
+        if d.name in ("profile-batch", "retrain-on-drift", "replan-on-drift", "nightly-and-when-due"):
             d.apply()
     workers = GpuWorkers(prefect_api, {**seaweed.env()}, tmp_path_factory.mktemp("workers"))
     try:
@@ -493,7 +496,7 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
     assert len([k for k in store.list_keys(f"profiling/{campaign}/") if k.endswith(".shard.json")]) == len(specs)
 
 
-def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
+def test_a_busy_host_is_no_drift_and_a_slower_device_starts_its_paths_deployment(
     published: Published, gpu_workers: GpuWorkers, s3_env: Any, tmp_path: Path
 ) -> None:
     from dreamshard_flows.drift import drift_check_flow
@@ -519,26 +522,36 @@ def test_drift_emits_the_event_and_the_retrain_deployment_gets_a_run(
     def drift_runs() -> list[Any]:
         with get_client(sync_client=True) as client:
             return client.read_flow_runs(
-                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["retrain-on-drift"]))
+                deployment_filter=DeploymentFilter(
+                    name=DeploymentFilterName(any_=["retrain-on-drift", "replan-on-drift"])
+                )
             )
 
     steady = check()
     assert steady.plan_id == published.plan_id and not steady.drifted and steady.drift == pytest.approx(0.0)
-    slower = check(simulator_slowdown=2.0)
-    assert slower.drifted and slower.drift == pytest.approx(1.0)
+    busy = check(simulator_slowdown=2.0)  # every cost twice: the absolute figure +100%, the paired ratio unmoved
+    assert not busy.drifted and busy.drift == pytest.approx(0.0, abs=1e-9) and busy.host_change == pytest.approx(1.0)
+    current = get_current(open_store(published.store_uri), "tiny")
+    on_zero = {name: 4.0 for name, d in current.placement.items() if d == 0}
+    slowed = check(simulator_table_slowdown=on_zero)
+    assert slowed.drifted and slowed.path in ("replan", "retrain") and slowed.path_reason
     deadline = time.monotonic() + 60
     while not (runs := drift_runs()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    # Exactly one: the steady check emitted nothing (its event would have been handled first).
-    assert len(runs) == 1, "the plan-drifted trigger did not start the retrain-on-drift deployment"
+    # Exactly one: neither the steady nor the busy check emitted anything (their events would have come first).
+    assert len(runs) == 1, "the plan-drifted trigger started no deployment"
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment(runs[0].deployment_id)
+    assert deployment.name == f"{slowed.path}-on-drift", (deployment.name, slowed.path_reason)
     request = runs[0].parameters["request"]
-    assert request["reprofile"] is True and request["inventory_name"] == "tiny"
+    assert request["inventory_name"] == "tiny" and slowed.path_reason in request["reason"]
+    assert request.get("reprofile" if slowed.path == "retrain" else "force") is True
     with get_client(sync_client=True) as client:
         client.delete_flow_run(runs[0].id)  # nothing serves the default pool here; the run is the evidence
         (report,) = client.read_latest_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["drift-report-tiny"]))
         )
-    assert "+100.0%" in str(report.data) and "+0.0%" in str(report.data)  # the trend: both checks
+    assert "+100.0%" in str(report.data) and slowed.path in str(report.data)  # the trend: the busy host's +100% ms
 
 
 def test_replan_fast_path_publishes_without_stages_and_a_version_out_of_range_makes_a_retrain_due(
