@@ -81,6 +81,32 @@ def test_the_block_hands_on_the_first_line_at_once_and_the_last_at_its_end() -> 
     with progress_lines(quiet.append, "idle", every_s=1e6, heartbeat_s=1e6):
         pass
     assert quiet == []  # nothing said, nothing written
+    failed: list[str] = []
+    with pytest.raises(ValueError), progress_lines(failed.append, "plan", every_s=1e6, heartbeat_s=1e6) as hook:
+        hook("verify: round 1/3")
+        hook("verify: round 2/3")
+        raise ValueError("refused")
+    assert failed == ["plan: verify: round 1/3"]  # an error's own line is the last word: nothing flushed after it
+
+
+def test_a_command_that_ends_within_its_first_seconds_writes_no_progress_line() -> None:
+    """The CLI's lines wait their first 10 s: a refusal (or a quick command) writes only its own line."""
+    said: list[str] = []
+    clock = Clock()
+    lines = ProgressLines(said.append, "compare", clock=clock, first_after_s=10.0)
+    lines("planning with round_robin")
+    clock.now = 9.0
+    lines("round 1/5: measuring round_robin")
+    lines.beat()
+    lines.flush()
+    assert said == []  # nothing shown yet: nothing flushed at the end either
+    clock.now = 10.0
+    lines.beat()  # the work goes on: from 10 s on, the latest line
+    assert said == ["compare: round 1/5: measuring round_robin"]
+    clock.now = 12.0
+    lines("round 2/5: measuring dim_greedy")
+    lines.flush()
+    assert said[-1] == "compare: round 2/5: measuring dim_greedy" and len(said) == 2
 
 
 def test_prefixed_keeps_none_and_prefixes_each_line() -> None:
@@ -190,10 +216,14 @@ def _run(argv: list[str]) -> int:
 
 
 def test_the_cli_writes_progress_lines_on_stderr_where_no_bar_shows(
-    trained: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    trained: tuple[Path, Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`train --no-progress` (the DVC stage's command line) and `plan --verify` in a pipe: their first line at once
-    and the last at the end on stderr, stdout unchanged."""
+    """`train --no-progress` (the DVC stage's command line) and `plan --verify` in a pipe: their lines on stderr
+    (shown from the first line on here: the CLI's wait of 10 s is the throttle's, tested above), stdout unchanged."""
+    monkeypatch.setattr("dreamshard.cli.progress.FIRST_AFTER_S", 0.0)
     inv, params, tasks = trained
     models = tmp_path / "models"
     argv = ["train", "-i", str(inv), "--tasks", str(tasks), "--params", str(params), "--model-dir", str(models)]

@@ -4,7 +4,8 @@
 - on a terminal: rich bars where the library draws them (training), else a status line showing the latest step;
 - anywhere else (a pipe, a DVC stage whose output the orchestrator streams into the flow log): a line on stderr at
   most every 10 s, and the latest again after 30 s without a new one (dreamshard.usecases.progress), so a stage
-  that trains for minutes says which iteration, step and loss it is at.
+  that trains for minutes says which iteration, step and loss it is at. The first line waits `FIRST_AFTER_S`: a
+  command that refuses its input (or ends) sooner writes only its own line.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from collections.abc import Iterator
 
 from rich.console import Console
 
-from dreamshard.usecases.progress import progress_lines
+from dreamshard.usecases.progress import EVERY_S, progress_lines
 from dreamshard.values.progress import Progress
+
+#: Seconds of work before the first progress line on stderr (a refusal before then stays one line).
+FIRST_AFTER_S = EVERY_S
 
 
 def _stderr(line: str) -> None:
@@ -30,7 +34,7 @@ def lines_unless_bars(bars: bool, label: str) -> Iterator[Progress | None]:
     if bars:
         yield None
         return
-    with progress_lines(_stderr, label) as hook:
+    with progress_lines(_stderr, label, first_after_s=FIRST_AFTER_S) as hook:
         yield hook
 
 
@@ -43,7 +47,7 @@ def status_or_lines(doing: str, label: str, enabled: bool = True) -> Iterator[Pr
         yield None
         return
     if not sys.stderr.isatty():
-        with progress_lines(_stderr, label) as hook:
+        with progress_lines(_stderr, label, first_after_s=FIRST_AFTER_S) as hook:
             yield hook
         return
     with Console(stderr=True, highlight=False).status(doing, spinner="dots") as status:
