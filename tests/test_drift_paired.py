@@ -164,10 +164,14 @@ def test_the_reference_is_the_gates_best_baseline_else_an_anchored_calibration(
     found = baseline_reference(plan, inv, decision)
     assert found is not None and found.plan.sharder == "round_robin" and found.published_ratio == 0.9
     assert found.kind == "baseline" and found.source == "gate"
+    simulated = baseline_reference(plan, inv, decision.revised(basis="simulated"))  # the simulator's gate
+    assert simulated is not None and simulated.published_ratio == 0.9
     for no in (
         None,  # the store holds no decision
         decision.revised(ratio=None),  # no measured ratio
         decision.revised(basis="predicted"),
+        decision.revised(basis=None),
+        decision.revised(proxy="cuda plan measured on cpu"),
         decision.revised(best_baseline="current"),  # the current plan of the day: no sharder re-plans it
         decision.revised(best_baseline="dim_greedy"),  # the plan's own placement: a reference equal to it
     ):
