@@ -21,6 +21,7 @@ from dreamshard.config.job import host_overrides
 from dreamshard.config.settings import resolve
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.usecases.pipeline_steps import absolute_uri
+from dreamshard.usecases.progress import progress_lines
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
 
@@ -44,14 +45,16 @@ def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
         endpoint_url=request.endpoint_url,
         model=Path(request.model) if request.model else None,
         workspace=Path(request.workspace),
+        force=request.force,
     )
 
 
 @task(name="replan", cache_policy=NO_CACHE, tags=["gpu"])
 def replan_task(request: replan_uc.ReplanRequest) -> replan_uc.ReplanResult:
     """Plan (search + verify on the backend), gate, publish: dreamshard.usecases.replan.run, its reviewer the
-    Prefect UI's pause (publish.require_human)."""
-    return replan_uc.run(request, PrefectReviewer())
+    Prefect UI's pause (publish.require_human), a log line at least every 30 s saying what it measures."""
+    with progress_lines(get_run_logger().info, "replan") as progress:
+        return replan_uc.run(request.model_copy(update={"progress": progress}), PrefectReviewer())
 
 
 def emit_retrain_due(result: replan_uc.ReplanResult) -> str | None:

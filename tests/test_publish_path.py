@@ -190,6 +190,7 @@ def test_the_replan_flow_waits_when_nobody_answers_in_the_ui(work: Path, monkeyp
     """The replan flow's task asks the Prefect UI (flows/review.py): a pause that times out is no answer."""
     import logging
 
+    import dreamshard_flows.replan as replan_flow
     import dreamshard_flows.review as review
     import prefect.flow_runs
     from dreamshard_flows.replan import replan_task
@@ -205,6 +206,8 @@ def test_the_replan_flow_waits_when_nobody_answers_in_the_ui(work: Path, monkeyp
     monkeypatch.setattr(prefect.flow_runs, "pause_flow_run", timed_out)
     monkeypatch.setattr(review, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(review, "review_artifact", lambda question: None)
+    logged: list[str] = []
+    monkeypatch.setattr(replan_flow, "get_run_logger", lambda: type("L", (), {"info": logged.append})())
     tiny_inventory(work / "v1.yaml")
     request = replan_uc.ReplanRequest(
         settings=resolve(_params(work, require_human=True)), inventory=load_inventory(work / "v1.yaml")
@@ -213,6 +216,7 @@ def test_the_replan_flow_waits_when_nobody_answers_in_the_ui(work: Path, monkeyp
     assert result.outcome == "pending" and result.publication is not None
     assert result.publication.reviewer == "the Prefect UI"
     assert get_pointer(open_store("store"), "tiny") is None
+    assert any("gate: " in line for line in logged), logged  # what the gate measured, in the flow's log
 
 
 def test_only_the_publish_write_module_moves_the_current_pointer() -> None:

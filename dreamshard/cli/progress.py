@@ -28,6 +28,14 @@ def _stderr(line: str) -> None:
 
 
 @contextlib.contextmanager
+def lines_on_stderr(label: str) -> Iterator[Progress]:
+    """Progress lines on stderr, on a terminal too: for a command that may ask a reviewer at the terminal
+    (publish.require_human), whose question a status line would draw over."""
+    with progress_lines(_stderr, label, first_after_s=FIRST_AFTER_S) as hook:
+        yield hook
+
+
+@contextlib.contextmanager
 def lines_unless_bars(bars: bool, label: str) -> Iterator[Progress | None]:
     """The hook of a command whose library draws rich bars on a terminal: None while the bars show (`bars`),
     else progress lines on stderr."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dreamshard.cli.plans_common import EndpointOpt, ParamsOpt, StoreOpt, plans_settings
+from dreamshard.cli.progress import lines_on_stderr
 from dreamshard.cli.publication_view import finish, publication_json, show_publication
 from dreamshard.cli.review import terminal_reviewer
 from dreamshard.documents import load_inventory, load_plan
@@ -128,22 +129,21 @@ def publish_cmd(
         },
     )
     compared, source = publish_uc.read_comparison(comparison) if comparison is not None else (None, "comparison")
-    done = publish_uc.publish(
-        publish_uc.PublishRequest(
-            settings=settings,
-            plan=load_plan(plan_file),
-            comparison=compared,
-            comparison_source=source,
-            measure=measure,
-            baseline_spec=sharders,
-            inventory=load_inventory(inventory) if inventory is not None else None,
-            model=model,
-            backend=None if measure else backend,
-            store=store,
-            endpoint_url=endpoint,
-        ),
-        terminal_reviewer(),
+    request = publish_uc.PublishRequest(
+        settings=settings,
+        plan=load_plan(plan_file),
+        comparison=compared,
+        comparison_source=source,
+        measure=measure,
+        baseline_spec=sharders,
+        inventory=load_inventory(inventory) if inventory is not None else None,
+        model=model,
+        backend=None if measure else backend,
+        store=store,
+        endpoint_url=endpoint,
     )
+    with lines_on_stderr("gate") as progress:
+        done = publish_uc.publish(request.model_copy(update={"progress": progress}), terminal_reviewer())
     if as_json:
         typer.echo(publication_json(done))
     else:

@@ -25,6 +25,7 @@ from dreamshard.cli.options import (
 )
 from dreamshard.cli.plan_cmd import verification_table, warn
 from dreamshard.cli.plan_options import MaxMoveFractionOpt
+from dreamshard.cli.progress import lines_on_stderr
 from dreamshard.cli.publication_view import PENDING, show_moves
 from dreamshard.cli.review import terminal_reviewer
 from dreamshard.config.job import describe_topology
@@ -110,19 +111,18 @@ def replan(
         },
         lookup="local",
     )
-    result = replan_uc.run(
-        replan_uc.ReplanRequest(
-            settings=settings,
-            inventory=load_inventory(inventory) if inventory is not None else None,
-            inventory_name=inventory_name,
-            store=store,
-            endpoint_url=endpoint,
-            model=model,
-            seed=seed,
-            force=force,
-        ),
-        terminal_reviewer(),
+    request = replan_uc.ReplanRequest(
+        settings=settings,
+        inventory=load_inventory(inventory) if inventory is not None else None,
+        inventory_name=inventory_name,
+        store=store,
+        endpoint_url=endpoint,
+        model=model,
+        seed=seed,
+        force=force,
     )
+    with lines_on_stderr("replan") as progress:
+        result = replan_uc.run(request.model_copy(update={"progress": progress}), terminal_reviewer())
     if as_json:
         typer.echo(
             json.dumps(

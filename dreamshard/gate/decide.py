@@ -21,6 +21,7 @@ from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, 
 from dreamshard.gate.trust import TrustedPlan
 from dreamshard.values import Inventory, Plan
 from dreamshard.values.decision import GateDecision
+from dreamshard.values.progress import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -168,12 +169,14 @@ def measure_and_gate(
     seed: int = 0,
     sharder_options: Mapping[str, Mapping[str, Any]] | None = None,
     incumbent: Incumbent | None = None,
+    progress: Progress | None = None,
 ) -> Judgement:
     """The gate measures for itself: the trusted plan, every required baseline's plan and the incumbent's
     contender, interleaved on `oracle`'s backend, max(rounds, publish.min_rounds) rounds (fewer when the sequential
     rule's early look decides, more up to publish.max_rounds while the spreads are above publish.target_spread),
     then `gate_plan` on that comparison. The backend is checked against the plan's devices before anything is
-    measured. Nothing but the plan's placement is taken from the user; its sharder label removes no baseline."""
+    measured. Nothing but the plan's placement is taken from the user; its sharder label removes no baseline.
+    `progress` gets a line per contender planned and per round measured."""
     check_margin(rules.min_improvement)
     names = required_baselines(rules, extra_baselines)
     plan = trusted.plan
@@ -195,6 +198,7 @@ def measure_and_gate(
         stop=stop_rule(rules, plan.plan_id, asked),
         timing_passes=rules.timing_passes,
         timing_clock=rules.timing_clock,
+        progress=progress,
     )
     return gate_plan(
         trusted,

@@ -158,6 +158,7 @@ def _judge(request: PublishRequest, trusted: TrustedPlan, incumbent: Incumbent) 
             rounds=s.evaluate.rounds,
             seed=s.profile.seed,
             incumbent=incumbent,
+            progress=request.progress,
         )
     finally:
         oracle.close()

@@ -13,6 +13,7 @@ from dreamshard.evaluation import Comparison
 from dreamshard.usecases.base import Request
 from dreamshard.values import Inventory, Plan, Topology
 from dreamshard.values.lineage import Lineage
+from dreamshard.values.progress import Progress
 
 
 class StoreChoice(Request):
@@ -40,6 +41,8 @@ class PublishRequest(StoreChoice):
     topology: Topology | None = None
     lineage: Lineage | None = None  # what produced the plan (the pipeline's run: the only door that knows it)
     review_note: str = ""  # markdown a reviewer reads besides the decision (where the run's reports are)
+    # what the gate's own measurement is doing, a line at a time (dreamshard.values.progress)
+    progress: Progress | None = Field(default=None, exclude=True)
 
 
 class RollbackRequest(StoreChoice):

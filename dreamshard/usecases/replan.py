@@ -29,6 +29,7 @@ from dreamshard.usecases.review import NoReviewer, Reviewer
 from dreamshard.usecases.stored import current_or_none, job_incumbent, open_plan_store
 from dreamshard.values import Inventory, Plan, Topology, Verification
 from dreamshard.values.model_files import has_model
+from dreamshard.values.progress import Progress, prefixed
 
 #: `fallback`: the plan did not become current and the current plan cannot serve the version (a table added, removed
 #: or reshaped, a constraint it breaks): the incumbent extended, or the best baseline the gate measured with it,
@@ -63,6 +64,8 @@ class ReplanRequest(Request):
     seed: int = 0
     force: bool = False  # re-plan a version the gate already decided on (or whose current plan is a fallback)
     require_human: bool | None = None  # True asks a reviewer on top of publish.require_human (never removes one)
+    # what planning and the gate are measuring, a line at a time (dreamshard.values.progress)
+    progress: Progress | None = Field(default=None, exclude=True)
 
 
 class ReplanResult(Result):
@@ -157,6 +160,7 @@ def _planned(request: ReplanRequest, inv: Inventory, current: Plan | None) -> pl
             model=model_dir(production_model(request.model, request.workspace)),
             seed=request.seed,
             incumbent=current,
+            progress=prefixed(request.progress, "plan: "),
         )
     )
 
@@ -226,6 +230,7 @@ def _decide(request: ReplanRequest, inv: Inventory, plan: Plan, topology: Topolo
         endpoint_url=request.endpoint_url,
         topology=_told(request, topology),
         require_human=request.require_human,
+        progress=prefixed(request.progress, "gate: "),
     )
     return publish_uc.publish(gate_request, reviewer)
 
