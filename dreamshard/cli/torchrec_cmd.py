@@ -12,7 +12,7 @@ from rich.console import Console
 from dreamshard.cli.console import show
 from dreamshard.cli.options import BatchOpt, InventoryOpt, MemoryOpt
 from dreamshard.documents import check_outputs, load_inventory, load_plan, read_checked_inventory, save_plan
-from dreamshard.errors import format_gb
+from dreamshard.errors import CheckpointError, format_gb
 from dreamshard.evaluation.render import device_table
 from dreamshard.integrations.torchrec_file import save_torchrec_plan
 from dreamshard.lazy import lazy_module
@@ -81,6 +81,28 @@ def import_cmd(
     typer.echo(f"wrote {out}")
 
 
+def _renames(pairs: list[str]) -> dict[str, str]:
+    """{old: new} of the --rename OLD=NEW options; one line naming a malformed one or a table renamed twice."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise CheckpointError(
+                f"--rename {pair}: expected OLD=NEW (the table's name in the checkpoint = in the model)"
+            )
+        if old.strip() in out:
+            raise CheckpointError(f"--rename {old.strip()} is given twice")
+        out[old.strip()] = new.strip()
+    return out
+
+
+def _names(items: tuple[str, ...], limit: int = 8) -> str:
+    if not items:
+        return "none"
+    shown = ", ".join(items[:limit])
+    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
 @torchrec_app.command("migrate")
 def migrate_cmd(
     checkpoint: Annotated[Path, typer.Argument(help="The checkpoint saved under the old plan (a DCP directory).")],
@@ -91,21 +113,57 @@ def migrate_cmd(
         str | None,
         typer.Option("--model", help="The job's model, pkg.mod:build or file.py:build (default: the inventory's)."),
     ] = None,
+    rename: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rename",
+            help="OLD=NEW: a table renamed since the checkpoint (repeatable). Tables are never matched by guess: "
+            "one the checkpoint lacks is initialised, one the model lacks dropped.",
+        ),
+    ] = None,
+    allow_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--allow-pickle",
+            help="Read the checkpoint's pickles as DCP does (any class: trusted checkpoints only). Default: its "
+            ".metadata is read with an unpickler that builds DCP's metadata classes only.",
+        ),
+    ] = False,
     timeout_s: Annotated[
         float, typer.Option("--timeout", min=1.0, max=86400.0, help="Seconds the ranks may run.")
     ] = 600.0,
 ) -> None:
-    """Rewrite a checkpoint ({"model": ..., "optim": ...} saved with torch.distributed.checkpoint) for a new plan.
+    """Rewrite a checkpoint ({"model": ..., "optim": ...} saved with torch.distributed.checkpoint) for a new plan
+    and model version (tables added, removed or renamed; an MLP and its optimizer state carried).
 
     Runs the new plan's ranks on this machine's CPUs (gloo); the job then loads the new checkpoint with dcp.load,
     or loads the old one itself with dreamshard.integrations.torchrec_migrate.load_checkpoint."""
     migrate_uc = lazy_module("dreamshard.usecases.torchrec_migrate")
     request = migrate_uc.MigrateRequest(
-        source=checkpoint, plan=plan, inventory=inventory, out=out, model=model, timeout_s=timeout_s
+        source=checkpoint,
+        plan=plan,
+        inventory=inventory,
+        out=out,
+        model=model,
+        renames=_renames(rename or []),
+        allow_pickle=allow_pickle,
+        timeout_s=timeout_s,
     )
-    r = migrate_uc.migrate(request)
+    with Console(stderr=True).status(f"migrating {checkpoint} (the new plan's ranks on this machine's CPUs)"):
+        r = migrate_uc.migrate(request)
+    renamed = tuple(f"{a} -> {b}" for a, b in r.renamed)
     typer.echo(
-        f"wrote {r.out}: {r.tables} tables on {r.world_size} ranks ({r.optimizer}); "
+        f"wrote {r.out}: {r.tables} tables on {r.world_size} ranks (tables {r.optimizer}, dense {r.dense_optimizer})"
+    )
+    typer.echo(
+        f"tables carried: {_names(r.carried)}; initialised (new in the model): {_names(r.initialised)}; "
+        f"dropped (not in the model): {_names(r.dropped)}; renamed: {_names(renamed)}"
+    )
+    typer.echo(
+        f"dense entries carried: {_names(r.dense_carried)}; initialised: {_names(r.dense_initialised)}; "
+        f"dropped: {_names(r.dense_dropped)}"
+    )
+    typer.echo(
         f"column cuts changed: {', '.join(r.relaid) or 'none'}; "
         f"optimizer state translated: {', '.join(r.translated) or 'none'}; "
         f"{format_gb(r.bytes_written / 2**30)} in {r.total_s:.1f} s (load {r.load_s:.2f} s)"

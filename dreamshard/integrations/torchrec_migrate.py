@@ -1,5 +1,6 @@
-"""A training checkpoint follows the plan: the job restarts under a new plan with the weights and optimizer state
-it saved under the old one (docs/torchrec.md, "Moving a checkpoint to a new plan").
+"""A training checkpoint follows the plan and the model: the job restarts under a new plan, or with a changed model,
+with the weights and optimizer state it saved (docs/torchrec.md, "Moving a checkpoint to a new plan" and "When
+the model changes").
 
 Inside the job, on every rank, after building the model under the new plan (DMP) and its optimizer::
 
@@ -8,17 +9,16 @@ Inside the job, on every rank, after building the model under the new plan (DMP)
 
 The checkpoint is DCP's of ``{"model": model.state_dict(), "optim": optimizer.state_dict()}`` saved under any
 plan and world size. DCP itself moves every tensor whose name and global shape stay; `plan_moves`
-(dreamshard.integrations.torchrec_checkpoint) maps the rest: a table turning data-parallel or back (fused
-``<table>.momentum1`` <-> dense ``sum``; a dense ``step`` starts at 0) and a row-wise optimizer state re-cut for
-new column shards. `migrate_checkpoint` also writes the moved state as a new checkpoint (what ``dreamshard torchrec
-migrate`` runs in CPU ranks), into a temporary directory renamed when complete.
+(dreamshard.integrations.torchrec_moves) maps the rest: a table turning data-parallel or back, a row-wise state
+re-cut for new column shards, a table renamed by the caller's map; tables and dense parameters new in the model
+stay as the model initialised them, those gone from it are dropped. The checkpoint is read without running code
+it carries (dreamshard.integrations.dcp_reader). `save_migrated` also writes the moved state as a new checkpoint
+(what ``dreamshard torchrec migrate`` runs in its ranks).
 """
 
 from __future__ import annotations
 
-import shutil
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,28 +30,27 @@ from pydantic import BaseModel, ConfigDict
 from torch.distributed.checkpoint.api import CheckpointException
 
 from dreamshard.errors import CheckpointError, DreamshardError, first_line
-from dreamshard.integrations.torchrec_checkpoint import (
-    MODEL,
-    OPTIM,
-    Move,
-    Stored,
-    Wanted,
-    column_widths,
-    plan_moves,
-    read_checkpoint,
-    recut_rows,
-    table_of,
-)
+from dreamshard.integrations.dcp_reader import SafeLoadPlanner, SafeReader
+from dreamshard.integrations.torchrec_checkpoint import MODEL, OPTIM, Stored, column_widths, read_checkpoint, table_of
+from dreamshard.integrations.torchrec_moves import Move, Moves, Wanted, plan_moves, recut_rows
 
 
 class LoadReport(BaseModel):
     """What `load_checkpoint` did on this rank: the tables whose stored state changed name or layout (the gap DCP
-    leaves), the entries loaded, and the seconds it took."""
+    leaves), those carried, initialised (new in the model) and dropped (gone from it), the renames, the dense
+    entries (an MLP's parameters and buffers) likewise, the entries loaded and the seconds it took."""
 
     model_config = ConfigDict(frozen=True)
 
     translated_tables: tuple[str, ...]
     relaid_tables: tuple[str, ...]  # column cuts or data-parallel <-> sharded differ from the checkpoint's
+    carried_tables: tuple[str, ...] = ()
+    initialised_tables: tuple[str, ...] = ()
+    dropped_tables: tuple[str, ...] = ()
+    renamed_tables: tuple[tuple[str, str], ...] = ()
+    dense_carried: tuple[str, ...] = ()
+    dense_initialised: tuple[str, ...] = ()
+    dense_dropped: tuple[str, ...] = ()
     entries: int
     seconds: float
 
@@ -75,7 +74,7 @@ def _boxes(value: Any) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     return [((0,) * value.dim(), tuple(value.shape))]
 
 
-def _wanted(flat: Mapping[str, Any]) -> dict[str, Wanted]:
+def wanted_state(flat: Mapping[str, Any]) -> dict[str, Wanted]:
     """{flat key: Wanted} of the tensors of the new state (global shapes; a table weight's column widths)."""
     out: dict[str, Wanted] = {}
     for key, value in flat.items():
@@ -111,32 +110,43 @@ def _write_rows(dest: Any, full: torch.Tensor) -> None:
         dest.copy_(full.reshape(dest.shape))
 
 
-def _plan(path: Path, flat: Mapping[str, Any]) -> tuple[dict[str, Stored], list[Move]]:
+def _plan(
+    path: Path, flat: Mapping[str, Any], renames: Mapping[str, str], allow_pickle: bool
+) -> tuple[dict[str, Stored], Moves]:
     """The checkpoint's tensors and the moves of this rank's new state, agreed on by every rank."""
     stored: dict[str, Stored] = {}
-    moves: list[Move] = []
+    moves = Moves(())
     error: DreamshardError | None = None
     try:
-        stored = read_checkpoint(path)
-        moves = plan_moves(stored, _wanted(flat))
+        stored = read_checkpoint(path, allow_pickle)
+        moves = plan_moves(stored, wanted_state(flat), renames)
     except DreamshardError as e:
         error = e
     _agree(error)
     return stored, moves
 
 
-def load_checkpoint(path: str | Path, model: Any, optimizer: Any) -> LoadReport:
-    """Load the DCP checkpoint in `path` (saved under any plan) into `model` (DMP under the new plan) and
-    `optimizer` (its fused optimizer, combined with the dense one of data-parallel tables), on every rank.
-    CheckpointError (one line, on every rank, before anything is loaded) naming the table and the field when the
-    checkpoint does not fit them."""
+def load_checkpoint(
+    path: str | Path,
+    model: Any,
+    optimizer: Any,
+    *,
+    renames: Mapping[str, str] | None = None,
+    allow_pickle: bool = False,
+) -> LoadReport:
+    """Load the DCP checkpoint in `path` (saved under any plan, by this model or an earlier version of it) into
+    `model` (DMP under the new plan) and `optimizer` (its fused optimizer, combined with the job's dense one), on
+    every rank. `renames` ({old: new}) maps tables renamed since; tables and dense parameters new in the model
+    keep their initial values, those gone from it are dropped (the report lists both). `allow_pickle` reads the
+    checkpoint's pickles as DCP does (trusted checkpoints only). CheckpointError (one line, on every rank, before
+    anything is loaded) naming the table and the field when the checkpoint does not fit them."""
     t0 = time.perf_counter()
     nested = {MODEL: model.state_dict(), OPTIM: optimizer.state_dict()}
     flat = dict(_flatten("", nested))
-    stored, moves = _plan(Path(path), flat)
+    stored, moves = _plan(Path(path), flat, renames or {}, allow_pickle)
     load: dict[str, Any] = {}
     recut: list[tuple[Move, torch.Tensor]] = []
-    for m in moves:
+    for m in moves.moves:
         if m.kind == "copy" and m.source is not None:
             load[m.source] = flat[m.target]
         elif m.kind == "rowwise" and m.source is not None:
@@ -146,19 +156,24 @@ def load_checkpoint(path: str | Path, model: Any, optimizer: Any) -> LoadReport:
         elif m.kind == "fill":
             flat[m.target].zero_()  # a dense optimizer's step: fused kernels keep none
     try:
-        dcp.load(load, checkpoint_id=str(path))
+        dcp.load(load, storage_reader=SafeReader(path, allow_pickle), planner=SafeLoadPlanner(allow_pickle))
     except CheckpointException as e:  # a BaseException: a data file DCP could not read on some rank
         raise CheckpointError(f"checkpoint {path}: {_dcp_reason(e)}") from None
     for m, values in recut:
         _write_rows(flat[m.target], recut_rows(values.flatten(), m.rows, m.widths_from, m.widths_to))
     model.load_state_dict(nested[MODEL])
     optimizer.load_state_dict(nested[OPTIM])
-    moved = sorted({m.table for m in moves if m.table and (m.kind != "copy" or m.source != m.target)})
-    relaid = _relaid(stored, _wanted(flat))
     return LoadReport(
-        translated_tables=tuple(moved),
-        relaid_tables=tuple(relaid),
-        entries=len(moves),
+        translated_tables=moves.translated,
+        relaid_tables=tuple(_relaid(stored, wanted_state(flat), moves)),
+        carried_tables=moves.carried,
+        initialised_tables=moves.initialised,
+        dropped_tables=moves.dropped,
+        renamed_tables=moves.renamed,
+        dense_carried=moves.dense_carried,
+        dense_initialised=moves.dense_initialised,
+        dense_dropped=moves.dense_dropped,
+        entries=sum(m.kind != "keep" for m in moves.moves),
         seconds=time.perf_counter() - t0,
     )
 
@@ -170,34 +185,31 @@ def _dcp_reason(e: CheckpointException) -> str:
     return f"{type(first).__name__}: {first_line(first)}"
 
 
-def _relaid(stored: Mapping[str, Stored], wanted: Mapping[str, Wanted]) -> list[str]:
-    """The tables whose column cuts differ between the checkpoint and the new plan."""
+def _relaid(stored: Mapping[str, Stored], wanted: Mapping[str, Wanted], moves: Moves) -> list[str]:
+    """The carried tables whose column cuts differ between the checkpoint and the new plan."""
+    sources = {m.target: m.source for m in moves.moves if m.kind == "copy" and m.source}
     return sorted(
         t
         for key, want in wanted.items()
-        if key.startswith(f"{MODEL}.") and (t := table_of(key[len(MODEL) + 1 :])) and key in stored
-        if stored[key].widths != want.widths
+        if key.startswith(f"{MODEL}.") and (t := table_of(key[len(MODEL) + 1 :])) and key in sources
+        if stored[sources[key]].widths != want.widths
     )
 
 
-def migrate_checkpoint(source: str | Path, out: str | Path, model: Any, optimizer: Any) -> LoadReport:
-    """`load_checkpoint` from `source`, then the state saved (DCP) as a new checkpoint in `out`, written into a
-    temporary directory beside it and renamed when every rank has written: no half-written `out`. Every rank
-    calls it; CheckpointError when `out` exists."""
-    target = Path(out)
-    _agree(CheckpointError(f"--out {target} exists; choose a new directory") if target.exists() else None)
-    report = load_checkpoint(source, model, optimizer)
-    name = [f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"]
+def save_migrated(
+    source: str | Path,
+    out: str | Path,
+    model: Any,
+    optimizer: Any,
+    *,
+    renames: Mapping[str, str] | None = None,
+    allow_pickle: bool = False,
+) -> LoadReport:
+    """`load_checkpoint` from `source`, then the state saved (DCP) as a new checkpoint into `out`, a fresh
+    directory of the caller's (``dreamshard torchrec migrate`` renames it into place once every rank reported
+    success). Every rank calls it."""
+    report = load_checkpoint(source, model, optimizer, renames=renames, allow_pickle=allow_pickle)
+    dcp.save({MODEL: model.state_dict(), OPTIM: optimizer.state_dict()}, checkpoint_id=str(out))
     if dist.is_initialized():
-        dist.broadcast_object_list(name, src=0)
-    tmp = target.parent / name[0]
-    try:
-        dcp.save({MODEL: model.state_dict(), OPTIM: optimizer.state_dict()}, checkpoint_id=str(tmp))
-        if dist.is_initialized():
-            dist.barrier()
-        if not dist.is_initialized() or dist.get_rank() == 0:
-            tmp.rename(target)
-    finally:
-        if (not dist.is_initialized() or dist.get_rank() == 0) and tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        dist.barrier()
     return report

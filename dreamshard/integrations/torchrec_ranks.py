@@ -2,19 +2,22 @@
 starts `world_size` fresh interpreters that join one gloo group through a TCP store served here on 127.0.0.1, each
 calling ``entry(rank, job)`` (a ``module:function`` of the package) and writing what it returns, or its one-line
 error, beside the job. A rank's error is raised here as the same typed error; a run past `timeout_s` is a
-ProfilingError."""
+ProfilingError. The ranks die with the calling process however it ends (dreamshard.integrations.processes), and
+the job folders of a killed caller are removed by the next call."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +25,14 @@ import torch.distributed as dist
 
 from dreamshard import errors
 from dreamshard.errors import DreamshardError, ProfilingError, first_line
+from dreamshard.integrations.processes import owned_name, remove_stale
 
-_CODE = "from dreamshard.integrations.torchrec_ranks import rank_main; import sys; rank_main(sys.argv[1:])"
+_CODE = (
+    "import sys; from dreamshard.integrations.processes import die_with_parent; die_with_parent(int(sys.argv[3])); "
+    "from dreamshard.integrations.torchrec_ranks import rank_main; rank_main(sys.argv[1:3])"
+)
+#: The job folders in the temporary directory: ``dreamshard-ranks-<pid>-<hex>`` (`processes.owned_name`).
+_PREFIX = "dreamshard-ranks-"
 
 
 def run_ranks(entry: str, job: Mapping[str, Any], world_size: int, timeout_s: float = 600.0) -> list[Any]:
@@ -32,14 +41,20 @@ def run_ranks(entry: str, job: Mapping[str, Any], world_size: int, timeout_s: fl
         "127.0.0.1", 0, world_size + 1, is_master=True, wait_for_workers=False,
         timeout=datetime.timedelta(seconds=timeout_s),
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="dreamshard-ranks-") as tmp:
+    remove_stale(Path(tempfile.gettempdir()), _PREFIX)
+    with _job_folder() as tmp:
         spec = Path(tmp) / "job.json"
         payload = {"entry": entry, "job": dict(job), "port": store.port, "world_size": world_size}
         spec.write_text(json.dumps({**payload, "timeout_s": timeout_s}))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "LOCAL_WORLD_SIZE": str(world_size)}
         logs = [open(Path(tmp) / f"rank{r}.log", "wb") for r in range(world_size)]  # noqa: SIM115 - closed below
         procs = [
-            subprocess.Popen([sys.executable, "-c", _CODE, str(spec), str(r)], stdout=logs[r], stderr=logs[r], env=env)
+            subprocess.Popen(
+                [sys.executable, "-c", _CODE, str(spec), str(r), str(os.getpid())],
+                stdout=logs[r],
+                stderr=logs[r],
+                env=env,
+            )
             for r in range(world_size)
         ]
         try:
@@ -48,6 +63,17 @@ def run_ranks(entry: str, job: Mapping[str, Any], world_size: int, timeout_s: fl
             for f in logs:
                 f.close()
         return [_result(Path(tmp), r, p.returncode) for r, p in enumerate(procs)]
+
+
+@contextlib.contextmanager
+def _job_folder() -> Iterator[str]:
+    """A fresh folder in the temporary directory named for this process, removed on the way out."""
+    path = Path(tempfile.gettempdir()) / owned_name(_PREFIX)
+    path.mkdir(mode=0o700)
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import cases_batches
+import cases_checkpoints
 import cases_forged_plans
 import cases_gate
 import cases_incumbent
@@ -33,6 +34,7 @@ TABLES: tuple[Table, ...] = (
     cases_store_layout.TABLE,
     cases_store_damage.TABLE,
     cases_torchrec_files.TABLE,
+    cases_checkpoints.TABLE,
     cases_batches.TABLE,
     cases_incumbent.TABLE,
     cases_plan_incumbent.TABLE,
