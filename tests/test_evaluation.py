@@ -54,6 +54,7 @@ class FakeOracle:
         *,
         kind: str = "placement",
         task: str = "",
+        **_: object,
     ) -> Measurement:
         if kind == "placement":
             self.calls.append(task)

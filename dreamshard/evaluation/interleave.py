@@ -49,7 +49,14 @@ def check_plan_for(inventory: Inventory, plan: Plan, topology: Topology | None =
 
 def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
     units, placement = expand_plan(inventory, plan)
-    return oracle.measure(units, placement, plan.topology, task=plan.sharder)
+    return oracle.measure(
+        units,
+        placement,
+        plan.topology,
+        task=plan.sharder,
+        kernels=plan.kernels,
+        cache_load_factors=plan.cache_load_factors,
+    )
 
 
 def measure_interleaved(

@@ -63,7 +63,7 @@ def plan_memory(plan: Plan, inventory: Inventory) -> list[MemoryBreakdown]:
     """Each device's memory (weights, optimizer state, io buffers) recomputed from `inventory` under the plan's
     topology (dreamshard.placement.device_memory), never read from the plan."""
     units, placed = expand_plan(inventory, plan)
-    return device_memory(units, placed, plan.topology)
+    return device_memory(units, placed, plan.topology, kernels=plan.kernels, load_factors=plan.cache_load_factors)
 
 
 def device_rows(plan: Plan, inventory: Inventory | None = None) -> list[dict[str, object]]:

@@ -123,13 +123,14 @@ def broken_constraint(
         placement, column_shards, row_shards, data_parallel, topology
     ).items():
         table = tables.get(name)
-        if table is None or (table.constraints is None and table.pooled and name not in (kernels or {})):
+        base = parse_unit(name).table  # a unit runs its table's kernel
+        if table is None or (table.constraints is None and table.pooled and base not in (kernels or {})):
             continue
         if not table.pooled and kind == "table_row_wise":
             raise PlanError(
                 f"table '{name}' is a sequence table: TorchRec's EmbeddingCollection cannot shard it table_row_wise"
             )
-        kernel = (kernels or {}).get(name)
+        kernel = (kernels or {}).get(base)
         unit = parse_unit(name).kind
         if unit != "table":  # one unit of a cut table (a measurement's units): its type and count are the plan's
             kind = _UNIT_TYPES[unit]
@@ -137,7 +138,7 @@ def broken_constraint(
         else:
             problem = _broken(table, kind, devices, widths, topology)
         if kernels is not None:  # None: a measurement's units, timed with the backend's own operator
-            factor = (cache_load_factors or {}).get(name)
+            factor = (cache_load_factors or {}).get(base)
             problem = problem or _kernel_broken(table, kind, kernel, factor, topology.device_type)
         if problem is not None:
             return name, problem

@@ -18,20 +18,29 @@ the memory of one device allow:
 
 Each option's units must fit one device alone (device and host memory, dreamshard.placement.device_memory); the
 shard count (`TableOption.shards`, as constraints count it: row-wise the blocks, data-parallel 1) within
-`min_shards` / `max_shards`; the kernel one the constraints allow (dreamshard.placement.kernels). Constraints that
+`min_shards` / `max_shards`; the kernel one the constraints allow (dreamshard.placement.kernels).
+
+Memory tiers: on cuda devices every sharded option in device memory (HBM, the `fused` kernel) is followed by the
+same cut with `fused_uvm_caching` (`TableOption.tier` 1: weights and optimizer state in host memory, a cache of
+`load_factor` of them on the device), where the constraints leave the kernel open and do not `enforce_hbm`. A
+cached lookup misses into host memory at a fraction of HBM's bandwidth, so a cached layout costs more than the same
+layout in HBM: the planners take one only when no layout in HBM packs (dreamshard.placement.layout), as TorchRec's
+planner, whose cost model prices the tiers, does for a table larger than every device. The option's units carry
+the kernel as their constraint, so every packer counts their memory by it. Constraints that
 contradict the topology (a device it lacks, another device group, more shards than the table can be cut into, no
 kernel) are `constraint_problem`, one line; a table no option fits is `no_option_error`, one line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, format_gb
 from dreamshard.placement.device_memory import unit_needs
 from dreamshard.placement.expand import even_bounds, replica_table, row_shard_table, shard_table, split_counts
 from dreamshard.placement.kernels import device_kernel_problem, kernel_for
-from dreamshard.values import GB, Inventory, ShardingType, Table, Topology
+from dreamshard.values import GB, Inventory, ShardingType, Table, TableConstraints, Topology
+from dreamshard.values.constraints import CACHING_KERNEL
 from dreamshard.values.units import row_blocks
 
 #: The largest table the planners replicate on their own (its gradient is all-reduced every step).
@@ -70,14 +79,30 @@ class TableOption:
     @property
     def label(self) -> str:
         if self.kind == "column_wise":
-            return f"column_wise x{self.shards}"
-        if self.kind == "table_row_wise":
-            return f"table_row_wise on devices {self.devices[0]}..{self.devices[-1]}"
-        return str(self.kind)
+            base = f"column_wise x{self.shards}"
+        elif self.kind == "table_row_wise":
+            base = f"table_row_wise on devices {self.devices[0]}..{self.devices[-1]}"
+        else:
+            base = str(self.kind)
+        return base + (f" with {self.kernel}" if self.tier else "")
+
+    @property
+    def tier(self) -> int:
+        """0: the table in device memory (HBM); 1: cached from host memory (a layout the planners take only when no
+        tier-0 layout packs)."""
+        return 1 if self.kernel == CACHING_KERNEL and _kernel_open(self.table) else 0
+
+    def _unit_table(self) -> Table:
+        """The table with the option's memory tier as its kernel constraint, for an option of tier 1."""
+        if not self.tier:
+            return self.table
+        c = self.table.constraints or TableConstraints()
+        return self.table.model_copy(update={"constraints": c.model_copy(update={"compute_kernels": (self.kernel,)})})
 
     def units(self) -> list[Table]:
-        """The option's plan units (dreamshard.placement.expand names them)."""
-        t = self.table
+        """The option's plan units (dreamshard.placement.expand names them), carrying its kernel when it is a
+        memory tier the table's constraints leave open."""
+        t = self._unit_table()
         if self.kind == "table_wise":
             return [t]
         if self.kind == "column_wise":
@@ -91,6 +116,13 @@ class TableOption:
         if not self.devices:
             return {}
         return {u.name: d for u, d in zip(self.units(), self.devices, strict=True)}
+
+
+def _kernel_open(table: Table) -> bool:
+    """The table's constraints let a planner choose its memory tier: fused and the caching kernel both allowed,
+    all of it not kept in device memory (`enforce_hbm`)."""
+    c = table.constraints
+    return c is None or (c.allows_kernel("fused") and c.allows_kernel(CACHING_KERNEL) and not c.enforce_hbm)
 
 
 def allowed_devices(table: Table, topology: Topology) -> tuple[int, ...]:
@@ -144,6 +176,8 @@ def _candidates(table: Table, topology: Topology) -> list[TableOption]:
         if kind in ("row_wise", "table_row_wise") and any(b <= a for a, b in row_blocks(table.num_embeddings, shards)):
             continue  # too few rows for that many blocks
         out.append(TableOption(table, kind, shards, kernel, devices))
+    if topology.device_type == "cuda" and _kernel_open(table):  # the host tier, after every option in HBM
+        out += [replace(o, kernel=CACHING_KERNEL) for o in out if o.kernel == "fused"]
     return out
 
 
@@ -214,7 +248,9 @@ def no_option_error(table: Table, topology: Topology) -> PlanError | InfeasibleP
     if any(o.kind == "row_wise" for o in tried):
         parts.append(f"in {topology.num_devices} row blocks ({format_gb(table.size_gb / topology.num_devices)} each)")
     limited = f" within its constraints {table.constraints.given()}" if table.constraints is not None else ""
-    hint = f"larger than one device {' or '.join(parts)}{limited}; add memory per device or shrink the table"
+    cached = any(o.tier for o in tried)
+    tiers = f", in device memory or cached from host memory ({CACHING_KERNEL})" if cached else ""
+    hint = f"larger than one device {' or '.join(parts)}{tiers}{limited}; add memory per device or shrink the table"
     return InfeasiblePlacementError(table.name, need / GB, cap / GB, hint)
 
 

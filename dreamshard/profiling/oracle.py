@@ -213,15 +213,26 @@ class Oracle:
         kind: MeasurementKind = "placement",
         task: str = "",
         measurement_id: str | None = None,
+        kernels: Mapping[str, str] | None = None,
+        cache_load_factors: Mapping[str, float] | None = None,
     ) -> Measurement:
         """Measure one placement. ``placement`` may cover a subset of the inventory for kind="single" or a task,
         and may name units (column shards, row shards, replicas: dreamshard.values.units) instead of whole tables; each
-        runs as its sharding type runs (`_device_cost`). The record keeps `inventory`'s name and fingerprint."""
+        runs as its sharding type runs (`_device_cost`). The record keeps `inventory`'s name and fingerprint.
+        `kernels` / `cache_load_factors`: a plan's (by table), so that its memory is checked as the plan keeps it
+        (a table cached from host memory); the units are timed with the backend's own operator."""
         if kind not in ("single", "placement"):
             raise ProfilingError(f"kind must be 'single' or 'placement', got '{kind}'")
         fingerprint = inventory.fingerprint()
         inventory = with_units(inventory, placement)
-        check_placement(inventory, placement, topology, partial=(kind == "single" or bool(task)))
+        check_placement(
+            inventory,
+            placement,
+            topology,
+            partial=(kind == "single" or bool(task)),
+            kernels=kernels,
+            cache_load_factors=cache_load_factors,
+        )
         batch = topology.batch_size
         self._batch_size = batch
         n = topology.num_devices

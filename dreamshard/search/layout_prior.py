@@ -22,7 +22,7 @@ from dreamshard.placement.constraint_check import placed_type
 from dreamshard.placement.layout import Layout, forced_options
 from dreamshard.placement.options import TableOption, column_split_counts, min_column_width
 from dreamshard.sharders import get_sharder
-from dreamshard.values import GB, CalibrationReport, Inventory, Plan, Table, Topology
+from dreamshard.values import DEFAULT_CACHE_LOAD_FACTOR, GB, CalibrationReport, Inventory, Plan, Table, Topology
 
 #: What ranks the options when no prior does.
 COST_BASIS = "the predicted cost"
@@ -111,12 +111,28 @@ def layout_reasons(layout: Layout, topology: Topology, prior: LayoutPrior) -> di
             chose = "elimination (its only option)" if only else prior.chose(option)
         else:
             why, chose = "it fits whole, but the cut is predicted cheaper", COST_BASIS
-        out[name] = f"{_label(option)}: {why}; chosen by {chose}{_no_columns(table)}"
+        tier = _tier(option, forced.get(name, [option]))
+        out[name] = f"{_label(option)}: {why}{tier}; chosen by {chose}{_no_columns(table)}"
     return out
 
 
 def _label(option: TableOption) -> str:
-    return option.label if option.kind != "row_wise" else f"row_wise x{option.shards}"
+    if option.kind != "row_wise":
+        return option.label
+    return f"row_wise x{option.shards}" + (f" with {option.kernel}" if option.tier else "")
+
+
+def _tier(option: TableOption, options: Sequence[TableOption]) -> str:
+    """Why a table is cached from host memory ("" when it is in device memory): no layout in HBM packed."""
+    if not option.tier:
+        return ""
+    factor = option.units()[0].constraints
+    load = factor.cache_load_factor if factor is not None and factor.cache_load_factor else DEFAULT_CACHE_LOAD_FACTOR
+    where = "no layout in device memory fits" if all(o.tier for o in options) else "no layout in device memory packs"
+    return (
+        f"; {where}, so it is cached from host memory, the cheapest that does (weights and optimizer state in "
+        f"host memory, a device cache of {load:g} of its rows: TorchRec's fused_uvm_caching)"
+    )
 
 
 def _why_forced(table: Table, topology: Topology, options: Sequence[TableOption]) -> str:

@@ -22,7 +22,7 @@ from dreamshard.measured.steps import (
     SearchOutcome,
 )
 from dreamshard.placement.expand import fold_units
-from dreamshard.placement.layout import Layout
+from dreamshard.placement.layout import Layout, layout_kernels
 from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.spread import spread_shards
 from dreamshard.search.layout_prior import LayoutPrior, layout_reasons, prior_for
@@ -133,6 +133,7 @@ class ModelSharder(Sharder):
         `min_shards` table a search put together are moved apart first (placement/spread.py)."""
         unit_placement = spread_shards(units, unit_placement, topology)
         folded = fold_units(inventory, unit_placement)
+        kernels, factors = layout_kernels(units)  # the tables cached from host memory (a memory tier)
         plan = make_plan(
             inventory,
             topology,
@@ -143,6 +144,8 @@ class ModelSharder(Sharder):
             data_parallel=folded.data_parallel,
             predicted=cost.predict(list(units.tables), unit_placement),
             model_version=self.model.card.version,
+            kernels=kernels,
+            cache_load_factors=factors,
         )
         return plan.model_copy(
             update={"out_of_range": tuple(self.out_of_range(inventory, topology)), "comm_fits": cost.fits()}

@@ -123,7 +123,8 @@ def improve_forced(
     for _ in range(IMPROVE_PASSES):
         moved = False
         for name, options in forced.items():
-            for option in options[:MAX_OPTIONS]:
+            tier = layout.choices[name].tier if name in layout.choices else 0
+            for option in [o for o in options if o.tier == tier][:MAX_OPTIONS]:  # the cost knows no memory tier
                 if layout.choices.get(name) == option:
                     continue
                 trial = layout.with_option(option)

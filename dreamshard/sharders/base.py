@@ -20,7 +20,7 @@ from dreamshard.placement.layout import Layout, choose_layout
 from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.options import TableOption
 from dreamshard.placement.validate import check_each_table_fits
-from dreamshard.values import Costs, Inventory, Plan, Table, Topology
+from dreamshard.values import Costs, Inventory, Kernel, Plan, Table, Topology
 
 #: The families the registry (dreamshard.sharders) lists sharders under; `Sharder.family` says which one a
 #: sharder belongs to ("other": a plugin that is none of the three).
@@ -85,7 +85,8 @@ class TableWiseSharder(Sharder):
             lambda lay: self.place_units(lay.units, topology, lay.fixed),
             lambda t, options, lay: self.rank_options(t, options, lay, topology),
         )
-        return plan_of_units(inventory, topology, placement, self.name)
+        kernels, factors = layout.kernels()
+        return plan_of_units(inventory, topology, placement, self.name, kernels=kernels, cache_load_factors=factors)
 
 
 def plan_of_units(
@@ -95,8 +96,11 @@ def plan_of_units(
     sharder: str,
     predicted: Costs | None = None,
     model_version: str | None = None,
+    kernels: Mapping[str, Kernel] | None = None,
+    cache_load_factors: Mapping[str, float] | None = None,
 ) -> Plan:
-    """`make_plan` of a {unit: device} map (dreamshard.placement.expand.fold_units folds it back)."""
+    """`make_plan` of a {unit: device} map (dreamshard.placement.expand.fold_units folds it back); `kernels` /
+    `cache_load_factors`: those its layout chose (`Layout.kernels`)."""
     folded = fold_units(inventory, unit_placement)
     return make_plan(
         inventory,
@@ -108,4 +112,6 @@ def plan_of_units(
         column_shards=folded.column_shards,
         row_shards=folded.row_shards,
         data_parallel=folded.data_parallel,
+        kernels=kernels,
+        cache_load_factors=cache_load_factors,
     )
