@@ -227,8 +227,16 @@ def test_a_model_change_carries_initialises_drops_and_renames_only_when_told() -
     ]:
         with pytest.raises(Exception, match=match):
             plan_moves(stored, v3, renames)
-    with pytest.raises(Exception, match="'mlp.0.weight' is 8x32 in the checkpoint but 8x40 in the model"):
-        plan_moves(stored, _state({"user": (40, 16)}, {"mlp.0.weight": (8, 40)}, stored=False))
+    wider = _state({"user": (40, 16)}, {"mlp.0.weight": (8, 40), "mlp.0.bias": (8,)}, stored=False)
+    with pytest.raises(
+        Exception, match="'mlp.0.weight' is 8x32 in the checkpoint but 8x40 in the model; .* --init mlp.0"
+    ):
+        plan_moves(stored, wider)
+    fresh = plan_moves(stored, wider, fresh=["mlp.0"])  # the changed layer as the model initialises it, by request
+    assert fresh.dense_initialised == ("mlp.0.bias", "mlp.0.weight") and fresh.dense_dropped == ()
+    assert {m.kind for m in fresh.moves if "mlp.0" in m.target} == {"keep"}
+    with pytest.raises(Exception, match="--init mlp.9: neither the model nor the checkpoint"):
+        plan_moves(stored, wider, fresh=["mlp.9"])
     with pytest.raises(Exception, match="shares no table and no parameter with the model"):
         plan_moves(stored, _state({"other": (4, 4)}, {"head.weight": (1, 4)}, stored=False))
 

@@ -121,6 +121,14 @@ def migrate_cmd(
             "one the checkpoint lacks is initialised, one the model lacks dropped.",
         ),
     ] = None,
+    init: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--init",
+            help="A table, or a dense module (mlp.0), that starts as the model initialises it though the checkpoint "
+            "has it: a layer whose shape changed (repeatable). Never cut to fit.",
+        ),
+    ] = None,
     allow_pickle: Annotated[
         bool,
         typer.Option(
@@ -146,6 +154,7 @@ def migrate_cmd(
         out=out,
         model=model,
         renames=_renames(rename or []),
+        init=tuple(init or ()),
         allow_pickle=allow_pickle,
         timeout_s=timeout_s,
     )

@@ -19,7 +19,7 @@ it carries (dreamshard.integrations.dcp_reader). `save_migrated` also writes the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def _write_rows(dest: Any, full: torch.Tensor) -> None:
 
 
 def _plan(
-    path: Path, flat: Mapping[str, Any], renames: Mapping[str, str], allow_pickle: bool
+    path: Path, flat: Mapping[str, Any], renames: Mapping[str, str], init: Collection[str], allow_pickle: bool
 ) -> tuple[dict[str, Stored], Moves]:
     """The checkpoint's tensors and the moves of this rank's new state, agreed on by every rank."""
     stored: dict[str, Stored] = {}
@@ -119,7 +119,7 @@ def _plan(
     error: DreamshardError | None = None
     try:
         stored = read_checkpoint(path, allow_pickle)
-        moves = plan_moves(stored, wanted_state(flat), renames)
+        moves = plan_moves(stored, wanted_state(flat), renames, init)
     except DreamshardError as e:
         error = e
     _agree(error)
@@ -132,18 +132,21 @@ def load_checkpoint(
     optimizer: Any,
     *,
     renames: Mapping[str, str] | None = None,
+    init: Collection[str] = (),
     allow_pickle: bool = False,
 ) -> LoadReport:
     """Load the DCP checkpoint in `path` (saved under any plan, by this model or an earlier version of it) into
     `model` (DMP under the new plan) and `optimizer` (its fused optimizer, combined with the job's dense one), on
     every rank. `renames` ({old: new}) maps tables renamed since; tables and dense parameters new in the model
-    keep their initial values, those gone from it are dropped (the report lists both). `allow_pickle` reads the
+    keep their initial values, those gone from it are dropped (the report lists both); `init` names tables and
+    dense modules (``mlp.0``) that keep their initial values though the checkpoint has them (a layer whose shape
+    changed: never cut to fit). `allow_pickle` reads the
     checkpoint's pickles as DCP does (trusted checkpoints only). CheckpointError (one line, on every rank, before
     anything is loaded) naming the table and the field when the checkpoint does not fit them."""
     t0 = time.perf_counter()
     nested = {MODEL: model.state_dict(), OPTIM: optimizer.state_dict()}
     flat = dict(_flatten("", nested))
-    stored, moves = _plan(Path(path), flat, renames or {}, allow_pickle)
+    stored, moves = _plan(Path(path), flat, renames or {}, init, allow_pickle)
     load: dict[str, Any] = {}
     recut: list[tuple[Move, torch.Tensor]] = []
     for m in moves.moves:
@@ -203,12 +206,13 @@ def save_migrated(
     optimizer: Any,
     *,
     renames: Mapping[str, str] | None = None,
+    init: Collection[str] = (),
     allow_pickle: bool = False,
 ) -> LoadReport:
     """`load_checkpoint` from `source`, then the state saved (DCP) as a new checkpoint into `out`, a fresh
     directory of the caller's (``dreamshard torchrec migrate`` renames it into place once every rank reported
     success). Every rank calls it."""
-    report = load_checkpoint(source, model, optimizer, renames=renames, allow_pickle=allow_pickle)
+    report = load_checkpoint(source, model, optimizer, renames=renames, init=init, allow_pickle=allow_pickle)
     dcp.save({MODEL: model.state_dict(), OPTIM: optimizer.state_dict()}, checkpoint_id=str(out))
     if dist.is_initialized():
         dist.barrier()

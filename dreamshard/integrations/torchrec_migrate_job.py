@@ -121,6 +121,12 @@ def migrate_rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         job["data_parallel_optimizer"],
     )
     report = save_migrated(
-        job["source"], job["tmp"], model, optimizer, renames=job["renames"], allow_pickle=job["allow_pickle"]
+        job["source"],
+        job["tmp"],
+        model,
+        optimizer,
+        renames=job["renames"],
+        init=job["init"],
+        allow_pickle=job["allow_pickle"],
     )
     return {"rank": rank, **report.model_dump(mode="json")}

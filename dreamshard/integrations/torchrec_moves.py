@@ -18,7 +18,7 @@ buffers) alike. `Moves` lists them for the report. No torch import here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -181,6 +181,12 @@ def _state_index(stored: Mapping[str, Stored], have: Mapping[str, str]) -> dict[
     return out
 
 
+def _init_name(what: str) -> str:
+    """The --init name of a refused entry: its table, or its module's fqn (``'mlp.0.weight'`` -> ``mlp.0``)."""
+    name = what.split("'")[1] if "'" in what else what
+    return name if what.startswith("table ") else name.rpartition(".")[0] or name
+
+
 def _same(key: str, source: str, want: Wanted, have: Stored | None, what: str) -> Move:
     """An entry loaded from `source` as it is: the same global shape, else CheckpointError naming `what`."""
     if have is None:
@@ -188,7 +194,7 @@ def _same(key: str, source: str, want: Wanted, have: Stored | None, what: str) -
     if have.shape != want.shape:
         raise CheckpointError(
             f"{what} is {_shape(have.shape)} in the checkpoint but {_shape(want.shape)} in the model; a changed "
-            f"layer is not migrated: give it a new name to initialise it"
+            f"layer is never cut to fit: --init {_init_name(what)} starts it as the model initialises it"
         )
     return Move(key, source, "copy", None)
 
@@ -255,13 +261,44 @@ def _dense_moves(stored: Mapping[str, Stored], wanted: Mapping[str, Wanted], tab
     return moves
 
 
+def _without(stored: Mapping[str, Stored], wanted: Mapping[str, Wanted], fresh: Collection[str]) -> dict[str, Stored]:
+    """`stored` less the entries (and their optimizer state) of the tables and dense entries `fresh` names: a
+    table by its name, a dense entry by its fqn or a module's (``mlp.0``). CheckpointError for a name that is in
+    neither the model nor the checkpoint."""
+    if not fresh:
+        return dict(stored)
+    model = f"{MODEL}."
+    names = set(fresh)
+
+    def named(fqn: str) -> str | None:
+        table = table_of(fqn)
+        if table is not None:
+            return table if table in names else None
+        return next((n for n in names if fqn == n or fqn.startswith(f"{n}.")), None)
+
+    owners = {k[len(model) :] for k in [*stored, *wanted] if k.startswith(model)}
+    hit = {n for fqn in owners if (n := named(fqn)) is not None}
+    if missing := sorted(names - hit):
+        raise CheckpointError(
+            f"--init {missing[0]}: neither the model nor the checkpoint has a table or entry of that name"
+        )
+    gone = sorted((fqn for fqn in owners if named(fqn) is not None), key=len, reverse=True)
+    return {k: v for k, v in stored.items() if (k[len(model) :] if k.startswith(model) else None) not in gone
+            and _owner(k, gone) is None}  # fmt: skip
+
+
 def plan_moves(
-    stored: Mapping[str, Stored], wanted: Mapping[str, Wanted], renames: Mapping[str, str] | None = None
+    stored: Mapping[str, Stored],
+    wanted: Mapping[str, Wanted],
+    renames: Mapping[str, str] | None = None,
+    fresh: Collection[str] = (),
 ) -> Moves:
     """How every entry of the new state (`wanted`: flat key -> shape, this rank's view) is filled from the
-    checkpoint (`stored`), tables renamed by `renames` ({old: new}). CheckpointError naming the table (or the
+    checkpoint (`stored`), tables renamed by `renames` ({old: new}), the tables and dense entries `fresh` names
+    left as the model initialised them (a layer whose shape changed). CheckpointError naming the table (or the
     parameter) and the field when a carried entry has another shape, or a state the new optimizer has no place
     for, or when the checkpoint shares nothing with the model."""
+    stored = _without(stored, wanted, fresh)
     m = _match(stored, wanted, renames or {})
     ctx = _Context(stored, m, _state_index(stored, m.have), {f: wanted[f"{MODEL}.{f}"].widths for f in m.want})
     moves: list[Move] = []

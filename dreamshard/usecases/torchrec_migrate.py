@@ -44,6 +44,7 @@ class MigrateRequest(Request):
     out: Path  # the new checkpoint's directory (must not exist)
     model: str | None = None  # pkg.mod:build of the job's model; default: the inventory's modules
     renames: dict[str, str] = {}  # tables renamed since the checkpoint: {old: new}
+    init: tuple[str, ...] = ()  # tables and dense modules started as the model initialises them (changed shapes)
     allow_pickle: bool = False  # read the checkpoint's pickles as DCP does (trusted checkpoints only)
     timeout_s: float = 600.0
 
@@ -115,7 +116,8 @@ def _check(request: MigrateRequest) -> tuple[dict[str, Any], int, Moves]:
     model = job_model(inventory, request.model)
     sharding_plan(doc, model, doc.world_size)  # the plan against the model: every table, shapes (PlanError)
     wanted = {f"{MODEL}.{k}": Wanted(tuple(v.shape)) for k, v in model.state_dict().items()}
-    moves = plan_moves({k: v for k, v in stored.items() if k.startswith(f"{MODEL}.")}, wanted, request.renames)
+    model_state = {k: v for k, v in stored.items() if k.startswith(f"{MODEL}.")}
+    moves = plan_moves(model_state, wanted, request.renames, request.init)
     job = {
         "inventory": inventory.model_dump(mode="json"),
         "plan": doc.model_dump(mode="json"),
@@ -124,6 +126,7 @@ def _check(request: MigrateRequest) -> tuple[dict[str, Any], int, Moves]:
         "data_parallel_optimizer": data_parallel,
         "dense_optimizer": dense,
         "renames": dict(request.renames),
+        "init": list(request.init),
         "allow_pickle": request.allow_pickle,
         "source": str(request.source.resolve()),
     }
