@@ -26,9 +26,10 @@ from dreamshard.documents import describe_validation_error, read_text
 from dreamshard.errors import InputFileError, PlanError
 from dreamshard.placement.expand import unit_table
 from dreamshard.profiling.base import DeviceTiming
-from dreamshard.values import BackendInfo, Table
+from dreamshard.values import BackendInfo, Table, Topology
 from dreamshard.values.costs import MAX_RECORD_MS
 from dreamshard.values.tables import StrictModel
+from dreamshard.values.units import parse_unit
 
 #: bump when what a timing means changes (the operator, the index synthesis): old entries stop matching.
 #: 2: a table without an access histogram is measured with the assumed one (inventory.histogram), not uniformly.
@@ -254,3 +255,14 @@ class TimingRecorder(DeviceCorpus):
         self.recorded.append(e)
         self.entries.setdefault(e.key, e)
         return True
+
+
+def fused_operators(tables: list[Table], topology: Topology) -> list[tuple[list[Table], int]]:
+    """How one device's units run, as (units, batch) per fused operator: whole tables, column shards and row shards
+    in one at the global batch; data-parallel replicas in a second at the device's share of the batch. Each is one
+    device timing (and one corpus entry): `_device_cost` measures these, the profile stage's corpus check
+    (dreamshard.profiling.task_choice) looks these up."""
+    replicas = [t for t in tables if parse_unit(t.name).kind == "replica"]
+    rest = [t for t in tables if parse_unit(t.name).kind != "replica"]
+    groups = [(rest, topology.batch_size)] if rest else []
+    return groups + ([(replicas, max(1, topology.batch_size // topology.num_devices))] if replicas else [])

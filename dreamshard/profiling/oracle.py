@@ -28,7 +28,7 @@ from dreamshard.profiling.base import (
     summarize,
     timing_clock,
 )
-from dreamshard.profiling.corpus import DeviceCorpus, device_key
+from dreamshard.profiling.corpus import DeviceCorpus, device_key, fused_operators
 from dreamshard.profiling.names import BACKENDS
 from dreamshard.profiling.scaling import CPU_RULE, ScalingRule
 from dreamshard.profiling.simulator import SimulatorBackend, SimulatorParams
@@ -48,17 +48,6 @@ from dreamshard.values.costs import Collective, Statistic
 from dreamshard.values.units import parse_unit
 
 DEFAULT_BATCH_SIZE = 2048
-
-
-def fused_operators(tables: list[Table], topology: Topology) -> list[tuple[list[Table], int]]:
-    """How one device's units run, as (units, batch) per fused operator: whole tables, column shards and row shards
-    in one at the global batch; data-parallel replicas in a second at the device's share of the batch. Each is one
-    device timing (and one corpus entry): `_device_cost` measures these, the profile stage's corpus check
-    (dreamshard.profiling.task_choice) looks these up."""
-    replicas = [t for t in tables if parse_unit(t.name).kind == "replica"]
-    rest = [t for t in tables if parse_unit(t.name).kind != "replica"]
-    groups = [(rest, topology.batch_size)] if rest else []
-    return groups + ([(replicas, max(1, topology.batch_size // topology.num_devices))] if replicas else [])
 
 
 class Oracle:

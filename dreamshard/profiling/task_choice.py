@@ -10,8 +10,7 @@ from collections.abc import Callable
 from dreamshard.inventory.draws import draw
 from dreamshard.placement.expand import unit_table
 from dreamshard.profiling.batches import ProfileJob
-from dreamshard.profiling.corpus import DeviceCorpus, device_key
-from dreamshard.profiling.oracle import fused_operators
+from dreamshard.profiling.corpus import DeviceCorpus, device_key, fused_operators
 from dreamshard.values import BackendInfo
 
 Log = Callable[[str], None]
