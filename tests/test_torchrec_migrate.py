@@ -241,6 +241,38 @@ def test_a_model_change_carries_initialises_drops_and_renames_only_when_told() -
         plan_moves(stored, _state({"other": (4, 4)}, {"head.weight": (1, 4)}, stored=False))
 
 
+def test_adam_moments_move_between_the_fused_and_dense_forms_and_column_cuts() -> None:
+    """Fused ADAM keeps momentum1 (exp_avg) and exp_avg_sq; torch's Adam on a data-parallel table exp_avg,
+    exp_avg_sq and step. PARTIAL_ROWWISE_ADAM's exp_avg_sq is a row state, re-cut for new column shards."""
+    fqn = "embedding_bags.a.weight"
+    stored = {
+        f"model.{fqn}": Stored((4, 8), (8,)),
+        f"optim.state.{fqn}.a.momentum1": Stored((4, 8), ()),
+        f"optim.state.{fqn}.a.exp_avg_sq": Stored((4, 8), ()),
+    }
+    dp = {
+        f"model.{fqn}": Wanted((4, 8), (8,)),
+        **{f"optim.state.{fqn}.{f}": Wanted((4, 8)) for f in ("exp_avg", "exp_avg_sq")},
+        f"optim.state.{fqn}.step": Wanted(()),
+    }
+    got = plan_moves(stored, dp)
+    moves = {m.target.rsplit(".", 1)[1]: (m.kind, m.source) for m in got.moves}
+    assert moves["exp_avg"] == ("copy", f"optim.state.{fqn}.a.momentum1")
+    assert moves["exp_avg_sq"] == ("copy", f"optim.state.{fqn}.a.exp_avg_sq") and moves["step"] == ("fill", None)
+    assert got.translated == ("a",)
+    partial = {**stored, f"optim.state.{fqn}.a.exp_avg_sq": Stored((4,), ())}
+    cut = {
+        f"model.{fqn}": Wanted((4, 8), (4, 4)),
+        f"optim.state.{fqn}.a.momentum1": Wanted((4, 8)),
+        f"optim.state.{fqn}.a.exp_avg_sq": Wanted((8,)),
+    }
+    recut = {m.target.rsplit(".", 1)[1]: m for m in plan_moves(partial, cut).moves}
+    assert recut["momentum1"].kind == "copy"
+    assert (recut["exp_avg_sq"].kind, recut["exp_avg_sq"].widths_to) == ("rowwise", (4, 4))
+    with pytest.raises(Exception, match="table 'a': the checkpoint holds no optimizer state 'exp_avg_sq'"):
+        plan_moves({k: v for k, v in stored.items() if "exp_avg_sq" not in k}, dp)
+
+
 def test_the_optimizers_are_read_from_the_checkpoints_state() -> None:
     mlp = {"mlp.0.weight": (8, 32)}
     stored = _state({"user": (40, 16)}, mlp, stored=True)
