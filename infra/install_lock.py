@@ -17,6 +17,7 @@ Makefile then falls back to pip's resolver with constraints.txt).
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,14 @@ from pathlib import Path
 #: `pip check`'s lines that are expected: TorchRec's metadata asks for the CUDA build, the CPU build stands in.
 KNOWN_CHECK_NOTES = ("torchrec 1.9.2 requires fbgemm-gpu, which is not installed.",)
 PIP = [sys.executable, "-m", "pip"]
+#: A pin: a project name (PEP 508) `==` one public version with an optional local part (PEP 440), nothing else: no
+#: wildcard (`1.*`), no arbitrary equality (`===`), no second clause (`>=0,==1.0`), no URL, VCS or path requirement
+#: (`pkg @ https://...?x==1`, `git+https://...`, `./pkg`), no marker, extra or option.
+PIN = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+    r"==(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
+    r"(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?"
+)
 
 
 def pins(lock: Path, skip: frozenset[str]) -> list[str]:
@@ -38,8 +47,9 @@ def pins(lock: Path, skip: frozenset[str]) -> list[str]:
 
 
 def loose(lines: list[str]) -> list[str]:
-    """The lines that pin nothing: not `name==version` (a range, a bare name, an option such as `-e .`)."""
-    return [line for line in lines if line.startswith("-") or not all(line.partition("==")[::2])]
+    """The lines that are not one `name==version` pin (`PIN`): a range, a bare name, an option such as `-e .`, a
+    wildcard, an arbitrary equality, a URL, VCS or local-path requirement (whatever `==` it holds)."""
+    return [line for line in lines if PIN.fullmatch(line) is None]
 
 
 def install(groups: list[list[str]], workdir: Path) -> list[str]:

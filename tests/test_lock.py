@@ -87,8 +87,34 @@ def test_install_lock_refuses_a_missing_lock_and_a_loose_line_before_pip(
 
     assert main([str(tmp_path / "absent.lock")]) == 2
     assert capsys.readouterr().err.strip() == f"install_lock: no lock file {tmp_path / 'absent.lock'}"
-    for line in ("rich>=13", "-e .", "rich"):
+    for line in ("rich>=13", "-e .", "rich", "foo==1.*", "pkg @ https://example.com/pkg-1.0.whl?x==1"):
         (tmp_path / "loose.lock").write_text(f"# header\nsix==1.17.0\n{line}\n")
         assert main([str(tmp_path / "loose.lock")]) == 2
         err = capsys.readouterr().err.strip()
         assert f"'{line}' is not name==version" in err and "\n" not in err
+
+
+#: Lines that hold `==` and still pin nothing (a URL, VCS or local-path requirement, a wildcard, an arbitrary
+#: equality, a second clause): `pip install --no-deps` would install whatever they name.
+NOT_PINS = (
+    "pkg @ https://example.com/pkg-1.0.whl?x==1",
+    "pkg @ git+https://example.com/pkg.git@main?x==1",
+    "./vendor/pkg?x==1",
+    "file:///tmp/pkg.tar.gz?x==1",
+    "foo==1.*",
+    "foo===x",
+    "foo>=0,==1.0",
+    'foo==1.0; python_version > "3"',
+    "foo[extra]==1.0",
+    "foo==1.0 --hash=sha256:00",
+)
+
+
+@pytest.mark.parametrize("line", NOT_PINS)
+def test_a_line_with_double_equals_that_pins_nothing_is_loose(line: str) -> None:
+    assert loose([line]) == [line]
+
+
+@pytest.mark.parametrize("line", ["six==1.17.0", "torch==2.13.0+cpu", "certifi==2026.10.19.post1", "a.b_c-d==1!2rc1"])
+def test_a_pin_is_not_loose(line: str) -> None:
+    assert loose([line]) == []
