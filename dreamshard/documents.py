@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dreamshard.errors import DreamshardError, InputFileError, InventoryError, PlanError, first_line
+from dreamshard.parsing import DuplicateKeyError, NestingError, load_json, load_yaml
 from dreamshard.values import Inventory, Measurement, Plan
 from dreamshard.values.names import check_inventory_names
 
@@ -79,51 +80,6 @@ def read_bytes_and_text(p: Path) -> tuple[bytes, str]:
         raise InputFileError(f"{p}: not a UTF-8 text file") from None
 
 
-#: libyaml's safe loader where PyYAML was built with it (the same documents, several times faster: nearly every
-#: command reads an inventory), else PyYAML's own.
-_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class DuplicateKeyError(ValueError):
-    """A mapping in a document names one key twice (a YAML/JSON parser would silently keep the last)."""
-
-
-class _UniqueKeyLoader(_SAFE_LOADER):  # libyaml's loader or PyYAML's, chosen at import time
-    """The safe loader, refusing a mapping that repeats a key."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)):
-                continue  # an unhashable key: the base constructor reports it
-            if key in seen:
-                line = key_node.start_mark.line + 1
-                raise DuplicateKeyError(f"duplicate key '{str(key)[:64]}' (line {line})")
-            seen.add(key)
-        return dict(super().construct_mapping(node, deep=deep))
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json.loads' object hook refusing a repeated key."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise DuplicateKeyError(f"duplicate key '{k[:64]}'")
-        out[k] = v
-    return out
-
-
-def load_yaml(text: str) -> Any:
-    """`yaml.safe_load(text)` (libyaml's loader when there is one, `_SAFE_LOADER`), refusing repeated keys."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader either way
-
-
-def load_json(text: str) -> Any:
-    """`json.loads(text)`, refusing repeated keys."""
-    return json.loads(text, object_pairs_hook=_unique_pairs)
-
-
 def read_structured(path: str | Path) -> Any:
     """Read a JSON or YAML file (by suffix; YAML also parses JSON)."""
     return read_structured_digest(path)[0]
@@ -139,7 +95,7 @@ def read_structured_digest(path: str | Path) -> tuple[Any, str]:
     raw, text = read_bytes_and_text(p)
     try:
         data = load_json(text) if p.suffix.lower() == ".json" else load_yaml(text)
-    except DuplicateKeyError as e:
+    except (DuplicateKeyError, NestingError) as e:
         raise InputFileError(f"{p}: {e}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         first = first_line(e)

@@ -233,8 +233,9 @@ def test_one_embedding_dim_rule_for_tables_synth_presets_and_column_shards() -> 
 def test_load_yaml_reads_what_safe_load_reads_with_libyaml_when_built_with_it(tmp_path: Path) -> None:
     """Inventories and params are read with libyaml's safe loader (7x faster): the same documents as PyYAML's,
     and the same one-line error for a broken file."""
-    from dreamshard.documents import _SAFE_LOADER, load_yaml, read_structured
+    from dreamshard.documents import read_structured
     from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.parsing import _SAFE_LOADER, load_yaml
 
     assert _SAFE_LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
     root = Path(__file__).resolve().parents[1]

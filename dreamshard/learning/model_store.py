@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from dreamshard.learning.cost_model import CostEnsemble, CostNetSpec
 from dreamshard.learning.features import FEATURE_SPEC_VERSION
 from dreamshard.learning.policy import Policy, PolicySpec
 from dreamshard.learning.ranges import DEVICE_BACKENDS, FeatureRanges, device_type_check
+from dreamshard.parsing import load_json
 from dreamshard.values import CommModel, Table, Topology
 from dreamshard.values.model_files import CARD_FILE, COST_FILE, POLICY_FILE
 
@@ -207,7 +207,7 @@ def load_card(directory: Path) -> ModelCard:
         )
     try:
         text = path.read_text()
-        _check_format(path, json.loads(text))
+        _check_format(path, load_json(text))  # refuses repeated keys and nesting past parsing.MAX_NESTING
         card = ModelCard.model_validate_json(text)
     except ValidationError as e:
         raise ModelError(f"{path}: corrupt model card ({describe_validation_error(e)})") from None

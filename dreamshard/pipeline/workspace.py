@@ -33,8 +33,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 import dreamshard
-from dreamshard.documents import atomic_write_text, load_inventory, load_yaml, model_json, save_inventory
+from dreamshard.documents import atomic_write_text, load_inventory, model_json, save_inventory
 from dreamshard.errors import ConfigError, DreamshardError, PipelineError, first_line, redact_url
+from dreamshard.parsing import load_yaml
 from dreamshard.pipeline.dvc import (
     configure_local_remote,
     configure_s3_remote,

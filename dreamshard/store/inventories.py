@@ -11,8 +11,9 @@ import hashlib
 
 import yaml
 
-from dreamshard.documents import load_yaml, model_yaml
+from dreamshard.documents import model_yaml
 from dreamshard.errors import StoreError
+from dreamshard.parsing import load_yaml
 from dreamshard.store.base import PlanStore, cas_update
 from dreamshard.store.keys import INVENTORIES, current_inventory_key, inventory_key, parse_inventory_key
 from dreamshard.values import Inventory, Plan

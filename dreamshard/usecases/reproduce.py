@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from dreamshard.config.settings import installed_pipeline_file
-from dreamshard.documents import load_yaml
 from dreamshard.errors import PipelineError, PlanError
+from dreamshard.parsing import load_yaml
 from dreamshard.pipeline.workspace import ReproduceResult, check_directory_path, reproduce
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.stored import open_plan_store, stored_plan
@@ -38,7 +38,7 @@ def _stage_table(text: str, what: str) -> dict[str, tuple[str, tuple[str, ...]]]
     """{stage: (command with whitespace normalised, outs)} of a dvc.yaml text."""
     try:
         data = load_yaml(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: a repeated key, nesting too deep (dreamshard.parsing)
         data = None
     stages = data.get("stages") if isinstance(data, dict) else None
     if not isinstance(stages, dict) or not stages:

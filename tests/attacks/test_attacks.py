@@ -13,6 +13,7 @@ import cases_gate
 import cases_incumbent
 import cases_inventory_files
 import cases_loop
+import cases_nested_files
 import cases_params_files
 import cases_pipeline
 import cases_plan_files
@@ -44,6 +45,7 @@ TABLES: tuple[Table, ...] = (
     cases_inventory_files.TABLE,
     cases_params_files.TABLE,
     cases_publish_path.TABLE,
+    cases_nested_files.TABLE,
 )
 
 
