@@ -1,6 +1,7 @@
 """The leftovers of an interrupted publish: `plans list` warns of them as orphans and exits 0 (never
 CORRUPT), `plans fsck` names `plans gc` as their fix, `plans gc` removes them once older than the grace period and
-never touches a plan that a record or a pointer (current or history) names (dreamshard.store.orphans)."""
+never touches a stored plan (its object and its record) nor anything of a plan a pointer (current or history) names
+(dreamshard.store.orphans). A `plans gc` racing publishes: tests/test_store_gc_race.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from store_helpers import FP, approve, make_plan
 from dreamshard.cli.app import invoke
 from dreamshard.errors import StoreError
 from dreamshard.gate import evaluate_gate
-from dreamshard.store import LocalPlanStore, fsck, get_current, publish, reject, rollback, scan_plans
+from dreamshard.store import (
+    LocalPlanStore,
+    fsck,
+    get_current,
+    publish,
+    publish_or_reject,
+    reject,
+    rollback,
+    scan_plans,
+)
 from dreamshard.store.base import PlanStore
 from dreamshard.store.orphans import find_orphans, remove_orphans
 from dreamshard.values import Plan
@@ -167,15 +177,22 @@ def test_a_plan_without_record_under_a_corrupt_pointer_is_kept(store: LocalPlanS
     assert store.exists(f"plans/inv/{FP}/{orphan.plan_id}.json")
 
 
-def test_a_record_without_its_plan_is_kept(store: LocalPlanStore) -> None:
-    """The record is the only trace of a decision: fsck names it, gc keeps it."""
-    worse = next(r for r in scan_plans(store, "inv").records if r.status == "rejected")
-    Path(store.location, worse.key).unlink()
-    Path(store.location, worse.key + ".sha256").unlink()
+def test_a_record_without_its_plan_is_an_orphan_and_no_decision(store: LocalPlanStore) -> None:
+    """A record whose plan is gone can verify and load nothing: fsck names `plans gc`, gc removes it once past the
+    grace period, and the plan id is decided afresh when published again."""
+    worse_ref = next(r for r in scan_plans(store, "inv").records if r.status == "rejected")
+    worse = Plan.model_validate_json(Path(store.location, worse_ref.key).read_bytes())
+    Path(store.location, worse_ref.key).unlink()
+    Path(store.location, worse_ref.key + ".sha256").unlink()
+    [issue] = fsck(store, grace_minutes=0)
+    assert issue.key == worse_ref.key + ".record" and "a record without its plan" in issue.problem
+    assert "plans gc --inventory inv" in issue.fix
+    assert remove_orphans(store).kept[0].key == issue.key  # within the grace period: in flight or orphan, kept
     age_everything(Path(store.location), 2 * HOUR)
-    assert remove_orphans(store, grace_minutes=0).removed == ()
-    [issue] = fsck(store)
-    assert issue.key == worse.key + ".record" and "record without its plan" in issue.problem
+    [gone] = remove_orphans(store, grace_minutes=0).removed
+    assert gone.leftovers == (worse_ref.key + ".record",) and fsck(store) == []
+    ref = publish_or_reject(store, worse, evaluate_gate(worse, {"size_greedy": 10.0}, 0.0))
+    assert not ref.already_decided and ref.status == "rejected" and fsck(store) == []
 
 
 @pytest.mark.parametrize("grace", ["-1", "nan", "inf"])

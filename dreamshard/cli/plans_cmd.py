@@ -173,10 +173,10 @@ def gc_cmd(
     params: ParamsOpt = None,
     endpoint: EndpointOpt = None,
 ) -> None:
-    """Remove the orphans of interrupted publishes (docs/architecture/stores.md, "Stores"): a plan object without its
-    record that no pointer (current or history) names, with its checksum; a checksum without its plan. Never an
-    object a record or a pointer names. Those younger than --grace-minutes may be a publish in flight: kept and
-    named. Exit 0 (nothing to remove is no error)."""
+    """Remove the orphans of interrupted publishes (docs/architecture/stores.md, "Stores"): of a plan no pointer
+    (current or history) names, a plan object without its record, with its checksum, or a record or checksum without
+    its plan object. Never a stored plan nor anything of a plan a pointer names. Those younger than --grace-minutes
+    may be a publish in flight: kept and named. Exit 0 (nothing to remove is no error)."""
     result = plans_uc.gc(
         plans_uc.GcRequest(
             settings=plans_settings(params),

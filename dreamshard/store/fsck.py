@@ -24,18 +24,12 @@ from dreamshard.store.pointer import HISTORY_LIMIT, entry_key, pointer_or_proble
 from dreamshard.values import utcnow
 from dreamshard.values.records import CurrentPointer, FsckIssue, Orphan, PlanRecordFile
 
-#: Checksum and record files without their plan that are no orphans of a publish (dreamshard.store.orphans): kept.
-_STRAY = {
-    "checksum": (
-        "checksum file without its plan, kept: the pointer names the plan, or cannot be read",
-        "restore the plan from a backup, or repair the pointer (`plans gc` keeps what a pointer may name)",
-    ),
-    "record": (
-        "record without its plan (a publish writes the record last: the plan was removed since)",
-        "restore the plan from a backup, or move the record out of the store (`plans gc` keeps records: the "
-        "only trace of a decision)",
-    ),
-}
+#: A checksum or record file without its plan that is no orphan (dreamshard.store.orphans): the pointer names the
+#: plan, or cannot be read (it may name it). Kept by `plans gc`.
+_STRAY = (
+    "{kind} without its plan, kept: the pointer names the plan, or cannot be read",
+    "restore the plan from a backup, or repair the pointer (`plans gc` keeps what a pointer may name)",
+)
 
 
 def _path_issue(e: StorePathError | PathProblem) -> FsckIssue:
@@ -51,9 +45,11 @@ def _guarded(check: Callable[[], list[FsckIssue]]) -> list[FsckIssue]:
 
 
 def fsck(
-    store: PlanStore, inventory: str | None = None, grace_minutes: float = ORPHAN_GRACE_MINUTES
+    store: PlanStore, inventory: str | None = None, grace_minutes: float = ORPHAN_GRACE_MINUTES, store_flag: str = ""
 ) -> list[FsckIssue]:
-    """Everything inconsistent in the plan store (all inventories if None); changes nothing.
+    """Everything inconsistent in the plan store (all inventories if None); changes nothing. `store_flag`: how the
+    command line names this store (`--store DIR`, with `--endpoint-url`), put into every fix that is a command;
+    "" for the default store.
 
     Finds: the store's own structure (`PlanStore.path_problems`: links out of a local store, empty folders, a file
     where a folder belongs, a folder where an object belongs), objects under plans/ that are not part of the
@@ -71,7 +67,7 @@ def fsck(
     inventories = [inventory] if inventory else sorted({i for k in keys if (i := inventory_of(k)) is not None})
     for inv in inventories:
         mine = [k for k in keys if k.startswith(inventory_prefix(inv))]
-        found += _guarded(partial(_check_inventory, store, inv, mine, behind, grace_of(grace_minutes)))
+        found += _guarded(partial(_check_inventory, store, inv, mine, behind, grace_of(grace_minutes), store_flag))
     found += _unexpected(keys)
     if inventory is None:
         found += _guarded(lambda: check_inventory_store(store))
@@ -106,32 +102,37 @@ def _unexpected(keys: list[str]) -> list[FsckIssue]:
     ]
 
 
+def _command(verb: str, store_flag: str, *args: str) -> str:
+    """A `dreamshard plans VERB` fix, naming the store as the command line did (`store_flag`)."""
+    return " ".join(["dreamshard plans", verb, *([store_flag] if store_flag else []), *args])
+
+
 def _check_inventory(
-    store: PlanStore, inv: str, keys: list[str], behind: set[str], grace: timedelta
+    store: PlanStore, inv: str, keys: list[str], behind: set[str], grace: timedelta, store_flag: str = ""
 ) -> list[FsckIssue]:
     """Everything inconsistent under one inventory (`keys`: its objects the store can read; `behind`: paths it
     cannot read through): its pointer and the plans it names, each stored plan, a plan decided twice, the orphans
     of interrupted publishes (only where the pointer reads: it may name any plan), and checksum or record files
     without their plan."""
-    pointer, problem, out = _pointer_issues(store, inv)
+    pointer, problem, out = _pointer_issues(store, inv, store_flag)
     if pointer is not None:
         out += _history_issues(store, pointer)
     now = utcnow()
     orphans = [] if problem else orphans_of(store, keys, pointer, now, grace, frozenset(behind))
-    left = {o.key for o in orphans}
+    left = {k for o in orphans for k in (o.key, *o.leftovers)}
     plans = [p for k in keys if (p := parse_key(k)) is not None and p.kind == "plan"]
     stored = [p for p in plans if p.key not in left]
-    out += _stored_plan_issues(store, inv, stored, pointer, pointer_readable=not problem)
+    out += _stored_plan_issues(store, inv, stored, pointer, not problem, store_flag)
     out += _decided_twice_issues(inv, stored)
-    out += [_orphan_issue(o, now, grace) for o in orphans]
+    out += [_orphan_issue(o, now, grace, _command("gc", store_flag, "--inventory", inv)) for o in orphans]
     out += _orphan_issues([k for k in keys if k not in left], plans, behind)
     return out
 
 
-def _orphan_issue(orphan: Orphan, now: datetime, grace: timedelta) -> FsckIssue:
-    """An orphan of an interrupted publish as a finding, with `plans gc` as its fix (none yet within the grace)."""
+def _orphan_issue(orphan: Orphan, now: datetime, grace: timedelta, gc: str) -> FsckIssue:
+    """An orphan of an interrupted publish as a finding, with `gc` (the `plans gc` command) as its fix (none yet
+    within the grace)."""
     written = f"written {age(orphan.written_at, now)} ago"
-    gc = f"dreamshard plans gc --inventory {orphan.inventory}"
     if orphan.in_flight:
         return FsckIssue(
             key=orphan.key,
@@ -140,12 +141,14 @@ def _orphan_issue(orphan: Orphan, now: datetime, grace: timedelta) -> FsckIssue:
         )
     return FsckIssue(
         key=orphan.key,
-        problem=f"orphan of an interrupted publish: {orphan.what}, named by no record or pointer, {written}",
+        problem=f"orphan of an interrupted publish: {orphan.what}, named by no pointer, {written}",
         fix=f"`{gc}` removes it",
     )
 
 
-def _pointer_issues(store: PlanStore, inv: str) -> tuple[CurrentPointer | None, str, list[FsckIssue]]:
+def _pointer_issues(
+    store: PlanStore, inv: str, store_flag: str = ""
+) -> tuple[CurrentPointer | None, str, list[FsckIssue]]:
     """The inventory's pointer (None if absent or unreadable), why it cannot be read ("" if it can), and the
     findings: an unreadable pointer, or a current plan that does not load or verify."""
     try:
@@ -153,14 +156,14 @@ def _pointer_issues(store: PlanStore, inv: str) -> tuple[CurrentPointer | None, 
     except StorePathError as e:
         return None, str(e), [_path_issue(e)]
     if problem:
-        fix = f"dreamshard plans rollback --inventory {inv} --to PLAN_ID"
+        fix = _command("rollback", store_flag, "--inventory", inv, "--to", "PLAN_ID")
         return None, problem, [FsckIssue(key=current_key(inv), problem=problem, fix=fix)]
     if pointer is None:
         return None, "", []
     try:
         load_verified(store, entry_key(pointer.entry()), pointer.sha256)
     except (StoreError, PlanError) as e:
-        fix = f"dreamshard plans rollback --inventory {inv}"
+        fix = _command("rollback", store_flag, "--inventory", inv)
         return pointer, "", [FsckIssue(key=current_key(inv), problem=f"current plan {pointer.plan_id}: {e}", fix=fix)]
     return pointer, "", []
 
@@ -187,7 +190,12 @@ def _history_issues(store: PlanStore, pointer: CurrentPointer) -> list[FsckIssue
 
 
 def _stored_plan_issues(
-    store: PlanStore, inv: str, plans: list[PlanKey], pointer: CurrentPointer | None, pointer_readable: bool
+    store: PlanStore,
+    inv: str,
+    plans: list[PlanKey],
+    pointer: CurrentPointer | None,
+    pointer_readable: bool,
+    store_flag: str = "",
 ) -> list[FsckIssue]:
     """Per stored plan: its own problems (`_plan_problems`), an approved plan that never became current (an
     interrupted publish), a record whose status disagrees with where the plan is stored."""
@@ -208,11 +216,12 @@ def _stored_plan_issues(
             and pointer_readable
             and (pointer is None or len(pointer.history) < HISTORY_LIMIT)
         ):
+            rollback = _command("rollback", store_flag, "--inventory", inv, "--to", pk.plan_id)
             out.append(
                 FsckIssue(
                     key=pk.key,
                     problem="approved plan that never became current (an interrupted publish?)",
-                    fix=f"re-publish it, or `dreamshard plans rollback --inventory {inv} --to {pk.plan_id}`",
+                    fix=f"re-publish it, or `{rollback}`",
                 )
             )
         if record is not None and record.status != pk.status:
@@ -252,8 +261,8 @@ def _orphan_issues(keys: list[str], plans: list[PlanKey], behind: set[str]) -> l
     for key in keys:
         parsed = parse_key(key)
         if parsed is not None and parsed.kind != "plan" and parsed.of("plan").key not in stored:
-            problem, fix = _STRAY[parsed.kind]
-            out.append(FsckIssue(key=key, problem=problem, fix=fix))
+            problem, fix = _STRAY
+            out.append(FsckIssue(key=key, problem=problem.format(kind=f"{parsed.kind} file"), fix=fix))
     return out
 
 

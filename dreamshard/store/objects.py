@@ -151,6 +151,11 @@ def load_original(
     return _parsed(store, pk, data)
 
 
+#: How many times a publish writes its objects again when they went missing while it wrote them (a `plans gc` with a
+#: grace period shorter than a publish removed them: dreamshard.store.orphans).
+REWRITES = 8
+
+
 def upload_verified(
     store: PlanStore,
     plan: Plan,
@@ -159,27 +164,53 @@ def upload_verified(
     pending: PendingChange | None = None,
     review: Review | None = None,
 ) -> tuple[PlanKey, str]:
-    """Upload plan + checksum + record, read the plan back and verify it. Returns (key, sha256). The record carries
+    """Upload plan + checksum + record, read them back and verify them. Returns (key, sha256). The record carries
     the change a pending plan waits for (`pending`) and the reviewer's answer that decided it (`review`).
 
     Each object goes to its own kind's key (dreamshard.store.keys), so no write replaces another plan's object;
-    a different plan already stored under this id fails the upload before anything is written."""
+    a different plan already stored under this id fails the upload before anything is written. An object that is
+    missing or wrong on read-back (a `plans gc` with a short grace period removed it mid-flight) is written again,
+    up to REWRITES times; then StoreError."""
     pk = key_of(plan, status)
     data = (plan.model_dump_json(indent=2) + "\n").encode()
     digest = sha256_hex(data)
     existing = store.get_versioned(pk.key)
     if existing is not None and sha256_hex(existing[0]) != digest:
         raise StoreError(f"{pk.key} already exists in {store.location} with different content; plan ids must be unique")
-    store.put_bytes(pk.key, data)
-    store.put_bytes(pk.of("checksum").key, f"{digest}  {pk.leaf}\n".encode())
     record = PlanRecordFile(
         plan_id=plan.plan_id, status=status, sha256=digest, gate=decision, pending=pending, review=review
     )
-    store.put_bytes(pk.of("record").key, (record.model_dump_json(indent=2) + "\n").encode())
-    back = store.get_bytes(pk.key)
-    if sha256_hex(back) != digest or expected_sha(store, pk) != digest:
-        raise StoreError(
-            f"uploaded plan {pk.key} to {store.location} failed checksum verification on read-back; "
-            f"current was not moved: retry the publish"
-        )
-    return pk, digest
+    objects = {
+        pk.key: data,
+        pk.of("checksum").key: f"{digest}  {pk.leaf}\n".encode(),
+        pk.of("record").key: (record.model_dump_json(indent=2) + "\n").encode(),
+    }
+    missing = list(objects)
+    for _ in range(REWRITES):
+        for key in missing:  # in order: the plan first, its record last
+            store.put_bytes(key, objects[key])
+        missing = _not_read_back(store, pk, objects, digest)
+        if not missing:
+            return pk, digest
+    raise StoreError(
+        f"uploaded plan {pk.key} to {store.location} failed verification on read-back {REWRITES} times "
+        f"({', '.join(missing)} missing or changed; is a `plans gc` with a short --grace-minutes running?); "
+        f"current was not moved: retry the publish"
+    )
+
+
+def _not_read_back(store: PlanStore, pk: PlanKey, objects: dict[str, bytes], digest: str) -> list[str]:
+    """The keys of `objects` (plan, checksum, record) that do not read back as written, in write order: the plan and
+    its checksum byte for byte, the record as any readable record of this plan's bytes and status (a concurrent
+    publisher of the same plan id may have written its own)."""
+    out: list[str] = []
+    for key, want in objects.items():
+        if key == pk.of("record").key:
+            record = read_record(store, pk)
+            ok = record is not None and record.sha256 == digest and record.status == pk.status
+        else:
+            got = store.get_versioned(key)
+            ok = got is not None and got[0] == want
+        if not ok:
+            out.append(key)
+    return out

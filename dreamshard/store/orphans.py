@@ -5,22 +5,28 @@ What storing a decision writes, in this order (`objects.upload_verified`, `plans
 1. the plan object ``<id>.json``; 2. its checksum object ``<id>.json.sha256``; 3. its record ``<id>.json.record``
 (the decision); 4. for an approved plan, the pointer's move (compare-and-swap).
 
-Once its record is written a plan is stored, never an orphan (an approved one the pointer never reached is fsck's
-"never became current": a rollback target). A publish interrupted before step 3 leaves an **orphan**:
+A plan is stored when its object and its record are both there (an approved one the pointer never reached is
+fsck's "never became current": a rollback target). Anything else of a plan that no pointer names (neither the
+inventory's current entry nor its history) is an **orphan**, left by a publish that was interrupted or whose objects
+a `plans gc` removed while it was writing them:
 
-- an orphan plan: a plan object (approved or rejected) with no record object, whose key the inventory's pointer does
-  not name (neither its current entry nor its history), whose bytes are a plan of the key's id, inventory and
-  fingerprint (other bytes are corruption, kept and reported), and with no ``<id>.record.json`` beside it (the
-  record of a store written before this layout). Its leftovers: its checksum object if there is one, then itself;
-- an orphan checksum: a checksum object without its plan object that the pointer does not name (a repair removes
-  the checksum before the plan, so it leaves none; hand damage does).
+- an orphan plan: a plan object (approved or rejected) with no record object, whose bytes are a plan of the key's
+  id, inventory and fingerprint (other bytes are corruption, kept and reported), and with no ``<id>.record.json``
+  beside it (the record of a store written before this layout). Its leftovers: its checksum object if there is one,
+  then itself;
+- an orphan record or checksum: a record and/or checksum object without its plan object. A record without its plan
+  is no decision (nothing can be verified or loaded against it; publishing the plan id again decides it afresh).
+  Its leftovers: the checksum, then the record.
 
-Never an orphan, never deleted: a record without its plan (the only trace of a decision: fsck names it), anything a
-record or the pointer names, and every object of an inventory whose pointer cannot be read (it may name them).
+Never an orphan, never deleted: anything of a plan the pointer names (fsck names what is missing), and every object
+of an inventory whose pointer cannot be read (it may name them).
 
 A leftover written within the grace period (`ORPHAN_GRACE_MINUTES` by default, by the store's own write time) may
-be a publish still in flight: it is "in flight or orphan", listed and kept. `delete` and `written_at` (the two store
-primitives only this repair uses) are called from here only.
+be a publish still in flight: it is "in flight or orphan", listed and kept. With a grace period shorter than a
+publish (`--grace-minutes 0`), a removal can meet a publish mid-flight: the publish writes again what went missing
+before it returns (`objects.upload_verified`), and `plans gc` checks each orphan again just before and just after
+removing it, putting back (never over a newer object) what a publish came to need meanwhile. `delete` and
+`written_at` (the two store primitives only this repair uses) are called from here only.
 """
 
 from __future__ import annotations
@@ -68,23 +74,38 @@ def _is_its_plan(store: PlanStore, pk: PlanKey) -> bool:
     return (plan.plan_id, plan.inventory_name, plan.inventory_fingerprint) == (pk.plan_id, pk.inventory, pk.fingerprint)
 
 
+def _classify(pk: PlanKey, present: set[str], named: set[str]) -> tuple[str, tuple[str, ...]] | None:
+    """(what, leftovers) when the objects of plan `pk` that are `present` make an orphan by the definition (module
+    docstring), by the keys alone; None when they do not. `named`: the plan keys the pointer names."""
+    plan, checksum, record = (pk.of(k).key for k in ("plan", "checksum", "record"))
+    if plan in named:
+        return None
+    if plan in present:
+        if record in present or _legacy_record(pk) in present:
+            return None
+        if checksum in present:
+            return "a plan and its checksum without their record", (checksum, plan)
+        return "a plan without its checksum and record", (plan,)
+    left = tuple(k for k in (checksum, record) if k in present)
+    if left == (checksum, record):
+        return "a record and its checksum without their plan", left
+    if left:
+        return ("a checksum without its plan" if left == (checksum,) else "a record without its plan"), left
+    return None
+
+
 def _candidates(keys: set[str], present: set[str], named: set[str]) -> list[tuple[PlanKey, str, tuple[str, ...]]]:
-    """(key, what, leftovers) of each object of `keys` the definition (module docstring) may call an orphan, by the
-    keys alone; `present`: every object there (with those the store cannot read through), `named`: the plan keys
-    the pointer names."""
+    """(key, what, leftovers) of each orphan among the plans of `keys`, by the keys alone, in key order; `present`:
+    every object there (with those the store cannot read through), `named`: the plan keys the pointer names. The key
+    is the plan object's, or its first leftover's when the plan object is missing."""
     out: list[tuple[PlanKey, str, tuple[str, ...]]] = []
-    for key in sorted(keys):
-        pk = parse_key(key)
-        if pk is None or pk.of("plan").key in named:
-            continue
-        plan, checksum, record = (pk.of(k).key for k in ("plan", "checksum", "record"))
-        if pk.kind == "plan" and record not in present and _legacy_record(pk) not in present:
-            if checksum in present:
-                out.append((pk, "a plan and its checksum without their record", (checksum, plan)))
-            else:
-                out.append((pk, "a plan without its checksum and record", (plan,)))
-        elif pk.kind == "checksum" and plan not in present:
-            out.append((pk, "a checksum without its plan", (checksum,)))
+    for plan_key in sorted({pk.of("plan") for k in keys if (pk := parse_key(k)) is not None}, key=lambda p: p.key):
+        found = _classify(plan_key, present, named)
+        if found is not None:
+            what, leftovers = found
+            key = plan_key if plan_key.key in leftovers else parse_key(leftovers[0])
+            if key is not None:
+                out.append((key, what, leftovers))
     return out
 
 
@@ -151,35 +172,61 @@ def find_orphans(
 
 
 def _still_orphan(store: PlanStore, orphan: Orphan) -> bool:
-    """Checked again just before deleting: no record written meanwhile, and the pointer (read now) names no
-    leftover's plan."""
+    """Whether `orphan` is, read now, the orphan it was found to be: the same leftovers, no record or plan object
+    written meanwhile, and the pointer (read now) does not name its plan."""
     pk = parse_key(orphan.key)
-    if pk is None or store.exists(pk.of("record").key):
-        return False
-    if pk.kind == "checksum" and store.exists(pk.of("plan").key):
+    if pk is None:
         return False
     pointer, problem = pointer_or_problem(store, orphan.inventory)
     if problem:
         return False
-    return pointer is None or pk.of("plan").key not in {e.key for e in pointer.entries()}
+    named = {e.key for e in pointer.entries()} if pointer is not None else set()
+    keys = [pk.of(k).key for k in ("plan", "checksum", "record")] + [_legacy_record(pk)]
+    present = {k for k in keys if k and store.exists(k)}
+    return _classify(pk, present, named) == (orphan.what, orphan.leftovers)
+
+
+def _remove(store: PlanStore, orphan: Orphan) -> bool:
+    """Delete `orphan`'s leftovers in order, then check that no publish came to need them meanwhile (a record or the
+    plan object written, the pointer moved to it); if one did, put back each removed object where nothing was
+    written since, and say False."""
+    kept = {k: got[0] for k in orphan.leftovers if (got := store.get_versioned(k)) is not None}
+    for key in orphan.leftovers:
+        store.delete(key)
+    if _gone_unneeded(store, orphan):
+        return True
+    for key, data in kept.items():
+        store.put_if(key, data, None)  # only where the key is empty: never over what the publish wrote
+    return False
+
+
+def _gone_unneeded(store: PlanStore, orphan: Orphan) -> bool:
+    """After its leftovers were deleted: nothing of the orphan's plan is there (nothing a publish wrote meanwhile)
+    and the pointer names no leftover's plan."""
+    pk = parse_key(orphan.key)
+    if pk is None:
+        return False
+    if any(store.exists(pk.of(k).key) for k in ("plan", "checksum", "record")):
+        return False
+    pointer, problem = pointer_or_problem(store, orphan.inventory)
+    return not problem and (pointer is None or pk.of("plan").key not in {e.key for e in pointer.entries()})
 
 
 def remove_orphans(
     store: PlanStore, inventory: str | None = None, grace_minutes: float = ORPHAN_GRACE_MINUTES, dry_run: bool = False
 ) -> GcResult:
-    """`plans gc`: delete every orphan older than the grace period (its leftovers in order: the plan object last,
-    so an interrupted repair leaves an orphan plan, removed next time); keep those within it. `dry_run`: delete
-    nothing, say what would go."""
+    """`plans gc`: delete every orphan older than the grace period (its leftovers in order: the plan object or the
+    record last, so an interrupted repair leaves an orphan, removed next time); keep those within it. An orphan a
+    publish came to need while it was removed is put back and not counted (`_remove`). `dry_run`: delete nothing,
+    say what would go."""
     store.check()
     found = find_orphans(store, inventory, grace_minutes)
     removed: list[Orphan] = []
     for orphan in found:
         if orphan.in_flight or not _still_orphan(store, orphan):
             continue
-        if not dry_run:
-            for key in orphan.leftovers:
-                store.delete(key)
-        removed.append(orphan)
+        if dry_run or _remove(store, orphan):
+            removed.append(orphan)
     return GcResult(
         location=store.location,
         grace_minutes=grace_minutes,

@@ -66,7 +66,7 @@ def recorded_decision(store: PlanStore, plan: Plan) -> tuple[PlanKey, PlanRecord
     or rejected, or None. One plan id gets one decision per inventory version: publishing it again returns this."""
     for status in ("approved", "rejected"):
         pk = PlanKey(plan.inventory_name, plan.inventory_fingerprint, plan.plan_id, "plan", status)
-        if store.exists(pk.key) or store.exists(pk.of("record").key):
+        if store.exists(pk.key):  # a record without its plan is an orphan, no decision (store.orphans)
             return pk, _awaited_record(store, pk)
     return None
 

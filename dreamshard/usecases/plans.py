@@ -5,10 +5,12 @@ report (`show` with `stats`)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dreamshard.config.publish import PublishConfig
 from dreamshard.documents import check_outputs
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
@@ -69,9 +71,21 @@ class FsckResult(Result):
 
 def fsck(request: ListRequest) -> FsckResult:
     """The whole store checked, nothing changed: pointers, checksums, records, orphans of interrupted publishes,
-    stored inventory versions (one issue per problem, with its fix)."""
+    stored inventory versions (one issue per problem, with its fix: a command names this store unless it is the
+    default one)."""
     store = open_plan_store(request.settings, request.store, request.endpoint_url)
-    return FsckResult(location=store.location, issues=store_fsck(store, request.inventory, request.grace_minutes))
+    issues = store_fsck(store, request.inventory, request.grace_minutes, store_flag(request))
+    return FsckResult(location=store.location, issues=issues)
+
+
+def store_flag(request: StoreRequest) -> str:
+    """The options that name `request`'s store on a command line (`--store URI`, `--endpoint-url URL`); "" for the
+    default store (publish.store_uri's default), which a command finds without them."""
+    uri = request.store or request.settings.publish.store_uri
+    parts = [] if uri == PublishConfig().store_uri else ["--store", shlex.quote(uri)]
+    if request.endpoint_url:
+        parts += ["--endpoint-url", shlex.quote(request.endpoint_url)]
+    return " ".join(parts)
 
 
 def orphan_age(orphan: Orphan) -> str:

@@ -412,11 +412,47 @@ def _cases() -> list[Case]:
 
 def _orphan_cases() -> list[Case]:
     """What S3 dying mid-publish leaves (tests/attacks/store_orphans.py)."""
-    from store_orphans import in_flight, kept, kept_as_json, left_by_a_dead_publish, removed, warned
+    from store_orphans import (
+        decided_afresh,
+        fsck_names_gc_on_the_store,
+        in_flight,
+        kept,
+        kept_as_json,
+        left_by_a_dead_publish,
+        left_by_a_gc_race,
+        removed,
+        removed_without_its_plan,
+        warned,
+    )
 
     old, new = left_by_a_dead_publish(False, 3.0), left_by_a_dead_publish(True, 0.0)
     old_pair = left_by_a_dead_publish(True, 3.0)
+    record, both = left_by_a_gc_race(("record",)), left_by_a_gc_race(("checksum", "record"))
+    publish_bad = f"plans publish bad.json --store store {GATE}"
     return [
+        Runs(
+            "a gc race's record and checksum without their plan: plans fsck names gc --store, gc removes them",
+            "plans fsck --store store",
+            fsck_names_gc_on_the_store,
+            both,
+            code=1,
+        ),
+        Runs(
+            "plans gc removes a record left without its plan",
+            "plans gc --store store",
+            removed_without_its_plan,
+            record,
+        ),
+        Runs(
+            "a plan id whose record was left without its plan is decided afresh", publish_bad, decided_afresh, record, 1
+        ),
+        Runs(
+            "a plan id whose record and checksum were left without their plan is decided afresh",
+            publish_bad,
+            decided_afresh,
+            both,
+            1,
+        ),
         Runs("a dead publish's plan object: plans list warns, exit 0", "plans list --store store", warned, old),
         Runs("a dead publish's plan and checksum: plans list warns", "plans list --store store", warned, old_pair),
         Runs("a dead publish's plan, just written: in flight or orphan", "plans list --store store", in_flight, new),
