@@ -114,14 +114,35 @@ def test_corrupt_and_incompatible_models_are_one_line_errors(model_dir, tmp_path
 
     d = _copy(model_dir, tmp_path / "d")
     card = json.loads((d / "model.json").read_text())
-    card["cost_spec"]["latent"] = 7  # weights no longer fit the architecture
-    card["files"] = {}
+    card["cost_spec"]["latent"] = 7  # weights no longer fit the architecture (their checksums still match)
     (d / "model.json").write_text(json.dumps(card))
     with pytest.raises(ModelError, match="cannot load weights"):
         load_model(d)
 
     with pytest.raises(ModelError, match="no dreamshard model"):
         load_model(tmp_path / "missing")
+
+
+def test_a_card_without_the_checksums_of_its_weights_is_refused(model_dir, tmp_path):
+    """`"files": {}` on a card: a flipped byte in its cost_net.pt was planned with silently; now nothing loads
+    unverified (load_model, and `plan --model` in one line)."""
+    from dreamshard.cli.app import invoke
+    from dreamshard.documents import save_inventory
+
+    d = _copy(model_dir, tmp_path / "m")
+    card = json.loads((d / "model.json").read_text())
+    card["files"] = {}
+    (d / "model.json").write_text(json.dumps(card))
+    weights = bytearray((d / "cost_net.pt").read_bytes())
+    weights[-100] ^= 0x01  # one flipped bit in the weights' last tensor
+    (d / "cost_net.pt").write_bytes(bytes(weights))
+    with pytest.raises(ModelError, match="records no checksum for cost_net.pt"):
+        load_model(d)
+    save_inventory(synth_inventory(4, seed=0, name="inv"), tmp_path / "inv.yaml")
+    code, _, err = invoke(
+        ["plan", "-i", str(tmp_path / "inv.yaml"), "-d", "2", "--model", str(d), "-o", str(tmp_path / "p.json")]
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "records no checksum" in err, err
 
 
 def test_cost_only_model_needs_policy(model_dir, tmp_path):

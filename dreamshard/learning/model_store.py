@@ -234,7 +234,12 @@ def _load_state(directory: Path, name: str, card: ModelCard, module: torch.nn.Mo
     except OSError:
         raise ModelError(f"{path}: missing model weights; the model directory is incomplete") from None
     expected = card.files.get(name)
-    if expected is not None and _sha(data) != expected:
+    if expected is None:
+        raise ModelError(
+            f"{path}: {CARD_FILE} records no checksum for {name}, so the weights cannot be verified; "
+            "use a model as `dreamshard train` or `pretrain` saved it (its card lists each file's sha256)"
+        )
+    if _sha(data) != expected:
         raise ModelError(f"{path}: checksum differs from {CARD_FILE} (corrupt or partially written model)")
     try:
         with warnings.catch_warnings():  # torch warns (several lines) before some failures: the error says it
