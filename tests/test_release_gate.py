@@ -9,6 +9,7 @@ import copy
 import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture()
 def params(tmp_path: Path) -> Path:
     p = tmp_path / "params.yaml"
-    release = {"tasks": TASKS, "rounds": 2, "bootstrap": 300, "max_vs_best": 1.2}
+    release = {"tasks": TASKS, "rounds": 2, "bootstrap": 300, "max_vs_best": 1.2, "allow_simulated": True}
     p.write_text(yaml.safe_dump({"profile": {"backend": "simulator"}, "release": release}))
     return p
 
@@ -99,7 +100,8 @@ def test_a_better_model_is_released_with_its_report_linked_from_its_card(
     candidate = _copy(models["good"], tmp_path / "candidate")
     code, out, err = invoke(["release", str(candidate), "--into", str(shipped), "--params", str(params)])
     assert code == 0, err
-    assert "released: model" in out
+    assert "released: model" in out and "simulated geomean" in out and "oracle-measured" not in out + err
+    assert "oracle-measured" not in (shipped / "release.md").read_text()
     assert (shipped / "cost_net.pt").read_bytes() == (candidate / "cost_net.pt").read_bytes()
     card = load_card(shipped)
     assert card.version == load_card(candidate).version
@@ -135,3 +137,70 @@ def test_the_interval_reads_paired_rounds_and_weighs_tasks_equally() -> None:
     assert iv.low < 1.0 < iv.high and iv.estimate == pytest.approx(float(np.sqrt(0.9 * 1.1)), rel=1e-6)
     with pytest.raises(ValueError, match="equal"):
         round_log_ratios([1.0], [1.0, 2.0])
+
+
+def _no_bench(*a: object, **k: object) -> None:
+    raise AssertionError("the release bench ran before the refusal")
+
+
+def test_a_simulated_release_needs_allow_simulated(
+    models: dict[str, Path], params: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulator's costs decide a release only when asked (release.allow_simulated), refused in one line before
+    the bench; asked, the console and the report call its figures simulated, never oracle-measured."""
+    monkeypatch.setattr("dreamshard.usecases.release.run_bench", _no_bench)
+    strict = tmp_path / "strict.yaml"
+    data = yaml.safe_load(params.read_text())
+    data["release"].pop("allow_simulated")
+    strict.write_text(yaml.safe_dump(data))
+    shipped = _copy(models["good"], tmp_path / "shipped")
+    argv = ["release", str(models["bad"]), "--into", str(shipped), "--params", str(strict)]
+    code, _, err = invoke(argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "release.allow_simulated (--allow-simulated)" in err and "simulator" in err
+
+
+def test_a_candidate_whose_card_lists_no_checksums_is_refused_before_the_bench(
+    models: dict[str, Path], params: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`"files": {}` on the card: the shipped card would carry no checksums and a flipped byte in its cost_net.pt
+    would plan silently."""
+    monkeypatch.setattr("dreamshard.usecases.release.run_bench", _no_bench)
+    candidate = _copy(models["good"], tmp_path / "candidate")
+    card = json.loads((candidate / "model.json").read_text())
+    card["files"] = {}
+    (candidate / "model.json").write_text(json.dumps(card))
+    shipped = _copy(models["bad"], tmp_path / "shipped")
+    before = _digest(shipped)
+    code, _, err = invoke(["release", str(candidate), "--into", str(shipped), "--params", str(params)])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "records no checksum for cost_net.pt" in err and _digest(shipped) == before
+
+
+def test_an_unwritable_place_for_the_shipped_model_is_refused_before_the_bench(
+    models: dict[str, Path], params: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent of --into that cannot be written (here a file on the way; `chattr +i` below) is one line, exit 2,
+    before anything is measured: it was a 40-line PermissionError traceback after the whole bench, exit 1."""
+    monkeypatch.setattr("dreamshard.usecases.release.run_bench", _no_bench)
+    (tmp_path / "afile").write_text("x")
+    argv = ["release", str(models["good"]), "--into", str(tmp_path / "afile/pretrained"), "--params", str(params)]
+    code, _, err = invoke(argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "cannot be replaced" in err and "is not a directory" in err and "nothing was measured" in err
+
+
+def test_an_immutable_parent_of_the_shipped_model_is_refused_before_the_bench(
+    models: dict[str, Path], params: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dreamshard.usecases.release.run_bench", _no_bench)
+    parent = tmp_path / "locked"
+    shipped = _copy(models["bad"], parent / "pretrained")
+    if subprocess.run(["chattr", "+i", str(parent)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i is not permitted here (it needs CAP_LINUX_IMMUTABLE)")
+    try:
+        code, _, err = invoke(["release", str(models["good"]), "--into", str(shipped), "--params", str(params)])
+    finally:
+        subprocess.run(["chattr", "-i", str(parent)], check=True)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{parent} cannot be written (Operation not permitted)" in err

@@ -140,3 +140,18 @@ def test_a_killed_release_leaves_it_byte_identical_and_the_next_one_cleans_up(di
     assert (shipped / COST_FILE).read_bytes() == (candidate / COST_FILE).read_bytes()
     load_model(shipped)
     assert os.path.isdir(shipped)
+
+
+def test_a_release_into_a_link_replaces_the_directory_it_names_and_keeps_the_link(dirs: tuple[Path, Path]) -> None:
+    """`release --into cur` with `cur -> pretrained`: the directory is switched, `cur` stays a link to it, and nothing
+    staged is left beside either (the link was replaced by a directory and `.cur.release-*` was left before)."""
+    candidate, shipped = dirs
+    link = shipped.parent / "cur"
+    link.symlink_to(shipped.name)
+    path = promote_mod.promote(candidate, link, report())
+    assert link.is_symlink() and os.readlink(link) == shipped.name
+    assert path == link / "release.md" and path.is_file()
+    assert load_card(shipped).version == "candidate-2"
+    assert (shipped / COST_FILE).read_bytes() == (candidate / COST_FILE).read_bytes()
+    assert sorted(p.name for p in shipped.parent.iterdir()) == ["candidate", "cur", "pretrained"]
+    load_model(link)

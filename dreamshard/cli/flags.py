@@ -21,6 +21,7 @@ SETTING_FLAGS: dict[str, str] = {
     "plan.num_devices": "--devices",
     "evaluate.rounds": "--rounds",
     "publish.allow_simulated": "--allow-simulated",
+    "release.allow_simulated": "--allow-simulated",
     "publish.allow_proxy": "--allow-proxy",
     "publish.min_improvement": "--min-improvement",
     "the gate's own measurement": "--measure",

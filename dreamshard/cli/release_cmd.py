@@ -30,12 +30,24 @@ def release(
     ),
     params: ParamsOpt = None,
     backend: BackendOverride = None,
+    allow_simulated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-simulated",
+            help="Let the simulator's costs decide a release (params release.allow_simulated; tests and scale "
+            "studies, never the shipped model).",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
 ) -> None:
     """Bench a new model against the shipped one and the heuristics on held-out families (params `release`); it
     replaces the shipped model only if the paired bootstrap's upper ends are within the bounds."""
     request = release_uc.ReleaseRequest(
-        settings=resolve(params, {"profile.backend": backend}), candidate=candidate, into=into
+        settings=resolve(
+            params, {"profile.backend": backend, "release.allow_simulated": True if allow_simulated else None}
+        ),
+        candidate=candidate,
+        into=into,
     )
     total = len(request.settings.release.tasks)
     with Progress(console=console, disable=not (progress and console.is_terminal), transient=True) as bar:

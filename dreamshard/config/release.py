@@ -54,6 +54,9 @@ class ReleaseConfig(_Config):
     max_vs_best: Annotated[float, Field(gt=0.0, le=2.0)] = 0.97
     memory_per_device_gb: Annotated[float, Field(gt=0.0)] = 16.0
     seed: Annotated[int, Field(ge=0)] = 0
+    # may a model be released on the analytic simulator's costs (tests, scale studies)? Never for a shipped model:
+    # the simulator's costs say nothing of hardware
+    allow_simulated: bool = False
 
     @model_validator(mode="after")
     def _tasks(self) -> ReleaseConfig:

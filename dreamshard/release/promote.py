@@ -31,14 +31,40 @@ def write_report(directory: Path, report: ReleaseReport) -> Path:
     return atomic_write_text(directory / REPORT_MD, render(report))
 
 
+def shipped_directory(into: Path) -> Path:
+    """The directory a release replaces for `--into into`: the directory itself, or the one a link names (the link
+    stays a link, to the released model); OSError on a link loop."""
+    return into.resolve(strict=False) if into.is_symlink() else into.absolute()
+
+
+def unwritable(target: Path) -> str | None:
+    """Why a release could not stage its directory beside `target` (the nearest existing folder above it cannot
+    be written: permissions, an immutable or read-only folder, a file on the way), or None. Probed by creating
+    and removing a staging-like folder, so it holds for root and for attributes as well as modes."""
+    here = target.parent
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        return f"{here} is not a directory"
+    try:
+        probe = tempfile.mkdtemp(prefix=STAGE_PREFIX.format(name=target.name) + "probe-", dir=here)
+    except OSError as e:
+        return f"{here} cannot be written ({e.strerror})"
+    os.rmdir(probe)
+    return None
+
+
 def promote(candidate: Path, target: Path, report: ReleaseReport) -> Path:
     """Replace the model in `target` by the one in `candidate`, with the report: everything is staged in a sibling
     directory first (the target's other files, the candidate's weights, the report, the card naming it), then the
-    staged directory and the target are switched in one step (`switch`). Returns the report's path."""
+    staged directory and the target are switched in one step (`switch`). A link as `target` is followed
+    (`shipped_directory`): the directory it names is replaced and the link is left as it is. Returns the report's
+    path."""
     card = load_card(candidate)
     provenance = {**card.provenance, "release": {"report": REPORT_MD, "summary": report.summary()}}
     released = card.model_copy(update={"provenance": provenance})
-    target = target.absolute()
+    link = target.absolute() if target.is_symlink() else None
+    target = shipped_directory(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(target)
     stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX.format(name=target.name), dir=target.parent))
@@ -55,7 +81,7 @@ def promote(candidate: Path, target: Path, report: ReleaseReport) -> Path:
         switch(stage, target)
     finally:
         shutil.rmtree(stage, ignore_errors=True)  # after the switch: the old model
-    return target / REPORT_MD
+    return (link or target) / REPORT_MD
 
 
 def remove_leftovers(target: Path) -> None:

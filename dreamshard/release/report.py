@@ -2,7 +2,8 @@
 task's best heuristic, with paired bootstrap intervals; released only if both upper ends are within bounds.
 
 Every plan-quality figure here is the oracle's (the planner's own measuring backend and collective fits), and the
-rendered report labels it "oracle-measured": the library cannot grade itself independently. The independent
+rendered report labels it "oracle-measured": the library cannot grade itself independently. On the analytic
+simulator (only with release.allow_simulated) it is labelled "simulated", never a measurement. The independent
 judge's figures for the same held-out tasks come from `bench/heldout.py` (docs/benchmarks/judge.md)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.config.release import ReleaseConfig
+from dreamshard.learning.model_store import SIMULATED_BACKENDS
 from dreamshard.release.bench import CANDIDATE, SHIPPED, TaskResult
 from dreamshard.release.stats import RatioInterval, geomean_interval, round_log_ratios
 from dreamshard.values import BackendInfo
@@ -36,13 +38,19 @@ class ReleaseReport(BaseModel):
     reasons: list[str]  # why not, one per failed bound (empty when released)
     created_at: datetime = Field(default_factory=utcnow)
 
+    @property
+    def basis(self) -> str:
+        """What the figures are: "oracle-measured" on a measuring backend, "simulated" on the analytic simulator
+        (never called a measurement)."""
+        return "simulated" if self.backend.name in SIMULATED_BACKENDS else "oracle-measured"
+
     def summary(self) -> str:
-        """One line: the decision and the two intervals (oracle-measured)."""
+        """One line: the decision and the two intervals, labelled with their basis."""
         parts = [f"vs best heuristic {self.vs_best} (bound {self.max_vs_best:g})"]
         if self.vs_shipped is not None:
             parts.insert(0, f"vs shipped {self.shipped} {self.vs_shipped} (bound {self.max_vs_shipped:g})")
         verdict = "released" if self.released else "refused"
-        return f"{verdict}: model {self.candidate} oracle-measured geomean " + "; ".join(parts)
+        return f"{verdict}: model {self.candidate} {self.basis} geomean " + "; ".join(parts)
 
 
 def decide(
@@ -80,19 +88,24 @@ def decide(
 def render(report: ReleaseReport) -> str:
     """The report as Markdown (committed beside a released model; its card links it)."""
     conf = f"{report.vs_best.confidence:.0%}"
+    basis = report.basis
+    source = (
+        "the analytic simulator's costs, not a measurement of any hardware"
+        if basis == "simulated"
+        else "the planner's own measurement and collective fits, not an independent judge (bench/heldout.py "
+        "reports the judge's figures for these tasks)"
+    )
     lines = [
         f"# Release gate: model {report.candidate}",
         "",
         f"{report.summary()}.",
         "",
-        f"Oracle-measured on {report.backend.name}/{report.backend.operator} ({report.backend.device}), "
-        f"{report.rounds} interleaved rounds per task, {report.created_at:%Y-%m-%d}: the planner's own measurement "
-        "and collective fits, not an independent judge (bench/heldout.py reports the judge's figures for these "
-        f"tasks). Ratios are medians over rounds (< 1: the candidate is faster); intervals are paired bootstraps over "
-        f"tasks and rounds at {conf}.",
+        f"{basis.capitalize()} on {report.backend.name}/{report.backend.operator} ({report.backend.device}), "
+        f"{report.rounds} interleaved rounds per task, {report.created_at:%Y-%m-%d}: {source}. Ratios are medians "
+        f"over rounds (< 1: the candidate is faster); intervals are paired bootstraps over tasks and rounds at {conf}.",
         "",
-        "| task | tables | histograms | best heuristic (oracle-measured) | candidate / best (oracle-measured) | "
-        "candidate / shipped (oracle-measured) |",
+        f"| task | tables | histograms | best heuristic ({basis}) | candidate / best ({basis}) | "
+        f"candidate / shipped ({basis}) |",
         "|---|---:|---:|---|---:|---:|",
     ]
     for r in report.tasks:

@@ -10,7 +10,7 @@ from pathlib import Path
 from dreamshard.errors import ConfigError
 from dreamshard.learning.model_store import load_card, load_model
 from dreamshard.release.bench import TaskResult, run_bench
-from dreamshard.release.promote import promote, write_report
+from dreamshard.release.promote import promote, shipped_directory, unwritable, write_report
 from dreamshard.release.report import ReleaseReport, decide
 from dreamshard.usecases.base import Request, Result
 from dreamshard.values.model_files import has_model
@@ -27,12 +27,28 @@ class ReleaseResult(Result):
 
 
 def _check(request: ReleaseRequest) -> None:
+    """Everything a release needs, before anything is measured (each refusal one line): a backend that measures
+    (the simulator only with release.allow_simulated), a candidate that loads with every file's checksum on its
+    card, and a shipped directory (or the one a link names) that can be replaced."""
+    settings = request.settings
+    if settings.profile.backend == "simulator" and not settings.release.allow_simulated:
+        raise ConfigError(
+            "release: profile.backend is simulator: a model released on the simulator's costs would ship untested "
+            "on hardware; measure on cpu or cuda, or set release.allow_simulated (tests and scale studies only)"
+        )
     if not has_model(request.candidate):
         raise ConfigError(f"release: {request.candidate} holds no model (no model.json); run `dreamshard pretrain`")
     if request.into.exists() and not request.into.is_dir():
         raise ConfigError(f"release: --into {request.into} is not a directory; give the shipped model's directory")
-    if request.candidate.resolve() == request.into.resolve():
+    try:
+        target = shipped_directory(request.into)
+    except (OSError, RuntimeError) as e:  # a link loop
+        raise ConfigError(f"release: --into {request.into} cannot be followed ({e})") from None
+    if request.candidate.resolve() == target.resolve():
         raise ConfigError(f"release: the candidate and the shipped model are the same directory ({request.into})")
+    why = unwritable(target)
+    if why is not None:
+        raise ConfigError(f"release: --into {request.into} cannot be replaced: {why}; nothing was measured")
     load_model(request.candidate)  # a candidate that does not load is refused before anything is measured
     if has_model(request.into):
         load_model(request.into, require_policy=False)

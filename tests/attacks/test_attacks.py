@@ -19,6 +19,7 @@ import cases_pipeline
 import cases_plan_files
 import cases_plan_incumbent
 import cases_publish_path
+import cases_release
 import cases_store_damage
 import cases_store_layout
 import cases_topology
@@ -46,6 +47,7 @@ TABLES: tuple[Table, ...] = (
     cases_params_files.TABLE,
     cases_publish_path.TABLE,
     cases_nested_files.TABLE,
+    cases_release.TABLE,
 )
 
 
