@@ -9,6 +9,7 @@ import typer
 
 from dreamshard.cli.options import MAX_SEED, ParamsOpt
 from dreamshard.config.settings import resolve
+from dreamshard.config.stages import MAX_SYNTH_TABLES
 from dreamshard.errors import ConfigError
 from dreamshard.lazy import lazy_module
 from dreamshard.values import MAX_BATCH, MAX_DEVICE_GB, MAX_DIM, Inventory
@@ -20,7 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 else:
     inventory_uc = lazy_module("dreamshard.usecases.inventory")
 
-#: Largest inventory `synth` / `from-trace` make (validating 100k tables takes seconds; 1M is the ceiling).
+#: Largest inventory `from-trace` keeps (validating 100k tables takes seconds; 1M is the ceiling). `synth` draws at
+#: most config.stages.MAX_SYNTH_TABLES (each table's histogram is simulated).
 MAX_TABLES = 1_000_000
 
 inventory_app = typer.Typer(
@@ -60,7 +62,11 @@ def synth_cmd(
     num_tables: Annotated[
         int | None,
         typer.Option(
-            "--num-tables", "-n", min=1, max=MAX_TABLES, help="Number of tables (inventory.num_tables; default 120)."
+            "--num-tables",
+            "-n",
+            min=1,
+            max=MAX_SYNTH_TABLES,
+            help=f"Number of tables, at most {MAX_SYNTH_TABLES:,} (inventory.num_tables; default 120).",
         ),
     ] = None,
     seed: Annotated[

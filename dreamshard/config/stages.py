@@ -24,11 +24,17 @@ class Section(StrictNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+#: The most tables `inventory synth` (and the pipeline's synthetic pool) draw: each table's reuse histogram is
+#: simulated from a batch of lookups, a few milliseconds a table on a 2-core machine, so this many take minutes
+#: (docs/user-guide/inventories.md, "Where inventories come from"). Larger inventories come from traces or models.
+MAX_SYNTH_TABLES = 10_000
+
+
 class InventoryConfig(Section):
     """Section `inventory`: the synthetic pool the pipeline starts from."""
 
     name: Annotated[str, Field(min_length=1)] = "pool"
-    num_tables: Annotated[int, Field(ge=1)] = 120
+    num_tables: Annotated[int, Field(ge=1, le=MAX_SYNTH_TABLES)] = 120
     seed: int = 0
     dims: tuple[int, ...] = (16, 32, 64, 128)
 

@@ -46,4 +46,19 @@ def _cases() -> list[Case]:
     return cases
 
 
-TABLE = Table("inventory files", _cases())
+#: `inventory synth` draws each table's reuse histogram (a few ms a table): 100,000 tables took over 200 s and 1,000,000
+#: was allowed. Refused at config.stages.MAX_SYNTH_TABLES, in one line, at once.
+SYNTH_TOO_MANY: list[Case] = [
+    Refused(
+        "inventory synth -n 100000", "inventory synth -n 100000 -o big.yaml", "less than or equal to 10000", seconds=20
+    ),
+    Refused(
+        "inventory synth with inventory.num_tables 100000 in --params",
+        "inventory synth --params big-params.yaml -o big.yaml",
+        ("big-params.yaml", "inventory.num_tables", "less than or equal to 10000"),
+        setup=written("big-params.yaml", "inventory: {num_tables: 100000}\n"),
+        seconds=20,
+    ),
+]
+
+TABLE = Table("inventory files", _cases() + SYNTH_TOO_MANY)
