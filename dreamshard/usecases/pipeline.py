@@ -32,7 +32,7 @@ from dreamshard.pipeline.workspace import (
 from dreamshard.store import open_store
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.pipeline_run import PipelineRun
-from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary, check_run
+from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary, check_run, run_setup
 from dreamshard.usecases.pipeline_steps import run_overrides as run_overrides  # a run's options over its params
 
 
@@ -215,13 +215,19 @@ def _dispatch(request: RunRequest) -> Dispatch:
 
 def prepare(request: RunRequest) -> PreparedRun:
     """The run's pre-flight: bad input fails here in one line, before the orchestrator starts and before anything
-    is written (a simulator backend the gate would refuse at the end among it, `check_run`); then a new
-    workspace's input inventory (the synthetic pool of params.inventory) is written."""
+    is written (a simulator backend the gate would refuse at the end among it, `check_run`; the settings and
+    remote the run itself will read, `run_setup`); then the store is
+    checked (a new local one is created) and a new workspace's input inventory (the synthetic pool of
+    params.inventory) is written."""
     dispatch = _dispatch(request)
     cfg = request.settings
     if request.allow_simulated:
         cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"allow_simulated": True})})
     check_run(cfg)
+    remote = (request.dvc_remote, request.dvc_remote_endpoint)
+    params = str(request.params) if request.params is not None else None
+    root = request.workspace.resolve()
+    run_setup(root, params, request.backend, request.store, remote, request.allow_simulated)  # refuses first
     inventory = request.inventory
     if inventory is None and (request.workspace / INPUT_INVENTORY).is_file():
         inventory = request.workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise

@@ -281,6 +281,26 @@ CASES: list[Case] = [
         setup=written("partial.yaml", "evaluate: {rounds: 3}\n"),
         guard=no_orchestrator,
     ),
+    Refused(
+        "a run the gate would refuse at its end (simulator, not allowed) creates no workspace and no store",
+        f"{RUN} --runner in-process --params sim.yaml",
+        ("publish.allow_simulated",),
+        setup=written("sim.yaml", "profile: {backend: simulator}\npublish: {allow_simulated: false}\n"),
+        guard=no_orchestrator,
+    ),
+    Refused(
+        "the same refusal with an inventory given creates no store",
+        f"{RUN} --runner in-process --params sim.yaml -i inv.yaml",
+        ("publish.allow_simulated",),
+        setup=lambda w: (
+            written("sim.yaml", "profile: {backend: simulator}\npublish: {allow_simulated: false}\n")(w),
+            written(
+                "inv.yaml",
+                "name: inv\ntables:\n  - {name: a, num_embeddings: 100, embedding_dim: 8, pooling_factor: 1}\n",
+            )(w),
+        ),
+        guard=no_orchestrator,
+    ),
     Runs(
         "pipeline init --params with the changed keys only writes the whole layered params.yaml",
         "pipeline init ws --params partial.yaml --dvc-remote remote",
