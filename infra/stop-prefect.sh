@@ -3,15 +3,17 @@
 # (A serve() process keeps running after its parent shell exits, hence the PID files.) Each gets SIGTERM, then
 # SIGKILL after PREFECT_STOP_GRACE_S seconds (default 10) if it is still running.
 #
-# A worker starts each flow run in a session of its own, so stopping the worker's process group misses its runs.
-# For each worker, in order:
-#   1. its running flow runs are cancelled through the API (Prefect cancellation: the worker stops each run's
-#      process and marks it Cancelled; `python -m dreamshard_flows.shutdown cancel NAME`), waiting up to the grace;
-#   2. the worker's process group is stopped (SIGTERM, SIGKILL after the grace);
-#   3. every process the worker had started (found before step 2) that is still running is stopped with its
-#      process group, the same way;
-#   4. a run still marked running is set Cancelled (`shutdown finish NAME`).
-# serve() gets steps 2 and 3; the server stops last, so steps 1 and 4 can reach its API.
+# A worker starts each flow run in a session of its own, so stopping the worker's process group misses its runs;
+# and a worker left polling while its runs are stopped takes the next scheduled run (a profiling batch) into a
+# process that is about to be killed. For each worker, in order:
+#   1. the processes it started are found, and the worker is frozen (SIGSTOP): from here it takes no run;
+#   2. its running and pending flow runs are set Cancelling through the API (`python -m dreamshard_flows.shutdown
+#      cancel NAME --wait 0`; Prefect then lets such a run end only as Cancelled);
+#   3. every process the worker had started is stopped with its process group (SIGTERM, SIGKILL after the grace);
+#   4. the frozen worker's process group is killed (it has nothing left to finish);
+#   5. a run still marked active, or crashed by step 3's signal, is set Cancelled (`shutdown finish NAME --since T`).
+# serve() gets SIGTERM to its group, then its processes the same way; the server stops last, so steps 2 and 5 can
+# reach its API.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR=${PREFECT_RUN_DIR:-$PWD/runs/prefect}
@@ -55,25 +57,43 @@ stop_pids() {
   signal_all KILL "$@"
 }
 
+# A worker, by steps 1-5 above: $1 its PID, $2 its name.
+stop_worker() {
+  local pid=$1 worker=$2 p spawned left since
+  since=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
+  mapfile -t spawned < <(descendants "$pid")
+  signal_all STOP "$pid"
+  "$PY" -m dreamshard_flows.shutdown cancel "$worker" --wait 0
+  left=()
+  for p in "${spawned[@]}"; do alive "$p" && left+=("$p"); done
+  if ((${#left[@]})); then
+    stop_pids "${left[@]}"
+    echo "stopped ${#left[@]} processes worker-$worker had started (pids ${left[*]})"
+  fi
+  signal_all KILL "$pid"
+  "$PY" -m dreamshard_flows.shutdown finish "$worker" --since "$since"
+}
+
 shopt -s nullglob
 for pidfile in "$RUN_DIR"/worker-*.pid "$RUN_DIR"/serve.pid "$RUN_DIR"/server.pid; do
   [[ -f "$pidfile" ]] || continue  # serve.pid, server.pid: named, not globbed
   pid=$(cat "$pidfile")
   name=$(basename "$pidfile" .pid)
   if alive "$pid"; then
-    worker=${name#worker-}
-    [[ $name == worker-* ]] && "$PY" -m dreamshard_flows.shutdown cancel "$worker" --wait "$GRACE_S"
-    spawned=()
-    [[ $name != server ]] && mapfile -t spawned < <(descendants "$pid")
-    # Each was started with setsid: its PID is its process group (uvicorn, the worker's own children).
-    stop_pids "$pid"
-    left=()
-    for p in "${spawned[@]}"; do alive "$p" && left+=("$p"); done
-    if ((${#left[@]})); then
-      stop_pids "${left[@]}"
-      echo "stopped ${#left[@]} processes $name had started (pids ${left[*]})"
+    if [[ $name == worker-* ]]; then
+      stop_worker "$pid" "${name#worker-}"
+    else
+      spawned=()
+      [[ $name != server ]] && mapfile -t spawned < <(descendants "$pid")
+      # Each was started with setsid: its PID is its process group (uvicorn, serve()'s own children).
+      stop_pids "$pid"
+      left=()
+      for p in "${spawned[@]}"; do alive "$p" && left+=("$p"); done
+      if ((${#left[@]})); then
+        stop_pids "${left[@]}"
+        echo "stopped ${#left[@]} processes $name had started (pids ${left[*]})"
+      fi
     fi
-    [[ $name == worker-* ]] && "$PY" -m dreamshard_flows.shutdown finish "$worker"
     echo "stopped $name (pid $pid)"
   fi
   rm -f "$pidfile"

@@ -397,3 +397,48 @@ def test_stop_prefect_kills_what_ignores_sigterm_after_the_grace_and_refuses_a_b
     finally:
         if stubborn.poll() is None:
             stubborn.kill()
+
+
+def test_stop_prefect_freezes_a_worker_before_it_cancels_its_runs(tmp_path: Path) -> None:
+    """infra/stop-prefect.sh: while a worker's runs are being cancelled and stopped, the worker takes no new run
+    (it was left polling, and picked up a profiling batch into a process about to be killed). A stand-in worker
+    "polls" (a line a tick) and a stand-in shutdown module counts its lines at the start and end of `cancel`."""
+    import os
+    import subprocess
+    import time
+
+    polls, events = tmp_path / "polls", tmp_path / "events"
+    worker = subprocess.Popen(
+        [
+            "setsid",
+            "python3",
+            "-c",
+            f"import time\nwhile True:\n    open({str(polls)!r}, 'a').write('poll\\n')\n    time.sleep(0.02)",
+        ],
+    )
+    stub = tmp_path / "python"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f"n() {{ wc -l < {polls}; }}\n"
+        f'echo "$3 $(n)" >> {events}\n'
+        "if [[ $3 == cancel ]]; then sleep 1; fi\n"
+        f'echo "$3-end $(n)" >> {events}\n'
+    )
+    stub.chmod(0o755)
+    try:
+        deadline = time.monotonic() + 10
+        while not polls.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / "worker-w1.pid").write_text(str(worker.pid))
+        env = {**os.environ, "PREFECT_RUN_DIR": str(tmp_path), "PYTHON": str(stub), "PREFECT_STOP_GRACE_S": "1"}
+        res = subprocess.run(
+            [str(ROOT / "infra" / "stop-prefect.sh")], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert res.returncode == 0 and f"stopped worker-w1 (pid {worker.pid})" in res.stdout, res.stdout + res.stderr
+        seen = dict(line.split() for line in events.read_text().splitlines())
+        assert list(seen) == ["cancel", "cancel-end", "finish", "finish-end"]
+        assert int(seen["cancel"]) > 0 and seen["cancel"] == seen["cancel-end"] == seen["finish"], seen
+        assert worker.wait(timeout=10) != 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
