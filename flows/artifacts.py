@@ -8,7 +8,7 @@ Keys are stable and lowercase-dash so the Prefect UI shows each artifact's histo
     review-<inv>              what a reviewer is asked before a plan becomes current (markdown)
     published-plan-<inv>      where the plan is in the store (link)
     plan-lineage-<inv>        data / model / params / code hashes of the plan (markdown)
-    profile-batches-<inv>     which worker measured which batch (table)
+    profile-batches-<inv>     which worker measured which batch, which run completed it (table)
     train-metrics-<inv>       the training stage's metrics (table)
     drift-report-<inv>        the trend of drift checks (markdown)
     replan-<inv>              what the fast path did for a new inventory version, and why (markdown)
@@ -17,6 +17,7 @@ Keys are stable and lowercase-dash so the Prefect UI shows each artifact's histo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,26 +122,42 @@ def _plan_link(store_uri: str, key: str) -> str:
     return (Path(store_uri.removeprefix("file://")).resolve() / key).as_uri()
 
 
-def profile_batches_artifact(shards: list[Any], inventory_name: str) -> None:
-    """Which worker (host, process, flow run) measured which batch of the profile stage."""
+def batch_rows(shards: list[Any], runs: Mapping[str, Sequence[tuple[str, str]]]) -> list[dict[str, Any]]:
+    """One row per batch: who measured it (the shard's worker, host, process and flow run) and, from its
+    deployment runs (`runs`: batch id -> [(run name, state name)] in submission order, `fanout.batch_runs`), the
+    run that completed it and every attempt with its state. A run marked Crashed whose shard a retry found written
+    is listed as an attempt; the retry that completed is credited."""
+    rows = []
+    for s in shards:
+        tries = list(runs.get(s.batch_id, ()))
+        done = [name for name, state in tries if state == "Completed"]
+        rows.append(
+            {
+                "batch": s.batch_id,
+                "records": len(s.records),
+                "worker": s.worker.worker or "local",
+                "host": s.worker.host,
+                "pid": s.worker.pid,
+                "flow_run": s.worker.flow_run_id or "-",
+                "completed_by": done[-1] if done else "-",
+                "attempts": ", ".join(f"{name} {state}" for name, state in tries) or "-",
+                "seconds": round((s.finished_at - s.started_at).total_seconds(), 3),
+            }
+        )
+    return rows
+
+
+def profile_batches_artifact(
+    shards: list[Any], inventory_name: str, runs: Mapping[str, Sequence[tuple[str, str]]] | None = None
+) -> None:
+    """Which worker (host, process, flow run) measured which batch of the profile stage, and which of the batch's
+    runs completed it (`batch_rows`)."""
     from prefect.artifacts import create_table_artifact
 
-    rows = [
-        {
-            "batch": s.batch_id,
-            "records": len(s.records),
-            "worker": s.worker.worker or "local",
-            "host": s.worker.host,
-            "pid": s.worker.pid,
-            "flow_run": s.worker.flow_run_id or "-",
-            "seconds": round((s.finished_at - s.started_at).total_seconds(), 3),
-        }
-        for s in shards
-    ]
     create_table_artifact(
         key=artifact_key("profile-batches", inventory_name),
-        table=rows,
-        description="Profiling batches: one shard each in object storage, and who measured it",
+        table=batch_rows(shards, runs or {}),
+        description="Profiling batches: one shard each in object storage, who measured it and which run completed it",
     )
 
 

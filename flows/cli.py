@@ -178,6 +178,7 @@ def _orchestrate(prepared: pipeline_uc.PreparedRun) -> RunSummary:
             workspace=str(prepared.workspace),
             params_path=str(prepared.params) if prepared.params is not None else None,
             inventory_path=str(prepared.inventory),
+            inventory_name=prepared.inventory_name,  # the run's name from its start: `<inventory>-pipeline-<minute>`
             store_uri=prepared.store,
             endpoint_url=prepared.endpoint_url,
             dvc_remote=prepared.dvc_remote,

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
+from dreamshard_flows.naming import run_name
 from dreamshard_flows.requests import BatchRequest
 
 from dreamshard.config.stages import PipelineSettings
@@ -54,6 +55,33 @@ def worker_dead(worker: Any, now: datetime) -> bool:
     return (now - last).total_seconds() > INACTIVITY_HEARTBEAT_MULTIPLE * interval
 
 
+def batch_run_name(spec: BatchRef, attempt: int) -> str:
+    """`<inventory>-profile-<batch id>-try<attempt>`: which inventory's batch, and which attempt at it."""
+    return run_name(spec.inventory or "inventory", "profile", f"{spec.batch_id}-try{attempt}")
+
+
+def batch_runs(client: Any, campaign: str) -> dict[str, list[tuple[str, str]]]:
+    """{batch id: [(run name, state name), ...] in the order they were submitted}: every deployment run of the
+    campaign's batches (read back by their tags; the batch from the spec its request names)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    tags = FlowRunFilterTags(all_=["profile-batch", campaign])
+    for start in range(0, 100 * PAGE, PAGE):
+        page = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=tags), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=PAGE, offset=start
+        )
+        for fr in page:
+            key = str(((fr.parameters or {}).get("request") or {}).get("spec_key") or "")
+            batch = key.rsplit("/", 1)[-1].removesuffix(".spec.json")
+            if batch:
+                out.setdefault(batch, []).append((fr.name, _final_name(fr.state)))
+        if len(page) < PAGE:
+            break
+    return out
+
+
 class _Watch:
     """The deployment runs of one profile stage: which run each batch is on, and submitting a batch (again)."""
 
@@ -71,7 +99,8 @@ class _Watch:
         self.runs: dict[str, list[str]] = {}
 
     def submit(self, spec: BatchRef) -> None:
-        """One flow run of the deployment for the batch (its spec written first; the name counts the attempts)."""
+        """One flow run of the deployment for the batch (its spec written first), named `batch_run_name`, tagged with
+        its campaign and inventory."""
         request = BatchRequest(
             store_uri=self.store_uri, endpoint_url=self.endpoint_url, spec_key=self.batches.submit(spec)
         )
@@ -79,8 +108,8 @@ class _Watch:
         fr = self.client.create_flow_run_from_deployment(
             self.deployment.id,
             parameters={"request": request.model_dump(mode="json")},
-            name=f"{spec.batch_id}-try{attempt}",
-            tags=["dreamshard", "profile-batch", spec.campaign],
+            name=batch_run_name(spec, attempt),
+            tags=["dreamshard", "profile-batch", spec.campaign, *([spec.inventory] if spec.inventory else [])],
             parent_task_run_id=self.parent,
         )
         self.runs[spec.batch_id].append(str(fr.id))

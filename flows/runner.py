@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import ParamSpec, TypeVar
 
 from dreamshard_flows.artifacts import metrics_artifact, profile_batches_artifact, publish_plan_artifacts
-from dreamshard_flows.fanout import worker_dead
+from dreamshard_flows.fanout import batch_runs, worker_dead
 from dreamshard_flows.logs import one_line_known_errors
 from dreamshard_flows.naming import rename_flow_run
 from dreamshard_flows.review import PrefectReviewer
@@ -23,6 +23,15 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 one_line_known_errors()  # a DreamshardError in a task or flow is logged as its one line (dreamshard_flows.logs)
+
+
+def _batch_runs(report: ProfiledBatches) -> dict[str, list[tuple[str, str]]]:
+    """The deployment runs of the report's batches (`fanout.batch_runs`); none when they ran in the stage's process."""
+    from prefect.client.orchestration import get_client
+
+    campaigns = {s.campaign for s in report.shards if s.worker.flow_run_id}
+    with get_client(sync_client=True) as client:
+        return {b: r for campaign in sorted(campaigns) for b, r in batch_runs(client, campaign).items()}
 
 
 class PrefectRunner:
@@ -61,7 +70,7 @@ class PrefectRunner:
 
     def show(self, report: RunReport) -> None:
         if isinstance(report, ProfiledBatches):
-            profile_batches_artifact(report.shards, report.inventory_name)
+            profile_batches_artifact(report.shards, report.inventory_name, _batch_runs(report))
         elif isinstance(report, TrainMetrics):
             metrics_artifact("train-metrics", report.metrics, report.inventory_name)
         elif isinstance(report, PublishedPlan):

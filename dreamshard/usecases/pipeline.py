@@ -174,6 +174,7 @@ class PreparedRun(BaseModel):
     workspace: Path
     params: Path | None
     inventory: Path
+    inventory_name: str  # the inventory's name in `inventory` (the run is named after it from its start)
     store: str | None
     endpoint_url: str | None
     dvc_remote: str | None
@@ -252,7 +253,12 @@ def prepare(request: RunRequest) -> PreparedRun:
         }
     )
     return PreparedRun(
-        **fields, inventory=inventory, dispatch=dispatch, force=request.force, reprofile=request.reprofile
+        **fields,
+        inventory=inventory,
+        inventory_name=inv.name,
+        dispatch=dispatch,
+        force=request.force,
+        reprofile=request.reprofile,
     )
 
 

@@ -13,6 +13,7 @@ a `Runner` (dreamshard.usecases.runner) executes each step: Prefect's flows/runn
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +29,7 @@ from dreamshard.values import Inventory
 PARENT_STEP_ENV = "DREAMSHARD_PARENT_TASK_RUN_ID"
 #: Characters of a fingerprint in a run name (as `plans list` and the logs show versions).
 VERSION_CHARS = 12
+_HEX = re.compile(r"[0-9a-f]+")
 
 PREPARE = Step(name="prepare-workspace")
 STATUS = Step(name="dvc-status")
@@ -64,8 +66,11 @@ class PipelineRun(BaseModel):
 
 
 def run_name(inventory: str, kind: str, version: str) -> str:
-    """`<inventory>-<kind>-<version>`, the version cut to VERSION_CHARS: how the runner names a run or a step."""
-    return f"{inventory}-{kind}-{version[:VERSION_CHARS]}"
+    """`<inventory>-<kind>-<version>`: how the runner names a run or a step. A version of hex digits (an inventory
+    fingerprint) is cut to VERSION_CHARS; any other (a UTC minute, `20261207t1600`) is kept whole: cut, two runs of
+    one ten-minute span had one name."""
+    short = version[:VERSION_CHARS] if _HEX.fullmatch(version) else version
+    return f"{inventory}-{kind}-{short}"
 
 
 def stage_step(stage: str, inventory: str, version: str) -> Step:

@@ -27,7 +27,9 @@ class Batches:
 
     def all(self) -> list[BatchRef]:
         """Every batch, in planned order."""
-        return [BatchRef(campaign=s.campaign, batch_id=s.batch_id) for s in self._specs.values()]
+        return [
+            BatchRef(campaign=s.campaign, batch_id=s.batch_id, inventory=s.inventory.name) for s in self._specs.values()
+        ]
 
     def pending(self) -> list[BatchRef]:
         """The batches without a (valid) shard yet: a resumed campaign runs only these."""

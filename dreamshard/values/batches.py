@@ -13,3 +13,4 @@ class BatchRef(BaseModel):
 
     campaign: str
     batch_id: str
+    inventory: str = ""  # the name of the inventory whose tables it measures (its run is named after it)
