@@ -14,6 +14,7 @@ from dreamshard_flows.runner import PrefectRunner
 from prefect import flow
 
 from dreamshard.documents import load_inventory
+from dreamshard.errors import DreamshardError
 from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
 from dreamshard.usecases.pipeline_steps import RunSummary
 
@@ -42,8 +43,16 @@ def pipeline_run(request: OrchestratorRequest) -> PipelineRun:
 
 
 def pipeline_run_name() -> str:
-    """`<inventory>-pipeline-<minute>` until the run knows its inventory version (the run renames itself)."""
-    return run_name(request_field("inventory_name") or "current", "pipeline", minute_version())
+    """`<inventory>-pipeline-<minute>` until the run knows its inventory version (the run renames itself): the
+    request's inventory name, else the name in its inventory file, else `current` (the store's current version)."""
+    name = request_field("inventory_name")
+    path = request_field("inventory_path")
+    if not name and path:
+        try:
+            name = load_inventory(path).name
+        except DreamshardError:
+            name = None  # the run itself refuses the file, in one line
+    return run_name(name or "current", "pipeline", minute_version())
 
 
 @flow(name="retrain-on-inventory-change", flow_run_name=pipeline_run_name, log_prints=True)

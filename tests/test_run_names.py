@@ -45,6 +45,9 @@ def test_a_cli_pipeline_run_is_named_after_its_inventory(tmp_path: Path, monkeyp
     assert code == 0 and [r.inventory_name for r in seen] == ["clicks"], err
     monkeypatch.setattr(orchestrator, "request_field", lambda field: seen[0].model_dump().get(field))
     assert pipeline_run_name().startswith("clicks-pipeline-")
+    by_file = {"inventory_path": str(tmp_path / "inv.yaml")}  # a deployment run given a file only
+    monkeypatch.setattr(orchestrator, "request_field", by_file.get)
+    assert pipeline_run_name().startswith("clicks-pipeline-")
 
 
 class _Client:
