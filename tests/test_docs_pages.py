@@ -1,5 +1,6 @@
 """The architecture reference reads in pages (docs/architecture/index.md): none over 400 lines, each in the nav, and
-every page a code comment names (`docs/architecture/<page>.md, "Section"`) exists with that section."""
+every page a code comment names (`docs/architecture/<page>.md, "Section"`) exists with that section. No page of
+docs/ names the project's issue tracker."""
 
 from __future__ import annotations
 
@@ -58,3 +59,26 @@ def test_the_checks_catch_a_long_page_and_a_stale_pointer() -> None:
         "m.py: no page docs/architecture/gone.md",
     ]
     assert broken_pointers('(docs/architecture/learning.md, "Measured\n    refinement")', "m.py", headings) == []
+
+
+#: A mention of the project's own tracker: "issue 48", "issues 12 and 13", "(#12)". Another project's issue, named
+#: with its project ("TorchRec issue #2394"), is a reference a reader can follow.
+TRACKER = re.compile(r"(?<!TorchRec )\bissues? #?\d+|\(#\d+\)|\bthe issue's\b|\bthe issue of\b", re.IGNORECASE)
+
+
+def tracker_mentions(pages: dict[str, str]) -> list[str]:
+    """`page:line: text` for each line of `pages` that names the project's tracker."""
+    return [
+        f"{name}:{i}: {line.strip()[:80]}"
+        for name, text in pages.items()
+        for i, line in enumerate(text.splitlines(), 1)
+        if TRACKER.search(line)
+    ]
+
+
+def test_the_docs_speak_of_the_project_not_of_its_tracker() -> None:
+    pages = {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "docs").rglob("*.md")}
+    pages["README.md"] = (ROOT / "README.md").read_text()
+    assert tracker_mentions(pages) == []
+    planted = {"x.md": "after the refactor of issue 48\n(#12) fixed\nTorchRec issue #2394 stays\nthe issue's case\n"}
+    assert [m.split(":")[1] for m in tracker_mentions(planted)] == ["1", "2", "4"]
