@@ -160,3 +160,27 @@ def test_bad_trace_one_line(tmp_path: Path, capsys) -> None:
     code, _, err = run(["inventory", "from-trace", str(src), "-o", str(dst)], capsys)
     assert code == 2 and len(err.splitlines()) == 1 and "not a torch file" in err
     assert not dst.exists()
+
+
+def test_inventory_push_stores_in_the_params_store_and_says_it_starts_the_replan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --store, `inventory push` stores where the pipeline and the replan read (publish.store_uri of
+    ./params.yaml); its help names the replan it starts, not the orchestrator."""
+    from dreamshard.cli.app import invoke
+    from dreamshard.documents import save_inventory
+    from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.store import open_store
+    from dreamshard.store.inventories import get_current_inventory
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("publish: {store_uri: team-store}\n")
+    save_inventory(synth_inventory(4, seed=0, name="clicks"), tmp_path / "inv.yaml")
+    code, out, err = invoke(["inventory", "push", "inv.yaml", "--no-event"])
+    assert code == 0, err
+    found = get_current_inventory(open_store(str(tmp_path / "team-store")), "clicks")
+    assert found is not None and "team-store" in out
+    code, out, _ = invoke(["inventory", "push", "--help"])
+    text = " ".join(out.split())
+    assert code == 0 and "re-plans with the production model" in text and "orchestrator" not in text, text
+    assert "default: params.yaml publish.store_uri" in text

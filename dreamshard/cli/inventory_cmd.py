@@ -248,20 +248,35 @@ def fingerprint_cmd(inventory: Annotated[Path, typer.Argument(help="Inventory fi
 @inventory_app.command("push")
 def push_cmd(
     inventory: Annotated[Path, typer.Argument(help="Inventory file (YAML or JSON).")],
-    store: Annotated[str, typer.Option("--store", help="Plan store: directory or s3://bucket/prefix.")],
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store", help="Plan store: directory or s3://bucket/prefix (default: params.yaml publish.store_uri)."
+        ),
+    ] = None,
     endpoint_url: Annotated[
         str | None, typer.Option("--endpoint-url", help="S3 endpoint of the plan store (SeaweedFS/MinIO).")
     ] = None,
     no_event: Annotated[
         bool, typer.Option("--no-event", help="Store only; do not emit the inventory-changed event.")
     ] = False,
+    params: Annotated[
+        Path | None,
+        typer.Option("--params", help="params.yaml to read publish.store_uri from (default: ./params.yaml)."),
+    ] = None,
 ) -> None:
     """Store a new inventory version (inventories/<name>/<fingerprint>.yaml + current) and emit
-    `dreamshard.inventory.changed` (through the installed notifiers: the Prefect flows' starts the orchestrator
-    deployment when PREFECT_API_URL is set)."""
-    result = inventory_uc.push(
-        inventory_uc.PushRequest(source=inventory, store=store, endpoint_url=endpoint_url, notify=not no_event)
+    `dreamshard.inventory.changed` (through the installed notifiers: with PREFECT_API_URL set, the Prefect flows'
+    starts the replan-on-inventory-change deployment, the fast path that re-plans with the production model; a
+    retrain is started by the replan when one is due)."""
+    request = inventory_uc.PushRequest(
+        settings=resolve(params, None, lookup="local"),
+        source=inventory,
+        store=store,
+        endpoint_url=endpoint_url,
+        notify=not no_event,
     )
+    result = inventory_uc.push(request)
     ref = result.ref
     typer.echo(f"{'stored' if ref.changed else 'unchanged'} {ref.name} {ref.fingerprint[:12]} at {ref.uri}")
     for line in result.notes:

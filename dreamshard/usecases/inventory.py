@@ -144,7 +144,7 @@ NOTIFIER_GROUP = "dreamshard.notifiers"
 
 class PushRequest(Request):
     source: Path
-    store: str
+    store: str | None = None  # None: publish.store_uri, where the pipeline and the replan read inventories
     endpoint_url: str | None = None
     notify: bool = True
 
@@ -159,9 +159,11 @@ def notifiers() -> dict[str, Callable[[InventoryRef], str | None]]:
 
 
 def push(request: PushRequest) -> PushResult:
-    """Store the inventory as a new version (if new) and point `current` at it; tell the notifiers."""
+    """Store the inventory as a new version (if new) and point `current` at it (in `store`, else publish.store_uri);
+    tell the notifiers."""
     inv = load_inventory(request.source)
-    ref = push_inventory(open_store(request.store, endpoint_url=request.endpoint_url), inv, store_uri=request.store)
+    uri = request.store or request.settings.publish.store_uri
+    ref = push_inventory(open_store(uri, endpoint_url=request.endpoint_url), inv, store_uri=uri)
     notes: list[str] = []
     if ref.changed and request.notify:
         found = notifiers()
