@@ -43,7 +43,7 @@ unexport PYTHONDONTWRITEBYTECODE
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/dreamshard pipeline run --workspace runs/latest --export-model models
+	$(VENV)/bin/dreamshard pipeline run --workspace runs/pipeline --export-model models
 
 # Style and types (configured in pyproject.toml): ruff's lint and format check, mypy on the library
 lint: $(STAMP)

@@ -1,7 +1,7 @@
 """A pipeline workspace: a git + DVC repository in which the stages of dvc.yaml run (docs/architecture/pipeline.md,
 "One stage graph").
 
-    ws = PipelineWorkspace("runs/latest")
+    ws = PipelineWorkspace("runs/pipeline")
     ws.init(dvc_yaml_text, params_text, RemoteSpec(url="runs/dvc-remote"))   # git, DVC, remote, code link
     ws.write_inventory(inventory)                        # inputs/inventory.yaml, the input the stages start from
     ws.write_incumbent(plan, inventory.name, replace=True)  # inputs/incumbent.json, the plan the job runs now
