@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from dreamshard.usecases.pipeline_run import run_name
+from dreamshard.values.run_names import run_name
 
 __all__ = ["minute_version", "rename_flow_run", "request_field", "run_name"]
 

@@ -13,7 +13,6 @@ a `Runner` (dreamshard.usecases.runner) executes each step: Prefect's flows/runn
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -24,12 +23,10 @@ from dreamshard.usecases.pipeline_publish import WorkspacePublish, publish_works
 from dreamshard.usecases.pipeline_steps import Dispatch, RunSetup, RunSummary
 from dreamshard.usecases.runner import ProfiledBatches, Runner, Step, TrainMetrics
 from dreamshard.values import Inventory
+from dreamshard.values.run_names import run_name
 
 #: What a stage's command reads to name the step it runs in (the parent of the profiling batches' runs).
 PARENT_STEP_ENV = "DREAMSHARD_PARENT_TASK_RUN_ID"
-#: Characters of a fingerprint in a run name (as `plans list` and the logs show versions).
-VERSION_CHARS = 12
-_HEX = re.compile(r"[0-9a-f]+")
 
 PREPARE = Step(name="prepare-workspace")
 STATUS = Step(name="dvc-status")
@@ -63,14 +60,6 @@ class PipelineRun(BaseModel):
     reprofile: bool = False
     require_human: bool | None = None  # True asks a reviewer on top of publish.require_human (never removes one)
     reason: str = "manual run"  # why the run started: the schedule, a retrain that is due, drift, a person
-
-
-def run_name(inventory: str, kind: str, version: str) -> str:
-    """`<inventory>-<kind>-<version>`: how the runner names a run or a step. A version of hex digits (an inventory
-    fingerprint) is cut to VERSION_CHARS; any other (a UTC minute, `20261207t1600`) is kept whole: cut, two runs of
-    one ten-minute span had one name."""
-    short = version[:VERSION_CHARS] if _HEX.fullmatch(version) else version
-    return f"{inventory}-{kind}-{short}"
 
 
 def stage_step(stage: str, inventory: str, version: str) -> Step:
