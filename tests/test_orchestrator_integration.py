@@ -488,7 +488,7 @@ def test_killed_worker_batch_is_retried_without_loss_or_duplicate(
     )
     assert retried[-1].id != killed_run.id and retried[-1].state.name == "Completed"  # submitted again, and ran
     assert {r.state.name for r in retried} <= {"Crashed", "Completed"}
-    spec = next(s for s in specs if killed_run.name.startswith(s.batch_id))
+    spec = next(s for s in specs if f"-profile-{s.batch_id}-try" in killed_run.name)
     shard = read_shard(store, spec)
     assert shard is not None and shard.worker.worker != killed_worker  # measured again, on the other worker
     ids = jsonl_ids(tmp_path / "m.jsonl")
