@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_helpers import FP, approve, make_plan
+from store_helpers import FP, approve, make_plan, publish_or_reject
 
 from dreamshard.cli.app import invoke
-from dreamshard.store import LocalPlanStore, fsck, get_current, get_pointer, publish, publish_or_reject
+from dreamshard.store import LocalPlanStore, fsck, get_current, get_pointer, publish
 from dreamshard.store.keys import parse_key
 from dreamshard.store.orphans import find_orphans, remove_orphans
 from dreamshard.values import Plan

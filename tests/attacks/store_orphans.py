@@ -72,11 +72,10 @@ def left_by_a_gc_race(kinds: tuple[str, ...]) -> Callable[[Path], None]:
     `plans gc --grace-minutes 0` that removed a publish's plan mid-flight left before publishes wrote it again."""
 
     def setup(work: Path) -> None:
-        from dreamshard.gate import gate_plan
-        from dreamshard.store import publish_or_reject
+        from store_helpers import gate_file_plan, publish_or_reject
 
         w = world()
-        _, decision = gate_plan(w.bad, w.inventory, w.comparison, w.rules)
+        _, decision = gate_file_plan(w.bad, w.inventory, w.comparison, w.rules)
         ref = publish_or_reject(open_store(str(work / "scratch")), w.bad, decision)
         then = time.time() - 3 * 3600
         for kind in kinds:
