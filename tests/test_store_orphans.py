@@ -11,7 +11,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from store_helpers import FP, approve, make_plan
+from store_helpers import FP, approve, make_plan, publish_or_reject
 
 from dreamshard.cli.app import invoke
 from dreamshard.errors import StoreError
@@ -21,7 +21,6 @@ from dreamshard.store import (
     fsck,
     get_current,
     publish,
-    publish_or_reject,
     reject,
     rollback,
     scan_plans,
