@@ -34,6 +34,7 @@ from dreamshard.evaluation.drift import (
 )
 from dreamshard.evaluation.render import drift_line, trend_rows
 from dreamshard.gate.bounds import ratio_bound
+from dreamshard.gate.moves import move_charges, relative, uncharged_ratio
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.profiling import ProfileConfig
 from dreamshard.profiling.oracle import Oracle
@@ -164,6 +165,8 @@ def test_the_reference_is_the_gates_best_baseline_else_an_anchored_calibration(
     found = baseline_reference(plan, inv, decision)
     assert found is not None and found.plan.sharder == "round_robin" and found.published_ratio == 0.9
     assert found.kind == "baseline" and found.source == "gate"
+    charged = baseline_reference(plan, inv, decision.revised(uncharged_ratio=0.93))  # a re-plan: moves were charged
+    assert charged is not None and charged.published_ratio == 0.93  # the drift check pairs the plans uncharged
     simulated = baseline_reference(plan, inv, decision.revised(basis="simulated"))  # the simulator's gate
     assert simulated is not None and simulated.published_ratio == 0.9
     for no in (
@@ -185,6 +188,23 @@ def test_the_reference_is_the_gates_best_baseline_else_an_anchored_calibration(
     assert anchored_ratio([anchor], "another-plan", "round_robin") is None
     with pytest.raises(ConfigError, match="drift.reference_sharders"):
         calibration_reference(plan, inv, ("dim_greedy",), [])
+
+
+def test_a_replans_decision_keeps_the_ratio_as_measured_before_moves_were_charged(
+    world: tuple[Inventory, Plan, Plan],
+) -> None:
+    """The gate charges a re-plan's contenders their moves; a drift check pairs the same plans uncharged, so the
+    ratio it repeats is the measured one (charged, a steady plan read as drift)."""
+    inv, plan, other = world
+    plan_ms, base_ms = [1.0, 1.1, 0.9], [1.2, 1.3, 1.1]
+    charges = move_charges(other, {"judged": plan, "round_robin": other}, inv, horizon=10)
+    assert charges["judged"].per_step_ms > 0 and charges["round_robin"].per_step_ms == 0
+    charged = relative(base_ms, charges["round_robin"].per_step_ms, charges["judged"].per_step_ms)
+    measured = uncharged_ratio(plan_ms, {"round_robin": base_ms}, "round_robin", charges)
+    assert measured == pytest.approx(ratio_bound(plan_ms, base_ms, 0.95).ratio)
+    assert measured != pytest.approx(ratio_bound(plan_ms, charged, 0.95).ratio)
+    assert uncharged_ratio(plan_ms, {"round_robin": base_ms}, "round_robin", {}) is None  # nothing charged
+    assert uncharged_ratio(plan_ms, {"round_robin": base_ms}, "current", charges) is None  # no samples
 
 
 def test_checks_keep_their_history_and_old_unpaired_checks_still_read(

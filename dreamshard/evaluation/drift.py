@@ -90,16 +90,17 @@ def baseline_reference(
     plan: Plan, inventory: Inventory, decision: GateDecision | None, seed: int = 0
 ) -> DriftReference | None:
     """The best baseline the gate measured the plan against, re-planned, with plan / baseline as the gate measured
-    it (on the backend the monitor measures on: `require_comparable`); None when the decision has no measured
-    ratio (a predicted one, or one measured on a proxy device), its best baseline is no sharder (the store's
-    current plan of the day), or that sharder cannot re-plan it."""
+    it before charging moves (on the backend the monitor measures on: `require_comparable`); None when the decision
+    has no measured ratio (a predicted one, or one measured on a proxy device), its best baseline is no sharder (the
+    store's current plan of the day), or that sharder cannot re-plan it."""
     if decision is None or decision.ratio is None or decision.basis in (None, "predicted") or decision.proxy:
         return None
     name = decision.best_baseline
     if name is None or name not in BASELINE_SHARDERS:
         return None
     ref = _replanned(name, inventory, plan, seed)
-    return None if ref is None else DriftReference(ref, "baseline", decision.ratio, "gate")
+    then = decision.uncharged_ratio if decision.uncharged_ratio is not None else decision.ratio
+    return None if ref is None else DriftReference(ref, "baseline", then, "gate")
 
 
 def anchored_ratio(history: Sequence[DriftCheck], plan_id: str, reference: str) -> float | None:

@@ -14,7 +14,7 @@ from dreamshard.evaluation import Comparison, compare_sharders
 from dreamshard.gate.checks import check_backend, verify_comparison
 from dreamshard.gate.current import current_samples
 from dreamshard.gate.incumbent import Incumbent
-from dreamshard.gate.moves import MoveCharge, charged_clause, move_charges, relative
+from dreamshard.gate.moves import MoveCharge, charged_clause, move_charges, relative, uncharged_ratio
 from dreamshard.gate.references import baseline_references
 from dreamshard.gate.rule import evaluate_gate
 from dreamshard.gate.sequential import decides_early, early_looks, gate_rounds, looks, stop_rule
@@ -155,6 +155,7 @@ def gate_plan(
         finding=decision.finding + extra,
         proxy=v.proxy,
         references=refs,
+        uncharged_ratio=uncharged_ratio(v.entry.samples_ms, samples, decision.best_baseline, charges),
     )
     return Judgement(judged, decision, comparison, inventory, list(v.entry.samples_ms), against, plans, charges)
 

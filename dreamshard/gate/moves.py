@@ -10,10 +10,11 @@ The gate compares paired per-round figures, so each contender's figures get its 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from dreamshard.gate.bounds import ratio_bound
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.values import Inventory, Plan
 
@@ -70,3 +71,17 @@ def charged_clause(charges: Mapping[str, MoveCharge], judged: str, horizon: int)
         f"moves from the current plan charged over publish.move_horizon_steps {horizon} (ms a step): "
         f"{', '.join(parts)}{rest}"
     )
+
+
+def uncharged_ratio(
+    plan_ms: Sequence[float],
+    samples: Mapping[str, Sequence[float]],
+    baseline: str | None,
+    charges: Mapping[str, MoveCharge],
+) -> float | None:
+    """plan / `baseline` as measured, before any move was charged (the figure a drift check re-measures: it pairs the
+    same two plans and charges nothing); None when nothing was charged (the decision's ratio is that figure) or the
+    baseline has no samples."""
+    if not any(c.per_step_ms for c in charges.values()) or baseline is None or baseline not in samples:
+        return None
+    return ratio_bound(plan_ms, samples[baseline], 0.95).ratio

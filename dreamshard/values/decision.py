@@ -79,6 +79,9 @@ class GateDecision(BaseModel):
     ratio: float | None = None  # plan / best baseline: geometric mean of the per-round ratios
     ratio_low: float | None = None  # confidence bounds of that ratio (the decisive baseline's, see `decided_by`)
     ratio_high: float | None = None
+    # plan / best baseline as measured, before moves from the current plan were charged (what a drift check
+    # re-measures); None: nothing was charged, `ratio` is that figure
+    uncharged_ratio: float | None = None
     interval_width: float | None = None  # ratio_high - ratio_low (0.06: 6 points); None in records written before it
     decided_by: str | None = None  # the baseline whose bound decided (the hardest one to beat)
     stopped_early: bool = False  # decided at one of the sequential rule's early looks (publish.early_rounds)
