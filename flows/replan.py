@@ -19,6 +19,7 @@ from prefect.events import emit_event
 
 from dreamshard.config.job import host_overrides
 from dreamshard.config.settings import resolve
+from dreamshard.config.world import world_overrides
 from dreamshard.usecases import replan as replan_uc
 from dreamshard.usecases.pipeline_steps import absolute_uri
 from dreamshard.usecases.progress import progress_lines
@@ -35,6 +36,7 @@ def retrain_resource_id(inventory_name: str) -> str:
 def library_request(request: ReplanRequest) -> replan_uc.ReplanRequest:
     told = {
         **host_overrides(request.devices, request.hosts, request.devices_per_host),
+        **world_overrides(request.world),
         "topology.memory_per_device_gb": request.memory_gb,
     }
     settings = resolve(request.params_path, {**told, "profile.backend": request.backend})
@@ -84,6 +86,8 @@ def replan_on_inventory_change(request: ReplanRequest) -> replan_uc.ReplanResult
     log.info("why: %s", request.reason)
     result = replan_task(library_request(request))
     rename_flow_run(run_name(result.inventory_name, "replan", result.fingerprint))
+    for line in result.warnings:  # the plan's notes: a world that is not the job's, inputs out of range
+        log.warning(line)
     replan_artifact(result, request.reason)
     log.info("%s: %s %s: %s", result.outcome, result.inventory_name, result.fingerprint[:12], result.reason)
     if result.outcome == "retrain-due":

@@ -137,6 +137,11 @@ class ReplanRequest(_Request):
     memory_gb: float | None = Field(
         default=None, gt=0, le=MAX_DEVICE_GB, description="Memory per device in GB (default: the job's)."
     )
+    world: str | None = Field(
+        default=None,
+        description="The job's world (world.name: fast, nvlink-ib, host, measured; default: the job's recorded "
+        "world, else the params').",
+    )
     reason: str = Field(default="manual run", description="Why this run started (shown in the UI).")
     force: bool = Field(
         default=False,

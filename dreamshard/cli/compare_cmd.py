@@ -37,9 +37,11 @@ from dreamshard.cli.options import (
     SeedOverride,
     ThreadsOverride,
     WarmupOverride,
+    WorldOverride,
     host_overrides,
     measuring_overrides,
     memory_overrides,
+    world_overrides,
 )
 from dreamshard.cli.progress import lines_unless_bars
 from dreamshard.config.settings import resolve
@@ -137,6 +139,7 @@ def compare(
     threads: ThreadsOverride = None,
     batch_size: BatchOverride = None,
     device_type: DeviceTypeOverride = None,
+    world: WorldOverride = None,
     interconnect: InterconnectOverride = None,
     model: ModelOpt = None,
     samples: Annotated[
@@ -194,12 +197,12 @@ def compare(
         params,
         {
             **host_overrides(devices, hosts, devices_per_host),
+            **world_overrides(world, interconnect),
             **memory_overrides(optimizer, memory_model, memory_reserve),
             **measuring_overrides(backend, warmup, repeats, threads),
             "topology.memory_per_device_gb": memory_gb,
             "topology.batch_size": batch_size,
             "topology.device_type": device_type,
-            "topology.interconnect": interconnect,
             "plan.samples": samples,
             "evaluate.rounds": rounds,
             "profile.seed": seed,

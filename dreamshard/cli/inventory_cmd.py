@@ -190,6 +190,20 @@ def from_torchrec_cmd(
         str | None, typer.Option("--optimizer", help="The job's fused optimizer: sgd, rowwise_adagrad or adam.")
     ] = None,
     device_type: Annotated[str | None, typer.Option("--device-type", help="The job's devices: cpu or cuda.")] = None,
+    torchrec_topology: Annotated[
+        str | None,
+        typer.Option(
+            "--torchrec-topology",
+            help="pkg.mod:name or path/to/file.py:name: TorchRec's Topology of the job (or a callable returning it): "
+            "its world size, ranks per host, device and bandwidths, recorded as the job and its world.",
+        ),
+    ] = None,
+    world: Annotated[
+        str | None,
+        typer.Option(
+            "--world", help="The job's world, recorded with it: fast, nvlink-ib, host or measured (needs the job)."
+        ),
+    ] = None,
 ) -> None:
     """Build an inventory from a TorchRec model (its EmbeddingBagCollections and EmbeddingCollections: tables,
     dims, dtypes, features), its KeyedJaggedTensor batches (lookups per feature, reuse histograms at the planned
@@ -211,6 +225,8 @@ def from_torchrec_cmd(
             memory_gb=memory_gb,
             optimizer=optimizer,
             device_type=device_type,
+            torchrec_topology=torchrec_topology,
+            world=world,
         )
     )
     for line in result.warnings:
@@ -219,6 +235,7 @@ def from_torchrec_cmd(
     sequence = sum(1 for t in inv.tables if not t.pooled)
     kinds = f" ({sequence} sequence)" if sequence else ""
     job = f", job {inv.job.world_size} ranks" if inv.job is not None else ""
+    job += f" in world {inv.job.world.name}" if inv.job is not None and inv.job.world is not None else ""
     typer.echo(f"wrote {output}: {_summary(inv)}{kinds}, schema {inv.schema_fingerprint()[:12]}{job}")
 
 

@@ -35,9 +35,11 @@ from dreamshard.cli.options import (
     SeedOpt,
     ThreadsOverride,
     WarmupOverride,
+    WorldOverride,
     host_overrides,
     measuring_overrides,
     memory_overrides,
+    world_overrides,
 )
 from dreamshard.cli.plan_options import (
     CalibrateSecondsOpt,
@@ -148,6 +150,7 @@ def plan(
     seed: SeedOpt = 0,
     batch_size: BatchOverride = None,
     device_type: DeviceTypeOverride = None,
+    world: WorldOverride = None,
     interconnect: InterconnectOverride = None,
     explain: ExplainOpt = False,
     stats: StatsOpt = False,
@@ -171,12 +174,12 @@ def plan(
         params,
         {
             **host_overrides(devices, hosts, devices_per_host),
+            **world_overrides(world, interconnect),
             **memory_overrides(optimizer, memory_model, memory_reserve),
             **measuring_overrides(backend, warmup, repeats, threads),
             "topology.memory_per_device_gb": memory_gb,
             "topology.batch_size": batch_size,
             "topology.device_type": device_type,
-            "topology.interconnect": interconnect,
             "plan.refine_seconds": refine_seconds,
             "plan.calibrate_seconds": calibrate_seconds,
             "plan.types": types_override(types),
@@ -253,6 +256,7 @@ def plan_json(result: PlanResult) -> dict[str, object]:
         "plan_stage": {"vs_search_only": stage_vs_search(p), "line": stage_line(p)},
         "calibration": p.calibration.model_dump(mode="json") if p.calibration is not None else None,
         "comm_fits": [m.model_dump(mode="json") for m in p.comm_fits],
+        "world": p.world.model_dump(mode="json") if p.world is not None else None,
         "assumptions": p.assumptions.model_dump(mode="json") if p.assumptions is not None else None,
         "layouts": dict(p.layouts),
         "against_incumbent": result.diff.model_dump(mode="json") if result.diff is not None else None,
@@ -300,6 +304,8 @@ def _print_plan(result: PlanResult) -> None:
         console.print(f"layout: '{table}' {why}", markup=False, soft_wrap=True)
     for fit in result.plan.comm_fits:  # what the plan's exchanges were costed with, and how far to trust it
         console.print(f"comm fit: {fit.describe()}", markup=False, soft_wrap=True)
+    if (w := result.plan.world) is not None:  # the world it was planned for (its note is among the warnings)
+        console.print(f"planned for {w.describe()}", markup=False, soft_wrap=True)
     show(console, device_table(result.plan, result.inventory))  # memory broken down (weights / optimizer / io)
     if result.diff is not None:
         console.print(f"against --incumbent: {result.diff.summary}", markup=False)

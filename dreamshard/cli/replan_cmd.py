@@ -21,7 +21,9 @@ from dreamshard.cli.options import (
     ParamsOpt,
     RoundsOverride,
     SeedOpt,
+    WorldOverride,
     host_overrides,
+    world_overrides,
 )
 from dreamshard.cli.plan_cmd import verification_table, warn
 from dreamshard.cli.plan_options import MaxMoveFractionOpt
@@ -70,6 +72,7 @@ def replan(
     hosts: HostsOverride = None,
     devices_per_host: DevicesPerHostOverride = None,
     memory_gb: MemoryOverride = None,
+    world: WorldOverride = None,
     backend: BackendOverride = None,
     verify: Annotated[
         int | None,
@@ -96,12 +99,13 @@ def replan(
     the new version, made the best measured baseline current: `fallback`) or a retrain is due (the version is
     outside the model's training ranges); 3: the change waits for a reviewer (publish.require_human with nobody at
     this terminal: `dreamshard plans approve PLAN_ID`). The version is planned for the job its inventory records
-    (`inventory from-torchrec --world-size ...`), unless --devices/--hosts/--devices-per-host/--memory-gb say
-    otherwise."""
+    (`inventory from-torchrec --world-size ...`) in the world it records, unless --devices/--hosts/--devices-per-host/
+    --memory-gb/--world say otherwise."""
     settings = resolve(
         params,
         {
             **host_overrides(devices, hosts, devices_per_host),
+            **world_overrides(world),
             "topology.memory_per_device_gb": memory_gb,
             "profile.backend": backend,
             "plan.verify": verify,

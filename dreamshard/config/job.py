@@ -1,6 +1,6 @@
 """The topology a run plans for (docs/architecture/pipeline.md, "The production loop"): the training job's, as the
-inventory records it (`Inventory.job`, `values/job.py`), over the params `topology` template, except where the caller
-said otherwise (a CLI option, a flow request's field: an override of `resolve`).
+inventory records it (`Inventory.job`, `values/job.py`), over the params `topology` template and `world`, except where
+the caller said otherwise (a CLI option, a flow request's field: an override of `resolve`).
 
 `plan`, `replan`, `compare`, the pipeline's plan stage and the gate all take it from here, so a 2-rank job's
 inventory is planned, gated and published for 2 ranks without anyone repeating `--devices 2`.
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from dreamshard.config.learning import TopologyConfig
 from dreamshard.documents import describe_validation_error
 from dreamshard.errors import ConfigError, TopologyError
-from dreamshard.values import JobTopology, Topology
+from dreamshard.values import JobTopology, Topology, World
 
 #: The overrides (dotted params keys) that set a field a job records, and that field of `Topology`.
 JOB_KEYS: Mapping[str, str] = {
@@ -31,31 +31,41 @@ JOB_KEYS: Mapping[str, str] = {
 MAX_DEVICES = 4096
 
 
-def job_topology(section: TopologyConfig, devices: int, job: JobTopology | None, told: Iterable[str]) -> Topology:
-    """The topology to plan for: `section` (params `topology`) on `devices` (params `plan.num_devices`) without a
-    job; with one, the job's world size, hosts, device type and what else it records, then every field the
-    caller was `told` (override keys, `JOB_KEYS`) from the params again. A device count told without a host
-    layout takes the params' layout (`devices_per_host`) rather than the job's. ConfigError when the result is
-    no topology (hosts that do not divide the devices), naming why."""
+def job_topology(
+    section: TopologyConfig, devices: int, job: JobTopology | None, told: Iterable[str], world: World | None = None
+) -> Topology:
+    """The topology to plan for: `section` (params `topology`) on `devices` (params `plan.num_devices`) in `world`
+    (params `world`) without a job; with one, the job's world size, hosts, device type, interconnect and what else
+    it records, then every field the caller was `told` (override keys, `JOB_KEYS`; `world.*`: the params' world)
+    from the params again. A device count told without a host layout takes the params' layout (`devices_per_host`)
+    rather than the job's. ConfigError when the result is no topology (hosts that do not divide the devices, a
+    world whose hosts are not the topology's), naming why."""
+    told = set(told)
     said = {JOB_KEYS[k] for k in told if k in JOB_KEYS}
     try:
         if job is None:
-            return section.topology(devices)
+            return section.topology(devices).in_world(world)
         n = devices if "num_devices" in said else job.world_size
         template = section.topology(n)  # the params' host rule applied to the device count planned for
         if "num_devices" in said:
             said.add("devices_per_host")
         update = {f: getattr(template, f) for f in said}
-        return Topology.model_validate({**job.topology(template).model_dump(), **update})
+        ours = job.model_copy(update={"world": None})  # the world is chosen below, once
+        topology = Topology.model_validate({**ours.topology(template).model_dump(), **update})
+        told_world = any(k.startswith("world.") for k in told)
+        return topology.in_world(world if told_world or job.world is None else job.world)
     except ValidationError as e:
         raise ConfigError(f"topology: {describe_validation_error(e).removeprefix('input: ')}") from None
+    except ValueError as e:  # the world's hosts are not the topology's
+        raise ConfigError(f"world: {e}") from None
 
 
 def describe_topology(topology: Topology) -> str:
     """A topology in a few words: "2 x cpu (1 GB, batch 2048, sgd)", with hosts when there are several."""
     t = topology
     devices = f"{t.hosts} hosts x {t.local_world_size}" if t.hosts > 1 else f"{t.num_devices}"
-    return f"{devices} x {t.device_type} ({t.memory_per_device_gb:g} GB, batch {t.batch_size}, {t.optimizer})"
+    world = f", world {t.world.name}" if t.world is not None else ""
+    return f"{devices} x {t.device_type} ({t.memory_per_device_gb:g} GB, batch {t.batch_size}, {t.optimizer}{world})"
 
 
 def host_overrides(devices: int | None, hosts: int | None, devices_per_host: int | None) -> dict[str, object]:

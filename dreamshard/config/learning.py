@@ -15,11 +15,11 @@ from dreamshard.values import (
     MAX_BATCH,
     MAX_DEVICE_GB,
     DeviceType,
-    Interconnect,
     MemoryModel,
     Number,
     Optimizer,
     Topology,
+    World,
 )
 from dreamshard.values.base import StrictNumbers
 from dreamshard.values.search_result import CANDIDATE_SOURCES, CandidateSource
@@ -56,12 +56,12 @@ class TasksConfig(_Config):
 
 
 class TopologyConfig(_Config):
-    """Section `topology`: the device template; a task supplies the number of devices."""
+    """Section `topology`: the device template; a task supplies the number of devices. `world` is set from the
+    params' own section `world` (`Settings.template`), never in this one."""
 
     device_type: DeviceType = "cpu"
     memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = 4.0  # as Topology's
     batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] = 2048
-    interconnect: Interconnect = "measured"  # or "fast": a fixed fast-interconnect comm profile
     devices_per_host: Annotated[int, Number, Field(ge=1, le=4096)] | None = None  # None: one flat host
     inter_host_gbps: Annotated[float, Number, Field(gt=0, le=1e6)] = DEFAULT_INTER_HOST_GBPS
     optimizer: Optimizer = "sgd"
@@ -69,17 +69,18 @@ class TopologyConfig(_Config):
     memory_reserve: Annotated[float, Number, Field(ge=0.0, lt=1.0)] = 0.0
     # host (DDR) memory per device, for tables whose kernel keeps weights on the host (as Topology's)
     host_memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = DEFAULT_HOST_MEMORY_GB
+    world: World | None = None  # the job's world (dreamshard.values.world)
 
     def topology(self, num_devices: int) -> Topology:
-        """The template on `num_devices`; hosts of `devices_per_host` when there is more than one host's worth
-        (a task on fewer devices than one host is one host)."""
+        """The template on `num_devices` in its world; hosts of `devices_per_host` when there is more than one
+        host's worth (a task on fewer devices than one host is one host). ValueError when the world's hosts are
+        not the template's."""
         per_host = self.devices_per_host if self.devices_per_host and num_devices > self.devices_per_host else None
-        return Topology(
+        topology = Topology(
             num_devices=num_devices,
             device_type=self.device_type,
             memory_per_device_gb=self.memory_per_device_gb,
             batch_size=self.batch_size,
-            interconnect=self.interconnect,
             devices_per_host=per_host,
             inter_host_gbps=self.inter_host_gbps,
             optimizer=self.optimizer,
@@ -87,6 +88,7 @@ class TopologyConfig(_Config):
             memory_reserve=self.memory_reserve,
             host_memory_per_device_gb=self.host_memory_per_device_gb,
         )
+        return topology.in_world(self.world) if self.world is not None else topology
 
     @classmethod
     def of(cls, topology: Topology) -> TopologyConfig:

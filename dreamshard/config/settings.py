@@ -31,6 +31,7 @@ from dreamshard.config.learning import (
 from dreamshard.config.publish import PublishConfig
 from dreamshard.config.release import ReleaseConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
+from dreamshard.config.world import WorldConfig
 from dreamshard.documents import describe_validation_error, read_structured
 from dreamshard.errors import ConfigError
 from dreamshard.profiling.settings import ProfileConfig
@@ -55,6 +56,7 @@ class Settings(BaseModel):
     inventory: InventoryConfig = InventoryConfig()
     tasks: TasksConfig = TasksConfig()
     topology: TopologyConfig = TopologyConfig()
+    world: WorldConfig = WorldConfig()
     profile: ProfileConfig = ProfileConfig()
     train_cost: CostTrainConfig = CostTrainConfig()
     train_policy: PolicyTrainConfig = PolicyTrainConfig()
@@ -77,16 +79,24 @@ class Settings(BaseModel):
         return self.plan.num_devices or self.tasks.train_devices
 
     def topology_for(self, num_devices: int | None = None) -> Topology:
-        """The topology template with `num_devices` (default: the published plan's)."""
+        """The topology template with `num_devices` (default: the published plan's), in the params' world."""
         try:
-            return self.topology.topology(num_devices or self.plan_devices)
+            return self.template.topology(num_devices or self.plan_devices)
         except ValidationError as e:
             raise ConfigError(f"topology {describe_validation_error(e)}") from None
+        except ValueError as e:  # the world's hosts are not the topology's
+            raise ConfigError(f"world: {e}") from None
+
+    @property
+    def template(self) -> TopologyConfig:
+        """The params `topology` in the params' `world`: what training's task topologies are made from."""
+        return self.topology.model_copy(update={"world": self.world.world()})
 
     def topology_for_job(self, job: JobTopology | None) -> Topology:
         """The topology a run plans for: the inventory's recorded `job` over the template, except what the caller
-        was told (`told`); without a job, `topology_for()` (dreamshard.config.job)."""
-        return job_topology(self.topology, self.plan_devices, job, self.told)
+        was told (`told`); without a job, `topology_for()` (dreamshard.config.job). The world: the one the caller
+        named, else the job's, else the params'."""
+        return job_topology(self.topology, self.plan_devices, job, self.told, self.world.world())
 
     def oracle(self) -> Oracle:
         """The measuring backend of the `profile` section: the one construction every door uses."""
@@ -197,6 +207,22 @@ def _fill_in(data: dict[str, Any]) -> dict[str, Any]:
     for section, key, source in FILL_INS:
         if key not in data.get(section, {}):
             data.setdefault(section, {})[key] = data.get(source, {})
+    return _interconnect(data)
+
+
+def _interconnect(data: dict[str, Any]) -> dict[str, Any]:
+    """The former `topology.interconnect` read as the world it named: `fast` is world `fast` (unless the file names
+    a world), `measured` none declared. The world is its own section, never a key of `topology`."""
+    topology = data.get("topology")
+    if isinstance(topology, dict) and "world" in topology:
+        raise ConfigError("topology.world: the job's world is its own section, world (world.name and its figures)")
+    said = topology.pop("interconnect", None) if isinstance(topology, dict) else None
+    if said is None:
+        return data
+    if said not in ("measured", "fast"):
+        raise ConfigError(f"topology.interconnect '{said}' is neither measured nor fast: name a world (world.name)")
+    if said == "fast" and not (data.get("world") or {}).get("name"):
+        data["world"] = {**(data.get("world") or {}), "name": "fast"}
     return data
 
 
@@ -228,6 +254,8 @@ def resolve(
     raw = _raw_over(path, base)
     if path is not None and told:  # the file whole, every section, before an override hides a bad value of it
         settings_from(raw, path)
+    if "world.name" in told:  # a world named by the caller replaces the file's, figures and all
+        raw = {**raw, "world": {}}
     return settings_from(apply_overrides(raw, overrides), path).model_copy(update={"told": told})
 
 

@@ -34,10 +34,12 @@ from dreamshard.evaluation.interleave import (  # re-exported: callers import th
 )
 from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
 from dreamshard.integrations.torchrec_carried import carried_report
+from dreamshard.profiling.world import charged_world, world_proxy
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
 from dreamshard.sharders.torchrec_parameters import relaxed_for
 from dreamshard.values import (
     BackendInfo,
+    ChargedWorld,
     Inventory,
     Measurement,
     Plan,
@@ -104,12 +106,20 @@ class Comparison(BaseModel):
     # how the contenders were timed: passes per round (each device's figure their median) and the CPU clock
     timing_passes: int = 1
     timing_clock: str = "wall"
+    # the world the contenders' collectives were charged in (None: a comparison written before it was recorded)
+    world: ChargedWorld | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         return renamed_fields(data, {"best_heuristic": "best_baseline"})  # comparisons written before the rename
+
+    @property
+    def world_proxy(self) -> str:
+        """ "" when the comparison charged the world its topology was planned for, else the PROXY sentence
+        (dreamshard.profiling.world.world_proxy)."""
+        return world_proxy(self.topology, self.world)
 
     @property
     def has_lower_bound(self) -> bool:
@@ -158,6 +168,8 @@ class Comparison(BaseModel):
             "lb_comm_ms": self.lb_comm_ms,
             "best": self.best,
             "best_baseline": self.best_baseline,
+            "world": self.world.model_dump(mode="json") if self.world is not None else None,
+            "world_proxy": self.world_proxy,
             "breaks_constraints": dict(self.breaks_constraints),
             "broken_measured": {
                 r.sharder: {"overall_ms": r.overall_ms, "spread": r.spread, "ratio_to_best": r.ratio_to_best}
@@ -253,6 +265,7 @@ def compare_sharders(
     for r in (*results, *broken_results):
         r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
         r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
+    many = topology.num_devices > 1  # the all-to-all the plans were charged (fitted once, cached by now)
     return Comparison(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
@@ -273,6 +286,7 @@ def compare_sharders(
         carried=carried_report(inventory),
         timing_passes=timing_passes if gated else 1,
         timing_clock=timing_clock if gated else "wall",
+        world=charged_world(topology, oracle.collective_model(topology, "all_to_all") if many else None),
     )
 
 

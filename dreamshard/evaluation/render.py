@@ -169,6 +169,12 @@ def device_table_markdown(plan: Plan, inventory: Inventory | None = None) -> str
     return "\n".join(lines)
 
 
+def world_line(cmp: Comparison) -> str:
+    """The world the comparison charged, and its PROXY sentence when that is not the world the plans are for."""
+    said = cmp.world.describe() if cmp.world is not None else "world: not recorded (a comparison written before it was)"
+    return said + (f"; {cmp.world_proxy}" if cmp.world_proxy else "")
+
+
 def comparison_table(cmp: Comparison) -> RichTable:
     b = cmp.backend
     t = RichTable(
@@ -178,7 +184,7 @@ def comparison_table(cmp: Comparison) -> RichTable:
             f"batch {cmp.topology.batch_size}) · {cmp.rounds} interleaved round(s)"
             + (" · SIMULATED" if b.is_simulated else "")
         ),
-        caption=reference_line(cmp),
+        caption=f"{reference_line(cmp)}\n{world_line(cmp)}",
     )
     t.add_column("sharder", justify="left", overflow="fold", max_width=60)  # a reason a sharder is outside wraps
     for col in ("overall ms", "spread", "x best", "x LB", "max mem GB"):
@@ -240,6 +246,7 @@ def comparison_markdown(cmp: Comparison) -> str:
         "",
         reference_line(cmp) + ".",
         f"Best baseline: `{cmp.best_baseline}`.",
+        f"Charged in {world_line(cmp)}.",
     ]
     if cmp.carried:
         lines += ["", *(f"- {line}" for line in carried_lines(cmp.carried))]

@@ -63,15 +63,26 @@ def _check_simulated(simulated: bool, rules: PublishConfig, source: str) -> None
 
 
 def _evidence(source: str, comparison: Comparison, proxy: str, device_type: str) -> str:
-    """Where the decision's figures come from: the comparison, its rounds and backend, labelled when simulated or a
-    proxy for `device_type` devices."""
+    """Where the decision's figures come from: the comparison, its rounds, backend and world, labelled when simulated
+    or a proxy for `device_type` devices or for the plan's world."""
     b = comparison.backend
+    world = comparison.world.name if comparison.world is not None else "unrecorded"
     return (
         f"{source}: {comparison.rounds} interleaved round(s) on {b.name}/{b.operator}"
         + (" (SIMULATED)" if b.is_simulated else "")
         + (f" (PROXY for {device_type} devices)" if proxy else "")
+        + f", world {world}"
+        + (" (PROXY for the plan's world)" if comparison.world_proxy else "")
         + f", {comparison.created_at:%Y-%m-%d %H:%M:%S}"
     )
+
+
+def _judged(plan: Plan, comparison: Comparison, entry: Plan) -> Plan:
+    """The judged plan with the comparison's measured costs, backend and world (its note: the world proxy, if any)."""
+    world = comparison.world
+    if world is not None:
+        world = world.model_copy(update={"note": comparison.world_proxy or world.note})
+    return plan.model_copy(update={"measured": entry.measured, "measured_by": comparison.backend, "world": world})
 
 
 def _rival(incumbent: Incumbent | None, plan: Plan) -> Plan | None:
@@ -133,7 +144,7 @@ def gate_plan(
         )
     b = comparison.backend
     _check_simulated(b.is_simulated, rules, source)
-    judged = plan.model_copy(update={"measured": v.entry.plan.measured, "measured_by": b})
+    judged = _judged(plan, comparison, v.entry.plan)
     decision = evaluate_gate(
         judged,
         against,
@@ -146,16 +157,19 @@ def gate_plan(
     )
     refs = baseline_references(comparison, v.infeasible, required, v.entry.overall_ms)
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
-    for clause in (charged_clause(charges, JUDGED, rules.move_horizon_steps), v.proxy, *(r.said for r in refs)):
+    world_proxy = comparison.world_proxy  # the plan's world charged, or a labelled proxy
+    clauses = (charged_clause(charges, JUDGED, rules.move_horizon_steps), v.proxy, world_proxy, *(r.said for r in refs))
+    for clause in clauses:
         extra += f"; {clause}" if clause else ""
     decision = decision.revised(
         inventory_fingerprint=inventory.fingerprint(),
         evidence=_evidence(source, comparison, v.proxy, plan.topology.device_type),
         reason=decision.reason + extra,
         finding=decision.finding + extra,
-        proxy=v.proxy,
+        proxy="; ".join(p for p in (v.proxy, world_proxy) if p),
         references=refs,
         uncharged_ratio=uncharged_ratio(v.entry.samples_ms, samples, decision.best_baseline, charges),
+        world=comparison.world.describe() if comparison.world is not None else "",
     )
     return Judgement(judged, decision, comparison, inventory, list(v.entry.samples_ms), against, plans, charges)
 

@@ -59,6 +59,7 @@ def fallback_plan(j: Judgement, label: str, why: str, incumbent: Incumbent) -> t
             "created_at": utcnow(),
             "measured": measured.measured,
             "measured_by": j.comparison.backend,
+            "world": j.plan.world,  # the world the comparison charged (with its proxy note)
         }
     )
     d = j.decision
@@ -88,5 +89,6 @@ def fallback_plan(j: Judgement, label: str, why: str, incumbent: Incumbent) -> t
         rounds=d.rounds,
         confidence=d.confidence,
         proxy=d.proxy,
+        world=d.world,
     )
     return plan, decision

@@ -50,6 +50,7 @@ PLAN_FIELD_AUTHORITY: Mapping[str, Authority] = {
     "calibration": "gate",
     "layouts": "gate",
     "comm_fits": "gate",
+    "world": "gate",
     "assumptions": "gate",
     "lineage": "gate",
     "model_version": "gate",

@@ -30,6 +30,7 @@ from dreamshard.integrations.torchrec_batches import load_batches as load_batche
 from dreamshard.integrations.torchrec_batches import rescaled_histogram as rescaled_histogram
 from dreamshard.integrations.torchrec_batches import table_histogram
 from dreamshard.integrations.torchrec_constraints import ConstraintsSource, check_tables, load_constraints, pooling_of
+from dreamshard.integrations.torchrec_job import job_topology as job_topology  # the job's home is torchrec_job
 from dreamshard.integrations.user_code import import_user_module
 from dreamshard.values import DType, Feature, Inventory, JobTopology, Table, TableConstraints
 from dreamshard.values.names import check_inventory_names
@@ -166,36 +167,6 @@ def schema_fingerprints(model: nn.Module, names: dict[str, str] | None = None) -
     return (full,) if lean == full else (full, lean)
 
 
-def job_topology(
-    world_size: int | None = None,
-    devices_per_host: int | None = None,
-    memory_gb: float | None = None,
-    optimizer: str | None = None,
-    device_type: str | None = None,
-    batch_size: int | None = None,
-) -> JobTopology | None:
-    """The training job the inventory is planned for (`Inventory.job`), None when no `world_size` is given; the
-    other options need it. One-line InventoryError naming the bad option."""
-    given = {
-        "devices_per_host": devices_per_host,
-        "memory_per_device_gb": memory_gb,
-        "optimizer": optimizer,
-        "device_type": device_type,
-        "batch_size": batch_size,
-    }
-    if world_size is None:
-        named = [k for k in ("devices_per_host", "memory_per_device_gb", "optimizer", "device_type") if given[k]]
-        if named:
-            raise InventoryError(f"the job's {named[0]} needs its world size (--world-size / world_size=)")
-        return None
-    try:
-        return JobTopology.model_validate(
-            {"world_size": world_size, **{k: v for k, v in given.items() if v is not None}}
-        )
-    except ValidationError as e:
-        raise InventoryError(f"the job: {_reason(e)}") from None
-
-
 class _Lookups:
     """What the batches measured: lookups per feature, the features seen, each table's looked-up rows per batch."""
 
@@ -296,6 +267,8 @@ def inventory_from_module(
     memory_gb: float | None = None,
     optimizer: str | None = None,
     device_type: str | None = None,
+    topology: Any = None,
+    world: str | None = None,
 ) -> Inventory:
     """The inventory of a TorchRec model measured from its batches; a feature with no lookups is warned about
     (``UserWarning``). A batch key no table serves, a table none of whose features is in any batch (and no
@@ -305,8 +278,18 @@ def inventory_from_module(
     `constraints`: ``{table: ParameterConstraints(...)}`` (TorchRec's objects as they are), a mapping of their
     fields, or a file (dreamshard.integrations.torchrec_constraints). `world_size` (with `devices_per_host`,
     `memory_gb` per device, `optimizer`, `device_type`) records the training job (`job_topology`; its batch is
-    `planned_batch_size`)."""
-    job = job_topology(world_size, devices_per_host, memory_gb, optimizer, device_type, planned_batch_size)
+    `planned_batch_size`); TorchRec's `topology` (its `Topology`) fills what they do not say, its interconnect
+    recorded as the job's world, or `world` names one (`fast`, `nvlink-ib`, `host`, `measured`)."""
+    job = job_topology(
+        world_size,
+        devices_per_host,
+        memory_gb,
+        optimizer,
+        device_type,
+        planned_batch_size,
+        topology=topology,
+        world=world,
+    )
     inv, notes = measure_module(
         model, batches, batch_size, planned_batch_size, name, allow_pickle, constraints=constraints, job=job
     )

@@ -4,8 +4,8 @@
 Compute is the members' mean + `risk` x their spread, so the search and the policy stay away from the cost net's
 blind spots. Communication uses the alpha-beta model of the collective each unit runs (dreamshard.profiling.comm:
 all-to-all for whole tables and column shards, reduce-scatter for row shards, all-reduce for replicas), measured
-or the topology's fixed interconnect profile, host-aware on a topology with hosts; without a comm model, the
-ensemble's comm heads. As a CostEstimator (dreamshard.learning.estimator) a unit's state is
+or the declared figures of the topology's world (dreamshard.values.world), host-aware on a topology with hosts;
+without a comm model, the ensemble's comm heads. As a CostEstimator (dreamshard.learning.estimator) a unit's state is
 ``[member latents (K x latent) | 1 | all-to-all output dim | reduce-scatter output dim | all-reduce elements]``
 (output dim = `Table.output_elements_per_sample`: dim x the table's features, dim x its lookups for a sequence
 table; `unit_exchange`); a device's state is the sum of its units' states.
@@ -23,10 +23,12 @@ from dreamshard.learning.cost_model import COMM, COMPUTE, CostEnsemble
 from dreamshard.learning.estimator import device_states
 from dreamshard.learning.features import tables_features
 from dreamshard.placement.expand import expand_plan
-from dreamshard.profiling.comm import comm_model_for, host_comm_model, profile_model
+from dreamshard.profiling.comm import comm_model_for, declared, host_comm_model, world_model
 from dreamshard.profiling.comm_fit import derive, distrust
+from dreamshard.profiling.world import pool_backend
 from dreamshard.values import Collective, CommModel, Costs, DeviceCost, Inventory, Plan, Table, Topology
 from dreamshard.values.units import parse_unit
+from dreamshard.values.world import MEASURED
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.learning.model_store import LoadedModel
@@ -101,8 +103,8 @@ class PlanningCost:
             n = self.topology.num_devices
             if self.source is not None:
                 model = self.source.collective_model(self.topology, collective)
-            elif self.topology.interconnect != "measured":
-                model = profile_model(self.topology.interconnect, n, collective)
+            elif (world := declared(self.topology)) is not None:
+                model = world_model(world, n, collective)
             elif self.comm.backend.startswith(("simulated", "default")):  # no benchmark behind the all-to-all either
                 model = self.comm.model_copy(update={"collective": collective})
             else:
@@ -227,14 +229,18 @@ def closest_comm(models: Sequence[CommModel], num_devices: int) -> CommModel | N
 
 
 def comm_for(topology: Topology, measured: Sequence[CommModel]) -> CommModel | None:
-    """The all-to-all model planning uses on `topology`: its fixed interconnect profile, else the closest measured
+    """The all-to-all model planning uses on `topology`: its world's declared figures, else the closest measured
     (by world size) of those that pass the quality bar (`comm_fit.distrust`), derived for a larger world; when every
-    fit given fails the bar, this machine's own fit (`comm.comm_model_for`). It is one device's intra-host rate;
-    `PlanningCost` adds the inter-host tier of a topology with hosts (``comm.host_comm_model``). Models of other
-    collectives (``CommModel.collective``) are skipped."""
-    if topology.interconnect != "measured":
-        return profile_model(topology.interconnect, topology.num_devices)
+    fit given fails the bar, this machine's own fit (`comm.comm_model_for`). World `measured` takes the fits of the
+    job's own process group (`pool_backend`: the profiling on its pool) when there are any. It is one device's
+    intra-host rate; `PlanningCost` adds the inter-host tier of a topology with hosts (``comm.host_comm_model``).
+    Models of other collectives (``CommModel.collective``) are skipped."""
+    if (world := declared(topology)) is not None:
+        return world_model(world, topology.num_devices)
     fits = [c for c in measured if c.collective == "all_to_all"]
+    if topology.world is not None and topology.world.name == MEASURED:
+        pool = [c for c in fits if c.backend.split(":")[0] == pool_backend(topology)]
+        fits = pool or fits  # none from the job's pool: the host's, and the plan's world note says so
     trusted = []
     for c in fits:
         if why := distrust(c):
@@ -253,7 +259,7 @@ def comm_models_of(records: Sequence[object], known: Sequence[CommModel] = ()) -
     by_ws = {c.world_size: c for c in known}
     for m in records:
         c = getattr(m, "comm_model", None)
-        if c is not None and c.world_size > 1 and not c.backend.startswith("profile:"):
+        if c is not None and c.world_size > 1 and not c.backend.startswith(("profile:", "world:")):
             by_ws[c.world_size] = c
     return tuple(by_ws[k] for k in sorted(by_ws))
 

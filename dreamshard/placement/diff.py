@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dreamshard.placement.device_memory import optimizer_bytes
 from dreamshard.values import GB, Inventory, Plan
-from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_MB
+from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB
 from dreamshard.values.units import parse_unit
 
 
@@ -66,12 +66,15 @@ class PlanDiff(BaseModel):
 
 
 def move_rate_ms_per_mb(plan: Plan) -> float:
-    """What sending one MB off a device costs under `plan`: its recorded all-to-all fit's beta, else its fixed
-    interconnect profile's, else the labelled default (dreamshard.profiling.comm)."""
+    """What sending one MB off a device costs under `plan`: its recorded all-to-all fit's beta, else its world's
+    declared intra-host bandwidth, else the labelled default (dreamshard.profiling.comm)."""
     fits = [f for f in plan.comm_fits if f.collective == "all_to_all"]
     if fits:
         return fits[0].beta_ms_per_mb
-    return FAST_BETA_MS_PER_MB if plan.topology.interconnect == "fast" else DEFAULT_BETA_MS_PER_MB
+    world = plan.topology.world
+    if world is not None and world.intra_host_gbps is not None:
+        return 1.0 / world.intra_host_gbps
+    return DEFAULT_BETA_MS_PER_MB
 
 
 def _said(where: tuple[str, tuple[tuple[str, int], ...]]) -> str:

@@ -20,9 +20,9 @@ from dreamshard.documents import atomic_write_text
 from dreamshard.errors import first_line
 from dreamshard.profiling.comm_fit import COLLECTIVE_BYTES, Benchmark, cached_fit, derive, measure_fit
 from dreamshard.profiling.fit_quality import usable_cores
-from dreamshard.values import CommModel, Topology
+from dreamshard.values import CommModel, Topology, World
 from dreamshard.values.costs import Collective
-from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB, FAST_BETA_MS_PER_MB
+from dreamshard.values.topology import DEFAULT_BETA_MS_PER_MB
 
 log = logging.getLogger(__name__)
 
@@ -40,28 +40,33 @@ _FALLBACK_METHOD = "all_reduce+slice"
 
 _MEMO: dict[tuple[str, int, str], CommModel] = {}
 
-#: Fixed interconnect profiles (Topology.interconnect other than "measured"): not a benchmark, labelled so.
-FAST_ALPHA_MS = 0.02
-
 
 def _check_collective(collective: str) -> None:
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective '{collective}'; choose from {', '.join(COLLECTIVES)}")
 
 
-def profile_model(interconnect: str, world_size: int, collective: Collective = "all_to_all") -> CommModel:
-    """The comm model of a fixed interconnect profile ("fast") for `world_size` devices."""
-    if interconnect != "fast":
-        raise ValueError(f"no fixed comm profile '{interconnect}'")
+def world_model(world: World, world_size: int, collective: Collective = "all_to_all") -> CommModel:
+    """The comm model of a declared world (a profile or the job's own figures: dreamshard.values.world) for
+    `world_size` devices: its alpha and its intra-host bandwidth, labelled `world:NAME` (not a benchmark); the
+    inter-host tier is the topology's (`host_comm_model`). ValueError for a measured world: a fit gives it."""
+    if world.measured or world.alpha_ms is None or world.intra_host_gbps is None:
+        raise ValueError(f"world '{world.name}' is measured: its comm model is a fit, not a declaration")
     if world_size <= 1:
         return zero_model(collective)
     return CommModel(
-        alpha_ms=FAST_ALPHA_MS,
-        beta_ms_per_mb=FAST_BETA_MS_PER_MB,
-        backend="profile:fast",
+        alpha_ms=world.alpha_ms,
+        beta_ms_per_mb=1.0 / world.intra_host_gbps,  # 1 MB at g GB/s = 1e6 / (g 1e9) s = 1 / g ms
+        backend=f"world:{world.name}",
         world_size=world_size,
         collective=collective,
     )
+
+
+def declared(topology: Topology) -> World | None:
+    """The topology's world when it declares its figures (a profile or the job's own), else None (measured)."""
+    w = topology.world
+    return w if w is not None and not w.measured else None
 
 
 def cache_dir() -> Path:

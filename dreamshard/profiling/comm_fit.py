@@ -226,7 +226,7 @@ def distrust(model: CommModel) -> str:
     """Why a benchmarked fit must not be planned on ("" when it may): it failed the bar, stands in as a fallback,
     or (an older fit without a quality record) its own points fail r2 or monotonicity. Labelled models that are
     not benchmarks (simulated, default, fixed profiles) and models set by hand (no points) are what they say."""
-    if model.backend.startswith(("simulated", "default", "profile:", "none")):
+    if model.backend.startswith(("simulated", "default", "profile:", "world:", "none")):
         return ""
     if model.fallback:
         return model.fallback

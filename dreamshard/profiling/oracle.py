@@ -130,10 +130,11 @@ class Oracle:
 
     def collective_model(self, topology: Topology, collective: Collective, refit: bool = False) -> CommModel:
         """The alpha-beta model of `collective` (all-to-all of pooled outputs, reduce-scatter of row-wise partial
-        sums, all-reduce of data-parallel gradients) for ``topology.num_devices``, fitted once and cached."""
+        sums, all-reduce of data-parallel gradients) for ``topology.num_devices``, fitted once and cached; the
+        declared world's model when the topology's world declares its figures (dreamshard.values.world)."""
         n = topology.num_devices
-        if topology.interconnect != "measured":
-            return comm_mod.profile_model(topology.interconnect, n, collective)
+        if (world := comm_mod.declared(topology)) is not None:
+            return comm_mod.world_model(world, n, collective)
         key = (n, collective)
         if refit or key not in self._comm:
             sim = getattr(self.backend, "comm_model", None)

@@ -25,6 +25,7 @@ from dreamshard.placement.expand import fold_units
 from dreamshard.placement.layout import Layout, layout_kernels
 from dreamshard.placement.make_plan import make_plan
 from dreamshard.placement.spread import spread_shards
+from dreamshard.profiling.world import charged_world
 from dreamshard.search.layout_prior import LayoutPrior, layout_reasons, prior_for
 from dreamshard.search.report import ShardReport
 from dreamshard.search.sharding_types import choose_types
@@ -92,7 +93,7 @@ class ModelSharder(Sharder):
     def planning_cost(self, topology: Topology) -> PlanningCost:
         """The cost search minimises on `topology`: the ensemble's compute, and the collectives of the backend
         that will judge the plan (the `oracle`'s fits, when this sharder has one: verification, refinement and
-        the gate measure with them) or else the model card's fits / the topology's interconnect profile."""
+        the gate measure with them) or else the model card's fits / the figures the topology's world declares."""
         if self.oracle is not None:
             return PlanningCost(self.model.cost_net, topology, None, self.config.risk, source=self.oracle)
         comm = comm_for(topology, self.model.card.comm_models)
@@ -148,7 +149,11 @@ class ModelSharder(Sharder):
             cache_load_factors=factors,
         )
         return plan.model_copy(
-            update={"out_of_range": tuple(self.out_of_range(inventory, topology)), "comm_fits": cost.fits()}
+            update={
+                "out_of_range": tuple(self.out_of_range(inventory, topology)),
+                "comm_fits": cost.fits(),
+                "world": charged_world(topology, cost.comm),
+            }
         )
 
     def shard(self, inventory: Inventory, topology: Topology) -> Plan:

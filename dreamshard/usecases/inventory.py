@@ -94,7 +94,7 @@ def from_trace(request: FromTraceRequest) -> InventoryResult:
 class FromTorchrecRequest(Request):
     """`inventory from-torchrec`: the model (`pkg.mod:build` or `file.py:build`), its KJT batches file, the team's
     constraints file (`.py` defining `constraints`, or YAML/JSON) and the training job (`world_size` and the
-    options that need it)."""
+    options that need it, or TorchRec's `Topology`, whose bandwidths are recorded as the job's world)."""
 
     model: str
     batches: Path | None = None
@@ -109,19 +109,32 @@ class FromTorchrecRequest(Request):
     memory_gb: float | None = None
     optimizer: str | None = None
     device_type: str | None = None
+    torchrec_topology: str | None = None  # `pkg.mod:name` / `file.py:name`: TorchRec's Topology (or what builds it)
+    world: str | None = None  # the job's world by name (fast, nvlink-ib, host, measured)
 
 
 def from_torchrec(request: FromTorchrecRequest) -> InventoryResult:
     """The inventory of a TorchRec model measured from its batches, with its constraints and job
     (integrations.torchrec_model), written to `out`."""
     # loads torch: this use case only
-    from dreamshard.integrations.torchrec_model import job_topology, load_model, measure_module
+    from dreamshard.integrations.torchrec_job import job_topology, load_topology
+    from dreamshard.integrations.torchrec_model import load_model, measure_module
 
     check_outputs({"--batches": request.batches, "--constraints": request.constraints}, {"--output": request.out})
     if request.batches is not None and request.batch_size is None:
         raise ConfigError("--batches needs --batch-size (the samples per batch in the file)")
     r = request
-    job = job_topology(r.world_size, r.devices_per_host, r.memory_gb, r.optimizer, r.device_type, r.planned_batch_size)
+    topology = load_topology(r.torchrec_topology) if r.torchrec_topology is not None else None
+    job = job_topology(
+        r.world_size,
+        r.devices_per_host,
+        r.memory_gb,
+        r.optimizer,
+        r.device_type,
+        r.planned_batch_size,
+        topology=topology,
+        world=r.world,
+    )
     inv, notes = measure_module(
         load_model(r.model),
         r.batches,

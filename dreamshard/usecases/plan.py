@@ -22,6 +22,7 @@ from dreamshard.measured.steps import MeasuredStep, measured_steps
 from dreamshard.pipeline.incumbent import load_incumbent
 from dreamshard.placement.diff import PlanDiff, plan_diff
 from dreamshard.profiling.corpus import DeviceCorpus
+from dreamshard.profiling.world import charged_world
 from dreamshard.search.model_sharder import ModelSharder
 from dreamshard.sharders import accepted_options, get_sharder, options_for
 from dreamshard.usecases.base import Request, Result
@@ -148,6 +149,10 @@ def run(request: PlanRequest) -> PlanResult:
     topology = request.settings.topology_for_job(inv.job)
     kernel = check_kernel(request.torchrec_kernel, topology.device_type) if request.torchrec_kernel else None
     plan, searched, warnings = _shard(request, name, inv, incumbent)
+    if plan.world is None:  # a sharder that costs no exchange: the world it was planned for, as declared
+        plan = plan.model_copy(update={"world": charged_world(plan.topology, None)})
+    if plan.world is not None and plan.world.note:  # never silently on another world than the job's
+        warnings.append(f"plan {plan.plan_id}: {plan.world.note}")
     if plan.out_of_range:
         warnings.append(
             f"plan {plan.plan_id} records its out-of-range inputs: the publish gate will want a measured comparison"

@@ -91,7 +91,7 @@ def run_policy(request: PolicyRequest) -> CardResult:
     s = request.settings
     pool = request.inventory
     taskset = load_taskset(request.tasks)
-    cfg, topo = s.train_policy, s.topology
+    cfg, topo = s.train_policy, s.template
     loaded = load_model(request.model_dir, require_policy=False)
     costs = cost_factory(loaded.cost_net, loaded.card.comm_models, cfg.risk)
     policy, metrics = train_policy(
@@ -241,7 +241,7 @@ def run(request: TrainRequest) -> TrainResult:
         if request.measurements is not None
         else []
     )
-    topo_cfg = s.topology
+    topo_cfg = s.template
     if s.profile.backend == "cuda":  # measured on GPUs: the devices planned for are GPUs
         topo_cfg = topo_cfg.model_copy(update={"device_type": "cuda"})
     state_dir = request.state_dir if request.state_dir is not None else request.model_dir / DEFAULT_STATE_DIR

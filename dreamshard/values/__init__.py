@@ -107,6 +107,7 @@ from dreamshard.values.units import (
     row_shards_for,
     shard_name,
 )
+from dreamshard.values.world import WORLD_NAMES, ChargedWorld, World, named_world
 
 __all__ = [
     "AccessAssumptions",
@@ -181,6 +182,10 @@ __all__ = [
     "UnitRef",
     "Verification",
     "VerifiedCandidate",
+    "WORLD_NAMES",
+    "World",
+    "ChargedWorld",
+    "named_world",
     "aligned_dim",
     "dim_problem",
     "dvc_md5",

@@ -77,7 +77,7 @@ class StrictNumbers(BaseModel):
                 continue
             if _boolean(field.annotation) and not isinstance(value, bool) and value is not None:
                 message = f"must be true or false, got {type(value).__name__} {value!r}"
-                raise _located(cls.__name__, name, value, message)
+                raise located(cls.__name__, name, value, message)
             bad = [value] if _numeric(field.annotation) else []
             if _numeric_items(field.annotation) and isinstance(value, (list, tuple)):
                 bad = list(value)
@@ -85,11 +85,11 @@ class StrictNumbers(BaseModel):
                 try:
                     number_only(item)
                 except ValueError as e:
-                    raise _located(cls.__name__, name, item, str(e)) from None
+                    raise located(cls.__name__, name, item, str(e)) from None
         return data
 
 
-def _located(title: str, field: str, value: object, message: str) -> ValidationError:
-    """`number_only`'s refusal as a ValidationError located at the field (a model validator has no location)."""
+def located(title: str, field: str, value: object, message: str) -> ValidationError:
+    """A refusal as a ValidationError located at the field (a model validator has no location of its own)."""
     error = InitErrorDetails(type=PydanticCustomError("number_type", message), loc=(field,), input=value)
     return ValidationError.from_exception_data(title, [error])

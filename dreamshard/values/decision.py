@@ -91,6 +91,9 @@ class GateDecision(BaseModel):
     # what stood in for the plan's devices when the gate measured on another device type (publish.allow_proxy,
     # dreamshard.gate.checks.proxy_basis); "" = measured on the plan's own device type or the simulator
     proxy: str = ""
+    # the world the gate's figures charged the collectives in (dreamshard.values.world.ChargedWorld.describe); a
+    # world other than the plan's is also a PROXY sentence in `proxy`; "" in records written before it
+    world: str = ""
     checked_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")

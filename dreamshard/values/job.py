@@ -1,6 +1,7 @@
-"""The training job an inventory is planned for: its world size, hosts, memory per device, optimizer and batch
-(docs/architecture/data-model.md, "The job's topology"). `dreamshard inventory from-torchrec` records it beside the
-tables; plan, replan, the pipeline and the gate plan for it unless told otherwise."""
+"""The training job an inventory is planned for: its world size, hosts, memory per device, optimizer, batch and the
+interconnect it runs on (docs/architecture/data-model.md, "The job's topology" and "The job's world").
+`dreamshard inventory from-torchrec` records it beside the tables; plan, replan, the pipeline and the gate plan for it
+unless told otherwise."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import Field, model_validator
 
 from dreamshard.values.base import Number, StrictModel
 from dreamshard.values.topology import MAX_BATCH, MAX_DEVICE_GB, DeviceType, Optimizer, Topology
+from dreamshard.values.world import World
 
 
 class JobTopology(StrictModel):
@@ -22,6 +24,9 @@ class JobTopology(StrictModel):
     memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] | None = None
     optimizer: Optimizer | None = None
     batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] | None = None
+    # the interconnect the job runs on (`from-torchrec` records it when TorchRec's topology states it); None: the
+    # params' world, if any
+    world: World | None = None
 
     @model_validator(mode="after")
     def _hosts_divide(self) -> JobTopology:
@@ -29,6 +34,11 @@ class JobTopology(StrictModel):
             raise ValueError(
                 f"world_size {self.world_size} does not make whole hosts of {self.devices_per_host} devices "
                 f"(devices_per_host must divide world_size)"
+            )
+        said = self.world.devices_per_host if self.world is not None else None
+        if said is not None and self.devices_per_host is not None and said != self.devices_per_host:
+            raise ValueError(
+                f"world.devices_per_host {said} is not the job's devices_per_host {self.devices_per_host}: say one"
             )
         return self
 
@@ -43,7 +53,8 @@ class JobTopology(StrictModel):
             value = getattr(self, field)
             if value is not None:
                 update[field] = value
-        return Topology.model_validate({**template.model_dump(), **update})
+        topology = Topology.model_validate({**template.model_dump(), **update})
+        return topology.in_world(self.world) if self.world is not None else topology
 
     def given(self) -> dict[str, object]:
         return self.model_dump(exclude_none=True)

@@ -17,6 +17,7 @@ from dreamshard.values.lineage import Lineage
 from dreamshard.values.tables import Number, StrictModel
 from dreamshard.values.topology import Topology
 from dreamshard.values.units import ColumnShard, RowShard, ShardingType, replica_name, row_shard_name, shard_name
+from dreamshard.values.world import ChargedWorld
 
 
 class VerifiedCandidate(StrictModel):
@@ -134,6 +135,9 @@ class Plan(StrictModel):
     layouts: dict[str, str] = Field(default_factory=dict)
     # the collective fits the plan was costed with, each with its quality or the reason for its fallback
     comm_fits: tuple[CommModel, ...] = ()
+    # the world the plan was costed in (its name, alpha, GB/s, source) and the note when that is not the job's own
+    # (a cuda job planned on the host's gloo fit); the gate's own: the world its measurement charged
+    world: ChargedWorld | None = None
     assumptions: AccessAssumptions | None = None  # the id distributions planned for, where statistics are missing
     created_at: datetime = Field(default_factory=utcnow)
 

@@ -1,13 +1,14 @@
-"""The topology a plan is for: devices, hosts, memory, batch, interconnect and the training job's optimizer
-(docs/architecture/data-model.md, "Data model")."""
+"""The topology a plan is for: devices, hosts, memory, batch, the job's world (its interconnect) and the training
+job's optimizer (docs/architecture/data-model.md, "Data model")."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from dreamshard.values.base import GB, Number, StrictModel
+from dreamshard.values.world import World, named_world
 
 DeviceType = Literal["cpu", "cuda"]
 
@@ -16,14 +17,12 @@ MAX_DEVICE_GB = float(2**20)
 MAX_BATCH = 2**24
 
 
-#: How the all-to-all is costed: "measured" = the alpha-beta fit of a real benchmark on this machine (gloo on
-#: CPU, NCCL on GPUs); "fast" = a fixed fast-interconnect profile (about 10 GB/s per device, NVLink-class
-#: latency), for planning a cluster whose network is much faster than the machine that profiles.
+#: The former `interconnect` field, read as the world it named: "measured" = no world declared (the host's fits),
+#: "fast" = the `fast` profile (dreamshard.values.world). Plans and params written before the world load unchanged.
 Interconnect = Literal["measured", "fast"]
 #: What an exchange costs per MB leaving each device when nothing was measured: the fallback profile (loopback-like,
-#: ~2 GB/s) and the `fast` interconnect profile (10 GB/s); dreamshard.profiling.comm labels either as not a benchmark.
+#: ~2 GB/s); dreamshard.profiling.comm labels it as not a benchmark.
 DEFAULT_BETA_MS_PER_MB = 0.5
-FAST_BETA_MS_PER_MB = 0.1
 
 
 #: The optimizer a training job fuses into its embedding kernels: what optimizer state each table carries
@@ -45,7 +44,8 @@ class Topology(StrictModel):
     device_type: DeviceType = "cpu"
     memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)]
     batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] = 2048
-    interconnect: Interconnect = "measured"
+    # the interconnect the job's collectives run on (dreamshard.values.world); None: none declared, the host's fits
+    world: World | None = None
     # hosts x local devices (TorchRec's local_world_size); None: one flat host of all devices (the default)
     devices_per_host: Annotated[int, Number, Field(ge=1, le=4096)] | None = None
     inter_host_gbps: Annotated[float, Number, Field(gt=0, le=1e6)] = DEFAULT_INTER_HOST_GBPS
@@ -56,6 +56,19 @@ class Topology(StrictModel):
     # cuda device (TorchRec's DDR_CAP default); on a cpu device every table lives in `memory_per_device_gb`
     host_memory_per_device_gb: Annotated[float, Number, Field(gt=0, le=MAX_DEVICE_GB)] = DEFAULT_HOST_MEMORY_GB
 
+    @model_validator(mode="before")
+    @classmethod
+    def _interconnect(cls, data: Any) -> Any:
+        """A topology written with the former `interconnect` field: "fast" is the `fast` world."""
+        if isinstance(data, dict) and "interconnect" in data:
+            data = dict(data)
+            said = data.pop("interconnect")
+            if said == "fast" and data.get("world") is None:
+                data["world"] = named_world("fast")
+            elif said not in ("measured", "fast"):
+                raise ValueError(f"interconnect '{said}' is neither measured nor fast (name a world instead: world)")
+        return data
+
     @model_validator(mode="after")
     def _hosts_divide(self) -> Topology:
         L = self.devices_per_host
@@ -65,6 +78,24 @@ class Topology(StrictModel):
                 f"(devices_per_host must divide num_devices)"
             )
         return self
+
+    def in_world(self, world: World | None) -> Topology:
+        """This topology in `world`: the world recorded, its inter-host bandwidth taken when it declares one, and
+        its hosts of `devices_per_host` when it declares them and this topology has no hosts (a topology of no more
+        devices than one host is one host). ValueError naming both when the world's hosts are not this topology's
+        or do not divide its devices."""
+        update: dict[str, Any] = {"world": world}
+        if world is not None and world.inter_host_gbps is not None:
+            update["inter_host_gbps"] = world.inter_host_gbps
+        per_host = world.devices_per_host if world is not None else None
+        if per_host is not None and self.devices_per_host not in (None, per_host):
+            raise ValueError(
+                f"world '{world.name if world else ''}' has {per_host} devices per host, the topology "
+                f"{self.devices_per_host}: say one (world.devices_per_host or topology.devices_per_host)"
+            )
+        if per_host is not None and self.devices_per_host is None and self.num_devices > per_host:
+            update["devices_per_host"] = per_host
+        return Topology.model_validate({**self.model_dump(), **update})
 
     @property
     def hosts(self) -> int:
