@@ -28,7 +28,7 @@ def main() -> None:
     from dreamshard.placement.expand import expand_plan
     from dreamshard.placement.validate import check_plan
     from dreamshard.sharders import get_sharder
-    from dreamshard.values import GB, Topology
+    from dreamshard.values import GB, Topology, named_world
 
     inv = preset_inventory("criteo-terabyte", dim=128)  # type: ignore[arg-type]
     base = Topology(num_devices=8, memory_per_device_gb=16.0, optimizer="rowwise_adagrad", memory_model="torchrec")
@@ -39,13 +39,13 @@ def main() -> None:
             "dreamshard --types (fast interconnect)",
             "dreamshard",
             {"search": types},
-            base.model_copy(update={"interconnect": "fast"}),
+            base.in_world(named_world("fast")),
         ),
         (
             "dreamshard --types (2 hosts x 4, fast)",
             "dreamshard",
             {"search": types},
-            base.model_copy(update={"interconnect": "fast", "devices_per_host": 4}),
+            base.model_copy(update={"devices_per_host": 4}).in_world(named_world("fast")),
         ),
         ("torchrec (unrestricted, cuda)", "torchrec", {}, base.model_copy(update={"device_type": "cuda"})),
         (

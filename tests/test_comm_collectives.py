@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dreamshard.profiling import collectives, comm, comm_fit
-from dreamshard.values import CommModel
+from dreamshard.values import CommModel, named_world
 
 TINY = (16 << 10, 64 << 10, 256 << 10)  # bytes leaving a rank: keeps each real benchmark to ~2 s
 
@@ -134,9 +134,9 @@ def test_byte_formulas() -> None:
     assert comm.device_comm_bytes(2048, [16, 64], 4) == pytest.approx(2048 * 80 * 4 * 3 / 4)
 
 
-def test_profile_and_zero_models_carry_the_collective() -> None:
-    assert comm.profile_model("fast", 4, "all_reduce").collective == "all_reduce"
-    assert comm.profile_model("fast", 4).collective == "all_to_all"
+def test_world_and_zero_models_carry_the_collective() -> None:
+    assert comm.world_model(named_world("fast"), 4, "all_reduce").collective == "all_reduce"
+    assert comm.world_model(named_world("fast"), 4).collective == "all_to_all"
     assert comm.zero_model("reduce_scatter").collective == "reduce_scatter"
 
 

@@ -20,7 +20,7 @@ from dreamshard.gate.sequential import gate_rounds, looks, quiet_enough, stop_ru
 from dreamshard.profiling import base, make_oracle
 from dreamshard.profiling.base import ComputeBackend, DeviceTiming, timing_clock
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.values import Costs, DeviceCost, Measurement, Table, Topology
+from dreamshard.values import Costs, DeviceCost, Measurement, Table, Topology, named_world
 
 BASE = [100.0, 101.0, 99.5, 100.4, 100.8]
 
@@ -190,7 +190,7 @@ def test_timing_passes_take_each_devices_median(world: World) -> None:
     """Two devices, three passes (devices in turn each pass): one burst (30 ms) moves one pass, not the figure."""
     backend = ScriptedBackend([10.0, 20.0, 30.0, 21.0, 11.0, 19.0])
     oracle = Oracle(backend, repeats=2)
-    topo = world.topology.model_copy(update={"interconnect": "fast"})
+    topo = world.topology.in_world(named_world("fast"))
     placement = {t.name: i % 2 for i, t in enumerate(world.inventory.tables)}
     with oracle.timing_as(3):
         m = oracle.measure(world.inventory, placement, topo)

@@ -9,7 +9,7 @@ from dreamshard.inventory.synth import synth_inventory
 from dreamshard.placement.device_memory import ADAM_STATES
 from dreamshard.placement.diff import move_rate_ms_per_mb, plan_diff
 from dreamshard.sharders import get_sharder
-from dreamshard.values import GB, CommModel, Topology
+from dreamshard.values import GB, CommModel, Topology, named_world
 
 
 def test_a_move_counts_optimizer_state_and_its_time_at_the_plans_rate() -> None:
@@ -30,10 +30,10 @@ def test_a_move_counts_optimizer_state_and_its_time_at_the_plans_rate() -> None:
     assert not same.moved and same.move_ms == 0.0 and "ms to send" not in same.summary
 
 
-def test_without_a_recorded_fit_the_rate_is_the_interconnects() -> None:
+def test_without_a_recorded_fit_the_rate_is_the_worlds() -> None:
     inv = synth_inventory(4, 1, name="rate")
     plan = get_sharder("size_greedy").shard(inv, Topology(num_devices=2, memory_per_device_gb=16.0))
     plan = plan.model_copy(update={"comm_fits": ()})
     assert move_rate_ms_per_mb(plan) == 0.5  # the labelled default
-    fast = plan.model_copy(update={"topology": plan.topology.model_copy(update={"interconnect": "fast"})})
+    fast = plan.model_copy(update={"topology": plan.topology.in_world(named_world("fast"))})
     assert move_rate_ms_per_mb(fast) == 0.1

@@ -265,7 +265,6 @@ def compare_sharders(
     for r in (*results, *broken_results):
         r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
         r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
-    many = topology.num_devices > 1  # the all-to-all the plans were charged (fitted once, cached by now)
     return Comparison(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
@@ -286,8 +285,14 @@ def compare_sharders(
         carried=carried_report(inventory),
         timing_passes=timing_passes if gated else 1,
         timing_clock=timing_clock if gated else "wall",
-        world=charged_world(topology, oracle.collective_model(topology, "all_to_all") if many else None),
+        world=_charged(topology, samples),
     )
+
+
+def _charged(topology: Topology, samples: Sequence[Sequence[Measurement]]) -> ChargedWorld:
+    """The world the measurements charged the plans' all-to-all in (each records its comm model)."""
+    models = [m.comm_model for ms in samples for m in ms if m.comm_model is not None]
+    return charged_world(topology, models[0] if models and topology.num_devices > 1 else None)
 
 
 def _plan_contenders(

@@ -157,16 +157,15 @@ def gate_plan(
     )
     refs = baseline_references(comparison, v.infeasible, required, v.entry.overall_ms)
     extra = f" [{len(plan.out_of_range)} input(s) outside the model's training ranges]" if plan.out_of_range else ""
-    world_proxy = comparison.world_proxy  # the plan's world charged, or a labelled proxy
-    clauses = (charged_clause(charges, JUDGED, rules.move_horizon_steps), v.proxy, world_proxy, *(r.said for r in refs))
-    for clause in clauses:
+    proxies = tuple(p for p in (v.proxy, comparison.world_proxy) if p)  # devices, then the plan's world
+    for clause in (charged_clause(charges, JUDGED, rules.move_horizon_steps), *proxies, *(r.said for r in refs)):
         extra += f"; {clause}" if clause else ""
     decision = decision.revised(
         inventory_fingerprint=inventory.fingerprint(),
         evidence=_evidence(source, comparison, v.proxy, plan.topology.device_type),
         reason=decision.reason + extra,
         finding=decision.finding + extra,
-        proxy="; ".join(p for p in (v.proxy, world_proxy) if p),
+        proxy="; ".join(proxies),
         references=refs,
         uncharged_ratio=uncharged_ratio(v.entry.samples_ms, samples, decision.best_baseline, charges),
         world=comparison.world.describe() if comparison.world is not None else "",

@@ -1,5 +1,6 @@
 """The training job an inventory records (`Inventory.job`), from `inventory from-torchrec`'s options and TorchRec's
-own `Topology` when one is given (docs/torchrec.md, "The job"; docs/architecture/data-model.md, "The job's world").
+own `Topology` when one is given (docs/torchrec.md, "Sequence tables, constraints and the job";
+docs/architecture/data-model.md, "The job's world").
 
 A TorchRec `Topology` states the job's world size, ranks per host (`local_world_size`), compute device and its
 interconnect (`intra_host_bw`, `inter_host_bw`, bytes per ms): the job's world (dreamshard.values.world) is recorded

@@ -41,10 +41,10 @@ def world_note(topology: Topology, comm: CommModel | None) -> str:
         return ""
     on = f"this host's {_rate(comm)} fit" if comm is not None else "the exchange costs the model learned on its hosts"
     if w is None and topology.device_type == "cuda":
-        return f"a cuda job with no declared world is planned on {on}, not its interconnect: {DECLARE}"
+        return f"a cuda job with no declared world is costed on {on}, not its interconnect: {DECLARE}"
     if w is not None and w.name == MEASURED:
         return (
-            f"world 'measured' has no {pool} fit from the job's pool: planned on {on}; profile on the job's pool "
+            f"world 'measured' has no {pool} fit from the job's pool: costed on {on}; profile on the job's pool "
             f"(profile.backend {topology.device_type}, a worker with >= 2 devices) or declare the world"
         )
     return ""
@@ -92,9 +92,9 @@ def world_proxy(topology: Topology, charged: ChargedWorld | None) -> str:
     if w is not None and not w.measured:
         expected = charged_world(topology, None)
         if charged.backend != f"world:{w.name}" or not charged.same_figures(expected):
-            why = f"the plan is for {w.describe()}"
+            why = f"the plan is for world {w.describe()}"
     elif charged.note:
         why = charged.note
     if not why:
         return ""
-    return f"PROXY world: charged {charged.describe()}; {why}"
+    return f"PROXY world: charged {charged.describe(with_source=False)}; {why}"

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from dreamshard.documents import check_outputs, load_inventory, save_inventory
 from dreamshard.errors import ConfigError
+from dreamshard.integrations.torchrec_job import job_topology, load_topology
 from dreamshard.inventory.presets import DEFAULT_POOLING, DEFAULT_ZIPF_EXPONENT, PRESETS, preset_inventory
 from dreamshard.store import InventoryRef, open_store, push_inventory
 from dreamshard.usecases.base import Request, Result
@@ -117,7 +118,6 @@ def from_torchrec(request: FromTorchrecRequest) -> InventoryResult:
     """The inventory of a TorchRec model measured from its batches, with its constraints and job
     (integrations.torchrec_model), written to `out`."""
     # loads torch: this use case only
-    from dreamshard.integrations.torchrec_job import job_topology, load_topology
     from dreamshard.integrations.torchrec_model import load_model, measure_module
 
     check_outputs({"--batches": request.batches, "--constraints": request.constraints}, {"--output": request.out})

@@ -134,7 +134,7 @@ class ChargedWorld(StrictModel):
     source: str = ""
     note: str = ""
 
-    def describe(self) -> str:
+    def describe(self, with_source: bool = True) -> str:
         """One line: "world fast: 0.020 ms + 10 GB/s intra-host (source)"."""
         head = f"world {self.name}" + ("" if self.declared else " (none declared)")
         if self.alpha_ms is not None:
@@ -142,7 +142,7 @@ class ChargedWorld(StrictModel):
             head += f": {self.alpha_ms:.3f} ms + {rate} intra-host"
         if self.inter_host_gbps is not None:
             head += f", {self.inter_host_gbps:.3g} GB/s inter-host"
-        return head + (f" ({self.source})" if self.source else "")
+        return head + (f" ({self.source})" if self.source and with_source else "")
 
     def same_figures(self, other: ChargedWorld) -> bool:
         """Whether `other` charges the same alpha and bandwidths (to 0.1%)."""
