@@ -5,6 +5,7 @@ on every cuda job planned so)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
@@ -12,7 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 from dreamshard.errors import ConfigError
 from dreamshard.values import World, named_world
 from dreamshard.values.base import Number, StrictNumbers, located
-from dreamshard.values.world import HOST, MEASURED_WORLDS, PROFILES, Gbps, WorldName
+from dreamshard.values.world import HOST, MEASURED_WORLDS, PROFILES, WORLD_NAME_PATTERN, Gbps, WorldName
 
 #: The figures a world of your own declares (a profile or a measured world takes none of them).
 FIGURES: tuple[str, ...] = ("alpha_ms", "intra_host_gbps")
@@ -37,6 +38,8 @@ class WorldConfig(StrictNumbers):
         if not isinstance(data, dict):
             return data
         name = data.get("name")
+        if name is not None and not (isinstance(name, str) and re.fullmatch(WORLD_NAME_PATTERN, name)):
+            return data  # the name's own check says what is wrong with it
         given = [f for f in (*FIGURES, "inter_host_gbps", "source") if data.get(f) is not None]
         if name is None and given:
             raise located("WorldConfig", given[0], data[given[0]], "a world's figures need its name (world.name)")

@@ -91,7 +91,8 @@ def world_proxy(topology: Topology, charged: ChargedWorld | None) -> str:
     why = ""
     if w is not None and not w.measured:
         expected = charged_world(topology, None)
-        if charged.backend != f"world:{w.name}" or not charged.same_figures(expected):
+        same = charged.name == w.name and charged.backend in ("", f"world:{w.name}")
+        if not (same and charged.same_figures(expected)):
             why = f"the plan is for world {w.describe()}"
     elif charged.note:
         why = charged.note

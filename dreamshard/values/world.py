@@ -25,7 +25,9 @@ MEASURED_SOURCES: dict[str, str] = {
     MEASURED: "measured on the job's pool: NCCL on a gpu worker with >= 2 GPUs, gloo otherwise",
 }
 
-WorldName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+#: A world's name: lowercase letters, digits, `.`, `_`, `-`, at most 64 characters.
+WORLD_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+WorldName = Annotated[str, StringConstraints(pattern=WORLD_NAME_PATTERN)]
 Gbps = Annotated[float, Number, Field(gt=0, le=1e6)]
 
 
