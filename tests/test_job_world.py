@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from store_helpers import gate_measured
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import resolve
@@ -23,7 +24,6 @@ from dreamshard.sharders import get_sharder
 from dreamshard.usecases import plan as plan_uc
 from dreamshard.values import CommModel, Inventory, JobTopology, Topology, World, named_world
 from dreamshard.values.world import FAST, NVLINK_IB, gib_per_s
-from store_helpers import gate_measured
 
 #: What a plan with the packaged model needs here: two devices, few candidates, no sampling, no TorchRec import.
 PLAN = {
