@@ -11,8 +11,8 @@ import pytest
 from dreamshard.cli.app import invoke
 from dreamshard.documents import load_inventory
 from dreamshard.errors import InventoryError
-from dreamshard.integrations.torchrec_job import job_of, job_topology, world_of
-from dreamshard.values import named_world
+from dreamshard.integrations.torchrec_job import job_of, job_topology, torchrec_topology, world_of
+from dreamshard.values import Topology, named_world
 
 pytest.importorskip("torchrec")
 from torchrec.distributed.planner.types import Topology as TorchRecTopology  # noqa: E402
@@ -67,6 +67,15 @@ def test_an_option_that_disagrees_with_the_topology_is_refused_naming_both() -> 
         job_topology(world_size=2, world="ib200")
     with pytest.raises(InventoryError, match="intra_host_bw is -1.0: a bandwidth is positive"):
         world_of(SimpleNamespace(intra_host_bw=-1.0, inter_host_bw=1.0, compute_device="cuda"))
+
+
+def test_torchrecs_planner_plans_in_a_declared_world() -> None:
+    ours = Topology(num_devices=8, memory_per_device_gb=1.0, device_type="cuda", devices_per_host=4)
+    fast = torchrec_topology(ours.in_world(named_world("fast")), 2**30)
+    assert (fast.intra_host_bw, fast.inter_host_bw) == pytest.approx((10e9 / 1000, 12.5e9 / 1000))
+    assert (fast.world_size, fast.local_world_size) == (8, 4)
+    plain = torchrec_topology(ours, 2**30)  # none declared: TorchRec's own defaults
+    assert plain.intra_host_bw == pytest.approx(600 * 1024**3 / 1000)
 
 
 def test_cli_from_torchrec_records_the_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from dreamshard.errors import ConfigError, InventoryError, first_line
 from dreamshard.integrations.user_code import import_user_module
-from dreamshard.values import JobTopology, World, named_world
+from dreamshard.values import JobTopology, Topology, World, named_world
 from dreamshard.values.world import NVLINK_IB, WORLD_NAMES
 
 
@@ -163,3 +163,31 @@ def load_topology(spec: str) -> Any:
     if missing:
         raise ConfigError(f"{what}: {type(found).__name__} is no TorchRec Topology (it has no {missing[0]})")
     return found
+
+
+def torchrec_topology(topology: Topology, capacity_bytes: int) -> Any:
+    """TorchRec's `Topology` of ours (the planner baseline plans on it): world size, ranks per host, `capacity_bytes`
+    of HBM per cuda device (DDR per cpu device), and, when the world declares its bandwidths, those bandwidths (in
+    TorchRec's bytes per ms; the inter-host one the topology's), so TorchRec's planner plans in the job's world too.
+    Without a declared world TorchRec keeps its own defaults."""
+    # optional dependency: torchrec
+    from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
+
+    on_cuda = topology.device_type == "cuda"
+    trainer = TrainerConfig(
+        world_size=topology.num_devices,
+        local_world_size=topology.local_world_size,
+        hbm_cap_bytes=capacity_bytes if on_cuda else 0,
+        ddr_cap_bytes=None if on_cuda else capacity_bytes,
+    )
+    world = topology.world
+    if world is None or world.intra_host_gbps is None:
+        return TopologyFactory.create_topology(
+            trainer_config=trainer, kernel_config=KernelConfig(compute_device=topology.device_type)
+        )
+    hardware = HardwareConfig(
+        intra_host_bw=world.intra_host_gbps * 1e9 / 1000,  # GB/s -> bytes per ms
+        inter_host_bw=topology.inter_host_gbps * 1e9 / 1000,
+    )
+    kernel = KernelConfig(compute_device=topology.device_type, use_hardware_based_bandwidth=True)
+    return TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)

@@ -23,6 +23,7 @@ import torch
 from dreamshard.errors import BrokenConstraintError, InfeasiblePlacementError, PlanError, UnknownSharderError
 from dreamshard.integrations.torchrec_carried import document_kernels
 from dreamshard.integrations.torchrec_import import document_from_sharding_plan
+from dreamshard.integrations.torchrec_job import torchrec_topology
 from dreamshard.placement.constraint_check import broken_constraint
 from dreamshard.placement.expand import Folded, fold_units
 from dreamshard.placement.kernels import SHARDED_KERNELS, device_kernel_problem
@@ -328,20 +329,9 @@ class TorchRecTwCwSharder(Sharder):
         )
 
     def _torchrec_topology(self, topology: Topology) -> Any:
-        # optional dependency: torchrec
-        from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
-
-        cap = int(topology.memory_per_device_bytes * (1.0 - self.reserve_fraction))
-        on_cuda = topology.device_type == "cuda"
-        trainer = TrainerConfig(
-            world_size=topology.num_devices,
-            local_world_size=topology.local_world_size,
-            hbm_cap_bytes=cap if on_cuda else 0,
-            ddr_cap_bytes=None if on_cuda else cap,
-        )
-        return TopologyFactory.create_topology(
-            trainer_config=trainer, kernel_config=KernelConfig(compute_device=topology.device_type)
-        )
+        """TorchRec's Topology of `topology`, each device's memory less the reserve (`torchrec_job.torchrec_topology`:
+        a world that declares its bandwidths is TorchRec's too)."""
+        return torchrec_topology(topology, int(topology.memory_per_device_bytes * (1.0 - self.reserve_fraction)))
 
     def _read_plan(self, sharding_plan: Any, inventory: Inventory, topology: Topology) -> _Answer:
         names = {t.name: _internal_name(i) for i, t in enumerate(inventory.tables)}
