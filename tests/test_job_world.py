@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from flows_support import REPLAN_PARAMS, fast_path_workspace, tiny_inventory
 from store_helpers import gate_measured
 
 from dreamshard.cli.app import invoke
@@ -22,6 +23,7 @@ from dreamshard.profiling.comm import device_comm_bytes
 from dreamshard.profiling.world import charged_world, world_note, world_proxy
 from dreamshard.sharders import get_sharder
 from dreamshard.usecases import plan as plan_uc
+from dreamshard.usecases import replan as replan_uc
 from dreamshard.values import CommModel, Inventory, JobTopology, Topology, World, named_world
 from dreamshard.values.world import FAST, NVLINK_IB, gib_per_s
 
@@ -215,3 +217,32 @@ def test_compare_prints_the_world_it_charged(tmp_path: Path, monkeypatch: pytest
     assert code == 0 and summary["world"]["name"] == "nvlink-ib" and summary["world_proxy"] == ""
     code, out, _ = invoke([*argv, "--params", "params.yaml", "--device-type", "cuda"])
     assert code == 0 and "PROXY world" in " ".join(out.split())
+
+
+# -- replan and compare with a plan -----------------------------------------------------------------------------------
+def test_replan_plans_and_gates_in_the_world_it_is_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = fast_path_workspace(tmp_path, monkeypatch, REPLAN_PARAMS)
+    plain = tiny_inventory(work / "plain.yaml", num_tables=6)
+    job = {"world_size": 2, "world": named_world("nvlink-ib").model_dump()}
+    inv = Inventory.model_validate({**plain.model_dump(), "job": job})
+    settings = resolve(work / "params.yaml", world_overrides("fast"))
+    result = replan_uc.run(replan_uc.ReplanRequest(settings=settings, inventory=inv))
+    assert result.plan is not None and result.plan.topology.world == FAST  # --world over the job's world
+    decision = result.publication.decision if result.publication is not None else None
+    assert decision is not None and decision.world.startswith("world fast"), result.reason
+    assert "PROXY world" not in decision.reason
+    # the job's own world when nothing is told
+    again = replan_uc.run(replan_uc.ReplanRequest(settings=resolve(work / "params.yaml"), inventory=inv, force=True))
+    assert again.plan is not None and again.plan.topology.world == named_world("nvlink-ib")
+
+
+def test_compare_refuses_a_world_other_than_the_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inv.json").write_text(INV.model_dump_json())
+    code, _, err = invoke(["plan", "-i", "inv.json", "-s", "size_greedy", "-d", "2", "--world", "fast", "-o", "p.json"])
+    assert code == 0, err
+    argv = ["compare", "-i", "inv.json", "-p", "p.json", "--sharders", "round_robin", "--backend", "simulator"]
+    code, _, err = invoke([*argv, "--rounds", "1", "--world", "nvlink-ib"])
+    assert code == 2 and "--world nvlink-ib: plan plan-" in err and "was planned for world fast" in err
+    code, out, err = invoke([*argv, "--rounds", "1", "--world", "fast", "--json"])
+    assert code == 0 and json.loads(out)["world"]["name"] == "fast", err

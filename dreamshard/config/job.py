@@ -27,6 +27,12 @@ JOB_KEYS: Mapping[str, str] = {
     "topology.batch_size": "batch_size",
 }
 
+def told_topology(told: Iterable[str]) -> bool:
+    """Whether the override keys `told` say otherwise than the job an inventory records: a field of its topology
+    (`JOB_KEYS`) or its world (`world.*`)."""
+    return any(k in JOB_KEYS or k.startswith("world.") for k in told)
+
+
 #: The most devices a topology may have (as `Topology.num_devices`).
 MAX_DEVICES = 4096
 
@@ -52,7 +58,7 @@ def job_topology(
         update = {f: getattr(template, f) for f in said}
         ours = job.model_copy(update={"world": None})  # the world is chosen below, once
         topology = Topology.model_validate({**ours.topology(template).model_dump(), **update})
-        told_world = any(k.startswith("world.") for k in told)
+        told_world = any(k.startswith("world.") for k in told)  # the caller's world over the job's
         return topology.in_world(world if told_world or job.world is None else job.world)
     except ValidationError as e:
         raise ConfigError(f"topology: {describe_validation_error(e).removeprefix('input: ')}") from None

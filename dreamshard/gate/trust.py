@@ -128,7 +128,7 @@ def check_topology(plan: Plan, inventory: Inventory, requested: Topology | None 
         raise PlanError(
             f"plan {plan.plan_id} is for {describe_topology(t)}, the job inventory '{inventory.name}' records is "
             f"{describe_topology(job)}; re-plan for the job (`dreamshard plan` and `replan` plan for it unless "
-            f"--devices/--memory-gb say otherwise)"
+            f"--devices/--memory-gb/--world say otherwise)"
         )
 
 

@@ -116,6 +116,14 @@ def _topology(request: CompareRequest, inv: Inventory, plans: Sequence[Plan]) ->
     records (unless the caller said otherwise: dreamshard.config.job)."""
     s = request.settings
     if plans and request.num_devices is None:
+        told = s.world.world()
+        if any(k.startswith("world.") for k in s.told) and told != plans[0].topology.world:
+            planned = plans[0].topology.world
+            raise ConfigError(
+                f"--world {told.name if told else 'none'}: plan {plans[0].plan_id} was planned for "
+                f"{f'world {planned.name}' if planned else 'no declared world'}, and compare charges the world a plan "
+                f"was planned for: re-plan it in that world (plan --world ...)"
+            )
         return plans[0].topology
     if request.num_devices is not None:  # told: as --devices
         plan = s.plan.model_copy(update={"num_devices": request.num_devices})

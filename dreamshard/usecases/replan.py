@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dreamshard.config.job import JOB_KEYS
+from dreamshard.config.job import told_topology
 from dreamshard.config.settings import model_dir
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.pipeline.workspace import MODEL_DIR
@@ -214,7 +214,7 @@ def _push(request: ReplanRequest, store: PlanStore, inv: Inventory) -> None:
 def _told(request: ReplanRequest, topology: Topology) -> Topology | None:
     """The topology the gate checks the plan against: the one planned for when the caller said otherwise than the
     job the inventory records (None: the gate checks against the job, `gate.trust.check_topology`)."""
-    return topology if any(k in JOB_KEYS for k in request.settings.told) else None
+    return topology if told_topology(request.settings.told) else None
 
 
 def _decide(request: ReplanRequest, inv: Inventory, plan: Plan, topology: Topology, reviewer: Reviewer) -> Publication:
