@@ -70,6 +70,8 @@ def show_publication(p: Publication) -> None:
         out.print(p.fallback_ref.reason, markup=False)
     if p.status == "declined":
         err.print(p.reason, markup=False)
+    if d is not None and d.world:  # the world the gate charged (a PROXY world is in its reason)
+        out.print(f"charged in {d.world}", markup=False)
     show_moves(p, out)
 
 
