@@ -24,6 +24,7 @@ TINY_PARAMS: dict[str, Any] = {
         "test_tasks_per_cell": 1,
     },
     "topology": {"device_type": "cpu", "memory_per_device_gb": 1.0, "batch_size": 256},
+    "world": {"name": None},  # none declared; the profile, train and plan stages depend on the section (dvc.yaml)
     "profile": {
         "backend": "simulator",
         "num_placements": 4,

@@ -120,6 +120,15 @@ def test_dvc_pipeline_reruns_only_what_changed(repo: Path, tmp_path: Path) -> No
     PipelineWorkspace(repo).link_code(ROOT / "dreamshard")
     assert _status(repo) == {}
 
+    # The job's world: the stages that charge the collectives in it (params world) become stale, nothing else.
+    before = (repo / "params.yaml").read_text()
+    params = yaml.safe_load(before)
+    params["world"] = {"name": "fast"}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(_status(repo)) == {"profile", "train", "plan"}
+    (repo / "params.yaml").write_text(before)
+    assert _status(repo) == {}
+
     # A training param: train re-runs, and what consumes the new model becomes stale; profile does not.
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train_policy"]["episodes"] = 20

@@ -27,6 +27,7 @@ JOB_KEYS: Mapping[str, str] = {
     "topology.batch_size": "batch_size",
 }
 
+
 def told_topology(told: Iterable[str]) -> bool:
     """Whether the override keys `told` say otherwise than the job an inventory records: a field of its topology
     (`JOB_KEYS`) or its world (`world.*`)."""
