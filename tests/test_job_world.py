@@ -92,6 +92,15 @@ def test_a_bad_world_is_one_line_naming_the_key(tmp_path: Path, world: dict[str,
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_world_whose_hosts_are_not_the_topologys_is_refused(tmp_path: Path) -> None:
+    params = _params(tmp_path, world={"name": "fast", "devices_per_host": 8}, topology={"devices_per_host": 4})
+    with pytest.raises(ConfigError, match="world.devices_per_host 8 is not topology.devices_per_host 4: say one"):
+        resolve(params)
+    job = JobTopology(world_size=8, devices_per_host=2)
+    with pytest.raises(ConfigError, match="^world: world 'fast' has 8 devices per host, the topology 2"):
+        resolve(_params(tmp_path, world={"name": "fast", "devices_per_host": 8})).topology_for_job(job)
+
+
 def test_a_bad_world_on_the_command_line_exits_2_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inv.json").write_text(INV.model_dump_json())

@@ -238,6 +238,9 @@ def settings_from(data: Mapping[str, Any], source: Path | str | None = None) -> 
             sections[name] = model.model_validate(raw.get(name, {}))
         except ValidationError as e:
             raise ConfigError(f"{label}{name}.{describe_validation_error(e)}") from None
+    said, theirs = sections["world"].devices_per_host, sections["topology"].devices_per_host
+    if said is not None and theirs is not None and said != theirs:
+        raise ConfigError(f"{label}world.devices_per_host {said} is not topology.devices_per_host {theirs}: say one")
     return Settings(**sections, source=Path(source) if source is not None else None)
 
 
