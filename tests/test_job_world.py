@@ -17,6 +17,7 @@ from dreamshard.config.settings import resolve
 from dreamshard.config.world import world_overrides
 from dreamshard.errors import ConfigError
 from dreamshard.gate import PublishConfig
+from dreamshard.gate.incumbent import incumbent_for
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.profiling import make_oracle
 from dreamshard.profiling.comm import device_comm_bytes
@@ -255,3 +256,14 @@ def test_compare_refuses_a_world_other_than_the_plans(tmp_path: Path, monkeypatc
     assert code == 2 and "--world nvlink-ib: plan plan-" in err and "was planned for world fast" in err
     code, out, err = invoke([*argv, "--rounds", "1", "--world", "fast", "--json"])
     assert code == 0 and json.loads(out)["world"]["name"] == "fast", err
+
+
+def test_a_current_plan_for_another_world_is_judged_again_as_it_places() -> None:
+    inv = synth_inventory(6, 0, name="w")
+    topo = Topology(num_devices=2, memory_per_device_gb=1.0)
+    current = get_sharder("size_greedy").shard(inv, topo)
+    fast = topo.in_world(named_world("fast"))
+    got = incumbent_for("w", current.plan_id, current, None, inv, fast)
+    assert "(planned for no declared world, the job's is world fast)" in (got.cannot_serve or "")
+    assert got.contender is not None and got.contender.topology == fast  # its placement, in the job's world
+    assert got.contender.placement == current.placement

@@ -135,7 +135,7 @@ def incumbent_for(
         t = current.topology
         why = (
             f"the current plan {current.plan_id} is for {t.num_devices} x {t.device_type} (batch {t.batch_size}) "
-            f"and cannot serve this topology"
+            f"and cannot serve this topology" + _world_change(t, topology)
         )
         return _extended(none.model_copy(update={"plan": current, "cannot_serve": why}), current, inventory, topology)
     changed = _schema_change(current, inventory, schema)
@@ -154,6 +154,14 @@ def incumbent_for(
             topology,
         )
     return found.model_copy(update={"contender": rival})
+
+
+def _world_change(old: Topology, new: Topology) -> str:
+    """" (planned for world X, the job's is Y)" when the two topologies differ in their world, else ""."""
+    if old.world == new.world:
+        return ""
+    said = [f"world {w.name}" if w is not None else "no declared world" for w in (old.world, new.world)]
+    return f" (planned for {said[0]}, the job's is {said[1]})"
 
 
 def _extended(incumbent: Incumbent, current: Plan, inventory: Inventory, topology: Topology) -> Incumbent:
