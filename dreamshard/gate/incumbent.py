@@ -157,7 +157,7 @@ def incumbent_for(
 
 
 def _world_change(old: Topology, new: Topology) -> str:
-    """" (planned for world X, the job's is Y)" when the two topologies differ in their world, else ""."""
+    """The clause " (planned for world X, the job's is Y)" when the two topologies differ in their world, else ""."""
     if old.world == new.world:
         return ""
     said = [f"world {w.name}" if w is not None else "no declared world" for w in (old.world, new.world)]
