@@ -189,3 +189,29 @@ def test_prefect_workspace_params_carry_the_override(tmp_path: Path) -> None:
     prepare_workspace(str(root), text, inv, RemoteSpec(url=str(tmp_path / "remote")))
     ws_settings = resolve(root / "params.yaml")  # what the DVC stages in the workspace will read
     assert ws_settings.profile.backend == "cpu" and ws_settings.topology.batch_size == 256
+
+
+def test_a_workspace_older_than_a_params_section_gets_it_at_its_defaults(tmp_path: Path) -> None:
+    """DVC refuses a stage whose params name a section the file lacks; a workspace made before `world` existed
+    keeps every line its team wrote and gets the section appended at its defaults."""
+    from dreamshard.pipeline.params_sections import missing_sections
+    from dreamshard.pipeline.workspace import RemoteSpec
+    from dreamshard.usecases.pipeline_steps import prepare_workspace
+
+    inv = tiny_inventory(tmp_path / "inv.yaml")
+    root = tmp_path / "ws"
+    remote = RemoteSpec(url=str(tmp_path / "remote"))
+    prepare_workspace(str(root), None, inv, remote)
+    ws_params = root / "params.yaml"
+    old = yaml.safe_load(ws_params.read_text())
+    old.pop("world")
+    old["topology"]["batch_size"] = 512  # the team's own edit
+    ws_params.write_text("# our workspace\n" + yaml.safe_dump(old, sort_keys=False))
+    changed = prepare_workspace(str(root), None, inv, remote)
+    assert "params.yaml: added world at the defaults" in changed
+    text = ws_params.read_text()
+    assert text.startswith("# our workspace\n") and missing_sections(text, text) == []
+    settings = resolve(ws_params)
+    assert settings.topology.batch_size == 512 and yaml.safe_load(text)["world"]["name"] is None
+    assert prepare_workspace(str(root), None, inv, remote) == []  # once
+    assert missing_sections("[1, 2]", text) == [] and missing_sections(": :", text) == []  # left to the stages

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from dreamshard.config.publish import PublishConfig, check_baselines, check_margin
 from dreamshard.errors import ConfigError, PlanError
 from dreamshard.evaluation import Comparison, compare_sharders
-from dreamshard.gate.checks import check_backend, verify_comparison
+from dreamshard.gate.checks import Verified, check_backend, verify_comparison
 from dreamshard.gate.current import current_samples
 from dreamshard.gate.incumbent import Incumbent
 from dreamshard.gate.moves import MoveCharge, charged_clause, move_charges, relative, uncharged_ratio
@@ -91,6 +91,19 @@ def _rival(incumbent: Incumbent | None, plan: Plan) -> Plan | None:
     return contender if contender is not None and contender.units() != plan.units() else None
 
 
+def _contenders(
+    v: Verified, comparison: Comparison, rival: Plan | None, source: str
+) -> tuple[dict[str, list[float]], dict[str, Plan]]:
+    """Each contender's per-round samples and plan: the verified baselines', and the incumbent's rival when the
+    store has one (measured in the same comparison)."""
+    samples = {n: list(r.samples_ms) for n, r in v.baselines.items()}
+    plans = {n: r.plan for n, r in v.baselines.items()}
+    if rival is not None:
+        samples[rival.sharder] = current_samples(comparison, v.entry, rival, source)
+        plans[rival.sharder] = rival
+    return samples, plans
+
+
 def gate_plan(
     trusted: TrustedPlan,
     comparison: Comparison,
@@ -126,12 +139,7 @@ def gate_plan(
         source=source,
         allow_proxy=rules.allow_proxy,
     )
-    samples = {n: list(r.samples_ms) for n, r in v.baselines.items()}
-    plans = {n: r.plan for n, r in v.baselines.items()}
-    rival = _rival(incumbent, plan)
-    if rival is not None:
-        samples[rival.sharder] = current_samples(comparison, v.entry, rival, source)
-        plans[rival.sharder] = rival
+    samples, plans = _contenders(v, comparison, _rival(incumbent, plan), source)
     moved_from = incumbent.plan if incumbent is not None else None
     charges = move_charges(moved_from, {JUDGED: plan, **plans}, inventory, rules.move_horizon_steps)
     own = charges[JUDGED].per_step_ms if JUDGED in charges else 0.0

@@ -146,6 +146,13 @@ class PipelineWorkspace:
         if missing:
             atomic_write_text(p, have + ("" if not have or have.endswith("\n") else "\n") + "\n".join(missing) + "\n")
 
+    def kept_text(self, rel: str) -> str:
+        """The text of `rel` as the workspace keeps it; "" when it is missing or not UTF-8 text."""
+        try:
+            return self.path(rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""
+
     def sync_text(self, rel: str, text: str) -> bool:
         """Write `text` to `rel` if it differs; True when it changed."""
         p = self.path(rel)

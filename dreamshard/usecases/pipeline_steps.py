@@ -18,6 +18,7 @@ from dreamshard.config.settings import Settings, installed_pipeline_file, params
 from dreamshard.documents import load_inventory
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.pipeline.decisions import plan_decision
+from dreamshard.pipeline.params_sections import topped_up
 from dreamshard.pipeline.workspace import PARAMS, PipelineWorkspace, RemoteSpec
 from dreamshard.profiling.batches import ProfileShard, list_shards
 from dreamshard.store import InventoryRef, get_current_inventory, open_store, push_inventory
@@ -187,6 +188,10 @@ def prepare_workspace(
         changed.append("dvc.yaml")
     if params is not None and ws.sync_text("params.yaml", params):
         changed.append("params.yaml")
+    elif params is None:
+        text, added = topped_up(ws.kept_text("params.yaml"), default_params)
+        if added and ws.sync_text("params.yaml", text):
+            changed.append(f"params.yaml: added {', '.join(added)} at the defaults")
     ws.set_remote(remote)
     new_inventory = ws.write_inventory(inventory)
     if new_inventory:
