@@ -191,7 +191,7 @@ def compare(
         ),
     ] = False,
 ) -> None:
-    """Plan with several sharders and measure all plans interleaved in one run; ratios to the best and to LB.
+    """Plan with several sharders and measure all plans interleaved in one run; ratios to the best, LB and the limit.
     The pipeline's `evaluate` stage is `compare --plan data/plan.json --params params.yaml`."""
     settings = resolve(
         params,
@@ -277,6 +277,7 @@ def comparison_json(result: CompareResult) -> dict[str, object]:
             "spread": r.spread,
             "ratio_to_best": r.ratio_to_best,
             "ratio_to_lower_bound": r.ratio_to_lower_bound,
+            "ratio_to_limit": r.ratio_to_limit,
             "samples_ms": r.samples_ms,
             "per_device": device_rows(r.plan),
         }

@@ -17,6 +17,9 @@ from dreamshard.values.costs import Collective, CommModel
 
 #: The collectives a unit's outputs or gradients can travel by, whichever sharding type it takes.
 OTHER_COLLECTIVES: tuple[Collective, ...] = ("reduce_scatter", "all_reduce")
+#: The empty step: the least a device's fused operator can be given (one row, the narrowest column width, no
+#: lookups); its compute is the fixed cost every device that holds anything pays (dreamshard.evaluation.limit).
+EMPTY_STEP = Table(name="empty-step", num_embeddings=1, embedding_dim=DIM_ALIGN, pooling_factor=0.0)
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
@@ -49,6 +52,8 @@ class LowerBound(BaseModel):
     compute_ms: float  # even share of compute (see above)
     comm_ms: float  # fwd + bwd all-to-all of an even 1/D share of every table's pooled output (alpha once each)
     total_ms: float  # max(max_single_ms, compute_ms + comm_ms)
+    fixed_ms: float = 0.0  # the empty step's compute (`EMPTY_STEP`; 0: not measured): the limit's fixed cost
+    variable_ms: float = 0.0  # sum over tables of compute alone above the fixed cost (the limit's fusion ratio)
 
 
 @runtime_checkable
@@ -133,12 +138,13 @@ def lower_bound(
     floor: ComputeFloor | None = None,
     shares: Mapping[str, Measurement] | None = None,
     collectives: Mapping[Collective, CommModel] | None = None,
+    fixed_ms: float = 0.0,
 ) -> LowerBound:
     """The LowerBound of `inventory` on `topology` from each table's single-table measurement (kind="single"),
     the backend's `floor` when it has one, the single measurements of the tables' smallest shares
     (`smallest_share`, by table name; a table missing there counts with its whole-table single), and the
     reduce-scatter's and all-reduce's models (`collectives`; None: a plan space of table- and column-wise units,
-    whose outputs all go by the all-to-all)."""
+    whose outputs all go by the all-to-all), and the empty step's compute (`fixed_ms`, kept for the limit)."""
     d = topology.num_devices
     totals = [m.overall_ms for m in singles.values()]
     compute = [m.costs.per_device[0].fwd_compute + m.costs.per_device[0].bwd_compute for m in singles.values()]
@@ -165,11 +171,14 @@ def lower_bound(
         compute_ms=compute_ms,
         comm_ms=comm_ms,
         total_ms=max(mx, compute_ms + comm_ms),
+        fixed_ms=fixed_ms,
+        variable_ms=sum(compute) - len(compute) * fixed_ms,
     )
 
 
 def measure_lower_bound(inventory: Inventory, topology: Topology, oracle: Oracle) -> LowerBound:
-    """Measure every table alone, and its smallest share alone where that is less, then `lower_bound`.
+    """Measure every table alone, its smallest share alone where that is less, and the empty step (`EMPTY_STEP`:
+    the fixed cost), then `lower_bound`.
 
     Memory is not the question here: a table too big for one device is measured as it is (plans split it); nor are
     the tables' constraints (a pin, a sharding type): each is measured alone on device 0, whole or as its share."""
@@ -191,6 +200,10 @@ def measure_lower_bound(inventory: Inventory, topology: Topology, oracle: Oracle
         if part is not t:
             unit = Inventory(name=inventory.name, tables=(part,))
             shares[t.name] = oracle.measure(unit, {part.name: 0}, roomy, kind="single")
+    empty = oracle.measure(
+        Inventory(name=inventory.name, tables=(EMPTY_STEP,)), {EMPTY_STEP.name: 0}, roomy, kind="single"
+    )
+    fixed = empty.costs.per_device[0].fwd_compute + empty.costs.per_device[0].bwd_compute
     fitted = getattr(oracle, "collective_model", None)  # an oracle that fits no other collective: table/column-wise
     collectives = {c: fitted(topology, c) for c in OTHER_COLLECTIVES} if fitted and topology.num_devices > 1 else {}
-    return lower_bound(inventory, singles, topology, compute_floor(oracle), shares, collectives)
+    return lower_bound(inventory, singles, topology, compute_floor(oracle), shares, collectives, fixed)

@@ -33,6 +33,7 @@ from dreamshard.evaluation.interleave import (  # re-exported: callers import th
     median_costs,
 )
 from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
+from dreamshard.evaluation.limit import Gap, Limit, contender_gap, fused_compute, plan_limit
 from dreamshard.integrations.torchrec_carried import carried_report
 from dreamshard.profiling.world import charged_world, world_proxy
 from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
@@ -67,6 +68,9 @@ class SharderResult(BaseModel):
     ratio_to_best: float = 1.0
     ratio_to_lower_bound: float = 1.0  # 0: the lower bound was not measured (the gate's own comparisons)
     plan_seconds: float = 0.0
+    ratio_to_limit: float = 0.0  # overall / the limit (dreamshard.evaluation.limit); 0: no limit measured
+    fused_compute_ms: float = 0.0  # median over rounds of its devices' summed compute (limit.fused_compute)
+    used_devices: int = 0  # devices that hold anything
 
 
 def contender_name(sharder: str, plan_id: str, twice: bool, short: bool = False) -> str:
@@ -108,6 +112,8 @@ class Comparison(BaseModel):
     timing_clock: str = "wall"
     # the world the contenders' collectives were charged in (None: a comparison written before it was recorded)
     world: ChargedWorld | None = None
+    # the limit a plan can approach, from what this run measured (None: no lower bound measured, or an older file)
+    limit: Limit | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="before")
@@ -150,6 +156,13 @@ class Comparison(BaseModel):
                 return r
         raise KeyError(sharder)
 
+    def gap(self, r: SharderResult) -> Gap | None:
+        """Where contender `r`'s cost above the limit's even share goes (None without a limit)."""
+        if self.limit is None or r.plan.measured is None:
+            return None
+        exchange = sum(d.fwd_comm + d.bwd_comm for d in r.plan.measured.per_device)
+        return contender_gap(self.limit, r.overall_ms, r.fused_compute_ms, r.used_devices, exchange)
+
     def baselines(self) -> dict[str, float]:
         """Measured overall cost of every baseline contender (BASELINE_SHARDERS; the gate compares against these)."""
         return {r.sharder: r.overall_ms for r in self.results if r.sharder in BASELINE_SHARDERS}
@@ -166,6 +179,7 @@ class Comparison(BaseModel):
             "lower_bound_ms": self.lower_bound_ms,
             "lb_compute_ms": self.lb_compute_ms,
             "lb_comm_ms": self.lb_comm_ms,
+            "limit": self.limit.model_dump() if self.limit is not None else None,
             "best": self.best,
             "best_baseline": self.best_baseline,
             "world": self.world.model_dump(mode="json") if self.world is not None else None,
@@ -181,6 +195,8 @@ class Comparison(BaseModel):
                     "spread": r.spread,
                     "ratio_to_best": r.ratio_to_best,
                     "ratio_to_lower_bound": r.ratio_to_lower_bound,
+                    "ratio_to_limit": r.ratio_to_limit,
+                    **({"gap": gap.model_dump()} if (gap := self.gap(r)) is not None else {}),
                 }
                 for r in self.results
             },
@@ -262,9 +278,7 @@ def compare_sharders(
     best = min(results, key=lambda r: r.overall_ms)
     baseline_results = [r for r in results if r.sharder in BASELINE_SHARDERS]
     best_b = min(baseline_results, key=lambda r: r.overall_ms) if baseline_results else best
-    for r in (*results, *broken_results):
-        r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
-        r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
+    limit = _rate([*results, *broken_results], best, lb, topology)
     return Comparison(
         inventory_name=inventory.name,
         inventory_fingerprint=inventory.fingerprint(),
@@ -286,6 +300,7 @@ def compare_sharders(
         timing_passes=timing_passes if gated else 1,
         timing_clock=timing_clock if gated else "wall",
         world=_charged(topology, samples),
+        limit=limit,
     )
 
 
@@ -293,6 +308,18 @@ def _charged(topology: Topology, samples: Sequence[Sequence[Measurement]]) -> Ch
     """The world the measurements charged the plans' all-to-all in (each records its comm model)."""
     models = [m.comm_model for ms in samples for m in ms if m.comm_model is not None]
     return charged_world(topology, models[0] if models and topology.num_devices > 1 else None)
+
+
+def _rate(measured: Sequence[SharderResult], best: SharderResult, lb: LowerBound, topology: Topology) -> Limit | None:
+    """Each measured plan's ratios to the best contender, the lower bound and the limit; the limit made from every
+    plan measured here, contenders and references alike (each is one the limit must respect)."""
+    fused = [(r.sharder, r.fused_compute_ms, r.used_devices) for r in measured]
+    limit = plan_limit(lb, fused, topology.num_devices) if lb.total_ms > 0 else None
+    for r in measured:
+        r.ratio_to_best = r.overall_ms / best.overall_ms if best.overall_ms > 0 else 1.0
+        r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
+        r.ratio_to_limit = r.overall_ms / limit.total_ms if limit is not None and limit.total_ms > 0 else 0.0
+    return limit
 
 
 def _plan_contenders(
@@ -356,6 +383,7 @@ def _result(plan: Plan, plan_seconds: float, ms: Sequence[Measurement], info: Ba
     costs = median_costs(ms)
     overalls = [m.overall_ms for m in ms]
     med = costs.overall_ms
+    fused, used = fused_compute(ms)
     return SharderResult(
         sharder=plan.sharder,
         plan=plan.model_copy(update={"measured": costs, "measured_by": info}),
@@ -363,6 +391,8 @@ def _result(plan: Plan, plan_seconds: float, ms: Sequence[Measurement], info: Ba
         samples_ms=overalls,
         spread=(max(overalls) - min(overalls)) / med if med > 0 else 0.0,
         plan_seconds=plan_seconds,
+        fused_compute_ms=fused,
+        used_devices=used,
     )
 
 

@@ -13,6 +13,7 @@ from rich.table import Table as RichTable
 from dreamshard.documents import atomic_write_bytes
 from dreamshard.errors import PlanError
 from dreamshard.evaluation.compare import Comparison, SharderResult
+from dreamshard.evaluation.render_limit import gap_markdown, limit_line, limit_ratio
 from dreamshard.integrations.torchrec_carried import carried_lines
 from dreamshard.placement.device_memory import MemoryBreakdown, device_memory
 from dreamshard.placement.expand import expand_plan
@@ -184,10 +185,10 @@ def comparison_table(cmp: Comparison) -> RichTable:
             f"batch {cmp.topology.batch_size}) · {cmp.rounds} interleaved round(s)"
             + (" · SIMULATED" if b.is_simulated else "")
         ),
-        caption=f"{reference_line(cmp)}\n{world_line(cmp)}",
+        caption=f"{reference_line(cmp)}\n{limit_line(cmp)}\n{world_line(cmp)}",
     )
     t.add_column("sharder", justify="left", overflow="fold", max_width=60)  # a reason a sharder is outside wraps
-    for col in ("overall ms", "spread", "x best", "x LB", "max mem GB"):
+    for col in ("overall ms", "spread", "x best", "x LB", "x limit", "max mem GB"):
         t.add_column(col, justify="right")
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
         t.add_row(
@@ -196,14 +197,16 @@ def comparison_table(cmp: Comparison) -> RichTable:
             f"±{100 * r.spread / 2:.1f}%",
             f"{r.ratio_to_best:.3f}",
             _lb_ratio(cmp, r),
+            limit_ratio(cmp, r),
             f"{max(r.plan.memory_per_device_gb):.3f}",
         )
     for label, o in _outside_rows(cmp):
         if o is None:
-            t.add_row(label, "-", "-", "-", "-", "-")
+            t.add_row(label, "-", "-", "-", "-", "-", "-")
         else:
             mem = f"{max(o.plan.memory_per_device_gb):.3f}"
-            t.add_row(label, f"{o.overall_ms:.3f}", f"±{100 * o.spread / 2:.1f}%", f"{o.ratio_to_best:.3f}", "-", mem)
+            spread = f"±{100 * o.spread / 2:.1f}%"
+            t.add_row(label, f"{o.overall_ms:.3f}", spread, f"{o.ratio_to_best:.3f}", "-", "-", mem)
     return t
 
 
@@ -228,25 +231,28 @@ def comparison_markdown(cmp: Comparison) -> str:
         + ("; **simulated costs, not a measurement**" if b.is_simulated else "; measured")
         + ".",
         "",
-        "| sharder | overall ms | spread (max-min)/median | ratio to best | ratio to LB |",
-        "|---|---:|---:|---:|---:|",
+        "| sharder | overall ms | spread (max-min)/median | ratio to best | ratio to LB | ratio to limit |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
         name = f"**{cmp.label(r, short=True)}**" if cmp.is_best(r) else cmp.label(r, short=True)
         lines.append(
-            f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {_lb_ratio(cmp, r)} |"
+            f"| {name} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | {_lb_ratio(cmp, r)} | "
+            f"{limit_ratio(cmp, r)} |"
         )
     lines += [
-        f"| {label} | - | - | - | - |"
+        f"| {label} | - | - | - | - | - |"
         if r is None
-        else f"| {label} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | - |"
+        else f"| {label} | {r.overall_ms:.3f} | {100 * r.spread:.1f}% | {r.ratio_to_best:.3f} | - | - |"
         for label, r in _outside_rows(cmp)
     ]
     lines += [
         "",
         reference_line(cmp) + ".",
+        limit_line(cmp) + ".",
         f"Best baseline: `{cmp.best_baseline}`.",
         f"Charged in {world_line(cmp)}.",
+        *gap_markdown(cmp),
     ]
     if cmp.carried:
         lines += ["", *(f"- {line}" for line in carried_lines(cmp.carried))]
@@ -284,6 +290,8 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         if cmp.has_lower_bound:
             ax.axhline(cmp.lower_bound_ms, color="black", linestyle="--", linewidth=0.8)
+        if cmp.limit is not None:
+            ax.axhline(cmp.limit.total_ms, color="black", linestyle=":", linewidth=0.8)
         ax.set_title(f"{cmp.label(r, short=True)}: {r.overall_ms:.2f} ms (x{r.ratio_to_best:.2f})", fontsize=9)
         ax.set_xticks(xs)
         ax.set_xlabel("device", fontsize=8)
@@ -294,7 +302,9 @@ def plot_comparison_png(cmp: Comparison) -> bytes:
     axes.flat[0].legend(fontsize=7, loc="upper right")
     sim = " (SIMULATED)" if cmp.backend.is_simulated else ""
     fig.suptitle(
-        f"{cmp.inventory_name}: per-device cost by sharder, backend {cmp.backend.name}{sim}; dashed = LB", fontsize=10
+        f"{cmp.inventory_name}: per-device cost by sharder, backend {cmp.backend.name}{sim}; "
+        "dashed = LB, dotted = limit",
+        fontsize=10,
     )
     fig.tight_layout()
     buf = io.BytesIO()
