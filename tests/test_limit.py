@@ -17,7 +17,7 @@ from dreamshard.evaluation.render_limit import limit_line
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.profiling import make_oracle
 from dreamshard.sharders import HEURISTICS
-from dreamshard.values import Inventory, Table, Topology
+from dreamshard.values import Costs, DeviceCost, Inventory, Table, Topology
 
 
 def _tables(n: int, seed: int) -> Inventory:
@@ -84,7 +84,7 @@ def test_a_balanced_plan_of_identical_tables_is_at_the_limits_compute(devices: i
     rr = cmp.result("round_robin")
     gap = cmp.gap(rr)
     assert gap is not None
-    assert gap.imbalance_ms == pytest.approx(0.0, abs=1e-9)
+    assert gap.imbalance_ms == pytest.approx(0.0, abs=1e-9) and gap.noise_ms == pytest.approx(0.0, abs=1e-9)
     assert gap.fusion_ms == pytest.approx(0.0, abs=1e-9)
     assert rr.overall_ms == pytest.approx(lim.even_ms + gap.exchange_ms)
     # the fixed cost is one device's, not one table's: the tables alone pay it once each
@@ -99,8 +99,8 @@ def test_every_contender_gap_adds_up_and_no_part_is_negative() -> None:
     for r in cmp.results:
         gap = cmp.gap(r)
         assert gap is not None
-        assert min(gap.imbalance_ms, gap.fusion_ms) >= -1e-9, (r.sharder, gap)
-        parts = gap.imbalance_ms + gap.fusion_ms + gap.exchange_ms
+        assert min(gap.noise_ms, gap.imbalance_ms, gap.fusion_ms) >= -1e-9, (r.sharder, gap)
+        parts = gap.noise_ms + gap.imbalance_ms + gap.fusion_ms + gap.exchange_ms
         assert cmp.limit.even_ms + parts == pytest.approx(r.overall_ms)
 
 
@@ -125,8 +125,13 @@ def test_a_plan_on_fewer_devices_is_charged_the_fixed_cost_of_the_others() -> No
     assert lim.compute_ms == pytest.approx(0.5 + 3.5 / 4)
     assert lim.fusion_ratio == pytest.approx(3.5 / 5.0)
     assert lim.total_ms == pytest.approx(max(1.0, lim.compute_ms + 0.25))
-    gap = contender_gap(lim, overall_ms=3.0, fused_ms=4.5, used=2, exchange_ms=0.5)
+    costs = Costs.from_devices(
+        [DeviceCost.from_list([1.0, 0.25, 0.25, 1.5]), DeviceCost.from_list([1.0, 0.0, 0.0, 1.0]), DeviceCost.zero()]
+    )
+    gap = contender_gap(lim, overall_ms=3.5, costs=costs, fused_ms=4.5, used=2)
+    assert gap.noise_ms == pytest.approx(0.5)  # the median round's slowest device above the slowest median
     assert gap.fusion_ms == pytest.approx(2.25 - lim.compute_ms)
+    assert gap.exchange_ms == pytest.approx(0.5 / 2 - 0.25)
     assert gap.imbalance_ms == pytest.approx(3.0 - 2.25 - 0.25)
     assert plan_limit(lb, [], 4) is None
 

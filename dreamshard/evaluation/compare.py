@@ -160,8 +160,7 @@ class Comparison(BaseModel):
         """Where contender `r`'s cost above the limit's even share goes (None without a limit)."""
         if self.limit is None or r.plan.measured is None:
             return None
-        exchange = sum(d.fwd_comm + d.bwd_comm for d in r.plan.measured.per_device)
-        return contender_gap(self.limit, r.overall_ms, r.fused_compute_ms, r.used_devices, exchange)
+        return contender_gap(self.limit, r.overall_ms, r.plan.measured, r.fused_compute_ms, r.used_devices)
 
     def baselines(self) -> dict[str, float]:
         """Measured overall cost of every baseline contender (BASELINE_SHARDERS; the gate compares against these)."""

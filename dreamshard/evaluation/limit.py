@@ -1,5 +1,5 @@
 """The limit a plan can approach ("x limit"), from what a comparison measured (docs/architecture/measuring.md,
-"The limit"), and where each contender's cost above it goes.
+"Evaluation"), and where each contender's cost above it goes.
 
 The reference LB (dreamshard.evaluation.bounds) adds up the tables' costs alone; on a measuring backend fused
 operators do not add up (the working set of many tables costs more than the sum of each alone), so every plan lands
@@ -21,7 +21,7 @@ no measured plan is below the limit. For plans not measured it is a lower bound 
 fuses the tables cheaper than the cheapest-fusing measured plan, and every device that holds anything computes at
 least the empty step. A plan at the limit is perfectly balanced, fuses as well as the best measured plan, and
 exchanges no more than the least any plan must; a contender's distance to it splits exactly into those three
-parts (`Gap`).
+parts and the rounds' noise (`Gap`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from dreamshard.evaluation.bounds import LowerBound
-from dreamshard.values import Measurement
+from dreamshard.values import Costs, Measurement
 
 
 class Limit(BaseModel):
@@ -55,11 +55,12 @@ class Limit(BaseModel):
 
 
 class Gap(BaseModel):
-    """Where a contender's cost above the limit's even share goes (the three parts add up to overall - even)."""
+    """Where a contender's cost above the limit's even share goes (the four parts add up to overall - even)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    imbalance_ms: float  # the bottleneck device above the mean of the devices that hold anything
+    noise_ms: float  # the overall (median over rounds of the slowest device) above the slowest device's median
+    imbalance_ms: float  # the slowest device's median above the mean of the devices that hold anything
     fusion_ms: float  # the mean device's compute above the limit's (fused less well, or on fewer devices)
     exchange_ms: float  # the mean device's exchange above the least any plan pays
 
@@ -101,14 +102,17 @@ def plan_limit(lb: LowerBound, fused: Sequence[tuple[str, float, int]], devices:
     )
 
 
-def contender_gap(limit: Limit, overall_ms: float, fused_ms: float, used: int, exchange_ms: float) -> Gap:
-    """Where a measured plan's cost above `limit.even_ms` goes: its overall, fused compute and summed exchange
-    (fwd + bwd over its devices) on `used` devices."""
+def contender_gap(limit: Limit, overall_ms: float, costs: Costs, fused_ms: float, used: int) -> Gap:
+    """Where a measured plan's cost above `limit.even_ms` goes: its overall, its per-device medians (`costs`), its
+    fused compute (`fused_compute`) on `used` devices."""
     if used <= 0:
-        return Gap(imbalance_ms=0.0, fusion_ms=0.0, exchange_ms=0.0)
-    mean_compute, mean_comm = fused_ms / used, exchange_ms / used
+        return Gap(noise_ms=0.0, imbalance_ms=0.0, fusion_ms=0.0, exchange_ms=0.0)
+    slowest = max(d.total for d in costs.per_device)
+    mean_compute = fused_ms / used
+    mean_comm = sum(d.fwd_comm + d.bwd_comm for d in costs.per_device) / used
     return Gap(
-        imbalance_ms=overall_ms - mean_compute - mean_comm,
+        noise_ms=overall_ms - slowest,
+        imbalance_ms=slowest - mean_compute - mean_comm,
         fusion_ms=mean_compute - limit.compute_ms,
         exchange_ms=mean_comm - limit.comm_ms,
     )

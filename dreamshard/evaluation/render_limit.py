@@ -27,7 +27,7 @@ def limit_line(cmp: Comparison) -> str:
 
 
 def gap_markdown(cmp: Comparison) -> list[str]:
-    """Markdown lines: per contender, its cost above the limit's even share split into imbalance, fusion and
+    """Markdown lines: per contender, its cost above the limit's even share split into noise, imbalance, fusion and
     exchange (none without a limit)."""
     lim = cmp.limit
     if lim is None:
@@ -37,21 +37,22 @@ def gap_markdown(cmp: Comparison) -> list[str]:
         f"Where each contender's cost above the even share ({lim.even_ms:.3f} ms: fixed {lim.fixed_ms:.3f} + fused "
         f"compute {lim.compute_ms - lim.fixed_ms:.3f} + exchange {lim.comm_ms:.3f}) goes, ms:",
         "",
-        "| sharder | overall ms | x limit | imbalance | fusion | exchange |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| sharder | overall ms | x limit | noise | imbalance | fusion | exchange |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(cmp.results, key=lambda r: r.overall_ms):
         gap = cmp.gap(r)
         if gap is None:
             continue
         lines.append(
-            f"| {cmp.label(r, short=True)} | {r.overall_ms:.3f} | {limit_ratio(cmp, r)} | {gap.imbalance_ms:.3f} | "
-            f"{gap.fusion_ms:.3f} | {gap.exchange_ms:.3f} |"
+            f"| {cmp.label(r, short=True)} | {r.overall_ms:.3f} | {limit_ratio(cmp, r)} | {gap.noise_ms:.3f} | "
+            f"{gap.imbalance_ms:.3f} | {gap.fusion_ms:.3f} | {gap.exchange_ms:.3f} |"
         )
     lines += [
         "",
-        "Imbalance: the bottleneck device above the mean device; fusion: the mean device's compute above the limit's "
-        "(fused less well than the best measured plan, or on fewer devices); exchange: the mean device's exchange "
-        "above the least any plan pays.",
+        "Noise: the overall (the median round's slowest device) above the slowest device's median; imbalance: the "
+        "slowest device above the mean device; fusion: the mean device's compute above the limit's (fused less well "
+        "than the best measured plan, or on fewer devices); exchange: the mean device's exchange above the least any "
+        "plan pays.",
     ]
     return lines
