@@ -31,6 +31,8 @@ _Size = Annotated[int, Field(ge=1, le=4096, strict=True)]
 #: activation of the device heads of ensemble member k: MEMBER_ACTIVATIONS[k % 3]
 MEMBER_ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "relu2")
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "relu2": lambda x: torch.relu(x).square()}
+#: the same, in place (planning without gradients: a member's slice of the batched hidden layer)
+_ACTIVATE_IN_PLACE = {"relu": torch.relu_, "tanh": torch.tanh_, "relu2": lambda x: torch.relu_(x).square_()}
 
 
 class CostNetSpec(BaseModel):
@@ -186,7 +188,8 @@ class CostEnsemble(nn.Module):
         k, lead = dev_repr.shape[0], dev_repr.shape[1:-1]
         x = dev_repr.reshape(k, -1, dev_repr.shape[-1])
         hid = torch.baddbmm(b1.unsqueeze(1), x, w1.transpose(1, 2))  # (K, M, 4*H)
-        hid = torch.stack([_ACTIVATIONS[m.activation](hid[i]) for i, m in enumerate(self.nets)])
+        for i, m in enumerate(self.nets):  # each member's activation in place: the values of _ACTIVATIONS, no copy
+            _ACTIVATE_IN_PLACE[m.activation](hid[i])
         hid = hid.unflatten(-1, (NUM_DEVICE_COSTS, w2.shape[-1]))  # (K, M, 4, H)
         out = ((hid * w2.unsqueeze(1)).sum(-1) + b2.unsqueeze(1)) * scale.unsqueeze(1)
         out = out.reshape(k, *lead, NUM_DEVICE_COSTS)

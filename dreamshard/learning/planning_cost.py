@@ -136,10 +136,11 @@ class PlanningCost:
         nonempty = states[..., self.base] > 0.5
         costs = self.ensemble.member_device_costs(lat, nonempty)
         if self.comm is not None:
-            fwd, bwd = self.comm_ms(states), self.backward_comm_ms(states)
-            costs = costs.clone()
+            fwd = self.comm_ms(states)
+            if torch.is_grad_enabled():
+                costs = costs.clone()  # a fresh tensor without gradients: written in place
             costs[..., COMM[0]] = fwd
-            costs[..., COMM[1]] = bwd
+            costs[..., COMM[1]] = self.backward_comm_ms(states, fwd)
         return costs.clamp_min(0.0)
 
     @staticmethod
@@ -160,10 +161,11 @@ class PlanningCost:
         out = self._alpha_beta(self.device_comm, a2a * per_mb, a2a > 0)
         return out + self._alpha_beta(self.collectives.get("reduce_scatter"), rs * per_mb, rs > 0)
 
-    def backward_comm_ms(self, states: torch.Tensor) -> torch.Tensor:
-        """(..., S) -> (...) the backward exchange: the forward's (gradients of the outputs) plus the all-reduce of
-        the data-parallel replicas' gradients (ring: 2 (N-1)/N of rows x dim x 4 bytes)."""
-        fwd = self.comm_ms(states)
+    def backward_comm_ms(self, states: torch.Tensor, fwd: torch.Tensor | None = None) -> torch.Tensor:
+        """(..., S) -> (...) the backward exchange: the forward's (gradients of the outputs; `fwd` when the caller
+        has it) plus the all-reduce of the data-parallel replicas' gradients (ring: 2 (N-1)/N of rows x dim x 4
+        bytes)."""
+        fwd = self.comm_ms(states) if fwd is None else fwd
         n = self.topology.num_devices
         if self.device_comm is None or n <= 1:
             return fwd
@@ -178,7 +180,7 @@ class PlanningCost:
         mean = member.mean(0)
         if self.k < 2 or self.risk == 0:
             return mean
-        return mean + self.risk * member.std(0, unbiased=False)  # comm members agree when it is analytic
+        return mean + self.risk * member_std(member)  # comm members agree when it is analytic
 
     def overall(self, states: torch.Tensor) -> torch.Tensor:
         """(..., D, S) -> (...): the largest device total (what a measured overall cost is)."""
@@ -204,7 +206,7 @@ class PlanningCost:
         """(..., S) -> (...): standard deviation over members of the predicted device compute (ms)."""
         member = self.member_costs(states)
         compute = member[..., COMPUTE[0]] + member[..., COMPUTE[1]]
-        return compute.std(0, unbiased=False) if self.k > 1 else torch.zeros_like(compute[0])
+        return member_std(compute) if self.k > 1 else torch.zeros_like(compute[0])
 
     def mean_device_costs(self, states: torch.Tensor) -> torch.Tensor:
         return self.member_costs(states).mean(0)
@@ -219,6 +221,17 @@ class PlanningCost:
             dev = self.placement_states(tables, placement)
             per = self.device_costs(dev) if pessimistic else self.mean_device_costs(dev)
         return Costs.from_devices([DeviceCost.from_list(r.tolist()) for r in per])
+
+
+def member_std(x: torch.Tensor) -> torch.Tensor:
+    """The population standard deviation over the members (dim 0), as ``x.std(0, unbiased=False)``. Without
+    gradients (planning: once a step of every rollout, over every device) it is computed in two passes in float64
+    and rounded to x's dtype, which gives torch's figures (float64 accumulation, rounded) at a fraction of its
+    reduction's time on a few members."""
+    if torch.is_grad_enabled() or x.dtype != torch.float32:
+        return x.std(0, unbiased=False)
+    d = x.double()
+    return (d - d.mean(0)).square().mean(0).sqrt().to(x.dtype)
 
 
 def closest_comm(models: Sequence[CommModel], num_devices: int) -> CommModel | None:

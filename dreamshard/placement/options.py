@@ -33,6 +33,7 @@ kernel) are `constraint_problem`, one line; a table no option fits is `no_option
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from dreamshard.errors import InfeasiblePlacementError, PlanError, format_gb
@@ -129,7 +130,14 @@ def allowed_devices(table: Table, topology: Topology) -> tuple[int, ...]:
     """The devices the table's units may occupy: its `devices` constraint (those in range), else every device."""
     pin = table.constraints.devices if table.constraints is not None else None
     n = topology.num_devices
-    return tuple(range(n)) if pin is None else tuple(sorted(d for d in pin if d < n))
+    return every_device(n) if pin is None else tuple(sorted(d for d in pin if d < n))
+
+
+@functools.lru_cache(maxsize=64)
+def every_device(num_devices: int) -> tuple[int, ...]:
+    """(0, 1, ..., num_devices - 1), one tuple shared by every unconstrained table (10,000 tables on 1,024 devices
+    would otherwise hold 10 million entries)."""
+    return tuple(range(num_devices))
 
 
 def _allows(table: Table, kind: str, shards: int) -> bool:

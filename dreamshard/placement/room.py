@@ -40,9 +40,25 @@ class Room:
         return self.used[device] + m.total <= self.capacity and self.host_used[device] + m.host <= self.host_capacity
 
     def legal(self, unit: str) -> list[int]:
-        """The devices `unit` may use that have room for it (and hold no other shard of a `min_shards` table)."""
-        taken = self.spread.get(parse_unit(unit).table, set())
-        return [d for d in self.allowed[unit] if self.fits(d, unit) and d not in taken]
+        """The devices `unit` may use that have room for it (and hold no other shard of a `min_shards` table), in
+        the order of its allowed devices."""
+        m = self.needs[unit]
+        room, host_room = self.capacity - m.total, self.host_capacity - m.host  # fits: used <= room (ints)
+        used, host_used = self.used, self.host_used
+        taken = self.spread.get(parse_unit(unit).table, ())
+        return [d for d in self.allowed[unit] if used[d] <= room and host_used[d] <= host_room and d not in taken]
+
+    def usable(self, device: int, unit: str) -> bool:
+        """Whether `unit` may go to `device` now: one of its allowed devices, with room for it, holding no other shard
+        of its `min_shards` table (`legal`, for one device)."""
+        allowed = self.allowed[unit]
+        if len(allowed) != len(self.used) and device not in allowed:
+            return False
+        return self.fits(device, unit) and device not in self.spread.get(parse_unit(unit).table, ())
+
+    def may_use_all(self, unit: str) -> bool:
+        """Whether `unit` may use every device (no `devices` constraint, not fixed)."""
+        return len(self.allowed[unit]) == len(self.used)
 
     def add(self, device: int, unit: str) -> None:
         m = self.needs[unit]

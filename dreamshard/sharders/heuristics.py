@@ -8,6 +8,7 @@ chooses, and the other units are placed around its fixed ones (`TableWiseSharder
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Mapping
 
@@ -60,8 +61,7 @@ class RoundRobinSharder(TableWiseSharder):
         n = topology.num_devices
         nxt = 0
         for t in _free(units, fixed):
-            legal = set(room.legal(t.name))
-            d = next(((nxt + k) % n for k in range(n) if (nxt + k) % n in legal), None)
+            d = next(((nxt + k) % n for k in range(n) if room.usable((nxt + k) % n, t.name)), None)
             if d is None:
                 raise room.no_room(t.name, self.name)
             room.add(d, t.name)
@@ -93,14 +93,14 @@ class GreedySharder(TableWiseSharder):
         out = room.place_fixed(fixed, self.name)
         load = [0.0] * topology.num_devices
         by = units.by_name()
-        for name, d in out.items():
-            load[d] += self.cost(by[name])
+        for name, device in out.items():
+            load[device] += self.cost(by[name])
+        loads = _Loads(load)
         for t in sorted(_free(units, fixed), key=lambda t: (-self.cost(t), t.name)):
-            legal = room.legal(t.name)
-            if not legal:
+            d = loads.least(room, t.name)
+            if d is None:
                 raise room.no_room(t.name, self.name)
-            d = min(legal, key=lambda i: (load[i], i))
-            load[d] += self.cost(t)
+            loads.add(d, self.cost(t))
             room.add(d, t.name)
             out[t.name] = d
         return out, load
@@ -118,6 +118,43 @@ class GreedySharder(TableWiseSharder):
                 return math.inf
 
         return [o for _, _, o in sorted((makespan(o), i, o) for i, o in enumerate(options))]
+
+
+class _Loads:
+    """Each device's load with a heap of (load, device): the least-loaded device a unit may use is found in
+    O(log D) when most devices have room (10,000 units on 1,024 devices), the same device as the minimum over the
+    unit's legal devices by (load, device) (stale entries are skipped by their version)."""
+
+    def __init__(self, load: list[float]) -> None:
+        self.load = load
+        self.version = [0] * len(load)
+        self.heap = [(x, d, 0) for d, x in enumerate(load)]
+        heapq.heapify(self.heap)
+
+    def least(self, room: Room, unit: str) -> int | None:
+        """The device of least (load, index) that `unit` may use now (Room.usable), None when there is none."""
+        if not room.may_use_all(unit):  # a few allowed devices: scan them
+            legal = room.legal(unit)
+            return min(legal, key=lambda i: (self.load[i], i)) if legal else None
+        skipped: list[tuple[float, int, int]] = []
+        found = None
+        while self.heap:
+            entry = heapq.heappop(self.heap)
+            if entry[2] != self.version[entry[1]]:
+                continue  # stale: the device's load changed since
+            skipped.append(entry)
+            if room.usable(entry[1], unit):
+                found = entry[1]
+                break
+        for entry in skipped:
+            heapq.heappush(self.heap, entry)
+        return found
+
+    def add(self, device: int, cost: float) -> None:
+        """`cost` more on `device`."""
+        self.load[device] += cost
+        self.version[device] += 1
+        heapq.heappush(self.heap, (self.load[device], device, self.version[device]))
 
 
 def dim_cost(t: Table) -> float:
