@@ -7,7 +7,6 @@ Absolute milliseconds on a shared CPU drift; ratios within one interleaved run d
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -18,25 +17,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dreamshard.documents import read_structured, validate_mapping
 from dreamshard.errors import (
     BrokenConstraintError,
-    InfeasiblePlacementError,
     InputFileError,
-    PlanError,
     UnknownSharderError,
 )
 from dreamshard.evaluation.bounds import (  # re-exported: callers import them from here too
     LowerBound,
     measure_lower_bound,
 )
+from dreamshard.evaluation.contenders import add_given, plan_contenders
 from dreamshard.evaluation.interleave import (  # re-exported: callers import them from here too
-    check_plan_for,
+    check_plan_for as check_plan_for,
+)
+from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
+from dreamshard.evaluation.interleave import (
     measure_interleaved,
     median_costs,
 )
-from dreamshard.evaluation.interleave import evaluate_plan as evaluate_plan
 from dreamshard.evaluation.limit import Gap, Limit, contender_gap, fused_compute, plan_limit
 from dreamshard.integrations.torchrec_carried import carried_report
 from dreamshard.profiling.world import charged_world, world_proxy
-from dreamshard.sharders import BASELINE_SHARDERS, get_sharder, sharder_names  # BASELINE_SHARDERS: re-exported
+from dreamshard.sharders import BASELINE_SHARDERS, sharder_names  # BASELINE_SHARDERS: re-exported
 from dreamshard.sharders.torchrec_parameters import relaxed_for
 from dreamshard.values import (
     BackendInfo,
@@ -243,15 +243,15 @@ def compare_sharders(
     timed that many times per round on that clock, each device's figure their median (`Oracle.timing_as`; the
     gate's comparison: publish.timing_passes, publish.timing_clock)."""
     say = progress or (lambda _msg: None)
-    plans, infeasible = _plan_contenders(inventory, topology, validate_sharders(sharders), sharder_options or {}, say)
+    plans, infeasible = plan_contenders(inventory, topology, validate_sharders(sharders), sharder_options or {}, say)
     if not plans and not extra_plans:  # nothing to measure: the first sharder's own error says why
         raise next(iter(infeasible.values()))
     broken = {name: e for name, e in infeasible.items() if isinstance(e, BrokenConstraintError)}
-    _add_given(inventory, topology, plans, extra_plans)
+    add_given(inventory, topology, plans, extra_plans)
     # the sharders whose plan broke a constraint they cannot be asked, planned again without those constraints:
     # measured as they are, never contenders (a sharder that cannot place even that keeps only its breaks row)
     expressible = relaxed_for(inventory, {e.table: e.constraint for e in broken.values()}) if broken else inventory
-    relaxed, _ = _plan_contenders(expressible, topology, list(broken), sharder_options or {}, say)
+    relaxed, _ = plan_contenders(expressible, topology, list(broken), sharder_options or {}, say)
     if with_lower_bound:
         say("measuring single-table costs")
         with oracle.corpus_as(corpus):
@@ -319,44 +319,6 @@ def _rate(measured: Sequence[SharderResult], best: SharderResult, lb: LowerBound
         r.ratio_to_lower_bound = r.overall_ms / lb.total_ms if lb.total_ms > 0 else 0.0
         r.ratio_to_limit = r.overall_ms / limit.total_ms if limit is not None and limit.total_ms > 0 else 0.0
     return limit
-
-
-def _plan_contenders(
-    inventory: Inventory,
-    topology: Topology,
-    names: Sequence[str],
-    options: Mapping[str, Mapping[str, Any]],
-    say: Progress,
-) -> tuple[list[tuple[Plan, float]], dict[str, InfeasiblePlacementError]]:
-    """Each sharder's plan with its planning seconds, and the sharders that cannot place the inventory (among them
-    those whose plan breaks a constraint they cannot be asked to honour: BrokenConstraintError)."""
-    plans: list[tuple[Plan, float]] = []
-    infeasible: dict[str, InfeasiblePlacementError] = {}
-    for name in names:
-        say(f"planning with {name}")
-        t0 = time.perf_counter()
-        try:
-            plan = get_sharder(name, **dict(options.get(name, {}))).shard(inventory, topology)
-        except InfeasiblePlacementError as e:
-            infeasible[name] = e
-            say(f"{name} cannot place this inventory: {e}")
-            continue
-        plans.append((plan, time.perf_counter() - t0))
-    return plans, infeasible
-
-
-def _add_given(
-    inventory: Inventory, topology: Topology, plans: list[tuple[Plan, float]], given: Sequence[Plan]
-) -> None:
-    """The plans a caller hands `compare_sharders` joined to the sharders' (each checked, none twice)."""
-    for p in given:
-        check_plan_for(inventory, p, topology)
-        if any(p.plan_id == q.plan_id for q, _ in plans):
-            raise PlanError(
-                f"plan {p.plan_id} is given twice; measure each plan once (a comparison listing a plan "
-                f"twice is refused by the publish gate)"
-            )
-        plans.append((p, 0.0))
 
 
 def _narrow(
