@@ -9,10 +9,10 @@ import re
 #: A setting (or a request's field, as the library words it) and the `dreamshard` option that sets it.
 SETTING_FLAGS: dict[str, str] = {
     "plan.verify_rounds": "--verify-rounds",
-    "plan.verify_anchors": "--verify-anchors",
     "plan.verify_confidence": "--verify-confidence",
     "plan.verify": "--verify",
     "plan.refine_seconds": "--refine-seconds",
+    "plan.stage_budget": "--stage-budget",
     "plan.calibrate_seconds": "--calibrate-seconds",
     "plan.types": "--types",
     "plan.samples": "--samples",

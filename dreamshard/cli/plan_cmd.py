@@ -52,11 +52,11 @@ from dreamshard.cli.plan_options import (
     RiskOpt,
     SamplesOpt,
     SharderOpt,
+    StageBudgetOpt,
     StatsOpt,
     TorchrecKernelOpt,
     TorchrecOutOpt,
     TypesOpt,
-    VerifyAnchorsOpt,
     VerifyConfidenceOpt,
     VerifyOpt,
     VerifyRoundsOpt,
@@ -110,15 +110,20 @@ def _search_table(result: SearchResult) -> Any:
 
 
 def verification_table(v: Verification) -> RichTable:
+    """The race's contenders: predicted and measured, rounds each was measured (fewer: dropped), the kept one; the
+    contenders not measured, with why, in the caption."""
+    missing = "; ".join(f"{name}: {why}" for name, why in v.not_measured.items())
     t = RichTable(
-        title=f"verified on {v.backend.name} (up to {v.rounds} interleaved rounds; a challenger that "
-        f"loses a round to the best predicted is measured no more)",
+        title=f"raced on {v.backend.name} (up to {v.rounds} interleaved rounds; a contender behind the leader "
+        f"beyond the noise is measured no more)",
         title_style="bold",
+        caption=f"not measured: {missing}" if missing else None,
     )
-    for col in ("source", "predicted ms", "measured ms", "spread", "rounds"):
-        t.add_column(col, justify="left" if col == "source" else "right")
+    for col in ("contender", "predicted ms", "measured ms", "spread", "rounds"):
+        t.add_column(col, justify="left" if col == "contender" else "right")
+    marked = any(c.kept for c in v.candidates)  # an older record says only the kept source
     for c in v.candidates:
-        mark = " (kept)" if c.source == v.chosen else ""
+        mark = " (kept)" if (c.kept if marked else c.source == v.chosen) else ""
         t.add_row(
             c.label + mark,
             f"{c.predicted_ms:.3f}",
@@ -140,7 +145,6 @@ def plan(
     risk: RiskOpt = None,
     verify: VerifyOpt = None,
     verify_rounds: VerifyRoundsOpt = None,
-    verify_anchors: VerifyAnchorsOpt = None,
     verify_confidence: VerifyConfidenceOpt = None,
     backend: BackendOverride = None,
     warmup: WarmupOverride = None,
@@ -155,6 +159,7 @@ def plan(
     explain: ExplainOpt = False,
     stats: StatsOpt = False,
     refine_seconds: RefineSecondsOpt = None,
+    stage_budget: StageBudgetOpt = None,
     calibrate_seconds: CalibrateSecondsOpt = None,
     corpus: CorpusOpt = None,
     torchrec_out: TorchrecOutOpt = None,
@@ -181,13 +186,13 @@ def plan(
             "topology.batch_size": batch_size,
             "topology.device_type": device_type,
             "plan.refine_seconds": refine_seconds,
+            "plan.stage_budget": stage_budget,
             "plan.calibrate_seconds": calibrate_seconds,
             "plan.types": types_override(types),
             "plan.samples": samples,
             "plan.risk": risk,
             "plan.verify": verify,
             "plan.verify_rounds": verify_rounds,
-            "plan.verify_anchors": verify_anchors,
             "plan.verify_confidence": verify_confidence,
             "plan.max_move_fraction": max_move_fraction,
         },

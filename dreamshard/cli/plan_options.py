@@ -60,8 +60,8 @@ VerifyOpt = Annotated[
         min=0,
         max=64,
         rich_help_panel=MEASURING,
-        help="dreamshard: measure the K best candidates on --backend; the best predicted stays unless another wins "
-        "every round (plan.verify; default 0).",
+        help="dreamshard: race the search-only plan, the K best candidates, every heuristic's plan and TorchRec's on "
+        "--backend and keep the best measured (plan.verify; default 0).",
     ),
 ]
 VerifyRoundsOpt = Annotated[
@@ -71,18 +71,8 @@ VerifyRoundsOpt = Annotated[
         min=1,
         max=100,
         rich_help_panel=MEASURING,
-        help="Interleaved rounds per verified candidate (plan.verify_rounds; default 3).",
-    ),
-]
-VerifyAnchorsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--verify-anchors",
-        min=0,
-        max=16,
-        rich_help_panel=MEASURING,
-        help="With --verify: also measure this many baselines' plans when none of the K is one "
-        "(plan.verify_anchors; default 2).",
+        help="Interleaved rounds of the race at most; a contender behind the leader beyond the noise is dropped "
+        "(plan.verify_rounds; default 5).",
     ),
 ]
 VerifyConfidenceOpt = Annotated[
@@ -125,8 +115,19 @@ RefineSecondsOpt = Annotated[
         min=0.0,
         max=86_400.0,
         rich_help_panel=MEASURING,
-        help="dreamshard: refine the kept plan on --backend for this long, keeping only moves confirmed beyond the "
-        "noise (plan.refine_seconds; default 0 = off).",
+        help="dreamshard: refine the kept plan on --backend for at most this long (and what --stage-budget leaves), "
+        "keeping only moves confirmed beyond the noise (plan.refine_seconds; default 0 = off).",
+    ),
+]
+StageBudgetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--stage-budget",
+        min=0.0,
+        max=1000.0,
+        rich_help_panel=MEASURING,
+        help="dreamshard: the whole plan takes at most this many times the search alone; the race measures every "
+        "contender once whatever it says (plan.stage_budget; default 3; 0 = no budget).",
     ),
 ]
 ExplainOpt = Annotated[

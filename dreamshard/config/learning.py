@@ -24,9 +24,6 @@ from dreamshard.values import (
 from dreamshard.values.base import StrictNumbers
 from dreamshard.values.search_result import CANDIDATE_SOURCES, CandidateSource
 
-#: With --verify: how many of the baselines' or LPT's plans are measured beside the K best predicted when none of
-#: them is one (dreamshard.measured.verify.anchor_candidates; params plan.verify_anchors)
-VERIFY_ANCHORS = 2
 #: `plan.unknown_skews`: uniform ids, the assumed Zipf(1.05) and very skewed ids (dreamshard.search.unknown_stats)
 DEFAULT_UNKNOWN_SKEWS: tuple[float, ...] = (0.0, 1.05, 1.6)
 

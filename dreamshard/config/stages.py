@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, field_validator
 
-from dreamshard.config.learning import DEFAULT_CANDIDATES, DEFAULT_UNKNOWN_SKEWS, VERIFY_ANCHORS, SearchConfig
+from dreamshard.config.learning import DEFAULT_CANDIDATES, DEFAULT_UNKNOWN_SKEWS, SearchConfig
 from dreamshard.errors import ConfigError
 from dreamshard.inventory.synth import check_dims, synth_inventory
 from dreamshard.sharders import BASELINE_SHARDERS, contender_names, sharder_names
@@ -58,14 +58,14 @@ class PlanConfig(Section):
     samples: Annotated[int, Field(ge=0, le=4096)] = 4  # sampled policy rollouts besides the argmax
     risk: Annotated[float, Field(ge=0, le=10)] = 1.0  # ensemble mean + risk x spread
     candidates: tuple[CandidateSource, ...] = DEFAULT_CANDIDATES
-    verify: Annotated[int, Field(ge=0, le=64)] = 0  # measure this many best candidates (0 = trust predictions)
-    verify_rounds: Annotated[int, Field(ge=1, le=100)] = 3
-    # with verify: also measure this many of the baselines' own plans (best predicted first) when none of the
-    # verified candidates is one (dreamshard.measured.verify.anchor_candidates)
-    verify_anchors: Annotated[int, Field(ge=0, le=16)] = VERIFY_ANCHORS
-    # with an incumbent (a re-plan): another candidate replaces the current plan's only after enough straight paired
-    # wins that chance alone, over all challengers, would explain them less often than 1 - this
-    # (dreamshard.measured.verify.rounds_to_replace: 6-7 rounds at 0.95)
+    # the race (dreamshard.measured.verify): the search-only plan, this many best predicted candidates, every
+    # heuristic's own plan and TorchRec's, measured interleaved; the best measured kept (0 = trust predictions)
+    verify: Annotated[int, Field(ge=0, le=64)] = 0
+    verify_rounds: Annotated[int, Field(ge=1, le=100)] = 5  # the race's rounds at most
+    # a contender is dropped from the race once it is behind the leader with this confidence (the gate's paired
+    # interval); with an incumbent (a re-plan): another candidate replaces the current plan's only after enough
+    # straight paired wins that chance alone, over all challengers, would explain them less often than 1 - this
+    # (dreamshard.measured.verify.rounds_to_replace: 8 rounds at 0.95 over 10 challengers)
     verify_confidence: Annotated[float, Field(ge=0.5, le=0.9999)] = 0.95
     # calibration before the search (dreamshard.measured.calibrate): seconds of probe timings on the profile
     # backend, fitted into a per-inventory correction of the cost model that search, verify and refinement use
@@ -73,9 +73,13 @@ class PlanConfig(Section):
     # tables that declare no access histogram: the id distributions (Zipf exponents, 0 = uniform) the plan must hold
     # under; candidates ranked by worst-case regret over them, verified under each (dreamshard.search.unknown_stats)
     unknown_skews: tuple[Annotated[float, Field(ge=0, le=4)], ...] = DEFAULT_UNKNOWN_SKEWS
-    # measured refinement of the kept plan (dreamshard.measured.refine): seconds of proposals measured
-    # on the profile backend, two devices each, interleaved with the incumbent's (0 = off)
+    # measured refinement of the kept plan (dreamshard.measured.refine): at most this many seconds of proposals
+    # measured on the profile backend, two devices each, interleaved with the incumbent's (0 = off); with a
+    # stage_budget, at most what the race left of it
     refine_seconds: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    # the whole plan (search, race, refinement) takes at most this many times the search alone (0 = no budget): the
+    # race measures every contender once whatever it says, then rounds while it lasts; refinement gets the rest
+    stage_budget: Annotated[float, Field(ge=0, le=1000)] = 3.0
     refine_rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # a proposal that passes its refine_rounds is measured again for this many fresh rounds and kept only when
     # those pass too (0 = no second block): one noise pass in 20 (3 rounds, no real difference) becomes one in

@@ -68,15 +68,20 @@ def measure_interleaved(
     progress: Callable[[str], None] | None = None,
     narrow: Callable[[list[list[Measurement]]], Sequence[int]] | None = None,
     inventories: Sequence[Inventory] = (),
+    round_inventories: Sequence[Inventory] = (),
 ) -> list[list[Measurement]]:
     """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
     machine hits all plans alike); the measurements of each plan, in plan order. `narrow`, asked after each
     complete round, names the plans the next round measures, a subset of this round's; none ends the measuring
     (the publish gate's sequential rule stops them all at once, `--verify` drops a candidate once it lost a
     round, so plans may end with fewer rounds). `inventories`, when given, is each plan's own inventory (what-if of
-    an added or removed table measures plans of two versions)."""
+    an added or removed table measures plans of two versions); `round_inventories`, when given, the inventory every
+    plan is measured on in round r: `round_inventories[r % len]` (the plan stage's race cycles through the id
+    distributions assumed for tables without statistics)."""
     if inventories and len(inventories) != len(plans):
         raise ValueError(f"{len(inventories)} inventories for {len(plans)} plans")
+    if inventories and round_inventories:
+        raise ValueError("give each plan its own inventory or each round its own, not both")
     own = list(inventories) or [inventory] * len(plans)
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
@@ -87,7 +92,8 @@ def measure_interleaved(
         rng.shuffle(order)
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
-            samples[i].append(_measure(own[i], plans[i], oracle))
+            on = round_inventories[r % len(round_inventories)] if round_inventories else own[i]
+            samples[i].append(_measure(on, plans[i], oracle))
         if narrow is not None and r + 1 < rounds:
             active = [i for i in narrow(samples) if i in active]
             if not active:

@@ -171,7 +171,7 @@ def refine_measured(
             last, kept = run.steps[-1], sum(st.kept for st in run.steps)
             progress(
                 f"proposal {len(run.steps)} ({last.proposal}) {'kept' if last.kept else 'not kept'}; {kept} kept, "
-                f"{clock() - start:.0f}/{seconds:g} s"
+                f"{clock() - start:.0f}/{seconds:.0f} s"
             )
     return run.current, run.trace(round(clock() - start, 3), seconds)
 

@@ -2,18 +2,21 @@
 "Measured steps").
 
     Calibrate  before the search: the planning cost corrected on the backend (dreamshard.measured.calibrate)
-    Verify     after it: the best candidates measured, the search-only plan kept unless beaten every round
-               (dreamshard.measured.verify, .robust_verify)
-    Refine     then: the kept plan improved by measured moves, kept only when faster every round
+    Verify     after it: the race of the search-only plan, the best candidates, every heuristic's own plan and
+               TorchRec's; the best measured kept (dreamshard.measured.verify, .race, .contenders, .robust_verify)
+    Refine     then: the kept plan improved by measured moves off its bottleneck, kept only when faster every round
                (dreamshard.measured.refine)
 
 `measured_steps` builds the list from the plan settings (each bad value one line naming its setting); the sharder
-runs `calibrated` before its search and `after_search` on what the search found (`SearchOutcome`). Each step
-uses the oracle the sharder was given; none of them imports the search.
+runs `calibrated` before its search and `after_search` on what the search found (`SearchOutcome`), within the plan
+stage's budget (`StageBudget`: plan.stage_budget x the search's own time). Each step uses the oracle the sharder was
+given; none of them imports the search.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -23,12 +26,13 @@ from pydantic import BaseModel, ConfigDict
 from dreamshard.errors import ConfigError
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.measured.calibrate import MAX_CALIBRATE_SECONDS, calibrate
+from dreamshard.measured.contenders import contenders_for
+from dreamshard.measured.outcome import SearchOutcome
 from dreamshard.measured.refine import refine_plan
 from dreamshard.measured.robust_verify import verify_robust
-from dreamshard.measured.verify import VERIFY_ROUNDS, search_only_candidate, to_measure, verify_candidates
-from dreamshard.values import AccessAssumptions, CalibrationReport, Inventory, Plan, Topology
+from dreamshard.measured.verify import VERIFY_ROUNDS, verify_candidates
+from dreamshard.values import CalibrationReport, Inventory, Plan, Topology
 from dreamshard.values.progress import Progress, prefixed
-from dreamshard.values.search_result import Candidate, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling.oracle import Oracle
@@ -46,13 +50,13 @@ class Calibrate(_Step):
 
 
 class Verify(_Step):
-    """plan.verify: this many best predicted candidates (and the anchors, the best heuristic's plan) measured
-    for `rounds` interleaved rounds; a re-plan's challenger duels the current plan up to `confidence`."""
+    """plan.verify: the race of the search-only plan, the `candidates` best predicted, every heuristic's own plan and
+    TorchRec's, for up to `rounds` interleaved rounds; a contender behind the leader with `confidence` is dropped,
+    and a re-plan's challenger duels the current plan up to `confidence`."""
 
     kind: Literal["verify"] = "verify"
     candidates: int
     rounds: int = VERIFY_ROUNDS
-    anchors: int = 2
     confidence: float = 0.95
 
 
@@ -80,7 +84,6 @@ def _check(value: float, low: float, high: float, setting: str, high_open: bool 
 def measured_steps(
     verify: int = 0,
     verify_rounds: int | None = None,
-    verify_anchors: int = 2,
     verify_confidence: float = 0.95,
     calibrate_seconds: float = 0.0,
     refine_seconds: float = 0.0,
@@ -90,8 +93,6 @@ def measured_steps(
     """The steps the plan settings ask for, in order (0 seconds or 0 candidates: the step is left out)."""
     if verify < 0:
         raise ConfigError(f"plan.verify must be >= 0 candidates, got {verify}")
-    if verify_anchors < 0:
-        raise ConfigError(f"plan.verify_anchors must be >= 0 candidates, got {verify_anchors}")
     _check(verify_confidence, 0.5, 1.0, "plan.verify_confidence", high_open=True)
     _check(calibrate_seconds, 0.0, MAX_CALIBRATE_SECONDS, "plan.calibrate_seconds")
     _check(refine_seconds, 0.0, float("inf"), "plan.refine_seconds", high_open=True)
@@ -100,7 +101,7 @@ def measured_steps(
         steps.append(Calibrate(seconds=float(calibrate_seconds)))
     if verify > 0:
         rounds = verify_rounds or VERIFY_ROUNDS
-        steps.append(Verify(candidates=verify, rounds=rounds, anchors=verify_anchors, confidence=verify_confidence))
+        steps.append(Verify(candidates=verify, rounds=rounds, confidence=verify_confidence))
     if refine_seconds > 0:
         steps.append(Refine(seconds=float(refine_seconds), rounds=refine_rounds, confirm_rounds=refine_confirm_rounds))
     return tuple(steps)
@@ -130,49 +131,36 @@ def calibrated(
 
 
 @dataclass(frozen=True)
-class SearchOutcome:
-    """What the search found, for the steps after it: the inventory, its topology, the scored candidates, the
-    planning cost, the plan of the best candidate (`plan`), how to make the plan of any other (`plan_of`), and
-    what it assumed about missing access statistics."""
+class StageBudget:
+    """plan.stage_budget: the whole plan (search and the measured steps after it) takes at most `times` x the
+    search's own seconds (0: no budget; the rounds and plan.refine_seconds alone bound it). The race measures every
+    contender once whatever the budget (what makes it never lose to a baseline), further rounds while the budget
+    lasts; refinement gets what the race left, at most plan.refine_seconds."""
 
-    inventory: Inventory
-    topology: Topology
-    searched: SearchResult
-    cost: PlanningCost
-    plan: Plan
-    plan_of: Callable[[Candidate], Plan]
-    assumptions: AccessAssumptions | None = None
+    times: float = 0.0
+
+    def seconds(self, search_s: float) -> float | None:
+        """The budget in seconds for a search of `search_s` seconds (None: no budget)."""
+        return self.times * search_s if self.times > 0 else None
 
 
-def _verified(step: Verify, found: SearchOutcome, oracle: Oracle, seed: int, progress: Progress | None = None) -> Plan:
-    """The plan verification keeps (dreamshard.measured.verify): the search-only plan unless another candidate
-    was faster in every round; under every assumed distribution where tables declare no access statistics."""
-    top, mine = to_measure(found.searched.candidates, step.candidates, step.anchors)
-    plans = [found.plan_of(c) for c in top]
-    search_only = top.index(search_only_candidate(found.searched.candidates))  # the default (or the duel's)
-    if found.assumptions is not None and mine is None:  # measured under every assumed distribution
+def _verified(
+    step: Verify,
+    found: SearchOutcome,
+    oracle: Oracle,
+    seed: int,
+    out_of_time: Callable[[], bool],
+    progress: Progress | None,
+) -> Plan:
+    """The plan the race keeps (dreamshard.measured.verify); under every assumed distribution where tables declare no
+    access statistics (dreamshard.measured.robust_verify)."""
+    field = contenders_for(found, step.candidates, seed)
+    if found.assumptions is not None and not field.hold:  # the rounds cycle through the assumed distributions
         return verify_robust(
-            found.inventory,
-            top,
-            plans,
-            oracle,
-            found.assumptions,
-            step.rounds,
-            seed,
-            search_only=search_only,
-            progress=progress,
+            found.inventory, field, oracle, found.assumptions, step.rounds, seed, step.confidence, out_of_time, progress
         )
     kept, _ = verify_candidates(
-        found.inventory,
-        found.topology,
-        top,
-        plans,
-        oracle,
-        rounds=step.rounds,
-        seed=seed,
-        hold=step.confidence if mine is not None else None,
-        search_only=search_only,
-        progress=progress,
+        found.inventory, field, oracle, step.rounds, seed, step.confidence, out_of_time, progress
     )
     return kept if found.assumptions is None else kept.model_copy(update={"assumptions": found.assumptions})
 
@@ -183,26 +171,47 @@ def after_search(
     oracle: Oracle | None,
     seed: int,
     progress: Progress | None = None,
+    budget: StageBudget = StageBudget(),
+    clock: Callable[[], float] = time.monotonic,
 ) -> Plan:
-    """The plan after the steps that follow the search, in order (without an oracle: the search's plan). `progress`
-    (dreamshard.values.progress) gets a line per measurement, prefixed with its step: "verify: round 2/3: measuring
-    dreamshard", "refine: proposal 4 (move t 0->2) kept; 1 kept, 31/120 s"."""
+    """The plan after the steps that follow the search, in order (without an oracle: the search's plan), within
+    `budget`. `progress` (dreamshard.values.progress) gets a line per measurement, prefixed with its step:
+    "verify: round 2/5: measuring heuristic:dim_greedy", "verify: round 2/5: 4 left: ...", "refine: proposal 4 (move
+    t 0->2) kept; 1 kept, 3/8 s". The verification record states the seconds: the search, the whole plan, the
+    budget and what refinement was given."""
     plan = found.plan
     if oracle is None:
         return plan
+    start = clock()
+    allowed = budget.seconds(found.search_s)
+    left = (lambda: math.inf) if allowed is None else (lambda: allowed - found.search_s - (clock() - start))
+    refine_s: float | None = None
     for step in steps:
         if isinstance(step, Verify):
-            plan = _verified(step, found, oracle, seed, prefixed(progress, "verify: "))
+            plan = _verified(step, found, oracle, seed, lambda: left() <= 0, prefixed(progress, "verify: "))
         elif isinstance(step, Refine):
+            refine_s = max(0.0, min(step.seconds, left()))
+            if refine_s <= 0:
+                if progress is not None:
+                    progress("refine: skipped: the plan stage's budget is spent")
+                continue
             plan = refine_plan(
                 found.inventory,
                 plan,
                 found.cost,
                 oracle,
-                step.seconds,
+                refine_s,
                 step.rounds,
                 seed,
                 confirm=step.confirm_rounds,
                 progress=prefixed(progress, "refine: "),
             )
-    return plan
+    if plan.verification is None:
+        return plan
+    times = {
+        "search_s": round(found.search_s, 3),
+        "plan_s": round(found.search_s + clock() - start, 3),
+        "budget_s": None if allowed is None else round(allowed, 3),
+        "refine_s": None if refine_s is None else round(refine_s, 3),
+    }
+    return plan.model_copy(update={"verification": plan.verification.model_copy(update=times)})

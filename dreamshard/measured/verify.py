@@ -1,91 +1,40 @@
-"""Verify (`plan --verify K`): the K best predicted candidates measured on the backend, interleaved, and the best
-predicted kept unless the hardware confirms another (docs/architecture/learning.md, "Learning").
+"""Verify (`plan --verify K`): the plan stage's race (docs/architecture/learning.md, "The race").
 
-Anchors (`plan.verify_anchors`: the best predicted baselines' or LPT's plans) join when the K hold none. Another
-candidate replaces the best predicted only when it was faster in every round (`kept_index`); one that loses a round
-is measured no more (`challengers`). When the first candidate is the current plan's (a re-plan), a confirmed
-challenger must go on winning a duel with it until chance alone would explain its run less often than
-`plan.verify_confidence` allows (`rounds_to_replace`). The plan keeps the kept candidate's measured costs and a
-`Verification` record of every candidate's rounds.
+The contenders (dreamshard.measured.contenders: the search-only plan, the K best predicted candidates, every
+heuristic's own plan and TorchRec's) race on the backend (dreamshard.measured.race): measured interleaved, a contender
+behind the leader beyond the noise measured no more, and the best measured kept. A challenger the search made must
+beat the default (the search-only plan) by `MEASURED_GAIN_MARGIN` in every round; a baseline's own plan needs only to
+be faster, so the kept plan is never slower than a baseline the race measured. The plan keeps the kept contender's
+measured costs and a `Verification` record of every contender's rounds, of the baselines not measured and why, and
+of the kept plan against the search-only plan (`kept_vs_search`) and the fastest baseline (`kept_vs_baseline`).
 
-The plan stage never loses to what it started from: the search-only plan (the search's best predicted, the plan
-without measurement) is the default, and the best predicted heuristic's own plan is measured beside it
-(`heuristic_candidate`), so a cost model that misranks cannot keep a plan the hardware says is slower. The record
-states the kept plan against the search-only one (`kept_vs_search`, paired rounds).
+In a re-plan the default is the current plan's candidate: a challenger that won every round must go on winning a
+duel with it until chance alone would explain its run less often than `plan.verify_confidence` allows
+(`rounds_to_replace`), so inside the noise the job's tables stay where they are.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dreamshard.evaluation.compare import BASELINE_SHARDERS, check_plan_for, measure_interleaved, median_costs
+from dreamshard.evaluation.interleave import check_plan_for, measure_interleaved, median_costs
+from dreamshard.measured.contenders import HEURISTIC, SEARCH_ONLY, TORCHREC, Contender, Contenders
 from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
-from dreamshard.values import Inventory, Measurement, Plan, Topology, Verification, VerifiedCandidate
+from dreamshard.measured.race import beat_every_round, keep_index, overall, race, scores_to_leader
+from dreamshard.values import Inventory, Measurement, Plan, Verification, VerifiedCandidate
 from dreamshard.values.progress import Progress, prefixed
-from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, origin
 
 if TYPE_CHECKING:  # pragma: no cover
     from dreamshard.profiling import Oracle
 
-#: interleaved rounds per verified candidate by default
-VERIFY_ROUNDS = 3
+#: interleaved rounds of the race at most, by default
+VERIFY_ROUNDS = 5
 
-
-#: `VerifiedCandidate.role` of the search's best predicted candidate and of the best heuristic's plan
-SEARCH_ONLY, HEURISTIC = "search only", "heuristic"
-
-
-#: Candidate sources that do not come out of the search's ranking: the baselines' own plans and the learned LPT
-#: (longest first on predicted single-table costs, which the plan-level prediction can misrank).
-ANCHOR_SOURCES = frozenset((*BASELINE_SHARDERS, "lpt"))
-
-
-def anchor_candidates(candidates: Sequence[Candidate], k: int, anchors: int) -> list[Candidate]:
-    """The `anchors` best predicted of the anchor candidates (ANCHOR_SOURCES, not improved by search), when none
-    is among the `k` best predicted: off its training distribution the learned cost can rank the search's plans
-    above one that measures faster, and only what is measured can be kept. [] when one of the top k already is an
-    anchor."""
-    if anchors <= 0 or any(c.source in ANCHOR_SOURCES for c in candidates[:k]):
-        return []
-    return [c for c in candidates[k:] if c.source in ANCHOR_SOURCES][:anchors]
-
-
-def heuristic_candidate(candidates: Sequence[Candidate], measured: Sequence[Candidate]) -> list[Candidate]:
-    """The best predicted heuristic's own plan (a BASELINE_SHARDERS source, not improved by search), when none of
-    `measured` already is one: the planning cost picks which heuristic (none is best on every task), and the
-    measurement decides whether the learned plans beat it. [] when there is none or one is measured anyway."""
-    if any(c.source in BASELINE_SHARDERS for c in measured):
-        return []
-    return next(([c] for c in candidates if c.source in BASELINE_SHARDERS), [])
-
-
-def search_only_candidate(candidates: Sequence[Candidate]) -> Candidate:
-    """The plan without measurement: the search's best predicted or, where the cost was calibrated first (a measured
-    step, dreamshard.measured.calibrate), the best of the search before calibration (the UNCALIBRATED seed)."""
-    return next((c for c in candidates if c.source == UNCALIBRATED), candidates[0])
-
-
-def to_measure(candidates: Sequence[Candidate], k: int, anchors: int) -> tuple[list[Candidate], Candidate | None]:
-    """What `--verify k` measures, the default first: the search-only plan (`search_only_candidate`), the k best
-    predicted, the anchors, the best heuristic's own plan (a plan placed as another is measured once); and the current
-    plan's candidate (a re-plan), which then leads and is returned. It is the default because a challenger must be
-    faster in every round, so inside the noise the job's state stays where it is (as the gate keeps the current
-    plan), and replaces it only after a duel long enough that chance could not explain its wins."""
-    default = search_only_candidate(candidates)
-    top = [*candidates[:k], *anchor_candidates(candidates, k, anchors)]
-    top += heuristic_candidate(candidates, top)
-    top = [default, *(c for c in top if c is not default and not _same_plan(c, default))]
-    mine = next((c for c in candidates if origin(c.source) == CURRENT), None)
-    return ([mine, *(c for c in top if c is not mine)] if mine is not None else top), mine
-
-
-def _same_plan(a: Candidate, b: Candidate) -> bool:
-    """Whether two candidates place the same units on the same devices."""
-    return a.units is None and b.units is None and a.placement == b.placement
+__all__ = ["HEURISTIC", "SEARCH_ONLY", "TORCHREC", "VERIFY_ROUNDS", "verify_candidates"]
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
@@ -98,37 +47,27 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
 def kept_index(
     per_round: Sequence[Sequence[float]], medians: Sequence[float], margins: Sequence[float] | None = None
 ) -> int:
-    """Which measured candidate to keep: the best predicted (index 0) unless another one was faster than it in
-    every interleaved round (paired by round, as refinement keeps a move), then the fastest median of those.
-    A lower median alone is not enough: a few noisy rounds on a shared machine rank near-equal plans at random.
-    `margins`: the gain each candidate must show in every round (default `MEASURED_GAIN_MARGIN`; `margins_for`)."""
+    """Of two or more plans measured whole (dreamshard.measured.stage), which to keep: the first (index 0) unless
+    another one was faster than it in every interleaved round (paired) by its margin (default
+    `MEASURED_GAIN_MARGIN`), then the fastest median of those."""
     m = margins if margins is not None else [MEASURED_GAIN_MARGIN] * len(per_round)
     confirmed = [i for i in range(1, len(per_round)) if won_every_round(per_round[i], per_round[0], m[i])]
     return min(confirmed, key=lambda i: (medians[i], i)) if confirmed else 0
 
 
-def won_every_round(challenger: Sequence[float], best_predicted: Sequence[float], margin: float) -> bool:
-    """Measured in every round the best predicted was, and faster than it in each (paired by round) by at least
+def won_every_round(challenger: Sequence[float], default: Sequence[float], margin: float) -> bool:
+    """Measured in every round the default was, and faster than it in each (paired by round) by at least
     `margin`."""
-    return len(challenger) == len(best_predicted) and all(
-        c < b * (1.0 - margin) for c, b in zip(challenger, best_predicted, strict=True)
-    )
-
-
-def margins_for(candidates: Sequence[Candidate]) -> list[float]:
-    """The gain each candidate must show to be kept: `MEASURED_GAIN_MARGIN`, except a baseline's own plan, which
-    needs only to be faster: the gate compares the plan with those very baselines on the same measurement, so a
-    plan stage that kept a slower plan beside a measured-faster baseline would only hand the gate a rejection."""
-    return [0.0 if c.source in BASELINE_SHARDERS else MEASURED_GAIN_MARGIN for c in candidates]
+    return len(challenger) == len(default) and beat_every_round(challenger, default, margin)
 
 
 def challengers(samples: Sequence[Sequence[Measurement]], margins: Sequence[float] | None = None) -> list[int]:
     """For `measure_interleaved(narrow=...)`: who the next round measures. A challenger (index >= 1) that was not
-    faster than the best predicted (index 0) in every round so far can no longer be kept (`kept_index`), so it is
-    dropped; the best predicted is measured while any challenger is left ([]: none is, the measuring ends)."""
-    best = [m.overall_ms for m in samples[0]]
+    faster than the first plan in every round so far can no longer be kept (`kept_index`), so it is dropped; the
+    first is measured while any challenger is left ([]: none is, the measuring ends)."""
+    best = overall(samples[0])
     m = margins if margins is not None else [MEASURED_GAIN_MARGIN] * len(samples)
-    left = [i for i in range(1, len(samples)) if won_every_round([m_.overall_ms for m_ in samples[i]], best, m[i])]
+    left = [i for i in range(1, len(samples)) if won_every_round(overall(samples[i]), best, m[i])]
     return [0, *left] if left else []
 
 
@@ -155,110 +94,144 @@ def _duel_with_default(
     """More paired rounds of the default (0) and the confirmed challenger `best` until it has won `need` in all or
     lost one (then the default stays), each by `margin`; the rounds join `measured`. Returns the index kept."""
     more = need - len(measured[best])
-    if more <= 0:
-        return best
-    duel = measure_interleaved(
-        inventory,
-        [plans[0], plans[best]],
-        oracle,
-        more,
-        seed=seed + 1,
-        narrow=partial(challengers, margins=[0.0, margin]),
-        progress=prefixed(progress, "duel: "),
-    )
-    measured[0] += duel[0]
-    measured[best] += duel[1]
-    won = won_every_round([m.overall_ms for m in measured[best]], [m.overall_ms for m in measured[0]], margin)
+    if more > 0:
+        duel = measure_interleaved(
+            inventory,
+            [plans[0], plans[best]],
+            oracle,
+            more,
+            seed=seed + 1,
+            narrow=partial(challengers, margins=[0.0, margin]),
+            progress=prefixed(progress, "duel: "),
+        )
+        measured[0] += duel[0]
+        measured[best] += duel[1]
+    won = won_every_round(overall(measured[best]), overall(measured[0]), margin)
     return best if won and len(measured[best]) >= need else 0
 
 
-def verified_row(candidate: Candidate, samples: Sequence[Measurement], role: str | None = None) -> VerifiedCandidate:
-    """A verified candidate's record: its prediction, the median and spread of its measured rounds, and its role
-    (SEARCH_ONLY, HEURISTIC for a baseline's own plan, else None)."""
-    overall = [m.overall_ms for m in samples]
-    med = statistics.median(overall)
+def held_index(
+    inventory: Inventory,
+    plans: Sequence[Plan],
+    measured: list[list[Measurement]],
+    margins: Sequence[float],
+    oracle: Oracle,
+    confidence: float,
+    seed: int,
+    progress: Progress | None = None,
+) -> int:
+    """A re-plan's keep rule: the current plan's candidate (index 0) unless a challenger won every round against it
+    by its margin and then the duel (`rounds_to_replace` straight wins over all the challengers raced)."""
+    per_round = [overall(m) for m in measured]
+    scores = scores_to_leader(per_round)
+    won = [i for i in range(1, len(plans)) if won_every_round(per_round[i], per_round[0], margins[i])]
+    if not won:
+        return 0
+    best = min(won, key=lambda i: (scores[i], i))
+    need = rounds_to_replace(len(plans) - 1, confidence)
+    return _duel_with_default(inventory, plans, measured, best, need, oracle, seed, margins[best], progress)
+
+
+def verified_row(contender: Contender, samples: Sequence[Measurement], kept: bool = False) -> VerifiedCandidate:
+    """A contender's record: its prediction, the median and spread of its measured rounds, its role."""
+    ms = overall(samples)
+    med = statistics.median(ms)
     return VerifiedCandidate(
-        source=candidate.source,
-        predicted_ms=candidate.predicted_ms,
+        source=contender.source,
+        predicted_ms=contender.predicted_ms,
         measured_ms=med,
-        spread=(max(overall) - min(overall)) / med if med > 0 else 0.0,
-        rounds=len(overall),
-        role=role or (HEURISTIC if candidate.source in BASELINE_SHARDERS else None),
+        spread=(max(ms) - min(ms)) / med if med > 0 else 0.0,
+        rounds=len(ms),
+        role=contender.role,
+        kept=kept,
     )
 
 
-def search_only_fields(
-    candidates: Sequence[Candidate], measured: Sequence[Sequence[Measurement]], search_only: int | None, kept: int
+def race_fields(
+    field: Contenders, measured: Sequence[Sequence[Measurement]], scores: Sequence[float], kept: int
 ) -> dict[str, Any]:
-    """The Verification fields that state the kept plan against the search-only plan (index `search_only`; None:
-    not measured, no fields)."""
-    if search_only is None:
-        return {}
-    ratio = paired_ratio(
-        [m.overall_ms for m in measured[kept]],
-        [m.overall_ms for m in measured[search_only]],
-    )
-    return {
-        "search_only": candidates[search_only].source,
-        "search_only_ms": statistics.median(m.overall_ms for m in measured[search_only]),
+    """The Verification fields that state the kept plan against the search-only plan and the fastest baseline
+    measured (both paired)."""
+    items, s = field.items, field.search_only
+    ratio = paired_ratio(overall(measured[kept]), overall(measured[s]))
+    out: dict[str, Any] = {
+        "search_only": items[s].source,
+        "search_only_ms": statistics.median(overall(measured[s])),
         "kept_vs_search": ratio,
         "stage_vs_search": ratio,
+        "not_measured": dict(field.not_measured),
     }
+    baselines = [i for i, c in enumerate(items) if c.baseline]
+    if baselines:
+        b = min(baselines, key=lambda i: (scores[i], i))
+        out |= {"best_baseline": items[b].label, "kept_vs_baseline": scores[kept] / scores[b]}
+    return out
+
+
+#: How the kept contender is chosen from the rounds: (per-round overall costs, margins) -> (index, scores)
+KeepRule = Callable[[Sequence[Sequence[float]], Sequence[float]], tuple[int, list[float]]]
+
+
+def best_measured(per_round: Sequence[Sequence[float]], margins: Sequence[float]) -> tuple[int, list[float]]:
+    """The race's keep rule on one id distribution (dreamshard.measured.race.keep_index) and the scores."""
+    return keep_index(per_round, margins), scores_to_leader(per_round)
 
 
 def verify_candidates(
     inventory: Inventory,
-    topology: Topology,
-    candidates: Sequence[Candidate],
-    plans: Sequence[Plan],
+    field: Contenders,
     oracle: Oracle,
     rounds: int = VERIFY_ROUNDS,
     seed: int = 0,
-    hold: float | None = None,
-    search_only: int | None = 0,
+    confidence: float = 0.95,
+    out_of_time: Callable[[], bool] = lambda: False,
     progress: Progress | None = None,
-) -> tuple[Plan, Verification]:
-    """Measure `plans` (one per candidate, best predicted first) interleaved for `rounds` rounds; return the kept
-    plan (`kept_index`: the best predicted unless the hardware confirms another, with its measured costs) and the
-    Verification record. With `hold` (a confidence: the first plan is the current plan's candidate), a challenger
-    that won every round is measured against it further, and replaces it only after `rounds_to_replace` straight
-    wins: inside the noise the job's tables stay where they are. `search_only`: the index of the search's best
-    predicted candidate (None: none of them), labelled and stated against the kept plan. `progress` gets a line per
-    measurement (dreamshard.values.progress)."""
-    if not plans or len(plans) != len(candidates):
-        raise ValueError("verify_candidates needs one plan per candidate")
-    for plan in plans:
-        check_plan_for(inventory, plan)
-    margins = margins_for(candidates)
-    measured = measure_interleaved(
+    round_inventories: Sequence[Inventory] = (),
+    keep: KeepRule = best_measured,
+) -> tuple[Plan, list[list[Measurement]]]:
+    """Race `field` for up to `rounds` rounds (dreamshard.measured.race) and return the kept contender's plan (with
+    its measured costs: the round at its median, and the Verification record) and every contender's measurements.
+    `keep` chooses from the rounds (`best_measured`; without statistics: dreamshard.measured.robust_verify); in a
+    re-plan (`field.hold`) the current plan's candidate stays unless a challenger wins the duel (`held_index`).
+    `round_inventories`: round r measures on `round_inventories[r % len]`."""
+    items = field.items
+    if not items:
+        raise ValueError("verify_candidates needs at least one contender")
+    for c in items:
+        check_plan_for(inventory, c.plan)
+    labels = [c.label for c in items]
+    margins = [c.margin for c in items]
+    measured = race(
         inventory,
-        plans,
+        [c.plan for c in items],
         oracle,
-        max(1, rounds),
+        rounds,
+        labels=labels,
+        confidence=confidence,
+        protect=(0,) if field.hold else (),
+        out_of_time=out_of_time,
         seed=seed,
-        narrow=partial(challengers, margins=margins),
+        round_inventories=round_inventories,
         progress=progress,
     )
-    best = kept_index(
-        [[m.overall_ms for m in ms] for ms in measured],
-        [statistics.median(m.overall_ms for m in ms) for ms in measured],
-        margins,
-    )
-    if hold is not None and best != 0:
-        need = rounds_to_replace(len(plans) - 1, hold)
-        best = _duel_with_default(inventory, plans, measured, best, need, oracle, seed, margins[best], progress)
-    roles = [SEARCH_ONLY if i == search_only else None for i in range(len(candidates))]
-    rows = [verified_row(cand, ms, role) for cand, ms, role in zip(candidates, measured, roles, strict=True)]
-    medians = [r.measured_ms for r in rows]
-    # the kept plan's measured costs: the round whose overall is its median (a real measurement, not a mix)
-    at_median = min(measured[best], key=lambda m: abs(m.overall_ms - medians[best]))
+    best, scores = keep([overall(m) for m in measured], margins)
+    if field.hold:
+        plans = [c.plan.model_copy(update={"sharder": label}) for c, label in zip(items, labels, strict=True)]
+        best = held_index(inventory, plans, measured, margins, oracle, confidence, seed, progress)
+        scores = scores_to_leader([overall(m) for m in measured])
+    rows = [verified_row(c, ms, i == best) for i, (c, ms) in enumerate(zip(items, measured, strict=True))]
+    if progress is not None:
+        progress(f"kept {labels[best]} after {max(len(m) for m in measured)} round(s)")
+    at_median = min(measured[best], key=lambda m: abs(m.overall_ms - rows[best].measured_ms))
     info = oracle.info
-    kept = plans[best].model_copy(update={"measured": median_costs([at_median]), "measured_by": info})
     record = Verification(
         backend=info,
         rounds=max(1, rounds),
         candidates=tuple(rows),
-        chosen=candidates[best].source,
-        **search_only_fields(candidates, measured, search_only, best),
+        chosen=items[best].source,
+        **race_fields(field, measured, scores, best),
     )
-    return kept.model_copy(update={"verification": record}), record
+    kept = items[best].plan.model_copy(
+        update={"measured": median_costs([at_median]), "measured_by": info, "verification": record}
+    )
+    return kept, measured

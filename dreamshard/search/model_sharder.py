@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -161,6 +162,7 @@ class ModelSharder(Sharder):
 
     def shard_with_report(self, inventory: Inventory, topology: Topology) -> ShardReport:
         """The plan, with the model card, the search's candidates (`dreamshard`) and the warnings to show."""
+        t0 = time.perf_counter()
         cost, calibration = self.cost_for(inventory, topology)
         with self._named_infeasible():
             prior = prior_for(inventory, topology, self.model.card.device_types, calibration)
@@ -195,7 +197,10 @@ class ModelSharder(Sharder):
         plan = self.plan_from(inventory, units, topology, placement, cost).model_copy(update=recorded)
         if searched is not None:  # the measured steps (DreamShardSharder): on the plans of the search's candidates
             plan_of = partial(self._candidate_plan, inventory, units, topology, cost, recorded)
-            plan = self.measured(SearchOutcome(inventory, topology, searched, cost, plan, plan_of, assumptions))
+            # the search's own seconds (a calibration before it is a measured step: not counted)
+            search_s = time.perf_counter() - t0 - (calibration.seconds if calibration is not None else 0.0)
+            found = SearchOutcome(inventory, topology, searched, cost, plan, plan_of, assumptions, max(0.0, search_s))
+            plan = self.measured(found)
         return ShardReport(plan=plan, card=self.model.card, search=searched, cost=cost)
 
     @contextlib.contextmanager

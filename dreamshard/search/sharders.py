@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from dreamshard.config.learning import VERIFY_ANCHORS
 from dreamshard.errors import ConfigError, InfeasiblePlacementError, ModelError
 from dreamshard.learning.planning_cost import PlanningCost
 from dreamshard.measured.calibrate import CalibratedCost
 from dreamshard.measured.steps import (
     MeasuredStep,
     SearchOutcome,
+    StageBudget,
     Verify,
     after_search,
     calibrated,
@@ -57,23 +57,23 @@ class DreamShardSharder(ModelSharder):
     Its parts: the layout (which units are placed), the planning cost, the candidate sources (`search.candidates`,
     proposers typed as `CandidateSource`), and the measured steps on the `oracle`, one ordered list of typed
     configs (`steps`, or built from the flat options `calibrate_seconds`, `verify=K`, `refine_seconds`:
-    dreamshard.measured.steps): calibrate before the search; verify (the K best predicted, the anchors and the
-    best heuristic's plan measured; the search-only plan kept unless another wins every round by the margin) and
-    refine after it. `incumbent` (a re-plan): moves as a cost (dreamshard.search.moves); its own candidate leads
-    verification."""
+    dreamshard.measured.steps): calibrate before the search; verify (the race: the search-only plan, the K best
+    predicted, every heuristic's own plan and TorchRec's measured, the best measured kept) and refine after it,
+    within `stage_budget` x the search's own time. `incumbent` (a re-plan): moves as a cost
+    (dreamshard.search.moves); its own candidate leads verification."""
 
     name = "dreamshard"
     oracle: Oracle | None
     options = ModelSharder.options | {
         "verify",
         "verify_rounds",
-        "verify_anchors",
         "verify_confidence",
         "oracle",
         "calibrate_seconds",
         "refine_seconds",
         "refine_rounds",
         "refine_confirm_rounds",
+        "stage_budget",
         "steps",
         "incumbent",
         "unknown_skews",
@@ -87,13 +87,13 @@ class DreamShardSharder(ModelSharder):
         verify: int = 0,
         verify_rounds: int | None = None,
         oracle: Oracle | None = None,
-        verify_anchors: int = VERIFY_ANCHORS,
         incumbent: Plan | None = None,
         verify_confidence: float = 0.95,
         calibrate_seconds: float = 0.0,
         refine_seconds: float = 0.0,
         refine_rounds: int = 3,
         refine_confirm_rounds: int = 3,
+        stage_budget: float = 0.0,
         steps: Sequence[MeasuredStep] | None = None,
         unknown_skews: Sequence[float] = DEFAULT_UNKNOWN_SKEWS,
         move_horizon_steps: int = DEFAULT_HORIZON_STEPS,
@@ -104,8 +104,8 @@ class DreamShardSharder(ModelSharder):
         super().__init__(**common)
         self.unknown_skews = check_skews(unknown_skews)
         flat = measured_steps(
-            verify, verify_rounds, verify_anchors, verify_confidence, calibrate_seconds, refine_seconds,
-            refine_rounds, refine_confirm_rounds,
+            verify, verify_rounds, verify_confidence, calibrate_seconds, refine_seconds, refine_rounds,
+            refine_confirm_rounds,
         )  # fmt: skip
         if steps is not None and flat:
             raise ConfigError("give the measured steps as `steps` or as the plan.verify / calibrate / refine settings")
@@ -114,6 +114,9 @@ class DreamShardSharder(ModelSharder):
         self.incumbent = incumbent  # the plan now current: adapted to the inventory, it is the `current` candidate
         rate = move_rate_ms_per_mb(incumbent) if incumbent is not None else 1.0
         self.moves = MovePolicy(int(move_horizon_steps), float(max_move_fraction), rate)
+        if stage_budget < 0:
+            raise ConfigError(f"plan.stage_budget must be >= 0 (x the search's time; 0: none), got {stage_budget}")
+        self.budget = StageBudget(float(stage_budget))
         self.oracle = oracle
         self.progress = progress  # a line per measurement of the steps after the search (dreamshard.values.progress)
 
@@ -134,7 +137,8 @@ class DreamShardSharder(ModelSharder):
 
     def measured(self, found: SearchOutcome) -> Plan:
         """The plan after the measured steps that follow the search, in order (dreamshard.measured.steps)."""
-        return after_search(self.steps, found, self.oracle, self.config.seed, self.progress)
+        found = replace(found, torchrec_max_tables=self.config.torchrec_max_tables)
+        return after_search(self.steps, found, self.oracle, self.config.seed, self.progress, self.budget)
 
     def _place(
         self, inventory: Inventory, topology: Topology, cost: PlanningCost, fixed: Mapping[str, int]

@@ -57,8 +57,8 @@ class PlanRequest(Request):
         if self.sharder != SEARCHING_SHARDER:
             return ""
         p = self.settings.plan
-        doing = ([f"measuring the {p.verify} best candidates"] if p.verify else []) + (
-            [f"refining for {p.refine_seconds:g} s"] if p.refine_seconds else []
+        doing = ([f"racing the {p.verify} best candidates and the baselines"] if p.verify else []) + (
+            [f"refining for up to {p.refine_seconds:g} s"] if p.refine_seconds else []
         )
         return f"{' then '.join(doing)} on {self.settings.profile.backend}" if doing else ""
 
@@ -103,7 +103,6 @@ def _measured_steps(settings: Settings) -> tuple[MeasuredStep, ...]:
     return measured_steps(
         verify=p.verify,
         verify_rounds=p.verify_rounds,
-        verify_anchors=p.verify_anchors,
         verify_confidence=p.verify_confidence,
         calibrate_seconds=p.calibrate_seconds,
         refine_seconds=p.refine_seconds,
@@ -123,7 +122,9 @@ def _shard(
     oracle = s.oracle() if steps else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
-    extra: dict[str, Any] = {"steps": steps, "oracle": oracle, "progress": request.progress} if steps else {}
+    extra: dict[str, Any] = {}
+    if steps:
+        extra = {"steps": steps, "oracle": oracle, "progress": request.progress, "stage_budget": s.plan.stage_budget}
     if incumbent is not None:
         horizon = s.plan.move_horizon_steps
         extra |= {

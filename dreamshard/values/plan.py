@@ -27,22 +27,24 @@ class VerifiedCandidate(StrictModel):
     predicted_ms: Annotated[float, Field(ge=0)]  # pessimistic predicted overall cost (the search objective)
     measured_ms: Annotated[float, Field(ge=0)]  # median over the verification rounds
     spread: Annotated[float, Field(ge=0)]  # (max - min) / median over the rounds
-    rounds: Annotated[int, Field(ge=1)] | None = None  # rounds measured (dropped once it lost one); None: all
+    rounds: Annotated[int, Field(ge=1)] | None = None  # rounds measured (fewer: dropped from the race); None: all
     # why it was measured beside the K best predicted: "search only" (the plan the search alone would give),
-    # "heuristic" (the best predicted heuristic's own plan); None: a learned candidate (or an older plan)
+    # "heuristic" (a heuristic's own plan), "torchrec" (TorchRec's planner's own plan); None: a learned candidate
     role: str | None = None
+    kept: bool = False  # the plan the race kept (an older plan: see Verification.chosen)
 
     @property
     def label(self) -> str:
-        """The row's name in a report: `heuristic:dim_greedy`, `policy+search (search only)`, or the source."""
-        if self.role == "heuristic":
-            return f"heuristic:{self.source}"
+        """The row's name in a report: `heuristic:dim_greedy`, `torchrec:torchrec`, `policy+search (search only)`, or
+        the source."""
+        if self.role in ("heuristic", "torchrec"):
+            return f"{self.role}:{self.source}"
         return f"{self.source} ({self.role})" if self.role else self.source
 
 
 class Verification(StrictModel):
-    """What `plan --verify K` measured: the K best predicted candidates, interleaved on one backend, beside the
-    search-only plan and the best heuristic's (dreamshard.measured.verify)."""
+    """What the plan stage's race measured (`plan --verify K`): the search-only plan, the K best predicted candidates,
+    every heuristic's own plan and TorchRec's, interleaved on one backend (dreamshard.measured.verify)."""
 
     backend: BackendInfo
     rounds: Annotated[int, Field(ge=1)]
@@ -55,6 +57,19 @@ class Verification(StrictModel):
     # the plan stage's plan / the search-only plan, measured interleaved: kept_vs_search, times the refined plan /
     # its start (measured whole, interleaved) when refinement kept its plan (dreamshard.measured.stage)
     stage_vs_search: Annotated[float, Field(gt=0)] | None = None
+    # {contender: why it was not measured}: a heuristic that cannot place the inventory, TorchRec's planner where it
+    # cannot honour a constraint, a plan the same as one measured ("the same plan as ...": measured as that one)
+    not_measured: dict[str, str] = Field(default_factory=dict)
+    # the fastest measured baseline's row label (a heuristic's or TorchRec's own plan) and the kept plan / it, both as
+    # paired ratios to the race's leader: <= 1 by construction, except where a re-plan held the current plan
+    best_baseline: str | None = None
+    kept_vs_baseline: Annotated[float, Field(gt=0)] | None = None
+    # wall seconds: the search alone, the whole plan (search and the measured steps after it), the budget
+    # (plan.stage_budget x the search; None: none) and what refinement was given of it (None: no refinement asked)
+    search_s: Annotated[float, Field(ge=0)] | None = None
+    plan_s: Annotated[float, Field(ge=0)] | None = None
+    budget_s: Annotated[float, Field(ge=0)] | None = None
+    refine_s: Annotated[float, Field(ge=0)] | None = None
 
 
 class RefineStep(StrictModel):

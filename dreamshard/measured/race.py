@@ -1,0 +1,146 @@
+"""The plan stage's race (docs/architecture/learning.md, "The race"): contenders measured interleaved, round by round,
+a contender behind the leader beyond the noise measured no more, and the best measured one kept.
+
+Every round measures every contender still in the race once, in a freshly shuffled order
+(dreamshard.evaluation.interleave). After each round the leader is the contender with the lowest median (all those
+still in were measured in the same rounds); a contender whose paired ratio to the leader is above 1 with
+`confidence` (the gate's interval, dreamshard.gate.bounds.ratio_bound, over at least 2 paired rounds) is dropped.
+The race ends when one contender is left, the rounds run out, or the time does (`out_of_time`, asked after each
+round: every contender is measured at least once).
+
+Keeping (`keep_index`): each contender's score is its paired ratio to the race's final leader over the rounds both
+were measured; the kept one is the lowest score among those that may replace the default (index 0): the default
+itself, a baseline's own plan (margin 0: it needs only to be faster), or a challenger that beat the default by its
+margin in every round both were measured. So the kept plan is never slower, by that score, than any baseline it
+measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
+
+from dreamshard.evaluation.interleave import measure_interleaved
+from dreamshard.gate.bounds import ratio_bound
+from dreamshard.values import Inventory, Measurement, Plan
+from dreamshard.values.progress import Progress
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dreamshard.profiling.oracle import Oracle
+
+#: the least paired rounds before a contender can be dropped: one round says nothing of the noise
+MIN_ROUNDS_TO_DROP = 2
+
+
+def overall(samples: Sequence[Measurement]) -> list[float]:
+    """A contender's overall cost per round measured."""
+    return [m.overall_ms for m in samples]
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The rounds both were measured (a contender dropped early has its first rounds), both positive."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=False) if x > 0 and y > 0]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
+def behind(contender: Sequence[float], leader: Sequence[float], confidence: float) -> bool:
+    """Whether `contender` is slower than `leader` beyond the noise: over at least MIN_ROUNDS_TO_DROP paired rounds,
+    the lower end of the `confidence` interval of contender / leader is above 1."""
+    a, b = paired(contender, leader)
+    return len(a) >= MIN_ROUNDS_TO_DROP and ratio_bound(a, b, confidence).low > 1.0
+
+
+def leader_of(per_round: Sequence[Sequence[float]]) -> int:
+    """The leader: of the contenders measured in the most rounds, the lowest median (ties: the first)."""
+    most = max(len(r) for r in per_round)
+    return min(
+        (i for i, r in enumerate(per_round) if len(r) == most), key=lambda i: (statistics.median(per_round[i]), i)
+    )
+
+
+def score(contender: Sequence[float], leader: Sequence[float]) -> float:
+    """contender / leader: the median of their paired rounds (1.0 when nothing pairs)."""
+    a, b = paired(contender, leader)
+    return statistics.median(x / y for x, y in zip(a, b, strict=True)) if a else 1.0
+
+
+def beat_every_round(challenger: Sequence[float], default: Sequence[float], margin: float) -> bool:
+    """Faster than the default by at least `margin` in every round both were measured (and at least one)."""
+    a, b = paired(challenger, default)
+    return bool(a) and all(x < y * (1.0 - margin) for x, y in zip(a, b, strict=True))
+
+
+def keep_index(per_round: Sequence[Sequence[float]], margins: Sequence[float]) -> int:
+    """The contender to keep (module docstring): the lowest score to the final leader among the default (index 0),
+    the baselines' own plans (margin 0) and the challengers that beat the default by their margin in every round;
+    ties go to the default, then to the first."""
+    scores = scores_to_leader(per_round)
+    eligible = [
+        i
+        for i in range(len(per_round))
+        if i == 0 or margins[i] == 0 or beat_every_round(per_round[i], per_round[0], margins[i])
+    ]
+    return min(eligible, key=lambda i: (scores[i], i))
+
+
+def scores_to_leader(per_round: Sequence[Sequence[float]]) -> list[float]:
+    """Each contender's score: its paired ratio to the final leader (`leader_of`; the leader's own: 1.0)."""
+    lead = leader_of(per_round)
+    return [score(r, per_round[lead]) for r in per_round]
+
+
+def race(
+    inventory: Inventory,
+    plans: Sequence[Plan],
+    oracle: Oracle,
+    rounds: int,
+    *,
+    labels: Sequence[str] = (),
+    confidence: float = 0.95,
+    protect: Collection[int] = (),
+    out_of_time: Callable[[], bool] = lambda: False,
+    seed: int = 0,
+    round_inventories: Sequence[Inventory] = (),
+    progress: Progress | None = None,
+) -> list[list[Measurement]]:
+    """Race `plans` for up to `rounds` interleaved rounds (module docstring); the measurements of each, in plan order
+    (one dropped early has fewer). `labels` name the contenders in the progress lines and to the oracle (default:
+    each plan's sharder); `protect`: contenders never dropped (a re-plan's current plan: the duel needs it).
+    `round_inventories`: round r measures on `round_inventories[r % len]` (the id distributions assumed for tables
+    without statistics). `progress` gets a line per measurement ("round 2/5: measuring heuristic:dim_greedy") and
+    one per round ("round 2/5: 4 left: ...", "round 2/5: dropped random: 1.31x the leader lpt+search")."""
+    names = list(labels) or [p.sharder for p in plans]
+    if len(names) != len(plans):
+        raise ValueError(f"{len(names)} labels for {len(plans)} plans")
+    say = progress or (lambda _msg: None)
+    measured = [p.model_copy(update={"sharder": name}) for p, name in zip(plans, names, strict=True)]
+
+    def narrow(samples: list[list[Measurement]]) -> list[int]:
+        per_round = [overall(s) for s in samples]
+        r = max(len(s) for s in per_round)
+        alive = [i for i, s in enumerate(per_round) if len(s) == r]
+        lead = leader_of(per_round)
+        out = [i for i in alive if i != lead and i not in protect and behind(per_round[i], per_round[lead], confidence)]
+        for i in out:
+            ratio = score(per_round[i], per_round[lead])
+            say(f"round {r}/{rounds}: dropped {names[i]}: {ratio:.3f}x the leader {names[lead]}")
+        left = [i for i in alive if i not in out]
+        if len(left) <= 1:
+            return []
+        if out_of_time():
+            say(f"round {r}/{rounds}: out of time with {len(left)} left")
+            return []
+        say(f"round {r}/{rounds}: {len(left)} left: {', '.join(names[i] for i in left)}")
+        return left
+
+    return measure_interleaved(
+        inventory,
+        measured,
+        oracle,
+        max(1, rounds),
+        seed=seed,
+        progress=say,
+        narrow=narrow,
+        round_inventories=round_inventories,
+    )
