@@ -47,9 +47,9 @@ def flag_strings(source: str) -> list[str]:
 
 
 def test_the_cli_adds_the_flag_after_the_setting_once() -> None:
-    said = with_flags("plan.verify must be >= 0 candidates; plan.verify_anchors too; plan.verify again")
+    said = with_flags("plan.verify must be >= 0 candidates; plan.verify_rounds too; plan.verify again")
     assert said == (
-        "plan.verify (--verify) must be >= 0 candidates; plan.verify_anchors (--verify-anchors) too; plan.verify again"
+        "plan.verify (--verify) must be >= 0 candidates; plan.verify_rounds (--verify-rounds) too; plan.verify again"
     )
     assert with_flags("plan.verify (--verify) given") == "plan.verify (--verify) given"  # already said
     assert with_flags("publish.min_rounds is 5") == "publish.min_rounds is 5"  # no flag sets it

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from scripted_oracle import ScriptedOracle
 from toy_cost import toy_model
 
 from dreamshard.cli.app import invoke
-from dreamshard.config.learning import VERIFY_ANCHORS, SearchConfig
+from dreamshard.config.learning import SearchConfig
 from dreamshard.documents import load_plan, save_inventory
 from dreamshard.inventory.synth import synth_inventory
 from dreamshard.learning.model_store import PACKAGED_DIR, load_model
@@ -86,9 +85,8 @@ def test_an_optional_planner_not_installed_is_a_failed_candidate(model_dir, monk
     assert [c.source for c in res.candidates if c.source.startswith("lpt")]
 
 
-def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_dir):
-    from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
-    from dreamshard.measured.verify import heuristic_candidate
+def test_verify_races_the_best_candidates_and_every_baseline_and_keeps_the_best_measured(model_dir):
+    from dreamshard.measured.contenders import baseline_names
 
     inv = synth_inventory(24, seed=23, name="verify")
     topo = Topology(num_devices=4, memory_per_device_gb=16)
@@ -99,73 +97,28 @@ def test_verify_measures_the_best_candidates_and_keeps_the_best_measured(model_d
         verify=3,
         verify_rounds=2,
         oracle=oracle,
-        verify_anchors=0,
         search=SearchConfig(candidates=CHEAP),
-    )  # anchors: the next test
+    )
     report = sharder.shard_with_report(inv, topo)
     plan = report.plan
     v = plan.verification
     assert v is not None and v.rounds == 2 and report.search is not None
-    # the 3 best predicted, and the best predicted heuristic's own plan when none of them is one
-    top = report.search.candidates[:3]
-    expected = [*top, *heuristic_candidate(report.search.candidates, top)]
-    assert [c.source for c in v.candidates] == [c.source for c in expected]
-    assert v.search_only == top[0].source and v.candidates[0].role == "search only"
+    # the search-only plan first, then the 3 best predicted (each distinct plan once), then every baseline's own plan:
+    # measured, or listed with why (here: each the same plan as a contender already in)
+    learned = [c.source for c in v.candidates if c.role not in ("heuristic", "torchrec")]
+    assert learned[0] == v.search_only == report.search.candidates[0].source and v.candidates[0].role == "search only"
+    assert set(learned) <= {c.source for c in report.search.candidates[:3]}
+    raced = {c.label for c in v.candidates} | set(v.not_measured)
+    assert all(any(label.endswith(f":{name}") for label in raced) for name in baseline_names())
     assert not hasattr(sharder, "last_search")  # what a call did is in its report, never on the sharder
-    # the fastest measured, when it beat the search-only plan by the margin (the simulator: the same figure each
-    # round); otherwise the search-only plan stays
-    fastest, first = min(v.candidates, key=lambda c: c.measured_ms), v.candidates[0]
-    kept = fastest if fastest.measured_ms < first.measured_ms * (1 - MEASURED_GAIN_MARGIN) else first
+    # never slower than a baseline it measured: the kept plan's paired ratio to the fastest one is at most 1
+    assert v.best_baseline is not None and v.kept_vs_baseline is not None and v.kept_vs_baseline <= 1.0
+    kept = next(c for c in v.candidates if c.kept)
     assert v.chosen == kept.source
     assert plan.measured is not None and plan.measured_by is not None and plan.measured_by.is_simulated
     assert plan.measured.overall_ms == pytest.approx(kept.measured_ms)
-    assert plan.cost_basis == "simulated"
+    assert plan.cost_basis == "simulated" and plan.sharder == "dreamshard"
     check_placement(inv, plan.placement, topo)
-
-
-def test_verify_anchors_measure_plans_the_search_ranking_did_not_make(model_dir):
-    """When none of the K best predicted is a baseline's own plan or LPT's, the best predicted of those are measured
-    too (plan.verify_anchors): a misranking cost cannot keep them from being measured, and kept when faster."""
-    from dreamshard.measured.verify import ANCHOR_SOURCES, anchor_candidates
-    from dreamshard.values.search_result import Candidate
-
-    def cand(source: str, ms: float) -> Candidate:
-        return Candidate(source, {"t": 0}, ms)
-
-    ranked = [
-        cand("policy+search", 1.0),
-        cand("policy", 1.1),
-        cand("torchrec+search", 1.2),
-        cand("torchrec", 1.3),
-        cand("lpt+search", 1.35),
-        cand("lookup_greedy", 1.4),
-        cand("lpt", 1.5),
-    ]
-    assert [c.source for c in anchor_candidates(ranked, 3, 2)] == ["torchrec", "lookup_greedy"]
-    assert [c.source for c in anchor_candidates(ranked, 3, 9)] == ["torchrec", "lookup_greedy", "lpt"]
-    assert anchor_candidates(ranked, 4, 2) == []  # torchrec's own plan is among the 4 measured anyway
-    assert anchor_candidates(ranked, 3, 0) == []
-    assert "lpt" in ANCHOR_SOURCES and "policy" not in ANCHOR_SOURCES
-
-    inv = synth_inventory(24, seed=23, name="verify")
-    topo = Topology(num_devices=4, memory_per_device_gb=16)
-    oracle = make_oracle("simulator", warmup=0, repeats=1)
-    sharder = get_sharder(
-        "dreamshard",
-        model_dir=model_dir,
-        verify=1,
-        verify_rounds=1,
-        verify_anchors=2,
-        oracle=oracle,
-        search=SearchConfig(candidates=CHEAP),
-    )
-    report = sharder.shard_with_report(inv, topo)
-    v = report.plan.verification
-    assert v is not None and report.search is not None
-    expected = [report.search.candidates[0], *anchor_candidates(report.search.candidates, 1, 2)]
-    assert len(expected) == 3, [c.source for c in report.search.candidates]  # the toy cost ranks a search plan first
-    assert [c.source for c in v.candidates] == [c.source for c in expected]
-    assert v.chosen == min(v.candidates, key=lambda c: c.measured_ms).source
 
 
 def test_out_of_range_inventory_warns_and_is_recorded(model_dir, tmp_path):
@@ -265,9 +218,13 @@ def test_cli_verify_records_and_refuses_other_sharders(model_dir, tmp_path):
     )
     assert code == 0, err
     data = json.loads(out.read_text())
-    # the 2 best predicted, and the anchors (baselines' plans) when neither of the 2 is one
-    assert 2 <= len(data["verification"]["candidates"]) <= 2 + VERIFY_ANCHORS and data["measured"] is not None
-    assert "candidates under the learned cost" in stdout and "verified on simulator" in stdout
+    # the search-only plan and the 2 best predicted (each distinct plan once), and every baseline's own plan
+    rows = data["verification"]["candidates"]
+    assert [r["role"] for r in rows].count("search only") == 1 and data["measured"] is not None
+    assert {"heuristic", "torchrec"} <= {r["role"] for r in rows} | {
+        k.split(":")[0] for k in data["verification"]["not_measured"]
+    }
+    assert "candidates under the learned cost" in stdout and "raced on simulator" in stdout
     code, _, err = invoke(
         [
             "plan",
@@ -431,41 +388,6 @@ def test_verify_keeps_the_best_predicted_unless_every_round_confirms_another() -
     assert kept_index([top, list(top)], [11.0, 11.0]) == 0  # a tie is no confirmation
     assert kept_index([top], [11.0]) == 0
     assert kept_index([top, [9.0]], [11.0, 9.0]) == 0  # dropped after fewer rounds: never confirmed
-
-
-def test_verify_measures_a_challenger_no_more_once_it_lost_a_round() -> None:
-    """`--verify` keeps a challenger only if it is faster in every round, so one that loses a round is dropped
-    (the same decision for fewer measurements) and the measuring ends when none is left."""
-    from dreamshard.measured.verify import verify_candidates
-    from dreamshard.values.search_result import Candidate
-
-    inv = synth_inventory(8, 0, name="v")
-    topo = Topology(num_devices=2, memory_per_device_gb=4.0)
-    names = ["dim_greedy", "size_greedy", "lookup_greedy"]
-    plans = [get_sharder(n).shard(inv, topo) for n in names]
-    cands = [
-        Candidate(source=n, placement=dict(p.placement), predicted_ms=1.0 + i)
-        for i, (n, p) in enumerate(zip(names, plans, strict=True))
-    ]
-
-    def run(script: dict[str, list[float]]) -> tuple[str, list[str], dict[str, int | None]]:
-        oracle = ScriptedOracle(script)
-        kept, record = verify_candidates(inv, topo, cands, plans, oracle, rounds=3)
-        return record.chosen, oracle.calls, {c.source: c.rounds for c in record.candidates}
-
-    # the best predicted wins round 1 against both: 3 measurements, not 9
-    chosen, calls, rounds = run({"dim_greedy": [10.0], "size_greedy": [11.0], "lookup_greedy": [12.0]})
-    assert chosen == "dim_greedy" and len(calls) == 3
-    assert rounds == {"dim_greedy": 1, "size_greedy": 1, "lookup_greedy": 1}
-    # size_greedy wins every round (kept); lookup_greedy wins round 1, loses round 2 (dropped)
-    chosen, calls, rounds = run(
-        {"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 9.0], "lookup_greedy": [9.9, 10.5]}
-    )
-    assert chosen == "size_greedy" and rounds == {"dim_greedy": 3, "size_greedy": 3, "lookup_greedy": 2}
-    assert len(calls) == 8
-    # a challenger that loses the last round is not kept
-    chosen, _, _ = run({"dim_greedy": [10.0, 10.0, 10.0], "size_greedy": [9.0, 9.5, 10.1], "lookup_greedy": [11.0]})
-    assert chosen == "dim_greedy"
 
 
 def test_the_current_plan_adapted_to_a_new_version_is_a_candidate_and_search_from_it_moves_few_tables(model_dir):

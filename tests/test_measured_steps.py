@@ -28,7 +28,6 @@ def test_the_settings_make_the_steps_in_order_and_leave_out_what_is_off() -> Non
     ("kwargs", "message"),
     [
         ({"verify": -1}, "plan.verify must be >= 0"),
-        ({"verify_anchors": -2}, "plan.verify_anchors must be >= 0"),
         ({"verify_confidence": 1.0}, r"plan.verify_confidence must be in \[0.5, 1\)"),
         ({"calibrate_seconds": 601.0}, r"plan.calibrate_seconds must be in \[0, 600\]"),
         ({"refine_seconds": -1.0}, "plan.refine_seconds must be in"),

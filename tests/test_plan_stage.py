@@ -108,23 +108,39 @@ def _plans(names: list[str]) -> list[Plan]:
     return [get_sharder(n).shard(INV, TOPO).model_copy(update={"sharder": n}) for n in names]
 
 
-def test_verification_labels_the_search_only_and_heuristic_rows_and_states_the_kept_plan_against_search() -> None:
-    from dreamshard.measured.verify import heuristic_candidate, paired_ratio, verify_candidates
-    from dreamshard.values.search_result import Candidate
+def _field(named: list[tuple[str, str | None, bool]]) -> Any:
+    """Contenders (source, role, baseline) on the plans of `_plans` of dim_greedy, size_greedy, lookup_greedy, ..."""
+    from dreamshard.measured.contenders import Contender, Contenders
 
-    plans = _plans(["dim_greedy", "size_greedy", "lookup_greedy"])
-    sources = ["policy+search", "lpt", "lookup_greedy"]
-    cands = [Candidate(s, dict(p.placement), 1.0 + i) for i, (s, p) in enumerate(zip(sources, plans, strict=True))]
-    oracle = ScriptedOracle({"dim_greedy": [10.0, 10.0, 12.0], "size_greedy": [11.0], "lookup_greedy": [9.0, 9.0, 9.0]})
-    kept, v = verify_candidates(INV, TOPO, cands, plans, oracle, rounds=3)
-    assert v.chosen == "lookup_greedy" and kept.placement == plans[2].placement
+    plans = _plans(["dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy"][: len(named)])
+    items = tuple(
+        Contender(src, p, 1.0 + i, role, base)
+        for i, ((src, role, base), p) in enumerate(zip(named, plans, strict=True))
+    )
+    return Contenders(items, {"heuristic:random": "no room"}, hold=False, search_only=0)
+
+
+def test_verification_labels_the_search_only_and_heuristic_rows_and_states_the_kept_plan_against_search() -> None:
+    from dreamshard.measured.verify import paired_ratio, verify_candidates
+
+    field = _field(
+        [("policy+search", "search only", False), ("lpt", None, False), ("lookup_greedy", "heuristic", True)]
+    )
+    labels = [c.label for c in field.items]
+    assert labels == ["policy+search (search only)", "lpt", "heuristic:lookup_greedy"]
+    oracle = ScriptedOracle(dict(zip(labels, [[10.0, 10.0, 12.0], [11.0, 11.0, 11.0], [9.0, 9.0, 9.0]], strict=True)))
+    kept, _ = verify_candidates(INV, field, oracle, rounds=3)
+    v = kept.verification
+    assert v is not None and v.chosen == "lookup_greedy" and kept.placement == field.items[2].plan.placement
     assert [c.role for c in v.candidates] == ["search only", None, "heuristic"]
-    assert [c.label for c in v.candidates] == ["policy+search (search only)", "lpt", "heuristic:lookup_greedy"]
+    assert [c.kept for c in v.candidates] == [False, False, True]
     assert v.search_only == "policy+search" and v.search_only_ms == 10.0
     assert v.kept_vs_search == pytest.approx(0.9) and v.stage_vs_search == v.kept_vs_search  # median of 9/10, 9/12
-    # the best predicted heuristic joins only when none measured is one
-    assert heuristic_candidate([*cands, Candidate("dim_greedy", {}, 5.0)], cands[:2]) == [cands[2]]
-    assert heuristic_candidate(cands, cands) == [] and paired_ratio([2.0, 3.0], [4.0]) == 0.5
+    assert v.best_baseline == "heuristic:lookup_greedy" and v.kept_vs_baseline == 1.0
+    assert v.not_measured == {"heuristic:random": "no room"}
+    # lpt, 10% behind the leader in two rounds of exact figures, is measured no more
+    assert [c.rounds for c in v.candidates] == [3, 2, 3]
+    assert paired_ratio([2.0, 3.0], [4.0]) == 0.5
 
 
 def test_an_older_verification_record_still_loads_and_states_nothing() -> None:
@@ -210,47 +226,52 @@ def test_a_calibrated_plan_faster_by_less_than_the_margin_keeps_the_uncalibrated
     """Calibration is a measured step: the calibrated search's best (here the best predicted) must beat the plan of
     the search before calibration (the UNCALIBRATED seed, the default wherever it ranks) by the margin in every
     round; 2% faster is inside it, so the uncalibrated plan is kept and labelled the search-only plan."""
+    from dreamshard.measured.contenders import search_only_candidate
     from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
-    from dreamshard.measured.verify import to_measure, verify_candidates
+    from dreamshard.measured.verify import verify_candidates
     from dreamshard.values.search_result import UNCALIBRATED, Candidate
 
-    plans = _plans(["dim_greedy", "size_greedy", "lookup_greedy"])
-    sources = ["policy+search", "lpt", UNCALIBRATED]
-    cands = [Candidate(s, dict(p.placement), 1.0 + i) for i, (s, p) in enumerate(zip(sources, plans, strict=True))]
-    top, mine = to_measure(cands, 2, 0)
-    assert [c.source for c in top][:3] == [UNCALIBRATED, "policy+search", "lpt"] and mine is None
-    by_source = dict(zip(sources, plans, strict=True))
-    ordered = [by_source[c.source] for c in top]
+    ranked = [Candidate(s, {}, 1.0 + i) for i, s in enumerate(["policy+search", "lpt", UNCALIBRATED])]
+    assert search_only_candidate(ranked).source == UNCALIBRATED
+    field = _field([(UNCALIBRATED, "search only", False), ("policy+search", None, False), ("lpt", None, False)])
+    labels = [c.label for c in field.items]
     fast = 10.0 * (1 - MEASURED_GAIN_MARGIN / 1.5)
-    oracle = ScriptedOracle({"lookup_greedy": [10.0] * 3, "dim_greedy": [fast] * 3, "size_greedy": [12.0]})
-    kept, v = verify_candidates(INV, TOPO, top[:3], ordered[:3], oracle, rounds=3, search_only=0)
-    assert v.chosen == UNCALIBRATED and kept.placement == plans[2].placement and v.search_only == UNCALIBRATED
+    oracle = ScriptedOracle(dict(zip(labels, [[10.0] * 3, [fast] * 3, [12.0] * 3], strict=True)))
+    kept, _ = verify_candidates(INV, field, oracle, rounds=3)
+    v = kept.verification
+    assert v is not None and v.chosen == UNCALIBRATED and v.search_only == UNCALIBRATED
+    assert kept.placement == field.items[0].plan.placement
     # twice the margin faster in every round: the calibrated plan is kept
-    oracle = ScriptedOracle({"lookup_greedy": [10.0] * 3, "dim_greedy": [8.0] * 3, "size_greedy": [12.0]})
-    kept, v = verify_candidates(INV, TOPO, top[:3], ordered[:3], oracle, rounds=3, search_only=0)
-    assert v.chosen == "policy+search" and v.kept_vs_search == pytest.approx(0.8)
+    oracle = ScriptedOracle(dict(zip(labels, [[10.0] * 3, [8.0] * 3, [12.0] * 3], strict=True)))
+    kept, _ = verify_candidates(INV, field, oracle, rounds=3)
+    v = kept.verification
+    assert v is not None and v.chosen == "policy+search" and v.kept_vs_search == pytest.approx(0.8)
 
 
 def _robust(script: dict[str, list[float]]) -> Plan:
     from dreamshard.measured.robust_verify import verify_robust
     from dreamshard.values import AccessAssumptions
-    from dreamshard.values.search_result import Candidate
 
-    plans = _plans(["dim_greedy", "size_greedy"])
-    cands = [Candidate(s, dict(p.placement), 1.0) for s, p in zip(["policy+search", "lpt"], plans, strict=True)]
+    field = _field([("policy+search", "search only", False), ("lpt", None, False)])
     assumptions = AccessAssumptions(tables=1, examples=("t",), skews=(0.0, 1.05), predicted_regret=1.0, predicted_ms={})
-    return verify_robust(INV, cands, plans, ScriptedOracle(script), assumptions, rounds=3)
+    labels = [c.label for c in field.items]
+    return verify_robust(
+        INV, field, ScriptedOracle(dict(zip(labels, script.values(), strict=True))), assumptions, rounds=6
+    )
 
 
 def test_without_statistics_a_lower_median_inside_the_noise_keeps_the_search_only_plan() -> None:
-    """Under every assumed distribution, a challenger replaces the search-only plan only when it was faster in every
-    round by the margin, as verification keeps one with statistics: the least regret by medians alone kept LPT on a
-    2% gain over 3 rounds on a held-out task, 1.17x the search-only plan by the judge."""
-    noisy = {"dim_greedy": [10.0] * 6, "size_greedy": [9.5, 9.5, 10.5] * 2}  # a lower median, one round lost
+    """The race's rounds cycle through the assumed distributions; a challenger replaces the search-only plan only
+    when it was faster in every round by the margin, as the race keeps one with statistics: the least regret by
+    medians alone kept LPT on a 2% gain over 3 rounds on a held-out task, 1.17x the search-only plan by the judge."""
+    noisy = {"search": [10.0] * 6, "lpt": [9.5, 9.5, 10.5] * 2}  # a lower median, rounds lost
     plan = _robust(noisy)
     assert plan.verification is not None and plan.verification.chosen == "policy+search"
     assert plan.verification.stage_vs_search == pytest.approx(1.0)
-    faster = {"dim_greedy": [10.0] * 6, "size_greedy": [9.0] * 6}  # 10% faster in every round under both
+    # 10% faster in every round under the assumed Zipf, 20% under uniform ids: kept, its worst regret 1 (the best
+    # measured under both), its medians per distribution recorded (the assumed one first: rounds 0, 2, 4)
+    faster = {"search": [10.0] * 6, "lpt": [9.0, 8.0] * 3}
     plan = _robust(faster)
     assert plan.verification is not None and plan.verification.chosen == "lpt"
-    assert plan.assumptions is not None and plan.assumptions.measured_ms == {"0": 9.0, "1.05": 9.0}
+    assert plan.assumptions is not None and plan.assumptions.measured_ms == {"1.05": 9.0, "0": 8.0}
+    assert plan.assumptions.measured_regret == 1.0

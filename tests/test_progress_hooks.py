@@ -159,7 +159,7 @@ def test_the_training_loop_reports_each_placement_step_with_its_loss_and_policy_
 TOPO = Topology(num_devices=3, memory_per_device_gb=16.0, batch_size=2048)
 
 
-def test_the_plan_stage_reports_every_verify_measurement_and_each_refine_proposal() -> None:
+def test_the_plan_stage_reports_every_race_measurement_who_is_left_and_each_refine_proposal() -> None:
     inv = synth_inventory(10, 3, name="steps")
     lines: list[str] = []
     oracle = Oracle(SimulatorBackend(), warmup=0, repeats=1)
@@ -168,8 +168,12 @@ def test_the_plan_stage_reports_every_verify_measurement_and_each_refine_proposa
     ).shard(inv, TOPO)
     verified, refine = plan.verification, plan.refinement
     assert verified is not None and refine is not None
-    verify_lines = [line for line in lines if line.startswith("verify: round")]
-    assert len(verify_lines) == sum(c.rounds or verified.rounds for c in verified.candidates)
+    measuring = [line for line in lines if line.startswith("verify: round") and ": measuring " in line]
+    assert len(measuring) == sum(c.rounds or verified.rounds for c in verified.candidates)
+    # after each round but the last: who is left (or who dropped out), naming the baselines the race measures
+    left = [line for line in lines if line.startswith("verify: round 1/2: ") and " left: " in line]
+    assert len(left) == 1 and "heuristic:dim_greedy" in left[0] and "torchrec:torchrec" in left[0]
+    assert lines.count(f"verify: kept {next(c.label for c in verified.candidates if c.kept)} after 2 round(s)") == 1
     proposals = [line for line in lines if line.startswith("refine: proposal")]
     assert len(proposals) == refine.tried and all(" s" in line for line in proposals)
     whole = [line for line in lines if line.startswith("refine: refined vs start:")]

@@ -9,16 +9,18 @@ import pytest
 from store_helpers import WORLD_TOPOLOGY as TOPOLOGY
 from store_helpers import NoisyOracle, world_inventory
 
+from dreamshard.measured.contenders import Contender, Contenders
 from dreamshard.measured.verify import rounds_to_replace, verify_candidates
 from dreamshard.sharders import get_sharder
 from dreamshard.values import Plan
-from dreamshard.values.search_result import Candidate
 
 INVENTORY = world_inventory()
 
 
-def _candidates(plans: list[Plan]) -> list[Candidate]:
-    return [Candidate(f"c{i}", dict(p.placement), 1.0) for i, p in enumerate(plans)]
+def _field(plans: list[Plan], hold: bool) -> Contenders:
+    """The plans as the race's learned contenders (c0 the default: the current plan's candidate with `hold`)."""
+    items = tuple(Contender(f"c{i}", p, 1.0) for i, p in enumerate(plans))
+    return Contenders(items, {}, hold=hold, search_only=0)
 
 
 def test_rounds_to_replace_bounds_the_chance_of_a_lucky_run() -> None:
@@ -32,26 +34,20 @@ def test_equal_plans_on_a_noisy_machine_keep_the_current_plan(monkeypatch: pytes
     """Five copies of one plan (pure noise between them, sd 10% per measurement): without the duel one of the four
     challengers wins all 3 rounds about 41% of the time; with it, at most the 5% the confidence allows. The duel's
     chance arithmetic is checked without the gain margin (which only makes a lucky run rarer)."""
-    import dreamshard.measured.verify as candidates
+    import dreamshard.measured.contenders as contenders
 
-    monkeypatch.setattr(candidates, "MEASURED_GAIN_MARGIN", 0.0)
+    monkeypatch.setattr(contenders, "MEASURED_GAIN_MARGIN", 0.0)
     plan = get_sharder("size_greedy").shard(INVENTORY, TOPOLOGY)
     plans = [plan.model_copy(update={"plan_id": f"{plan.plan_id}-{i}"}) for i in range(5)]
     trials = 40
     replaced = {False: 0, True: 0}
     for hold in (False, True):
         for t in range(trials):
-            _, v = verify_candidates(
-                INVENTORY,
-                TOPOLOGY,
-                _candidates(plans),
-                plans,
-                NoisyOracle(seed=t, sd=0.1),
-                rounds=3,
-                seed=t,
-                hold=0.95 if hold else None,
+            kept, _ = verify_candidates(
+                INVENTORY, _field(plans, hold), NoisyOracle(seed=t, sd=0.1), rounds=3, seed=t, confidence=0.95
             )
-            replaced[hold] += v.chosen != "c0"
+            assert kept.verification is not None
+            replaced[hold] += kept.verification.chosen != "c0"
     assert replaced[False] >= 8, replaced  # the old rule: noise alone moves the job's tables often
     assert replaced[True] <= 4, replaced  # the duel: about 2 of 40 expected
 
@@ -62,11 +58,11 @@ def test_a_really_faster_plan_replaces_the_current_one_after_the_duel() -> None:
     slow = get_sharder("round_robin").shard(INVENTORY, TOPOLOGY)
     fast = get_sharder("lookup_greedy").shard(INVENTORY, TOPOLOGY)
     oracle = NoisyOracle(seed=3, sd=0.002)
-    kept, v = verify_candidates(
-        INVENTORY, TOPOLOGY, _candidates([slow, fast]), [slow, fast], oracle, rounds=3, hold=0.95
-    )
+    kept, _ = verify_candidates(INVENTORY, _field([slow, fast], hold=True), oracle, rounds=3, confidence=0.95)
+    v = kept.verification
     need = rounds_to_replace(1, 0.95)
-    assert v.chosen == "c1" and kept.placement == fast.placement
+    assert v is not None and v.chosen == "c1" and kept.placement == fast.placement
     assert [c.rounds for c in v.candidates] == [need, need]
-    _, v3 = verify_candidates(INVENTORY, TOPOLOGY, _candidates([slow, fast]), [slow, fast], oracle, rounds=3)
-    assert v3.chosen == "c1" and [c.rounds for c in v3.candidates] == [3, 3]  # no incumbent: no duel
+    kept3, _ = verify_candidates(INVENTORY, _field([slow, fast], hold=False), oracle, rounds=3)
+    v3 = kept3.verification
+    assert v3 is not None and v3.chosen == "c1" and [c.rounds for c in v3.candidates] == [3, 3]  # no incumbent: no duel

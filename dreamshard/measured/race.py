@@ -4,9 +4,10 @@ a contender behind the leader beyond the noise measured no more, and the best me
 Every round measures every contender still in the race once, in a freshly shuffled order
 (dreamshard.evaluation.interleave). After each round the leader is the contender with the lowest median (all those
 still in were measured in the same rounds); a contender whose paired ratio to the leader is above 1 with
-`confidence` (the gate's interval, dreamshard.gate.bounds.ratio_bound, over at least 2 paired rounds) is dropped.
-The race ends when one contender is left, the rounds run out, or the time does (`out_of_time`, asked after each
-round: every contender is measured at least once).
+`confidence` (the gate's interval, dreamshard.gate.bounds.ratio_bound, over at least 2 paired rounds) is dropped,
+except the default (the plan stage protects it: a challenger must beat it in every round it is measured). The race
+ends when one contender is left (or only the protected), the rounds run out, or the time does (`out_of_time`,
+asked after each round: every contender is measured at least once).
 
 Keeping (`keep_index`): each contender's score is its paired ratio to the race's final leader over the rounds both
 were measured; the kept one is the lowest score among those that may replace the default (index 0): the default
@@ -109,7 +110,8 @@ def race(
     each plan's sharder); `protect`: contenders never dropped (a re-plan's current plan: the duel needs it).
     `round_inventories`: round r measures on `round_inventories[r % len]` (the id distributions assumed for tables
     without statistics). `progress` gets a line per measurement ("round 2/5: measuring heuristic:dim_greedy") and
-    one per round ("round 2/5: 4 left: ...", "round 2/5: dropped random: 1.31x the leader lpt+search")."""
+    one per round ("round 2/5: 4 left: ...", "round 2/5: dropped random: 1.31x the leader lpt+search"). The race
+    ends when one contender is left, or only those in `protect`."""
     names = list(labels) or [p.sharder for p in plans]
     if len(names) != len(plans):
         raise ValueError(f"{len(names)} labels for {len(plans)} plans")
@@ -126,7 +128,7 @@ def race(
             ratio = score(per_round[i], per_round[lead])
             say(f"round {r}/{rounds}: dropped {names[i]}: {ratio:.3f}x the leader {names[lead]}")
         left = [i for i in alive if i not in out]
-        if len(left) <= 1:
+        if len(left) <= 1 or all(i in protect for i in left):
             return []
         if out_of_time():
             say(f"round {r}/{rounds}: out of time with {len(left)} left")

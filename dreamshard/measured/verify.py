@@ -208,7 +208,7 @@ def verify_candidates(
         rounds,
         labels=labels,
         confidence=confidence,
-        protect=(0,) if field.hold else (),
+        protect=(0,),  # the default: what a challenger must beat in every round (and a re-plan's duel)
         out_of_time=out_of_time,
         seed=seed,
         round_inventories=round_inventories,

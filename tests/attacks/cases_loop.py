@@ -1,5 +1,5 @@
-"""Attacks on the production loop's fast path: `replan --refine-seconds`, `plan --verify-anchors`, the params
-`plan.replan_refine_seconds` / `verify_anchors` / `refine_confirm_rounds`, `profile.statistic` and the gate's
+"""Attacks on the production loop's fast path: `replan --refine-seconds`, `plan --stage-budget`, the params
+`plan.replan_refine_seconds` / `stage_budget` / `refine_confirm_rounds`, `profile.statistic` and the gate's
 sequential looks (`publish.early_rounds` / `early_share`, `evaluate.stop_early`), each refused in one line with
 nothing written; and the publish policy's "keep the current plan" rule (gate/publish_policy.py) after a schema
 change.
@@ -34,7 +34,7 @@ TOPO = Topology(num_devices=2, memory_per_device_gb=4.0)
 REPLAN = ["replan", "-i", "inv.yaml", "--store", "store"]
 VERIFY = ["plan", "-i", "inv.yaml", "--verify", "1", "-o", "p.json"]
 
-#: The values `--refine-seconds` and `--verify-anchors` refuse.
+#: The values `--refine-seconds` and `--stage-budget` refuse.
 BAD_NUMBERS = ("-1", "nan", "inf", "1e12", "abc", "")
 
 #: params.yaml (section, key, value) that `replan --params` refuses, naming `section.key`.
@@ -42,9 +42,9 @@ BAD_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("plan", "replan_refine_seconds", ".nan"),
     ("plan", "replan_refine_seconds", "-5"),
     ("plan", "replan_refine_seconds", "'x'"),
-    ("plan", "verify_anchors", "-1"),
-    ("plan", "verify_anchors", "99"),
-    ("plan", "verify_anchors", "[2]"),
+    ("plan", "stage_budget", "-1"),
+    ("plan", "stage_budget", "1e9"),
+    ("plan", "stage_budget", "[2]"),
     ("plan", "refine_confirm_rounds", "-1"),
     ("plan", "refine_confirm_rounds", "101"),
     ("plan", "refine_confirm_rounds", "1.5"),
@@ -127,9 +127,9 @@ def _cases() -> list[Case]:
                 f"replan --refine-seconds {value!r}", _argv(*REPLAN, "--refine-seconds", value), "--refine-seconds"
             ),
             Refused(
-                f"plan --verify 1 --verify-anchors {value!r}",
-                _argv(*VERIFY, "--verify-anchors", value),
-                "--verify-anchors",
+                f"plan --verify 1 --stage-budget {value!r}",
+                _argv(*VERIFY, "--stage-budget", value),
+                "--stage-budget",
             ),
         ]
     cases += [

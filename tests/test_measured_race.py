@@ -1,0 +1,193 @@
+"""The plan stage's race (dreamshard.measured.race, .contenders, .verify): every heuristic's own plan and TorchRec's
+race the search's candidates, a contender clearly behind is measured no more, the kept plan is never slower than a
+baseline it measured, a baseline it could not measure is listed with why, and the budget bounds the rounds after
+the first and refinement."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_oracle import ScriptedOracle
+from store_helpers import NoisyOracle
+from toy_cost import toy_model
+
+from dreamshard.errors import InfeasiblePlacementError
+from dreamshard.inventory.synth import synth_inventory
+from dreamshard.measured.contenders import Contender, Contenders, baseline_names
+from dreamshard.measured.outcome import SearchOutcome
+from dreamshard.measured.race import scores_to_leader
+from dreamshard.measured.steps import Refine, StageBudget, Verify, after_search
+from dreamshard.measured.verify import verify_candidates
+from dreamshard.placement.expand import expand_plan
+from dreamshard.profiling.oracle import Oracle
+from dreamshard.profiling.simulator import SimulatorBackend
+from dreamshard.search.sharders import DreamShardSharder
+from dreamshard.sharders import get_sharder
+from dreamshard.sharders.heuristics import RoundRobinSharder
+from dreamshard.values import Costs, Inventory, Measurement, Plan, Topology
+
+INV = synth_inventory(12, 5, name="race")
+TOPO = Topology(num_devices=3, memory_per_device_gb=16.0, batch_size=2048)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("model")
+    toy_model(d)
+    return d
+
+
+class FavouringOracle(Oracle):
+    """The simulator, except that one placement (a plan's units on their devices) measures `factor` x its cost:
+    the hardware's word against the cost model's."""
+
+    def __init__(self, favoured: Mapping[str, int], factor: float = 0.5) -> None:
+        super().__init__(SimulatorBackend(), warmup=0, repeats=1)
+        self.favoured, self.factor = dict(favoured), factor
+
+    def measure(self, inventory: Any, placement: Any, topology: Topology, **kw: Any) -> Measurement:
+        m = super().measure(inventory, placement, topology, **kw)
+        if dict(placement) != self.favoured:
+            return m
+        per = [d.model_copy(update={k: v * self.factor for k, v in d.model_dump().items()}) for d in m.costs.per_device]
+        return m.model_copy(update={"costs": Costs.from_devices(per)})
+
+
+def _plan(model_dir: Path, oracle: Any, **options: Any) -> Plan:
+    options = {"verify": 1, "verify_rounds": 3, "column_splits": "never", **options}
+    return get_sharder("dreamshard", model_dir=model_dir, oracle=oracle, seed=1, **options).shard(INV, TOPO)
+
+
+def test_a_heuristic_the_cost_model_misjudges_is_raced_and_kept(model_dir: Path) -> None:
+    """The cost model predicts the heuristic's plan worse than the search's; the hardware (a scripted oracle) says it
+    is the fastest by far: the plan stage measures it all the same and keeps it. Verification used to measure only
+    the best predicted candidates and anchors chosen by predicted cost, so it could not."""
+    first = _plan(model_dir, Oracle(SimulatorBackend(), warmup=0, repeats=1)).verification
+    assert first is not None
+    search_only = next(c for c in first.candidates if c.role == "search only")
+    worst = max((c for c in first.candidates if c.role == "heuristic"), key=lambda c: c.predicted_ms)
+    assert worst.predicted_ms > search_only.predicted_ms and not worst.kept  # the model: a bad plan
+    own = get_sharder(worst.source).shard(INV, TOPO)
+    oracle = FavouringOracle(expand_plan(INV, own)[1])
+    plan = _plan(model_dir, oracle)
+    v = plan.verification
+    assert v is not None and plan.placement == own.placement and plan.sharder == "dreamshard"
+    kept = next(c for c in v.candidates if c.kept)
+    assert kept.label == f"heuristic:{worst.source}" and v.chosen == worst.source
+    assert v.best_baseline == kept.label and v.kept_vs_baseline == 1.0
+    assert v.kept_vs_search is not None and v.kept_vs_search < 1.0  # faster than the search-only plan, measured
+    assert plan.model_version is not None and plan.predicted is not None  # the plan stage's plan, as its own
+
+
+def _field(n: int, baselines: set[int] = frozenset()) -> Contenders:  # type: ignore[assignment]
+    """`n` contenders on distinct plans (c0 the default: the search-only plan); those in `baselines` heuristics'."""
+    plans = [get_sharder("random", seed=s).shard(INV, TOPO) for s in range(n)]
+    items = tuple(
+        Contender(
+            f"c{i}", p, 1.0, "heuristic" if i in baselines else ("search only" if i == 0 else None), i in baselines
+        )
+        for i, p in enumerate(plans)
+    )
+    return Contenders(items, {}, hold=False, search_only=0)
+
+
+def test_the_race_drops_a_clearly_behind_contender_early() -> None:
+    field = _field(4, {3})
+    labels = [c.label for c in field.items]
+    noisy = [9.8, 10.0, 9.9, 10.0, 9.9]  # as fast as the leader within the noise
+    script = {labels[0]: [10.0] * 5, labels[1]: [13.0] * 5, labels[2]: noisy, labels[3]: [9.9] * 5}
+    lines: list[str] = []
+    kept, measured = verify_candidates(INV, field, ScriptedOracle(script), rounds=5, progress=lines.append)
+    assert [len(m) for m in measured] == [5, 2, 5, 5]  # 30% behind over 2 exact rounds: measured no more
+    assert "round 2/5: dropped c1: 1.313x the leader c2" in lines  # c2 and c3 tie at 9.9: the first leads
+    assert "round 2/5: 3 left: c0 (search only), c2, heuristic:c3" in lines
+    v = kept.verification
+    assert v is not None and v.chosen == "c3" and [c.rounds for c in v.candidates] == [5, 2, 5, 5]
+
+
+def test_contenders_within_the_noise_stay_in_the_race() -> None:
+    """On a noisy machine (sd 10% per measurement) near-equal plans are not told apart in 3 rounds: none is dropped."""
+    field = _field(3)
+    same = field.items[0].plan
+    items = tuple(replace(c, plan=same.model_copy(update={"plan_id": f"p{i}"})) for i, c in enumerate(field.items))
+    _, measured = verify_candidates(INV, replace(field, items=items), NoisyOracle(seed=2, sd=0.1), rounds=3)
+    assert [len(m) for m in measured] == [3, 3, 3]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_kept_plan_is_never_slower_than_a_baseline_it_measured(seed: int) -> None:
+    """Whatever the rounds measure (random figures, so contenders cross and drop out), the kept plan's paired ratio
+    to the race's leader is at most every baseline's, recomputed from the measurements."""
+    rng = random.Random(seed)
+    field = _field(6, {2, 4, 5})
+    base = {c.label: rng.uniform(8.0, 12.0) for c in field.items}
+    script = {k: [v * rng.lognormvariate(0.0, 0.05) for _ in range(5)] for k, v in base.items()}
+    kept, measured = verify_candidates(INV, field, ScriptedOracle(script), rounds=5)
+    v = kept.verification
+    assert v is not None and v.kept_vs_baseline is not None and v.kept_vs_baseline <= 1.0
+    scores = scores_to_leader([[m.overall_ms for m in ms] for ms in measured])
+    k = next(i for i, c in enumerate(v.candidates) if c.kept)
+    assert all(scores[k] <= scores[i] for i in (2, 4, 5)), (scores, k)
+
+
+class _NoRoom(RoundRobinSharder):
+    name = "no_room"
+
+    def shard(self, inventory: Inventory, topology: Topology) -> Plan:
+        raise InfeasiblePlacementError("t0000", 9.0, 4.0, "sharder no_room")
+
+
+def test_a_baseline_that_cannot_plan_is_listed_with_why(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered heuristic that cannot place the inventory is not raced: the record lists it with its own error;
+    a heuristic whose plan a contender already is, is listed as measured as that one."""
+    from dreamshard.sharders import register_sharder
+    from dreamshard.sharders.registry import _REGISTERED
+
+    monkeypatch.setattr("dreamshard.sharders.registry._REGISTERED", dict(_REGISTERED))
+    register_sharder("no_room", _NoRoom)
+    assert "no_room" in baseline_names()
+    v = _plan(model_dir, Oracle(SimulatorBackend(), warmup=0, repeats=1)).verification
+    assert v is not None
+    assert "heuristic:no_room" in v.not_measured and "t0000" in v.not_measured["heuristic:no_room"]
+    assert all(not c.label.endswith("no_room") for c in v.candidates)
+    raced = {c.label for c in v.candidates}
+    same = {k: why for k, why in v.not_measured.items() if why.startswith("the same plan as")}
+    assert all(
+        why.removeprefix("the same plan as ").removesuffix(" (measured as it)") in raced for why in same.values()
+    )
+    assert {f"heuristic:{n}" for n in baseline_names() if n != "no_room" and n != "torchrec"} <= raced | set(same)
+
+
+def _found(model_dir: Path, monkeypatch: pytest.MonkeyPatch, search_s: float) -> SearchOutcome:
+    """What the search hands the measured steps, taken from a real search (the toy model), with `search_s`."""
+    got: list[SearchOutcome] = []
+    monkeypatch.setattr(DreamShardSharder, "measured", lambda self, found: got.append(found) or found.plan)
+    _plan(model_dir, Oracle(SimulatorBackend(), warmup=0, repeats=1))
+    return replace(got[0], search_s=search_s)
+
+
+def test_a_budget_spent_by_the_first_round_ends_the_race_and_leaves_no_refinement(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plan.stage_budget 3 on a search of 1 s: 2 s for the steps after it. A clock that moves 10 s a reading spends
+    them in the first round: every contender is measured once (what makes the race never lose to a baseline), no
+    more; refinement gets nothing and says so. Without a budget the same race runs its rounds and refines."""
+    found = _found(model_dir, monkeypatch, search_s=1.0)
+    oracle = Oracle(SimulatorBackend(), warmup=0, repeats=1)
+    ticks = iter(range(0, 10_000, 10))
+    steps = (Verify(candidates=1, rounds=3), Refine(seconds=5.0))
+    lines: list[str] = []
+    plan = after_search(steps, found, oracle, 0, lines.append, StageBudget(3.0), clock=lambda: float(next(ticks)))
+    v = plan.verification
+    assert v is not None and {c.rounds for c in v.candidates} == {1} and plan.refinement is None
+    assert v.budget_s == 3.0 and v.refine_s == 0.0 and v.search_s == 1.0 and v.plan_s is not None and v.plan_s > 3.0
+    assert "refine: skipped: the plan stage's budget is spent" in lines
+    assert any(line.startswith("verify: round 1/3: out of time with ") for line in lines)
+    free = after_search(steps[:1], found, oracle, 0, None, StageBudget(0.0))
+    assert free.verification is not None and free.verification.budget_s is None
+    assert max(c.rounds or 0 for c in free.verification.candidates) > 1
