@@ -116,12 +116,26 @@ def test_plan_refine_seconds_records_the_trace_and_refuses_other_sharders(tmp_pa
     save_inventory(inventory(), tmp_path / "inv.yaml")
     args = ["plan", "-i", str(tmp_path / "inv.yaml"), "--params", str(tmp_path / "params.yaml"), "-m", "4"]
     code, out, err = invoke(
-        [*args, "--refine-seconds", "3", "--corpus", str(tmp_path / "c"), "-o", str(tmp_path / "p.json")]
+        [
+            *args,
+            "--refine-seconds",
+            "3",
+            "--stage-budget",
+            "0",
+            "--corpus",
+            str(tmp_path / "c"),
+            "-o",
+            str(tmp_path / "p.json"),
+        ]
     )
     assert code == 0, err
     trace = json.loads((tmp_path / "p.json").read_text())["refinement"]
     assert trace["budget_s"] == 3 and trace["tried"] >= 1 and "refinement:" in out
     assert (tmp_path / "c" / "refine.jsonl").is_file()
+    # the default plan.stage_budget (3x the search): at most what the search's time leaves, never more than asked
+    code, _, err = invoke([*args, "--refine-seconds", "3", "-o", str(tmp_path / "b.json")])
+    budget = json.loads((tmp_path / "b.json").read_text())["refinement"]["budget_s"]
+    assert code == 0 and 0 < budget <= 3, err
     code, _, err = invoke([*args, "-s", "dim_greedy", "--refine-seconds", "3", "-o", str(tmp_path / "q.json")])
     assert (
         code == 2

@@ -44,7 +44,8 @@ def test_declared_statistics_or_one_assumption_plan_as_before(nohist: Inventory)
 
 def test_verification_measures_under_every_distribution(nohist: Inventory) -> None:
     oracle = Oracle(SimulatorBackend(), warmup=0, repeats=1)
-    plan = get_sharder("dreamshard", oracle=oracle, verify=2, verify_rounds=1).shard(nohist, TOPO)
+    # the race's rounds cycle through the distributions: 3 rounds measure under each
+    plan = get_sharder("dreamshard", oracle=oracle, verify=2, verify_rounds=3).shard(nohist, TOPO)
     a = plan.assumptions
     assert a is not None and set(a.measured_ms) == {"0", "1.05", "1.6"} and a.measured_regret is not None
     assert plan.verification is not None and plan.measured is not None

@@ -6,8 +6,9 @@ Every round measures every contender still in the race once, in a freshly shuffl
 still in were measured in the same rounds); a contender whose paired ratio to the leader is above 1 with
 `confidence` (the gate's interval, dreamshard.gate.bounds.ratio_bound, over at least 2 paired rounds) is dropped,
 except the default (the plan stage protects it: a challenger must beat it in every round it is measured). The race
-ends when one contender is left (or only the protected), the rounds run out, or the time does (`out_of_time`,
-asked after each round: every contender is measured at least once).
+ends when one contender is left (or only the protected; with rounds cycling through id distributions, not before
+each had a round), the rounds run out, or the time does (`out_of_time`, asked after each round: every contender is
+measured at least once).
 
 Keeping (`keep_index`): each contender's score is its paired ratio to the race's final leader over the rounds both
 were measured; the kept one is the lowest score among those that may replace the default (index 0): the default
@@ -128,7 +129,8 @@ def race(
             ratio = score(per_round[i], per_round[lead])
             say(f"round {r}/{rounds}: dropped {names[i]}: {ratio:.3f}x the leader {names[lead]}")
         left = [i for i in alive if i not in out]
-        if len(left) <= 1 or all(i in protect for i in left):
+        # decided; where rounds cycle through id distributions, once each was measured
+        if (len(left) <= 1 or all(i in protect for i in left)) and r >= len(round_inventories):
             return []
         if out_of_time():
             say(f"round {r}/{rounds}: out of time with {len(left)} left")
