@@ -5,8 +5,10 @@
 The library (`dreamshard/`) never imports this, and this imports of the library only the plan's meaning
 (`dreamshard.values`, `dreamshard.documents`, `dreamshard.placement`): no oracle, no cost model, no fitted
 collective. Each device's fused forward and backward is timed in a worker process of its own (`judge_compute`),
-each collective at the plan's own byte counts (`judge_bytes`) on 2 real ranks (`judge_comm`). Plans are measured
-interleaved: every round measures every plan, the order rotated by one each round.
+each collective at the plan's own byte counts (`judge_bytes`) on 2 real ranks (`judge_comm`), or, for a declared
+world (`Judge(world=(alpha_ms, gb_per_s))`, a world this host is not), charged alpha + bytes / bandwidth per
+exchange at the same byte counts. Plans are measured interleaved: every round measures every plan, the order rotated
+by one each round.
 
     from judge import Judge
     with Judge(rounds=5) as judge:
@@ -64,8 +66,16 @@ class Judge:
     """A judging session: one compute worker and 2 rank processes, started once (a context manager)."""
 
     def __init__(
-        self, *, rounds: int = 5, warmup: int = 2, repeats: int = 7, comm_repeats: int = 15, seed: int = 0
+        self,
+        *,
+        rounds: int = 5,
+        warmup: int = 2,
+        repeats: int = 7,
+        comm_repeats: int = 15,
+        seed: int = 0,
+        world: tuple[float, float] | None = None,
     ) -> None:
+        self.world = world  # (alpha ms, GB/s) of a declared world; None: the collectives timed on real ranks
         self.settings = JudgeSettings(
             rounds=rounds,
             warmup=warmup,
@@ -75,17 +85,21 @@ class Judge:
             seed=seed,
             table_cap_mb=TABLE_CAP_BYTES / MB,
             device_cap_mb=DEVICE_CAP_BYTES / MB,
+            comm="timed on real ranks" if world is None else f"declared: {world[0]:g} ms + bytes at {world[1]:g} GB/s",
         )
         self.compute = ComputeWorker()
-        try:
-            self.ranks = CommRanks()
-        except BaseException:
-            self.compute.close()
-            raise
+        self.ranks: CommRanks | None = None
+        if world is None:
+            try:
+                self.ranks = CommRanks()
+            except BaseException:
+                self.compute.close()
+                raise
 
     def close(self) -> None:
         self.compute.close()
-        self.ranks.close()
+        if self.ranks is not None:
+            self.ranks.close()
 
     def __enter__(self) -> Judge:
         return self
@@ -97,7 +111,9 @@ class Judge:
         s = self.settings
         total = 0.0
         for nbytes, reduce in items:
-            if nbytes > 0 and devices > 1:
+            if nbytes > 0 and devices > 1 and self.world is not None:
+                total += self.world[0] + nbytes / (self.world[1] * 1e6)  # bytes / (GB/s x 1e9) in ms
+            elif nbytes > 0 and devices > 1 and self.ranks is not None:
                 total += statistics.median(
                     self.ranks.time_exchange(nbytes, devices - 1, reduce, s.warmup, s.comm_repeats)
                 )

@@ -29,6 +29,9 @@ class JudgeSettings(BaseModel):
     table_cap_mb: float
     device_cap_mb: float
     ids: str = "access_histogram when declared, else Zipf(1.05) over the kept rows (assumed)"
+    # how the collectives are charged: timed on real ranks (the host's world), or a declared world's alpha + bytes /
+    # bandwidth per exchange ("declared: 0.02 ms + bytes at 10 GB/s"), for plans judged for a world this host is not
+    comm: str = "timed on real ranks"
 
 
 class PlanRound(BaseModel):
