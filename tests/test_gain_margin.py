@@ -30,8 +30,22 @@ def test_a_refinement_move_passes_only_by_the_margin() -> None:
 
 def test_a_baselines_own_plan_needs_only_to_be_faster() -> None:
     # the gate compares the plan with the baselines on the same measurement: a measured-faster baseline is taken
-    from dreamshard.measured.verify import margins_for
-    from dreamshard.values.search_result import Candidate
+    from dreamshard.inventory.synth import synth_inventory
+    from dreamshard.measured.contenders import Contender
+    from dreamshard.measured.race import keep_index
+    from dreamshard.sharders import get_sharder
+    from dreamshard.values import Topology
 
-    cands = [Candidate(s, {}, 1.0) for s in ("policy", "size_greedy", "lpt", "lookup_greedy+search", "torchrec")]
-    assert margins_for(cands) == [MEASURED_GAIN_MARGIN, 0.0, MEASURED_GAIN_MARGIN, MEASURED_GAIN_MARGIN, 0.0]
+    plan = get_sharder("dim_greedy").shard(synth_inventory(4, 0), Topology(num_devices=2, memory_per_device_gb=4.0))
+    rows = [
+        ("policy", None, False),
+        ("size_greedy", "heuristic", True),
+        ("lpt", None, False),
+        ("torchrec", "torchrec", True),
+    ]
+    margins = [Contender(src, plan, 1.0, role, base).margin for src, role, base in rows]
+    assert margins == [MEASURED_GAIN_MARGIN, 0.0, MEASURED_GAIN_MARGIN, 0.0]
+    base = [10.0, 10.2, 9.9]
+    small = [b * (1 - MEASURED_GAIN_MARGIN / 2) for b in base]  # faster in every round, by half the margin
+    assert keep_index([base, small, base, base], margins) == 1  # the baseline's: taken
+    assert keep_index([base, base, small, base], margins) == 0  # the search's own: left alone

@@ -249,7 +249,7 @@ def test_the_fast_path_refines_only_for_its_own_budget(work: Path, monkeypatch: 
     v1 = tiny_inventory(work / "v1.yaml")
     data = yaml.safe_load((work / "params.yaml").read_text())
     data["plan"]["refine_seconds"] = 30.0
-    data["plan"]["stage_budget"] = 0  # no budget: refinement gets what it asks for (the budget: tests/test_measured_race.py)
+    data["plan"]["stage_budget"] = 0  # no budget: refinement gets what it asks (the budget: test_measured_race.py)
     (work / "params.yaml").write_text(yaml.safe_dump(data))
     assert _replan(work, inventory=work / "v1.yaml").outcome == "published"
     assert budgets == []
