@@ -13,8 +13,8 @@ pool of dreamshard.inventory.synth) and Criteo Kaggle's 26 public cardinalities 
 
 Contenders, all measured interleaved in one run per task (>= 5 rounds, shuffled order each round): every
 heuristic, TorchRec's planner, `dreamshard` (search on the learned cost, no hardware), `dreamshard+verify3` (the
-same, then its 3 best candidates measured, with the anchors -- the 2 best predicted baselines' or LPT's plans --
-when none of the 3 is one, and the best kept: what the publish flow does), `dreamshard_lpt`,
+same, then the race of its 3 best candidates with every heuristic's and TorchRec's own plan, the best measured
+kept: what the publish flow does), `dreamshard_lpt`,
 `dreamshard+types` (the search may also convert tables to row-wise, table-row-wise or data-parallel where the
 learned cost says it pays), `dreamshard_rl` (the policy alone), and `dim_greedy (again)`: the dim_greedy plan
 measured a second time, the
@@ -103,7 +103,7 @@ def learned_plans(
     for label in LEARNED:
         name, _, verify = label.removesuffix("+types").partition("+verify")
         opts: dict[str, Any] = {"model_dir": model_dir}
-        if verify:  # with the default anchors (plan.verify_anchors): what the publish flow does
+        if verify:  # the race: the K best, every heuristic's and TorchRec's own plan (what the publish flow does)
             opts.update(verify=int(verify), oracle=oracle)
         if label.endswith("+types"):
             opts["search"] = SearchConfig(types=ALL_TYPES)

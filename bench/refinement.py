@@ -49,7 +49,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             **sharder_options("dreamshard", s, args.model, 0),
             verify=s.plan.verify,
             verify_rounds=s.plan.verify_rounds,
-            verify_anchors=s.plan.verify_anchors,
             oracle=oracle,
         )
         start = sharder.shard(inv, topo)
