@@ -191,3 +191,19 @@ def test_a_budget_spent_by_the_first_round_ends_the_race_and_leaves_no_refinemen
     free = after_search(steps[:1], found, oracle, 0, None, StageBudget(0.0))
     assert free.verification is not None and free.verification.budget_s is None
     assert max(c.rounds or 0 for c in free.verification.candidates) > 1
+
+
+def test_a_plan_with_its_devices_renumbered_is_the_same_contender_on_one_host() -> None:
+    """On one flat host the devices are alike: a plan and the same groups on renumbered devices measure the same and
+    race once; across hosts where a unit sits matters."""
+    from dreamshard.measured.contenders import plan_key
+
+    plan = get_sharder("dim_greedy").shard(INV, TOPO)
+    renumbered = plan.model_copy(update={"placement": {t: (d + 1) % 3 for t, d in plan.placement.items()}})
+    first = INV.tables[0].name
+    moved = plan.model_copy(update={"placement": {**plan.placement, first: (plan.placement[first] + 1) % 3}})
+    assert plan_key(INV, plan) == plan_key(INV, renumbered) != plan_key(INV, moved)
+    hosts = Topology(num_devices=4, memory_per_device_gb=16.0, batch_size=2048, devices_per_host=2)
+    two = get_sharder("dim_greedy").shard(INV, hosts)
+    swapped = two.model_copy(update={"placement": {t: 3 - d for t, d in two.placement.items()}})
+    assert plan_key(INV, two) != plan_key(INV, swapped)

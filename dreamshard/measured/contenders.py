@@ -20,7 +20,7 @@ from dreamshard.measured.duel import MEASURED_GAIN_MARGIN
 from dreamshard.measured.outcome import SearchOutcome
 from dreamshard.placement.expand import expand_plan
 from dreamshard.sharders import BASELINE_SHARDERS, contender_names, get_sharder, options_for, sharder_family
-from dreamshard.values import Plan
+from dreamshard.values import Inventory, Plan
 from dreamshard.values.search_result import CURRENT, UNCALIBRATED, Candidate, origin
 
 #: `VerifiedCandidate.role` of the search-only plan, a heuristic's own plan and TorchRec's planner's
@@ -31,7 +31,7 @@ SEARCH_ONLY, HEURISTIC, TORCHREC = "search only", "heuristic", "torchrec"
 class Contender:
     """One plan in the race: where it came from (a search candidate's source or a sharder's name), the plan, its
     pessimistic predicted overall cost, and its role (SEARCH_ONLY, HEURISTIC, TORCHREC; None: a learned candidate).
-    `baseline`: a baseline's own plan, or a candidate placed exactly as one."""
+    `baseline`: a baseline's own plan, or a candidate that is the same plan (`plan_key`)."""
 
     source: str
     plan: Plan
@@ -75,10 +75,19 @@ def search_only_candidate(candidates: Sequence[Candidate]) -> Candidate:
     return next((c for c in candidates if c.source == UNCALIBRATED), candidates[0])
 
 
-def plan_key(plan: Plan) -> str:
-    """What makes two plans the same plan: where every unit is, and its kernel."""
-    fields = ("placement", "column_shards", "row_shards", "data_parallel", "kernels", "cache_load_factors")
-    return json.dumps(plan.model_dump(mode="json", include=set(fields)), sort_keys=True)
+def plan_key(inventory: Inventory, plan: Plan) -> str:
+    """What makes two plans the same plan: which units share a device, with their kernels. On one flat host the
+    devices are alike, so a plan with its devices renumbered is the same plan (it measures the same); across hosts
+    where each unit is matters."""
+    _, placement = expand_plan(inventory, plan)
+    groups: list[list[str]] = [[] for _ in range(plan.topology.num_devices)]
+    for unit, d in placement.items():
+        groups[d].append(unit)
+    devices = [sorted(g) for g in groups]
+    if plan.topology.devices_per_host is None:
+        devices.sort()
+    extra = plan.model_dump(mode="json", include={"kernels", "cache_load_factors"})
+    return json.dumps({"devices": devices, **extra}, sort_keys=True)
 
 
 def contenders_for(found: SearchOutcome, k: int, seed: int = 0) -> Contenders:
@@ -95,9 +104,10 @@ def contenders_for(found: SearchOutcome, k: int, seed: int = 0) -> Contenders:
     search_only = 0
     for c in learned:
         plan = found.plan_of(c)
-        at = keys.get(plan_key(plan))
+        key = plan_key(found.inventory, plan)
+        at = keys.get(key)
         if at is None:  # a candidate placed as one already in is measured once
-            at = keys[plan_key(plan)] = len(items)
+            at = keys[key] = len(items)
             items.append(Contender(c.source, plan, c.predicted_ms, baseline=c.source in BASELINE_SHARDERS))
         if c is default:
             search_only = at
@@ -111,12 +121,13 @@ def contenders_for(found: SearchOutcome, k: int, seed: int = 0) -> Contenders:
         except (InfeasiblePlacementError, PlanError) as e:
             not_measured[label] = str(e)
             continue
-        at = keys.get(plan_key(plan))
+        key = plan_key(found.inventory, plan)
+        at = keys.get(key)
         if at is not None:
             items[at] = replace(items[at], baseline=True)
             not_measured[label] = f"the same plan as {items[at].label} (measured as it)"
             continue
-        keys[plan_key(plan)] = len(items)
+        keys[key] = len(items)
         items.append(Contender(name, plan, _predicted_ms(found, plan), role, baseline=True))
     return Contenders(tuple(items), not_measured, hold=mine is not None, search_only=search_only)
 
