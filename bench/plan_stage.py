@@ -99,9 +99,13 @@ def settings(world: str, devices: int, **overrides: Any) -> Any:
 
 
 def plan_timed(inv: Any, s: Any) -> tuple[Any, float]:
-    """`dreamshard plan` (the use case) with settings `s`: the plan and its wall seconds."""
+    """`dreamshard plan` (the use case) with settings `s`: the plan and its wall seconds, as a fresh process would
+    take them: TorchRec's planner's answers, which the process keeps per inventory, are dropped first (else the
+    second plan of a task reuses what the first paid for)."""
+    from dreamshard.sharders import torchrec_sharder
     from dreamshard.usecases.plan import PlanRequest, run
 
+    torchrec_sharder._ANSWERS.clear()
     t0 = time.perf_counter()
     plan = run(PlanRequest(inventory=inv, settings=s)).plan
     return plan, time.perf_counter() - t0
@@ -119,10 +123,11 @@ def baselines(inv: Any, topo: Any) -> tuple[dict[str, Any], dict[str, float], di
     """Every heuristic's and TorchRec's own plan, their seconds, and those that cannot plan with why."""
     from dreamshard.errors import InfeasiblePlacementError, PlanError
     from dreamshard.measured.contenders import baseline_names
-    from dreamshard.sharders import get_sharder
+    from dreamshard.sharders import get_sharder, torchrec_sharder
 
     plans, secs, failed = {}, {}, {}
     for name in baseline_names():
+        torchrec_sharder._ANSWERS.clear()  # as a fresh process plans (`plan_timed`)
         t0 = time.perf_counter()
         try:
             plans[name] = get_sharder(name).shard(inv, topo)
