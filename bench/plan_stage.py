@@ -20,9 +20,9 @@ result). Reported per task: the judge's ms, each contender's ratio to the task's
 geomeans over tasks, each contender's planning seconds and the plan stage's seconds / the search's; and the plan
 stage's own record (what it kept, its oracle-measured ratio to the search-only plan, the baselines it did not measure).
 
-`--world host`: planned for this machine's collectives (topology.interconnect `measured`: the all-to-all fit
+`--world host`: planned for this machine's collectives (world `host`: the all-to-all fit
 measured here) and judged with collectives timed on real ranks. `--world fast`: planned for the `fast` interconnect
-profile (20 us + 10 GB/s, topology.interconnect `fast`) and judged with each exchange charged 20 us + bytes at 10 GB/s
+profile (20 us + 10 GB/s, world `fast`) and judged with each exchange charged 20 us + bytes at 10 GB/s
 at the plan's own byte counts. Run it on a quiet machine (no test suite, no second benchmark).
 """
 
@@ -48,7 +48,6 @@ MEMORY_GB = 16.0
 SEARCH, STAGE, NOISE = "search only", "plan stage", "dim_greedy (again)"
 #: the declared fast world: alpha ms and GB/s (dreamshard.profiling.comm's `fast` profile: 0.02 ms + 0.1 ms/MB)
 FAST_WORLD = (0.02, 10.0)
-INTERCONNECT = {"host": "measured", "fast": "fast"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def settings(world: str, devices: int, **overrides: Any) -> Any:
         "profile.backend": "cpu",
         "plan.num_devices": devices,
         "topology.memory_per_device_gb": MEMORY_GB,
-        "topology.interconnect": INTERCONNECT[world],
+        "world.name": world,
     }
     return resolve(ROOT / "params.yaml", {**base, **overrides})
 

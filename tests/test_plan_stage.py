@@ -85,6 +85,7 @@ def test_under_a_wrong_fit_the_plan_stage_ends_no_worse_than_search_alone(
     were confirmed on two devices timed alone, where the wrong fit is what they pay."""
     oracle = WrongFitOracle()
     monkeypatch.setattr(Settings, "oracle", lambda self: oracle)
+    monkeypatch.setattr(Settings, "plan_stage_oracle", lambda self: oracle)
     inv = synth_inventory(16, seed, name="wrong-fit")
     save_inventory(inv, tmp_path / "inv.yaml")
     settings = _settings(tmp_path)
@@ -211,6 +212,7 @@ def test_the_plan_report_renders_the_stage_line_and_json(tmp_path: Path, monkeyp
 
     oracle = WrongFitOracle()
     monkeypatch.setattr(Settings, "oracle", lambda self: oracle)
+    monkeypatch.setattr(Settings, "plan_stage_oracle", lambda self: oracle)
     save_inventory(synth_inventory(8, 2, name="r"), tmp_path / "inv.yaml")
     _settings(tmp_path)
     settings = resolve(tmp_path / "params.yaml", {"plan.refine_seconds": 0})

@@ -215,3 +215,16 @@ def test_a_workspace_older_than_a_params_section_gets_it_at_its_defaults(tmp_pat
     assert settings.topology.batch_size == 512 and yaml.safe_load(text)["world"]["name"] is None
     assert prepare_workspace(str(root), None, inv, remote) == []  # once
     assert missing_sections("[1, 2]", text) == [] and missing_sections(": :", text) == []  # left to the stages
+
+
+def test_the_plan_stage_times_a_contender_with_its_own_repeats(tmp_path: Path) -> None:
+    """A race round repeats less than a profile (plan.stage_repeats / stage_warmup); null keeps the profile's."""
+    told = resolve(write_params(tmp_path / "a.yaml", profile={"warmup": 3, "repeats": 7}, plan={"stage_repeats": 2}))
+    stage = told.plan_stage_oracle()
+    assert (stage.repeats, stage.warmup) == (2, 1) and (told.oracle().repeats, told.oracle().warmup) == (7, 3)
+    kept = resolve(
+        write_params(
+            tmp_path / "b.yaml", profile={"warmup": 3, "repeats": 7}, plan={"stage_repeats": None, "stage_warmup": None}
+        )
+    )
+    assert (kept.plan_stage_oracle().repeats, kept.plan_stage_oracle().warmup) == (7, 3)

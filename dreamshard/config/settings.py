@@ -102,6 +102,12 @@ class Settings(BaseModel):
         """The measuring backend of the `profile` section: the one construction every door uses."""
         return self.profile.oracle()
 
+    def plan_stage_oracle(self) -> Oracle:
+        """The plan stage's backend: the profile's, timing a contender plan.stage_repeats times after
+        plan.stage_warmup warm-up runs in each round (the profile's where None)."""
+        told = {"repeats": self.plan.stage_repeats, "warmup": self.plan.stage_warmup}
+        return self.profile.model_copy(update={k: v for k, v in told.items() if v is not None}).oracle()
+
     def check_pipeline(self) -> None:
         """Rules across sections the pipeline needs (checked before it starts): the evaluate stage's comparison
         is what the publish gate decides on, so it must measure every required baseline, often enough."""

@@ -80,6 +80,11 @@ class PlanConfig(Section):
     # the whole plan (search, race, refinement) takes at most this many times the search alone (0 = no budget): the
     # race measures every contender once whatever it says, then rounds while it lasts; refinement gets the rest
     stage_budget: Annotated[float, Field(ge=0, le=1000)] = 3.0
+    # how the plan stage times one contender in one round: this many repeats after this many warm-up runs (None:
+    # profile.repeats / profile.warmup). The race's interleaved rounds are its statistics, so a round need not
+    # repeat as much as a profile: 1 warm-up and 2 repeats make a round about 2.3x cheaper than 2 and 5
+    stage_repeats: Annotated[int, Field(ge=1, le=100)] | None = 2
+    stage_warmup: Annotated[int, Field(ge=0, le=100)] | None = 1
     refine_rounds: Annotated[int, Field(ge=1, le=100)] = 3
     # a proposal that passes its refine_rounds is measured again for this many fresh rounds and kept only when
     # those pass too (0 = no second block): one noise pass in 20 (3 rounds, no real difference) becomes one in

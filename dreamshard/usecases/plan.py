@@ -119,7 +119,7 @@ def _shard(
     topo = s.topology_for_job(inv.job)  # the job the inventory records, unless the caller said otherwise
     steps = _measured_steps(s) if name == SEARCHING_SHARDER else ()
     corpus = DeviceCorpus(request.corpus, CORPUS_WRITER, reuse=False) if request.corpus is not None else None
-    oracle = s.oracle() if steps else None
+    oracle = s.plan_stage_oracle() if steps else None
     if oracle is not None:
         oracle.corpus = corpus  # fresh timings only (never read back), recorded as training data
     extra: dict[str, Any] = {}
