@@ -98,7 +98,7 @@ def inventory(tables: int, cache: Path) -> tuple[Any, float]:
     return inv, time.perf_counter() - t0
 
 
-def plan_once(inv: Any, devices: int, memory_gb: float, interconnect: str, phases: Phases) -> tuple[Any, float]:
+def plan_once(inv: Any, devices: int, memory_gb: float, world: str, phases: Phases) -> tuple[Any, float]:
     """The search-only plan of `inv` (the use case `dreamshard plan` calls); (plan, seconds)."""
     from dreamshard.config.settings import resolve
     from dreamshard.usecases.plan import PlanRequest
@@ -109,7 +109,7 @@ def plan_once(inv: Any, devices: int, memory_gb: float, interconnect: str, phase
         {
             "plan.num_devices": devices,
             "topology.memory_per_device_gb": memory_gb,
-            "topology.interconnect": interconnect,
+            "world.name": world,
         },
     )
     request = PlanRequest(settings=settings, inventory=inv, sharder="dreamshard")
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()
-    plan, plan_s = plan_once(inv, args.devices, args.memory_gb, args.interconnect, phases)
+    plan, plan_s = plan_once(inv, args.devices, args.memory_gb, args.world, phases)
     top: list[dict[str, Any]] = []
     if profiler is not None:
         profiler.disable()
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "tables": len(inv.tables),
         "devices": args.devices,
         "memory_gb": args.memory_gb,
-        "interconnect": args.interconnect,
+        "world": args.world,
         "created": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpus": os.cpu_count(),
@@ -169,7 +169,8 @@ def markdown(res: dict[str, Any]) -> str:
         "# Planning at scale: 10,000 tables on 1,024 devices",
         "",
         f"`bench/scale.py`, {res['created']}: {res['tables']} synthetic tables on {res['devices']} devices "
-        f"({res['memory_gb']:g} GB each, interconnect `{res['interconnect']}`), `dreamshard` search only on the "
+        f"({res['memory_gb']:g} GB each, world `{res.get('world', res.get('interconnect'))}`), `dreamshard` search "
+        f"only on the "
         f"packaged model; {res['machine']}, {res['cpus']} cores, load average at the end "
         f"{', '.join(f'{x:.1f}' for x in res['load_average'])}"
         + (" (under cProfile)" if res["profiled"] else "")
@@ -199,7 +200,7 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=10_000)
     ap.add_argument("--devices", type=int, default=1024)
     ap.add_argument("--memory-gb", type=float, default=4.0)
-    ap.add_argument("--interconnect", default="measured", help="topology.interconnect (default: measured).")
+    ap.add_argument("--world", default="host", help="world.name planned for (default: host, this machine's fits).")
     ap.add_argument("--cache", type=Path, default=ROOT / "runs" / "bench-cache", help="Where the inventory is kept.")
     ap.add_argument("--profile", action="store_true", help="Plan under cProfile (slower); top functions kept.")
     ap.add_argument("--out", type=Path, default=OUT, help="Directory of scale.{json,md}.")
