@@ -102,7 +102,7 @@ def test_verify_races_the_best_candidates_and_every_baseline_and_keeps_the_best_
     report = sharder.shard_with_report(inv, topo)
     plan = report.plan
     v = plan.verification
-    assert v is not None and v.rounds == 2 and report.search is not None
+    assert v is not None and v.rounds in (2, 3) and report.search is not None
     # the search-only plan first, then the 3 best predicted (each distinct plan once), then every baseline's own plan:
     # measured, or listed with why (here: each the same plan as a contender already in)
     learned = [c.source for c in v.candidates if c.role not in ("heuristic", "torchrec")]

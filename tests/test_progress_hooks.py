@@ -170,10 +170,12 @@ def test_the_plan_stage_reports_every_race_measurement_who_is_left_and_each_refi
     assert verified is not None and refine is not None
     measuring = [line for line in lines if line.startswith("verify: round") and ": measuring " in line]
     assert len(measuring) == sum(c.rounds or verified.rounds for c in verified.candidates)
-    # after each round but the last: who is left (or who dropped out), naming the baselines the race measures
-    left = [line for line in lines if line.startswith("verify: round 1/2: ") and " left: " in line]
+    # after each round but the last: who is left (or who dropped out), naming the baselines the race measures (of 3:
+    # the field's 2, then what confirmation may add)
+    left = [line for line in lines if line.startswith("verify: round 1/3: ") and " left: " in line]
     assert len(left) == 1 and "heuristic:dim_greedy" in left[0] and "torchrec:torchrec" in left[0]
-    assert lines.count(f"verify: kept {next(c.label for c in verified.candidates if c.kept)} after 2 round(s)") == 1
+    kept = next(c.label for c in verified.candidates if c.kept)
+    assert lines.count(f"verify: kept {kept} after {verified.rounds} round(s)") == 1  # 2, or 3 when confirming
     proposals = [line for line in lines if line.startswith("refine: proposal")]
     assert len(proposals) == refine.tried and all(" s" in line for line in proposals)
     whole = [line for line in lines if line.startswith("refine: refined vs start:")]
@@ -242,4 +244,4 @@ def test_the_cli_writes_progress_lines_on_stderr_where_no_bar_shows(
     assert _run([*plan_argv, "--json"]) == 0
     got = capsys.readouterr()
     assert json.loads(got.out)["verification"] is not None  # stdout: the JSON alone
-    assert got.err.startswith("plan: verify: round 1/2: measuring")
+    assert got.err.startswith("plan: verify: round 1/3: measuring")  # 2 rounds, and a third to confirm a lead

@@ -31,8 +31,9 @@ def test_rounds_to_replace_bounds_the_chance_of_a_lucky_run() -> None:
 
 
 def test_equal_plans_on_a_noisy_machine_keep_the_current_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Five copies of one plan (pure noise between them, sd 10% per measurement): without the duel one of the four
-    challengers wins all 3 rounds about 41% of the time; with it, at most the 5% the confidence allows. The duel's
+    """Five copies of one plan (pure noise between them, sd 10% per measurement): one of the four challengers wins
+    all 3 rounds about 41% of the time, but neither the race's keep rule (the paired interval) nor the duel keeps it
+    more often than the confidence allows. The duel's
     chance arithmetic is checked without the gain margin (which only makes a lucky run rarer)."""
     import dreamshard.measured.contenders as contenders
 
@@ -48,7 +49,9 @@ def test_equal_plans_on_a_noisy_machine_keep_the_current_plan(monkeypatch: pytes
             )
             assert kept.verification is not None
             replaced[hold] += kept.verification.chosen != "c0"
-    assert replaced[False] >= 8, replaced  # the old rule: noise alone moves the job's tables often
+    # the race's own rule: a contender ahead of the default must be so beyond the paired interval (one that won
+    # every round of 3 was kept 41% of the time before it)
+    assert replaced[False] <= 6, replaced
     assert replaced[True] <= 4, replaced  # the duel: about 2 of 40 expected
 
 

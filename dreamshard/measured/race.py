@@ -10,11 +10,15 @@ ends when one contender is left (or only the protected; with rounds cycling thro
 each had a round), the rounds run out, or the time does (`out_of_time`, asked after each round: every contender is
 measured at least once).
 
+Out of time or out of rounds before CONFIRM_ROUNDS rounds, the race goes on with the default and the (at most
+CONFIRM_AHEAD) contenders its rounds put ahead of it, to CONFIRM_ROUNDS rounds while they stay ahead: a lead in one
+round is as often the noise's, and nothing replaces the default on fewer than MIN_ROUNDS_TO_DROP.
+
 Keeping (`keep_index`): each contender's score is its paired ratio to the race's final leader over the rounds both
 were measured; the kept one is the lowest score among those that may replace the default (index 0): the default
-itself, a baseline's own plan (margin 0: it needs only to be faster), or a challenger that beat the default by its
-margin in every round both were measured. So the kept plan is never slower, by that score, than any baseline it
-measured.
+itself, a baseline's own plan ahead of it with SWITCH_CONFIDENCE (the gate's paired interval), or a challenger that
+beat the default by its margin in every round both were measured, at least MIN_ROUNDS_TO_DROP rounds either way. So
+no baseline it measured was ahead of the kept plan's default beyond the noise and left behind for a slower plan.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the least paired rounds before a contender can be dropped: one round says nothing of the noise
 MIN_ROUNDS_TO_DROP = 2
+#: out of time, the race still measures the default and the CONFIRM_AHEAD contenders the rounds put ahead of it
+#: for CONFIRM_ROUNDS rounds in all: one round cannot tell a faster plan from noise, so none replaces the default on it
+CONFIRM_ROUNDS = 3
+CONFIRM_AHEAD = 2
+#: the confidence with which a contender must be ahead of the default to replace it (the gate's paired interval)
+SWITCH_CONFIDENCE = 0.95
 
 
 def overall(samples: Sequence[Measurement]) -> list[float]:
@@ -73,17 +83,30 @@ def beat_every_round(challenger: Sequence[float], default: Sequence[float], marg
     return bool(a) and all(x < y * (1.0 - margin) for x, y in zip(a, b, strict=True))
 
 
+def may_replace(challenger: Sequence[float], default: Sequence[float], margin: float) -> bool:
+    """Whether a contender may replace the default: over at least MIN_ROUNDS_TO_DROP paired rounds, a baseline's
+    own plan (margin 0) ahead of it with SWITCH_CONFIDENCE (the default behind it: `behind`), a challenger of the
+    search's faster by its margin in every round. One round is never enough: its lead may be the noise's."""
+    a, b = paired(challenger, default)
+    if len(a) < MIN_ROUNDS_TO_DROP:
+        return False
+    return behind(b, a, SWITCH_CONFIDENCE) if margin == 0 else beat_every_round(a, b, margin)
+
+
 def keep_index(per_round: Sequence[Sequence[float]], margins: Sequence[float]) -> int:
-    """The contender to keep (module docstring): the lowest score to the final leader among the default (index 0),
-    the baselines' own plans (margin 0) and the challengers that beat the default by their margin in every round;
-    ties go to the default, then to the first."""
+    """The contender to keep (module docstring): the lowest score to the final leader among the default (index 0)
+    and the contenders that may replace it (`may_replace`); ties go to the default, then to the first."""
     scores = scores_to_leader(per_round)
-    eligible = [
-        i
-        for i in range(len(per_round))
-        if i == 0 or margins[i] == 0 or beat_every_round(per_round[i], per_round[0], margins[i])
-    ]
+    eligible = [i for i in range(len(per_round)) if i == 0 or may_replace(per_round[i], per_round[0], margins[i])]
     return min(eligible, key=lambda i: (scores[i], i))
+
+
+def confirming(per_round: Sequence[Sequence[float]], left: Sequence[int]) -> list[int]:
+    """Out of time after round r < CONFIRM_ROUNDS: the default (index 0) and the CONFIRM_AHEAD contenders still in
+    whose paired rounds put them furthest ahead of it; none when nothing is ahead (the default stays)."""
+    ahead = [(score(per_round[i], per_round[0]), i) for i in left if i != 0]
+    best = sorted(x for x in ahead if x[0] < 1.0)[:CONFIRM_AHEAD]
+    return [0, *(i for _, i in best)] if best else []
 
 
 def scores_to_leader(per_round: Sequence[Sequence[float]]) -> list[float]:
@@ -117,6 +140,8 @@ def race(
     if len(names) != len(plans):
         raise ValueError(f"{len(names)} labels for {len(plans)} plans")
     say = progress or (lambda _msg: None)
+    rounds = max(1, rounds)
+    total = max(rounds, CONFIRM_ROUNDS)  # the field's rounds, then what confirmation may add
     measured = [p.model_copy(update={"sharder": name}) for p, name in zip(plans, names, strict=True)]
 
     def narrow(samples: list[list[Measurement]]) -> list[int]:
@@ -127,22 +152,32 @@ def race(
         out = [i for i in alive if i != lead and i not in protect and behind(per_round[i], per_round[lead], confidence)]
         for i in out:
             ratio = score(per_round[i], per_round[lead])
-            say(f"round {r}/{rounds}: dropped {names[i]}: {ratio:.3f}x the leader {names[lead]}")
+            say(f"round {r}/{total}: dropped {names[i]}: {ratio:.3f}x the leader {names[lead]}")
         left = [i for i in alive if i not in out]
         # decided; where rounds cycle through id distributions, once each was measured
         if (len(left) <= 1 or all(i in protect for i in left)) and r >= len(round_inventories):
             return []
-        if out_of_time():
-            say(f"round {r}/{rounds}: out of time with {len(left)} left")
-            return []
-        say(f"round {r}/{rounds}: {len(left)} left: {', '.join(names[i] for i in left)}")
+        spent = r >= rounds
+        if spent or out_of_time():
+            why = "the race's rounds are done" if spent else "out of time"
+            confirm = confirming(per_round, left) if r < CONFIRM_ROUNDS else []
+            if not confirm:
+                if not spent:
+                    say(f"round {r}/{total}: out of time with {len(left)} left")
+                return []
+            say(
+                f"round {r}/{total}: {why}: confirming {', '.join(names[i] for i in confirm[1:])} against "
+                f"{names[0]} to round {CONFIRM_ROUNDS}"
+            )
+            return confirm
+        say(f"round {r}/{total}: {len(left)} left: {', '.join(names[i] for i in left)}")
         return left
 
     return measure_interleaved(
         inventory,
         measured,
         oracle,
-        max(1, rounds),
+        total,
         seed=seed,
         progress=say,
         narrow=narrow,

@@ -226,7 +226,7 @@ def verify_candidates(
     info = oracle.info
     record = Verification(
         backend=info,
-        rounds=max(1, rounds),
+        rounds=max(len(m) for m in measured),  # the field's rounds, or the confirmation's (dreamshard.measured.race)
         candidates=tuple(rows),
         chosen=items[best].source,
         **race_fields(field, measured, scores, best),
