@@ -20,11 +20,12 @@ timing thread's CPU time, so another process on the cores adds no waiting). Run 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
 from typing import Any
+
+from results_files import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results"
@@ -150,14 +151,7 @@ def main() -> None:
     ap.add_argument("--render", action="store_true", help="Write the markdown again from the JSON.")
     ap.add_argument("--verbose", action="store_true", help="A line per measurement.")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.render:
-        res = json.loads((args.out / "limit_gap.json").read_text())
-    else:
-        res = run(args)
-        (args.out / "limit_gap.json").write_text(json.dumps(res, indent=2) + "\n")
-    (args.out / "limit_gap.md").write_text(markdown(res))
-    print(markdown(res))
+    write_results(args.out, "limit_gap", args.render, lambda: run(args), markdown)
 
 
 if __name__ == "__main__":

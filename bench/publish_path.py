@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from results_files import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results"
@@ -128,12 +129,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--render", action="store_true", help="rebuild the markdown from the JSON")
     args = p.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "publish_path.json"
-    result = json.loads(path.read_text()) if args.render else bench()
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    (OUT / "publish_path.md").write_text(render(result))
-    print(render(result))
+    write_results(OUT, "publish_path", args.render, bench, render)
 
 
 if __name__ == "__main__":

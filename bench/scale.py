@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from results_files import write_results
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results"
 
@@ -206,14 +208,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT, help="Directory of scale.{json,md}.")
     ap.add_argument("--render", action="store_true", help="Write the markdown again from the JSON.")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.render:
-        res = json.loads((args.out / "scale.json").read_text())
-    else:
-        res = run(args)
-        (args.out / "scale.json").write_text(json.dumps(res, indent=2) + "\n")
-    (args.out / "scale.md").write_text(markdown(res))
-    print(markdown(res))
+    write_results(args.out, "scale", args.render, lambda: run(args), markdown)
 
 
 if __name__ == "__main__":
