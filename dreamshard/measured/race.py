@@ -96,7 +96,12 @@ def may_replace(challenger: Sequence[float], default: Sequence[float], margin: f
 def keep_index(per_round: Sequence[Sequence[float]], margins: Sequence[float]) -> int:
     """The contender to keep (module docstring): the lowest score to the final leader among the default (index 0)
     and the contenders that may replace it (`may_replace`); ties go to the default, then to the first."""
-    scores = scores_to_leader(per_round)
+    return kept_of(per_round, margins, scores_to_leader(per_round))
+
+
+def kept_of(per_round: Sequence[Sequence[float]], margins: Sequence[float], scores: Sequence[float]) -> int:
+    """The lowest of `scores` among the default (index 0) and the contenders that may replace it (`may_replace`);
+    ties go to the default, then to the first. The keep rule's one choice, whatever the scores are made of."""
     eligible = [i for i in range(len(per_round)) if i == 0 or may_replace(per_round[i], per_round[0], margins[i])]
     return min(eligible, key=lambda i: (scores[i], i))
 

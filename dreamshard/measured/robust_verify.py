@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from dreamshard.inventory.histogram import ASSUMED_ZIPF_EXPONENT
 from dreamshard.inventory.unknown import assumed_variant, regrets
 from dreamshard.measured.contenders import Contenders
-from dreamshard.measured.race import leader_of, may_replace, score
+from dreamshard.measured.race import kept_of, leader_of, score
 from dreamshard.measured.verify import verify_candidates
 from dreamshard.values import AccessAssumptions, Inventory, Plan
 from dreamshard.values.progress import Progress
@@ -57,8 +57,7 @@ def robust_keep(cycle: int) -> Callable[[Sequence[Sequence[float]], Sequence[flo
 
     def keep(per_round: Sequence[Sequence[float]], margins: Sequence[float]) -> tuple[int, list[float]]:
         scores = worst_scores(per_round, cycle)
-        eligible = [i for i in range(len(per_round)) if i == 0 or may_replace(per_round[i], per_round[0], margins[i])]
-        return min(eligible, key=lambda i: (scores[i], i)), scores
+        return kept_of(per_round, margins, scores), scores
 
     return keep
 
