@@ -266,6 +266,33 @@ def stage_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    """a / b as the geometric mean of their per-round ratios (the judge's rounds pair them: what a round shares
+    cancels)."""
+    return geomean([x / y for x, y in zip(a, b, strict=True)])
+
+
+def paired_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The judge's samples as paired ratios: search only, the plan stage and TorchRec to the task's best heuristic,
+    and the same plan judged twice (dim_greedy)."""
+    lines = [
+        "| task | search only | plan stage | torchrec | same plan twice |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    cols: dict[str, list[float]] = {SEARCH: [], STAGE: [], "torchrec": []}
+    for r in rows:
+        s, best = r["judge"]["samples"], r["judge"]["best_heuristic"]
+        got = {n: paired_ratio(s[n], s[best]) for n in cols if n in s}
+        for n, v in got.items():
+            cols[n].append(v)
+        twice = abs(paired_ratio(s[NOISE], s["dim_greedy"]) - 1.0) if NOISE in s else None
+        cells = " | ".join(f"{got[n]:.3f}" if n in got else "-" for n in cols)
+        lines.append(f"| {r['task']} ({best}) | {cells} | {'-' if twice is None else f'{twice:.1%}'} |")
+    means = " | ".join(f"**{geomean(v):.3f}**" if v else "-" for v in cols.values())
+    lines.append(f"| **geomean x best heuristic** | {means} | |")
+    return lines
+
+
 def render(res: dict[str, Any]) -> str:
     rows = res["rows"]
     names = names_of(rows)
@@ -291,6 +318,10 @@ def render(res: dict[str, Any]) -> str:
             f"Same plan judged twice (dim_greedy): median {statistics.median(noise):.1%}, max {max(noise):.1%}."
             if noise
             else "",
+            "",
+            "Paired per round (each ratio the geometric mean of the rounds' ratios, to the task's best heuristic):",
+            "",
+            *paired_table(rows),
             "",
             "## Planning time",
             "",
