@@ -284,3 +284,43 @@ def test_cpu_weights_reuse_one_host_buffer_per_dtype_and_close_frees_it() -> Non
     assert HOST_ARENA._buffers[torch.float32].data_ptr() == ptr
     o.close()
     assert not HOST_ARENA._buffers and not GRADS._buffers
+
+
+def test_interleaved_measuring_reserves_the_largest_device_once_before_its_first_timing() -> None:
+    """A batch of interleaved measurements sizes the weight arena for its largest device before the first timing
+    (dreamshard.profiling.reserve): no timing of the batch allocates it again, whatever order the plans come in,
+    and the reservation is what the builds take (fp16 devices in their own buffer)."""
+    import torch
+
+    from dreamshard.evaluation.interleave import measure_interleaved
+    from dreamshard.profiling.buffers import HOST_ARENA
+    from dreamshard.sharders import get_sharder
+
+    o = make_oracle("cpu", warmup=0, repeats=1, num_threads=1, seed=0)
+    o.set_comm_model(2, FIXED_COMM[2])
+    tables = (
+        Table(name="a", num_embeddings=4_000, embedding_dim=32, pooling_factor=2),
+        Table(name="b", num_embeddings=30_000, embedding_dim=64, pooling_factor=2),
+        Table(name="c", num_embeddings=8_000, embedding_dim=16, pooling_factor=2),
+        Table(name="h", num_embeddings=2_000, embedding_dim=32, pooling_factor=2, dtype="fp16"),
+    )
+    inv, topo = _inv(*tables), _topo(2)
+    plans = [get_sharder(n).shard(inv, topo) for n in ("round_robin", "size_greedy", "dim_greedy")]
+    grown: list[int] = []
+    view = HOST_ARENA.view
+
+    def watched(numel: int, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
+        before = HOST_ARENA._buffers.get(dtype)
+        out = view(numel, dtype, offset)
+        if HOST_ARENA._buffers.get(dtype) is not before:
+            grown.append(offset + numel)
+        return out
+
+    HOST_ARENA.clear()
+    HOST_ARENA.view = watched  # type: ignore[method-assign]
+    try:
+        measure_interleaved(inv, plans, o, rounds=2, seed=1)
+    finally:
+        del HOST_ARENA.view
+        o.close()
+    assert grown == []

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from dreamshard.errors import PlanError
 from dreamshard.placement.expand import expand_plan
 from dreamshard.placement.validate import check_plan
+from dreamshard.profiling.reserve import reserve_for
 from dreamshard.values import Costs, DeviceCost, Inventory, Measurement, Plan, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +60,11 @@ def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
     )
 
 
+def _placement_of(inventory: Inventory, plan: Plan) -> tuple[Inventory, dict[str, int], Topology]:
+    units, placement = expand_plan(inventory, plan)
+    return units, placement, plan.topology
+
+
 def measure_interleaved(
     inventory: Inventory,
     plans: Sequence[Plan],
@@ -83,6 +89,7 @@ def measure_interleaved(
     if inventories and round_inventories:
         raise ValueError("give each plan its own inventory or each round its own, not both")
     own = list(inventories) or [inventory] * len(plans)
+    reserve_for(oracle, [_placement_of(on, p) for on, p in zip(own, plans, strict=True)])
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)

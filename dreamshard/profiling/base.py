@@ -54,6 +54,11 @@ class ComputeBackend(abc.ABC):
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:
         """Time the fused operator over ``tables`` (non-empty) on one device."""
 
+    def reserve(self, devices: Sequence[Sequence[Table]]) -> None:
+        """Prepare for timing each of `devices` (the tables of one `time_device` call each): a hook for a backend
+        that keeps reused buffers (dreamshard.profiling.reserve); by default there is nothing to prepare."""
+        return None
+
     def close(self) -> None:
         """Release cached resources: a hook, by default there are none."""
         return None

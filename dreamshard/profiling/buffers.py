@@ -37,6 +37,16 @@ class HostArena:
             self._buffers[dtype] = buf
         return buf[offset : offset + numel]
 
+    def reserve(self, numel: int, dtype: torch.dtype) -> None:
+        """Grow the `dtype` buffer to `numel` elements now, in one allocation. Growing as the devices come costs a
+        fresh zero-filled buffer per larger device (first touch of every page each time: 0.14-0.51 s of a plan
+        stage's race, bench/results/plan_stage.md); a batch of measurements that knows its largest device reserves
+        it once."""
+        buf = self._buffers.get(dtype)
+        if numel > 0 and (buf is None or buf.numel() < numel):
+            self._buffers.pop(dtype, None)  # free the smaller one first: peak memory is one buffer
+            self._buffers[dtype] = torch.zeros(numel, dtype=dtype)
+
     def clear(self) -> None:
         self._buffers.clear()
 

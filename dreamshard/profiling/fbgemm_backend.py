@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dreamshard.profiling.base import FusedOp, TorchBackend
+from dreamshard.profiling.base import FusedOp, TorchBackend, operator_groups
 from dreamshard.profiling.buffers import GRADS, HOST_ARENA
 from dreamshard.profiling.scaling import padded_dim
 from dreamshard.values import Table
@@ -98,6 +98,19 @@ class _TBEOp(FusedOp[Any]):
         out.backward(self.grad)
 
 
+def arena_needs(tables: Sequence[Table], rows: Sequence[int]) -> dict[torch.dtype, int]:
+    """The arena elements of each dtype one device's build takes (`build_device`: its operators' weights one after
+    the other, each operator fp16 when all its tables are)."""
+    need: dict[torch.dtype, int] = {}
+    offset = 0
+    for group in operator_groups(tables):
+        numel = sum(rows[i] * padded_dim(tables[i].embedding_dim) for i in group)
+        dtype = torch.float16 if all(tables[i].dtype == "fp16" for i in group) else torch.float32
+        need[dtype] = max(need.get(dtype, 0), offset + numel)
+        offset += numel
+    return need
+
+
 class _SequenceTBEOp(_TBEOp):
     """A TBE without pooling: its output has one row per lookup, so the upstream gradient takes its shape."""
 
@@ -109,6 +122,17 @@ class FbgemmBackend(TorchBackend):
     """Times a device's tables with one TBE operator."""
 
     operator = "fbgemm_tbe"
+
+    def reserve(self, devices: Sequence[Sequence[Table]]) -> None:
+        """On CPU, the weight arena sized once for the largest of `devices` (`arena_needs`)."""
+        if self.device.startswith("cuda"):
+            return
+        need: dict[torch.dtype, int] = {}
+        for tables in devices:
+            for dtype, numel in arena_needs(tables, self.rule.device_rows(list(tables))).items():
+                need[dtype] = max(need.get(dtype, 0), numel)
+        for dtype, numel in need.items():
+            HOST_ARENA.reserve(numel, dtype)
 
     def build(
         self,
