@@ -81,6 +81,10 @@ _EXACT_BELOW = 40.0  # expected counts below this get the exact Poisson split ov
 _MAX_EXACT_COUNT = 160
 
 
+_LOG_FACTORIALS = np.array([math.lgamma(x + 1.0) for x in range(1, _MAX_EXACT_COUNT + 1)])
+_K_BINS = count_bins(np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.int64))  # the bin of each exact count k
+
+
 @lru_cache(maxsize=16384)
 def assumed_histogram(
     num_rows: int, pooling_factor: float, exponent: float = ASSUMED_ZIPF_EXPONENT
@@ -99,16 +103,16 @@ def assumed_histogram(
     mass = np.zeros(NUM_REUSE_BINS, dtype=np.float64)
     big = expected >= _EXACT_BELOW
     if big.any():  # concentrated around its mean: the mean's bin
-        np.add.at(mass, count_bins(np.maximum(1, np.round(expected[big])).astype(np.int64)), width[big])
+        bins = count_bins(np.maximum(1, np.round(expected[big])).astype(np.int64))
+        mass += np.bincount(bins, weights=width[big], minlength=NUM_REUSE_BINS)
     small = ~big
     if small.any():
         k = np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.float64)
         lam = expected[small][:, None]
         with np.errstate(divide="ignore"):  # a group expected to see no lookup at all (lam 0): log 0 = -inf, pmf 0
-            log_pmf = k * np.log(lam) - lam - np.array([math.lgamma(x + 1.0) for x in k])
-        per_bin = np.zeros((lam.shape[0], NUM_REUSE_BINS))
-        np.add.at(per_bin.T, count_bins(k.astype(np.int64)), np.exp(log_pmf).T)
-        mass += (per_bin * width[small][:, None]).sum(0)
+            log_pmf = k * np.log(lam) - lam - _LOG_FACTORIALS
+        rows_hit_k = width[small] @ np.exp(log_pmf)  # rows expected to be hit exactly k times, k = 1..160
+        mass += np.bincount(_K_BINS, weights=rows_hit_k, minlength=NUM_REUSE_BINS)
     if not mass.sum() > 0:
         return None
     return normalise_histogram(mass)
