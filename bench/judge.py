@@ -8,7 +8,7 @@ collective. Each device's fused forward and backward is timed in a worker proces
 each collective at the plan's own byte counts (`judge_bytes`) on 2 real ranks (`judge_comm`), or, for a declared
 world (`Judge(world=(alpha_ms, gb_per_s))`, a world this host is not), charged alpha + bytes / bandwidth per
 exchange at the same byte counts. Plans are measured interleaved: every round measures every plan, the order rotated
-by one each round.
+by one each round, every plan of a round looking up the same ids per table (common random numbers: `round_seed`).
 
     from judge import Judge
     with Judge(rounds=5) as judge:
@@ -135,11 +135,11 @@ class Judge:
         )
 
     def measure_plan(self, inventory: Inventory, plan: Plan, seed: int) -> Costs:
-        """One measurement of `plan`: every device in turn (never two at once); overall = max of the totals."""
+        """One measurement of `plan` in the round whose ids' seed is `seed`: every device in turn (never two at once);
+        overall = max of the totals."""
         units = device_units(inventory, plan)
         nbytes = plan_bytes(inventory, plan)
-        pairs = enumerate(zip(units, nbytes, strict=True))
-        per_device = [self.measure_device(u, b, plan, seed * 1009 + d) for d, (u, b) in pairs]
+        per_device = [self.measure_device(u, b, plan, seed) for u, b in zip(units, nbytes, strict=True)]
         return Costs.from_devices(per_device)
 
     def judge(self, inventory: Inventory, plans: Sequence[Plan]) -> JudgeResult:
@@ -154,7 +154,7 @@ class Judge:
             turn = rotated(list(range(len(plans))), r)
             order.append(tuple(ids[i] for i in turn))
             for pos, i in enumerate(turn):
-                costs = self.measure_plan(inventory, plans[i], self.settings.seed + i)
+                costs = self.measure_plan(inventory, plans[i], round_seed(self.settings.seed, r))
                 rounds[ids[i]].append(PlanRound(round=r, position=pos, costs=costs))
         judged = tuple(
             PlanJudgement(plan_id=p.plan_id, sharder=p.sharder, rounds=tuple(rounds[p.plan_id])) for p in plans
@@ -166,6 +166,12 @@ class Judge:
             order=tuple(order),
             seconds=time.perf_counter() - t0,
         )
+
+
+def round_seed(seed: int, r: int) -> int:
+    """The ids' seed of round `r`: every plan of the round looks up the same ids per table (common random numbers,
+    judge_indices.table_rng); the rounds differ."""
+    return seed * 1_000_003 + r
 
 
 def rotated(items: list[int], r: int) -> list[int]:

@@ -128,11 +128,10 @@ class _Worker:
             )
 
     def prepare(self, operators: list[dict[str, Any]], seed: int) -> list[tuple[Any, list[tuple[Any, Any]]]]:
-        """(module, index batches) of each operator; rows capped over the whole device (`judge_indices`)."""
-        import numpy as np
-        from judge_indices import batch_inputs, kept_rows
+        """(module, index batches) of each operator; rows capped over the whole device, each table's ids from its
+        own generator for the round `seed` (`judge_indices.table_rng`)."""
+        from judge_indices import batch_inputs, kept_rows, table_rng
 
-        rng = np.random.default_rng(seed)
         every = [t for op in operators for t in op["tables"]]
         rows = kept_rows(every)
         out, at, offset = [], 0, 0
@@ -141,7 +140,8 @@ class _Worker:
             at += len(op["tables"])
             module = self.build(op["tables"], mine, op["pooled"], offset)
             offset += sum(r * int(t["embedding_dim"]) for r, t in zip(mine, op["tables"], strict=True))
-            batches = [batch_inputs(op["tables"], mine, int(op["batch"]), rng) for _ in range(BATCHES)]
+            rngs = [table_rng(seed, t) for t in op["tables"]]  # each table's ids: the round's, in every plan
+            batches = [batch_inputs(op["tables"], mine, int(op["batch"]), rngs) for _ in range(BATCHES)]
             out.append((module, [(self.torch.from_numpy(i), self.torch.from_numpy(o)) for i, o in batches]))
         return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -121,14 +122,23 @@ def table_ids(table: Table, rows: int, count: int, rng: np.random.Generator) -> 
     return zipf_ids(rows, count, rng)
 
 
+def table_rng(seed: int, table: Table) -> np.random.Generator:
+    """The ids' generator of one table in one judge round (`seed`): seeded by the round and the table's name, so a
+    table looks up the same ids in every plan of the round (common random numbers: two plans' figures differ by
+    where the tables are, not by which ids were drawn; the same plan judged twice, only by the timing)."""
+    return np.random.default_rng([seed, zlib.crc32(str(table["name"]).encode())])
+
+
 def batch_inputs(
-    tables: Sequence[Table], rows: Sequence[int], batch: int, rng: np.random.Generator
+    tables: Sequence[Table], rows: Sequence[int], batch: int, rng: np.random.Generator | Sequence[np.random.Generator]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(indices, offsets) of one TBE batch over `tables`: feature-major bags (every feature's `batch` bags in
-    turn), a shared table's features drawing from one pool of its ids."""
+    turn), a shared table's features drawing from one pool of its ids. `rng`: one generator for all, or one per
+    table (`table_rng`)."""
+    rngs = [rng] * len(tables) if isinstance(rng, np.random.Generator) else list(rng)
     parts: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
-    for table, kept in zip(tables, rows, strict=True):
+    for table, kept, rng in zip(tables, rows, rngs, strict=True):
         lens = [lengths(p, batch, rng) for p in feature_poolings(table)]
         ids = table_ids(table, kept, int(sum(int(x.sum()) for x in lens)), rng)
         parts.append(ids)

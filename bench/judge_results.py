@@ -2,7 +2,8 @@
 
 A plan's figure per round is the max over its devices of [fwd_compute, fwd_comm, bwd_comm, bwd_compute] summed
 (docs/architecture/data-model.md, "Data model"; DESIGN.md section 1); its figure is the median over rounds, its
-per-device figures the component-wise medians over rounds, its spread (max - min) / median of the rounds' figures.
+per-device figures the component-wise medians over rounds, its spread (max - min) / median of the rounds' figures;
+by per-device medians (`device_median_ms`), the slowest device's median over the rounds.
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ class PlanJudgement(BaseModel):
     @property
     def overall_ms(self) -> float:
         return statistics.median(self.samples_ms)
+
+    @property
+    def device_samples_ms(self) -> list[list[float]]:
+        """Each device's total (its four costs summed) per round, in round order."""
+        ordered = sorted(self.rounds, key=lambda r: r.round)
+        devices = len(ordered[0].costs.per_device)
+        return [[sum(r.costs.per_device[d].as_list()) for r in ordered] for d in range(devices)]
+
+    @property
+    def device_median_ms(self) -> float:
+        """The plan's figure by per-device medians: the slowest device's median over the rounds. A round's figure is
+        the max over its devices, so one device's noisy round moves it; a device's median over rounds does not."""
+        return max(statistics.median(xs) for xs in self.device_samples_ms)
 
     @property
     def spread(self) -> float:

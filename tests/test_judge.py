@@ -140,6 +140,31 @@ def test_rows_are_capped_and_ids_stay_inside() -> None:
     assert all(np.diff(off[32:]) >= 1) and all(np.diff(off[32:]) <= 2)  # floor(1.5) or one more
 
 
+def test_a_table_looks_up_the_same_ids_in_every_plan_of_a_round() -> None:
+    """Common random numbers: with one generator per table (`table_rng`), a table's ids in a round do not depend on
+    which tables share its device nor on their order; another round draws others."""
+    a = {"name": "a", "num_embeddings": 5000, "embedding_dim": 8, "pooling_factor": 3.0}
+    b = {"name": "b", "num_embeddings": 7000, "embedding_dim": 8, "pooling_factor": 2.0}
+
+    def ids_of_b(tables: list[dict[str, object]], seed: int) -> np.ndarray:
+        rows = [int(t["num_embeddings"]) for t in tables]  # type: ignore[call-overload]
+        idx, off = judge_indices.batch_inputs(tables, rows, 64, [judge_indices.table_rng(seed, t) for t in tables])
+        at = [t["name"] for t in tables].index("b")
+        return idx[off[64 * at] : off[64 * (at + 1)]]
+
+    assert np.array_equal(ids_of_b([a, b], seed=7), ids_of_b([b], seed=7))
+    assert np.array_equal(ids_of_b([b, a], seed=7), ids_of_b([a, b], seed=7))
+    assert not np.array_equal(ids_of_b([b], seed=judge.round_seed(0, 1)), ids_of_b([b], seed=judge.round_seed(0, 2)))
+
+
+def test_per_device_medians_take_the_slowest_devices_median_over_rounds() -> None:
+    """A round's figure is its slowest device; by per-device medians, one device's bad round does not move it."""
+    j = _judged([[[1, 0, 0, 1], [1, 0, 0, 1]], [[4, 0, 0, 4], [1, 0, 0, 1]], [[1, 0, 0, 1], [2, 0, 0, 1]]])
+    assert j.device_samples_ms == [[2.0, 8.0, 2.0], [2.0, 2.0, 3.0]]
+    assert j.samples_ms == [2.0, 8.0, 3.0] and j.overall_ms == 3.0
+    assert j.device_median_ms == 2.0
+
+
 @pytest.mark.parametrize("bin_", [0, 1, 3])
 def test_a_histogram_batch_holds_the_distinct_rows_it_describes(bin_: int) -> None:
     """Every distinct row is looked up exactly its bin's count: a histogram of rows read once gives 2048 distinct
