@@ -24,6 +24,7 @@ from rich.console import Console
 from dreamshard.cli.console import show
 from dreamshard.cli.review import terminal_reviewer
 from dreamshard.config.settings import params_file, pipeline_base, resolve
+from dreamshard.config.world import INTERCONNECT_HELP, WORLD_HELP, world_name
 from dreamshard.evaluation.render import comparison_table, drift_line
 from dreamshard.usecases import pipeline as pipeline_uc
 from dreamshard.usecases.pipeline_run import run_pipeline
@@ -95,6 +96,8 @@ def run_cmd(
             "it a simulator backend is refused before any stage runs.",
         ),
     ] = False,
+    world: Annotated[str | None, typer.Option("--world", help=WORLD_HELP)] = None,
+    interconnect: Annotated[str | None, typer.Option("--interconnect", help=INTERCONNECT_HELP)] = None,
     dispatch: Annotated[
         str, typer.Option("--dispatch", help="Profiling batches: auto, local or workers (the gpu pool).")
     ] = "auto",
@@ -121,8 +124,10 @@ def run_cmd(
 ) -> None:
     """Run the orchestrator once: the changed stages of dvc.yaml in the workspace, dvc push, gate, publish."""
     params = params_file(params, lookup="installed")
+    world = world_name(world, interconnect)  # the alias as the world it names
+    overrides = pipeline_uc.run_overrides(backend, allow_simulated, world)
     request = pipeline_uc.RunRequest(
-        settings=resolve(params, pipeline_uc.run_overrides(backend, allow_simulated), base=pipeline_base()),
+        settings=resolve(params, overrides, base=pipeline_base()),
         workspace=workspace,
         params=params,
         inventory=inventory,
@@ -132,6 +137,7 @@ def run_cmd(
         dvc_remote_endpoint=dvc_remote_endpoint,
         backend=backend,
         allow_simulated=allow_simulated,
+        world=world,
         dispatch=dispatch,
         force=force,
         reprofile=reprofile,
@@ -185,6 +191,7 @@ def _orchestrate(prepared: pipeline_uc.PreparedRun) -> RunSummary:
             dvc_remote_endpoint=prepared.dvc_remote_endpoint,
             backend=prepared.backend,
             allow_simulated=prepared.allow_simulated,
+            world=prepared.world,
             dispatch=prepared.dispatch,
             force=prepared.force,
             reprofile=prepared.reprofile,

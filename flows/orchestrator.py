@@ -34,6 +34,7 @@ def pipeline_run(request: OrchestratorRequest) -> PipelineRun:
         dvc_remote_endpoint=request.dvc_remote_endpoint,
         backend=request.backend,
         allow_simulated=request.allow_simulated,
+        world=request.world,
         dispatch=request.dispatch,
         force=request.force,
         reprofile=request.reprofile,

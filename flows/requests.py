@@ -55,6 +55,11 @@ class OrchestratorRequest(_Request):
         description="Let a plan measured on the simulator become current (publish.allow_simulated); without it a "
         "simulator backend is refused before any stage runs.",
     )
+    world: str | None = Field(
+        default=None,
+        description="The job's world (world.name: fast, nvlink-ib, host, measured) in the workspace params, replacing "
+        "their world section whole; an unknown name is refused before any stage runs. None: the params'.",
+    )
     dispatch: Dispatch = Field(default="auto", description="Where profiling batches run: workers, local, or auto.")
     force: bool = Field(default=False, description="Re-run every stage even if DVC says nothing changed.")
     reprofile: bool = Field(

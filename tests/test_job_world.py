@@ -106,7 +106,7 @@ def test_a_bad_world_on_the_command_line_exits_2_in_one_line(tmp_path: Path, mon
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inv.json").write_text(INV.model_dump_json())
     code, _, err = invoke(["plan", "-i", "inv.json", "-s", "size_greedy", "-d", "2", "--world", "ib200"])
-    assert code == 2 and "world.alpha_ms: world 'ib200' needs alpha_ms" in err
+    assert code == 2 and "unknown world 'ib200' (world.name): choose fast, nvlink-ib, host, measured" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     code, _, err = invoke(["plan", "-i", "inv.json", "-s", "size_greedy", "--interconnect", "fast", "--world", "host"])
     assert code == 2 and "--interconnect fast is --world fast, not --world host" in err

@@ -16,6 +16,7 @@ import typer
 
 from dreamshard.config.job import MAX_DEVICES
 from dreamshard.config.job import host_overrides as host_overrides  # the --devices/--hosts rule (flows use it too)
+from dreamshard.config.world import INTERCONNECT_HELP, WORLD_HELP
 from dreamshard.config.world import world_overrides as world_overrides  # --world and its alias --interconnect
 from dreamshard.values import MAX_BATCH, MAX_DEVICE_GB
 
@@ -95,23 +96,9 @@ DeviceTypeOverride = Annotated[
     str | None,
     typer.Option("--device-type", rich_help_panel=TOPOLOGY, help="cpu or cuda (topology.device_type; default cpu)."),
 ]
-WorldOverride = Annotated[
-    str | None,
-    typer.Option(
-        "--world",
-        rich_help_panel=TOPOLOGY,
-        help="The job's world, its interconnect: fast (20 us + 10 GB/s), nvlink-ib (TorchRec's defaults), host "
-        "(this host's fits) or measured (the job's pool); replaces the params' (world.name; default: the job's "
-        "recorded world, else params world, else none declared).",
-    ),
-]
+WorldOverride = Annotated[str | None, typer.Option("--world", rich_help_panel=TOPOLOGY, help=WORLD_HELP)]
 InterconnectOverride = Annotated[
-    str | None,
-    typer.Option(
-        "--interconnect",
-        rich_help_panel=TOPOLOGY,
-        help="Alias of --world: fast (--world fast) or measured (--world host).",
-    ),
+    str | None, typer.Option("--interconnect", rich_help_panel=TOPOLOGY, help=INTERCONNECT_HELP)
 ]
 OptimizerOverride = Annotated[
     str | None,

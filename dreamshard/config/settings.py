@@ -31,7 +31,7 @@ from dreamshard.config.learning import (
 from dreamshard.config.publish import PublishConfig
 from dreamshard.config.release import ReleaseConfig
 from dreamshard.config.stages import DriftConfig, EvaluateConfig, InventoryConfig, PipelineSettings, PlanConfig
-from dreamshard.config.world import WorldConfig
+from dreamshard.config.world import WorldConfig, replaced_world
 from dreamshard.documents import describe_validation_error, read_structured
 from dreamshard.errors import ConfigError
 from dreamshard.profiling.settings import ProfileConfig
@@ -72,6 +72,8 @@ class Settings(BaseModel):
     # the override keys the caller gave (CLI options, a flow request's fields): what it said otherwise than the
     # params and the inventory's recorded job (`topology_for_job`)
     told: frozenset[str] = Field(default=frozenset(), exclude=True)
+    # one line when a world the caller named replaced a params world that said more than its name (`resolve`)
+    world_note: str | None = Field(default=None, exclude=True)
 
     @property
     def plan_devices(self) -> int:
@@ -127,7 +129,7 @@ class Settings(BaseModel):
             )
 
 
-SECTIONS: tuple[str, ...] = tuple(name for name in Settings.model_fields if name not in ("source", "told"))
+SECTIONS: tuple[str, ...] = tuple(n for n in Settings.model_fields if n not in ("source", "told", "world_note"))
 #: Section fill-ins: (section, key) taken from another section when the file does not set it.
 FILL_INS: tuple[tuple[str, str, str], ...] = (("train", "cost", "train_cost"), ("train", "policy", "train_policy"))
 
@@ -191,8 +193,11 @@ def _raw_over(path: Path | None, base: str | Path | None) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of raw params `data` with the dotted-key `overrides` set (None values: not given, skipped)."""
+    """A copy of raw params `data` with the dotted-key `overrides` set (None values: not given, skipped); a world
+    named by the caller (`world.name`) replaces the params' world, figures and all."""
     out = copy.deepcopy(data)
+    if (overrides or {}).get("world.name") is not None:
+        out["world"] = {}
     for key, value in (overrides or {}).items():
         if value is None:
             continue
@@ -263,9 +268,9 @@ def resolve(
     raw = _raw_over(path, base)
     if path is not None and told:  # the file whole, every section, before an override hides a bad value of it
         settings_from(raw, path)
-    if "world.name" in told:  # a world named by the caller replaces the file's, figures and all
-        raw = {**raw, "world": {}}
-    return settings_from(apply_overrides(raw, overrides), path).model_copy(update={"told": told})
+    note = replaced_world(raw.get("world"), (overrides or {}).get("world.name"))
+    settings = settings_from(apply_overrides(raw, overrides), path)
+    return settings.model_copy(update={"told": told, "world_note": note})
 
 
 def params_text(

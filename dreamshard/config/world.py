@@ -6,6 +6,7 @@ on every cuda job planned so)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
@@ -13,7 +14,15 @@ from pydantic import ConfigDict, Field, model_validator
 from dreamshard.errors import ConfigError
 from dreamshard.values import World, named_world
 from dreamshard.values.base import Number, StrictNumbers, located
-from dreamshard.values.world import HOST, MEASURED_WORLDS, PROFILES, WORLD_NAME_PATTERN, Gbps, WorldName
+from dreamshard.values.world import (
+    HOST,
+    MEASURED_WORLDS,
+    PROFILES,
+    WORLD_NAME_PATTERN,
+    WORLD_NAMES,
+    Gbps,
+    WorldName,
+)
 
 #: The figures a world of your own declares (a profile or a measured world takes none of them).
 FIGURES: tuple[str, ...] = ("alpha_ms", "intra_host_gbps")
@@ -81,11 +90,19 @@ class WorldConfig(StrictNumbers):
 
 #: The former `--interconnect` values, as the worlds they name.
 INTERCONNECT_ALIASES: dict[str, str] = {"fast": "fast", "measured": HOST}
+#: The help of `--world NAME` and its alias `--interconnect`, the same on every command that takes them.
+WORLD_HELP = (
+    "The job's world, its interconnect: fast (20 us + 10 GB/s), nvlink-ib (TorchRec's defaults), host (this host's "
+    "fits) or measured (the job's pool); replaces the params' (world.name; default: the job's recorded world, else "
+    "params world, else none declared)."
+)
+INTERCONNECT_HELP = "Alias of --world: fast (--world fast) or measured (--world host)."
 
 
-def world_overrides(world: str | None, interconnect: str | None = None) -> dict[str, object]:
-    """The params key `--world NAME` sets (a world named so replaces the params' world: `settings.resolve`), with
-    `--interconnect` (fast, measured) as its alias. ConfigError naming the option when they disagree."""
+def world_name(world: str | None, interconnect: str | None = None) -> str | None:
+    """The world `--world NAME` names, with `--interconnect` (fast, measured) as its alias. ConfigError naming the
+    option when they disagree, and naming the known worlds for a name that is none of them (a world of your own is
+    declared in params `world`, with its figures)."""
     if interconnect is not None:
         alias = INTERCONNECT_ALIASES.get(interconnect)
         if alias is None:
@@ -93,4 +110,26 @@ def world_overrides(world: str | None, interconnect: str | None = None) -> dict[
         if world is not None and world != alias:
             raise ConfigError(f"--interconnect {interconnect} is --world {alias}, not --world {world}: give one")
         world = alias
-    return {"world.name": world}
+    if world is not None and world not in WORLD_NAMES:
+        raise ConfigError(
+            f"unknown world '{world}' (world.name): choose {', '.join(WORLD_NAMES)}; a world of your own is "
+            f"declared in params world, with its figures"
+        )
+    return world
+
+
+def world_overrides(world: str | None, interconnect: str | None = None) -> dict[str, object]:
+    """The params key `--world NAME` sets (`world_name`; a world named so replaces the params' world:
+    `settings.apply_overrides`)."""
+    return {"world.name": world_name(world, interconnect)}
+
+
+def replaced_world(section: Mapping[str, Any] | None, name: str | None) -> str | None:
+    """One line when a world named by the caller (`name`, `--world NAME`) replaces a params `world` section that
+    says more than a name (its figures are dropped with it), else None."""
+    section = section or {}
+    dropped = [str(k) for k, v in section.items() if k != "name" and v is not None]
+    if name is None or not dropped:
+        return None
+    was = f" '{section['name']}'" if section.get("name") else ""
+    return f"world {name} replaces the params' world{was} whole: its {', '.join(dropped)} dropped"

@@ -32,7 +32,7 @@ from dreamshard.pipeline.workspace import (
 from dreamshard.store import open_store
 from dreamshard.usecases.base import Request, Result
 from dreamshard.usecases.pipeline_run import PipelineRun
-from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary, check_run, run_setup
+from dreamshard.usecases.pipeline_steps import Dispatch, RunSummary, check_job_world, check_run, run_setup
 from dreamshard.usecases.pipeline_steps import run_overrides as run_overrides  # a run's options over its params
 
 
@@ -158,6 +158,7 @@ class RunRequest(Request):
     dvc_remote_endpoint: str | None = None
     backend: str | None = None
     allow_simulated: bool = False  # a plan measured on the simulator may become current (publish.allow_simulated)
+    world: str | None = None  # the job's world (world.name), replacing the params' world section whole
     dispatch: str = "auto"
     force: bool = False
     reprofile: bool = False
@@ -181,6 +182,7 @@ class PreparedRun(BaseModel):
     dvc_remote_endpoint: str | None
     backend: str | None
     allow_simulated: bool
+    world: str | None
     dispatch: Dispatch
     force: bool
     reprofile: bool
@@ -217,9 +219,9 @@ def _dispatch(request: RunRequest) -> Dispatch:
 def prepare(request: RunRequest) -> PreparedRun:
     """The run's pre-flight: bad input fails here in one line, before the orchestrator starts and before anything
     is written (a simulator backend the gate would refuse at the end among it, `check_run`; the settings and
-    remote the run itself will read, `run_setup`); then the store is
-    checked (a new local one is created) and a new workspace's input inventory (the synthetic pool of
-    params.inventory) is written."""
+    remote the run itself will read, an unknown world among them, `run_setup`; a world the inventory's job
+    contradicts, `check_job_world`); then the store is checked (a new local one is created) and a new workspace's
+    input inventory (the synthetic pool of params.inventory) is written."""
     dispatch = _dispatch(request)
     cfg = request.settings
     if request.allow_simulated:
@@ -228,11 +230,14 @@ def prepare(request: RunRequest) -> PreparedRun:
     remote = (request.dvc_remote, request.dvc_remote_endpoint)
     params = str(request.params) if request.params is not None else None
     root = request.workspace.resolve()
-    run_setup(root, params, request.backend, request.store, remote, request.allow_simulated)  # refuses first
+    run_setup(  # refuses first: the settings and remote the run itself will read
+        root, params, request.backend, request.store, remote, request.allow_simulated, request.world
+    )
     inventory = request.inventory
     if inventory is None and (request.workspace / INPUT_INVENTORY).is_file():
         inventory = request.workspace / INPUT_INVENTORY  # the workspace keeps its input unless told otherwise
     inv = load_inventory(inventory) if inventory is not None else cfg.inventory.synthesize()
+    check_job_world(request.world, inv)
     out = request.export_model
     if out is not None and out.exists() and not out.is_dir():
         raise ConfigError(f"--export-model {out} is a file; give a directory")
@@ -250,6 +255,7 @@ def prepare(request: RunRequest) -> PreparedRun:
             "dvc_remote_endpoint",
             "backend",
             "allow_simulated",
+            "world",
         }
     )
     return PreparedRun(

@@ -55,6 +55,7 @@ class PipelineRun(BaseModel):
     dvc_remote_endpoint: str | None = None
     backend: str | None = None
     allow_simulated: bool = False
+    world: str | None = None  # the job's world (world.name: fast, nvlink-ib, host, measured), replacing the params'
     dispatch: Dispatch = "auto"
     force: bool = False
     reprofile: bool = False
@@ -82,6 +83,7 @@ def _start(root: str, request: PipelineRun, setup: RunSetup, runner: Runner) -> 
     inventory = request.inventory or runner.step(
         INVENTORY, steps.run_inventory, None, setup.store_uri, request.endpoint_url, name
     )
+    steps.check_job_world(request.world, inventory)  # before the workspace is prepared
     job = setup.settings.topology_for_job(inventory.job)  # what the plan stage plans for
     incumbent = runner.step(INCUMBENT, steps.current_plan, setup.store_uri, request.endpoint_url, inventory.name, job)
     changed = runner.step(PREPARE, steps.prepare_workspace, root, setup.params_text, inventory, setup.remote, incumbent)
@@ -139,9 +141,7 @@ def check_runner(request: PipelineRun, runner: Runner, setup: RunSetup) -> None:
 def _setup(request: PipelineRun, root: Path) -> RunSetup:
     params = str(request.params) if request.params is not None else None
     remote = (request.dvc_remote, request.dvc_remote_endpoint)
-    return steps.run_setup(
-        root, params, request.backend, request.store, remote, allow_simulated=request.allow_simulated
-    )
+    return steps.run_setup(root, params, request.backend, request.store, remote, request.allow_simulated, request.world)
 
 
 def run_pipeline(request: PipelineRun, runner: Runner) -> RunSummary:
@@ -152,6 +152,8 @@ def run_pipeline(request: PipelineRun, runner: Runner) -> RunSummary:
     runner.log(f"why: {request.reason}")
     with steps.workspace_lock(root / steps.LOCK_FILE):
         setup = _setup(request, root)  # read again under the lock: the workspace's params are this run's
+        if setup.settings.world_note is not None:
+            runner.log(setup.settings.world_note)  # a named world dropped the params' own figures
         summary, env = _start(str(root), request, setup, runner)
         summary.ran = _run_stages(str(root), request, env, summary, runner)
         _reports(summary, setup, request.endpoint_url, runner)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from dreamshard.config.settings import Settings, installed_pipeline_file, params_text, pipeline_base, resolve
+from dreamshard.config.world import world_overrides
 from dreamshard.documents import load_inventory
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.pipeline.decisions import plan_decision
@@ -96,9 +97,15 @@ class RunSetup(BaseModel):
     params_text: str | None  # None: the workspace keeps its params.yaml
 
 
-def run_overrides(backend: str | None, allow_simulated: bool) -> dict[str, Any]:
-    """What a run's options say over its params: the backend, and a simulated basis allowed (None: not said)."""
-    return {"profile.backend": backend, "publish.allow_simulated": True if allow_simulated else None}
+def run_overrides(backend: str | None, allow_simulated: bool, world: str | None = None) -> dict[str, Any]:
+    """What a run's options say over its params: the backend, a simulated basis allowed, and the job's world (a
+    name of `WORLD_NAMES`; it replaces the params' world section whole), None: not said. ConfigError naming the
+    known worlds for any other name."""
+    return {
+        "profile.backend": backend,
+        "publish.allow_simulated": True if allow_simulated else None,
+        **world_overrides(world),
+    }
 
 
 def check_run(settings: Settings) -> None:
@@ -121,13 +128,15 @@ def run_setup(
     store_uri: str | None,
     remote: tuple[str | None, str | None],
     allow_simulated: bool = False,
+    world: str | None = None,
 ) -> RunSetup:
     """The run's settings (checked for a pipeline run, `check_run`) and destinations; `remote` is (url, endpoint),
     each None for the pipeline section's. A params file given layers over the pipeline's own params
     (`pipeline_base()`); without one, the workspace's params.yaml (already whole: its stages read it alone) is
-    read as it is, else the pipeline's own."""
+    read as it is, else the pipeline's own. The options (`run_overrides`) are set in the params text the
+    workspace gets."""
     ws_params = PipelineWorkspace(root).path(PARAMS)
-    overrides = run_overrides(backend, allow_simulated)
+    overrides = run_overrides(backend, allow_simulated, world)
     source: Path | str = params_path or (ws_params if ws_params.is_file() else pipeline_base())
     base = pipeline_base() if params_path else None
     cfg = resolve(source, overrides, base=base)
@@ -142,6 +151,19 @@ def run_setup(
         ).resolved(),
         # the workspace keeps its params.yaml unless the run was given a file or told otherwise (the gate reads it)
         params_text=params_text(source, overrides, base=base) if params_path or told or source != ws_params else None,
+    )
+
+
+def check_job_world(world: str | None, inventory: Inventory) -> None:
+    """A world named for a run must be the one the inventory's job records, when it records one: the plan stage
+    plans for the job (its world over the params'), and the gate checks the plan against it. ConfigError naming
+    both otherwise."""
+    recorded = inventory.job.world if inventory.job is not None else None
+    if world is None or recorded is None or recorded.name == world:
+        return
+    raise ConfigError(
+        f"inventory '{inventory.name}' records its job's world {recorded.name}: the pipeline plans for the job and "
+        f"the gate checks it, so world {world} cannot stand; drop it, or record the job's world in the inventory"
     )
 
 

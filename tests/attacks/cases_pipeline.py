@@ -1,9 +1,9 @@
 """Attacks on the pipeline's doors: `dreamshard pipeline run` with a simulator
 backend the publish gate would refuse at the end (refused before any stage runs, unless `--allow-simulated` or
-`publish.allow_simulated` says so), `--params` files holding only the keys a user changes (they layer over the
-pipeline's own params), a known error inside a flow (logged as its one line), and the deployments' registered
-paths (absolute, from the registering directory; a worker runs each flow in a temporary one). The world is empty:
-no ./params.yaml, so the installed one is the pipeline's params.
+`publish.allow_simulated` says so), a `--world` that names no known world, `--params` files holding only the keys
+a user changes (they layer over the pipeline's own params), a known error inside a flow (logged as its one line),
+and the deployments' registered paths (absolute, from the registering directory; a worker runs each flow in a
+temporary one). The world is empty: no ./params.yaml, so the installed one is the pipeline's params.
 
 Every `pipeline run` case holds the orchestrator off (`no_orchestrator`): a refusal that came only after the
 stages started fails at once instead of running the pipeline. The runs that go through (the simulator allowed,
@@ -242,6 +242,12 @@ CASES: list[Case] = [
         ("profile.backend is simulator", "--allow-simulated", "publish.allow_simulated"),
         guard=no_orchestrator,
         seconds=30,
+    ),
+    Refused(
+        "pipeline run --world naming no known world is refused before anything is written",
+        f"{RUN} --world ib200",
+        ("unknown world 'ib200'", "fast, nvlink-ib, host, measured"),
+        guard=no_orchestrator,
     ),
     Refused(
         "a params file saying profile.backend simulator, without --allow-simulated, is refused up front",
