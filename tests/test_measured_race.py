@@ -157,6 +157,17 @@ def test_one_round_ahead_is_not_enough_to_replace_the_default() -> None:
     assert f"round 1/5: out of time: confirming {labels[2]} against {labels[0]} to round 3" in lines
 
 
+def test_out_of_time_a_challenger_ahead_by_less_than_its_margin_is_not_confirmed() -> None:
+    """A learned challenger must beat the default by MEASURED_GAIN_MARGIN in every round: 1% ahead in the only round
+    there was time for, it cannot qualify, so the race ends there (a baseline 1% ahead is still confirmed)."""
+    field = _field(3, {2})
+    labels = [c.label for c in field.items]
+    for ahead, rounds in ((1, [1, 1, 1]), (2, [3, 1, 3])):
+        script = {labels[0]: [10.0] * 3, labels[3 - ahead]: [12.0] * 3, labels[ahead]: [9.9] * 3}
+        _, measured = verify_candidates(INV, field, ScriptedOracle(script), rounds=5, out_of_time=lambda: True)
+        assert [len(m) for m in measured] == rounds, ahead
+
+
 class _NoRoom(RoundRobinSharder):
     name = "no_room"
 

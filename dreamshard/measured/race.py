@@ -106,11 +106,16 @@ def kept_of(per_round: Sequence[Sequence[float]], margins: Sequence[float], scor
     return min(eligible, key=lambda i: (scores[i], i))
 
 
-def confirming(per_round: Sequence[Sequence[float]], left: Sequence[int]) -> list[int]:
+def confirming(
+    per_round: Sequence[Sequence[float]], left: Sequence[int], margins: Sequence[float] = ()
+) -> list[int]:
     """Out of time after round r < CONFIRM_ROUNDS: the default (index 0) and the CONFIRM_AHEAD contenders still in
-    whose paired rounds put them furthest ahead of it; none when nothing is ahead (the default stays)."""
+    whose paired rounds put them furthest ahead of it; none when nothing is ahead (the default stays). Ahead means
+    by more than the contender's margin (`margins`, none: 0): a challenger that must beat the default by its margin
+    in every round and did not in these cannot replace it, and confirming it would only spend time."""
+    margin = list(margins) or [0.0] * len(per_round)
     ahead = [(score(per_round[i], per_round[0]), i) for i in left if i != 0]
-    best = sorted(x for x in ahead if x[0] < 1.0)[:CONFIRM_AHEAD]
+    best = sorted((s, i) for s, i in ahead if s < 1.0 - margin[i])[:CONFIRM_AHEAD]
     return [0, *(i for _, i in best)] if best else []
 
 
@@ -129,6 +134,7 @@ def race(
     labels: Sequence[str] = (),
     confidence: float = 0.95,
     protect: Collection[int] = (),
+    margins: Sequence[float] = (),
     out_of_time: Callable[[], bool] = lambda: False,
     seed: int = 0,
     round_inventories: Sequence[Inventory] = (),
@@ -137,7 +143,8 @@ def race(
     """Race `plans` for up to `rounds` interleaved rounds (module docstring); the measurements of each, in plan order
     (one dropped early has fewer). `labels` name the contenders in the progress lines and to the oracle (default:
     each plan's sharder); `protect`: contenders never dropped (a re-plan's current plan: the duel needs it).
-    `round_inventories`: round r measures on `round_inventories[r % len]` (the id distributions assumed for tables
+    `margins`: each contender's margin over the default (`Contender.margin`; none: 0), what confirmation asks of
+    it (`confirming`). `round_inventories`: round r measures on `round_inventories[r % len]` (the id distributions assumed for tables
     without statistics). `progress` gets a line per measurement ("round 2/5: measuring heuristic:dim_greedy") and
     one per round ("round 2/5: 4 left: ...", "round 2/5: dropped random: 1.31x the leader lpt+search"). The race
     ends when one contender is left, or only those in `protect`."""
@@ -165,7 +172,7 @@ def race(
         spent = r >= rounds
         if spent or out_of_time():
             why = "the race's rounds are done" if spent else "out of time"
-            confirm = confirming(per_round, left) if r < CONFIRM_ROUNDS else []
+            confirm = confirming(per_round, left, margins) if r < CONFIRM_ROUNDS else []
             if not confirm:
                 if not spent:
                     say(f"round {r}/{total}: out of time with {len(left)} left")

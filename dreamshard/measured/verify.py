@@ -209,6 +209,7 @@ def verify_candidates(
         labels=labels,
         confidence=confidence,
         protect=(0,),  # the default: what a challenger must beat in every round (and a re-plan's duel)
+        margins=margins,
         out_of_time=out_of_time,
         seed=seed,
         round_inventories=round_inventories,
