@@ -24,6 +24,7 @@ from dreamshard.measured.race import SWITCH_CONFIDENCE, behind, paired, scores_t
 from dreamshard.measured.steps import Refine, StageBudget, Verify, after_search
 from dreamshard.measured.verify import verify_candidates
 from dreamshard.placement.expand import expand_plan
+from dreamshard.placement.make_plan import make_plan
 from dreamshard.profiling.oracle import Oracle
 from dreamshard.profiling.simulator import SimulatorBackend
 from dreamshard.search.sharders import DreamShardSharder
@@ -240,3 +241,47 @@ def test_a_plan_with_its_devices_renumbered_is_the_same_contender_on_one_host() 
     two = get_sharder("dim_greedy").shard(INV, hosts)
     swapped = two.model_copy(update={"placement": {t: 3 - d for t, d in two.placement.items()}})
     assert plan_key(INV, two) != plan_key(INV, swapped)
+
+
+class _TimedSimulator(SimulatorBackend):
+    """The simulator's exact figures, standing in for a timed backend (the race cuts short only on those)."""
+
+    is_simulated = False
+
+
+class _CountingOracle(Oracle):
+    """Records which devices each measurement call timed (by the placement's devices)."""
+
+    def __init__(self) -> None:
+        super().__init__(_TimedSimulator(), warmup=0, repeats=1)
+        self.timed: list[tuple[str, frozenset[int]]] = []
+
+    def measure(self, inventory: Any, placement: Any, topology: Topology, **kw: Any) -> Measurement:
+        self.timed.append((kw.get("task", ""), frozenset(placement.values())))
+        return super().measure(inventory, placement, topology, **kw)
+
+
+def test_a_contender_with_one_device_over_the_bound_is_cut_short_and_dropped() -> None:
+    """On a timed backend a contender whose first (most loaded) device alone is over CUT_SHORT_AT x the round's
+    fastest plan has its other devices never timed, is dropped with a line saying so, and its record says its
+    figure is a lower bound; the default is always measured whole (planted: without the cut it is timed whole)."""
+    balanced = get_sharder("round_robin").shard(INV, TOPO)
+    names = [t.name for t in INV.tables]
+    heavy = make_plan(INV, TOPO, {n: 0 if i < 10 else i - 9 for i, n in enumerate(names)}, "heavy")
+    items = (
+        Contender("balanced", balanced, 1.0, "search only"),
+        Contender("heavy", heavy, 1.0, "heuristic", baseline=True),
+    )
+    oracle = _CountingOracle()
+    lines: list[str] = []
+    kept, measured = verify_candidates(
+        INV, Contenders(items, {}, hold=False, search_only=0), oracle, rounds=3, progress=lines.append
+    )
+    heavy_calls = [devices for task, devices in oracle.timed if task == "heuristic:heavy"]
+    assert frozenset({0}) in heavy_calls and frozenset({1}) not in heavy_calls[-1:]  # cut after device 0
+    assert any("dropped heuristic:heavy: cut short" in line for line in lines), lines
+    v = kept.verification
+    assert v is not None and v.chosen == "balanced"
+    row = next(c for c in v.candidates if c.source == "heavy")
+    assert row.cut_short and not next(c for c in v.candidates if c.source == "balanced").cut_short
+    assert all(len(devices) > 1 for task, devices in oracle.timed if task == "balanced (search only)")

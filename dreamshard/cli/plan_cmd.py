@@ -127,7 +127,7 @@ def verification_table(v: Verification) -> RichTable:
         t.add_row(
             c.label + mark,
             f"{c.predicted_ms:.3f}",
-            f"{c.measured_ms:.3f}",
+            f"{'>= ' if c.cut_short else ''}{c.measured_ms:.3f}",
             f"{c.spread:.1%}",
             str(c.rounds or v.rounds),
         )

@@ -48,6 +48,16 @@ def check_plan_for(inventory: Inventory, plan: Plan, topology: Topology | None =
     check_plan(inventory, plan)
 
 
+#: How one plan of a round is measured: (its index, the inventory, the plan, the round's fastest figure so far or
+#: None) -> its measurement (the plan stage's race cuts a plan short: dreamshard.evaluation.cut_short).
+Measurer = Callable[[int, Inventory, Plan, float | None], Measurement]
+
+
+def measure_plan(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
+    """One measurement of the whole plan."""
+    return _measure(inventory, plan, oracle)
+
+
 def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
     units, placement = expand_plan(inventory, plan)
     return oracle.measure(
@@ -75,6 +85,7 @@ def measure_interleaved(
     narrow: Callable[[list[list[Measurement]]], Sequence[int]] | None = None,
     inventories: Sequence[Inventory] = (),
     round_inventories: Sequence[Inventory] = (),
+    measurer: Measurer | None = None,
 ) -> list[list[Measurement]]:
     """Each plan measured once per round, in a freshly shuffled order every round (so drift on a shared
     machine hits all plans alike); the measurements of each plan, in plan order. `narrow`, asked after each
@@ -83,7 +94,8 @@ def measure_interleaved(
     round, so plans may end with fewer rounds). `inventories`, when given, is each plan's own inventory (what-if of
     an added or removed table measures plans of two versions); `round_inventories`, when given, the inventory every
     plan is measured on in round r: `round_inventories[r % len]` (the plan stage's race cycles through the id
-    distributions assumed for tables without statistics)."""
+    distributions assumed for tables without statistics). `measurer`: how each plan is measured (default: whole,
+    `measure_plan`), told the round's fastest figure so far."""
     if inventories and len(inventories) != len(plans):
         raise ValueError(f"{len(inventories)} inventories for {len(plans)} plans")
     if inventories and round_inventories:
@@ -97,10 +109,13 @@ def measure_interleaved(
     for r in range(rounds):
         order = list(active)
         rng.shuffle(order)
+        fastest: float | None = None
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
             on = round_inventories[r % len(round_inventories)] if round_inventories else own[i]
-            samples[i].append(_measure(on, plans[i], oracle))
+            m = measurer(i, on, plans[i], fastest) if measurer is not None else _measure(on, plans[i], oracle)
+            samples[i].append(m)
+            fastest = m.overall_ms if fastest is None else min(fastest, m.overall_ms)
         if narrow is not None and r + 1 < rounds:
             active = [i for i in narrow(samples) if i in active]
             if not active:

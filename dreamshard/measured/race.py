@@ -14,6 +14,11 @@ Out of time or out of rounds before CONFIRM_ROUNDS rounds, the race goes on with
 CONFIRM_AHEAD) contenders its rounds put ahead of it, to CONFIRM_ROUNDS rounds while they stay ahead: a lead in one
 round is as often the noise's, and nothing replaces the default on fewer than MIN_ROUNDS_TO_DROP.
 
+Cut short: on a timed (not simulated) backend, every contender of a round after the first but the protected is
+measured device by device and cut short once one device alone is CUT_SHORT_AT x the round's fastest plan so far
+(dreamshard.evaluation.cut_short), and dropped: it is behind beyond any round's noise, and its other devices are
+never timed.
+
 Keeping (`keep_index`): each contender's score is its paired ratio to the race's final leader over the rounds both
 were measured; the kept one is the lowest score among those that may replace the default (index 0): the default
 itself, a baseline's own plan ahead of it with SWITCH_CONFIDENCE (the gate's paired interval), or a challenger that
@@ -27,7 +32,8 @@ import statistics
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
-from dreamshard.evaluation.interleave import measure_interleaved
+from dreamshard.evaluation.cut_short import CUT_SHORT_AT, measure_until
+from dreamshard.evaluation.interleave import measure_interleaved, measure_plan
 from dreamshard.gate.bounds import ratio_bound
 from dreamshard.values import Inventory, Measurement, Plan
 from dreamshard.values.progress import Progress
@@ -106,9 +112,7 @@ def kept_of(per_round: Sequence[Sequence[float]], margins: Sequence[float], scor
     return min(eligible, key=lambda i: (scores[i], i))
 
 
-def confirming(
-    per_round: Sequence[Sequence[float]], left: Sequence[int], margins: Sequence[float] = ()
-) -> list[int]:
+def confirming(per_round: Sequence[Sequence[float]], left: Sequence[int], margins: Sequence[float] = ()) -> list[int]:
     """Out of time after round r < CONFIRM_ROUNDS: the default (index 0) and the CONFIRM_AHEAD contenders still in
     whose paired rounds put them furthest ahead of it; none when nothing is ahead (the default stays). Ahead means
     by more than the contender's margin (`margins`, none: 0): a challenger that must beat the default by its margin
@@ -135,6 +139,7 @@ def race(
     confidence: float = 0.95,
     protect: Collection[int] = (),
     margins: Sequence[float] = (),
+    cut_short: set[int] | None = None,
     out_of_time: Callable[[], bool] = lambda: False,
     seed: int = 0,
     round_inventories: Sequence[Inventory] = (),
@@ -144,10 +149,12 @@ def race(
     (one dropped early has fewer). `labels` name the contenders in the progress lines and to the oracle (default:
     each plan's sharder); `protect`: contenders never dropped (a re-plan's current plan: the duel needs it).
     `margins`: each contender's margin over the default (`Contender.margin`; none: 0), what confirmation asks of
-    it (`confirming`). `round_inventories`: round r measures on `round_inventories[r % len]` (the id distributions assumed for tables
+    it (`confirming`). `cut_short`: filled with the contenders cut short (their figure a lower bound).
+    `round_inventories`: round r measures on `round_inventories[r % len]` (the id distributions assumed for tables
     without statistics). `progress` gets a line per measurement ("round 2/5: measuring heuristic:dim_greedy") and
     one per round ("round 2/5: 4 left: ...", "round 2/5: dropped random: 1.31x the leader lpt+search"). The race
     ends when one contender is left, or only those in `protect`."""
+    cut_short = set() if cut_short is None else cut_short
     names = list(labels) or [p.sharder for p in plans]
     if len(names) != len(plans):
         raise ValueError(f"{len(names)} labels for {len(plans)} plans")
@@ -156,15 +163,31 @@ def race(
     total = max(rounds, CONFIRM_ROUNDS)  # the field's rounds, then what confirmation may add
     measured = [p.model_copy(update={"sharder": name}) for p, name in zip(plans, names, strict=True)]
 
+    timed = not oracle.info.is_simulated  # a simulated backend's figures are exact and cost nothing to finish
+
+    def measure(i: int, on: Inventory, plan: Plan, fastest: float | None) -> Measurement:
+        """A protected contender, or the round's first, whole; on a timed backend any other cut short once one of
+        its devices alone is CUT_SHORT_AT x the round's fastest (dreamshard.evaluation.cut_short)."""
+        if i in protect or fastest is None or not timed:
+            return measure_plan(on, plan, oracle)
+        m, was_cut = measure_until(on, plan, oracle, fastest * CUT_SHORT_AT)
+        if was_cut:
+            cut_short.add(i)
+        return m
+
     def narrow(samples: list[list[Measurement]]) -> list[int]:
         per_round = [overall(s) for s in samples]
         r = max(len(s) for s in per_round)
         alive = [i for i, s in enumerate(per_round) if len(s) == r]
         lead = leader_of(per_round)
+        cut = [i for i in alive if i in cut_short]
+        for i in cut:
+            say(f"round {r}/{total}: dropped {names[i]}: cut short, a device alone over {CUT_SHORT_AT:g}x the fastest")
         out = [i for i in alive if i != lead and i not in protect and behind(per_round[i], per_round[lead], confidence)]
         for i in out:
             ratio = score(per_round[i], per_round[lead])
             say(f"round {r}/{total}: dropped {names[i]}: {ratio:.3f}x the leader {names[lead]}")
+        out += [i for i in cut if i not in out]
         left = [i for i in alive if i not in out]
         # decided; where rounds cycle through id distributions, once each was measured
         if (len(left) <= 1 or all(i in protect for i in left)) and r >= len(round_inventories):
@@ -194,4 +217,5 @@ def race(
         progress=say,
         narrow=narrow,
         round_inventories=round_inventories,
+        measurer=measure,
     )

@@ -132,8 +132,11 @@ def held_index(
     return _duel_with_default(inventory, plans, measured, best, need, oracle, seed, margins[best], progress)
 
 
-def verified_row(contender: Contender, samples: Sequence[Measurement], kept: bool = False) -> VerifiedCandidate:
-    """A contender's record: its prediction, the median and spread of its measured rounds, its role."""
+def verified_row(
+    contender: Contender, samples: Sequence[Measurement], kept: bool = False, cut_short: bool = False
+) -> VerifiedCandidate:
+    """A contender's record: its prediction, the median and spread of its measured rounds, its role, whether the race
+    cut it short."""
     ms = overall(samples)
     med = statistics.median(ms)
     return VerifiedCandidate(
@@ -144,6 +147,7 @@ def verified_row(contender: Contender, samples: Sequence[Measurement], kept: boo
         rounds=len(ms),
         role=contender.role,
         kept=kept,
+        cut_short=cut_short,
     )
 
 
@@ -201,6 +205,7 @@ def verify_candidates(
         check_plan_for(inventory, c.plan)
     labels = [c.label for c in items]
     margins = [c.margin for c in items]
+    cut: set[int] = set()
     measured = race(
         inventory,
         [c.plan for c in items],
@@ -210,6 +215,7 @@ def verify_candidates(
         confidence=confidence,
         protect=(0,),  # the default: what a challenger must beat in every round (and a re-plan's duel)
         margins=margins,
+        cut_short=cut,
         out_of_time=out_of_time,
         seed=seed,
         round_inventories=round_inventories,
@@ -220,7 +226,7 @@ def verify_candidates(
         plans = [c.plan.model_copy(update={"sharder": label}) for c, label in zip(items, labels, strict=True)]
         best = held_index(inventory, plans, measured, margins, oracle, confidence, seed, progress)
         scores = scores_to_leader([overall(m) for m in measured])
-    rows = [verified_row(c, ms, i == best) for i, (c, ms) in enumerate(zip(items, measured, strict=True))]
+    rows = [verified_row(c, ms, i == best, i in cut) for i, (c, ms) in enumerate(zip(items, measured, strict=True))]
     if progress is not None:
         progress(f"kept {labels[best]} after {max(len(m) for m in measured)} round(s)")
     at_median = min(measured[best], key=lambda m: abs(m.overall_ms - rows[best].measured_ms))

@@ -32,6 +32,9 @@ class VerifiedCandidate(StrictModel):
     # "heuristic" (a heuristic's own plan), "torchrec" (TorchRec's planner's own plan); None: a learned candidate
     role: str | None = None
     kept: bool = False  # the plan the race kept (an older plan: see Verification.chosen)
+    # cut short: one of its devices alone measured over CUT_SHORT_AT x a round's fastest plan, its other devices were
+    # not timed and it was dropped; its measured_ms is then a lower bound (dreamshard.evaluation.cut_short)
+    cut_short: bool = False
 
     @property
     def label(self) -> str:
