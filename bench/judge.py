@@ -7,8 +7,11 @@ The library (`dreamshard/`) never imports this, and this imports of the library 
 collective. Each device's fused forward and backward is timed in a worker process of its own (`judge_compute`),
 each collective at the plan's own byte counts (`judge_bytes`) on 2 real ranks (`judge_comm`), or, for a declared
 world (`Judge(world=(alpha_ms, gb_per_s))`, a world this host is not), charged alpha + bytes / bandwidth per
-exchange at the same byte counts. Plans are measured interleaved: every round measures every plan, the order rotated
-by one each round, every plan of a round looking up the same ids per table (common random numbers: `round_seed`).
+exchange at the same byte counts, or (`Judge(paced=True)`) at this machine's pace measured on the ranks at the start
+of every round (alpha + beta x bytes fitted over sizes spanning the round's exchanges: timing each exchange alone
+moved the same plan's figure by 6-20% from round to round). Plans are measured interleaved: every round measures
+every plan, the order rotated by one each round, every plan of a round looking up the same ids per table (common
+random numbers: `round_seed`).
 
     from judge import Judge
     with Judge(rounds=5) as judge:
@@ -28,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from judge_bytes import DeviceBytes, device_units, plan_bytes  # noqa: E402
-from judge_comm import RANKS, CommRanks  # noqa: E402
+from judge_comm import PACE_MIN_BYTES, PACE_POINTS, RANKS, CommRanks, fit_pace, pace_sizes  # noqa: E402
 from judge_compute import ComputeWorker  # noqa: E402
 from judge_indices import DEVICE_CAP_BYTES, MB, TABLE_CAP_BYTES  # noqa: E402
 from judge_results import JudgeResult, JudgeSettings, PlanJudgement, PlanRound, prediction_error  # noqa: E402
@@ -74,8 +77,13 @@ class Judge:
         comm_repeats: int = 15,
         seed: int = 0,
         world: tuple[float, float] | None = None,
+        paced: bool = False,
     ) -> None:
         self.world = world  # (alpha ms, GB/s) of a declared world; None: the collectives timed on real ranks
+        # paced: each round, this machine's pace (alpha + beta x bytes per exchange) measured on the ranks at
+        # PACE_POINTS sizes spanning the round's exchanges, and every exchange of the round charged at it
+        self.paced = paced and world is None
+        self.pace: dict[bool, tuple[float, float]] = {}  # reduces -> (alpha ms, beta ms per byte), this round's
         self.settings = JudgeSettings(
             rounds=rounds,
             warmup=warmup,
@@ -85,7 +93,7 @@ class Judge:
             seed=seed,
             table_cap_mb=TABLE_CAP_BYTES / MB,
             device_cap_mb=DEVICE_CAP_BYTES / MB,
-            comm="timed on real ranks" if world is None else f"declared: {world[0]:g} ms + bytes at {world[1]:g} GB/s",
+            comm=comm_label(world, self.paced),
         )
         self.compute = ComputeWorker()
         self.ranks: CommRanks | None = None
@@ -113,11 +121,33 @@ class Judge:
         for nbytes, reduce in items:
             if nbytes > 0 and devices > 1 and self.world is not None:
                 total += self.world[0] + nbytes / (self.world[1] * 1e6)  # bytes / (GB/s x 1e9) in ms
+            elif nbytes > 0 and devices > 1 and self.paced:
+                alpha, beta = self.pace[reduce]
+                total += alpha + beta * nbytes
             elif nbytes > 0 and devices > 1 and self.ranks is not None:
                 total += statistics.median(
                     self.ranks.time_exchange(nbytes, devices - 1, reduce, s.warmup, s.comm_repeats)
                 )
         return total
+
+    def measure_pace(self, inventory: Inventory, plans: Sequence[Plan]) -> None:
+        """This round's pace on the ranks, with and without a reduction, over the sizes the plans exchange."""
+        s = self.settings
+        assert self.ranks is not None
+        devices = plans[0].topology.num_devices
+        exchanged = [
+            n
+            for plan in plans
+            for nbytes in plan_bytes(inventory, plan)
+            for items in exchanges(nbytes).values()
+            for n, _ in items
+            if n > 0
+        ]
+        spanned = pace_sizes(exchanged or [PACE_MIN_BYTES])
+        self.pace = {
+            reduce: fit_pace(self.ranks, spanned, max(1, devices - 1), reduce, s.warmup, s.comm_repeats)
+            for reduce in (False, True)
+        }
 
     def measure_device(self, units: Sequence[Table], nbytes: DeviceBytes, plan: Plan, seed: int) -> DeviceCost:
         """One device's four costs: its fused operators timed in the worker, then its exchanges on the ranks."""
@@ -151,6 +181,8 @@ class Judge:
         rounds: dict[str, list[PlanRound]] = {i: [] for i in ids}
         order: list[tuple[str, ...]] = []
         for r in range(self.settings.rounds):
+            if self.paced:
+                self.measure_pace(inventory, plans)
             turn = rotated(list(range(len(plans))), r)
             order.append(tuple(ids[i] for i in turn))
             for pos, i in enumerate(turn):
@@ -166,6 +198,15 @@ class Judge:
             order=tuple(order),
             seconds=time.perf_counter() - t0,
         )
+
+
+def comm_label(world: tuple[float, float] | None, paced: bool) -> str:
+    """How the judge charges the collectives (`JudgeSettings.comm`)."""
+    if world is not None:
+        return f"declared: {world[0]:g} ms + bytes at {world[1]:g} GB/s"
+    if paced:
+        return f"paced: alpha + beta x bytes measured on real ranks each round at {PACE_POINTS} sizes"
+    return "timed on real ranks"
 
 
 def round_seed(seed: int, r: int) -> int:

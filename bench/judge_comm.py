@@ -108,6 +108,34 @@ class CommRanks:
         self.close()
 
 
+#: Sizes a round's pace is measured at (log-spaced over the round's exchanges), and the least bytes among them.
+PACE_POINTS = 5
+PACE_MIN_BYTES = 4096.0
+
+
+def pace_sizes(exchanged: list[float]) -> list[float]:
+    """PACE_POINTS sizes from the smallest to the largest of `exchanged` (bytes > 0), log-spaced."""
+    lo = max(PACE_MIN_BYTES, min(exchanged))
+    hi = max(lo * 4.0, max(exchanged))
+    step = (hi / lo) ** (1.0 / (PACE_POINTS - 1))
+    return [lo * step**k for k in range(PACE_POINTS)]
+
+
+def fit_pace(
+    ranks: CommRanks, sizes: list[float], messages: int, reduce: bool, warmup: int, repeats: int
+) -> tuple[float, float]:
+    """(alpha ms, beta ms per byte): least squares over `sizes`, each timed on the ranks (median of `repeats`), both
+    clipped at 0. The judge's paced comm: this machine's pace, measured on the spot in every round."""
+    import statistics
+
+    xs = sizes
+    ys = [statistics.median(ranks.time_exchange(n, messages, reduce, warmup, repeats)) for n in xs]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    beta = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx) if sxx > 0 else 0.0
+    return max(0.0, my - beta * mx), beta
+
+
 # ----------------------------------------------------------------------------------------- a rank process
 
 

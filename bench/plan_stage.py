@@ -21,7 +21,8 @@ geomeans over tasks, each contender's planning seconds and the plan stage's seco
 stage's own record (what it kept, its oracle-measured ratio to the search-only plan, the baselines it did not measure).
 
 `--world host`: planned for this machine's collectives (world `host`: the all-to-all fit
-measured here) and judged with collectives timed on real ranks. `--world fast`: planned for the `fast` interconnect
+measured here) and judged with collectives at this machine's pace, measured on real ranks at the start of every
+judge round (bench/judge.py `paced`). `--world fast`: planned for the `fast` interconnect
 profile (20 us + 10 GB/s, world `fast`) and judged with each exchange charged 20 us + bytes at 10 GB/s
 at the plan's own byte counts. Run it on a quiet machine (no test suite, no second benchmark).
 """
@@ -342,7 +343,7 @@ def render(res: dict[str, Any]) -> str:
     names = names_of(rows)
     noise = [r["noise"] for r in rows if r["noise"] is not None]
     world = (
-        "this host's (collectives timed on real ranks)"
+        "this host's (collectives charged at this machine's pace, measured on real ranks every judge round)"
         if res["world"] == "host"
         else (f"declared fast ({FAST_WORLD[0] * 1000:g} us + {FAST_WORLD[1]:g} GB/s, charged by the judge)")
     )
@@ -412,7 +413,7 @@ def main() -> None:
     first = chosen[0]
     learned(inventory(first), args.world, first.devices)  # warm: torch, the model, the fits; not timed
     t0 = time.perf_counter()
-    with Judge(rounds=args.rounds, world=FAST_WORLD if args.world == "fast" else None) as judge:
+    with Judge(rounds=args.rounds, world=FAST_WORLD if args.world == "fast" else None, paced=True) as judge:
         rows = [run_task(t, args.world, judge) for t in chosen]
         judged_by = judge.settings.model_dump()
     res = {
