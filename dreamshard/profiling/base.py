@@ -346,7 +346,10 @@ class TorchBackend(ComputeBackend):
         # device whose NUM_BATCHES batches do not fit cycles through fewer, one that does not fit is refused.
         n = len(tables)
         what = "measuring it (one batch)" if n == 1 else f"measuring its device ({n} tables, one batch)"
-        k = batches_within_budget(tables, batch_size, self.bank.num_batches, what)
+        # no more batches than iterations: a race round's 1 warm-up and 1 repeat use two (the bank's stream gives
+        # the same first batches whatever the count, so a later profile of more iterations extends them)
+        wanted = max(1, min(self.bank.num_batches, warmup + repeats))
+        k = batches_within_budget(tables, batch_size, wanted, what)
         rows = self.rule.device_rows(list(tables))
         per_table = [self.bank.batches(t, r, batch_size, k) for t, r in zip(tables, rows, strict=True)]
         op = self.build_device(tables, rows, per_table)
