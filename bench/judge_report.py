@@ -55,6 +55,8 @@ def judge_contenders(
         "ms": ms,
         "samples": {label: by_id[label].samples_ms for label in plans},
         "device_ms": {label: by_id[label].device_median_ms for label in plans},
+        "device_min_ms": {label: by_id[label].device_min_ms for label in plans},
+        "device_samples": {label: by_id[label].device_samples_ms for label in plans},
         "spread": {label: by_id[label].spread for label in plans},
         "per_device": {label: [d.as_list() for d in by_id[label].costs.per_device] for label in plans},
         "oracle_error": {label: oracle_errors(by_id[label], plan) for label, plan in plans.items()},

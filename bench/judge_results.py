@@ -3,7 +3,8 @@
 A plan's figure per round is the max over its devices of [fwd_compute, fwd_comm, bwd_comm, bwd_compute] summed
 (docs/architecture/data-model.md, "Data model"; DESIGN.md section 1); its figure is the median over rounds, its
 per-device figures the component-wise medians over rounds, its spread (max - min) / median of the rounds' figures;
-by per-device medians (`device_median_ms`), the slowest device's median over the rounds.
+by per-device medians (`device_median_ms`), the slowest device's median over the rounds; by per-device minima
+(`device_min_ms`), its fastest round.
 """
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ class PlanJudgement(BaseModel):
         """The plan's figure by per-device medians: the slowest device's median over the rounds. A round's figure is
         the max over its devices, so one device's noisy round moves it; a device's median over rounds does not."""
         return max(statistics.median(xs) for xs in self.device_samples_ms)
+
+    @property
+    def device_min_ms(self) -> float:
+        """The plan's figure by per-device minima: the slowest device's fastest round. Interference on a shared
+        machine only adds time (a round of one plan read 21 ms, the next 30 ms), so a device's fastest round is its
+        undisturbed cost: the statistic the planner's own oracle takes over repeats (BackendInfo.statistic)."""
+        return max(min(xs) for xs in self.device_samples_ms)
 
     @property
     def spread(self) -> float:

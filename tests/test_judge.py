@@ -178,6 +178,9 @@ def test_per_device_medians_take_the_slowest_devices_median_over_rounds() -> Non
     assert j.device_samples_ms == [[2.0, 8.0, 2.0], [2.0, 2.0, 3.0]]
     assert j.samples_ms == [2.0, 8.0, 3.0] and j.overall_ms == 3.0
     assert j.device_median_ms == 2.0
+    assert j.device_min_ms == 2.0  # device 0's fastest round 2, device 1's 2
+    k = _judged([[[3, 0, 0, 1], [1, 0, 0, 1]], [[1, 0, 0, 1], [1, 0, 0, 4]]])
+    assert k.device_samples_ms == [[4.0, 2.0], [2.0, 5.0]] and k.device_min_ms == 2.0 and k.samples_ms == [4.0, 5.0]
 
 
 @pytest.mark.parametrize("bin_", [0, 1, 3])
