@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from dreamshard.evaluation.cut_short import CUT_SHORT_AT, measure_until
-from dreamshard.evaluation.interleave import measure_interleaved, measure_plan
+from dreamshard.evaluation.interleave import Measurer, measure_interleaved, measure_plan
 from dreamshard.gate.bounds import ratio_bound
 from dreamshard.values import Inventory, Measurement, Plan
 from dreamshard.values.progress import Progress
@@ -163,18 +163,6 @@ def race(
     total = max(rounds, CONFIRM_ROUNDS)  # the field's rounds, then what confirmation may add
     measured = [p.model_copy(update={"sharder": name}) for p, name in zip(plans, names, strict=True)]
 
-    timed = not oracle.info.is_simulated  # a simulated backend's figures are exact and cost nothing to finish
-
-    def measure(i: int, on: Inventory, plan: Plan, fastest: float | None) -> Measurement:
-        """A protected contender, or the round's first, whole; on a timed backend any other cut short once one of
-        its devices alone is CUT_SHORT_AT x the round's fastest (dreamshard.evaluation.cut_short)."""
-        if i in protect or fastest is None or not timed:
-            return measure_plan(on, plan, oracle)
-        m, was_cut = measure_until(on, plan, oracle, fastest * CUT_SHORT_AT)
-        if was_cut:
-            cut_short.add(i)
-        return m
-
     def narrow(samples: list[list[Measurement]]) -> list[int]:
         per_round = [overall(s) for s in samples]
         r = max(len(s) for s in per_round)
@@ -217,5 +205,22 @@ def race(
         progress=say,
         narrow=narrow,
         round_inventories=round_inventories,
-        measurer=measure,
+        measurer=cutting(oracle, protect, cut_short),
     )
+
+
+def cutting(oracle: Oracle, protect: Collection[int], cut: set[int]) -> Measurer:
+    """How the race measures: a protected contender, or the round's first, whole; on a timed backend any other cut
+    short once one of its devices alone is CUT_SHORT_AT x the round's fastest (dreamshard.evaluation.cut_short),
+    its index added to `cut`. A simulated backend's figures are exact and cost nothing to finish: whole."""
+    timed = not oracle.info.is_simulated
+
+    def measure(i: int, on: Inventory, plan: Plan, fastest: float | None) -> Measurement:
+        if i in protect or fastest is None or not timed:
+            return measure_plan(on, plan, oracle)
+        m, was_cut = measure_until(on, plan, oracle, fastest * CUT_SHORT_AT)
+        if was_cut:
+            cut.add(i)
+        return m
+
+    return measure
