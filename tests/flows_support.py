@@ -153,3 +153,32 @@ def fast_path_workspace(tmp_path: Path, monkeypatch: Any, params: dict[str, Any]
     monkeypatch.setattr(dreamshard.profiling.runner, "profile_inventory", forbidden)
     monkeypatch.setattr(dreamshard.learning.loop, "train", forbidden)
     return tmp_path
+
+
+class Orchestrator:
+    """Stands in for the retrain flow (`pipeline run`'s orchestrator): records what it was handed and returns an empty
+    summary for `inventory_name`."""
+
+    def __init__(self, inventory_name: str) -> None:
+        self.inventory_name = inventory_name
+        self.prepared: list[Any] = []
+
+    def __call__(self, prepared: Any) -> Any:
+        from dreamshard.usecases.pipeline_steps import RunSummary
+
+        self.prepared.append(prepared)
+        return RunSummary(
+            inventory_name=self.inventory_name, inventory_fingerprint="0" * 64, workspace=str(prepared.workspace)
+        )
+
+
+def stub_orchestrator(monkeypatch: Any, cwd: Path, inventory_name: str) -> Orchestrator:
+    """`pipeline run` in-process with its orchestrator replaced by an `Orchestrator`, run from `cwd`, with no
+    Prefect API set."""
+    import dreamshard_flows.cli as cli
+
+    stub = Orchestrator(inventory_name)
+    monkeypatch.setattr(cli, "_orchestrate", stub)
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    return stub

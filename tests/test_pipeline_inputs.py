@@ -13,40 +13,24 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from flows_support import Orchestrator, stub_orchestrator
 
 from dreamshard.cli.app import invoke
 from dreamshard.config.settings import pipeline_base, resolve
 from dreamshard.errors import ConfigError, StoreError
 from dreamshard.usecases import pipeline_steps as steps
-from dreamshard.usecases.pipeline_steps import RunSummary
 
 #: A params file of the keys a user changes (the rest: the pipeline's own params).
 PARTIAL = "plan: {verify: 2}\ntrain: {iterations: 2}\n"
 
 
-class Orchestrator:
-    """Stands in for the retrain flow: records what it was handed and returns an empty summary."""
-
-    def __init__(self) -> None:
-        self.prepared: list[Any] = []
-
-    def __call__(self, prepared: Any) -> RunSummary:
-        self.prepared.append(prepared)
-        return RunSummary(inventory_name="pool", inventory_fingerprint="0" * 64, workspace=str(prepared.workspace))
-
-
 @pytest.fixture
 def orchestrator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Orchestrator:
-    import dreamshard_flows.cli as cli
-
-    stub = Orchestrator()
-    monkeypatch.setattr(cli, "_orchestrate", stub)
-    monkeypatch.chdir(tmp_path)  # no ./params.yaml: the installed one is the default
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # no ./params.yaml in tmp_path: the installed one is the default
+    stub = stub_orchestrator(monkeypatch, tmp_path, "pool")
     return stub
 
 

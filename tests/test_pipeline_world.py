@@ -16,14 +16,13 @@ import pytest
 import yaml
 from dreamshard_flows.orchestrator import pipeline_run
 from dreamshard_flows.requests import OrchestratorRequest
-from flows_support import tiny_inventory, write_params
+from flows_support import Orchestrator, stub_orchestrator, tiny_inventory, write_params
 
 from dreamshard.cli.app import invoke
 from dreamshard.documents import save_inventory
 from dreamshard.errors import ConfigError, DreamshardError
 from dreamshard.usecases import pipeline_steps as steps
 from dreamshard.usecases.pipeline_run import PipelineRun, run_pipeline
-from dreamshard.usecases.pipeline_steps import RunSummary
 from dreamshard.usecases.runner import InProcessRunner
 from dreamshard.values import JobTopology, named_world
 
@@ -31,25 +30,9 @@ from dreamshard.values import JobTopology, named_world
 OWN = {"name": "ib200", "alpha_ms": 0.015, "intra_host_gbps": 300, "source": "nccl-tests"}
 
 
-class Orchestrator:
-    """Stands in for the retrain flow: records what it was handed and returns an empty summary."""
-
-    def __init__(self) -> None:
-        self.prepared: list[Any] = []
-
-    def __call__(self, prepared: Any) -> RunSummary:
-        self.prepared.append(prepared)
-        return RunSummary(inventory_name="tiny", inventory_fingerprint="0" * 64, workspace=str(prepared.workspace))
-
-
 @pytest.fixture
 def orchestrator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Orchestrator:
-    import dreamshard_flows.cli as cli
-
-    stub = Orchestrator()
-    monkeypatch.setattr(cli, "_orchestrate", stub)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    stub = stub_orchestrator(monkeypatch, tmp_path, "tiny")
     write_params(tmp_path / "p.yaml")
     tiny_inventory(tmp_path / "inv.yaml")
     return stub
