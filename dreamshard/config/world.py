@@ -99,6 +99,13 @@ WORLD_HELP = (
 INTERCONNECT_HELP = "Alias of --world: fast (--world fast) or measured (--world host)."
 
 
+def shown(name: str, keep: int = 40) -> str:
+    """A name as an error line shows it: quoted with its control characters escaped, at most `keep` characters of it
+    (a name is data: a 5,000-character one stays a short line)."""
+    more = f"... ({len(name)} characters)" if len(name) > keep else ""
+    return repr(name[:keep]) + more
+
+
 def world_name(world: str | None, interconnect: str | None = None) -> str | None:
     """The world `--world NAME` names, with `--interconnect` (fast, measured) as its alias. ConfigError naming the
     option when they disagree, and naming the known worlds for a name that is none of them (a world of your own is
@@ -106,13 +113,16 @@ def world_name(world: str | None, interconnect: str | None = None) -> str | None
     if interconnect is not None:
         alias = INTERCONNECT_ALIASES.get(interconnect)
         if alias is None:
-            raise ConfigError(f"--interconnect '{interconnect}': fast or measured (it is an alias of --world NAME)")
+            raise ConfigError(
+                f"--interconnect {shown(interconnect)}: fast or measured (it is an alias of --world NAME)"
+            )
         if world is not None and world != alias:
-            raise ConfigError(f"--interconnect {interconnect} is --world {alias}, not --world {world}: give one")
+            named = world if world in WORLD_NAMES else shown(world)
+            raise ConfigError(f"--interconnect {interconnect} is --world {alias}, not --world {named}: give one")
         world = alias
     if world is not None and world not in WORLD_NAMES:
         raise ConfigError(
-            f"unknown world '{world}' (world.name): choose {', '.join(WORLD_NAMES)}; a world of your own is "
+            f"unknown world {shown(world)} (world.name): choose {', '.join(WORLD_NAMES)}; a world of your own is "
             f"declared in params world, with its figures"
         )
     return world

@@ -250,6 +250,12 @@ CASES: list[Case] = [
         guard=no_orchestrator,
     ),
     Refused(
+        "pipeline run --world with a 5,000-character name: one short line, the name cut",
+        f"{RUN} --world {'w' * 5000}",
+        ("unknown world 'wwww", "... (5000 characters)"),
+        guard=no_orchestrator,
+    ),
+    Refused(
         "a params file saying profile.backend simulator, without --allow-simulated, is refused up front",
         f"{RUN} --params sim.yaml",
         ("profile.backend is simulator", "--allow-simulated"),
