@@ -55,10 +55,6 @@ Measurer = Callable[[int, Inventory, Plan, float | None], Measurement]
 
 def measure_plan(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
     """One measurement of the whole plan."""
-    return _measure(inventory, plan, oracle)
-
-
-def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
     units, placement = expand_plan(inventory, plan)
     return oracle.measure(
         units,
@@ -68,11 +64,6 @@ def _measure(inventory: Inventory, plan: Plan, oracle: Oracle) -> Measurement:
         kernels=plan.kernels,
         cache_load_factors=plan.cache_load_factors,
     )
-
-
-def _placement_of(inventory: Inventory, plan: Plan) -> tuple[Inventory, dict[str, int], Topology]:
-    units, placement = expand_plan(inventory, plan)
-    return units, placement, plan.topology
 
 
 def measure_interleaved(
@@ -101,7 +92,7 @@ def measure_interleaved(
     if inventories and round_inventories:
         raise ValueError("give each plan its own inventory or each round its own, not both")
     own = list(inventories) or [inventory] * len(plans)
-    reserve_for(oracle, [_placement_of(on, p) for on, p in zip(own, plans, strict=True)])
+    reserve_for(oracle, list(zip(own, plans, strict=True)))
     say = progress or (lambda _msg: None)
     samples: list[list[Measurement]] = [[] for _ in plans]
     rng = random.Random(seed)
@@ -113,7 +104,7 @@ def measure_interleaved(
         for i in order:
             say(f"round {r + 1}/{rounds}: measuring {plans[i].sharder}")
             on = round_inventories[r % len(round_inventories)] if round_inventories else own[i]
-            m = measurer(i, on, plans[i], fastest) if measurer is not None else _measure(on, plans[i], oracle)
+            m = measurer(i, on, plans[i], fastest) if measurer is not None else measure_plan(on, plans[i], oracle)
             samples[i].append(m)
             fastest = m.overall_ms if fastest is None else min(fastest, m.overall_ms)
         if narrow is not None and r + 1 < rounds:
@@ -127,5 +118,5 @@ def measure_interleaved(
 def evaluate_plan(inventory: Inventory, plan: Plan, oracle: Oracle, rounds: int = 1) -> Plan:
     """Measure a plan on the oracle's backend; returns the plan with `measured` filled in."""
     check_plan_for(inventory, plan)
-    ms = [_measure(inventory, plan, oracle) for _ in range(max(1, rounds))]
+    ms = [measure_plan(inventory, plan, oracle) for _ in range(max(1, rounds))]
     return plan.model_copy(update={"measured": median_costs(ms), "measured_by": oracle.info})

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dreamshard.placement.expand import with_units
+from dreamshard.placement.expand import expand_plan
 from dreamshard.profiling.corpus import fused_operators
 from dreamshard.profiling.oracle import Oracle
-from dreamshard.values import Inventory, Table, Topology
+from dreamshard.values import Inventory, Plan, Table, Topology
 
 
-def device_groups(inventory: Inventory, placement: Mapping[str, int], topology: Topology) -> list[list[Table]]:
-    """The tables of each device timing a measurement of `placement` makes (as `Oracle.measure` groups them)."""
-    units = with_units(inventory, placement)
+def device_groups(units: Inventory, placement: Mapping[str, int], topology: Topology) -> list[list[Table]]:
+    """The tables of each device timing a measurement of `placement` makes (as `Oracle.measure` groups them), `units`
+    the plan's expanded inventory (`expand_plan`)."""
     devices: list[list[Table]] = [[] for _ in range(topology.num_devices)]
     for t in units.tables:
         if t.name in placement:
@@ -26,10 +26,14 @@ def device_groups(inventory: Inventory, placement: Mapping[str, int], topology: 
     return [group for tables in devices if tables for group, _ in fused_operators(tables, topology)]
 
 
-def reserve_for(oracle: object, placements: Sequence[tuple[Inventory, Mapping[str, int], Topology]]) -> None:
-    """Let `oracle`'s backend prepare for measuring each of `placements` (nothing for a simulated backend, where the
-    oracle's corpus may answer instead of timing, or for an oracle of another kind: a test's scripted one has no
-    backend)."""
+def reserve_for(oracle: object, plans: Sequence[tuple[Inventory, Plan]]) -> None:
+    """Let `oracle`'s backend prepare for measuring each of `plans` (each with the inventory it is measured on);
+    nothing for a simulated backend, where the oracle's corpus may answer instead of timing, or for an oracle of
+    another kind (a test's scripted one has no backend): the plans are expanded only past that check."""
     if not isinstance(oracle, Oracle) or oracle.backend.is_simulated or oracle.corpus is not None:
         return
-    oracle.backend.reserve([g for inv, placement, topo in placements for g in device_groups(inv, placement, topo)])
+    groups: list[list[Table]] = []
+    for inventory, plan in plans:
+        units, placement = expand_plan(inventory, plan)
+        groups += device_groups(units, placement, plan.topology)
+    oracle.backend.reserve(groups)
