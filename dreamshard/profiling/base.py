@@ -288,6 +288,19 @@ def operator_groups(tables: Sequence[Table]) -> list[list[int]]:
     return ([pooled] if pooled else []) + list(by_width.values())
 
 
+def arena_layout(tables: Sequence[Table], rows: Sequence[int]) -> list[tuple[list[int], int, int]]:
+    """Where one device's operators keep their weights in a reused buffer: (the operator's table indices,
+    `operator_groups`; its first element; its elements), one operator after the other. `build_device` builds so,
+    and a backend reserving its buffer (`reserve`) sizes it so."""
+    out: list[tuple[list[int], int, int]] = []
+    offset = 0
+    for group in operator_groups(tables):
+        numel = sum(rows[i] * padded_dim(tables[i].embedding_dim) for i in group)
+        out.append((group, offset, numel))
+        offset += numel
+    return out
+
+
 class ChainedOp(FusedOp[list[Any]]):
     """Several fused operators of one device run one after the other: one forward (and backward) of the device."""
 
@@ -334,11 +347,9 @@ class TorchBackend(ComputeBackend):
     ) -> FusedOp[Any]:
         """The device's operators (`operator_groups`) over its tables' batches `per_table`, as one."""
         ops: list[FusedOp[Any]] = []
-        offset = 0
-        for group in operator_groups(tables):
+        for group, offset, _ in arena_layout(tables, rows):
             fused = [fuse_batches([per_table[i] for i in group], b) for b in range(len(per_table[0]))]
             ops.append(self.build([tables[i] for i in group], [rows[i] for i in group], fused, arena_offset=offset))
-            offset += sum(rows[i] * padded_dim(tables[i].embedding_dim) for i in group)
         return ops[0] if len(ops) == 1 else ChainedOp(ops)
 
     def time_device(self, tables: Sequence[Table], batch_size: int, warmup: int, repeats: int) -> DeviceTiming:

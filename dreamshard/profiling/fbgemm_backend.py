@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dreamshard.profiling.base import FusedOp, TorchBackend, operator_groups
+from dreamshard.profiling.base import FusedOp, TorchBackend, arena_layout
 from dreamshard.profiling.buffers import GRADS, HOST_ARENA
 from dreamshard.profiling.scaling import padded_dim
 from dreamshard.values import Table
@@ -99,15 +99,12 @@ class _TBEOp(FusedOp[Any]):
 
 
 def arena_needs(tables: Sequence[Table], rows: Sequence[int]) -> dict[torch.dtype, int]:
-    """The arena elements of each dtype one device's build takes (`build_device`: its operators' weights one after
-    the other, each operator fp16 when all its tables are)."""
+    """The arena elements of each dtype one device's build takes (`arena_layout`, each operator fp16 when all its
+    tables are)."""
     need: dict[torch.dtype, int] = {}
-    offset = 0
-    for group in operator_groups(tables):
-        numel = sum(rows[i] * padded_dim(tables[i].embedding_dim) for i in group)
+    for group, offset, numel in arena_layout(tables, rows):
         dtype = torch.float16 if all(tables[i].dtype == "fp16" for i in group) else torch.float32
         need[dtype] = max(need.get(dtype, 0), offset + numel)
-        offset += numel
     return need
 
 
