@@ -81,8 +81,9 @@ _EXACT_BELOW = 40.0  # expected counts below this get the exact Poisson split ov
 _MAX_EXACT_COUNT = 160
 
 
-_LOG_FACTORIALS = np.array([math.lgamma(x + 1.0) for x in range(1, _MAX_EXACT_COUNT + 1)])
-_K_BINS = count_bins(np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.int64))  # the bin of each exact count k
+_EXACT_COUNTS = np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.int64)  # k = 1..160, split exactly over the bins
+_LOG_FACTORIALS = np.array([math.lgamma(k + 1.0) for k in _EXACT_COUNTS])
+_K_BINS = count_bins(_EXACT_COUNTS)  # the bin of each exact count k
 
 
 @lru_cache(maxsize=16384)
@@ -107,10 +108,9 @@ def assumed_histogram(
         mass += np.bincount(bins, weights=width[big], minlength=NUM_REUSE_BINS)
     small = ~big
     if small.any():
-        k = np.arange(1, _MAX_EXACT_COUNT + 1, dtype=np.float64)
         lam = expected[small][:, None]
         with np.errstate(divide="ignore"):  # a group expected to see no lookup at all (lam 0): log 0 = -inf, pmf 0
-            log_pmf = k * np.log(lam) - lam - _LOG_FACTORIALS
+            log_pmf = _EXACT_COUNTS * np.log(lam) - lam - _LOG_FACTORIALS
         rows_hit_k = width[small] @ np.exp(log_pmf)  # rows expected to be hit exactly k times, k = 1..160
         mass += np.bincount(_K_BINS, weights=rows_hit_k, minlength=NUM_REUSE_BINS)
     if not mass.sum() > 0:
